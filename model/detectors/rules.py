@@ -1,0 +1,1 @@
+# rule detectors: written by the detectors work

@@ -1,0 +1,91 @@
+"""The exceptions of agent-triage, in one module.
+
+Hierarchy::
+
+    TriageError                      base of everything raised on purpose
+    ├── InputError                   the caller's input can't be used (→ CLI exit 2, HTTP 4xx)
+    │   ├── TraceImportError         an importer could not read a trace; ``path`` names the field
+    │   │                            (e.g. ``messages[3].tool_calls[0].function.arguments``) and
+    │   │                            ``line`` the 1-based line of a JSONL file when known
+    │   ├── TooLargeError            more steps (or bytes) than the configured limit
+    │   └── UnknownDetectorError     a detector name not in the registry
+    ├── NotFittedError               a model or detector used before it was fitted / loaded
+    ├── ModelLoadError               an artefact is missing or unreadable (onnxruntime errors wrapped)
+    └── StoreError                   the failure-history store failed (SQL errors wrapped)
+
+Foreign errors (pydantic, onnxruntime, SQLAlchemy) are translated where they cross into our code,
+with ``raise ... from exc``; only ``serve/`` turns these into HTTP responses.
+"""
+
+from __future__ import annotations
+
+
+class TriageError(Exception):
+    """Base class of every error agent-triage raises on purpose."""
+
+
+class InputError(TriageError, ValueError):
+    """The caller's input can't be used.
+
+    Parameters
+    ----------
+    message:
+        What is wrong, saying what was received.
+    path:
+        Dotted/indexed path of the offending field (``"messages[2].role"``), when known.
+    line:
+        1-based line number in a file (JSONL, CSV), when known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        self.message = message
+        self.path = path
+        self.line = line
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = []
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        if self.path:
+            where.append(self.path)
+        return f"{': '.join(where)}: {self.message}" if where else self.message
+
+
+class TraceImportError(InputError):
+    """An importer could not read the input; ``path`` names the field."""
+
+
+class TooLargeError(InputError):
+    """The input is larger than the configured limit (steps or bytes)."""
+
+
+class UnknownDetectorError(InputError, KeyError):
+    """A detector name that is not registered; the message lists the valid names."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return InputError.__str__(self)
+
+
+class NotFittedError(TriageError, RuntimeError):
+    """Something was used before it was fitted or loaded; the message says what to call."""
+
+
+class ModelLoadError(TriageError, RuntimeError):
+    """A model artefact is missing or unreadable."""
+
+
+class StoreError(TriageError, RuntimeError):
+    """The failure-history store failed."""
+
+
+__all__ = [
+    "InputError",
+    "ModelLoadError",
+    "NotFittedError",
+    "StoreError",
+    "TooLargeError",
+    "TraceImportError",
+    "TriageError",
+    "UnknownDetectorError",
+]

@@ -1,0 +1,79 @@
+"""What detectors report (:class:`Finding`) and what a diagnosis returns (:class:`DiagnosisResponse`).
+
+The response is the one pydantic model of ARCHITECTURE.md's "Response". It changes only by adding
+fields; ``schema_version`` says which fields a consumer can expect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from model.kinds import Category, FailureKind, Severity, Strategy
+
+RESPONSE_SCHEMA_VERSION = "1.0"
+
+
+class Finding(BaseModel):
+    """One detector's claim: a failure kind, how sure, and where.
+
+    ``step`` indexes ``Trace.steps``; ``source_index`` is that step's input position.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    detector: str
+    kind: FailureKind
+    confidence: float = Field(ge=0.0, le=1.0)
+    step: int | None = Field(default=None, ge=0)
+    source_index: int | None = Field(default=None, ge=0)
+    span_id: str | None = None
+    evidence: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Failure(BaseModel):
+    """A fused finding at or above its kind's threshold (or below it, as a signal)."""
+
+    kind: FailureKind
+    category: Category
+    severity: Severity
+    confidence: float = Field(ge=0.0, le=1.0)
+    detector: str
+    detectors: list[str] = Field(default_factory=list)
+    step: int | None = None
+    source_index: int | None = None
+    span_id: str | None = None
+    evidence: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Recommendation(BaseModel):
+    """What the agent should do next, usable as it is."""
+
+    id: str
+    strategy: Strategy
+    params: dict[str, Any] = Field(default_factory=dict)
+    instruction: str = ""
+    rationale: str = ""
+    next: list[Strategy] = Field(default_factory=list)
+    budgets: dict[str, Any] = Field(default_factory=dict)
+
+
+class DiagnosisResponse(BaseModel):
+    """The answer to one diagnosis (CLI ``--json`` and ``POST /v1/diagnose``)."""
+
+    schema_version: str = RESPONSE_SCHEMA_VERSION
+    trace_id: str
+    model_version: str
+    detector_versions: dict[str, str] = Field(default_factory=dict)
+    healthy: bool
+    failures: list[Failure] = Field(default_factory=list)
+    signals: list[Failure] = Field(default_factory=list)
+    primary: Failure | None = None
+    recommendation: Recommendation
+    steps: int = 0
+
+
+__all__ = ["RESPONSE_SCHEMA_VERSION", "DiagnosisResponse", "Failure", "Finding", "Recommendation"]
