@@ -16,3 +16,68 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    """A real ``triage serve`` (uvicorn) in a subprocess on 127.0.0.1; ``url`` is its base URL."""
+
+    def __init__(self, env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
+        import subprocess
+        import sys
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = {**os.environ, "TRIAGE_PORT": str(self.port), **(env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *(args or [])],
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> LiveServer:
+        import time
+
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                out = self.proc.stdout.read().decode() if self.proc.stdout else ""
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{out}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("server did not answer /healthz in time")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One real uvicorn server for the session (rules + shipped classifier when present)."""
+    work = tmp_path_factory.mktemp("live")
+    server = LiveServer(env={"TRIAGE_AUTH": "off", "TRIAGE_DATA_DIR": str(work)}).wait_ready()
+    yield server
+    server.stop()

@@ -1,0 +1,51 @@
+"""Request options shared by the CLI, the HTTP API and the library (ARCHITECTURE.md "Request")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class DiagnoseOptions(BaseModel):
+    """What the caller tells us about the run, beyond the trace itself.
+
+    >>> DiagnoseOptions(allowed_tools=["search"]).shadow
+    False
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowed_tools: list[str] | None = Field(
+        default=None, description="Tools the agent may call; a call to any other is `disallowed_tool`."
+    )
+    tool_equivalents: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="For `switch_tool`: tool name → equivalent tools, in order of preference.",
+    )
+    fallback_models: list[str] = Field(
+        default_factory=list, description="For `fallback_model`: models to fall back to, in order."
+    )
+    detectors: list[str] | None = Field(
+        default=None, description="Trace detectors to run (registry names); default: all available."
+    )
+    shadow: bool = Field(
+        default=False, description="Observe only: diagnose and report, but recommend `continue`."
+    )
+    speakers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Multi-agent logs: speaker name → role (user, assistant, tool, system).",
+    )
+
+
+class DiagnoseRequest(BaseModel):
+    """The envelope of ``POST /v1/diagnose``: a trace in any supported format, plus options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace: Any = Field(description="native Trace JSON | OpenAI messages | OTLP/JSON | span list")
+    format: str = Field(default="auto", description="auto | native | openai | otel | openinference")
+    options: DiagnoseOptions = Field(default_factory=DiagnoseOptions)
+
+
+__all__ = ["DiagnoseOptions", "DiagnoseRequest"]

@@ -1,0 +1,52 @@
+"""Map our exceptions to HTTP responses: the one place where errors become status codes.
+
+Every error body has FastAPI's validation shape, ``{"detail": [{"loc", "msg", "type"}]}``, so a
+client reads one format whatever went wrong; ``loc`` names the field.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from model.errors import InputError, ModelLoadError, TooLargeError
+
+_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def loc_from_path(path: str | None, prefix: tuple[str | int, ...] = ("body",)) -> list[str | int]:
+    """``"trace.messages[3].role"`` → ``["body", "trace", "messages", 3, "role"]``."""
+    loc: list[str | int] = list(prefix)
+    for name, index in _PART.findall(path or ""):
+        loc.append(int(index) if index else name)
+    return loc
+
+
+def error_body(loc: list[str | int], msg: str, type_: str) -> dict[str, object]:
+    return {"detail": [{"loc": loc, "msg": msg, "type": type_}]}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers that turn our errors into 4xx responses (never a 500 for bad input)."""
+
+    @app.exception_handler(TooLargeError)
+    async def _too_large(_: Request, exc: TooLargeError) -> JSONResponse:
+        return JSONResponse(status_code=413, content=error_body(loc_from_path(exc.path), exc.message, "too_large"))
+
+    @app.exception_handler(InputError)
+    async def _input(_: Request, exc: InputError) -> JSONResponse:
+        return JSONResponse(
+            status_code=422, content=error_body(loc_from_path(exc.path), exc.message, "invalid_input")
+        )
+
+    @app.exception_handler(RecursionError)
+    async def _deep(_: Request, exc: RecursionError) -> JSONResponse:
+        return JSONResponse(
+            status_code=422, content=error_body(["body"], "JSON nesting too deep", "nesting_too_deep")
+        )
+
+    @app.exception_handler(ModelLoadError)
+    async def _model(_: Request, exc: ModelLoadError) -> JSONResponse:
+        return JSONResponse(status_code=503, content=error_body([], str(exc), "model_unavailable"))

@@ -1,0 +1,48 @@
+"""``POST /v1/diagnose``: a whole trace in any supported format → diagnosis + recommendation."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from model.errors import InputError
+from model.findings import DiagnosisResponse
+from model.importers import load_trace
+from model.options import DiagnoseRequest
+from serve.deps import DiagnoserDep, SettingsDep
+from serve.examples import DIAGNOSE_EXAMPLES
+
+router = APIRouter(prefix="/v1", tags=["diagnose"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    413: {"description": "Body larger than TRIAGE_MAX_BODY_BYTES, or more steps than TRIAGE_MAX_STEPS"},
+    422: {"description": "Unreadable input; `detail[].loc` names the field"},
+}
+
+
+@router.post(
+    "/diagnose",
+    response_model=DiagnosisResponse,
+    summary="Diagnose a whole trace",
+    responses=_ERRORS,
+)
+async def diagnose(
+    request: Annotated[DiagnoseRequest, Body(openapi_examples=DIAGNOSE_EXAMPLES)],
+    diagnoser: DiagnoserDep,
+    settings: SettingsDep,
+) -> DiagnosisResponse:
+    """Import the trace (native, OpenAI messages, OTLP/JSON or span list; auto-detected), run the
+    detectors, fuse their findings and recommend the first repair on the primary failure's ladder.
+    """
+    try:
+        trace = load_trace(
+            request.trace,
+            format=request.format,
+            speakers=request.options.speakers or None,
+            max_steps=settings.max_steps,
+        )
+    except InputError as exc:
+        exc.path = f"trace.{exc.path}" if exc.path else "trace"
+        raise
+    return diagnoser.diagnose(trace, request.options)

@@ -1,0 +1,28 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Alive")
+async def healthz() -> dict[str, str]:
+    """The process answers."""
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    summary="Ready: model loaded",
+    responses={503: {"description": "Not ready: what is missing is listed"}},
+)
+async def readyz(request: Request) -> JSONResponse:
+    """Ready when the detectors (and the classifier, when configured) are loaded."""
+    checks: dict[str, Any] = dict(getattr(request.app.state, "readiness", {}))
+    ready = all(bool(v) for v in checks.values())
+    return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, "checks": checks})
