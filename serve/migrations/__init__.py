@@ -1,0 +1,1 @@
+"""Alembic migrations of the failure-history store (run by :func:`serve.store.migrate.upgrade`)."""

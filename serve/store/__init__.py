@@ -1,0 +1,1 @@
+"""The failure-history store: SQLAlchemy models, Alembic migrations, and the repository."""

@@ -1,0 +1,89 @@
+"""Engines for the store: SQLite (WAL, busy timeout, ``BEGIN IMMEDIATE`` for writes) or PostgreSQL.
+
+SQLite is the embedded default: the file lives in the working folder and every worker opens it.
+pysqlite's own transaction handling is switched off so that we emit ``BEGIN`` ourselves: a write
+transaction starts with ``BEGIN IMMEDIATE``, which takes the write lock up front (waiting up to the
+busy timeout) instead of failing with "database is locked" when a reader upgrades mid-transaction.
+That is what serialises concurrent appends to one session on SQLite; PostgreSQL uses a row lock
+(``SELECT … FOR UPDATE``) instead. ``synchronous=NORMAL`` in WAL mode loses nothing a committed
+transaction wrote when the *process* dies (SIGKILL); only an OS crash may lose the last commits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from model.errors import StoreError
+
+#: execution option naming how a SQLite transaction begins ("DEFERRED" or "IMMEDIATE").
+SQLITE_BEGIN = "sqlite_begin"
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def _normalise_url(url: str) -> str:
+    """``postgresql://`` means psycopg 3 here (psycopg2 is not installed)."""
+    u = make_url(url)
+    if u.drivername in ("postgresql", "postgres"):
+        u = u.set(drivername="postgresql+psycopg")
+    return u.render_as_string(hide_password=False)
+
+
+def make_engine(url: str, *, busy_timeout_s: float = 10.0, echo: bool = False) -> Engine:
+    """An engine for ``url``; for a SQLite file, its folder is created and WAL switched on.
+
+    >>> e = make_engine("sqlite://")
+    >>> e.dialect.name
+    'sqlite'
+    """
+    try:
+        url = _normalise_url(url)
+        u = make_url(url)
+    except Exception as exc:  # sqlalchemy.exc.ArgumentError and friends
+        raise StoreError(f"cannot parse the database URL: {exc}") from exc
+    kwargs: dict[str, Any] = {"echo": echo, "future": True}
+    if u.get_backend_name() == "sqlite":
+        db = u.database
+        if db and db != ":memory:" and not db.startswith("file:"):
+            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout_s}
+    else:
+        kwargs["pool_pre_ping"] = True
+        kwargs["pool_size"] = 5
+        kwargs["max_overflow"] = 10
+    try:
+        engine = create_engine(url, **kwargs)
+    except Exception as exc:  # a missing driver, a bad option
+        raise StoreError(f"cannot create a database engine for {u.get_backend_name()}: {exc}") from exc
+    if u.get_backend_name() == "sqlite":
+        _sqlite_setup(engine, busy_timeout_s)
+    return engine
+
+
+def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
+    memory = engine.url.database in (None, "", ":memory:")
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see the module docstring)
+        cur = dbapi_conn.cursor()
+        if not memory:
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get(SQLITE_BEGIN, "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+__all__ = ["SQLITE_BEGIN", "is_sqlite", "make_engine"]

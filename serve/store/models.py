@@ -1,0 +1,240 @@
+"""The failure-history tables (SQLAlchemy 2, declarative, typed).
+
+Every row is keyed by tenant; every read in :mod:`serve.store.repository` filters on it. Trace
+text is stored only after redaction (:mod:`serve.redaction`). The Alembic migrations in
+``serve/migrations`` create exactly these tables; a test compares the two.
+
+Tables::
+
+    tenants          a name per tenant
+    api_keys         sha256 of each key (never the key), its prefix for display, revoked_at
+    traces           one diagnosed trace (redacted JSON) and its latest response
+    failures         the failures and signals of a trace's latest diagnosis (for filtering/export)
+    sessions         real-time sessions: step counters and the repair policy's state (JSON)
+    recommendations  every recommendation given, with its rung, attempt and status
+    outcomes         what the agent reported after carrying out a recommendation
+    labels           human labels on a trace (for the dataset export)
+    streams          stream-detector state per (tenant, stream, task type)
+    observations     the values posted to / fed into a stream, with alarms
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stored as naive UTC (SQLite keeps no offset), always read back as aware UTC."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use an aware UTC datetime")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # the key's public prefix
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    label: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class TraceRow(Base):
+    __tablename__ = "traces"
+    __table_args__ = (
+        Index("ix_traces_tenant_created", "tenant_id", "created_at"),
+        Index("ix_traces_tenant_session", "tenant_id", "session_id"),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    session_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    task_type: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    n_steps: Mapped[int] = mapped_column(Integer, default=0)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    primary_kind: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    model_version: Mapped[str] = mapped_column(String(100), default="")
+    shadow: Mapped[bool] = mapped_column(Boolean, default=False)
+    trace: Mapped[dict[str, Any]] = mapped_column(JSON)  # redacted native Trace JSON
+    response: Mapped[dict[str, Any]] = mapped_column(JSON)  # the latest DiagnosisResponse
+
+
+class FailureRow(Base):
+    __tablename__ = "failures"
+    __table_args__ = (
+        Index("ix_failures_trace", "tenant_id", "trace_id"),
+        Index("ix_failures_tenant_kind", "tenant_id", "kind"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(64))
+    is_signal: Mapped[bool] = mapped_column(Boolean, default=False)
+    severity: Mapped[str] = mapped_column(String(16))
+    confidence: Mapped[float] = mapped_column(Float)
+    detector: Mapped[str] = mapped_column(String(100))
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    source_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    evidence: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class SessionRow(Base):
+    __tablename__ = "sessions"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    n_steps: Mapped[int] = mapped_column(Integer, default=0)
+    next_source_index: Mapped[int] = mapped_column(Integer, default=0)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the repair policy's state
+
+
+class RecommendationRow(Base):
+    __tablename__ = "recommendations"
+    __table_args__ = (Index("ix_recs_tenant_session", "tenant_id", "session_id"),)
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(128))
+    session_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    failure_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    strategy: Mapped[str] = mapped_column(String(64))
+    rung: Mapped[int] = mapped_column(Integer, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)  # the Recommendation as given
+
+
+class OutcomeRow(Base):
+    __tablename__ = "outcomes"
+    __table_args__ = (Index("ix_outcomes_tenant_rec", "tenant_id", "recommendation_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    recommendation_id: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str] = mapped_column(String(128))
+    strategy: Mapped[str] = mapped_column(String(64))
+    success: Mapped[bool] = mapped_column(Boolean)
+    duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+    note: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LabelRow(Base):
+    __tablename__ = "labels"
+    __table_args__ = (Index("ix_labels_trace", "tenant_id", "trace_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None = healthy
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    source_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    author: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class StreamRow(Base):
+    __tablename__ = "streams"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    task_type: Mapped[str] = mapped_column(String(200), primary_key=True)  # "" = any
+    detector: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    n: Mapped[int] = mapped_column(Integer, default=0)
+    alarm_open: Mapped[bool] = mapped_column(Boolean, default=False)
+    alarm: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ObservationRow(Base):
+    __tablename__ = "observations"
+    __table_args__ = (
+        Index("ix_obs_stream", "tenant_id", "stream", "task_type", "seq"),
+        UniqueConstraint("tenant_id", "stream", "task_type", "seq", name="uq_obs_seq"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    stream: Mapped[str] = mapped_column(String(200))
+    task_type: Mapped[str] = mapped_column(String(200))
+    seq: Mapped[int] = mapped_column(Integer)  # 0-based index within the stream
+    value: Mapped[float] = mapped_column(Float)
+    trace_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    alarm: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+__all__ = [
+    "ApiKey",
+    "Base",
+    "FailureRow",
+    "LabelRow",
+    "ObservationRow",
+    "OutcomeRow",
+    "RecommendationRow",
+    "SessionRow",
+    "StreamRow",
+    "Tenant",
+    "TraceRow",
+    "utcnow",
+]

@@ -1,0 +1,570 @@
+"""The store's repository: every read and write the service makes, tenant-scoped.
+
+:class:`Store` owns the engine. Simple operations open their own transaction; composed ones (a
+session step: lock the session, read its trace, write the diagnosis, the recommendation and the
+new policy state) run inside :meth:`Store.write`, which on SQLite begins with ``BEGIN IMMEDIATE``
+and on PostgreSQL relies on :func:`lock_session`'s ``SELECT … FOR UPDATE``. Either way two appends
+to one session run one after the other: no step is lost and no failure escalates twice.
+
+SQLAlchemy errors are wrapped in :class:`model.errors.StoreError` at this boundary.
+
+>>> store = Store("sqlite://")
+>>> store.upgrade()
+>>> store.ensure_tenant("acme").id
+'acme'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Select, and_, delete, exists, func, or_, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from model.errors import InputError, StoreError
+from serve.store.engine import SQLITE_BEGIN, make_engine
+from serve.store.migrate import upgrade as _upgrade
+from serve.store.models import (
+    ApiKey,
+    FailureRow,
+    LabelRow,
+    ObservationRow,
+    OutcomeRow,
+    RecommendationRow,
+    SessionRow,
+    StreamRow,
+    Tenant,
+    TraceRow,
+    utcnow,
+)
+
+_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def check_tenant_name(name: str) -> str:
+    """A tenant name is 1–64 characters of letters, digits, ``_ . -`` (not starting with a symbol)."""
+    if not _TENANT_RE.match(name):
+        raise InputError(
+            f"a tenant name is 1-64 letters, digits, '_', '.', '-' and starts with a letter or digit; "
+            f"got {name!r}",
+            path="tenant",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class TracePage:
+    items: list[TraceRow]
+    next_cursor: str | None
+
+
+class Store:
+    """The failure-history store at ``url`` (``sqlite:///path`` or ``postgresql://…``).
+
+    Parameters
+    ----------
+    url:
+        SQLAlchemy URL; ``postgresql://`` uses psycopg 3.
+    busy_timeout_s:
+        How long a SQLite writer waits for the lock before failing.
+    """
+
+    def __init__(self, url: str, *, busy_timeout_s: float = 10.0) -> None:
+        self.url = url
+        self.engine = make_engine(url, busy_timeout_s=busy_timeout_s)
+        self.dialect = self.engine.dialect.name
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = sessionmaker(
+            self.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"}), expire_on_commit=False
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def upgrade(self) -> None:
+        """Run the Alembic migrations up to head (idempotent; safe with several workers)."""
+        _upgrade(self.engine)
+
+    def ping(self) -> bool:
+        """True when a trivial query succeeds (``/readyz``)."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return True
+        except SQLAlchemyError:
+            return False
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read-only unit of work."""
+        try:
+            with self._read() as db:  # closing ends the (read) transaction; rows stay loaded
+                yield db
+        except SQLAlchemyError as exc:
+            raise StoreError(f"reading the store failed: {exc.__class__.__name__}: {exc}") from exc
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write unit of work, committed at the end (``BEGIN IMMEDIATE`` on SQLite)."""
+        try:
+            with self._write() as db, db.begin():
+                yield db
+        except SQLAlchemyError as exc:
+            raise StoreError(f"writing the store failed: {exc.__class__.__name__}: {exc}") from exc
+
+    # -- tenants and keys ----------------------------------------------------------------------
+    def ensure_tenant(self, name: str) -> Tenant:
+        check_tenant_name(name)
+        with self.write() as db:
+            row = db.get(Tenant, name)
+            if row is None:
+                row = Tenant(id=name, name=name)
+                db.add(row)
+            return row
+
+    def add_api_key(self, tenant: str, key_id: str, key_hash: str, label: str = "") -> ApiKey:
+        check_tenant_name(tenant)
+        with self.write() as db:
+            if db.get(Tenant, tenant) is None:
+                db.add(Tenant(id=tenant, name=tenant))
+                db.flush()
+            row = ApiKey(id=key_id, tenant_id=tenant, key_hash=key_hash, label=label)
+            db.add(row)
+            return row
+
+    def find_api_key(self, key_hash: str) -> ApiKey | None:
+        """The active (not revoked) key with this hash."""
+        with self.read() as db:
+            return db.scalar(select(ApiKey).where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)))
+
+    def list_api_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        with self.read() as db:
+            q = select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)
+            if tenant is not None:
+                q = q.where(ApiKey.tenant_id == tenant)
+            return list(db.scalars(q))
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        """Revoke by key id (its public prefix); False when there is no such active key."""
+        with self.write() as db:
+            row = db.get(ApiKey, key_id)
+            if row is None or row.revoked_at is not None:
+                return False
+            row.revoked_at = utcnow()
+            return True
+
+    # -- traces --------------------------------------------------------------------------------
+    @staticmethod
+    def put_trace(
+        db: Session,
+        *,
+        tenant: str,
+        trace_id: str,
+        trace: dict[str, Any],
+        response: dict[str, Any],
+        session_id: str | None,
+        task_type: str | None,
+        shadow: bool = False,
+    ) -> TraceRow:
+        """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``)."""
+        now = utcnow()
+        row = db.get(TraceRow, (tenant, trace_id))
+        primary = response.get("primary") or {}
+        if row is None:
+            row = TraceRow(tenant_id=tenant, id=trace_id, created_at=now)
+            db.add(row)
+        else:
+            db.execute(
+                delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id)
+            )
+        row.session_id = session_id
+        row.task_type = task_type
+        row.updated_at = now
+        row.n_steps = len(trace.get("steps") or [])
+        row.healthy = bool(response.get("healthy", True))
+        row.primary_kind = primary.get("kind")
+        row.model_version = str(response.get("model_version", ""))
+        row.shadow = shadow
+        row.trace = trace
+        row.response = response
+        rows = [
+            FailureRow(
+                tenant_id=tenant,
+                trace_id=trace_id,
+                kind=f["kind"],
+                is_signal=is_signal,
+                severity=f["severity"],
+                confidence=float(f["confidence"]),
+                detector=f.get("detector", ""),
+                step=f.get("step"),
+                source_index=f.get("source_index"),
+                evidence=f.get("evidence", ""),
+                details=f.get("details") or {},
+            )
+            for key, is_signal in (("failures", False), ("signals", True))
+            for f in response.get(key) or []
+        ]
+        db.add_all(rows)
+        return row
+
+    def get_trace(self, tenant: str, trace_id: str) -> TraceRow | None:
+        with self.read() as db:
+            return db.get(TraceRow, (tenant, trace_id))
+
+    def list_traces(
+        self,
+        tenant: str,
+        *,
+        kind: str | None = None,
+        since: datetime | None = None,
+        session: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> TracePage:
+        """Newest first; ``cursor`` is the opaque ``next_cursor`` of the previous page."""
+        q: Select[TraceRow] = select(TraceRow).where(TraceRow.tenant_id == tenant)
+        if kind is not None:
+            q = q.where(
+                exists().where(
+                    FailureRow.tenant_id == tenant,
+                    FailureRow.trace_id == TraceRow.id,
+                    FailureRow.kind == kind,
+                    FailureRow.is_signal.is_(False),
+                )
+            )
+        if since is not None:
+            q = q.where(TraceRow.created_at >= since)
+        if session is not None:
+            q = q.where(TraceRow.session_id == session)
+        if cursor:
+            ts, tid = _decode_cursor(cursor)
+            q = q.where(or_(TraceRow.created_at < ts, and_(TraceRow.created_at == ts, TraceRow.id < tid)))
+        q = q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc()).limit(limit + 1)
+        with self.read() as db:
+            rows = list(db.scalars(q))
+        nxt = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            nxt = _encode_cursor(rows[-1].created_at, rows[-1].id)
+        return TracePage(rows, nxt)
+
+    def trace_history(self, tenant: str, trace_id: str) -> tuple[list[RecommendationRow], list[OutcomeRow]]:
+        with self.read() as db:
+            recs = list(
+                db.scalars(
+                    select(RecommendationRow)
+                    .where(RecommendationRow.tenant_id == tenant, RecommendationRow.trace_id == trace_id)
+                    .order_by(RecommendationRow.created_at)
+                )
+            )
+            outs = list(
+                db.scalars(
+                    select(OutcomeRow)
+                    .where(OutcomeRow.tenant_id == tenant, OutcomeRow.trace_id == trace_id)
+                    .order_by(OutcomeRow.created_at, OutcomeRow.id)
+                )
+            )
+        return recs, outs
+
+    def delete_trace(self, tenant: str, trace_id: str) -> bool:
+        with self.write() as db:
+            n = _delete_traces(db, tenant, [trace_id])
+        return n > 0
+
+    def delete_session(self, tenant: str, session_id: str) -> bool:
+        """Delete a session, its policy state and every trace recorded under it.
+
+        Returns False when neither the session nor any trace of it existed.
+        """
+        with self.write() as db:
+            ids = list(
+                db.scalars(
+                    select(TraceRow.id).where(TraceRow.tenant_id == tenant, TraceRow.session_id == session_id)
+                )
+            )
+            n = _delete_traces(db, tenant, ids)
+            db.execute(
+                delete(RecommendationRow).where(
+                    RecommendationRow.tenant_id == tenant, RecommendationRow.session_id == session_id
+                )
+            )
+            gone = db.execute(
+                delete(SessionRow).where(SessionRow.tenant_id == tenant, SessionRow.id == session_id)
+            )
+            return n > 0 or _rowcount(gone) > 0
+
+    def purge_older_than(self, ttl: timedelta, *, now: datetime | None = None) -> int:
+        """Retention: delete traces (and their history) not updated within ``ttl``; returns count."""
+        cutoff = (now or utcnow()) - ttl
+        with self.write() as db:
+            old = db.execute(
+                select(TraceRow.tenant_id, TraceRow.id).where(TraceRow.updated_at < cutoff)
+            ).all()
+            by_tenant: dict[str, list[str]] = {}
+            for t, i in old:
+                by_tenant.setdefault(t, []).append(i)
+            n = sum(_delete_traces(db, t, ids) for t, ids in by_tenant.items())
+            db.execute(delete(SessionRow).where(SessionRow.updated_at < cutoff))
+            db.execute(delete(ObservationRow).where(ObservationRow.created_at < cutoff))
+        return n
+
+    # -- sessions ------------------------------------------------------------------------------
+    def lock_session(
+        self, db: Session, tenant: str, session_id: str, *, create_trace_id: str | None
+    ) -> SessionRow | None:
+        """The session row, locked for this transaction; created when ``create_trace_id`` is given.
+
+        The insert is ``ON CONFLICT DO NOTHING`` so that two first appends racing on PostgreSQL
+        both end up locking the one row instead of one failing on the primary key.
+        """
+        if create_trace_id is not None:
+            now = utcnow()
+            values = {
+                "tenant_id": tenant,
+                "id": session_id,
+                "trace_id": create_trace_id,
+                "created_at": now,
+                "updated_at": now,
+                "n_steps": 0,
+                "next_source_index": 0,
+                "version": 0,
+                "state": {},
+            }
+            ins = (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(SessionRow)
+            db.execute(ins.values(**values).on_conflict_do_nothing())
+        q = select(SessionRow).where(SessionRow.tenant_id == tenant, SessionRow.id == session_id)
+        if self.dialect == "postgresql":
+            q = q.with_for_update()
+        return db.scalar(q.execution_options(populate_existing=True))
+
+    def get_session(self, tenant: str, session_id: str) -> SessionRow | None:
+        with self.read() as db:
+            return db.get(SessionRow, (tenant, session_id))
+
+    # -- recommendations and outcomes ------------------------------------------------------------
+    @staticmethod
+    def put_recommendation(
+        db: Session,
+        *,
+        tenant: str,
+        rec: dict[str, Any],
+        trace_id: str,
+        session_id: str | None,
+        failure_key: str | None,
+        kind: str | None,
+        rung: int,
+        attempt: int,
+        status: str = "open",
+    ) -> None:
+        row = db.get(RecommendationRow, (tenant, rec["id"]))
+        if row is None:
+            db.add(
+                RecommendationRow(
+                    tenant_id=tenant,
+                    id=rec["id"],
+                    trace_id=trace_id,
+                    session_id=session_id,
+                    failure_key=failure_key,
+                    kind=kind,
+                    strategy=rec["strategy"],
+                    rung=rung,
+                    attempt=attempt,
+                    status=status,
+                    body=rec,
+                )
+            )
+
+    @staticmethod
+    def get_recommendation(db: Session, tenant: str, rec_id: str) -> RecommendationRow | None:
+        return db.get(RecommendationRow, (tenant, rec_id))
+
+    @staticmethod
+    def add_outcome(
+        db: Session,
+        *,
+        tenant: str,
+        rec: RecommendationRow,
+        success: bool,
+        duration_s: float | None,
+        cost: float | None,
+        note: str,
+    ) -> OutcomeRow:
+        row = OutcomeRow(
+            tenant_id=tenant,
+            recommendation_id=rec.id,
+            trace_id=rec.trace_id,
+            strategy=rec.strategy,
+            success=success,
+            duration_s=duration_s,
+            cost=cost,
+            note=note,
+        )
+        db.add(row)
+        return row
+
+    def add_label(
+        self, tenant: str, trace_id: str, *, kind: str | None, step: int | None, author: str = ""
+    ) -> LabelRow:
+        with self.write() as db:
+            if db.get(TraceRow, (tenant, trace_id)) is None:
+                raise InputError(f"no trace {trace_id!r} for this tenant", path="trace_id")
+            row = LabelRow(tenant_id=tenant, trace_id=trace_id, kind=kind, step=step, author=author)
+            db.add(row)
+            return row
+
+    def iter_history(self, tenant: str | None = None, batch: int = 500) -> Iterator[dict[str, Any]]:
+        """Every stored trace with its recommendations, outcomes and human labels (for export)."""
+        last: tuple[str, str] = ("", "")
+        while True:
+            with self.read() as db:
+                q = select(TraceRow).where(
+                    or_(
+                        TraceRow.tenant_id > last[0],
+                        and_(TraceRow.tenant_id == last[0], TraceRow.id > last[1]),
+                    )
+                )
+                if tenant is not None:
+                    q = q.where(TraceRow.tenant_id == tenant)
+                rows = list(db.scalars(q.order_by(TraceRow.tenant_id, TraceRow.id).limit(batch)))
+                if not rows:
+                    return
+                keys = [(r.tenant_id, r.id) for r in rows]
+                recs = _group(db, RecommendationRow, keys)
+                outs = _group(db, OutcomeRow, keys)
+                labels = _group(db, LabelRow, keys)
+            for r in rows:
+                k = (r.tenant_id, r.id)
+                yield {
+                    "tenant": r.tenant_id,
+                    "trace": r.trace,
+                    "response": r.response,
+                    "created_at": r.created_at,
+                    "recommendations": recs.get(k, []),
+                    "outcomes": outs.get(k, []),
+                    "labels": labels.get(k, []),
+                }
+            last = keys[-1]
+
+    # -- streams -------------------------------------------------------------------------------
+    def lock_stream(
+        self, db: Session, tenant: str, stream: str, task_type: str, *, detector: str, params: dict[str, Any]
+    ) -> StreamRow:
+        """The stream's detector row, created on first use, locked for this transaction."""
+        ins = (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(StreamRow)
+        db.execute(
+            ins.values(
+                tenant_id=tenant,
+                name=stream,
+                task_type=task_type,
+                detector=detector,
+                params=params,
+                state={},
+                n=0,
+                alarm_open=False,
+                updated_at=utcnow(),
+            ).on_conflict_do_nothing()
+        )
+        q = select(StreamRow).where(
+            StreamRow.tenant_id == tenant, StreamRow.name == stream, StreamRow.task_type == task_type
+        )
+        if self.dialect == "postgresql":
+            q = q.with_for_update()
+        row = db.scalar(q.execution_options(populate_existing=True))
+        assert row is not None
+        return row
+
+    def get_stream(self, tenant: str, stream: str, task_type: str) -> StreamRow | None:
+        with self.read() as db:
+            return db.get(StreamRow, (tenant, stream, task_type))
+
+    def open_alarms(self, tenant: str, task_type: str) -> list[StreamRow]:
+        """Streams of this tenant with an open alarm, for ``task_type`` or for any task ("")."""
+        with self.read() as db:
+            return list(
+                db.scalars(
+                    select(StreamRow).where(
+                        StreamRow.tenant_id == tenant,
+                        StreamRow.alarm_open.is_(True),
+                        StreamRow.task_type.in_([task_type, ""]),
+                    )
+                )
+            )
+
+    def stream_values(
+        self, tenant: str, stream: str, task_type: str, *, last: int
+    ) -> list[tuple[int, float]]:
+        """The last ``last`` observations as (seq, value), oldest first."""
+        with self.read() as db:
+            rows = db.execute(
+                select(ObservationRow.seq, ObservationRow.value)
+                .where(
+                    ObservationRow.tenant_id == tenant,
+                    ObservationRow.stream == stream,
+                    ObservationRow.task_type == task_type,
+                )
+                .order_by(ObservationRow.seq.desc())
+                .limit(last)
+            ).all()
+        return [(int(s), float(v)) for s, v in reversed(rows)]
+
+    def count_rows(self, table: type[Any], tenant: str | None = None) -> int:
+        with self.read() as db:
+            q = select(func.count()).select_from(table)
+            if tenant is not None:
+                q = q.where(table.tenant_id == tenant)
+            return int(db.scalar(q) or 0)
+
+
+def _rowcount(result: Any) -> int:
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def _delete_traces(db: Session, tenant: str, ids: Sequence[str]) -> int:
+    if not ids:
+        return 0
+    ids = list(ids)
+    for table in (FailureRow, OutcomeRow, LabelRow):
+        db.execute(delete(table).where(table.tenant_id == tenant, table.trace_id.in_(ids)))
+    db.execute(
+        delete(RecommendationRow).where(
+            RecommendationRow.tenant_id == tenant, RecommendationRow.trace_id.in_(ids)
+        )
+    )
+    res = db.execute(delete(TraceRow).where(TraceRow.tenant_id == tenant, TraceRow.id.in_(ids)))
+    return _rowcount(res)
+
+
+def _group(
+    db: Session, table: type[Any], keys: list[tuple[str, str]]
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    tenants = {k[0] for k in keys}
+    ids = [k[1] for k in keys]
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    rows = db.scalars(select(table).where(table.tenant_id.in_(tenants), table.trace_id.in_(ids)))
+    for r in rows:
+        d = {c.key: getattr(r, c.key) for c in table.__table__.columns}
+        out.setdefault((r.tenant_id, r.trace_id), []).append(d)
+    return out
+
+
+def _encode_cursor(ts: datetime, trace_id: str) -> str:
+    return f"{ts.isoformat()}|{trace_id}"
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        ts, tid = cursor.split("|", 1)
+        return datetime.fromisoformat(ts), tid
+    except ValueError:
+        raise InputError(f"not a cursor this API returned: {cursor!r}", path="cursor") from None
+
+
+__all__ = ["Store", "TracePage", "check_tenant_name"]
