@@ -1,0 +1,23 @@
+"""Metric streams: extraction from traces, the online CUSUM, offline change points (ruptures).
+
+>>> from model.streams import Cusum, h_for_arl0
+>>> round(Cusum(shift=1.0, arl0=500.0, mean=0.0, std=1.0).h_, 3) == round(h_for_arl0(500.0, 0.5), 3)
+True
+"""
+
+from __future__ import annotations
+
+from model.streams.arl import h_for_arl0, run_lengths, siegmund_arl, simulate_run_lengths
+from model.streams.cusum import MAD_TO_SIGMA, Alarm, Cusum, detect, robust_location_scale
+
+__all__ = [
+    "MAD_TO_SIGMA",
+    "Alarm",
+    "Cusum",
+    "detect",
+    "h_for_arl0",
+    "robust_location_scale",
+    "run_lengths",
+    "siegmund_arl",
+    "simulate_run_lengths",
+]

@@ -1,0 +1,204 @@
+"""CUSUM: exact alarms on seeded streams, ARL against Siegmund, state round-trips, contract."""
+
+from __future__ import annotations
+
+import doctest
+import json
+
+import numpy as np
+import pytest
+
+import model.streams.arl as arl_module
+import model.streams.cusum as cusum_module
+from model.detectors import STREAM_DETECTORS, make_stream_detector
+from model.errors import InputError
+from model.streams import (
+    Alarm,
+    Cusum,
+    detect,
+    h_for_arl0,
+    run_lengths,
+    siegmund_arl,
+    simulate_run_lengths,
+)
+
+
+def _alarms(alarms: list[Alarm]) -> list[tuple[int, str, int]]:
+    return [(a.index, a.direction, a.start) for a in alarms]
+
+
+def test_numpy_streams_are_the_ones_the_indices_were_pinned_on() -> None:
+    # If a NumPy upgrade changes default_rng's normal stream, this is the one clear failure.
+    assert np.random.default_rng(1).normal(size=3).tolist() == pytest.approx(
+        [0.345584192064786, 0.8216181435011584, 0.33043707618338714], abs=1e-15
+    )
+
+
+def test_hand_made_stream_alarm_start_and_clean_restart() -> None:
+    # k = 0.5: each 2.0 adds 1.5 to S+; S+ = 1.5, 3.0, 4.5 > h = 4 at index 12.
+    alarms = detect([0.0] * 10 + [2.0] * 6, mean=0.0, std=1.0, h=4.0)
+    assert _alarms(alarms) == [(12, "up", 10), (15, "up", 13)]
+    assert alarms[0].statistic == pytest.approx(4.5)
+
+
+def test_known_baseline_mean_shift_exact_alarms() -> None:
+    rng = np.random.default_rng(1)
+    x = np.r_[rng.normal(0.0, 1.0, 200), rng.normal(1.0, 1.0, 100)]
+    alarms = detect(x, mean=0.0, std=1.0, arl0=500.0)
+    assert _alarms(alarms)[:4] == [(203, "up", 200), (221, "up", 207), (249, "up", 227), (273, "up", 250)]
+    assert alarms[0].statistic == pytest.approx(5.1565, abs=1e-4)
+    assert len(alarms) == 6
+
+
+def test_warmup_baseline_downward_shift_exact_alarms() -> None:
+    rng = np.random.default_rng(2)
+    x = np.r_[rng.normal(50.0, 5.0, 150), rng.normal(40.0, 5.0, 100)]
+    det = Cusum(warmup=100, arl0=1000.0)
+    alarms = [a for v in x if (a := det.update(float(v))) is not None]
+    assert _alarms(alarms)[:3] == [(152, "down", 150), (156, "down", 153), (161, "down", 157)]
+    assert det.mu_ == pytest.approx(float(np.median(x[:100])))
+    assert det.sigma_ == pytest.approx(1.4826 * float(np.median(np.abs(x[:100] - np.median(x[:100])))))
+
+
+def test_one_sided_up_ignores_a_drop() -> None:
+    x = [0.0] * 5 + [-3.0] * 20
+    assert detect(x, mean=0.0, std=1.0, h=4.0, direction="up") == []
+    assert _alarms(detect(x, mean=0.0, std=1.0, h=4.0, direction="down"))[0] == (6, "down", 5)
+
+
+@pytest.mark.parametrize(
+    ("k", "arl0"),
+    [(0.5, 200.0), (0.5, 500.0), (0.25, 300.0), (1.0, 400.0)],
+)
+def test_simulated_arl0_within_15_percent_of_target(k: float, arl0: float) -> None:
+    h = h_for_arl0(arl0, k)
+    assert siegmund_arl(k, h) == pytest.approx(arl0, rel=1e-6)
+    rl = simulate_run_lengths(k, h, n_runs=3000, rng=np.random.default_rng(11), max_length=50 * int(arl0))
+    assert rl.max() < 50 * arl0  # nothing censored
+    assert abs(rl.mean() / arl0 - 1.0) < 0.15
+
+
+@pytest.mark.parametrize(("k", "h", "shift"), [(0.5, 5.0, 1.0), (0.5, 4.0, 2.0), (0.25, 8.0, 0.5)])
+def test_simulated_arl1_within_15_percent_of_siegmund(k: float, h: float, shift: float) -> None:
+    rl = simulate_run_lengths(k, h, shift=shift, n_runs=3000, rng=np.random.default_rng(5))
+    assert abs(rl.mean() / siegmund_arl(k, h, shift) - 1.0) < 0.15
+
+
+def test_object_and_vectorised_recursions_agree() -> None:
+    z = np.random.default_rng(3).normal(0.3, 1.0, size=(40, 400))
+    vec = run_lengths(z, 0.5, 4.0)
+    for row, expected in zip(z, vec, strict=True):
+        alarms = detect(row, mean=0.0, std=1.0, h=4.0)
+        assert (alarms[0].index + 1 if alarms else 0) == expected
+
+
+def test_h_for_arl0_one_sided_versus_two_sided() -> None:
+    # One side alone alarms half as often, so it needs a lower h for the same ARL0.
+    assert h_for_arl0(500.0, 0.5, direction="up") < h_for_arl0(500.0, 0.5)
+    assert h_for_arl0(1000.0, 0.5, direction="up") == pytest.approx(h_for_arl0(500.0, 0.5))
+    # Two-sided ARL0 is half the one-sided one for a symmetric scheme.
+    h2 = h_for_arl0(500.0, 0.5)
+    assert siegmund_arl(0.5, h2, direction="up") == pytest.approx(1000.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("cut", [0, 40, 99, 100, 203, 204, 260])
+def test_state_json_round_trip_mid_stream_continues_identically(cut: int) -> None:
+    rng = np.random.default_rng(4)
+    x = np.r_[rng.normal(3.0, 0.5, 200), rng.normal(3.6, 0.5, 100)].tolist()
+    params = {"shift": 1.0, "arl0": 300.0, "warmup": 100, "ewma": 0.05}
+    whole = Cusum(**params)
+    expected = [whole.update(v) for v in x]
+    first = Cusum(**params)
+    got = [first.update(v) for v in x[:cut]]
+    state = json.loads(json.dumps(first.get_state()))
+    second = Cusum.from_state(state)
+    got += [second.update(v) for v in x[cut:]]
+    assert got == expected
+    assert second.get_state() == whole.get_state()
+    assert any(a is not None for a in expected)
+
+
+def test_set_state_refuses_other_params_and_other_detectors() -> None:
+    state = Cusum(shift=1.0).get_state()
+    with pytest.raises(InputError, match="params"):
+        Cusum(shift=2.0).set_state(state)
+    with pytest.raises(InputError, match="detector"):
+        Cusum().set_state({**state, "detector": "page_hinkley"})
+    broken = dict(state)
+    del broken["s_hi"]
+    with pytest.raises(InputError, match="s_hi"):
+        Cusum(shift=1.0).set_state(broken)
+
+
+def test_ewma_baseline_frozen_while_alarm_open_then_rebaselined() -> None:
+    det = Cusum(mean=0.0, std=1.0, h=4.0, ewma=0.1)
+    for v in [0.2, -0.2, 0.1]:
+        assert det.update(v) is None
+    mu3 = ((0.0 + 0.1 * 0.2) * 0.9 + 0.1 * -0.2) * 0.9 + 0.1 * 0.1
+    assert det.mu_ == pytest.approx(mu3)
+    alarms = [det.update(3.0) for _ in range(6)]
+    # The EWMA moved towards 3 before the first alarm (index 4), then froze: z stays ~2.68.
+    assert [a.index for a in alarms if a is not None] == [4, 7]
+    frozen = det.mu_
+    assert frozen == pytest.approx(0.1 * 3.0 + 0.9 * (0.1 * 3.0 + 0.9 * mu3))
+    assert det.alarm_open_
+    det.update(3.0)
+    assert det.mu_ == frozen
+    det.rebaseline(values=[3.0] * 20)
+    assert not det.alarm_open_
+    assert det.mu_ == 3.0
+    assert det.sigma_ == 1.0  # constant values: sigma kept
+    assert [det.update(3.0) for _ in range(5)] == [None] * 5
+
+
+def test_alarm_start_after_rebaseline_counts_from_the_rebaseline() -> None:
+    det = Cusum(mean=0.0, std=1.0, h=4.0)
+    for _ in range(3):
+        det.update(0.0)
+    det.rebaseline(mean=1.0, std=1.0)
+    alarms = [a for _ in range(5) if (a := det.update(3.0)) is not None]
+    assert _alarms(alarms) == [(5, "up", 3)]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"shift": 0.0}, "shift must be > 0"),
+        ({"shift": float("nan")}, "shift must be a finite number"),
+        ({"arl0": 1.0}, "arl0 must be > 1"),
+        ({"h": -1.0}, "h must be > 0"),
+        ({"std": 0.0, "mean": 1.0}, "std must be > 0"),
+        ({"warmup": 1}, "warmup must be an integer >= 2"),
+        ({"ewma": 1.5}, r"ewma must be in \(0, 1\]"),
+        ({"direction": "sideways"}, "direction must be"),
+    ],
+)
+def test_bad_params_are_clear_errors(params: dict[str, object], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        Cusum(**params)  # type: ignore[arg-type]
+
+
+def test_non_finite_observation_is_a_clear_error() -> None:
+    det = Cusum(mean=0.0, std=1.0)
+    det.update(1.0)
+    with pytest.raises(InputError, match="observation 1 must be a finite number; got nan"):
+        det.update(float("nan"))
+
+
+def test_registered_contract() -> None:
+    assert STREAM_DETECTORS["cusum"] is Cusum
+    det = make_stream_detector("cusum", shift=0.5, arl0=200.0)
+    assert det.get_params()["shift"] == 0.5 and det.get_params()["h"] is None
+    fresh = det.get_state()
+    for v in range(120):
+        det.update(float(v % 7))
+    det.reset()
+    det.reset()
+    assert det.get_state() == fresh
+    assert Cusum().get_params() == Cusum().get_params()
+
+
+@pytest.mark.parametrize("module", [arl_module, cusum_module])
+def test_docstring_examples(module: object) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
+    assert result.attempted > 0 and result.failed == 0
