@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,6 +32,53 @@ class Settings(BaseSettings):
     classifier: bool = Field(default=True, description="Load the classifier at start-up when present.")
     ort_threads: int = Field(default=2, ge=1, description="onnxruntime intra-op threads per worker.")
     policy_path: Path | None = Field(default=None, description="A repair policy YAML over the default.")
+
+    # -- store, auth, redaction, retention (the service issue) --------------------------------
+    data_dir: Path = Field(
+        default=Path(".triage"), description="Working folder of the SQLite store and the local key."
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the store (postgresql://… to scale out); "
+        "default sqlite:///<data_dir>/triage.db (WAL).",
+    )
+    db_busy_timeout_s: float = Field(default=10.0, gt=0, description="SQLite writers wait this long.")
+    auth: Literal["on", "off"] = Field(
+        default="on", description="`off` is for local experiments only: every call is tenant `local`."
+    )
+    auth_cache_s: float = Field(
+        default=5.0, ge=0, description="How long a worker trusts a key lookup (revocation delay)."
+    )
+    key_file: Path | None = Field(
+        default=None, description="The local API key `make run` creates; default <data_dir>/local.key."
+    )
+    redact: str = Field(
+        default="api_key,bearer,url_password,email",
+        description="Redaction rules applied before storing (comma-separated; empty = none).",
+    )
+    redact_mode: Literal["mask", "hash"] = Field(
+        default="mask", description="`hash` stores an HMAC of each secret instead of a mask."
+    )
+    redact_salt: str = Field(default="", description="HMAC key of redact_mode=hash.")
+    retention_days: float | None = Field(
+        default=None, gt=0, description="Delete history not updated for this long (checked at start-up)."
+    )
+    stream_detector: str = Field(default="cusum", description="Stream detector for observations.")
+    session_detectors_exclude: str = Field(
+        default="incomplete",
+        description="Detectors not run on a session while it is still running (comma-separated).",
+    )
+
+    @property
+    def resolved_database_url(self) -> str:
+        """``database_url``, or the SQLite file in ``data_dir``."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'triage.db').resolve()}"
+
+    @property
+    def resolved_key_file(self) -> Path:
+        return self.key_file or self.data_dir / "local.key"
 
 
 @lru_cache

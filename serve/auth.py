@@ -1,0 +1,184 @@
+"""Tenants and API keys: keys are shown once and stored only as a hash; every ``/v1`` call is scoped.
+
+A key looks like ``trg_<id>_<secret>``: ``<id>`` (8 characters) is public and names the key in
+``triage keys list`` / ``revoke``; the store keeps ``sha256(key)`` only. Keys are 190 bits of
+randomness, so an unsalted hash is enough (no dictionary to attack) and lets a lookup be one
+indexed query.
+
+``TRIAGE_AUTH=off`` turns the check off for local experiments: every call is tenant ``local``, and
+the server warns loudly at start.
+
+>>> key, key_id, key_hash = generate_key()
+>>> key.startswith(f"trg_{key_id}_") and hash_key(key) == key_hash
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import string
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from serve.store.repository import Store
+
+log = logging.getLogger("triage.auth")
+
+KEY_PREFIX = "trg"
+LOCAL_TENANT = "local"
+_ALPHABET = string.ascii_letters + string.digits
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the tenant every read and write is scoped to, and the key used (if any)."""
+
+    tenant: str
+    key_id: str | None = None
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def generate_key() -> tuple[str, str, str]:
+    """A new key: ``(key, key_id, sha256 hex)``. The key itself is never stored."""
+    key_id = "".join(secrets.choice(_ALPHABET) for _ in range(8))
+    key = f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(24)}"
+    return key, key_id, hash_key(key)
+
+
+def create_key(store: Store, tenant: str, label: str = "") -> tuple[str, str]:
+    """Create a key for ``tenant`` (created when new); returns ``(key, key_id)`` — show it once."""
+    key, key_id, key_hash = generate_key()
+    store.add_api_key(tenant, key_id, key_hash, label)
+    return key, key_id
+
+
+def ensure_local_key(store: Store, path: Path, tenant: str = LOCAL_TENANT) -> tuple[str, bool]:
+    """The key kept in ``path`` (git-ignored), created with a new key on first use.
+
+    Returns ``(key, created)``. A file whose key is no longer valid (revoked, or a new database)
+    is replaced.
+    """
+    if path.exists():
+        key = path.read_text(encoding="utf-8").strip()
+        if key and store.find_api_key(hash_key(key)) is not None:
+            return key, False
+    key, _ = create_key(store, tenant, label="local (make run)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(key + "\n", encoding="utf-8")
+    path.chmod(0o600)
+    return key, True
+
+
+class KeyCache:
+    """A per-worker cache of key hash → tenant, so a request costs no query within ``ttl_s``.
+
+    Revocation therefore takes effect within ``ttl_s`` seconds on every worker.
+    """
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._entries: dict[str, tuple[float, Principal | None]] = {}
+
+    def lookup(self, store: Store, key: str) -> Principal | None:
+        digest = hash_key(key)
+        now = time.monotonic()
+        hit = self._entries.get(digest)
+        if hit is not None and now - hit[0] < self.ttl_s:
+            return hit[1]
+        row = store.find_api_key(digest)
+        principal = None if row is None else Principal(tenant=row.tenant_id, key_id=row.id)
+        if self.ttl_s > 0:
+            if len(self._entries) > 10_000:
+                self._entries.clear()
+            self._entries[digest] = (now, principal)
+        return principal
+
+
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="`Authorization: Bearer trg_…` — create one with `triage keys create --tenant NAME`.",
+)
+
+_UNAUTHORIZED = {
+    401: {
+        "description": "Missing, unknown or revoked API key",
+        "content": {
+            "application/json": {
+                "example": {
+                    "detail": [{"loc": ["header", "authorization"], "msg": "…", "type": "unauthorized"}]
+                }
+            }
+        },
+    }
+}
+
+
+def _unauthorized(msg: str) -> HTTPException:
+    return HTTPException(
+        status_code=401,
+        detail=[{"loc": ["header", "authorization"], "msg": msg, "type": "unauthorized"}],
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+async def get_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Principal:
+    """The caller's tenant from ``Authorization: Bearer <key>``; 401 when missing or unknown."""
+    if not getattr(request.app.state, "auth_enabled", True):
+        return Principal(tenant=LOCAL_TENANT)
+    if credentials is None or not credentials.credentials:
+        raise _unauthorized("missing `Authorization: Bearer <API key>` header")
+    key = credentials.credentials.strip()
+    if not key.startswith(f"{KEY_PREFIX}_") or len(key) > 200:
+        raise _unauthorized("not an agent-triage API key (they start with `trg_`)")
+    cache: KeyCache = request.app.state.key_cache
+    store: Store = request.app.state.store
+    principal = cache.lookup(store, key)
+    if principal is None:
+        raise _unauthorized("unknown or revoked API key")
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+UNAUTHORIZED_RESPONSES = _UNAUTHORIZED
+
+
+def warn_auth_off() -> None:
+    """The loud start-up warning for ``TRIAGE_AUTH=off``."""
+    bar = "!" * 78
+    log.warning(
+        "\n%s\n!! TRIAGE_AUTH=off: authentication is DISABLED. Every caller is tenant %r and can read\n"
+        "!! every trace stored under it. Use this for local experiments only, never on a shared host.\n%s",
+        bar,
+        LOCAL_TENANT,
+        bar,
+    )
+
+
+__all__ = [
+    "KEY_PREFIX",
+    "LOCAL_TENANT",
+    "KeyCache",
+    "Principal",
+    "PrincipalDep",
+    "UNAUTHORIZED_RESPONSES",
+    "create_key",
+    "ensure_local_key",
+    "generate_key",
+    "get_principal",
+    "hash_key",
+    "warn_auth_off",
+]
