@@ -1,0 +1,295 @@
+"""Importers: outside trace formats → :class:`~model.schema.Trace`, auto-detected.
+
+Formats (:data:`FORMATS`):
+
+- ``native``: our own Trace JSON (an object with ``steps``, or a list of them);
+- ``openai``: chat messages, ``{"messages": [...]}``, ``{"history": [...]}`` or a bare list, with
+  multi-agent logs (AG2, Magentic-One) resolved as :mod:`model.importers.messages` says;
+- ``otel``: OpenTelemetry GenAI spans, OTLP/JSON or a list of span objects
+  (:mod:`model.importers.genai`, :mod:`model.importers.spans`);
+- ``openinference``: OpenInference spans, same containers (:mod:`model.importers.openinference`).
+
+Detection: an object with ``steps`` is native; ``resourceSpans`` (or a list of objects with
+span keys such as ``trace_id`` / ``traceId`` / ``span_id`` / ``attributes``) is spans, read as
+``openinference`` when a span carries ``openinference.span.kind``, else ``otel``; ``messages`` /
+``history`` or a list of objects with ``role`` is ``openai``.
+
+Every step keeps ``source_index`` (message index; for spans, the position after ordering by start
+time then span id) and, for spans, ``span_id``. Bad input raises
+:class:`~model.errors.TraceImportError` naming the field path (``messages[3].role``) or the
+1-based line of a JSONL file; more steps than ``max_steps`` raises
+:class:`~model.errors.TooLargeError`.
+
+>>> from model.importers import load_trace
+>>> trace = load_trace({"messages": [
+...     {"role": "user", "content": "Weather in Paris?"},
+...     {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+...         "function": {"name": "weather", "arguments": "{\\"city\\": \\"Paris\\"}"}}]},
+...     {"role": "tool", "tool_call_id": "c1", "content": "18C, sunny"},
+...     {"role": "assistant", "content": "It is 18C and sunny."}]})
+>>> [(s.kind.value, s.source_index) for s in trace.steps]
+[('user_input', 0), ('tool_call', 1), ('tool_result', 2), ('final_output', 3)]
+>>> trace.steps[2].tool_name
+'weather'
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from model.errors import InputError, TooLargeError, TraceImportError
+from model.importers._common import type_name
+from model.importers.messages import import_messages
+from model.importers.native import import_native
+from model.importers.openinference import KIND as _OI_KIND
+from model.importers.spans import import_spans
+from model.schema import Trace
+
+FORMATS: tuple[str, ...] = ("native", "openai", "otel", "openinference")
+_SPAN_KEYS = {"trace_id", "traceId", "span_id", "spanId", "context", "attributes", "startTimeUnixNano",
+              "parent_span_id", "parentSpanId"}
+
+
+def parse_json_text(text: str | bytes) -> Any:
+    """Parse JSON text; every failure becomes a :class:`TraceImportError` that says where.
+
+    >>> parse_json_text('{"messages": [')
+    Traceback (most recent call last):
+    ...
+    model.errors.TraceImportError: line 1: invalid JSON: Expecting value at column 15 (the input ends early: truncated?)
+    """
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise TraceImportError(f"not UTF-8 text (bad byte at offset {exc.start})") from exc
+    elif text.startswith("\ufeff"):
+        text = text[1:]
+    if not text.strip():
+        raise TraceImportError("empty input: expected a JSON trace")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        truncated = exc.pos >= len(text.rstrip())
+        hint = " (the input ends early: truncated?)" if truncated else ""
+        raise TraceImportError(f"invalid JSON: {exc.msg} at column {exc.colno}{hint}", line=exc.lineno) from exc
+    except RecursionError as exc:
+        raise TraceImportError("nesting too deep: the JSON nests lists/objects deeper than the parser allows") from exc
+
+
+def _span_like(item: Any) -> bool:
+    return isinstance(item, dict) and bool(_SPAN_KEYS.intersection(item))
+
+
+def _raw_has_oi(data: Any) -> bool:
+    """Whether a span container mentions ``openinference.span.kind`` (raw scan, no normalising)."""
+    def attrs_have(attrs: Any) -> bool:
+        if isinstance(attrs, dict):
+            return _OI_KIND in attrs
+        if isinstance(attrs, list):
+            return any(isinstance(kv, dict) and kv.get("key") == _OI_KIND for kv in attrs)
+        return False
+
+    if isinstance(data, dict) and isinstance(data.get("resourceSpans"), list):
+        for rs in data["resourceSpans"]:
+            scopes = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) if isinstance(rs, dict) else []
+            for ss in scopes if isinstance(scopes, list) else []:
+                spans = ss.get("spans", []) if isinstance(ss, dict) else []
+                if any(isinstance(s, dict) and attrs_have(s.get("attributes")) for s in spans or []):
+                    return True
+        return False
+    spans = data.get("spans") if isinstance(data, dict) else data
+    return isinstance(spans, list) and any(isinstance(s, dict) and attrs_have(s.get("attributes")) for s in spans)
+
+
+def detect_format(data: Any) -> str:
+    """Name the format of parsed JSON (one of :data:`FORMATS`).
+
+    >>> detect_format([{"role": "user", "content": "hi"}])
+    'openai'
+    >>> detect_format({"resourceSpans": []})
+    'otel'
+    """
+    spans = False
+    if isinstance(data, dict):
+        if "steps" in data:
+            return "native"
+        if "resourceSpans" in data:
+            spans = True
+        elif "messages" in data or "history" in data:
+            return "openai"
+        elif isinstance(data.get("spans"), list):
+            spans = True
+        else:
+            keys = ", ".join(sorted(map(str, data))[:8]) or "none"
+            raise TraceImportError(
+                f"unrecognised trace: an object with keys [{keys}]; expected one of {', '.join(FORMATS)} "
+                "(an object with 'steps', 'messages', 'history' or 'resourceSpans', or a list of "
+                "messages or spans)"
+            )
+    elif isinstance(data, list):
+        if not data:
+            raise TraceImportError("empty input: the list holds no messages or spans")
+        head = data[:20]
+        if all(isinstance(x, dict) and "steps" in x for x in head):
+            return "native"
+        if any(_span_like(x) for x in head):
+            spans = True
+        elif any(isinstance(x, dict) and "role" in x for x in head):
+            return "openai"
+        else:
+            raise TraceImportError(
+                f"unrecognised trace: a list whose first item is {type_name(data[0])}"
+                + (f" with keys [{', '.join(sorted(map(str, data[0]))[:8])}]" if isinstance(data[0], dict) else "")
+                + f"; expected messages (with 'role') or spans (with 'trace_id'/'span_id'); formats: {', '.join(FORMATS)}"
+            )
+    else:
+        raise TraceImportError(
+            f"unrecognised trace: got {type_name(data)}; expected a JSON object or list in one of the "
+            f"formats {', '.join(FORMATS)}"
+        )
+    assert spans
+    return "openinference" if _raw_has_oi(data) else "otel"
+
+
+def _check_options(format: str, max_steps: int | None) -> None:
+    if format != "auto" and format not in FORMATS:
+        raise TraceImportError(f"unknown format {format!r}; valid formats: auto, {', '.join(FORMATS)}", path="format")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise InputError(f"max_steps must be a positive whole number, got {max_steps!r}", path="max_steps")
+
+
+def load_traces(
+    data: Any,
+    *,
+    format: str = "auto",
+    speakers: dict[str, str] | None = None,
+    max_steps: int | None = None,
+) -> list[Trace]:
+    """Parsed JSON → traces (OTLP/JSON and span lists give one per trace id; messages give one).
+
+    Parameters
+    ----------
+    data:
+        What :func:`parse_json_text` (or ``json.loads``) returned.
+    format:
+        ``"auto"`` (detect) or one of :data:`FORMATS`.
+    speakers:
+        Multi-agent chat logs: sender ``name`` → role (``user``, ``assistant``, ``tool``,
+        ``system``), overriding the built-in rules.
+    max_steps:
+        Largest number of steps one trace may have; more raises :class:`TooLargeError`.
+
+    Raises
+    ------
+    TraceImportError
+        The input can't be read; ``path`` names the field.
+    TooLargeError
+        A trace has more than ``max_steps`` steps.
+    """
+    _check_options(format, max_steps)
+    try:
+        fmt = detect_format(data) if format == "auto" else format
+        if fmt == "native":
+            if isinstance(data, list):
+                if not data:
+                    raise TraceImportError("empty input: the list holds no traces")
+                return [import_native(t, max_steps=max_steps, prefix=f"[{i}]") for i, t in enumerate(data)]
+            return [import_native(data, max_steps=max_steps)]
+        if fmt == "openai":
+            return [import_messages(data, speakers=speakers, max_steps=max_steps)]
+        return import_spans(data, fmt=fmt, max_steps=max_steps)
+    except RecursionError as exc:
+        raise TraceImportError("nesting too deep: the input nests lists/objects too deeply to read") from exc
+
+
+def load_trace(
+    data: Any,
+    *,
+    format: str = "auto",
+    speakers: dict[str, str] | None = None,
+    max_steps: int | None = None,
+) -> Trace:
+    """Like :func:`load_traces`, for input that must hold exactly one trace."""
+    traces = load_traces(data, format=format, speakers=speakers, max_steps=max_steps)
+    if len(traces) != 1:
+        ids = ", ".join(t.id for t in traces[:5])
+        raise TraceImportError(f"expected one trace, got {len(traces)} ({ids}{', …' if len(traces) > 5 else ''})")
+    return traces[0]
+
+
+def _relabel(exc: InputError, *, line: int | None = None, file: str | None = None) -> InputError:
+    """The same error (same class) with a JSONL line and/or a file name added."""
+    path = exc.path
+    if file is not None:
+        path = f"{file}:{path}" if path else file
+    new = type(exc)(exc.message, path=path, line=line if line is not None else exc.line)
+    return new
+
+
+def _read_file(path: Path, **opts: Any) -> list[Trace]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceImportError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if path.suffix.lower() != ".jsonl":
+        return load_traces(parse_json_text(raw), **opts)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise TraceImportError("not UTF-8 text", line=line) from exc
+    traces: list[Trace] = []
+    for lineno, line_text in enumerate(text.splitlines(), start=1):
+        if not line_text.strip():
+            continue
+        try:
+            traces.extend(load_traces(parse_json_text(line_text), **opts))
+        except InputError as exc:
+            raise _relabel(exc, line=lineno) from exc
+    if not traces:
+        raise TraceImportError(f"{path.name}: empty input: the file holds no traces")
+    return traces
+
+
+def read_path(
+    path: Path | str,
+    *,
+    format: str = "auto",
+    speakers: dict[str, str] | None = None,
+    max_steps: int | None = None,
+) -> list[Trace]:
+    """Read traces from a ``.json`` file, a ``.jsonl`` file (one trace per line; errors carry the
+    1-based ``line``) or a folder (every ``*.json`` / ``*.jsonl`` in it, sorted by name; errors
+    name the file in ``path``)."""
+    p = Path(path)
+    opts: dict[str, Any] = {"format": format, "speakers": speakers, "max_steps": max_steps}
+    _check_options(format, max_steps)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in (".json", ".jsonl"))
+        if not files:
+            raise TraceImportError(f"{p}: the folder holds no .json or .jsonl files")
+        traces: list[Trace] = []
+        for f in files:
+            try:
+                traces.extend(_read_file(f, **opts))
+            except InputError as exc:
+                raise _relabel(exc, file=f.name) from exc
+        return traces
+    if not p.exists():
+        raise TraceImportError(f"no such file or folder: {p}")
+    return _read_file(p, **opts)
+
+
+__all__ = [
+    "FORMATS",
+    "TooLargeError",
+    "TraceImportError",
+    "detect_format",
+    "load_trace",
+    "load_traces",
+    "parse_json_text",
+    "read_path",
+]

@@ -1,0 +1,220 @@
+"""The span record both span conventions read, and the builder that turns spans into steps.
+
+The builder keeps what a trace's spans have already said, so that chat spans repeating the
+conversation in their input add only what is new (ARCHITECTURE.md, "Indexing"): an input message
+is skipped when an identical message (same role, text, tool calls and call id) was already
+imported from an earlier span and not yet "used up" by another repeat (a multiset, so a user
+who really says "yes" twice keeps both); a tool result whose call id already has a result and a
+tool call whose call id was already imported are skipped too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from model.importers._common import Msg, StepSink, as_text, emit_message, ns_to_datetime, parse_tool_args
+from model.schema import Step, StepKind, StepStatus, ToolDefinition
+
+_TIMEOUT = re.compile(r"time[ _-]?out|deadline[ _-]?exceeded", re.IGNORECASE)
+
+
+@dataclass
+class Span:
+    """One span after normalisation: flat attributes with plain Python values."""
+
+    trace_id: str
+    span_id: str | None
+    parent_id: str | None
+    name: str
+    start_ns: int | None
+    end_ns: int | None
+    attrs: dict[str, Any]
+    error: bool = False
+    status_message: str | None = None
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    path: str = ""
+    resource: dict[str, Any] = field(default_factory=dict)
+
+    def attr_path(self, key: str) -> str:
+        return f'{self.path}.attributes["{key}"]'
+
+    @property
+    def latency_ms(self) -> float | None:
+        if self.start_ns is None or self.end_ns is None or self.end_ns < self.start_ns:
+            return None
+        return (self.end_ns - self.start_ns) / 1e6
+
+    def exception(self) -> tuple[str | None, str | None]:
+        """``(exception.type, exception.message)`` from the span's first exception event."""
+        for name, attrs in self.events:
+            if name == "exception" or "exception.type" in attrs or "exception.message" in attrs:
+                etype, emsg = attrs.get("exception.type"), attrs.get("exception.message")
+                return (str(etype) if etype is not None else None, str(emsg) if emsg is not None else None)
+        return None, None
+
+    def failure(self) -> tuple[StepStatus | None, str | None, str]:
+        """``(status, error_type, message)``: status is ERROR/TIMEOUT when the span failed, else None."""
+        etype_attr = self.attrs.get("error.type")
+        exc_type, exc_msg = self.exception()
+        if not (self.error or etype_attr is not None or exc_type is not None):
+            return None, None, ""
+        error_type = str(etype_attr) if etype_attr is not None else exc_type
+        message = self.status_message or exc_msg or error_type or "the span ended with an error status"
+        text = f"{error_type or ''} {message}"
+        status = StepStatus.TIMEOUT if _TIMEOUT.search(text) else StepStatus.ERROR
+        return status, error_type, message
+
+
+@dataclass
+class SpanBuilder:
+    """Collects the steps of one trace while its spans are visited in order."""
+
+    sink: StepSink
+    tools: dict[str, ToolDefinition] = field(default_factory=dict)
+    _seen: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    # tool calls made by an LLM span and not yet answered, by tool name (for tool spans without ids)
+    _pending: dict[str, list[str | None]] = field(default_factory=dict)
+
+    def _common(self, span: Span, source_index: int) -> dict[str, Any]:
+        return {
+            "source_index": source_index,
+            "span_id": span.span_id,
+            "timestamp": ns_to_datetime(span.start_ns) if span.start_ns is not None else None,
+        }
+
+    def inputs(self, span: Span, source_index: int, msgs: list[Msg], path: str) -> None:
+        """Import the messages of an LLM span's input that were not imported before."""
+        budget = Counter(self._seen)
+        for msg in msgs:
+            fp = msg.fingerprint()
+            if budget[fp] > 0:
+                budget[fp] -= 1
+                continue
+            if msg.role == "tool" and msg.tool_call_id is not None and msg.tool_call_id in self.sink.results_seen:
+                continue
+            if msg.role == "assistant" and msg.calls and not msg.text and all(
+                c.call_id is not None and c.call_id in self.sink.calls_seen for c in msg.calls
+            ):
+                continue
+            self._seen[fp] += 1
+            self._emit(msg, span, source_index, path, {})
+
+    def outputs(
+        self, span: Span, source_index: int, msgs: list[Msg], path: str, llm: dict[str, Any]
+    ) -> list[Step]:
+        """Import an LLM span's output; usage and latency go on its first step only."""
+        made: list[Step] = []
+        for msg in msgs:
+            self._seen[msg.fingerprint()] += 1
+            made.extend(self._emit(msg, span, source_index, path, llm))
+        if made:
+            first = made[0]
+            first.tokens_in = llm.get("tokens_in")
+            first.tokens_out = llm.get("tokens_out")
+            first.latency_ms = span.latency_ms
+        return made
+
+    def _emit(self, msg: Msg, span: Span, source_index: int, path: str, llm: dict[str, Any]) -> list[Step]:
+        extra = self._common(span, source_index)
+        if msg.role == "assistant":
+            extra.update(model=llm.get("model"), temperature=llm.get("temperature"))
+            if llm.get("metadata"):
+                extra["metadata"] = dict(llm["metadata"])
+        made = emit_message(msg, self.sink, source_index=extra.pop("source_index"), path=path, **extra)
+        for step in made:
+            if step.kind == StepKind.TOOL_CALL and step.tool_name is not None:
+                self._pending.setdefault(step.tool_name, []).append(step.call_id)
+            if step.kind == StepKind.TOOL_RESULT:
+                self._answer(step.tool_name, step.call_id)
+        return made
+
+    def _answer(self, name: str | None, call_id: str | None) -> str | None:
+        """Mark a pending call answered; returns the call id it matched."""
+        if name is None:
+            return call_id
+        pending = self._pending.get(name, [])
+        if call_id is not None and call_id in pending:
+            pending.remove(call_id)
+            return call_id
+        if call_id is None and pending:
+            return pending.pop(0)
+        return call_id
+
+    def error(self, span: Span, source_index: int, path: str, llm: dict[str, Any], speaker: str | None) -> Step:
+        """A failed LLM call with no output → one ``error`` step."""
+        status, error_type, message = span.failure()
+        return self.sink.add(
+            path,
+            kind=StepKind.ERROR,
+            content=message,
+            status=status or StepStatus.ERROR,
+            error_type=error_type,
+            speaker=speaker,
+            model=llm.get("model"),
+            temperature=llm.get("temperature"),
+            tokens_in=llm.get("tokens_in"),
+            tokens_out=llm.get("tokens_out"),
+            latency_ms=span.latency_ms,
+            metadata=dict(llm.get("metadata") or {}),
+            **self._common(span, source_index),
+        )
+
+    def tool(
+        self,
+        span: Span,
+        source_index: int,
+        path: str,
+        *,
+        name: str,
+        call_id: str | None,
+        arguments: Any,
+        arguments_given: bool,
+        result: Any,
+        speaker: str | None,
+    ) -> None:
+        """A tool execution span → ``tool_call`` (unless an LLM span already made it) + ``tool_result``."""
+        common = self._common(span, source_index)
+        already = call_id is not None and call_id in self.sink.calls_seen
+        if not already and call_id is None and self._pending.get(name):
+            already = True
+        if already:
+            call_id = self._answer(name, call_id)
+        else:
+            args, raw = parse_tool_args(arguments, span.attr_path("arguments"), strict_type=False)
+            self.sink.add(
+                path,
+                kind=StepKind.TOOL_CALL,
+                content=raw if raw is not None else (as_text(arguments) if arguments_given else ""),
+                tool_name=name,
+                tool_args=args,
+                tool_args_raw=raw,
+                call_id=call_id,
+                speaker=speaker,
+                **common,
+            )
+            if call_id is not None:
+                self.sink.calls_seen.add(call_id)
+                self.sink.call_names[call_id] = name
+        status, error_type, message = span.failure()
+        text = as_text(result)
+        if not text and status is not None:
+            text = message
+        if call_id is not None:
+            self.sink.results_seen.add(call_id)
+        self.sink.add(
+            path,
+            kind=StepKind.TOOL_RESULT,
+            content=text,
+            tool_name=name,
+            call_id=call_id,
+            status=status or StepStatus.OK,
+            error_type=error_type,
+            latency_ms=span.latency_ms,
+            **common,
+        )
+
+
+__all__ = ["Span", "SpanBuilder"]
