@@ -495,6 +495,8 @@ def _assumption(b: TraceBuilder, n_steps: int) -> None:
 
 def _disallowed(b: TraceBuilder, n_steps: int) -> None:
     _start(b, "Clean up the temp folder.")
+    # the agent was given a shell; the request's allow-list is what forbids it
+    b.tools([*TOOLS, ToolDefinition(name="shell", description="Run a shell command", parameters=None)])
     _fill(b, _pairs_for(n_steps, 5))
     with b.message():
         cid = b.call("shell", {"command": "rm -rf /tmp/work"})

@@ -1,1 +1,878 @@
-# rule detectors: written by the detectors work
+"""Rule detectors: fast, explainable checks over one trace.
+
+Each rule is a registered trace detector (``inspect(trace) -> list[Finding]``), linear in the
+number of steps. Every finding names the step (index into ``Trace.steps``), its ``source_index``
+and ``span_id``, an evidence excerpt and structured ``details``.
+
+Confidences are fixed per kind of evidence, highest where the trace says so explicitly:
+
+========================================  ==========
+evidence                                  confidence
+========================================  ==========
+an explicit failed status / error step    0.95
+a JSON error envelope, a Traceback        0.90
+HTTP 4xx/5xx, timeout or 429 text         0.85
+an exception line, ``Error:`` prefix      0.75–0.80
+heuristics (ignored error, assumption)    0.60–0.80
+a failure that a later step recovered     0.30 (:data:`RECOVERED_CONFIDENCE`)
+========================================  ==========
+
+A failure that a later step recovered from (a successful retry of the same tool; an LLM answer
+after a provider error) is still reported, at :data:`RECOVERED_CONFIDENCE` with
+``details["recovered_by_step"]``, so that fusion keeps it as a signal, not a failure.
+
+>>> from model.builder import make_trace
+>>> [f.step for f in ToolErrorRule().inspect(make_trace("tool_error", seed=0))]
+[5]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, ClassVar
+
+from model.detectors.base import register_trace_detector
+from model.errors import InputError
+from model.findings import Finding
+from model.graph import ExecutionGraph, StepFailure, distinctive_tokens
+from model.kinds import FailureKind
+from model.schema import Step, StepKind, Trace
+
+#: Confidence of a failure that a later step recovered from (a signal under any sane threshold).
+RECOVERED_CONFIDENCE = 0.3
+
+_ANSWER_KINDS = frozenset({StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT})
+_AGENT_ACTIONS = frozenset({StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT, StepKind.TOOL_CALL})
+
+
+def _excerpt(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _finding(
+    rule: _Rule,
+    trace: Trace,
+    step: int,
+    kind: FailureKind,
+    confidence: float,
+    evidence: str,
+    details: dict[str, Any],
+) -> Finding:
+    s = trace.steps[step]
+    return Finding(
+        detector=rule.name,
+        kind=kind,
+        confidence=confidence,
+        step=step,
+        source_index=s.source_index,
+        span_id=s.span_id,
+        evidence=evidence,
+        details=details,
+    )
+
+
+def final_answer_step(trace: Trace) -> int | None:
+    """The step holding the run's final answer, or ``None``.
+
+    The last ``final_output`` step; without one, a non-empty ``llm_output`` that ends the trace
+    (importers of plain chat logs can't always tell the last assistant message is the answer).
+
+    >>> from model.builder import make_trace
+    >>> final_answer_step(make_trace(None, seed=0))
+    6
+    """
+    steps = trace.steps
+    for i in range(len(steps) - 1, -1, -1):
+        if steps[i].kind is StepKind.FINAL_OUTPUT:
+            return i
+    if steps and steps[-1].kind is StepKind.LLM_OUTPUT and steps[-1].content.strip():
+        return len(steps) - 1
+    return None
+
+
+class _Rule:
+    """Shared plumbing: parameters are the constructor's keyword arguments, stored as given."""
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    kinds: ClassVar[tuple[FailureKind, ...]]
+    _params: ClassVar[tuple[str, ...]] = ()
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters as given (``type(d)(**d.get_params())`` rebuilds it)."""
+        return {p: getattr(self, p) for p in self._params}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def inspect(self, trace: Trace) -> list[Finding]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------- empty / incomplete
+
+
+@register_trace_detector
+class EmptyResponseRule(_Rule):
+    """An answer with no content: a blank final answer or a blank assistant message.
+
+    A blank ``llm_output`` that shares its ``source_index`` with tool calls is an assistant
+    message that only called tools, not an empty response.
+    """
+
+    name: ClassVar[str] = "empty_response"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.EMPTY_RESPONSE,)
+
+    _NULLISH = frozenset({"null", "undefined", "none", "nan"})
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        out: list[Finding] = []
+        with_calls = {s.source_index for s in trace.steps if s.kind is StepKind.TOOL_CALL}
+        for i, s in enumerate(trace.steps):
+            if s.kind not in _ANSWER_KINDS:
+                continue
+            text = s.content.strip()
+            final = s.kind is StepKind.FINAL_OUTPUT
+            if not text:
+                if not final and s.source_index in with_calls:
+                    continue
+                conf = 0.95 if final else 0.85
+                evidence = "the final answer is empty" if final else "the assistant message is empty"
+            elif text.lower() in self._NULLISH:
+                conf, evidence = 0.8, f"the answer is only {text!r}"
+            else:
+                continue
+            out.append(
+                _finding(self, trace, i, FailureKind.EMPTY_RESPONSE, conf, evidence, {"final": final})
+            )
+        return out
+
+
+@register_trace_detector
+class IncompleteRule(_Rule):
+    """The run ends without a final answer; the finding is on the last step.
+
+    Confidence 0.9 when the trace stops at a tool call, tool result, error or reasoning step (cut
+    off mid-work), 0.75 otherwise. An empty trace gives no finding: there is no step to point at.
+    """
+
+    name: ClassVar[str] = "incomplete"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.INCOMPLETE,)
+
+    _CUT_OFF = frozenset({StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.ERROR, StepKind.LLM_REASONING})
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        if not trace.steps or final_answer_step(trace) is not None:
+            return []
+        last = len(trace.steps) - 1
+        kind = trace.steps[last].kind
+        conf = 0.9 if kind in self._CUT_OFF else 0.75
+        return [
+            _finding(
+                self,
+                trace,
+                last,
+                FailureKind.INCOMPLETE,
+                conf,
+                f"the run ends with a {kind.value} step and no final answer",
+                {"last_kind": kind.value},
+            )
+        ]
+
+
+# ---------------------------------------------------------------------- failed calls
+
+
+def _recovery(trace: Trace, graph: ExecutionGraph) -> dict[int, int]:
+    """Failed step → the later step that recovered it.
+
+    A failed tool step is recovered by a later successful result of the same tool; a failed LLM
+    call (provider error, or a 429 / timeout on an ``error`` step) by a later answer or tool call.
+    """
+    steps = trace.steps
+    last_ok_result: dict[str, int] = {}
+    last_action = -1
+    for i, s in enumerate(steps):
+        if s.kind is StepKind.TOOL_RESULT and i not in graph.failures:
+            last_ok_result[_tool_of(trace, graph, i)] = i
+        if s.kind in _AGENT_ACTIONS:
+            last_action = i
+    out: dict[int, int] = {}
+    for i in graph.failures:
+        s = steps[i]
+        if s.kind is StepKind.ERROR and not s.tool_name:
+            if last_action > i:
+                out[i] = _next_action(steps, i)
+        else:
+            ok = last_ok_result.get(_tool_of(trace, graph, i), -1)
+            if ok > i:
+                out[i] = ok
+    return out
+
+
+def _next_action(steps: list[Step], after: int) -> int:
+    for j in range(after + 1, len(steps)):
+        if steps[j].kind in _AGENT_ACTIONS:
+            return j
+    return after  # unreachable when called as above
+
+
+def _tool_of(trace: Trace, graph: ExecutionGraph, step: int) -> str:
+    s = trace.steps[step]
+    if s.tool_name:
+        return s.tool_name
+    call = graph.call_of.get(step)
+    return (trace.steps[call].tool_name or "") if call is not None else ""
+
+
+class _FailedStepRule(_Rule):
+    """Findings for the failed steps of one kind, as :func:`model.graph.step_failure` reads them."""
+
+    failure_kind: ClassVar[FailureKind]
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        graph = ExecutionGraph.from_trace(trace, data_flow=False)
+        if not graph.failures:
+            return []
+        recovered = _recovery(trace, graph)
+        out: list[Finding] = []
+        for i in sorted(graph.failures):
+            f = graph.failures[i]
+            if f.kind is not self.failure_kind:
+                continue
+            out.append(self._make(trace, graph, i, f, recovered.get(i)))
+        return out
+
+    def _make(
+        self, trace: Trace, graph: ExecutionGraph, i: int, f: StepFailure, recovered_by: int | None
+    ) -> Finding:
+        details: dict[str, Any] = {"reason": f.reason, **f.details}
+        tool = _tool_of(trace, graph, i)
+        if tool:
+            details["tool"] = tool
+        call = graph.call_of.get(i)
+        if call is not None:
+            details["call_step"] = call
+        conf = f.confidence
+        if recovered_by is not None:
+            conf = min(conf, RECOVERED_CONFIDENCE)
+            details["recovered"] = True
+            details["recovered_by_step"] = recovered_by
+        return _finding(self, trace, i, self.failure_kind, conf, f.evidence, details)
+
+
+@register_trace_detector
+class ToolErrorRule(_FailedStepRule):
+    """A tool call failed: failed status, exception text / Traceback, HTTP 4xx/5xx, or an error
+    envelope in the payload (``{"error": …}``, ``{"success": false}``, ``{"ok": false}``,
+    ``{"status": "error"}``) even when the span says OK. Timeouts and 429s are their own kinds."""
+
+    name: ClassVar[str] = "tool_error"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.TOOL_ERROR,)
+    failure_kind: ClassVar[FailureKind] = FailureKind.TOOL_ERROR
+
+
+@register_trace_detector
+class TimeoutRule(_FailedStepRule):
+    """A call timed out: status timeout, timeout text, ``ETIMEDOUT``, HTTP 504 / 408."""
+
+    name: ClassVar[str] = "timeout"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.TIMEOUT,)
+    failure_kind: ClassVar[FailureKind] = FailureKind.TIMEOUT
+
+
+@register_trace_detector
+class RateLimitedRule(_FailedStepRule):
+    """A call was rate limited: HTTP 429, "Too Many Requests", "rate limit"; ``details["retry_after"]``
+    (seconds) is read from a ``Retry-After`` header line or a ``retry_after`` JSON field when present."""
+
+    name: ClassVar[str] = "rate_limited"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.RATE_LIMITED,)
+    failure_kind: ClassVar[FailureKind] = FailureKind.RATE_LIMITED
+
+
+@register_trace_detector
+class ProviderErrorRule(_FailedStepRule):
+    """The LLM call itself failed: an ``error`` step without a tool (429s and timeouts of the LLM
+    call are ``rate_limited`` / ``timeout``). Recovered when the model answered afterwards."""
+
+    name: ClassVar[str] = "provider_error"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.PROVIDER_ERROR,)
+    failure_kind: ClassVar[FailureKind] = FailureKind.PROVIDER_ERROR
+
+
+# ---------------------------------------------------------------------- refusal
+
+_REFUSAL_STRONG = re.compile(
+    r"\bI(?:'m| am)? (?:sorry,? (?:but )?)?(?:can(?:no|')t|cannot|won't|will not|am not able to|"
+    r"'m not able to|must decline to) (?:help|assist|comply|provide|fulfil+|do that|answer|"
+    r"support|continue|engage|complete (?:this|that|your))"
+    r"|\bI(?:'m| am) unable to (?:help|assist|comply|provide|fulfil+|do that|answer|complete "
+    r"(?:this|that|your)|support|engage|continue with)"
+    r"|\bI must (?:respectfully )?decline\b"
+    r"|\bI(?:'m| am) not (?:able|allowed|permitted) to (?:help|assist|provide|share|answer)"
+    r"|\bas an AI(?: language model)?,? I (?:can(?:no|')t|cannot|am not able|'m not able|don't|do not)"
+    r"|\bcan(?:no|')t comply\b"
+    r"|\bagainst my (?:guidelines|policies|programming)\b",
+    re.IGNORECASE,
+)
+_REFUSAL_ZH = re.compile(
+    r"我无法(?:提供|帮助|协助|回答|完成|满足|处理|执行|为您|给你|给您|参与)"
+    r"|(?:抱歉|对不起|很抱歉)[，,。！!\s]*我(?:不能|无法|不可以)"
+    r"|我不能(?:提供|帮助|协助|回答|完成|满足|参与)"
+    r"|作为(?:一个)?(?:AI|人工智能)(?:语言模型|助手)?[，,]?\s*我(?:不能|无法)"
+)
+_ANSWER_FOLLOWS = re.compile(
+    r"\b(?:the (?:correct )?answer is|the result is|here(?:'s| is| are)\b|instead,? (?:here|I)|"
+    r"however,? (?:here|the|I can)|I misread|I made a mistake|correction:|let me correct)"
+    r"|答案是|结果是|以下是|更正",
+    re.IGNORECASE,
+)
+
+
+@register_trace_detector
+class RefusalRule(_Rule):
+    """The model declines the task (English and Chinese patterns) in an assistant message.
+
+    Phrases are anchored on declining to *help / assist / provide / comply / answer*, so "I'm
+    unable to access the file" (a failure report) and "Sorry, I misread — the answer is 396" (a
+    self-correction) are not refusals; a refusal phrase followed by an answer ("…, but here is …")
+    is dropped to a 0.4 signal.
+    """
+
+    name: ClassVar[str] = "refusal"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.REFUSAL,)
+
+    _SCAN = 600  # refusals come first; a long answer that quotes one further down is not one
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        out: list[Finding] = []
+        for i, s in enumerate(trace.steps):
+            if s.kind not in _ANSWER_KINDS or not s.content:
+                continue
+            head = s.content[: self._SCAN]
+            m = _REFUSAL_STRONG.search(head) or _REFUSAL_ZH.search(head)
+            if m is None:
+                continue
+            rest = s.content[m.end() :]
+            answered = _ANSWER_FOLLOWS.search(rest) is not None
+            conf = 0.4 if answered else 0.9
+            details = {"pattern": m.group(0), "answer_follows": answered}
+            out.append(_finding(self, trace, i, FailureKind.REFUSAL, conf, _excerpt(s.content), details))
+        return out
+
+
+# ---------------------------------------------------------------------- malformed calls
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def _type_ok(value: Any, expected: str) -> bool:
+    types = _JSON_TYPES.get(expected)
+    if types is None:
+        return True  # a type we don't know: don't guess
+    if isinstance(value, bool) and expected in ("integer", "number"):
+        return False
+    if expected == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, types)
+
+
+def schema_problems(value: Any, schema: dict[str, Any], path: str = "", depth: int = 0) -> list[str]:
+    """What is wrong with ``value`` under a JSON Schema subset (``type``, ``properties``, ``required``,
+    ``additionalProperties: false``, ``enum``, ``items``); ``[]`` when nothing is.
+
+    A small validator on purpose: tool schemas use this subset, and it costs microseconds.
+
+    >>> for p in schema_problems({"city": 3, "x": 1}, {"type": "object", "required": ["city", "units"],
+    ...         "properties": {"city": {"type": "string"}}, "additionalProperties": False}):
+    ...     print(p)
+    missing required property 'units'
+    city: expected string, got int
+    unknown property 'x'
+    """
+    if depth > 8 or not isinstance(schema, dict):
+        return []
+    where = f"{path}: " if path else ""
+    expected = schema.get("type")
+    if isinstance(expected, str) and not _type_ok(value, expected):
+        return [f"{where}expected {expected}, got {type(value).__name__}"]
+    if isinstance(expected, list) and expected and not any(_type_ok(value, t) for t in expected):
+        return [f"{where}expected one of {expected}, got {type(value).__name__}"]
+    problems: list[str] = []
+    enum = schema.get("enum")
+    if isinstance(enum, list) and value not in enum:
+        problems.append(f"{where}{value!r} is not one of {enum}")
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for req in schema.get("required") or []:
+            if req not in value:
+                problems.append(f"{where}missing required property {req!r}")
+        for key, sub in value.items():
+            if isinstance(props, dict) and key in props:
+                problems += schema_problems(sub, props[key], f"{path}.{key}" if path else key, depth + 1)
+            elif schema.get("additionalProperties") is False:
+                problems.append(f"{where}unknown property {key!r}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for k, item in enumerate(value[:100]):
+            problems += schema_problems(item, schema["items"], f"{path}[{k}]", depth + 1)
+    return problems
+
+
+@register_trace_detector
+class MalformedCallRule(_Rule):
+    """A tool call whose arguments are not valid JSON (0.95), not a JSON object (0.9), break the
+    tool's JSON Schema when the trace carries tool definitions (0.9), or name a tool the trace's
+    definitions don't have (0.8). The finding is on the call step."""
+
+    name: ClassVar[str] = "malformed_call"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.MALFORMED_CALL,)
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        tools = {t.name: t for t in trace.tools}
+        out: list[Finding] = []
+        for i, s in enumerate(trace.steps):
+            if s.kind is not StepKind.TOOL_CALL:
+                continue
+            details: dict[str, Any] = {"tool": s.tool_name}
+            args: Any = s.tool_args
+            if args is None and s.tool_args_raw is not None and s.tool_args_raw.strip():
+                try:
+                    args = json.loads(s.tool_args_raw)
+                except ValueError as exc:
+                    details |= {"reason": "invalid_json", "error": str(exc)}
+                    evidence = f"arguments are not valid JSON ({exc}): {_excerpt(s.tool_args_raw, 120)}"
+                    out.append(_finding(self, trace, i, FailureKind.MALFORMED_CALL, 0.95, evidence, details))
+                    continue
+                if not isinstance(args, dict):
+                    details["reason"] = "not_an_object"
+                    evidence = f"arguments are JSON but not an object: {_excerpt(s.tool_args_raw, 120)}"
+                    out.append(_finding(self, trace, i, FailureKind.MALFORMED_CALL, 0.9, evidence, details))
+                    continue
+            if not tools:
+                continue
+            tool = tools.get(s.tool_name or "")
+            if tool is None:
+                details["reason"] = "unknown_tool"
+                details["known_tools"] = sorted(tools)
+                evidence = f"tool {s.tool_name!r} is not among the tools the agent was given"
+                out.append(_finding(self, trace, i, FailureKind.MALFORMED_CALL, 0.8, evidence, details))
+                continue
+            if tool.parameters:
+                problems = schema_problems(args if args is not None else {}, tool.parameters)
+                if problems:
+                    details |= {"reason": "schema", "problems": problems}
+                    evidence = f"arguments break {tool.name}'s schema: " + "; ".join(problems[:3])
+                    out.append(_finding(self, trace, i, FailureKind.MALFORMED_CALL, 0.9, evidence, details))
+        return out
+
+
+# ---------------------------------------------------------------------- disallowed tool
+
+
+@register_trace_detector
+class DisallowedToolRule(_Rule):
+    """A call to a tool outside the request's allow-list (``allowed_tools``; ``None`` = no check).
+
+    Parameters
+    ----------
+    allowed_tools:
+        Tool names the agent may call; stored as given.
+
+    >>> from model.builder import make_trace
+    >>> t = make_trace("disallowed_tool", seed=0)
+    >>> [f.details["tool"] for f in DisallowedToolRule(allowed_tools=["search"]).inspect(t)]
+    ['shell']
+    """
+
+    name: ClassVar[str] = "disallowed_tool"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.DISALLOWED_TOOL,)
+    _params: ClassVar[tuple[str, ...]] = ("allowed_tools",)
+
+    def __init__(self, *, allowed_tools: list[str] | None = None) -> None:
+        self.allowed_tools = allowed_tools
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        if self.allowed_tools is None:
+            return []
+        if isinstance(self.allowed_tools, str) or not all(isinstance(t, str) for t in self.allowed_tools):
+            raise InputError(
+                f"allowed_tools must be a list of tool names; got {self.allowed_tools!r}",
+                path="options.allowed_tools",
+            )
+        allowed = set(self.allowed_tools)
+        out: list[Finding] = []
+        for i, s in enumerate(trace.steps):
+            if s.kind is StepKind.TOOL_CALL and (s.tool_name or "") not in allowed:
+                out.append(
+                    _finding(
+                        self,
+                        trace,
+                        i,
+                        FailureKind.DISALLOWED_TOOL,
+                        0.99,
+                        f"tool {s.tool_name!r} is not in the allow-list",
+                        {"tool": s.tool_name, "allowed_tools": sorted(allowed)},
+                    )
+                )
+        return out
+
+
+# ---------------------------------------------------------------------- loop
+
+
+def _norm_value(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k).strip().lower(): _norm_value(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_norm_value(x) for x in v]
+    if isinstance(v, str):
+        return " ".join(v.split()).lower()
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def normalise_args(step: Step) -> str:
+    """A call's arguments with key order, whitespace and case normalised away (a string key).
+
+    >>> from model.schema import Step
+    >>> normalise_args(Step(kind="tool_call", tool_args={"b": 1.0, "A": " Paris  "})) == \\
+    ...     normalise_args(Step(kind="tool_call", tool_args={"a": "paris", "b": 1}))
+    True
+    """
+    if step.tool_args is not None:
+        return json.dumps(_norm_value(step.tool_args), sort_keys=True, ensure_ascii=False)
+    return " ".join((step.tool_args_raw or "").split()).lower()
+
+
+def _norm_result(text: str) -> str:
+    s = text.strip()
+    if s[:1] in ("{", "[") and len(s) < 200_000:
+        try:
+            return json.dumps(_norm_value(json.loads(s)), sort_keys=True, ensure_ascii=False)
+        except ValueError:
+            pass
+    return " ".join(s.split()).lower()
+
+
+@register_trace_detector
+class LoopRule(_Rule):
+    """The same tool with the same (normalised) arguments, ``repeats`` times, and nothing changes in
+    what comes back.
+
+    Runs are counted per (tool, normalised arguments) and reset when that call's result changes
+    (polling that progresses, a retry after an error that then succeeds) or a user message
+    arrives (a new turn may legitimately ask again). Calls that got no result are not counted.
+    The finding is on the *result* of the ``repeats``-th call; ``details["repeats"]`` lists every
+    call of the run (steps and source indices), including repeats after the ``repeats``-th.
+
+    Results are compared after normalising JSON key order, whitespace and case; a result that
+    differs only in a timestamp counts as a change (conservative: fewer false loops).
+
+    Parameters
+    ----------
+    repeats:
+        How many identical calls with identical results make a loop (at least 2).
+    """
+
+    name: ClassVar[str] = "loop"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.LOOP,)
+    _params: ClassVar[tuple[str, ...]] = ("repeats",)
+
+    def __init__(self, *, repeats: int = 3) -> None:
+        self.repeats = repeats
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 2:
+            raise InputError(
+                f"loop.repeats must be an integer >= 2; got {self.repeats!r}", path="options.detectors.loop"
+            )
+        graph = ExecutionGraph.from_trace(trace, data_flow=False)
+        steps = trace.steps
+        runs: dict[tuple[str, str], tuple[str, list[tuple[int, int]], Finding | None]] = {}
+        out: list[Finding] = []
+        for i, s in enumerate(steps):
+            if s.kind is StepKind.USER_INPUT:
+                runs.clear()
+                continue
+            if s.kind is not StepKind.TOOL_CALL:
+                continue
+            r = graph.result_of_call.get(i)
+            if r is None:
+                continue
+            key = ((s.tool_name or "").strip().lower(), normalise_args(s))
+            result = _norm_result(steps[r].content)
+            prev = runs.get(key)
+            if prev is None or prev[0] != result:
+                runs[key] = (result, [(i, r)], None)
+                continue
+            run, found = prev[1], prev[2]
+            run.append((i, r))
+            entries = [
+                {
+                    "call_step": c,
+                    "call_source_index": steps[c].source_index,
+                    "result_step": res,
+                    "result_source_index": steps[res].source_index,
+                }
+                for c, res in run
+            ]
+            if found is None and len(run) >= self.repeats:
+                found = _finding(
+                    self,
+                    trace,
+                    r,
+                    FailureKind.LOOP,
+                    0.9,
+                    f"{s.tool_name} called {len(run)} times with the same arguments "
+                    f"and the same result: {_excerpt(steps[r].content, 100)}",
+                    {"tool": s.tool_name, "arguments": key[1], "count": len(run), "repeats": entries},
+                )
+                out.append(found)
+            elif found is not None:
+                found.details["count"] = len(run)
+                found.details["repeats"] = entries
+            runs[key] = (result, run, found)
+        return out
+
+
+# ---------------------------------------------------------------------- ignored error
+
+_ACK = re.compile(
+    r"\b(?:fail(?:ed|ure|ures|s|ing)?|errors?|erroneous|unable|could(?:n['’]t| not)|can(?:no|['’])t|"
+    r"unavailable|not available|did(?:n['’]t| not) (?:work|succeed|return)|timed out|time-?out|"
+    r"rate[- ]limit(?:ed)?|unfortunately|issue|problem|sorry|apolog\w*|retry|try again|"
+    r"went wrong|no data|down\b)"
+    r"|无法|失败|错误|出错|超时|不可用|抱歉|未能|没能",
+    re.IGNORECASE,
+)
+_TOOL_FAILURES = frozenset({FailureKind.TOOL_ERROR, FailureKind.TIMEOUT, FailureKind.RATE_LIMITED})
+
+
+@register_trace_detector
+class IgnoredErrorRule(_Rule):
+    """A failed tool step, then a final answer that goes on as if it had succeeded.
+
+    A failed tool step (tool error, timeout, rate limit) counts when no later result of the same
+    tool succeeded before the final answer, and neither the final answer nor any assistant message
+    after the failure acknowledges it (words such as failed, error, unable, couldn't, 无法, 失败).
+    The finding is on the final answer; ``details`` name the failed step(s). Confidence 0.8, or
+    0.45 when another tool succeeded after the failure (the agent may have worked around it).
+    """
+
+    name: ClassVar[str] = "ignored_error"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.IGNORED_ERROR,)
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        final = final_answer_step(trace)
+        if final is None:
+            return []
+        graph = ExecutionGraph.from_trace(trace, data_flow=False)
+        steps = trace.steps
+        failed = [
+            i for i in sorted(graph.failures) if i < final and graph.failures[i].kind in _TOOL_FAILURES
+        ]
+        if not failed:
+            return []
+        ok_after: dict[str, int] = {}  # tool -> last successful result before the final answer
+        any_ok_after_first = False
+        acknowledged_after = -1  # last assistant step before/at final that acknowledges a failure
+        for j in range(failed[0] + 1, final + 1):
+            s = steps[j]
+            if s.kind is StepKind.TOOL_RESULT and j not in graph.failures:
+                ok_after[_tool_of(trace, graph, j)] = j
+                any_ok_after_first = True
+            elif s.kind in _ANSWER_KINDS and _ACK.search(s.content):
+                acknowledged_after = j
+        unrecovered = [
+            i
+            for i in failed
+            if ok_after.get(_tool_of(trace, graph, i), -1) <= i and acknowledged_after <= i
+        ]
+        if not unrecovered:
+            return []
+        first = unrecovered[0]
+        conf = 0.45 if any_ok_after_first else 0.8
+        details = {
+            "failed_step": first,
+            "failed_source_index": steps[first].source_index,
+            "failed_steps": unrecovered,
+            "tool": _tool_of(trace, graph, first),
+            "failure_kind": graph.failures[first].kind.value,
+            "failure_evidence": graph.failures[first].evidence,
+        }
+        evidence = (
+            f"step {first} ({details['tool']}) failed: {graph.failures[first].evidence}; "
+            f"the final answer does not say so: {_excerpt(steps[final].content, 100)}"
+        )
+        return [_finding(self, trace, final, FailureKind.IGNORED_ERROR, conf, evidence, details)]
+
+
+# ---------------------------------------------------------------------- assumption violated
+
+_EMPTY_TEXT = re.compile(
+    r"^\W*(?:no (?:results?|matches|records|data|items|entries|documents)(?: (?:were )?found)?|"
+    r"0 (?:results?|matches|records|items|hits)|nothing (?:was )?found|not found|empty result|"
+    r"(?:the )?search returned no results?)\W*$"
+    r"|^\W*(?:未找到|没有找到|找不到|无结果|没有结果|查询结果为空)",
+    re.IGNORECASE,
+)
+_EMPTY_KEYS = (
+    "results", "items", "data", "hits", "matches", "documents", "records", "rows", "entries",
+    "value", "content", "output", "list",
+)
+_EMPTY_ACK = re.compile(
+    r"\bno (?:results?|matches|records|data|information|info|items)\b|\bnot (?:find|found|locate)\b|"
+    r"\bcould(?:n['’]t| not) (?:find|locate|get)|\bnothing\b|\bempty\b|\bunable\b|\bnone\b|"
+    r"\bno (?:\w+ )?(?:was|were) found\b|\bdid(?:n['’]t| not) (?:return|find)|"
+    r"未找到|没有找到|找不到|没有|无结果|无法",
+    re.IGNORECASE,
+)
+_RESEARCH_TOOL = re.compile(r"search|find|lookup|look_up|query|list|browse|retrieve|fetch", re.IGNORECASE)
+
+
+def is_empty_result(text: str) -> bool:
+    """Whether a tool result is empty: blank, ``[]``, ``{}``, ``null``, a payload whose result list is
+    empty or whose count is 0, or text such as "no results", "0 results", "未找到".
+
+    >>> [is_empty_result(x) for x in ['{"results": []}', '[]', 'No results found.', '未找到相关内容', '[1]']]
+    [True, True, True, True, False]
+    """
+    s = text.strip()
+    if s in ("", "[]", "{}", "null", "None", '""', "''"):
+        return True
+    if s[:1] in ("{", "[") and len(s) < 200_000:
+        try:
+            payload = json.loads(s)
+        except ValueError:
+            payload = None
+        if isinstance(payload, list):
+            return not payload
+        if isinstance(payload, dict):
+            for key in ("count", "total", "total_results", "totalResults", "num_results"):
+                if payload.get(key) == 0:
+                    return True
+            present = [payload[k] for k in _EMPTY_KEYS if k in payload]
+            return bool(present) and all(v in ([], {}, None, "") for v in present)
+        return False
+    return len(s) <= 200 and _EMPTY_TEXT.search(s) is not None
+
+
+@register_trace_detector
+class AssumptionViolatedRule(_Rule):
+    """An empty tool result that the next steps go on to depend on.
+
+    After an empty result the rule watches the agent's next action:
+
+    * a call to the same tool, or to a search-like tool (search, find, lookup, query, list …),
+      is a re-search: fine;
+    * an assistant message that acknowledges the emptiness ("no results", "couldn't find",
+      "未找到" …): fine;
+    * a final answer that does not (0.75), or a call to another tool whose arguments carry a
+      distinctive value (id, figure) seen nowhere earlier in the trace — made up where the empty
+      result should have supplied it (0.7): **finding on that dependent step**, because that is
+      where the agent acted on a premise that failed (the empty result by itself is legitimate);
+      ``details["empty_result_step"]`` points back at the empty result.
+    """
+
+    name: ClassVar[str] = "assumption_violated"
+    kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.ASSUMPTION_VIOLATED,)
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        steps = trace.steps
+        out: list[Finding] = []
+        seen: set[str] = set()
+        pending: int | None = None  # the empty result waiting for the agent's next action
+        graph: ExecutionGraph | None = None
+        for i, s in enumerate(steps):
+            if pending is not None:
+                verdict = self._judge(steps, pending, i, s, seen, i == len(steps) - 1)
+                if verdict is not None:
+                    if verdict > 0:
+                        out.append(self._make(trace, pending, i, verdict))
+                    pending = None
+            if s.kind is StepKind.TOOL_RESULT and is_empty_result(s.content):
+                if graph is None:
+                    graph = ExecutionGraph.from_trace(trace, data_flow=False)
+                if i not in graph.failures:
+                    pending = i
+            elif s.kind is StepKind.USER_INPUT:
+                pending = None
+            if pending != i:
+                seen |= distinctive_tokens(_text(s))
+        return out
+
+    @staticmethod
+    def _judge(
+        steps: list[Step], empty: int, i: int, s: Step, seen: set[str], last: bool
+    ) -> float | None:
+        """``None``: keep waiting; ``0``: resolved, no finding; ``> 0``: a finding's confidence."""
+        tool = steps[empty].tool_name or ""
+        if s.kind is StepKind.TOOL_CALL:
+            if (s.tool_name or "") == tool or _RESEARCH_TOOL.search(s.tool_name or ""):
+                return 0.0
+            made_up = distinctive_tokens(_text(s)) - seen
+            return 0.7 if made_up else 0.0
+        if s.kind in _ANSWER_KINDS:
+            if _EMPTY_ACK.search(s.content):
+                return 0.0
+            if s.kind is StepKind.FINAL_OUTPUT or last:
+                return 0.75 if s.content.strip() else 0.0
+        return None
+
+    def _make(self, trace: Trace, empty: int, dependent: int, conf: float) -> Finding:
+        e = trace.steps[empty]
+        d = trace.steps[dependent]
+        details = {
+            "empty_result_step": empty,
+            "empty_result_source_index": e.source_index,
+            "tool": e.tool_name,
+            "dependent_kind": d.kind.value,
+        }
+        what = f"call to {d.tool_name}" if d.kind is StepKind.TOOL_CALL else "answer"
+        evidence = (
+            f"{e.tool_name} returned nothing ({_excerpt(e.content, 60)!s}) at step {empty}; "
+            f"the {what} at step {dependent} goes on as if it had: {_excerpt(_text(d), 100)}"
+        )
+        return _finding(self, trace, dependent, FailureKind.ASSUMPTION_VIOLATED, conf, evidence, details)
+
+
+def _text(s: Step) -> str:
+    if s.kind is StepKind.TOOL_CALL:
+        if s.tool_args is not None:
+            return json.dumps(s.tool_args, ensure_ascii=False)
+        return s.tool_args_raw or ""
+    return s.content
+
+
+__all__ = [
+    "RECOVERED_CONFIDENCE",
+    "AssumptionViolatedRule",
+    "DisallowedToolRule",
+    "EmptyResponseRule",
+    "IgnoredErrorRule",
+    "IncompleteRule",
+    "LoopRule",
+    "MalformedCallRule",
+    "ProviderErrorRule",
+    "RateLimitedRule",
+    "RefusalRule",
+    "TimeoutRule",
+    "ToolErrorRule",
+    "final_answer_step",
+    "is_empty_result",
+    "normalise_args",
+    "schema_problems",
+]
