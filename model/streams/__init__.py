@@ -8,13 +8,29 @@ True
 from __future__ import annotations
 
 from model.streams.arl import h_for_arl0, run_lengths, siegmund_arl, simulate_run_lengths
+from model.streams.changepoints import (
+    ChangePoints,
+    Confirmation,
+    Segment,
+    bic_penalty,
+    confirm,
+    detect_changepoints,
+    noise_sigma,
+)
 from model.streams.cusum import MAD_TO_SIGMA, Alarm, Cusum, detect, robust_location_scale
 
 __all__ = [
     "MAD_TO_SIGMA",
     "Alarm",
+    "ChangePoints",
+    "Confirmation",
     "Cusum",
+    "Segment",
+    "bic_penalty",
+    "confirm",
     "detect",
+    "detect_changepoints",
+    "noise_sigma",
     "h_for_arl0",
     "robust_location_scale",
     "run_lengths",
