@@ -267,7 +267,7 @@ def step_failure(step: Step) -> StepFailure | None:
 
     if step.status is StepStatus.TIMEOUT:
         return done(FailureKind.TIMEOUT, 0.95, "status", None)
-    scan = json.dumps(payload)[:_SCAN_CHARS] if is_json else head
+    scan = head
     if step.status is StepStatus.ERROR or step.kind is StepKind.ERROR:
         code = _code_in(payload) if isinstance(payload, dict) else None
         env = _envelope(payload) if is_json else None
@@ -312,14 +312,24 @@ class EdgeKind(StrEnum):
 
 @dataclass(frozen=True)
 class Node:
-    """One step: its index, kind, a short label, and where it came from."""
+    """One step: its index, kind, where it came from, and whether it failed."""
 
     step: int
     kind: StepKind
-    label: str
     source_index: int
     tool: str | None = None
+    status: StepStatus | None = None
     failed: bool = False
+
+    @property
+    def label(self) -> str:
+        """``"3 tool_result search (error)"``: index, kind, tool, a status other than ok."""
+        parts = [str(self.step), self.kind.value]
+        if self.tool:
+            parts.append(self.tool)
+        if self.status is not None and self.status is not StepStatus.OK:
+            parts.append(f"({self.status.value})")
+        return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -413,9 +423,9 @@ class ExecutionGraph:
                 Node(
                     step=i,
                     kind=s.kind,
-                    label=_label(i, s),
                     source_index=s.source_index,
                     tool=tool,
+                    status=s.status,
                     failed=i in failures,
                 )
             )
@@ -520,15 +530,6 @@ class ExecutionGraph:
             lines.append("  classDef failed fill:#fdd,stroke:#c00")
             lines.append(f"  class {','.join(failed)} failed")
         return "\n".join(lines) + "\n"
-
-
-def _label(i: int, s: Step) -> str:
-    parts = [str(i), s.kind.value]
-    if s.tool_name:
-        parts.append(s.tool_name)
-    if s.status is not None and s.status is not StepStatus.OK:
-        parts.append(f"({s.status.value})")
-    return " ".join(parts)
 
 
 __all__ = [

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 from model.detectors.base import register_trace_detector
 from model.errors import InputError
 from model.findings import Finding
-from model.graph import ExecutionGraph, StepFailure, distinctive_tokens
+from model.graph import ExecutionGraph, StepFailure, distinctive_tokens, step_failure
 from model.kinds import FailureKind
 from model.schema import Step, StepKind, Trace
 
@@ -793,30 +793,30 @@ class AssumptionViolatedRule(_Rule):
     def inspect(self, trace: Trace) -> list[Finding]:
         steps = trace.steps
         out: list[Finding] = []
-        seen: set[str] = set()
+        seen: set[str] = set()  # distinctive tokens of steps[:scanned], filled only when needed
+        scanned = 0
         pending: int | None = None  # the empty result waiting for the agent's next action
-        graph: ExecutionGraph | None = None
         for i, s in enumerate(steps):
             if pending is not None:
-                verdict = self._judge(steps, pending, i, s, seen, i == len(steps) - 1)
+                if s.kind is StepKind.TOOL_CALL and scanned < i:
+                    for prev in steps[scanned:i]:
+                        seen |= distinctive_tokens(_text(prev))
+                    scanned = i
+                verdict = self._judge(steps, pending, s, seen, i == len(steps) - 1)
                 if verdict is not None:
                     if verdict > 0:
                         out.append(self._make(trace, pending, i, verdict))
                     pending = None
-            if s.kind is StepKind.TOOL_RESULT and is_empty_result(s.content):
-                if graph is None:
-                    graph = ExecutionGraph.from_trace(trace, data_flow=False)
-                if i not in graph.failures:
+            if s.kind is StepKind.TOOL_RESULT:
+                if is_empty_result(s.content) and step_failure(s) is None:
                     pending = i
             elif s.kind is StepKind.USER_INPUT:
                 pending = None
-            if pending != i:
-                seen |= distinctive_tokens(_text(s))
         return out
 
     @staticmethod
     def _judge(
-        steps: list[Step], empty: int, i: int, s: Step, seen: set[str], last: bool
+        steps: list[Step], empty: int, s: Step, seen: set[str], last: bool
     ) -> float | None:
         """``None``: keep waiting; ``0``: resolved, no finding; ``> 0``: a finding's confidence."""
         tool = steps[empty].tool_name or ""
