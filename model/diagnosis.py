@@ -21,7 +21,7 @@ from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
 from model.errors import TooLargeError, UnknownDetectorError
 from model.findings import DiagnosisResponse, Failure, Finding
-from model.kinds import KIND_INFO, FailureKind
+from model.kinds import KIND_INFO, SYMPTOM_KINDS, FailureKind
 from model.options import DiagnoseOptions
 from model.repair import Policy
 from model.schema import Trace
@@ -90,8 +90,9 @@ def fuse(
         )
         (failures if best.confidence >= thr[best.kind] else signals).append(fused)
 
-    def order(f: Failure) -> tuple[int, int]:
-        return (f.step if f.step is not None else 1 << 30, list(FailureKind).index(f.kind))
+    def order(f: Failure) -> tuple[int, int, int]:
+        step = f.step if f.step is not None else 1 << 30
+        return (step, int(f.kind in SYMPTOM_KINDS), list(FailureKind).index(f.kind))
 
     failures.sort(key=order)
     signals.sort(key=order)

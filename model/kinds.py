@@ -134,6 +134,10 @@ CLASSIFIER_KINDS: tuple[FailureKind, ...] = tuple(
 )
 HEALTHY_LABEL = "healthy"
 
+#: Kinds that describe how a run ended rather than what went wrong: on a tie (same severity, same
+#: step) the primary failure is another kind, the cause.
+SYMPTOM_KINDS: frozenset[FailureKind] = frozenset({FailureKind.INCOMPLETE})
+
 __all__ = [
     "CLASSIFIER_KINDS",
     "Category",
@@ -144,4 +148,5 @@ __all__ = [
     "Producer",
     "Severity",
     "Strategy",
+    "SYMPTOM_KINDS",
 ]

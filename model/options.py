@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,7 +44,9 @@ class DiagnoseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     trace: Any = Field(description="native Trace JSON | OpenAI messages | OTLP/JSON | span list")
-    format: str = Field(default="auto", description="auto | native | openai | otel | openinference")
+    format: Literal["auto", "native", "openai", "otel", "openinference"] = Field(
+        default="auto", description="The trace's format; `auto` detects it."
+    )
     options: DiagnoseOptions = Field(default_factory=DiagnoseOptions)
 
 

@@ -120,8 +120,8 @@ _INSTRUCTIONS: dict[Strategy, dict[str, str]] = {
         "zh": "请总结用户的目标和迄今提出的所有约束条件，然后基于该总结继续。之前提出的约束条件仍然有效。",
     },
     Strategy.ROLLBACK: {
-        "en": "Discard the steps after step {to_step} and continue from there with a different approach.",
-        "zh": "丢弃第 {to_step} 步之后的步骤，从那里换一种方法继续。",
+        "en": "Roll back: discard every step after step {to_step}, then {then}.",
+        "zh": "回滚：丢弃第 {to_step} 步之后的所有步骤，然后{then}。",
     },
     Strategy.REPLAN_LOCAL: {
         "en": "Make a new plan for the current sub-task; the current approach is not working.",
@@ -143,10 +143,36 @@ _INSTRUCTIONS: dict[Strategy, dict[str, str]] = {
 }
 
 
+_THEN: dict[str, dict[str, str]] = {
+    "en": {
+        "retry": "make the failed call again",
+        "replan_local": "plan the current sub-task anew instead of repeating the same call",
+    },
+    "zh": {"retry": "重新发起失败的调用", "replan_local": "为当前子任务重新制定计划，不要重复同样的调用"},
+}
+
+
 def recommendation_id(trace_id: str, failure: Failure | None, rung: int) -> str:
     """A stable id: the same open failure on the same rung gets the same id."""
     key = f"{trace_id}|{failure.kind if failure else 'none'}|{failure.source_index if failure else ''}|{rung}"
     return str(uuid.uuid5(_REC_NAMESPACE, key))
+
+
+def _before_call(trace: Trace, step: int | None) -> int | None:
+    """The step just before the call that produced result ``step``: rolling back there lets the
+    agent make the call again (ARCHITECTURE.md: "rollback to the failed step, then retry")."""
+    if step is None or step >= len(trace.steps):
+        return step
+    result = trace.steps[step]
+    if result.kind == StepKind.TOOL_RESULT:
+        for i in range(step - 1, -1, -1):
+            s = trace.steps[i]
+            if s.kind == StepKind.TOOL_CALL and (
+                (result.call_id and s.call_id == result.call_id)
+                or (not result.call_id and s.tool_name == result.tool_name)
+            ):
+                return max(0, i - 1)
+    return max(0, step - 1)
 
 
 def _is_transient(failure: Failure) -> bool:
@@ -288,11 +314,14 @@ class Policy:
         elif strategy == Strategy.ROLLBACK:
             repeats = details.get("repeats")
             if isinstance(repeats, list) and repeats and isinstance(repeats[0], dict):
-                first = repeats[0].get("step")
+                # The loop rule lists each repeat's call and result steps: go back to just before
+                # the first repeated call.
+                first = repeats[0].get("call_step", repeats[0].get("step"))
                 out["to_step"] = max(0, int(first) - 1) if isinstance(first, int) else failure.step
             else:
                 failed = details.get("failed_step")
-                out["to_step"] = failed if isinstance(failed, int) else failure.step
+                target = failed if isinstance(failed, int) else failure.step
+                out["to_step"] = _before_call(trace, target)
         elif strategy == Strategy.FALLBACK_MODEL:
             out["model"] = options.fallback_models[0] if options.fallback_models else None
         elif strategy == Strategy.SELF_CORRECT and failure.kind == FailureKind.MALFORMED_CALL:
@@ -314,6 +343,7 @@ class Policy:
             "alternative": params.get("switch_to") or "an equivalent tool",
             "evidence": (failure.evidence.rstrip(".") + ".") if failure.evidence else "",
             "to_step": params.get("to_step", failure.step),
+            "then": _THEN[lang].get(str(params.get("then")), _THEN[lang]["replan_local"]),
             "model": params.get("model") or "(name one in options.fallback_models)",
             "blocked": (" (output blocked)" if lang == "en" else "（输出已拦截）")
             if params.get("block")

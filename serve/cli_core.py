@@ -8,14 +8,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from model.diagnosis import Diagnoser
 from model.errors import InputError, TriageError
 from model.findings import DiagnosisResponse
 from model.importers import FORMATS, load_traces, parse_json_text
-from model.options import DiagnoseOptions
+from model.options import DiagnoseOptions, DiagnoseRequest
 from model.schema import write_json_schema
 
 _console = Console()
@@ -24,7 +26,7 @@ _err = Console(stderr=True)
 
 def _fail(message: str) -> typer.Exit:
     """Print a one-line reason to stderr; the caller raises the returned Exit(2)."""
-    _err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
@@ -56,11 +58,12 @@ def _equivalents(values: list[str] | None) -> dict[str, list[str]]:
 
 def _print_summary(resp: DiagnosisResponse, source: str) -> None:
     status = "[green]healthy[/green]" if resp.healthy else f"[red]{len(resp.failures)} failure(s)[/red]"
-    _console.print(f"[bold]{source}[/bold]: {resp.steps} steps, {status}  (trace {resp.trace_id})")
+    _console.print(f"[bold]{escape(source)}[/bold]: {resp.steps} steps, {status}  (trace {resp.trace_id})")
     if resp.failures or resp.signals:
         table = Table(show_lines=False)
-        for col in ("", "kind", "severity", "conf.", "step", "src", "detector", "evidence"):
-            table.add_column(col, overflow="fold")
+        for col in ("", "kind", "severity", "conf.", "step", "src", "detector"):
+            table.add_column(col, no_wrap=col != "detector")
+        evidence: list[str] = []
         for mark, items in (("●", resp.failures), ("○", resp.signals)):
             for f in items:
                 primary = resp.primary is not None and f is resp.primary
@@ -72,14 +75,18 @@ def _print_summary(resp: DiagnosisResponse, source: str) -> None:
                     "" if f.step is None else str(f.step),
                     "" if f.source_index is None else str(f.source_index),
                     ",".join(f.detectors or [f.detector]),
-                    (f.evidence[:160] + "…") if len(f.evidence) > 160 else f.evidence,
                 )
+                text = " ".join(f.evidence.split())
+                evidence.append(f"  {f.kind.value} @ {f.step}: {text[:200] + '…' if len(text) > 200 else text}")
         _console.print(table)
+        _console.print("[bold]evidence[/bold] (● failure, ○ signal, ★ primary):")
+        for line in evidence:
+            _console.print(escape(line), highlight=False)
     rec = resp.recommendation
     nxt = " → ".join(s.value for s in rec.next)
     _console.print(f"[bold]recommendation:[/bold] {rec.strategy.value}" + (f"  (then {nxt})" if nxt else ""))
     if rec.instruction:
-        _console.print(f"  {rec.instruction}", highlight=False)
+        _console.print(f"  {escape(rec.instruction)}", highlight=False)
 
 
 def diagnose(
@@ -132,9 +139,8 @@ def diagnose(
         if file is None:
             raise InputError("missing FILE (a path, or - for standard input)")
         text = sys.stdin.buffer.read() if file == "-" else _read(Path(file))
-        traces = load_traces(
-            parse_json_text(text), format=fmt, speakers=options.speakers or None, max_steps=max_steps
-        )
+        data, fmt, options = _unwrap_envelope(parse_json_text(text), fmt, options)
+        traces = load_traces(data, format=fmt, speakers=options.speakers or None, max_steps=max_steps)
         if not traces:
             raise InputError("the input holds no trace")
         for trace in traces:
@@ -145,6 +151,20 @@ def diagnose(
                 _print_summary(resp, "stdin" if file == "-" else file)
     except TriageError as exc:
         raise _fail(str(exc)) from None
+
+
+def _unwrap_envelope(data: Any, fmt: str, options: DiagnoseOptions) -> tuple[Any, str, DiagnoseOptions]:
+    """Accept the HTTP request envelope ``{"trace", "format", "options"}`` as well as a bare trace;
+    options given on the command line win over the envelope's."""
+    if not (isinstance(data, dict) and "trace" in data and set(data) <= {"trace", "format", "options"}):
+        return data, fmt, options
+    try:
+        request = DiagnoseRequest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(err["msg"], path=".".join(str(p) for p in err["loc"])) from None
+    merged = request.options.model_copy(update=options.model_dump(exclude_defaults=True))
+    return request.trace, request.format if fmt == "auto" else fmt, merged
 
 
 def _read(path: Path) -> bytes:

@@ -119,3 +119,8 @@ def test_unknown_detector_lists_valid_names() -> None:
 def test_step_limit() -> None:
     with pytest.raises(TooLargeError, match="limit is 10"):
         Diagnoser(max_steps=10).diagnose(_trace(11))
+
+
+def test_symptom_kind_loses_a_tie_to_its_cause() -> None:
+    _, _, primary = fuse([F(FailureKind.INCOMPLETE, 0.9, 6, 6), F(FailureKind.LOOP, 0.9, 6, 6)])
+    assert primary is not None and primary.kind == FailureKind.LOOP

@@ -62,7 +62,7 @@ def test_permanent_tool_error_skips_retry() -> None:
 
 def test_rollback_target_for_loop_and_blocking() -> None:
     p = Policy.load()
-    rec = p.recommend(trace(), failure(FailureKind.LOOP, step=9, repeats=[{"step": 3}, {"step": 6}, {"step": 9}]))
+    rec = p.recommend(trace(), failure(FailureKind.LOOP, step=9, repeats=[{"call_step": 3, "result_step": 4}, {"call_step": 6, "result_step": 7}]))
     assert rec.strategy == Strategy.ROLLBACK and rec.params["to_step"] == 2
     blocked = p.recommend(trace(), failure(FailureKind.UNSAFE_OUTPUT))
     assert blocked.strategy == Strategy.HUMAN_HANDOFF and blocked.params["block"] is True
