@@ -13,6 +13,7 @@ from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
 from model.diagnosis import OPT_IN_DETECTORS, Diagnoser, package_version
 from model.repair import Policy
+from serve.body import install_openapi_schemas
 from serve.errors import install_error_handlers
 from serve.limits import BodySizeLimit
 from serve.routers import diagnose, health
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.dependency_overrides[get_settings] = lambda: settings
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
+    install_openapi_schemas(app)
     app.include_router(health.router)
     app.include_router(diagnose.router)
     return app

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Request
 
 from model.errors import InputError
 from model.findings import DiagnosisResponse
 from model.importers import load_trace
 from model.options import DiagnoseRequest
+from serve.body import body_openapi, parse_body
 from serve.deps import DiagnoserDep, SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
 
 router = APIRouter(prefix="/v1", tags=["diagnose"])
 
-_ERRORS: dict[int | str, dict[str, object]] = {
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     413: {"description": "Body larger than TRIAGE_MAX_BODY_BYTES, or more steps than TRIAGE_MAX_STEPS"},
     422: {"description": "Unreadable input; `detail[].loc` names the field"},
 }
@@ -25,24 +24,24 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     "/diagnose",
     response_model=DiagnosisResponse,
     summary="Diagnose a whole trace",
-    responses=_ERRORS,
+    responses=ERROR_RESPONSES,
+    openapi_extra=body_openapi(DiagnoseRequest, DIAGNOSE_EXAMPLES),
 )
-async def diagnose(
-    request: Annotated[DiagnoseRequest, Body(openapi_examples=DIAGNOSE_EXAMPLES)],
-    diagnoser: DiagnoserDep,
-    settings: SettingsDep,
-) -> DiagnosisResponse:
+async def diagnose(request: Request, diagnoser: DiagnoserDep, settings: SettingsDep) -> DiagnosisResponse:
     """Import the trace (native, OpenAI messages, OTLP/JSON or span list; auto-detected), run the
     detectors, fuse their findings and recommend the first repair on the primary failure's ladder.
+
+    Body: `DiagnoseRequest` — `{"trace": …, "format": "auto", "options": {…}}`.
     """
+    body = await parse_body(request, DiagnoseRequest)
     try:
         trace = load_trace(
-            request.trace,
-            format=request.format,
-            speakers=request.options.speakers or None,
+            body.trace,
+            format=body.format,
+            speakers=body.options.speakers or None,
             max_steps=settings.max_steps,
         )
     except InputError as exc:
         exc.path = f"trace.{exc.path}" if exc.path else "trace"
         raise
-    return diagnoser.diagnose(trace, request.options)
+    return diagnoser.diagnose(trace, body.options)
