@@ -18,9 +18,27 @@ from model.streams.changepoints import (
     noise_sigma,
 )
 from model.streams.cusum import MAD_TO_SIGMA, Alarm, Cusum, detect, robust_location_scale
+from model.streams.metrics import (
+    DEFAULT_TASK_TYPE,
+    PER_STEP_SERIES,
+    PER_TRACE_SERIES,
+    MetricPoint,
+    StreamKey,
+    TraceMetrics,
+    extract_metrics,
+)
+from model.streams.series import read_csv_column
 
 __all__ = [
+    "DEFAULT_TASK_TYPE",
     "MAD_TO_SIGMA",
+    "PER_STEP_SERIES",
+    "PER_TRACE_SERIES",
+    "MetricPoint",
+    "StreamKey",
+    "TraceMetrics",
+    "extract_metrics",
+    "read_csv_column",
     "Alarm",
     "ChangePoints",
     "Confirmation",
