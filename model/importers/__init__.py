@@ -58,7 +58,7 @@ def parse_json_text(text: str | bytes) -> Any:
     >>> parse_json_text('{"messages": [')
     Traceback (most recent call last):
     ...
-    model.errors.TraceImportError: line 1: invalid JSON: Expecting value at column 15 (the input ends early: truncated?)
+    model.errors.TraceImportError: line 1: invalid JSON at column 15: Expecting value (the input ends early: truncated?)
     """
     if isinstance(text, bytes | bytearray):
         try:
@@ -72,9 +72,10 @@ def parse_json_text(text: str | bytes) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        truncated = exc.pos >= len(text.rstrip())
+        # an unterminated string always runs to the end of the input
+        truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
         hint = " (the input ends early: truncated?)" if truncated else ""
-        raise TraceImportError(f"invalid JSON: {exc.msg} at column {exc.colno}{hint}", line=exc.lineno) from exc
+        raise TraceImportError(f"invalid JSON at column {exc.colno}: {exc.msg}{hint}", line=exc.lineno) from exc
     except RecursionError as exc:
         raise TraceImportError("nesting too deep: the JSON nests lists/objects deeper than the parser allows") from exc
 
@@ -96,8 +97,10 @@ def _raw_has_oi(data: Any) -> bool:
         for rs in data["resourceSpans"]:
             scopes = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) if isinstance(rs, dict) else []
             for ss in scopes if isinstance(scopes, list) else []:
-                spans = ss.get("spans", []) if isinstance(ss, dict) else []
-                if any(isinstance(s, dict) and attrs_have(s.get("attributes")) for s in spans or []):
+                spans = ss.get("spans") if isinstance(ss, dict) else None
+                if isinstance(spans, list) and any(
+                    isinstance(s, dict) and attrs_have(s.get("attributes")) for s in spans
+                ):
                     return True
         return False
     spans = data.get("spans") if isinstance(data, dict) else data

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
@@ -308,8 +308,11 @@ def mark_final_output(steps: list[Step]) -> None:
 # time
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def ns_to_datetime(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
+    return _EPOCH + timedelta(microseconds=ns // 1000)
 
 
 def to_ns(value: Any, path: str) -> int | None:
@@ -330,7 +333,8 @@ def to_ns(value: Any, path: str) -> int | None:
             fail(path, f"expected a time (epoch nanoseconds or ISO 8601), got {value!r}")
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
-        return int(dt.timestamp() * 1e9)
+        delta = dt - _EPOCH  # integer arithmetic: float seconds would lose the nanoseconds
+        return (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1000
     fail(path, f"expected a time, got {type_name(value)}")
 
 

@@ -142,14 +142,14 @@ def _span(raw: Any, path: str, resource: dict[str, Any]) -> Span:
     status = s.get("status")
     if isinstance(status, dict):
         code = _first(status, "code", "status_code", "statusCode")
-        error = code in _ERROR_CODES
+        error = isinstance(code, str | int) and code in _ERROR_CODES
         msg = _first(status, "message", "description")
         message = str(msg) if msg else None
     elif isinstance(status, str):
         error = status.upper() in ("ERROR", "STATUS_CODE_ERROR")
     elif status is not None:
         fail(join(path, "status"), f"expected an object or a string, got {type_name(status)}")
-    if "status_code" in s and s["status_code"] in _ERROR_CODES:  # Phoenix-style flat columns
+    if isinstance(s.get("status_code"), str | int) and s["status_code"] in _ERROR_CODES:  # Phoenix-style flat columns
         error = True
         message = message or (str(s["status_message"]) if s.get("status_message") else None)
 
