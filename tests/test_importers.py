@@ -167,6 +167,21 @@ def test_named_user_rules() -> None:
     assert [t.steps[3].status, t.steps[4].status] == [StepStatus.OK, StepStatus.ERROR]
 
 
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ("exitcode: 0 (execution succeeded)\nCode output: 4", StepStatus.OK),
+        ("exitcode: 1 (execution failed)\nCode output: boom", StepStatus.ERROR),
+        ("exitcode: 124 (execution failed)\nCode output: \nTimeout", StepStatus.TIMEOUT),
+        ("exitcode: 0 (execution succeeded)\nTraceback (most recent call last):\n  x", StepStatus.ERROR),
+        ("There is no code from the last 1 message for me to execute.", None),
+    ],
+)
+def test_terminal_status(text: str, status: StepStatus | None) -> None:
+    t = load_trace([{"role": "user", "content": "task"}, {"role": "user", "name": "Computer_terminal", "content": text}])
+    assert (t.steps[1].kind, t.steps[1].status) == (StepKind.TOOL_RESULT, status)
+
+
 def test_speakers_option_maps_names_to_roles() -> None:
     data = fixture("magentic_one.json")
     t = load_trace(data, speakers={"Reviewer": "user", "WebSurfer": "tool", "Orchestrator": "system"})
@@ -327,6 +342,52 @@ def test_chat_span_without_recorded_content_is_flagged() -> None:
     assert kinds(t) == [("final_output", 0)]
     assert t.steps[0].metadata["content_recorded"] is False
     assert t.steps[0].tokens_out == 7
+
+
+def test_leaf_agent_span_wrapper_and_status_forms() -> None:
+    msgs_in = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "book a table"}]}])
+    msgs_out = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "Booked."}]}])
+    data = {"spans": [
+        # an agent span with no children that carries the messages itself
+        {"traceId": "t", "spanId": "s1", "start_time": "2025-03-01T12:00:00Z",
+         "attributes": {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "booker",
+                        "gen_ai.input.messages": msgs_in, "gen_ai.output.messages": msgs_out}},
+        # a tool that timed out (status given as a bare string)
+        {"traceId": "t", "spanId": "s2", "start_time": "2025-03-01T12:00:01Z", "status": "ERROR",
+         "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "reserve",
+                        "error.type": "TimeoutError"}},
+    ]}
+    assert detect_format(data) == "otel"
+    t = load_trace(data)
+    assert kinds(t) == [("user_input", 0), ("llm_output", 0), ("tool_call", 1), ("tool_result", 1)]
+    assert t.steps[1].speaker == "booker"
+    result = t.steps[3]
+    assert (result.status, result.error_type, result.content) == (StepStatus.TIMEOUT, "TimeoutError", "TimeoutError")
+    assert t.steps[2].tool_args == {} and t.steps[2].content == ""
+
+
+def test_tool_call_arguments_that_are_not_json_in_spans() -> None:
+    t = load_trace([{"trace_id": "t", "span_id": "s", "attributes": {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "f",
+        "gen_ai.tool.call.arguments": "{'city': 'Paris'}", "gen_ai.tool.call.result": {"ok": True}}}])
+    assert (t.steps[0].tool_args, t.steps[0].tool_args_raw) == (None, "{'city': 'Paris'}")
+    assert t.steps[1].content == '{"ok": true}'
+
+
+@pytest.mark.parametrize("tool_span_id", [None, "x1"])
+def test_tool_span_answers_an_id_less_call_from_the_chat_span(tool_span_id: str | None) -> None:
+    out = json.dumps([{"role": "assistant", "parts": [{"type": "tool_call", "name": "f", "arguments": {"a": 1}}]}])
+    tool_attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "f",
+                                  "gen_ai.tool.call.result": "r"}
+    if tool_span_id is not None:
+        tool_attrs["gen_ai.tool.call.id"] = tool_span_id
+    t = load_trace([
+        {"trace_id": "t", "span_id": "s1", "start_time": 1,
+         "attributes": {"gen_ai.operation.name": "chat", "gen_ai.output.messages": out}},
+        {"trace_id": "t", "span_id": "s2", "start_time": 2, "attributes": tool_attrs},
+    ])
+    assert kinds(t) == [("tool_call", 0), ("tool_result", 1)]
+    assert (t.steps[1].tool_name, t.steps[1].call_id) == ("f", tool_span_id)
 
 
 def test_spans_without_known_attributes() -> None:

@@ -182,11 +182,14 @@ def is_terminal_name(name: str | None) -> bool:
 
 
 def terminal_status(text: str) -> StepStatus | None:
-    """``error`` when executor output shows a non-zero exit code or a traceback, ``ok`` when it
-    shows exit code 0, ``None`` when it says neither."""
+    """``error`` when executor output shows a non-zero exit code or a traceback, ``timeout`` for
+    exit code 124, ``ok`` when it shows exit code 0, ``None`` when it says neither."""
     m = _EXIT_CODE.search(text[:500])
     if m:
-        return StepStatus.OK if int(m.group(1)) == 0 and not _TRACEBACK.search(text) else StepStatus.ERROR
+        code = int(m.group(1))
+        if code == 124:  # what `timeout` returns; AG2's executors use it for "Timeout"
+            return StepStatus.TIMEOUT
+        return StepStatus.OK if code == 0 and not _TRACEBACK.search(text) else StepStatus.ERROR
     if _TRACEBACK.search(text):
         return StepStatus.ERROR
     return None

@@ -141,6 +141,8 @@ class SpanBuilder:
             return call_id
         if call_id is None and pending:
             return pending.pop(0)
+        if call_id is not None and None in pending:
+            pending.remove(None)
         return call_id
 
     def error(self, span: Span, source_index: int, path: str, llm: dict[str, Any], speaker: str | None) -> Step:
@@ -177,9 +179,12 @@ class SpanBuilder:
     ) -> None:
         """A tool execution span → ``tool_call`` (unless an LLM span already made it) + ``tool_result``."""
         common = self._common(span, source_index)
-        already = call_id is not None and call_id in self.sink.calls_seen
-        if not already and call_id is None and self._pending.get(name):
-            already = True
+        pending = self._pending.get(name, [])
+        if call_id is not None:
+            # made by an LLM span with this id, or by one that gave the call no id
+            already = call_id in self.sink.calls_seen or None in pending
+        else:
+            already = bool(pending)
         if already:
             call_id = self._answer(name, call_id)
         else:
