@@ -180,11 +180,8 @@ class SpanBuilder:
         """A tool execution span → ``tool_call`` (unless an LLM span already made it) + ``tool_result``."""
         common = self._common(span, source_index)
         pending = self._pending.get(name, [])
-        if call_id is not None:
-            # made by an LLM span with this id, or by one that gave the call no id
-            already = call_id in self.sink.calls_seen or None in pending
-        else:
-            already = bool(pending)
+        # the call was made by an LLM span with this id, or by one that gave the call no id
+        already = (call_id in self.sink.calls_seen or None in pending) if call_id is not None else bool(pending)
         if already:
             call_id = self._answer(name, call_id)
         else:
