@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,12 +14,19 @@ from fastapi import FastAPI
 from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
 from model.diagnosis import OPT_IN_DETECTORS, Diagnoser, package_version
+from model.policy import RepairEngine, load_budgets
 from model.repair import Policy
+from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
 from serve.errors import install_error_handlers
 from serve.limits import BodySizeLimit
-from serve.routers import diagnose, health
+from serve.metrics import LatencyMiddleware, Metrics
+from serve.redaction import Redactor
+from serve.routers import diagnose, health, outcomes, sessions, streams, traces
+from serve.routers import metrics as metrics_router
+from serve.service import TriageService
 from serve.settings import Settings, get_settings
+from serve.store import open_store
 
 log = logging.getLogger("triage.serve")
 
@@ -61,10 +70,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app. ``settings`` default: :func:`get_settings` (environment, ``TRIAGE_`` prefix)."""
     settings = settings or get_settings()
 
+    metrics = Metrics()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.diagnoser, app.state.readiness = build_diagnoser(settings)
-        yield
+        # The failure-history store, migrated to head; the stateful service on top of it.
+        service = build_service(settings, app.state.diagnoser)
+        app.state.store = service.store
+        app.state.service = service
+        app.state.auth_enabled = settings.auth == "on"
+        app.state.key_cache = KeyCache(settings.auth_cache_s)
+        metrics.attach_store(service.store)
+        if not app.state.auth_enabled:
+            warn_auth_off()
+        log.info("store: %s", service.store.engine.url.render_as_string(hide_password=True))
+        retention = asyncio.create_task(_retention_loop(service, settings)) if settings.retention_days else None
+        try:
+            yield
+        finally:
+            if retention is not None:
+                retention.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await retention
+            service.store.dispose()
 
     app = FastAPI(
         title="agent-triage",
@@ -73,12 +102,49 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.dependency_overrides[get_settings] = lambda: settings
+    app.state.metrics = metrics
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(LatencyMiddleware, metrics=metrics)
     install_error_handlers(app)
     install_openapi_schemas(app)
     app.include_router(health.router)
     app.include_router(diagnose.router)
+    app.include_router(sessions.router)
+    app.include_router(outcomes.router)
+    app.include_router(traces.router)
+    app.include_router(streams.router)
+    app.include_router(metrics_router.router)
     return app
 
 
-__all__ = ["build_diagnoser", "create_app", "load_classifier"]
+def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
+    """The stateful service: store (migrated), repair engine with budgets, redaction."""
+    store = open_store(settings)
+    engine = RepairEngine(diagnoser.policy, load_budgets(settings.policy_path))
+    redactor = Redactor.from_names(settings.redact.split(","), mode=settings.redact_mode, salt=settings.redact_salt)
+    return TriageService(
+        store,
+        diagnoser,
+        engine,
+        redactor,
+        max_steps=settings.max_steps,
+        session_exclude=[n.strip() for n in settings.session_detectors_exclude.split(",") if n.strip()],
+        stream_detector=settings.stream_detector,
+    )
+
+
+async def _retention_loop(service: TriageService, settings: Settings) -> None:
+    """Retention: purge history older than ``retention_days`` at start-up, then hourly."""
+    from datetime import timedelta
+
+    assert settings.retention_days is not None
+    ttl = timedelta(days=settings.retention_days)
+    while True:
+        try:
+            await asyncio.to_thread(service.purge, ttl)
+        except Exception:  # never let retention take the service down; say so
+            log.exception("retention purge failed")
+        await asyncio.sleep(3600)
+
+
+__all__ = ["build_diagnoser", "build_service", "create_app", "load_classifier"]

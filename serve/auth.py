@@ -22,7 +22,7 @@ import string
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -110,7 +110,7 @@ bearer_scheme = HTTPBearer(
     description="`Authorization: Bearer trg_…` — create one with `triage keys create --tenant NAME`.",
 )
 
-_UNAUTHORIZED = {
+_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: {
         "description": "Missing, unknown or revoked API key",
         "content": {

@@ -8,15 +8,18 @@ from model.errors import InputError
 from model.findings import DiagnosisResponse
 from model.importers import load_trace
 from model.options import DiagnoseRequest
+from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi, parse_body
-from serve.deps import DiagnoserDep, SettingsDep
+from serve.deps import SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
+from serve.routers._common import ServiceDep, call
 
 router = APIRouter(prefix="/v1", tags=["diagnose"])
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     413: {"description": "Body larger than TRIAGE_MAX_BODY_BYTES, or more steps than TRIAGE_MAX_STEPS"},
     422: {"description": "Unreadable input; `detail[].loc` names the field"},
+    **UNAUTHORIZED_RESPONSES,
 }
 
 
@@ -27,7 +30,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     responses=ERROR_RESPONSES,
     openapi_extra=body_openapi(DiagnoseRequest, DIAGNOSE_EXAMPLES),
 )
-async def diagnose(request: Request, diagnoser: DiagnoserDep, settings: SettingsDep) -> DiagnosisResponse:
+async def diagnose(
+    request: Request, settings: SettingsDep, principal: PrincipalDep, service: ServiceDep
+) -> DiagnosisResponse:
     """Import the trace (native, OpenAI messages, OTLP/JSON or span list; auto-detected), run the
     detectors, fuse their findings and recommend the first repair on the primary failure's ladder.
 
@@ -44,4 +49,5 @@ async def diagnose(request: Request, diagnoser: DiagnoserDep, settings: Settings
     except InputError as exc:
         exc.path = f"trace.{exc.path}" if exc.path else "trace"
         raise
-    return diagnoser.diagnose(trace, body.options)
+    # Budgets and open failures come from the session's state; the trace is stored redacted.
+    return await call(service.diagnose, principal.tenant, trace, body.options)

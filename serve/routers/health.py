@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 router = APIRouter(tags=["health"])
 
@@ -22,7 +23,10 @@ async def healthz() -> dict[str, str]:
     responses={503: {"description": "Not ready: what is missing is listed"}},
 )
 async def readyz(request: Request) -> JSONResponse:
-    """Ready when the detectors (and the classifier, when configured) are loaded."""
+    """Ready when the detectors (and the classifier, when configured) are loaded and the store answers."""
     checks: dict[str, Any] = dict(getattr(request.app.state, "readiness", {}))
+    store = getattr(request.app.state, "store", None)
+    if store is not None:
+        checks["store"] = await run_in_threadpool(store.ping)
     ready = all(bool(v) for v in checks.values())
     return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, "checks": checks})

@@ -515,6 +515,68 @@ class Store:
             ).all()
         return [(int(s), float(v)) for s, v in reversed(rows)]
 
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """Aggregates for ``/metrics``, read from the store so that every worker reports the same."""
+        with self.read() as db:
+            traces = int(db.scalar(select(func.count()).select_from(TraceRow)) or 0)
+            failures = dict(
+                db.execute(
+                    select(FailureRow.kind, func.count()).where(FailureRow.is_signal.is_(False)).group_by(FailureRow.kind)
+                ).all()
+            )
+            recs = dict(
+                db.execute(select(RecommendationRow.strategy, func.count()).group_by(RecommendationRow.strategy)).all()
+            )
+            outcomes: dict[tuple[str, bool], int] = {
+                (s, bool(ok)): int(n)
+                for s, ok, n in db.execute(
+                    select(OutcomeRow.strategy, OutcomeRow.success, func.count()).group_by(
+                        OutcomeRow.strategy, OutcomeRow.success
+                    )
+                ).all()
+            }
+            first = {
+                (t, sid, fk): ts
+                for t, sid, fk, ts in db.execute(
+                    select(
+                        RecommendationRow.tenant_id,
+                        RecommendationRow.session_id,
+                        RecommendationRow.failure_key,
+                        func.min(RecommendationRow.created_at),
+                    )
+                    .where(RecommendationRow.failure_key.is_not(None))
+                    .group_by(RecommendationRow.tenant_id, RecommendationRow.session_id, RecommendationRow.failure_key)
+                ).all()
+            }
+            recovered = db.execute(
+                select(OutcomeRow.created_at, RecommendationRow.tenant_id, RecommendationRow.session_id,
+                       RecommendationRow.failure_key)
+                .join(
+                    RecommendationRow,
+                    and_(
+                        RecommendationRow.tenant_id == OutcomeRow.tenant_id,
+                        RecommendationRow.id == OutcomeRow.recommendation_id,
+                    ),
+                )
+                .where(OutcomeRow.success.is_(True), RecommendationRow.failure_key.is_not(None))
+                .order_by(OutcomeRow.id.desc())
+                .limit(10_000)
+            ).all()
+        durations = []
+        for done, t, sid, fk in recovered:
+            start = first.get((t, sid, fk))
+            if start is not None:
+                start = start if start.tzinfo else start.replace(tzinfo=done.tzinfo)
+                durations.append(max(0.0, (done - start).total_seconds()))
+        return {
+            "traces": traces,
+            "failures": {str(k): int(v) for k, v in failures.items()},
+            "recommendations": {str(k): int(v) for k, v in recs.items()},
+            "outcomes": outcomes,
+            "recoveries": len(durations),
+            "mttr_s": (sum(durations) / len(durations)) if durations else None,
+        }
+
     def count_rows(self, table: type[Any], tenant: str | None = None) -> int:
         with self.read() as db:
             q = select(func.count()).select_from(table)

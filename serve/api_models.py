@@ -1,0 +1,216 @@
+"""Request and response bodies of the stateful endpoints (sessions, outcomes, traces, streams).
+
+``/v1/diagnose`` keeps :class:`model.findings.DiagnosisResponse`; a session step answers with
+:class:`SessionStepResponse`, which is that model plus the session's fields (responses change only
+by adding fields). Every response carries ``model_version`` and ``detector_versions``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from model.findings import RESPONSE_SCHEMA_VERSION, DiagnosisResponse, Recommendation
+from model.kinds import FailureKind
+from model.options import DiagnoseOptions
+from model.schema import ToolDefinition
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Versioned(BaseModel):
+    schema_version: str = RESPONSE_SCHEMA_VERSION
+    model_version: str
+    detector_versions: dict[str, str] = Field(default_factory=dict)
+
+
+class AppendStepsRequest(_Strict):
+    """One or more steps the agent just took: OpenAI chat messages or native steps (not both).
+
+    Indices continue across calls: the first message of this call gets the next ``source_index``
+    of the session. Native steps keep their ``source_index`` relative to this call (all 0 = one
+    input element per step).
+    """
+
+    messages: list[Any] | None = Field(default=None, description="OpenAI chat messages, in order.")
+    steps: list[Any] | None = Field(default=None, description="Native steps (see the Trace JSON Schema).")
+    options: DiagnoseOptions = Field(default_factory=DiagnoseOptions)
+    task_type: str | None = Field(default=None, max_length=200, description="Stream key; kept per session.")
+    language: Literal["en", "zh"] | None = Field(default=None, description="Language of injected messages.")
+    tools: list[ToolDefinition] | None = Field(default=None, description="Tool definitions (once is enough).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AppendStepsRequest:
+        if (self.messages is None) == (self.steps is None):
+            raise ValueError("give exactly one of `messages` or `steps`")
+        if not (self.messages or self.steps):
+            raise ValueError("`messages` / `steps` is empty: append at least one step")
+        return self
+
+
+class SessionStepResponse(DiagnosisResponse):
+    """The incremental diagnosis after an append: the whole session so far, plus where it stands."""
+
+    session_id: str
+    appended: list[int] = Field(default_factory=list, description="Step indices this call added.")
+    session_steps: int = 0
+
+
+class FailureState(BaseModel):
+    key: str
+    kind: FailureKind
+    source_index: int | None
+    step: int | None
+    status: Literal["open", "resolved", "handoff"]
+    rung: int
+    attempt: int
+    recommendation: Recommendation | None
+
+
+class SessionView(Versioned):
+    session_id: str
+    trace_id: str
+    created_at: datetime
+    updated_at: datetime
+    steps: int
+    next_source_index: int
+    failures: list[FailureState]
+    replan_global_used: int = 0
+    last: DiagnosisResponse | None = None
+
+
+class OutcomeRequest(_Strict):
+    """What happened when the agent carried out recommendation ``recommendation_id``."""
+
+    recommendation_id: str = Field(min_length=1, max_length=64)
+    success: bool
+    duration_s: float | None = Field(default=None, ge=0, le=1e7)
+    cost: float | None = Field(default=None, ge=0, le=1e9)
+    note: str = Field(default="", max_length=4000)
+    label: FailureKind | Literal["healthy"] | None = Field(
+        default=None, description="A human label for the failure this recommendation addressed."
+    )
+
+
+class OutcomeResponse(Versioned):
+    recommendation_id: str
+    recorded: bool = True
+    escalated: bool = Field(description="True when the failure moved up (a new recommendation).")
+    next: Recommendation | None = Field(default=None, description="The recommendation to carry out now.")
+    session_id: str | None = None
+
+
+class OutcomeOut(BaseModel):
+    recommendation_id: str
+    strategy: str
+    success: bool
+    duration_s: float | None
+    cost: float | None
+    note: str
+    created_at: datetime
+
+
+class RecommendationOut(BaseModel):
+    id: str
+    strategy: str
+    kind: str | None
+    rung: int
+    attempt: int
+    created_at: datetime
+    body: dict[str, Any]
+
+
+class TraceSummary(BaseModel):
+    id: str
+    session_id: str | None
+    task_type: str | None
+    created_at: datetime
+    updated_at: datetime
+    steps: int
+    healthy: bool
+    primary_kind: str | None
+    shadow: bool
+
+
+class TracePageOut(BaseModel):
+    items: list[TraceSummary]
+    next_cursor: str | None = Field(default=None, description="Pass as `cursor` for the next page.")
+
+
+class TraceDetail(TraceSummary, Versioned):
+    trace: dict[str, Any] = Field(description="The stored (redacted) trace, native JSON.")
+    diagnosis: dict[str, Any] = Field(description="The latest diagnosis (DiagnosisResponse), redacted.")
+    recommendations: list[RecommendationOut]
+    outcomes: list[OutcomeOut]
+
+
+class GraphOut(BaseModel):
+    trace_id: str
+    graph: dict[str, Any] | None = None
+    mermaid: str | None = None
+
+
+class ObservationsRequest(_Strict):
+    values: list[float] = Field(min_length=1, max_length=10_000)
+    task_type: str = Field(default="", max_length=200)
+    params: dict[str, Any] | None = Field(
+        default=None, description="CUSUM settings (shift, arl0, warmup, mean, std…), set on first use."
+    )
+    rebaseline: bool = Field(default=False, description="Close an open alarm and re-estimate the baseline.")
+
+
+class AlarmOut(BaseModel):
+    index: int
+    direction: str
+    start: int
+    statistic: float
+
+
+class ObservationsResponse(Versioned):
+    stream: str
+    task_type: str
+    n: int = Field(description="Observations in the stream after this call.")
+    alarms: list[AlarmOut]
+    alarm_open: bool
+    monitoring: bool
+
+
+class SegmentOut(BaseModel):
+    start: int
+    end: int
+    mean: float
+
+
+class ChangepointsResponse(Versioned):
+    stream: str
+    task_type: str
+    n: int
+    changepoints: list[int]
+    segments: list[SegmentOut]
+    method: str
+
+
+__all__ = [
+    "AlarmOut",
+    "AppendStepsRequest",
+    "ChangepointsResponse",
+    "FailureState",
+    "GraphOut",
+    "ObservationsRequest",
+    "ObservationsResponse",
+    "OutcomeOut",
+    "OutcomeRequest",
+    "OutcomeResponse",
+    "RecommendationOut",
+    "SegmentOut",
+    "SessionStepResponse",
+    "SessionView",
+    "TraceDetail",
+    "TracePageOut",
+    "TraceSummary",
+    "Versioned",
+]

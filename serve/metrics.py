@@ -1,0 +1,134 @@
+"""``GET /metrics`` (Prometheus text format).
+
+Two sources: the store, read at scrape time (traces diagnosed, failures by kind, recommendations by
+strategy, outcomes and repair success rate per strategy, mean time to recovery) — the same figures
+whichever worker answers — and this process's request latency histogram (per worker: with several
+workers, each scrape sees the worker that answered it).
+
+Mean time to recovery: for each failure whose repair succeeded, the time from its first
+recommendation to the successful outcome; averaged over the last 10,000 recoveries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from serve.store import Store
+
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class StoreCollector(Collector):
+    """Reads :meth:`Store.metrics_snapshot` on every scrape."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Any]:
+        snap = self.store.metrics_snapshot()
+        traces = CounterMetricFamily(
+            "triage_traces_diagnosed", "Traces diagnosed and stored (sessions count once)"
+        )
+        traces.add_metric([], snap["traces"])
+        yield traces
+        failures = CounterMetricFamily(
+            "triage_failures", "Failures in stored diagnoses, by kind", labels=["kind"]
+        )
+        for kind, n in sorted(snap["failures"].items()):
+            failures.add_metric([kind], n)
+        yield failures
+        recs = CounterMetricFamily(
+            "triage_recommendations", "Recommendations given, by strategy", labels=["strategy"]
+        )
+        for strategy, n in sorted(snap["recommendations"].items()):
+            recs.add_metric([strategy], n)
+        yield recs
+        outcomes = CounterMetricFamily(
+            "triage_outcomes", "Outcomes reported, by strategy and result", labels=["strategy", "result"]
+        )
+        rate = GaugeMetricFamily(
+            "triage_repair_success_ratio",
+            "Share of reported outcomes that succeeded, by strategy",
+            labels=["strategy"],
+        )
+        by_strategy: dict[str, list[int]] = {}
+        for (strategy, ok), n in sorted(snap["outcomes"].items()):
+            outcomes.add_metric([strategy, "success" if ok else "failure"], n)
+            by_strategy.setdefault(strategy, [0, 0])[0 if ok else 1] += n
+        for strategy, (ok, bad) in sorted(by_strategy.items()):
+            rate.add_metric([strategy], ok / (ok + bad))
+        yield outcomes
+        yield rate
+        mttr = GaugeMetricFamily(
+            "triage_mean_time_to_recovery_seconds", "First recommendation → successful outcome, mean"
+        )
+        if snap["mttr_s"] is not None:
+            mttr.add_metric([], snap["mttr_s"])
+        yield mttr
+        rec = CounterMetricFamily("triage_recoveries", "Failures whose repair was reported successful")
+        rec.add_metric([], snap["recoveries"])
+        yield rec
+
+
+class Metrics:
+    """The registry of one app: the store collector plus the request latency histogram."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.latency = Histogram(
+            "triage_request_duration_seconds",
+            "HTTP request latency (this worker)",
+            labelnames=["method", "route", "status"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self._store: StoreCollector | None = None
+
+    def attach_store(self, store: Store) -> None:
+        if self._store is not None:
+            self.registry.unregister(self._store)
+        self._store = StoreCollector(store)
+        self.registry.register(self._store)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class LatencyMiddleware:
+    """Times every HTTP request into :attr:`Metrics.latency`, labelled by route template."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            self.metrics.latency.labels(scope.get("method", ""), path, str(status)).observe(
+                time.perf_counter() - start
+            )
+
+
+__all__ = ["LatencyMiddleware", "Metrics", "StoreCollector"]

@@ -1,0 +1,42 @@
+"""What the stateful routers share: the service dependency, 404 mapping, the error responses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
+
+from serve.auth import UNAUTHORIZED_RESPONSES
+from serve.service import NotFoundError, TriageService
+
+T = TypeVar("T")
+
+
+def get_service(request: Request) -> TriageService:
+    """The :class:`TriageService` built once in the app's lifespan."""
+    service: TriageService = request.app.state.service
+    return service
+
+
+ServiceDep = Annotated[TriageService, Depends(get_service)]
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    **UNAUTHORIZED_RESPONSES,
+    422: {"description": "Unreadable input; `detail[].loc` names the field"},
+}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found for this tenant"}}
+TOO_LARGE: dict[int | str, dict[str, Any]] = {
+    413: {"description": "Body larger than TRIAGE_MAX_BODY_BYTES, or more steps than TRIAGE_MAX_STEPS"}
+}
+
+
+async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a (blocking: SQL, onnxruntime) service call in the thread pool; NotFound → 404."""
+    try:
+        return await run_in_threadpool(fn, *args, **kwargs)
+    except NotFoundError as exc:
+        raise HTTPException(
+            status_code=404, detail=[{"loc": ["path"], "msg": str(exc), "type": "not_found"}]
+        ) from None

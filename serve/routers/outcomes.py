@@ -1,0 +1,34 @@
+"""``POST /v1/outcomes``: what happened when the agent carried out a recommendation."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from serve.api_models import OutcomeRequest, OutcomeResponse
+from serve.auth import PrincipalDep
+from serve.body import body_openapi, parse_body
+from serve.examples_service import OUTCOME_EXAMPLES
+from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
+
+router = APIRouter(prefix="/v1", tags=["outcomes"])
+
+
+@router.post(
+    "/outcomes",
+    response_model=OutcomeResponse,
+    summary="Report the outcome of a recommendation",
+    responses={**ERRORS, **NOT_FOUND},
+    openapi_extra=body_openapi(OutcomeRequest, OUTCOME_EXAMPLES),
+)
+async def report_outcome(
+    request: Request,
+    principal: PrincipalDep,
+    service: ServiceDep,
+) -> OutcomeResponse:
+    """A failed outcome moves that failure one rung up its ladder (or to the next attempt of a
+    retry) and returns the recommendation to carry out now in `next`; a spent budget gives
+    `human_handoff`. Reporting the same outcome twice does not escalate twice. Outcomes label the
+    failure history (see `triage datasets export --from-store`).
+    """
+    body = await parse_body(request, OutcomeRequest)
+    return await call(service.report_outcome, principal.tenant, body)

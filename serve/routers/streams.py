@@ -1,0 +1,54 @@
+"""Metric streams: ``POST /v1/streams/{name}/observations`` (CUSUM) and ``GET …/changepoints`` (ruptures)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Request
+
+from serve.api_models import ChangepointsResponse, ObservationsRequest, ObservationsResponse
+from serve.auth import PrincipalDep
+from serve.body import body_openapi, parse_body
+from serve.examples_service import OBSERVATION_EXAMPLES
+from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
+
+router = APIRouter(prefix="/v1/streams", tags=["streams"])
+
+StreamName = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+@router.post(
+    "/{name}/observations",
+    response_model=ObservationsResponse,
+    summary="Feed a stream",
+    responses=ERRORS,
+    openapi_extra=body_openapi(ObservationsRequest, OBSERVATION_EXAMPLES),
+)
+async def observe(
+    name: StreamName,
+    request: Request,
+    principal: PrincipalDep,
+    service: ServiceDep,
+) -> ObservationsResponse:
+    """Values go through the stream's CUSUM, keyed by (tenant, stream, task type), its state kept in
+    the store. An alarm becomes a `degradation` finding in this tenant's next diagnoses for that task
+    type until the stream is re-baselined (`rebaseline: true`)."""
+    body = await parse_body(request, ObservationsRequest)
+    return await call(service.observe, principal.tenant, name, body)
+
+
+@router.get(
+    "/{name}/changepoints",
+    response_model=ChangepointsResponse,
+    summary="Offline change points of a stream",
+    responses={**ERRORS, **NOT_FOUND},
+)
+async def changepoints(
+    name: StreamName,
+    principal: PrincipalDep,
+    service: ServiceDep,
+    task_type: Annotated[str, Query(max_length=200)] = "",
+    method: Annotated[Literal["binseg", "window", "pelt"] | None, Query()] = None,
+) -> ChangepointsResponse:
+    """ruptures (l2 cost, BIC-style penalty from the noise level) over the last 2,000 observations."""
+    return await call(service.changepoints, principal.tenant, name, task_type, method)

@@ -1,0 +1,83 @@
+"""The failure history: ``GET /v1/traces``, ``GET`` / ``DELETE /v1/traces/{id}``, ``GET /v1/traces/{id}/graph``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Response
+
+from model.graph import ExecutionGraph
+from model.kinds import FailureKind
+from serve.api_models import GraphOut, TraceDetail, TracePageOut
+from serve.auth import PrincipalDep
+from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
+
+router = APIRouter(prefix="/v1/traces", tags=["traces"])
+
+TraceId = Annotated[str, Path(min_length=1, max_length=128)]
+
+
+@router.get("", response_model=TracePageOut, summary="List stored traces", responses=ERRORS)
+async def list_traces(
+    principal: PrincipalDep,
+    service: ServiceDep,
+    kind: Annotated[FailureKind | None, Query(description="Only traces with a failure of this kind.")] = None,
+    since: Annotated[datetime | None, Query(description="Only traces created at or after this time.")] = None,
+    session: Annotated[str | None, Query(max_length=200, description="Only this session's traces.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=300, description="`next_cursor` of the previous page.")
+    ] = None,
+) -> TracePageOut:
+    """Newest first, this tenant's only; page with `cursor`."""
+    return await call(
+        service.list_traces,
+        principal.tenant,
+        kind=kind,
+        since=since,
+        session=session,
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+@router.get(
+    "/{trace_id}",
+    response_model=TraceDetail,
+    summary="One trace with its history",
+    responses={**ERRORS, **NOT_FOUND},
+)
+async def get_trace(trace_id: TraceId, principal: PrincipalDep, service: ServiceDep) -> TraceDetail:
+    """The stored (redacted) trace, its latest diagnosis, the recommendations given and the outcomes."""
+    return await call(service.get_trace, principal.tenant, trace_id)
+
+
+@router.delete("/{trace_id}", status_code=204, summary="Delete a trace", responses={**ERRORS, **NOT_FOUND})
+async def delete_trace(trace_id: TraceId, principal: PrincipalDep, service: ServiceDep) -> Response:
+    """Delete the trace with its diagnosis, recommendations, outcomes and labels."""
+    await call(service.delete_trace, principal.tenant, trace_id)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/{trace_id}/graph",
+    response_model=GraphOut,
+    summary="The execution graph",
+    responses={**ERRORS, **NOT_FOUND},
+)
+async def get_graph(
+    trace_id: TraceId,
+    principal: PrincipalDep,
+    service: ServiceDep,
+    format: Annotated[Literal["json", "mermaid", "both"], Query(description="What to return.")] = "both",
+) -> GraphOut:
+    """Nodes are steps; edges `followed_by`, `result_of`, `retry_of`, `uses_result_of`. `mermaid` is
+    text to paste into any Mermaid renderer."""
+    trace = await call(service.stored_trace, principal.tenant, trace_id)
+    graph = ExecutionGraph.from_trace(trace)
+    return GraphOut(
+        trace_id=trace_id,
+        graph=graph.to_json() if format in ("json", "both") else None,
+        mermaid=graph.to_mermaid() if format in ("mermaid", "both") else None,
+    )

@@ -1,0 +1,584 @@
+"""The stateful service: diagnose and record, session steps, outcomes, history, streams.
+
+Routes stay thin: they parse, call a :class:`TriageService` method, and map errors to status
+codes. Everything here is synchronous (SQLAlchemy, onnxruntime); routes run it in the thread pool.
+
+Storage rules (ARCHITECTURE.md, "Sessions" and "Streams"):
+
+- The trace and its diagnosis are stored **redacted** (:mod:`serve.redaction`); the response to
+  the request itself is not. Session steps are redacted as they arrive, so the session's trace is
+  diagnosed on the same (redacted) text every time and repeats stay equal.
+- Repair-policy state (:mod:`model.policy`) lives in the ``sessions`` row. A trace sent to
+  ``/v1/diagnose`` with a ``session_id`` shares that session's state; one without uses
+  ``trace:<trace id>`` as its own.
+- Each write runs in one transaction that locks the session row, so concurrent appends and
+  outcomes for one session run one after the other, whatever worker takes them.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from model.detectors import make_stream_detector
+from model.diagnosis import Diagnoser
+from model.errors import InputError, TooLargeError, TriageError
+from model.findings import DiagnosisResponse, Finding
+from model.importers import load_trace
+from model.kinds import FailureKind, Strategy
+from model.options import DiagnoseOptions
+from model.policy import RepairEngine
+from model.schema import Step, StepKind, Trace
+from model.streams import Alarm, detect_changepoints
+from serve.api_models import (
+    AlarmOut,
+    AppendStepsRequest,
+    ChangepointsResponse,
+    FailureState,
+    ObservationsRequest,
+    ObservationsResponse,
+    OutcomeOut,
+    OutcomeRequest,
+    OutcomeResponse,
+    RecommendationOut,
+    SegmentOut,
+    SessionStepResponse,
+    SessionView,
+    TraceDetail,
+    TracePageOut,
+    TraceSummary,
+)
+from serve.redaction import Redactor
+from serve.store import Store
+from serve.store.models import LabelRow, ObservationRow, SessionRow, TraceRow, utcnow
+
+log = logging.getLogger("triage.service")
+
+#: Observations looked at by ``GET /v1/streams/{name}/changepoints`` (MEASUREMENTS.md: Binseg l2
+#: on 2,000 points ≈ 80 ms).
+CHANGEPOINT_WINDOW = 2000
+_FINAL_BLOCKERS = {StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.USER_INPUT, StepKind.ERROR}
+
+
+class NotFoundError(TriageError, LookupError):
+    """The tenant has no such session / trace / recommendation / stream (→ 404)."""
+
+
+class TriageService:
+    """Diagnoser + repair engine + store, for one process (one per worker, built in the lifespan).
+
+    Parameters
+    ----------
+    store, diagnoser, engine, redactor:
+        The parts. ``session_exclude`` names detectors that make no sense on a run still going
+        (``incomplete``: the run has not ended yet).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        diagnoser: Diagnoser,
+        engine: RepairEngine,
+        redactor: Redactor,
+        *,
+        max_steps: int = 5000,
+        session_exclude: Sequence[str] = ("incomplete",),
+        stream_detector: str = "cusum",
+    ) -> None:
+        self.store = store
+        self.diagnoser = diagnoser
+        self.engine = engine
+        self.redactor = redactor
+        self.max_steps = max_steps
+        self.session_exclude = frozenset(session_exclude)
+        self.stream_detector = stream_detector
+
+    @property
+    def model_version(self) -> str:
+        return self.diagnoser.model_version
+
+    def detector_versions(self) -> dict[str, str]:
+        return {name: d.version for name, d in self.diagnoser.detectors.items()}
+
+    # -- diagnose --------------------------------------------------------------------------------
+    def diagnose(self, tenant: str, trace: Trace, options: DiagnoseOptions) -> DiagnosisResponse:
+        """Diagnose a whole trace, apply the session's repair state, record it; return the response."""
+        extra = self.degradation_findings(tenant, trace.task_type)
+        resp = self.diagnoser.diagnose(trace, options, extra_findings=extra)
+        session_key = trace.session_id or f"trace:{trace.id}"
+        stored_trace = self.redactor.redact(trace.model_dump(mode="json", exclude_none=True))
+        with self.store.write() as db:
+            row = self.store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
+            assert row is not None
+            state = copy.deepcopy(row.state or {})
+            decision = self.engine.recommend(
+                state, trace, resp.failures, session_key=session_key, now=time.time(), options=options
+            )
+            resp.recommendation = decision.recommendation
+            self.store.put_trace(
+                db,
+                tenant=tenant,
+                trace_id=trace.id,
+                trace=stored_trace,
+                response=self.redactor.redact(resp.model_dump(mode="json")),
+                session_id=trace.session_id,
+                task_type=trace.task_type,
+                shadow=options.shadow,
+            )
+            self._put_rec(db, tenant, decision, trace.id, session_key)
+            row.state = state
+            row.updated_at = utcnow()
+            row.version += 1
+        return resp
+
+    # -- sessions --------------------------------------------------------------------------------
+    def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
+        """Append steps to session ``session_id`` (created on first use) and diagnose it so far."""
+        if not session_id or len(session_id) > 200:
+            raise InputError("a session id is 1-200 characters", path="session_id")
+        options = req.options
+        excluded = [
+            n for n in (options.detectors or list(self.diagnoser.detectors)) if n not in self.session_exclude
+        ]
+        run_options = options.model_copy(update={"detectors": excluded})
+        with self.store.write() as db:
+            row = self.store.lock_session(db, tenant, session_id, create_trace_id=_new_id())
+            assert row is not None
+            trace_row = db.get(TraceRow, (tenant, row.trace_id))
+            if trace_row is not None:
+                trace = Trace.model_validate(trace_row.trace)
+            else:
+                trace = Trace(id=row.trace_id, session_id=session_id)
+            new_steps, next_source = self._import_steps(req, offset=row.next_source_index)
+            if len(trace.steps) + len(new_steps) > self.max_steps:
+                raise TooLargeError(
+                    f"session would have {len(trace.steps) + len(new_steps)} steps; the limit is {self.max_steps}",
+                    path="steps" if req.steps is not None else "messages",
+                )
+            first = len(trace.steps)
+            trace.steps.extend(new_steps)
+            _link_across_calls(trace.steps, first)
+            if req.task_type:
+                trace.task_type = req.task_type
+            if req.language:
+                trace.language = req.language
+            if req.tools:
+                known = {t.name for t in trace.tools}
+                trace.tools.extend(t for t in req.tools if t.name not in known)
+            extra = self.degradation_findings(tenant, trace.task_type)
+            diag = self.diagnoser.diagnose(trace, run_options, extra_findings=extra)
+            state = copy.deepcopy(row.state or {})
+            decision = self.engine.recommend(
+                state, trace, diag.failures, session_key=session_id, now=time.time(), options=options
+            )
+            diag.recommendation = decision.recommendation
+            resp = SessionStepResponse(
+                **diag.model_dump(),
+                session_id=session_id,
+                appended=list(range(first, len(trace.steps))),
+                session_steps=len(trace.steps),
+            )
+            self.store.put_trace(
+                db,
+                tenant=tenant,
+                trace_id=trace.id,
+                trace=trace.model_dump(mode="json", exclude_none=True),  # steps already redacted
+                response=self.redactor.redact(diag.model_dump(mode="json")),
+                session_id=session_id,
+                task_type=trace.task_type,
+                shadow=options.shadow,
+            )
+            self._put_rec(db, tenant, decision, trace.id, session_id)
+            row.state = state
+            row.n_steps = len(trace.steps)
+            row.next_source_index = next_source
+            row.updated_at = utcnow()
+            row.version += 1
+        return resp
+
+    def _import_steps(self, req: AppendStepsRequest, *, offset: int) -> tuple[list[Step], int]:
+        if req.messages is not None:
+            field = "messages"
+            part = load_trace(
+                {"messages": req.messages},
+                format="openai",
+                speakers=req.options.speakers or None,
+                max_steps=self.max_steps,
+            )
+            steps = part.steps
+            for s in steps:
+                s.source_index += offset
+            count = len(req.messages)
+        else:
+            field = "steps"
+            part = load_trace({"steps": req.steps}, format="native", max_steps=self.max_steps)
+            steps = part.steps
+            one_each = len(steps) > 1 and all(s.source_index == 0 for s in steps)
+            for i, s in enumerate(steps):
+                s.source_index = offset + (i if one_each else s.source_index)
+            count = (max(s.source_index for s in steps) - offset + 1) if steps else 0
+        if not steps:
+            raise InputError("these messages make no steps", path=field)
+        redacted = [Step.model_validate(self.redactor.redact(s.model_dump(mode="json"))) for s in steps]
+        return redacted, offset + count
+
+    def get_session(self, tenant: str, session_id: str) -> SessionView:
+        row = self.store.get_session(tenant, session_id)
+        if row is None:
+            raise NotFoundError(f"no session {session_id!r} for this tenant")
+        trace_row = self.store.get_trace(tenant, row.trace_id)
+        last = DiagnosisResponse.model_validate(trace_row.response) if trace_row is not None else None
+        return SessionView(
+            model_version=self.model_version,
+            detector_versions=self.detector_versions(),
+            session_id=row.id,
+            trace_id=row.trace_id,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            steps=row.n_steps,
+            next_source_index=row.next_source_index,
+            failures=_failure_states(row),
+            replan_global_used=int((row.state or {}).get("replan_global", 0)),
+            last=last,
+        )
+
+    def delete_session(self, tenant: str, session_id: str) -> None:
+        if not self.store.delete_session(tenant, session_id):
+            raise NotFoundError(f"no session {session_id!r} for this tenant")
+
+    # -- outcomes --------------------------------------------------------------------------------
+    def report_outcome(self, tenant: str, req: OutcomeRequest) -> OutcomeResponse:
+        """Record an outcome; a failed one moves its failure up and returns the next recommendation."""
+        with self.store.write() as db:
+            rec = self.store.get_recommendation(db, tenant, req.recommendation_id)
+            if rec is None:
+                raise NotFoundError(f"no recommendation {req.recommendation_id!r} for this tenant")
+            session_key = rec.session_id or f"trace:{rec.trace_id}"
+            row = self.store.lock_session(db, tenant, session_key, create_trace_id=None)
+            trace_row = db.get(TraceRow, (tenant, rec.trace_id))
+            decision = None
+            if row is not None and trace_row is not None:
+                trace = Trace.model_validate(trace_row.trace)
+                state = copy.deepcopy(row.state or {})
+                decision = self.engine.on_outcome(
+                    state, rec.id, success=req.success, trace=trace, session_key=session_key, now=time.time()
+                )
+                row.state = state
+                row.updated_at = utcnow()
+                row.version += 1
+                if decision is not None:
+                    self._put_rec(db, tenant, decision, rec.trace_id, session_key)
+            self.store.add_outcome(
+                db,
+                tenant=tenant,
+                rec=rec,
+                success=req.success,
+                duration_s=req.duration_s,
+                cost=req.cost,
+                note=self.redactor.redact_text(req.note),
+            )
+            if rec.status == "open":
+                rec.status = "succeeded" if req.success else "failed"
+            if req.label is not None:
+                failure = (rec.body or {}).get("params", {})
+                db.add(
+                    LabelRow(
+                        tenant_id=tenant,
+                        trace_id=rec.trace_id,
+                        kind=None if req.label == "healthy" else str(req.label),
+                        step=failure.get("step") if isinstance(failure.get("step"), int) else None,
+                        author="outcome",
+                    )
+                )
+        return OutcomeResponse(
+            model_version=self.model_version,
+            detector_versions=self.detector_versions(),
+            recommendation_id=req.recommendation_id,
+            escalated=decision is not None,
+            next=decision.recommendation if decision is not None else None,
+            session_id=session_key if not session_key.startswith("trace:") else None,
+        )
+
+    # -- history ---------------------------------------------------------------------------------
+    def list_traces(
+        self,
+        tenant: str,
+        *,
+        kind: FailureKind | None,
+        since: Any,
+        session: str | None,
+        limit: int,
+        cursor: str | None,
+    ) -> TracePageOut:
+        page = self.store.list_traces(
+            tenant,
+            kind=kind.value if kind else None,
+            since=since,
+            session=session,
+            limit=limit,
+            cursor=cursor,
+        )
+        return TracePageOut(items=[_summary(r) for r in page.items], next_cursor=page.next_cursor)
+
+    def get_trace(self, tenant: str, trace_id: str) -> TraceDetail:
+        row = self.store.get_trace(tenant, trace_id)
+        if row is None:
+            raise NotFoundError(f"no trace {trace_id!r} for this tenant")
+        recs, outs = self.store.trace_history(tenant, trace_id)
+        return TraceDetail(
+            **_summary(row).model_dump(),
+            model_version=row.model_version,
+            detector_versions=dict((row.response or {}).get("detector_versions") or {}),
+            trace=row.trace,
+            diagnosis=row.response,
+            recommendations=[
+                RecommendationOut(
+                    id=r.id,
+                    strategy=r.strategy,
+                    kind=r.kind,
+                    rung=r.rung,
+                    attempt=r.attempt,
+                    created_at=r.created_at,
+                    body=r.body,
+                )
+                for r in recs
+            ],
+            outcomes=[
+                OutcomeOut(
+                    recommendation_id=o.recommendation_id,
+                    strategy=o.strategy,
+                    success=o.success,
+                    duration_s=o.duration_s,
+                    cost=o.cost,
+                    note=o.note,
+                    created_at=o.created_at,
+                )
+                for o in outs
+            ],
+        )
+
+    def stored_trace(self, tenant: str, trace_id: str) -> Trace:
+        row = self.store.get_trace(tenant, trace_id)
+        if row is None:
+            raise NotFoundError(f"no trace {trace_id!r} for this tenant")
+        return Trace.model_validate(row.trace)
+
+    def delete_trace(self, tenant: str, trace_id: str) -> None:
+        if not self.store.delete_trace(tenant, trace_id):
+            raise NotFoundError(f"no trace {trace_id!r} for this tenant")
+
+    def purge(self, retention: timedelta) -> int:
+        n = self.store.purge_older_than(retention)
+        if n:
+            log.info("retention: deleted %d traces older than %s", n, retention)
+        return n
+
+    # -- streams ---------------------------------------------------------------------------------
+    def observe(self, tenant: str, stream: str, req: ObservationsRequest) -> ObservationsResponse:
+        """Feed values to the stream's detector (state in the store); alarms are returned and kept."""
+        _check_stream_name(stream)
+        params = dict(req.params or {})
+        # Validate the parameters before touching the store (a bad one is the caller's error).
+        make_stream_detector(self.stream_detector, **params)
+        alarms: list[Alarm] = []
+        with self.store.write() as db:
+            row = self.store.lock_stream(
+                db, tenant, stream, req.task_type, detector=self.stream_detector, params=params
+            )
+            if req.params is not None and row.n > 0 and req.params != row.params:
+                raise InputError(
+                    f"stream {stream!r} already runs with params {row.params}; its settings are fixed "
+                    "once it has observations",
+                    path="params",
+                )
+            det = make_stream_detector(row.detector, **row.params)
+            if row.state:
+                det.set_state(row.state)
+            if req.rebaseline:
+                history = [
+                    v
+                    for _, v in self.store.stream_values(
+                        tenant, stream, req.task_type, last=CHANGEPOINT_WINDOW
+                    )
+                ]
+                start = int((row.alarm or {}).get("start", 0))
+                window = history[max(0, start - (row.n - len(history))) :] if row.alarm_open else history
+                det.rebaseline(values=window or None)  # type: ignore[attr-defined]
+                row.alarm_open = False
+            rows = []
+            for i, v in enumerate(req.values):
+                a = det.update(float(v))
+                if a is not None:
+                    alarms.append(a)
+                rows.append(
+                    ObservationRow(
+                        tenant_id=tenant,
+                        stream=stream,
+                        task_type=req.task_type,
+                        seq=row.n + i,
+                        value=float(v),
+                        alarm=a is not None,
+                    )
+                )
+            db.add_all(rows)
+            row.n += len(req.values)
+            row.state = det.get_state()
+            if alarms:
+                row.alarm_open = True
+                row.alarm = alarms[-1].model_dump()
+            row.updated_at = utcnow()
+            n, alarm_open = row.n, row.alarm_open
+            monitoring = bool(getattr(det, "monitoring", True))
+        return ObservationsResponse(
+            model_version=self.model_version,
+            detector_versions={det.name: det.version},
+            stream=stream,
+            task_type=req.task_type,
+            n=n,
+            alarms=[AlarmOut(**a.model_dump()) for a in alarms],
+            alarm_open=alarm_open,
+            monitoring=monitoring,
+        )
+
+    def changepoints(
+        self, tenant: str, stream: str, task_type: str, method: str | None
+    ) -> ChangepointsResponse:
+        """Offline change points (ruptures, l2) over the stream's last observations."""
+        row = self.store.get_stream(tenant, stream, task_type)
+        if row is None:
+            raise NotFoundError(f"no stream {stream!r} (task type {task_type!r}) for this tenant")
+        pairs = self.store.stream_values(tenant, stream, task_type, last=CHANGEPOINT_WINDOW)
+        offset = pairs[0][0] if pairs else 0
+        values = [v for _, v in pairs]
+        if len(values) < 10:
+            cps: list[int] = []
+            segments = (
+                [SegmentOut(start=offset, end=offset + len(values), mean=_mean(values))] if values else []
+            )
+            used = method or "binseg"
+        else:
+            found = detect_changepoints(values, method=method, max_points=None)  # type: ignore[arg-type]
+            cps = [c + offset for c in found.changepoints]
+            segments = [
+                SegmentOut(start=s.start + offset, end=s.end + offset, mean=s.mean) for s in found.segments
+            ]
+            used = found.method
+        return ChangepointsResponse(
+            model_version=self.model_version,
+            detector_versions={"ruptures": "l2"},
+            stream=stream,
+            task_type=task_type,
+            n=row.n,
+            changepoints=cps,
+            segments=segments,
+            method=used,
+        )
+
+    def degradation_findings(self, tenant: str, task_type: str | None) -> list[Finding]:
+        """Open stream alarms of this tenant (for this task type, or for any) as findings."""
+        out = []
+        for s in self.store.open_alarms(tenant, task_type or ""):
+            alarm = s.alarm or {}
+            out.append(
+                Finding(
+                    detector=f"stream:{s.detector}",
+                    kind=FailureKind.DEGRADATION,
+                    confidence=1.0,
+                    evidence=f"stream {s.name!r}{f' ({s.task_type})' if s.task_type else ''} drifted "
+                    f"{alarm.get('direction', '?')} from observation {alarm.get('start', '?')} "
+                    f"(alarm at {alarm.get('index', '?')})",
+                    details={"stream": s.name, "task_type": s.task_type, "alarm": alarm},
+                )
+            )
+        return out
+
+    # -- internals -------------------------------------------------------------------------------
+    def _put_rec(self, db: Any, tenant: str, decision: Any, trace_id: str, session_key: str) -> None:
+        rec = decision.recommendation
+        if not decision.new or rec.strategy == Strategy.CONTINUE:  # nothing to report an outcome on
+            return
+        self.store.put_recommendation(
+            db,
+            tenant=tenant,
+            rec=self.redactor.redact(rec.model_dump(mode="json")),
+            trace_id=trace_id,
+            session_id=session_key,
+            failure_key=decision.failure_key,
+            kind=decision.failure_key.split("@")[0] if decision.failure_key else None,
+            rung=decision.rung,
+            attempt=decision.attempt,
+            status="open",
+        )
+
+
+def _new_id() -> str:
+    import uuid
+
+    return uuid.uuid4().hex
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _check_stream_name(name: str) -> None:
+    if not name or len(name) > 200:
+        raise InputError("a stream name is 1-200 characters", path="name")
+
+
+def _link_across_calls(steps: list[Step], first: int) -> None:
+    """Join what one call appended to what earlier calls did.
+
+    A tool result naming a call made in an earlier append gets that call's tool name; an earlier
+    ``final_output`` that more work now follows is an ``llm_output`` again (the importer marked
+    it final only because its batch ended there).
+    """
+    names = {s.call_id: s.tool_name for s in steps[:first] if s.kind == StepKind.TOOL_CALL and s.call_id}
+    for s in steps[first:]:
+        if s.kind == StepKind.TOOL_RESULT and s.tool_name is None and s.call_id in names:
+            s.tool_name = names[s.call_id]
+    later_blocker = False
+    for i in range(len(steps) - 1, -1, -1):
+        if steps[i].kind == StepKind.FINAL_OUTPUT and later_blocker:
+            steps[i].kind = StepKind.LLM_OUTPUT
+        if steps[i].kind in _FINAL_BLOCKERS:
+            later_blocker = True
+
+
+def _summary(r: TraceRow) -> TraceSummary:
+    return TraceSummary(
+        id=r.id,
+        session_id=r.session_id,
+        task_type=r.task_type,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        steps=r.n_steps,
+        healthy=r.healthy,
+        primary_kind=r.primary_kind,
+        shadow=r.shadow,
+    )
+
+
+def _failure_states(row: SessionRow) -> list[FailureState]:
+    out = []
+    for key, fs in ((row.state or {}).get("failures") or {}).items():
+        out.append(
+            FailureState(
+                key=key,
+                kind=FailureKind(fs["kind"]),
+                source_index=fs.get("source_index"),
+                step=fs.get("step"),
+                status=fs["status"],
+                rung=int(fs.get("rung", 0)),
+                attempt=int(fs.get("attempt", 1)),
+                recommendation=fs.get("rec"),
+            )
+        )
+    return out
+
+
+__all__ = ["CHANGEPOINT_WINDOW", "NotFoundError", "TriageService"]
