@@ -1,9 +1,138 @@
-"""``triage`` commands: see serve/cli.py for the map of modules."""
+"""``triage`` classifier commands: ``baseline``, ``train``, ``distill``, ``export``, ``evaluate``,
+``localise-whowhen``. The training commands need the ``train`` extra (torch, transformers,
+scikit-learn); they import it only when run. Each one is the same code the DVC stage runs.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from model.errors import TriageError
+
+Params = Annotated[Path, typer.Option("--params", help="params.yaml holding the stage's section.")]
+Splits = Annotated[Path, typer.Option("--splits", help="Folder with train/val/test/heldout_families.jsonl.")]
+Build = Annotated[Path, typer.Option("--build", help="Working folder of the trained candidates.")]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def _need_training_extra() -> None:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise _fail(f"this command needs the training extra (pip install -e '.[train]'): {exc}") from exc
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
+
+    @app.command("baseline")
+    def baseline_cmd(params: Params = Path("params.yaml"), splits: Splits = Path("datasets/splits"),
+                     out: Path = Path("build/classifier/baseline")) -> None:
+        """Train the TF-IDF + logistic-regression baseline."""
+        from model.classifier import baseline
+        from model.classifier.config import BaselineConfig
+
+        try:
+            info = baseline.run(BaselineConfig.from_params(params), splits, out)
+        except TriageError as exc:
+            raise _fail(str(exc)) from exc
+        typer.echo(f"baseline: val step macro-F1 {info['val_step_macro_f1']:.4f} -> {out}")
+
+    @app.command("train")
+    def train_cmd(params: Params = Path("params.yaml"), splits: Splits = Path("datasets/splits"),
+                  out: Path = Path("build/classifier/minilm")) -> None:
+        """Fine-tune all-MiniLM-L6-v2 (resumes from OUT/checkpoint.pt)."""
+        _need_training_extra()
+        from model.classifier import train
+        from model.classifier.config import TrainConfig
+
+        try:
+            info = train.run(TrainConfig.from_params(params), splits, out)
+        except TriageError as exc:
+            raise _fail(str(exc)) from exc
+        typer.echo(f"minilm: val step macro-F1 {info['val_step_macro_f1']:.4f} -> {out}/best")
+
+    @app.command("distill")
+    def distill_cmd(params: Params = Path("params.yaml"), splits: Splits = Path("datasets/splits"),
+                    teacher: str = "build/classifier/minilm/best",
+                    out: Path = Path("build/classifier/student")) -> None:
+        """Train the small student on the teacher's soft labels ("none": ground truth only)."""
+        _need_training_extra()
+        from model.classifier import distill
+        from model.classifier.config import DistillConfig
+
+        try:
+            info = distill.run(DistillConfig.from_params(params), splits,
+                               None if teacher == "none" else Path(teacher), out)
+        except TriageError as exc:
+            raise _fail(str(exc)) from exc
+        typer.echo(f"student: val step macro-F1 {info['val_step_macro_f1']:.4f} -> {out}/best")
+
+    @app.command("export")
+    def export_cmd(params: Params = Path("params.yaml"), build: Build = Path("build/classifier"),
+                   splits: Splits = Path("datasets/splits"),
+                   artifacts: Path = Path("model/artifacts")) -> None:
+        """Export every candidate to ONNX (fp32, fused, int8) and ship the best within the latency target."""
+        _need_training_extra()
+        from model.classifier import export
+
+        try:
+            export.main(["--params", str(params), "--build", str(build), "--splits", str(splits),
+                         "--artifacts", str(artifacts)])
+        except (TriageError, FileNotFoundError) as exc:
+            raise _fail(str(exc)) from exc
+
+    @app.command("evaluate")
+    def evaluate_cmd(params: Params = Path("params.yaml"), splits: Splits = Path("datasets/splits"),
+                     build: Build = Path("build/classifier"), reports: Path = Path("reports"),
+                     artifacts: Path = Path("model/artifacts")) -> None:
+        """Write reports/metrics.json, reports/eval.md (+ PNGs) and the model card."""
+        from model.classifier import evaluate
+        from model.classifier.config import EvaluateConfig
+
+        try:
+            m = evaluate.run(EvaluateConfig.from_params(params), splits, build, reports, artifacts)
+        except (TriageError, FileNotFoundError) as exc:
+            raise _fail(str(exc)) from exc
+        typer.echo(f"{m['evaluated']}: test macro-F1 {m['test']['macro_f1']:.4f}, held-out families "
+                   f"{m['heldout_families']['macro_f1']:.4f}, localisation exact "
+                   f"{m['step_localisation']['exact']:.3f} -> {reports}/metrics.json")
+
+    @app.command("localise-whowhen")
+    def whowhen_cmd(
+        path: Annotated[Path, typer.Argument(help="Folder of Who&When logs (algorithm-generated subset).")],
+        model: Annotated[Path | None, typer.Option(help="Artefact folder (default: the shipped model).")] = None,
+        threads: int = 2,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    ) -> None:
+        """Step localisation on Who&When next to always-first-message, uniform random and the paper's best."""
+        from model.classifier.detector import DEFAULT_ARTIFACTS
+        from model.classifier.runtime import ClassifierRuntime
+        from model.classifier.whowhen import localise
+
+        try:
+            rt = ClassifierRuntime.load(model or DEFAULT_ARTIFACTS, threads=threads)
+            res = localise(path, rt)
+        except TriageError as exc:
+            raise _fail(str(exc)) from exc
+        if as_json:
+            typer.echo(json.dumps(res, indent=2))
+            return
+        typer.echo(f"Who&When step localisation, {res['runs']} runs (model {res['model']}):")
+        rows = [("ours: first flagged step", res["ours"]["first_flagged"]),
+                ("ours: most confident step", res["ours"]["most_confident"]),
+                ("always message 0", res["baselines"]["message_0"]),
+                ("always message 1", res["baselines"]["message_1"]),
+                ("uniform random (expected)", res["baselines"]["uniform_random_expected"])]
+        for name, r in rows:
+            typer.echo(f"  {name:<28} exact {r['exact']:.3f}   within 3 {r['within_3']:.3f}")
+        typer.echo(f"  {'paper best (Who&When)':<28} exact {res['paper_best_step_accuracy']:.3f}")

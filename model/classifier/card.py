@@ -1,0 +1,90 @@
+"""The shipped model's card (``model/artifacts/MODEL_CARD.md``), written from the evaluation's figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+LANG_NAMES = {"en": "English", "zh": "Chinese"}
+
+
+def _weak_languages(metrics: dict[str, Any], split: str, margin: float = 0.02) -> list[str]:
+    per = metrics[split]["per_language"]
+    if len(per) < 2:
+        return []
+    best = max(v["macro_f1"] for v in per.values())
+    return [k for k, v in per.items() if v["macro_f1"] < best - margin]
+
+
+def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
+    shipped = metrics["shipped"]
+    calib_path = build / "onnx" / shipped / "calibration.json"
+    info = json.loads(calib_path.read_text(encoding="utf-8")) if calib_path.exists() else {}
+    sel = metrics.get("selection", {}).get("candidates", {}).get(shipped, {})
+    test, held = metrics["test"], metrics["heldout_families"]
+    lines = [
+        f"# Model card: agent-triage failure classifier ({info.get('model_version', shipped)})", "",
+        f"**Model**: {info.get('model_name', shipped)}; ONNX, dynamic int8 (per channel), "
+        f"{sel.get('bytes', 0) / 1e6:.1f} MB; labels: {', '.join(info.get('labels', []))}.",
+        f"Input representation `{info.get('representation', {}).get('version', '?')}` "
+        f"(`model/classifier/representation.py`), at most {info.get('max_length', '?')} tokens; "
+        f"temperature {info.get('temperature', 1.0):.3f}; per-label thresholds in the ONNX metadata.", "",
+        "## Intended use", "",
+        "Scores every step of an LLM-agent trace for the failure kinds a rule cannot see (hallucinated "
+        "claims, drift off the goal, a forgotten constraint, an error answered as if it had succeeded, an "
+        "unsafe or refusing answer), as one detector among the rules of `model/detectors`: its findings are "
+        "fused with theirs (ARCHITECTURE.md \"Fusion\"). The real-time path scores only the newest step. "
+        "It is not a safety filter on its own and not a judge of factual truth outside the trace.", "",
+        "## Training data", "",
+        "Generated traces (`datasets/`, the seeded generator in `model/`, English and Chinese, several task "
+        "families, failures injected at known steps; see `datasets/README.md`), per-step labels from that "
+        "ground truth. "
+        f"The model saw {info.get('train_examples', '?')} step examples sampled from the training split "
+        f"(about half of them failing steps), validated on {info.get('val_examples', '?')}."
+        + (f" {info.get('soft_examples')} of its examples carried the fine-tuned MiniLM teacher's soft "
+           "labels (distillation)." if info.get("soft_examples") else ""), "",
+        "## Metrics (reports/metrics.json, reports/eval.md)", "",
+        f"- Test split ({test['traces']} traces): trace macro-F1 **{test['macro_f1']:.3f}**, step macro-F1 "
+        f"{test['step_macro_f1']:.3f}.",
+        f"- Held-out task families ({held['traces']} traces): macro-F1 **{held['macro_f1']:.3f}**"
+        + (f" (TF-IDF baseline {held['baseline_macro_f1']:.3f})" if "baseline_macro_f1" in held else "") + ".",
+        f"- Step localisation on failing test traces: exact {metrics['step_localisation']['exact']:.3f}, "
+        f"within 3 steps {metrics['step_localisation']['within_3']:.3f}.",
+        f"- Calibration: ECE {metrics['calibration']['ece']:.4f}"
+        + (f" (before temperature {metrics['calibration']['ece_before_temperature']:.4f})"
+           if "ece_before_temperature" in metrics["calibration"] else "") + ".",
+        f"- int8 vs fp32 label-set agreement per step: "
+        f"{metrics.get('int8_fp32_agreement', {}).get('label_set_agreement', float('nan')):.4f}.",
+        f"- One-step latency p50 at export: {sel.get('p50_ms', float('nan')):.1f} ms (2 threads); "
+        "see docs/benchmarks.md.", "",
+        "Per language:", "",
+        "| split | language | traces | macro-F1 |", "| --- | --- | --- | --- |",
+    ]
+    for split in ("test", "heldout_families"):
+        for lang, v in metrics[split]["per_language"].items():
+            lines.append(f"| {split} | {LANG_NAMES.get(lang, lang)} | {v['traces']} | {v['macro_f1']:.3f} |")
+    weak = sorted(set(_weak_languages(metrics, "test") + _weak_languages(metrics, "heldout_families")))
+    lines += ["", "## Limits", ""]
+    if weak:
+        lines.append("- **Reads " + ", ".join(LANG_NAMES.get(w, w) for w in weak) + " worse** than the other "
+                     "language (table above): trust its verdicts there less.")
+    else:
+        lines.append("- No language is more than 0.02 macro-F1 behind the other on these splits; both are "
+                     "generated data, so this says little about real logs in either language.")
+    low = sorted((v["f1"], k) for k, v in test["per_kind"].items() if v["support"])[:4]
+    lines += [
+        "- Weakest kinds on the test split: " + ", ".join(f"{k} (F1 {f:.2f})" for f, k in low) + ".",
+        "- Trained on generated traces only: real agent logs (e.g. the Who&When multi-agent logs) are phrased "
+        "differently; `triage localise-whowhen` measures how far the step localisation carries over.",
+        "- Kinds that need the whole run or the request (`incomplete`, `loop`, `disallowed_tool`, "
+        "`degradation`) are the rules' and the stream detectors' job; the classifier's scores for the "
+        "first two are a second opinion.",
+        f"- Text beyond {info.get('max_length', '?')} tokens is cut (the step first, then its context), so "
+        "claims deep inside a very long answer can be missed.", "",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+__all__ = ["write_model_card"]

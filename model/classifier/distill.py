@@ -1,0 +1,171 @@
+"""Distil the fine-tuned MiniLM into a small student with its own bilingual vocabulary (training only).
+
+``python -m model.classifier.distill`` (the DVC ``distill`` stage):
+
+1. samples many more step examples than the teacher saw (``params.yaml:distill``);
+2. trains a WordPiece vocabulary on them (:mod:`model.classifier.vocab`), so Chinese is read
+   character by character instead of as ``[UNK]``;
+3. scores ``soft_examples`` of them with the teacher (its calibrated probabilities);
+4. trains a small BERT (``layers`` × ``hidden``) from scratch on
+   ``(1 - soft_weight) * BCE(ground truth) + soft_weight * BCE(teacher)`` (the soft part only where
+   the teacher scored the example), with the same early stopping, checkpoints and calibration as
+   the teacher.
+
+Without a teacher folder (``--teacher none``) the student trains on the ground truth alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import DistillConfig
+from .data import LABELS, load_traces, sample_examples, targets_matrix
+from .metrics import sigmoid
+from .representation import DEFAULT_CONFIG
+from .train import (
+    BEST,
+    CALIBRATION,
+    LoopSettings,
+    calibrate,
+    fit,
+    load_tokenizer,
+    predict_logits,
+    save_tokenizer,
+    setup_logging,
+    write_calibration,
+)
+from .vocab import train_wordpiece, unk_rate
+
+log = logging.getLogger("model.classifier.distill")
+
+
+def teacher_probs(teacher_dir: Path, texts: list[str], batch_size: int) -> np.ndarray:
+    """The teacher's calibrated probabilities ``sigmoid(logits / T)`` over ``texts``."""
+    from transformers import AutoModelForSequenceClassification
+
+    info = json.loads((teacher_dir / CALIBRATION).read_text(encoding="utf-8"))
+    tok = load_tokenizer(teacher_dir / "tokenizer.json", int(info["max_length"]))
+    model = AutoModelForSequenceClassification.from_pretrained(teacher_dir, attn_implementation="eager")
+    logits = predict_logits(model, tok, texts, batch_size=batch_size)
+    return sigmoid(logits / float(info["temperature"]))
+
+
+def student_model(cfg: DistillConfig, vocab_size: int) -> Any:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    conf = BertConfig(  # type: ignore[call-arg]
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        intermediate_size=cfg.intermediate,
+        max_position_embeddings=max(cfg.max_length, 64),
+        type_vocab_size=2,
+        num_labels=len(LABELS),
+        problem_type="multi_label_classification",
+        id2label=dict(enumerate(LABELS)),
+        label2id={n: i for i, n in enumerate(LABELS)},
+        pad_token_id=0,
+    )
+    conf._attn_implementation = "eager"
+    return BertForSequenceClassification(conf)
+
+
+def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Path, *,
+        model_version: str = "student-1", soft_examples: int | None = None) -> dict[str, Any]:
+    """The whole student stage; returns the calibration summary it writes to ``out_dir/best``."""
+    import torch
+
+    setup_logging(out_dir)
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    train = sample_examples(load_traces(splits / "train.jsonl"), max_examples=cfg.train_examples,
+                            seed=cfg.seed + 100, failure_fraction=cfg.failure_fraction,
+                            post_failure=cfg.post_failure)  # type: ignore[arg-type]
+    val = sample_examples(load_traces(splits / "val.jsonl"), max_examples=cfg.val_examples,
+                          seed=cfg.seed + 101, failure_fraction=cfg.failure_fraction,
+                          post_failure=cfg.post_failure)  # type: ignore[arg-type]
+    log.info("sampled %d train / %d val in %.1fs", len(train), len(val), time.perf_counter() - t0)
+    texts = [e.text for e in train]
+    vocab_path = out_dir / "vocab-tokenizer.json"
+    if vocab_path.exists():
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(vocab_path))
+    else:
+        tok = train_wordpiece(texts, vocab_size=cfg.vocab_size)
+        tok.save(str(vocab_path))
+    tok.no_padding()
+    tok.enable_truncation(max_length=cfg.max_length)
+    zh = [e.text for e in val if e.language == "zh"][:500]
+    en = [e.text for e in val if e.language == "en"][:500]
+    log.info("vocabulary %d tokens; [UNK] rate en %.4f zh %.4f", tok.get_vocab_size(),
+             unk_rate(tok, en), unk_rate(tok, zh))
+
+    soft: np.ndarray | None = None
+    n_soft = cfg.soft_examples if soft_examples is None else soft_examples
+    if teacher_dir is not None and cfg.soft_weight > 0 and n_soft > 0:
+        soft_path = out_dir / "teacher-probs.npy"
+        n_soft = min(n_soft, len(texts))
+        if soft_path.exists() and np.load(soft_path).shape == (n_soft, len(LABELS)):
+            part = np.load(soft_path)
+        else:
+            t1 = time.perf_counter()
+            part = teacher_probs(teacher_dir, texts[:n_soft], cfg.teacher_batch)
+            np.save(soft_path, part)
+            log.info("teacher scored %d examples in %.1fs", n_soft, time.perf_counter() - t1)
+        soft = np.full((len(texts), len(LABELS)), np.nan, dtype=np.float32)
+        soft[:n_soft] = part
+        hard = targets_matrix(train[:n_soft])
+        agree = float(np.mean((part >= 0.5) == (hard > 0.5)))
+        log.info("teacher agrees with the ground truth on %.4f of (example, label) pairs", agree)
+
+    model = student_model(cfg, tok.get_vocab_size())
+    settings = LoopSettings(
+        max_length=cfg.max_length, batch_size=cfg.batch_size, epochs=cfg.epochs, lr=cfg.lr,
+        warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
+        max_pos_weight=cfg.max_pos_weight, eval_every=cfg.eval_every, patience=cfg.patience,
+        seed=cfg.seed, max_minutes=cfg.max_minutes, soft_weight=cfg.soft_weight if soft is not None else 0.0,
+    )
+    summary = fit(model, tok, train, val, settings, out_dir, soft=soft)
+    from transformers import BertForSequenceClassification
+
+    best = BertForSequenceClassification.from_pretrained(out_dir / BEST, attn_implementation="eager")
+    logits = predict_logits(best, tok, [e.text for e in val])
+    info = calibrate(logits, targets_matrix(val))
+    save_tokenizer(tok, out_dir / BEST / "tokenizer.json", cfg.max_length)
+    info.update({
+        "labels": list(LABELS),
+        "model_name": f"student BERT {cfg.layers}x{cfg.hidden}, own WordPiece vocabulary",
+        "model_version": model_version, "max_length": cfg.max_length,
+        "representation": DEFAULT_CONFIG.to_dict(), "train_examples": len(train), "val_examples": len(val),
+        "soft_examples": 0 if soft is None else int(n_soft), "training": summary,
+        "distill": {k: v for k, v in replace(cfg).__dict__.items()},
+    })
+    write_calibration(out_dir / BEST, info)
+    log.info("done: val step macro-F1 %.4f (T=%.3f)", info["val_step_macro_f1"], info["temperature"])
+    return info
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--params", type=Path, default=Path("params.yaml"))
+    p.add_argument("--splits", type=Path, default=Path("datasets/splits"))
+    p.add_argument("--teacher", default="build/classifier/minilm/best")
+    p.add_argument("--out", type=Path, default=Path("build/classifier/student"))
+    args = p.parse_args(argv)
+    teacher = None if args.teacher == "none" else Path(args.teacher)
+    run(DistillConfig.from_params(args.params), args.splits, teacher, args.out)
+
+
+if __name__ == "__main__":
+    main()

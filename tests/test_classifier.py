@@ -1,0 +1,233 @@
+"""The classifier's pieces: representation, labels, metrics, runtime errors, detector wiring, Who&When.
+
+The end-to-end training/export test and the torch-vs-ONNX parity test are in
+tests/test_classifier_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from model.builder import make_trace
+from model.classifier.data import HEALTHY_INDEX, LABELS, first_failing_step, step_targets, trace_kinds
+from model.classifier.metrics import ece, fit_temperature, sigmoid, trace_verdict, tune_thresholds
+from model.classifier.representation import (
+    REPRESENTATION_VERSION,
+    RepresentationConfig,
+    clip,
+    step_text,
+    trace_texts,
+)
+from model.errors import InputError, ModelLoadError
+from model.kinds import CLASSIFIER_KINDS
+from model.schema import FailureLabel, Step, Trace, TraceLabels
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "model" / "artifacts"
+
+
+# -- representation ---------------------------------------------------------------------------
+
+
+def test_step_text_layout_is_exact() -> None:
+    t = Trace(steps=[
+        Step(kind="system", content="Be brief."),
+        Step(kind="user_input", content="Weather in Oslo?", source_index=1),
+        Step(kind="tool_call", tool_name="get_weather", tool_args={"city": "Oslo"}, source_index=2),
+        Step(kind="tool_result", tool_name="get_weather", content="HTTP 500", status="error", source_index=3),
+        Step(kind="final_output", content="It is sunny.", source_index=4),
+    ])
+    assert step_text(t, 4) == (
+        "final_output : It is sunny.\n"
+        "[goal] Weather in Oslo?\n"
+        "[prev] tool_result get_weather [error] : HTTP 500\n"
+        '[prev] tool_call get_weather : {"city":"Oslo"}\n'
+        "[prev] user_input : Weather in Oslo?"
+    )
+    assert step_text(t, 0) == "system : Be brief."
+
+
+def test_step_text_reads_nothing_after_the_step() -> None:
+    t = make_trace("hallucination", seed=4, n_steps=10)
+    shorter = t.model_copy(update={"steps": t.steps[:5]})
+    assert [step_text(t, i) for i in range(5)] == trace_texts(shorter)
+
+
+def test_repeats_counted_for_identical_calls_and_results() -> None:
+    t = make_trace("loop", seed=0, n_steps=12)
+    loop_step = t.labels.failures[0].step
+    assert "[repeat 2]" in step_text(t, loop_step).splitlines()[0]
+    # the first call of the loop is no repeat
+    assert "[repeat" not in step_text(t, loop_step - 4).splitlines()[0]
+
+
+def test_clip_keeps_head_and_tail_within_limit() -> None:
+    text = "error: " + "x" * 500 + " no results"
+    out = clip(text, 60)
+    assert len(out) == 60 and out.startswith("error: ") and out.endswith("results")
+    assert clip("a   b\n c", 10) == "a b c"
+
+
+def test_step_index_outside_trace_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="step index 3 is outside a trace of 1 steps"):
+        step_text(Trace(steps=[Step(kind="user_input", content="hi")]), 3)
+
+
+def test_unknown_representation_version_is_rejected() -> None:
+    with pytest.raises(InputError, match="unknown input-representation version 'rep-v0'"):
+        RepresentationConfig.from_dict({"version": "rep-v0"})
+    assert RepresentationConfig.from_dict(RepresentationConfig().to_dict()).version == REPRESENTATION_VERSION
+
+
+# -- labels -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [k for k in CLASSIFIER_KINDS])
+def test_step_targets_put_each_label_on_its_step(kind: object) -> None:
+    t = make_trace(kind, seed=11, n_steps=9)
+    targets = step_targets(t)
+    assert t.labels is not None
+    for f in t.labels.failures:
+        if f.kind.value in LABELS:
+            assert targets[f.step][LABELS.index(f.kind.value)] == 1
+    labelled = {f.step for f in t.labels.failures if f.kind.value in LABELS}
+    for i, target in enumerate(targets):
+        assert target is not None
+        assert target[HEALTHY_INDEX] == (0 if i in labelled else 1)
+    assert first_failing_step(t) == min(labelled)
+
+
+def test_post_failure_drop_and_stepless_label() -> None:
+    steps = [Step(kind="user_input", content="q"), Step(kind="llm_output", content="a", source_index=1),
+             Step(kind="llm_output", content="b", source_index=2), Step(kind="final_output", content="c",
+                                                                         source_index=3)]
+    t = Trace(steps=steps, labels=TraceLabels(failures=[
+        FailureLabel(kind="off_topic", step=1), FailureLabel(kind="incomplete", step=None),
+        FailureLabel(kind="degradation", step=2)]))
+    healthy = step_targets(t, "healthy")
+    dropped = step_targets(t, "drop")
+    assert [LABELS[j] for j, v in enumerate(healthy[3]) if v] == ["incomplete"]  # stepless → last step
+    assert healthy[2] is not None and healthy[2][HEALTHY_INDEX] == 1  # degradation is not a classifier label
+    assert dropped[2] is None and dropped[0] == healthy[0] and dropped[3] == healthy[3]
+    assert trace_kinds(t) == {"off_topic", "incomplete"}
+
+
+# -- metrics -----------------------------------------------------------------------------------
+
+
+def test_fit_temperature_recovers_a_known_temperature() -> None:
+    rng = np.random.default_rng(0)
+    z = rng.normal(0, 3, size=(4000, 3))
+    y = (rng.random(z.shape) < sigmoid(z)).astype(float)
+    assert fit_temperature(z * 2.5, y) == pytest.approx(2.5, rel=0.1)
+    assert ece(sigmoid(z), y) < 0.02
+    assert ece(sigmoid(z * 2.5), y) > 0.05
+
+
+def test_tune_thresholds_and_trace_verdict() -> None:
+    probs = np.array([[0.2, 0.9], [0.7, 0.1], [0.35, 0.2]])
+    targets = np.array([[0, 1], [1, 0], [1, 0]])
+    thr = tune_thresholds(probs, targets)
+    assert 0.2 < thr[0] <= 0.35 and thr[1] > 0.2
+    assert trace_verdict(np.array([[0.1, 0.0], [0.1, 0.95], [0.9, 0.0]]), np.array([0.5, 0.5]), kinds=1) == ({0}, 2)
+    assert trace_verdict(np.zeros((0, 2)), np.array([0.5, 0.5]), kinds=1) == (set(), None)
+
+
+# -- runtime errors, detector, serving imports ------------------------------------------------
+
+
+def test_missing_artefact_is_a_model_load_error(tmp_path: Path) -> None:
+    from model.classifier.runtime import ClassifierRuntime
+
+    with pytest.raises(ModelLoadError, match="classifier artefact missing"):
+        ClassifierRuntime.load(tmp_path)
+
+
+def test_onnx_without_metadata_is_rejected(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    from model.classifier.runtime import ClassifierRuntime
+
+    graph = helper.make_graph([helper.make_node("Identity", ["input_ids"], ["logits"])], "g",
+                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [None, None])],
+                              [helper.make_tensor_value_info("logits", TensorProto.INT64, [None, None])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "classifier.onnx")
+    from model.classifier.vocab import train_wordpiece
+
+    train_wordpiece(["a b c"] * 3, vocab_size=50).save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(ModelLoadError, match="ONNX metadata lacks"):
+        ClassifierRuntime.load(tmp_path)
+
+
+def test_detector_is_registered_and_lazy(tmp_path: Path) -> None:
+    from model.classifier.detector import ClassifierDetector, relative_confidence
+    from model.detectors import make_detector
+
+    det = make_detector("classifier", path=tmp_path)
+    assert isinstance(det, ClassifierDetector)
+    assert det.available() is False and det.model_version is None
+    with pytest.raises(ModelLoadError):
+        det.inspect(make_trace("off_topic", seed=1))
+    assert relative_confidence(0.2, 0.4) == 0.25
+    assert relative_confidence(1.0, 0.4) == 1.0
+
+
+@pytest.mark.skipif(not (ARTIFACTS / "classifier.onnx").exists(), reason="no shipped model yet")
+def test_shipped_model_loads_and_scores_without_torch() -> None:
+    code = (
+        "import sys\n"
+        "from model.builder import make_trace\n"
+        "from model.classifier.detector import ClassifierDetector\n"
+        "from model.classifier.data import LABELS\n"
+        "det = ClassifierDetector()\n"
+        "rt = det.load()\n"
+        "assert rt.labels == LABELS, rt.labels\n"
+        "t = make_trace('off_topic', seed=5, n_steps=8)\n"
+        "p = rt.score_trace(t)\n"
+        "assert p.shape == (len(t.steps), len(LABELS))\n"
+        "assert abs(float(p[3, 0]) - float(rt.score_step(t, 3)[0])) < 1e-5\n"
+        "fs = det.inspect(t)\n"
+        "assert all(f.source_index == t.steps[f.step].source_index for f in fs)\n"
+        "bad = [m for m in ('torch', 'transformers', 'sklearn') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+    total = sum(p.stat().st_size for p in ARTIFACTS.iterdir() if p.is_file())
+    assert total < 30 * 1024 * 1024
+
+
+# -- Who&When localisation ---------------------------------------------------------------------
+
+
+def _whowhen_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "ww"
+    folder.mkdir()
+    for i, (n, mistake) in enumerate([(4, 0), (6, 1), (10, 8)]):
+        history = [{"role": "assistant" if j % 2 == 0 else "user", "name": f"Expert_{j % 2}",
+                    "content": f"message {j} of run {i}"} for j in range(n)]
+        (folder / f"{i}.json").write_text(json.dumps({"history": history, "mistake_step": str(mistake),
+                                                      "mistake_agent": "Expert_0"}))
+    return folder
+
+
+def test_whowhen_reader_and_cli_errors(tmp_path: Path) -> None:
+    from model.classifier.whowhen import read_cases
+
+    cases = read_cases(_whowhen_folder(tmp_path))
+    assert [(c[0], c[2], c[3]) for c in cases] == [("0.json", 0, 4), ("1.json", 1, 6), ("2.json", 8, 10)]
+    (tmp_path / "ww" / "3.json").write_text('{"history": []}')
+    with pytest.raises(InputError, match="3.json: not a Who&When log"):
+        read_cases(tmp_path / "ww")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = subprocess.run([sys.executable, "-m", "serve.cli", "localise-whowhen", str(empty), "--model",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr
