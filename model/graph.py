@@ -70,7 +70,7 @@ _TIMEOUT_TEXT = re.compile(
     re.IGNORECASE,
 )
 _RATE_TEXT = re.compile(
-    r"\btoo many requests\b|\brate[ _-]?limit(?:ed|s|ing|_exceeded| exceeded| reached)?\b|"
+    r"\btoo many requests\b|\brate[ _-]?limit(?:ed|s|ing|[ _-]?(?:exceeded|reached|error|exception))?\b|"
     r"\bquota exceeded\b|\bthrottl(?:ed|ing)\b|\bRESOURCE_EXHAUSTED\b",
     re.IGNORECASE,
 )

@@ -100,6 +100,9 @@ class _Rule:
     kinds: ClassVar[tuple[FailureKind, ...]]
     _params: ClassVar[tuple[str, ...]] = ()
 
+    def __init__(self) -> None:  # rules without parameters take none
+        pass
+
     def get_params(self) -> dict[str, Any]:
         """The constructor's parameters as given (``type(d)(**d.get_params())`` rebuilds it)."""
         return {p: getattr(self, p) for p in self._params}
