@@ -1,0 +1,58 @@
+"""Store fixtures: the same tests run on SQLite and on the throwaway PostgreSQL cluster.
+
+`make test` starts the cluster (.ci/pg-cluster) and sets TRIAGE_TEST_POSTGRES_URL; without it the
+PostgreSQL cases skip, except under CI=true where a missing PostgreSQL fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+PG_ENV = "TRIAGE_TEST_POSTGRES_URL"
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+def _pg_admin_url() -> str | None:
+    url = os.environ.get(PG_ENV, "").strip()
+    if url:
+        return url
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but {PG_ENV} is not set: start PostgreSQL with `make test` (.ci/pg-cluster)")
+    pytest.skip(f"{PG_ENV} not set (run `make test`, which starts a throwaway PostgreSQL)")
+    return None
+
+
+def _psycopg(url: str) -> str:
+    u = make_url(url)
+    return u.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def make_db_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of ``backend``; dropped afterwards (PostgreSQL)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'triage.db'}"
+        return
+    admin = _pg_admin_url()
+    assert admin is not None
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(_psycopg(admin), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from make_db_url(request.param, tmp_path)

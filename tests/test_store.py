@@ -1,0 +1,227 @@
+"""The failure-history store on SQLite and PostgreSQL: migrations, tenant scoping, filters and
+pages, retention, keys, and serialised writes to one session."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect
+
+from model.errors import InputError, StoreError
+from serve.store import Store, open_store
+from serve.store.migrate import current_revision, downgrade, head_revision
+from serve.store.models import Base, FailureRow, ObservationRow, OutcomeRow, RecommendationRow, TraceRow
+from tests.storefix import db_url  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:  # noqa: F811
+    s = Store(db_url)
+    s.upgrade()
+    yield s
+    s.dispose()
+
+
+def _resp(*kinds: str, signal: str | None = None) -> dict[str, Any]:
+    failures = [
+        {"kind": k, "severity": "high", "confidence": 0.9, "detector": k, "step": i, "source_index": i}
+        for i, k in enumerate(kinds)
+    ]
+    signals = (
+        [{"kind": signal, "severity": "low", "confidence": 0.2, "detector": "x", "step": 0}] if signal else []
+    )
+    return {
+        "healthy": not kinds,
+        "model_version": "m1",
+        "failures": failures,
+        "signals": signals,
+        "primary": failures[0] if failures else None,
+    }
+
+
+def _put(store: Store, tenant: str, tid: str, *kinds: str, session: str | None = None, **kw: Any) -> None:
+    with store.write() as db:
+        store.put_trace(
+            db,
+            tenant=tenant,
+            trace_id=tid,
+            trace={"id": tid, "steps": [{"kind": "user_input"}]},
+            response=_resp(*kinds, **kw),
+            session_id=session,
+            task_type=None,
+        )
+
+
+def test_migrations_match_models_and_are_idempotent(store: Store) -> None:
+    assert current_revision(store.engine) == head_revision()
+    store.upgrade()  # again: nothing to do
+    with store.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    downgrade(store.engine, "base")
+    assert set(inspect(store.engine).get_table_names()) <= {"alembic_version"}
+    store.upgrade()
+    assert {"traces", "sessions", "api_keys", "outcomes", "streams"} <= set(
+        inspect(store.engine).get_table_names()
+    )
+
+
+def test_sqlite_is_wal(tmp_path: Any) -> None:
+    s = Store(f"sqlite:///{tmp_path / 'x' / 'w.db'}")
+    s.upgrade()
+    with s.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
+
+
+def test_reads_are_tenant_scoped(store: Store) -> None:
+    _put(store, "a", "t1", "loop")
+    _put(store, "b", "t1", "tool_error")  # the same trace id in another tenant is another trace
+    assert store.get_trace("a", "t1").primary_kind == "loop"  # type: ignore[union-attr]
+    assert store.get_trace("b", "t1").primary_kind == "tool_error"  # type: ignore[union-attr]
+    assert store.get_trace("c", "t1") is None
+    assert [r.id for r in store.list_traces("a", kind="tool_error").items] == []
+    assert store.delete_trace("c", "t1") is False
+    assert store.get_trace("a", "t1") is not None
+
+
+def test_list_filters_and_pages(store: Store) -> None:
+    for i in range(5):
+        _put(
+            store,
+            "a",
+            f"t{i}",
+            *(["loop"] if i % 2 == 0 else []),
+            session="s1" if i < 3 else "s2",
+            signal="refusal",
+        )
+        time.sleep(0.002)  # distinct created_at
+    ids = [r.id for r in store.list_traces("a").items]
+    assert ids == ["t4", "t3", "t2", "t1", "t0"]
+    assert [r.id for r in store.list_traces("a", kind="loop").items] == ["t4", "t2", "t0"]
+    assert [r.id for r in store.list_traces("a", kind="refusal").items] == []  # signals don't count
+    assert [r.id for r in store.list_traces("a", session="s2").items] == ["t4", "t3"]
+    t2 = store.get_trace("a", "t2")
+    assert t2 is not None
+    assert [r.id for r in store.list_traces("a", since=t2.created_at).items] == ["t4", "t3", "t2"]
+    page1 = store.list_traces("a", limit=2)
+    page2 = store.list_traces("a", limit=2, cursor=page1.next_cursor)
+    page3 = store.list_traces("a", limit=2, cursor=page2.next_cursor)
+    assert [r.id for p in (page1, page2, page3) for r in p.items] == ids
+    assert page3.next_cursor is None
+    with pytest.raises(InputError):
+        store.list_traces("a", cursor="garbage")
+
+
+def test_replacing_a_trace_replaces_its_failures(store: Store) -> None:
+    _put(store, "a", "t", "loop", "tool_error")
+    _put(store, "a", "t", "timeout")
+    assert store.count_rows(FailureRow, "a") == 1
+    assert [r.id for r in store.list_traces("a", kind="loop").items] == []
+
+
+def test_delete_trace_session_and_retention(store: Store) -> None:
+    _put(store, "a", "t1", "loop", session="s")
+    _put(store, "a", "t2", session="s")
+    _put(store, "a", "t3")
+    with store.write() as db:
+        store.lock_session(db, "a", "s", create_trace_id="t1")
+        store.put_recommendation(
+            db,
+            tenant="a",
+            rec={"id": "r1", "strategy": "retry"},
+            trace_id="t1",
+            session_id="s",
+            failure_key="loop@0",
+            kind="loop",
+            rung=0,
+            attempt=1,
+        )
+        rec = store.get_recommendation(db, "a", "r1")
+        assert rec is not None
+        store.add_outcome(db, tenant="a", rec=rec, success=True, duration_s=1.0, cost=None, note="")
+    assert store.delete_session("a", "s") is True
+    assert store.get_session("a", "s") is None
+    assert [r.id for r in store.list_traces("a").items] == ["t3"]
+    for table in (FailureRow, RecommendationRow, OutcomeRow):
+        assert store.count_rows(table, "a") == 0
+    assert store.delete_session("a", "s") is False
+    # retention: nothing is older than a day; everything is older than "now + 2 days - 1 day"
+    assert store.purge_older_than(timedelta(days=1)) == 0
+    assert store.purge_older_than(timedelta(days=1), now=datetime.now(UTC) + timedelta(days=2)) == 1
+    assert store.count_rows(TraceRow) == 0
+
+
+def test_api_keys_hash_only_and_revoke(store: Store) -> None:
+    store.add_api_key("acme", "k1", "h" * 64, "ci")
+    assert store.find_api_key("h" * 64).tenant_id == "acme"  # type: ignore[union-attr]
+    assert [k.id for k in store.list_api_keys("acme")] == ["k1"]
+    assert store.revoke_api_key("k1") is True
+    assert store.revoke_api_key("k1") is False
+    assert store.find_api_key("h" * 64) is None
+    with pytest.raises(InputError):
+        store.ensure_tenant("bad name!")
+
+
+def test_concurrent_writes_to_one_session_are_serialised(store: Store) -> None:
+    """Read-modify-write under the session lock from 8 threads: no update is lost."""
+    n_threads, per_thread = 8, 5
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(per_thread):
+                with store.write() as db:
+                    row = store.lock_session(db, "a", "s", create_trace_id="t")
+                    assert row is not None
+                    seen = row.n_steps
+                    time.sleep(0.001)  # widen the race window
+                    row.n_steps = seen + 1
+                    row.state = {**row.state, "log": [*row.state.get("log", []), seen]}
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    row = store.get_session("a", "s")
+    assert row is not None
+    assert row.n_steps == n_threads * per_thread
+    assert row.state["log"] == list(range(n_threads * per_thread))
+
+
+def test_stream_rows_and_values(store: Store) -> None:
+    with store.write() as db:
+        row = store.lock_stream(db, "a", "latency", "", detector="cusum", params={"shift": 1.0})
+        db.add_all(
+            [
+                ObservationRow(tenant_id="a", stream="latency", task_type="", seq=i, value=float(i))
+                for i in range(5)
+            ]
+        )
+        row.n = 5
+    assert store.stream_values("a", "latency", "", last=3) == [(2, 2.0), (3, 3.0), (4, 4.0)]
+    assert store.stream_values("b", "latency", "", last=3) == []
+    assert store.get_stream("a", "latency", "").n == 5  # type: ignore[union-attr]
+
+
+def test_open_store_uses_settings(tmp_path: Any) -> None:
+    from serve.settings import Settings
+
+    s = open_store(Settings(data_dir=tmp_path / "d"))
+    assert (tmp_path / "d" / "triage.db").exists()
+    assert s.ping()
+
+
+def test_bad_url_is_a_store_error() -> None:
+    with pytest.raises(StoreError):
+        Store("nosuchdb://x")
