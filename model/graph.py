@@ -169,8 +169,16 @@ def _parse_json(text: str) -> tuple[bool, Any]:
         return False, None
     try:
         return True, json.loads(s)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting deeper than the stack allows: not a payload we read
         return False, None
+
+
+def safe_dumps(obj: Any, **kw: Any) -> str:
+    """``json.dumps`` that never raises: too deep or unserialisable gives ``""``."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, **kw)
+    except (ValueError, TypeError, RecursionError):
+        return ""
 
 
 def _envelope(payload: Any) -> tuple[str, int | None] | None:
@@ -369,7 +377,7 @@ def distinctive_tokens(text: str) -> set[str]:
 def _step_text(step: Step) -> str:
     if step.kind is StepKind.TOOL_CALL:
         if step.tool_args is not None:
-            return json.dumps(step.tool_args, ensure_ascii=False)
+            return safe_dumps(step.tool_args)
         return step.tool_args_raw or ""
     return step.content
 
@@ -540,5 +548,6 @@ __all__ = [
     "StepFailure",
     "distinctive_tokens",
     "retry_after_seconds",
+    "safe_dumps",
     "step_failure",
 ]

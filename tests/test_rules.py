@@ -561,3 +561,25 @@ def test_non_empty_or_failed_results_are_not_assumption_problems() -> None:
 )  # fmt: skip
 def test_is_empty_result(text: str, empty: bool) -> None:
     assert is_empty_result(text) is empty
+
+
+def test_deeply_nested_arguments_and_results_do_not_break_the_rules() -> None:
+    deep: object = []
+    for _ in range(600):
+        deep = [deep]
+    text = '{"r": ' + "[" * 600 + "]" * 600 + "}"
+    t = Trace(
+        steps=[Step(kind="user_input", content="go", source_index=0)]
+        + [
+            s
+            for k in range(3)
+            for s in (
+                Step(kind="tool_call", tool_name="f", tool_args={"a": deep}, call_id=f"c{k}", source_index=1 + 2 * k),
+                Step(kind="tool_result", tool_name="f", call_id=f"c{k}", content=text, source_index=2 + 2 * k),
+            )
+        ]
+    )
+    found = all_rules(t)
+    assert sorted((f.kind.value, f.step) for f in found if f.confidence >= THRESHOLD) == [
+        ("disallowed_tool", 1), ("disallowed_tool", 3), ("disallowed_tool", 5), ("incomplete", 6), ("loop", 6),
+    ]  # fmt: skip

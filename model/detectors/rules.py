@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 from model.detectors.base import register_trace_detector
 from model.errors import InputError
 from model.findings import Finding
-from model.graph import ExecutionGraph, StepFailure, distinctive_tokens, step_failure
+from model.graph import ExecutionGraph, StepFailure, distinctive_tokens, safe_dumps, step_failure
 from model.kinds import FailureKind
 from model.schema import Step, StepKind, Trace
 
@@ -453,6 +453,8 @@ class MalformedCallRule(_Rule):
             if args is None and s.tool_args_raw is not None and s.tool_args_raw.strip():
                 try:
                     args = json.loads(s.tool_args_raw)
+                except RecursionError:
+                    args = None  # nesting too deep to read here: leave the call alone
                 except ValueError as exc:
                     details |= {"reason": "invalid_json", "error": str(exc)}
                     evidence = f"arguments are not valid JSON ({exc}): {_excerpt(s.tool_args_raw, 120)}"
@@ -535,11 +537,18 @@ class DisallowedToolRule(_Rule):
 # ---------------------------------------------------------------------- loop
 
 
-def _norm_value(v: Any) -> Any:
+#: Past this nesting, loop keys compare a marker: deeper structure never decides a loop, and the
+#: recursion stays far from Python's limit whatever an importer let through.
+_NORM_DEPTH = 32
+
+
+def _norm_value(v: Any, depth: int = 0) -> Any:
+    if isinstance(v, dict | list) and depth >= _NORM_DEPTH:
+        return "<deep>"
     if isinstance(v, dict):
-        return {str(k).strip().lower(): _norm_value(x) for k, x in v.items()}
+        return {str(k).strip().lower(): _norm_value(x, depth + 1) for k, x in v.items()}
     if isinstance(v, list):
-        return [_norm_value(x) for x in v]
+        return [_norm_value(x, depth + 1) for x in v]
     if isinstance(v, str):
         return " ".join(v.split()).lower()
     if isinstance(v, float) and v.is_integer():
@@ -556,7 +565,7 @@ def normalise_args(step: Step) -> str:
     True
     """
     if step.tool_args is not None:
-        return json.dumps(_norm_value(step.tool_args), sort_keys=True, ensure_ascii=False)
+        return safe_dumps(_norm_value(step.tool_args), sort_keys=True)
     return " ".join((step.tool_args_raw or "").split()).lower()
 
 
@@ -564,8 +573,8 @@ def _norm_result(text: str) -> str:
     s = text.strip()
     if s[:1] in ("{", "[") and len(s) < 200_000:
         try:
-            return json.dumps(_norm_value(json.loads(s)), sort_keys=True, ensure_ascii=False)
-        except ValueError:
+            return safe_dumps(_norm_value(json.loads(s)), sort_keys=True)
+        except (ValueError, RecursionError):
             pass
     return " ".join(s.split()).lower()
 
@@ -759,7 +768,7 @@ def is_empty_result(text: str) -> bool:
     if s[:1] in ("{", "[") and len(s) < 200_000:
         try:
             payload = json.loads(s)
-        except ValueError:
+        except (ValueError, RecursionError):
             payload = None
         if isinstance(payload, list):
             return not payload
@@ -855,7 +864,7 @@ class AssumptionViolatedRule(_Rule):
 def _text(s: Step) -> str:
     if s.kind is StepKind.TOOL_CALL:
         if s.tool_args is not None:
-            return json.dumps(s.tool_args, ensure_ascii=False)
+            return safe_dumps(s.tool_args)
         return s.tool_args_raw or ""
     return s.content
 
