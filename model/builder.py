@@ -179,9 +179,9 @@ class TraceBuilder:
         """A user message; returns its step index."""
         return self._append(StepKind.USER_INPUT, text, speaker=speaker)
 
-    def reasoning(self, text: str) -> int:
+    def reasoning(self, text: str, *, speaker: str | None = None) -> int:
         """Model reasoning (thinking) text; returns its step index."""
-        return self._append(StepKind.LLM_REASONING, text, model=self.model)
+        return self._append(StepKind.LLM_REASONING, text, speaker=speaker, model=self.model)
 
     def say(self, text: str, *, speaker: str | None = None, latency_ms: float | None = None) -> int:
         """Intermediate assistant text (``llm_output``); returns its step index."""
@@ -236,6 +236,7 @@ class TraceBuilder:
         status: StepStatus | str = StepStatus.OK,
         error_type: str | None = None,
         latency_ms: float | None = None,
+        speaker: str | None = None,
     ) -> int:
         """A tool result for a call id (or a tool name: its latest unanswered call); returns its step.
 
@@ -261,6 +262,7 @@ class TraceBuilder:
             status=StepStatus(status),
             error_type=error_type,
             latency_ms=latency_ms,
+            speaker=speaker,
         )
 
     def tools(self, defs: Sequence[ToolDefinition | dict[str, Any]]) -> TraceBuilder:
