@@ -1,0 +1,29 @@
+"""Labelling: rule detectors as labelling functions, a label model, human review, the label stage.
+
+>>> from model.labelling import LabelModel, apply_lfs
+>>> from model.builder import make_trace
+>>> [(v.lf, v.step) for v in apply_lfs(make_trace("timeout", seed=1)) if v.lf == "timeout"]
+[('timeout', 3)]
+"""
+
+from __future__ import annotations
+
+from model.labelling.functions import Vote, apply_lfs, lf_names
+from model.labelling.human import HumanLabel, HumanLabelStore, apply_human
+from model.labelling.labelmodel import LabelModel, WeakLabel
+from model.labelling.raw import ImportRecord, import_logs, load_raw, read_manifest
+
+__all__ = [
+    "HumanLabel",
+    "HumanLabelStore",
+    "ImportRecord",
+    "LabelModel",
+    "Vote",
+    "WeakLabel",
+    "apply_human",
+    "apply_lfs",
+    "import_logs",
+    "lf_names",
+    "load_raw",
+    "read_manifest",
+]
