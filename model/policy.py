@@ -345,9 +345,9 @@ class RepairEngine:
             fs["rung"] += 1
         rung_idx = min(fs["rung"], len(ladder) - 1)
         strategy = ladder[rung_idx].strategy
-        reason = (
-            None if strategy == Strategy.HUMAN_HANDOFF else self._spent(state, fs, strategy, now, new_rung)
-        )
+        reason = self._spent(state, fs, strategy, now, new_rung)
+        if reason is None and strategy == Strategy.HUMAN_HANDOFF:
+            reason = "end of the ladder" if rung_idx > 0 else f"{failure.kind.value} goes to a human at once"
         task = state["tasks"][fs["task"]]
         if reason is not None:
             rec = self.policy.recommend(trace, failure, options=options, rung=len(ladder) - 1)

@@ -82,6 +82,7 @@ def test_timeout_ladder_attempts_then_rungs_then_handoff() -> None:
         (Strategy.HUMAN_HANDOFF, 3, 1),
     ]
     assert len(ids) == 6
+    assert d.recommendation.params["reason"] == "per-failure budget spent: 3 rungs"
     assert d.recommendation.budgets["failure_rungs_left"] == 0
     assert d.recommendation.budgets["task_recommendations_left"] == 0
     # handed off stays handed off: a further failed outcome climbs nowhere
@@ -211,6 +212,7 @@ def test_blocking_kinds_hand_off_at_once_and_language() -> None:
     d = engine.recommend({}, _trace(), [_failure("unsafe_output", 5)], session_key="s", now=0)
     assert d.recommendation.strategy == Strategy.HUMAN_HANDOFF
     assert d.recommendation.params["block"] is True
+    assert d.recommendation.params["reason"] == "unsafe_output goes to a human at once"
     zh = engine.recommend(
         {}, _trace("请帮我查一下北京明天的天气情况"), [_failure("refusal", 5)], session_key="s", now=0
     )

@@ -1,0 +1,288 @@
+"""End to end against real uvicorn servers on 127.0.0.1: the real-time session flow, outcomes
+climbing the ladder, budgets ending in human_handoff, tenant isolation, auth, and no acknowledged
+trace lost when the server is SIGKILLed mid-load (SQLite WAL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from serve.auth import create_key
+from serve.client import TriageAPIError, TriageClient
+from serve.store import Store
+from tests.conftest import LiveServer
+
+pytestmark = pytest.mark.slow
+
+
+def _keys(data_dir: Path, *tenants: str) -> dict[str, str]:
+    store = Store(f"sqlite:///{data_dir / 'triage.db'}")
+    store.upgrade()
+    keys = {t: create_key(store, t)[0] for t in tenants}
+    store.dispose()
+    return keys
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    """Two uvicorn workers sharing one SQLite store: any worker may take any step."""
+    data = tmp_path_factory.mktemp("e2e")
+    keys = _keys(data, "acme", "globex")
+    srv = LiveServer(
+        env={"TRIAGE_DATA_DIR": str(data), "TRIAGE_AUTH": "on", "TRIAGE_AUTH_CACHE_S": "0"},
+        args=["--workers", "2"],
+    ).wait_ready()
+    yield srv, keys
+    srv.stop()
+
+
+def _call(i: int, tool: str = "search", args: str = '{"q": "paris weather"}') -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": tool, "arguments": args}}],
+    }
+
+
+def _result(i: int, content: str = "no results") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": f"c{i}", "content": content}
+
+
+def test_auth_is_required_on_v1(server: tuple[LiveServer, dict[str, str]]) -> None:
+    srv, _ = server
+    assert httpx.get(f"{srv.url}/healthz").status_code == 200
+    r = httpx.get(f"{srv.url}/v1/traces")
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    r = httpx.get(f"{srv.url}/v1/traces", headers={"Authorization": "Bearer trg_nope_nope"})
+    assert r.status_code == 401 and r.json()["detail"][0]["msg"] == "unknown or revoked API key"
+
+
+def test_session_loop_caught_on_third_repeat_then_outcomes_climb_to_handoff(
+    server: tuple[LiveServer, dict[str, str]],
+) -> None:
+    srv, keys = server
+    with TriageClient(srv.url, api_key=keys["acme"]) as c:
+        r = c.append_steps(
+            "conv-loop", messages=[{"role": "user", "content": "Weather in Paris? I'm bob@example.com"}]
+        )
+        assert r.appended == [0] and r.recommendation.strategy == "continue"
+        loop_at = None
+        for i in range(3):
+            r = c.append_steps("conv-loop", messages=[_call(i)])
+            assert r.appended == [1 + 2 * i] and r.healthy, r.failures
+            r = c.append_steps("conv-loop", messages=[_result(i)])
+            assert r.appended == [2 + 2 * i]
+            if i < 2:
+                assert r.healthy and r.recommendation.strategy == "continue"
+            else:
+                loop_at = r
+        assert loop_at is not None and loop_at.primary is not None
+        # caught on the result of the third repeat (step 6, message 6), not after the run
+        assert (loop_at.primary.kind, loop_at.primary.step, loop_at.primary.source_index) == ("loop", 6, 6)
+        first = loop_at.recommendation
+        assert first.strategy == "rollback" and first.params["to_step"] == 0
+        assert first.next == ["replan_global", "human_handoff"]
+        # the failure stays open: the next diagnosis repeats the same recommendation
+        again = c.append_steps("conv-loop", messages=[{"role": "assistant", "content": "Let me think."}])
+        assert again.appended == [7] and again.recommendation.id == first.id
+        # a failed outcome moves it one rung up
+        out = c.report_outcome(first.id, success=False, duration_s=1.5)
+        assert out.escalated and out.next is not None and out.next.strategy == "replan_global"
+        assert out.model_version and out.detector_versions
+        state = c.get_session("conv-loop")
+        assert [(f.key, f.status, f.rung) for f in state.failures] == [("loop@6", "open", 1)]
+        assert state.steps == 8 and state.next_source_index == 8
+        r = c.append_steps("conv-loop", messages=[{"role": "assistant", "content": "Replanning."}])
+        assert r.recommendation.id == out.next.id
+        # reporting the same failed outcome again does not escalate twice
+        dup = c.report_outcome(first.id, success=False)
+        assert not dup.escalated and dup.next is None
+        last = c.report_outcome(out.next.id, success=False)
+        assert last.next is not None and last.next.strategy == "human_handoff"
+        end = c.report_outcome(last.next.id, success=False)  # never a loop past human_handoff
+        assert not end.escalated
+        # the stored trace is redacted; the history holds the recommendations and outcomes
+        detail = c.get_trace(state.trace_id)
+        assert "[REDACTED:email]" in detail.trace["steps"][0]["content"]
+        assert [o.success for o in detail.outcomes] == [False, False, False, False]
+        assert [x.strategy for x in detail.recommendations] == ["rollback", "replan_global", "human_handoff"]
+
+
+def test_budget_spent_ends_in_human_handoff(server: tuple[LiveServer, dict[str, str]]) -> None:
+    srv, keys = server
+    opts = {"fallback_models": ["gpt-small"]}
+    with TriageClient(srv.url, api_key=keys["acme"]) as c:
+        c.append_steps("conv-timeout", messages=[{"role": "user", "content": "Book it."}], options=opts)
+        c.append_steps("conv-timeout", messages=[_call(0, "book", '{"id": 7}')], options=opts)
+        r = c.append_steps(
+            "conv-timeout",
+            steps=[
+                {
+                    "kind": "tool_result",
+                    "tool_name": "book",
+                    "call_id": "c0",
+                    "content": "timed out",
+                    "status": "timeout",
+                }
+            ],
+            options=opts,
+        )
+        assert r.primary is not None and (r.primary.kind, r.primary.step) == ("timeout", 2)
+        rec = r.recommendation
+        seen = [(rec.strategy.value, rec.params.get("attempt"))]
+        for _ in range(6):
+            out = c.report_outcome(rec.id, success=False)
+            if out.next is None:
+                break
+            rec = out.next
+            seen.append((rec.strategy.value, rec.params.get("attempt")))
+        assert seen == [
+            ("retry", 1),
+            ("retry", 2),
+            ("retry", 3),
+            ("adjust_parameters", None),
+            ("fallback_model", None),
+            ("human_handoff", None),
+        ]
+        assert rec.params["reason"] == "per-failure budget spent: 3 rungs"
+        assert rec.budgets["task_recommendations_left"] == 0
+        assert c.report_outcome(rec.id, success=False).next is None  # handed off: nothing further
+
+
+def test_tenants_cannot_read_each_other(server: tuple[LiveServer, dict[str, str]]) -> None:
+    srv, keys = server
+    trace = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    with TriageClient(srv.url, api_key=keys["acme"]) as a, TriageClient(srv.url, api_key=keys["globex"]) as b:
+        mine = a.diagnose(trace)
+        a.append_steps("shared-name", messages=[{"role": "user", "content": "acme's"}])
+        assert a.get_trace(mine.trace_id).id == mine.trace_id
+        for call in (lambda: b.get_trace(mine.trace_id), lambda: b.get_session("shared-name")):
+            with pytest.raises(TriageAPIError) as exc:
+                call()
+            assert exc.value.status_code == 404
+        assert mine.trace_id not in [t.id for t in b.list_traces(limit=500).items]
+        # the same session name in another tenant is another session
+        theirs = b.append_steps("shared-name", messages=[{"role": "user", "content": "globex's"}])
+        assert theirs.appended == [0]
+        r = httpx.get(
+            f"{srv.url}/v1/traces/{mine.trace_id}/graph",
+            headers={"Authorization": f"Bearer {keys['globex']}"},
+        )
+        assert r.status_code == 404
+
+
+def test_concurrent_appends_to_one_session_lose_nothing(server: tuple[LiveServer, dict[str, str]]) -> None:
+    srv, keys = server
+    with TriageClient(srv.url, api_key=keys["acme"]) as c:
+
+        def append(i: int) -> list[int]:
+            return c.append_steps(
+                "conv-race", messages=[{"role": "user", "content": f"message {i}"}]
+            ).appended
+
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            got = list(pool.map(append, range(24)))
+        assert sorted(i for a in got for i in a) == list(range(24))
+        state = c.get_session("conv-race")
+        assert state.steps == 24 and state.next_source_index == 24
+        detail = c.get_trace(state.trace_id)
+        assert sorted(s["content"] for s in detail.trace["steps"]) == sorted(
+            f"message {i}" for i in range(24)
+        )
+        assert [s["source_index"] for s in detail.trace["steps"]] == list(range(24))
+
+
+def test_bad_input_unknown_ids_and_metrics(server: tuple[LiveServer, dict[str, str]]) -> None:
+    srv, keys = server
+    h = {"Authorization": f"Bearer {keys['acme']}"}
+    r = httpx.post(f"{srv.url}/v1/sessions/s/steps", json={"options": {}}, headers=h)
+    assert r.status_code == 422 and "exactly one of `messages` or `steps`" in r.text
+    r = httpx.post(
+        f"{srv.url}/v1/sessions/s/steps", json={"messages": [{"role": "robot", "content": "x"}]}, headers=h
+    )
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][:3] == ["body", "messages", 0]
+    r = httpx.post(
+        f"{srv.url}/v1/sessions/s/steps",
+        content=b'{"messages": [',
+        headers={**h, "Content-Type": "application/json"},
+    )
+    assert r.status_code == 422
+    assert httpx.get(f"{srv.url}/v1/sessions/never-seen", headers=h).status_code == 404
+    r = httpx.post(f"{srv.url}/v1/outcomes", json={"recommendation_id": "nope", "success": True}, headers=h)
+    assert r.status_code == 404
+    big = {"messages": [{"role": "user", "content": "x" * (6 * 1024 * 1024)}]}
+    assert httpx.post(f"{srv.url}/v1/sessions/s/steps", json=big, headers=h).status_code == 413
+    text = httpx.get(f"{srv.url}/metrics").text
+    assert 'triage_failures_total{kind="loop"}' in text
+    assert 'triage_outcomes_total{result="failure",strategy="rollback"}' in text
+    assert "triage_request_duration_seconds_bucket" in text
+
+
+def test_sigkill_mid_load_loses_no_acknowledged_trace(tmp_path: Path) -> None:
+    keys = _keys(tmp_path, "acme")
+    env = {"TRIAGE_DATA_DIR": str(tmp_path), "TRIAGE_AUTH": "on", "TRIAGE_CLASSIFIER": "false"}
+    srv = LiveServer(env=env).wait_ready()
+    acked: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def load(worker: int) -> None:
+        with httpx.Client(
+            base_url=srv.url, headers={"Authorization": f"Bearer {keys['acme']}"}, timeout=5
+        ) as h:
+            n = 0
+            while not stop.is_set():
+                tid = f"w{worker}-{n}"
+                n += 1
+                body = {
+                    "trace": {
+                        "id": tid,
+                        "steps": [
+                            {"kind": "user_input", "content": "hi"},
+                            {"kind": "final_output", "content": "ok"},
+                        ],
+                    }
+                }
+                try:
+                    r = h.post("/v1/diagnose", json=body)
+                except httpx.HTTPError:
+                    return  # the server is gone
+                if r.status_code == 200:
+                    with lock:
+                        acked.append(r.json()["trace_id"])
+
+    threads = [threading.Thread(target=load, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 20
+    while len(acked) < 150 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(srv.proc.pid, signal.SIGKILL)  # mid-load: requests are in flight
+    srv.proc.wait()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert len(acked) >= 150
+    restarted = LiveServer(env=env).wait_ready()
+    try:
+        with TriageClient(restarted.url, api_key=keys["acme"]) as c:
+            stored: set[str] = set()
+            cursor = None
+            while True:
+                page = c.list_traces(limit=500, cursor=cursor)
+                stored |= {t.id for t in page.items}
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        assert set(acked) <= stored
+    finally:
+        restarted.stop()
