@@ -8,7 +8,9 @@ PIP    := $(PY) -m pip
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test install install-serve lint typecheck pytest schema clean-venv
+PG_DIR ?= /tmp/agent-triage-pg
+
+.PHONY: run test install install-serve lint typecheck pytest schema clean-venv pg-start pg-stop
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +29,9 @@ $(VENV)/.all-installed: pyproject.toml constraints.txt | $(PY)
 install-serve: $(VENV)/.serve-installed
 install: $(VENV)/.all-installed
 
+# First run: creates the SQLite store and a local API key in .triage/ (git-ignored) and prints both.
 run: install-serve
+	$(VENV)/bin/triage keys local
 	$(VENV)/bin/triage serve --host $(HOST) --port $(PORT)
 
 lint: install
@@ -36,8 +40,23 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy model serve
 
+# The store tests run on SQLite and on a throwaway PostgreSQL cluster started here (.ci/pg-cluster:
+# Debian's PostgreSQL, as the postgres user, 127.0.0.1, a free port, data under /tmp). Without
+# PostgreSQL those cases skip; with CI=true they fail. An existing TRIAGE_TEST_POSTGRES_URL is used as is.
 pytest: install
-	$(VENV)/bin/pytest
+	@if [ -n "$$TRIAGE_TEST_POSTGRES_URL" ]; then exec $(VENV)/bin/pytest $(PYTEST_ARGS); fi; \
+	pgdir=$$(mktemp -d /tmp/agent-triage-pg.XXXXXX); \
+	url=$$(.ci/pg-cluster start $$pgdir) || { .ci/pg-cluster stop $$pgdir; exit 1; }; \
+	[ -n "$$url" ] && echo "store tests also run on PostgreSQL: $$url"; \
+	status=0; TRIAGE_TEST_POSTGRES_URL="$$url" $(VENV)/bin/pytest $(PYTEST_ARGS) || status=$$?; \
+	.ci/pg-cluster stop $$pgdir; exit $$status
+
+# A PostgreSQL for trying the service on it: TRIAGE_DATABASE_URL=<printed URL> make run
+pg-start:
+	@.ci/pg-cluster start $(PG_DIR)
+
+pg-stop:
+	@.ci/pg-cluster stop $(PG_DIR)
 
 test: lint typecheck pytest
 
