@@ -234,6 +234,11 @@ def test_timeout_recovered_by_a_later_success() -> None:
         "我不能提供该信息。",
         "很抱歉，我无法完成这个请求",
         "作为一个AI，我不能访问互联网。",
+        "I won't be able to help with that one.",
+        "As an AI assistant, I'm unable to perform this action.",
+        "Sorry, I'm not able to do this for you.",
+        "很抱歉，这超出了我能提供帮助的范围。",
+        "抱歉，这个请求我没法处理。还有其他可以帮你的吗？",
     ],
 )
 def test_refusal_english_and_chinese(text: str) -> None:
@@ -271,6 +276,14 @@ def test_refusal_followed_by_an_answer_is_a_signal() -> None:
     assert f.confidence == 0.4 and f.details["answer_follows"] is True
 
 
+def test_refusal_explained_by_a_failure_is_a_signal() -> None:
+    b = TraceBuilder(seed=0)
+    b.user("q")
+    b.final("I can't provide the forecast because the weather service is down.")
+    (f,) = RefusalRule().inspect(b.build())
+    assert f.confidence == 0.4 and f.details["failure_given"] is True
+
+
 def test_refusal_only_in_assistant_text() -> None:
     b = TraceBuilder(seed=0)
     b.user("Say 'I can't help with that' if you refuse.")
@@ -306,7 +319,7 @@ def test_malformed_call_invalid_json_and_schema() -> None:
         (4, 4, 0.9, "schema"),
         (5, 5, 0.9, "schema"),
         (6, 6, 0.9, "schema"),
-        (7, 7, 0.8, "unknown_tool"),
+        (7, 7, 0.4, "unknown_tool"),
     ]
     assert found[2].details["problems"] == ["missing required property 'city'"]
     assert found[3].details["problems"] == ["city: expected string, got int"]
@@ -475,10 +488,24 @@ def test_ignored_error() -> None:
         {"final": "天气服务失败了，无法获取。"},
         {"final": "It is 3 °C in Oslo.", "retry": True},
         {"final": "It is 3 °C in Oslo.", "say": "The weather tool returned an error; estimating."},
+        {"final": "I had trouble reaching the weather service; no data for Oslo."},
     ],
 )
 def test_acknowledged_or_recovered_errors_are_not_ignored(kwargs: dict[str, object]) -> None:
     assert IgnoredErrorRule().inspect(_failure_then(**kwargs)) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "final",
+    [
+        "All set - it is 3 °C in Oslo. Sorry about the cold!",
+        "Unfortunately it is only 3 °C in Oslo today.",
+        "There is an issue for travellers: it is 3 °C in Oslo.",
+    ],
+)
+def test_apologies_about_something_else_do_not_acknowledge_the_error(final: str) -> None:
+    (f,) = IgnoredErrorRule().inspect(_failure_then(final))
+    assert (f.step, f.confidence) == (3, 0.8)
 
 
 def test_error_worked_around_with_another_tool_is_only_a_signal() -> None:
@@ -542,7 +569,29 @@ def test_assumption_violated_on_a_call_with_made_up_values() -> None:
     ],
 )
 def test_assumption_respected(then: tuple[tuple[str, object], ...]) -> None:
-    assert AssumptionViolatedRule().inspect(_empty_then("[]", *then)) == []
+    found = AssumptionViolatedRule().inspect(_empty_then("[]", *then))
+    assert [f for f in found if f.confidence >= THRESHOLD] == []
+
+
+def test_assumption_watch_continues_past_neutral_calls() -> None:
+    # a call with nothing made up keeps the watch; a later call with an invented id is the finding
+    t = _empty_then(
+        '{"flights": [], "page": 1, "total_pages": 0}',
+        ("say", "One more thing first."),  # 3
+        ("call", ("get_time", {"tz": "UTC"})),  # 4, result 5
+        ("call", ("book", {"flight_id": "NH5601"})),  # 6, result 7
+        ("final", "Booked."),
+    )
+    (f,) = AssumptionViolatedRule().inspect(t)
+    assert (f.step, f.confidence, f.details["empty_result_step"]) == (6, 0.7, 2)
+    # an answer after other data came in may rest on that data: a signal
+    t = _empty_then('{"order": null, "message": "no order 55123"}', ("call", ("get_time", {})), ("final", "Ok."))
+    (f,) = AssumptionViolatedRule().inspect(t)
+    assert (f.step, f.confidence) == (5, 0.45)
+    # a URL that appears nowhere before is made up too
+    t = _empty_then("No results found.", ("call", ("fetch_page", {"url": "https://example.org/orders/x"})))
+    (f,) = AssumptionViolatedRule().inspect(t)
+    assert (f.step, f.confidence) == (3, 0.7)
 
 
 def test_non_empty_or_failed_results_are_not_assumption_problems() -> None:
@@ -557,6 +606,9 @@ def test_non_empty_or_failed_results_are_not_assumption_problems() -> None:
         ('{"count": 0}', True), ("No results found.", True), ("0 results", True), ("未找到", True),
         ("no matches", True), ('{"items": [1]}', False), ("Found 3 results", False),
         ('{"name": "x"}', False), ("No results found for 'x', but similar: y, z, w.", False),
+        ('{"flights": [], "page": 1, "total_pages": 0}', True), ('{"order": null, "message": "no order #9"}', True),
+        ('{"name": "x", "age": null}', False), ('{"status": "sent", "id": "m-1"}', False),
+        ('{"results": [{"a": 1}], "next": null}', False), ('{"rows": [], "row_count": 0}', True),
     ],
 )  # fmt: skip
 def test_is_empty_result(text: str, empty: bool) -> None:

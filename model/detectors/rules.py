@@ -309,24 +309,41 @@ class ProviderErrorRule(_FailedStepRule):
 
 # ---------------------------------------------------------------------- refusal
 
+_APOS = "['’]"
+_NEG_I = (  # what follows "I " in a refusal
+    rf"(?:can(?:no|{_APOS})t|cannot|won{_APOS}t(?: be able to)?|will not(?: be able to)?|must decline to|"
+    rf"do not feel comfortable|don{_APOS}t feel comfortable)"
+)
+_NEG_AM = r"(?:not able|unable|not allowed|not permitted|not going) to"  # what follows "I'm " / "I am "
+_REFUSE_VERB = (
+    r"(?:help|assist|comply|provide|fulfil+|do (?:that|this|it)|answer|support|continue|engage|"
+    r"complete (?:this|that|your|the)|perform (?:this|that|the|such)|process (?:this|that|your)|"
+    r"share (?:this|that)|go ahead)"
+)
+_I_NEG = rf"\bI(?:\s+{_NEG_I}|{_APOS}m\s+{_NEG_AM}|\s+am\s+{_NEG_AM})"
 _REFUSAL_STRONG = re.compile(
-    r"\bI(?:'m| am)? (?:sorry,? (?:but )?)?(?:can(?:no|')t|cannot|won't|will not|am not able to|"
-    r"'m not able to|must decline to) (?:help|assist|comply|provide|fulfil+|do that|answer|"
-    r"support|continue|engage|complete (?:this|that|your))"
-    r"|\bI(?:'m| am) unable to (?:help|assist|comply|provide|fulfil+|do that|answer|complete "
-    r"(?:this|that|your)|support|engage|continue with)"
+    rf"{_I_NEG}\s+{_REFUSE_VERB}"
     r"|\bI must (?:respectfully )?decline\b"
-    r"|\bI(?:'m| am) not (?:able|allowed|permitted) to (?:help|assist|provide|share|answer)"
-    r"|\bas an AI(?: language model)?,? I (?:can(?:no|')t|cannot|am not able|'m not able|don't|do not)"
-    r"|\bcan(?:no|')t comply\b"
+    rf"|\bas an AI(?:[ -]\w+){{0,2}},?\s+I(?:\s+{_NEG_I}|{_APOS}m\s+{_NEG_AM}|\s+am\s+{_NEG_AM}|"
+    rf"\s+(?:don{_APOS}t|do not))"
+    rf"|\bcan(?:no|{_APOS})t comply\b"
     r"|\bagainst my (?:guidelines|policies|programming)\b",
     re.IGNORECASE,
 )
 _REFUSAL_ZH = re.compile(
-    r"我无法(?:提供|帮助|协助|回答|完成|满足|处理|执行|为您|给你|给您|参与)"
-    r"|(?:抱歉|对不起|很抱歉)[，,。！!\s]*我(?:不能|无法|不可以)"
-    r"|我不能(?:提供|帮助|协助|回答|完成|满足|参与)"
+    r"我无法(?:提供|帮助|帮你|帮您|协助|回答|完成|满足|处理|执行|为您|给你|给您|参与)"
+    r"|(?:抱歉|对不起|很抱歉)[，,。！!\s]*我(?:不能|无法|不可以|没法|没办法)"
+    r"|我不能(?:提供|帮助|帮你|帮您|协助|回答|完成|满足|参与)"
+    r"|我没(?:法|办法)(?:处理|帮|提供|完成|回答|协助)"
+    r"|超出了?我[^。，,！!]{0,8}范围"
     r"|作为(?:一个)?(?:AI|人工智能)(?:语言模型|助手)?[，,]?\s*我(?:不能|无法)"
+)
+#: "I can't provide X because the tool failed" reports a failure; it does not decline the task.
+_FAILURE_REASON = re.compile(
+    r"\b(?:because|since|due to|as)\b[^.!?]{0,80}?\b(?:fail\w*|errors?|timed out|time-?out|unavailable|"
+    r"down|rate[- ]limit\w*|not (?:available|found|respond\w*))\b"
+    r"|(?:由于|因为)[^。！？]{0,30}(?:失败|错误|出错|超时|不可用)",
+    re.IGNORECASE,
 )
 _ANSWER_FOLLOWS = re.compile(
     r"\b(?:the (?:correct )?answer is|the result is|here(?:'s| is| are)\b|instead,? (?:here|I)|"
@@ -343,7 +360,7 @@ class RefusalRule(_Rule):
     Phrases are anchored on declining to *help / assist / provide / comply / answer*, so "I'm
     unable to access the file" (a failure report) and "Sorry, I misread — the answer is 396" (a
     self-correction) are not refusals; a refusal phrase followed by an answer ("…, but here is …")
-    is dropped to a 0.4 signal.
+    or explained by a failure ("… because the service is down") is dropped to a 0.4 signal.
     """
 
     name: ClassVar[str] = "refusal"
@@ -362,8 +379,9 @@ class RefusalRule(_Rule):
                 continue
             rest = s.content[m.end() :]
             answered = _ANSWER_FOLLOWS.search(rest) is not None
-            conf = 0.4 if answered else 0.9
-            details = {"pattern": m.group(0), "answer_follows": answered}
+            reason = _FAILURE_REASON.search(s.content[: self._SCAN]) is not None
+            conf = 0.4 if answered or reason else 0.9
+            details = {"pattern": m.group(0), "answer_follows": answered, "failure_given": reason}
             out.append(_finding(self, trace, i, FailureKind.REFUSAL, conf, _excerpt(s.content), details))
         return out
 
@@ -437,7 +455,7 @@ def schema_problems(value: Any, schema: dict[str, Any], path: str = "", depth: i
 class MalformedCallRule(_Rule):
     """A tool call whose arguments are not valid JSON (0.95), not a JSON object (0.9), break the
     tool's JSON Schema when the trace carries tool definitions (0.9), or name a tool the trace's
-    definitions don't have (0.8). The finding is on the call step."""
+    definitions don't have (0.4, a signal). The finding is on the call step."""
 
     name: ClassVar[str] = "malformed_call"
     kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.MALFORMED_CALL,)
@@ -472,7 +490,9 @@ class MalformedCallRule(_Rule):
                 details["reason"] = "unknown_tool"
                 details["known_tools"] = sorted(tools)
                 evidence = f"tool {s.tool_name!r} is not among the tools the agent was given"
-                out.append(_finding(self, trace, i, FailureKind.MALFORMED_CALL, 0.8, evidence, details))
+                # a signal only: the definitions may be partial, and a real miss shows up as the
+                # call's failed result (tool_error) or, with an allow-list, as disallowed_tool
+                out.append(_finding(self, trace, i, FailureKind.MALFORMED_CALL, 0.4, evidence, details))
                 continue
             if tool.parameters:
                 problems = schema_problems(args if args is not None else {}, tool.parameters)
@@ -662,12 +682,15 @@ class LoopRule(_Rule):
 
 # ---------------------------------------------------------------------- ignored error
 
+#: Words that own up to a failure. Not bare "sorry" / "unfortunately" / "issue": "Sorry about the
+#: broken machine!" or "Unfortunately the order is past the window" apologise for something else.
 _ACK = re.compile(
     r"\b(?:fail(?:ed|ure|ures|s|ing)?|errors?|erroneous|unable|could(?:n['’]t| not)|can(?:no|['’])t|"
-    r"unavailable|not available|did(?:n['’]t| not) (?:work|succeed|return)|timed out|time-?out|"
-    r"rate[- ]limit(?:ed)?|unfortunately|issue|problem|sorry|apolog\w*|retry|try again|"
-    r"went wrong|no data|down\b)"
-    r"|无法|失败|错误|出错|超时|不可用|抱歉|未能|没能",
+    r"unavailable|not available|did(?:n['’]t| not) (?:work|succeed|return|respond)|timed out|time-?out|"
+    r"rate[- ]limit(?:ed)?|retry(?:ing)?|try(?:ing)? again|went wrong|no data|(?:is|was|went) down|"
+    r"(?:problem|issue|trouble) (?:with|reaching|contacting|accessing|connecting)|"
+    r"not (?:able to )?(?:reach|connect|verify|confirm|retrieve|load|access))\b"
+    r"|无法|失败|错误|出错|超时|不可用|未能|没能|异常",
     re.IGNORECASE,
 )
 _TOOL_FAILURES = frozenset({FailureKind.TOOL_ERROR, FailureKind.TIMEOUT, FailureKind.RATE_LIMITED})
@@ -741,9 +764,15 @@ _EMPTY_TEXT = re.compile(
     r"|^\W*(?:未找到|没有找到|找不到|无结果|没有结果|查询结果为空)",
     re.IGNORECASE,
 )
-_EMPTY_KEYS = (
-    "results", "items", "data", "hits", "matches", "documents", "records", "rows", "entries",
-    "value", "content", "output", "list",
+_COUNT_KEYS = (
+    "count", "total", "total_results", "totalResults", "num_results", "row_count", "rowCount", "total_pages",
+    "totalPages", "hits_total", "total_count", "totalCount",
+)  # fmt: skip
+_MESSAGE_KEYS = ("message", "detail", "msg", "info", "note", "status", "reason")
+_EMPTY_MESSAGE = re.compile(
+    r"^\W*no\b|\bnot found\b|\bno (?:\w+ ){0,3}(?:available|found|exists?|matching)\b|\bnothing\b|"
+    r"未找到|没有|不存在|找不到|无结果",
+    re.IGNORECASE,
 )
 _EMPTY_ACK = re.compile(
     r"\bno (?:results?|matches|records|data|information|info|items)\b|\bnot (?:find|found|locate)\b|"
@@ -752,12 +781,21 @@ _EMPTY_ACK = re.compile(
     r"未找到|没有找到|找不到|没有|无结果|无法",
     re.IGNORECASE,
 )
-_RESEARCH_TOOL = re.compile(r"search|find|lookup|look_up|query|list|browse|retrieve|fetch", re.IGNORECASE)
+_RESEARCH_TOOL = re.compile(r"search|find|lookup|look_up|query|list|browse|retrieve", re.IGNORECASE)
+_URL = re.compile(r"https?://[^\s\"'<>)\]]+", re.IGNORECASE)
+
+
+def _values(text: str) -> set[str]:
+    """Distinctive tokens and URLs of ``text``: the values an agent could only have from somewhere."""
+    out = distinctive_tokens(text)
+    for m in _URL.finditer(text[:20_000]):
+        out.add(m.group(0).rstrip(".,;:").lower())
+    return out
 
 
 def is_empty_result(text: str) -> bool:
-    """Whether a tool result is empty: blank, ``[]``, ``{}``, ``null``, a payload whose result list is
-    empty or whose count is 0, or text such as "no results", "0 results", "未找到".
+    """Whether a tool result is empty: blank, ``[]``, ``{}``, ``null``, a JSON object whose lists are
+    all empty or whose count is 0 (or a null beside "no …"), or text such as "no results", "未找到".
 
     >>> [is_empty_result(x) for x in ['{"results": []}', '[]', 'No results found.', '未找到相关内容', '[1]']]
     [True, True, True, True, False]
@@ -773,30 +811,51 @@ def is_empty_result(text: str) -> bool:
         if isinstance(payload, list):
             return not payload
         if isinstance(payload, dict):
-            for key in ("count", "total", "total_results", "totalResults", "num_results"):
-                if payload.get(key) == 0:
-                    return True
-            present = [payload[k] for k in _EMPTY_KEYS if k in payload]
-            return bool(present) and all(v in ([], {}, None, "") for v in present)
+            return _empty_payload(payload)
         return False
     return len(s) <= 200 and _EMPTY_TEXT.search(s) is not None
+
+
+def _empty_payload(payload: dict[str, Any]) -> bool:
+    """A JSON object that carries no data: a count of 0, only empty lists / objects, or a null
+    value beside a message saying there is none (``{"order": null, "message": "no order #9"}``)."""
+    if not payload:
+        return True
+    if any(payload.get(k) == 0 for k in _COUNT_KEYS):
+        return True
+    containers = [v for v in payload.values() if isinstance(v, list | dict)]
+    if any(containers):  # some data came back
+        return False
+    if containers:  # there were lists / objects, all empty
+        return True
+    has_null = any(v is None for v in payload.values())
+    said_none = any(
+        isinstance(payload.get(k), str) and _EMPTY_MESSAGE.search(payload[k]) for k in _MESSAGE_KEYS
+    )
+    return has_null and said_none
 
 
 @register_trace_detector
 class AssumptionViolatedRule(_Rule):
     """An empty tool result that the next steps go on to depend on.
 
-    After an empty result the rule watches the agent's next action:
+    After an empty result the rule follows the agent until the question is settled:
 
-    * a call to the same tool, or to a search-like tool (search, find, lookup, query, list …),
-      is a re-search: fine;
+    * a call to the same tool, or to a search-like tool (search, find, lookup, query, list,
+      browse, retrieve), is a re-search: fine;
     * an assistant message that acknowledges the emptiness ("no results", "couldn't find",
       "未找到" …): fine;
-    * a final answer that does not (0.75), or a call to another tool whose arguments carry a
-      distinctive value (id, figure) seen nowhere earlier in the trace — made up where the empty
-      result should have supplied it (0.7): **finding on that dependent step**, because that is
-      where the agent acted on a premise that failed (the empty result by itself is legitimate);
-      ``details["empty_result_step"]`` points back at the empty result.
+    * a call to another tool whose arguments carry a value seen nowhere earlier in the trace — a
+      distinctive token (id, figure) or a URL — made up where the empty result should have
+      supplied it: **finding on that call** (0.7);
+    * a final answer that does not acknowledge it: **finding on the answer** (0.75; 0.45 when a
+      successful non-empty result of another tool came in between, which the answer may rest on);
+    * other calls (no made-up values) and intermediate messages: keep watching; a user message
+      ends the watch.
+
+    The finding sits on the dependent step, because that is where the agent acted on a premise
+    that failed (the empty result by itself is legitimate); ``details["empty_result_step"]``
+    points back at the empty result.
     """
 
     name: ClassVar[str] = "assumption_violated"
@@ -805,43 +864,49 @@ class AssumptionViolatedRule(_Rule):
     def inspect(self, trace: Trace) -> list[Finding]:
         steps = trace.steps
         out: list[Finding] = []
-        seen: set[str] = set()  # distinctive tokens of steps[:scanned], filled only when needed
+        seen: set[str] = set()  # values of steps[:scanned], filled only when needed
         scanned = 0
-        pending: int | None = None  # the empty result waiting for the agent's next action
+        pending: int | None = None  # the empty result being watched
+        other_data = False  # a successful, non-empty result came in while watching
+        last = len(steps) - 1
         for i, s in enumerate(steps):
-            if pending is not None:
-                if s.kind is StepKind.TOOL_CALL and scanned < i:
-                    for prev in steps[scanned:i]:
-                        seen |= distinctive_tokens(_text(prev))
-                    scanned = i
-                verdict = self._judge(steps, pending, s, seen, i == len(steps) - 1)
-                if verdict is not None:
-                    if verdict > 0:
-                        out.append(self._make(trace, pending, i, verdict))
-                    pending = None
+            if s.kind is StepKind.USER_INPUT:
+                pending = None
+                continue
             if s.kind is StepKind.TOOL_RESULT:
                 if is_empty_result(s.content) and step_failure(s) is None:
-                    pending = i
-            elif s.kind is StepKind.USER_INPUT:
+                    pending, other_data = i, False
+                elif pending is not None and step_failure(s) is None:
+                    other_data = True
+                continue
+            if pending is None:
+                continue
+            if s.kind is StepKind.TOOL_CALL and scanned < i:
+                for prev in steps[scanned:i]:
+                    seen |= _values(_text(prev))
+                scanned = i
+            verdict = self._judge(steps[pending], s, seen, i == last, other_data)
+            if verdict is not None:
+                if verdict > 0:
+                    out.append(self._make(trace, pending, i, verdict))
                 pending = None
         return out
 
     @staticmethod
-    def _judge(
-        steps: list[Step], empty: int, s: Step, seen: set[str], last: bool
-    ) -> float | None:
-        """``None``: keep waiting; ``0``: resolved, no finding; ``> 0``: a finding's confidence."""
-        tool = steps[empty].tool_name or ""
+    def _judge(empty: Step, s: Step, seen: set[str], last: bool, other_data: bool) -> float | None:
+        """``None``: keep watching; ``0``: settled, no finding; ``> 0``: a finding's confidence."""
         if s.kind is StepKind.TOOL_CALL:
-            if (s.tool_name or "") == tool or _RESEARCH_TOOL.search(s.tool_name or ""):
+            name = s.tool_name or ""
+            if name == (empty.tool_name or "") or _RESEARCH_TOOL.search(name):
                 return 0.0
-            made_up = distinctive_tokens(_text(s)) - seen
-            return 0.7 if made_up else 0.0
+            return 0.7 if _values(_text(s)) - seen else None
         if s.kind in _ANSWER_KINDS:
             if _EMPTY_ACK.search(s.content):
                 return 0.0
             if s.kind is StepKind.FINAL_OUTPUT or last:
-                return 0.75 if s.content.strip() else 0.0
+                if not s.content.strip():
+                    return 0.0
+                return 0.45 if other_data else 0.75
         return None
 
     def _make(self, trace: Trace, empty: int, dependent: int, conf: float) -> Finding:
