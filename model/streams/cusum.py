@@ -410,4 +410,34 @@ def detect(values: Any, **params: Any) -> list[Alarm]:
     return alarms
 
 
-__all__ = ["MAD_TO_SIGMA", "Alarm", "Cusum", "detect", "robust_location_scale"]
+def detect_with_statistics(values: Any, **params: Any) -> tuple[list[Alarm], Any, Any]:
+    """Like :func:`detect`, and also the statistics ``S+`` and ``S-`` after each observation
+    (NaN during the warm-up). At an alarm the alarming side shows the crossing value; the chart
+    restarts from zero on the next observation.
+
+    >>> alarms, s_hi, s_lo = detect_with_statistics([0.0, 2.0, 2.0, 2.0, 2.0], mean=0.0, std=1.0, h=4.0)
+    >>> s_hi.tolist(), [a.index for a in alarms]
+    ([0.0, 1.5, 3.0, 4.5, 1.5], [3])
+    """
+    det = Cusum(**params)
+    arr = np.asarray(values, dtype=np.float64)
+    s_hi = np.full(arr.size, np.nan)
+    s_lo = np.full(arr.size, np.nan)
+    alarms: list[Alarm] = []
+    for i, x in enumerate(arr.tolist()):
+        was_monitoring = det.monitoring
+        alarm = det.update(x)
+        if was_monitoring:
+            s_hi[i] = det.s_hi_
+            s_lo[i] = det.s_lo_
+        if alarm is not None:
+            alarms.append(alarm)
+            # Show the crossing, not the restarted zero.
+            if alarm.direction == "up":
+                s_hi[i] = alarm.statistic
+            else:
+                s_lo[i] = alarm.statistic
+    return alarms, s_hi, s_lo
+
+
+__all__ = ["MAD_TO_SIGMA", "Alarm", "Cusum", "detect", "detect_with_statistics", "robust_location_scale"]
