@@ -495,6 +495,11 @@ def test_acknowledged_or_recovered_errors_are_not_ignored(kwargs: dict[str, obje
     assert IgnoredErrorRule().inspect(_failure_then(**kwargs)) == []  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("final", ["The terminal errored out; no result yet.", "SQL引擎报错，需要重试。"])
+def test_more_acknowledgements(final: str) -> None:
+    assert IgnoredErrorRule().inspect(_failure_then(final)) == []
+
+
 @pytest.mark.parametrize(
     "final",
     [
@@ -594,6 +599,31 @@ def test_assumption_watch_continues_past_neutral_calls() -> None:
     assert (f.step, f.confidence) == (3, 0.7)
 
 
+@pytest.mark.parametrize(
+    "final",
+    [
+        "There's no order matching 55123. Can you confirm it?",
+        "The search returned no orders, so I can't refund it.",
+        "Nobody has an order like that.",
+    ],
+)
+def test_assumption_acknowledged_in_other_words(final: str) -> None:
+    assert AssumptionViolatedRule().inspect(_empty_then('{"orders": []}', ("final", final))) == []
+
+
+def test_assumption_violated_by_an_intermediate_message_with_invented_figures() -> None:
+    t = _empty_then(
+        "exitcode: 0 (execution succeeded)\nCode output: 0 nan\n",
+        ("say", "254 orders match; the mean order value is 4.5."),  # 3
+        ("say", "Verified."),
+    )
+    (f,) = AssumptionViolatedRule().inspect(t)
+    assert (f.step, f.confidence, f.details["dependent_kind"]) == (3, 0.65, "llm_output")
+    # one new value is not enough (e.g. "let me try 2024")
+    t = _empty_then("[]", ("say", "Let me try the 2024 list."), ("call", ("search_orders", {"q": "2024"})))
+    assert AssumptionViolatedRule().inspect(t) == []
+
+
 def test_non_empty_or_failed_results_are_not_assumption_problems() -> None:
     assert AssumptionViolatedRule().inspect(_empty_then('{"results": [1]}', ("final", "Refunded."))) == []
     assert AssumptionViolatedRule().inspect(_empty_then('{"error": "x", "results": []}', ("final", "ok"))) == []
@@ -609,6 +639,9 @@ def test_non_empty_or_failed_results_are_not_assumption_problems() -> None:
         ('{"flights": [], "page": 1, "total_pages": 0}', True), ('{"order": null, "message": "no order #9"}', True),
         ('{"name": "x", "age": null}', False), ('{"status": "sent", "id": "m-1"}', False),
         ('{"results": [{"a": 1}], "next": null}', False), ('{"rows": [], "row_count": 0}', True),
+        ('{"columns": ["sum"], "rows": [[null]]}', True), ('{"columns": ["sum"], "rows": [[3]]}', False),
+        ("exit_code=0\nstdout:\n", True), ("exitcode: 0 (execution succeeded)\nCode output: 0 nan\n", True),
+        ("exitcode: 0 (execution succeeded)\nCode output: 42\n", False),
     ],
 )  # fmt: skip
 def test_is_empty_result(text: str, empty: bool) -> None:

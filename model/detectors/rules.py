@@ -690,7 +690,8 @@ _ACK = re.compile(
     r"rate[- ]limit(?:ed)?|retry(?:ing)?|try(?:ing)? again|went wrong|no data|(?:is|was|went) down|"
     r"(?:problem|issue|trouble) (?:with|reaching|contacting|accessing|connecting)|"
     r"not (?:able to )?(?:reach|connect|verify|confirm|retrieve|load|access))\b"
-    r"|无法|失败|错误|出错|超时|不可用|未能|没能|异常",
+    r"|\berrored\b|\bno results? yet\b"
+    r"|无法|失败|错误|出错|报错|重试|超时|不可用|未能|没能|异常|限流",
     re.IGNORECASE,
 )
 _TOOL_FAILURES = frozenset({FailureKind.TOOL_ERROR, FailureKind.TIMEOUT, FailureKind.RATE_LIMITED})
@@ -764,6 +765,15 @@ _EMPTY_TEXT = re.compile(
     r"|^\W*(?:未找到|没有找到|找不到|无结果|没有结果|查询结果为空)",
     re.IGNORECASE,
 )
+#: Code-execution output whose printed part is empty or only null-ish tokens ("0 nan").
+_EXEC_HEADER = re.compile(
+    r"^\s*(?:exit_?code[=:]\s*0\b[^\n]*\n\s*(?:code output|stdout)\s*:|(?:code output|stdout)\s*:)",
+    re.IGNORECASE,
+)
+_NULLISH_TOKENS = frozenset({"", "0", "nan", "none", "null", "[]", "{}", "undefined", "na", "n/a"})
+_META_KEYS = frozenset(
+    {"columns", "fields", "schema", "headers", "meta", "metadata", "query", "params", "page", "links"}
+)
 _COUNT_KEYS = (
     "count", "total", "total_results", "totalResults", "num_results", "row_count", "rowCount", "total_pages",
     "totalPages", "hits_total", "total_count", "totalCount",
@@ -776,9 +786,11 @@ _EMPTY_MESSAGE = re.compile(
 )
 _EMPTY_ACK = re.compile(
     r"\bno (?:results?|matches|records|data|information|info|items)\b|\bnot (?:find|found|locate)\b|"
-    r"\bcould(?:n['’]t| not) (?:find|locate|get)|\bnothing\b|\bempty\b|\bunable\b|\bnone\b|"
-    r"\bno (?:\w+ )?(?:was|were) found\b|\bdid(?:n['’]t| not) (?:return|find)|"
-    r"未找到|没有找到|找不到|没有|无结果|无法",
+    r"\bcould(?:n['’]t| not) (?:find|locate|get)|\bcan(?:no|['’])t\b|\bnothing\b|\bempty\b|\bunable\b|"
+    r"\bnone\b|\bnobody\b|\bno one\b|\bno (?:\w+ ){0,3}(?:was|were) found\b|\bdid(?:n['’]t| not) (?:return|find)|"
+    r"\bthere(?:['’]s| is| are| was| were) no\b|\b(?:returned|found|has|have|had) no\b|"
+    r"\bno (?:\w+ ){0,2}(?:match(?:es|ing)?|found|available|exists?)\b|"
+    r"未找到|没有找到|找不到|没有|无结果|无法|不存在",
     re.IGNORECASE,
 )
 _RESEARCH_TOOL = re.compile(r"search|find|lookup|look_up|query|list|browse|retrieve", re.IGNORECASE)
@@ -813,18 +825,36 @@ def is_empty_result(text: str) -> bool:
         if isinstance(payload, dict):
             return _empty_payload(payload)
         return False
+    m = _EXEC_HEADER.match(s)
+    if m:
+        printed = s[m.end() :].split()
+        return len(printed) <= 8 and all(tok.lower() in _NULLISH_TOKENS for tok in printed)
     return len(s) <= 200 and _EMPTY_TEXT.search(s) is not None
 
 
+def _hollow(v: Any, depth: int = 0) -> bool:
+    """Nothing but nulls and empties inside (``[[null]]``, ``{"a": []}``)."""
+    if v is None or v == "":
+        return True
+    if depth > 3:
+        return False
+    if isinstance(v, list):
+        return all(_hollow(x, depth + 1) for x in v[:50])
+    if isinstance(v, dict):
+        return all(_hollow(x, depth + 1) for x in list(v.values())[:50])
+    return False
+
+
 def _empty_payload(payload: dict[str, Any]) -> bool:
-    """A JSON object that carries no data: a count of 0, only empty lists / objects, or a null
-    value beside a message saying there is none (``{"order": null, "message": "no order #9"}``)."""
+    """A JSON object that carries no data: a count of 0, only empty (or all-null) lists / objects
+    besides metadata such as ``columns``, or a null value beside a message saying there is none
+    (``{"order": null, "message": "no order #9"}``)."""
     if not payload:
         return True
     if any(payload.get(k) == 0 for k in _COUNT_KEYS):
         return True
-    containers = [v for v in payload.values() if isinstance(v, list | dict)]
-    if any(containers):  # some data came back
+    containers = [v for k, v in payload.items() if isinstance(v, list | dict) and k not in _META_KEYS]
+    if any(not _hollow(v) for v in containers):  # some data came back
         return False
     if containers:  # there were lists / objects, all empty
         return True
@@ -850,6 +880,8 @@ class AssumptionViolatedRule(_Rule):
       supplied it: **finding on that call** (0.7);
     * a final answer that does not acknowledge it: **finding on the answer** (0.75; 0.45 when a
       successful non-empty result of another tool came in between, which the answer may rest on);
+    * an intermediate assistant message stating at least two values seen nowhere before ("254
+      orders match; the mean is 4.5"): **finding on that message** (0.65);
     * other calls (no made-up values) and intermediate messages: keep watching; a user message
       ends the watch.
 
@@ -881,7 +913,7 @@ class AssumptionViolatedRule(_Rule):
                 continue
             if pending is None:
                 continue
-            if s.kind is StepKind.TOOL_CALL and scanned < i:
+            if s.kind in _AGENT_ACTIONS and scanned < i:
                 for prev in steps[scanned:i]:
                     seen |= _values(_text(prev))
                 scanned = i
@@ -907,6 +939,8 @@ class AssumptionViolatedRule(_Rule):
                 if not s.content.strip():
                     return 0.0
                 return 0.45 if other_data else 0.75
+            if len(_values(s.content) - seen) >= 2:  # states figures that came from nowhere
+                return 0.65
         return None
 
     def _make(self, trace: Trace, empty: int, dependent: int, conf: float) -> Finding:
