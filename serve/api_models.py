@@ -8,7 +8,7 @@ by adding fields). Every response carries ``model_version`` and ``detector_versi
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -154,8 +154,13 @@ class GraphOut(BaseModel):
     mermaid: str | None = None
 
 
+Observation = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
+
+
 class ObservationsRequest(_Strict):
-    values: list[float] = Field(min_length=1, max_length=10_000)
+    values: list[Observation] = Field(
+        min_length=1, max_length=10_000, description="Finite values, |x| ≤ 1e12, oldest first."
+    )
     task_type: str = Field(default="", max_length=200)
     params: dict[str, Any] | None = Field(
         default=None, description="CUSUM settings (shift, arl0, warmup, mean, std…), set on first use."

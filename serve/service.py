@@ -383,7 +383,15 @@ class TriageService:
         _check_stream_name(stream)
         params = dict(req.params or {})
         # Validate the parameters before touching the store (a bad one is the caller's error).
-        make_stream_detector(self.stream_detector, **params)
+        try:
+            make_stream_detector(self.stream_detector, **params)
+        except InputError as exc:
+            exc.path = f"params.{exc.path}" if exc.path and exc.path != "detectors" else "params"
+            raise
+        except (TypeError, ValueError) as exc:
+            raise InputError(
+                f"not a setting of the {self.stream_detector} detector: {exc}", path="params"
+            ) from None
         alarms: list[Alarm] = []
         with self.store.write() as db:
             row = self.store.lock_stream(
