@@ -15,8 +15,76 @@ from typing import Any
 from model.datagen.lexicon import COMPANIES, CONDITIONS, PRODUCTS, TOPICS, WEEKDAYS_EN, WEEKDAYS_ZH
 from model.datagen.scenario import Constraint, Scenario
 
+#: More paraphrases per (family, task): (English, Chinese), appended to the ones written inline.
+MORE_GOALS: dict[tuple[str, str], tuple[list[str], list[str]]] = {
+    ("search_qa", "founded"): (
+        ["Who is the CEO of {co}, and what year did it start?", "Need two facts about {co}: founding year, current boss.",
+         "For a slide I'm making: {co} - founded when? led by whom today?", "{co}: establishment year and chief exec?"],
+        ["{co}的创立时间和现任掌门人分别是？", "做PPT要用：{co}哪年成立，现在谁是CEO？", "查下{co}：成立年份、现任CEO。"]),
+    ("search_qa", "population"): (
+        ["roughly how big is {city} population-wise?", "I need an up-to-date population figure for {city}, cited.",
+         "What's {city}'s headcount according to the latest census or estimate?"],
+        ["{city}大概有多少人口？", "请给我{city}最新的人口数字，并注明出处。", "按最新统计，{city}有多少居民？"]),
+    ("search_qa", "market_share"): (
+        ["What % of the {prod} market belongs to {co}?", "Is {co} a big player in {prod}? Give me its market share.",
+         "market share of {co} in {prod}, latest year available"],
+        ["{co}占{prod}市场百分之几？", "{co}在{prod}行业的份额大吗？给个具体数字。"]),
+    ("weather", "forecast"): (
+        ["Should I expect rain in {city} on {day}?", "Give me the {city} forecast for {day} - high, low, rain.",
+         "Planning a picnic in {city} on {day}. What's the weather looking like?",
+         "temps + rain chance for {city} on {day}?"],
+        ["{day}在{city}野餐合适吗？天气如何？", "给我{city}{day}的最高最低气温和降雨概率。", "{city}{day}天气预报？"]),
+    ("travel", "flight"): (
+        ["Please get {p} a seat from {a} to {b}, travelling {d}.", "Need a one-way {a}-{b} for {p}, date {d}. Book it.",
+         "{p} has to be in {b} on {d}, leaving from {a}. Sort out the flight?"],
+        ["{p}需要{d}从{a}飞{b}，帮忙订一下。", "订一张{a}到{b}的单程票，日期{d}，乘机人{p}。"]),
+    ("travel", "hotel"): (
+        ["Reserve a room in {b} for {p}: {n} nights starting {d}.", "{p} needs accommodation in {b}, {d}, {n} nights.",
+         "Please sort out a hotel for {p} in {b} - arriving {d}, staying {n} nights."],
+        ["请为{p}预订{b}的住宿，{d}起住{n}晚。", "{p}{d}到{b}出差{n}晚，帮忙订个酒店。"]),
+    ("calc_code", "loan"): (
+        ["If I borrow {p} at {rate}% for {y} years, how much is each monthly installment?",
+         "monthly instalment? {p} principal, {rate}% p.a., {y} years", "Work out the repayment per month: {p}, {rate}%, {y} yrs."],
+        ["借{p}，利率{rate}%，分{y}年还，每月要还多少？", "等额本息：本金{p}、年利率{rate}%、{y}年，月供？"]),
+    ("calc_code", "stats"): (
+        ["Latency samples (ms): {xs}. Mean + median please.", "What's the average and the median of these numbers: {xs}?",
+         "stats on {xs}: mean and median"],
+        ["延迟样本（毫秒）：{xs}，请给出均值和中位数。", "这组数{xs}的平均数和中位数是多少？"]),
+    ("calc_code", "arith"): (
+        ["Calculate {a} × {b} + {c}.", "Can you work out {a}*{b} and then add {c}?", "{a} multiplied by {b}, plus {c}?"],
+        ["请计算{a}×{b}+{c}。", "{a}乘{b}加上{c}是多少？"]),
+    ("retail", "refund"): (
+        ["My {p} from order {o} is broken. I want my money back.", "Refund request - order {o} ({p}), it doesn't work.",
+         "The {p} I got (order {o}) is defective. Please refund."],
+        ["订单{o}里的{p}是坏的，我要退款。", "申请退款：订单{o}，{p}有质量问题。", "{p}（订单{o}）用不了，请退钱。"]),
+    ("retail", "address"): (
+        ["Please redirect order {o} to {addr}.", "Wrong address on {o} - it should go to {addr}.",
+         "Could you update {o} so it ships to {addr}?"],
+        ["订单{o}请改寄到{addr}。", "{o}的地址填错了，应该是{addr}。"]),
+    ("research", "review"): (
+        ["What's the state of the evidence on {t}?", "Pull together the main studies on {t} (since {y}) and summarise.",
+         "Give me a short evidence summary on {t} with references.", "Is there a research consensus on {t}?"],
+        ["{t}方面的研究证据目前怎样？", "汇总一下{y}年以来关于{t}的主要研究。", "关于{t}，学界有共识吗？请附参考文献。"]),
+    ("multi_agent", "data_task"): (
+        ["Group task: compute the mean order value for {city}, year {y}, using sales.csv. Verify before answering.",
+         "sales.csv -> average order value, city {city}, year {y}. Coder computes, reviewer checks.",
+         "We need {city}'s {y} average order value from the sales.csv attachment."],
+        ["小组任务：用sales.csv计算{city}{y}年的平均订单金额，回答前请核对。", "请从sales.csv中算出{city}在{y}年的订单均值。"]),
+    ("calendar", "schedule"): (
+        ["Please put a {m} min {t} on the calendar with {p}, {d}.", "Schedule {t} ({m} minutes) - attendees {p}, date {d}.",
+         "Get me {m} minutes with {p} on {d} for a {t}."],
+        ["请在{d}安排一个{m}分钟的{t}，参会人{p}。", "和{p}约{d}的{t}，{m}分钟。"]),
+    ("sql_analytics", "revenue"): (
+        ["How much revenue did {reg} make in Q{q} {y}? Also list the top three products.",
+         "Q{q} {y}, {reg}: total sales and best-selling products please.",
+         "I need {reg} numbers for Q{q} {y} - revenue plus top 3 SKUs."],
+        ["{reg}在{y}年第{q}季度收入多少？再列出前三名产品。", "给我{y}年Q{q}{reg}的销售总额和畅销前三。"]),
+}
+
 
 def _goal(sc: Scenario, task: str, en: list[str], zh: list[str], **slots: Any) -> None:
+    more = MORE_GOALS.get((sc.family, task), ([], []))
+    en, zh = en + more[0], zh + more[1]
     opts = zh if sc.zh else en
     i = sc.rng.randrange(len(opts))
     sc.task = task
@@ -29,6 +97,10 @@ def _sys(sc: Scenario, en: list[str], zh: list[str]) -> None:
 
 
 # --------------------------------------------------------------------------- search_qa
+
+
+SITES = ["en.wikipedia.org", "britannica.com", "reuters.com", "statista.com", "gov.example", "bloomberg.com",
+         "forbes.com", "worldbank.org", "citypopulation.de", "idc.com"]
 
 
 def search_qa(sc: Scenario) -> None:
@@ -47,7 +119,7 @@ def search_qa(sc: Scenario) -> None:
     pop = r.randrange(300_000, 14_000_000)
     fake_year = year + r.choice([-7, -3, 4, 9])
     fake_pop = int(pop * r.uniform(0.55, 1.6))
-    site = r.choice(["en.wikipedia.org", "britannica.com", "reuters.com", "statista.com", "gov.example"])
+    site = r.choice(SITES)
     url = f"https://{site}/wiki/{(c[0] if kind == 1 else comp[0]).replace(' ', '_')}"
     if kind == 0:
         _goal(sc, "founded", ["When was {co} founded, and who runs it now?",
@@ -59,17 +131,19 @@ def search_qa(sc: Scenario) -> None:
         q = f"{comp[0]} founded year CEO"
         snippet = (f"{comp[0]} was founded in {year}. In {lx.base_date.year - 1} the board appointed "
                    f"{ceo.en} as chief executive.")
-        sc.final_ok = sc.t([f"{comp[0]} was founded in {year}, and its current CEO is {ceo.en} (source: {site}).",
-                            f"According to {site}, {comp[0]} dates back to {year}; {ceo.en} has led it as CEO "
-                            f"since {lx.base_date.year - 1}."],
-                           [f"{comp[1]}成立于{year}年，现任CEO是{ceo.zh}（来源：{site}）。",
-                            f"根据{site}，{comp[1]}创立于{year}年，自{lx.base_date.year - 1}年起由{ceo.zh}担任CEO。"])
-        other = lx.person()
-        sc.final_invented = sc.t([f"{comp[0]} was founded in {fake_year}, and its current CEO is {other.en}.",
-                                  f"{comp[0]} dates back to {fake_year}; {other.en} has led it as CEO since "
-                                  f"{lx.base_date.year - 2}."],
-                                 [f"{comp[1]}成立于{fake_year}年，现任CEO是{other.zh}。",
-                                  f"{comp[1]}创立于{fake_year}年，目前由{other.zh}担任CEO。"])
+        y0 = lx.base_date.year - 1
+
+        def ans0(yr: int, boss: Any, src: str) -> str:
+            return sc.t([f"{comp[0]} was founded in {yr}, and its current CEO is {boss.en} (source: {src}).",
+                         f"According to {src}, {comp[0]} dates back to {yr}; {boss.en} has led it as CEO since {y0}.",
+                         f"Founded: {yr}. Current CEO: {boss.en} ({src}).",
+                         f"{comp[0]} was established in {yr}. It is currently run by {boss.en}, per {src}."],
+                        [f"{comp[1]}成立于{yr}年，现任CEO是{boss.zh}（来源：{src}）。",
+                         f"根据{src}，{comp[1]}创立于{yr}年，自{y0}年起由{boss.zh}担任CEO。",
+                         f"成立年份：{yr}年；现任首席执行官：{boss.zh}（{src}）。"])
+
+        sc.final_ok = ans0(year, ceo, site)
+        sc.final_invented = ans0(fake_year, lx.person(), r.choice(SITES))
     elif kind == 1:
         _goal(sc, "population", ["What's the current population of {city}?",
                                  "How many people live in {city} these days? Please give a source.",
@@ -78,15 +152,19 @@ def search_qa(sc: Scenario) -> None:
               city=lx.cname(c))
         q = f"{c[0]} population latest estimate"
         snippet = f"The population of {c[0]} was estimated at {pop:,} in {lx.base_date.year - 1}."
-        sc.final_ok = sc.t([f"The latest estimate puts {c[0]}'s population at about {pop:,} ({site}).",
-                            f"{c[0]} has roughly {pop:,} residents according to {site}'s "
-                            f"{lx.base_date.year - 1} figure."],
-                           [f"最新估计{c[1]}人口约为{pop:,}人（来源：{site}）。",
-                            f"根据{site}{lx.base_date.year - 1}年的数据，{c[1]}约有{pop:,}人。"])
-        sc.final_invented = sc.t([f"The latest estimate puts {c[0]}'s population at about {fake_pop:,}.",
-                                  f"{c[0]} has roughly {fake_pop:,} residents as of {lx.base_date.year - 1}."],
-                                 [f"最新估计{c[1]}人口约为{fake_pop:,}人。",
-                                  f"截至{lx.base_date.year - 1}年，{c[1]}约有{fake_pop:,}人。"])
+        y0 = lx.base_date.year - 1
+
+        def ans1(n: int, src: str) -> str:
+            return sc.t([f"The latest estimate puts {c[0]}'s population at about {n:,} ({src}).",
+                         f"{c[0]} has roughly {n:,} residents according to {src}'s {y0} figure.",
+                         f"About {n:,} people ({src}, {y0} estimate).",
+                         f"{c[0]}: population ≈ {n:,} as of {y0}, per {src}."],
+                        [f"最新估计{c[1]}人口约为{n:,}人（来源：{src}）。",
+                         f"根据{src}{y0}年的数据，{c[1]}约有{n:,}人。",
+                         f"{c[1]}常住人口约{n:,}人（{src}，{y0}年估计）。"])
+
+        sc.final_ok = ans1(pop, site)
+        sc.final_invented = ans1(fake_pop, r.choice(SITES))
     else:
         p = r.choice(PRODUCTS)
         share = r.randrange(8, 41)
@@ -98,15 +176,19 @@ def search_qa(sc: Scenario) -> None:
               co=lx.pair(comp), prod=lx.pair(p))
         q = f"{comp[0]} {p[0]} market share"
         snippet = f"{comp[0]} held {share}% of the {p[0]} market in {lx.base_date.year - 1}, up from {share - 2}%."
-        sc.final_ok = sc.t([f"{comp[0]} held about {share}% of the {p[0]} market in {lx.base_date.year - 1} ({site}).",
-                            f"Per {site}, {comp[0]}'s share of {p[0]} was {share}% last year, up two points."],
-                           [f"{comp[1]}在{lx.base_date.year - 1}年占{p[1]}市场约{share}%（来源：{site}）。",
-                            f"据{site}，{comp[1]}去年在{p[1]}市场的份额为{share}%，上升了两个百分点。"])
-        sc.final_invented = sc.t([f"{comp[0]} held about {fake_share}% of the {p[0]} market last year.",
-                                  f"{comp[0]}'s share of {p[0]} is roughly {fake_share}%, which makes it a top-three "
-                                  f"player."],
-                                 [f"{comp[1]}去年占{p[1]}市场约{fake_share}%。",
-                                  f"{comp[1]}在{p[1]}市场的份额约为{fake_share}%，位列前三。"])
+        y0 = lx.base_date.year - 1
+
+        def ans2(sh: int, src: str) -> str:
+            return sc.t([f"{comp[0]} held about {sh}% of the {p[0]} market in {y0} ({src}).",
+                         f"Per {src}, {comp[0]}'s share of {p[0]} was {sh}% last year.",
+                         f"Roughly {sh}% ({y0}, {src}).",
+                         f"{comp[0]} accounts for about {sh}% of {p[0]} sales, according to {src}."],
+                        [f"{comp[1]}在{y0}年占{p[1]}市场约{sh}%（来源：{src}）。",
+                         f"据{src}，{comp[1]}去年在{p[1]}市场的份额为{sh}%。",
+                         f"约{sh}%（{y0}年数据，{src}）。"])
+
+        sc.final_ok = ans2(share, site)
+        sc.final_invented = ans2(fake_share, r.choice(SITES))
     results = [{"title": f"{c[0] if kind == 1 else comp[0]} - {site.split('.')[0].title()}", "url": url,
                 "snippet": snippet}]
     for _ in range(r.randrange(1, 4)):
@@ -174,21 +256,27 @@ def weather(sc: Scenario) -> None:
     sc.call("get_forecast", {"lat": lat, "lon": lon, "date": d.isoformat(), "units": units}, fc,
             empty={"date": d.isoformat(), "daily": None, "message": "no forecast available for this date"},
             key=True)
-    umb_en = "I'd bring an umbrella." if rain >= 50 else "You probably won't need an umbrella."
-    umb_zh = "建议带伞。" if rain >= 50 else "应该不用带伞。"
-    sc.final_ok = sc.t([f"In {c[0]} on {lx.fdate(d)}: {cond[0]}, between {deg(lo)} and {deg(hi)}, with a {rain}% "
-                        f"chance of rain. {umb_en}",
-                        f"Expect {cond[0]} weather in {c[0]} - a high of {deg(hi)}, a low of {deg(lo)}, and {rain}% "
-                        f"chance of precipitation. {umb_en}"],
-                       [f"{lx.fdate(d)}{c[1]}天气{cond[1]}，气温{lo}°C到{hi}°C，降水概率{rain}%。{umb_zh}",
-                        f"{c[1]}那天{cond[1]}，最高{hi}°C，最低{lo}°C，降雨概率{rain}%。{umb_zh}"])
-    fh, fr, fc2 = hi + r.choice([-9, -5, 6, 10]), r.randrange(0, 101, 10), r.choice(CONDITIONS)
-    sc.final_invented = sc.t([f"In {c[0]} on {lx.fdate(d)}: {fc2[0]}, between {deg(fh - 6)} and {deg(fh)}, with a "
-                              f"{fr}% chance of rain.",
-                              f"Expect {fc2[0]} weather in {c[0]} - a high of {deg(fh)} and {fr}% chance of "
-                              f"precipitation."],
-                             [f"{lx.fdate(d)}{c[1]}天气{fc2[1]}，气温{fh - 6}°C到{fh}°C，降水概率{fr}%。",
-                              f"{c[1]}那天{fc2[1]}，最高{fh}°C，降雨概率{fr}%。"])
+    def wans(cd: tuple[str, str], lo_: int, hi_: int, rp: int, fahr: bool) -> str:
+        def dg(x: int) -> str:
+            return f"{round(x * 9 / 5 + 32)}°F" if fahr else f"{x}°C"
+
+        umb_en = r.choice(["I'd bring an umbrella.", "Pack an umbrella."]) if rp >= 50 else r.choice(
+            ["You probably won't need an umbrella.", "An umbrella shouldn't be necessary.", ""])
+        umb_zh = r.choice(["建议带伞。", "记得带伞。"]) if rp >= 50 else r.choice(["应该不用带伞。", ""])
+        return sc.t([f"In {c[0]} on {lx.fdate(d)}: {cd[0]}, between {dg(lo_)} and {dg(hi_)}, with a {rp}% chance "
+                     f"of rain. {umb_en}",
+                     f"Expect {cd[0]} weather in {c[0]} - a high of {dg(hi_)}, a low of {dg(lo_)}, and {rp}% chance "
+                     f"of precipitation. {umb_en}",
+                     f"{lx.fdate(d)} in {c[0]}: {cd[0]}, {dg(lo_)}-{dg(hi_)}, precipitation {rp}%. {umb_en}",
+                     f"The forecast for {c[0]} says {cd[0]} with temperatures from {dg(lo_)} to {dg(hi_)}; rain "
+                     f"chance {rp}%. {umb_en}"],
+                    [f"{lx.fdate(d)}{c[1]}天气{cd[1]}，气温{dg(lo_)}到{dg(hi_)}，降水概率{rp}%。{umb_zh}",
+                     f"{c[1]}那天{cd[1]}，最高{dg(hi_)}，最低{dg(lo_)}，降雨概率{rp}%。{umb_zh}",
+                     f"预报显示{c[1]}{lx.fdate(d)}{cd[1]}，{dg(lo_)}~{dg(hi_)}，降水概率{rp}%。{umb_zh}"]).strip()
+
+    sc.final_ok = wans(cond, lo, hi, rain, units_f)
+    fh = hi + r.choice([-9, -5, 6, 10])
+    sc.final_invented = wans(r.choice(CONDITIONS), fh - r.randrange(3, 10), fh, r.randrange(0, 101, 10), units_f)
     sc.final_empty = sc.t([f"The forecast service has no data for {c[0]} on that date yet (it's probably too far "
                            "out). I can check again closer to the day.",
                            "I couldn't get a forecast for that date; the service returned nothing."],
@@ -203,14 +291,9 @@ def weather(sc: Scenario) -> None:
         # the goal asks for Fahrenheit / the answer keeps Celsius: an earlier constraint forgotten
         sc.goal += sc.t([" Please give temperatures in Fahrenheit.", " (Fahrenheit please, I'm American.)"],
                         ["请用华氏度告诉我。", "温度请用华氏度表示。"])
-        sc.final_ok = sc.t([f"In {c[0]} on {lx.fdate(d)}: {cond[0]}, between {round(lo * 9 / 5 + 32)}°F and "
-                            f"{round(hi * 9 / 5 + 32)}°F, with a {rain}% chance of rain. {umb_en}"],
-                           [f"{lx.fdate(d)}{c[1]}天气{cond[1]}，气温{round(lo * 9 / 5 + 32)}°F到"
-                            f"{round(hi * 9 / 5 + 32)}°F，降水概率{rain}%。{umb_zh}"])
-        sc.constraint = Constraint("fahrenheit", sc.t(
-            [f"In {c[0]} on {lx.fdate(d)}: {cond[0]}, between {lo}°C and {hi}°C, with a {rain}% chance of rain. "
-             f"{umb_en}"],
-            [f"{lx.fdate(d)}{c[1]}天气{cond[1]}，气温{lo}°C到{hi}°C，降水概率{rain}%。{umb_zh}"]))
+        sc.final_ok = wans(cond, lo, hi, rain, True)
+        sc.final_invented = wans(r.choice(CONDITIONS), fh - r.randrange(3, 10), fh, r.randrange(0, 101, 10), True)
+        sc.constraint = Constraint("fahrenheit", wans(cond, lo, hi, rain, False))
     if r.random() < 0.3:
         # a second day: longer traces
         d2 = lx.day(10, 14)
@@ -299,8 +382,9 @@ def travel(sc: Scenario) -> None:
                          f"费用{lx.fmoney(f['price'], cur)}，订单号{cf}。"])
 
         sc.final_ok = fin(pick, conf)
-        fake = {"flight_id": lx.ident(r.choice(airlines), 4), "depart": f"{r.randrange(6, 22):02d}:20",
-                "stops": 0, "price": round(budget * r.uniform(0.6, 0.95), 0)}
+        fake = {"flight_id": lx.ident(r.choice(airlines), 4),
+                "depart": f"{r.randrange(6, 22):02d}:{r.choice(['00', '15', '30', '45', '05', '50'])}",
+                "stops": r.choice([0, 0, 1, 1, 2]), "price": round(budget * r.uniform(0.55, 1.0), 0)}
         sc.final_invented = fin(fake, lx.ident("", 6, digits=False))
         if constrained:
             bad = max(over, key=lambda f: f["price"])
@@ -395,14 +479,15 @@ def calc_code(sc: Scenario) -> None:
               p=f"{p:,}", rate=rate, y=years)
         code = (f"p={p}\nr={rate}/1200\nn={years}*12\nprint(round(p*r/(1-(1+r)**-n), 2))")
         out = f"{pay:.2f}\n"
-        ans = f"{pay:,.2f}"
-        fake = f"{pay * r.uniform(0.8, 1.25):,.2f}"
-        sc.final_ok = sc.t([f"The monthly payment is about {ans}.", f"You'd pay {ans} per month over {years * 12} "
-                            f"payments.", f"Monthly repayment: {ans} (total paid ≈ {pay * years * 12:,.0f})."],
-                           [f"每月还款约为{ans}。", f"共{years * 12}期，每期还款{ans}。"])
-        sc.final_invented = sc.t([f"The monthly payment is about {fake}.", f"You'd pay {fake} per month over "
-                                  f"{years * 12} payments."], [f"每月还款约为{fake}。", f"共{years * 12}期，每期还款{fake}。"])
-        sc.constraint = None
+        def lans(v: float) -> str:
+            return sc.t([f"The monthly payment is about {v:,.2f}.", f"You'd pay {v:,.2f} per month over {years * 12} "
+                         "payments.", f"Monthly repayment: {v:,.2f} (total paid ≈ {v * years * 12:,.0f}).",
+                         f"≈ {v:,.2f} a month."],
+                        [f"每月还款约为{v:,.2f}。", f"共{years * 12}期，每期还款{v:,.2f}。",
+                         f"月供约{v:,.2f}，总还款约{v * years * 12:,.0f}。"])
+
+        sc.final_ok = lans(pay)
+        sc.final_invented = lans(pay * r.uniform(0.8, 1.25))
     elif kind == 1:
         xs = [r.randrange(10, 200) for _ in range(r.randrange(6, 14))]
         xs_s = sorted(xs)
@@ -413,13 +498,34 @@ def calc_code(sc: Scenario) -> None:
                             "Compute mean and median of {xs}.", "I logged these values {xs} - give me the average and "
                             "the median, rounded to 2 decimals."],
               ["这些是响应时间（毫秒）：{xs}，平均值和中位数是多少？", "计算{xs}的均值和中位数。"], xs=xs)
-        code = f"import statistics as s\nxs={xs}\nprint(round(s.mean(xs),2), s.median(xs))"
+        def st(vals: list[int]) -> tuple[float, float]:
+            vs = sorted(vals)
+            k = len(vs)
+            return sum(vs) / k, (vs[k // 2] if k % 2 else (vs[k // 2 - 1] + vs[k // 2]) / 2)
+
+        def sans(mn: float, md: float) -> str:
+            return sc.t([f"Mean {mn:.2f} ms, median {md} ms.", f"The average is {mn:.2f} and the median is {md}.",
+                         f"mean = {mn:.2f}, median = {md}", f"Average {mn:.2f} ms; the median sits at {md} ms."],
+                        [f"平均值{mn:.2f}毫秒，中位数{md}毫秒。", f"均值为{mn:.2f}，中位数为{md}。", f"均值{mn:.2f}，中位数{md}。"])
+
+        cap = 150
+        constrained = any(x > cap for x in xs) and r.random() < 0.5
+        if constrained:
+            sc.goal += sc.t([f" Ignore values above {cap} - those were timeouts.", f" Drop anything over {cap} first."],
+                            [f"超过{cap}的值是超时，请先剔除。", f"先去掉大于{cap}的值。"])
+            kept = [x for x in xs if x <= cap]
+            mean, med = st(kept)
+            code = f"import statistics as s\nxs=[x for x in {xs} if x <= {cap}]\nprint(round(s.mean(xs),2), s.median(xs))"
+        else:
+            code = f"import statistics as s\nxs={xs}\nprint(round(s.mean(xs),2), s.median(xs))"
         out = f"{round(mean, 2)} {med}\n"
-        sc.final_ok = sc.t([f"Mean {mean:.2f} ms, median {med} ms.", f"The average is {mean:.2f} and the median is "
-                            f"{med}."], [f"平均值{mean:.2f}毫秒，中位数{med}毫秒。", f"均值为{mean:.2f}，中位数为{med}。"])
-        fm = mean * r.uniform(0.8, 1.2)
-        sc.final_invented = sc.t([f"Mean {fm:.2f} ms, median {med + r.randrange(3, 20)} ms."],
-                                 [f"平均值{fm:.2f}毫秒，中位数{med + r.randrange(3, 20)}毫秒。"])
+        sc.final_ok = sans(mean, med)
+        sc.final_invented = sans(mean * r.uniform(0.8, 1.2), med + r.randrange(3, 20))
+        if constrained:
+            am, amd = st(xs)
+            sc.constraint = Constraint("drop_outliers", sans(am, amd), (0, {"code": f"import statistics as s\nxs={xs}\n"
+                                                                                   "print(round(s.mean(xs),2), s.median(xs))"}))
+            sc.meta["violating_payload"] = f"exit_code=0\nstdout:\n{round(am, 2)} {amd}\n"
     else:
         a_, b_ = r.randrange(1000, 99999), r.randrange(2, 97)
         res = a_ * b_ + r.randrange(1, 500)
@@ -428,10 +534,12 @@ def calc_code(sc: Scenario) -> None:
               ["{a}乘以{b}再加{c}等于多少？", "算一下{a}*{b}+{c}"], a=a_, b=b_, c=add)
         code = f"print({a_}*{b_}+{add})"
         out = f"{res}\n"
-        sc.final_ok = sc.t([f"{a_} × {b_} + {add} = {res:,}.", f"The result is {res}."],
-                           [f"{a_}×{b_}+{add}={res}。", f"结果是{res}。"])
-        sc.final_invented = sc.t([f"The result is {res + r.choice([-1000, 90, 1234])}."],
-                                 [f"结果是{res + r.choice([-1000, 90, 1234])}。"])
+        def aans(v: int) -> str:
+            return sc.t([f"{a_} × {b_} + {add} = {v:,}.", f"The result is {v}.", f"It comes to {v:,}.", f"= {v}"],
+                        [f"{a_}×{b_}+{add}={v}。", f"结果是{v}。", f"答案：{v}。"])
+
+        sc.final_ok = aans(res)
+        sc.final_invented = aans(res + r.choice([-1000, 90, 1234, -17]))
     if r.random() < 0.35:
         # a first attempt that crashes and is corrected: genuine self-correction (healthy)
         sc.think(sc.t(["I'll write a quick script.", "Let me compute it."], ["我写个脚本算一下。", "我来计算。"]))
@@ -490,16 +598,38 @@ def retail(sc: Scenario) -> None:
         sc.call("get_policy", {"topic": "refunds"}, pol)
         eligible = days <= window or r.random() < 0.5
         ref = lx.ident("RF", 6)
+
+        def rans(amount: float, rid: str, credit: bool) -> str:
+            m = lx.fmoney(amount, cur)
+            if credit:
+                return sc.t([f"Done: {m} has been added to your store credit (refund {rid}).",
+                             f"Refund {rid} is processed as store credit - {m} is available on your account now.",
+                             f"I've refunded {m} to your store balance (ref {rid})."],
+                            [f"已将{m}退到您的商城余额（退款号{rid}）。", f"退款{rid}已处理，{m}已存入您的账户余额。"])
+            return sc.t([f"I've issued a full refund of {m} for order {oid} (refund {rid}). It will reach your "
+                         "original payment method in a few business days.",
+                         f"All set - refund {rid} for {m} is processed. Sorry about the {prod[0]}!",
+                         f"Refund {rid} ({m}) has gone through; expect it on your statement within about a week.",
+                         f"You're refunded: {m}, reference {rid}. Sorry for the trouble with the {prod[0]}."],
+                        [f"已为订单{oid}全额退款{m}（退款号{rid}），几个工作日内退回原支付方式。",
+                         f"退款{rid}已处理，金额{m}。给您带来不便很抱歉！",
+                         f"已退款{m}（单号{rid}），预计一周内到账。"])
+
+        credit = r.random() < 0.4
+        if credit:
+            sc.goal += sc.t([" Please refund it to my store credit, not my card.",
+                             " I'd prefer store credit instead of a card refund."],
+                            ["请退到商城余额，不要退回银行卡。", "我希望退成店铺余额，而不是原路退回。"])
         if eligible:
-            sc.call("issue_refund", {"order_id": oid, "amount": price, "method": "original"},
+            sc.call("issue_refund", {"order_id": oid, "amount": price, "method": "store_credit" if credit else "original"},
                     {"refund_id": ref, "status": "processed", "amount": price, "currency": cur,
-                     "eta_days": r.randrange(3, 11)})
-            sc.final_ok = sc.t([f"I've issued a full refund of {lx.fmoney(price, cur)} for order {oid} (refund {ref}). "
-                                "It will reach your original payment method in a few business days.",
-                                f"All set - refund {ref} for {lx.fmoney(price, cur)} is processed. Sorry about the "
-                                f"{prod[0]}!"],
-                               [f"已为订单{oid}全额退款{lx.fmoney(price, cur)}（退款号{ref}），几个工作日内退回原支付方式。",
-                                f"退款{ref}已处理，金额{lx.fmoney(price, cur)}。给您带来不便很抱歉！"])
+                     "method": "store_credit" if credit else "original", "eta_days": r.randrange(3, 11)})
+            sc.final_ok = rans(price, ref, credit)
+            if credit:
+                sc.constraint = Constraint("refund_method", rans(price, ref, False),
+                                           (sc.n_calls - 1, {"order_id": oid, "amount": price, "method": "original"}))
+                sc.meta["violating_payload"] = {"refund_id": ref, "status": "processed", "amount": price,
+                                                "currency": cur, "method": "original", "eta_days": 5}
         else:
             sc.final_ok = sc.t([f"I'm sorry - order {oid} was delivered {days} days ago, outside our {window}-day "
                                 "return window, so I can't refund it. If it's defective, I can open a warranty claim.",
@@ -507,24 +637,7 @@ def retail(sc: Scenario) -> None:
                                 f"help with a warranty repair instead."],
                                [f"很抱歉，订单{oid}已签收{days}天，超过了{window}天退货期限，无法退款。如果是质量问题，可以为您申请保修。",
                                 f"该订单已超过{window}天退货期（{days}天），我可以帮您走保修流程。"])
-        fref = lx.ident("RF", 6)
-        fam = lx.money(25, 600)
-        sc.final_invented = sc.t([f"I've issued a full refund of {lx.fmoney(fam, cur)} for order {oid} (refund "
-                                  f"{fref}). It will reach your card in a few business days."],
-                                 [f"已为订单{oid}全额退款{lx.fmoney(fam, cur)}（退款号{fref}），几个工作日内到账。"])
-        if r.random() < 0.4:
-            sc.goal += sc.t([" Please refund it to my store credit, not my card.",
-                             " I'd prefer store credit instead of a card refund."],
-                            ["请退到商城余额，不要退回银行卡。", "我希望退成店铺余额，而不是原路退回。"])
-            if eligible:
-                sc.beats[-2].args = {"order_id": oid, "amount": price, "method": "store_credit"}
-                sc.final_ok = sc.t([f"Done: {lx.fmoney(price, cur)} has been added to your store credit (refund "
-                                    f"{ref})."], [f"已将{lx.fmoney(price, cur)}退到您的商城余额（退款号{ref}）。"])
-                sc.constraint = Constraint("refund_method", sc.t(
-                    [f"I've issued a full refund of {lx.fmoney(price, cur)} for order {oid} (refund {ref}). It will "
-                     "reach your original payment method in a few business days."],
-                    [f"已为订单{oid}全额退款{lx.fmoney(price, cur)}（退款号{ref}），几个工作日内退回原支付方式。"]),
-                    (sc.n_calls - 1, {"order_id": oid, "amount": price, "method": "original"}))
+        sc.final_invented = rans(lx.money(25, 600), lx.ident("RF", 6), credit)
     else:
         addr = f"{r.randrange(1, 300)} {r.choice(['Oak', 'Elm', 'Harbor', 'Station', 'Mill'])} St, {lx.city()[0]}"
         if sc.zh:
@@ -535,12 +648,25 @@ def retail(sc: Scenario) -> None:
                               "update delivery address for {o}: {addr}"],
               ["请把订单{o}的收货地址改成{addr}。", "我搬家了，订单{o}请寄到{addr}。"], o=oid, addr=addr)
         sc.call("lookup_order", {"order_id": oid}, order, key=True, empty={"order": None, "message": f"no order {oid}"})
+        eta = lx.day(2, 12)
         sc.call("update_address", {"order_id": oid, "address": addr}, {"order_id": oid, "address": addr,
-                                                                         "status": "updated"})
-        sc.final_ok = sc.t([f"Updated - order {oid} will now ship to {addr}.", f"Done. The {prod[0]} on order {oid} "
-                            f"is going to {addr}."], [f"已更新，订单{oid}将寄往{addr}。", f"好的，订单{oid}的收货地址已改为{addr}。"])
-        sc.final_invented = sc.t([f"Updated - order {oid} will now ship to {addr}; it left our warehouse this morning."],
-                                 [f"已更新，订单{oid}将寄往{addr}，今早已从仓库发出。"])
+                                                                         "status": "updated", "eta": eta.isoformat()})
+
+        def uans(when: Any, grounded: bool = True) -> str:
+            if not grounded:  # an invented answer states the (made-up) delivery date
+                return sc.t([f"Done. The {prod[0]} on order {oid} is going to {addr}; estimated delivery "
+                             f"{lx.fdate(when)}.", f"The shipping address is now {addr}. Expected arrival: "
+                             f"{lx.fdate(when)}."], [f"好的，订单{oid}的收货地址已改为{addr}，预计{lx.fdate(when)}送达。",
+                                                    f"收货地址已改为{addr}，预计送达时间{lx.fdate(when)}。"])
+            return sc.t([f"Updated - order {oid} will now ship to {addr}.",
+                         f"Done. The {prod[0]} on order {oid} is going to {addr}; estimated delivery {lx.fdate(when)}.",
+                         f"The shipping address is now {addr}. Expected arrival: {lx.fdate(when)}.",
+                         f"Changed it - {oid} ships to {addr} and should arrive around {lx.fdate(when)}."],
+                        [f"已更新，订单{oid}将寄往{addr}。", f"好的，订单{oid}的收货地址已改为{addr}，预计{lx.fdate(when)}送达。",
+                         f"收货地址已改为{addr}，预计送达时间{lx.fdate(when)}。"])
+
+        sc.final_ok = uans(eta)
+        sc.final_invented = uans(lx.day(13, 30), grounded=False)
     sc.final_empty = sc.t([f"I couldn't find an order {oid} in our system. Could you double-check the number or the "
                            "email you ordered with?", f"There's no order matching {oid}. Can you confirm it?"],
                           [f"系统里没有找到订单{oid}，能否核对一下订单号或下单邮箱？", f"没有查到{oid}这个订单，请确认一下。"])
@@ -551,6 +677,11 @@ def retail(sc: Scenario) -> None:
 
 
 # --------------------------------------------------------------------------- research (long runs)
+
+
+EFFECTS = [("a modest effect", "效果温和"), ("a strong association", "强相关"), ("no significant effect", "无显著影响"),
+           ("mixed results", "结果不一"), ("a 12% reduction", "降低12%"), ("a 2x increase", "增加一倍"),
+           ("a 30% reduction", "降低30%"), ("a small but robust effect", "效应小但稳健")]
 
 
 def research(sc: Scenario) -> None:
@@ -597,10 +728,7 @@ def research(sc: Scenario) -> None:
     reads = r.sample(recent, min(len(recent), r.randrange(2, 6)))
     findings = []
     for p in reads:
-        eff = r.choice(["a modest effect", "a strong association", "no significant effect", "mixed results",
-                        "a 12% reduction", "a 2x increase"])
-        eff_zh = {"a modest effect": "效果温和", "a strong association": "强相关", "no significant effect": "无显著影响",
-                  "mixed results": "结果不一", "a 12% reduction": "降低12%", "a 2x increase": "增加一倍"}[eff]
+        eff, eff_zh = r.choice(EFFECTS)
         n = r.randrange(40, 50000)
         sc.call("read_paper", {"paper_id": p["paper_id"]},
                 {"paper_id": p["paper_id"], "title": p["title"], "year": p["year"],
@@ -610,27 +738,34 @@ def research(sc: Scenario) -> None:
         if r.random() < 0.5:
             sc.call("save_note", {"text": f"{p['authors']} ({p['year']}): {eff}, n={n}"}, {"saved": True,
                                                                                        "note_id": r.randrange(1, 999)})
-    cites_en = "; ".join(f"{p['authors']} {p['year']} report {eff} (n={n})" for p, eff, _, n in findings)
-    cites_zh = "；".join(f"{p['authors']}（{p['year']}）发现{z}（样本{n}）" for p, _, z, n in findings)
-    sc.final_ok = sc.t([f"Here is what the recent literature on {topic[0]} says: {cites_en}. Overall the evidence is "
-                        f"{r.choice(['suggestive but not conclusive', 'fairly consistent', 'still mixed'])}.",
-                        f"Key findings on {topic[0]} - {cites_en}."],
-                       [f"关于{topic[1]}的近期研究：{cites_zh}。总体来看证据{r.choice(['有提示性但尚不确定', '较为一致', '仍有分歧'])}。",
-                        f"{topic[1]}的主要发现：{cites_zh}。"])
-    fake = "; ".join(f"{lx.person().en.split()[1]} et al. {r.randrange(yf, 2025)} report "
-                     f"{r.choice(['a 30% reduction', 'a strong association', 'no effect'])} (n={r.randrange(50, 9000)})"
-                     for _ in range(len(findings)))
-    fake_zh = "；".join(f"{lx.person().en.split()[1]} et al.（{r.randrange(yf, 2025)}）发现"
-                        f"{r.choice(['降低30%', '强相关', '无影响'])}（样本{r.randrange(50, 9000)}）" for _ in range(len(findings)))
-    sc.final_invented = sc.t([f"Here is what the recent literature on {topic[0]} says: {fake}. Overall the evidence "
-                              "is fairly consistent."], [f"关于{topic[1]}的近期研究：{fake_zh}。总体来看证据较为一致。"])
+    effects = EFFECTS
+    verdict = r.randrange(3)
+
+    def resans(items: list[tuple[str, int, str, str, int]]) -> str:
+        en = "; ".join(f"{a} {y} report {e} (n={n})" for a, y, e, _, n in items)
+        zh = "；".join(f"{a}（{y}）发现{z}（样本{n}）" for a, y, _, z, n in items)
+        ve = ["suggestive but not conclusive", "fairly consistent", "still mixed"][verdict]
+        vz = ["有提示性但尚不确定", "较为一致", "仍有分歧"][verdict]
+        return sc.t([f"Here is what the recent literature on {topic[0]} says: {en}. Overall the evidence is {ve}.",
+                     f"Key findings on {topic[0]} - {en}.",
+                     f"I read {len(items)} studies. {en}. My read: the evidence is {ve}.",
+                     f"Summary ({topic[0]}): {en}."],
+                    [f"关于{topic[1]}的近期研究：{zh}。总体来看证据{vz}。", f"{topic[1]}的主要发现：{zh}。",
+                     f"我阅读了{len(items)}篇研究：{zh}。总体判断：证据{vz}。"])
+
+    items = [(p["authors"], p["year"], eff, eff_zh, n) for p, eff, eff_zh, n in findings]
+    sc.final_ok = resans(items)
+    fakes = []
+    for _ in range(len(items)):
+        e = r.choice(effects)
+        fakes.append((f"{lx.person().en.split()[1]} et al.", r.randrange(yf, 2025), e[0], e[1], r.randrange(50, 9000)))
+    sc.final_invented = resans(fakes)
     old = [p for p in found if p["year"] < yf]
     if "year_from" in sc.meta and old:
         p = old[0]
-        viol_en = f"Here is what the literature on {topic[0]} says: {p['authors']} {p['year']} report a strong " \
-                  f"association; {cites_en}."
-        viol_zh = f"关于{topic[1]}的研究：{p['authors']}（{p['year']}）发现强相关；{cites_zh}。"
-        sc.constraint = Constraint("year_from", sc.t([viol_en], [viol_zh]))
+        e = r.choice(effects)
+        sc.constraint = Constraint("year_from", resans([(p["authors"], p["year"], e[0], e[1], r.randrange(40, 9000))]
+                                                       + items))
     sc.final_empty = sc.t([f"The search returned no papers on {topic[0]}, so I can't summarise the evidence. Try a "
                            "broader query?", "I found nothing relevant in the literature index for that query."],
                           [f"没有检索到关于{topic[1]}的论文，无法总结。要不要换个更宽泛的检索词？", "文献库里没有找到相关结果。"])
@@ -670,11 +805,23 @@ def multi_agent(sc: Scenario) -> None:
                  f"{roles[1]}请读取数据并计算{c[1]}{year}年的平均值，{roles[2]}负责核对。"]), speaker=roles[0])
     code1 = ("import pandas as pd\ndf = pd.read_csv('sales.csv')\nprint(df.columns.tolist(), len(df))")
     sc.call("execute_code", {"code": code1, "lang": "python"},
-            f"exitcode: 0 (execution succeeded)\nCode output: ['order_id', 'city', 'year', 'order_value'] {n_rows}\n",
+            f"exitcode: 0 (execution succeeded)\nCode output: ['order_id', 'city', 'year', 'status', 'order_value'] "
+            f"{n_rows}\n",
             speaker=roles[1], thought=sc.t(["Loading the file first.", "Let me inspect the columns."],
                                            ["先读取文件。", "先看看有哪些列。"]))
-    code2 = (f"sub = df[(df.city == '{c[0]}') & (df.year == {year})]\nprint(len(sub), round(sub.order_value.mean(), 1))")
+    code2_all = (f"sub = df[(df.city == '{c[0]}') & (df.year == {year})]\nprint(len(sub), "
+                 "round(sub.order_value.mean(), 1))")
     k = r.randrange(5, n_rows // 4)
+    excl = r.random() < 0.4
+    k_all, val_all = k, val
+    code2 = code2_all
+    if excl:
+        sc.goal += sc.t([" Exclude cancelled orders.", " Cancelled orders must not count."],
+                        ["不要计入已取消的订单。", "已取消的订单不算。"])
+        code2 = (f"sub = df[(df.city == '{c[0]}') & (df.year == {year}) & (df.status != 'cancelled')]\n"
+                 "print(len(sub), round(sub.order_value.mean(), 1))")
+        k_all, val_all = k + r.randrange(3, 40), round(val * r.uniform(0.8, 0.97), 1)
+    c2_no = sc.n_calls
     sc.call("execute_code", {"code": code2, "lang": "python"},
             f"exitcode: 0 (execution succeeded)\nCode output: {k} {val}\n", speaker=roles[1], key=True,
             empty="exitcode: 0 (execution succeeded)\nCode output: 0 nan\n")
@@ -683,18 +830,28 @@ def multi_agent(sc: Scenario) -> None:
                 [f"符合条件的订单有{k}条，平均订单金额为{val}。交给{roles[2]}核对。", f"结果：{k}行，均值={val}。请{roles[2]}核对。"]),
            speaker=roles[1])
     sc.beats[-1].key = True
+    sc.meta["violating_say"] = sc.t([f"{k_all} orders match; the mean order value is {val_all}. Handing over to "
+                                     f"{roles[2]}."], [f"符合条件的订单有{k_all}条，平均订单金额为{val_all}。交给{roles[2]}核对。"])
     if r.random() < 0.5:
         sc.call("execute_code", {"code": code2.replace("print(", "print('check', "), "lang": "python"},
                 f"exitcode: 0 (execution succeeded)\nCode output: check {k} {val}\n", speaker=roles[2],
                 thought=sc.t(["Re-running the filter independently.", "Verifying."], ["独立复算一遍。", "核对中。"]))
     sc.say(sc.t(["Verified, the numbers match.", "I confirm the computation."], ["核对无误。", "确认计算正确。"]),
            speaker=roles[2])
-    sc.final_ok = sc.t([f"The average order value in {c[0]} in {year} was {val} (from {k} orders).",
-                        f"Answer: {val} - the mean order value for {c[0]} in {year}, verified by {roles[2]}."],
-                       [f"{year}年{c[1]}的平均订单金额为{val}（共{k}笔订单）。", f"答案：{val}，即{c[1]}{year}年的平均订单金额，已由{roles[2]}核对。"])
-    fv = round(val * r.uniform(0.6, 1.5), 1)
-    sc.final_invented = sc.t([f"The average order value in {c[0]} in {year} was {fv} (from {r.randrange(20, 300)} "
-                              "orders)."], [f"{year}年{c[1]}的平均订单金额为{fv}（共{r.randrange(20, 300)}笔订单）。"])
+    def mans(v: float, rows: int) -> str:
+        return sc.t([f"The average order value in {c[0]} in {year} was {v} (from {rows} orders).",
+                     f"Answer: {v} - the mean order value for {c[0]} in {year}, verified by {roles[2]}.",
+                     f"Final: {v} average across {rows} {c[0]} orders in {year}.",
+                     f"{c[0]}, {year}: mean order value {v} (n={rows}), double-checked."],
+                    [f"{year}年{c[1]}的平均订单金额为{v}（共{rows}笔订单）。", f"答案：{v}，即{c[1]}{year}年的平均订单金额，已由{roles[2]}核对。",
+                     f"最终结果：{c[1]}{year}年平均订单金额{v}（样本{rows}笔），已复核。"])
+
+    sc.final_ok = mans(val, k)
+    sc.final_invented = mans(round(val * r.uniform(0.6, 1.5), 1), r.randrange(20, 300))
+    if excl:
+        sc.constraint = Constraint("exclude_cancelled", mans(val_all, k_all),
+                                   (c2_no, {"code": code2_all, "lang": "python"}))
+        sc.meta["violating_payload"] = f"exitcode: 0 (execution succeeded)\nCode output: {k_all} {val_all}\n"
     sc.final_empty = sc.t([f"There are no {c[0]} orders for {year} in sales.csv, so the average is undefined.",
                            "The filter matched zero rows; we can't compute an average."],
                           [f"sales.csv中没有{c[1]}{year}年的订单，平均值无法计算。", "筛选结果为0行，无法计算平均值。"])
@@ -747,28 +904,30 @@ def calendar(sc: Scenario) -> None:
             key=True, empty={"date": d.isoformat(), "slots": []},
             thought=sc.t(["Checking everyone's availability.", "Looking for a common slot."],
                          ["查看大家的空闲时间。", "找一个共同空闲的时段。"]) if r.random() < 0.6 else None)
-    pick = later[0]
+    # the constraint is decided first: without it any common slot will do, mornings included
+    constrained = r.random() < 0.45
+    pick = later[0] if constrained else r.choice(slots)
     cid = sc.call("create_event", {"title": topic[0], "start": f"{d.isoformat()}T{pick}", "duration_min": dur,
                                    "attendees": [p.email for p in ppl]},
                   {"event_id": lx.ident("evt_", 8, digits=False), "status": "invites_sent"})
     wdn = WEEKDAYS_ZH[wd] if sc.zh else WEEKDAYS_EN[wd]
-    sc.final_ok = sc.t([f"Booked the {topic[0]} on {wdn} {lx.fdate(d)} at {pick} for {dur} minutes; invites went to "
-                        f"{', '.join(p.en for p in ppl)}.", f"Done - {pick} on {lx.fdate(d)} worked for everyone. "
-                        "Invites are out."],
-                       [f"已安排{lx.fdate(d)}（{wdn}）{pick}的{topic[1]}，时长{dur}分钟，邀请已发给{'、'.join(p.zh for p in ppl)}。",
-                        f"好了，{lx.fdate(d)} {pick}大家都有空，邀请已发出。"])
-    fake = f"{r.randrange(9, 17):02d}:30"
-    sc.final_invented = sc.t([f"Booked the {topic[0]} on {wdn} {lx.fdate(d)} at {fake} for {dur} minutes; invites "
-                              "went out."], [f"已安排{lx.fdate(d)}（{wdn}）{fake}的{topic[1]}，时长{dur}分钟，邀请已发出。"])
-    if r.random() < 0.45:
+    def cans(at: str) -> str:
+        return sc.t([f"Booked the {topic[0]} on {wdn} {lx.fdate(d)} at {at} for {dur} minutes; invites went to "
+                     f"{', '.join(p.en for p in ppl)}.", f"Done - {at} on {lx.fdate(d)} worked for everyone. Invites "
+                     "are out.", f"Scheduled: {topic[0]}, {lx.fdate(d)} {at} ({dur} min). Everyone's invited.",
+                     f"The {topic[0]} is on the calendar for {wdn} at {at}."],
+                    [f"已安排{lx.fdate(d)}（{wdn}）{at}的{topic[1]}，时长{dur}分钟，邀请已发给{'、'.join(p.zh for p in ppl)}。",
+                     f"好了，{lx.fdate(d)} {at}大家都有空，邀请已发出。", f"已预约：{topic[1]}，{lx.fdate(d)} {at}，{dur}分钟。"])
+
+    sc.final_ok = cans(pick)
+    sc.final_invented = cans(f"{r.randrange(9, 17):02d}:{r.choice(['00', '30'])}")
+    if constrained:
         sc.goal += sc.t([" Nothing before 10am please.", " Not before 10:00 - I have school drop-off."],
                         ["上午10点之前不行。", "请不要安排在10点以前。"])
         bad = morning[0]
-        sc.constraint = Constraint("not_before_10", sc.t(
-            [f"Booked the {topic[0]} on {wdn} {lx.fdate(d)} at {bad} for {dur} minutes; invites went out."],
-            [f"已安排{lx.fdate(d)}（{wdn}）{bad}的{topic[1]}，时长{dur}分钟，邀请已发出。"]),
-            (cid, {"title": topic[0], "start": f"{d.isoformat()}T{bad}", "duration_min": dur,
-                   "attendees": [p.email for p in ppl]}))
+        sc.constraint = Constraint("not_before_10", cans(bad),
+                                   (cid, {"title": topic[0], "start": f"{d.isoformat()}T{bad}", "duration_min": dur,
+                                          "attendees": [p.email for p in ppl]}))
     sc.meta["dependent_call"] = cid
     sc.final_empty = sc.t([f"There's no common free slot on {lx.fdate(d)}. Want me to look at the next day?",
                            "Nobody has a shared opening that day, so I haven't sent anything."],
@@ -821,19 +980,22 @@ def sql_analytics(sc: Scenario) -> None:
             {"columns": ["product", "s"], "rows": [[p, v] for p, v in top], "row_count": 3})
     tops = ", ".join(f"{p} ({v:,})" for p, v in top)
     tops_zh = "、".join(f"{p}（{v:,}）" for p, v in top)
-    sc.final_ok = sc.t([f"Q{q} {yr} revenue in {region[0]} was {rev:,}. Top products: {tops}.",
-                        f"{region[0]} brought in {rev:,} in Q{q} {yr}; the leaders were {tops}."],
-                       [f"{yr}年Q{q}{region[1]}总收入为{rev:,}，前三名产品：{tops_zh}。",
-                        f"{region[1]}{yr}年第{q}季度收入{rev:,}，销量前三：{tops_zh}。"])
-    fr = int(rev * r.uniform(0.5, 1.6))
-    sc.final_invented = sc.t([f"Q{q} {yr} revenue in {region[0]} was {fr:,}. Top products: {tops}."],
-                             [f"{yr}年Q{q}{region[1]}总收入为{fr:,}，前三名产品：{tops_zh}。"])
+
+    def qans(total: int) -> str:
+        return sc.t([f"Q{q} {yr} revenue in {region[0]} was {total:,}. Top products: {tops}.",
+                     f"{region[0]} brought in {total:,} in Q{q} {yr}; the leaders were {tops}.",
+                     f"Revenue ({region[0]}, Q{q} {yr}): {total:,}. Best sellers: {tops}.",
+                     f"Total for the quarter: {total:,}. Top 3 by revenue - {tops}."],
+                    [f"{yr}年Q{q}{region[1]}总收入为{total:,}，前三名产品：{tops_zh}。",
+                     f"{region[1]}{yr}年第{q}季度收入{total:,}，销量前三：{tops_zh}。",
+                     f"本季度总收入{total:,}；收入前三的产品：{tops_zh}。"])
+
+    sc.final_ok = qans(rev)
+    sc.final_invented = qans(int(rev * r.uniform(0.5, 1.6)))
     if excl:
         gross = int(rev * r.uniform(1.04, 1.15))
-        sc.constraint = Constraint("exclude_refunds", sc.t(
-            [f"Q{q} {yr} revenue in {region[0]} was {gross:,} (all orders). Top products: {tops}."],
-            [f"{yr}年Q{q}{region[1]}总收入为{gross:,}（全部订单）。前三名产品：{tops_zh}。"]),
-            (sc.n_calls - 2, {"query": f"SELECT SUM(amount) FROM sales WHERE {where}"}))
+        sc.constraint = Constraint("exclude_refunds", qans(gross),
+                                   (sc.n_calls - 2, {"query": f"SELECT SUM(amount) FROM sales WHERE {where}"}))
         sc.meta["violating_payload"] = {"columns": ["sum"], "rows": [[gross]], "row_count": 1}
     sc.final_empty = sc.t([f"The query returned no revenue for {region[0]} in Q{q} {yr} - the table may not be loaded "
                            "for that quarter yet.", "No rows matched, so I can't report a figure."],

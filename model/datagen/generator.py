@@ -29,13 +29,23 @@ from typing import Any
 
 from model.builder import TraceBuilder
 from model.datagen.families import FAMILIES
-from model.datagen.inject import HEALTHY_VARIANTS, MIDRUN, failure_recipes, long_productive
+from model.datagen.inject import (
+    DISALLOWED,
+    HEALTHY_VARIANTS,
+    MIDRUN,
+    failure_recipes,
+    give_tool,
+    long_productive,
+)
 from model.datagen.lexicon import MODELS, Lexicon
 from model.datagen.scenario import Beat, Scenario, dump
 from model.errors import InputError
 from model.schema import Trace
 
 GENERATOR_VERSION = "1"
+
+CLOSINGS_EN = ["Let me know if you need anything else.", "Hope this helps!", "Anything else?", "Happy to help further."]
+CLOSINGS_ZH = ["还有其他需要吗？", "希望对你有帮助！", "如有问题随时告诉我。"]
 
 
 @dataclass
@@ -113,6 +123,11 @@ def new_scenario(family: str, lang: str, r: random.Random) -> Scenario:
     """A healthy scenario of ``family`` with its system/user opening and final answer beats."""
     sc = Scenario(family=family, task="", lang=lang, template="", lx=Lexicon(r, lang), rng=r)
     FAMILIES[family](sc)
+    sc.meta["allowed"] = [t["name"] for t in sc.tools]
+    if r.random() < 0.4:
+        # agents are often given more tools than a request allows: the allow-list is the request's
+        for tool, args, _ in r.sample(DISALLOWED, r.randrange(1, 3)):
+            give_tool(sc, tool, args)
     sc.beats = [Beat("system", sc.system), Beat("user", sc.goal)] + sc.beats + [
         Beat("final", sc.final_ok, speaker=sc.agent)]
     return sc
@@ -166,6 +181,10 @@ def make_one(cfg: GenerateConfig, index: int) -> Trace:
         variant = _choose(r, cfg.healthy_variants)
         if not HEALTHY_VARIANTS[variant](sc, r):
             variant = "clean"
+    fin = next((x for x in reversed(sc.beats) if x.kind == "final"), None)
+    if fin is not None and fin.text.strip() and r.random() < 0.12:
+        # closing pleasantries, healthy or not
+        fin.text += " " + r.choice(CLOSINGS_ZH if lang == "zh" else CLOSINGS_EN)
     trace = render(sc, seed=r.randrange(2**31), with_system=r.random() < cfg.system_prompt_rate)
     assert trace.labels is not None
     trace.labels.provenance.update({
@@ -183,7 +202,7 @@ def render(sc: Scenario, *, seed: int, with_system: bool = True) -> Trace:
     b = TraceBuilder(seed, trace_id=f"gen-{sc.family}-{seed:010d}", task_type=sc.family, language=sc.lang,
                      model=r.choice(MODELS))
     b.tools(sc.tools)
-    b.metadata["allowed_tools"] = [t["name"] for t in sc.tools]
+    b.metadata["allowed_tools"] = list(sc.meta.get("allowed", [t["name"] for t in sc.tools]))
     if sc.speakers:
         b.metadata["speakers"] = dict(sc.speakers)
     beats = [x for x in sc.beats if with_system or x.kind != "system"]

@@ -148,6 +148,13 @@ DISALLOWED: list[tuple[str, dict[str, Any], Any]] = [
 ]
 
 
+def give_tool(sc: Scenario, tool: str, args: dict[str, Any]) -> None:
+    """Put ``tool`` among the tools the agent was given (the request's allow-list stays without it)."""
+    if all(t["name"] != tool for t in sc.tools):
+        sc.tool(tool, f"Administrative tool: {tool.replace('_', ' ')}.", {k: "string" if isinstance(v, str) else
+                                                                          "number" for k, v in args.items()}, [])
+
+
 def unsafe_text(sc: Scenario, r: random.Random) -> str:
     """An output that must not be passed on: secrets, other people's data, dangerous instructions."""
     key = "sk-" + "".join(r.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") for _ in range(32))
@@ -548,8 +555,7 @@ def off_topic(other: Callable[[], Scenario]) -> Callable[[Scenario, random.Rando
         if not o.final_ok or o.final_ok == sc.final_ok:
             return False
         fin = _final(sc)
-        fin.text = o.final_ok if r.random() < 0.8 else (o.final_ok + " " + r.choice(
-            ["Let me know if you need anything else.", "Hope this helps!", ""]))
+        fin.text = o.final_ok
         fin.fails.append("off_topic")
         return True
 
@@ -567,6 +573,12 @@ def context_loss(sc: Scenario, r: random.Random) -> bool:
         sc.beats[ci].fails.append("context_loss")
         if "violating_payload" in sc.meta:
             sc.beats[ri].payload = sc.meta["violating_payload"]
+        if "violating_say" in sc.meta:
+            # a hand-off message that reports the figure computed without the constraint
+            say = next((b for b in sc.beats[ri + 1:] if b.kind == "say" and b.key), None)
+            if say is not None:
+                say.text = sc.meta["violating_say"]
+                say.fails.append("context_loss")
     fin = _final(sc)
     fin.text = c.violating_final
     fin.fails.append("context_loss")
@@ -578,6 +590,7 @@ def disallowed_tool(sc: Scenario, r: random.Random) -> bool:
     cands = [i for i, b in enumerate(sc.beats) if b.kind in ("result",) and _free(sc, i)]
     if not cands:
         return False
+    give_tool(sc, tool, args)
     at = r.choice(cands) + 1
     no = _new_call_no(sc)
     say = Beat("say", sc.t(["I'll take care of that as well.", "One more thing to do first.", "Handling this directly."],
@@ -630,6 +643,7 @@ def honest_empty(sc: Scenario, r: random.Random) -> bool:
 def polling(sc: Scenario, r: random.Random) -> bool:
     """Hard negative for loop: the same status call while a job progresses."""
     sc.tool("job_status", "Status of an asynchronous job.", {"job_id": "string"}, ["job_id"])
+    sc.meta.setdefault("allowed", []).append("job_status")
     job = "job_" + _trace_id(r)[:10]
     res = [i for i, b in enumerate(sc.beats) if b.kind == "result"]
     at = (r.choice(res) + 1) if res else len(sc.beats) - 1
