@@ -464,7 +464,7 @@ def _failure_then(final: str, *, retry: bool = False, other_tool: bool = False, 
         b.result(c, '{"temp_c": 3}')
     if other_tool:
         c = b.call("search", {"query": "Oslo weather"})
-        b.result(c, '{"results": [{"snippet": "3 C"}]}')
+        b.result(c, '{"results": [{"snippet": "3.5 C at 14:00"}]}')
     if say:
         b.say(say)
     b.final(final)
@@ -495,7 +495,10 @@ def test_acknowledged_or_recovered_errors_are_not_ignored(kwargs: dict[str, obje
     assert IgnoredErrorRule().inspect(_failure_then(**kwargs)) == []  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("final", ["The terminal errored out; no result yet.", "SQL引擎报错，需要重试。"])
+@pytest.mark.parametrize(
+    "final",
+    ["The terminal errored out; no result yet.", "SQL引擎报错，需要重试。", "我们这边系统出了问题，操作没有成功。"],
+)
 def test_more_acknowledgements(final: str) -> None:
     assert IgnoredErrorRule().inspect(_failure_then(final)) == []
 
@@ -506,6 +509,7 @@ def test_more_acknowledgements(final: str) -> None:
         "All set - it is 3 °C in Oslo. Sorry about the cold!",
         "Unfortunately it is only 3 °C in Oslo today.",
         "There is an issue for travellers: it is 3 °C in Oslo.",
+        "It is 3 °C in Oslo. Sorry for the trouble with your umbrella.",
     ],
 )
 def test_apologies_about_something_else_do_not_acknowledge_the_error(final: str) -> None:
@@ -514,8 +518,11 @@ def test_apologies_about_something_else_do_not_acknowledge_the_error(final: str)
 
 
 def test_error_worked_around_with_another_tool_is_only_a_signal() -> None:
-    (f,) = IgnoredErrorRule().inspect(_failure_then("It is 3 °C in Oslo.", other_tool=True))
-    assert (f.step, f.confidence) == (5, 0.45)
+    (f,) = IgnoredErrorRule().inspect(_failure_then("It is 3.5 °C in Oslo.", other_tool=True))
+    assert (f.step, f.confidence, f.details["answer_uses_step"]) == (5, 0.45, 4)
+    # another tool succeeded, but the answer rests on nothing it returned
+    (f,) = IgnoredErrorRule().inspect(_failure_then("It is 20 °C and sunny in Oslo.", other_tool=True))
+    assert (f.step, f.confidence) == (5, 0.8) and "answer_uses_step" not in f.details
 
 
 def test_no_final_answer_no_ignored_error() -> None:
@@ -622,6 +629,29 @@ def test_assumption_violated_by_an_intermediate_message_with_invented_figures() 
     # one new value is not enough (e.g. "let me try 2024")
     t = _empty_then("[]", ("say", "Let me try the 2024 list."), ("call", ("search_orders", {"q": "2024"})))
     assert AssumptionViolatedRule().inspect(t) == []
+
+
+def test_a_value_the_agent_names_after_the_empty_result_is_not_grounded() -> None:
+    t = _empty_then(
+        '{"flights": [], "total_pages": 0}',
+        ("say", "Going with CA9075."),  # 3: one new value, not enough for a message finding
+        ("call", ("book_flight", {"flight_id": "CA9075"})),  # 4: still made up
+        ("final", "Booked CA9075."),
+    )
+    (f,) = AssumptionViolatedRule().inspect(t)
+    assert (f.step, f.confidence) == (4, 0.7)
+    # whereas a value a tool returned after the empty result is grounded
+    b = TraceBuilder(seed=0)
+    b.user("book me a flight")
+    c = b.call("search_flights", {"q": "x"})
+    b.result(c, "[]")  # 2
+    c = b.call("get_alternatives", {})  # 3: nothing made up, keep watching
+    b.result(c, '{"alternatives": ["CA9075"]}')  # 4
+    c = b.call("book_flight", {"flight_id": "CA9075"})  # 5: grounded by step 4
+    b.result(c, '{"ok": true}')
+    b.final("Booked the alternative, CA9075.")
+    found = AssumptionViolatedRule().inspect(b.build())
+    assert [(f.step, f.confidence) for f in found] == [(7, 0.45)]
 
 
 def test_non_empty_or_failed_results_are_not_assumption_problems() -> None:

@@ -688,10 +688,11 @@ _ACK = re.compile(
     r"\b(?:fail(?:ed|ure|ures|s|ing)?|errors?|erroneous|unable|could(?:n['’]t| not)|can(?:no|['’])t|"
     r"unavailable|not available|did(?:n['’]t| not) (?:work|succeed|return|respond)|timed out|time-?out|"
     r"rate[- ]limit(?:ed)?|retry(?:ing)?|try(?:ing)? again|went wrong|no data|(?:is|was|went) down|"
-    r"(?:problem|issue|trouble) (?:with|reaching|contacting|accessing|connecting)|"
+    r"(?:problem|issue|trouble) (?:with|reaching|contacting|accessing|connecting to) (?:the |our |my )?"
+    r"(?:\w+ )?(?:tool|service|system|server|api|database|lookup|search|connection|request|backend)|"
     r"not (?:able to )?(?:reach|connect|verify|confirm|retrieve|load|access))\b"
     r"|\berrored\b|\bno results? yet\b"
-    r"|无法|失败|错误|出错|报错|重试|超时|不可用|未能|没能|异常|限流",
+    r"|无法|失败|错误|出错|报错|重试|超时|不可用|未能|没能|异常|限流|出了问题|出问题|没有成功|未成功|不成功",
     re.IGNORECASE,
 )
 _TOOL_FAILURES = frozenset({FailureKind.TOOL_ERROR, FailureKind.TIMEOUT, FailureKind.RATE_LIMITED})
@@ -705,7 +706,8 @@ class IgnoredErrorRule(_Rule):
     tool succeeded before the final answer, and neither the final answer nor any assistant message
     after the failure acknowledges it (words such as failed, error, unable, couldn't, 无法, 失败).
     The finding is on the final answer; ``details`` name the failed step(s). Confidence 0.8, or
-    0.45 when another tool succeeded after the failure (the agent may have worked around it).
+    0.45 when the answer repeats a value from a successful result that came after the failure
+    (the agent may have worked around it with another tool; ``details["answer_uses_step"]``).
     """
 
     name: ClassVar[str] = "ignored_error"
@@ -723,13 +725,13 @@ class IgnoredErrorRule(_Rule):
         if not failed:
             return []
         ok_after: dict[str, int] = {}  # tool -> last successful result before the final answer
-        any_ok_after_first = False
+        ok_results: list[int] = []
         acknowledged_after = -1  # last assistant step before/at final that acknowledges a failure
         for j in range(failed[0] + 1, final + 1):
             s = steps[j]
             if s.kind is StepKind.TOOL_RESULT and j not in graph.failures:
                 ok_after[_tool_of(trace, graph, j)] = j
-                any_ok_after_first = True
+                ok_results.append(j)
             elif s.kind in _ANSWER_KINDS and _ACK.search(s.content):
                 acknowledged_after = j
         unrecovered = [
@@ -740,7 +742,12 @@ class IgnoredErrorRule(_Rule):
         if not unrecovered:
             return []
         first = unrecovered[0]
-        conf = 0.45 if any_ok_after_first else 0.8
+        # Worked around? The answer repeats a value from a later successful result of another tool.
+        answer_values = distinctive_tokens(steps[final].content)
+        workaround = next(
+            (j for j in ok_results if j > first and answer_values & distinctive_tokens(steps[j].content)), None
+        )
+        conf = 0.45 if workaround is not None else 0.8
         details = {
             "failed_step": first,
             "failed_source_index": steps[first].source_index,
@@ -749,6 +756,8 @@ class IgnoredErrorRule(_Rule):
             "failure_kind": graph.failures[first].kind.value,
             "failure_evidence": graph.failures[first].evidence,
         }
+        if workaround is not None:
+            details["answer_uses_step"] = workaround
         evidence = (
             f"step {first} ({details['tool']}) failed: {graph.failures[first].evidence}; "
             f"the final answer does not say so: {_excerpt(steps[final].content, 100)}"
@@ -797,11 +806,19 @@ _RESEARCH_TOOL = re.compile(r"search|find|lookup|look_up|query|list|browse|retri
 _URL = re.compile(r"https?://[^\s\"'<>)\]]+", re.IGNORECASE)
 
 
-def _values(text: str) -> set[str]:
-    """Distinctive tokens and URLs of ``text``: the values an agent could only have from somewhere."""
-    out = distinctive_tokens(text)
-    for m in _URL.finditer(text[:20_000]):
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?!\w)")  # a free-standing number, not part of an id
+_AGENT_KINDS = frozenset({StepKind.LLM_REASONING, StepKind.LLM_OUTPUT, StepKind.TOOL_CALL, StepKind.FINAL_OUTPUT})
+
+
+def _values(text: str, *, numbers: bool = False) -> set[str]:
+    """Distinctive tokens and URLs of ``text`` (with ``numbers``, every number too): the values an
+    agent could only have got from somewhere."""
+    head = text[:20_000]
+    out = distinctive_tokens(head)
+    for m in _URL.finditer(head):
         out.add(m.group(0).rstrip(".,;:").lower())
+    if numbers:
+        out.update(m.group(0) for m in _NUMBER.finditer(head))
     return out
 
 
@@ -875,13 +892,14 @@ class AssumptionViolatedRule(_Rule):
       browse, retrieve), is a re-search: fine;
     * an assistant message that acknowledges the emptiness ("no results", "couldn't find",
       "未找到" …): fine;
-    * a call to another tool whose arguments carry a value seen nowhere earlier in the trace — a
-      distinctive token (id, figure) or a URL — made up where the empty result should have
-      supplied it: **finding on that call** (0.7);
+    * a call to another tool whose arguments carry a value that is not grounded — a distinctive
+      token (id, figure) or a URL that no step up to the empty result, and no tool, user or system
+      message since, contains (the agent naming it after the empty result does not count): made
+      up where the empty result should have supplied it: **finding on that call** (0.7);
     * a final answer that does not acknowledge it: **finding on the answer** (0.75; 0.45 when a
       successful non-empty result of another tool came in between, which the answer may rest on);
-    * an intermediate assistant message stating at least two values seen nowhere before ("254
-      orders match; the mean is 4.5"): **finding on that message** (0.65);
+    * an intermediate assistant message stating at least two numbers or values seen nowhere
+      before ("mean=16.6 over 14 rows"): **finding on that message** (0.65);
     * other calls (no made-up values) and intermediate messages: keep watching; a user message
       ends the watch.
 
@@ -896,27 +914,44 @@ class AssumptionViolatedRule(_Rule):
     def inspect(self, trace: Trace) -> list[Finding]:
         steps = trace.steps
         out: list[Finding] = []
-        seen: set[str] = set()  # values of steps[:scanned], filled only when needed
+        # Grounded values: everything up to the watched empty result, plus what tools, users and
+        # the system said since. What the agent itself said after the empty result is not
+        # grounded ("Going with CA9075." does not make CA9075 real); those steps wait in `held`
+        # and become grounded once a later empty result starts a new watch.
+        seen: set[str] = set()
+        held: list[int] = []
         scanned = 0
         pending: int | None = None  # the empty result being watched
         other_data = False  # a successful, non-empty result came in while watching
         last = len(steps) - 1
+
+        def ground(upto: int, agent_too: bool) -> None:
+            nonlocal scanned
+            if agent_too:
+                for j in held:
+                    seen.update(_values(_text(steps[j]), numbers=True))
+                held.clear()
+            for j in range(scanned, upto):
+                if agent_too or steps[j].kind not in _AGENT_KINDS:
+                    seen.update(_values(_text(steps[j]), numbers=True))
+                else:
+                    held.append(j)
+            scanned = max(scanned, upto)
+
         for i, s in enumerate(steps):
             if s.kind is StepKind.USER_INPUT:
                 pending = None
                 continue
             if s.kind is StepKind.TOOL_RESULT:
                 if is_empty_result(s.content) and step_failure(s) is None:
+                    ground(i, agent_too=True)
                     pending, other_data = i, False
                 elif pending is not None and step_failure(s) is None:
                     other_data = True
                 continue
-            if pending is None:
+            if pending is None or s.kind not in _AGENT_ACTIONS:
                 continue
-            if s.kind in _AGENT_ACTIONS and scanned < i:
-                for prev in steps[scanned:i]:
-                    seen |= _values(_text(prev))
-                scanned = i
+            ground(i, agent_too=False)
             verdict = self._judge(steps[pending], s, seen, i == last, other_data)
             if verdict is not None:
                 if verdict > 0:
@@ -932,15 +967,15 @@ class AssumptionViolatedRule(_Rule):
             if name == (empty.tool_name or "") or _RESEARCH_TOOL.search(name):
                 return 0.0
             return 0.7 if _values(_text(s)) - seen else None
-        if s.kind in _ANSWER_KINDS:
-            if _EMPTY_ACK.search(s.content):
+        if _EMPTY_ACK.search(s.content):
+            return 0.0
+        if s.kind is StepKind.FINAL_OUTPUT or last:
+            if not s.content.strip():
                 return 0.0
-            if s.kind is StepKind.FINAL_OUTPUT or last:
-                if not s.content.strip():
-                    return 0.0
-                return 0.45 if other_data else 0.75
-            if len(_values(s.content) - seen) >= 2:  # states figures that came from nowhere
-                return 0.65
+            return 0.45 if other_data else 0.75
+        # an intermediate message that states figures from nowhere ("mean=16.6 over 14 rows")
+        if len(_values(s.content, numbers=True) - seen) >= 2:
+            return 0.65
         return None
 
     def _make(self, trace: Trace, empty: int, dependent: int, conf: float) -> Finding:
