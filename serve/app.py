@@ -130,6 +130,7 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
         max_steps=settings.max_steps,
         session_exclude=[n.strip() for n in settings.session_detectors_exclude.split(",") if n.strip()],
         stream_detector=settings.stream_detector,
+        stream_autofeed=[n.strip() for n in settings.stream_autofeed.split(",") if n.strip()],
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -34,6 +35,7 @@ from model.options import DiagnoseOptions
 from model.policy import RepairEngine
 from model.schema import Step, StepKind, Trace
 from model.streams import Alarm, detect_changepoints
+from model.streams.metrics import DEFAULT_TASK_TYPE, extract_metrics
 from serve.api_models import (
     AlarmOut,
     AppendStepsRequest,
@@ -88,6 +90,7 @@ class TriageService:
         max_steps: int = 5000,
         session_exclude: Sequence[str] = ("incomplete",),
         stream_detector: str = "cusum",
+        stream_autofeed: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.diagnoser = diagnoser
@@ -96,6 +99,7 @@ class TriageService:
         self.max_steps = max_steps
         self.session_exclude = frozenset(session_exclude)
         self.stream_detector = stream_detector
+        self.stream_autofeed = tuple(sorted(set(stream_autofeed)))  # sorted: one lock order
 
     @property
     def model_version(self) -> str:
@@ -133,7 +137,51 @@ class TriageService:
             row.state = state
             row.updated_at = utcnow()
             row.version += 1
+            if self.stream_autofeed and not options.shadow:
+                self._feed_streams(db, tenant, trace, resp)
         return resp
+
+    def _feed_streams(self, db: Any, tenant: str, trace: Trace, resp: DiagnosisResponse) -> None:
+        """Feed this trace's per-trace metrics into the tenant's streams (same transaction).
+
+        Alarms raised here show up as ``degradation`` in the next diagnoses, not this one.
+        """
+        prob = None
+        if "classifier" in resp.detector_versions:
+            scores = [
+                f.confidence
+                for f in [*resp.failures, *resp.signals]
+                if "classifier" in (f.detectors or [f.detector])
+            ]
+            prob = max(scores, default=0.0)
+        metrics = extract_metrics(trace, failure_prob=prob)
+        task = trace.task_type or DEFAULT_TASK_TYPE
+        for name in self.stream_autofeed:
+            value = metrics.per_trace.get(name)
+            if value is None or not math.isfinite(value) or abs(value) > 1e12:
+                continue
+            row = self.store.lock_stream(db, tenant, name, task, detector=self.stream_detector, params={})
+            det = make_stream_detector(row.detector, **row.params)
+            if row.state:
+                det.set_state(row.state)
+            alarm = det.update(float(value))
+            db.add(
+                ObservationRow(
+                    tenant_id=tenant,
+                    stream=name,
+                    task_type=task,
+                    seq=row.n,
+                    value=float(value),
+                    trace_id=trace.id,
+                    alarm=alarm is not None,
+                )
+            )
+            row.n += 1
+            row.state = det.get_state()
+            if alarm is not None:
+                row.alarm_open = True
+                row.alarm = alarm.model_dump()
+            row.updated_at = utcnow()
 
     # -- sessions --------------------------------------------------------------------------------
     def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
@@ -489,7 +537,7 @@ class TriageService:
     def degradation_findings(self, tenant: str, task_type: str | None) -> list[Finding]:
         """Open stream alarms of this tenant (for this task type, or for any) as findings."""
         out = []
-        for s in self.store.open_alarms(tenant, task_type or ""):
+        for s in self.store.open_alarms(tenant, task_type or DEFAULT_TASK_TYPE):
             alarm = s.alarm or {}
             out.append(
                 Finding(

@@ -64,6 +64,11 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Delete history not updated for this long (checked at start-up)."
     )
     stream_detector: str = Field(default="cusum", description="Stream detector for observations.")
+    stream_autofeed: str = Field(
+        default="latency_ms,tokens_out,output_chars,classifier_failure_prob",
+        description="Per-trace metrics every /v1/diagnose feeds into the tenant's streams "
+        "(comma-separated names of model.streams.metrics; empty = none).",
+    )
     session_detectors_exclude: str = Field(
         default="incomplete",
         description="Detectors not run on a session while it is still running (comma-separated).",

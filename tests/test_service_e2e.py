@@ -286,3 +286,65 @@ def test_sigkill_mid_load_loses_no_acknowledged_trace(tmp_path: Path) -> None:
         assert set(acked) <= stored
     finally:
         restarted.stop()
+
+
+def test_stream_alarm_becomes_degradation_until_rebaselined(
+    server: tuple[LiveServer, dict[str, str]],
+) -> None:
+    import numpy as np
+
+    from model.streams import detect, detect_changepoints
+
+    srv, keys = server
+    rng = np.random.default_rng(1)
+    values = [round(float(v), 6) for v in np.r_[rng.normal(0.0, 1.0, 60), rng.normal(3.0, 1.0, 20)]]
+    params = {"mean": 0.0, "std": 1.0, "shift": 1.0, "arl0": 500.0}
+    expected = [a.index for a in detect(values, **params)]
+    assert expected[:2] == [61, 64]  # seeded: the shift at 60 is caught at 61
+    h = {"Authorization": f"Bearer {keys['acme']}"}
+    got: list[int] = []
+    # three calls: the CUSUM state lives in the store between them (either worker may answer)
+    for lo, hi in ((0, 25), (25, 61), (61, 80)):
+        body: dict[str, Any] = {"values": values[lo:hi], "task_type": "ops", "params": params}
+        r = httpx.post(f"{srv.url}/v1/streams/quality/observations", json=body, headers=h)
+        assert r.status_code == 200, r.text
+        got += [a["index"] for a in r.json()["alarms"]]
+    assert got == expected
+    assert r.json()["n"] == 80 and r.json()["alarm_open"] is True
+    trace = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    with TriageClient(srv.url, api_key=keys["acme"]) as c:
+        plain = c.diagnose(trace)
+        assert "degradation" not in [f.kind for f in plain.failures]  # task type "default" ≠ "ops"
+        native = {
+            "task_type": "ops",
+            "steps": [{"kind": "user_input", "content": "hi"}, {"kind": "final_output", "content": "hello"}],
+        }
+        d = c.diagnose(native)
+        deg = [f for f in d.failures if f.kind == "degradation"]
+        assert (
+            len(deg) == 1
+            and deg[0].details["stream"] == "quality"
+            and deg[0].details["alarm"]["index"] == expected[-1]
+        )
+        assert d.primary is not None and d.primary.kind == "degradation"
+        assert d.recommendation.strategy == "human_handoff"  # no fallback model named: that rung is skipped
+        other = c.diagnose({**native, "task_type": "chat"})
+        assert "degradation" not in [f.kind for f in other.failures]
+        # the same stream name in another tenant is another stream
+        r = httpx.get(
+            f"{srv.url}/v1/streams/quality/changepoints",
+            params={"task_type": "ops"},
+            headers={"Authorization": f"Bearer {keys['globex']}"},
+        )
+        assert r.status_code == 404
+        r = httpx.get(f"{srv.url}/v1/streams/quality/changepoints", params={"task_type": "ops"}, headers=h)
+        assert r.status_code == 200
+        assert r.json()["changepoints"] == detect_changepoints(values, max_points=None).changepoints
+        assert any(abs(cp - 60) <= 2 for cp in r.json()["changepoints"])
+        r = httpx.post(
+            f"{srv.url}/v1/streams/quality/observations",
+            json={"values": [3.1], "task_type": "ops", "rebaseline": True},
+            headers=h,
+        )
+        assert r.status_code == 200 and r.json()["alarm_open"] is False
+        assert "degradation" not in [f.kind for f in c.diagnose(native).failures]
