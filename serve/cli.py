@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "serve.cli_core",
     "serve.cli_streams",
     "serve.cli_datasets",
+    "serve.cli_export",
     "serve.cli_model",
     "serve.cli_keys",
 )
