@@ -20,6 +20,7 @@ from model.detectors.rules import (
     RefusalRule,
     TimeoutRule,
     ToolErrorRule,
+    final_answer_step,
     is_empty_result,
 )
 from model.errors import InputError
@@ -698,3 +699,19 @@ def test_deeply_nested_arguments_and_results_do_not_break_the_rules() -> None:
     assert sorted((f.kind.value, f.step) for f in found if f.confidence >= THRESHOLD) == [
         ("disallowed_tool", 1), ("disallowed_tool", 3), ("disallowed_tool", 5), ("incomplete", 6), ("loop", 6),
     ]  # fmt: skip
+
+
+def test_final_answer_behind_a_terminate_control_word() -> None:
+    b = TraceBuilder(seed=0)
+    b.user("q")  # 0
+    c = b.call("run", {"code": "x"})
+    b.result(c, "exitcode: 1 (execution failed)\nTraceback (most recent call last):", status="error")  # 2
+    b.say("The answer is 42.", speaker="Expert")  # 3
+    b.final("TERMINATE")  # 4
+    t = b.build()
+    assert final_answer_step(t) == 3
+    (f,) = IgnoredErrorRule().inspect(t)
+    assert (f.step, f.source_index, f.details["failed_step"]) == (3, 3, 2)
+    assert IncompleteRule().inspect(t) == []
+    only = Trace(steps=[Step(kind="final_output", content="TERMINATE")])
+    assert final_answer_step(only) == 0

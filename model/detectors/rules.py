@@ -73,11 +73,15 @@ def _finding(
     )
 
 
+_CONTROL_WORD = re.compile(r"^\W*TERMINATE\W*$", re.IGNORECASE)
+
+
 def final_answer_step(trace: Trace) -> int | None:
     """The step holding the run's final answer, or ``None``.
 
-    The last ``final_output`` step; without one, a non-empty ``llm_output`` that ends the trace
-    (importers of plain chat logs can't always tell the last assistant message is the answer).
+    The last ``final_output`` step (when it is only a control word such as ``TERMINATE``, the
+    assistant message right before it); without one, a non-empty ``llm_output`` that ends the
+    trace (importers of plain chat logs can't always tell the last assistant message is the answer).
 
     >>> from model.builder import make_trace
     >>> final_answer_step(make_trace(None, seed=0))
@@ -86,6 +90,13 @@ def final_answer_step(trace: Trace) -> int | None:
     steps = trace.steps
     for i in range(len(steps) - 1, -1, -1):
         if steps[i].kind is StepKind.FINAL_OUTPUT:
+            if _CONTROL_WORD.match(steps[i].content):
+                # "TERMINATE" (AG2 group chats) ends the run; the answer is the message before it
+                for j in range(i - 1, -1, -1):
+                    if steps[j].kind in _ANSWER_KINDS and steps[j].content.strip():
+                        return j
+                    if steps[j].kind is not StepKind.LLM_REASONING:
+                        break
             return i
     if steps and steps[-1].kind is StepKind.LLM_OUTPUT and steps[-1].content.strip():
         return len(steps) - 1
@@ -689,7 +700,9 @@ _ACK = re.compile(
     r"unavailable|not available|did(?:n['’]t| not) (?:work|succeed|return|respond)|timed out|time-?out|"
     r"rate[- ]limit(?:ed)?|retry(?:ing)?|try(?:ing)? again|went wrong|no data|(?:is|was|went) down|"
     r"(?:problem|issue|trouble) (?:with|reaching|contacting|accessing|connecting to) (?:the |our |my )?"
-    r"(?:\w+ )?(?:tool|service|system|server|api|database|lookup|search|connection|request|backend)|"
+    r"(?:\w+ )?(?:tool|service|system|server|api|database|lookup|search|connection|request|backend|"
+    r"code|execution|command|script|call|query)|"
+    r"not (?:properly )?(?:executed|run|installed|accessible)|(?:is|was)n['’]t (?:installed|accessible|executed)|"
     r"not (?:able to )?(?:reach|connect|verify|confirm|retrieve|load|access))\b"
     r"|\berrored\b|\bno results? yet\b"
     r"|无法|失败|错误|出错|报错|重试|超时|不可用|未能|没能|异常|限流|出了问题|出问题|没有成功|未成功|不成功",
@@ -799,7 +812,9 @@ _EMPTY_ACK = re.compile(
     r"\bnone\b|\bnobody\b|\bno one\b|\bno (?:\w+ ){0,3}(?:was|were) found\b|\bdid(?:n['’]t| not) (?:return|find)|"
     r"\bthere(?:['’]s| is| are| was| were) no\b|\b(?:returned|found|has|have|had) no\b|"
     r"\bno (?:\w+ ){0,2}(?:match(?:es|ing)?|found|available|exists?)\b|"
-    r"未找到|没有找到|找不到|没有|无结果|无法|不存在",
+    r"\bno output\b|\bwithout (?:any )?output\b|\b(?:does|did)(?:n['’]t| not) (?:include|contain|print|output|produce)|"
+    r"\b(?:was|were)(?:n['’]t| not) (?:printed|returned|shown|produced)|\bnothing (?:was )?printed\b|"
+    r"未找到|没有找到|找不到|没有|无结果|无法|不存在|没有输出",
     re.IGNORECASE,
 )
 _RESEARCH_TOOL = re.compile(r"search|find|lookup|look_up|query|list|browse|retrieve", re.IGNORECASE)
