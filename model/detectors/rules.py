@@ -13,9 +13,15 @@ an explicit failed status / error step    0.95
 a JSON error envelope, a Traceback        0.90
 HTTP 4xx/5xx, timeout or 429 text         0.85
 an exception line, ``Error:`` prefix      0.75–0.80
-heuristics (ignored error, assumption)    0.60–0.80
+heuristics (ignored error, assumption)    0.65–0.80
+weak or contradicted evidence (a refusal  0.40–0.45
+followed by an answer, an unknown tool,
+an error the answer worked around)
 a failure that a later step recovered     0.30 (:data:`RECOVERED_CONFIDENCE`)
 ========================================  ==========
+
+Everything below 0.5 (the default fusion threshold in :mod:`model.diagnosis`) is meant as a
+signal: reported, not acted on.
 
 A failure that a later step recovered from (a successful retry of the same tool; an LLM answer
 after a provider error) is still reported, at :data:`RECOVERED_CONFIDENCE` with
