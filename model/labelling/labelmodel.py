@@ -14,7 +14,7 @@ A candidate whose posterior is at least ``threshold`` becomes a weak label with 
 ``review_band`` marks the ones worth a human look.
 
 >>> lm = LabelModel(method="majority")
->>> from model.labelling.functions import Vote
+>>> from model.labelling.functions import Vote, lf_names
 >>> from model.kinds import FailureKind
 >>> lm.fit([[Vote("tool_error", FailureKind.TOOL_ERROR, 3, 3, 0.9)]])
 LabelModel(method='majority')
@@ -29,7 +29,7 @@ from typing import Any
 
 from model.errors import NotFittedError
 from model.kinds import FailureKind
-from model.labelling.functions import Vote
+from model.labelling.functions import Vote, lf_names
 
 #: Which kinds each LF can vote on (so that its silence counts as a "no" there).
 COVERAGE: dict[str, tuple[FailureKind, ...]] = {
@@ -91,7 +91,8 @@ class LabelModel:
     def _candidates(
         votes_per_trace: list[list[Vote]],
     ) -> dict[FailureKind, dict[tuple[int, int], dict[str, bool]]]:
-        lfs = sorted({v.lf for vs in votes_per_trace for v in vs} | set(COVERAGE))
+        # every LF that ran counts, also where it stayed silent
+        lfs = sorted({v.lf for vs in votes_per_trace for v in vs} | set(lf_names()))
         out: dict[FailureKind, dict[tuple[int, int], dict[str, bool]]] = defaultdict(dict)
         for ti, vs in enumerate(votes_per_trace):
             yes = {(v.kind, v.source_index, v.lf) for v in vs}

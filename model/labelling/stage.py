@@ -61,12 +61,13 @@ def _cjk_share(t: Trace) -> float:
     return sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff") / len(text)
 
 
-def weak_label(traces: list[Trace], cfg: LabelConfig, *, import_id: str | None = None) -> LabelModel:
-    """Weak-label ``traces`` in place (rule votes → label model); returns the fitted model."""
+def weak_label(traces: list[Trace], cfg: LabelConfig, *, import_ids: list[str | None] | None = None) -> LabelModel:
+    """Weak-label ``traces`` in place (rule votes → one label model fitted on all of them)."""
     votes = [apply_lfs(t, allowed_tools=cfg.allowed_tools) for t in traces]
     lm = LabelModel(method=cfg.method, threshold=cfg.threshold).fit(votes)
     lo, hi = cfg.review_band
-    for t, vs in zip(traces, votes, strict=True):
+    ids = import_ids if import_ids is not None else [None] * len(traces)
+    for t, vs, import_id in zip(traces, votes, ids, strict=True):
         weak: list[WeakLabel] = lm.predict(vs)
         if t.language is None:
             t.language = "zh" if _cjk_share(t) > 0.15 else "en"
@@ -91,13 +92,14 @@ def run(cfg: LabelConfig, generated: Path, out: Path) -> dict[str, Any]:
     humans = HumanLabelStore(Path(cfg.human_labels)).load()
     traces: list[Trace] = list(read_jsonl(generated)) if generated.exists() else []
     n_generated = len(traces)
-    models: dict[str, Any] = {}
-    n_raw = 0
-    for rec, name, raw in load_raw(Path(cfg.raw_dir)):
-        lm = weak_label(raw, cfg, import_id=rec.id)
-        models[f"{rec.id}/{name}"] = lm.describe()
-        traces.extend(raw)
-        n_raw += len(raw)
+    raw: list[Trace] = []
+    raw_ids: list[str | None] = []
+    for rec, _name, ts in load_raw(Path(cfg.raw_dir)):
+        raw.extend(ts)
+        raw_ids.extend([rec.id] * len(ts))
+    model = weak_label(raw, cfg, import_ids=raw_ids).describe() if raw else None
+    traces.extend(raw)
+    n_raw = len(raw)
     n_human = 0
     for t in traces:
         if t.id in humans:
@@ -107,7 +109,7 @@ def run(cfg: LabelConfig, generated: Path, out: Path) -> dict[str, Any]:
     s = summary(traces)
     s.update({"generated": n_generated, "imported": n_raw, "human": n_human,
               "review": sum(1 for t in traces if t.labels and t.labels.provenance.get("review")),
-              "sources": _sources(traces), "label_functions": lf_names(), "label_models": models,
+              "sources": _sources(traces), "label_functions": lf_names(), "label_model": model,
               "seconds": round(time.perf_counter() - t0, 1)})
     (out.parent / "summary.json").write_text(json.dumps(s, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return s
