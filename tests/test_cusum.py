@@ -202,3 +202,91 @@ def test_registered_contract() -> None:
 def test_docstring_examples(module: object) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert result.attempted > 0 and result.failed == 0
+
+
+# ------------------------------------------------------------------ evaluation helpers (bench, notebook)
+from model.streams.evaluation import (  # noqa: E402
+    SCENARIOS,
+    CusumPeer,
+    PageHinkleyPeer,
+    RupturesWindowPeer,
+    Scenario,
+    calibrate,
+    detection_delays,
+    first_alarm,
+    in_control_run_lengths,
+    theory_vs_measured,
+)
+from model.streams.simulate import simulate_agent_metrics  # noqa: E402
+
+
+def test_scenarios_apply_exactly() -> None:
+    noise = np.zeros(4)
+    by_name = {s.name: s for s in SCENARIOS}
+    assert by_name["mean +1σ"].apply(noise).tolist() == [1.0] * 4
+    assert by_name["variance ×2"].apply(np.ones(2)).tolist() == [2.0, 2.0]
+    assert by_name["drift +0.01σ/step"].apply(noise).tolist() == pytest.approx([0.01, 0.02, 0.03, 0.04])
+    with pytest.raises(InputError, match="unknown scenario kind"):
+        Scenario("x", "wobble", 1.0).apply(noise)
+
+
+def test_cusum_peer_matches_the_detector() -> None:
+    x = np.r_[np.zeros(100), np.full(10, 3.0)]
+    # A constant warm-up: MAD 0, std 0, sigma floored at min_std, so the first 3.0 alarms.
+    assert first_alarm(CusumPeer(arl0=500.0, shift=1.0, warmup=100), x) == 100
+
+
+def test_run_lengths_and_delays_are_exact_for_a_seed() -> None:
+    def make() -> CusumPeer:
+        return CusumPeer(arl0=200.0, shift=1.0, warmup=100)
+
+    rl = in_control_run_lengths(make, n_runs=5, warmup=100, max_length=1600, seed=3)
+    again = in_control_run_lengths(make, n_runs=5, warmup=100, max_length=1600, seed=3)
+    assert rl.tolist() == again.tolist()
+    assert rl.min() >= 1 and rl.max() <= 1600
+    stats = detection_delays(make, SCENARIOS[2], n_runs=10, warmup=100, pre=50, horizon=200, seed=3)
+    assert stats.missed == 0
+    assert len(stats.delays) + stats.false_alarms == 10
+    assert all(1 <= d <= 10 for d in stats.delays)  # a 2σ shift: ARL1 ≈ 3.9
+
+
+def test_calibration_matches_the_target_arl0() -> None:
+    target = 150.0
+    threshold, measured = calibrate(
+        lambda t: PageHinkleyPeer(threshold=t, delta=0.5),
+        target,
+        bounds=(0.5, 100.0),
+        n_runs=40,
+        warmup=50,
+        seed=1,
+        iterations=12,
+    )
+    assert abs(measured / target - 1.0) < 0.1
+    assert 1.0 < threshold < 20.0
+
+
+def test_ruptures_window_peer_scores_each_position_once() -> None:
+    peer = RupturesWindowPeer(threshold=50.0, width=10, stride=5)
+    x = np.r_[np.zeros(30), np.full(30, 5.0)]
+    # Evaluations at indices 34, 39, ...: at 34 positions 25..29 are scored (best gain 40 at 29,
+    # window [24, 34)); at 39 positions 30..34, and the step at 30 gains 10/4 * 25 = 62.5 > 50.
+    assert first_alarm(peer, x) == 39
+    assert first_alarm(RupturesWindowPeer(threshold=35.0, width=10, stride=5), x) == 34
+
+
+def test_theory_vs_measured_small() -> None:
+    rows = theory_vs_measured(arl0=200.0, shifts=(1.0, 2.0), n_runs=400, seed=2)
+    assert [r.shift for r in rows] == [1.0, 2.0]
+    for r in rows:
+        assert abs(r.ratio - 1.0) < 0.15
+
+
+def test_simulated_agent_metrics_are_seeded_and_degrade() -> None:
+    a = simulate_agent_metrics(500, change_at=300, rng=np.random.default_rng(5))
+    b = simulate_agent_metrics(500, change_at=300, rng=np.random.default_rng(5))
+    assert a["llm_latency_ms"].tolist() == b["llm_latency_ms"].tolist()
+    lat = np.log(a["llm_latency_ms"])
+    assert lat[300:].mean() - lat[:300].mean() == pytest.approx(np.log(1.3), abs=0.06)
+    assert a["quality"][:300].mean() - a["quality"][350:].mean() == pytest.approx(0.03, abs=0.01)
+    with pytest.raises(InputError, match="change_at"):
+        simulate_agent_metrics(10, change_at=10, rng=np.random.default_rng(0))
