@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         n_runs_arl0=runs,
         n_runs_delay=runs,
         calibration_runs=runs,
-        calibration_iterations=10 if args.small else 12,
+        calibration_iterations=10 if args.small else 14,
         seed=args.seed,
         log=lambda m: print(f"  {m}"),
     )
