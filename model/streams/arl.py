@@ -26,7 +26,6 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import brentq
 
 from model.errors import InputError
 
@@ -104,6 +103,8 @@ def h_for_arl0(arl0: float, k: float, *, direction: Direction = "both") -> float
         raise InputError(f"k must be a finite number >= 0; got {k!r}")
     if siegmund_arl(k, 0.0, direction=direction) >= arl0:
         return 0.0
+    from scipy.optimize import brentq  # imported when first needed: scipy.optimize is slow to import
+
     hi = 1.0
     while siegmund_arl(k, hi, direction=direction) < arl0:
         hi *= 2.0

@@ -28,10 +28,8 @@ import math
 from typing import Any, Literal
 
 import numpy as np
-import ruptures as rpt
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
-from ruptures.exceptions import BadSegmentationParameters
 
 from model.errors import InputError
 from model.streams.cusum import MAD_TO_SIGMA, Alarm, Cusum
@@ -203,6 +201,11 @@ def detect_changepoints(
     bkps: list[int] = [n]
     constant = n == 0 or float(np.ptp(x)) == 0.0
     if not constant and n >= 2 * min_size:
+        # Imported here: ruptures (and the scipy it loads) costs ~0.3-0.9 s to import, and every
+        # importer of the detector registry would pay it at start-up.
+        import ruptures as rpt
+        from ruptures.exceptions import BadSegmentationParameters
+
         algo: Any
         if chosen == "pelt":
             algo = rpt.Pelt(model="l2", min_size=min_size, jump=jump)
