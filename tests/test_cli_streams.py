@@ -125,6 +125,7 @@ def test_short_file_notes_the_unfinished_warmup(tmp_path: Path) -> None:
     assert "warm-up did not finish" in r.stderr
 
 
+@pytest.mark.slow  # two real `python -m serve.cli` processes: a few seconds each on 2 cores
 def test_real_process_round_trip(tmp_path: Path) -> None:
     csv = write_csv(tmp_path / "m.csv", seeded_latency())
     r = subprocess.run(
