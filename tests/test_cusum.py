@@ -128,6 +128,8 @@ def test_set_state_refuses_other_params_and_other_detectors() -> None:
     del broken["s_hi"]
     with pytest.raises(InputError, match="s_hi"):
         Cusum(shift=1.0).set_state(broken)
+    with pytest.raises(InputError, match="wrong type"):
+        Cusum(shift=1.0).set_state({**state, "n": "many"})
 
 
 def test_ewma_baseline_frozen_while_alarm_open_then_rebaselined() -> None:

@@ -372,17 +372,31 @@ class Cusum:
         missing = [key for key in _STATE_KEYS if key not in state]
         if missing:
             raise InputError(f"state misses {', '.join(missing)}")
-        self.n_ = int(state["n"])
-        self.warmup_values_ = [float(v) for v in state["warmup_values"]]
-        self.mu_ = None if state["mu"] is None else float(state["mu"])
-        self.sigma_ = None if state["sigma"] is None else float(state["sigma"])
-        self.h_ = float(state["h"])
-        self.s_hi_ = float(state["s_hi"])
-        self.s_lo_ = float(state["s_lo"])
-        self.zero_hi_ = int(state["zero_hi"])
-        self.zero_lo_ = int(state["zero_lo"])
-        self.alarm_open_ = bool(state["alarm_open"])
-        self.alarms_ = int(state["alarms"])
+        try:
+            n = int(state["n"])
+            warmup_values = [float(v) for v in state["warmup_values"]]
+            mu = None if state["mu"] is None else float(state["mu"])
+            sigma = None if state["sigma"] is None else float(state["sigma"])
+            h = float(state["h"])
+            s_hi = float(state["s_hi"])
+            s_lo = float(state["s_lo"])
+            zero_hi = int(state["zero_hi"])
+            zero_lo = int(state["zero_lo"])
+            alarm_open = bool(state["alarm_open"])
+            alarms = int(state["alarms"])
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"state has a field of the wrong type: {exc}") from exc
+        self.n_ = n
+        self.warmup_values_ = warmup_values
+        self.mu_ = mu
+        self.sigma_ = sigma
+        self.h_ = h
+        self.s_hi_ = s_hi
+        self.s_lo_ = s_lo
+        self.zero_hi_ = zero_hi
+        self.zero_lo_ = zero_lo
+        self.alarm_open_ = alarm_open
+        self.alarms_ = alarms
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Cusum:
