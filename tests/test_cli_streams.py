@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import re
 import subprocess
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import model.streams.series as series_module
 from model.streams import detect, detect_changepoints
 from serve.cli import app
 from tests.conftest import ROOT
@@ -145,3 +147,8 @@ def test_real_process_round_trip(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.decode().strip() == "error: line 2: column 'note': expected a number, got 'ok'"
     assert "Traceback" not in bad.stderr.decode()
+
+
+def test_series_docstring_examples() -> None:
+    result = doctest.testmod(series_module)
+    assert result.attempted > 0 and result.failed == 0

@@ -8,8 +8,10 @@ import json
 import numpy as np
 import pytest
 
+import model.streams as streams_package
 import model.streams.arl as arl_module
 import model.streams.cusum as cusum_module
+import model.streams.simulate as simulate_module
 from model.detectors import STREAM_DETECTORS, make_stream_detector
 from model.errors import InputError
 from model.streams import (
@@ -200,7 +202,7 @@ def test_registered_contract() -> None:
     assert Cusum().get_params() == Cusum().get_params()
 
 
-@pytest.mark.parametrize("module", [arl_module, cusum_module])
+@pytest.mark.parametrize("module", [arl_module, cusum_module, streams_package, simulate_module])
 def test_docstring_examples(module: object) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert result.attempted > 0 and result.failed == 0
