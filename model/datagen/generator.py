@@ -237,9 +237,7 @@ def _emit(b: TraceBuilder, x: Beat, call_ids: dict[int, str], sc: Scenario) -> i
     if x.kind == "user":
         return b.user(x.text)
     if x.kind == "think":
-        step = b.reasoning(x.text)
-        b.steps[step].speaker = x.speaker
-        return step
+        return b.reasoning(x.text, speaker=x.speaker)
     if x.kind == "say":
         return b.say(x.text, speaker=x.speaker)
     if x.kind == "final":
@@ -254,10 +252,9 @@ def _emit(b: TraceBuilder, x: Beat, call_ids: dict[int, str], sc: Scenario) -> i
         return b.last
     if x.kind == "result":
         cid = call_ids.get(x.call_no if x.call_no is not None else -1, x.tool or "tool")
+        terminal = sc.family == "multi_agent" and x.tool == "execute_code"  # AG2's terminal speaks the output
         step = b.result(cid, dump(x.payload), status=x.status or "ok", error_type=x.error_type,
-                        latency_ms=x.latency_ms)
-        if sc.family == "multi_agent" and x.tool == "execute_code":
-            b.steps[step].speaker = "Computer_terminal"
+                        latency_ms=x.latency_ms, speaker="Computer_terminal" if terminal else None)
         if "waited_s" in x.meta:
             b.steps[step].metadata["waited_s"] = x.meta["waited_s"]
         return step
