@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import insert
+
 from model.detectors import make_stream_detector
 from model.diagnosis import Diagnoser
 from model.errors import InputError, TooLargeError, TriageError
@@ -115,28 +117,36 @@ class TriageService:
         resp = self.diagnoser.diagnose(trace, options, extra_findings=extra)
         session_key = trace.session_id or f"trace:{trace.id}"
         stored_trace = self.redactor.redact(trace.model_dump(mode="json", exclude_none=True))
+        response = self.redactor.redact(resp.model_dump(mode="json"))
         with self.store.write() as db:
-            row = self.store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
-            assert row is not None
-            state = copy.deepcopy(row.state or {})
+            row = None
+            if trace.session_id:  # the session's repair state
+                row = self.store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
+                assert row is not None
+                state = copy.deepcopy(row.state or {})
+            else:  # the trace's own
+                state = copy.deepcopy(self.store.lock_trace_state(db, tenant, trace.id) or {})
             decision = self.engine.recommend(
                 state, trace, resp.failures, session_key=session_key, now=time.time(), options=options
             )
             resp.recommendation = decision.recommendation
+            response["recommendation"] = self.redactor.redact(decision.recommendation.model_dump(mode="json"))
             self.store.put_trace(
                 db,
                 tenant=tenant,
                 trace_id=trace.id,
                 trace=stored_trace,
-                response=self.redactor.redact(resp.model_dump(mode="json")),
+                response=response,
                 session_id=trace.session_id,
                 task_type=trace.task_type,
                 shadow=options.shadow,
+                policy_state=None if row is not None else state,
             )
-            self._put_rec(db, tenant, decision, trace.id, session_key)
-            row.state = state
-            row.updated_at = utcnow()
-            row.version += 1
+            self._put_rec(db, tenant, decision, trace.id, trace.session_id)
+            if row is not None:
+                row.state = state
+                row.updated_at = utcnow()
+                row.version += 1
             if self.stream_autofeed and not options.shadow:
                 self._feed_streams(db, tenant, trace, resp)
         return resp
@@ -156,32 +166,47 @@ class TriageService:
             prob = max(scores, default=0.0)
         metrics = extract_metrics(trace, failure_prob=prob)
         task = trace.task_type or DEFAULT_TASK_TYPE
+        values = {}
         for name in self.stream_autofeed:
             value = metrics.per_trace.get(name)
-            if value is None or not math.isfinite(value) or abs(value) > 1e12:
-                continue
-            row = self.store.lock_stream(db, tenant, name, task, detector=self.stream_detector, params={})
-            det = make_stream_detector(row.detector, **row.params)
-            if row.state:
-                det.set_state(row.state)
-            alarm = det.update(float(value))
-            db.add(
-                ObservationRow(
-                    tenant_id=tenant,
-                    stream=name,
-                    task_type=task,
-                    seq=row.n,
-                    value=float(value),
-                    trace_id=trace.id,
-                    alarm=alarm is not None,
-                )
+            if value is not None and math.isfinite(value) and abs(value) <= 1e12:
+                values[name] = float(value)
+        if not values:
+            return
+        rows = self.store.lock_streams(db, tenant, task, sorted(values), detector=self.stream_detector)
+        now = utcnow()
+        observations = []
+        changes = []
+        for name, value in sorted(values.items()):
+            row = rows[name]
+            det = make_stream_detector(row["detector"], **row["params"])
+            if row["state"]:
+                det.set_state(row["state"])
+            alarm = det.update(value)
+            observations.append(
+                {
+                    "tenant_id": tenant,
+                    "stream": name,
+                    "task_type": task,
+                    "seq": row["n"],
+                    "value": value,
+                    "trace_id": trace.id,
+                    "alarm": alarm is not None,
+                    "created_at": now,
+                }
             )
-            row.n += 1
-            row.state = det.get_state()
-            if alarm is not None:
-                row.alarm_open = True
-                row.alarm = alarm.model_dump()
-            row.updated_at = utcnow()
+            changes.append(
+                {
+                    "name": name,
+                    "n": row["n"] + 1,
+                    "state": det.get_state(),
+                    "alarm_open": bool(row["alarm_open"]) or alarm is not None,
+                    "alarm": alarm.model_dump() if alarm is not None else row["alarm"],
+                }
+            )
+
+        db.execute(insert(ObservationRow), observations)
+        self.store.update_streams(db, tenant, task, changes)
 
     # -- sessions --------------------------------------------------------------------------------
     def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
@@ -306,20 +331,28 @@ class TriageService:
             if rec is None:
                 raise NotFoundError(f"no recommendation {req.recommendation_id!r} for this tenant")
             session_key = rec.session_id or f"trace:{rec.trace_id}"
-            row = self.store.lock_session(db, tenant, session_key, create_trace_id=None)
-            trace_row = db.get(TraceRow, (tenant, rec.trace_id))
             decision = None
-            if row is not None and trace_row is not None:
+            if rec.session_id is not None:
+                row = self.store.lock_session(db, tenant, rec.session_id, create_trace_id=None)
+                raw_state = row.state if row is not None else None
+            else:
+                row = None
+                raw_state = self.store.lock_trace_state(db, tenant, rec.trace_id)
+            trace_row = db.get(TraceRow, (tenant, rec.trace_id))
+            if raw_state is not None and trace_row is not None:
                 trace = Trace.model_validate(trace_row.trace)
-                state = copy.deepcopy(row.state or {})
+                state = copy.deepcopy(raw_state)
                 decision = self.engine.on_outcome(
                     state, rec.id, success=req.success, trace=trace, session_key=session_key, now=time.time()
                 )
-                row.state = state
-                row.updated_at = utcnow()
-                row.version += 1
+                if row is not None:
+                    row.state = state
+                    row.updated_at = utcnow()
+                    row.version += 1
+                else:
+                    self.store.set_trace_state(db, tenant, rec.trace_id, state)
                 if decision is not None:
-                    self._put_rec(db, tenant, decision, rec.trace_id, session_key)
+                    self._put_rec(db, tenant, decision, rec.trace_id, rec.session_id)
             self.store.add_outcome(
                 db,
                 tenant=tenant,
@@ -348,7 +381,7 @@ class TriageService:
             recommendation_id=req.recommendation_id,
             escalated=decision is not None,
             next=decision.recommendation if decision is not None else None,
-            session_id=session_key if not session_key.startswith("trace:") else None,
+            session_id=rec.session_id,
         )
 
     # -- history ---------------------------------------------------------------------------------
@@ -538,22 +571,22 @@ class TriageService:
         """Open stream alarms of this tenant (for this task type, or for any) as findings."""
         out = []
         for s in self.store.open_alarms(tenant, task_type or DEFAULT_TASK_TYPE):
-            alarm = s.alarm or {}
+            alarm = s["alarm"] or {}
+            where = f" ({s['task_type']})" if s["task_type"] else ""
             out.append(
                 Finding(
-                    detector=f"stream:{s.detector}",
+                    detector=f"stream:{s['detector']}",
                     kind=FailureKind.DEGRADATION,
                     confidence=1.0,
-                    evidence=f"stream {s.name!r}{f' ({s.task_type})' if s.task_type else ''} drifted "
-                    f"{alarm.get('direction', '?')} from observation {alarm.get('start', '?')} "
-                    f"(alarm at {alarm.get('index', '?')})",
-                    details={"stream": s.name, "task_type": s.task_type, "alarm": alarm},
+                    evidence=f"stream {s['name']!r}{where} drifted {alarm.get('direction', '?')} from observation "
+                    f"{alarm.get('start', '?')} (alarm at {alarm.get('index', '?')})",
+                    details={"stream": s["name"], "task_type": s["task_type"], "alarm": alarm},
                 )
             )
         return out
 
     # -- internals -------------------------------------------------------------------------------
-    def _put_rec(self, db: Any, tenant: str, decision: Any, trace_id: str, session_key: str) -> None:
+    def _put_rec(self, db: Any, tenant: str, decision: Any, trace_id: str, session_id: str | None) -> None:
         rec = decision.recommendation
         if not decision.new or rec.strategy == Strategy.CONTINUE:  # nothing to report an outcome on
             return
@@ -562,7 +595,7 @@ class TriageService:
             tenant=tenant,
             rec=self.redactor.redact(rec.model_dump(mode="json")),
             trace_id=trace_id,
-            session_id=session_key,
+            session_id=session_id,
             failure_key=decision.failure_key,
             kind=decision.failure_key.split("@")[0] if decision.failure_key else None,
             rung=decision.rung,

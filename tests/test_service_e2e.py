@@ -224,7 +224,7 @@ def test_bad_input_unknown_ids_and_metrics(server: tuple[LiveServer, dict[str, s
     text = httpx.get(f"{srv.url}/metrics").text
     assert 'triage_failures_total{kind="loop"}' in text
     assert 'triage_outcomes_total{result="failure",strategy="rollback"}' in text
-    assert "triage_request_duration_seconds_bucket" in text
+    assert "# TYPE triage_request_duration_seconds histogram" in text  # buckets: per worker, once it served one
 
 
 def test_sigkill_mid_load_loses_no_acknowledged_trace(tmp_path: Path) -> None:

@@ -106,6 +106,8 @@ class TraceRow(Base):
     shadow: Mapped[bool] = mapped_column(Boolean, default=False)
     trace: Mapped[dict[str, Any]] = mapped_column(JSON)  # redacted native Trace JSON
     response: Mapped[dict[str, Any]] = mapped_column(JSON)  # the latest DiagnosisResponse
+    # The repair policy's state of a trace sent without a session id (sessions keep theirs).
+    policy_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class FailureRow(Base):

@@ -16,6 +16,7 @@ SQLAlchemy errors are wrapped in :class:`model.errors.StoreError` at this bounda
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, delete, exists, func, or_, select, text
+from sqlalchemy import Select, and_, bindparam, delete, exists, func, insert, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -162,8 +163,26 @@ class Store:
             return True
 
     # -- traces --------------------------------------------------------------------------------
-    @staticmethod
+    def _insert(self, table: type[Any]) -> Any:
+        return (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table)
+
+    @functools.cached_property
+    def _trace_upsert_stmt(self) -> Any:
+        # Built once, executed with a parameter dict: SQLAlchemy then reuses its compiled form.
+        ins = self._insert(TraceRow)
+        keep = ("tenant_id", "id", "created_at")
+        return ins.on_conflict_do_update(
+            index_elements=["tenant_id", "id"],
+            set_={
+                c.key: getattr(ins.excluded, c.key) for c in TraceRow.__table__.columns if c.key not in keep
+            },
+        )
+
+    def _trace_upsert(self) -> Any:
+        return self._trace_upsert_stmt
+
     def put_trace(
+        self,
         db: Session,
         *,
         tenant: str,
@@ -173,47 +192,67 @@ class Store:
         session_id: str | None,
         task_type: str | None,
         shadow: bool = False,
-    ) -> TraceRow:
-        """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``)."""
+        policy_state: dict[str, Any] | None = None,
+    ) -> None:
+        """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
+
+        Core statements (an upsert, a delete, one executemany): this is the hot path of
+        ``/v1/diagnose``.
+        """
         now = utcnow()
-        row = db.get(TraceRow, (tenant, trace_id))
         primary = response.get("primary") or {}
-        if row is None:
-            row = TraceRow(tenant_id=tenant, id=trace_id, created_at=now)
-            db.add(row)
-        else:
-            db.execute(
-                delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id)
-            )
-        row.session_id = session_id
-        row.task_type = task_type
-        row.updated_at = now
-        row.n_steps = len(trace.get("steps") or [])
-        row.healthy = bool(response.get("healthy", True))
-        row.primary_kind = primary.get("kind")
-        row.model_version = str(response.get("model_version", ""))
-        row.shadow = shadow
-        row.trace = trace
-        row.response = response
+        values = {
+            "tenant_id": tenant,
+            "id": trace_id,
+            "session_id": session_id,
+            "task_type": task_type,
+            "created_at": now,
+            "updated_at": now,
+            "n_steps": len(trace.get("steps") or []),
+            "healthy": bool(response.get("healthy", True)),
+            "primary_kind": primary.get("kind"),
+            "model_version": str(response.get("model_version", "")),
+            "shadow": shadow,
+            "trace": trace,
+            "response": response,
+            "policy_state": policy_state,
+        }
+        db.execute(self._trace_upsert(), values)
+        db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
         rows = [
-            FailureRow(
-                tenant_id=tenant,
-                trace_id=trace_id,
-                kind=f["kind"],
-                is_signal=is_signal,
-                severity=f["severity"],
-                confidence=float(f["confidence"]),
-                detector=f.get("detector", ""),
-                step=f.get("step"),
-                source_index=f.get("source_index"),
-                evidence=f.get("evidence", ""),
-                details=f.get("details") or {},
-            )
+            {
+                "tenant_id": tenant,
+                "trace_id": trace_id,
+                "kind": f["kind"],
+                "is_signal": is_signal,
+                "severity": f["severity"],
+                "confidence": float(f["confidence"]),
+                "detector": f.get("detector", ""),
+                "step": f.get("step"),
+                "source_index": f.get("source_index"),
+                "evidence": f.get("evidence", ""),
+                "details": f.get("details") or {},
+            }
             for key, is_signal in (("failures", False), ("signals", True))
             for f in response.get(key) or []
         ]
-        db.add_all(rows)
-        return row
+        if rows:
+            db.execute(insert(FailureRow), rows)
+
+    def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
+        """The policy state of a session-less trace, locked for this transaction (None if new)."""
+        q = select(TraceRow.policy_state).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+        if self.dialect == "postgresql":
+            q = q.with_for_update()
+        state: dict[str, Any] | None = db.execute(q).scalar_one_or_none()
+        return state
+
+    def set_trace_state(self, db: Session, tenant: str, trace_id: str, state: dict[str, Any]) -> None:
+        db.execute(
+            update(TraceRow)
+            .where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+            .values(policy_state=state, updated_at=utcnow())
+        )
 
     def get_trace(self, tenant: str, trace_id: str) -> TraceRow | None:
         with self.read() as db:
@@ -364,23 +403,26 @@ class Store:
         attempt: int,
         status: str = "open",
     ) -> None:
-        row = db.get(RecommendationRow, (tenant, rec["id"]))
-        if row is None:
-            db.add(
-                RecommendationRow(
-                    tenant_id=tenant,
-                    id=rec["id"],
-                    trace_id=trace_id,
-                    session_id=session_id,
-                    failure_key=failure_key,
-                    kind=kind,
-                    strategy=rec["strategy"],
-                    rung=rung,
-                    attempt=attempt,
-                    status=status,
-                    body=rec,
-                )
-            )
+        # Ids are deterministic (model.policy): a second insert of one id is the same recommendation.
+        ins = (postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert)(
+            RecommendationRow
+        )
+        db.execute(
+            ins.values(
+                tenant_id=tenant,
+                id=rec["id"],
+                trace_id=trace_id,
+                session_id=session_id,
+                failure_key=failure_key,
+                kind=kind,
+                strategy=rec["strategy"],
+                rung=rung,
+                attempt=attempt,
+                status=status,
+                created_at=utcnow(),
+                body=rec,
+            ).on_conflict_do_nothing()
+        )
 
     @staticmethod
     def get_recommendation(db: Session, tenant: str, rec_id: str) -> RecommendationRow | None:
@@ -481,22 +523,106 @@ class Store:
         assert row is not None
         return row
 
+    def lock_streams(
+        self, db: Session, tenant: str, task_type: str, names: Sequence[str], *, detector: str
+    ) -> dict[str, dict[str, Any]]:
+        """Several streams of one (tenant, task type) at once, created when new, locked; as dicts
+        (``name, detector, params, state, n``).
+
+        Callers pass names in one (sorted) order, so that concurrent transactions lock alike.
+        """
+        cols = (
+            StreamRow.name,
+            StreamRow.detector,
+            StreamRow.params,
+            StreamRow.state,
+            StreamRow.n,
+            StreamRow.alarm_open,
+            StreamRow.alarm,
+        )
+        q = select(*cols).where(
+            StreamRow.tenant_id == tenant, StreamRow.task_type == task_type, StreamRow.name.in_(names)
+        )
+        if self.dialect == "postgresql":
+            q = q.order_by(StreamRow.name).with_for_update()
+        rows = {r.name: dict(r._mapping) for r in db.execute(q)}
+        missing = [n for n in names if n not in rows]
+        if missing:
+            now = utcnow()
+            db.execute(
+                self._insert(StreamRow).on_conflict_do_nothing(),
+                [
+                    {
+                        "tenant_id": tenant,
+                        "name": n,
+                        "task_type": task_type,
+                        "detector": detector,
+                        "params": {},
+                        "state": {},
+                        "n": 0,
+                        "alarm_open": False,
+                        "updated_at": now,
+                    }
+                    for n in missing
+                ],
+            )
+            rows = {r.name: dict(r._mapping) for r in db.execute(q)}
+        return rows
+
+    @functools.cached_property
+    def _stream_update_stmt(self) -> Any:
+        return (
+            update(StreamRow)
+            .where(
+                StreamRow.tenant_id == bindparam("k_tenant"),
+                StreamRow.task_type == bindparam("k_task"),
+                StreamRow.name == bindparam("k_name"),
+            )
+            .values(
+                n=bindparam("n"),
+                state=bindparam("state"),
+                alarm_open=bindparam("alarm_open"),
+                alarm=bindparam("alarm"),
+                updated_at=bindparam("updated_at"),
+            )
+        )
+
+    def update_streams(self, db: Session, tenant: str, task_type: str, changes: list[dict[str, Any]]) -> None:
+        """Write back ``name, n, state, alarm_open, alarm`` of locked streams (one executemany)."""
+        now = utcnow()
+        db.connection().execute(
+            self._stream_update_stmt,
+            [
+                {
+                    "k_tenant": tenant,
+                    "k_task": task_type,
+                    "k_name": c["name"],
+                    "n": c["n"],
+                    "state": c["state"],
+                    "alarm_open": c["alarm_open"],
+                    "alarm": c["alarm"],
+                    "updated_at": now,
+                }
+                for c in changes
+            ],
+        )
+
     def get_stream(self, tenant: str, stream: str, task_type: str) -> StreamRow | None:
         with self.read() as db:
             return db.get(StreamRow, (tenant, stream, task_type))
 
-    def open_alarms(self, tenant: str, task_type: str) -> list[StreamRow]:
+    def open_alarms(self, tenant: str, task_type: str) -> list[dict[str, Any]]:
         """Streams of this tenant with an open alarm, for ``task_type`` or for any task ("")."""
-        with self.read() as db:
-            return list(
-                db.scalars(
-                    select(StreamRow).where(
-                        StreamRow.tenant_id == tenant,
-                        StreamRow.alarm_open.is_(True),
-                        StreamRow.task_type.in_([task_type, ""]),
-                    )
-                )
-            )
+        q = select(StreamRow.name, StreamRow.task_type, StreamRow.detector, StreamRow.alarm).where(
+            StreamRow.tenant_id == tenant,
+            StreamRow.alarm_open.is_(True),
+            StreamRow.task_type.in_([task_type, ""]),
+        )
+        try:
+            with self.engine.connect() as conn:
+                return [dict(r._mapping) for r in conn.execute(q)]
+        except SQLAlchemyError as exc:
+            raise StoreError(f"reading the store failed: {exc.__class__.__name__}: {exc}") from exc
 
     def stream_values(
         self, tenant: str, stream: str, task_type: str, *, last: int
@@ -521,11 +647,15 @@ class Store:
             traces = int(db.scalar(select(func.count()).select_from(TraceRow)) or 0)
             failures = dict(
                 db.execute(
-                    select(FailureRow.kind, func.count()).where(FailureRow.is_signal.is_(False)).group_by(FailureRow.kind)
+                    select(FailureRow.kind, func.count())
+                    .where(FailureRow.is_signal.is_(False))
+                    .group_by(FailureRow.kind)
                 ).all()
             )
             recs = dict(
-                db.execute(select(RecommendationRow.strategy, func.count()).group_by(RecommendationRow.strategy)).all()
+                db.execute(
+                    select(RecommendationRow.strategy, func.count()).group_by(RecommendationRow.strategy)
+                ).all()
             )
             outcomes: dict[tuple[str, bool], int] = {
                 (s, bool(ok)): int(n)
@@ -545,12 +675,20 @@ class Store:
                         func.min(RecommendationRow.created_at),
                     )
                     .where(RecommendationRow.failure_key.is_not(None))
-                    .group_by(RecommendationRow.tenant_id, RecommendationRow.session_id, RecommendationRow.failure_key)
+                    .group_by(
+                        RecommendationRow.tenant_id,
+                        RecommendationRow.session_id,
+                        RecommendationRow.failure_key,
+                    )
                 ).all()
             }
             recovered = db.execute(
-                select(OutcomeRow.created_at, RecommendationRow.tenant_id, RecommendationRow.session_id,
-                       RecommendationRow.failure_key)
+                select(
+                    OutcomeRow.created_at,
+                    RecommendationRow.tenant_id,
+                    RecommendationRow.session_id,
+                    RecommendationRow.failure_key,
+                )
                 .join(
                     RecommendationRow,
                     and_(

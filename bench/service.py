@@ -1,0 +1,341 @@
+"""Service benchmark: a real `triage serve` (uvicorn) on 127.0.0.1 and a load generator in another
+process; requests/s and p50/p99 latency at 1 and 8 connections, for 1 and 2 workers.
+
+Scenarios (each request distinct; every answer checked for status 200):
+
+- ``diag_rules_10`` / ``diag_rules_30``: ``POST /v1/diagnose`` with the rule detectors only, on a
+  10- and a 30-step trace (the trace is stored, its streams fed: the full request path);
+- ``diag_clf_10`` / ``diag_clf_30``: the same with the classifier (when an artefact is shipped or
+  passed with ``--model-path``);
+- ``session_step_clf``: ``POST /v1/sessions/{id}/steps`` appending one step to a session (each
+  connection starts a new session every 20 steps), classifier on.
+
+With 2 workers each gets ``TRIAGE_ORT_THREADS=1`` (1 worker: 2), so onnxruntime does not
+oversubscribe the 2 cores. ``--sustained S`` adds an S-second run at 8 connections that must end
+with no errors. RSS is read from /proc for every worker process once the model is loaded.
+
+Run (about 4 minutes)::
+
+    .venv/bin/python bench/service.py --duration 8 --sustained 60
+
+The load generator is this file with ``--load``: a keep-alive HTTP/1.1 client on raw asyncio
+sockets, so that the client's own cost stays far below the server's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SESSION_LEN = 20
+
+
+# -- request bodies ------------------------------------------------------------------------------
+def _trace(n_steps: int, seed: int) -> dict[str, Any]:
+    from model.builder import make_trace
+    from model.kinds import FailureKind
+
+    from model.schema import Step
+
+    for n in range(n_steps - 4, n_steps + 6):
+        t = make_trace(FailureKind.TOOL_ERROR, seed=seed, n_steps=n)
+        if len(t.steps) in (n_steps, n_steps - 1):
+            if len(t.steps) == n_steps - 1:  # the builder makes odd lengths: add a system prompt
+                for st in t.steps:
+                    st.source_index += 1
+                t.steps.insert(0, Step(kind="system", content="You are a booking assistant. Use the tools."))
+            t.labels = None
+            return dict(t.model_dump(mode="json", exclude_none=True))
+    raise SystemExit(f"no {n_steps}-step trace from the builder")
+
+
+def _rule_names() -> list[str]:
+    from model.detectors import TRACE_DETECTORS
+
+    return sorted(n for n in TRACE_DETECTORS if n != "classifier")
+
+
+def _bodies(scenario: str, n: int) -> list[bytes]:
+    """``n`` distinct request bodies (the trace id differs; the diagnosis work is the same)."""
+    if scenario.startswith("diag_"):
+        steps = int(scenario.rsplit("_", 1)[1])
+        base = _trace(steps, seed=3)
+        opts: dict[str, Any] = {"detectors": _rule_names()} if "_rules_" in scenario else {}
+        out = []
+        for i in range(n):
+            base["id"] = f"bench-{scenario}-{os.getpid()}-{i}"
+            out.append(json.dumps({"trace": base, "options": opts}).encode())
+        return out
+    raise ValueError(scenario)
+
+
+def _session_step(i: int) -> bytes:
+    """The i-th append of a session: a user turn first, then call/result pairs, then text."""
+    k = i % SESSION_LEN
+    if k == 0:
+        msg: dict[str, Any] = {"role": "user", "content": "Find three hotels in Lisbon under 150 EUR for May 3-5."}
+    elif k % 2 == 1:
+        msg = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"c{k}",
+                    "type": "function",
+                    "function": {"name": "search_hotels", "arguments": json.dumps({"city": "Lisbon", "page": k})},
+                }
+            ],
+        }
+    else:
+        msg = {"role": "tool", "tool_call_id": f"c{k - 1}", "content": json.dumps({"page": k, "hotels": ["A", "B"]})}
+    return json.dumps({"messages": [msg]}).encode()
+
+
+# -- the load generator (runs in its own process) ------------------------------------------------
+async def _connection(
+    host: str, port: int, key: str, scenario: str, conn_id: int, deadline: float, bodies: list[bytes],
+    lat: list[float], errors: list[str],
+) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    i = 0
+    session_n = 0
+    try:
+        while time.perf_counter() < deadline:
+            if scenario == "session_step_clf":
+                if i % SESSION_LEN == 0:
+                    session_n += 1
+                path = f"/v1/sessions/bench-{os.getpid()}-{conn_id}-{session_n}/steps"
+                body = _session_step(i)
+            else:
+                path = "/v1/diagnose"
+                body = bodies[(conn_id * 7919 + i) % len(bodies)]
+            i += 1
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            t0 = time.perf_counter()
+            writer.write(head + body)
+            status_line = await reader.readline()
+            length = 0
+            while True:
+                line = await reader.readline()
+                if line in (b"\r\n", b""):
+                    break
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.lower() == "content-length":
+                    length = int(value.strip())
+            payload = await reader.readexactly(length)
+            lat.append(time.perf_counter() - t0)
+            status = status_line.split(b" ", 2)[1] if status_line else b"???"
+            if status != b"200":
+                errors.append(f"{status.decode()} {payload[:200]!r}")
+    finally:
+        writer.close()
+
+
+async def _load(host: str, port: int, key: str, scenario: str, conns: int, duration: float) -> dict[str, Any]:
+    bodies = [] if scenario == "session_step_clf" else _bodies(scenario, 200)
+    lat: list[float] = []
+    errors: list[str] = []
+    # warm-up: one request per connection's worth, not timed
+    warm_deadline = time.perf_counter() + 1.0
+    await asyncio.gather(
+        *(_connection(host, port, key, scenario, 1000 + c, warm_deadline, bodies, [], []) for c in range(conns))
+    )
+    start = time.perf_counter()
+    deadline = start + duration
+    await asyncio.gather(
+        *(_connection(host, port, key, scenario, c, deadline, bodies, lat, errors) for c in range(conns))
+    )
+    elapsed = time.perf_counter() - start
+    lat.sort()
+
+    def q(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else float("nan")
+
+    return {
+        "scenario": scenario,
+        "conns": conns,
+        "requests": len(lat),
+        "rps": len(lat) / elapsed,
+        "p50_ms": q(0.50),
+        "p99_ms": q(0.99),
+        "mean_ms": statistics.fmean(lat) * 1000 if lat else float("nan"),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+    }
+
+
+def run_load(url: str, key: str, scenario: str, conns: int, duration: float) -> dict[str, Any]:
+    """Run the load generator in a separate process; its JSON result."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--load", url, "--key", key, "--scenario", scenario, "--conns", str(conns),
+         "--duration", str(duration)],
+        capture_output=True, text=True, timeout=duration + 120, cwd=ROOT,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"load generator failed:\n{out.stderr}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+# -- the server under test -----------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out += [int(c) for c in text]
+    return out
+
+
+class Server:
+    def __init__(self, workers: int, data: Path, model_path: str | None) -> None:
+        import httpx
+
+        from serve.auth import create_key
+        from serve.store import Store
+
+        store = Store(f"sqlite:///{data / 'triage.db'}")
+        store.upgrade()
+        self.key, _ = create_key(store, "bench")
+        store.dispose()
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "TRIAGE_DATA_DIR": str(data),
+            "TRIAGE_AUTH": "on",
+            "TRIAGE_ORT_THREADS": "2" if workers == 1 else "1",
+            "HF_HUB_OFFLINE": "1",
+        }
+        if model_path:
+            env["TRIAGE_MODEL_PATH"] = model_path
+        self.workers = workers
+        self.log = open(data / f"server-{workers}.log", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+             "--workers", str(workers)],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.get(f"{self.url}/readyz", timeout=2)
+                if r.status_code in (200, 503):
+                    self.ready = r.json()
+                    if workers == 1 or len(_children(self.proc.pid)) >= workers:
+                        return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited: see {self.log.name}")
+            time.sleep(0.2)
+        raise SystemExit("server did not become ready")
+
+    def worker_rss_mb(self) -> list[float]:
+        pids = [self.proc.pid] if self.workers == 1 else _children(self.proc.pid)
+        return [_rss_mb(p) for p in pids if Path(f"/proc/{p}").exists()]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=8.0, help="seconds per measured run")
+    ap.add_argument("--sustained", type=float, default=0.0, help="also an S-second run at 8 connections")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--conns", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--scenarios", nargs="+", default=None)
+    ap.add_argument("--model-path", default=None, help="classifier artefact folder (default: the shipped one)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    # load-generator mode
+    ap.add_argument("--load", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--key", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--scenario", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.load:
+        host, port = args.load.removeprefix("http://").split(":")
+        print(json.dumps(asyncio.run(_load(host, int(port), args.key, args.scenario, args.conns[0], args.duration))))
+        return
+
+    results: list[dict[str, Any]] = []
+    rss: dict[int, list[float]] = {}
+    for workers in args.workers:
+        with tempfile.TemporaryDirectory(prefix="triage-bench-") as tmp:
+            server = Server(workers, Path(tmp), args.model_path)
+            try:
+                clf = bool(server.ready.get("checks", {}).get("classifier"))
+                scenarios = args.scenarios or ["diag_rules_10", "diag_rules_30", "diag_clf_10", "diag_clf_30", "session_step_clf"]
+                if not clf:
+                    dropped = [s for s in scenarios if "clf" in s]
+                    if dropped:
+                        print(f"# {workers} worker(s): no classifier artefact loaded; skipping {', '.join(dropped)}")
+                    scenarios = [s for s in scenarios if "clf" not in s]
+                for scenario in scenarios:
+                    for conns in args.conns:
+                        r = run_load(server.url, server.key, scenario, conns, args.duration)
+                        r["workers"] = workers
+                        r["classifier"] = clf
+                        results.append(r)
+                        print(
+                            f"workers={workers} {scenario:18s} conns={conns}  {r['rps']:8.1f} req/s  "
+                            f"p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}"
+                            + (f"  first: {r['first_error']}" if r["first_error"] else ""),
+                            flush=True,
+                        )
+                rss[workers] = server.worker_rss_mb()
+                print(f"workers={workers} RSS per worker: {', '.join(f'{m:.0f} MB' for m in rss[workers])}")
+                if args.sustained and workers == args.workers[0]:
+                    scenario = "session_step_clf" if clf else "diag_rules_10"
+                    r = run_load(server.url, server.key, scenario, 8, args.sustained)
+                    r.update(workers=workers, classifier=clf, sustained=True)
+                    results.append(r)
+                    print(
+                        f"sustained {args.sustained:.0f} s, workers={workers} {scenario} conns=8: {r['requests']} requests, "
+                        f"{r['rps']:.1f} req/s, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, errors {r['errors']}",
+                        flush=True,
+                    )
+                    rss[workers] = server.worker_rss_mb()
+                    print(f"workers={workers} RSS per worker after sustained load: {', '.join(f'{m:.0f} MB' for m in rss[workers])}")
+            finally:
+                server.stop()
+    if args.json:
+        args.json.write_text(json.dumps({"results": results, "rss_mb": rss}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
