@@ -169,3 +169,14 @@ def test_generate_stage_writes_traces_and_summary(tmp_path: Path) -> None:
     assert main(["--params", str(params), "--out", str(out)]) == 0
     assert len(out.read_text(encoding="utf-8").splitlines()) == 30
     assert json.loads((out.parent / "summary.json").read_text(encoding="utf-8"))["traces"] == 30
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import model.datagen
+    import model.datagen.generator
+    import model.splits
+
+    for mod in (model.datagen, model.datagen.generator, model.splits):
+        assert doctest.testmod(mod).failed == 0, mod.__name__

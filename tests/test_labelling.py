@@ -123,3 +123,13 @@ def test_raw_files_are_checked_against_the_manifest(tmp_path: Path) -> None:
     f.write_text(f.read_text(encoding="utf-8").replace("Oslo", "Bergen"), encoding="utf-8")
     with pytest.raises(InputError, match="changed since import"):
         load_raw(tmp_path / "raw")
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import model.labelling
+    import model.labelling.labelmodel
+
+    for mod in (model.labelling, model.labelling.labelmodel):
+        assert doctest.testmod(mod).failed == 0, mod.__name__

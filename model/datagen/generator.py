@@ -188,7 +188,7 @@ def make_one(cfg: GenerateConfig, index: int) -> Trace:
     trace = render(sc, seed=r.randrange(2**31), with_system=r.random() < cfg.system_prompt_rate)
     assert trace.labels is not None
     trace.labels.provenance.update({
-        "family": family, "task": sc.task, "template": sc.template, "language": lang,
+        "generator": "model.datagen", "generator_version": GENERATOR_VERSION, "family": family, "task": sc.task, "template": sc.template, "language": lang,
         "recipes": applied, "variant": variant, "index": index, "master_seed": cfg.seed,
         "constraint": sc.constraint.text if sc.constraint else None, "long": long_run,
     })

@@ -2,8 +2,9 @@
 
 >>> from model.labelling import LabelModel, apply_lfs
 >>> from model.builder import make_trace
->>> [(v.lf, v.step) for v in apply_lfs(make_trace("timeout", seed=1)) if v.lf == "timeout"]
-[('timeout', 3)]
+>>> t = make_trace("timeout", seed=1)
+>>> [v.step for v in apply_lfs(t) if v.lf == "timeout"] == [t.labels.first_failing_step]
+True
 """
 
 from __future__ import annotations
