@@ -214,10 +214,16 @@ class TriageService:
         if not session_id or len(session_id) > 200:
             raise InputError("a session id is 1-200 characters", path="session_id")
         options = req.options
-        excluded = [
+        wanted = [
             n for n in (options.detectors or list(self.diagnoser.detectors)) if n not in self.session_exclude
         ]
-        run_options = options.model_copy(update={"detectors": excluded})
+        # The classifier scores only the new steps (a step's score reads nothing after it); the
+        # earlier steps' findings are kept in the session state.
+        clf = self.diagnoser.detectors.get("classifier") if "classifier" in wanted else None
+        incremental = clf is not None and callable(getattr(clf, "inspect_step", None))
+        if incremental:
+            wanted.remove("classifier")
+        run_options = options.model_copy(update={"detectors": wanted})
         with self.store.write() as db:
             row = self.store.lock_session(db, tenant, session_id, create_trace_id=_new_id())
             assert row is not None
@@ -243,8 +249,12 @@ class TriageService:
                 known = {t.name for t in trace.tools}
                 trace.tools.extend(t for t in req.tools if t.name not in known)
             extra = self.degradation_findings(tenant, trace.task_type)
-            diag = self.diagnoser.diagnose(trace, run_options, extra_findings=extra)
             state = copy.deepcopy(row.state or {})
+            if incremental:
+                extra += self._classifier_findings(clf, state, trace)
+            diag = self.diagnoser.diagnose(trace, run_options, extra_findings=extra)
+            if incremental:
+                diag.detector_versions["classifier"] = str(clf.version)  # type: ignore[union-attr]
             decision = self.engine.recommend(
                 state, trace, diag.failures, session_key=session_id, now=time.time(), options=options
             )
@@ -272,6 +282,23 @@ class TriageService:
             row.updated_at = utcnow()
             row.version += 1
         return resp
+
+    @staticmethod
+    def _classifier_findings(clf: Any, state: dict[str, Any], trace: Trace) -> list[Finding]:
+        """Classifier findings for every step of a session, scoring only steps not scored before."""
+        version = str(getattr(clf, "model_version", None) or clf.version)
+        cached = state.get("classifier") or {}
+        if cached.get("model_version") != version or int(cached.get("n", 0)) > len(trace.steps):
+            cached = {"model_version": version, "n": 0, "findings": []}
+        found = [Finding.model_validate(f) for f in cached["findings"]]
+        for i in range(int(cached["n"]), len(trace.steps)):
+            found.extend(clf.inspect_step(trace, i))
+        state["classifier"] = {
+            "model_version": version,
+            "n": len(trace.steps),
+            "findings": [f.model_dump(mode="json") for f in found],
+        }
+        return found
 
     def _import_steps(self, req: AppendStepsRequest, *, offset: int) -> tuple[list[Step], int]:
         if req.messages is not None:
