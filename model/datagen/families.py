@@ -641,7 +641,8 @@ def retail(sc: Scenario) -> None:
     else:
         addr = f"{r.randrange(1, 300)} {r.choice(['Oak', 'Elm', 'Harbor', 'Station', 'Mill'])} St, {lx.city()[0]}"
         if sc.zh:
-            addr = f"{lx.cname(lx.city())}{r.choice(['朝阳', '海淀', '浦东', '南山', '天河'])}区{r.randrange(1, 300)}号"
+            street = r.choice(['人民路', '解放路', '中山路', '建设路', '和平街', '长江路'])
+            addr = f"{lx.cname(lx.city())}{r.choice(['高新区', '经开区', '新城区', '老城区'])}{street}{r.randrange(1, 300)}号"
         order["status"] = "processing"
         _goal(sc, "address", ["Can you change the shipping address on {o} to {addr}?",
                               "I moved - please ship order {o} to {addr} instead.",
