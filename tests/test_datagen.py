@@ -112,6 +112,8 @@ def test_rules_find_every_injected_failure_at_its_step() -> None:
             if kind not in EXACT and kind not in MOSTLY:
                 continue
             found = _findings(t, kind)
+            if kind == "loop":
+                steps = {min(steps)}  # the rule reports the 3rd repeat; later repeats are labelled too
             for s in steps:
                 seen[kind] += 1
                 if s not in found:

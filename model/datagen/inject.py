@@ -19,7 +19,7 @@ malformed_call                the ``call`` whose arguments are broken
 empty_response                the empty ``say`` / ``final``
 incomplete                    the last step of a run that stops without an answer
 refusal / unsafe_output       the refusing / unsafe ``say`` or ``final``
-loop                          the result of the 3rd identical call
+loop                          the result of the 3rd identical call (and of every later repeat)
 hallucination / off_topic     the ``final`` (or ``say``) that states what was never obtained /
                               answers another question
 context_loss                  every beat that breaks the stated constraint (call and final)
@@ -485,7 +485,9 @@ def loop(sc: Scenario, r: random.Random) -> bool:
                                           ["我再查一次。", "再试一次。"]), speaker=call.speaker))
             c.joined = True
         res2 = target.clone(call_no=no, latency_ms=round(r.uniform(80, 900), 1))
-        if k == 1:
+        if k >= 1:
+            # the 3rd identical call's result is where the loop shows (the rule fires there); every
+            # further repeat is the loop going on, and is labelled too
             res2.fails.append("loop")
         c.meta["loop"] = res2.meta["loop"] = True
         extra += [c, res2]
