@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -102,6 +103,9 @@ class TriageService:
         self.session_exclude = frozenset(session_exclude)
         self.stream_detector = stream_detector
         self.stream_autofeed = tuple(sorted(set(stream_autofeed)))  # sorted: one lock order
+        # One model inference at a time per worker: onnxruntime already uses the cores it was given
+        # (TRIAGE_ORT_THREADS); concurrent runs only oversubscribe them and grow its memory arenas.
+        self._model_lock = threading.Lock()
 
     @property
     def model_version(self) -> str:
@@ -114,7 +118,8 @@ class TriageService:
     def diagnose(self, tenant: str, trace: Trace, options: DiagnoseOptions) -> DiagnosisResponse:
         """Diagnose a whole trace, apply the session's repair state, record it; return the response."""
         extra = self.degradation_findings(tenant, trace.task_type)
-        resp = self.diagnoser.diagnose(trace, options, extra_findings=extra)
+        with self._model_lock:
+            resp = self.diagnoser.diagnose(trace, options, extra_findings=extra)
         session_key = trace.session_id or f"trace:{trace.id}"
         stored_trace = self.redactor.redact(trace.model_dump(mode="json", exclude_none=True))
         response = self.redactor.redact(resp.model_dump(mode="json"))
@@ -250,9 +255,10 @@ class TriageService:
                 trace.tools.extend(t for t in req.tools if t.name not in known)
             extra = self.degradation_findings(tenant, trace.task_type)
             state = copy.deepcopy(row.state or {})
-            if incremental:
-                extra += self._classifier_findings(clf, state, trace)
-            diag = self.diagnoser.diagnose(trace, run_options, extra_findings=extra)
+            with self._model_lock:
+                if incremental:
+                    extra += self._classifier_findings(clf, state, trace)
+                diag = self.diagnoser.diagnose(trace, run_options, extra_findings=extra)
             if incremental:
                 diag.detector_versions["classifier"] = str(clf.version)  # type: ignore[union-attr]
             decision = self.engine.recommend(

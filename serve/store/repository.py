@@ -16,8 +16,10 @@ SQLAlchemy errors are wrapped in :class:`model.errors.StoreError` at this bounda
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,6 +87,11 @@ class Store:
         self._write = sessionmaker(
             self.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"}), expire_on_commit=False
         )
+        # SQLite has one writer at a time. Threads of one process queue here, on a lock that
+        # wakes the next one at once, instead of in SQLite's busy handler, which sleeps in steps of
+        # up to 100 ms (that made p99 at 8 connections ≈ 0.7 s). Other processes still meet the
+        # busy timeout.
+        self._write_mutex = threading.RLock() if self.dialect == "sqlite" else None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def upgrade(self) -> None:
@@ -115,8 +122,9 @@ class Store:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A write unit of work, committed at the end (``BEGIN IMMEDIATE`` on SQLite)."""
+        mutex = self._write_mutex or contextlib.nullcontext()
         try:
-            with self._write() as db, db.begin():
+            with mutex, self._write() as db, db.begin():
                 yield db
         except SQLAlchemyError as exc:
             raise StoreError(f"writing the store failed: {exc.__class__.__name__}: {exc}") from exc
