@@ -45,8 +45,8 @@ def test_step_text_layout_is_exact() -> None:
     ])
     assert step_text(t, 4) == (
         "final_output : It is sunny.\n"
-        "[goal] Weather in Oslo?\n"
         "[prev] tool_result get_weather [error] : HTTP 500\n"
+        "[goal] Weather in Oslo?\n"
         '[prev] tool_call get_weather : {"city":"Oslo"}\n'
         "[prev] user_input : Weather in Oslo?"
     )

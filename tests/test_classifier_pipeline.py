@@ -102,8 +102,10 @@ def test_tiny_pipeline_end_to_end(tmp_path: Path) -> None:
     p8, p32 = rt.score_trace(t), fp32.score_trace(t)
     assert p8.shape == (len(t.steps), len(LABELS))
     assert float(np.max(np.abs(p8 - p32))) < 0.05
-    # the real-time path gives the same scores as the whole-trace path
-    np.testing.assert_allclose(rt.score_step(t, 5), p8[5], atol=1e-5)
+    # the real-time path gives the same scores as the whole-trace path: exactly in fp32; int8's
+    # dynamic quantisation picks activation scales per batch, so a step scored alone moves a little
+    np.testing.assert_allclose(fp32.score_step(t, 5), p32[5], atol=1e-5)
+    assert float(np.max(np.abs(rt.score_step(t, 5) - p8[5]))) < 0.05
 
     det = ClassifierDetector(path=tmp_path / "artifacts", signal_ratio=0.0)
     found = det.inspect(t)
@@ -121,7 +123,7 @@ def test_tiny_pipeline_end_to_end(tmp_path: Path) -> None:
         assert 0.0 <= m["step_localisation"][key] <= 1.0
     assert "ece" in m["calibration"] and m["int8_fp32_agreement"]["steps"] == 50
     assert set(m["candidates"]) == {"tfidf-baseline", "student"}
-    assert (reports / "confusion-student-test.png").stat().st_size > 1000
+    assert (reports / "figures" / "confusion-student-test.png").stat().st_size > 1000
     assert "## student" in (reports / "eval.md").read_text()
     card = (tmp_path / "artifacts" / "MODEL_CARD.md").read_text()
     assert "## Intended use" in card and "## Limits" in card and "## Training data" in card

@@ -92,7 +92,7 @@ def run(cfg: BaselineConfig, splits: Path, out_dir: Path) -> dict[str, Any]:
                             seed=cfg.seed + 200, failure_fraction=cfg.failure_fraction,
                             post_failure=cfg.post_failure)  # type: ignore[arg-type]
     val = sample_examples(load_traces(splits / "val.jsonl"), max_examples=cfg.val_examples,
-                          seed=cfg.seed + 201, failure_fraction=cfg.failure_fraction,
+                          seed=cfg.seed + 201, failure_fraction=cfg.val_failure_fraction,
                           post_failure=cfg.post_failure)  # type: ignore[arg-type]
     t1 = time.perf_counter()
     model = TfidfBaseline(max_features=cfg.max_features, c=cfg.c, seed=cfg.seed)

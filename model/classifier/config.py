@@ -43,13 +43,14 @@ class _Section:
         return obj
 
     @classmethod
-    def from_params(cls: type[C], path: Path = Path("params.yaml")) -> C:
+    def from_params(cls: type[C], path: Path = Path("params.yaml"), section: str | None = None) -> C:
+        """Read ``section`` (default: the class's own) of a params file."""
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
-        section = loaded.get(cls.SECTION) if isinstance(loaded, dict) else None
-        return cls.from_dict(section)
+        data = loaded.get(section or cls.SECTION) if isinstance(loaded, dict) else None
+        return cls.from_dict(data)
 
     def validate(self) -> None:
         for f in fields(self):
@@ -64,6 +65,7 @@ class BaselineConfig(_Section):
     train_examples: int = 20000
     val_examples: int = 3000
     failure_fraction: float = 0.5
+    val_failure_fraction: float = 0.15
     post_failure: str = "healthy"
     max_features: int = 200000
     c: float = 4.0
@@ -76,6 +78,7 @@ class TrainConfig(_Section):
     train_examples: int = 3000
     val_examples: int = 400
     failure_fraction: float = 0.5
+    val_failure_fraction: float = 0.15
     post_failure: str = "healthy"
     max_length: int = 128
     batch_size: int = 16
@@ -97,6 +100,7 @@ class DistillConfig(_Section):
     train_examples: int = 20000
     val_examples: int = 1500
     failure_fraction: float = 0.5
+    val_failure_fraction: float = 0.15
     post_failure: str = "healthy"
     vocab_size: int = 8000
     layers: int = 4
@@ -113,6 +117,7 @@ class DistillConfig(_Section):
     soft_weight: float = 0.5
     soft_examples: int = 6000
     teacher_batch: int = 32
+    init_from: str | None = None
     eval_every: int = 200
     patience: int = 4
     seed: int = 7
@@ -135,6 +140,8 @@ class EvaluateConfig(_Section):
     test_traces: int = 400
     heldout_traces: int = 400
     agreement_steps: int = 1500
+    #: per-candidate cap on traces per split (a subset of the same sample) for slow candidates
+    candidate_traces: dict[str, int] = field(default_factory=dict)
     seed: int = 7
     threads: int = 2
 

@@ -19,12 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from model.errors import InputError
 
 from .config import DistillConfig
 from .data import LABELS, load_traces, sample_examples, targets_matrix
@@ -92,11 +95,17 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
                             seed=cfg.seed + 100, failure_fraction=cfg.failure_fraction,
                             post_failure=cfg.post_failure)  # type: ignore[arg-type]
     val = sample_examples(load_traces(splits / "val.jsonl"), max_examples=cfg.val_examples,
-                          seed=cfg.seed + 101, failure_fraction=cfg.failure_fraction,
+                          seed=cfg.seed + 101, failure_fraction=cfg.val_failure_fraction,
                           post_failure=cfg.post_failure)  # type: ignore[arg-type]
     log.info("sampled %d train / %d val in %.1fs", len(train), len(val), time.perf_counter() - t0)
     texts = [e.text for e in train]
     vocab_path = out_dir / "vocab-tokenizer.json"
+    init = Path(cfg.init_from) if cfg.init_from else None
+    if init is not None:
+        if not (init / CALIBRATION).exists():
+            raise InputError(f"init_from {init} holds no trained student (no {CALIBRATION})",
+                             path="params.yaml:distill.init_from")
+        shutil.copyfile(init / "tokenizer.json", vocab_path)
     if vocab_path.exists():
         from tokenizers import Tokenizer
 
@@ -129,7 +138,13 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
         agree = float(np.mean((part >= 0.5) == (hard > 0.5)))
         log.info("teacher agrees with the ground truth on %.4f of (example, label) pairs", agree)
 
-    model = student_model(cfg, tok.get_vocab_size())
+    if init is not None:
+        from transformers import BertForSequenceClassification
+
+        model = BertForSequenceClassification.from_pretrained(init, attn_implementation="eager")
+        log.info("student initialised from %s", init)
+    else:
+        model = student_model(cfg, tok.get_vocab_size())
     settings = LoopSettings(
         max_length=cfg.max_length, batch_size=cfg.batch_size, epochs=cfg.epochs, lr=cfg.lr,
         warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
@@ -162,9 +177,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--splits", type=Path, default=Path("datasets/splits"))
     p.add_argument("--teacher", default="build/classifier/minilm/best")
     p.add_argument("--out", type=Path, default=Path("build/classifier/student"))
+    p.add_argument("--section", default="distill", help="params.yaml section to read")
+    p.add_argument("--version", default="student-1", help="model version recorded in the artefact")
     args = p.parse_args(argv)
     teacher = None if args.teacher == "none" else Path(args.teacher)
-    run(DistillConfig.from_params(args.params), args.splits, teacher, args.out)
+    run(DistillConfig.from_params(args.params, args.section), args.splits, teacher, args.out,
+        model_version=args.version)
 
 
 if __name__ == "__main__":

@@ -235,9 +235,8 @@ def plot_confusion(mat: list[list[int]], title: str, path: Path) -> None:
 
 
 def sample_traces(traces: list[Trace], k: int, seed: int) -> list[Trace]:
-    if k <= 0 or k >= len(traces):
-        return traces
-    idx = sorted(random.Random(seed).sample(range(len(traces)), k))
+    """A seeded random sample in random order (so any prefix of it is a random sample too)."""
+    idx = random.Random(seed).sample(range(len(traces)), k if 0 < k < len(traces) else len(traces))
     return [traces[i] for i in idx]
 
 
@@ -304,7 +303,7 @@ def write_eval_md(metrics: dict[str, Any], path: Path) -> None:
         for split in SPLITS:
             s = m[split]
             out += [f"### {split}: macro-F1 {_f(s['macro_f1'])} ({s['traces']} traces)", "",
-                    f"![confusion {name} {split}](confusion-{name}-{split}.png)", ""]
+                    f"![confusion {name} {split}](figures/confusion-{name}-{split}.png)", ""]
             rows = [[k, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), str(v["support"])]
                     for k, v in s["per_kind"].items() if v["support"] or v["precision"]]
             out += [_table(rows, ["kind", "precision", "recall", "F1", "traces"]), ""]
@@ -339,14 +338,16 @@ def run(cfg: EvaluateConfig, splits: Path, build: Path, reports: Path,
     for name, scorer in scorers.items():
         rep = getattr(scorer, "representation", DEFAULT_CONFIG)
         cand_metrics[name] = {}
+        cap = cfg.candidate_traces.get(name)
         for split, traces in data.items():
             key = (split, rep)
             if key not in texts_cache:
                 texts_cache[key] = split_texts(traces, rep)
-            scores = score_split(scorer, traces, texts_cache[key])
+            k = len(traces) if cap is None else min(cap, len(traces))
+            scores = score_split(scorer, traces[:k], texts_cache[key][:k])
             m = split_metrics(scores, np.asarray(scorer.thresholds))
             plot_confusion(m.pop("_confusion"), f"{name} on {split} ({m['traces']} traces)",
-                           reports / f"confusion-{name}-{split}.png")
+                           reports / "figures" / f"confusion-{name}-{split}.png")
             cand_metrics[name][split] = m
             log.info("%s on %s: macro-F1 %.4f, step macro-F1 %.4f, loc exact %.3f (%.1fs)", name, split,
                      m["macro_f1"], m["step_macro_f1"], m["step_localisation"]["exact"], scores.seconds)

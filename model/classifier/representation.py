@@ -7,11 +7,12 @@ artefact whose representation version it does not know, so training and serving 
 Layout of a text (version ``rep-v1``)::
 
     <kind> [@speaker] [tool] [status] [repeat N] : <step content, head … tail>
+    [prev] <the step before>
     [goal] <the first user input>
-    [prev] <the step before>  [prev] <the one before that> …
+    [prev] <the one before that> …
 
-The step comes first so that a tokenizer truncating at ``max_length`` drops old context before the
-step itself. Long tool payloads keep their head and tail (errors and "no results" live at both
+The step comes first, then what most often decides it (the latest result, the goal), so that a
+tokenizer truncating at ``max_length`` drops older context before any of those. Long tool payloads keep their head and tail (errors and "no results" live at both
 ends). ``repeat N`` counts earlier identical calls (tool + normalised arguments) or identical
 results, which a short window of context could not otherwise show (loops).
 
@@ -20,8 +21,8 @@ results, which a short window of context could not otherwise show (loops).
 ...                  Step(kind="llm_output", content="Here are some hotels in Rome.", source_index=1)])
 >>> print(step_text(t, 1))
 llm_output : Here are some hotels in Rome.
-[goal] Find flights to Oslo
 [prev] user_input : Find flights to Oslo
+[goal] Find flights to Oslo
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class RepresentationConfig:
     """
 
     version: str = REPRESENTATION_VERSION
-    step_chars: int = 360
+    step_chars: int = 300
     goal_chars: int = 160
     context_steps: int = 3
     context_chars: int = 140
@@ -167,13 +168,13 @@ def step_text(trace: Trace, index: int, config: RepresentationConfig = DEFAULT_C
     repeats = 0
     if key is not None:
         repeats = sum(1 for s in trace.steps[:index] if s.kind is step.kind and _call_key(s) == key)
-    lines = [_line(step, config.step_chars, repeats)]
+    first = max(0, index - config.context_steps)
+    prevs = ["[prev] " + _line(p, config.context_chars) for p in reversed(trace.steps[first:index])]
+    lines = [_line(step, config.step_chars, repeats), *prevs[:1]]
     goal = _goal(trace, index)
     if goal:
         lines.append("[goal] " + clip(goal, config.goal_chars))
-    first = max(0, index - config.context_steps)
-    for prev in reversed(trace.steps[first:index]):
-        lines.append("[prev] " + _line(prev, config.context_chars))
+    lines.extend(prevs[1:])
     return "\n".join(lines)
 
 

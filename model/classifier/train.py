@@ -187,10 +187,18 @@ def fit(
         state = saved["state"]
         log.info("resumed from %s at step %d/%d (best %.4f)", ckpt, state["step"], total, state["best"])
 
-    def order_for(epoch: int) -> list[int]:
+    def batches_for(epoch: int) -> list[list[int]]:
+        # shuffled, then sorted by length within windows of 50 batches: little padding, still random
+        rng = random.Random(settings.seed * 1000 + epoch)
         idx = list(range(len(texts)))
-        random.Random(settings.seed * 1000 + epoch).shuffle(idx)
-        return idx
+        rng.shuffle(idx)
+        window = settings.batch_size * 50
+        batches: list[list[int]] = []
+        for w in range(0, len(idx), window):
+            part = sorted(idx[w : w + window], key=lambda i: len(texts[i]))
+            batches += [part[b : b + settings.batch_size] for b in range(0, len(part), settings.batch_size)]
+        rng.shuffle(batches)
+        return batches
 
     def evaluate_and_checkpoint() -> bool:
         t0 = time.perf_counter()
@@ -218,10 +226,12 @@ def fit(
     stop = state.get("stopped", False)
     model.train()
     last_log = time.perf_counter()
+    cached_epoch: list[Any] = [-1, []]
     while state["step"] < total and not stop:
         epoch, pos = divmod(state["step"], per_epoch)
-        order = order_for(epoch)
-        idx = order[pos * settings.batch_size : (pos + 1) * settings.batch_size]
+        if cached_epoch[0] != epoch:
+            cached_epoch[:] = [epoch, batches_for(epoch)]
+        idx = cached_epoch[1][pos]
         batch = encode(tok, [texts[i] for i in idx])
         model.train()
         logits = model(**batch).logits
@@ -296,7 +306,7 @@ def run(cfg: TrainConfig, splits: Path, out_dir: Path, *, base_model: Path | Non
                             seed=cfg.seed, failure_fraction=cfg.failure_fraction,
                             post_failure=cfg.post_failure)  # type: ignore[arg-type]
     val = sample_examples(load_traces(splits / "val.jsonl"), max_examples=cfg.val_examples,
-                          seed=cfg.seed + 1, failure_fraction=cfg.failure_fraction,
+                          seed=cfg.seed + 1, failure_fraction=cfg.val_failure_fraction,
                           post_failure=cfg.post_failure)  # type: ignore[arg-type]
     log.info("sampled %d train / %d val step examples in %.1fs", len(train), len(val), time.perf_counter() - t0)
     tok = load_tokenizer(base / "tokenizer.json", cfg.max_length)

@@ -1,0 +1,103 @@
+"""Classifier latency, in process: one new step (the real-time path) and a whole 30-step trace.
+
+For each candidate (every exported model under ``build/classifier/onnx/`` and the shipped
+``model/artifacts/``), prints p50 / p99 milliseconds of
+
+* ``step``: scoring the newest step of a 30-step trace — representation + tokenize + forward +
+  calibration (``ClassifierRuntime.score_step``), with that step's token count;
+* ``raw``: tokenize + onnxruntime forward alone, for the same text;
+* ``overhead``: ``step − raw``, what our path adds (target ≤ 3 ms);
+* ``trace``: scoring all 30 steps (``score_trace``, length-sorted batches of 16).
+
+Traces come from the seeded generator (``model.datagen``), one English and one Chinese, each cut to
+30 steps; nothing under ``datasets/`` is needed. Run: ``.venv/bin/python bench/classifier.py``
+(``--repeats``, ``--threads``, ``--model DIR`` to time one folder). The machine is shared: the load
+average is printed with the figures, and ratios within one run are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from model.classifier.representation import step_text
+from model.classifier.runtime import MODEL_FILE, ClassifierRuntime
+from model.datagen import GenerateConfig, generate
+from model.schema import Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def thirty_step_traces() -> dict[str, Trace]:
+    out: dict[str, Trace] = {}
+    for t in generate(GenerateConfig(n_traces=400, seed=5)):
+        lang = t.language or "en"
+        if lang not in out and len(t.steps) >= 30:
+            out[lang] = t.model_copy(update={"steps": t.steps[:30]})
+        if len(out) == 2:
+            break
+    return out
+
+
+def timed(fn: Callable[[], object], repeats: int) -> list[float]:
+    for _ in range(min(5, repeats)):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def bench(name: str, folder: Path, traces: dict[str, Trace], repeats: int, threads: int) -> None:
+    rt = ClassifierRuntime.load(folder, threads=threads)
+    for lang, trace in traces.items():
+        last = len(trace.steps) - 1
+        text = step_text(trace, last, rt.meta.representation)
+        tokens = rt.token_count(text)
+        step = timed(lambda t=trace, i=last: rt.score_step(t, i), repeats)
+        raw = timed(lambda x=text: rt.forward(rt.encode([x])), repeats)
+        whole = timed(lambda t=trace: rt.score_trace(t), max(10, repeats // 10))
+        over = statistics.median(step) - statistics.median(raw)
+        print(f"{name:<10} {lang}  step p50 {pct(step, .5):6.2f} p99 {pct(step, .99):6.2f} ms ({tokens:3d} tokens) | "
+              f"raw p50 {pct(raw, .5):6.2f} | overhead {over:5.2f} ms | "
+              f"30-step trace p50 {pct(whole, .5):7.1f} p99 {pct(whole, .99):7.1f} ms", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", type=Path, default=None, help="time only this artefact folder")
+    args = ap.parse_args()
+    candidates: dict[str, Path] = {}
+    if args.model is not None:
+        candidates[args.model.name] = args.model
+    else:
+        onnx_root = ROOT / "build" / "classifier" / "onnx"
+        if onnx_root.is_dir():
+            candidates.update({d.name: d for d in sorted(onnx_root.iterdir()) if (d / MODEL_FILE).exists()})
+        if (ROOT / "model" / "artifacts" / MODEL_FILE).exists():
+            candidates["shipped"] = ROOT / "model" / "artifacts"
+    if not candidates:
+        raise SystemExit("no classifier artefact found: run `dvc repro export` (or pass --model DIR)")
+    traces = thirty_step_traces()
+    print(f"threads {args.threads}, repeats {args.repeats}, load average {os.getloadavg()[0]:.2f} "
+          f"({os.cpu_count()} cores)")
+    for name, folder in candidates.items():
+        bench(name, folder, traces, args.repeats, args.threads)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
