@@ -11,7 +11,7 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from model.errors import InputError, ModelLoadError, TooLargeError
+from model.errors import InputError, ModelLoadError, StoreError, TooLargeError
 
 _PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
@@ -45,6 +45,15 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _deep(_: Request, exc: RecursionError) -> JSONResponse:
         return JSONResponse(
             status_code=422, content=error_body(["body"], "JSON nesting too deep", "nesting_too_deep")
+        )
+
+    @app.exception_handler(StoreError)
+    async def _store(_: Request, exc: StoreError) -> JSONResponse:
+        # The store is down or busy past its timeout: the request may be retried.
+        return JSONResponse(
+            status_code=503,
+            content=error_body([], str(exc), "store_unavailable"),
+            headers={"Retry-After": "1"},
         )
 
     @app.exception_handler(ModelLoadError)

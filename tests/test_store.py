@@ -225,3 +225,33 @@ def test_open_store_uses_settings(tmp_path: Any) -> None:
 def test_bad_url_is_a_store_error() -> None:
     with pytest.raises(StoreError):
         Store("nosuchdb://x")
+
+
+def test_sqlite_writer_waits_for_another_process_then_gives_up(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'busy.db'}"
+    holder, waiter = Store(url), Store(url, busy_timeout_s=0.3)
+    holder.upgrade()
+    released = threading.Event()
+
+    def hold(seconds: float) -> None:
+        with holder.write() as db:
+            holder.lock_session(db, "a", "s", create_trace_id="t")
+            released.wait(seconds)
+
+    t = threading.Thread(target=hold, args=(5.0,))
+    t.start()
+    time.sleep(0.1)
+    start = time.monotonic()
+    with pytest.raises(StoreError, match="stayed locked"), waiter.write() as db:
+        waiter.lock_session(db, "a", "s", create_trace_id="t")
+    assert 0.25 <= time.monotonic() - start < 2.0
+    released.set()
+    t.join()
+    # a short hold is waited out (polling, not SQLite's sleepy busy handler)
+    released.clear()
+    t = threading.Thread(target=hold, args=(0.05,))
+    t.start()
+    time.sleep(0.01)
+    with waiter.write() as db:
+        assert waiter.lock_session(db, "a", "s", create_trace_id="t") is not None
+    t.join()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Request, Response
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from serve.auth import UNAUTHORIZED_RESPONSES
@@ -40,3 +41,9 @@ async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise HTTPException(
             status_code=404, detail=[{"loc": ["path"], "msg": str(exc), "type": "not_found"}]
         ) from None
+
+
+def json_response(model: BaseModel) -> Response:
+    """The model as JSON, serialised once by pydantic (the route's ``response_model`` documents it;
+    FastAPI would otherwise validate and serialise the returned model a second time)."""
+    return Response(content=model.model_dump_json(), media_type="application/json")

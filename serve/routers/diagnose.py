@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from model.errors import InputError
 from model.findings import DiagnosisResponse
@@ -12,7 +12,7 @@ from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.deps import SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
-from serve.routers._common import ServiceDep, call
+from serve.routers._common import ServiceDep, call, json_response
 
 router = APIRouter(prefix="/v1", tags=["diagnose"])
 
@@ -32,7 +32,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
 )
 async def diagnose(
     request: Request, settings: SettingsDep, principal: PrincipalDep, service: ServiceDep
-) -> DiagnosisResponse:
+) -> Response:
     """Import the trace (native, OpenAI messages, OTLP/JSON or span list; auto-detected), run the
     detectors, fuse their findings and recommend the first repair on the primary failure's ladder.
 
@@ -50,4 +50,4 @@ async def diagnose(
         exc.path = f"trace.{exc.path}" if exc.path else "trace"
         raise
     # Budgets and open failures come from the session's state; the trace is stored redacted.
-    return await call(service.diagnose, principal.tenant, trace, body.options)
+    return json_response(await call(service.diagnose, principal.tenant, trace, body.options))

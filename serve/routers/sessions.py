@@ -10,7 +10,7 @@ from serve.api_models import AppendStepsRequest, SessionStepResponse, SessionVie
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.examples_service import APPEND_EXAMPLES
-from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
+from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call, json_response
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -29,14 +29,14 @@ async def append_steps(
     request: Request,
     principal: PrincipalDep,
     service: ServiceDep,
-) -> SessionStepResponse:
+) -> Response:
     """Append one or more steps (OpenAI messages or native steps) as the agent takes them; the
     first append creates the session. The answer diagnoses the session so far: a loop is caught on
     the result of its third repeat. While a failure stays open the same recommendation (same `id`)
     comes back and no budget is spent.
     """
     body = await parse_body(request, AppendStepsRequest)
-    return await call(service.append_steps, principal.tenant, session_id, body)
+    return json_response(await call(service.append_steps, principal.tenant, session_id, body))
 
 
 @router.get(
