@@ -47,7 +47,6 @@ SESSION_LEN = 20
 def _trace(n_steps: int, seed: int) -> dict[str, Any]:
     from model.builder import make_trace
     from model.kinds import FailureKind
-
     from model.schema import Step
 
     for n in range(n_steps - 4, n_steps + 6):
@@ -86,7 +85,10 @@ def _session_step(i: int) -> bytes:
     """The i-th append of a session: a user turn first, then call/result pairs, then text."""
     k = i % SESSION_LEN
     if k == 0:
-        msg: dict[str, Any] = {"role": "user", "content": "Find three hotels in Lisbon under 150 EUR for May 3-5."}
+        msg: dict[str, Any] = {
+            "role": "user",
+            "content": "Find three hotels in Lisbon under 150 EUR for May 3-5.",
+        }
     elif k % 2 == 1:
         msg = {
             "role": "assistant",
@@ -95,19 +97,33 @@ def _session_step(i: int) -> bytes:
                 {
                     "id": f"c{k}",
                     "type": "function",
-                    "function": {"name": "search_hotels", "arguments": json.dumps({"city": "Lisbon", "page": k})},
+                    "function": {
+                        "name": "search_hotels",
+                        "arguments": json.dumps({"city": "Lisbon", "page": k}),
+                    },
                 }
             ],
         }
     else:
-        msg = {"role": "tool", "tool_call_id": f"c{k - 1}", "content": json.dumps({"page": k, "hotels": ["A", "B"]})}
+        msg = {
+            "role": "tool",
+            "tool_call_id": f"c{k - 1}",
+            "content": json.dumps({"page": k, "hotels": ["A", "B"]}),
+        }
     return json.dumps({"messages": [msg]}).encode()
 
 
 # -- the load generator (runs in its own process) ------------------------------------------------
 async def _connection(
-    host: str, port: int, key: str, scenario: str, conn_id: int, deadline: float, bodies: list[bytes],
-    lat: list[float], errors: list[str],
+    host: str,
+    port: int,
+    key: str,
+    scenario: str,
+    conn_id: int,
+    deadline: float,
+    bodies: list[bytes],
+    lat: list[float],
+    errors: list[str],
 ) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     i = 0
@@ -154,7 +170,10 @@ async def _load(host: str, port: int, key: str, scenario: str, conns: int, durat
     # warm-up: one request per connection's worth, not timed
     warm_deadline = time.perf_counter() + 1.0
     await asyncio.gather(
-        *(_connection(host, port, key, scenario, 1000 + c, warm_deadline, bodies, [], []) for c in range(conns))
+        *(
+            _connection(host, port, key, scenario, 1000 + c, warm_deadline, bodies, [], [])
+            for c in range(conns)
+        )
     )
     start = time.perf_counter()
     deadline = start + duration
@@ -183,9 +202,24 @@ async def _load(host: str, port: int, key: str, scenario: str, conns: int, durat
 def run_load(url: str, key: str, scenario: str, conns: int, duration: float) -> dict[str, Any]:
     """Run the load generator in a separate process; its JSON result."""
     out = subprocess.run(
-        [sys.executable, __file__, "--load", url, "--key", key, "--scenario", scenario, "--conns", str(conns),
-         "--duration", str(duration)],
-        capture_output=True, text=True, timeout=duration + 120, cwd=ROOT,
+        [
+            sys.executable,
+            __file__,
+            "--load",
+            url,
+            "--key",
+            key,
+            "--scenario",
+            scenario,
+            "--conns",
+            str(conns),
+            "--duration",
+            str(duration),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=duration + 120,
+        cwd=ROOT,
     )
     if out.returncode != 0:
         raise SystemExit(f"load generator failed:\n{out.stderr}")
@@ -240,9 +274,22 @@ class Server:
         self.workers = workers
         self.log = open(data / f"server-{workers}.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", str(workers)],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "serve.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(workers),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -261,7 +308,15 @@ class Server:
 
     def worker_rss_mb(self) -> list[float]:
         pids = [self.proc.pid] if self.workers == 1 else _children(self.proc.pid)
-        return [_rss_mb(p) for p in pids if Path(f"/proc/{p}").exists()]
+        out = []
+        for p in pids:
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"resource_tracker" not in cmd:  # multiprocessing's helper, not a worker
+                out.append(_rss_mb(p))
+        return out
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -279,7 +334,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--conns", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--scenarios", nargs="+", default=None)
-    ap.add_argument("--model-path", default=None, help="classifier artefact folder (default: the shipped one)")
+    ap.add_argument(
+        "--model-path", default=None, help="classifier artefact folder (default: the shipped one)"
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     # load-generator mode
     ap.add_argument("--load", default=None, help=argparse.SUPPRESS)
@@ -289,7 +346,11 @@ def main() -> None:
 
     if args.load:
         host, port = args.load.removeprefix("http://").split(":")
-        print(json.dumps(asyncio.run(_load(host, int(port), args.key, args.scenario, args.conns[0], args.duration))))
+        print(
+            json.dumps(
+                asyncio.run(_load(host, int(port), args.key, args.scenario, args.conns[0], args.duration))
+            )
+        )
         return
 
     results: list[dict[str, Any]] = []
@@ -299,11 +360,19 @@ def main() -> None:
             server = Server(workers, Path(tmp), args.model_path)
             try:
                 clf = bool(server.ready.get("checks", {}).get("classifier"))
-                scenarios = args.scenarios or ["diag_rules_10", "diag_rules_30", "diag_clf_10", "diag_clf_30", "session_step_clf"]
+                scenarios = args.scenarios or [
+                    "diag_rules_10",
+                    "diag_rules_30",
+                    "diag_clf_10",
+                    "diag_clf_30",
+                    "session_step_clf",
+                ]
                 if not clf:
                     dropped = [s for s in scenarios if "clf" in s]
                     if dropped:
-                        print(f"# {workers} worker(s): no classifier artefact loaded; skipping {', '.join(dropped)}")
+                        print(
+                            f"# {workers} worker(s): no classifier artefact loaded; skipping {', '.join(dropped)}"
+                        )
                     scenarios = [s for s in scenarios if "clf" not in s]
                 for scenario in scenarios:
                     for conns in args.conns:
@@ -330,7 +399,9 @@ def main() -> None:
                         flush=True,
                     )
                     rss[workers] = server.worker_rss_mb()
-                    print(f"workers={workers} RSS per worker after sustained load: {', '.join(f'{m:.0f} MB' for m in rss[workers])}")
+                    print(
+                        f"workers={workers} RSS per worker after sustained load: {', '.join(f'{m:.0f} MB' for m in rss[workers])}"
+                    )
             finally:
                 server.stop()
     if args.json:

@@ -136,7 +136,7 @@ class TraceSummary(BaseModel):
     shadow: bool
 
 
-class TracePageOut(BaseModel):
+class TracePageOut(Versioned):
     items: list[TraceSummary]
     next_cursor: str | None = Field(default=None, description="Pass as `cursor` for the next page.")
 
@@ -148,7 +148,7 @@ class TraceDetail(TraceSummary, Versioned):
     outcomes: list[OutcomeOut]
 
 
-class GraphOut(BaseModel):
+class GraphOut(Versioned):
     trace_id: str
     graph: dict[str, Any] | None = None
     mermaid: str | None = None

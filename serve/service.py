@@ -18,6 +18,7 @@ Storage rules (ARCHITECTURE.md, "Sessions" and "Streams"):
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import logging
 import math
 import threading
@@ -66,6 +67,7 @@ log = logging.getLogger("triage.service")
 #: Observations looked at by ``GET /v1/streams/{name}/changepoints`` (MEASUREMENTS.md: Binseg l2
 #: on 2,000 points ≈ 80 ms).
 CHANGEPOINT_WINDOW = 2000
+_RUPTURES_VERSION = importlib.metadata.version("ruptures")
 _FINAL_BLOCKERS = {StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.USER_INPUT, StepKind.ERROR}
 
 
@@ -436,7 +438,12 @@ class TriageService:
             limit=limit,
             cursor=cursor,
         )
-        return TracePageOut(items=[_summary(r) for r in page.items], next_cursor=page.next_cursor)
+        return TracePageOut(
+            model_version=self.model_version,
+            detector_versions=self.detector_versions(),
+            items=[_summary(r) for r in page.items],
+            next_cursor=page.next_cursor,
+        )
 
     def get_trace(self, tenant: str, trace_id: str) -> TraceDetail:
         row = self.store.get_trace(tenant, trace_id)
@@ -591,7 +598,7 @@ class TriageService:
             used = found.method
         return ChangepointsResponse(
             model_version=self.model_version,
-            detector_versions={"ruptures": "l2"},
+            detector_versions={"ruptures": _RUPTURES_VERSION},
             stream=stream,
             task_type=task_type,
             n=row.n,

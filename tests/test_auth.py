@@ -97,3 +97,31 @@ def test_cli_create_list_revoke(tmp_path: Path) -> None:
     assert local.returncode == 0
     assert f"database: sqlite:///{tmp_path / 'data' / 'triage.db'}" in local.stdout
     assert (tmp_path / "data" / "local.key").read_text().strip() in local.stdout
+
+
+def test_http_key_check_revocation_and_auth_off_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from fastapi.testclient import TestClient
+
+    from serve.app import create_app
+    from serve.settings import Settings
+
+    settings = Settings(data_dir=tmp_path / "on", auth_cache_s=0, classifier=False)
+    with TestClient(create_app(settings)) as client:
+        store: Store = client.app.state.store  # type: ignore[attr-defined]
+        key, key_id = create_key(store, "acme")
+        h = {"Authorization": f"Bearer {key}"}
+        assert client.get("/v1/traces", headers=h).status_code == 200
+        assert client.get("/v1/traces").status_code == 401
+        assert client.get("/v1/traces", headers={"Authorization": "Basic abc"}).status_code == 401
+        store.revoke_api_key(key_id)
+        r = client.get("/v1/traces", headers=h)
+        assert r.status_code == 401 and r.json()["detail"][0]["msg"] == "unknown or revoked API key"
+    caplog.set_level(logging.WARNING, logger="triage.auth")
+    off = Settings(data_dir=tmp_path / "off", auth="off", classifier=False)
+    with TestClient(create_app(off)) as client:
+        assert client.get("/v1/traces").status_code == 200  # tenant "local"
+    assert "authentication is DISABLED" in caplog.text
