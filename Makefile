@@ -31,7 +31,7 @@ install: $(VENV)/.all-installed
 
 # First run: creates the SQLite store and a local API key in .triage/ (git-ignored) and prints both.
 run: install-serve
-	$(VENV)/bin/triage keys local
+	TRIAGE_HOST=$(HOST) TRIAGE_PORT=$(PORT) $(VENV)/bin/triage keys local
 	$(VENV)/bin/triage serve --host $(HOST) --port $(PORT)
 
 lint: install

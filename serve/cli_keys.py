@@ -88,7 +88,7 @@ def local() -> None:
     url = store.engine.url.render_as_string(hide_password=True)
     typer.echo(f"database: {url}")
     typer.echo(f"API key ({'new' if created else 'kept'} in {settings.resolved_key_file}): {key}")
-    typer.echo(f"try:  curl -H 'Authorization: Bearer {key}' http://{settings.host}:{settings.port}/readyz")
+    typer.echo(f"try:  curl -H 'Authorization: Bearer {key}' http://{settings.host}:{settings.port}/v1/traces")
 
 
 def register(app: typer.Typer) -> None:
