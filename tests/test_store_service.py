@@ -1,0 +1,102 @@
+"""The stateful service on both stores (SQLite and PostgreSQL): the dialect-specific paths
+(upserts, row locks, stream rows) under a session flow, outcomes and concurrent appends."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from model.builder import make_trace
+from model.diagnosis import Diagnoser
+from model.options import DiagnoseOptions
+from serve.api_models import AppendStepsRequest, ObservationsRequest, OutcomeRequest
+from serve.app import build_service
+from serve.service import NotFoundError, TriageService
+from serve.settings import Settings
+from tests.storefix import db_url  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def service(db_url: str) -> Any:  # noqa: F811
+    svc = build_service(Settings(database_url=db_url), Diagnoser())
+    yield svc
+    svc.store.dispose()
+
+
+def _call(i: int) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}}
+        ],
+    }
+
+
+def test_session_flow_and_outcomes(service: TriageService) -> None:
+    first = service.append_steps(
+        "t", "s", AppendStepsRequest(messages=[{"role": "user", "content": "find x"}])
+    )
+    assert first.appended == [0]
+    for i in range(3):
+        service.append_steps("t", "s", AppendStepsRequest(messages=[_call(i)]))
+        r = service.append_steps(
+            "t",
+            "s",
+            AppendStepsRequest(messages=[{"role": "tool", "tool_call_id": f"c{i}", "content": "none"}]),
+        )
+    assert r.primary is not None and (r.primary.kind, r.primary.step) == ("loop", 6)
+    out = service.report_outcome("t", OutcomeRequest(recommendation_id=r.recommendation.id, success=False))
+    assert out.escalated and out.next is not None and out.next.strategy == "replan_global"
+    again = service.report_outcome("t", OutcomeRequest(recommendation_id=r.recommendation.id, success=False))
+    assert not again.escalated
+    view = service.get_session("t", "s")
+    assert [(f.key, f.rung) for f in view.failures] == [("loop@6", 1)]
+    with pytest.raises(NotFoundError):
+        service.get_session("other-tenant", "s")
+
+
+def test_sessionless_diagnose_keeps_state_on_the_trace(service: TriageService) -> None:
+    trace = make_trace("timeout", seed=2, n_steps=8)
+    trace.id = "tt"
+    r1 = service.diagnose("t", trace, DiagnoseOptions())
+    r2 = service.diagnose("t", trace, DiagnoseOptions())  # the same trace again: the same open failure
+    assert r1.recommendation.strategy == "retry" and r2.recommendation.id == r1.recommendation.id
+    nxt = service.report_outcome("t", OutcomeRequest(recommendation_id=r1.recommendation.id, success=False))
+    assert nxt.next is not None and nxt.next.params["attempt"] == 2
+    assert service.diagnose("t", trace, DiagnoseOptions()).recommendation.id == nxt.next.id
+    detail = service.get_trace("t", "tt")
+    assert [o.success for o in detail.outcomes] == [False]
+    assert [x.attempt for x in detail.recommendations] == [1, 2]
+
+
+def test_concurrent_appends_lose_no_step(service: TriageService) -> None:
+    def append(i: int) -> list[int]:
+        req = AppendStepsRequest(messages=[{"role": "user", "content": f"m{i}"}])
+        return service.append_steps("t", "race", req).appended
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        got = [i for a in pool.map(append, range(18)) for i in a]
+    assert sorted(got) == list(range(18))
+    view = service.get_session("t", "race")
+    assert view.steps == 18 and view.next_source_index == 18
+
+
+def test_streams_and_autofeed(service: TriageService) -> None:
+    r = service.observe(
+        "t", "q", ObservationsRequest(values=[0.0] * 5 + [9.0] * 3, params={"mean": 0.0, "std": 1.0})
+    )
+    assert [a.index for a in r.alarms] == [5, 6, 7] and r.alarm_open
+    trace = make_trace(None, seed=1, n_steps=6)
+    resp = service.diagnose("t", trace, DiagnoseOptions())
+    # posted without a task type, the stream's alarm applies to every task type of the tenant
+    assert [(f.kind, f.details["stream"]) for f in resp.failures] == [("degradation", "q")]
+    assert service.diagnose(
+        "u", make_trace(None, seed=1, n_steps=6), DiagnoseOptions()
+    ).healthy  # other tenant
+    service.observe("t", "q", ObservationsRequest(values=[9.1], rebaseline=True))
+    assert service.diagnose("t", make_trace(None, seed=2, n_steps=6), DiagnoseOptions()).healthy
+    fed = service.store.get_stream("t", "latency_ms", trace.task_type or "default")
+    assert fed is not None and fed.n == 2  # every diagnosed trace of tenant t fed its latency
