@@ -44,10 +44,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from model.errors import InputError
 from model.findings import Failure, Recommendation
+from model.graph import step_failure
 from model.kinds import FailureKind, Strategy
 from model.options import DiagnoseOptions
 from model.repair import DEFAULT_POLICY_PATH, Policy
-from model.schema import StepKind, Trace
+from model.schema import StepKind, StepStatus, Trace
 
 _ID_NAMESPACE = uuid.UUID("2d0f4a8e-5c61-4f0b-8d7e-9b3a6c1e2f44")
 
@@ -126,6 +127,47 @@ def task_key(trace: Trace, step: int | None) -> str:
     return f"u{last}"
 
 
+#: Failures that a later successful step of the same kind can show resolved (a transient error
+#: the agent already got past); the logical ones stay open until an outcome says otherwise.
+RESOLVABLE_BY_LATER_STEPS: frozenset[FailureKind] = frozenset(
+    {FailureKind.TOOL_ERROR, FailureKind.TIMEOUT, FailureKind.RATE_LIMITED, FailureKind.PROVIDER_ERROR}
+)
+
+
+def resolved_by_later_steps(trace: Trace, failure: Failure) -> bool:
+    """True when a step after ``failure`` shows it got past it: for a failed tool call, a later
+    result of the same tool that did not fail; for a failed LLM call, a later non-empty answer.
+
+    >>> from model.schema import Step
+    >>> t = Trace(steps=[Step(kind="tool_result", tool_name="s", content="HTTP 503", status="error"),
+    ...                  Step(kind="tool_result", tool_name="s", content="18C")])
+    >>> f = Failure(kind="tool_error", category="technical", severity="high", confidence=1.0,
+    ...             detector="tool_error", step=0, source_index=0)
+    >>> resolved_by_later_steps(t, f)
+    True
+    """
+    if failure.kind not in RESOLVABLE_BY_LATER_STEPS or failure.step is None:
+        return False
+    if failure.step >= len(trace.steps):
+        return False
+    failed = trace.steps[failure.step]
+    tool = failure.details.get("tool") or failed.tool_name
+    for later in trace.steps[failure.step + 1 :]:
+        if failure.kind == FailureKind.PROVIDER_ERROR and not tool:
+            if later.kind in (StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT, StepKind.TOOL_CALL) and (
+                later.content.strip() or later.kind == StepKind.TOOL_CALL
+            ):
+                return True
+        elif (
+            later.kind == StepKind.TOOL_RESULT
+            and later.tool_name == tool
+            and later.status in (None, StepStatus.OK)
+            and step_failure(later) is None
+        ):
+            return True
+    return False
+
+
 def _order(f: Failure) -> tuple[int, int, int]:
     return (-f.severity.rank, f.step if f.step is not None else 1 << 30, list(FailureKind).index(f.kind))
 
@@ -177,14 +219,21 @@ class RepairEngine:
             rec = self.policy.recommend(trace, primary, options=options)
             rec = rec.model_copy(update={"id": self._id(session_key, "shadow", len(trace.steps), 0)})
             return Decision(rec, new=True)
-        present = {failure_key(f) for f in failures}
+        got_past = {failure_key(f) for f in failures if resolved_by_later_steps(trace, f)}
+        present = {failure_key(f) for f in failures} - got_past
         for key, fs in fstates.items():
             if fs["status"] == OPEN and key not in present:
                 fs["status"] = RESOLVED
                 fs["resolved_by"] = "later steps"
-        actionable = [f for f in failures if fstates.get(failure_key(f), {}).get("status") != RESOLVED]
+        actionable = [
+            f
+            for f in failures
+            if failure_key(f) in present and fstates.get(failure_key(f), {}).get("status") != RESOLVED
+        ]
         if not actionable:
             why = "no failure found" if not failures else "every failure found is resolved"
+            if got_past:
+                why += f" (later steps got past {', '.join(sorted(got_past))})"
             rec = self.policy.recommend(trace, None, options=options)
             rec = rec.model_copy(
                 update={

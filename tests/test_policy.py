@@ -267,3 +267,26 @@ def test_bad_budget_value_names_the_field(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         load_budgets(p)
     assert exc.value.path == "budgets.task_recommendations"
+
+
+def test_a_later_successful_retry_resolves_a_transient_failure() -> None:
+    engine = RepairEngine.load()
+    trace = _trace()
+    state: dict[str, Any] = {}
+    f = _failure("tool_error", 2, tool="search")
+    first = engine.recommend(state, trace, [f], session_key="s", now=0)
+    assert first.recommendation.strategy == Strategy.RETRY
+    # the agent retried on its own and the search worked: the same diagnosis now says continue
+    trace.steps.append(
+        Step(kind="tool_call", tool_name="search", tool_args={"q": "x"}, call_id="c3", source_index=6)
+    )
+    trace.steps.append(
+        Step(kind="tool_result", tool_name="search", content="18C", call_id="c3", source_index=7)
+    )
+    later = engine.recommend(state, trace, [f], session_key="s", now=1)
+    assert later.recommendation.strategy == Strategy.CONTINUE
+    assert later.recommendation.rationale.endswith("(later steps got past tool_error@2)")
+    assert state["failures"]["tool_error@2"]["status"] == "resolved"
+    # a logical failure is not resolved by later steps
+    loop = engine.recommend({}, trace, [_failure("loop", 2)], session_key="s2", now=0)
+    assert loop.recommendation.strategy == Strategy.ROLLBACK
