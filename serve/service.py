@@ -154,7 +154,7 @@ class TriageService:
                 row.state = state
                 row.updated_at = utcnow()
                 row.version += 1
-            if self.stream_autofeed and not options.shadow:
+            if self.stream_autofeed:  # shadow mode observes too
                 self._feed_streams(db, tenant, trace, resp)
         return resp
 

@@ -224,7 +224,9 @@ def test_bad_input_unknown_ids_and_metrics(server: tuple[LiveServer, dict[str, s
     text = httpx.get(f"{srv.url}/metrics").text
     assert 'triage_failures_total{kind="loop"}' in text
     assert 'triage_outcomes_total{result="failure",strategy="rollback"}' in text
-    assert "# TYPE triage_request_duration_seconds histogram" in text  # buckets: per worker, once it served one
+    assert (
+        "# TYPE triage_request_duration_seconds histogram" in text
+    )  # buckets: per worker, once it served one
 
 
 def test_sigkill_mid_load_loses_no_acknowledged_trace(tmp_path: Path) -> None:
@@ -348,3 +350,27 @@ def test_stream_alarm_becomes_degradation_until_rebaselined(
         )
         assert r.status_code == 200 and r.json()["alarm_open"] is False
         assert "degradation" not in [f.kind for f in c.diagnose(native).failures]
+
+
+def test_async_client(server: tuple[LiveServer, dict[str, str]]) -> None:
+    import asyncio
+
+    from serve.client import AsyncTriageClient
+
+    srv, keys = server
+
+    async def run() -> tuple[str, list[int], bool]:
+        async with AsyncTriageClient(srv.url, api_key=keys["acme"]) as c:
+            r = await c.append_steps("conv-async", messages=[{"role": "user", "content": "hi"}])
+            d = await c.diagnose(
+                {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]}
+            )
+            out = (
+                await c.report_outcome(d.recommendation.id, success=True)
+                if d.recommendation.strategy != "continue"
+                else None
+            )
+            return d.primary.kind if d.primary else "", r.appended, bool(out and out.recorded)
+
+    kind, appended, recorded = asyncio.run(run())
+    assert appended == [0] and kind == "empty_response" and recorded

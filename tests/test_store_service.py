@@ -100,3 +100,13 @@ def test_streams_and_autofeed(service: TriageService) -> None:
     assert service.diagnose("t", make_trace(None, seed=2, n_steps=6), DiagnoseOptions()).healthy
     fed = service.store.get_stream("t", "latency_ms", trace.task_type or "default")
     assert fed is not None and fed.n == 2  # every diagnosed trace of tenant t fed its latency
+
+
+def test_concurrent_failed_outcomes_escalate_once(service: TriageService) -> None:
+    trace = make_trace("timeout", seed=5, n_steps=8)
+    rec = service.diagnose("t", trace, DiagnoseOptions()).recommendation
+    req = OutcomeRequest(recommendation_id=rec.id, success=False)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outs = list(pool.map(lambda _: service.report_outcome("t", req), range(4)))
+    assert sorted(o.escalated for o in outs) == [False, False, False, True]
+    assert len(service.get_trace("t", trace.id).outcomes) == 4  # every report is recorded
