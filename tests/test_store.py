@@ -110,6 +110,8 @@ def test_list_filters_and_pages(store: Store) -> None:
     t2 = store.get_trace("a", "t2")
     assert t2 is not None
     assert [r.id for r in store.list_traces("a", since=t2.created_at).items] == ["t4", "t3", "t2"]
+    naive = t2.created_at.replace(tzinfo=None)  # a caller's `since=…` without an offset is UTC
+    assert [r.id for r in store.list_traces("a", since=naive).items] == ["t4", "t3", "t2"]
     page1 = store.list_traces("a", limit=2)
     page2 = store.list_traces("a", limit=2, cursor=page1.next_cursor)
     page3 = store.list_traces("a", limit=2, cursor=page2.next_cursor)

@@ -45,7 +45,8 @@ def utcnow() -> datetime:
 
 
 class UTCDateTime(TypeDecorator[datetime]):
-    """Stored as naive UTC (SQLite keeps no offset), always read back as aware UTC."""
+    """Stored as naive UTC (SQLite keeps no offset), always read back as aware UTC; a naive value
+    given to the store is taken as UTC."""
 
     impl = DateTime
     cache_ok = True
@@ -53,8 +54,8 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store; use an aware UTC datetime")
+        if value.tzinfo is None:  # a naive time (e.g. `since=2026-11-29T10:00` from a caller) is UTC
+            return value
         return value.astimezone(UTC).replace(tzinfo=None)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
