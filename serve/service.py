@@ -513,6 +513,11 @@ class TriageService:
             raise InputError(
                 f"not a setting of the {self.stream_detector} detector: {exc}", path="params"
             ) from None
+        except ArithmeticError as exc:  # e.g. an ARL0 so large that the decision interval overflows
+            raise InputError(
+                f"these {self.stream_detector} settings can't be computed ({exc}); use a smaller arl0 / shift",
+                path="params",
+            ) from None
         alarms: list[Alarm] = []
         with self.store.write() as db:
             row = self.store.lock_stream(

@@ -110,3 +110,21 @@ def test_concurrent_failed_outcomes_escalate_once(service: TriageService) -> Non
         outs = list(pool.map(lambda _: service.report_outcome("t", req), range(4)))
     assert sorted(o.escalated for o in outs) == [False, False, False, True]
     assert len(service.get_trace("t", trace.id).outcomes) == 4  # every report is recorded
+
+
+@pytest.mark.parametrize(
+    ("params", "msg"),
+    [
+        ({"shift": -1}, "shift must be > 0"),
+        ({"nonsense": 1}, "not a setting of the cusum detector"),
+        ({"arl0": 1e308}, "can't be computed"),
+        ({"shift": 1e300, "arl0": 10}, "can't be computed"),
+    ],
+)
+def test_bad_stream_settings_are_input_errors(tmp_path: Any, params: dict[str, Any], msg: str) -> None:
+    from model.errors import InputError
+
+    svc = build_service(Settings(data_dir=tmp_path), Diagnoser())
+    with pytest.raises(InputError, match=msg) as exc:
+        svc.observe("t", "q", ObservationsRequest(values=[1.0], params=params))
+    assert exc.value.path == "params"
