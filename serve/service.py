@@ -239,7 +239,9 @@ class TriageService:
                 trace = Trace.model_validate(trace_row.trace)
             else:
                 trace = Trace(id=row.trace_id, session_id=session_id)
-            new_steps, next_source = self._import_steps(req, offset=row.next_source_index)
+            # (a session first seen through /v1/diagnose has a whole trace but no counters yet)
+            offset = max(row.next_source_index, max((st.source_index + 1 for st in trace.steps), default=0))
+            new_steps, next_source = self._import_steps(req, offset=offset)
             if len(trace.steps) + len(new_steps) > self.max_steps:
                 raise TooLargeError(
                     f"session would have {len(trace.steps) + len(new_steps)} steps; the limit is {self.max_steps}",

@@ -128,3 +128,16 @@ def test_bad_stream_settings_are_input_errors(tmp_path: Any, params: dict[str, A
     with pytest.raises(InputError, match=msg) as exc:
         svc.observe("t", "q", ObservationsRequest(values=[1.0], params=params))
     assert exc.value.path == "params"
+
+
+def test_session_started_by_a_whole_trace_continues_its_indices(service: TriageService) -> None:
+    trace = make_trace(None, seed=3, n_steps=6)
+    trace.session_id = "mixed"
+    service.diagnose("t", trace, DiagnoseOptions())
+    last = max(s.source_index for s in trace.steps)
+    r = service.append_steps(
+        "t", "mixed", AppendStepsRequest(messages=[{"role": "user", "content": "and then?"}])
+    )
+    assert r.appended == [len(trace.steps)]
+    stored = service.stored_trace("t", trace.id)
+    assert stored.steps[-1].source_index == last + 1
