@@ -26,6 +26,7 @@ ServiceDep = Annotated[TriageService, Depends(get_service)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     **UNAUTHORIZED_RESPONSES,
     422: {"description": "Unreadable input; `detail[].loc` names the field"},
+    503: {"description": "The store is unreachable or stayed locked past TRIAGE_DB_BUSY_TIMEOUT_S; retry"},
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found for this tenant"}}
 TOO_LARGE: dict[int | str, dict[str, Any]] = {

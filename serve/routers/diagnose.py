@@ -20,6 +20,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     413: {"description": "Body larger than TRIAGE_MAX_BODY_BYTES, or more steps than TRIAGE_MAX_STEPS"},
     422: {"description": "Unreadable input; `detail[].loc` names the field"},
     **UNAUTHORIZED_RESPONSES,
+    503: {"description": "The store is unreachable or stayed locked past TRIAGE_DB_BUSY_TIMEOUT_S; retry"},
 }
 
 

@@ -8,7 +8,7 @@ from serve.api_models import OutcomeRequest, OutcomeResponse
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.examples_service import OUTCOME_EXAMPLES
-from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
+from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
 
 router = APIRouter(prefix="/v1", tags=["outcomes"])
 
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1", tags=["outcomes"])
     "/outcomes",
     response_model=OutcomeResponse,
     summary="Report the outcome of a recommendation",
-    responses={**ERRORS, **NOT_FOUND},
+    responses={**ERRORS, **NOT_FOUND, **TOO_LARGE},
     openapi_extra=body_openapi(OutcomeRequest, OUTCOME_EXAMPLES),
 )
 async def report_outcome(

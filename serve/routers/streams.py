@@ -10,7 +10,7 @@ from serve.api_models import ChangepointsResponse, ObservationsRequest, Observat
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.examples_service import OBSERVATION_EXAMPLES
-from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
+from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
 
@@ -21,7 +21,7 @@ StreamName = Annotated[str, Path(min_length=1, max_length=200)]
     "/{name}/observations",
     response_model=ObservationsResponse,
     summary="Feed a stream",
-    responses=ERRORS,
+    responses={**ERRORS, **TOO_LARGE},
     openapi_extra=body_openapi(ObservationsRequest, OBSERVATION_EXAMPLES),
 )
 async def observe(
