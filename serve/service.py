@@ -117,8 +117,14 @@ class TriageService:
         return {name: d.version for name, d in self.diagnoser.detectors.items()}
 
     # -- diagnose --------------------------------------------------------------------------------
-    def diagnose(self, tenant: str, trace: Trace, options: DiagnoseOptions) -> DiagnosisResponse:
-        """Diagnose a whole trace, apply the session's repair state, record it; return the response."""
+    def diagnose(
+        self, tenant: str, trace: Trace, options: DiagnoseOptions, *, feed_streams: bool = True
+    ) -> DiagnosisResponse:
+        """Diagnose a whole trace, apply the session's repair state, record it; return the response.
+
+        ``feed_streams=False`` leaves feeding the tenant's metric streams to the caller
+        (:meth:`feed_streams`; the HTTP route does it after answering).
+        """
         extra = self.degradation_findings(tenant, trace.task_type)
         with self._model_lock:
             resp = self.diagnoser.diagnose(trace, options, extra_findings=extra)
@@ -154,9 +160,16 @@ class TriageService:
                 row.state = state
                 row.updated_at = utcnow()
                 row.version += 1
-            if self.stream_autofeed:  # shadow mode observes too
+            if self.stream_autofeed and feed_streams:  # shadow mode observes too
                 self._feed_streams(db, tenant, trace, resp)
         return resp
+
+    def feed_streams(self, tenant: str, trace: Trace, resp: DiagnosisResponse) -> None:
+        """Feed a diagnosed trace's metrics into the tenant's streams, in a transaction of its own."""
+        if not self.stream_autofeed:
+            return
+        with self.store.write() as db:
+            self._feed_streams(db, tenant, trace, resp)
 
     def _feed_streams(self, db: Any, tenant: str, trace: Trace, resp: DiagnosisResponse) -> None:
         """Feed this trace's per-trace metrics into the tenant's streams (same transaction).

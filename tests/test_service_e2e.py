@@ -374,3 +374,24 @@ def test_async_client(server: tuple[LiveServer, dict[str, str]]) -> None:
 
     kind, appended, recorded = asyncio.run(run())
     assert appended == [0] and kind == "empty_response" and recorded
+
+
+def test_diagnosed_traces_feed_streams_after_the_answer(server: tuple[LiveServer, dict[str, str]]) -> None:
+    from model.builder import make_trace
+
+    srv, keys = server
+    h = {"Authorization": f"Bearer {keys['globex']}"}
+    with TriageClient(srv.url, api_key=keys["globex"]) as c:
+        for seed in range(3):
+            t = make_trace(None, seed=seed, n_steps=6)
+            t.task_type = "autofeed"
+            c.diagnose(t.model_dump(mode="json", exclude_none=True))
+    deadline = time.monotonic() + 5
+    n = 0
+    while time.monotonic() < deadline and n < 3:
+        r = httpx.get(
+            f"{srv.url}/v1/streams/latency_ms/changepoints", params={"task_type": "autofeed"}, headers=h
+        )
+        n = r.json()["n"] if r.status_code == 200 else 0
+        time.sleep(0.05)
+    assert n == 3

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Request, Response
 
 from model.errors import InputError
 from model.findings import DiagnosisResponse
@@ -32,7 +32,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     openapi_extra=body_openapi(DiagnoseRequest, DIAGNOSE_EXAMPLES),
 )
 async def diagnose(
-    request: Request, settings: SettingsDep, principal: PrincipalDep, service: ServiceDep
+    request: Request,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    service: ServiceDep,
+    background: BackgroundTasks,
 ) -> Response:
     """Import the trace (native, OpenAI messages, OTLP/JSON or span list; auto-detected), run the
     detectors, fuse their findings and recommend the first repair on the primary failure's ladder.
@@ -50,5 +54,8 @@ async def diagnose(
     except InputError as exc:
         exc.path = f"trace.{exc.path}" if exc.path else "trace"
         raise
-    # Budgets and open failures come from the session's state; the trace is stored redacted.
-    return json_response(await call(service.diagnose, principal.tenant, trace, body.options))
+    # Budgets and open failures come from the session's state; the trace is stored redacted. Its
+    # metrics feed the tenant's streams after the answer is sent (alarms show in later diagnoses).
+    resp = await call(service.diagnose, principal.tenant, trace, body.options, feed_streams=False)
+    background.add_task(service.feed_streams, principal.tenant, trace, resp)
+    return json_response(resp)
