@@ -96,6 +96,19 @@ class OutcomeRequest(_Strict):
     )
 
 
+class LabelRequest(_Strict):
+    """A human label for a stored trace (what really went wrong, or ``healthy``)."""
+
+    kind: FailureKind | Literal["healthy"]
+    step: int | None = Field(default=None, ge=0, description="Index into the trace's steps.")
+    author: str = Field(default="", max_length=200)
+
+
+class LabelResponse(Versioned):
+    trace_id: str
+    labels: int = Field(description="Human labels the trace now has.")
+
+
 class OutcomeResponse(Versioned):
     recommendation_id: str
     recorded: bool = True
@@ -205,6 +218,8 @@ __all__ = [
     "ChangepointsResponse",
     "FailureState",
     "GraphOut",
+    "LabelRequest",
+    "LabelResponse",
     "ObservationsRequest",
     "ObservationsResponse",
     "OutcomeOut",

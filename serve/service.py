@@ -45,6 +45,8 @@ from serve.api_models import (
     AppendStepsRequest,
     ChangepointsResponse,
     FailureState,
+    LabelRequest,
+    LabelResponse,
     ObservationsRequest,
     ObservationsResponse,
     OutcomeOut,
@@ -495,6 +497,21 @@ class TriageService:
                 )
                 for o in outs
             ],
+        )
+
+    def add_label(self, tenant: str, trace_id: str, req: LabelRequest) -> LabelResponse:
+        """A human label on a stored trace (the strongest label `datasets export` knows)."""
+        kind = None if req.kind == "healthy" else str(req.kind)
+        n = self.store.add_label(
+            tenant, trace_id, kind=kind, step=req.step, author=self.redactor.redact_text(req.author)
+        )
+        if n is None:
+            raise NotFoundError(f"no trace {trace_id!r} for this tenant")
+        return LabelResponse(
+            model_version=self.model_version,
+            detector_versions=self.detector_versions(),
+            trace_id=trace_id,
+            labels=n,
         )
 
     def stored_trace(self, tenant: str, trace_id: str) -> Trace:

@@ -141,3 +141,24 @@ def test_session_started_by_a_whole_trace_continues_its_indices(service: TriageS
     assert r.appended == [len(trace.steps)]
     stored = service.stored_trace("t", trace.id)
     assert stored.steps[-1].source_index == last + 1
+
+
+def test_human_labels(service: TriageService) -> None:
+    from model.errors import InputError
+    from serve.api_models import LabelRequest
+
+    trace = make_trace("hallucination", seed=1, n_steps=8)
+    service.diagnose("t", trace, DiagnoseOptions())
+    r = service.add_label("t", trace.id, LabelRequest(kind="hallucination", step=len(trace.steps) - 1))
+    assert r.labels == 1 and r.model_version
+    assert service.add_label("t", trace.id, LabelRequest(kind="healthy")).labels == 2
+    with pytest.raises(NotFoundError):
+        service.add_label("other", trace.id, LabelRequest(kind="healthy"))
+    with pytest.raises(InputError) as exc:
+        service.add_label("t", trace.id, LabelRequest(kind="loop", step=len(trace.steps)))
+    assert exc.value.path == "step"
+    history = list(service.store.iter_history("t"))
+    assert [(h["kind"], h["source_index"]) for h in history[0]["labels"]] == [
+        ("hallucination", trace.steps[-1].source_index),
+        (None, None),
+    ]

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from model.graph import ExecutionGraph
 from model.kinds import FailureKind
-from serve.api_models import GraphOut, TraceDetail, TracePageOut
+from serve.api_models import GraphOut, LabelRequest, LabelResponse, TraceDetail, TracePageOut
 from serve.auth import PrincipalDep
+from serve.body import body_openapi, parse_body
 from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"])
@@ -83,3 +84,31 @@ async def get_graph(
         graph=graph.to_json() if format in ("json", "both") else None,
         mermaid=graph.to_mermaid() if format in ("mermaid", "both") else None,
     )
+
+
+_LABEL_EXAMPLES = {
+    "hallucination": {
+        "summary": "The answer at step 8 is made up",
+        "value": {"kind": "hallucination", "step": 8},
+    },
+    "healthy": {
+        "summary": "Nothing was wrong",
+        "value": {"kind": "healthy", "author": "reviewer@example.com"},
+    },
+}
+
+
+@router.post(
+    "/{trace_id}/labels",
+    response_model=LabelResponse,
+    summary="Label a trace by hand",
+    responses={**ERRORS, **NOT_FOUND},
+    openapi_extra=body_openapi(LabelRequest, _LABEL_EXAMPLES),
+)
+async def add_label(
+    trace_id: TraceId, request: Request, principal: PrincipalDep, service: ServiceDep
+) -> LabelResponse:
+    """A human label (a failure kind at a step, or `healthy`). Human labels outrank outcomes and
+    rule votes in `triage datasets export --from-store`."""
+    body = await parse_body(request, LabelRequest)
+    return await call(service.add_label, principal.tenant, trace_id, body)

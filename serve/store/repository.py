@@ -462,13 +462,38 @@ class Store:
 
     def add_label(
         self, tenant: str, trace_id: str, *, kind: str | None, step: int | None, author: str = ""
-    ) -> LabelRow:
+    ) -> int | None:
+        """Add a human label; returns the trace's label count, or None when there is no such trace."""
         with self.write() as db:
-            if db.get(TraceRow, (tenant, trace_id)) is None:
-                raise InputError(f"no trace {trace_id!r} for this tenant", path="trace_id")
-            row = LabelRow(tenant_id=tenant, trace_id=trace_id, kind=kind, step=step, author=author)
-            db.add(row)
-            return row
+            trace = db.get(TraceRow, (tenant, trace_id))
+            if trace is None:
+                return None
+            if step is not None and step >= trace.n_steps:
+                raise InputError(
+                    f"step {step} is past the trace's last step ({trace.n_steps - 1})", path="step"
+                )
+            source_index = None
+            if step is not None:
+                source_index = (trace.trace.get("steps") or [{}])[step].get("source_index", 0)
+            db.add(
+                LabelRow(
+                    tenant_id=tenant,
+                    trace_id=trace_id,
+                    kind=kind,
+                    step=step,
+                    source_index=source_index,
+                    author=author,
+                )
+            )
+            db.flush()
+            return int(
+                db.scalar(
+                    select(func.count())
+                    .select_from(LabelRow)
+                    .where(LabelRow.tenant_id == tenant, LabelRow.trace_id == trace_id)
+                )
+                or 0
+            )
 
     def iter_history(self, tenant: str | None = None, batch: int = 500) -> Iterator[dict[str, Any]]:
         """Every stored trace with its recommendations, outcomes and human labels (for export)."""
@@ -756,7 +781,9 @@ def _group(
     tenants = {k[0] for k in keys}
     ids = [k[1] for k in keys]
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    rows = db.scalars(select(table).where(table.tenant_id.in_(tenants), table.trace_id.in_(ids)))
+    rows = db.scalars(
+        select(table).where(table.tenant_id.in_(tenants), table.trace_id.in_(ids)).order_by(table.created_at)
+    )
     for r in rows:
         d = {c.key: getattr(r, c.key) for c in table.__table__.columns}
         out.setdefault((r.tenant_id, r.trace_id), []).append(d)
