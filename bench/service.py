@@ -250,7 +250,9 @@ def _children(pid: int) -> list[int]:
 
 
 class Server:
-    def __init__(self, workers: int, data: Path, model_path: str | None) -> None:
+    def __init__(
+        self, workers: int, data: Path, model_path: str | None, ort_threads: int | None = None
+    ) -> None:
         import httpx
 
         from serve.auth import create_key
@@ -266,7 +268,7 @@ class Server:
             **os.environ,
             "TRIAGE_DATA_DIR": str(data),
             "TRIAGE_AUTH": "on",
-            "TRIAGE_ORT_THREADS": "2" if workers == 1 else "1",
+            "TRIAGE_ORT_THREADS": str(ort_threads or (2 if workers == 1 else 1)),
             "HF_HUB_OFFLINE": "1",
         }
         if model_path:
@@ -338,6 +340,7 @@ def main() -> None:
         "--model-path", default=None, help="classifier artefact folder (default: the shipped one)"
     )
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--ort-threads", type=int, default=None, help="TRIAGE_ORT_THREADS (default: 2 / workers)")
     # load-generator mode
     ap.add_argument("--load", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--key", default="", help=argparse.SUPPRESS)
@@ -357,7 +360,7 @@ def main() -> None:
     rss: dict[int, list[float]] = {}
     for workers in args.workers:
         with tempfile.TemporaryDirectory(prefix="triage-bench-") as tmp:
-            server = Server(workers, Path(tmp), args.model_path)
+            server = Server(workers, Path(tmp), args.model_path, args.ort_threads)
             try:
                 clf = bool(server.ready.get("checks", {}).get("classifier"))
                 scenarios = args.scenarios or [
