@@ -31,7 +31,6 @@ from model.errors import TriageError
 from model.kinds import FailureKind
 from model.schema import FailureLabel, LabelSource, Trace, TraceLabels
 from serve.settings import get_settings
-from serve.store import open_store
 
 _console = Console(stderr=True)
 _KINDS = {k.value for k in FailureKind}
@@ -122,6 +121,8 @@ def export(
     """Write the labelled failure history (store → datasets/) for `triage train`."""
     if not from_store:
         raise _fail("say where from: --from-store (the service's history) is the only source so far")
+    from serve.store import open_store  # imported on use: SQLAlchemy/Alembic are slow to import
+
     settings = get_settings()
     try:
         store = open_store(settings)

@@ -3,20 +3,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from model.errors import TriageError
-from serve.auth import create_key, ensure_local_key
 from serve.settings import get_settings
-from serve.store import open_store
 
 keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.", no_args_is_help=True)
 _console = Console()
 _err = Console(stderr=True)
+
+
+def open_store(settings: Any) -> Any:
+    """The store, imported on use: SQLAlchemy and Alembic cost every `triage` command ~0.5 s otherwise."""
+    from serve.store import open_store as _open
+
+    return _open(settings)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -32,6 +37,8 @@ def create(
     """Create a key and print it ONCE; only its hash is stored."""
     try:
         store = open_store(get_settings())
+        from serve.auth import create_key
+
         key, key_id = create_key(store, tenant, label)
     except TriageError as exc:
         raise _fail(str(exc)) from None
@@ -82,6 +89,8 @@ def local() -> None:
     settings = get_settings()
     try:
         store = open_store(settings)
+        from serve.auth import ensure_local_key
+
         key, created = ensure_local_key(store, settings.resolved_key_file)
     except TriageError as exc:
         raise _fail(str(exc)) from None
