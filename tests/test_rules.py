@@ -715,3 +715,16 @@ def test_final_answer_behind_a_terminate_control_word() -> None:
     assert IncompleteRule().inspect(t) == []
     only = Trace(steps=[Step(kind="final_output", content="TERMINATE")])
     assert final_answer_step(only) == 0
+
+
+def test_empty_response_skips_content_not_recorded() -> None:
+    """OTel spans without content capture are unknown, not empty (importer marks them)."""
+    from model.detectors import make_detector
+    from model.schema import Step, StepKind, Trace
+
+    unrecorded = Step(kind=StepKind.FINAL_OUTPUT, content="", source_index=1, metadata={"content_recorded": False})
+    blank = Step(kind=StepKind.FINAL_OUTPUT, content="", source_index=1)
+    user = Step(kind=StepKind.USER_INPUT, content="hi", source_index=0)
+    det = make_detector("empty_response")
+    assert det.inspect(Trace(steps=[user, unrecorded])) == []
+    assert [(f.step, f.source_index) for f in det.inspect(Trace(steps=[user, blank]))] == [(1, 1)]

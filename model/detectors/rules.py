@@ -140,7 +140,9 @@ class EmptyResponseRule(_Rule):
     """An answer with no content: a blank final answer or a blank assistant message.
 
     A blank ``llm_output`` that shares its ``source_index`` with tool calls is an assistant
-    message that only called tools, not an empty response.
+    message that only called tools, not an empty response. A step whose importer says the content
+    was not recorded (OpenTelemetry records message content only when switched on:
+    ``metadata["content_recorded"] is False``) is unknown, not empty.
     """
 
     name: ClassVar[str] = "empty_response"
@@ -153,6 +155,8 @@ class EmptyResponseRule(_Rule):
         with_calls = {s.source_index for s in trace.steps if s.kind is StepKind.TOOL_CALL}
         for i, s in enumerate(trace.steps):
             if s.kind not in _ANSWER_KINDS:
+                continue
+            if s.metadata.get("content_recorded") is False:
                 continue
             text = s.content.strip()
             final = s.kind is StepKind.FINAL_OUTPUT
