@@ -102,12 +102,25 @@ def run(cfg: BaselineConfig, splits: Path, out_dir: Path) -> dict[str, Any]:
     probs = model.predict_proba([e.text for e in val])
     model.thresholds = tune_thresholds(probs, yv)
     per = prf(yv > 0.5, probs >= model.thresholds, LABELS)
+    step_thresholds = [float(t) for t in model.thresholds]
+    extra: dict[str, Any] = {}
+    if cfg.calib_traces > 0:
+        import random
+
+        from .calibrate import trace_thresholds
+
+        traces = load_traces(splits / "val.jsonl")
+        traces = random.Random(cfg.seed).sample(traces, min(cfg.calib_traces, len(traces)))
+        thresholds, extra = trace_thresholds(model.predict_proba, traces, step_thresholds)
+        model.thresholds = np.asarray(thresholds)
+        extra["step_thresholds"] = step_thresholds
+        extra["threshold_mode"] = "trace"
     joblib.dump(model, out_dir / "baseline.joblib")
     info = {
         "labels": list(LABELS), "thresholds": [float(t) for t in model.thresholds], "temperature": 1.0,
         "val_step_macro_f1": macro_f1(per), "val_step_per_label": per, "train_examples": len(train),
         "val_examples": len(val), "fit_seconds": round(fit_s, 1),
-        "sample_seconds": round(t1 - t0, 1), "representation": DEFAULT_CONFIG.to_dict(),
+        "sample_seconds": round(t1 - t0, 1), "representation": DEFAULT_CONFIG.to_dict(), **extra,
     }
     (out_dir / "calibration.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     log.info("baseline: %d train examples, fit %.1fs, val step macro-F1 %.4f", len(train), fit_s,

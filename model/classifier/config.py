@@ -69,6 +69,7 @@ class BaselineConfig(_Section):
     post_failure: str = "healthy"
     max_features: int = 200000
     c: float = 4.0
+    calib_traces: int = 600
     seed: int = 7
 
 
@@ -87,6 +88,7 @@ class TrainConfig(_Section):
     warmup_fraction: float = 0.06
     weight_decay: float = 0.01
     max_pos_weight: float = 8.0
+    calib_traces: int = 150
     eval_every: int = 50
     patience: int = 4
     seed: int = 7
@@ -118,6 +120,7 @@ class DistillConfig(_Section):
     soft_examples: int = 6000
     teacher_batch: int = 32
     init_from: str | None = None
+    calib_traces: int = 400
     eval_every: int = 200
     patience: int = 4
     seed: int = 7

@@ -168,6 +168,10 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
     })
     write_calibration(out_dir / BEST, info)
     log.info("done: val step macro-F1 %.4f (T=%.3f)", info["val_step_macro_f1"], info["temperature"])
+    if cfg.calib_traces > 0:
+        from .calibrate import recalibrate_torch
+
+        info = recalibrate_torch(out_dir / BEST, splits, cfg.calib_traces, cfg.seed)
     return info
 
 

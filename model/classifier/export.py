@@ -183,7 +183,12 @@ def run(cfg: ExportConfig, build: Path, artifacts: Path, sample_texts: list[str]
             continue
         out = build / "onnx" / name
         t0 = time.perf_counter()
-        export_model(src, out)
+        fresh = (out / MODEL_FILE).exists() and (out / CALIBRATION).exists() and (
+            (out / CALIBRATION).read_bytes() == (src / CALIBRATION).read_bytes())
+        if fresh:  # exported from this very training run already (DVC removes outs, so it re-exports)
+            log.info("candidate %s already exported from the same training run", name)
+        else:
+            export_model(src, out)
         rt = ClassifierRuntime.load(out, threads=cfg.threads)
         info = json.loads((src / CALIBRATION).read_text(encoding="utf-8"))
         results[name] = {

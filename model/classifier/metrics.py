@@ -135,4 +135,31 @@ __all__ = [
     "sigmoid",
     "trace_verdict",
     "tune_thresholds",
+    "tune_trace_thresholds",
 ]
+
+
+def tune_trace_thresholds(step_probs: list[np.ndarray], truth: np.ndarray, *, default: float = 0.5) -> np.ndarray:
+    """Per-kind thresholds maximising *trace-level* F1 when a trace's verdict is its steps' maximum.
+
+    ``step_probs[i]`` is trace ``i``'s ``(steps, K)`` probabilities, ``truth`` its ``(traces, K)``
+    labels. A step threshold tuned on steps alone is too low once any of a trace's dozens of steps
+    can trip it; this tunes on what the diagnosis uses.
+    """
+    k = truth.shape[1]
+    maxes = np.stack([p[:, :k].max(axis=0) if len(p) else np.zeros(k) for p in step_probs])
+    grid = np.round(np.arange(0.05, 0.99, 0.0125), 4)
+    out = np.full(k, default, dtype=np.float64)
+    for j in range(k):
+        y = truth[:, j] > 0.5
+        if not y.any():
+            continue
+        best, best_f1 = default, -1.0
+        for t in grid:
+            pred = maxes[:, j] >= t
+            tp = float(np.sum(pred & y))
+            f1 = 2 * tp / max(1.0, float(pred.sum() + y.sum()))
+            if f1 > best_f1 + 1e-12 or (abs(f1 - best_f1) <= 1e-12 and abs(t - 0.5) < abs(best - 0.5)):
+                best, best_f1 = float(t), f1
+        out[j] = best
+    return out

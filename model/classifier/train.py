@@ -23,7 +23,7 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +172,10 @@ def fit(
         return max(0.0, (total - step) / max(1, total - warmup))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    digest = hashlib.sha256(repr((settings, len(texts), texts[:50], soft is not None)).encode()).hexdigest()
+    # the budget knobs (time, evaluation cadence, patience) may change between runs: a longer
+    # budget continues a run that stopped for time
+    what = replace(settings, max_minutes=0.0, eval_every=0, patience=0)
+    digest = hashlib.sha256(repr((what, len(texts), texts[:50], soft is not None)).encode()).hexdigest()
     state: dict[str, Any] = {"step": 0, "best": -1.0, "bad_evals": 0, "history": [], "seconds": 0.0,
                              "fingerprint": digest}
     ckpt = out_dir / CHECKPOINT
@@ -223,7 +226,10 @@ def fit(
         return bool(state["bad_evals"] >= settings.patience)
 
     started = time.perf_counter() - float(state["seconds"])
-    stop = state.get("stopped", False)
+    stop = bool(state.get("stopped", False))
+    if stop and state.get("stop_reason") == "time" and state["seconds"] < settings.max_minutes * 60:
+        log.info("continuing a run that stopped for time: budget now %.1f min", settings.max_minutes)
+        stop = False
     model.train()
     last_log = time.perf_counter()
     cached_epoch: list[Any] = [-1, []]
@@ -259,8 +265,10 @@ def fit(
             stop = evaluate_and_checkpoint()
             if out_of_time:
                 log.info("time budget of %.1f min spent: stopping", settings.max_minutes)
+                state["stop_reason"] = "time"
                 stop = True
     state["stopped"] = True
+    state.setdefault("stop_reason", "done")
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
                 "state": state}, ckpt)
     return {"steps": state["step"], "total_steps": total, "best_val_macro_f1": state["best"],
@@ -333,6 +341,10 @@ def run(cfg: TrainConfig, splits: Path, out_dir: Path, *, base_model: Path | Non
     })
     write_calibration(out_dir / BEST, info)
     log.info("done: val step macro-F1 %.4f (T=%.3f)", info["val_step_macro_f1"], info["temperature"])
+    if cfg.calib_traces > 0:
+        from .calibrate import recalibrate_torch
+
+        info = recalibrate_torch(out_dir / BEST, splits, cfg.calib_traces, cfg.seed)
     return info
 
 
