@@ -44,6 +44,19 @@ class LiveServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
+        # Drain the server's output: an unread pipe fills up (64 KB of access log) and then
+        # blocks the server's event loop on its next log line. The last lines are kept for errors.
+        import collections
+        import threading
+
+        self.output: collections.deque[str] = collections.deque(maxlen=2000)
+        self._drain = threading.Thread(target=self._read_output, daemon=True)
+        self._drain.start()
+
+    def _read_output(self) -> None:
+        assert self.proc.stdout is not None
+        for line in iter(self.proc.stdout.readline, b""):
+            self.output.append(line.decode(errors="replace"))
 
     def wait_ready(self, timeout: float = 60.0) -> LiveServer:
         import time
@@ -53,7 +66,8 @@ class LiveServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                out = self.proc.stdout.read().decode() if self.proc.stdout else ""
+                self._drain.join(timeout=5)
+                out = "".join(self.output)
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{out}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
