@@ -26,7 +26,7 @@ from tests.conftest import LiveServer
 
 pytestmark = pytest.mark.slow
 
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = 50
 
 
 @pytest.fixture(scope="module")
