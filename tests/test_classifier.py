@@ -231,3 +231,14 @@ def test_whowhen_reader_and_cli_errors(tmp_path: Path) -> None:
                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr
+
+
+def test_trace_thresholds_account_for_the_max_over_steps() -> None:
+    from model.classifier.metrics import tune_trace_thresholds
+
+    # kind 0: failing traces peak at 0.8; healthy traces have one noisy step at 0.6 among many
+    failing = [np.array([[0.1], [0.8], [0.2]]) for _ in range(5)]
+    healthy = [np.array([[0.1], [0.6], [0.05], [0.1]]) for _ in range(5)]
+    truth = np.array([[1.0]] * 5 + [[0.0]] * 5)
+    thr = tune_trace_thresholds(failing + healthy, truth)
+    assert 0.6 < thr[0] <= 0.8  # a step-level threshold at 0.5 would flag every healthy trace

@@ -162,4 +162,33 @@ def tune_trace_thresholds(step_probs: list[np.ndarray], truth: np.ndarray, *, de
             if f1 > best_f1 + 1e-12 or (abs(f1 - best_f1) <= 1e-12 and abs(t - 0.5) < abs(best - 0.5)):
                 best, best_f1 = float(t), f1
         out[j] = best
+    # Per-kind F1 alone happily flags every trace for a kind the model can't separate (F1 > 0 beats
+    # 0); that wrecks ``healthy``. So refine by coordinate ascent on the macro-F1 over the kinds
+    # and ``healthy`` together, where "never" (above 1) is a choice too.
+    y = truth > 0.5
+    healthy = ~y.any(axis=1)
+    present = [j for j in range(k) if y[:, j].any()]
+
+    def objective(thr: np.ndarray) -> float:
+        pred = maxes >= thr
+        f1s = []
+        for j in present:
+            tp = float(np.sum(pred[:, j] & y[:, j]))
+            f1s.append(2 * tp / max(1.0, float(pred[:, j].sum() + y[:, j].sum())))
+        ph = ~pred.any(axis=1)
+        tp = float(np.sum(ph & healthy))
+        f1s.append(2 * tp / max(1.0, float(ph.sum() + healthy.sum())))
+        return float(np.mean(f1s))
+
+    options = np.append(grid, 1.01)
+    score = objective(out)
+    for _ in range(2):
+        for j in range(k):
+            keep = out[j]
+            for t in options:
+                out[j] = t
+                val = objective(out)
+                if val > score + 1e-12:
+                    score, keep = val, float(t)
+            out[j] = keep
     return out
