@@ -54,6 +54,24 @@ def timed(fn: Callable[[], object], repeats: int) -> list[float]:
     return out
 
 
+def paired(ours: Callable[[], object], raw: Callable[[], object], repeats: int) -> tuple[list[float], list[float]]:
+    for _ in range(5):
+        ours()
+        raw()
+    a, b = [], []
+    for i in range(repeats):
+        first, second = (ours, raw) if i % 2 == 0 else (raw, ours)
+        t0 = time.perf_counter()
+        first()
+        t1 = time.perf_counter()
+        second()
+        t2 = time.perf_counter()
+        x, y = (t1 - t0) * 1000.0, (t2 - t1) * 1000.0
+        a.append(x if first is ours else y)
+        b.append(y if first is ours else x)
+    return a, b
+
+
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
@@ -65,12 +83,13 @@ def bench(name: str, folder: Path, traces: dict[str, Trace], repeats: int, threa
         last = len(trace.steps) - 1
         text = step_text(trace, last, rt.meta.representation)
         tokens = rt.token_count(text)
-        step = timed(lambda t=trace, i=last: rt.score_step(t, i), repeats)
-        raw = timed(lambda x=text: rt.forward(rt.encode([x])), repeats)
+        step, raw = paired(lambda t=trace, i=last: rt.score_step(t, i),
+                           lambda x=text: rt.forward(rt.encode([x])), repeats)
         whole = timed(lambda t=trace: rt.score_trace(t), max(10, repeats // 10))
-        over = statistics.median(step) - statistics.median(raw)
-        print(f"{name:<10} {lang}  step p50 {pct(step, .5):6.2f} p99 {pct(step, .99):6.2f} ms ({tokens:3d} tokens) | "
-              f"raw p50 {pct(raw, .5):6.2f} | overhead {over:5.2f} ms | "
+        # paired: each repeat times our path and the raw path back to back, so drift cancels
+        over = statistics.median([a - b for a, b in zip(step, raw, strict=True)])
+        print(f"{name:<12} {lang}  step p50 {pct(step, .5):6.2f} p99 {pct(step, .99):6.2f} ms ({tokens:3d} tokens) | "
+              f"raw p50 {pct(raw, .5):6.2f} | overhead (paired median) {over:5.2f} ms | "
               f"30-step trace p50 {pct(whole, .5):7.1f} p99 {pct(whole, .99):7.1f} ms", flush=True)
 
 

@@ -160,7 +160,9 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
     save_tokenizer(tok, out_dir / BEST / "tokenizer.json", cfg.max_length)
     info.update({
         "labels": list(LABELS),
-        "model_name": f"student BERT {cfg.layers}x{cfg.hidden}, own WordPiece vocabulary",
+        "model_name": f"student BERT {best.config.num_hidden_layers}x{best.config.hidden_size}, "
+                      "own WordPiece vocabulary",
+        "init_from": cfg.init_from,
         "model_version": model_version, "max_length": cfg.max_length,
         "representation": DEFAULT_CONFIG.to_dict(), "train_examples": len(train), "val_examples": len(val),
         "soft_examples": 0 if soft is None else int(n_soft), "training": summary,
