@@ -9,19 +9,26 @@ Confidence: the classifier's per-kind thresholds differ, while fusion compares e
 with one threshold per kind shared with the rules (0.5 by default). So the calibrated probability
 ``p`` is mapped piecewise-linearly so that the kind's threshold ``t`` lands on 0.5
 (``0.5·p/t`` below it, ``0.5 + 0.5·(p − t)/(1 − t)`` above it); ``details`` keeps ``p`` and ``t``.
+
+Gate (:mod:`model.classifier.gate`): the detector reports only the kinds the classifier is a
+producer of, and raises as failures only the kinds ``gate.json`` beside the model trusts (measured
+precision); any other kind's confidence is scaled below 0.5, so it is reported as a signal and
+drives no repair (``details.gated`` says why). No ``gate.json`` → every reported kind may fail.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
 from model.detectors.base import register_trace_detector
 from model.errors import NotFittedError
 from model.findings import Finding
-from model.kinds import CLASSIFIER_KINDS, FailureKind
+from model.kinds import FailureKind
 from model.schema import Trace
 
+from .gate import GATE_FILE, REPORTED_KINDS
 from .representation import clip
 
 DEFAULT_ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
@@ -62,7 +69,7 @@ class ClassifierDetector:
 
     name: ClassVar[str] = "classifier"
     version: ClassVar[str] = "1"
-    kinds: ClassVar[tuple[FailureKind, ...]] = CLASSIFIER_KINDS
+    kinds: ClassVar[tuple[FailureKind, ...]] = REPORTED_KINDS
 
     def __init__(self, *, path: str | Path | None = None, threads: int = 2, max_steps: int = 512,
                  signal_ratio: float = 0.5) -> None:
@@ -71,6 +78,7 @@ class ClassifierDetector:
         self.max_steps = max_steps
         self.signal_ratio = signal_ratio
         self.runtime_: Any = None
+        self.gate_: dict[str, Any] | None = None
 
     def get_params(self) -> dict[str, Any]:
         return {"path": self.path, "threads": self.threads, "max_steps": self.max_steps,
@@ -82,7 +90,16 @@ class ClassifierDetector:
             from .runtime import ClassifierRuntime
 
             self.runtime_ = ClassifierRuntime.load(self.path or DEFAULT_ARTIFACTS, threads=self.threads)
+            gate_path = Path(self.path or DEFAULT_ARTIFACTS) / GATE_FILE
+            self.gate_ = json.loads(gate_path.read_text(encoding="utf-8")) if gate_path.is_file() else None
         return self.runtime_
+
+    @property
+    def failure_kinds(self) -> frozenset[str]:
+        """Kinds this model may raise as failures (the gate's), once loaded."""
+        if self.gate_ is None:
+            return frozenset(k.value for k in REPORTED_KINDS)
+        return frozenset(self.gate_.get("failure_kinds", []))
 
     def available(self) -> bool:
         """Whether the artefact's files exist (the service serves rules only when they don't)."""
@@ -117,6 +134,8 @@ class ClassifierDetector:
 
     def _findings(self, trace: Trace, probs: Any, start: int) -> list[Finding]:
         rt = self.runtime_
+        reported = {k.value for k in REPORTED_KINDS}
+        trusted = self.failure_kinds
         out: list[Finding] = []
         for row, i in enumerate(range(start, start + probs.shape[0])):
             step = trace.steps[i]
@@ -125,20 +144,28 @@ class ClassifierDetector:
                     kind = FailureKind(label)
                 except ValueError:  # "healthy"
                     continue
+                if label not in reported:  # a kind the rules own (tool_error, loop, …)
+                    continue
                 p, t = float(probs[row, j]), float(rt.thresholds[j])
                 if p < self.signal_ratio * t:
                     continue
+                confidence = relative_confidence(p, t)
+                details: dict[str, Any] = {"probability": round(p, 4), "threshold": round(t, 4),
+                                           "model_version": rt.meta.model_version}
+                if label not in trusted:
+                    # Below the failure threshold whatever p is: a signal, not a repair trigger.
+                    confidence = round(0.49 * confidence, 4)
+                    details["gated"] = "precision below the gate in gate.json: reported as a signal"
                 out.append(Finding(
                     detector=self.name,
                     kind=kind,
-                    confidence=relative_confidence(p, t),
+                    confidence=confidence,
                     step=i,
                     source_index=step.source_index,
                     span_id=step.span_id,
                     evidence=f"{kind.value} p={p:.2f} (threshold {t:.2f}) at step {i} "
                              f"({step.kind.value}): {clip(step.content, 120)!r}",
-                    details={"probability": round(p, 4), "threshold": round(t, 4),
-                             "model_version": rt.meta.model_version},
+                    details=details,
                 ))
         return out
 

@@ -1,0 +1,72 @@
+"""The classifier's gate: it reports only its own kinds, and only trusted kinds as failures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from model.builder import TRAP_NAMES, make_trap
+from model.classifier.detector import DEFAULT_ARTIFACTS, ClassifierDetector
+from model.classifier.gate import REPORTED_KINDS, decide, gate_from_metrics
+from model.detectors import TRACE_DETECTORS, make_detector
+from model.diagnosis import OPT_IN_DETECTORS, Diagnoser
+from model.kinds import FailureKind
+
+SHIPPED = DEFAULT_ARTIFACTS
+needs_model = pytest.mark.skipif(not (SHIPPED / "classifier.onnx").is_file(), reason="no shipped classifier")
+
+
+def test_reported_kinds_are_the_classifier_producer_kinds() -> None:
+    assert FailureKind.TOOL_ERROR not in REPORTED_KINDS and FailureKind.LOOP not in REPORTED_KINDS
+    assert {FailureKind.HALLUCINATION, FailureKind.OFF_TOPIC, FailureKind.REFUSAL} <= set(REPORTED_KINDS)
+
+
+def test_decide_needs_precision_and_support_on_both_splits() -> None:
+    row = {"precision": 0.9, "support": 12}
+    per_kind = {
+        "test": {"refusal": row, "off_topic": row, "hallucination": {"precision": 0.95, "support": 4}},
+        "heldout_families": {"refusal": row, "off_topic": {"precision": 0.5, "support": 30}, "hallucination": row},
+    }
+    gate = decide(per_kind, min_precision=0.8, min_support=10)
+    assert gate["failure_kinds"] == ["refusal"]
+    assert gate["evidence"]["off_topic"]["heldout_families"]["precision"] == 0.5
+    assert gate_from_metrics({"shipped": "x", "candidates": {"x": {s: {"per_kind": v} for s, v in per_kind.items()}}})[
+        "failure_kinds"
+    ] == ["refusal"]
+
+
+def _copy_model(tmp_path: Path, gate: dict[str, object] | None) -> Path:
+    folder = tmp_path / "artifacts"
+    folder.mkdir(parents=True)
+    for name in ("classifier.onnx", "tokenizer.json"):
+        shutil.copy(SHIPPED / name, folder / name)
+    if gate is not None:
+        (folder / "gate.json").write_text(json.dumps(gate))
+    return folder
+
+
+@needs_model
+def test_untrusted_kinds_become_signals(tmp_path: Path) -> None:
+    trace = make_trap("retry_after_error", seed=0)
+    open_det = ClassifierDetector(path=_copy_model(tmp_path / "a", None), signal_ratio=0.0)
+    closed_det = ClassifierDetector(path=_copy_model(tmp_path / "b", {"failure_kinds": []}), signal_ratio=0.0)
+    open_f, closed_f = open_det.inspect(trace), closed_det.inspect(trace)
+    assert {f.kind for f in open_f} <= set(REPORTED_KINDS)
+    assert [(f.kind, f.step) for f in open_f] == [(f.kind, f.step) for f in closed_f]
+    assert all(f.confidence < 0.5 and "gated" in f.details for f in closed_f)
+    assert closed_f, "the trap's final answer should give at least one (low) semantic score"
+
+
+@needs_model
+@pytest.mark.parametrize("trap", TRAP_NAMES)
+def test_shipped_model_keeps_the_traps_healthy(trap: str) -> None:
+    """With the shipped model and its gate, the healthy traps stay healthy (no false repair)."""
+    clf = make_detector("classifier")
+    dets = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS] + [clf]
+    d = Diagnoser(dets)
+    for seed in range(3):
+        resp = d.diagnose(make_trap(trap, seed=seed))
+        assert resp.healthy, [(f.kind, f.step, f.detector, f.confidence) for f in resp.failures]
