@@ -107,9 +107,13 @@ def test_tiny_pipeline_end_to_end(tmp_path: Path) -> None:
     np.testing.assert_allclose(fp32.score_step(t, 5), p32[5], atol=1e-5)
     assert float(np.max(np.abs(rt.score_step(t, 5) - p8[5]))) < 0.05
 
+    from model.classifier.gate import REPORTED_KINDS
+
     det = ClassifierDetector(path=tmp_path / "artifacts", signal_ratio=0.0)
     found = det.inspect(t)
-    assert len(found) == len(t.steps) * (len(LABELS) - 1)  # signal_ratio 0: every (step, kind)
+    # signal_ratio 0: every (step, kind) the classifier reports (the kinds it is a producer of)
+    assert len(found) == len(t.steps) * len(REPORTED_KINDS)
+    assert {f.kind for f in found} == set(REPORTED_KINDS)
     assert {(f.step, f.source_index) for f in found} == {(i, s.source_index) for i, s in enumerate(t.steps)}
 
     reports = tmp_path / "reports"
