@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     max_steps: int = Field(default=5000, ge=1, description="Longer traces get 413.")
     model_path: Path | None = Field(
         default=None,
-        description="Folder of the classifier artefact (model.onnx + tokenizer.json); "
+        description="Folder of the classifier artefact (classifier.onnx + tokenizer.json + gate.json); "
         "default: the shipped model/artifacts/ when present.",
     )
     classifier: bool = Field(default=True, description="Load the classifier at start-up when present.")

@@ -45,6 +45,11 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
         "unsafe or refusing answer), as one detector among the rules of `model/detectors`: its findings are "
         "fused with theirs (ARCHITECTURE.md \"Fusion\"). The real-time path scores only the newest step. "
         "It is not a safety filter on its own and not a judge of factual truth outside the trace.", "",
+        "In the service the detector reports only the kinds the classifier is a producer of, and raises as "
+        "failures only the kinds `gate.json` trusts (trace-level precision >= 0.8 with >= 10 positives on "
+        "test and on held-out families, written by the DVC stage `gate` from reports/metrics.json); every "
+        "other kind is a signal: reported, never a repair trigger. The gate's current list is in "
+        "`model/artifacts/gate.json`.", "",
         "## Training data", "",
         "Generated traces (`datasets/`, the seeded generator in `model/`, English and Chinese, several task "
         "families, failures injected at known steps; see `datasets/README.md`), per-step labels from that "
