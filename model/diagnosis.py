@@ -26,8 +26,9 @@ from model.options import DiagnoseOptions
 from model.repair import Policy
 from model.schema import Trace
 
-#: A finding at or above its kind's threshold is a failure. Rules report calibrated constants;
-#: the classifier carries its own tuned thresholds and reports confidences relative to them.
+#: A finding at or above its kind's threshold is a failure. Rules report calibrated constants; a
+#: learned detector with its own tuned thresholds reports confidences relative to them (the
+#: classifier maps its threshold to 0.5), so one threshold per kind serves every detector.
 DEFAULT_THRESHOLDS: dict[FailureKind, float] = {kind: 0.5 for kind in FailureKind}
 
 #: Detectors whose construction depends on the request: detector name → option names passed on.
@@ -162,13 +163,15 @@ class Diagnoser:
 
     def findings(self, trace: Trace, options: DiagnoseOptions | None = None) -> list[Finding]:
         """Every detector's raw findings, in detector order."""
-        options = options or DiagnoseOptions()
+        return self._run(trace, self._detectors_for(options or DiagnoseOptions()))
+
+    def _run(self, trace: Trace, detectors: Sequence[TraceDetector]) -> list[Finding]:
         if len(trace.steps) > self.max_steps:
             raise TooLargeError(
                 f"trace has {len(trace.steps)} steps; the limit is {self.max_steps}", path="trace.steps"
             )
         out: list[Finding] = []
-        for det in self._detectors_for(options):
+        for det in detectors:
             out.extend(det.inspect(trace))
         return out
 
@@ -185,12 +188,9 @@ class Diagnoser:
         """
         options = options or DiagnoseOptions()
         dets = self._detectors_for(options)
-        findings = self.findings(trace, options)
+        findings = self._run(trace, dets)
         findings.extend(extra_findings)
-        thresholds: dict[FailureKind, float] = {}
-        for det in dets:
-            thresholds.update(getattr(det, "thresholds", None) or {})
-        failures, signals, primary = fuse(findings, thresholds)
+        failures, signals, primary = fuse(findings)
         recommendation = self.policy.recommend(trace, primary, options=options)
         return DiagnosisResponse(
             trace_id=trace.id,
