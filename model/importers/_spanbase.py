@@ -219,4 +219,22 @@ class SpanBuilder:
         )
 
 
-__all__ = ["Span", "SpanBuilder"]
+def indexed_rows(
+    attrs: dict[str, Any], pattern: re.Pattern[str], which: str
+) -> list[tuple[int, dict[str, Any]]]:
+    r"""Group flattened message attributes (``<prefix>.<which>.<i>.<field>``) into ``(i, fields)``
+    per message, in index order. ``pattern`` captures (which, index, field).
+
+    >>> indexed_rows({"p.in.1.role": "user", "p.in.0.role": "system", "p.out.0.role": "x"},
+    ...              re.compile(r"p\.(in|out)\.(\d+)\.(.+)"), "in")
+    [(0, {'role': 'system'}), (1, {'role': 'user'})]
+    """
+    rows: dict[int, dict[str, Any]] = {}
+    for key, value in attrs.items():
+        m = pattern.fullmatch(key)
+        if m and m.group(1) == which:
+            rows.setdefault(int(m.group(2)), {})[m.group(3)] = value
+    return [(i, rows[i]) for i in sorted(rows)]
+
+
+__all__ = ["Span", "SpanBuilder", "indexed_rows"]

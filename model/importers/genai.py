@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from model.importers._common import Call, Msg, fail, join, type_name
-from model.importers._spanbase import Span, SpanBuilder
+from model.importers._spanbase import Span, SpanBuilder, indexed_rows
 
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "completion"}
 AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
@@ -181,14 +181,8 @@ def _loose_args(value: Any) -> Any:
 
 def _flat_messages(span: Span, which: str) -> list[Msg]:
     """The older ``gen_ai.prompt.{i}.*`` / ``gen_ai.completion.{i}.*`` attributes."""
-    rows: dict[int, dict[str, Any]] = {}
-    for key, value in span.attrs.items():
-        m = _PROMPT_KEY.fullmatch(key)
-        if m and m.group(1) == which:
-            rows.setdefault(int(m.group(2)), {})[m.group(3)] = value
     out: list[Msg] = []
-    for i in sorted(rows):
-        r = rows[i]
+    for _, r in indexed_rows(span.attrs, _PROMPT_KEY, which):
         role = str(r.get("role", "assistant" if which == "completion" else "user")).lower()
         text = r.get("content")
         text = "" if text is None else text if isinstance(text, str) else json.dumps(text, default=str)

@@ -25,7 +25,7 @@ import re
 from typing import Any
 
 from model.importers._common import Call, Msg, as_text, fail
-from model.importers._spanbase import Span, SpanBuilder
+from model.importers._spanbase import Span, SpanBuilder, indexed_rows
 from model.schema import ToolDefinition
 
 KIND = "openinference.span.kind"
@@ -49,14 +49,8 @@ def agent_name(span: Span) -> str | None:
 
 
 def _messages(span: Span, which: str) -> list[Msg]:
-    rows: dict[int, dict[str, Any]] = {}
-    for key, value in span.attrs.items():
-        m = _MSG_KEY.fullmatch(key)
-        if m and m.group(1) == which:
-            rows.setdefault(int(m.group(2)), {})[m.group(3)] = value
     out: list[Msg] = []
-    for i in sorted(rows):
-        r = rows[i]
+    for i, r in indexed_rows(span.attrs, _MSG_KEY, which):
         role = str(r.get("role", "assistant" if which == "output" else "user")).lower()
         text = r.get("content")
         if text is None:
