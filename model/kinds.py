@@ -127,11 +127,11 @@ KIND_INFO: dict[FailureKind, KindInfo] = {
     ),
 }
 
-#: The kinds the classifier is trained on (ARCHITECTURE.md: not degradation, not disallowed_tool).
-#: Its label order is this tuple plus ``healthy`` last; the artefact stores the order it used.
-CLASSIFIER_KINDS: tuple[FailureKind, ...] = tuple(
-    k for k in FailureKind if k not in (FailureKind.DEGRADATION, FailureKind.DISALLOWED_TOOL)
-)
+#: The kinds the classifier is trained on: those ARCHITECTURE.md lists it as a producer of ("the
+#: classifier is trained only on the kinds it produces"; the technical kinds, loops, incomplete runs
+#: and disallowed tools have a shape the rules read exactly). Its label order is this tuple plus
+#: ``healthy`` last; the artefact stores the order it used.
+CLASSIFIER_KINDS: tuple[FailureKind, ...] = tuple(k for k, info in KIND_INFO.items() if _C in info.producers)
 HEALTHY_LABEL = "healthy"
 
 #: Kinds that describe how a run ended rather than what went wrong: on a tie (same severity, same

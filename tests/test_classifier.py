@@ -26,7 +26,7 @@ from model.classifier.representation import (
 )
 from model.errors import InputError, ModelLoadError
 from model.kinds import CLASSIFIER_KINDS
-from model.schema import FailureLabel, Step, Trace, TraceLabels
+from model.schema import FailureLabel, Step, ToolDefinition, Trace, TraceLabels
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "model" / "artifacts"
@@ -45,12 +45,56 @@ def test_step_text_layout_is_exact() -> None:
     ])
     assert step_text(t, 4) == (
         "final_output : It is sunny.\n"
+        "[grounding] after tool error · new none\n"
         "[prev] tool_result get_weather [error] : HTTP 500\n"
         "[goal] Weather in Oslo?\n"
         '[prev] tool_call get_weather : {"city":"Oslo"}\n'
         "[prev] user_input : Weather in Oslo?"
     )
     assert step_text(t, 0) == "system : Be brief."
+    # rep-v1 artefacts keep their text: no grounding line
+    v1 = RepresentationConfig(version="rep-v1")
+    assert "[grounding]" not in step_text(t, 4, v1) and step_text(t, 4, v1).count("\n") == 4
+
+
+def _trip(answer: str, payload: str, status: str = "ok") -> Trace:
+    return Trace(steps=[
+        Step(kind="user_input", content="Flights from Oslo to Rome on 12 March 2026?"),
+        Step(kind="tool_call", tool_name="search_flights", tool_args={"from": "OSL", "to": "FCO", "day": 12},
+             source_index=1),
+        Step(kind="tool_result", tool_name="search_flights", content=payload, status=status, source_index=2),
+        Step(kind="final_output", content=answer, source_index=3),
+    ])
+
+
+def test_grounding_line_says_where_each_value_comes_from() -> None:
+    answer = "SK4711 leaves Oslo at 09:05 for $1,249.50 on 12 March."
+    grounded = _trip(answer, '{"flights": [{"no": "SK4711", "dep": "9:05", "price": 1249.5}]}')
+    line = step_text(grounded, 3).splitlines()[1]
+    assert line == "[grounding] after tool ok · new none · from goal: Oslo 12 · from results: SK4711 9:05 1249.5"
+    # the same answer after an empty result: its values come from nowhere
+    empty = _trip(answer, '{"flights": []}')
+    assert step_text(empty, 3).splitlines()[1] == (
+        "[grounding] after tool ok empty · new three: SK4711 9:05 1249.5 · from goal: Oslo 12")
+    # after an error
+    failed = _trip(answer, "HTTP 503 Service Unavailable", status="error")
+    assert step_text(failed, 3).splitlines()[1].startswith("[grounding] after tool error · new three:")
+    # a call's values: short arguments only, looked up like an answer's
+    assert step_text(grounded, 1).splitlines()[1] == (
+        "[grounding] after no tool · args: no schema · new two: OSL FCO · from goal: 12")
+    # with the tool declared, the call's arguments are checked against its schema
+    schema = {"type": "object", "required": ["origin"], "properties": {"origin": {"type": "string"}}}
+    declared = grounded.model_copy(update={"tools": [ToolDefinition(name="search_flights", parameters=schema)]})
+    assert "· args: missing required property 'origin' ·" in step_text(declared, 1)
+    raw = declared.model_copy(update={"steps": [*declared.steps[:1], Step(
+        kind="tool_call", tool_name="search_flights", tool_args_raw="{'origin': 'OSL'", source_index=1)]})
+    assert "· args: not JSON ·" in step_text(raw, 1)
+
+
+def test_whole_trace_texts_equal_step_by_step_texts() -> None:
+    for kind in ("hallucination", "loop", "assumption_violated", "context_loss"):
+        t = make_trace(kind, seed=3, n_steps=14)
+        assert trace_texts(t) == [step_text(t, i) for i in range(len(t.steps))]
 
 
 def test_step_text_reads_nothing_after_the_step() -> None:
@@ -108,14 +152,15 @@ def test_post_failure_drop_and_stepless_label() -> None:
              Step(kind="llm_output", content="b", source_index=2), Step(kind="final_output", content="c",
                                                                          source_index=3)]
     t = Trace(steps=steps, labels=TraceLabels(failures=[
-        FailureLabel(kind="off_topic", step=1), FailureLabel(kind="incomplete", step=None),
-        FailureLabel(kind="degradation", step=2)]))
+        FailureLabel(kind="off_topic", step=1), FailureLabel(kind="hallucination", step=None),
+        FailureLabel(kind="degradation", step=2), FailureLabel(kind="incomplete", step=2)]))
     healthy = step_targets(t, "healthy")
     dropped = step_targets(t, "drop")
-    assert [LABELS[j] for j, v in enumerate(healthy[3]) if v] == ["incomplete"]  # stepless → last step
-    assert healthy[2] is not None and healthy[2][HEALTHY_INDEX] == 1  # degradation is not a classifier label
+    assert [LABELS[j] for j, v in enumerate(healthy[3]) if v] == ["hallucination"]  # stepless → last step
+    # degradation and incomplete are not classifier labels (ARCHITECTURE.md: the rules / streams own them)
+    assert healthy[2] is not None and healthy[2][HEALTHY_INDEX] == 1
     assert dropped[2] is None and dropped[0] == healthy[0] and dropped[3] == healthy[3]
-    assert trace_kinds(t) == {"off_topic", "incomplete"}
+    assert trace_kinds(t) == {"off_topic", "hallucination"}
 
 
 # -- metrics -----------------------------------------------------------------------------------

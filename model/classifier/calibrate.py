@@ -25,7 +25,7 @@ from model.schema import Trace
 
 from .data import KIND_LABELS, load_traces, trace_kinds
 from .metrics import macro_f1, prf, trace_verdict, tune_trace_thresholds
-from .representation import DEFAULT_CONFIG, step_text
+from .representation import DEFAULT_CONFIG, trace_texts
 
 log = logging.getLogger("model.classifier.calibrate")
 
@@ -33,7 +33,7 @@ log = logging.getLogger("model.classifier.calibrate")
 def trace_thresholds(predict_proba: Callable[[list[str]], np.ndarray], traces: Sequence[Trace],
                      step_thresholds: Sequence[float]) -> tuple[list[float], dict[str, Any]]:
     """New thresholds (kinds re-tuned on traces, ``healthy`` kept) and the validation figures."""
-    texts = [[step_text(t, i, DEFAULT_CONFIG) for i in range(len(t.steps))] for t in traces]
+    texts = [trace_texts(t, DEFAULT_CONFIG) for t in traces]
     flat = [x for per in texts for x in per]
     probs = predict_proba(flat) if flat else np.zeros((0, len(step_thresholds)))
     per_trace, at = [], 0
@@ -56,15 +56,13 @@ def recalibrate_torch(model_dir: Path, splits: Path, n_traces: int, seed: int = 
     """Re-tune a trained torch classifier's thresholds on whole validation traces, in place."""
     import random
 
-    from transformers import AutoModelForSequenceClassification
-
     from .metrics import sigmoid
-    from .train import load_tokenizer, predict_logits
+    from .train import load_classifier, load_tokenizer, predict_logits
 
     path = model_dir / "calibration.json"
     info: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     tok = load_tokenizer(model_dir / "tokenizer.json", int(info["max_length"]))
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, attn_implementation="eager")
+    model = load_classifier(model_dir)
     traces = load_traces(splits / "val.jsonl")
     traces = random.Random(seed).sample(traces, min(n_traces, len(traces)))
     temperature = float(info["temperature"])

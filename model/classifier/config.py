@@ -105,6 +105,10 @@ class DistillConfig(_Section):
     val_failure_fraction: float = 0.15
     post_failure: str = "healthy"
     vocab_size: int = 8000
+    arch: str = "bert"           # bert | ngram (model.classifier.ngram)
+    dim: int = 64                # ngram: embedding width
+    buckets: int = 65536         # ngram: hashed bigram buckets
+    dropout: float = 0.1         # ngram: before the output layer
     layers: int = 4
     hidden: int = 256
     heads: int = 4

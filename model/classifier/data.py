@@ -31,7 +31,7 @@ from model.errors import InputError
 from model.kinds import CLASSIFIER_KINDS, HEALTHY_LABEL
 from model.schema import Trace
 
-from .representation import DEFAULT_CONFIG, RepresentationConfig, step_text
+from .representation import DEFAULT_CONFIG, RepresentationConfig, step_text, trace_texts
 
 LABELS: tuple[str, ...] = tuple(k.value for k in CLASSIFIER_KINDS) + (HEALTHY_LABEL,)
 KIND_LABELS: tuple[str, ...] = LABELS[:-1]
@@ -138,12 +138,13 @@ def trace_examples(
 ) -> list[StepExample]:
     """Every (kept) step of one trace as an example."""
     out = []
+    texts = trace_texts(trace, config)
     for i, target in enumerate(step_targets(trace, post_failure)):
         if target is None:
             continue
         out.append(
             StepExample(
-                text=step_text(trace, i, config),
+                text=texts[i],
                 target=target,
                 trace_id=trace.id,
                 step=i,

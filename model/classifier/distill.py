@@ -40,29 +40,45 @@ from .train import (
     calibrate,
     finish_candidate,
     fit,
+    load_classifier,
     load_tokenizer,
     predict_logits,
     save_tokenizer,
     setup_logging,
 )
-from .vocab import train_wordpiece, unk_rate
+from .vocab import MARKERS, train_wordpiece, unk_rate
 
 log = logging.getLogger("model.classifier.distill")
 
 
 def teacher_probs(teacher_dir: Path, texts: list[str], batch_size: int) -> np.ndarray:
     """The teacher's calibrated probabilities ``sigmoid(logits / T)`` over ``texts``."""
-    from transformers import AutoModelForSequenceClassification
-
     info = json.loads((teacher_dir / CALIBRATION).read_text(encoding="utf-8"))
     tok = load_tokenizer(teacher_dir / "tokenizer.json", int(info["max_length"]))
-    model = AutoModelForSequenceClassification.from_pretrained(teacher_dir, attn_implementation="eager")
+    model = load_classifier(teacher_dir)
     logits = predict_logits(model, tok, texts, batch_size=batch_size)
     return sigmoid(logits / float(info["temperature"]))
 
 
-def student_model(cfg: DistillConfig, vocab_size: int) -> Any:
+def student_model(cfg: DistillConfig, tok: Any) -> Any:
+    """A fresh student: ``cfg.arch`` ``bert`` (``layers`` × ``hidden``) or ``ngram`` (:mod:`.ngram`)."""
     from transformers import BertConfig, BertForSequenceClassification
+
+    vocab_size = tok.get_vocab_size()
+    labels = {"num_labels": len(LABELS), "problem_type": "multi_label_classification",
+              "id2label": dict(enumerate(LABELS)), "label2id": {n: i for i, n in enumerate(LABELS)}}
+    if cfg.arch == "ngram":
+        from .ngram import NgramConfig, NgramForSequenceClassification
+
+        markers = [tok.token_to_id(m) for m in MARKERS]
+        if any(m is None for m in markers):
+            raise InputError(f"the student vocabulary lacks the line markers {MARKERS}",
+                             path="params.yaml:arch")
+        nconf = NgramConfig(vocab_size=vocab_size, dim=cfg.dim, buckets=cfg.buckets, hidden=cfg.hidden,
+                            dropout=cfg.dropout, marker_ids=markers, pad_token_id=0, **labels)
+        return NgramForSequenceClassification(nconf)
+    if cfg.arch != "bert":
+        raise InputError(f"unknown student arch {cfg.arch!r}; use bert or ngram", path="params.yaml:arch")
 
     conf = BertConfig(  # type: ignore[call-arg]
         vocab_size=vocab_size,
@@ -139,12 +155,10 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
         log.info("teacher agrees with the ground truth on %.4f of (example, label) pairs", agree)
 
     if init is not None:
-        from transformers import BertForSequenceClassification
-
-        model = BertForSequenceClassification.from_pretrained(init, attn_implementation="eager")
+        model = load_classifier(init)
         log.info("student initialised from %s", init)
     else:
-        model = student_model(cfg, tok.get_vocab_size())
+        model = student_model(cfg, tok)
     settings = LoopSettings(
         max_length=cfg.max_length, batch_size=cfg.batch_size, epochs=cfg.epochs, lr=cfg.lr,
         warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
@@ -152,16 +166,16 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
         seed=cfg.seed, max_minutes=cfg.max_minutes, soft_weight=cfg.soft_weight if soft is not None else 0.0,
     )
     summary = fit(model, tok, train, val, settings, out_dir, soft=soft)
-    from transformers import BertForSequenceClassification
-
-    best = BertForSequenceClassification.from_pretrained(out_dir / BEST, attn_implementation="eager")
+    best = load_classifier(out_dir / BEST)
     logits = predict_logits(best, tok, [e.text for e in val])
     info = calibrate(logits, targets_matrix(val))
     save_tokenizer(tok, out_dir / BEST / "tokenizer.json", cfg.max_length)
     info.update({
         "labels": list(LABELS),
-        "model_name": f"student BERT {best.config.num_hidden_layers}x{best.config.hidden_size}, "
-                      "own WordPiece vocabulary",
+        "model_name": (f"student n-gram net ({best.config.dim}-d, {best.config.buckets} bigram buckets, "
+                       f"hidden {best.config.hidden}), own WordPiece vocabulary" if cfg.arch == "ngram" else
+                       f"student BERT {best.config.num_hidden_layers}x{best.config.hidden_size}, "
+                       "own WordPiece vocabulary"),
         "init_from": cfg.init_from,
         "model_version": model_version, "max_length": cfg.max_length,
         "representation": DEFAULT_CONFIG.to_dict(), "train_examples": len(train), "val_examples": len(val),

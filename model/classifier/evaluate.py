@@ -48,7 +48,7 @@ from .data import (
     trace_kinds,
 )
 from .metrics import confusion, ece, macro_f1, prf, rounded, sigmoid, trace_verdict
-from .representation import DEFAULT_CONFIG, RepresentationConfig, step_text
+from .representation import DEFAULT_CONFIG, RepresentationConfig, trace_texts
 from .runtime import MODEL_FILE, ClassifierRuntime
 
 log = logging.getLogger("model.classifier.evaluate")
@@ -90,7 +90,7 @@ class SplitScores:
 
 
 def split_texts(traces: Sequence[Trace], rep: RepresentationConfig) -> list[list[str]]:
-    return [[step_text(t, i, rep) for i in range(len(t.steps))] for t in traces]
+    return [trace_texts(t, rep) for t in traces]
 
 
 def score_split(scorer: Scorer, traces: Sequence[Trace], texts: list[list[str]]) -> SplitScores:

@@ -121,17 +121,17 @@ def export_model(model_dir: Path, out_dir: Path, *, quantise: bool = True, fuse_
 
     With ``quantise=False`` the shipped ``classifier.onnx`` is the fp32 (fused) graph.
     """
-    from transformers import AutoModelForSequenceClassification
+    from .train import load_classifier
 
     info = json.loads((model_dir / CALIBRATION).read_text(encoding="utf-8"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, attn_implementation="eager")
+    model = load_classifier(model_dir)
     conf = model.config
     fp32, fused, final = out_dir / FP32_FILE, out_dir / FUSED_FILE, out_dir / MODEL_FILE
     to_onnx(model, fp32)
     meta = metadata_for(info)
     set_metadata(fp32, meta)
-    if fuse_graph:
+    if fuse_graph and conf.model_type == "bert":
         fuse(fp32, fused, num_heads=conf.num_attention_heads, hidden=conf.hidden_size)
     else:
         shutil.copyfile(fp32, fused)

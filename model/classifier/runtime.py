@@ -24,7 +24,7 @@ from model.errors import InputError, ModelLoadError
 from model.schema import Trace
 
 from .metrics import sigmoid
-from .representation import RepresentationConfig, step_text
+from .representation import RepresentationConfig, step_text, trace_texts
 
 MODEL_FILE = "classifier.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -180,7 +180,7 @@ class ClassifierRuntime:
         """Probabilities ``(len(steps) - start, len(labels))`` for the steps from ``start`` on."""
         if start < 0 or start > len(trace.steps):
             raise InputError(f"start {start} is outside a trace of {len(trace.steps)} steps", path="start")
-        texts = [step_text(trace, i, self.meta.representation) for i in range(start, len(trace.steps))]
+        texts = trace_texts(trace, self.meta.representation, start=start)
         return self.predict_proba(texts)
 
     def token_count(self, text: str) -> int:

@@ -113,6 +113,15 @@ def predict_logits(model: Any, tok: Any, texts: Sequence[str], batch_size: int =
     return out
 
 
+def load_classifier(path: Path) -> Any:
+    """A trained classifier folder (BERT, MiniLM or the n-gram student) with eager attention."""
+    from transformers import AutoModelForSequenceClassification
+
+    from . import ngram  # noqa: F401  (registers the n-gram student with the Auto classes)
+
+    return AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager")
+
+
 def pos_weights(targets: np.ndarray, cap: float) -> np.ndarray:
     """``negatives / positives`` per label, capped at ``cap`` (at least 1): rare kinds weigh more."""
     pos = targets.sum(axis=0)
@@ -343,7 +352,7 @@ def run(cfg: TrainConfig, splits: Path, out_dir: Path, *, base_model: Path | Non
         seed=cfg.seed, max_minutes=cfg.max_minutes,
     )
     summary = fit(model, tok, train, val, settings, out_dir)
-    best = AutoModelForSequenceClassification.from_pretrained(out_dir / BEST, attn_implementation="eager")
+    best = load_classifier(out_dir / BEST)
     logits = predict_logits(best, tok, [e.text for e in val])
     info = calibrate(logits, targets_matrix(val))
     save_tokenizer(tok, out_dir / BEST / "tokenizer.json", cfg.max_length)

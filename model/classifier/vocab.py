@@ -10,6 +10,8 @@ tokens with ``[PAD]`` = 0, and ``[CLS] … [SEP]`` added around every text.
 ['[CLS]', '天', '气']
 >>> tok.token_to_id("[PAD]")
 0
+>>> tok.encode("the [goal] weather").tokens
+['[CLS]', 'the', '[goal]', 'weather', '[SEP]']
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Iterable
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+#: The representation's line markers (``step_text``), kept whole so a model can tell the lines apart.
+MARKERS = ("[grounding]", "[prev]", "[goal]")
 
 
 def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequency: int = 2,
@@ -30,7 +34,7 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequen
     )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[*SPECIAL_TOKENS, *MARKERS],
         continuing_subword_prefix="##",
     )
     tok.train_from_iterator(texts, trainer=trainer)
@@ -56,4 +60,4 @@ def unk_rate(tok: Tokenizer, texts: Iterable[str]) -> float:
     return hits / total if total else 0.0
 
 
-__all__ = ["SPECIAL_TOKENS", "train_wordpiece", "unk_rate"]
+__all__ = ["MARKERS", "SPECIAL_TOKENS", "train_wordpiece", "unk_rate"]
