@@ -131,3 +131,70 @@ def test_tiny_pipeline_end_to_end(tmp_path: Path) -> None:
     assert "## student" in (reports / "eval.md").read_text()
     card = (tmp_path / "artifacts" / "MODEL_CARD.md").read_text()
     assert "## Intended use" in card and "## Limits" in card and "## Training data" in card
+
+
+def _tiny_ngram(vocab: int = 120) -> object:
+    from model.classifier.ngram import NgramConfig, NgramForSequenceClassification
+
+    torch.manual_seed(0)
+    conf = NgramConfig(vocab_size=vocab, dim=8, buckets=97, hidden=16, marker_ids=[5, 6, 7],
+                       num_labels=len(LABELS), problem_type="multi_label_classification")
+    return NgramForSequenceClassification(conf).eval()
+
+
+def test_ngram_student_torch_onnx_parity_and_int8(tmp_path: Path) -> None:
+    """The n-gram student exports like the BERT candidates (same inputs and output) and its fp32 graph
+    gives torch's logits, padded rows and marker segments included; int8 stays close."""
+    import onnxruntime as ort
+
+    from model.classifier.export import quantize, to_onnx
+
+    model = _tiny_ngram()
+    path = tmp_path / "m.onnx"
+    to_onnx(model, path)
+    quantize(path, tmp_path / "m8.onnx")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    sess8 = ort.InferenceSession(str(tmp_path / "m8.onnx"), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    assert names[:2] == ["input_ids", "attention_mask"]
+    rng = np.random.default_rng(2)
+    for batch, width in ((1, 3), (3, 17), (4, 40)):
+        ids = rng.integers(8, 120, size=(batch, width))
+        ids[:, width // 3] = 5  # a [grounding] marker: later tokens are another segment
+        mask = np.ones_like(ids)
+        mask[0, width // 2 :] = 0
+        ids[0, width // 2 :] = 0
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        feeds = {k: v for k, v in feeds.items() if k in names}
+        with torch.no_grad():
+            ref = model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
+        np.testing.assert_allclose(sess.run(["logits"], feeds)[0], ref, rtol=1e-4, atol=1e-5)
+        assert float(np.max(np.abs(sess8.run(["logits"], feeds)[0] - ref))) < 0.1
+
+
+def test_ngram_student_trains_saves_and_reloads(tmp_path: Path) -> None:
+    """distill.run with arch ngram: trains on tiny data, and the saved folder reloads with the same
+    line markers (they are config, not a buffer from_pretrained would leave uninitialised)."""
+    from model.classifier import distill
+    from model.classifier.config import DistillConfig
+    from model.classifier.train import load_classifier
+    from model.classifier.vocab import MARKERS
+
+    splits = _write_splits(tmp_path / "splits", 30)
+    cfg = DistillConfig.from_dict({
+        "arch": "ngram", "train_examples": 120, "val_examples": 40, "vocab_size": 300, "dim": 8,
+        "buckets": 101, "hidden": 16, "token_dropout": 0.3, "max_length": 96, "batch_size": 16, "epochs": 2,
+        "lr": 0.01, "eval_every": 4, "patience": 100, "calib_traces": 20,
+    })
+    info = distill.run(cfg, splits, None, tmp_path / "ngram")
+    assert info["labels"] == list(LABELS) and info["model_name"].startswith("student n-gram net")
+    model = load_classifier(tmp_path / "ngram" / "best")
+    tok = json.loads((tmp_path / "ngram" / "best" / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    assert model.config.marker_ids == [vocab[m] for m in MARKERS]
+    ids = torch.tensor([[2, 9, vocab["[grounding]"], 11, vocab["[prev]"], 12, 3]])
+    model.eval()
+    with torch.no_grad():
+        a = model(input_ids=ids).logits
+        b = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    assert torch.allclose(a, b) and a.shape == (1, len(LABELS))

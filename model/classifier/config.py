@@ -109,6 +109,7 @@ class DistillConfig(_Section):
     dim: int = 64                # ngram: embedding width
     buckets: int = 65536         # ngram: hashed bigram buckets
     dropout: float = 0.1         # ngram: before the output layer
+    token_dropout: float = 0.0   # ngram: share of input tokens dropped while training
     layers: int = 4
     hidden: int = 256
     heads: int = 4

@@ -75,7 +75,8 @@ def student_model(cfg: DistillConfig, tok: Any) -> Any:
             raise InputError(f"the student vocabulary lacks the line markers {MARKERS}",
                              path="params.yaml:arch")
         nconf = NgramConfig(vocab_size=vocab_size, dim=cfg.dim, buckets=cfg.buckets, hidden=cfg.hidden,
-                            dropout=cfg.dropout, marker_ids=markers, pad_token_id=0, **labels)
+                            dropout=cfg.dropout, token_dropout=cfg.token_dropout, marker_ids=markers,
+                            pad_token_id=0, **labels)
         return NgramForSequenceClassification(nconf)
     if cfg.arch != "bert":
         raise InputError(f"unknown student arch {cfg.arch!r}; use bert or ngram", path="params.yaml:arch")
@@ -122,11 +123,15 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
             raise InputError(f"init_from {init} holds no trained student (no {CALIBRATION})",
                              path="params.yaml:distill.init_from")
         shutil.copyfile(init / "tokenizer.json", vocab_path)
+    tok = None
     if vocab_path.exists():
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_file(str(vocab_path))
-    else:
+        if any(tok.token_to_id(m) is None for m in MARKERS):
+            log.info("%s predates the line markers %s: training a new vocabulary", vocab_path, MARKERS)
+            tok = None
+    if tok is None:
         tok = train_wordpiece(texts, vocab_size=cfg.vocab_size)
         tok.save(str(vocab_path))
     tok.no_padding()

@@ -159,7 +159,8 @@ def one_step_latency_ms(rt: ClassifierRuntime, texts: list[str], *, repeats: int
 
 
 def select(candidates: dict[str, dict[str, Any]], target_ms: float, ship: str = "auto") -> str:
-    """The candidate to ship: ``ship`` when named, else the best validation F1 within ``target_ms``.
+    """The candidate to ship: ``ship`` when named, else the best validation F1 within ``target_ms``
+    (trace-level kind macro-F1 where the candidate's stage measured it, step-level otherwise).
 
     >>> select({"a": {"val_f1": 0.9, "p50_ms": 30}, "b": {"val_f1": 0.8, "p50_ms": 3}}, 25.0)
     'b'
@@ -192,7 +193,8 @@ def run(cfg: ExportConfig, build: Path, artifacts: Path, sample_texts: list[str]
         rt = ClassifierRuntime.load(out, threads=cfg.threads)
         info = json.loads((src / CALIBRATION).read_text(encoding="utf-8"))
         results[name] = {
-            "val_f1": float(info["val_step_macro_f1"]),
+            # whole validation traces where the stage tuned them (the service's verdict), else steps
+            "val_f1": float(info.get("val_trace_kind_macro_f1", info["val_step_macro_f1"])),
             "p50_ms": round(one_step_latency_ms(rt, sample_texts), 2),
             "bytes": (out / MODEL_FILE).stat().st_size,
             "export_s": round(time.perf_counter() - t0, 1),

@@ -42,12 +42,14 @@ class NgramConfig(PretrainedConfig):  # type: ignore[no-untyped-call]
     model_type = "triage-ngram"
 
     def __init__(self, vocab_size: int = 8000, dim: int = 64, buckets: int = 65536, hidden: int = 256,
-                 dropout: float = 0.1, marker_ids: list[int] | None = None, **kwargs: Any) -> None:
+                 dropout: float = 0.1, token_dropout: float = 0.0, marker_ids: list[int] | None = None,
+                 **kwargs: Any) -> None:
         self.vocab_size = vocab_size
         self.dim = dim
         self.buckets = buckets
         self.hidden = hidden
         self.dropout = dropout
+        self.token_dropout = token_dropout
         self.marker_ids = list(marker_ids or [-1, -1, -1])
         super().__init__(**kwargs)
 
@@ -110,6 +112,13 @@ class NgramForSequenceClassification(PreTrainedModel):  # type: ignore[no-untype
         # plain ints from the config (constants in the ONNX graph): a buffer would not survive
         # from_pretrained, which builds the module on the meta device and loads only saved weights
         seg = segments(input_ids, [int(m) for m in self.config.marker_ids])
+        if self.training and self.config.token_dropout > 0:
+            # drop words of the step and its context (never of the grounding line) while training: no
+            # single word may carry a label on its own, so the evidence that transfers to unseen task
+            # families — where each value came from, what the last result was — gets the weight
+            keep = torch.rand(attention_mask.shape, device=input_ids.device) >= self.config.token_dropout
+            keep = keep | (seg == 1)
+            attention_mask = attention_mask * keep.to(attention_mask.dtype)
         uni = self.unigrams(input_ids + seg * self.config.vocab_size)
         pairs = (input_ids[:, :-1] * _HASH_A + input_ids[:, 1:]) * SEGMENTS + seg[:, 1:]
         bi = self.bigrams(torch.remainder(pairs, self.config.buckets))

@@ -176,9 +176,7 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']*")
 #: Calendar words: a date restated from an ISO date in a result ("12 May" from "2026-05-12") is not
 #: an unsupported claim, so month and weekday names are not checked (their numbers are).
 _CALENDAR = frozenset(
-    "january february march april may june july august september october november december "
-    "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
-    "saturday sunday mon tue tues wed thu thur thurs fri sat sun".split()
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "mon", "tue", "tues", "wed", "thu", "thur", "thurs", "fri", "sat", "sun"]
 )
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _SENTENCE_START = set(".!?:;\n\"'(（。！？：；「“")
@@ -334,6 +332,116 @@ def _args_check(step: Step, tools: dict[str, ToolDefinition]) -> str:
     return "args: fit schema" if not problems else "args: " + clip("; ".join(problems), 100)
 
 
+_CLAUSE_END = re.compile(r"[.!?;](?!\d)|[。！？；\n]")
+_CUES_EN = re.compile(
+    r"\b(?:only|must|mustn't|not|no|don't|never|exclud\w*|without|ignore|except|avoid|under|below|above|"
+    r"over|at most|at least|no more than|before|after|caps?|limit\w*|budget|maximum|minimum)\b", re.I)
+_CUES_ZH = ("不", "别", "只", "仅", "排除", "去掉", "除了", "以内", "以下", "以上", "至少", "最多", "之前", "之后",
+            "预算", "忽略", "勿")
+_FILLER = frozenset(["please", "must", "only", "not", "never", "don't", "exclude", "excluding", "without", "ignore", "except", "avoid", "under", "below", "above", "over", "most", "least", "more", "than", "before", "after", "cap", "caps", "limit", "budget", "max", "maximum", "min", "minimum", "the", "and", "for", "any", "anything", "nothing", "that", "this", "with", "from", "are", "is", "be"])
+_CJK = re.compile(r"[\u3400-\u9fff]+")
+
+
+def constraint_keys(goal: str) -> list[str]:
+    """What a stated constraint of the goal hinges on: the numbers, the longer Latin words (their
+    first five letters) and the Chinese character pairs of each clause that carries a cue word
+    ("only", "exclude", "no more than", "before", 不超过, 去掉 …), cue words themselves left out.
+
+    >>> constraint_keys("Q2 2023, LATAM: total sales please. Exclude refunds.")
+    ['refun']
+    >>> constraint_keys("Book a room in Oslo (2 nights, 30 min from the airport). No more than €133.50 a night.")
+    ['133.5', 'night']
+    """
+    keys: dict[str, None] = {}
+    for clause in _CLAUSE_END.split(goal):
+        if not (_CUES_EN.search(clause) or any(c in clause for c in _CUES_ZH)):
+            continue
+        for number in _numbers(clause):
+            keys.setdefault(number, None)
+        for word in _WORD.findall(clause):
+            if len(word) >= 4 and word.lower() not in _FILLER:
+                keys.setdefault(word.lower()[:5], None)
+        for run in _CJK.findall(clause):
+            for cue in _CUES_ZH:
+                run = run.replace(cue, " ")
+            for part in run.split():
+                for k in range(len(part) - 1):
+                    keys.setdefault(part[k : k + 2], None)
+    return list(keys)[:12]
+
+
+_MIN_CUES = re.compile(
+    r"\b(?:or later|or after|since|after|at least|minimum|not? earlier than)\b|"
+    r"\b(?:nothing|no|not|never|ignore|exclude|avoid|don't)\b[^.;]*\bbefore\b|以后|之后|以上|至少|起", re.I)
+_MAX_CUES = re.compile(
+    r"\b(?:no more than|at most|under|below|max|maximum|caps?|capped|budget|up to|cheaper than)\b|"
+    r"\b(?:ignore|exclude|drop|remove|discard)\b[^.;]*\b(?:above|over)\b|不超过|以内|以下|最多|上限|大于|超过", re.I)
+_CLOCK = re.compile(r"(?<![\d:])(\d{1,2})(?::(\d{2}))?\s*(am|pm|点|時)", re.I)
+
+
+def _as_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _hours(text: str) -> list[float]:
+    out = [float(int(m.group(1)) + int(m.group(2)) / 60) for m in _TIME.finditer(text)]
+    for m in _CLOCK.finditer(text):
+        h = int(m.group(1)) % 12 + (12 if m.group(3).lower() == "pm" else 0) if m.group(3).isascii() else int(m.group(1))
+        out.append(float(h + (int(m.group(2)) / 60 if m.group(2) else 0)))
+    return out
+
+
+def goal_limit(goal: str) -> tuple[str, str, float] | None:
+    """A numeric limit the goal states: ``(direction, unit, value)`` with direction ``min`` or ``max``
+    and unit ``hour`` (a clock time), ``year`` or ``amount``; ``None`` when it states none.
+
+    >>> goal_limit("Find a slot on May 3 for a 30 min call. Nothing before 10am please.")
+    ('min', 'hour', 10.0)
+    >>> goal_limit("Book a flight to Oslo. Budget is $1,400.00 max.")
+    ('max', 'amount', 1400.0)
+    >>> goal_limit("Only use studies published in 2018 or later.")
+    ('min', 'year', 2018.0)
+    """
+    for clause in _CLAUSE_END.split(goal):
+        direction = "min" if _MIN_CUES.search(clause) else "max" if _MAX_CUES.search(clause) else None
+        if direction is None:
+            continue
+        hours = _hours(clause)
+        if hours:
+            return direction, "hour", hours[0]
+        for number in _numbers(clause):
+            value = _as_float(number)
+            if value is None:
+                continue
+            unit = "year" if value.is_integer() and 1900 <= value <= 2100 else "amount"
+            return direction, unit, value
+    return None
+
+
+def limit_check(limit: tuple[str, str, float], text: str, goal_values: set[str]) -> str | None:
+    """``limit kept`` / ``limit broken`` for the comparable numbers of ``text`` (those the goal itself
+    states are left out), ``None`` when it has none."""
+    direction, unit, bound = limit
+    if unit == "hour":
+        values = _hours(text)
+    else:
+        values = []
+        for number in _numbers(_WORD.sub(" ", _TIME.sub(" ", text))):  # not the digits of codes (EK4031)
+            value = _as_float(number)
+            if value is None or number in goal_values:
+                continue
+            is_year = value.is_integer() and 1900 <= value <= 2100
+            if (unit == "year") == is_year and (unit == "year" or bound / 10 <= value <= bound * 10):
+                values.append(value)
+    if not values:
+        return None
+    broken = any(v < bound for v in values) if direction == "min" else any(v > bound for v in values)
+    return "limit broken" if broken else "limit kept"
+
+
 class _Sources:
     """The value tokens of the steps seen so far, by where they came from."""
 
@@ -342,6 +450,8 @@ class _Sources:
         self.goal: set[str] = set()
         self.said: set[str] = set()
         self.last_tool: str = "no tool"
+        self.constraint: list[str] = []
+        self.limit: tuple[str, str, float] | None = None
 
     def add(self, step: Step) -> None:
         if step.kind is StepKind.TOOL_RESULT:
@@ -351,6 +461,8 @@ class _Sources:
             self.last_tool = f"tool {status}" + (" empty" if empty else "")
         elif step.kind is StepKind.USER_INPUT:
             self.goal |= value_tokens(step.content)
+            self.constraint = list(dict.fromkeys([*self.constraint, *constraint_keys(step.content)]))[:12]
+            self.limit = self.limit or goal_limit(step.content)
         else:
             self.said |= value_tokens(_body(step))
             if step.kind is StepKind.ERROR:
@@ -375,6 +487,15 @@ class _Sources:
             parts.append(_args_check(step, tools or {}))
         parts.append(f"new {count}" + (": " + " ".join(new[:limit]) if new else ""))
         parts += [f"{name}: {' '.join(vals[:limit])}" for name, vals in groups.items() if name != "new" and vals]
+        if self.constraint:
+            body = _body(step).lower()
+            missing = [k for k in self.constraint if k not in body]
+            word = _COUNT_WORDS[len(missing)] if len(missing) < len(_COUNT_WORDS) else "many"
+            parts.append(f"constraint missing {word}" + (": " + " ".join(missing[:limit]) if missing else ""))
+        if self.limit is not None:
+            verdict = limit_check(self.limit, _body(step), self.goal)
+            if verdict is not None:
+                parts.append(verdict)
         return "[grounding] " + " · ".join(parts)
 
 
@@ -447,6 +568,9 @@ __all__ = [
     "RepresentationConfig",
     "checkable_values",
     "clip",
+    "constraint_keys",
+    "goal_limit",
+    "limit_check",
     "looks_empty",
     "step_text",
     "trace_texts",
