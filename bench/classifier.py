@@ -7,7 +7,10 @@ For each candidate (every exported model under ``build/classifier/onnx/`` and th
   calibration (``ClassifierRuntime.score_step``), with that step's token count;
 * ``raw``: tokenize + onnxruntime forward alone, for the same text;
 * ``overhead``: ``step − raw``, what our path adds (target ≤ 3 ms);
-* ``trace``: scoring all 30 steps (``score_trace``, length-sorted batches of 16).
+* ``trace``: scoring all 30 steps (``score_trace``, length-sorted batches of 16);
+* ``long``: the newest step of a 1,000-step trace (the grounding line of ``rep-v2`` looks every value
+  up in all earlier steps, so the representation's cost grows with the trace): the representation
+  alone and the whole one-step path.
 
 Traces come from the seeded generator (``model.datagen``), one English and one Chinese, each cut to
 30 steps; nothing under ``datasets/`` is needed. Run: ``.venv/bin/python bench/classifier.py``
@@ -93,6 +96,28 @@ def bench(name: str, folder: Path, traces: dict[str, Trace], repeats: int, threa
               f"30-step trace p50 {pct(whole, .5):7.1f} p99 {pct(whole, .99):7.1f} ms", flush=True)
 
 
+def long_trace(trace: Trace, n: int = 1000) -> Trace:
+    """``trace``'s agent steps repeated until ``n`` steps (fresh source indices)."""
+    body = [s for s in trace.steps if s.kind.value not in ("system", "user_input")]
+    steps = list(trace.steps[:2])
+    while len(steps) < n:
+        for s in body:
+            steps.append(s.model_copy(update={"source_index": len(steps)}))
+            if len(steps) == n:
+                break
+    return trace.model_copy(update={"steps": steps})
+
+
+def bench_long(name: str, folder: Path, trace: Trace, repeats: int, threads: int) -> None:
+    rt = ClassifierRuntime.load(folder, threads=threads)
+    last = len(trace.steps) - 1
+    rep = timed(lambda: step_text(trace, last, rt.meta.representation), repeats)
+    step = timed(lambda: rt.score_step(trace, last), repeats)
+    print(f"{name:<12} newest step of a {len(trace.steps):,}-step trace: representation p50 {pct(rep, .5):6.2f} "
+          f"p99 {pct(rep, .99):6.2f} ms | whole step p50 {pct(step, .5):6.2f} p99 {pct(step, .99):6.2f} ms",
+          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=200)
@@ -115,6 +140,9 @@ def main() -> None:
           f"({os.cpu_count()} cores)")
     for name, folder in candidates.items():
         bench(name, folder, traces, args.repeats, args.threads)
+    long = long_trace(traces["en"])
+    for name, folder in candidates.items():
+        bench_long(name, folder, long, max(20, args.repeats // 5), args.threads)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

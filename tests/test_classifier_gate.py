@@ -30,12 +30,14 @@ def test_decide_needs_precision_and_support_on_both_splits() -> None:
         "test": {"refusal": row, "off_topic": row, "hallucination": {"precision": 0.95, "support": 4}},
         "heldout_families": {"refusal": row, "off_topic": {"precision": 0.5, "support": 30}, "hallucination": row},
     }
-    gate = decide(per_kind, min_precision=0.8, min_support=10)
+    gate = decide(per_kind, min_precision=0.8, min_support=10, rules_first=False)
     assert gate["failure_kinds"] == ["refusal"]
     assert gate["evidence"]["off_topic"]["heldout_families"]["precision"] == 0.5
-    assert gate_from_metrics({"shipped": "x", "candidates": {"x": {s: {"per_kind": v} for s, v in per_kind.items()}}})[
-        "failure_kinds"
-    ] == ["refusal"]
+    metrics = {"shipped": "x", "candidates": {"x": {s: {"per_kind": v} for s, v in per_kind.items()}}}
+    assert gate_from_metrics(metrics, rules_first=False)["failure_kinds"] == ["refusal"]
+    # by default a kind the rules also produce stays a signal, whatever its figures
+    assert gate_from_metrics(metrics)["failure_kinds"] == []
+    assert "rules_first" in gate_from_metrics(metrics)["evidence"]["refusal"]["signal_because"]
 
 
 def _copy_model(tmp_path: Path, gate: dict[str, object] | None) -> Path:

@@ -8,15 +8,23 @@ needless repairs, so the service trusts the classifier only where the evaluation
   technical kinds the rules own (a tool error the agent recovered from is the rules' call);
 - among those, a kind is a *failure kind* when its trace-level precision is at least
   ``min_precision`` on the test split AND on the held-out families (``reports/metrics.json``, the
-  shipped candidate) with at least ``min_support`` positive traces in each; every other kind is
-  capped below the failure threshold (a signal).
+  shipped candidate) with at least ``min_support`` positive traces in each;
+- and, with ``rules_first`` (the default), only when no rule produces it too: for the kinds the
+  rules and the classifier share (``malformed_call``, ``refusal``, ``ignored_error``,
+  ``assumption_violated``, ``unsafe_output``) a rule reads the exact shape, and the classifier's
+  extra recall on paraphrases is not worth its false alarms on input unlike its training data (it
+  scored a bare "hi" → "hello" exchange as a refusal at 0.74): its score there is a signal that
+  corroborates or questions the rule's.
+
+Every other kind is capped below the failure threshold (a signal).
 
 ``python -m model.classifier.gate`` writes ``model/artifacts/gate.json`` from the report (the DVC
 stage ``gate``); :class:`~model.classifier.detector.ClassifierDetector` reads it.
 
->>> decide({"test": {"refusal": {"precision": 0.9, "support": 20}},
-...         "heldout_families": {"refusal": {"precision": 0.85, "support": 12}}})["failure_kinds"]
-['refusal']
+>>> figures = {"precision": 0.9, "support": 20}
+>>> decide({"test": {"refusal": figures, "off_topic": figures},
+...         "heldout_families": {"refusal": figures, "off_topic": figures}})["failure_kinds"]
+['off_topic']
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ REPORTED_KINDS: tuple[FailureKind, ...] = tuple(
 
 
 def decide(
-    per_kind: dict[str, dict[str, dict[str, float]]], *, min_precision: float = 0.8, min_support: int = 10
+    per_kind: dict[str, dict[str, dict[str, float]]], *, min_precision: float = 0.8, min_support: int = 10,
+    rules_first: bool = True,
 ) -> dict[str, Any]:
     """The gate from per-split, per-kind ``{"precision", "support"}`` figures."""
     failure_kinds: list[str] = []
@@ -53,6 +62,9 @@ def decide(
             split: None if r is None else {"precision": r.get("precision"), "support": r.get("support")}
             for split, r in rows.items()
         }
+        if rules_first and Producer.RULES in KIND_INFO[kind].producers:
+            evidence[kind.value]["signal_because"] = "a rule produces this kind too (rules_first)"
+            ok = False
         if ok:
             failure_kinds.append(kind.value)
     return {
@@ -60,6 +72,7 @@ def decide(
         "failure_kinds": failure_kinds,
         "min_precision": min_precision,
         "min_support": min_support,
+        "rules_first": rules_first,
         "evidence": evidence,
     }
 

@@ -42,6 +42,7 @@ llm_output : Here are some hotels in Rome.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -206,14 +207,18 @@ def _numbers(text: str) -> list[str]:
     return out
 
 
-def value_tokens(text: str) -> set[str]:
+@functools.lru_cache(maxsize=16384)
+def value_tokens(text: str) -> frozenset[str]:
     """Every number (normalised) and Latin word (lower case) of ``text``: what a claim is looked up in.
+
+    Cached by text (as :func:`looks_empty`): the real-time path builds a new step's text from all
+    earlier steps, so without the cache a long session would read its whole history again per step.
 
     >>> sorted(value_tokens("Fare $1,177.00 for Nikhil at 09:30, 2 stops"))
     ['1177', '9:30', 'at', 'fare', 'for', 'nikhil', 'stops']
     """
     text = text[:_SCAN_CHARS]
-    return set(_numbers(text)) | {w.lower() for w in _WORD.findall(_TIME.sub(" ", text))}
+    return frozenset(_numbers(text)) | {w.lower() for w in _WORD.findall(_TIME.sub(" ", text))}
 
 
 def checkable_values(text: str) -> list[str]:
@@ -291,6 +296,7 @@ def _empty_json(value: Any) -> bool:
     return nulls or value in ({}, [], "", None)
 
 
+@functools.lru_cache(maxsize=16384)
 def looks_empty(content: str) -> bool:
     """Whether a successful tool result carries no data: every list in its JSON is empty (or holds
     only nulls), or with no list a field is null; a text output that ends at its ``stdout:`` label.
