@@ -47,9 +47,9 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
         "It is not a safety filter on its own and not a judge of factual truth outside the trace.", "",
         "In the service the detector reports only the kinds the classifier is a producer of, and raises as "
         "failures only the kinds `gate.json` trusts (trace-level precision >= 0.8 with >= 10 positives on "
-        "test and on held-out families, written by the DVC stage `gate` from reports/metrics.json); every "
-        "other kind is a signal: reported, never a repair trigger. The gate's current list is in "
-        "`model/artifacts/gate.json`.", "",
+        "test and on held-out families, and no rule producing the kind too; written by the DVC stage `gate` "
+        "from reports/metrics.json); every other kind is a signal: reported, never a repair trigger. The "
+        "gate's current list is in `model/artifacts/gate.json`.", "",
         "## Training data", "",
         "Generated traces (`datasets/`, the seeded generator in `model/`, English and Chinese, several task "
         "families, failures injected at known steps; see `datasets/README.md`), per-step labels from that "
@@ -101,8 +101,10 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
     low = sorted((v["f1"], k) for k, v in test["per_kind"].items() if v["support"])[:4]
     lines += [
         "- Weakest kinds on the test split: " + ", ".join(f"{k} (F1 {f:.2f})" for f, k in low) + ".",
-        "- Trained on generated traces only: real agent logs (e.g. the Who&When multi-agent logs) are phrased "
-        "differently; `triage localise-whowhen` measures how far the step localisation carries over.",
+        "- Trained on generated traces only: real agent logs are phrased differently. On the Who&When "
+        "multi-agent logs it flags the code and shell commands of most runs as `unsafe_output` (a signal in "
+        "the service, never a failure), and it scored a bare \"hi\" → \"hello\" exchange as a refusal; "
+        "`triage localise-whowhen` measures how far the step localisation carries over.",
         "- It is trained only on the kinds ARCHITECTURE.md lists it as a producer of; the technical kinds, "
         "`empty_response`, `incomplete`, `loop`, `disallowed_tool` and `degradation` are the rules' and the "
         "stream detectors' job and it does not score them.",
