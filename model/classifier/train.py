@@ -267,7 +267,7 @@ def fit(
         state["seconds"] = time.perf_counter() - started
         if time.perf_counter() - last_log > 30:
             last_log = time.perf_counter()
-            log.info("step %d/%d loss %.4f (%.1f s/batch avg)", state["step"], total, float(loss),
+            log.info("step %d/%d loss %.4f (%.1f s/batch avg)", state["step"], total, float(loss.detach()),
                      state["seconds"] / max(1, state["step"]))
         out_of_time = state["seconds"] > settings.max_minutes * 60
         if state["step"] % settings.eval_every == 0 or state["step"] == total or out_of_time:
