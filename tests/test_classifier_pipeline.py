@@ -198,3 +198,36 @@ def test_ngram_student_trains_saves_and_reloads(tmp_path: Path) -> None:
         a = model(input_ids=ids).logits
         b = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
     assert torch.allclose(a, b) and a.shape == (1, len(LABELS))
+
+
+def test_ngram_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
+    """ensemble: 2 trains two nets apart on one vocabulary; the saved model's logits are the mean of
+    the members' and its ONNX graph gives the same."""
+    import onnxruntime as ort
+
+    from model.classifier import distill
+    from model.classifier.config import DistillConfig
+    from model.classifier.export import to_onnx
+    from model.classifier.train import load_classifier
+
+    splits = _write_splits(tmp_path / "splits", 30)
+    cfg = DistillConfig.from_dict({
+        "arch": "ngram", "ensemble": 2, "train_examples": 100, "val_examples": 40, "vocab_size": 300, "dim": 8,
+        "buckets": 101, "hidden": 16, "max_length": 96, "batch_size": 16, "epochs": 1, "lr": 0.01,
+        "eval_every": 4, "patience": 100, "calib_traces": 10,
+    })
+    info = distill.run(cfg, splits, None, tmp_path / "ens")
+    assert info["ensemble"] == 2 and info["train_examples"] == 200 and len(info["training"]["members"]) == 2
+    model = load_classifier(tmp_path / "ens" / "best")
+    members = [load_classifier(tmp_path / "ens" / f"member-{k}" / "best") for k in range(2)]
+    ids = torch.tensor([[2, 9, 10, 11, 12, 3], [2, 14, 15, 3, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        got = model(input_ids=ids, attention_mask=mask).logits
+        mean = torch.stack([m(input_ids=ids, attention_mask=mask).logits for m in members]).mean(dim=0)
+    torch.testing.assert_close(got, mean)
+    path = tmp_path / "ens.onnx"
+    to_onnx(model, path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    np.testing.assert_allclose(sess.run(["logits"], feeds)[0], got.numpy(), rtol=1e-4, atol=1e-5)

@@ -110,6 +110,7 @@ class DistillConfig(_Section):
     buckets: int = 65536         # ngram: hashed bigram buckets
     dropout: float = 0.1         # ngram: before the output layer
     token_dropout: float = 0.0   # ngram: share of input tokens dropped while training
+    ensemble: int = 1            # ngram: nets trained apart whose logits are averaged (no teacher)
     layers: int = 4
     hidden: int = 256
     heads: int = 4

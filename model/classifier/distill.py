@@ -99,6 +99,42 @@ def student_model(cfg: DistillConfig, tok: Any) -> Any:
     return BertForSequenceClassification(conf)
 
 
+def _fit_ensemble(cfg: DistillConfig, splits: Path, first: Any, tok: Any, train: list[Any], val: list[Any],
+                  settings: LoopSettings, out_dir: Path) -> tuple[dict[str, Any], int]:
+    """Train ``cfg.ensemble`` n-gram nets apart — member k on its own sample (seed + 1000·k) and
+    initialisation, all on one vocabulary, each with its own checkpoints under ``member-k`` — and
+    save the model that averages their logits to ``out_dir/best``."""
+    import torch
+
+    from .ngram import ensemble_of
+
+    summaries, nets, n_train = [], [], 0
+    traces = None
+    for k in range(cfg.ensemble):
+        seed = cfg.seed + 1000 * k
+        if k == 0:
+            sample, model = train, first
+        else:
+            if traces is None:
+                traces = load_traces(splits / "train.jsonl")
+            sample = sample_examples(traces, max_examples=cfg.train_examples, seed=seed + 100,
+                                     failure_fraction=cfg.failure_fraction,
+                                     post_failure=cfg.post_failure)  # type: ignore[arg-type]
+            torch.manual_seed(seed)
+            model = student_model(cfg, tok)
+        log.info("ensemble member %d/%d: %d examples, seed %d", k + 1, cfg.ensemble, len(sample), seed)
+        summaries.append(fit(model, tok, sample, val, replace(settings, seed=seed), out_dir / f"member-{k}"))
+        nets.append(load_classifier(out_dir / f"member-{k}" / BEST))
+        n_train += len(sample)
+    best_dir = out_dir / BEST
+    if best_dir.exists():
+        shutil.rmtree(best_dir)
+    ensemble_of(nets).save_pretrained(best_dir)
+    summary = {"members": summaries, "steps": sum(int(m["steps"]) for m in summaries),
+               "seconds": round(sum(float(m["seconds"]) for m in summaries), 1)}
+    return summary, n_train
+
+
 def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Path, *,
         model_version: str = "student-1", soft_examples: int | None = None) -> dict[str, Any]:
     """The whole student stage; returns the calibration summary it writes to ``out_dir/best``."""
@@ -170,20 +206,29 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
         max_pos_weight=cfg.max_pos_weight, eval_every=cfg.eval_every, patience=cfg.patience,
         seed=cfg.seed, max_minutes=cfg.max_minutes, soft_weight=cfg.soft_weight if soft is not None else 0.0,
     )
-    summary = fit(model, tok, train, val, settings, out_dir, soft=soft)
+    members = cfg.ensemble if cfg.arch == "ngram" else 1
+    if members > 1 and (soft is not None or init is not None):
+        raise InputError("an ensemble of n-gram students trains from scratch on the ground truth: set "
+                         "ensemble: 1 with a teacher or init_from", path="params.yaml:ensemble")
+    if members <= 1:
+        summary: dict[str, Any] = fit(model, tok, train, val, settings, out_dir, soft=soft)
+        n_train = len(train)
+    else:
+        summary, n_train = _fit_ensemble(cfg, splits, model, tok, train, val, settings, out_dir)
     best = load_classifier(out_dir / BEST)
     logits = predict_logits(best, tok, [e.text for e in val])
     info = calibrate(logits, targets_matrix(val))
     save_tokenizer(tok, out_dir / BEST / "tokenizer.json", cfg.max_length)
     info.update({
         "labels": list(LABELS),
-        "model_name": (f"student n-gram net ({best.config.dim}-d, {best.config.buckets} bigram buckets, "
-                       f"hidden {best.config.hidden}), own WordPiece vocabulary" if cfg.arch == "ngram" else
+        "model_name": (f"student n-gram net{f' ensemble of {members}' if members > 1 else ''} ({cfg.dim}-d, "
+                       f"{cfg.buckets} bigram buckets, hidden {cfg.hidden}), own WordPiece vocabulary"
+                       if cfg.arch == "ngram" else
                        f"student BERT {best.config.num_hidden_layers}x{best.config.hidden_size}, "
                        "own WordPiece vocabulary"),
         "init_from": cfg.init_from,
         "model_version": model_version, "max_length": cfg.max_length,
-        "representation": DEFAULT_CONFIG.to_dict(), "train_examples": len(train), "val_examples": len(val),
+        "representation": DEFAULT_CONFIG.to_dict(), "train_examples": n_train, "ensemble": members, "val_examples": len(val),
         "soft_examples": 0 if soft is None else int(n_soft), "training": summary,
         "distill": {k: v for k, v in replace(cfg).__dict__.items()},
     })

@@ -71,6 +71,17 @@ def segments(input_ids: torch.Tensor, marker_ids: list[int]) -> torch.Tensor:
     return torch.where(p > 1, zero + 4, seg)
 
 
+def _init(module: nn.Module) -> None:
+    if isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=0.1)
+    elif isinstance(module, nn.Linear):
+        nn.init.xavier_uniform_(module.weight)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
 class NgramForSequenceClassification(PreTrainedModel):  # type: ignore[no-untyped-call]
     config_class = NgramConfig
     base_model_prefix = "ngram"
@@ -88,14 +99,7 @@ class NgramForSequenceClassification(PreTrainedModel):  # type: ignore[no-untype
         self.post_init()  # type: ignore[no-untyped-call]
 
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=0.1)
-        elif isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+        _init(module)
 
     @staticmethod
     def _pool(emb: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -128,7 +132,58 @@ class NgramForSequenceClassification(PreTrainedModel):  # type: ignore[no-untype
         return SequenceClassifierOutput(logits=logits)
 
 
+class NgramEnsembleConfig(PretrainedConfig):  # type: ignore[no-untyped-call]
+    model_type = "triage-ngram-ensemble"
+
+    def __init__(self, member: dict[str, Any] | None = None, members: int = 1, **kwargs: Any) -> None:
+        self.member = dict(member or {})
+        self.members = members
+        super().__init__(**kwargs)
+
+
+class NgramEnsembleForSequenceClassification(PreTrainedModel):  # type: ignore[no-untyped-call]
+    """``members`` n-gram nets trained apart (other seeds, other samples, one vocabulary); the logits
+    are their mean. One training run of the n-gram net moves the held-out-family macro-F1 by several
+    points (0.71–0.81 over three seeds); the mean of three is steadier and better than their mean."""
+
+    config_class = NgramEnsembleConfig
+    base_model_prefix = "ngram_ensemble"
+    _no_split_modules: list[str] = []
+
+    def __init__(self, config: NgramEnsembleConfig) -> None:
+        super().__init__(config)
+        member = NgramConfig.from_dict(config.member)
+        self.nets = nn.ModuleList([NgramForSequenceClassification(member) for _ in range(config.members)])
+        self.post_init()  # type: ignore[no-untyped-call]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        _init(module)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                **kwargs: Any) -> SequenceClassifierOutput:
+        logits = torch.stack([net(input_ids=input_ids, attention_mask=attention_mask).logits
+                              for net in self.nets]).mean(dim=0)
+        return SequenceClassifierOutput(logits=logits)
+
+
+def ensemble_of(members: list[NgramForSequenceClassification]) -> NgramEnsembleForSequenceClassification:
+    """One model whose logits are the mean of ``members``' (same configuration, same vocabulary)."""
+    first = members[0].config
+    conf = NgramEnsembleConfig(member=first.to_dict(), members=len(members), num_labels=first.num_labels,
+                               problem_type=first.problem_type, id2label=first.id2label,
+                               label2id=first.label2id, pad_token_id=first.pad_token_id)
+    model = NgramEnsembleForSequenceClassification(conf)
+    for net, member in zip(model.nets, members, strict=True):
+        net.load_state_dict(member.state_dict())
+    model.train(False)
+    return model
+
+
 AutoConfig.register(NgramConfig.model_type, NgramConfig)
 AutoModelForSequenceClassification.register(NgramConfig, NgramForSequenceClassification)
+AutoConfig.register(NgramEnsembleConfig.model_type, NgramEnsembleConfig)
+AutoModelForSequenceClassification.register(NgramEnsembleConfig, NgramEnsembleForSequenceClassification)
 
-__all__ = ["MARKERS", "NgramConfig", "NgramForSequenceClassification", "segments"]
+__all__ = ["MARKERS", "NgramConfig", "NgramEnsembleConfig", "NgramEnsembleForSequenceClassification",
+           "NgramForSequenceClassification", "ensemble_of", "segments"]
