@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -186,6 +187,10 @@ _LONG_ARG = 60  # a call's string argument longer than this is code or a query, 
 _GROUNDED_KINDS = frozenset({StepKind.LLM_OUTPUT, StepKind.LLM_REASONING, StepKind.FINAL_OUTPUT,
                              StepKind.TOOL_CALL})
 _COUNT_WORDS = ("none", "one", "two", "three")
+
+
+def _count_word(n: int) -> str:
+    return _COUNT_WORDS[n] if n < len(_COUNT_WORDS) else "many"
 
 
 def _numbers(text: str) -> list[str]:
@@ -474,7 +479,7 @@ class _Sources:
             if step.kind is StepKind.ERROR:
                 self.last_tool = "provider error"
 
-    def line(self, step: Step, limit: int, tools: dict[str, ToolDefinition] | None = None) -> str:
+    def line(self, step: Step, limit: int, tools: dict[str, ToolDefinition]) -> str:
         groups: dict[str, list[str]] = {"new": [], "from goal": [], "from results": [], "said before": []}
         for value in _claims(step):
             key = _key(value)
@@ -487,19 +492,19 @@ class _Sources:
             else:
                 groups["new"].append(value)
         new = groups["new"]
-        count = _COUNT_WORDS[len(new)] if len(new) < len(_COUNT_WORDS) else "many"
         parts = [f"after {self.last_tool}"]
         if step.kind is StepKind.TOOL_CALL:
-            parts.append(_args_check(step, tools or {}))
-        parts.append(f"new {count}" + (": " + " ".join(new[:limit]) if new else ""))
+            parts.append(_args_check(step, tools))
+        parts.append(f"new {_count_word(len(new))}" + (": " + " ".join(new[:limit]) if new else ""))
         parts += [f"{name}: {' '.join(vals[:limit])}" for name, vals in groups.items() if name != "new" and vals]
+        body = _body(step)
         if self.constraint:
-            body = _body(step).lower()
-            missing = [k for k in self.constraint if k not in body]
-            word = _COUNT_WORDS[len(missing)] if len(missing) < len(_COUNT_WORDS) else "many"
-            parts.append(f"constraint missing {word}" + (": " + " ".join(missing[:limit]) if missing else ""))
+            lowered = body.lower()
+            missing = [k for k in self.constraint if k not in lowered]
+            parts.append(f"constraint missing {_count_word(len(missing))}"
+                         + (": " + " ".join(missing[:limit]) if missing else ""))
         if self.limit is not None:
-            verdict = limit_check(self.limit, _body(step), self.goal)
+            verdict = limit_check(self.limit, body, self.goal)
             if verdict is not None:
                 parts.append(verdict)
         return "[grounding] " + " · ".join(parts)
@@ -518,53 +523,53 @@ def step_text(trace: Trace, index: int, config: RepresentationConfig = DEFAULT_C
     """
     if not 0 <= index < len(trace.steps):
         raise InputError(f"step index {index} is outside a trace of {len(trace.steps)} steps", path="step")
-    step = trace.steps[index]
-    key = _call_key(step)
-    repeats = 0
-    if key is not None:
-        repeats = sum(1 for s in trace.steps[:index] if s.kind is step.kind and _call_key(s) == key)
-    sources: _Sources | None = None
-    if config.version != "rep-v1" and step.kind in _GROUNDED_KINDS:
-        sources = _Sources()
-        for earlier in trace.steps[:index]:
-            sources.add(earlier)
-    return _text(trace, index, config, repeats, sources)
+    return _texts(trace, config, index, index + 1)[0]
 
 
-def _text(trace: Trace, index: int, config: RepresentationConfig, repeats: int, sources: _Sources | None) -> str:
+def trace_texts(trace: Trace, config: RepresentationConfig = DEFAULT_CONFIG, *, start: int = 0) -> list[str]:
+    """:func:`step_text` for the steps of ``trace`` from ``start`` on, in order (one pass: what earlier
+    steps say is collected once, not once per step)."""
+    return _texts(trace, config, start, len(trace.steps))
+
+
+def _texts(trace: Trace, config: RepresentationConfig, start: int, stop: int) -> list[str]:
+    """The texts of ``steps[start:stop]`` in one pass over ``steps[:stop]``, reading of the earlier
+    steps only what those texts need: call keys of the kinds that count repeats, sources for the
+    grounding line when one of them has it."""
+    targets = trace.steps[start:stop]
+    counted = {s.kind for s in targets if s.kind in (StepKind.TOOL_CALL, StepKind.TOOL_RESULT)}
+    grounded = config.version != "rep-v1" and any(s.kind in _GROUNDED_KINDS for s in targets)
+    tools = {t.name: t for t in trace.tools} if grounded else {}
+    seen: Counter[tuple[StepKind, str]] = Counter()
+    sources = _Sources()
+    out = []
+    for i, step in enumerate(trace.steps[:stop]):
+        key = _call_key(step) if step.kind in counted else None
+        if i >= start:
+            repeats = seen[(step.kind, key)] if key is not None else 0
+            use = sources if grounded and step.kind in _GROUNDED_KINDS else None
+            out.append(_text(trace, i, config, repeats, use, tools))
+        if key is not None:
+            seen[(step.kind, key)] += 1
+        if grounded:
+            sources.add(step)
+    return out
+
+
+def _text(trace: Trace, index: int, config: RepresentationConfig, repeats: int, sources: _Sources | None,
+          tools: dict[str, ToolDefinition]) -> str:
     step = trace.steps[index]
     first = max(0, index - config.context_steps)
     prevs = ["[prev] " + _line(p, config.context_chars) for p in reversed(trace.steps[first:index])]
     lines = [_line(step, config.step_chars, repeats)]
     if sources is not None:
-        lines.append(sources.line(step, config.grounding_tokens, {t.name: t for t in trace.tools}))
+        lines.append(sources.line(step, config.grounding_tokens, tools))
     lines.extend(prevs[:1])
     goal = _goal(trace, index)
     if goal:
         lines.append("[goal] " + clip(goal, config.goal_chars))
     lines.extend(prevs[1:])
     return "\n".join(lines)
-
-
-def trace_texts(trace: Trace, config: RepresentationConfig = DEFAULT_CONFIG, *, start: int = 0) -> list[str]:
-    """:func:`step_text` for the steps of ``trace`` from ``start`` on, in order (one pass: what earlier
-    steps say is collected once, not once per step)."""
-    from collections import Counter
-
-    seen: Counter[tuple[StepKind, str]] = Counter()
-    sources = _Sources()
-    grounded = config.version != "rep-v1"
-    out = []
-    for i, step in enumerate(trace.steps):
-        key = _call_key(step)
-        if i >= start:
-            repeats = seen[(step.kind, key)] if key is not None else 0
-            use = sources if grounded and step.kind in _GROUNDED_KINDS else None
-            out.append(_text(trace, i, config, repeats, use))
-        if key is not None:
-            seen[(step.kind, key)] += 1
-        sources.add(step)
-    return out
 
 
 __all__ = [
