@@ -231,3 +231,14 @@ def test_ngram_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
     np.testing.assert_allclose(sess.run(["logits"], feeds)[0], got.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_ngram_ensemble_with_a_teacher_is_refused_before_any_work(tmp_path: Path) -> None:
+    from model.classifier import distill
+    from model.classifier.config import DistillConfig
+    from model.errors import InputError
+
+    cfg = DistillConfig.from_dict({"arch": "ngram", "ensemble": 3, "soft_weight": 0.2, "soft_examples": 100})
+    # no splits exist: the refusal must come before anything is read or trained
+    with pytest.raises(InputError, match="ensemble of n-gram students trains from scratch"):
+        distill.run(cfg, tmp_path / "no-splits", tmp_path / "teacher", tmp_path / "out")

@@ -99,8 +99,8 @@ def student_model(cfg: DistillConfig, tok: Any) -> Any:
     return BertForSequenceClassification(conf)
 
 
-def _fit_ensemble(cfg: DistillConfig, splits: Path, first: Any, tok: Any, train: list[Any], val: list[Any],
-                  settings: LoopSettings, out_dir: Path) -> tuple[dict[str, Any], int]:
+def _fit_ensemble(cfg: DistillConfig, traces: list[Any], first: Any, tok: Any, train: list[Any],
+                  val: list[Any], settings: LoopSettings, out_dir: Path) -> tuple[dict[str, Any], int]:
     """Train ``cfg.ensemble`` n-gram nets apart — member k on its own sample (seed + 1000·k) and
     initialisation, all on one vocabulary, each with its own checkpoints under ``member-k`` — and
     save the model that averages their logits to ``out_dir/best``."""
@@ -109,14 +109,11 @@ def _fit_ensemble(cfg: DistillConfig, splits: Path, first: Any, tok: Any, train:
     from .ngram import ensemble_of
 
     summaries, nets, n_train = [], [], 0
-    traces = None
     for k in range(cfg.ensemble):
         seed = cfg.seed + 1000 * k
         if k == 0:
             sample, model = train, first
         else:
-            if traces is None:
-                traces = load_traces(splits / "train.jsonl")
             sample = sample_examples(traces, max_examples=cfg.train_examples, seed=seed + 100,
                                      failure_fraction=cfg.failure_fraction,
                                      post_failure=cfg.post_failure)  # type: ignore[arg-type]
@@ -143,10 +140,19 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
     setup_logging(out_dir)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
+    n_soft = cfg.soft_examples if soft_examples is None else soft_examples
+    wants_soft = teacher_dir is not None and cfg.soft_weight > 0 and n_soft > 0
+    members = cfg.ensemble if cfg.arch == "ngram" else 1
+    if members > 1 and (wants_soft or cfg.init_from):
+        raise InputError("an ensemble of n-gram students trains from scratch on the ground truth: set "
+                         "ensemble: 1 with a teacher or init_from", path="params.yaml:ensemble")
     t0 = time.perf_counter()
-    train = sample_examples(load_traces(splits / "train.jsonl"), max_examples=cfg.train_examples,
+    traces = load_traces(splits / "train.jsonl")
+    train = sample_examples(traces, max_examples=cfg.train_examples,
                             seed=cfg.seed + 100, failure_fraction=cfg.failure_fraction,
                             post_failure=cfg.post_failure)  # type: ignore[arg-type]
+    train_traces = traces if members > 1 else []  # the other ensemble members sample from them
+    del traces
     val = sample_examples(load_traces(splits / "val.jsonl"), max_examples=cfg.val_examples,
                           seed=cfg.seed + 101, failure_fraction=cfg.val_failure_fraction,
                           post_failure=cfg.post_failure)  # type: ignore[arg-type]
@@ -178,8 +184,8 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
              unk_rate(tok, en), unk_rate(tok, zh))
 
     soft: np.ndarray | None = None
-    n_soft = cfg.soft_examples if soft_examples is None else soft_examples
-    if teacher_dir is not None and cfg.soft_weight > 0 and n_soft > 0:
+    if wants_soft:
+        assert teacher_dir is not None
         soft_path = out_dir / "teacher-probs.npy"
         n_soft = min(n_soft, len(texts))
         if soft_path.exists() and np.load(soft_path).shape == (n_soft, len(LABELS)):
@@ -206,15 +212,11 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
         max_pos_weight=cfg.max_pos_weight, eval_every=cfg.eval_every, patience=cfg.patience,
         seed=cfg.seed, max_minutes=cfg.max_minutes, soft_weight=cfg.soft_weight if soft is not None else 0.0,
     )
-    members = cfg.ensemble if cfg.arch == "ngram" else 1
-    if members > 1 and (soft is not None or init is not None):
-        raise InputError("an ensemble of n-gram students trains from scratch on the ground truth: set "
-                         "ensemble: 1 with a teacher or init_from", path="params.yaml:ensemble")
     if members <= 1:
         summary: dict[str, Any] = fit(model, tok, train, val, settings, out_dir, soft=soft)
         n_train = len(train)
     else:
-        summary, n_train = _fit_ensemble(cfg, splits, model, tok, train, val, settings, out_dir)
+        summary, n_train = _fit_ensemble(cfg, train_traces, model, tok, train, val, settings, out_dir)
     best = load_classifier(out_dir / BEST)
     logits = predict_logits(best, tok, [e.text for e in val])
     info = calibrate(logits, targets_matrix(val))
