@@ -4,10 +4,10 @@ This is the ONE function training and serving share (:func:`step_text`). Its set
 exported artefact's metadata (:meth:`RepresentationConfig.to_dict`), and serving refuses an
 artefact whose representation version it does not know, so training and serving cannot drift apart.
 
-Layout of a text (version ``rep-v2``)::
+Layout of a text (version ``rep-v3``)::
 
     <kind> [@speaker] [tool] [status] [repeat N] : <step content, head … tail>
-    [grounding] after tool <last result's status> [empty] · [args: <schema check>] · new <n>: v v · from goal: v · from results: v · said before: v
+    [grounding] after tool <last result's status> [empty] · [args: <schema check>] · new figures <n>: v v · new names <n>: v · from goal: v · from results: v · said before: v · computed: v · goal terms <n> · constraint … · limit …
     [prev] <the step before>
     [goal] <the first user input>
     [prev] <the one before that> …
@@ -30,18 +30,33 @@ tool's JSON Schema when the trace declares its tools (``args: fit schema``, ``ar
 ``args: missing required property 'city'`` …). It reads nothing after the step, like the rest of
 the text.
 
+``rep-v3`` adds (each measured on the held-out task families, docs/classifier.md):
+
+* ``computed``: a figure that is not in any earlier step but is one step of arithmetic away from
+  the numbers of the results and the goal (a sum, a difference, a ratio, a per cent, °C→°F) is not
+  ``new``; new figures and new names are counted apart (one made-up total among grounded figures);
+* ``goal terms <n>`` (answers and messages): how many of the goal's content words, numbers and
+  Chinese character pairs the step mentions — an answer to another question mentions none;
+* limits read more carefully (Chinese "not before", "nothing after", a per-night limit against a
+  total for several nights, sample sizes are no years) and ``choice limit kept|broken`` for a call
+  that names a record of an earlier result (the hotel id whose price is over the budget);
+* ``calls kept constraint`` / ``calls dropped constraint: k`` (answers and messages): whether the
+  earlier calls that act on the goal's values carried the goal's constraint;
+* a table result whose rows are empty is ``empty`` even with its column names.
+
 >>> from model.schema import Step, Trace
 >>> t = Trace(steps=[Step(kind="user_input", content="Find flights to Oslo"),
 ...                  Step(kind="llm_output", content="Here are some hotels in Rome.", source_index=1)])
 >>> print(step_text(t, 1))
 llm_output : Here are some hotels in Rome.
-[grounding] after no tool · new one: Rome
+[grounding] after no tool · new figures none · new names one: Rome · goal terms none
 [prev] user_input : Find flights to Oslo
 [goal] Find flights to Oslo
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -52,9 +67,10 @@ from typing import Any
 from model.errors import InputError
 from model.schema import Step, StepKind, StepStatus, ToolDefinition, Trace
 
-REPRESENTATION_VERSION = "rep-v2"
-#: ``rep-v1``: no grounding line (artefacts trained with it still load and score the same way).
-KNOWN_VERSIONS = ("rep-v1", REPRESENTATION_VERSION)
+REPRESENTATION_VERSION = "rep-v3"
+#: ``rep-v1``: no grounding line; ``rep-v2``: no ``computed`` values, no ``goal terms``, the first
+#: limit rules (artefacts trained with either still load and score the same way).
+KNOWN_VERSIONS = ("rep-v1", "rep-v2", REPRESENTATION_VERSION)
 
 
 @dataclass(frozen=True)
@@ -262,6 +278,17 @@ def _arg_values(value: Any) -> list[str]:
     return checkable_values(text) if len(text) <= _LONG_ARG else []
 
 
+def _call_strings(step: Step) -> list[str]:
+    """A call's short string arguments (ids, names), top level and in lists."""
+    args = step.tool_args if isinstance(step.tool_args, dict) else {}
+    out = []
+    for value in args.values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and 3 <= len(item) <= _LONG_ARG:
+                out.append(item)
+    return out[:16]
+
+
 def _claims(step: Step) -> list[str]:
     if step.kind is StepKind.TOOL_CALL:
         if step.tool_args is not None:
@@ -277,7 +304,10 @@ def _key(value: str) -> str:
 _EMPTY_OUTPUT = re.compile(r"(?:stdout|output|result|results)\s*[:=]\s*(?:0\s+nan|nan|none|null|\[\]|\{\})?\s*$", re.I)
 
 
-def _empty_json(value: Any) -> bool:
+_HEADER_KEYS = frozenset(["columns", "column_names", "fields", "headers", "header", "schema", "keys"])
+
+
+def _empty_json(value: Any, headers: bool = False) -> bool:
     lists = []
     nulls = False
 
@@ -286,9 +316,11 @@ def _empty_json(value: Any) -> bool:
         if depth > 6:
             return
         if isinstance(v, dict):
-            for item in v.values():
+            for key, item in v.items():
                 if item is None:
                     nulls = True
+                if headers and isinstance(key, str) and key.lower() in _HEADER_KEYS:
+                    continue  # a table's column names are no data
                 walk(item, depth + 1)
         elif isinstance(v, list):
             lists.append(v)
@@ -302,20 +334,25 @@ def _empty_json(value: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=16384)
-def looks_empty(content: str) -> bool:
+def looks_empty(content: str, headers: bool = False) -> bool:
     """Whether a successful tool result carries no data: every list in its JSON is empty (or holds
     only nulls), or with no list a field is null; a text output that ends at its ``stdout:`` label.
 
     >>> [looks_empty(x) for x in ('{"results": [], "total": 0}', '{"rows": [[null]], "row_count": 1}',
     ...  '{"order": null, "message": "no order 88"}', 'exit_code=0\\nstdout:\\n', '{"slots": ["09:00"]}', "42")]
     [True, True, True, True, False, False]
+
+    With ``headers`` (``rep-v3``) the column names of a table are not data:
+
+    >>> looks_empty('{"columns": ["sum"], "rows": [[null]]}'), looks_empty('{"columns": ["sum"], "rows": [[null]]}', True)
+    (False, True)
     """
     text = content.strip()
     if not text:
         return True
     if text[0] in "[{":
         try:
-            return _empty_json(json.loads(text))
+            return _empty_json(json.loads(text), headers)
         except (ValueError, RecursionError):
             return False
     return bool(_EMPTY_OUTPUT.search(text[-200:]))
@@ -353,7 +390,7 @@ _FILLER = frozenset(["please", "must", "only", "not", "never", "don't", "exclude
 _CJK = re.compile(r"[\u3400-\u9fff]+")
 
 
-def constraint_keys(goal: str) -> list[str]:
+def constraint_keys(goal: str, *, v3: bool = False) -> list[str]:
     """What a stated constraint of the goal hinges on: the numbers, the longer Latin words (their
     first five letters) and the Chinese character pairs of each clause that carries a cue word
     ("only", "exclude", "no more than", "before", 不超过, 去掉 …), cue words themselves left out.
@@ -370,7 +407,7 @@ def constraint_keys(goal: str) -> list[str]:
         for number in _numbers(clause):
             keys.setdefault(number, None)
         for word in _WORD.findall(clause):
-            if len(word) >= 4 and word.lower() not in _FILLER:
+            if len(word) >= 4 and word.lower() not in _FILLER and not (v3 and word.lower() in _STOP):
                 keys.setdefault(word.lower()[:5], None)
         for run in _CJK.findall(clause):
             for cue in _CUES_ZH:
@@ -453,28 +490,257 @@ def limit_check(limit: tuple[str, str, float], text: str, goal_values: set[str])
     return "limit broken" if broken else "limit kept"
 
 
+# ---- rep-v3: computed values, goal terms, limits read more carefully -------------------------------
+
+_ANY_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])-?\d+(?:,\d{3})*(?:\.\d+)?")
+_SAMPLE_SIZE = re.compile(r"\b[nN]\s*=\s*[\d,]+|样本\s*[\d,]+")
+_COUNTED = re.compile(r"(\d{1,2})\s*(?:-\s*)?(?:nights?|days?|people|persons?|guests?|months?|晚|天|人|个月)", re.I)
+_POOL_SIZE = 48  # numbers kept for derivations (the most recent), so a long run stays cheap
+_CONSTANTS = (12.0, 24.0, 60.0, 100.0, 1000.0)
+
+
+def pool_numbers(text: str) -> list[float]:
+    """Every number of ``text`` as a float (small ones too: counts, nights, months), times left out."""
+    out = []
+    for m in _ANY_NUMBER.finditer(_TIME.sub(" ", text[:_SCAN_CHARS])):
+        value = _as_float(m.group().replace(",", ""))
+        if value is not None:
+            out.append(value)
+    return out[:64]
+
+
+@functools.lru_cache(maxsize=64)
+def _derivations(pool: tuple[float, ...]) -> tuple[Any, Any]:
+    """Sorted values one step of arithmetic away from ``pool``: (all of them, those for short claims).
+
+    Short claims (under three significant digits) are matched only by conversions and by products
+    with a constant (°C→°F, per cent, per month …): a pair of small numbers adds or divides to
+    almost any small number by chance."""
+    import numpy as np
+
+    p = np.asarray(pool, dtype=np.float64)
+    c = np.asarray(_CONSTANTS)
+    unary = [p * 1.8 + 32, (p - 32) / 1.8, np.outer(p, c).ravel(), (p[:, None] / c).ravel()]
+    a, b = p[:, None], p[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        binary = [(a + b).ravel(), np.abs(a - b).ravel(), (a * b).ravel(), (a / b).ravel(), (a * b * 12).ravel(),
+                  (a / b * 100).ravel()]
+    short = np.unique(np.concatenate(unary))
+    every = np.concatenate([short, *binary])
+    every = np.unique(every[np.isfinite(every)])
+    return every, short[np.isfinite(short)]
+
+
+def derived(claim: str, pool: tuple[float, ...]) -> bool:
+    """Whether the number ``claim`` is one step of arithmetic away from the numbers of ``pool``
+    (sum, difference, product, ratio, per cent, a unit conversion), to the claim's own precision.
+
+    >>> derived("534264", (2968.13, 15.0)), derived("715483", (1222712.0, 68077.0, 63756.0))
+    (True, False)
+    """
+    import numpy as np
+
+    value = _as_float(claim)
+    if value is None or not pool:
+        return False
+    every, short = _derivations(pool)
+    digits = claim.replace(".", "").lstrip("0")
+    table = every if len(digits) >= 3 else short
+    decimals = len(claim.split(".")[1]) if "." in claim else 0
+    tol = max(abs(value) * 2e-5, 0.5 * 10.0 ** -decimals)
+    i = int(np.searchsorted(table, value - tol))
+    return bool(i < len(table) and table[i] <= value + tol)
+
+
+_STOP = frozenset(["should", "would", "could", "count", "counted", "counts", "need", "want", "make", "sure",
+                   "also", "them", "their", "there", "these", "those", "which", "what", "when", "where", "will",
+                   "into", "have", "does", "keep", "just", "like", "less", "even", "then", "your", "yours",
+                   "mine", "some", "each", "every", "much", "many", "please", "thanks", "thank", "here", "give",
+                   "tell", "show", "find", "list", "know", "help", "about", "again", "other", "want", "with",
+                   "from", "that", "this", "than", "more", "most", "only", "must", "never", "before", "after"])
+
+
+def goal_terms(goal: str) -> frozenset[str]:
+    """What an answer to ``goal`` would mention: its longer Latin words (first five letters), its
+    numbers, its Chinese character pairs."""
+    terms = {w.lower()[:5] for w in _WORD.findall(goal) if len(w) >= 4 and w.lower() not in _STOP
+             and w.lower() not in _FILLER}
+    terms |= {"#" + n for n in _numbers(goal)}
+    for run in _CJK.findall(goal):
+        terms |= {run[k: k + 2] for k in range(len(run) - 1)}
+    return frozenset(terms)
+
+
+def goal_coverage(terms: frozenset[str], text: str) -> int:
+    """How many of the goal's ``terms`` ``text`` mentions."""
+    words = {w.lower()[:5] for w in _WORD.findall(text)} | {"#" + n for n in _numbers(text)}
+    return sum(1 for t in terms if (t in words if t[0].isascii() else t in text))
+
+
+_MIN_CUES_V3 = re.compile(
+    r"\b(?:or later|or after|since|after|at least|minimum|not? earlier than)\b|"
+    r"\b(?:nothing|no|not|never|ignore|exclude|avoid|don't)\b[^.;]*\bbefore\b|"
+    r"(?:之前|以前)(?:不行|不可以|不要|不方便|不能)|(?:不要|别|不能)[^。；]*(?:之前|以前)|不早于|最早|以后|之后|以上|至少", re.I)
+_MAX_CUES_V3 = re.compile(
+    r"\b(?:no more than|at most|under|below|max|maximum|caps?|capped|budget|up to|cheaper than)\b|"
+    r"\b(?:ignore|exclude|drop|remove|discard)\b[^.;]*\b(?:above|over)\b|"
+    r"\b(?:nothing|no|not|never|avoid|don't)\b[^.;]*\bafter\b|"
+    r"(?:之后|以后)(?:不行|不可以|不要|不方便|不能)|(?:不要|别|不能)[^。；]*(?:之后|以后)|不晚于|最晚|"
+    r"不超过|以内|以下|最多|上限|大于|超过", re.I)
+_PER_UNIT = re.compile(r"\b(?:per|a|each|every)\s+(?:night|day|person|month|item|unit)\b|/\s*(?:night|day|person)|"
+                       r"每晚|每天|每人|每月|每件|一晚", re.I)
+
+
+def goal_limit_v3(goal: str) -> tuple[str, str, float, bool] | None:
+    """As :func:`goal_limit`, read more carefully (``rep-v3``): Chinese "not before/after" phrasings
+    (上午10点之前不行, 不晚于…), "nothing after", a date that merely starts a stay (…日起) is no
+    limit; the fourth item says the limit is per unit (per night, 每晚 …).
+
+    >>> goal_limit_v3("请不要安排在10点以前。"), goal_limit_v3("Max €267.00/night.")
+    (('min', 'hour', 10.0, False), ('max', 'amount', 267.0, True))
+    """
+    for clause in _CLAUSE_END.split(goal):
+        lo, hi = _MIN_CUES_V3.search(clause), _MAX_CUES_V3.search(clause)
+        if lo and hi:  # the more specific phrase wins ("nothing after 5pm" also has "after")
+            direction = "min" if len(lo.group()) > len(hi.group()) else "max"
+        elif lo or hi:
+            direction = "min" if lo else "max"
+        else:
+            continue
+        per_unit = bool(_PER_UNIT.search(clause))
+        hours = _hours(clause)
+        if hours:
+            return direction, "hour", hours[0], False
+        for number in _numbers(clause):
+            value = _as_float(number)
+            if value is None:
+                continue
+            unit = "year" if value.is_integer() and 1900 <= value <= 2100 else "amount"
+            return direction, unit, value, per_unit
+    return None
+
+
+def limit_check_v3(limit: tuple[str, str, float, bool], text: str, goal_values: set[str],
+                   counts: tuple[float, ...]) -> str | None:
+    """As :func:`limit_check` (``rep-v3``): a sample size (``n=1994``) is no year; a total within a
+    per-unit limit times a count the goal states (3 nights) keeps it."""
+    direction, unit, bound, per_unit = limit
+    text = _SAMPLE_SIZE.sub(" ", text)
+    within = 0
+    if per_unit and direction == "max" and counts:
+        # a total for several nights is checked per night
+        def per(m: re.Match[str]) -> str:
+            nonlocal within
+            value = _as_float((m.group(1) or m.group(2)).replace(",", ""))
+            if value is None or not any(value / k <= bound for k in counts if k > 1):
+                return m.group()
+            within += 1
+            return " "
+        text = _TOTAL.sub(per, text)
+    verdict = limit_check((direction, unit, bound), text, goal_values)
+    return "limit kept" if verdict is None and within else verdict
+
+
+_TOTAL = re.compile(r"(?:total|总价|总共|合计|总额)\W{0,12}?(\d[\d,]*(?:\.\d+)?)|(\d[\d,]*(?:\.\d+)?)\W{0,3}(?:in )?total",
+                    re.I)
+
+
+def _records(value: Any, out: dict[str, str], depth: int = 0) -> None:
+    """Index the objects of a JSON result by their short string values (ids, names): what a later
+    call that names one of them refers to."""
+    if depth > 4:
+        return
+    if isinstance(value, list):
+        for item in value[:50]:
+            _records(item, out, depth + 1)
+    elif isinstance(value, dict):
+        scalars = {k: v for k, v in value.items() if isinstance(v, str | int | float) and not isinstance(v, bool)}
+        if len(scalars) >= 2:
+            text = json.dumps(scalars, ensure_ascii=False)
+            for v in scalars.values():
+                if isinstance(v, str) and 3 <= len(v) <= _LONG_ARG:
+                    out[v.lower()] = text
+        for v in value.values():
+            if isinstance(v, list | dict):
+                _records(v, out, depth + 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def result_records(content: str) -> dict[str, str]:
+    """:func:`_records` of a tool result's JSON (empty when it is no JSON)."""
+    text = content.strip()
+    out: dict[str, str] = {}
+    if text[:1] in ("[", "{"):
+        with contextlib.suppress(ValueError, RecursionError):
+            _records(json.loads(text), out)
+    return out
+
+
+_UNIT_WORDS = (("°f", " fahrenheit"), ("℉", " fahrenheit"), ("°c", " celsius"), ("℃", " celsius"),
+               ("华氏", " fahrenheit"), ("摄氏", " celsius"))
+
+
+def _with_unit_words(lowered: str) -> str:
+    """``lowered`` with the names of the units its symbols stand for appended (°F → fahrenheit)."""
+    extra = [word for symbol, word in _UNIT_WORDS if symbol in lowered]
+    return lowered + "".join(extra)
+
+
 class _Sources:
     """The value tokens of the steps seen so far, by where they came from."""
 
-    def __init__(self) -> None:
+    def __init__(self, version: str = REPRESENTATION_VERSION) -> None:
+        self.v3 = version not in ("rep-v1", "rep-v2")
         self.results: set[str] = set()
         self.goal: set[str] = set()
         self.said: set[str] = set()
         self.last_tool: str = "no tool"
         self.constraint: list[str] = []
         self.limit: tuple[str, str, float] | None = None
+        # rep-v3
+        self.limit3: tuple[str, str, float, bool] | None = None
+        self.pool: list[float] = []
+        self.terms: frozenset[str] = frozenset()
+        self.counts: tuple[float, ...] = ()
+        self.records: dict[str, str] = {}
+        self.goal_values: set[str] = set()
+        self.goal_calls = 0  # calls that act on the goal's values (a city, a year, a name …)
+        self.dropped: dict[str, None] = {}  # constraint keys such a call left out
+
+    def _pool(self, text: str) -> None:
+        numbers = pool_numbers(text)
+        if len(numbers) > 1:
+            numbers += [sum(numbers), sum(numbers) / len(numbers)]
+        self.pool = list(dict.fromkeys([*self.pool, *numbers]))[-_POOL_SIZE:]
 
     def add(self, step: Step) -> None:
         if step.kind is StepKind.TOOL_RESULT:
             self.results |= value_tokens(step.content)
             status = step.status.value if step.status is not None else "ok"
-            empty = status == "ok" and looks_empty(step.content)
+            empty = status == "ok" and looks_empty(step.content, self.v3)
             self.last_tool = f"tool {status}" + (" empty" if empty else "")
+            if self.v3 and status == "ok":
+                self._pool(step.content)
+                self.records.update(result_records(step.content))
+                if len(self.records) > 2000:
+                    self.records = dict(list(self.records.items())[-1000:])
         elif step.kind is StepKind.USER_INPUT:
             self.goal |= value_tokens(step.content)
-            self.constraint = list(dict.fromkeys([*self.constraint, *constraint_keys(step.content)]))[:12]
+            self.constraint = list(dict.fromkeys([*self.constraint, *constraint_keys(step.content, v3=self.v3)]))[:12]
             self.limit = self.limit or goal_limit(step.content)
+            if self.v3:
+                self.limit3 = self.limit3 or goal_limit_v3(step.content)
+                self._pool(step.content)
+                self.terms = self.terms or goal_terms(step.content)
+                self.counts = self.counts or tuple(float(m.group(1)) for m in _COUNTED.finditer(step.content))
+                self.goal_values |= {_key(v) for v in checkable_values(step.content)}
         else:
+            if self.v3 and step.kind is StepKind.TOOL_CALL and self.constraint:
+                body = _body(step)
+                if {t.strip("'") for t in value_tokens(body)} & self.goal_values:  # 'APAC' in SQL
+                    self.goal_calls += 1
+                    lowered = _with_unit_words(body.lower())
+                    self.dropped.update(dict.fromkeys(k for k in self.constraint if k not in lowered))
             self.said |= value_tokens(_body(step))
             if step.kind is StepKind.ERROR:
                 self.last_tool = "provider error"
@@ -482,7 +748,7 @@ class _Sources:
     def line(self, step: Step, limit: int, tools: dict[str, ToolDefinition]) -> str:
         groups: dict[str, list[str]] = {"new": [], "from goal": [], "from results": [], "said before": []}
         for value in _claims(step):
-            key = _key(value)
+            key = _key(value.removesuffix("'s") if self.v3 else value)
             if key in self.results:
                 groups["from results"].append(value)
             elif key in self.goal:
@@ -492,21 +758,47 @@ class _Sources:
             else:
                 groups["new"].append(value)
         new = groups["new"]
+        if self.v3 and new:
+            pool = tuple(self.pool)
+            groups["computed"] = [v for v in new if v[0].isdigit() and ":" not in v and derived(v, pool)]
+            new = groups["new"] = [v for v in new if v not in groups["computed"]]
         parts = [f"after {self.last_tool}"]
         if step.kind is StepKind.TOOL_CALL:
             parts.append(_args_check(step, tools))
-        parts.append(f"new {_count_word(len(new))}" + (": " + " ".join(new[:limit]) if new else ""))
+        if self.v3:  # figures and names apart: one made-up total among grounded figures is the hard case
+            figures = [v for v in new if v[0].isdigit()]
+            names = [v for v in new if not v[0].isdigit()]
+            parts.append(f"new figures {_count_word(len(figures))}" + (": " + " ".join(figures[:limit]) if figures else ""))
+            if names:
+                parts.append(f"new names {_count_word(len(names))}: " + " ".join(names[:limit]))
+        else:
+            parts.append(f"new {_count_word(len(new))}" + (": " + " ".join(new[:limit]) if new else ""))
         parts += [f"{name}: {' '.join(vals[:limit])}" for name, vals in groups.items() if name != "new" and vals]
         body = _body(step)
+        if self.v3 and self.terms and step.kind in (StepKind.FINAL_OUTPUT, StepKind.LLM_OUTPUT):
+            parts.append(f"goal terms {_count_word(goal_coverage(self.terms, body))}")
         if self.constraint:
-            lowered = body.lower()
+            lowered = _with_unit_words(body.lower()) if self.v3 else body.lower()
             missing = [k for k in self.constraint if k not in lowered]
             parts.append(f"constraint missing {_count_word(len(missing))}"
                          + (": " + " ".join(missing[:limit]) if missing else ""))
-        if self.limit is not None:
+            if self.v3 and self.goal_calls and step.kind is not StepKind.TOOL_CALL:
+                dropped = list(self.dropped)
+                parts.append("calls dropped constraint: " + " ".join(dropped[:limit]) if dropped
+                             else "calls kept constraint")
+        verdict = None
+        if self.v3:
+            if self.limit3 is not None:
+                verdict = limit_check_v3(self.limit3, body, self.goal, self.counts)
+                if step.kind is StepKind.TOOL_CALL and self.records:
+                    chosen = [self.records[v.lower()] for v in _call_strings(step) if v.lower() in self.records]
+                    picked = [limit_check(self.limit3[:3], r, self.goal) for r in chosen[:4]]
+                    if "limit broken" in picked or "limit kept" in picked:
+                        parts.append("choice " + ("limit broken" if "limit broken" in picked else "limit kept"))
+        elif self.limit is not None:
             verdict = limit_check(self.limit, body, self.goal)
-            if verdict is not None:
-                parts.append(verdict)
+        if verdict is not None:
+            parts.append(verdict)
         return "[grounding] " + " · ".join(parts)
 
 
@@ -541,7 +833,7 @@ def _texts(trace: Trace, config: RepresentationConfig, start: int, stop: int) ->
     grounded = config.version != "rep-v1" and any(s.kind in _GROUNDED_KINDS for s in targets)
     tools = {t.name: t for t in trace.tools} if grounded else {}
     seen: Counter[tuple[StepKind, str]] = Counter()
-    sources = _Sources()
+    sources = _Sources(config.version)
     out = []
     for i, step in enumerate(trace.steps[:stop]):
         key = _call_key(step) if step.kind in counted else None
