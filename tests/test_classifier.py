@@ -48,7 +48,7 @@ def test_step_text_layout_is_exact() -> None:
     ])
     assert step_text(t, 4) == (
         "final_output : It is sunny.\n"
-        "[grounding] after tool error · new figures none · goal terms none\n"
+        "[grounding] after tool error · new figures none · goal terms none of two\n"
         "[prev] tool_result get_weather [error] : HTTP 500\n"
         "[goal] Weather in Oslo?\n"
         '[prev] tool_call get_weather : {"city":"Oslo"}\n'
@@ -79,14 +79,14 @@ def test_grounding_line_says_where_each_value_comes_from() -> None:
         "[grounding] after tool ok · new none · from goal: Oslo 12 · from results: SK4711 9:05 1249.5")
     assert step_text(grounded, 3).splitlines()[1] == (
         "[grounding] after tool ok · new figures none · from goal: Oslo 12 · from results: SK4711 9:05 1249.5"
-        " · goal terms three")
+        " · goal terms three of many")
     # the same answer after an empty result: its values come from nowhere
     empty = _trip(answer, '{"flights": []}')
     assert step_text(empty, 3, V2).splitlines()[1] == (
         "[grounding] after tool ok empty · new three: SK4711 9:05 1249.5 · from goal: Oslo 12")
     assert step_text(empty, 3).splitlines()[1] == (
         "[grounding] after tool ok empty · new figures two: 9:05 1249.5 · new names one: SK4711 · from goal: Oslo 12"
-        " · goal terms three")
+        " · goal terms three of many")
     # after an error
     failed = _trip(answer, "HTTP 503 Service Unavailable", status="error")
     assert step_text(failed, 3).splitlines()[1].startswith("[grounding] after tool error · new figures two:")
@@ -126,7 +126,7 @@ def test_rep_v3_goal_terms_tell_an_answer_to_another_question() -> None:
     goal = "Book a 45 min design review with Ana Silva on 4 May."
     on = _run(goal, [], "The design review with Ana Silva is booked for 4 May at 11:00.")
     off = _run(goal, [], "The incident retro is on the calendar for Sunday at 15:30.")
-    assert "goal terms three" in step_text(on, 1) and "goal terms none" in step_text(off, 1)
+    assert "goal terms three of many" in step_text(on, 1) and "goal terms none of many" in step_text(off, 1)
 
 
 def test_rep_v3_limits_read_more_carefully() -> None:

@@ -7,7 +7,7 @@ artefact whose representation version it does not know, so training and serving 
 Layout of a text (version ``rep-v3``)::
 
     <kind> [@speaker] [tool] [status] [repeat N] : <step content, head … tail>
-    [grounding] after tool <last result's status> [empty] · [args: <schema check>] · new figures <n>: v v · new names <n>: v · from goal: v · from results: v · said before: v · computed: v · goal terms <n> · constraint … · limit …
+    [grounding] after tool <last result's status> [empty] · [args: <schema check>] · new figures <n>: v v · new names <n>: v · from goal: v · from results: v · said before: v · computed: v · goal terms <n> of <m> · constraint … · limit …
     [prev] <the step before>
     [goal] <the first user input>
     [prev] <the one before that> …
@@ -35,7 +35,7 @@ the text.
 * ``computed``: a figure that is not in any earlier step but is one step of arithmetic away from
   the numbers of the results and the goal (a sum, a difference, a ratio, a per cent, °C→°F) is not
   ``new``; new figures and new names are counted apart (one made-up total among grounded figures);
-* ``goal terms <n>`` (answers and messages): how many of the goal's content words, numbers and
+* ``goal terms <n> of <m>`` (answers and messages): how many of the goal's content words, numbers and
   Chinese character pairs the step mentions — an answer to another question mentions none;
 * limits read more carefully (Chinese "not before", "nothing after", a per-night limit against a
   total for several nights, sample sizes are no years) and ``choice limit kept|broken`` for a call
@@ -49,7 +49,7 @@ the text.
 ...                  Step(kind="llm_output", content="Here are some hotels in Rome.", source_index=1)])
 >>> print(step_text(t, 1))
 llm_output : Here are some hotels in Rome.
-[grounding] after no tool · new figures none · new names one: Rome · goal terms none
+[grounding] after no tool · new figures none · new names one: Rome · goal terms none of two
 [prev] user_input : Find flights to Oslo
 [goal] Find flights to Oslo
 """
@@ -402,7 +402,7 @@ def constraint_keys(goal: str, *, v3: bool = False) -> list[str]:
     """
     keys: dict[str, None] = {}
     for clause in _CLAUSE_END.split(goal):
-        if not (_CUES_EN.search(clause) or any(c in clause for c in _CUES_ZH)):
+        if not (_CUES_EN.search(clause) or any(c in clause for c in _CUES_ZH) or (v3 and _UNIT_CUE.search(clause))):
             continue
         for number in _numbers(clause):
             keys.setdefault(number, None)
@@ -414,8 +414,17 @@ def constraint_keys(goal: str, *, v3: bool = False) -> list[str]:
                 run = run.replace(cue, " ")
             for part in run.split():
                 for k in range(len(part) - 1):
-                    keys.setdefault(part[k : k + 2], None)
+                    pair = part[k : k + 2]
+                    if not (v3 and any(c in _ZH_FUNCTION for c in pair)):
+                        keys.setdefault(pair, None)
     return list(keys)[:12]
+
+
+#: (``rep-v3``) a clause that asks for a unit is a constraint too ("in Fahrenheit please", 请用华氏度)
+_UNIT_CUE = re.compile(r"fahrenheit|celsius|metric|imperial|华氏|摄氏|公制|英制", re.I)
+#: (``rep-v3``) Chinese characters of grammar and of asking, not of what is asked: a constraint key
+#: with one of them ("请用", "要计") is never in an answer that keeps the constraint either.
+_ZH_FUNCTION = frozenset("请用我你他她它的了在要是把给让和也都就吗呢吧啊这那个们有没被对从到以之及或与并再还会能可想告诉帮已算内")
 
 
 _MIN_CUES = re.compile(
@@ -580,12 +589,13 @@ def goal_coverage(terms: frozenset[str], text: str) -> int:
 _MIN_CUES_V3 = re.compile(
     r"\b(?:or later|or after|since|after|at least|minimum|not? earlier than)\b|"
     r"\b(?:nothing|no|not|never|ignore|exclude|avoid|don't)\b[^.;]*\bbefore\b|"
-    r"(?:之前|以前)(?:不行|不可以|不要|不方便|不能)|(?:不要|别|不能)[^。；]*(?:之前|以前)|不早于|最早|以后|之后|以上|至少", re.I)
+    r"(?:之前|以前)[^。；，,]{0,3}?(?:不行|不可以|不要|不方便|不能|不算)|(?:不要|别|不能)[^。；]*(?:之前|以前)|不早于|最早|"
+    r"以后|之后|以上|至少", re.I)
 _MAX_CUES_V3 = re.compile(
     r"\b(?:no more than|at most|under|below|max|maximum|caps?|capped|budget|up to|cheaper than)\b|"
     r"\b(?:ignore|exclude|drop|remove|discard)\b[^.;]*\b(?:above|over)\b|"
     r"\b(?:nothing|no|not|never|avoid|don't)\b[^.;]*\bafter\b|"
-    r"(?:之后|以后)(?:不行|不可以|不要|不方便|不能)|(?:不要|别|不能)[^。；]*(?:之后|以后)|不晚于|最晚|"
+    r"(?:之后|以后)[^。；，,]{0,3}?(?:不行|不可以|不要|不方便|不能|不算)|(?:不要|别|不能)[^。；]*(?:之后|以后)|不晚于|最晚|"
     r"不超过|以内|以下|最多|上限|大于|超过", re.I)
 _PER_UNIT = re.compile(r"\b(?:per|a|each|every)\s+(?:night|day|person|month|item|unit)\b|/\s*(?:night|day|person)|"
                        r"每晚|每天|每人|每月|每件|一晚", re.I)
@@ -676,8 +686,8 @@ def result_records(content: str) -> dict[str, str]:
     return out
 
 
-_UNIT_WORDS = (("°f", " fahrenheit"), ("℉", " fahrenheit"), ("°c", " celsius"), ("℃", " celsius"),
-               ("华氏", " fahrenheit"), ("摄氏", " celsius"))
+_UNIT_WORDS = (("°f", " fahrenheit 华氏度"), ("℉", " fahrenheit 华氏度"), ("°c", " celsius 摄氏度"),
+               ("℃", " celsius 摄氏度"), ("华氏", " fahrenheit"), ("摄氏", " celsius"))
 
 
 def _with_unit_words(lowered: str) -> str:
@@ -776,7 +786,8 @@ class _Sources:
         parts += [f"{name}: {' '.join(vals[:limit])}" for name, vals in groups.items() if name != "new" and vals]
         body = _body(step)
         if self.v3 and self.terms and step.kind in (StepKind.FINAL_OUTPUT, StepKind.LLM_OUTPUT):
-            parts.append(f"goal terms {_count_word(goal_coverage(self.terms, body))}")
+            covered = goal_coverage(self.terms, body)
+            parts.append(f"goal terms {_count_word(covered)} of {_count_word(len(self.terms))}")
         if self.constraint:
             lowered = _with_unit_words(body.lower()) if self.v3 else body.lower()
             missing = [k for k in self.constraint if k not in lowered]
