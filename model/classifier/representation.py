@@ -38,8 +38,8 @@ the text.
 * ``goal terms <n> of <m>`` (answers and messages): how many of the goal's content words, numbers and
   Chinese character pairs the step mentions — an answer to another question mentions none;
 * limits read more carefully (Chinese "not before", "nothing after", a per-night limit against a
-  total for several nights, sample sizes are no years) and ``choice limit kept|broken`` for a call
-  that names a record of an earlier result (the hotel id whose price is over the budget);
+  total for several nights, sample sizes are no years); a call that names a record of an earlier
+  result (a hotel id) is checked on that record's figures (its price over the budget: ``limit broken``);
 * ``calls kept constraint`` / ``calls dropped constraint: k`` (answers and messages): whether the
   earlier calls that act on the goal's values carried the goal's constraint;
 * a table result whose rows are empty is ``empty`` even with its column names.
@@ -801,11 +801,12 @@ class _Sources:
         if self.v3:
             if self.limit3 is not None:
                 verdict = limit_check_v3(self.limit3, body, self.goal, self.counts)
-                if step.kind is StepKind.TOOL_CALL and self.records:
+                if verdict is None and step.kind is StepKind.TOOL_CALL and self.records:
+                    # the call names a record of an earlier result (a hotel id): that record's figures
                     chosen = [self.records[v.lower()] for v in _call_strings(step) if v.lower() in self.records]
                     picked = [limit_check(self.limit3[:3], r, self.goal) for r in chosen[:4]]
                     if "limit broken" in picked or "limit kept" in picked:
-                        parts.append("choice " + ("limit broken" if "limit broken" in picked else "limit kept"))
+                        verdict = "limit broken" if "limit broken" in picked else "limit kept"
         elif self.limit is not None:
             verdict = limit_check(self.limit, body, self.goal)
         if verdict is not None:
