@@ -701,6 +701,19 @@ def test_deeply_nested_arguments_and_results_do_not_break_the_rules() -> None:
     ]  # fmt: skip
 
 
+def test_raw_arguments_nested_too_deep_to_parse_are_left_alone() -> None:
+    # json.loads raises RecursionError: the rule says nothing (it used to report "not_an_object")
+    raw = '{"a": ' + "[" * 5000 + "]" * 5000 + "}"
+    t = Trace(steps=[
+        Step(kind="user_input", content="go", source_index=0),
+        Step(kind="tool_call", tool_name="f", tool_args_raw=raw, call_id="c0", source_index=1),
+        Step(kind="tool_result", tool_name="f", call_id="c0", content="ok", source_index=2),
+    ])
+    assert [f for f in all_rules(t) if f.kind.value == "malformed_call"] == []
+    broken = t.model_copy(update={"steps": [t.steps[0], t.steps[1].model_copy(update={"tool_args_raw": "[1, 2]"})]})
+    assert [f.details["reason"] for f in all_rules(broken) if f.kind.value == "malformed_call"] == ["not_an_object"]
+
+
 def test_final_answer_behind_a_terminate_control_word() -> None:
     b = TraceBuilder(seed=0)
     b.user("q")  # 0

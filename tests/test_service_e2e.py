@@ -115,6 +115,11 @@ def test_session_loop_caught_on_third_repeat_then_outcomes_climb_to_handoff(
         assert "[REDACTED:email]" in detail.trace["steps"][0]["content"]
         assert [o.success for o in detail.outcomes] == [False, False, False, False]
         assert [x.strategy for x in detail.recommendations] == ["rollback", "replan_global", "human_handoff"]
+    # what this test did shows in /metrics (here, not in a later test: under xdist that one may run first)
+    text = httpx.get(f"{srv.url}/metrics").text
+    assert 'triage_failures_total{kind="loop"}' in text
+    assert 'triage_outcomes_total{result="failure",strategy="rollback"}' in text
+    assert "# TYPE triage_request_duration_seconds histogram" in text  # buckets: per worker, once it served one
 
 
 def test_budget_spent_ends_in_human_handoff(server: tuple[LiveServer, dict[str, str]]) -> None:
@@ -201,7 +206,7 @@ def test_concurrent_appends_to_one_session_lose_nothing(server: tuple[LiveServer
         assert [s["source_index"] for s in detail.trace["steps"]] == list(range(24))
 
 
-def test_bad_input_unknown_ids_and_metrics(server: tuple[LiveServer, dict[str, str]]) -> None:
+def test_bad_input_and_unknown_ids(server: tuple[LiveServer, dict[str, str]]) -> None:
     srv, keys = server
     h = {"Authorization": f"Bearer {keys['acme']}"}
     r = httpx.post(f"{srv.url}/v1/sessions/s/steps", json={"options": {}}, headers=h)
@@ -221,12 +226,6 @@ def test_bad_input_unknown_ids_and_metrics(server: tuple[LiveServer, dict[str, s
     assert r.status_code == 404
     big = {"messages": [{"role": "user", "content": "x" * (6 * 1024 * 1024)}]}
     assert httpx.post(f"{srv.url}/v1/sessions/s/steps", json=big, headers=h).status_code == 413
-    text = httpx.get(f"{srv.url}/metrics").text
-    assert 'triage_failures_total{kind="loop"}' in text
-    assert 'triage_outcomes_total{result="failure",strategy="rollback"}' in text
-    assert (
-        "# TYPE triage_request_duration_seconds histogram" in text
-    )  # buckets: per worker, once it served one
 
 
 def test_sigkill_mid_load_loses_no_acknowledged_trace(tmp_path: Path) -> None:

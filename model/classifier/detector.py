@@ -149,7 +149,7 @@ class ClassifierDetector:
                 p, t = float(probs[row, j]), float(rt.thresholds[j])
                 if p < self.signal_ratio * t:
                     continue
-                confidence = relative_confidence(p, t)
+                confidence = round(relative_confidence(p, t), 4)
                 details: dict[str, Any] = {"probability": round(p, 4), "threshold": round(t, 4),
                                            "model_version": rt.meta.model_version}
                 if label not in trusted:

@@ -493,7 +493,7 @@ class MalformedCallRule(_Rule):
                 try:
                     args = json.loads(s.tool_args_raw)
                 except RecursionError:
-                    args = None  # nesting too deep to read here: leave the call alone
+                    continue  # nesting too deep to read here: leave the call alone (no schema check either)
                 except ValueError as exc:
                     details |= {"reason": "invalid_json", "error": str(exc)}
                     evidence = f"arguments are not valid JSON ({exc}): {_excerpt(s.tool_args_raw, 120)}"
