@@ -99,12 +99,15 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
                  "(`triage localise-whowhen`, docs/classifier.md); check it there before using the step it "
                  "names to blame an agent in real logs.")
     low = sorted((v["f1"], k) for k, v in test["per_kind"].items() if v["support"])[:4]
+    low_held = sorted((v["f1"], k, v["recall"]) for k, v in held["per_kind"].items() if v["support"])[:4]
     lines += [
         "- Weakest kinds on the test split: " + ", ".join(f"{k} (F1 {f:.2f})" for f, k in low) + ".",
+        "- Weakest kinds on held-out task families: "
+        + ", ".join(f"{k} (F1 {f:.2f}, recall {r:.2f})" for f, k, r in low_held) + ".",
         "- Trained on generated traces only: real agent logs are phrased differently. On the Who&When "
         "multi-agent logs it flags the code and shell commands of most runs as `unsafe_output` (a signal in "
-        "the service, never a failure), and it scored a bare \"hi\" → \"hello\" exchange as a refusal; "
-        "`triage localise-whowhen` measures how far the step localisation carries over.",
+        "the service, never a failure); `triage localise-whowhen` measures how far the step localisation "
+        "carries over.",
         "- It is trained only on the kinds ARCHITECTURE.md lists it as a producer of; the technical kinds, "
         "`empty_response`, `incomplete`, `loop`, `disallowed_tool` and `degradation` are the rules' and the "
         "stream detectors' job and it does not score them.",
