@@ -242,3 +242,35 @@ def test_ngram_ensemble_with_a_teacher_is_refused_before_any_work(tmp_path: Path
     # no splits exist: the refusal must come before anything is read or trained
     with pytest.raises(InputError, match="ensemble of n-gram students trains from scratch"):
         distill.run(cfg, tmp_path / "no-splits", tmp_path / "teacher", tmp_path / "out")
+
+
+def test_teacher_scores_are_reused_only_for_the_same_teacher(tmp_path: Path) -> None:
+    """distill caches the teacher's scores; another teacher scores again and the student trains again
+    (its checkpoint fingerprint covers the soft labels). The first version reused any cached scores
+    of the right shape: a student "distilled" from the previous teacher."""
+    import shutil
+
+    from model.classifier import distill
+    from model.classifier.config import DistillConfig
+
+    splits = _write_splits(tmp_path / "splits", 30)
+    base = {"arch": "ngram", "train_examples": 80, "val_examples": 30, "vocab_size": 300, "dim": 8, "buckets": 101,
+            "hidden": 16, "max_length": 96, "batch_size": 16, "epochs": 1, "lr": 0.01, "eval_every": 4,
+            "patience": 100, "calib_traces": 10}
+    distill.run(DistillConfig.from_dict(base), splits, None, tmp_path / "teacher")
+    teacher = tmp_path / "teacher" / "best"
+    cfg = DistillConfig.from_dict({**base, "soft_weight": 0.5, "soft_examples": 40, "teacher_batch": 8, "seed": 9})
+    out = tmp_path / "student"
+    one = distill.run(cfg, splits, teacher, out)
+    scores, key = out / "teacher-probs.npy", out / "teacher-probs.key"
+    first = (scores.stat().st_mtime_ns, key.read_text())
+    two = distill.run(cfg, splits, teacher, out)  # same teacher: scores reused, the finished run resumed
+    assert (scores.stat().st_mtime_ns, key.read_text()) == first
+    assert two["training"]["history"] == one["training"]["history"]
+    other = tmp_path / "other"  # another teacher: same layout, other calibration
+    shutil.copytree(teacher, other)
+    info = json.loads((other / "calibration.json").read_text())
+    (other / "calibration.json").write_text(json.dumps({**info, "temperature": info["temperature"] * 3}))
+    three = distill.run(cfg, splits, other, out)
+    assert key.read_text() != first[1] and scores.stat().st_mtime_ns != first[0]
+    assert three["training"]["history"] != one["training"]["history"]  # trained again on the new soft labels

@@ -17,6 +17,7 @@ Without a teacher folder (``--teacher none``) the student trains on the ground t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import shutil
@@ -49,6 +50,18 @@ from .train import (
 from .vocab import MARKERS, train_wordpiece, unk_rate
 
 log = logging.getLogger("model.classifier.distill")
+
+
+def _teacher_key(teacher_dir: Path, texts: list[str]) -> str:
+    """A fingerprint of the teacher's weights and calibration and of the texts it scores."""
+    h = hashlib.sha256()
+    for name in sorted(p.name for p in teacher_dir.iterdir() if p.is_file()):
+        h.update(name.encode())
+        h.update((teacher_dir / name).read_bytes())
+    for text in texts:
+        h.update(text.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
 
 
 def teacher_probs(teacher_dir: Path, texts: list[str], batch_size: int) -> np.ndarray:
@@ -188,12 +201,18 @@ def run(cfg: DistillConfig, splits: Path, teacher_dir: Path | None, out_dir: Pat
         assert teacher_dir is not None
         soft_path = out_dir / "teacher-probs.npy"
         n_soft = min(n_soft, len(texts))
-        if soft_path.exists() and np.load(soft_path).shape == (n_soft, len(LABELS)):
+        # the cached scores are reused only for the same teacher on the same texts
+        key = _teacher_key(teacher_dir, texts[:n_soft])
+        key_path = soft_path.with_suffix(".key")
+        if (soft_path.exists() and key_path.exists() and key_path.read_text(encoding="utf-8") == key
+                and np.load(soft_path).shape == (n_soft, len(LABELS))):
             part = np.load(soft_path)
+            log.info("teacher scores of %d examples reused from %s", n_soft, soft_path)
         else:
             t1 = time.perf_counter()
             part = teacher_probs(teacher_dir, texts[:n_soft], cfg.teacher_batch)
             np.save(soft_path, part)
+            key_path.write_text(key, encoding="utf-8")
             log.info("teacher scored %d examples in %.1fs", n_soft, time.perf_counter() - t1)
         soft = np.full((len(texts), len(LABELS)), np.nan, dtype=np.float32)
         soft[:n_soft] = part

@@ -184,7 +184,10 @@ def fit(
     # the budget knobs (time, evaluation cadence, patience) may change between runs: a longer
     # budget continues a run that stopped for time
     what = replace(settings, max_minutes=0.0, eval_every=0, patience=0)
-    digest = hashlib.sha256(repr((what, len(texts), texts[:50], soft is not None)).encode()).hexdigest()
+    seen = repr((what, len(texts), texts[:50], soft is not None))
+    if soft is not None:  # other soft labels (another teacher) are other data
+        seen += hashlib.sha256(np.ascontiguousarray(soft).tobytes()).hexdigest()
+    digest = hashlib.sha256(seen.encode()).hexdigest()
     state: dict[str, Any] = {"step": 0, "best": -1.0, "bad_evals": 0, "history": [], "seconds": 0.0,
                              "fingerprint": digest}
     ckpt = out_dir / CHECKPOINT
