@@ -508,14 +508,16 @@ _POOL_SIZE = 48  # numbers kept for derivations (the most recent), so a long run
 _CONSTANTS = (12.0, 24.0, 60.0, 100.0, 1000.0)
 
 
-def pool_numbers(text: str) -> list[float]:
-    """Every number of ``text`` as a float (small ones too: counts, nights, months), times left out."""
+@functools.lru_cache(maxsize=16384)
+def pool_numbers(text: str) -> tuple[float, ...]:
+    """Every number of ``text`` as a float (small ones too: counts, nights, months), times left out
+    (cached by text, as :func:`value_tokens`)."""
     out = []
     for m in _ANY_NUMBER.finditer(_TIME.sub(" ", text[:_SCAN_CHARS])):
         value = _as_float(m.group().replace(",", ""))
         if value is not None:
             out.append(value)
-    return out[:64]
+    return tuple(out[:64])
 
 
 @functools.lru_cache(maxsize=64)
@@ -696,6 +698,16 @@ def _with_unit_words(lowered: str) -> str:
     return lowered + "".join(extra)
 
 
+@functools.lru_cache(maxsize=1024)
+def _goal_values(goal: str) -> frozenset[str]:
+    return frozenset(_key(v) for v in checkable_values(goal))
+
+
+@functools.lru_cache(maxsize=16384)
+def _bare_tokens(text: str) -> frozenset[str]:
+    return frozenset(t.strip("'") for t in value_tokens(text))
+
+
 class _Sources:
     """The value tokens of the steps seen so far, by where they came from."""
 
@@ -718,7 +730,7 @@ class _Sources:
         self.dropped: dict[str, None] = {}  # constraint keys such a call left out
 
     def _pool(self, text: str) -> None:
-        numbers = pool_numbers(text)
+        numbers = list(pool_numbers(text))
         if len(numbers) > 1:
             numbers += [sum(numbers), sum(numbers) / len(numbers)]
         self.pool = list(dict.fromkeys([*self.pool, *numbers]))[-_POOL_SIZE:]
@@ -743,15 +755,15 @@ class _Sources:
                 self._pool(step.content)
                 self.terms = self.terms or goal_terms(step.content)
                 self.counts = self.counts or tuple(float(m.group(1)) for m in _COUNTED.finditer(step.content))
-                self.goal_values |= {_key(v) for v in checkable_values(step.content)}
+                self.goal_values |= _goal_values(step.content)
         else:
-            if self.v3 and step.kind is StepKind.TOOL_CALL and self.constraint:
-                body = _body(step)
-                if {t.strip("'") for t in value_tokens(body)} & self.goal_values:  # 'APAC' in SQL
-                    self.goal_calls += 1
-                    lowered = _with_unit_words(body.lower())
-                    self.dropped.update(dict.fromkeys(k for k in self.constraint if k not in lowered))
-            self.said |= value_tokens(_body(step))
+            body = _body(step)
+            acts_on_goal = self.v3 and step.kind is StepKind.TOOL_CALL and bool(self.constraint)
+            if acts_on_goal and _bare_tokens(body) & self.goal_values:  # 'APAC' in SQL
+                self.goal_calls += 1
+                lowered = _with_unit_words(body.lower())
+                self.dropped.update(dict.fromkeys(k for k in self.constraint if k not in lowered))
+            self.said |= value_tokens(body)
             if step.kind is StepKind.ERROR:
                 self.last_tool = "provider error"
 
