@@ -466,15 +466,22 @@ def goal_limit(goal: str) -> tuple[str, str, float] | None:
         direction = "min" if _MIN_CUES.search(clause) else "max" if _MAX_CUES.search(clause) else None
         if direction is None:
             continue
-        hours = _hours(clause)
-        if hours:
-            return direction, "hour", hours[0]
-        for number in _numbers(clause):
-            value = _as_float(number)
-            if value is None:
-                continue
-            unit = "year" if value.is_integer() and 1900 <= value <= 2100 else "amount"
-            return direction, unit, value
+        bound = _clause_bound(clause)
+        if bound is not None:
+            return direction, *bound
+    return None
+
+
+def _clause_bound(clause: str) -> tuple[str, float] | None:
+    """The first bound a limit clause states: ``("hour", h)`` for a clock time, else ``("year", y)``
+    or ``("amount", x)`` for its first number; ``None`` when it has none."""
+    hours = _hours(clause)
+    if hours:
+        return "hour", hours[0]
+    for number in _numbers(clause):
+        value = _as_float(number)
+        if value is not None:
+            return ("year" if value.is_integer() and 1900 <= value <= 2100 else "amount"), value
     return None
 
 
@@ -619,16 +626,10 @@ def goal_limit_v3(goal: str) -> tuple[str, str, float, bool] | None:
             direction = "min" if lo else "max"
         else:
             continue
-        per_unit = bool(_PER_UNIT.search(clause))
-        hours = _hours(clause)
-        if hours:
-            return direction, "hour", hours[0], False
-        for number in _numbers(clause):
-            value = _as_float(number)
-            if value is None:
-                continue
-            unit = "year" if value.is_integer() and 1900 <= value <= 2100 else "amount"
-            return direction, unit, value, per_unit
+        bound = _clause_bound(clause)
+        if bound is not None:
+            unit, value = bound
+            return direction, unit, value, unit != "hour" and bool(_PER_UNIT.search(clause))
     return None
 
 
@@ -749,8 +750,9 @@ class _Sources:
         elif step.kind is StepKind.USER_INPUT:
             self.goal |= value_tokens(step.content)
             self.constraint = list(dict.fromkeys([*self.constraint, *constraint_keys(step.content, v3=self.v3)]))[:12]
-            self.limit = self.limit or goal_limit(step.content)
-            if self.v3:
+            if not self.v3:
+                self.limit = self.limit or goal_limit(step.content)
+            else:  # each version reads the goal's limit its own way; only its own is used
                 self.limit3 = self.limit3 or goal_limit_v3(step.content)
                 self._pool(step.content)
                 self.terms = self.terms or goal_terms(step.content)
