@@ -91,9 +91,13 @@ class LabelSource(StrEnum):
 
 
 class FailureLabel(_Model):
-    """One labelled failure: its kind and where it happens (``step`` into ``Trace.steps``)."""
+    """One labelled failure: its kind and where it happens (``step`` into ``Trace.steps``).
 
-    kind: FailureKind
+    ``kind`` is ``None`` when the label says where a run went wrong but not how (the real sets'
+    step labels: AgentProcessBench's first −1 step, Who&When's ``mistake_step``).
+    """
+
+    kind: FailureKind | None
     step: int | None = Field(default=None, ge=0)
     source_index: int | None = Field(default=None, ge=0)
     source: LabelSource = LabelSource.GENERATED
@@ -101,12 +105,18 @@ class FailureLabel(_Model):
 
 
 class TraceLabels(_Model):
-    """What is known to be wrong with a trace (empty ``failures`` = healthy).
+    """What is known to be wrong with a trace.
+
+    ``failed`` is the run-level verdict when one is known (a task checker's or a reviewer's: the
+    real sets' reward / resolved / final label), kept apart from ``failures``: a run known only as
+    failed has ``failed=True`` and may have no failure label at all. With ``failed`` unset, an
+    empty ``failures`` means healthy (the generated data).
 
     ``first_failing_step`` indexes ``Trace.steps``; ``provenance`` records how the trace was made
     (generator family, template, injection recipe) when it was generated.
     """
 
+    failed: bool | None = None
     failures: list[FailureLabel] = Field(default_factory=list)
     first_failing_step: int | None = Field(default=None, ge=0)
     source: LabelSource = LabelSource.GENERATED
@@ -114,11 +124,11 @@ class TraceLabels(_Model):
 
     @property
     def healthy(self) -> bool:
-        return not self.failures
+        return not self.failed if self.failed is not None else not self.failures
 
     @property
     def kinds(self) -> list[FailureKind]:
-        return sorted({f.kind for f in self.failures}, key=list(FailureKind).index)
+        return sorted({f.kind for f in self.failures if f.kind is not None}, key=list(FailureKind).index)
 
 
 class Trace(_Model):

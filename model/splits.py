@@ -145,7 +145,7 @@ def sample_steps(traces: list[Trace], n: int, seed: int = 0) -> list[tuple[int, 
         if t.labels is None:
             continue
         for f in t.labels.failures:
-            if f.step is not None:
+            if f.step is not None and f.kind is not None:
                 labelled[(ti, f.step)].append(f.kind.value)
     for key, kinds in labelled.items():
         for k in kinds:

@@ -204,10 +204,11 @@ def review_cmd(
     for n, t in enumerate(queue, 1):
         print(f"\n=== {n}/{len(queue)}  {t.id}  ({t.language or '?'}, {len(t.steps)} steps)")
         print(compact(t))
-        weak = t.labels.failures if t.labels else []
+        weak = [w for w in t.labels.failures if w.kind is not None] if t.labels else []  # weak labels carry a kind
         keep: list[tuple[FailureKind, int | None]] = []
         verdicts = []
         for w in weak:
+            assert w.kind is not None
             ch = _key(f"  {w.kind.value} @ step {w.step} (conf {w.confidence:.2f})  [y] keep  [n] reject  [q] quit: ",
                       "ynq")
             if ch == "q":

@@ -88,7 +88,7 @@ def step_targets(trace: Trace, post_failure: PostFailure = "healthy") -> list[tu
     labels = trace.labels
     if labels is not None and n:
         for failure in labels.failures:
-            j = _INDEX.get(failure.kind.value)
+            j = None if failure.kind is None else _INDEX.get(failure.kind.value)
             if j is None:  # a kind the classifier is not trained on (degradation, disallowed_tool)
                 continue
             at = failure.step if failure.step is not None and failure.step < n else n - 1
@@ -113,7 +113,7 @@ def trace_kinds(trace: Trace) -> set[str]:
     """The classifier kinds a trace is labelled with (empty = healthy for the classifier)."""
     if trace.labels is None:
         return set()
-    return {f.kind.value for f in trace.labels.failures if f.kind.value in _INDEX}
+    return {f.kind.value for f in trace.labels.failures if f.kind is not None and f.kind.value in _INDEX}
 
 
 def first_failing_step(trace: Trace) -> int | None:

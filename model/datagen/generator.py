@@ -307,11 +307,13 @@ def summary(traces: list[Trace]) -> dict[str, Any]:
         if t.labels is None or t.labels.healthy:
             healthy += 1
             continue
-        for k in {f.kind.value for f in t.labels.failures}:
+        for k in {f.kind.value for f in t.labels.failures if f.kind is not None}:
             kinds_traces[k] = kinds_traces.get(k, 0) + 1
             kl = kinds_lang.setdefault(k, {})
             kl[t.language or "?"] = kl.get(t.language or "?", 0) + 1
         for f in t.labels.failures:
+            if f.kind is None:
+                continue
             kinds_steps[f.kind.value] = kinds_steps.get(f.kind.value, 0) + 1
     lengths.sort()
     return {
