@@ -3,7 +3,14 @@
 Fusion (ARCHITECTURE.md): a finding at or above its kind's threshold is a failure; below it, a
 signal (reported, not acted on). Findings of one kind on one ``source_index`` merge, keeping the
 highest confidence and every detector's evidence. The primary failure is the earliest among those
-of the highest severity: the root cause before its symptom. Healthy ⇔ no failure.
+of the highest severity: the root cause before its symptom.
+
+With a run scorer (:mod:`model.runscore`, fitted on real runs), every diagnosis also carries
+``failure_probability`` and ``attribution``; ``healthy`` is false when a failure passes its kind's
+threshold **or** ``failure_probability`` reaches the scorer's operating point. In the second case
+the primary failure sits at ``attribution.step`` (detector ``runscore``), of the most likely kind
+there (:func:`attributed_kind`), with confidence ``failure_probability``, and follows that kind's
+ladder.
 
 >>> from model.schema import Step, Trace
 >>> t = Trace(steps=[Step(kind="user_input", content="2+2?"), Step(kind="final_output", content="4")])
@@ -15,16 +22,23 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
 from model.errors import TooLargeError, UnknownDetectorError
-from model.findings import DiagnosisResponse, Failure, Finding
-from model.kinds import KIND_INFO, SYMPTOM_KINDS, FailureKind
+from model.findings import Attribution, DiagnosisResponse, Failure, Finding
+from model.kinds import CLASSIFIER_KINDS, KIND_INFO, SYMPTOM_KINDS, FailureKind
 from model.options import DiagnoseOptions
 from model.repair import Policy
-from model.schema import Trace
+from model.schema import StepKind, Trace
+
+if TYPE_CHECKING:
+    from model.runscore import RunScorer
+
+#: The name that switches the run scorer on or off in ``options.detectors``.
+RUNSCORE = "runscore"
 
 #: A finding at or above its kind's threshold is a failure. Rules report calibrated constants; a
 #: learned detector with its own tuned thresholds reports confidences relative to them (the
@@ -104,6 +118,41 @@ def fuse(
     return failures, signals, primary
 
 
+def attributed_kind(trace: Trace, attribution: Attribution, signals: Sequence[Failure]) -> tuple[FailureKind, str]:
+    """The most likely failure kind at the attributed message, and where that came from.
+
+    The most confident signal on that message of a kind the classifier produces (the classifier's
+    most likely kind there); else by what the message is: a call → ``malformed_call``, an answer
+    after no result at all → ``off_topic``, any other answer → ``hallucination``.
+    """
+    here = [f for f in signals if f.source_index == attribution.source_index and f.kind in CLASSIFIER_KINDS]
+    if here:
+        best = max(here, key=lambda f: f.confidence)
+        return best.kind, f"signal:{best.detector}"
+    step = trace.steps[attribution.step]
+    if step.kind is StepKind.TOOL_CALL:
+        return FailureKind.MALFORMED_CALL, "step_kind"
+    grounded = any(s.kind is StepKind.TOOL_RESULT for s in trace.steps[: attribution.step])
+    return (FailureKind.HALLUCINATION if grounded else FailureKind.OFF_TOPIC), "step_kind"
+
+
+def run_failure(trace: Trace, attribution: Attribution, probability: float, threshold: float,
+                signals: Sequence[Failure]) -> Failure:
+    """The failure a run-level verdict raises: at the attributed message, confidence = the probability."""
+    kind, kind_from = attributed_kind(trace, attribution, signals)
+    info = KIND_INFO[kind]
+    step = trace.steps[attribution.step]
+    return Failure(
+        kind=kind, category=info.category, severity=info.severity, confidence=probability,
+        detector=RUNSCORE, detectors=[RUNSCORE], step=attribution.step, source_index=attribution.source_index,
+        span_id=step.span_id,
+        evidence=(f"{RUNSCORE}: failure_probability {probability:.2f} ≥ operating point {threshold:.2f}; "
+                  f"most likely at message {attribution.source_index} (p={attribution.probability:.2f})"),
+        details={"failure_probability": probability, "threshold": threshold,
+                 "attribution_probability": attribution.probability, "kind_from": kind_from},
+    )
+
+
 class Diagnoser:
     """Runs detectors and the repair policy. Build once (it holds the detectors), call per trace.
 
@@ -118,7 +167,9 @@ class Diagnoser:
         Traces longer than this raise :class:`~model.errors.TooLargeError`.
     model_version:
         Reported in every response; default the classifier's version when one is among the
-        detectors, else ``rules-<package version>``.
+        detectors, else ``rules-<package version>`` (``+<run scorer version>`` with a run scorer).
+    runscorer:
+        The run scorer (``failure_probability``, ``attribution``); ``None``: neither is reported.
     """
 
     def __init__(
@@ -128,6 +179,7 @@ class Diagnoser:
         policy: Policy | None = None,
         max_steps: int = 5000,
         model_version: str | None = None,
+        runscorer: RunScorer | None = None,
     ) -> None:
         if detectors is None:
             detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
@@ -137,14 +189,51 @@ class Diagnoser:
         if model_version is None:
             clf = self.detectors.get("classifier")
             model_version = str(getattr(clf, "model_version", None) or f"rules-{package_version()}")
+            if runscorer is not None:
+                model_version += f"+{runscorer.version}"
         self.model_version = model_version
+        self.runscorer = runscorer
+
+    @classmethod
+    def with_shipped_models(
+        cls,
+        *,
+        classifier: bool = True,
+        runscore: bool = True,
+        path: str | Path | None = None,
+        threads: int = 2,
+        runscorer: RunScorer | None = None,
+        **kwargs: Any,
+    ) -> Diagnoser:
+        """Every rule, plus the shipped classifier and run scorer when their artefacts are present
+        (what the service and ``triage diagnose`` run). ``path``: a folder holding them instead of
+        ``model/artifacts``; ``runscorer``: a fitted one instead of the shipped file."""
+        from model.runscore.model import ARTIFACT, RunScorer
+
+        detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
+        if classifier and "classifier" in TRACE_DETECTORS:
+            params: dict[str, Any] = {"threads": threads}
+            if path is not None:
+                params["path"] = path
+            det = make_detector("classifier", **params)
+            available = getattr(det, "available", None)
+            if not callable(available) or available():
+                load = getattr(det, "load", None)
+                if callable(load):
+                    load()
+                detectors.append(det)
+        if runscorer is None and runscore:
+            file = Path(path) / ARTIFACT.name if path is not None else ARTIFACT
+            runscorer = RunScorer.load(file) if file.is_file() else None
+        return cls(detectors, runscorer=runscorer if runscore else None, **kwargs)
 
     def _detectors_for(self, options: DiagnoseOptions) -> list[TraceDetector]:
-        names = list(self.detectors) if options.detectors is None else list(options.detectors)
+        names = list(self.detectors) if options.detectors is None else [
+            n for n in options.detectors if n != RUNSCORE]
         chosen: list[TraceDetector] = []
         for name in dict.fromkeys(names):
             if name not in self.detectors and name not in TRACE_DETECTORS:
-                valid = ", ".join(sorted(set(self.detectors) | set(TRACE_DETECTORS)))
+                valid = ", ".join(sorted(set(self.detectors) | set(TRACE_DETECTORS) | {RUNSCORE}))
                 raise UnknownDetectorError(
                     f"unknown detector {name!r}; valid names: {valid}", path="options.detectors"
                 )
@@ -181,22 +270,42 @@ class Diagnoser:
         options: DiagnoseOptions | None = None,
         *,
         extra_findings: Iterable[Finding] = (),
+        run_threshold: float | None = None,
+        run_verdict: bool = True,
     ) -> DiagnosisResponse:
         """Diagnose ``trace`` and recommend the first rung of the primary failure's ladder.
 
-        ``extra_findings`` come from outside the trace detectors (e.g. a stream's ``degradation``).
+        ``extra_findings`` come from outside the trace detectors (e.g. a stream's ``degradation``);
+        ``run_threshold`` replaces the run scorer's operating point (the service passes one relative
+        to the agent's own recent runs); ``run_verdict=False`` reports ``failure_probability`` and
+        ``attribution`` without letting them decide ``healthy`` (a running session: its run is not over).
         """
         options = options or DiagnoseOptions()
         dets = self._detectors_for(options)
         findings = self._run(trace, dets)
         findings.extend(extra_findings)
         failures, signals, primary = fuse(findings)
+        versions = {d.name: d.version for d in dets}
+        probability: float | None = None
+        attribution: Attribution | None = None
+        if self.runscorer is not None and (options.detectors is None or RUNSCORE in options.detectors):
+            scored = self.runscorer.score(trace)
+            probability = scored.failure_probability
+            attribution = Attribution(**scored.attribution) if scored.attribution else None
+            versions[RUNSCORE] = self.runscorer.version
+            thr = self.runscorer.threshold if run_threshold is None else run_threshold
+            if run_verdict and not failures and probability is not None and attribution is not None \
+                    and probability >= thr:
+                primary = run_failure(trace, attribution, probability, thr, signals)
+                failures = [primary]
         recommendation = self.policy.recommend(trace, primary, options=options)
         return DiagnosisResponse(
             trace_id=trace.id,
             model_version=self.model_version,
-            detector_versions={d.name: d.version for d in dets},
+            detector_versions=versions,
             healthy=not failures,
+            failure_probability=probability,
+            attribution=attribution,
             failures=failures,
             signals=signals,
             primary=primary,
@@ -205,4 +314,4 @@ class Diagnoser:
         )
 
 
-__all__ = ["DEFAULT_THRESHOLDS", "Diagnoser", "fuse", "package_version"]
+__all__ = ["DEFAULT_THRESHOLDS", "RUNSCORE", "Diagnoser", "attributed_kind", "fuse", "package_version", "run_failure"]

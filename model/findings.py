@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from model.kinds import Category, FailureKind, Severity, Strategy
 
-RESPONSE_SCHEMA_VERSION = "1.0"
+RESPONSE_SCHEMA_VERSION = "1.1"  # 1.1: failure_probability, attribution
 
 
 class Finding(BaseModel):
@@ -61,14 +61,30 @@ class Recommendation(BaseModel):
     budgets: dict[str, Any] = Field(default_factory=dict)
 
 
+class Attribution(BaseModel):
+    """Where the run most likely went wrong, given that it failed (an agent message)."""
+
+    step: int = Field(ge=0, description="index into the trace's steps (the message's first step)")
+    source_index: int = Field(ge=0, description="the input message's position")
+    speaker: str | None = None
+    probability: float = Field(ge=0.0, le=1.0, description="P(this message is where it went wrong | failed)")
+
+
 class DiagnosisResponse(BaseModel):
-    """The answer to one diagnosis (CLI ``--json`` and ``POST /v1/diagnose``)."""
+    """The answer to one diagnosis (CLI ``--json`` and ``POST /v1/diagnose``).
+
+    ``failure_probability`` is the calibrated probability that the run has failed (calibrated on
+    real labelled runs; ``None`` when no run scorer is loaded or the trace has no agent step);
+    ``attribution`` is present whenever the trace has agent steps, healthy or not.
+    """
 
     schema_version: str = RESPONSE_SCHEMA_VERSION
     trace_id: str
     model_version: str
     detector_versions: dict[str, str] = Field(default_factory=dict)
     healthy: bool
+    failure_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    attribution: Attribution | None = None
     failures: list[Failure] = Field(default_factory=list)
     signals: list[Failure] = Field(default_factory=list)
     primary: Failure | None = None
@@ -76,4 +92,4 @@ class DiagnosisResponse(BaseModel):
     steps: int = 0
 
 
-__all__ = ["RESPONSE_SCHEMA_VERSION", "DiagnosisResponse", "Failure", "Finding", "Recommendation"]
+__all__ = ["RESPONSE_SCHEMA_VERSION", "Attribution", "DiagnosisResponse", "Failure", "Finding", "Recommendation"]

@@ -218,7 +218,8 @@ def load_agentprocessbench(root: Path) -> list[RealRun]:
 
 # ---- mini-SWE-agent ----------------------------------------------------------------------------
 
-_BASH = re.compile(r"```(?:bash|sh)?\s*\n(.*?)```", re.DOTALL)
+# mini-SWE-agent's own action pattern: one fenced ``bash`` block (other fences are the agent's prose)
+_BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
 _RC = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
 _SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 

@@ -16,6 +16,8 @@ from model.detectors.base import TraceDetector
 from model.diagnosis import OPT_IN_DETECTORS, Diagnoser, package_version
 from model.policy import RepairEngine, load_budgets
 from model.repair import Policy
+from model.runscore import ARTIFACT as RUNSCORE_FILE
+from model.runscore import RunScorer
 from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
 from serve.errors import install_error_handlers
@@ -57,13 +59,27 @@ def build_diagnoser(settings: Settings) -> tuple[Diagnoser, dict[str, Any]]:
     classifier = load_classifier(settings)
     if classifier is not None:
         detectors.append(classifier)
+    runscorer = load_runscorer(settings)
     diagnoser = Diagnoser(
-        detectors, policy=Policy.load(settings.policy_path), max_steps=settings.max_steps
+        detectors, policy=Policy.load(settings.policy_path), max_steps=settings.max_steps, runscorer=runscorer
     )
     readiness: dict[str, Any] = {"rules": True}
     if settings.classifier:
         readiness["classifier"] = classifier is not None
+    if settings.runscore:
+        readiness["runscore"] = runscorer is not None
     return diagnoser, readiness
+
+
+def load_runscorer(settings: Settings) -> RunScorer | None:
+    """The run scorer, when enabled and ``runscore.json`` is in the model folder; else ``None``."""
+    if not settings.runscore:
+        return None
+    path = (settings.model_path / RUNSCORE_FILE.name) if settings.model_path is not None else RUNSCORE_FILE
+    if not path.is_file():
+        log.warning("run scorer %s not found; serving without failure_probability", path)
+        return None
+    return RunScorer.load(path)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -131,6 +147,7 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
         session_exclude=[n.strip() for n in settings.session_detectors_exclude.split(",") if n.strip()],
         stream_detector=settings.stream_detector,
         stream_autofeed=[n.strip() for n in settings.stream_autofeed.split(",") if n.strip()],
+        relative_min_runs=settings.runscore_relative_min_runs,
     )
 
 
@@ -148,4 +165,4 @@ async def _retention_loop(service: TriageService, settings: Settings) -> None:
         await asyncio.sleep(3600)
 
 
-__all__ = ["build_diagnoser", "build_service", "create_app", "load_classifier"]
+__all__ = ["build_diagnoser", "build_service", "create_app", "load_classifier", "load_runscorer"]

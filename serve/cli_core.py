@@ -59,6 +59,13 @@ def _equivalents(values: list[str] | None) -> dict[str, list[str]]:
 def _print_summary(resp: DiagnosisResponse, source: str) -> None:
     status = "[green]healthy[/green]" if resp.healthy else f"[red]{len(resp.failures)} failure(s)[/red]"
     _console.print(f"[bold]{escape(source)}[/bold]: {resp.steps} steps, {status}  (trace {resp.trace_id})")
+    if resp.failure_probability is not None:
+        where = ""
+        if resp.attribution is not None:
+            a = resp.attribution
+            who = f" ({escape(a.speaker)})" if a.speaker else ""
+            where = f"; if it failed, most likely at message {a.source_index}{who} (p={a.probability:.2f})"
+        _console.print(f"failure probability {resp.failure_probability:.2f}{where}")
     if resp.failures or resp.signals:
         table = Table(show_lines=False)
         for col in ("", "kind", "severity", "conf.", "step", "src", "detector"):
@@ -119,8 +126,12 @@ def diagnose(
     ] = None,
     shadow: Annotated[bool, typer.Option("--shadow", help="Observe only: recommend `continue`.")] = False,
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Refuse longer traces.")] = 5000,
+    classifier: Annotated[
+        bool, typer.Option("--classifier/--no-classifier", help="Load the shipped classifier, as the service does.")
+    ] = True,
 ) -> None:
-    """Diagnose a trace (or an archive with --jsonl). Exit 0 healthy or not; 2 on unreadable input."""
+    """Diagnose a trace (or an archive with --jsonl) with the models the service loads (rules, the
+    classifier, the run scorer). Exit 0 healthy or not; 2 on unreadable input."""
     try:
         options = DiagnoseOptions(
             allowed_tools=_split(allowed_tools),
@@ -130,7 +141,7 @@ def diagnose(
             shadow=shadow,
             speakers=_speakers(speaker),
         )
-        diagnoser = Diagnoser(max_steps=max_steps)
+        diagnoser = Diagnoser.with_shipped_models(classifier=classifier, max_steps=max_steps)
         if jsonl is not None:
             if file is not None:
                 raise InputError("give either FILE or --jsonl, not both")
@@ -143,11 +154,14 @@ def diagnose(
         traces = load_traces(data, format=fmt, speakers=options.speakers or None, max_steps=max_steps)
         if not traces:
             raise InputError("the input holds no trace")
-        for trace in traces:
-            resp = diagnoser.diagnose(trace, options)
-            if as_json:
-                typer.echo(resp.model_dump_json(indent=2))
+        responses = [diagnoser.diagnose(trace, options) for trace in traces]
+        if as_json:  # one JSON document: the response, or a list of them for a file of several traces
+            if len(responses) == 1:
+                typer.echo(responses[0].model_dump_json(indent=2))
             else:
+                typer.echo(json.dumps([r.model_dump(mode="json") for r in responses], indent=2))
+        else:
+            for resp in responses:
                 _print_summary(resp, "stdin" if file == "-" else file)
     except TriageError as exc:
         raise _fail(str(exc)) from None

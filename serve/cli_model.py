@@ -31,6 +31,45 @@ def _need_training_extra() -> None:
         raise _fail(f"this command needs the training extra (pip install -e '.[train]'): {exc}") from exc
 
 
+def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | None, semantic: Path) -> None:
+    import yaml
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from model.runscore import evaluate as real_eval
+    from model.runscore.train import RunScoreConfig
+
+    try:
+        config = RunScoreConfig.from_params(params)
+        section = (yaml.safe_load(params.read_text(encoding="utf-8")) or {}).get("evaluate_real", {}) or {}
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), transient=True) as bar:
+            task = bar.add_task("reading the real runs", total=None)
+
+            def tick(done: int, total: int) -> None:
+                bar.update(task, total=total, completed=done, description="features and rules")
+
+            report = real_eval.run(root, reports, config.as_params(), limit=limit, progress=tick,
+                                   semantic=semantic, seed=int(section.get("seed", 0)),
+                                   in_domain_folds=int(section.get("in_domain_folds", 5)))
+    except (TriageError, OSError) as exc:
+        raise _fail(str(exc)) from exc
+    for s, e in report["sets"].items():
+        parts = [f"{s:<18}"]
+        if "auroc" in e:
+            b = e["vs_best_baseline"]
+            parts.append(f"AUROC {e['auroc']['auroc']:.3f} [{e['auroc']['ci'][0]:.3f}, {e['auroc']['ci'][1]:.3f}]"
+                         f" ({b['baseline']} {e['baselines'][b['baseline']]['auroc']:.3f}; diff {b['diff']:+.3f}"
+                         f" [{b['ci'][0]:+.3f}, {b['ci'][1]:+.3f}])")
+            op = e["operating_point"]
+            parts.append(f"false alarms {100 * op['false_alarms']['rate']:.1f} %, recall {100 * op['recall']['rate']:.1f} %")
+        if e.get("localisation"):
+            loc = e["localisation"]
+            parts.append(f"exact {loc['ours']['exact']:.3f} vs {loc['best_baseline']} "
+                         f"{loc['baselines'][loc['best_baseline']]['exact']:.3f}")
+        typer.echo("  ".join(parts))
+    typer.echo(f"-> {reports}/real.json, {reports}/real.md")
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
 
@@ -94,8 +133,22 @@ def register(app: typer.Typer) -> None:
     @app.command("evaluate")
     def evaluate_cmd(params: Params = Path("params.yaml"), splits: Splits = Path("datasets/splits"),
                      build: Build = Path("build/classifier"), reports: Path = Path("reports"),
-                     artifacts: Path = Path("model/artifacts")) -> None:
-        """Write reports/metrics.json, reports/eval.md (+ PNGs) and the model card."""
+                     artifacts: Path = Path("model/artifacts"),
+                     real: Annotated[bool, typer.Option(
+                         "--real", help="The real-run evaluation (leave-one-source-out) instead: "
+                                        "reports/real.json, reports/real.md and figures.")] = False,
+                     root: Annotated[Path | None, typer.Option(
+                         "--root", help="With --real: the vendored real sets (default datasets/real).")] = None,
+                     limit: Annotated[int | None, typer.Option(
+                         "--limit", min=2, help="With --real: only the first N tasks of each set (a quick look).")] = None,
+                     semantic: Annotated[Path, typer.Option(
+                         "--semantic", help="With --real: the frozen semantic cases to report too.")]
+                     = Path("datasets/semantic/cases.jsonl")) -> None:
+        """Write reports/metrics.json, reports/eval.md (+ PNGs) and the model card; with --real, the
+        real-run evaluation that picks the model (reports/real.json, reports/real.md)."""
+        if real:
+            _evaluate_real(params, root, reports, limit, semantic)
+            return
         from model.classifier import evaluate
         from model.classifier.config import EvaluateConfig
 

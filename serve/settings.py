@@ -30,6 +30,16 @@ class Settings(BaseSettings):
         "default: the shipped model/artifacts/ when present.",
     )
     classifier: bool = Field(default=True, description="Load the classifier at start-up when present.")
+    runscore: bool = Field(
+        default=True,
+        description="Load the run scorer (failure_probability, attribution; runscore.json in the model "
+        "folder) at start-up when present.",
+    )
+    runscore_relative_min_runs: int = Field(
+        default=50, ge=2,
+        description="Once a tenant's task type has this many diagnosed runs, `healthy` compares "
+        "failure_probability with the 90th percentile of its recent runs instead of the fixed operating point.",
+    )
     ort_threads: int = Field(default=2, ge=1, description="onnxruntime intra-op threads per worker.")
     policy_path: Path | None = Field(default=None, description="A repair policy YAML over the default.")
 
@@ -65,7 +75,7 @@ class Settings(BaseSettings):
     )
     stream_detector: str = Field(default="cusum", description="Stream detector for observations.")
     stream_autofeed: str = Field(
-        default="latency_ms,tokens_out,output_chars,classifier_failure_prob",
+        default="latency_ms,tokens_out,output_chars,failure_probability",
         description="Per-trace metrics every /v1/diagnose feeds into the tenant's streams "
         "(comma-separated names of model.streams.metrics; empty = none).",
     )

@@ -73,7 +73,7 @@ def test_per_trace_values_exact() -> None:
         "tool_errors": 2.0,
         "tool_error_rate": pytest.approx(2 / 3),
         "refusal": 1.0,
-        "classifier_failure_prob": 0.3,
+        "failure_probability": 0.3,
         "meta.confidence": 0.82,
         "meta.nested.quality": 3.0,
     }
@@ -86,7 +86,7 @@ def test_missing_values_are_none_not_zero() -> None:
     assert m.per_trace["latency_ms"] is None
     assert m.per_trace["tool_error_rate"] is None
     assert m.per_trace["output_chars"] is None
-    assert m.per_trace["classifier_failure_prob"] is None
+    assert m.per_trace["failure_probability"] is None
     assert m.per_trace["refusal"] == 0.0
     keys = m.stream_values("acme")
     assert StreamKey("acme", "steps", "default") in keys
@@ -103,7 +103,7 @@ def test_stream_keys_carry_tenant_and_task_type() -> None:
     values = extract_metrics(sample_trace()).stream_values("acme")
     assert values[StreamKey("acme", "tool_error_rate", "research")] == pytest.approx(2 / 3)
     assert values[StreamKey("acme", "meta.confidence", "research")] == 0.82
-    assert StreamKey("acme", "classifier_failure_prob", "research") not in values
+    assert StreamKey("acme", "failure_probability", "research") not in values
     assert str(StreamKey("acme", "x")) == "acme/x/default"
 
 

@@ -60,6 +60,7 @@ def test_session_flow_and_outcomes(service: TriageService) -> None:
 
 def test_sessionless_diagnose_keeps_state_on_the_trace(service: TriageService) -> None:
     trace = make_trace("timeout", seed=2, n_steps=8)
+    trace.steps = trace.steps[:-1]  # the run as the agent has it right after the timeout (not yet handled)
     trace.id = "tt"
     r1 = service.diagnose("t", trace, DiagnoseOptions())
     r2 = service.diagnose("t", trace, DiagnoseOptions())  # the same trace again: the same open failure
@@ -104,6 +105,7 @@ def test_streams_and_autofeed(service: TriageService) -> None:
 
 def test_concurrent_failed_outcomes_escalate_once(service: TriageService) -> None:
     trace = make_trace("timeout", seed=5, n_steps=8)
+    trace.steps = trace.steps[:-1]  # right after the timeout, before the answer that reports it
     rec = service.diagnose("t", trace, DiagnoseOptions()).recommendation
     req = OutcomeRequest(recommendation_id=rec.id, success=False)
     with ThreadPoolExecutor(max_workers=4) as pool:

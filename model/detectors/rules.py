@@ -43,7 +43,7 @@ from model.errors import InputError
 from model.findings import Finding
 from model.graph import ExecutionGraph, StepFailure, distinctive_tokens, safe_dumps, step_failure
 from model.kinds import FailureKind
-from model.schema import Step, StepKind, Trace
+from model.schema import Step, StepKind, StepStatus, Trace
 
 #: Confidence of a failure that a later step recovered from (a signal under any sane threshold).
 RECOVERED_CONFIDENCE = 0.3
@@ -175,12 +175,39 @@ class EmptyResponseRule(_Rule):
         return out
 
 
+_HANDOFF_TOOL = re.compile(r"transfer|hand_?off|escalat|human|agent_?handover", re.IGNORECASE)
+
+
+def ended_by_design(trace: Trace) -> bool:
+    """Whether a run with no final-answer step still ended as a conversation may end.
+
+    A chat may end on the user's turn after the agent answered (the user's closing "Thanks!",
+    τ-bench's ``###STOP###``), or on the result of a hand-off tool (``transfer_to_human_agents``):
+    the agent passed the run on. Real runs end both ways, successful ones included (τ-bench
+    airline: 147 of 200 on the user's turn, 48 on a transfer).
+    """
+    steps = trace.steps
+    last = len(steps) - 1
+    if steps[last].kind is StepKind.USER_INPUT:
+        j = last
+        while j >= 0 and steps[j].kind is StepKind.USER_INPUT:
+            j -= 1
+        return j >= 0 and steps[j].kind in _ANSWER_KINDS and bool(steps[j].content.strip())
+    if steps[last].kind is StepKind.TOOL_RESULT and steps[last].status is not StepStatus.ERROR:
+        name = steps[last].tool_name or next(
+            (s.tool_name for s in reversed(steps) if s.kind is StepKind.TOOL_CALL and s.call_id == steps[last].call_id),
+            None)
+        return bool(name and _HANDOFF_TOOL.search(name))
+    return False
+
+
 @register_trace_detector
 class IncompleteRule(_Rule):
     """The run ends without a final answer; the finding is on the last step.
 
     Confidence 0.9 when the trace stops at a tool call, tool result, error or reasoning step (cut
-    off mid-work), 0.75 otherwise. An empty trace gives no finding: there is no step to point at.
+    off mid-work), 0.75 otherwise. An empty trace gives no finding: there is no step to point at,
+    nor does a run that ended as conversations may (:func:`ended_by_design`).
     """
 
     name: ClassVar[str] = "incomplete"
@@ -189,7 +216,7 @@ class IncompleteRule(_Rule):
     _CUT_OFF = frozenset({StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.ERROR, StepKind.LLM_REASONING})
 
     def inspect(self, trace: Trace) -> list[Finding]:
-        if not trace.steps or final_answer_step(trace) is not None:
+        if not trace.steps or final_answer_step(trace) is not None or ended_by_design(trace):
             return []
         last = len(trace.steps) - 1
         kind = trace.steps[last].kind
@@ -252,6 +279,38 @@ def _tool_of(trace: Trace, graph: ExecutionGraph, step: int) -> str:
     return (trace.steps[call].tool_name or "") if call is not None else ""
 
 
+#: Confidence of an error the agent then handled (a signal: the run went on as it should).
+HANDLED_CONFIDENCE = 0.45
+
+
+def handled_by(trace: Trace, failed: int, call: int | None) -> tuple[str, int] | None:
+    """How the agent handled the failed step ``failed`` with its next action, or ``None``.
+
+    ``told_user``: its next message names the failure or asks the user (a question: "I couldn't
+    find that user — could you give me your zip code?"); ``other_route``: its next action is a
+    call to another tool, or to the same tool with other arguments. A repeat of the same call is a
+    retry (recovered, or not), and an answer that passes over the error is the ``ignored_error``
+    rule's.
+    """
+    steps = trace.steps
+    for j in range(failed + 1, len(steps)):
+        s = steps[j]
+        if s.kind is StepKind.USER_INPUT:
+            return None
+        if s.kind in _ANSWER_KINDS and s.content.strip():
+            if _ACK.search(s.content) or "?" in s.content or "？" in s.content:
+                return "told_user", j
+            return None
+        if s.kind is StepKind.TOOL_CALL:
+            prior = steps[call] if call is not None else None
+            if prior is None:
+                return None
+            if s.tool_name != prior.tool_name or _text(s) != _text(prior):
+                return "other_route", j
+            return None
+    return None
+
+
 class _FailedStepRule(_Rule):
     """Findings for the failed steps of one kind, as :func:`model.graph.step_failure` reads them."""
 
@@ -285,6 +344,12 @@ class _FailedStepRule(_Rule):
             conf = min(conf, RECOVERED_CONFIDENCE)
             details["recovered"] = True
             details["recovered_by_step"] = recovered_by
+        else:
+            handled = handled_by(trace, i, call)
+            if handled is not None:
+                conf = min(conf, HANDLED_CONFIDENCE)
+                details["handled"] = handled[0]
+                details["handled_by_step"] = handled[1]
         return _finding(self, trace, i, self.failure_kind, conf, f.evidence, details)
 
 
@@ -381,7 +446,9 @@ class RefusalRule(_Rule):
     Phrases are anchored on declining to *help / assist / provide / comply / answer*, so "I'm
     unable to access the file" (a failure report) and "Sorry, I misread — the answer is 396" (a
     self-correction) are not refusals; a refusal phrase followed by an answer ("…, but here is …")
-    or explained by a failure ("… because the service is down") is dropped to a 0.4 signal.
+    or explained by a failure ("… because the service is down") is dropped to a 0.4 signal, and so
+    is a refusal the agent's own instructions require (:func:`policy_required`: τ-bench airline's
+    policy forbids changing a basic-economy flight, and a successful run says no).
     """
 
     name: ClassVar[str] = "refusal"
@@ -401,10 +468,41 @@ class RefusalRule(_Rule):
             rest = s.content[m.end() :]
             answered = _ANSWER_FOLLOWS.search(rest) is not None
             reason = _FAILURE_REASON.search(s.content[: self._SCAN]) is not None
-            conf = 0.4 if answered or reason else 0.9
-            details = {"pattern": m.group(0), "answer_follows": answered, "failure_given": reason}
+            policy = policy_required(trace, s.content[: self._SCAN])
+            conf = 0.4 if answered or reason or policy else 0.9
+            details = {"pattern": m.group(0), "answer_follows": answered, "failure_given": reason,
+                       "policy_required": policy}
             out.append(_finding(self, trace, i, FailureKind.REFUSAL, conf, _excerpt(s.content), details))
         return out
+
+
+_PROHIBITION = re.compile(
+    r"[^.\n]*\b(?:must not|mustn't|cannot|can not|can't|not allowed|not permitted|do not|don't|never|"
+    r"should not|only (?:if|when|be)|refuse|deny|prohibited|forbidden|no longer)\b[^.\n]*|[^。\n]*(?:不能|不得|禁止|不可以|不允许)[^。\n]*",
+    re.IGNORECASE)
+_CONTENT_WORD = re.compile(r"[^\W\d_]{4,}|[\u4e00-\u9fff]{2}")
+_POLICY_WORDS = re.compile(r"\b(?:policy|policies|rules?|not (?:allowed|permitted|eligible)|terms)\b|政策|规定",
+                           re.IGNORECASE)
+
+
+def policy_required(trace: Trace, refusal: str) -> bool:
+    """Whether the system / developer instructions forbid what the refusal declines.
+
+    True when the refusal cites a policy ("per our policy", "not eligible") and there is an
+    instruction at all, or when a prohibitive sentence of the instructions ("basic economy flights
+    cannot be modified") shares at least two content words with the refusal.
+    """
+    rules = [st.content for st in trace.steps if st.kind is StepKind.SYSTEM and st.content]
+    if not rules:
+        return False
+    if _POLICY_WORDS.search(refusal):
+        return True
+    words = {w.lower() for w in _CONTENT_WORD.findall(refusal)}
+    for text in rules:
+        for m in _PROHIBITION.finditer(text[:50_000]):
+            if len(words & {w.lower() for w in _CONTENT_WORD.findall(m.group())}) >= 2:
+                return True
+    return False
 
 
 # ---------------------------------------------------------------------- malformed calls
@@ -907,6 +1005,9 @@ def _empty_payload(payload: dict[str, Any]) -> bool:
     return has_null and said_none
 
 
+_SILENT_TOOL = re.compile(r"think|thought|reflect|scratch|memo|note_?to_?self|notes?$", re.IGNORECASE)
+
+
 @register_trace_detector
 class AssumptionViolatedRule(_Rule):
     """An empty tool result that the next steps go on to depend on.
@@ -939,6 +1040,15 @@ class AssumptionViolatedRule(_Rule):
     def inspect(self, trace: Trace) -> list[Finding]:
         steps = trace.steps
         out: list[Finding] = []
+        # Tools whose results are empty by design: a think / note tool (every result of it in the
+        # trace empty) returns nothing to depend on (τ-bench's `think`: 92 calls, all empty).
+        names = {s.tool_name for s in steps if s.kind is StepKind.TOOL_RESULT and s.tool_name}
+        quiet = {n for n in names if _SILENT_TOOL.search(n) and all(
+            is_empty_result(s.content) for s in steps if s.kind is StepKind.TOOL_RESULT and s.tool_name == n)}
+
+        def silent(name: str | None) -> bool:
+            return name in quiet
+
         # Grounded values: everything up to the watched empty result, plus what tools, users and
         # the system said since. What the agent itself said after the empty result is not
         # grounded ("Going with CA9075." does not make CA9075 real); those steps wait in `held`
@@ -968,7 +1078,7 @@ class AssumptionViolatedRule(_Rule):
                 pending = None
                 continue
             if s.kind is StepKind.TOOL_RESULT:
-                if is_empty_result(s.content) and step_failure(s) is None:
+                if is_empty_result(s.content) and step_failure(s) is None and not silent(s.tool_name):
                     ground(i, agent_too=True)
                     pending, other_data = i, False
                 elif pending is not None and step_failure(s) is None:

@@ -24,8 +24,8 @@ Per-step series (each point carries its ``step`` index into ``Trace.steps`` and 
 Per-trace values: ``steps``, ``llm_latency_ms`` / ``tool_latency_ms`` / ``latency_ms`` (sums),
 ``tokens_in`` / ``tokens_out`` (sums), ``output_chars`` (the final answer's length),
 ``tool_calls``, ``tool_errors``, ``tool_error_rate``, ``refusal`` (0/1),
-``classifier_failure_prob`` (the slot for the classifier's failure probability: ``None`` until
-one is passed), and ``meta.<key>`` for the numeric values of ``Trace.metadata`` the caller sent
+``failure_probability`` (the run's failure probability, the run scorer's when one is loaded:
+``None`` until one is passed), and ``meta.<key>`` for the numeric values of ``Trace.metadata`` the caller sent
 (e.g. ``{"confidence": 0.82}`` gives ``meta.confidence``). A value the trace does not carry is
 ``None``, never a made-up 0.
 
@@ -76,7 +76,7 @@ PER_TRACE_SERIES: tuple[str, ...] = (
     "tool_errors",
     "tool_error_rate",
     "refusal",
-    "classifier_failure_prob",
+    "failure_probability",
 )
 
 _LLM_KINDS = frozenset({StepKind.LLM_OUTPUT, StepKind.LLM_REASONING, StepKind.FINAL_OUTPUT})
@@ -197,8 +197,8 @@ def extract_metrics(
     trace
         The trace.
     failure_prob
-        The classifier's failure probability for this trace, when there is one; fills the
-        ``classifier_failure_prob`` slot.
+        The run's failure probability (the run scorer's), when there is one; fills the
+        ``failure_probability`` slot.
     refusal_detector
         Registry name of the trace detector whose ``refusal`` findings make the refusal
         indicator (``None``: no refusal series).
@@ -266,7 +266,7 @@ def extract_metrics(
         "tool_errors": float(tool_errors),
         "tool_error_rate": tool_errors / tool_results if tool_results else None,
         "refusal": None if refusals is None else float(bool(refusals)),
-        "classifier_failure_prob": failure_prob,
+        "failure_probability": failure_prob,
     }
     for name, value in _numeric_items(trace.metadata, "metadata"):
         per_trace[name] = value
