@@ -758,3 +758,88 @@ def test_empty_response_skips_content_not_recorded() -> None:
     det = make_detector("empty_response")
     assert det.inspect(Trace(steps=[user, unrecorded])) == []
     assert [(f.step, f.source_index) for f in det.inspect(Trace(steps=[user, blank]))] == [(1, 1)]
+
+
+# ---------------------------------------------------------------------- what real runs showed
+# Each case below is shaped on a successful real run where the rule used to raise a failure
+# (τ-bench airline, GPT-4o; reports/real.md has the firing rates before and after).
+
+
+def _chat(*msgs: dict) -> Trace:
+    from model.importers import load_trace
+
+    return load_trace({"messages": list(msgs)}, format="openai")
+
+
+def _call(cid: str, name: str, args: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}
+
+
+def test_a_chat_may_end_on_the_users_turn_or_a_handoff() -> None:
+    closed = _chat({"role": "user", "content": "Cancel my booking ABC123."},
+                   {"role": "assistant", "content": "Done: ABC123 is cancelled and refunded."},
+                   {"role": "user", "content": "Thank you so much for your help! ###STOP###"})
+    assert IncompleteRule().inspect(closed) == []
+    handed = _chat({"role": "user", "content": "I want a human."},
+                   _call("t", "transfer_to_human_agents", '{"summary": "wants a human"}'),
+                   {"role": "tool", "tool_call_id": "t", "content": "Transfer successful"})
+    assert IncompleteRule().inspect(handed) == []
+    # still incomplete: the user asked and nobody answered; a call cut off mid-work
+    asked = _chat({"role": "user", "content": "Cancel my booking ABC123."})
+    assert [f.kind for f in IncompleteRule().inspect(asked)] == [FailureKind.INCOMPLETE]
+    cut = _chat({"role": "user", "content": "Weather?"}, _call("w", "get_weather", '{"city": "Rome"}'),
+                {"role": "tool", "tool_call_id": "w", "content": "Rome: 21 C"})
+    assert [f.confidence for f in IncompleteRule().inspect(cut)] == [0.9]
+
+
+def test_an_error_the_agent_handled_is_a_signal() -> None:
+    asked = _chat({"role": "user", "content": "My user id is mia_li_3668."},
+                  _call("u", "get_user_details", '{"user_id": "mia_li_3668"}'),
+                  {"role": "tool", "tool_call_id": "u", "content": "Error: user not found"},
+                  {"role": "assistant", "content": "I couldn't find that user id. Could you give me your zip code?"})
+    (f,) = ToolErrorRule().inspect(asked)
+    assert f.confidence < THRESHOLD and f.details["handled"] == "told_user" and f.details["handled_by_step"] == 3
+    other = _chat({"role": "user", "content": "Flights JFK to SEA on May 20?"},
+                  _call("a", "search_direct_flight", '{"origin": "JFK", "destination": "SEA", "date": "2024-05-20"}'),
+                  {"role": "tool", "tool_call_id": "a", "content": "Error: no direct flights"},
+                  _call("b", "search_onestop_flight", '{"origin": "JFK", "destination": "SEA", "date": "2024-05-20"}'),
+                  {"role": "tool", "tool_call_id": "b", "content": '[{"flight": "HAT136"}]'},
+                  {"role": "assistant", "content": "There is a one-stop option, HAT136."})
+    (f,) = ToolErrorRule().inspect(other)
+    assert f.details["handled"] == "other_route" and f.confidence < THRESHOLD
+    # ignored: the answer passes over the error: the tool error stays a failure and ignored_error fires
+    ignored = _chat({"role": "user", "content": "Book the 8pm table at Nopi."},
+                    _call("b", "book_table", '{"name": "Nopi", "time": "20:00"}'),
+                    {"role": "tool", "tool_call_id": "b", "content": "Error: 500 Internal Server Error"},
+                    {"role": "assistant", "content": "Your table at Nopi is booked for 8pm."})
+    (f,) = ToolErrorRule().inspect(ignored)
+    assert f.confidence >= THRESHOLD and "handled" not in f.details
+    assert [g.kind for g in IgnoredErrorRule().inspect(ignored)] == [FailureKind.IGNORED_ERROR]
+
+
+def test_a_think_tool_is_empty_by_design() -> None:
+    t = _chat({"role": "user", "content": "Change my flight to the 22nd."},
+              _call("t", "think", '{"thought": "The user has a basic economy ticket; policy says no change."}'),
+              {"role": "tool", "tool_call_id": "t", "content": ""},
+              {"role": "assistant", "content": "I'm sorry, basic economy tickets cannot be modified."})
+    assert AssumptionViolatedRule().inspect(t) == []
+    # the same shape from a lookup tool is still an assumption the answer goes on from
+    t2 = _chat({"role": "user", "content": "What is my balance?"},
+               _call("t", "get_balance", '{"account": "A1"}'),
+               {"role": "tool", "tool_call_id": "t", "content": ""},
+               {"role": "assistant", "content": "Your balance is 1,250 dollars."})
+    assert [f.kind for f in AssumptionViolatedRule().inspect(t2)] == [FailureKind.ASSUMPTION_VIOLATED]
+
+
+def test_a_refusal_the_instructions_require_is_a_signal() -> None:
+    policy = ("# Airline Agent Policy\nBasic economy flights cannot be modified. "
+              "You should deny requests that are against this policy.")
+    asked = [{"role": "user", "content": "Please change my basic economy flight to May 22."}]
+    no = {"role": "assistant", "content": "I'm sorry, but I can't help with changing basic economy flights; "
+                                          "they cannot be modified."}
+    (f,) = RefusalRule().inspect(_chat({"role": "system", "content": policy}, *asked, no))
+    assert f.confidence < THRESHOLD and f.details["policy_required"] is True
+    # no instruction forbids it: a refusal
+    (g,) = RefusalRule().inspect(_chat(*asked, no))
+    assert g.confidence >= THRESHOLD and g.details["policy_required"] is False

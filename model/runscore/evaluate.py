@@ -252,7 +252,9 @@ def evaluate_real(
         else:
             entry["flagged"] = rate_ci(int((rule_fail | (probs >= scorer.threshold)).sum()), len(y))
         # localisation
-        loc = [(k, e) for k, e in enumerate(test) if e.target is not None]
+        # every failed run the set labels, the label's message an agent's or not (then nobody picking
+        # among agent messages can be exactly right: counted as a miss, not left out)
+        loc = [(k, e) for k, e in enumerate(test) if e.failed and e.fail_source_index is not None and e.units]
         if S in LOCALISATION_SOURCES and loc:
             truth = [e.fail_source_index for _, e in loc]
             assert all(t is not None for t in truth)
@@ -316,7 +318,7 @@ def _in_domain(test: Sequence[Example], params: dict[str, Any], folds: int, rng:
             if fold_of[e.group] == k:
                 p, m = scorer.score_example(e)
                 probs[i] = p
-                if e.target is not None:
+                if e.failed and e.fail_source_index is not None and e.units:
                     picks[i] = e.units[int(np.argmax(m))].source_index
     y = np.array([int(e.failed) for e in test])
     out: dict[str, Any] = {"folds": folds}

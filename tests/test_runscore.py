@@ -1,0 +1,224 @@
+"""The run scorer: features, fit / save / load, its place in the diagnosis, and the real evaluation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from model.diagnosis import Diagnoser
+from model.errors import InputError, NotFittedError
+from model.importers import load_trace
+from model.runscore.evaluate import evaluate_real, prepare, relative_thresholds, render_markdown
+from model.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, message_features, run_features
+from model.runscore.model import ARTIFACT, CANDIDATE_FEATURES, Example, RunScorer, _auroc
+from model.schema import FailureLabel, Trace, TraceLabels
+from tests.conftest import ROOT
+
+
+def chat(*turns: dict) -> Trace:
+    return load_trace({"messages": list(turns)}, format="openai")
+
+
+def call(cid: str, name: str, args: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}
+
+
+def col(name: str) -> int:
+    return MESSAGE_FEATURES.index(name)
+
+
+def test_message_features_say_where_content_comes_from() -> None:
+    t = chat(
+        {"role": "user", "content": "What is the population of Lyon?"},
+        call("a", "search", '{"q": "Lyon population"}'),
+        {"role": "tool", "tool_call_id": "a", "content": "Error: 503 Service Unavailable"},
+        call("b", "search", '{"q": "Lyon population"}'),
+        {"role": "tool", "tool_call_id": "b", "content": "Lyon has 522,250 inhabitants (2021)."},
+        {"role": "assistant", "content": "Lyon has 522,250 inhabitants; Marseille has 870,000."},
+    )
+    units, X = message_features(t)
+    assert [u.source_index for u in units] == [1, 3, 5]
+    # the retry repeats the first call exactly; it came after an error and retried it (not passed over)
+    assert X[1, col("repeat_call")] == 1.0 and X[1, col("after_error")] == 1.0
+    assert X[1, col("error_passed_over")] == 0.0
+    # the answer: 522,250 is grounded in the result, 870,000 and Marseille are not
+    assert X[2, col("novel_numbers")] == pytest.approx(np.log1p(1))
+    assert X[2, col("novel_names")] == pytest.approx(np.log1p(1))
+    assert X[2, col("is_final")] == 1.0 and X[2, col("last_agent_message")] == 1.0
+    r = run_features(t, units, X)
+    assert r[RUN_FEATURES.index("error_result_ratio")] == 0.5
+    assert r[RUN_FEATURES.index("repeat_call_ratio")] == 0.5
+
+
+def test_an_error_passed_over_and_a_hedge() -> None:
+    t = chat(
+        {"role": "user", "content": "Book me a table at Nopi."},
+        call("a", "book_table", '{"name": "Nopi"}'),
+        {"role": "tool", "tool_call_id": "a", "content": '{"error": "restaurant closed"}'},
+        {"role": "assistant", "content": "Done! Your table at Nopi is booked for 8pm."},
+    )
+    units, X = message_features(t)
+    assert X[1, col("error_passed_over")] == 1.0 and X[1, col("hedge")] == 0.0
+    t2 = chat(*[m for m in [
+        {"role": "user", "content": "Book me a table at Nopi."},
+        call("a", "book_table", '{"name": "Nopi"}'),
+        {"role": "tool", "tool_call_id": "a", "content": '{"error": "restaurant closed"}'},
+        {"role": "assistant", "content": "Sorry, I couldn't book it: the booking failed."},
+    ]])
+    _, X2 = message_features(t2)
+    assert X2[1, col("error_passed_over")] == 0.0 and X2[1, col("hedge")] == 1.0
+
+
+def labelled(t: Trace, failed: bool, at: int | None) -> Trace:
+    fails = [FailureLabel(kind=None, source_index=at)] if failed and at is not None else []
+    t.labels = TraceLabels(failed=failed, failures=fails)
+    return t
+
+
+def toy_examples(rng: np.random.Generator, source: str, n: int) -> list[Example]:
+    """Runs whose failures make up a figure in a longer answer (the made-up figure is the cue)."""
+    out = []
+    for i in range(n):
+        failed = bool(i % 2)
+        k = int(rng.integers(1, 4))
+        turns: list[dict] = [{"role": "user", "content": f"Question {i}: the price of item {i}?"}]
+        for j in range(k):
+            turns += [call(f"c{j}", "lookup", f'{{"id": {i * 10 + j}}}'),
+                      {"role": "tool", "tool_call_id": f"c{j}", "content": f"item {i} costs {100 + j} euros"}]
+        answer = f"It costs {999 + i} euros, {12 + i} left." if failed else f"It costs {100} euros."
+        turns.append({"role": "assistant", "content": answer})
+        t = labelled(chat(*turns), failed, len(turns) - 1)
+        out.append(Example.from_trace(t, source, f"{source}:{i}"))
+    return out
+
+
+def test_fit_predict_save_load(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    ex = toy_examples(rng, "a", 40) + toy_examples(rng, "b", 40)
+    scorer = RunScorer().fit(ex)
+    assert "final_novel_numbers" in scorer.features_ and scorer.meta_["trained_on"] == ["a", "b"]
+    p = np.array([scorer.score_example(e)[0] for e in ex])
+    y = np.array([e.failed for e in ex]).astype(int)
+    assert _auroc(y, p) > 0.95
+    # the operating point: at most 10 % of each training set's successful runs flagged
+    for s in ("a", "b"):
+        ok = [pi for pi, e in zip(p, ex, strict=True) if e.source == s and not e.failed]
+        assert np.mean(np.array(ok) >= scorer.threshold) <= 0.1
+    path = tmp_path / "runscore.json"
+    scorer.save(path)
+    again = RunScorer.load(path)
+    assert again.version == scorer.version
+    assert [again.score_example(e)[0] for e in ex] == pytest.approx([scorer.score_example(e)[0] for e in ex], abs=1e-4)
+    # attribution lands on the answer that makes up the figure
+    probs = scorer.score_example(ex[1])[1]
+    assert ex[1].units[int(np.argmax(probs))].source_index == ex[1].fail_source_index
+
+
+def test_unfitted_and_foreign_artefacts_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(NotFittedError, match="fit"):
+        RunScorer().score(chat({"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}))
+    d = json.loads(ARTIFACT.read_text())
+    d["message_features"] = ["bias"]
+    with pytest.raises(InputError, match="refit"):
+        RunScorer.from_dict(d)
+    (tmp_path / "x.json").write_text("{")
+    with pytest.raises(InputError, match="not a run scorer"):
+        RunScorer.load(tmp_path / "x.json")
+    with pytest.raises(InputError, match="both failed and successful"):
+        RunScorer().fit([e for e in toy_examples(np.random.default_rng(1), "a", 10) if e.failed])
+
+
+def fixed_scorer(threshold: float, weight: float) -> RunScorer:
+    """A hand-set scorer: p = sigmoid(weight · standardised messages_log), attribution on novelty."""
+    d = json.loads(ARTIFACT.read_text())
+    w = [0.0] * len(MESSAGE_FEATURES)
+    w[col("novel_numbers")] = 3.0
+    d.update({"message_weights": w, "run_features": ["messages_log"], "run_mean": [0.0], "run_scale": [1.0],
+              "run_weights": [0.0, weight], "platt": [1.0, 0.0], "threshold": threshold})
+    return RunScorer.from_dict(d)
+
+
+HEALTHY_LOOKING = [
+    {"role": "user", "content": "Weather in Oslo?"},
+    call("a", "get_weather", '{"city": "Oslo"}'),
+    {"role": "tool", "tool_call_id": "a", "content": "Oslo: 4 C, light rain"},
+    {"role": "assistant", "content": "It is 4 C with light rain in Oslo; about 17 mm expected."},
+]
+
+
+def test_the_run_verdict_in_the_diagnosis() -> None:
+    t = load_trace({"messages": HEALTHY_LOOKING}, format="openai")
+    quiet = Diagnoser(runscorer=fixed_scorer(threshold=0.99, weight=0.1)).diagnose(t)
+    assert quiet.healthy is True and quiet.primary is None
+    assert quiet.failure_probability is not None and quiet.failure_probability < 0.99
+    assert quiet.attribution is not None and quiet.attribution.source_index == 3  # present when healthy too
+    loud = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0)).diagnose(t)
+    assert loud.healthy is False and loud.failure_probability >= 0.5
+    p = loud.primary
+    assert p is not None and p.detector == "runscore" and p.confidence == loud.failure_probability
+    assert (p.step, p.source_index) == (loud.attribution.step, 3)
+    assert p.kind.value == "hallucination" and loud.recommendation.strategy.value == "self_correct"
+    # mid-run (a session): the probability is reported and decides nothing
+    mid = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0)).diagnose(t, run_verdict=False)
+    assert mid.healthy is True and mid.failure_probability == loud.failure_probability
+    # a relative operating point from the caller replaces the fixed one
+    rel = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0)).diagnose(t, run_threshold=0.9999999)
+    assert rel.healthy is True
+    # options.detectors without "runscore" leaves it out; with it, in
+    d = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0))
+    from model.options import DiagnoseOptions
+    assert d.diagnose(t, DiagnoseOptions(detectors=["loop"])).failure_probability is None
+    assert d.diagnose(t, DiagnoseOptions(detectors=["loop", "runscore"])).failure_probability is not None
+
+
+def test_relative_thresholds_leave_the_runs_own_group_out() -> None:
+    probs = np.array([0.1, 0.2, 0.9, 0.3])
+    thr = relative_thresholds(probs, ["a", "a", "b", "c"], 0.5)
+    assert thr.tolist() == [float(np.quantile([0.9, 0.3], 0.5))] * 2 + [
+        float(np.quantile([0.1, 0.2, 0.3], 0.5)), float(np.quantile([0.1, 0.2, 0.9], 0.5))]
+
+
+@pytest.mark.slow
+def test_leave_one_source_out_on_a_sample_of_the_real_sets() -> None:
+    from model.realdata import load_source
+
+    runs = []
+    for s, n in (("tau_airline", 32), ("agentprocessbench", 40), ("swe", 40), ("whowhen", 24)):
+        runs += load_source(s)[:n]
+    report = evaluate_real(prepare(runs), {}, in_domain_folds=2)
+    for s, e in report["sets"].items():
+        assert s not in e["model"]["trained_on"]  # fitted without the set it is scored on
+    tau = report["sets"]["tau_airline"]
+    assert tau["runs"] == 32 and 0 <= tau["auroc"]["ci"][0] <= tau["auroc"]["auroc"] <= tau["auroc"]["ci"][1] <= 1
+    assert set(tau["baselines"]) == {"messages", "tool calls", "characters"}
+    assert report["sets"]["whowhen"]["localisation"]["runs"] == 24  # one label on a tool message: a miss for all
+    assert "agent message 1" in report["sets"]["whowhen"]["localisation"]["baselines"]
+    md = render_markdown(report)
+    assert "| tau_airline |" in md and "Who" not in md.split("\n")[0]
+
+
+def test_shipped_artefact_loads_and_names_its_data() -> None:
+    s = RunScorer.load()
+    assert set(s.features_) <= set(CANDIDATE_FEATURES)
+    assert {"tau_airline", "agentprocessbench", "swe"} <= set(s.meta_["trained_on"])
+    assert any(k.startswith("swe/") for k in s.meta_["data"])
+
+
+def test_cli_diagnose_loads_the_service_models_and_prints_one_json_list(tmp_path: Path) -> None:
+    f = tmp_path / "two.jsonl"
+    f.write_text(json.dumps({"messages": HEALTHY_LOOKING}) + "\n" + json.dumps({"messages": HEALTHY_LOOKING[:2]}) + "\n")
+    run = [sys.executable, "-m", "serve.cli", "diagnose"]
+    one = subprocess.run([*run, "docs/examples/healthy.json", "--json"], cwd=ROOT, capture_output=True, timeout=120)
+    assert one.returncode == 0, one.stderr.decode()
+    body = json.loads(one.stdout)
+    assert {"classifier", "runscore"} <= set(body["detector_versions"])
+    assert body["failure_probability"] is not None and body["attribution"]["source_index"] >= 0
+    bare = subprocess.run([*run, "docs/examples/healthy.json", "--json", "--no-classifier"], cwd=ROOT,
+                          capture_output=True, timeout=120)
+    assert "classifier" not in json.loads(bare.stdout)["detector_versions"]
