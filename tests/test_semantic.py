@@ -247,3 +247,11 @@ def test_shipped_classifier_runs_on_every_case(capsys: pytest.CaptureFixture[str
     assert main([]) == 0
     out = capsys.readouterr().out
     assert "| all | all | 48 |" in out and "false alarms" in out
+
+
+def test_module_doctests() -> None:
+    import doctest
+
+    import model.semantic
+
+    assert doctest.testmod(model.semantic).failed == 0
