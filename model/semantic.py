@@ -19,9 +19,9 @@ constraint kept; some hard: a computed figure, a paraphrased constraint, a polit
 - **right kind there**: a failure of the case's kind at that ``source_index``;
 - for look-alikes, **false alarms**: the look-alike is flagged;
 
-each as ``k/n`` with a Wilson 95 % interval; and the AUROC of the run score (the response's
+each as ``k/n`` with a Wilson 95 % interval; the AUROC of the run score (the response's
 ``failure_probability`` when it has one, else its highest failure or signal confidence) between
-failing runs and look-alikes. :func:`render_markdown` prints the tables.
+failing runs and look-alikes; and the same for the highest confidence of the case's own kind. :func:`render_markdown` prints the tables.
 
 Command line (rules plus the shipped classifier when its artefact exists)::
 
@@ -254,8 +254,12 @@ def _auroc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
     return wins / (len(pos) * len(neg))
 
 
-def score_case(case: SemanticCase, resp: DiagnosisResponse) -> dict[str, Any]:
-    """One case's record: what the diagnosis said and whether it counts as caught / a false alarm."""
+def score_case(case: SemanticCase, resp: DiagnosisResponse, *, kind: FailureKind | None = None) -> dict[str, Any]:
+    """One case's record: what the diagnosis said and whether it counts as caught / a false alarm.
+
+    ``kind``: for a look-alike, the kind of the case it mirrors (its ``kind_confidence`` is then the
+    highest confidence of that kind); a failing case uses its own.
+    """
     flagged = resp.healthy is False
     attr_si = _attr_source_index(resp)
     failures = [{"kind": f.kind.value, "source_index": f.source_index, "confidence": round(f.confidence, 4),
@@ -266,13 +270,14 @@ def score_case(case: SemanticCase, resp: DiagnosisResponse) -> dict[str, Any]:
         "failures": failures, "attribution_source_index": attr_si,
         "failure_probability": getattr(resp, "failure_probability", None), "score": round(run_score(resp), 4),
     }
+    own = case.kind or kind
+    rec["kind_confidence"] = round(max((f.confidence for f in [*resp.failures, *resp.signals] if f.kind is own),
+                                       default=0.0), 4)
     if case.failing:
         exp = case.expected_source_index
         at_index = flagged and (any(f.source_index == exp for f in resp.failures) or attr_si == exp)
         kind_there = any(f.kind is case.kind and f.source_index == exp for f in resp.failures)
-        best = max((f.confidence for f in [*resp.failures, *resp.signals] if f.kind is case.kind), default=0.0)
-        rec.update(caught=flagged, at_index=at_index, kind_at_index=kind_there,
-                   kind_confidence=round(best, 4))
+        rec.update(caught=flagged, at_index=at_index, kind_at_index=kind_there)
     else:
         rec["false_alarm"] = flagged
     return rec
@@ -294,9 +299,10 @@ def evaluate_cases(cases: Sequence[SemanticCase], diagnose_fn: DiagnoseFn) -> di
     for c in cases:
         resp = diagnose_fn(c.trace)
         versions.add(resp.model_version)
-        rec = score_case(c, resp)
-        if not c.failing:
-            rec["group"] = by_id[c.lookalike_of].group if c.lookalike_of in by_id else None
+        original = by_id.get(c.lookalike_of) if c.lookalike_of else None
+        rec = score_case(c, resp, kind=original.kind if original else None)
+        if original is not None:
+            rec["group"] = original.group
         records.append(rec)
 
     def select(failing: bool, group: str, language: str) -> list[dict[str, Any]]:
@@ -324,12 +330,17 @@ def evaluate_cases(cases: Sequence[SemanticCase], diagnose_fn: DiagnoseFn) -> di
         if "false_alarm" in r:
             for kind in sorted({f["kind"] for f in r["failures"]}):
                 fired[kind] = fired.get(kind, 0) + 1
-    pos = [r["score"] for r in records if "caught" in r]
-    neg = [r["score"] for r in records if "false_alarm" in r]
+    pos = [r for r in records if "caught" in r]
+    neg = [r for r in records if "false_alarm" in r]
+    own: dict[str, Any] = {"auroc": _auroc([r["kind_confidence"] for r in pos], [r["kind_confidence"] for r in neg])}
+    for cut in (0.3, 0.5):
+        own[f"failing_at_least_{cut}"] = _rate(sum(r["kind_confidence"] >= cut for r in pos), len(pos))
+        own[f"lookalikes_at_least_{cut}"] = _rate(sum(r["kind_confidence"] >= cut for r in neg), len(neg))
     return {
         "cases": len(records), "failing": len(pos), "lookalikes": len(neg),
         "model_versions": sorted(versions), "caught": caught_rows, "lookalike_rows": alike_rows,
-        "lookalike_kinds_fired": fired, "auroc": _auroc(pos, neg), "per_case": records,
+        "lookalike_kinds_fired": fired, "auroc": _auroc([r["score"] for r in pos], [r["score"] for r in neg]),
+        "own_kind": own, "per_case": records,
     }
 
 
@@ -365,6 +376,13 @@ def render_markdown(result: dict[str, Any]) -> str:
     auroc = result.get("auroc")
     lines.append("AUROC of the run score (failure_probability, else the highest failure/signal confidence), "
                  f"failing vs look-alikes: {'–' if auroc is None else f'{auroc:.2f}'}.")
+    own = result.get("own_kind")
+    if own:
+        a = own["auroc"]
+        lines.append("Highest confidence of the case's own kind (failure or signal; a look-alike: its original's): "
+                     f"AUROC {'–' if a is None else f'{a:.2f}'}; ≥ 0.3 on {_fmt(own['failing_at_least_0.3'])} failing "
+                     f"vs {_fmt(own['lookalikes_at_least_0.3'])} look-alikes; ≥ 0.5 on "
+                     f"{_fmt(own['failing_at_least_0.5'])} vs {_fmt(own['lookalikes_at_least_0.5'])}.")
     return "\n".join(lines) + "\n"
 
 

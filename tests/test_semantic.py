@@ -183,6 +183,11 @@ def test_evaluate_cases_counts_exactly() -> None:
     assert res["lookalike_kinds_fired"] == {"hallucination": 1}
     # scores: failing 0.9, 0.8, 0.05, 0.6 vs look-alikes 0.1, 0.85, 0.6 → (3 + 2 + 0 + 1.5) / 12
     assert res["auroc"] == pytest.approx(6.5 / 12)
+    # own kind (failures' confidence is 0.7): failing 0.7, 0, 0, 0.7 vs look-alikes 0, 0.7 (h2's kind), 0
+    own = res["own_kind"]
+    assert own["auroc"] == pytest.approx(7 / 12)
+    assert (own["failing_at_least_0.3"]["k"], own["lookalikes_at_least_0.3"]["k"]) == (2, 1)
+    assert [r["kind_confidence"] for r in res["per_case"]] == [0.7, 0.0, 0.0, 0.7, 0.0, 0.7, 0.0]
     md = render_markdown(res)
     assert "| hallucination | en | 3 | 2/3 = 67 % [" in md and "hallucination ×1" in md and "0.54" in md
 
@@ -246,7 +251,7 @@ def test_shipped_classifier_runs_on_every_case(capsys: pytest.CaptureFixture[str
     assert not res["model_versions"][0].startswith("rules-")
     assert main([]) == 0
     out = capsys.readouterr().out
-    assert "| all | all | 48 |" in out and "false alarms" in out
+    assert f"| all | all | {res['failing']} |" in out and "false alarms" in out
 
 
 def test_module_doctests() -> None:
