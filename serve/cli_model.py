@@ -1,11 +1,10 @@
-"""``triage`` classifier commands: ``baseline``, ``train``, ``distill``, ``export``, ``evaluate``,
-``localise-whowhen``. The training commands need the ``train`` extra (torch, transformers,
+"""``triage`` model commands: ``baseline``, ``train``, ``distill``, ``export``, ``evaluate``
+(``--real``: the real-run evaluation). The training commands need the ``train`` extra (torch, transformers,
 scikit-learn); they import it only when run. Each one is the same code the DVC stage runs.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -31,7 +30,8 @@ def _need_training_extra() -> None:
         raise _fail(f"this command needs the training extra (pip install -e '.[train]'): {exc}") from exc
 
 
-def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | None, semantic: Path) -> None:
+def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | None, semantic: Path,
+                   card: Path | None) -> None:
     import yaml
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -49,7 +49,7 @@ def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | 
                 bar.update(task, total=total, completed=done, description="features and rules")
 
             report = real_eval.run(root, reports, config.as_params(), limit=limit, progress=tick,
-                                   semantic=semantic, seed=int(section.get("seed", 0)),
+                                   semantic=semantic, seed=int(section.get("seed", 0)), card=card,
                                    in_domain_folds=int(section.get("in_domain_folds", 5)))
     except (TriageError, OSError) as exc:
         raise _fail(str(exc)) from exc
@@ -146,8 +146,9 @@ def register(app: typer.Typer) -> None:
                      = Path("datasets/semantic/cases.jsonl")) -> None:
         """Write reports/metrics.json, reports/eval.md (+ PNGs) and the model card; with --real, the
         real-run evaluation that picks the model (reports/real.json, reports/real.md)."""
-        if real:
-            _evaluate_real(params, root, reports, limit, semantic)
+        if real:  # a quick look (--limit) leaves the model card alone
+            _evaluate_real(params, root, reports, limit, semantic,
+                           None if limit is not None else artifacts / "MODEL_CARD.md")
             return
         from model.classifier import evaluate
         from model.classifier.config import EvaluateConfig
@@ -159,33 +160,3 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"{m['evaluated']}: test macro-F1 {m['test']['macro_f1']:.4f}, held-out families "
                    f"{m['heldout_families']['macro_f1']:.4f}, localisation exact "
                    f"{m['step_localisation']['exact']:.3f} -> {reports}/metrics.json")
-
-    @app.command("localise-whowhen")
-    def whowhen_cmd(
-        path: Annotated[Path, typer.Argument(help="Folder of Who&When logs (algorithm-generated subset).")],
-        model: Annotated[Path | None, typer.Option(help="Artefact folder (default: the shipped model).")] = None,
-        threads: int = 2,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
-    ) -> None:
-        """Step localisation on Who&When next to always-first-message, uniform random and the paper's best."""
-        from model.classifier.detector import DEFAULT_ARTIFACTS
-        from model.classifier.runtime import ClassifierRuntime
-        from model.classifier.whowhen import localise
-
-        try:
-            rt = ClassifierRuntime.load(model or DEFAULT_ARTIFACTS, threads=threads)
-            res = localise(path, rt)
-        except TriageError as exc:
-            raise _fail(str(exc)) from exc
-        if as_json:
-            typer.echo(json.dumps(res, indent=2))
-            return
-        typer.echo(f"Who&When step localisation, {res['runs']} runs (model {res['model']}):")
-        rows = [("ours: first flagged step", res["ours"]["first_flagged"]),
-                ("ours: most confident step", res["ours"]["most_confident"]),
-                ("always message 0", res["baselines"]["message_0"]),
-                ("always message 1", res["baselines"]["message_1"]),
-                ("uniform random (expected)", res["baselines"]["uniform_random_expected"])]
-        for name, r in rows:
-            typer.echo(f"  {name:<28} exact {r['exact']:.3f}   within 3 {r['within_3']:.3f}")
-        typer.echo(f"  {'paper best (Who&When)':<28} exact {res['paper_best_step_accuracy']:.3f}")

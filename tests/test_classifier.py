@@ -6,7 +6,6 @@ tests/test_classifier_pipeline.py.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -322,36 +321,6 @@ def test_shipped_model_loads_and_scores_without_torch() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
     total = sum(p.stat().st_size for p in ARTIFACTS.iterdir() if p.is_file())
     assert total < 30 * 1024 * 1024
-
-
-# -- Who&When localisation ---------------------------------------------------------------------
-
-
-def _whowhen_folder(tmp_path: Path) -> Path:
-    folder = tmp_path / "ww"
-    folder.mkdir()
-    for i, (n, mistake) in enumerate([(4, 0), (6, 1), (10, 8)]):
-        history = [{"role": "assistant" if j % 2 == 0 else "user", "name": f"Expert_{j % 2}",
-                    "content": f"message {j} of run {i}"} for j in range(n)]
-        (folder / f"{i}.json").write_text(json.dumps({"history": history, "mistake_step": str(mistake),
-                                                      "mistake_agent": "Expert_0"}))
-    return folder
-
-
-def test_whowhen_reader_and_cli_errors(tmp_path: Path) -> None:
-    from model.classifier.whowhen import read_cases
-
-    cases = read_cases(_whowhen_folder(tmp_path))
-    assert [(c[0], c[2], c[3]) for c in cases] == [("0.json", 0, 4), ("1.json", 1, 6), ("2.json", 8, 10)]
-    (tmp_path / "ww" / "3.json").write_text('{"history": []}')
-    with pytest.raises(InputError, match="3.json: not a Who&When log"):
-        read_cases(tmp_path / "ww")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    out = subprocess.run([sys.executable, "-m", "serve.cli", "localise-whowhen", str(empty), "--model",
-                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 2
-    assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr
 
 
 def test_trace_thresholds_account_for_the_max_over_steps() -> None:

@@ -103,6 +103,7 @@ def test_fit_predict_save_load(tmp_path: Path) -> None:
     ex = toy_examples(rng, "a", 40) + toy_examples(rng, "b", 40)
     scorer = RunScorer().fit(ex)
     assert "final_novel_numbers" in scorer.features_ and scorer.meta_["trained_on"] == ["a", "b"]
+    assert not set(scorer.features_) & {"messages_log", "calls_log", "user_turns_log"}  # length is a baseline
     p = np.array([scorer.score_example(e)[0] for e in ex])
     y = np.array([e.failed for e in ex]).astype(int)
     assert _auroc(y, p) > 0.95
@@ -135,12 +136,12 @@ def test_unfitted_and_foreign_artefacts_are_refused(tmp_path: Path) -> None:
 
 
 def fixed_scorer(threshold: float, weight: float) -> RunScorer:
-    """A hand-set scorer: p = sigmoid(weight · standardised messages_log), attribution on novelty."""
+    """A hand-set scorer: p = sigmoid(1 + weight · final_novel_word_ratio), attribution on novelty."""
     d = json.loads(ARTIFACT.read_text())
     w = [0.0] * len(MESSAGE_FEATURES)
     w[col("novel_numbers")] = 3.0
-    d.update({"message_weights": w, "run_features": ["messages_log"], "run_mean": [0.0], "run_scale": [1.0],
-              "run_weights": [0.0, weight], "platt": [1.0, 0.0], "threshold": threshold})
+    d.update({"message_weights": w, "run_features": ["final_novel_word_ratio"], "run_mean": [0.0],
+              "run_scale": [1.0], "run_weights": [1.0, weight], "platt": [1.0, 0.0], "threshold": threshold})
     return RunScorer.from_dict(d)
 
 
@@ -156,19 +157,19 @@ def test_the_run_verdict_in_the_diagnosis() -> None:
     t = load_trace({"messages": HEALTHY_LOOKING}, format="openai")
     quiet = Diagnoser(runscorer=fixed_scorer(threshold=0.99, weight=0.1)).diagnose(t)
     assert quiet.healthy is True and quiet.primary is None
-    assert quiet.failure_probability is not None and quiet.failure_probability < 0.99
+    assert quiet.failure_probability is not None and 0.73 <= quiet.failure_probability < 0.99
     assert quiet.attribution is not None and quiet.attribution.source_index == 3  # present when healthy too
-    loud = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0)).diagnose(t)
-    assert loud.healthy is False and loud.failure_probability >= 0.5
+    loud = Diagnoser(runscorer=fixed_scorer(threshold=0.7, weight=5.0)).diagnose(t)
+    assert loud.healthy is False and loud.failure_probability >= 0.7
     p = loud.primary
     assert p is not None and p.detector == "runscore" and p.confidence == loud.failure_probability
     assert (p.step, p.source_index) == (loud.attribution.step, 3)
     assert p.kind.value == "hallucination" and loud.recommendation.strategy.value == "self_correct"
     # mid-run (a session): the probability is reported and decides nothing
-    mid = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0)).diagnose(t, run_verdict=False)
+    mid = Diagnoser(runscorer=fixed_scorer(threshold=0.7, weight=5.0)).diagnose(t, run_verdict=False)
     assert mid.healthy is True and mid.failure_probability == loud.failure_probability
     # a relative operating point from the caller replaces the fixed one
-    rel = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0)).diagnose(t, run_threshold=0.9999999)
+    rel = Diagnoser(runscorer=fixed_scorer(threshold=0.7, weight=5.0)).diagnose(t, run_threshold=0.9999999)
     assert rel.healthy is True
     # options.detectors without "runscore" leaves it out; with it, in
     d = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0))

@@ -95,9 +95,9 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
     if missed:
         lines.append("- Below the project's targets (test macro-F1 ≥ 0.95, held-out families ≥ 0.85): "
                      + "; ".join(missed) + ". See reports/eval.md per kind.")
-    lines.append("- Step localisation on real multi-agent logs (Who&When) is measured outside this report "
-                 "(`triage localise-whowhen`, docs/classifier.md); check it there before using the step it "
-                 "names to blame an agent in real logs.")
+    lines.append("- On real runs (the section above, reports/real.md, `triage evaluate --real`) this classifier "
+                 "raises no failure and catches almost none of the frozen semantic cases: its figures here are "
+                 "on generated traces and say little about real agents.")
     low = sorted((v["f1"], k) for k, v in test["per_kind"].items() if v["support"])[:4]
     low_held = sorted((v["f1"], k, v["recall"]) for k, v in held["per_kind"].items() if v["support"])[:4]
     lines += [
@@ -106,8 +106,7 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
         + ", ".join(f"{k} (F1 {f:.2f}, recall {r:.2f})" for f, k, r in low_held) + ".",
         "- Trained on generated traces only: real agent logs are phrased differently. On the Who&When "
         "multi-agent logs it flags the code and shell commands of most runs as `unsafe_output` (a signal in "
-        "the service, never a failure); `triage localise-whowhen` measures how far the step localisation "
-        "carries over.",
+        "the service, never a failure).",
         "- It is trained only on the kinds ARCHITECTURE.md lists it as a producer of; the technical kinds, "
         "`empty_response`, `incomplete`, `loop`, `disallowed_tool` and `degradation` are the rules' and the "
         "stream detectors' job and it does not score them.",
@@ -115,7 +114,13 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
         "claims deep inside a very long answer can be missed.", "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines), encoding="utf-8")
+    # the real-run figures lead the card (model.runscore.card); the synthetic ones come second
+    from model.runscore.card import kept_real_block
+
+    lead = kept_real_block(path)
+    if lead:
+        lines[0] = "## The step classifier: " + lines[0].removeprefix("# Model card: ")
+    path.write_text(lead + "\n".join(lines), encoding="utf-8")
 
 
 __all__ = ["write_model_card"]

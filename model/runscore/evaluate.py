@@ -1,7 +1,7 @@
 """The real-run evaluation that decides: leave-one-source-out, with intervals, beside baselines.
 
 ``triage evaluate --real`` (and the DVC stage ``evaluate_real``) runs :func:`evaluate_real` and
-writes ``reports/real.json``, ``reports/real.md`` and the figures under ``reports/figures/``.
+writes ``reports/real.json``, ``reports/real.md`` and the figures under ``reports/real-figures/``.
 
 For each real set S the run scorer is **fitted without S** (models, feature choice, calibration
 and operating point) and scored on S — what a new user's unseen agent gets:
@@ -16,8 +16,8 @@ and operating point) and scored on S — what a new user's unseen agent gets:
   position (k-th message, k-th agent message, the last agent message), the middle, uniform, and
   the position prior learned on the training folds, with the paired interval of the difference
   to the best of them; for multi-agent logs, the blamed agent;
-* rules: per rule, how often it raises a failure on successful vs failed runs of each set, and
-  P(run failed | it fired).
+* rules (and the shipped classifier, as a detector): per detector, how often it raises a failure
+  on successful vs failed runs of each set, and P(run failed | it fired).
 
 A second table fits in-domain (folds grouped by task within S) for comparison: what a user gets
 once the agent's own labelled history trains the scorer (the retraining issue's path).
@@ -55,11 +55,16 @@ class Prepared:
     calls: int
 
 
-def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None = None) -> list[Prepared]:
-    """Features and rule findings of every run (the slow part, done once)."""
+def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None = None, *,
+            classifier: bool = False) -> list[Prepared]:
+    """Features and the detectors' findings of every run (the slow part, done once).
+
+    ``classifier=True`` runs the shipped classifier beside the rules, as the service does (its
+    failures count with the rules' in the verdict, and the rules table reports it as a detector).
+    """
     from model.diagnosis import DEFAULT_THRESHOLDS, Diagnoser
 
-    rules = Diagnoser()
+    rules = Diagnoser.with_shipped_models(classifier=classifier, runscore=False)
     out = []
     for n, r in enumerate(runs):
         ex = Example.from_trace(r.trace, r.source, r.group)
@@ -391,7 +396,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += rel_lines
     lines += ["", "Calibration (ECE, 10 bins) of `failure_probability` on each unseen set: " + ", ".join(
         f"{s} {e['calibration']['ece']:.3f}" for s, e in report["sets"].items() if "calibration" in e)
-        + " (reliability diagram: `reports/figures/real-reliability.png`).", ""]
+        + " (reliability diagram: `reports/real-figures/reliability.png`).", ""]
     lines += ["## Where did it go wrong? (localisation on `source_index`, failed runs with a step label)", "",
               "| set | runs | ours exact [95 %] | ±1 | ±3 | best baseline (exact, ±3) | ours − best, exact | uniform exact | position prior exact |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -488,20 +493,24 @@ def plot_localisation(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def write_reports(report: dict[str, Any], reports: Path) -> list[Path]:
+def write_reports(report: dict[str, Any], reports: Path, card: Path | None = None) -> list[Path]:
     reports.mkdir(parents=True, exist_ok=True)
     (reports / "real.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (reports / "real.md").write_text(render_markdown(report), encoding="utf-8")
-    figs = [reports / "figures" / "real-reliability.png", reports / "figures" / "real-localisation.png"]
+    figs = [reports / "real-figures" / "reliability.png", reports / "real-figures" / "localisation.png"]
     plot_reliability(report, figs[0])
     plot_localisation(report, figs[1])
+    if card is not None:
+        from .card import write_real_block
+
+        write_real_block(report, card)
     return [reports / "real.json", reports / "real.md", *figs]
 
 
 def run(root: Path | None = None, reports: Path = Path("reports"), params: dict[str, Any] | None = None,
         sources: tuple[str, ...] | None = None, limit: int | None = None,
         progress: Callable[[int, int], None] | None = None, semantic: Path | None = None, seed: int = 0,
-        in_domain_folds: int = 5) -> dict[str, Any]:
+        in_domain_folds: int = 5, classifier: bool = True, card: Path | None = None) -> dict[str, Any]:
     """Load the vendored sets, prepare, evaluate, write the reports; returns the report."""
     runs = load_all(root, sources)
     if limit is not None:  # a small sample per set (tests, the notebook): the first groups of each
@@ -511,11 +520,11 @@ def run(root: Path | None = None, reports: Path = Path("reports"), params: dict[
             groups = list(dict.fromkeys(r.group for r in sub))[:limit]
             keep += [r for r in sub if r.group in set(groups)]
         runs = keep
-    prepared = prepare(runs, progress)
+    prepared = prepare(runs, progress, classifier=classifier)
     report = evaluate_real(prepared, params, seed=seed, in_domain_folds=in_domain_folds)
     if semantic is not None and semantic.is_file():
         report["semantic"] = semantic_table(semantic, prepared, params)
-    write_reports(report, reports)
+    write_reports(report, reports, card)
     return report
 
 

@@ -6,8 +6,8 @@ numpy alone (the artefact is one JSON file, ``model/artifacts/runscore.json``):
 * **attribution** — a conditional logit over a run's agent messages: ``softmax(X·w)`` is the
   probability that each message is where the run went wrong, *given that it failed*. Trained on
   the failed runs whose set says where (AgentProcessBench, Who&When, τ-bench's derived step).
-* **run probability** — L2 logistic regression on run features plus the attribution model's
-  best message score, each real set weighted equally and classes balanced within a set, then
+* **run probability** — L2 logistic regression on run features (never run length:
+  :data:`LENGTH_PROXIES`), each real set weighted equally and classes balanced within a set, then
   Platt-calibrated on the same runs with their natural class mix. Only features whose direction
   (AUROC above or below 0.5) agrees on **every** training set are kept: a cue that means "failed"
   on one agent and "fine" on another is left out rather than averaged (a hedge is a failure for a
@@ -43,8 +43,19 @@ from .features import MESSAGE_FEATURES, RUN_FEATURES, MessageUnit, message_featu
 ARTIFACT = Path(__file__).resolve().parent.parent / "artifacts" / "runscore.json"
 FORMAT_VERSION = 1
 
-#: Run features the scorer may use: every run feature but the bias, and the best message score.
-CANDIDATE_FEATURES: tuple[str, ...] = (*RUN_FEATURES[1:], "max_message_score")
+#: Run features the scorer may use: every run feature but the bias. (The attribution model's best
+#: message score was a candidate too; leave-one-source-out it lowered the AUROC on SWE from 0.622 to
+#: 0.548 and on AgentProcessBench from 0.663 to 0.649: what makes a message look wrong is learned
+#: per agent, so it is left to the attribution.)
+#: Run length is a baseline, not evidence: on the three sets here longer runs fail more often
+#: (messages: AUROC 0.62–0.68), but on other agents' real runs the failed ones are the *shorter* ones
+#: (the agent answers too early; AUROC 0.2–0.25, ../shared/MEASUREMENTS.md "Real runs"). A model that
+#: leans on length scores those runs backwards, so the run model never sees it.
+LENGTH_PROXIES: frozenset[str] = frozenset({"messages_log", "calls_log", "user_turns_log"})
+CANDIDATE_FEATURES: tuple[str, ...] = tuple(f for f in RUN_FEATURES[1:] if f not in LENGTH_PROXIES)
+
+
+_CANDIDATE_COLUMNS = [RUN_FEATURES.index(f) for f in CANDIDATE_FEATURES]
 
 
 @dataclass
@@ -198,10 +209,9 @@ class RunScorer:
 
     # ---- features ---------------------------------------------------------------------------
 
-    def _candidates(self, e: Example) -> np.ndarray:
-        assert self.message_weights_ is not None
-        best = float((e.X @ self.message_weights_).max()) if len(e.units) else 0.0
-        return np.concatenate([e.run[1:], [best]]).astype(np.float64)
+    @staticmethod
+    def _candidates(e: Example) -> np.ndarray:
+        return e.run[_CANDIDATE_COLUMNS].astype(np.float64)
 
     # ---- fit ------------------------------------------------------------------------------
 
@@ -225,7 +235,7 @@ class RunScorer:
             if np.all(d >= self.min_direction) or np.all(d <= -self.min_direction):
                 keep.append(j)
         if not keep:
-            keep = [CANDIDATE_FEATURES.index("messages_log")]
+            keep = [CANDIDATE_FEATURES.index("final_novel_word_ratio")]
         self.features_ = [CANDIDATE_FEATURES[j] for j in keep]
         Fk = F[:, keep]
         self.mean_, self.scale_ = Fk.mean(0), Fk.std(0) + 1e-6
@@ -358,4 +368,4 @@ class RunScorer:
             raise InputError(f"{p}: not a run scorer ({exc})", path=str(p)) from exc
 
 
-__all__ = ["ARTIFACT", "CANDIDATE_FEATURES", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
+__all__ = ["ARTIFACT", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
