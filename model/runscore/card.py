@@ -42,13 +42,26 @@ def real_block(report: dict[str, Any], version: str | None = None) -> str:
             best = loc["baselines"][loc["best_baseline"]]["exact"]
             loc_s = f"{loc['ours']['exact']:.2f} ({loc['best_baseline']} {best:.2f})"
         lines.append(f"| {s} | {e['runs']} ({e['failed']}) | {auroc} | {base} | {fa} | {rec} | {loc_s} |")
-    lines += ["", "**Read this first.** On agents it was not fitted on, the run scorer does not beat run "
-              "length, and localisation does not beat the best fixed position of each set: what makes a run "
-              "fail, and where, differs between these agents (the position of the decisive step is early in "
-              "Who&When, the final answer in AgentProcessBench, a write call in τ-bench). The rules raise "
-              "few false alarms on successful real runs (table in `reports/real.md`); the classifier "
-              "(trained on generated traces) raises none and catches almost nothing there. Learning one "
-              "agent's own patterns from its labelled history is what retraining is for.", "", END, ""]
+    sets = report["sets"]
+    beats = [s for s, e in sets.items() if "vs_best_baseline" in e and e["vs_best_baseline"]["ci"][0] > 0]
+    loses = [s for s, e in sets.items() if "vs_best_baseline" in e and e["vs_best_baseline"]["ci"][0] <= 0]
+    loc_beats = [s for s, e in sets.items() if e.get("localisation") and e["localisation"]["exact_vs_best"]["ci"][0] > 0]
+    loc_loses = [s for s, e in sets.items() if e.get("localisation") and s not in loc_beats]
+    clf = {s: r["classifier"] for s, r in report.get("rules", {}).items() if "classifier" in r}
+    said = []
+    if loses:
+        said.append(f"On agents it was not fitted on, `failure_probability` does **not** beat the run-length "
+                    f"baseline on {', '.join(loses)} (the paired interval's lower bound is at or below 0)"
+                    + (f"; it does on {', '.join(beats)}" if beats else "") + ".")
+    if loc_loses:
+        said.append(f"Localisation does **not** beat the best fixed position on {', '.join(loc_loses)}: where "
+                    "a run goes wrong sits at a different place for each of these agents.")
+    said.append("The rules' false alarms on successful real runs are in `reports/real.md`; the step "
+                "classifier, trained on generated traces, "
+                + ("raises no failure on them." if not clf else
+                   "raises failures there: " + ", ".join(f"{s} {100 * r['fires_on_successful']['rate'] if r['fires_on_successful']['rate'] is not None else 0:.0f} % of successful runs" for s, r in clf.items()) + "."))
+    said.append("Run length is a baseline and never a feature: it reverses on other agents' runs.")
+    lines += ["", "**Read this first.** " + " ".join(said), "", END, ""]
     return "\n".join(lines)
 
 
