@@ -8,7 +8,8 @@ What the JSON body may not hold (:func:`check_json`, run on every parsed body):
   (:func:`model.importers.parse_json_text`);
 - lone UTF-16 surrogates (``"\\ud800"``: not encodable as UTF-8);
 - NUL characters (PostgreSQL text can't hold them);
-- integers outside the signed 64-bit range, and nesting deeper than :data:`MAX_DEPTH`.
+- integers outside the signed 64-bit range, numbers too large for a float (``1e999``), and
+  nesting deeper than :data:`MAX_DEPTH`.
 
 Ids (:func:`check_id`): trace and session ids are ``[A-Za-z0-9._:@-]{1,128}``, so whatever is
 stored can be read and deleted by its id in a URL. Integers that land in 32-bit columns (step and
@@ -24,6 +25,7 @@ model.errors.InputError: trace.id: an id is 1-128 of the characters A-Z a-z 0-9 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -88,7 +90,10 @@ def check_json(value: Any, *, path: str = "") -> None:
         v, where, depth = stack.pop()
         if isinstance(v, str):
             _check_str(v, where)
-        elif isinstance(v, bool) or v is None or isinstance(v, float):
+        elif isinstance(v, float):
+            if not math.isfinite(v):  # 1e999 parses as inf
+                raise InputError(f"number out of range (finite 64-bit float); got {v}", path=where or None)
+        elif isinstance(v, bool) or v is None:
             continue
         elif isinstance(v, int):
             if not -INT64_MAX - 1 <= v <= INT64_MAX:
