@@ -11,7 +11,14 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from model.errors import InputError, ModelLoadError, StoreError, StoreUnavailableError, StoreValueError, TooLargeError
+from model.errors import (
+    InputError,
+    ModelLoadError,
+    StoreError,
+    StoreUnavailableError,
+    StoreValueError,
+    TooLargeError,
+)
 
 _PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 

@@ -49,8 +49,8 @@ detection still work on stored text) without the secret being recoverable.
 from __future__ import annotations
 
 import base64
-import bisect
 import binascii
+import bisect
 import functools
 import hashlib
 import hmac
@@ -264,41 +264,41 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
         low = raw.lower()
         if bearer:
             if long or b"bearer" in low:
-                for m in _BEARER.finditer(low):
-                    add((m.start(1), m.end(1), "bearer"))
+                for mb in _BEARER.finditer(low):
+                    add((mb.start(1), mb.end(1), "bearer"))
             if long or b"basic" in low:
-                for m in _BASIC.finditer(low):
-                    if _basic_credentials(text[m.start(1) : m.end(1)]):
-                        add((m.start(1), m.end(1), "basic_auth"))
+                for mb in _BASIC.finditer(low):
+                    if _basic_credentials(text[mb.start(1) : mb.end(1)]):
+                        add((mb.start(1), mb.end(1), "basic_auth"))
             if long or b"cookie" in low:
-                for m in _COOKIE.finditer(low):
-                    add((m.start(1), m.end(1), "cookie"))
+                for mb in _COOKIE.finditer(low):
+                    add((mb.start(1), mb.end(1), "cookie"))
         if api:
-            for word, pattern in _ASSIGN:
+            for word, bpattern in _ASSIGN:
                 if long or word in low:
-                    for m in pattern.finditer(low):
-                        g = 1 if m.group(1) is not None else 2 if m.group(2) is not None else 3
-                        if not _is_token(text[m.start(g) : m.end(g)]):
-                            add((m.start(g), m.end(g), "api_key"))
+                    for mb in bpattern.finditer(low):
+                        g = 1 if mb.group(1) is not None else 2 if mb.group(2) is not None else 3
+                        if not _is_token(text[mb.start(g) : mb.end(g)]):
+                            add((mb.start(g), mb.end(g), "api_key"))
             view = (b"." + raw + b".").translate(_B64_VIEW)
-            for m in _AWS_RUN.finditer(view):
-                start = m.start()  # the view is one character ahead
+            for mb in _AWS_RUN.finditer(view):
+                start = mb.start()  # the view is one character ahead
                 if _AWS_MIXED.match(text[start : start + 40]):
                     add((start, start + 40, "api_key"))
     if "card" in rules or "ssn" in rules:
         digits = raw.translate(_DIGIT_VIEW)
         if "card" in rules and b"0000" in digits:
-            for m in _CARD.finditer(digits):
-                number = text[m.start() : m.end()].replace(" ", "").replace("-", "")
+            for mb in _CARD.finditer(digits):
+                number = text[mb.start() : mb.end()].replace(" ", "").replace("-", "")
                 if _card_network(number) and _luhn_ok(number):
-                    add((m.start(), m.end(), "card"))
+                    add((mb.start(), mb.end(), "card"))
         if "ssn" in rules and b"000m00m0000" in digits:
-            for m in _SSN.finditer(digits):
-                area, group = text[m.start() : m.start() + 3], text[m.start() + 4 : m.start() + 6]
+            for mb in _SSN.finditer(digits):
+                area, group = text[mb.start() : mb.start() + 3], text[mb.start() + 4 : mb.start() + 6]
                 if area not in ("000", "666") and area[0] != "9" and group != "00" and not text.startswith(
-                    "0000", m.start() + 7
+                    "0000", mb.start() + 7
                 ):
-                    add((m.start(), m.end(), "ssn"))
+                    add((mb.start(), mb.end(), "ssn"))
     return spans
 
 

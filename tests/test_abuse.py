@@ -145,8 +145,8 @@ def _secret_trace() -> dict[str, Any]:
     return {"id": "secrets", "task_type": "probe", "steps": steps, "metadata": {"note": " ".join(texts)}}
 
 
-def _stored_text(db_url: str) -> str:
-    engine = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+def _stored_text(url: str) -> str:
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     out = []
     with engine.connect() as conn:
         for table in ("traces", "failures", "sessions", "recommendations", "outcomes", "labels"):
