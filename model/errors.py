@@ -11,7 +11,9 @@ Hierarchy::
     │   └── UnknownDetectorError     a detector name not in the registry
     ├── NotFittedError               a model or detector used before it was fitted / loaded
     ├── ModelLoadError               an artefact is missing or unreadable (onnxruntime errors wrapped)
-    └── StoreError                   the failure-history store failed (SQL errors wrapped)
+    └── StoreError                   the failure-history store failed (SQL errors wrapped; → 500)
+        ├── StoreUnavailableError    it can't be reached, or stayed locked past its timeout (→ 503)
+        └── StoreValueError          it refused a value of the request (→ 422; validation missed it)
 
 Foreign errors (pydantic, onnxruntime, SQLAlchemy) are translated where they cross into our code,
 with ``raise ... from exc``; only ``serve/`` turns these into HTTP responses.
@@ -76,7 +78,15 @@ class ModelLoadError(TriageError, RuntimeError):
 
 
 class StoreError(TriageError, RuntimeError):
-    """The failure-history store failed."""
+    """The failure-history store failed. Messages never carry SQL or its parameters."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store can't be reached or stayed locked past its timeout: retrying may help."""
+
+
+class StoreValueError(StoreError):
+    """The store refused a value of the request (out of range, not storable text): retrying won't help."""
 
 
 __all__ = [
@@ -84,6 +94,8 @@ __all__ = [
     "ModelLoadError",
     "NotFittedError",
     "StoreError",
+    "StoreUnavailableError",
+    "StoreValueError",
     "TooLargeError",
     "TraceImportError",
     "TriageError",

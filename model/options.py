@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 
 class DiagnoseOptions(BaseModel):
@@ -29,7 +29,7 @@ class DiagnoseOptions(BaseModel):
     detectors: list[str] | None = Field(
         default=None, description="Trace detectors to run (registry names); default: all available."
     )
-    shadow: bool = Field(
+    shadow: StrictBool = Field(
         default=False, description="Observe only: diagnose and report, but recommend `continue`."
     )
     speakers: dict[str, str] = Field(

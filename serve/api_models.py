@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, model_validator
 
 from model.findings import RESPONSE_SCHEMA_VERSION, DiagnosisResponse, Recommendation
 from model.kinds import FailureKind
@@ -83,13 +83,16 @@ class SessionView(Versioned):
     last: DiagnosisResponse | None = None
 
 
+StrictFloat = Annotated[float, Strict()]  # an int is a float; True and "1.5" are not
+
+
 class OutcomeRequest(_Strict):
     """What happened when the agent carried out recommendation ``recommendation_id``."""
 
     recommendation_id: str = Field(min_length=1, max_length=64)
-    success: bool
-    duration_s: float | None = Field(default=None, ge=0, le=1e7)
-    cost: float | None = Field(default=None, ge=0, le=1e9)
+    success: StrictBool
+    duration_s: StrictFloat | None = Field(default=None, ge=0, le=1e7, allow_inf_nan=False)
+    cost: StrictFloat | None = Field(default=None, ge=0, le=1e9, allow_inf_nan=False)
     note: str = Field(default="", max_length=4000)
     label: FailureKind | Literal["healthy"] | None = Field(
         default=None, description="A human label for the failure this recommendation addressed."
@@ -100,7 +103,7 @@ class LabelRequest(_Strict):
     """A human label for a stored trace (what really went wrong, or ``healthy``)."""
 
     kind: FailureKind | Literal["healthy"]
-    step: int | None = Field(default=None, ge=0, description="Index into the trace's steps.")
+    step: StrictInt | None = Field(default=None, ge=0, le=2**31 - 1, description="Index into the trace's steps.")
     author: str = Field(default="", max_length=200)
 
 
@@ -111,7 +114,8 @@ class LabelResponse(Versioned):
 
 class OutcomeResponse(Versioned):
     recommendation_id: str
-    recorded: bool = True
+    recorded: bool = Field(default=True, description="False when this outcome repeats the recorded one.")
+    note: str | None = Field(default=None, description="Why nothing was recorded, when it wasn't.")
     escalated: bool = Field(description="True when the failure moved up (a new recommendation).")
     next: Recommendation | None = Field(default=None, description="The recommendation to carry out now.")
     session_id: str | None = None
@@ -167,7 +171,7 @@ class GraphOut(Versioned):
     mermaid: str | None = None
 
 
-Observation = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
+Observation = Annotated[float, Strict(), Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
 
 
 class ObservationsRequest(_Strict):
@@ -178,7 +182,7 @@ class ObservationsRequest(_Strict):
     params: dict[str, Any] | None = Field(
         default=None, description="CUSUM settings (shift, arl0, warmup, mean, std…), set on first use."
     )
-    rebaseline: bool = Field(default=False, description="Close an open alarm and re-estimate the baseline.")
+    rebaseline: StrictBool = Field(default=False, description="Close an open alarm and re-estimate the baseline.")
 
 
 class AlarmOut(BaseModel):

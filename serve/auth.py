@@ -153,6 +153,7 @@ async def get_principal(
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 UNAUTHORIZED_RESPONSES = _UNAUTHORIZED
 
 
@@ -173,6 +174,7 @@ __all__ = [
     "LOCAL_TENANT",
     "KeyCache",
     "Principal",
+    "CredentialsDep",
     "PrincipalDep",
     "UNAUTHORIZED_RESPONSES",
     "create_key",

@@ -14,8 +14,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
-from model.errors import TraceImportError
+from model.errors import InputError, TraceImportError
 from model.importers import parse_json_text
+from serve.errors import loc_from_path
+from serve.validation import check_json
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -30,6 +32,12 @@ async def parse_body(request: Request, model: type[M]) -> M:
         data = parse_json_text(raw)
     except TraceImportError as exc:
         raise RequestValidationError([{"loc": ("body",), "msg": str(exc), "type": "json_invalid"}]) from None
+    try:
+        check_json(data)  # what no store can keep: NUL, lone surrogates, 64-bit overflow, depth
+    except InputError as exc:
+        raise RequestValidationError(
+            [{"loc": tuple(loc_from_path(exc.path)), "msg": exc.message, "type": "invalid_value"}]
+        ) from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:

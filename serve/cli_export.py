@@ -11,11 +11,11 @@ pipeline reads), its ``labels`` built from what the history knows, strongest sou
 3. with ``--include-unconfirmed``, the diagnoses themselves as weak ``rule_vote`` labels (the
    fused confidence), healthy diagnoses as healthy traces.
 
-Stored text is redacted (``[REDACTED:email]`` and friends, or HMAC tokens in hash mode); served text
-was not. Every exported trace says so in ``metadata.redaction``; the training pipeline should run
-the same :class:`serve.redaction.Redactor` over its other sources, so that placeholders are a
-token the model has seen everywhere rather than a signal peculiar to production traces. The share
-of redacted tokens is small, so serving on raw text costs little.
+Stored text is redacted (``[REDACTED:email]`` and friends, or HMAC tokens in hash mode), and the
+service diagnoses the redacted text too. Every exported trace says so in ``metadata.redaction``; the
+training pipeline should run the same :class:`serve.redaction.Redactor` over its other sources, so
+that placeholders are a token the model has seen everywhere rather than a signal peculiar to
+production traces. The share of redacted tokens is small.
 """
 
 from __future__ import annotations

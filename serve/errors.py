@@ -11,13 +11,23 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from model.errors import InputError, ModelLoadError, StoreError, TooLargeError
+from model.errors import (
+    InputError,
+    ModelLoadError,
+    StoreError,
+    StoreUnavailableError,
+    StoreValueError,
+    TooLargeError,
+)
 
 _PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 def loc_from_path(path: str | None, prefix: tuple[str | int, ...] = ("body",)) -> list[str | int]:
-    """``"trace.messages[3].role"`` → ``["body", "trace", "messages", 3, "role"]``."""
+    """``"trace.messages[3].role"`` → ``["body", "trace", "messages", 3, "role"]``; a path that starts
+    with ``query.`` or ``path.`` names a URL parameter (``"query.cursor"`` → ``["query", "cursor"]``)."""
+    if path and path.startswith(("query.", "path.")):
+        prefix = ()
     loc: list[str | int] = list(prefix)
     for name, index in _PART.findall(path or ""):
         loc.append(int(index) if index else name)
@@ -47,14 +57,22 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=422, content=error_body(["body"], "JSON nesting too deep", "nesting_too_deep")
         )
 
-    @app.exception_handler(StoreError)
-    async def _store(_: Request, exc: StoreError) -> JSONResponse:
+    @app.exception_handler(StoreUnavailableError)
+    async def _store_unavailable(_: Request, exc: StoreUnavailableError) -> JSONResponse:
         # The store is down or busy past its timeout: the request may be retried.
         return JSONResponse(
             status_code=503,
             content=error_body([], str(exc), "store_unavailable"),
             headers={"Retry-After": "1"},
         )
+
+    @app.exception_handler(StoreValueError)
+    async def _store_value(_: Request, exc: StoreValueError) -> JSONResponse:
+        return JSONResponse(status_code=422, content=error_body(["body"], str(exc), "invalid_value"))
+
+    @app.exception_handler(StoreError)
+    async def _store(_: Request, exc: StoreError) -> JSONResponse:
+        return JSONResponse(status_code=500, content=error_body([], str(exc), "store_error"))
 
     @app.exception_handler(ModelLoadError)
     async def _model(_: Request, exc: ModelLoadError) -> JSONResponse:

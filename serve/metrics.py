@@ -2,8 +2,12 @@
 
 Two sources: the store, read at scrape time (traces diagnosed, failures by kind, recommendations by
 strategy, outcomes and repair success rate per strategy, mean time to recovery) — the same figures
-whichever worker answers — and this process's request latency histogram (per worker: with several
-workers, each scrape sees the worker that answered it).
+whichever worker answers — and this process's request latency histogram and lost-observation
+counter (per worker: with several workers, each scrape sees the worker that answered it).
+
+Who sees what: a tenant's key sees its own history only; an operator (a key of a tenant named in
+``TRIAGE_OPERATOR_TENANTS``, any caller under ``TRIAGE_AUTH=off`` or ``TRIAGE_METRICS_PUBLIC=true``)
+sees every tenant's and the worker's figures.
 
 Mean time to recovery: for each failure whose repair succeeded, the time from its first
 recommendation to the successful outcome; averaged over the last 10,000 recoveries.
@@ -15,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,11 +32,12 @@ _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 class StoreCollector(Collector):
     """Reads :meth:`Store.metrics_snapshot` on every scrape."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, tenant: str | None = None) -> None:
         self.store = store
+        self.tenant = tenant
 
     def collect(self) -> Iterator[Any]:
-        snap = self.store.metrics_snapshot()
+        snap = self.store.metrics_snapshot(self.tenant)
         traces = CounterMetricFamily(
             "triage_traces_diagnosed", "Traces diagnosed and stored (sessions count once)"
         )
@@ -89,6 +94,11 @@ class Metrics:
             buckets=_BUCKETS,
             registry=self.registry,
         )
+        self.lost_observations = Counter(
+            "triage_stream_observations_lost",
+            "Diagnosed traces whose stream observations could not be recorded (this worker; logged)",
+            registry=self.registry,
+        )
         self._store: StoreCollector | None = None
 
     def attach_store(self, store: Store) -> None:
@@ -97,8 +107,15 @@ class Metrics:
         self._store = StoreCollector(store)
         self.registry.register(self._store)
 
-    def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    def render(self, tenant: str | None = None) -> tuple[bytes, str]:
+        """Every tenant's figures and this worker's (``tenant=None``: an operator), or one tenant's
+        history only (its own traces, failures, recommendations and outcomes)."""
+        if tenant is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        registry = CollectorRegistry(auto_describe=False)
+        if self._store is not None:
+            registry.register(StoreCollector(self._store.store, tenant))
+        return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
 class LatencyMiddleware:

@@ -1,13 +1,39 @@
-"""Redaction of secrets and personal data before anything is stored.
+"""Redaction of secrets and personal data, in linear time, before anything is stored or answered.
 
-What is stored (trace text, evidence, details) passes through a :class:`Redactor` first; what is
-served back to the caller in the response to the same request is not redacted (the caller sent it).
+Every trace is redacted *before* it is diagnosed (so evidence, which the detectors cut to a few
+hundred characters, is cut from redacted text and never ends in a key's prefix), and what is
+stored or answered — the trace, the diagnosis, the recommendation, the repair-policy state,
+outcome notes — passes through a :class:`Redactor`.
 
-Rules (each can be switched off): ``api_key`` (well-known key shapes: ``sk-…``, ``AKIA…``,
-``ghp_…``, ``xox?-…``, ``AIza…``, our own ``trg_…``, and the value of ``api_key=…``-like
-assignments), ``bearer`` (``Bearer <token>``), ``url_password`` (``scheme://user:PASSWORD@host``),
-``email``. Values stored under a sensitive key name (``api_key``, ``password``, ``authorization``,
-``token``, ``secret``…) in a JSON object are redacted whole.
+Rules (each can be switched off by name, setting ``TRIAGE_REDACT``):
+
+``api_key``
+    Well-known key shapes (OpenAI / Anthropic ``sk-…``, Stripe ``sk_live_`` / ``rk_live_`` /
+    ``whsec_``, AWS ``AKIA…`` ids and bare 40-character secret keys, GitHub ``ghp_…`` /
+    ``github_pat_…``, GitLab ``glpat-…``, Slack ``xox?-…`` tokens and webhook URLs, Google
+    ``AIza…`` / ``ya29.…``, SendGrid, npm, PyPI, Hugging Face, Shopify, DigitalOcean, Vault, …,
+    our own ``trg_…``), JSON Web Tokens, PEM private keys, and the value of ``password=…`` /
+    ``"client_secret": "…"``-like assignments in text. A JSON value stored under a sensitive key
+    (``password``, ``private_key``, ``aws_secret_access_key``, ``authorization``, ``cookie`` …) is
+    replaced whole.
+``bearer``
+    ``Bearer <token>``, ``Basic <base64 user:password>`` and ``Cookie:`` / ``Set-Cookie:`` headers.
+``url_password``
+    ``scheme://user:PASSWORD@host``.
+``email``
+    E-mail addresses.
+``card``
+    Payment-card numbers (a card network's prefix and length, Luhn check digit).
+``ssn``
+    US social security numbers (``123-45-6789``, the ranges the SSA issues).
+
+Look-alikes survive: UUIDs, hex digests, order and version numbers fail every shape above.
+
+Linear time: every pattern can only start where its anchor starts (a literal prefix, or a
+look-behind that forbids starting inside a run of the characters it consumes), every repetition
+after an anchor is possessive or bounded, and no repetition may run across the next anchor. So no
+input makes the regex engine backtrack: a string of *n* characters costs O(n) per rule
+(``bench/redaction.py`` measures adversarial inputs up to the 5 MiB body limit).
 
 Two modes: ``mask`` replaces a match with ``[REDACTED:<rule>]``; ``hash`` replaces it with
 ``[<rule>:<12 hex of HMAC-SHA256(salt, match)>]``, so equal secrets stay equal (joins and loop
@@ -22,6 +48,10 @@ detection still work on stored text) without the secret being recoverable.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import bisect
+import functools
 import hashlib
 import hmac
 import re
@@ -29,42 +59,295 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from model.schema import Step, Trace
+
 RedactionMode = Literal["mask", "hash"]
 
-RULES: tuple[str, ...] = ("api_key", "bearer", "url_password", "email")
+RULES: tuple[str, ...] = ("api_key", "bearer", "url_password", "email", "card", "ssn")
 
-_KEY_SHAPES = (
-    r"sk-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_\-]{16,}",
-    r"AKIA[0-9A-Z]{16}",
-    r"gh[pousr]_[A-Za-z0-9]{30,}",
-    r"xox[abprs]-[A-Za-z0-9\-]{10,}",
-    r"AIza[0-9A-Za-z_\-]{35}",
-    r"trg_[A-Za-z0-9]{8}_[A-Za-z0-9_\-]{20,}",
-)
-_PATTERNS: dict[str, re.Pattern[str]] = {
-    # Bearer first: its token may look like a key, and the rule name should say "bearer".
-    "bearer": re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9\-._~+/]{8,}=*)"),
-    "url_password": re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/?#@]+:)([^\s@/?#]+)(@)"),
-    "api_key": re.compile(r"\b(?:" + "|".join(_KEY_SHAPES) + r")"),
-    "api_key_assign": re.compile(
-        r"(?i)(\b(?:api[_\-]?key|apikey|access[_\-]?token|auth[_\-]?token|secret(?:[_\-]?key)?|"
-        r"password|passwd|pwd)\b[\"']?\s*[:=]\s*[\"']?)([^\s\"',;&}]{4,})"
+# Key shapes, grouped by a literal prefix. The prefix is the anchor: the engine jumps from one
+# occurrence to the next (a short text is first asked whether it holds one of the needles at all).
+# The bodies are the issuers' alphabets, possessive, and end the match, so a failed attempt costs
+# at most the body's minimum length. (prefix, needles, what follows the prefix)
+_KEY_SHAPES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "sk",
+        ("sk-", "sk_"),
+        r"(?:-(?:ant-(?:api|admin)\d\d-|ant-|proj-|svcacct-|admin-|live-|test-)?[A-Za-z0-9_\-]{16,}+"
+        r"|_(?:live|test)_[A-Za-z0-9]{10,}+)",
     ),
-    "email": re.compile(r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b"),
+    ("rk_", ("rk_",), r"(?:live|test)_[A-Za-z0-9]{10,}+"),
+    ("whsec_", ("whsec_",), r"[A-Za-z0-9+/=]{20,}+"),
+    (
+        "A",
+        ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "AIPA", "AIza", "AGE-", "ATATT"),
+        r"(?:(?:KIA|SIA|GPA|IDA|ROA|NPA|IPA)[0-9A-Z]{16}(?![0-9A-Za-z])|Iza[0-9A-Za-z_\-]{35}"
+        r"|GE-SECRET-KEY-1[0-9A-Z]{50,}+|TATT3[A-Za-z0-9_=\-]{20,}+)",
+    ),
+    ("gh", ("gh",), r"[pousr]_[A-Za-z0-9]{30,}+"),
+    ("github_pat_", ("github_pat_",), r"[A-Za-z0-9_]{40,}+"),
+    ("gl", ("gl",), r"(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}+"),
+    ("x", ("xox", "xapp-", "xai-"), r"(?:ox[abprse]-[A-Za-z0-9\-]{10,}+|app-[A-Za-z0-9\-]{10,}+|ai-[A-Za-z0-9]{30,}+)"),
+    ("ya29.", ("ya29.",), r"[0-9A-Za-z_\-]{20,}+"),
+    ("1//0", ("1//0",), r"[0-9A-Za-z_\-]{30,}+"),
+    ("trg_", ("trg_",), r"[A-Za-z0-9]{8}_[A-Za-z0-9_\-]{20,}+"),
+    ("S", ("SG.", "SK"), r"(?:G\.[A-Za-z0-9_\-]{16,}+\.[A-Za-z0-9_\-]{16,}+|K[0-9a-f]{32}(?![0-9A-Za-z]))"),
+    ("npm_", ("npm_",), r"[A-Za-z0-9]{36}"),
+    ("p", ("pypi-", "pplx-"), r"(?:ypi-[A-Za-z0-9_\-]{50,}+|plx-[A-Za-z0-9]{30,}+)"),
+    ("h", ("hf_", "hvs.", "hvb."), r"(?:f_[A-Za-z0-9]{30,}+|v[sb]\.[A-Za-z0-9_\-]{20,}+)"),
+    ("key-", ("key-",), r"[0-9a-zA-Z]{32}(?![0-9A-Za-z])"),
+    ("shp", ("shp",), r"(?:at|ss|ca|pa)_[a-fA-F0-9]{32}"),
+    ("do", ("_v1_",), r"[opr]_v1_[a-f0-9]{64}"),
+    ("lin_api_", ("lin_api_",), r"[A-Za-z0-9]{32,}+"),
+    ("secret_", ("secret_",), r"[A-Za-z0-9]{43}(?![0-9A-Za-z])"),
+    ("PMAK-", ("PMAK-",), r"[A-Za-z0-9\-]{30,}+"),
+    ("sbp_", ("sbp_",), r"[a-f0-9]{40}"),
+    ("dapi", ("dapi",), r"[a-f0-9]{32}"),
+    ("gsk_", ("gsk_",), r"[A-Za-z0-9]{30,}+"),
+    ("r8_", ("r8_",), r"[A-Za-z0-9]{30,}+"),
+    ("sq0", ("sq0",), r"(?:atp|csp)-[A-Za-z0-9_\-]{20,}+"),
+    ("EAA", ("EAA",), r"[A-Za-z0-9]{80,}+"),
+    # JSON Web Tokens: base64url header and payload (both JSON, so both start "eyJ"), signature.
+    ("eyJ", ("eyJ",), r"[A-Za-z0-9_\-]{5,}+\.eyJ[A-Za-z0-9_\-]{5,}+\.[A-Za-z0-9_\-]*+"),
+    # Webhook URLs carry their secret in the path.
+    ("hooks.slack.com/", ("hooks.slack",), r"(?:services|workflows|triggers)/[A-Za-z0-9/_\-]{8,}+"),
+    ("discord", ("/webhooks/",), r"(?:app)?\.com/api/webhooks/[0-9]{5,}+/[A-Za-z0-9_\-]{20,}+"),
+    # Telegram bot tokens "123456789:AA…": the id before the colon is public, the rest is not.
+    (":AA", (":AA",), r"(?<=[0-9]{8}:AA)[0-9A-Za-z_\-]{30,}+"),
+)
+
+
+def _anchored(prefix: str, rest: str) -> re.Pattern[str]:
+    """``prefix`` + ``rest``, not where the prefix continues a longer word."""
+    guard = f"(?<![A-Za-z0-9_]{re.escape(prefix)})" if prefix[0].isalnum() else ""
+    return re.compile(re.escape(prefix) + guard + rest)
+
+
+_KEYS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = tuple(
+    (needles, _anchored(p, rest)) for p, needles, rest in _KEY_SHAPES
+)
+_PEM = re.compile(
+    r"-----BEGIN (?:(?!PRIVATE )[A-Z0-9]++ ){0,3}+PRIVATE KEY-----(?:[^\-]|-(?!----))*+"
+    r"(?:-----END (?:(?!PRIVATE )[A-Z0-9]++ ){0,3}+PRIVATE KEY-----)?"
+)
+_URL_PASSWORD = re.compile(r"://[^\s:/?#@]++:([^\s@/?#]++)@")
+# At most 16 labels of at most 63 characters: a failed domain costs a bounded number of steps.
+_EMAIL_DOMAIN = re.compile(r"@(?:[A-Za-z0-9\-]{1,63}+\.){1,16}[A-Za-z]{2,63}+(?![A-Za-z0-9\-])")
+_EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+\-]{0,64}")
+
+# On the lower-cased ASCII view (case-insensitive words without the slow IGNORECASE scan).
+_SECRET_WORDS: tuple[tuple[str, str], ...] = (
+    ("pass", r"(?:word|wd|phrase)"),
+    ("secret", r"(?:[_\-]?(?:access[_\-]?)?key)?"),
+    ("token", ""),
+    ("api", r"[_\-]?(?:key|token)"),
+    ("key", "(?:" + "|".join(f"(?<={w}[_\\-]key)|(?<={w}key)" for w in ("access", "account", "private")) + ")"),
+    ("credential", r"s?"),
+    ("connection", r"[_\-]?string"),
+)
+_VALUE = (
+    r"[\"']?[ \t]{0,8}+[:=][ \t]{0,8}+"
+    # a quoted value up to its closing quote (or the end: raw arguments may be cut), else a bare
+    # value of 4+ characters that is not one of our own tokens
+    r"(?!\"?'?\[(?:redacted:|[a-z_]+:[0-9a-f]{12}\]))"
+    r"(?:\"((?:[^\"\\\r\n]|\\.){1,4096}+)|'([^'\r\n]{1,4096}+)|([^\s\"',;&}\])]{4,}+))"
+)
+_ASSIGN: tuple[tuple[bytes, re.Pattern[bytes]], ...] = tuple(
+    (w.encode(), re.compile((re.escape(w) + suffix + _VALUE).encode())) for w, suffix in _SECRET_WORDS
+)
+_SENSITIVE_KEY = re.compile(
+    r"(?i)(?:password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|account[_\-]?key|"
+    r"private[_\-]?key|credentials?|connection[_\-]?string|authorization|cookie)"
+    r"(?:[_\-]?(?:key|value|string|hash|b64|base64))?$"
+)
+_NUMERIC_SECRET_KEY = re.compile(r"(?i)(?:password|passwd|passphrase|secret|pin)$")
+_BEARER = re.compile(rb"bearer(?<![a-z]bearer)[ \t]{1,8}+([a-z0-9\-._~+/]{8,}+=*+)")
+_BASIC = re.compile(rb"basic(?<![a-z]basic)[ \t]{1,8}+([a-z0-9+/]{4,}+={0,2}+)(?![a-z0-9+/=])")
+_COOKIE = re.compile(rb"cookie(?<![a-z]cookie)[ \t]{0,8}+:[ \t]{0,8}+([^\s=;\":]{1,256}+=[^\r\n\"]*+)")
+
+
+def _table(mapping: dict[bytes, bytes], other: bytes) -> bytes:
+    out = bytearray(other * 256)
+    for chars, to in mapping.items():
+        for c in chars:
+            out[c] = to[0]
+    return bytes(out)
+
+
+# Translated views, where a shape becomes a literal the engine finds fast: every base64 character
+# → "a", else "." (AWS secrets); digits → "0", space → "s", dash → "m", else "." (cards, SSNs).
+_B64_VIEW = _table({b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=": b"a"}, b".")
+_AWS_RUN = re.compile(rb"\." + b"a" * 40 + rb"(?=\.)")
+_AWS_MIXED = re.compile(r"(?=[^A-Z]*[A-Z])(?=[^a-z]*[a-z])(?=[^0-9]*[0-9])")
+_DIGIT_VIEW = _table({b"0123456789": b"0", b" ": b"s", b"-": b"m"}, b".")
+_CARD = re.compile(
+    rb"0000(?<![0m]0000)(?:0{9,15}|[sm]0000[sm]0000[sm]0000(?:[sm]000)?|[sm]000000[sm]0000(?:0)?)(?!0)"
+)
+_SSN = re.compile(rb"000m00m0000(?<![0m]000m00m0000)(?![0m])")
+
+
+def _luhn_ok(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _card_network(digits: str) -> bool:
+    """Whether ``digits`` has a card network's prefix and one of its lengths."""
+    n = len(digits)
+    if digits[0] == "4":
+        return n in (13, 16, 19)  # Visa
+    two, four = int(digits[:2]), int(digits[:4])
+    if 51 <= two <= 55 or 2221 <= four <= 2720:
+        return n == 16  # Mastercard
+    if two in (34, 37):
+        return n == 15  # American Express
+    if digits.startswith(("6011", "65")) or 644 <= int(digits[:3]) <= 649:
+        return 16 <= n <= 19  # Discover
+    if 3528 <= four <= 3589:
+        return 16 <= n <= 19  # JCB
+    if two in (36, 38, 39) or 300 <= int(digits[:3]) <= 305:
+        return 14 <= n <= 19  # Diners
+    if digits.startswith(("62", "81")):
+        return 16 <= n <= 19  # UnionPay
+    return False
+
+
+def _basic_credentials(token: str) -> bool:
+    """Whether ``token`` is base64 of ``user:password`` (the Basic scheme), not an ordinary word."""
+    try:
+        raw = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+        text = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return False
+    return ":" in text and text.isprintable()
+
+
+Span = tuple[int, int, str]  # start, end, rule label
+
+
+def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
+    """Where the secrets in ``text`` are: ``(start, end, label)``, unordered, maybe overlapping."""
+    spans: list[Span] = []
+    add = spans.append
+    # A short text is asked for each anchor first (cheap); in a long one a pattern's own literal
+    # search is faster than the question.
+    long = len(text) > 65536
+    api, bearer = "api_key" in rules, "bearer" in rules
+    if api:
+        if long or "PRIVATE KEY-----" in text:
+            for m in _PEM.finditer(text):
+                add((m.start(), m.end(), "private_key"))
+        for needles, pattern in _KEYS:
+            if long or any(n in text for n in needles):
+                for m in pattern.finditer(text):
+                    add((m.start(), m.end(), "api_key"))
+    if "url_password" in rules and "://" in text:
+        for m in _URL_PASSWORD.finditer(text):
+            add((m.start(1), m.end(1), "password"))
+    if "email" in rules and "@" in text:
+        for m in _EMAIL_DOMAIN.finditer(text):
+            at = m.start()
+            local = _EMAIL_LOCAL_REVERSED.match(text[max(0, at - 64) : at][::-1])
+            n = local.end() if local is not None else 0
+            if n:  # "@app.route" is a decorator, not an address
+                add((at - n, m.end(), "email"))
+    if not (api or bearer or "card" in rules or "ssn" in rules):
+        return spans
+    # One ASCII view, index for index (a non-ASCII character becomes "?"), lower-cased.
+    raw = text.encode("ascii", "replace")
+    if api or bearer:
+        low = raw.lower()
+        if bearer:
+            if long or b"bearer" in low:
+                for mb in _BEARER.finditer(low):
+                    add((mb.start(1), mb.end(1), "bearer"))
+            if long or b"basic" in low:
+                for mb in _BASIC.finditer(low):
+                    if _basic_credentials(text[mb.start(1) : mb.end(1)]):
+                        add((mb.start(1), mb.end(1), "basic_auth"))
+            if long or b"cookie" in low:
+                for mb in _COOKIE.finditer(low):
+                    add((mb.start(1), mb.end(1), "cookie"))
+        if api:
+            for word, bpattern in _ASSIGN:
+                if long or word in low:
+                    for mb in bpattern.finditer(low):
+                        g = 1 if mb.group(1) is not None else 2 if mb.group(2) is not None else 3
+                        if not _is_token(text[mb.start(g) : mb.end(g)]):
+                            add((mb.start(g), mb.end(g), "api_key"))
+            view = (b"." + raw + b".").translate(_B64_VIEW)
+            for mb in _AWS_RUN.finditer(view):
+                start = mb.start()  # the view is one character ahead
+                if _AWS_MIXED.match(text[start : start + 40]):
+                    add((start, start + 40, "api_key"))
+    if "card" in rules or "ssn" in rules:
+        digits = raw.translate(_DIGIT_VIEW)
+        if "card" in rules and b"0000" in digits:
+            for mb in _CARD.finditer(digits):
+                number = text[mb.start() : mb.end()].replace(" ", "").replace("-", "")
+                if _card_network(number) and _luhn_ok(number):
+                    add((mb.start(), mb.end(), "card"))
+        if "ssn" in rules and b"000m00m0000" in digits:
+            for mb in _SSN.finditer(digits):
+                area, group = text[mb.start() : mb.start() + 3], text[mb.start() + 4 : mb.start() + 6]
+                if area not in ("000", "666") and area[0] != "9" and group != "00" and not text.startswith(
+                    "0000", mb.start() + 7
+                ):
+                    add((mb.start(), mb.end(), "ssn"))
+    return spans
+
+
+#: Which label wins when secrets overlap (the merged span gets one token).
+_PRIORITY = {
+    label: i
+    for i, label in enumerate(
+        ("private_key", "bearer", "basic_auth", "cookie", "password", "api_key", "email", "card", "ssn")
+    )
 }
-# Every rule's match contains one of these; a string without any needs no further work.
-_TRIGGER = re.compile(
-    r"@|://|(?i:bearer|sk-|akia|gh[pousr]_|xox[abprs]-|aiza|trg_|api|key|token|secret|pass|pwd)"
-)
-_SENSITIVE_KEYS = re.compile(
-    r"(?i)^(?:api[_\-]?key|apikey|x[_\-]api[_\-]key|authorization|password|passwd|pwd|secret|"
-    r"client[_\-]?secret|access[_\-]?token|refresh[_\-]?token|auth[_\-]?token|token)$"
-)
+
+
+def _merge(spans: list[Span]) -> list[Span]:
+    """Sorted, disjoint spans: overlapping secrets are redacted as one (the label of the highest
+    priority); an e-mail address that overlaps another secret is dropped (in
+    ``scheme://user:password@host`` the "address" is the password and the host)."""
+    if not spans:
+        return spans
+    others = sorted(s for s in spans if s[2] != "email")
+    merged: list[Span] = []
+    for start, end, label in others:
+        if merged and start < merged[-1][1]:
+            p_start, p_end, p_label = merged[-1]
+            merged[-1] = (p_start, max(p_end, end), label if _PRIORITY[label] < _PRIORITY[p_label] else p_label)
+        else:
+            merged.append((start, end, label))
+    emails = [s for s in spans if s[2] == "email"]
+    if not emails:
+        return merged
+    if merged:
+        starts = [m[0] for m in merged]
+        keep = []
+        for e in emails:
+            i = bisect.bisect_left(starts, e[1])  # spans starting before the e-mail ends
+            if i == 0 or merged[i - 1][1] <= e[0]:
+                keep.append(e)
+        emails = keep
+    out: list[Span] = []
+    for start, end, label in sorted(merged + emails):  # e-mails may still overlap each other
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end), out[-1][2])
+        else:
+            out.append((start, end, label))
+    return out
 
 
 @dataclass(frozen=True)
 class Redactor:
-    """Replace secrets and e-mail addresses in text and in JSON-like values.
+    """Replace secrets and personal data in text and in JSON-like values.
 
     Parameters
     ----------
@@ -102,48 +385,84 @@ class Redactor:
         return f"[REDACTED:{rule}]"
 
     def redact_text(self, text: str) -> str:
-        """``text`` with every enabled rule's matches replaced."""
-        if not text or not self.rules or _TRIGGER.search(text) is None:
-            return text  # one cheap search rules out almost every string
-        if "bearer" in self.rules:
-            text = _PATTERNS["bearer"].sub(lambda m: m.group(1) + self._token("bearer", m.group(2)), text)
-        if "url_password" in self.rules:
-            text = _PATTERNS["url_password"].sub(
-                lambda m: m.group(1) + self._token("password", m.group(2)) + m.group(3), text
-            )
-        if "api_key" in self.rules:
-            text = _PATTERNS["api_key"].sub(lambda m: self._token("api_key", m.group(0)), text)
-            text = _PATTERNS["api_key_assign"].sub(
-                lambda m: (
-                    m.group(1)
-                    + (m.group(2) if m.group(2).startswith("[") else self._token("api_key", m.group(2)))
-                ),
-                text,
-            )
-        if "email" in self.rules:
-            text = _PATTERNS["email"].sub(lambda m: self._token("email", m.group(0)), text)
-        return text
+        """``text`` with every enabled rule's matches replaced (overlapping matches merge)."""
+        if len(text) < _SHORTEST or not self.rules:
+            return text
+        spans = _merge(_find_spans(text, self.rules))
+        if not spans:
+            return text
+        out: list[str] = []
+        pos = 0
+        for start, end, label in spans:
+            out.append(text[pos:start])
+            out.append(self._token(label, text[start:end]))
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
 
     def redact(self, value: Any, *, _key: str | None = None) -> Any:
-        """A copy of a JSON-like ``value`` with every string redacted.
+        """A copy of a JSON-like ``value`` with every string (keys too) redacted.
 
-        A value stored under a sensitive key (``password``, ``api_key``, ``authorization``…) is
+        A value stored under a sensitive key (``password``, ``private_key``, ``authorization``…) is
         replaced whole when the ``api_key`` rule is on.
         """
         if not self.rules:
             return value
-        if _key is not None and "api_key" in self.rules and _SENSITIVE_KEYS.match(_key):
+        if _key is not None and "api_key" in self.rules and _sensitive_key(_key):
             if isinstance(value, str) and value:
-                return self._token("api_key", value)
-            if isinstance(value, int | float) and not isinstance(value, bool):
+                return value if _is_token(value) else self._token("api_key", value)
+            if (
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and _NUMERIC_SECRET_KEY.search(_key) is not None
+            ):
                 return self._token("api_key", str(value))
         if isinstance(value, str):
             return self.redact_text(value)
         if isinstance(value, dict):
-            return {k: self.redact(v, _key=str(k)) for k, v in value.items()}
+            return {self.redact_text(str(k)): self.redact(v, _key=str(k)) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.redact(v) for v in value]
         return value
+
+    def redact_trace(self, trace: Trace) -> Trace:
+        """A copy of ``trace`` with its text redacted (ids kept: the store is keyed by them)."""
+        if not self.rules:
+            return trace
+        steps = self.redact_steps(trace.steps)
+        data = trace.model_dump(mode="json", exclude_none=True, exclude={"steps", "id", "session_id"})
+        clean = self.redact(data)
+        out = Trace.model_validate({**clean, "id": trace.id, "session_id": trace.session_id})
+        out.steps = steps
+        return out
+
+    def redact_steps(self, steps: list[Step]) -> list[Step]:
+        """Redacted copies of ``steps`` (a step with nothing to redact is returned as it is)."""
+        if not self.rules:
+            return list(steps)
+        out = []
+        for s in steps:
+            data = s.model_dump(mode="json", exclude_none=True)
+            clean = self.redact(data)
+            out.append(s if clean == data else Step.model_validate(clean))
+        return out
+
+
+#: No secret any rule finds is shorter (``a@b.io``).
+_SHORTEST = 6
+
+
+@functools.lru_cache(maxsize=4096)
+def _sensitive_key(key: str) -> bool:
+    return _SENSITIVE_KEY.search(key) is not None
+
+
+_TOKEN = re.compile(r"\[(?:REDACTED:[a-z_]+|[a-z_]+:[0-9a-f]{12})\]")
+
+
+def _is_token(value: str) -> bool:
+    """Whether ``value`` is one of our own replacement tokens (redaction is idempotent)."""
+    return _TOKEN.fullmatch(value) is not None
 
 
 __all__ = ["RULES", "RedactionMode", "Redactor"]

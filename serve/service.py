@@ -5,8 +5,9 @@ codes. Everything here is synchronous (SQLAlchemy, onnxruntime); routes run it i
 
 Storage rules (ARCHITECTURE.md, "Sessions" and "Streams"):
 
-- The trace and its diagnosis are stored **redacted** (:mod:`serve.redaction`); the response to
-  the request itself is not. Session steps are redacted as they arrive, so the session's trace is
+- Traces are **redacted before they are diagnosed** (:mod:`serve.redaction`), so the trace, the
+  diagnosis, the recommendation, the repair-policy state and the response hold no secret (evidence
+  is cut from redacted text). Session steps are redacted as they arrive, so the session's trace is
   diagnosed on the same (redacted) text every time and repeats stay equal.
 - Repair-policy state (:mod:`model.policy`) lives in the ``sessions`` row. A trace sent to
   ``/v1/diagnose`` with a ``session_id`` shares that session's state; one without uses
@@ -64,6 +65,7 @@ from serve.api_models import (
 from serve.redaction import Redactor
 from serve.store import Store
 from serve.store.models import LabelRow, ObservationRow, SessionRow, TraceRow, utcnow
+from serve.validation import check_id, check_index, check_trace_fields
 
 log = logging.getLogger("triage.service")
 
@@ -79,6 +81,30 @@ _FINAL_BLOCKERS = {StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.USER_INPUT
 
 class NotFoundError(TriageError, LookupError):
     """The tenant has no such session / trace / recommendation / stream (→ 404)."""
+
+
+class ConflictError(TriageError):
+    """An outcome that contradicts the one already recorded, or a success reported after the
+    failure was handed off to a human (→ 409)."""
+
+
+def _repeated_outcome(rec: Any, state: dict[str, Any] | None, success: bool) -> str | None:
+    """Outcomes are idempotent per recommendation: ``None`` when this one is new; a note when it
+    repeats the recorded one (acknowledged, not stored again); :class:`ConflictError` when it
+    contradicts it, or claims success for a failure already handed off to a human."""
+    if rec.status in ("succeeded", "failed"):
+        before = rec.status == "succeeded"
+        if before == success:
+            return f"this recommendation's outcome ({rec.status}) was already recorded"
+        raise ConflictError(
+            f"recommendation {rec.id!r} already has the outcome {rec.status!r}; an outcome can't be changed"
+        )
+    fs = ((state or {}).get("failures") or {}).get(rec.failure_key or "") or {}
+    if success and fs.get("status") == "handoff" and rec.strategy != Strategy.HUMAN_HANDOFF.value:
+        raise ConflictError(
+            f"the failure of recommendation {rec.id!r} was handed off to a human; report the handoff's outcome"
+        )
+    return None
 
 
 class TriageService:
@@ -134,12 +160,16 @@ class TriageService:
         ``feed_streams=False`` leaves feeding the tenant's metric streams to the caller
         (:meth:`feed_streams`; the HTTP route does it after answering).
         """
+        check_trace_fields(trace)
+        # Redact first, then diagnose: evidence is cut from redacted text, so no cut secret (a key's
+        # prefix) reaches the response, the store or the repair state.
+        trace = self.redactor.redact_trace(trace)
         extra = self.degradation_findings(tenant, trace.task_type)
         run_threshold = self.relative_threshold(tenant, trace.task_type)
         with self._model_lock:
             resp = self.diagnoser.diagnose(trace, options, extra_findings=extra, run_threshold=run_threshold)
         session_key = trace.session_id or f"trace:{trace.id}"
-        stored_trace = self.redactor.redact(trace.model_dump(mode="json", exclude_none=True))
+        stored_trace = trace.model_dump(mode="json", exclude_none=True)
         response = self.redactor.redact(resp.model_dump(mode="json"))
         with self.store.write() as db:
             row = None
@@ -154,6 +184,7 @@ class TriageService:
             )
             resp.recommendation = decision.recommendation
             response["recommendation"] = self.redactor.redact(decision.recommendation.model_dump(mode="json"))
+            state = self.redactor.redact(state)
             self.store.put_trace(
                 db,
                 tenant=tenant,
@@ -266,8 +297,7 @@ class TriageService:
     # -- sessions --------------------------------------------------------------------------------
     def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
         """Append steps to session ``session_id`` (created on first use) and diagnose it so far."""
-        if not session_id or len(session_id) > 200:
-            raise InputError("a session id is 1-200 characters", path="session_id")
+        check_id(session_id, path="path.session_id")
         options = req.options
         wanted = [
             n for n in (options.detectors or list(self.diagnoser.detectors)) if n not in self.session_exclude
@@ -292,6 +322,7 @@ class TriageService:
             # (a session first seen through /v1/diagnose has a whole trace but no counters yet)
             offset = max(row.next_source_index, max((st.source_index + 1 for st in trace.steps), default=0))
             new_steps, next_source = self._import_steps(req, offset=offset)
+            check_index(next_source, path="steps" if req.steps is not None else "messages")
             if len(trace.steps) + len(new_steps) > self.max_steps:
                 raise TooLargeError(
                     f"session would have {len(trace.steps) + len(new_steps)} steps; the limit is {self.max_steps}",
@@ -319,6 +350,7 @@ class TriageService:
                 state, trace, diag.failures, session_key=session_id, now=time.time(), options=options
             )
             diag.recommendation = decision.recommendation
+            state = self.redactor.redact(state)
             resp = SessionStepResponse(
                 **diag.model_dump(),
                 session_id=session_id,
@@ -363,12 +395,17 @@ class TriageService:
     def _import_steps(self, req: AppendStepsRequest, *, offset: int) -> tuple[list[Step], int]:
         if req.messages is not None:
             field = "messages"
-            part = load_trace(
-                {"messages": req.messages},
-                format="openai",
-                speakers=req.options.speakers or None,
-                max_steps=self.max_steps,
-            )
+            try:
+                part = load_trace(
+                    {"messages": req.messages},
+                    format="openai",
+                    speakers=req.options.speakers or None,
+                    max_steps=self.max_steps,
+                )
+            except InputError as exc:
+                if exc.path and exc.path.split(".")[0] == "speakers":  # an option, not a message
+                    exc.path = f"options.{exc.path}"
+                raise
             steps = part.steps
             for s in steps:
                 s.source_index += offset
@@ -383,8 +420,7 @@ class TriageService:
             count = (max(s.source_index for s in steps) - offset + 1) if steps else 0
         if not steps:
             raise InputError("these messages make no steps", path=field)
-        redacted = [Step.model_validate(self.redactor.redact(s.model_dump(mode="json"))) for s in steps]
-        return redacted, offset + count
+        return self.redactor.redact_steps(steps), offset + count
 
     def get_session(self, tenant: str, session_id: str) -> SessionView:
         row = self.store.get_session(tenant, session_id)
@@ -425,6 +461,18 @@ class TriageService:
             else:
                 row = None
                 raw_state = self.store.lock_trace_state(db, tenant, rec.trace_id)
+            db.refresh(rec)  # its status as of the lock: a concurrent outcome may have set it
+            repeat = _repeated_outcome(rec, raw_state, req.success)
+            if repeat is not None:
+                return OutcomeResponse(
+                    model_version=self.model_version,
+                    detector_versions=self.detector_versions(),
+                    recommendation_id=req.recommendation_id,
+                    recorded=False,
+                    escalated=False,
+                    session_id=rec.session_id,
+                    note=repeat,
+                )
             trace_row = db.get(TraceRow, (tenant, rec.trace_id))
             if raw_state is not None and trace_row is not None:
                 trace = Trace.model_validate(trace_row.trace)
@@ -432,6 +480,7 @@ class TriageService:
                 decision = self.engine.on_outcome(
                     state, rec.id, success=req.success, trace=trace, session_key=session_key, now=time.time()
                 )
+                state = self.redactor.redact(state)
                 if row is not None:
                     row.state = state
                     row.updated_at = utcnow()
@@ -727,8 +776,8 @@ def _mean(values: list[float]) -> float:
 
 
 def _check_stream_name(name: str) -> None:
-    if not name or len(name) > 200:
-        raise InputError("a stream name is 1-200 characters", path="name")
+    if not name or len(name) > 200 or not name.isprintable():
+        raise InputError("a stream name is 1-200 printable characters", path="path.name")
 
 
 def _link_across_calls(steps: list[Step], first: int) -> None:
@@ -782,4 +831,4 @@ def _failure_states(row: SessionRow) -> list[FailureState]:
     return out
 
 
-__all__ = ["CHANGEPOINT_WINDOW", "NotFoundError", "TriageService"]
+__all__ = ["CHANGEPOINT_WINDOW", "ConflictError", "NotFoundError", "TriageService"]

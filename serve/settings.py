@@ -62,9 +62,17 @@ class Settings(BaseSettings):
     key_file: Path | None = Field(
         default=None, description="The local API key `make run` creates; default <data_dir>/local.key."
     )
+    operator_tenants: str = Field(
+        default="",
+        description="Tenants whose keys are operators: /metrics shows them every tenant (comma-separated).",
+    )
+    metrics_public: bool = Field(
+        default=False,
+        description="/metrics answers without a key and shows every tenant (a scraper on a trusted network).",
+    )
     redact: str = Field(
-        default="api_key,bearer,url_password,email",
-        description="Redaction rules applied before storing (comma-separated; empty = none).",
+        default="api_key,bearer,url_password,email,card,ssn",
+        description="Redaction rules applied before diagnosing and storing (comma-separated; empty = none).",
     )
     redact_mode: Literal["mask", "hash"] = Field(
         default="mask", description="`hash` stores an HMAC of each secret instead of a mask."

@@ -1,10 +1,21 @@
-"""Redaction before storing: each rule, hash mode, configurable rules, JSON walking."""
+"""Redaction: each rule, hash mode, configurable rules, JSON walking, the secret corpus (every
+format out, every look-alike kept), and the adversarial shapes of bench/redaction.py (correct at
+every size; their timing is the benchmark's)."""
 
 from __future__ import annotations
 
 import pytest
 
+from bench.redaction import ADVERSARIAL, DENSE
+from model.schema import Step, Trace
 from serve.redaction import RULES, Redactor
+from tests.secret_corpus import LOOKALIKES, SECRETS
+
+
+def leaked(secret: str, text: str, width: int = 8) -> list[str]:
+    """Pieces of ``secret`` (``width`` characters, no whitespace) still in ``text``."""
+    pieces = {secret[i : i + width] for i in range(max(1, len(secret) - width + 1))}
+    return sorted(p for p in pieces if not any(c.isspace() for c in p) and p in text)
 
 
 @pytest.mark.parametrize(
@@ -19,10 +30,70 @@ from serve.redaction import RULES, Redactor
         ("postgres://bob:s3cr3t@db.local:5432/x", "postgres://bob:[REDACTED:password]@db.local:5432/x"),
         ("write to bob.smith+tag@example.co.uk now", "write to [REDACTED:email] now"),
         ("nothing secret: 42 apples, sk-short", "nothing secret: 42 apples, sk-short"),
+        ("Authorization: Basic dXNlcjpwYXNz", "Authorization: Basic [REDACTED:basic_auth]"),
+        ("Cookie: sid=abc123; theme=dark", "Cookie: [REDACTED:cookie]"),
+        ("card 4111 1111 1111 1111 exp", "card [REDACTED:card] exp"),
+        ("card 4111 1111 1111 1112 exp", "card 4111 1111 1111 1112 exp"),  # Luhn fails
+        ("ssn 123-45-6789.", "ssn [REDACTED:ssn]."),
+        ("ssn 000-45-6789 666-12-3456", "ssn 000-45-6789 666-12-3456"),  # never issued
+        ("a@b.com@c.com x", "[REDACTED:email] x"),
+        ("@app.route('/x')", "@app.route('/x')"),
     ],
 )
 def test_each_rule(text: str, expected: str) -> None:
     assert Redactor().redact_text(text) == expected
+
+
+@pytest.mark.parametrize("name", sorted(SECRETS))
+def test_secret_corpus_is_redacted(name: str) -> None:
+    text, secret = SECRETS[name]
+    out = Redactor().redact_text(text)
+    assert not leaked(secret, out), out
+    hashed = Redactor(mode="hash", salt="s").redact_text(text)
+    assert not leaked(secret, hashed), hashed
+
+
+@pytest.mark.parametrize("text", LOOKALIKES)
+def test_lookalikes_survive(text: str) -> None:
+    assert Redactor().redact_text(text) == text
+
+
+def test_secrets_inside_json_values_keys_and_raw_arguments() -> None:
+    _, key = SECRETS["stripe_live"]
+    _, aws = SECRETS["aws_secret_bare"]
+    value = {
+        "headers": {"Authorization": "Basic dXNlcjpwYXNz", "Cookie": "a=b", "Accept": "json"},
+        "tool_args": {"password": "pw", "user": "a@b.io", "n": 3, "max_tokens": 4096},
+        "list": ["Bearer abcdefgh12345678", True, None],
+        "aws_secret_access_key": aws,
+        "private_key": "-----BEGIN PRIVATE KEY-----\nABCD",
+        key: "a key as a key",
+    }
+    out = Redactor().redact(value)
+    assert out["headers"] == {"Authorization": "[REDACTED:api_key]", "Cookie": "[REDACTED:api_key]", "Accept": "json"}
+    assert out["tool_args"] == {"password": "[REDACTED:api_key]", "user": "[REDACTED:email]", "n": 3, "max_tokens": 4096}
+    assert out["list"] == ["Bearer [REDACTED:bearer]", True, None]
+    assert out["aws_secret_access_key"] == out["private_key"] == "[REDACTED:api_key]"
+    assert "[REDACTED:api_key]" in out and key not in str(out)
+    assert Redactor().redact(out) == out  # idempotent: stored text can be redacted again
+
+
+def test_redact_trace_keeps_ids_and_unchanged_steps() -> None:
+    _, key = SECRETS["github_classic"]
+    trace = Trace(
+        id="ann@example.com",
+        session_id="s:1",
+        metadata={"note": f"uses {key}"},
+        steps=[
+            Step(kind="user_input", content="hello there"),
+            Step(kind="tool_call", tool_name="auth", tool_args_raw='{"client_secret": "abcdefgh1234'),
+        ],
+    )
+    out = Redactor().redact_trace(trace)
+    assert (out.id, out.session_id) == ("ann@example.com", "s:1")
+    assert out.steps[0] is trace.steps[0]
+    assert out.steps[1].tool_args_raw == '{"client_secret": "[REDACTED:api_key]'
+    assert key not in out.model_dump_json() and key in trace.model_dump_json()
 
 
 def test_hash_mode_is_stable_and_salted() -> None:
@@ -33,6 +104,7 @@ def test_hash_mode_is_stable_and_salted() -> None:
     first, second = x.split(" and ")
     assert first.removeprefix("mail ") == second  # equal secrets stay equal
     assert a.redact_text("bob@example.com") != b.redact_text("bob@example.com")
+    assert a.redact_text(x) == x
 
 
 def test_rules_are_configurable() -> None:
@@ -44,17 +116,26 @@ def test_rules_are_configurable() -> None:
     assert not none.enabled and none.redact({"password": "x"}) == {"password": "x"}
     with pytest.raises(ValueError, match="unknown redaction rules"):
         Redactor.from_names(["phone"])
-    assert set(RULES) == {"api_key", "bearer", "url_password", "email"}
+    assert set(RULES) == {"api_key", "bearer", "url_password", "email", "card", "ssn"}
 
 
-def test_json_values_and_sensitive_keys() -> None:
-    value = {
-        "headers": {"Authorization": "Basic dXNlcjpwYXNz", "Accept": "json"},
-        "tool_args": {"password": "pw", "user": "a@b.io", "n": 3},
-        "list": ["Bearer abcdefgh12345678", True, None],
-    }
-    assert Redactor().redact(value) == {
-        "headers": {"Authorization": "[REDACTED:api_key]", "Accept": "json"},
-        "tool_args": {"password": "[REDACTED:api_key]", "user": "[REDACTED:email]", "n": 3},
-        "list": ["Bearer [REDACTED:bearer]", True, None],
-    }
+@pytest.mark.parametrize("size", [64, 1000, 20_000])
+@pytest.mark.parametrize("shape", sorted(ADVERSARIAL))
+def test_adversarial_shapes_stay_correct(shape: str, size: int) -> None:
+    """A secret after the hostile filler is still found, and the filler is kept as it was (or,
+    where the filler itself is secret-shaped, redacted the same way a short piece of it is)."""
+    filler = ADVERSARIAL[shape](size)
+    r = Redactor()
+    text, secret = SECRETS["openai"]
+    out = r.redact_text(filler + "\n" + text)
+    assert not leaked(secret, out)
+    if shape != "pem_body_no_end":  # a private key without its end line is redacted to the end
+        assert out.endswith("\n" + r.redact_text(text))
+    assert r.redact_text(out) == out
+
+
+def test_dense_inputs_redact_every_secret() -> None:
+    out = Redactor().redact_text(DENSE["emails"](10_000))
+    assert "@" not in out and out.count("[REDACTED:email]") == 10_000 // len("bob@example.com ")
+    cards = Redactor().redact_text(DENSE["cards"](10_000))
+    assert "4111" not in cards

@@ -38,7 +38,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
     data = tmp_path_factory.mktemp("e2e")
     keys = _keys(data, "acme", "globex")
     srv = LiveServer(
-        env={"TRIAGE_DATA_DIR": str(data), "TRIAGE_AUTH": "on", "TRIAGE_AUTH_CACHE_S": "0"},
+        env={
+            "TRIAGE_DATA_DIR": str(data),
+            "TRIAGE_AUTH": "on",
+            "TRIAGE_AUTH_CACHE_S": "0",
+            "TRIAGE_OPERATOR_TENANTS": "acme",  # acme's key sees every tenant in /metrics
+        },
         args=["--workers", "2"],
     ).wait_ready()
     yield srv, keys
@@ -113,10 +118,11 @@ def test_session_loop_caught_on_third_repeat_then_outcomes_climb_to_handoff(
         # the stored trace is redacted; the history holds the recommendations and outcomes
         detail = c.get_trace(state.trace_id)
         assert "[REDACTED:email]" in detail.trace["steps"][0]["content"]
-        assert [o.success for o in detail.outcomes] == [False, False, False, False]
+        assert [o.success for o in detail.outcomes] == [False, False, False]  # the repeat is not stored
         assert [x.strategy for x in detail.recommendations] == ["rollback", "replan_global", "human_handoff"]
     # what this test did shows in /metrics (here, not in a later test: under xdist that one may run first)
-    text = httpx.get(f"{srv.url}/metrics").text
+    assert httpx.get(f"{srv.url}/metrics").status_code == 401  # /metrics needs a key
+    text = httpx.get(f"{srv.url}/metrics", headers={"Authorization": f"Bearer {keys['acme']}"}).text
     assert 'triage_failures_total{kind="loop"}' in text
     assert 'triage_outcomes_total{result="failure",strategy="rollback"}' in text
     assert "# TYPE triage_request_duration_seconds histogram" in text  # buckets: per worker, once it served one

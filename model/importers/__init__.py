@@ -70,7 +70,7 @@ def parse_json_text(text: str | bytes) -> Any:
     if not text.strip():
         raise TraceImportError("empty input: expected a JSON trace")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         # an unterminated string always runs to the end of the input
         truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
@@ -78,6 +78,15 @@ def parse_json_text(text: str | bytes) -> Any:
         raise TraceImportError(f"invalid JSON at column {exc.colno}: {exc.msg}{hint}", line=exc.lineno) from exc
     except RecursionError as exc:
         raise TraceImportError("nesting too deep: the JSON nests lists/objects deeper than the parser allows") from exc
+    except TraceImportError:
+        raise
+    except ValueError as exc:  # an integer of more digits than int() takes (sys.int_info)
+        raise TraceImportError(f"unreadable number: {exc}") from exc
+
+
+def _not_json(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are Python's, not JSON's."""
+    raise TraceImportError(f"{name} is not a JSON number: use a finite number or null")
 
 
 def _span_like(item: Any) -> bool:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from serve.auth import UNAUTHORIZED_RESPONSES
-from serve.service import NotFoundError, TriageService
+from serve.service import ConflictError, NotFoundError, TriageService
 
 T = TypeVar("T")
 
@@ -29,6 +29,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     503: {"description": "The store is unreachable or stayed locked past TRIAGE_DB_BUSY_TIMEOUT_S; retry"},
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found for this tenant"}}
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"description": "Contradicts the recorded outcome, or a success after a handoff"}
+}
 TOO_LARGE: dict[int | str, dict[str, Any]] = {
     413: {"description": "Body larger than TRIAGE_MAX_BODY_BYTES, or more steps than TRIAGE_MAX_STEPS"}
 }
@@ -41,6 +44,10 @@ async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except NotFoundError as exc:
         raise HTTPException(
             status_code=404, detail=[{"loc": ["path"], "msg": str(exc), "type": "not_found"}]
+        ) from None
+    except ConflictError as exc:
+        raise HTTPException(
+            status_code=409, detail=[{"loc": ["body"], "msg": str(exc), "type": "conflict"}]
         ) from None
 
 

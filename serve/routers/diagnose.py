@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, BackgroundTasks, Request, Response
 
 from model.errors import InputError
 from model.findings import DiagnosisResponse
 from model.importers import load_trace
 from model.options import DiagnoseRequest
+from model.schema import Trace
 from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.deps import SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
 from serve.routers._common import ServiceDep, call, json_response
+from serve.service import TriageService
+
+log = logging.getLogger("triage.serve")
 
 router = APIRouter(prefix="/v1", tags=["diagnose"])
 
@@ -52,10 +58,31 @@ async def diagnose(
             max_steps=settings.max_steps,
         )
     except InputError as exc:
-        exc.path = f"trace.{exc.path}" if exc.path else "trace"
+        exc.path = _body_path(exc.path)
         raise
     # Budgets and open failures come from the session's state; the trace is stored redacted. Its
     # metrics feed the tenant's streams after the answer is sent (alarms show in later diagnoses).
     resp = await call(service.diagnose, principal.tenant, trace, body.options, feed_streams=False)
-    background.add_task(service.feed_streams, principal.tenant, trace, resp)
+    background.add_task(feed_streams_safely, request, service, principal.tenant, trace, resp)
     return json_response(resp)
+
+
+def feed_streams_safely(
+    request: Request, service: TriageService, tenant: str, trace: Trace, resp: DiagnosisResponse
+) -> None:
+    """Feed the tenant's streams after the answer went out. A failure here must not reach the
+    server (it would reset the client's keep-alive connection): it is logged and counted in
+    ``triage_stream_observations_lost_total``."""
+    try:
+        service.feed_streams(tenant, trace, resp)
+    except Exception:
+        log.exception("feeding the streams of trace %r (tenant %r) failed: its observations are lost", trace.id, tenant)
+        request.app.state.metrics.lost_observations.inc()
+
+
+def _body_path(path: str | None) -> str:
+    """Where an importer's error is in the request body: the ``speakers`` option lives under
+    ``options``; everything else is inside ``trace``."""
+    if path and (path == "speakers" or path.startswith("speakers.")):
+        return f"options.{path}"
+    return f"trace.{path}" if path else "trace"

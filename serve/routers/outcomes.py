@@ -8,7 +8,7 @@ from serve.api_models import OutcomeRequest, OutcomeResponse
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.examples_service import OUTCOME_EXAMPLES
-from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
+from serve.routers._common import CONFLICT, ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
 
 router = APIRouter(prefix="/v1", tags=["outcomes"])
 
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1", tags=["outcomes"])
     "/outcomes",
     response_model=OutcomeResponse,
     summary="Report the outcome of a recommendation",
-    responses={**ERRORS, **NOT_FOUND, **TOO_LARGE},
+    responses={**ERRORS, **NOT_FOUND, **TOO_LARGE, **CONFLICT},
     openapi_extra=body_openapi(OutcomeRequest, OUTCOME_EXAMPLES),
 )
 async def report_outcome(
@@ -27,7 +27,9 @@ async def report_outcome(
 ) -> OutcomeResponse:
     """A failed outcome moves that failure one rung up its ladder (or to the next attempt of a
     retry) and returns the recommendation to carry out now in `next`; a spent budget gives
-    `human_handoff`. Reporting the same outcome twice does not escalate twice. Outcomes label the
+    `human_handoff`. Outcomes are idempotent per recommendation: the same outcome again is
+    acknowledged (`recorded: false`) and not stored twice; a contradicting one, or a success for a
+    failure already handed off, is a 409. Outcomes label the
     failure history (see `triage datasets export --from-store`).
     """
     body = await parse_body(request, OutcomeRequest)

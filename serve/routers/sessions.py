@@ -11,10 +11,13 @@ from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.examples_service import APPEND_EXAMPLES
 from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call, json_response
+from serve.validation import ID_PATTERN
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
-SessionId = Annotated[str, Path(min_length=1, max_length=200, description="The agent's own session id.")]
+SessionId = Annotated[
+    str, Path(pattern=ID_PATTERN, description="The agent's own session id, `[A-Za-z0-9._:@-]{1,128}`.")
+]
 
 
 @router.post(

@@ -11,10 +11,11 @@ from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.examples_service import OBSERVATION_EXAMPLES
 from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
+from serve.validation import TEXT_PARAM_PATTERN
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
 
-StreamName = Annotated[str, Path(min_length=1, max_length=200)]
+StreamName = Annotated[str, Path(min_length=1, max_length=200, pattern=TEXT_PARAM_PATTERN)]
 
 
 @router.post(
@@ -47,7 +48,7 @@ async def changepoints(
     name: StreamName,
     principal: PrincipalDep,
     service: ServiceDep,
-    task_type: Annotated[str, Query(max_length=200)] = "",
+    task_type: Annotated[str, Query(max_length=200, pattern=TEXT_PARAM_PATTERN)] = "",
     method: Annotated[Literal["binseg", "window", "pelt"] | None, Query()] = None,
 ) -> ChangepointsResponse:
     """ruptures (l2 cost, BIC-style penalty from the noise level) over the last 2,000 observations."""

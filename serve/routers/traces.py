@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import BeforeValidator
 
 from model.graph import ExecutionGraph
 from model.kinds import FailureKind
@@ -13,10 +14,11 @@ from serve.api_models import GraphOut, LabelRequest, LabelResponse, TraceDetail,
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
+from serve.validation import ID_PATTERN, TEXT_PARAM_PATTERN, iso_datetime_text
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"])
 
-TraceId = Annotated[str, Path(min_length=1, max_length=128)]
+TraceId = Annotated[str, Path(pattern=ID_PATTERN, description="`[A-Za-z0-9._:@-]{1,128}`")]
 
 
 @router.get("", response_model=TracePageOut, summary="List stored traces", responses=ERRORS)
@@ -24,11 +26,16 @@ async def list_traces(
     principal: PrincipalDep,
     service: ServiceDep,
     kind: Annotated[FailureKind | None, Query(description="Only traces with a failure of this kind.")] = None,
-    since: Annotated[datetime | None, Query(description="Only traces created at or after this time.")] = None,
-    session: Annotated[str | None, Query(max_length=200, description="Only this session's traces.")] = None,
+    since: Annotated[
+        datetime | None,
+        BeforeValidator(iso_datetime_text),
+        Query(description="Only traces created at or after this time (ISO 8601)."),
+    ] = None,
+    session: Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this session's traces.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[
-        str | None, Query(max_length=300, description="`next_cursor` of the previous page.")
+        str | None,
+        Query(max_length=300, pattern=TEXT_PARAM_PATTERN, description="`next_cursor` of the previous page."),
     ] = None,
 ) -> TracePageOut:
     """Newest first, this tenant's only; page with `cursor`."""

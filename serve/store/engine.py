@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from model.errors import StoreError
+from model.errors import StoreError, StoreUnavailableError
 
 #: execution option naming how a SQLite transaction begins ("DEFERRED" or "IMMEDIATE").
 SQLITE_BEGIN = "sqlite_begin"
@@ -113,7 +113,7 @@ def _begin_immediate(dbapi_conn: Any, busy_timeout_s: float, busy_ms: int) -> No
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
                 if time.monotonic() >= deadline:
-                    raise StoreError(
+                    raise StoreUnavailableError(
                         f"the store stayed locked by another writer for {busy_timeout_s:g} s "
                         "(setting TRIAGE_DB_BUSY_TIMEOUT_S)"
                     ) from exc

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -26,12 +27,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, bindparam, delete, exists, func, insert, or_, select, text, update
+from sqlalchemy import Select, and_, bindparam, delete, exists, func, insert, or_, select, text, true, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import (
+    DataError,
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
-from model.errors import InputError, StoreError
+from model.errors import InputError, StoreError, StoreUnavailableError, StoreValueError
 from serve.store.engine import SQLITE_BEGIN, make_engine
 from serve.store.migrate import upgrade as _upgrade
 from serve.store.models import (
@@ -48,6 +57,8 @@ from serve.store.models import (
     utcnow,
 )
 
+log = logging.getLogger("triage.store")
+
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -60,6 +71,22 @@ def check_tenant_name(name: str) -> str:
             path="tenant",
         )
     return name
+
+
+def store_error(exc: BaseException, action: str) -> StoreError:
+    """Our error for a foreign one, without the SQL and its parameters (they are logged).
+
+    Unreachable or locked → :class:`StoreUnavailableError` (503, retry); a value the database
+    refused → :class:`StoreValueError` (422); anything else → :class:`StoreError` (500).
+    """
+    log.warning("store error while %s: %s", action, exc)
+    if isinstance(exc, OperationalError | InterfaceError | DisconnectionError | SATimeoutError):
+        return StoreUnavailableError(f"{action} the store failed: the store is unavailable ({type(exc).__name__})")
+    if isinstance(exc, DataError | OverflowError | UnicodeEncodeError | IntegrityError):
+        orig = getattr(exc, "orig", None) or exc
+        first = (str(orig).strip().splitlines() or [""])[0][:200]
+        return StoreValueError(f"the store refused a value of this request: {first}")
+    return StoreError(f"{action} the store failed ({type(exc).__name__})")
 
 
 @dataclass(frozen=True)
@@ -116,8 +143,8 @@ class Store:
         try:
             with self._read() as db:  # closing ends the (read) transaction; rows stay loaded
                 yield db
-        except SQLAlchemyError as exc:
-            raise StoreError(f"reading the store failed: {exc.__class__.__name__}: {exc}") from exc
+        except (SQLAlchemyError, OverflowError, UnicodeEncodeError) as exc:
+            raise store_error(exc, "reading") from exc
 
     @contextmanager
     def write(self) -> Iterator[Session]:
@@ -126,8 +153,8 @@ class Store:
         try:
             with mutex, self._write() as db, db.begin():
                 yield db
-        except SQLAlchemyError as exc:
-            raise StoreError(f"writing the store failed: {exc.__class__.__name__}: {exc}") from exc
+        except (SQLAlchemyError, OverflowError, UnicodeEncodeError) as exc:
+            raise store_error(exc, "writing") from exc
 
     # -- tenants and keys ----------------------------------------------------------------------
     def ensure_tenant(self, name: str) -> Tenant:
@@ -655,7 +682,7 @@ class Store:
             with self.engine.connect() as conn:
                 return [dict(r._mapping) for r in conn.execute(q)]
         except SQLAlchemyError as exc:
-            raise StoreError(f"reading the store failed: {exc.__class__.__name__}: {exc}") from exc
+            raise store_error(exc, "reading") from exc
 
     def stream_values(
         self, tenant: str, stream: str, task_type: str, *, last: int
@@ -674,26 +701,33 @@ class Store:
             ).all()
         return [(int(s), float(v)) for s, v in reversed(rows)]
 
-    def metrics_snapshot(self) -> dict[str, Any]:
-        """Aggregates for ``/metrics``, read from the store so that every worker reports the same."""
+    def metrics_snapshot(self, tenant: str | None = None) -> dict[str, Any]:
+        """Aggregates for ``/metrics``, read from the store so that every worker reports the same;
+        ``tenant``: that tenant's only (``None``: every tenant's)."""
+
+        def mine(q: Any, table: Any) -> Any:
+            return q if tenant is None else q.where(table.tenant_id == tenant)
+
         with self.read() as db:
-            traces = int(db.scalar(select(func.count()).select_from(TraceRow)) or 0)
+            traces = int(db.scalar(mine(select(func.count()).select_from(TraceRow), TraceRow)) or 0)
             failures = dict(
                 db.execute(
-                    select(FailureRow.kind, func.count())
+                    mine(select(FailureRow.kind, func.count()), FailureRow)
                     .where(FailureRow.is_signal.is_(False))
                     .group_by(FailureRow.kind)
                 ).all()
             )
             recs = dict(
                 db.execute(
-                    select(RecommendationRow.strategy, func.count()).group_by(RecommendationRow.strategy)
+                    mine(select(RecommendationRow.strategy, func.count()), RecommendationRow).group_by(
+                        RecommendationRow.strategy
+                    )
                 ).all()
             )
             outcomes: dict[tuple[str, bool], int] = {
                 (s, bool(ok)): int(n)
                 for s, ok, n in db.execute(
-                    select(OutcomeRow.strategy, OutcomeRow.success, func.count()).group_by(
+                    mine(select(OutcomeRow.strategy, OutcomeRow.success, func.count()), OutcomeRow).group_by(
                         OutcomeRow.strategy, OutcomeRow.success
                     )
                 ).all()
@@ -708,6 +742,7 @@ class Store:
                         func.min(RecommendationRow.created_at),
                     )
                     .where(RecommendationRow.failure_key.is_not(None))
+                    .where(true() if tenant is None else RecommendationRow.tenant_id == tenant)
                     .group_by(
                         RecommendationRow.tenant_id,
                         RecommendationRow.session_id,
@@ -730,6 +765,7 @@ class Store:
                     ),
                 )
                 .where(OutcomeRow.success.is_(True), RecommendationRow.failure_key.is_not(None))
+                .where(true() if tenant is None else OutcomeRow.tenant_id == tenant)
                 .order_by(OutcomeRow.id.desc())
                 .limit(10_000)
             ).all()
@@ -799,7 +835,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         ts, tid = cursor.split("|", 1)
         return datetime.fromisoformat(ts), tid
     except ValueError:
-        raise InputError(f"not a cursor this API returned: {cursor!r}", path="cursor") from None
+        raise InputError(f"not a cursor this API returned: {cursor[:60]!r}", path="query.cursor") from None
 
 
 __all__ = ["Store", "TracePage", "check_tenant_name"]
