@@ -250,6 +250,15 @@ class Diagnoser:
                 chosen.append(det)
         return chosen
 
+    def _measured(self, f: Finding) -> Finding:
+        """A rule's finding with its real-run precision (``details.p_run_failed``; a demoted rule's
+        confidence capped by it): :meth:`model.runscore.RunScorer.rule_confidence`."""
+        assert self.runscorer is not None
+        conf, extra = self.runscorer.rule_confidence(f.detector, f.confidence)
+        if not extra:
+            return f
+        return f.model_copy(update={"confidence": conf, "details": {**f.details, **extra}})
+
     def findings(self, trace: Trace, options: DiagnoseOptions | None = None) -> list[Finding]:
         """Every detector's raw findings, in detector order."""
         return self._run(trace, self._detectors_for(options or DiagnoseOptions()))
@@ -283,12 +292,15 @@ class Diagnoser:
         options = options or DiagnoseOptions()
         dets = self._detectors_for(options)
         findings = self._run(trace, dets)
+        use_runscore = self.runscorer is not None and (options.detectors is None or RUNSCORE in options.detectors)
+        if use_runscore and self.runscorer is not None and self.runscorer.rule_stats_:
+            findings = [self._measured(f) for f in findings]
         findings.extend(extra_findings)
         failures, signals, primary = fuse(findings)
         versions = {d.name: d.version for d in dets}
         probability: float | None = None
         attribution: Attribution | None = None
-        if self.runscorer is not None and (options.detectors is None or RUNSCORE in options.detectors):
+        if use_runscore and self.runscorer is not None:
             scored = self.runscorer.score(trace)
             probability = scored.failure_probability
             attribution = Attribution(**scored.attribution) if scored.attribution else None

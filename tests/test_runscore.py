@@ -223,3 +223,25 @@ def test_cli_diagnose_loads_the_service_models_and_prints_one_json_list(tmp_path
     bare = subprocess.run([*run, "docs/examples/healthy.json", "--json", "--no-classifier"], cwd=ROOT,
                           capture_output=True, timeout=120)
     assert "classifier" not in json.loads(bare.stdout)["detector_versions"]
+
+
+def test_rule_precision_is_measured_and_a_noisy_rule_is_demoted() -> None:
+    from model.runscore.model import rule_stats
+
+    rng = np.random.default_rng(3)
+    ex = toy_examples(rng, "a", 20) + toy_examples(rng, "b", 20)
+    for i, e in enumerate(ex):
+        # "loud" fires on every third successful run of set a and on half the failed runs; "quiet" on failed only
+        loud = (not e.failed and e.source == "a" and i % 3 == 0) or (e.failed and i % 4 == 1)
+        e.rules = tuple(r for r, on in (("loud", loud), ("quiet", e.failed and i % 4 == 1)) if on)
+    st = rule_stats(ex, ["a", "b"])
+    assert st["loud"]["sets"]["a"]["fired_on_successful"] == sum(
+        1 for i, e in enumerate(ex) if e.source == "a" and not e.failed and i % 3 == 0)
+    assert st["loud"]["demoted"] is True and st["quiet"]["demoted"] is False
+    assert st["quiet"]["p_run_failed"] > st["loud"]["p_run_failed"]
+    scorer = RunScorer().fit(ex)
+    assert scorer.rule_confidence("loud", 0.9) == (min(0.9, st["loud"]["p_run_failed"]), {
+        "p_run_failed": st["loud"]["p_run_failed"],
+        "demoted": {"max_false_alarm_rate": st["loud"]["max_false_alarm_rate"], "confidence": 0.9}})
+    assert scorer.rule_confidence("quiet", 0.9) == (0.9, {"p_run_failed": st["quiet"]["p_run_failed"]})
+    assert scorer.rule_confidence("never_seen", 0.9) == (0.9, {})

@@ -67,10 +67,11 @@ def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None
     rules = Diagnoser.with_shipped_models(classifier=classifier, runscore=False)
     out = []
     for n, r in enumerate(runs):
-        ex = Example.from_trace(r.trace, r.source, r.group)
         found = rules.findings(r.trace)
         fails = [(f.detector, f.kind.value, f.source_index) for f in found
                  if f.confidence >= DEFAULT_THRESHOLDS[f.kind]]
+        ex = Example.from_trace(r.trace, r.source, r.group,
+                                tuple(d for d, _, _ in fails if d not in ("classifier", "runscore")))
         sigs = [(f.detector, f.kind.value) for f in found if f.confidence < DEFAULT_THRESHOLDS[f.kind]]
         chars = sum(len(s.content or "") for s in r.trace.steps)
         calls = sum(1 for s in r.trace.steps if s.kind.value == "tool_call")
@@ -219,8 +220,13 @@ def evaluate_real(
         boots = _group_boot(groups, rng)
         entry: dict[str, Any] = {"runs": len(test), "failed": int(y.sum()), "groups": len(set(groups)),
                                  "model": {"features": scorer.features_, "threshold": round(scorer.threshold, 4),
-                                           "trained_on": scorer.meta_.get("trained_on")}}
-        rule_fail = np.array([bool(prepared[i].rule_failures) for i in test_idx])
+                                           "trained_on": scorer.meta_.get("trained_on"),
+                                           "demoted_rules": sorted(r for r, v in scorer.rule_stats_.items()
+                                                                   if v["demoted"])}}
+        # the verdict's rule part as the service gives it: rules demoted on the training sets
+        # (a failure on > 10 % of a training set's successful runs) count only if still ≥ 0.5
+        rule_fail = np.array([any(scorer.rule_confidence(d, 1.0)[0] >= 0.5 for d, _, _ in prepared[i].rule_failures)
+                              for i in test_idx])
         if 0 < y.sum() < len(y):
             base = {
                 "messages": np.array([e.messages for e in test], dtype=float),

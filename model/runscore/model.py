@@ -80,16 +80,18 @@ class Example:
     X: np.ndarray
     run: np.ndarray
     messages: int
+    rules: tuple[str, ...] = ()  # the rule detectors that raised a failure on this run
 
     @classmethod
-    def from_trace(cls, trace: Trace, source: str, group: str) -> Example:
+    def from_trace(cls, trace: Trace, source: str, group: str, rules: tuple[str, ...] = ()) -> Example:
         labels = trace.labels
         if labels is None or labels.failed is None:
             raise InputError(f"trace {trace.id}: no run-level label (labels.failed)", path="labels.failed")
         units, X = message_features(trace)
         fail = labels.failures[0].source_index if labels.failures else None
         msgs = (max(s.source_index for s in trace.steps) + 1) if trace.steps else 0
-        return cls(source, group, bool(labels.failed), fail, units, X, run_features(trace, units, X), msgs)
+        return cls(source, group, bool(labels.failed), fail, units, X, run_features(trace, units, X), msgs,
+                   tuple(sorted(set(rules))))
 
     @property
     def target(self) -> int | None:
@@ -178,6 +180,40 @@ def _fit_logistic(X: np.ndarray, y: np.ndarray, sw: np.ndarray, l2: float) -> np
     return w
 
 
+#: A rule that raises a failure on more than this share of any training set's successful runs is a
+#: defect (issue "Right on real agent runs"): its failures are demoted to its measured precision.
+MAX_FALSE_ALARM_RATE = 0.10
+#: Pseudo-runs of the prior when a rule's precision is smoothed (towards 0.5).
+PRIOR_RUNS = 10
+
+
+def rule_stats(examples: Sequence[Example], sets: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per rule, on each training set: how often it raised a failure on successful and on failed
+    runs, and P(run failed | it fired) with the sets weighted equally (smoothed towards 0.5)."""
+    out: dict[str, dict[str, Any]] = {}
+    names = sorted({r for e in examples for r in e.rules})
+    for name in names:
+        per: dict[str, dict[str, int]] = {}
+        num = den = 0.0
+        for s in sets:
+            sub = [e for e in examples if e.source == s]
+            ok = [e for e in sub if not e.failed]
+            bad = [e for e in sub if e.failed]
+            f_ok = sum(name in e.rules for e in ok)
+            f_bad = sum(name in e.rules for e in bad)
+            per[s] = {"successful": len(ok), "fired_on_successful": f_ok, "failed": len(bad), "fired_on_failed": f_bad}
+            w = 1.0 / max(1, len(sub))
+            num += w * f_bad
+            den += w * (f_ok + f_bad)
+        fired = sum(v["fired_on_successful"] + v["fired_on_failed"] for v in per.values())
+        # the equally weighted precision, with PRIOR_RUNS pseudo-runs at 0.5 (a handful of firings say little)
+        precision = (num / den * fired + 0.5 * PRIOR_RUNS) / (fired + PRIOR_RUNS) if den else 0.5
+        worst = max((v["fired_on_successful"] / v["successful"] for v in per.values() if v["successful"]), default=0.0)
+        out[name] = {"sets": per, "fired": fired, "p_run_failed": round(precision, 4),
+                     "max_false_alarm_rate": round(worst, 4), "demoted": worst > MAX_FALSE_ALARM_RATE}
+    return out
+
+
 class RunScorer:
     """Fit on labelled real runs; score any trace.
 
@@ -205,6 +241,7 @@ class RunScorer:
         self.run_weights_: np.ndarray | None = None
         self.platt_: tuple[float, float] = (1.0, 0.0)
         self.threshold_: float = 0.5
+        self.rule_stats_: dict[str, dict[str, Any]] = {}
         self.meta_: dict[str, Any] = {}
 
     # ---- features ---------------------------------------------------------------------------
@@ -256,6 +293,7 @@ class RunScorer:
         thr = [float(np.quantile(p[(src == s) & (y == 0)], 1 - self.target_false_alarm, method="higher"))
                for s in run_sets]
         self.threshold_ = float(min(1.0, max(thr) + 1e-6))
+        self.rule_stats_ = rule_stats(ex, run_sets)
         self.meta_ = {"trained_on": run_sets, "attribution_trained_on": sorted(
             {e.source for e in examples if e.target is not None}), "directions": directions,
             "runs": len(examples)}
@@ -307,6 +345,22 @@ class RunScorer:
     def threshold(self) -> float:
         return self.threshold_
 
+    def rule_confidence(self, rule: str, confidence: float) -> tuple[float, dict[str, Any]]:
+        """A rule finding's confidence after the real-run measurement, and what to add to its details.
+
+        Every measured rule's finding carries ``p_run_failed`` (P(run failed | it fired) on the
+        training sets); a demoted rule (it raised a failure on more than
+        :data:`MAX_FALSE_ALARM_RATE` of a training set's successful runs) keeps at most that.
+        """
+        st = self.rule_stats_.get(rule)
+        if st is None:
+            return confidence, {}
+        extra: dict[str, Any] = {"p_run_failed": st["p_run_failed"]}
+        if st["demoted"]:
+            extra["demoted"] = {"max_false_alarm_rate": st["max_false_alarm_rate"], "confidence": confidence}
+            return min(confidence, float(st["p_run_failed"])), extra
+        return confidence, extra
+
     # ---- persistence ----------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -323,6 +377,7 @@ class RunScorer:
             "run_weights": [float(x) for x in self.run_weights_],
             "platt": list(self.platt_),
             "threshold": self.threshold_,
+            "rule_stats": self.rule_stats_,
             "params": {"l2_message": self.l2_message, "l2_run": self.l2_run,
                        "target_false_alarm": self.target_false_alarm, "min_direction": self.min_direction},
             "meta": self.meta_,
@@ -356,6 +411,7 @@ class RunScorer:
         s.run_weights_ = np.asarray(d["run_weights"], dtype=np.float64)
         s.platt_ = (float(d["platt"][0]), float(d["platt"][1]))
         s.threshold_ = float(d["threshold"])
+        s.rule_stats_ = dict(d.get("rule_stats", {}))
         s.meta_ = dict(d.get("meta", {}))
         return s
 
@@ -368,4 +424,4 @@ class RunScorer:
             raise InputError(f"{p}: not a run scorer ({exc})", path=str(p)) from exc
 
 
-__all__ = ["ARTIFACT", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
+__all__ = ["ARTIFACT", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]

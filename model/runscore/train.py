@@ -20,7 +20,7 @@ import yaml
 from model.errors import InputError, TriageError
 from model.realdata import DEFAULT_ROOT, SOURCES, load_all
 
-from .model import ARTIFACT, Example, RunScorer
+from .model import ARTIFACT, RunScorer
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,9 @@ def data_hashes(root: Path) -> dict[str, str]:
 
 
 def fit_shipped(config: RunScoreConfig, root: Path, out: Path) -> RunScorer:
-    runs = load_all(root)
-    examples = [Example.from_trace(r.trace, r.source, r.group) for r in runs]
+    from .evaluate import prepare
+
+    examples = [p.example for p in prepare(load_all(root))]
     scorer = RunScorer(**config.as_params()).fit(examples)
     scorer.meta_["data"] = data_hashes(root)
     scorer.save(out)
