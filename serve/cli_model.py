@@ -53,6 +53,8 @@ def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | 
                                    in_domain_folds=int(section.get("in_domain_folds", 5)))
     except (TriageError, OSError) as exc:
         raise _fail(str(exc)) from exc
+    except ImportError as exc:  # the figures need matplotlib
+        raise _fail(f"triage evaluate --real needs the train extra (pip install -e '.[train]'): {exc}") from exc
     for s, e in report["sets"].items():
         parts = [f"{s:<18}"]
         if "auroc" in e:
