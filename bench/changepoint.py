@@ -1,6 +1,8 @@
 """Benchmark: our CUSUM against river's PageHinkley and ADWIN and ruptures' Window (online),
 at matched false-alarm rates, on seeded synthetic streams; plus Siegmund's theory against the
-measured run lengths, and the cost of estimating the baseline from a short warm-up.
+measured run lengths, the in-control run length when the baseline is learnt from a short
+warm-up, and alarm episodes — ``triage cusum`` itself on 100 seeded streams with a held shift
+(false alarms against the binomial interval ARL0 implies, detection, delay, one alarm per change).
 
 Run:  .venv/bin/python bench/changepoint.py            (≈ 1-2 min on 2 cores)
       .venv/bin/python bench/changepoint.py --small    (seconds; smoke run)
@@ -12,15 +14,26 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model.streams.evaluation import compare_peers, theory_vs_measured, warmup_effect  # noqa: E402
+from model.streams.evaluation import (  # noqa: E402
+    EpisodeScore,
+    compare_peers,
+    score_episodes,
+    shifted_streams,
+    theory_vs_measured,
+    warmup_effect,
+)
 
 
 def machine() -> str:
@@ -34,6 +47,72 @@ def machine() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def cli_alarms(
+    values: list[object], *, warmup: int, arl0: float, shift: float, folder: Path
+) -> list[list[tuple[int, str]]]:
+    """Each stream through ``triage cusum FILE --column value --warmup N`` (the CLI in-process)."""
+    from typer.testing import CliRunner
+
+    from serve.cli import app
+
+    runner = CliRunner()
+    out = []
+    for r, x in enumerate(values):
+        path = folder / f"stream{r:03d}.csv"
+        path.write_text("value\n" + "\n".join(f"{v:.17g}" for v in x) + "\n", encoding="utf-8")  # type: ignore[attr-defined]
+        args = [
+            "cusum",
+            str(path),
+            "--column",
+            "value",
+            "--warmup",
+            str(warmup),
+            "--arl0",
+            str(arl0),
+            "--shift",
+            str(shift),
+        ]
+        res = runner.invoke(app, args)
+        if res.exit_code != 0:
+            raise SystemExit(f"triage {' '.join(args)} failed: {res.output}")
+        out.append([(a["index"], a["direction"], a["closed"]) for a in json.loads(res.stdout)["alarms"]])
+    return out
+
+
+def print_episodes(score: EpisodeScore, *, warmup: int, shifted: int, shift: float) -> bool:
+    lo, hi = score.false_alarm_interval()
+    slo, shi = score.false_alarm_stream_interval()
+    n = score.streams
+    detected = score.detected / n
+    checks = {
+        "false alarms in the binomial 95 % interval": lo <= score.false_alarms <= hi,
+        "≥ 95 % of shifts detected": detected >= 0.95,
+        "median delay ≤ 12": score.median_delay <= 12,
+        "exactly one alarm per detected shift": score.extra == 0,
+    }
+    print(
+        f"{n} streams: {warmup} warm-up + {score.in_control} in-control N(0, 1) points, then +{shift:g}σ held "
+        f"for {shifted}; `triage cusum --warmup {warmup} --arl0 {score.arl0:g} --shift {shift:g}`"
+    )
+    print(f"| figure | measured | expected (ARL0 = {score.arl0:g}) |")
+    print("|---|---|---|")
+    print(
+        f"| false alarms in the {n * score.in_control:,} in-control points | {score.false_alarms} | "
+        f"{n * score.in_control / score.arl0:.0f}, 95 % interval [{lo}, {hi}] |"
+    )
+    print(f"| streams with a false alarm | {score.streams_with_false_alarm} | 95 % interval [{slo}, {shi}] |")
+    print(f"| shifts detected | {score.detected} / {n} ({100 * detected:.0f} %) | ≥ 95 % |")
+    print(f"| … by a new alarm | {score.new_alarm} | |")
+    print(f"| … by an upward false alarm's episode still open at the change | {score.already_open} | |")
+    print(
+        f"| delay of the new alarms, median (mean) | {score.median_delay:.0f} ({np.mean(score.delays):.1f}) | ≤ 12 |"
+    )
+    print(f"| alarms after the first in the shifted part | {score.extra} | 0 |")
+    for name, ok in checks.items():
+        print(f"- {'PASS' if ok else 'FAIL'}: {name}")
+    return all(checks.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +132,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
     print()
 
+    print("## Alarm episodes: `triage cusum` on seeded streams with one held shift")
+    t0 = time.perf_counter()
+    episodes_ok = True
+    for n_streams in (20,) if args.small else (100, 1000):
+        streams = shifted_streams(
+            n_streams, warmup=200, in_control=400, shifted=200, shift=args.shift, seed=args.seed
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            alarms = cli_alarms(streams, warmup=200, arl0=args.arl0, shift=args.shift, folder=Path(tmp))
+        score = score_episodes(alarms, warmup=200, in_control=400, arl0=args.arl0)
+        ok = print_episodes(score, warmup=200, shifted=200, shift=args.shift)
+        episodes_ok = episodes_ok and (ok or n_streams != 100)  # 1,000 streams: for precision
+        print(f"({time.perf_counter() - t0:.1f} s)")
+        print()
+
     print("## Siegmund's approximation vs measured run lengths (known baseline, zero-state)")
     t0 = time.perf_counter()
     rows = theory_vs_measured(arl0=args.arl0, shift=args.shift, n_runs=runs * 4, seed=args.seed)
@@ -64,14 +158,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"({time.perf_counter() - t0:.1f} s)")
     print()
 
-    print("## In-control run length when the baseline is estimated from the warm-up")
+    print("## In-control run length when the baseline is learnt from the warm-up (self-starting)")
     t0 = time.perf_counter()
-    print("| warm-up | ARL0 mean | run length median |")
-    print("|---|---|---|")
-    for w in warmup_effect(arl0=args.arl0, shift=args.shift, n_runs=runs, seed=args.seed):
+    print("| warm-up | ARL0 mean | run length median | median / known-baseline median |")
+    print("|---|---|---|---|")
+    rows = warmup_effect(arl0=args.arl0, shift=args.shift, n_runs=runs * 2, seed=args.seed)
+    known = rows[0].arl0_median
+    for w in rows:
         label = "given (μ, σ known)" if w.warmup is None else str(w.warmup)
-        print(f"| {label} | {w.arl0_mean:.0f} | {w.arl0_median:.0f} |")
-    print(f"(runs censored at {8 * args.arl0:.0f}; {time.perf_counter() - t0:.1f} s)")
+        print(f"| {label} | {w.arl0_mean:.0f} | {w.arl0_median:.0f} | {w.arl0_median / known:.3f} |")
+    w100 = next(w for w in rows if w.warmup == 100)
+    median_ok = abs(w100.arl0_median / known - 1.0) <= 0.2
+    print(
+        f"- {'PASS' if median_ok else 'FAIL'}: 100-point warm-up median within 20 % of the known-baseline one"
+    )
+    print(f"({runs * 2} runs each, censored at {8 * args.arl0:.0f}; {time.perf_counter() - t0:.1f} s)")
     print()
 
     print("## Detection delay at matched ARL0 (median (mean) samples to alarm, alarm included)")
@@ -98,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"({time.perf_counter() - t0:.1f} s)")
     print()
     print(f"total {time.perf_counter() - t_start:.1f} s")
+    print(f"alarm checks: {'all PASS' if episodes_ok and median_ok else 'some FAIL'}")
 
     if args.plot is not None:
         import matplotlib

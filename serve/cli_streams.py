@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from model.errors import InputError
-from model.streams import Cusum, detect_changepoints, read_csv_column
+from model.streams import Cusum, detect_changepoints, episodes, read_csv_column
 from model.streams.changepoints import DEFAULT_MAX_POINTS, DEFAULT_PENALTY_C, METHODS
 
 
@@ -31,7 +31,7 @@ def cusum(
     column: Annotated[str, typer.Option("--column", "-c", help="Column to monitor.")],
     warmup: Annotated[
         int | None,
-        typer.Option(help="Rows that estimate the baseline (median, MAD) when --mean/--std are not given."),
+        typer.Option(help="Rows that seed the learnt baseline when --mean/--std are not given (default 100)."),
     ] = None,
     mean: Annotated[float | None, typer.Option(help="In-control mean (skips estimating it).")] = None,
     std: Annotated[float | None, typer.Option(help="In-control standard deviation.")] = None,
@@ -39,24 +39,26 @@ def cusum(
     arl0: Annotated[float, typer.Option(help="Target in-control average run length (sets h).")] = 500.0,
     direction: Annotated[str, typer.Option(help="both, up or down.")] = "both",
 ) -> None:
-    """Two-sided CUSUM over a column: prints {"alarms": [{"index", "direction", "start", "statistic"}]}."""
+    """Two-sided self-starting CUSUM over a column, one alarm per change: prints {"alarms": [{"index",
+    "direction", "start", "statistic", "mean", "std", "bound", "closed"}]} ("closed": the row at which
+    the chart came back to 0 and the alarm's episode closed, null while it is open)."""
     try:
         if warmup is not None and mean is not None and std is not None:
             raise InputError("give --warmup, or --mean and --std, not all three")
         params: dict[str, Any] = {"shift": shift, "arl0": arl0, "mean": mean, "std": std, "direction": direction}
         if warmup is not None:
             params["warmup"] = warmup
-        det = Cusum(**params)
+        det = Cusum(**params)  # checks the settings before the file is read
         values = read_csv_column(file, column)
-        alarms = [a for x in values.tolist() if (a := det.update(x)) is not None]
+        alarms = [{**a.model_dump(), "closed": closed} for a, closed in episodes(values, **params)]
     except InputError as exc:
         raise _fail(exc) from None
-    if not det.monitoring:
+    if not det.monitoring and len(values) < det.warmup:
         typer.echo(
             f"note: only {len(values)} rows; the {det.warmup}-row warm-up did not finish, nothing was monitored",
             err=True,
         )
-    _emit({"alarms": [a.model_dump() for a in alarms]})
+    _emit({"alarms": alarms})
 
 
 def changepoints(

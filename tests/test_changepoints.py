@@ -99,13 +99,14 @@ def test_confirm_dates_the_start_and_rebaselines() -> None:
     det = Cusum(mean=0.0, std=1.0, arl0=500.0)
     for v in x[:203]:
         det.update(float(v))
-    assert det.alarm_open_
+    assert det.alarm_open
     result = confirm(alarm, x, detector=det)  # type: ignore[arg-type]
     assert result.confirmed and result.start == 200 and result.rebaselined
     assert result.after_mean is not None and result.before_mean is not None
     assert result.after_mean - result.before_mean == pytest.approx(1.22, abs=0.01)
-    assert not det.alarm_open_
-    assert det.mu_ == pytest.approx(float(np.median(x[200:])))
+    assert not det.alarm_open
+    # The new level's mean and standard deviation become the (learnt) baseline.
+    assert det.baseline() == pytest.approx((float(np.mean(x[200:])), float(np.std(x[200:], ddof=1))))
 
 
 def test_confirm_rejects_a_false_alarm() -> None:

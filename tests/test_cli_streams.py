@@ -38,23 +38,54 @@ def test_cusum_json_exact(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert list(out) == ["alarms"]
-    assert [(a["index"], a["direction"], a["start"]) for a in out["alarms"]][:3] == [
-        (201, "up", 200),
-        (207, "up", 202),
-        (213, "up", 208),
+    # One alarm for the one change (version 1.0 alarmed again every ~6 rows: 201, 207, 213, ...).
+    assert [(a["index"], a["direction"], a["start"], a["closed"]) for a in out["alarms"]] == [
+        (201, "up", 200, None)
     ]
-    assert set(out["alarms"][0]) == {"index", "direction", "start", "statistic"}
+    assert set(out["alarms"][0]) == {
+        "index",
+        "direction",
+        "start",
+        "statistic",
+        "mean",
+        "std",
+        "bound",
+        "closed",
+    }
     # Same as the library on the values as written (6 decimals).
     values = np.round(seeded_latency(), 6)
-    assert out["alarms"] == [a.model_dump() for a in detect(values, warmup=100, arl0=500.0)]
+    assert out["alarms"] == [
+        {**a.model_dump(), "closed": None} for a in detect(values, warmup=100, arl0=500.0)
+    ]
+    # The baseline: the rows before the alarm (mean, n - 1 standard deviation); row 200, the first
+    # shifted one, was learnt too: nothing had alarmed yet.
+    assert (out["alarms"][0]["mean"], out["alarms"][0]["std"]) == pytest.approx(
+        (float(values[:201].mean()), float(values[:201].std(ddof=1)))
+    )
 
 
-def test_cusum_with_given_baseline(tmp_path: Path) -> None:
-    csv = write_csv(tmp_path / "m.csv", np.r_[np.full(10, 100.0), np.full(6, 120.0)])
-    r = runner.invoke(app, ["cusum", str(csv), "-c", "latency", "--mean", "100", "--std", "10", "--shift", "1"])
+def test_cusum_with_given_baseline_and_a_closed_episode(tmp_path: Path) -> None:
+    csv = write_csv(tmp_path / "m.csv", np.r_[np.full(10, 100.0), np.full(6, 120.0), np.full(20, 100.0)])
+    r = runner.invoke(
+        app, ["cusum", str(csv), "-c", "latency", "--mean", "100", "--std", "10", "--shift", "1"]
+    )
     assert r.exit_code == 0, r.output
-    # z = 2, k = 0.5: S+ = 1.5, 3.0, 4.5, 6.0 > h(ARL0 500) = 5.06 at row 13.
-    assert json.loads(r.stdout) == {"alarms": [{"index": 13, "direction": "up", "start": 10, "statistic": 6.0}]}
+    # z = 2, k = 0.5: S+ = 1.5, 3.0, 4.5, 6.0 > h(ARL0 500) = 5.06 at row 13, 9.0 at row 15; back
+    # at 0 after 18 rows of 100 (-0.5 each): the episode closes at row 33.
+    assert json.loads(r.stdout) == {
+        "alarms": [
+            {
+                "index": 13,
+                "direction": "up",
+                "start": 10,
+                "statistic": 6.0,
+                "mean": 100.0,
+                "std": 10.0,
+                "bound": 110.0,
+                "closed": 33,
+            }
+        ]
+    }
 
 
 def test_changepoints_json_exact(tmp_path: Path) -> None:

@@ -18,11 +18,13 @@ from model.streams import (
     Alarm,
     Cusum,
     detect,
+    detect_with_statistics,
     h_for_arl0,
     run_lengths,
     siegmund_arl,
     simulate_run_lengths,
 )
+from model.streams.cusum import EPISODE_CAP
 
 
 def _alarms(alarms: list[Alarm]) -> list[tuple[int, str, int]]:
@@ -36,30 +38,100 @@ def test_numpy_streams_are_the_ones_the_indices_were_pinned_on() -> None:
     )
 
 
-def test_hand_made_stream_alarm_start_and_clean_restart() -> None:
-    # k = 0.5: each 2.0 adds 1.5 to S+; S+ = 1.5, 3.0, 4.5 > h = 4 at index 12.
-    alarms = detect([0.0] * 10 + [2.0] * 6, mean=0.0, std=1.0, h=4.0)
-    assert _alarms(alarms) == [(12, "up", 10), (15, "up", 13)]
+def _episodes(values: list[float], **params: object) -> list[tuple[str, int, str]]:
+    """('alarm', index, direction) and ('closed', index, '') events of a fresh detector."""
+    det = Cusum(**params)  # type: ignore[arg-type]
+    events = []
+    for i, v in enumerate(values):
+        was_open = det.alarm_open
+        alarm = det.update(v)
+        if was_open and not det.alarm_open:
+            events.append(("closed", i, ""))
+        if alarm is not None:
+            events.append(("alarm", i, alarm.direction))
+    return events
+
+
+def test_hand_made_stream_one_alarm_per_change_and_the_episode_closes_at_zero() -> None:
+    # k = 0.5: each 2.0 adds 1.5 to S+; S+ = 1.5, 3.0, 4.5 > h = 4 at index 12, then 6.0 ... 9.0
+    # (no second alarm); each 0.0 takes 0.5 off: S+ is 0 again at index 15 + 18 = 33, the
+    # episode closes there, and the next shift is a new change.
+    values = [0.0] * 10 + [2.0] * 6 + [0.0] * 20 + [2.0] * 4
+    alarms = detect(values, mean=0.0, std=1.0, h=4.0)
+    assert _alarms(alarms) == [(12, "up", 10), (38, "up", 36)]
     assert alarms[0].statistic == pytest.approx(4.5)
+    assert (alarms[0].mean, alarms[0].std, alarms[0].bound) == (0.0, 1.0, 1.0)
+    assert _episodes(values, mean=0.0, std=1.0, h=4.0) == [
+        ("alarm", 12, "up"),
+        ("closed", 33, ""),
+        ("alarm", 38, "up"),
+    ]
+
+
+def test_open_statistic_is_held_at_the_cap_so_a_long_shift_closes_soon_after_it_ends() -> None:
+    # 200 values of z = 2 would take S+ to 300 and 600 observations to come back; held at
+    # 3h = 12 it is back at 0 after 24 in-control zeros.
+    values = [2.0] * 200 + [0.0] * 30
+    _, s_hi, _ = detect_with_statistics(values, mean=0.0, std=1.0, h=4.0)
+    assert float(np.nanmax(s_hi)) == EPISODE_CAP * 4.0
+    assert _episodes(values, mean=0.0, std=1.0, h=4.0) == [("alarm", 2, "up"), ("closed", 223, "")]
+
+
+def test_the_other_side_crossing_is_a_new_change() -> None:
+    values = [0.0] * 5 + [3.0] * 4 + [-3.0] * 8
+    # S+ = 2.5, 5.0 > 4 at 6 (up), 7.5, 10.0; then each -3.0 takes 3.5 off S+ (6.5, 3.0, 0 at 11)
+    # and adds 2.5 to S- (2.5, 5.0 > 4 at 10: down, while the up episode is still open). The
+    # episode closes only once both statistics are 0, which the drop never lets S- be.
+    det = Cusum(mean=0.0, std=1.0, h=4.0)
+    assert _episodes(values, mean=0.0, std=1.0, h=4.0) == [("alarm", 6, "up"), ("alarm", 10, "down")]
+    for v in values:
+        det.update(v)
+    assert (det.open_hi_, det.open_lo_, det.s_hi_) == (True, True, 0.0)
 
 
 def test_known_baseline_mean_shift_exact_alarms() -> None:
     rng = np.random.default_rng(1)
     x = np.r_[rng.normal(0.0, 1.0, 200), rng.normal(1.0, 1.0, 100)]
     alarms = detect(x, mean=0.0, std=1.0, arl0=500.0)
-    assert _alarms(alarms)[:4] == [(203, "up", 200), (221, "up", 207), (249, "up", 227), (273, "up", 250)]
+    # The plug-in chart of version 1.0 restarted after each alarm and raised 6 here.
+    assert _alarms(alarms) == [(203, "up", 200)]
     assert alarms[0].statistic == pytest.approx(5.1565, abs=1e-4)
-    assert len(alarms) == 6
 
 
 def test_warmup_baseline_downward_shift_exact_alarms() -> None:
     rng = np.random.default_rng(2)
     x = np.r_[rng.normal(50.0, 5.0, 150), rng.normal(40.0, 5.0, 100)]
     det = Cusum(warmup=100, arl0=1000.0)
-    alarms = [a for v in x if (a := det.update(float(v))) is not None]
-    assert _alarms(alarms)[:3] == [(152, "down", 150), (156, "down", 153), (161, "down", 157)]
-    assert det.mu_ == pytest.approx(float(np.median(x[:100])))
-    assert det.sigma_ == pytest.approx(1.4826 * float(np.median(np.abs(x[:100] - np.median(x[:100])))))
+    for v in x[:100]:
+        assert det.update(float(v)) is None
+    # The warm-up seeds the baseline: its mean and (n - 1) standard deviation.
+    assert det.baseline() == pytest.approx((float(x[:100].mean()), float(x[:100].std(ddof=1))))
+    alarms = [a for v in x[100:] if (a := det.update(float(v))) is not None]
+    assert _alarms(alarms) == [(152, "down", 150)]
+    # Learnt from the 152 in-control observations before the alarm, then frozen.
+    assert det.base_n_ == 152
+    assert (alarms[0].mean, alarms[0].std) == pytest.approx(
+        (float(x[:152].mean()), float(x[:152].std(ddof=1)))
+    )
+    assert alarms[0].bound == pytest.approx(alarms[0].mean - 1.0 * alarms[0].std)
+    assert det.baseline() == pytest.approx((alarms[0].mean, alarms[0].std))
+
+
+def test_self_starting_scores_are_standard_normal_after_a_tiny_warmup() -> None:
+    # Hawkins: the t mapping makes each standardised observation exactly N(0, 1) whatever the
+    # number of observations before it. A plug-in (x - mean) / std after 5 points would have a
+    # standard deviation of about 1.3 and put 8 % beyond 2 instead of 2.3 %.
+    rng = np.random.default_rng(7)
+    scores = []
+    for _ in range(4000):
+        det = Cusum(warmup=5, h=1e6)
+        for v in rng.normal(10.0, 3.0, 5):
+            det.update(float(v))
+        scores.append(det._score(float(rng.normal(10.0, 3.0))))
+    z = np.asarray(scores)
+    assert abs(z.mean()) < 0.05
+    assert z.std() == pytest.approx(1.0, abs=0.04)
+    assert float(np.mean(np.abs(z) > 2.0)) == pytest.approx(0.0455, abs=0.01)
 
 
 def test_one_sided_up_ignores_a_drop() -> None:
@@ -103,7 +175,7 @@ def test_h_for_arl0_one_sided_versus_two_sided() -> None:
     assert siegmund_arl(0.5, h2, direction="up") == pytest.approx(1000.0, rel=1e-6)
 
 
-@pytest.mark.parametrize("cut", [0, 40, 99, 100, 203, 204, 260])
+@pytest.mark.parametrize("cut", [0, 40, 99, 100, 214, 215, 216, 260])
 def test_state_json_round_trip_mid_stream_continues_identically(cut: int) -> None:
     rng = np.random.default_rng(4)
     x = np.r_[rng.normal(3.0, 0.5, 200), rng.normal(3.6, 0.5, 100)].tolist()
@@ -118,6 +190,51 @@ def test_state_json_round_trip_mid_stream_continues_identically(cut: int) -> Non
     assert got == expected
     assert second.get_state() == whole.get_state()
     assert any(a is not None for a in expected)
+
+
+# A state saved by version 1.0 (plug-in median / MAD baseline, restart after each alarm) on
+# default_rng(1) N(0, 1) x 200 then N(1, 1), after 210 observations (alarm at 201, open).
+V1_STATE = {
+    "detector": "cusum",
+    "version": "1.0",
+    "params": {"shift": 1.0, "arl0": 500.0, "h": None, "mean": None, "std": None, "warmup": 100,
+               "ewma": None, "direction": "both", "min_std": 1e-09},
+    "n": 210, "warmup_values": [], "mu": 0.030711172649928446, "sigma": 0.7925638765688112,
+    "h": 5.062962504221861, "s_hi": 3.814501617761368, "s_lo": 0.0, "zero_hi": 202, "zero_lo": 209,
+    "alarm_open": True, "alarms": 1,
+}  # fmt: skip
+
+
+def test_a_version_1_state_carries_over_with_its_open_alarm() -> None:
+    det = Cusum.from_state(json.loads(json.dumps(V1_STATE)))
+    assert det.n_ == 210 and det.alarm_open and det.alarms_ == 1
+    assert det.baseline() == pytest.approx((0.030711172649928446, 0.7925638765688112))
+    rng = np.random.default_rng(1)
+    x = np.r_[rng.normal(0.0, 1.0, 200), rng.normal(1.0, 1.0, 100)]
+    # The shift goes on: the open episode holds, no second alarm (version 1.0 raised 6 more).
+    assert [det.update(float(v)) for v in x[210:]] == [None] * 90
+    assert det.get_state()["version"] == "2.0"
+    with pytest.raises(InputError, match="version 1.0 state"):
+        Cusum.from_state({k: v for k, v in V1_STATE.items() if k != "s_hi"})
+
+
+def test_rebaseline_closes_the_episode_and_learns_the_new_level() -> None:
+    rng = np.random.default_rng(3)
+    x = np.r_[rng.normal(0.0, 1.0, 300), rng.normal(2.0, 1.0, 300)]
+    det = Cusum(warmup=100)
+    alarms = [(i, a) for i, v in enumerate(x[:400]) if (a := det.update(float(v))) is not None]
+    assert [(i, a.direction, a.start) for i, a in alarms] == [(307, "up", 300)]
+    assert det.alarm_open
+    det.rebaseline(values=x[300:400])
+    assert not det.alarm_open and (det.s_hi_, det.s_lo_) == (0.0, 0.0)
+    assert det.baseline() == pytest.approx((float(x[300:400].mean()), float(x[300:400].std(ddof=1))))
+    later = [a for v in x[400:] if (a := det.update(float(v))) is not None]
+    # One false alarm in the 200 points after (ARL0 500), measured against the new level.
+    assert _alarms(later) == [(564, "down", 562)]
+    assert later[0].mean == pytest.approx(float(x[300:564].mean()))
+    # Learnt: the 100 given values, the 164 in-control ones up to that alarm and the 26 after its
+    # episode closed (at 573; the closing observation is not learnt).
+    assert det.base_n_ == 290
 
 
 def test_set_state_refuses_other_params_and_other_detectors() -> None:
@@ -141,17 +258,18 @@ def test_ewma_baseline_frozen_while_alarm_open_then_rebaselined() -> None:
     mu3 = ((0.0 + 0.1 * 0.2) * 0.9 + 0.1 * -0.2) * 0.9 + 0.1 * 0.1
     assert det.mu_ == pytest.approx(mu3)
     alarms = [det.update(3.0) for _ in range(6)]
-    # The EWMA moved towards 3 before the first alarm (index 4), then froze: z stays ~2.68.
-    assert [a.index for a in alarms if a is not None] == [4, 7]
+    # The EWMA moved towards 3 on index 3, then the alarm (index 4) froze it: one alarm.
+    assert [a.index for a in alarms if a is not None] == [4]
     frozen = det.mu_
-    assert frozen == pytest.approx(0.1 * 3.0 + 0.9 * (0.1 * 3.0 + 0.9 * mu3))
-    assert det.alarm_open_
+    assert frozen == pytest.approx(0.1 * 3.0 + 0.9 * mu3)
+    assert alarms[1] is not None and alarms[1].mean == pytest.approx(frozen)
+    assert det.alarm_open
     det.update(3.0)
     assert det.mu_ == frozen
     det.rebaseline(values=[3.0] * 20)
-    assert not det.alarm_open_
+    assert not det.alarm_open
     assert det.mu_ == 3.0
-    assert det.sigma_ == 1.0  # constant values: sigma kept
+    assert det.baseline() == (3.0, 1.0)  # constant values: sigma kept
     assert [det.update(3.0) for _ in range(5)] == [None] * 5
 
 

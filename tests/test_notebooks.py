@@ -78,5 +78,6 @@ def test_notebook_runs_small_and_renders_plots(path: Path, monkeypatch: pytest.M
             out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
         )
         assert "SMALL=True" in text
-        assert "real alarm (411, 'up', 400) -> confirmed=True start=400" in text
-        assert "false alarm (255, 'down', 250) -> confirmed=False" in text
+        assert "real alarm (410, 'up', 400) -> confirmed=True start=400" in text
+        assert "false alarm (324, 'up', 318) -> confirmed=False" in text
+        assert "alarms after the re-baseline: 0 ; without it (the episode held open): 0" in text

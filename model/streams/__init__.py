@@ -17,7 +17,16 @@ from model.streams.changepoints import (
     detect_changepoints,
     noise_sigma,
 )
-from model.streams.cusum import MAD_TO_SIGMA, Alarm, Cusum, detect, robust_location_scale
+from model.streams.cusum import (
+    EPISODE_CAP,
+    MAD_TO_SIGMA,
+    Alarm,
+    Cusum,
+    detect,
+    detect_with_statistics,
+    episodes,
+    robust_location_scale,
+)
 from model.streams.metrics import (
     DEFAULT_TASK_TYPE,
     PER_STEP_SERIES,
@@ -31,6 +40,7 @@ from model.streams.series import read_csv_column
 
 __all__ = [
     "DEFAULT_TASK_TYPE",
+    "EPISODE_CAP",
     "MAD_TO_SIGMA",
     "PER_STEP_SERIES",
     "PER_TRACE_SERIES",
@@ -46,6 +56,8 @@ __all__ = [
     "confirm",
     "detect",
     "detect_changepoints",
+    "detect_with_statistics",
+    "episodes",
     "extract_metrics",
     "h_for_arl0",
     "noise_sigma",

@@ -1,24 +1,45 @@
-"""Two-sided tabular CUSUM as a stream detector (registry name ``"cusum"``).
+"""Two-sided tabular CUSUM as a stream detector (registry name ``"cusum"``), self-starting.
 
-Values are standardised with a baseline ``mu0, sigma`` (given, or estimated robustly from a
-warm-up "golden" window: median and 1.4826 * MAD), then
+Values are standardised against a baseline ``mu0, sigma`` (given, or learnt from the stream),
+then
 
     S+ = max(0, S+ + z - k)        S- = max(0, S- - z - k)
 
 with reference value ``k = shift / 2`` (``shift`` = the smallest shift worth catching, in sigma
 units). An alarm fires when a statistic exceeds the decision interval ``h``, which is chosen from
 a target in-control average run length ``arl0`` by Siegmund's approximation
-(:func:`model.streams.arl.h_for_arl0`) unless given. After an alarm both statistics restart at
-zero. The alarm says where the shift most likely began: the observation after the statistic was
-last zero (Page's estimate of the change time).
+(:func:`model.streams.arl.h_for_arl0`) unless given. The alarm says where the shift most likely
+began: the observation after the statistic was last zero (Page's estimate of the change time).
 
-An optional adaptive baseline (``ewma=lambda``) tracks slow, harmless level changes of the mean;
-it is frozen from the first alarm until :meth:`Cusum.rebaseline` is called (for instance after
-:func:`model.streams.confirm` has dated the change), so a real shift is not absorbed.
+**Self-starting baseline.** What is not given is learnt: the first ``warmup`` observations only
+seed the running mean and variance; each later observation ``x`` is standardised with the
+estimates from all in-control observations before it (``n`` of them, mean ``m``, standard
+deviation ``s``) and mapped through Student's t to a normal score (Hawkins, 1987)::
+
+    T = (x - m) / (s * sqrt(1 + 1/n))  ~  t(n - 1)        z = Phi^-1(F_t(T; n - 1))
+
+so that, for Gaussian in-control data, the ``z`` are exactly independent N(0, 1) whatever the
+warm-up's length: the in-control run length (its mean *and* its median) is the one ``arl0``
+promises for a known baseline. (A baseline plugged in from a short warm-up would front-load
+false alarms: an underestimated sigma shortens the median run length by half at 100 points.)
+A given ``mean`` (``std``) is used as it is; the other is learnt (``T ~ t(n)``; ``z`` normal).
+
+**One alarm per change.** An alarm opens an *episode* on its side; the statistics are not
+restarted, so a persistent shift keeps the statistic above ``h`` and raises nothing more. The
+episode closes on :meth:`Cusum.rebaseline` or when both statistics are back at 0 (the chart is
+then in the state it started in, so the next false alarm is again ``arl0`` away on average).
+While an episode is open, the baseline is not learnt from (a real shift is not absorbed) and the
+statistics are held at most at ``EPISODE_CAP * h``, so that once the process is back in control
+the chart comes back to 0 within about ``EPISODE_CAP * h / k`` observations however long the
+shift lasted. A crossing of the other side is a new change (an alarm in that direction).
+
+An optional adaptive baseline mean (``ewma=lambda``) tracks slow, harmless level changes; it is
+frozen while an episode is open. With it the t mapping is approximate.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, ClassVar, Literal
 
@@ -32,9 +53,15 @@ from model.streams.arl import Direction, h_for_arl0
 MAD_TO_SIGMA = 1.4826
 """Scale factor from the median absolute deviation to sigma for Gaussian data."""
 
+EPISODE_CAP = 3.0
+"""While an episode is open a statistic is held at most at this many ``h`` (see the module doc)."""
+
+_Z_MAX = 37.0
+"""|z| when Student's t tail underflows (``Phi^-1`` of the smallest double is about -37.5)."""
+
 
 class Alarm(BaseModel):
-    """A CUSUM alarm.
+    """A CUSUM alarm: the opening of an episode.
 
     Attributes
     ----------
@@ -47,6 +74,11 @@ class Alarm(BaseModel):
         statistic was last zero.
     statistic
         The CUSUM statistic at the alarm (sigma units; above ``h``).
+    mean, std
+        The in-control baseline the alarm was measured against.
+    bound
+        ``mean + shift * std`` (up) or ``mean - shift * std`` (down): a single observation beyond
+        it is itself out of control in the alarm's direction.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -55,6 +87,17 @@ class Alarm(BaseModel):
     direction: Literal["up", "down"]
     start: int
     statistic: float
+    mean: float
+    std: float
+    bound: float
+
+    def beyond(self, value: float) -> bool:
+        """True when ``value`` lies beyond :attr:`bound` in the alarm's direction.
+
+        >>> Alarm(index=5, direction="up", start=3, statistic=5.2, mean=10.0, std=2.0, bound=12.0).beyond(12.5)
+        True
+        """
+        return value > self.bound if self.direction == "up" else value < self.bound
 
 
 def robust_location_scale(values: Any) -> tuple[float, float]:
@@ -75,24 +118,44 @@ def robust_location_scale(values: Any) -> tuple[float, float]:
     return med, scale
 
 
+@functools.cache
+def _special() -> Any:
+    from scipy import special  # imported when first needed
+
+    return special
+
+
+def _t_to_normal(t: float, df: float) -> float:
+    """The normal score with the same tail probability as ``t`` under Student's t(``df``)."""
+    if df > 1e7:
+        return t
+    special = _special()
+    p = float(special.stdtr(df, -abs(t)))  # the small tail, computed without cancellation
+    z = _Z_MAX if p <= 0.0 else -float(special.ndtri(p))
+    return math.copysign(min(z, _Z_MAX), t)
+
+
 _STATE_KEYS = (
     "n",
-    "warmup_values",
+    "base_n",
+    "base_mean",
+    "base_m2",
+    "ready",
     "mu",
-    "sigma",
     "h",
     "s_hi",
     "s_lo",
     "zero_hi",
     "zero_lo",
-    "alarm_open",
+    "open_hi",
+    "open_lo",
     "alarms",
 )
 
 
 @register_stream_detector
 class Cusum:
-    """Two-sided tabular CUSUM on standardised values.
+    """Two-sided self-starting tabular CUSUM; one alarm per change.
 
     Parameters
     ----------
@@ -104,13 +167,13 @@ class Cusum:
     h
         Decision interval in sigma units, if you want to set it directly.
     mean, std
-        The in-control baseline. Whichever is not given is estimated from the first ``warmup``
-        observations (median, 1.4826 * MAD), which are then not monitored.
+        The in-control baseline. Whichever is not given is learnt (self-starting): the first
+        ``warmup`` observations seed it and are not monitored.
     warmup
-        Size of the warm-up window used when ``mean`` or ``std`` is missing.
+        Observations that seed the baseline when ``mean`` or ``std`` is missing.
     ewma
-        Smoothing factor in (0, 1] of an adaptive baseline mean, or ``None`` for a fixed baseline.
-        Frozen while an alarm is open.
+        Smoothing factor in (0, 1] of an adaptive baseline mean, or ``None`` for the running mean.
+        Frozen while an episode is open.
     direction
         ``"both"``, ``"up"`` (only rises alarm) or ``"down"``.
     min_std
@@ -123,12 +186,12 @@ class Cusum:
     >>> stream = np.r_[rng.normal(10.0, 2.0, 300), rng.normal(12.0, 2.0, 100)]
     >>> det = Cusum(shift=1.0, arl0=500.0, warmup=100)
     >>> alarms = [a for x in stream if (a := det.update(float(x))) is not None]
-    >>> alarms[0].index, alarms[0].direction, alarms[0].start
-    (304, 'up', 299)
+    >>> [(a.index, a.direction, a.start) for a in alarms], det.alarm_open
+    ([(304, 'up', 299)], True)
     """
 
     name: ClassVar[str] = "cusum"
-    version: ClassVar[str] = "1.0"
+    version: ClassVar[str] = "2.0"
 
     def __init__(
         self,
@@ -215,39 +278,86 @@ class Cusum:
     def reset(self) -> None:
         """Forget everything seen: back to the warm-up (or the given baseline)."""
         self.n_ = 0
-        self.warmup_values_: list[float] = []
         self.h_ = (
             float(self.h)
             if self.h is not None
             else h_for_arl0(float(self.arl0), self.k, direction=self.direction)
         )
-        needs_warmup = self.mean is None or self.std is None
-        self.mu_: float | None = None if needs_warmup else float(self.mean)  # type: ignore[arg-type]
-        self.sigma_: float | None = (
-            None if needs_warmup else max(float(self.std), self.min_std)  # type: ignore[arg-type]
-        )
+        # The learnt baseline: count, mean and sum of squared deviations (Welford) of the
+        # in-control observations; the given mean / std, when there are, are used instead.
+        self.fixed_mean_: float | None = None if self.mean is None else float(self.mean)
+        self.fixed_std_: float | None = None if self.std is None else max(float(self.std), self.min_std)
+        self.base_n_ = 0
+        self.base_mean_ = 0.0
+        self.base_m2_ = 0.0
+        self.ready_ = self._known()  # the warm-up is over (or not needed)
+        self.mu_: float | None = self.fixed_mean_  # the EWMA location (only with ewma)
         self.s_hi_ = 0.0
         self.s_lo_ = 0.0
         # The statistic is zero "just before" the first monitored observation.
-        first = self.warmup if needs_warmup else 0
+        first = 0 if self._known() else self.warmup
         self.zero_hi_ = first - 1
         self.zero_lo_ = first - 1
-        self.alarm_open_ = False
+        self.open_hi_ = False
+        self.open_lo_ = False
         self.alarms_ = 0
+
+    def _known(self) -> bool:
+        return self.fixed_mean_ is not None and self.fixed_std_ is not None
 
     @property
     def monitoring(self) -> bool:
-        """True once the baseline is known (after the warm-up)."""
-        return self.mu_ is not None and self.sigma_ is not None
+        """True once the baseline is known (given, or after the warm-up)."""
+        return self.ready_ or self._known()
 
-    def _finish_warmup(self) -> None:
-        med, scale = robust_location_scale(self.warmup_values_)
-        self.mu_ = float(self.mean) if self.mean is not None else med
-        self.sigma_ = max(float(self.std) if self.std is not None else scale, self.min_std)
-        self.warmup_values_ = []
+    @property
+    def alarm_open(self) -> bool:
+        """True while an episode is open (from an alarm until the re-baseline or the return to 0)."""
+        return self.open_hi_ or self.open_lo_
+
+    def baseline(self) -> tuple[float, float] | None:
+        """The in-control ``(mean, std)`` now (``None`` during the warm-up)."""
+        if not self.monitoring:
+            return None
+        return self._location(), self._scale()
+
+    def _location(self) -> float:
+        if self.ewma is not None and self.mu_ is not None:
+            return self.mu_
+        return self.fixed_mean_ if self.fixed_mean_ is not None else self.base_mean_
+
+    def _scale(self) -> float:
+        if self.fixed_std_ is not None:
+            return self.fixed_std_
+        n = self.base_n_
+        if self.fixed_mean_ is not None:  # deviations about the given mean, n degrees of freedom
+            var = (self.base_m2_ + n * (self.base_mean_ - self.fixed_mean_) ** 2) / max(n, 1)
+        else:
+            var = self.base_m2_ / max(n - 1, 1)
+        return max(math.sqrt(max(var, 0.0)), self.min_std)
+
+    def _score(self, x: float) -> float:
+        """The normal score of ``x`` against the baseline learnt so far."""
+        loc, scale = self._location(), self._scale()
+        if self._known():
+            return (x - loc) / scale
+        n = self.base_n_
+        if self.fixed_std_ is not None:  # only the mean is estimated: exactly normal
+            return (x - loc) / (scale * math.sqrt(1.0 + 1.0 / n))
+        if self.fixed_mean_ is not None:
+            return _t_to_normal((x - loc) / scale, float(n))
+        return _t_to_normal((x - loc) / (scale * math.sqrt(1.0 + 1.0 / n)), float(n - 1))
+
+    def _learn(self, x: float) -> None:
+        if self._known():
+            return
+        self.base_n_ += 1
+        delta = x - self.base_mean_
+        self.base_mean_ += delta / self.base_n_
+        self.base_m2_ += delta * (x - self.base_mean_)
 
     def update(self, x: float) -> Alarm | None:
-        """Feed one observation; return an :class:`Alarm` if it raises one.
+        """Feed one observation; return an :class:`Alarm` if it opens an episode.
 
         Raises
         ------
@@ -260,41 +370,56 @@ class Cusum:
         i = self.n_
         self.n_ += 1
         if not self.monitoring:
-            self.warmup_values_.append(x)
-            if len(self.warmup_values_) >= self.warmup:
-                self._finish_warmup()
+            self._learn(x)
+            if self.base_n_ >= self.warmup:
+                self.ready_ = True
+                if self.ewma is not None and self.mu_ is None:
+                    self.mu_ = self.base_mean_
             return None
-        mu = self.mu_
-        sigma = self.sigma_
-        assert mu is not None and sigma is not None
-        z = (x - mu) / sigma
+        z = self._score(x)
         k = self.k
+        cap = EPISODE_CAP * self.h_
         self.s_hi_ = max(0.0, self.s_hi_ + z - k)
         self.s_lo_ = max(0.0, self.s_lo_ - z - k)
         if self.s_hi_ == 0.0:
             self.zero_hi_ = i
         if self.s_lo_ == 0.0:
             self.zero_lo_ = i
-        if self.ewma is not None and not self.alarm_open_:
-            self.mu_ = mu + self.ewma * (x - mu)
-        up = self.direction != "down" and self.s_hi_ > self.h_
-        down = self.direction != "up" and self.s_lo_ > self.h_
+        if self.alarm_open:
+            self.s_hi_ = min(self.s_hi_, cap)
+            self.s_lo_ = min(self.s_lo_, cap)
+            if self.s_hi_ == 0.0 and self.s_lo_ == 0.0:  # back in control: the episode closes
+                self.open_hi_ = self.open_lo_ = False
+            was_open = True
+        else:
+            was_open = False
+        up = self.direction != "down" and self.s_hi_ > self.h_ and not self.open_hi_
+        down = self.direction != "up" and self.s_lo_ > self.h_ and not self.open_lo_
         if not (up or down):
+            if not was_open:  # in control: learn from it (an episode's observations are not)
+                if self.ewma is not None and self.mu_ is not None:
+                    self.mu_ += self.ewma * (x - self.mu_)
+                self._learn(x)
             return None
         if up and down:  # both crossed on one step: report the larger excursion
             up = self.s_hi_ >= self.s_lo_
+            down = not up
+        mean, std = self._location(), self._scale()
         alarm = Alarm(
             index=i,
             direction="up" if up else "down",
             start=(self.zero_hi_ if up else self.zero_lo_) + 1,
             statistic=self.s_hi_ if up else self.s_lo_,
+            mean=mean,
+            std=std,
+            bound=mean + self.shift * std if up else mean - self.shift * std,
         )
-        # Restart cleanly: both sides from zero, as if a fresh chart began after this point.
-        self.s_hi_ = 0.0
-        self.s_lo_ = 0.0
-        self.zero_hi_ = i
-        self.zero_lo_ = i
-        self.alarm_open_ = True
+        if up:
+            self.open_hi_ = True
+        else:
+            self.open_lo_ = True
+        self.s_hi_ = min(self.s_hi_, cap)
+        self.s_lo_ = min(self.s_lo_, cap)
         self.alarms_ += 1
         return alarm
 
@@ -305,34 +430,53 @@ class Cusum:
         std: float | None = None,
         values: Any = None,
     ) -> None:
-        """Adopt a new in-control baseline and close the open alarm.
+        """Adopt a new in-control baseline, close the open episode and restart both statistics.
 
-        ``mean`` / ``std`` set it directly; otherwise they are estimated from ``values``
-        (median, 1.4826 * MAD); ``std`` keeps the current sigma when neither is given or when
-        fewer than 10 values are supplied.
+        ``values`` (observations of the new level) restart the learnt baseline from their mean
+        and standard deviation; when they are constant (or a single one) the standard deviation
+        is kept. ``mean`` / ``std`` fix the baseline's mean / standard deviation from now on.
+
+        Raises
+        ------
+        InputError
+            Non-finite values, ``std <= 0``, or nothing to take a spread from.
         """
+        for name, value in (("mean", mean), ("std", std)):
+            if value is not None and (not math.isfinite(value) or (name == "std" and value <= 0)):
+                raise InputError(f"rebaseline needs a finite mean and std > 0; got {name}={value!r}")
         if values is not None:
-            med, scale = robust_location_scale(values)
-            if mean is None:
-                mean = med
-            if std is None and len(np.asarray(values)) >= 10 and scale > 0:
-                std = scale
-        if mean is None:
-            mean = self.mu_
-        if std is None:
-            std = self.sigma_
-        if mean is None or std is None:
+            arr = np.asarray(values, dtype=np.float64).ravel()
+            if arr.size == 0 or not np.all(np.isfinite(arr)):
+                raise InputError("rebaseline needs finite values (at least one)")
+            old_scale = self._scale() if self.monitoring else None
+            n, m = int(arr.size), float(arr.mean())
+            m2 = float(((arr - m) ** 2).sum())
+            if n < 2 or m2 <= 0.0:  # constant values say nothing of the spread: keep the old one
+                if std is None and self.fixed_std_ is None:
+                    if old_scale is None:
+                        raise InputError("rebaseline: constant values and no spread yet; give std")
+                    n = max(n, 2)
+                    m2 = old_scale**2 * (n - 1)
+            else:
+                self.fixed_std_ = None
+            self.fixed_mean_ = None
+            self.base_n_, self.base_mean_, self.base_m2_ = n, m, m2
+            self.mu_ = m if self.ewma is not None else None
+            self.ready_ = True
+        if mean is not None:
+            self.fixed_mean_ = float(mean)
+            self.mu_ = float(mean)
+        if std is not None:
+            self.fixed_std_ = max(float(std), self.min_std)
+        if not self.monitoring:
             raise InputError("rebaseline needs a mean and std (or values) before the warm-up ends")
-        if not (math.isfinite(mean) and math.isfinite(std)) or std <= 0:
-            raise InputError(f"rebaseline needs a finite mean and std > 0; got {mean!r}, {std!r}")
-        self.mu_ = float(mean)
-        self.sigma_ = max(float(std), self.min_std)
-        self.warmup_values_ = []
+        if self.ewma is not None and self.mu_ is None:
+            self.mu_ = self._location()
         self.s_hi_ = 0.0
         self.s_lo_ = 0.0
         self.zero_hi_ = self.n_ - 1
         self.zero_lo_ = self.n_ - 1
-        self.alarm_open_ = False
+        self.open_hi_ = self.open_lo_ = False
 
     # -- persistence ------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -342,20 +486,29 @@ class Cusum:
             "version": self.version,
             "params": self.get_params(),
             "n": self.n_,
-            "warmup_values": list(self.warmup_values_),
+            "base_n": self.base_n_,
+            "base_mean": self.base_mean_,
+            "base_m2": self.base_m2_,
+            "ready": self.ready_,
+            "fixed_mean": self.fixed_mean_,
+            "fixed_std": self.fixed_std_,
             "mu": self.mu_,
-            "sigma": self.sigma_,
             "h": self.h_,
             "s_hi": self.s_hi_,
             "s_lo": self.s_lo_,
             "zero_hi": self.zero_hi_,
             "zero_lo": self.zero_lo_,
-            "alarm_open": self.alarm_open_,
+            "open_hi": self.open_hi_,
+            "open_lo": self.open_lo_,
             "alarms": self.alarms_,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continue from a state returned by :meth:`get_state` of a detector with equal params.
+
+        A state saved by version 1.0 (plug-in baseline, restart after each alarm) is carried
+        over: its baseline becomes the learnt one (as if estimated from the warm-up), its open
+        alarm an episode on both sides.
 
         Raises
         ------
@@ -369,34 +522,71 @@ class Cusum:
                 f"state was saved with params {state.get('params')!r}; this detector has "
                 f"{self.get_params()!r} (build it with Cusum.from_state)"
             )
+        if state.get("version") == "1.0":
+            state = self._from_v1(state)
         missing = [key for key in _STATE_KEYS if key not in state]
         if missing:
             raise InputError(f"state misses {', '.join(missing)}")
+
+        def opt(value: Any) -> float | None:
+            return None if value is None else float(value)
+
         try:
             n = int(state["n"])
-            warmup_values = [float(v) for v in state["warmup_values"]]
-            mu = None if state["mu"] is None else float(state["mu"])
-            sigma = None if state["sigma"] is None else float(state["sigma"])
+            base = (int(state["base_n"]), float(state["base_mean"]), float(state["base_m2"]))
+            ready = bool(state["ready"])
+            fixed = (opt(state.get("fixed_mean", self.mean)), opt(state.get("fixed_std", self.std)))
+            mu = opt(state["mu"])
             h = float(state["h"])
-            s_hi = float(state["s_hi"])
-            s_lo = float(state["s_lo"])
-            zero_hi = int(state["zero_hi"])
-            zero_lo = int(state["zero_lo"])
-            alarm_open = bool(state["alarm_open"])
+            s = (float(state["s_hi"]), float(state["s_lo"]))
+            zeros = (int(state["zero_hi"]), int(state["zero_lo"]))
+            opened = (bool(state["open_hi"]), bool(state["open_lo"]))
             alarms = int(state["alarms"])
         except (TypeError, ValueError) as exc:
             raise InputError(f"state has a field of the wrong type: {exc}") from exc
         self.n_ = n
-        self.warmup_values_ = warmup_values
+        self.base_n_, self.base_mean_, self.base_m2_ = base
+        self.ready_ = ready
+        self.fixed_mean_, self.fixed_std_ = fixed
         self.mu_ = mu
-        self.sigma_ = sigma
         self.h_ = h
-        self.s_hi_ = s_hi
-        self.s_lo_ = s_lo
-        self.zero_hi_ = zero_hi
-        self.zero_lo_ = zero_lo
-        self.alarm_open_ = alarm_open
+        self.s_hi_, self.s_lo_ = s
+        self.zero_hi_, self.zero_lo_ = zeros
+        self.open_hi_, self.open_lo_ = opened
         self.alarms_ = alarms
+
+    def _from_v1(self, old: dict[str, Any]) -> dict[str, Any]:
+        try:
+            warm = [float(v) for v in old.get("warmup_values") or []]
+            mu, sigma = old.get("mu"), old.get("sigma")
+            if mu is None or sigma is None:  # still in the warm-up: replay it
+                base_n = len(warm)
+                base_mean = float(np.mean(warm)) if warm else 0.0
+                base_m2 = float(((np.asarray(warm) - base_mean) ** 2).sum()) if warm else 0.0
+            else:
+                base_n = max(self.warmup, 2)
+                base_mean, base_m2 = float(mu), float(sigma) ** 2 * (base_n - 1)
+            was_open = bool(old.get("alarm_open"))
+            return {
+                "n": old["n"],
+                "base_n": base_n,
+                "base_mean": base_mean,
+                "base_m2": base_m2,
+                "ready": mu is not None and sigma is not None,
+                "fixed_mean": self.mean,
+                "fixed_std": self.std,
+                "mu": mu if self.ewma is not None else self.mean,
+                "h": old["h"],
+                "s_hi": old["s_hi"],
+                "s_lo": old["s_lo"],
+                "zero_hi": old["zero_hi"],
+                "zero_lo": old["zero_lo"],
+                "open_hi": was_open,
+                "open_lo": was_open,
+                "alarms": old["alarms"],
+            }
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"version 1.0 state misses or mistypes a field: {exc}") from exc
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Cusum:
@@ -424,14 +614,34 @@ def detect(values: Any, **params: Any) -> list[Alarm]:
     return alarms
 
 
+def episodes(values: Any, **params: Any) -> list[tuple[Alarm, int | None]]:
+    """Run a fresh :class:`Cusum` over ``values``: each alarm with the index at which its episode
+    closed (both statistics back at 0), ``None`` while still open at the end.
+
+    >>> [(a.index, closed) for a, closed in episodes([0.0] * 3 + [3.0] * 3 + [0.0] * 16, mean=0.0, std=1.0, h=4.0)]
+    [(4, 20)]
+    """
+    det = Cusum(**params)
+    out: list[tuple[Alarm, int | None]] = []
+    open_from = 0  # the first of ``out`` whose episode is still open
+    for i, x in enumerate(np.asarray(values, dtype=np.float64).tolist()):
+        was_open = det.alarm_open
+        alarm = det.update(x)
+        if was_open and not det.alarm_open:
+            out[open_from:] = [(a, i) for a, _ in out[open_from:]]
+            open_from = len(out)
+        if alarm is not None:
+            out.append((alarm, None))
+    return out
+
+
 def detect_with_statistics(values: Any, **params: Any) -> tuple[list[Alarm], Any, Any]:
     """Like :func:`detect`, and also the statistics ``S+`` and ``S-`` after each observation
-    (NaN during the warm-up). At an alarm the alarming side shows the crossing value; the chart
-    restarts from zero on the next observation.
+    (NaN during the warm-up).
 
     >>> alarms, s_hi, s_lo = detect_with_statistics([0.0, 2.0, 2.0, 2.0, 2.0], mean=0.0, std=1.0, h=4.0)
     >>> s_hi.tolist(), [a.index for a in alarms]
-    ([0.0, 1.5, 3.0, 4.5, 1.5], [3])
+    ([0.0, 1.5, 3.0, 4.5, 6.0], [3])
     """
     det = Cusum(**params)
     arr = np.asarray(values, dtype=np.float64)
@@ -446,12 +656,16 @@ def detect_with_statistics(values: Any, **params: Any) -> tuple[list[Alarm], Any
             s_lo[i] = det.s_lo_
         if alarm is not None:
             alarms.append(alarm)
-            # Show the crossing, not the restarted zero.
-            if alarm.direction == "up":
-                s_hi[i] = alarm.statistic
-            else:
-                s_lo[i] = alarm.statistic
     return alarms, s_hi, s_lo
 
 
-__all__ = ["MAD_TO_SIGMA", "Alarm", "Cusum", "detect", "detect_with_statistics", "robust_location_scale"]
+__all__ = [
+    "EPISODE_CAP",
+    "MAD_TO_SIGMA",
+    "Alarm",
+    "Cusum",
+    "detect",
+    "detect_with_statistics",
+    "episodes",
+    "robust_location_scale",
+]

@@ -66,9 +66,11 @@ def plot_stream(
     change_at: int | None = None,
     changepoints: ChangePoints | None = None,
     warmup: int | None = None,
+    episodes: Sequence[tuple[Alarm, int | None]] = (),
 ) -> Any:
-    """A metric stream with CUSUM alarms (and their estimated starts), the planted change, the
-    ruptures segments, and the CUSUM statistics underneath."""
+    """A metric stream with CUSUM alarms (and their estimated starts), their episodes (shaded from
+    the alarm to where it closed), the planted change, the ruptures segments, and the CUSUM
+    statistics underneath."""
     plt = _pyplot()
     with_stats = s_hi is not None
     fig, axes = plt.subplots(
@@ -87,6 +89,9 @@ def plot_stream(
         for cp in changepoints.changepoints:
             ax.axvline(cp, color="tab:blue", lw=1.5, alpha=0.7)
         ax.plot([], [], color="tab:blue", lw=2, label=f"ruptures segments ({changepoints.method})")
+    for i, (a, closed) in enumerate(episodes):
+        end = closed if closed is not None else x.size - 1
+        ax.axvspan(a.index, end, color="tab:red", alpha=0.1, label="alarm episode" if i == 0 else None)
     for i, a in enumerate(alarms):
         ax.axvline(a.index, color="tab:red", lw=0.8, alpha=0.6, label="CUSUM alarm" if i == 0 else None)
         ax.plot([a.start], [x[a.start]], marker="|", ms=14, color="tab:red")
