@@ -186,10 +186,16 @@ class ObservationsRequest(_Strict):
 
 
 class AlarmOut(BaseModel):
-    index: int
+    index: int = Field(description="Observation that raised the alarm (0-based in the stream).")
     direction: str
-    start: int
+    start: int = Field(description="Where the shift most likely began.")
     statistic: float
+    mean: float = Field(description="The in-control baseline the alarm was measured against.")
+    std: float
+    bound: float = Field(
+        description="mean ± shift · std in the alarm's direction: a trace whose own value lies beyond "
+        "it gets `degradation` as a failure; other traces of the task type as a signal."
+    )
 
 
 class ObservationsResponse(Versioned):

@@ -1,9 +1,10 @@
 """``GET /metrics`` (Prometheus text format).
 
 Two sources: the store, read at scrape time (traces diagnosed, failures by kind, recommendations by
-strategy, outcomes and repair success rate per strategy, mean time to recovery) — the same figures
-whichever worker answers — and this process's request latency histogram and lost-observation
-counter (per worker: with several workers, each scrape sees the worker that answered it).
+strategy, outcomes and repair success rate per strategy, mean time to recovery, open stream alarm
+episodes) — the same figures whichever worker answers — and this process's request latency
+histogram and lost-observation counter (per worker: with several workers, each scrape sees the
+worker that answered it).
 
 Who sees what: a tenant's key sees its own history only; an operator (a key of a tenant named in
 ``TRIAGE_OPERATOR_TENANTS``, any caller under ``TRIAGE_AUTH=off`` or ``TRIAGE_METRICS_PUBLIC=true``)
@@ -80,6 +81,15 @@ class StoreCollector(Collector):
         rec = CounterMetricFamily("triage_recoveries", "Failures whose repair was reported successful")
         rec.add_metric([], snap["recoveries"])
         yield rec
+        alarms = GaugeMetricFamily(
+            "triage_stream_alarm_open",
+            'Stream alarm episodes open now (1 each): a fleet alert; task_type "" = every task type',
+            labels=["tenant", "stream", "task_type", "direction"],
+        )
+        for a in snap.get("open_alarms", []):
+            direction = str((a["alarm"] or {}).get("direction", ""))
+            alarms.add_metric([a["tenant_id"], a["name"], a["task_type"], direction], 1.0)
+        yield alarms
 
 
 class Metrics:

@@ -32,7 +32,7 @@ import numpy as np
 from sqlalchemy import insert
 
 from model.detectors import make_stream_detector
-from model.diagnosis import RUNSCORE, Diagnoser
+from model.diagnosis import DEFAULT_THRESHOLDS, RUNSCORE, Diagnoser
 from model.errors import InputError, TooLargeError, TriageError
 from model.findings import DiagnosisResponse, Finding
 from model.importers import load_trace
@@ -76,6 +76,9 @@ _RUPTURES_VERSION = importlib.metadata.version("ruptures")
 #: Recent runs the relative operating point reads, and how long a worker trusts its value.
 RELATIVE_WINDOW = 500
 RELATIVE_TTL_S = 30.0
+#: Confidence of a stream alarm on a trace whose own value is not out of band: a signal (half the
+#: ``degradation`` threshold), reported and not acted on.
+DEGRADATION_SIGNAL_CONFIDENCE = 0.5 * DEFAULT_THRESHOLDS[FailureKind.DEGRADATION]
 _FINAL_BLOCKERS = {StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.USER_INPUT, StepKind.ERROR}
 
 
@@ -164,7 +167,7 @@ class TriageService:
         # Redact first, then diagnose: evidence is cut from redacted text, so no cut secret (a key's
         # prefix) reaches the response, the store or the repair state.
         trace = self.redactor.redact_trace(trace)
-        extra = self.degradation_findings(tenant, trace.task_type)
+        extra = self.degradation_findings(tenant, trace)
         run_threshold = self.relative_threshold(tenant, trace.task_type)
         with self._model_lock:
             resp = self.diagnoser.diagnose(trace, options, extra_findings=extra, run_threshold=run_threshold)
@@ -286,7 +289,7 @@ class TriageService:
                     "name": name,
                     "n": row["n"] + 1,
                     "state": det.get_state(),
-                    "alarm_open": bool(row["alarm_open"]) or alarm is not None,
+                    "alarm_open": _episode_open(det, bool(row["alarm_open"]) or alarm is not None),
                     "alarm": alarm.model_dump() if alarm is not None else row["alarm"],
                 }
             )
@@ -338,7 +341,7 @@ class TriageService:
             if req.tools:
                 known = {t.name for t in trace.tools}
                 trace.tools.extend(t for t in req.tools if t.name not in known)
-            extra = self.degradation_findings(tenant, trace.task_type)
+            extra = self.degradation_findings(tenant, trace)
             state = copy.deepcopy(row.state or {})
             with self._model_lock:
                 if incremental:
@@ -677,8 +680,8 @@ class TriageService:
             db.add_all(rows)
             row.n += len(req.values)
             row.state = det.get_state()
+            row.alarm_open = _episode_open(det, row.alarm_open or bool(alarms))
             if alarms:
-                row.alarm_open = True
                 row.alarm = alarms[-1].model_dump()
             row.updated_at = utcnow()
             n, alarm_open = row.n, row.alarm_open
@@ -728,20 +731,42 @@ class TriageService:
             method=used,
         )
 
-    def degradation_findings(self, tenant: str, task_type: str | None) -> list[Finding]:
-        """Open stream alarms of this tenant (for this task type, or for any) as findings."""
+    def degradation_findings(self, tenant: str, trace: Trace) -> list[Finding]:
+        """Open stream alarms of this tenant, for the trace's task type or for any, as findings.
+
+        An alarm is about the fleet: a ``degradation`` *signal* on every trace of that task type.
+        It is a failure of this trace only when the trace's own value for the stream (its
+        per-trace metric of that name, e.g. ``latency_ms`` or ``meta.<key>``) lies beyond the
+        alarm's bound, ``mean ± shift · std`` in the alarm's direction.
+        """
+        task = trace.task_type or DEFAULT_TASK_TYPE
+        alarms = self.store.open_alarms(tenant, task)
+        if not alarms:
+            return []
+        own: dict[str, float | None] = {}
+        if any((s["alarm"] or {}).get("bound") is not None for s in alarms):
+            own = extract_metrics(trace).per_trace  # failure_probability: not known yet (None)
         out = []
-        for s in self.store.open_alarms(tenant, task_type or DEFAULT_TASK_TYPE):
+        for s in alarms:
             alarm = s["alarm"] or {}
-            where = f" ({s['task_type']})" if s["task_type"] else ""
+            value = own.get(s["name"])
+            beyond, mine = _own_value(alarm, value)
+            direction = alarm.get("direction", "?")
+            where = f" ({s['task_type']})" if s["task_type"] else " (every task type)"
             out.append(
                 Finding(
                     detector=f"stream:{s['detector']}",
                     kind=FailureKind.DEGRADATION,
-                    confidence=1.0,
-                    evidence=f"stream {s['name']!r}{where} drifted {alarm.get('direction', '?')} from observation "
-                    f"{alarm.get('start', '?')} (alarm at {alarm.get('index', '?')})",
-                    details={"stream": s["name"], "task_type": s["task_type"], "alarm": alarm},
+                    confidence=1.0 if beyond else DEGRADATION_SIGNAL_CONFIDENCE,
+                    evidence=f"stream {s['name']!r}{where} drifted {direction} from observation "
+                    f"{alarm.get('start', '?')} (alarm at {alarm.get('index', '?')}){mine}",
+                    details={
+                        "stream": s["name"],
+                        "task_type": s["task_type"],
+                        "alarm": alarm,
+                        "value": value,
+                        "beyond": beyond,
+                    },
                 )
             )
         return out
@@ -763,6 +788,22 @@ class TriageService:
             attempt=decision.attempt,
             status="open",
         )
+
+
+def _own_value(alarm: dict[str, Any], value: float | None) -> tuple[bool, str]:
+    """Whether a trace's own ``value`` is beyond the alarm's bound in its direction, and a note."""
+    bound = alarm.get("bound")
+    if value is None or not isinstance(bound, int | float):
+        return False, ""
+    beyond = value > bound if alarm.get("direction") == "up" else value < bound
+    return beyond, f"; this trace's {value:g} is {'beyond' if beyond else 'within'} its bound {bound:g}"
+
+
+def _episode_open(det: Any, fallback: bool) -> bool:
+    """The detector's own word on whether its alarm episode is still open (a detector without
+    episodes: open from its first alarm until a re-baseline)."""
+    value = getattr(det, "alarm_open", None)
+    return bool(value) if isinstance(value, bool) else fallback
 
 
 def _new_id() -> str:

@@ -295,7 +295,7 @@ def test_sigkill_mid_load_loses_no_acknowledged_trace(tmp_path: Path) -> None:
         restarted.stop()
 
 
-def test_stream_alarm_becomes_degradation_until_rebaselined(
+def test_stream_alarm_is_a_fleet_signal_a_failure_out_of_band_until_rebaselined(
     server: tuple[LiveServer, dict[str, str]],
 ) -> None:
     import numpy as np
@@ -307,54 +307,71 @@ def test_stream_alarm_becomes_degradation_until_rebaselined(
     values = [round(float(v), 6) for v in np.r_[rng.normal(0.0, 1.0, 60), rng.normal(3.0, 1.0, 20)]]
     params = {"mean": 0.0, "std": 1.0, "shift": 1.0, "arl0": 500.0}
     expected = [a.index for a in detect(values, **params)]
-    assert expected[:2] == [61, 64]  # seeded: the shift at 60 is caught at 61
+    assert expected == [61]  # seeded: the shift at 60 is caught at 61, once
     h = {"Authorization": f"Bearer {keys['acme']}"}
     got: list[int] = []
     # three calls: the CUSUM state lives in the store between them (either worker may answer)
     for lo, hi in ((0, 25), (25, 61), (61, 80)):
         body: dict[str, Any] = {"values": values[lo:hi], "task_type": "ops", "params": params}
-        r = httpx.post(f"{srv.url}/v1/streams/quality/observations", json=body, headers=h)
+        r = httpx.post(f"{srv.url}/v1/streams/meta.quality/observations", json=body, headers=h)
         assert r.status_code == 200, r.text
         got += [a["index"] for a in r.json()["alarms"]]
+        if lo == 61:
+            assert r.json()["alarms"][0]["bound"] == 1.0  # mean + shift * std
     assert got == expected
     assert r.json()["n"] == 80 and r.json()["alarm_open"] is True
-    trace = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
-    with TriageClient(srv.url, api_key=keys["acme"]) as c:
-        plain = c.diagnose(trace)
-        assert "degradation" not in [f.kind for f in plain.failures]  # task type "default" ≠ "ops"
-        native = {
-            "task_type": "ops",
+    metrics = httpx.get(f"{srv.url}/metrics").text
+    assert (
+        'triage_stream_alarm_open{direction="up",stream="meta.quality",task_type="ops",tenant="acme"} 1.0'
+        in metrics
+    )
+
+    def native(quality: float, task_type: str = "ops") -> dict[str, Any]:
+        return {
+            "task_type": task_type,
+            "metadata": {"quality": quality},
             "steps": [{"kind": "user_input", "content": "hi"}, {"kind": "final_output", "content": "hello"}],
         }
-        d = c.diagnose(native)
-        deg = [f for f in d.failures if f.kind == "degradation"]
-        assert (
-            len(deg) == 1
-            and deg[0].details["stream"] == "quality"
-            and deg[0].details["alarm"]["index"] == expected[-1]
+
+    with TriageClient(srv.url, api_key=keys["acme"]) as c:
+        plain = c.diagnose(
+            {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
         )
+        assert plain.healthy and not plain.signals  # task type "default" ≠ "ops"
+        within = c.diagnose(native(0.4))  # the fleet drifted; this trace did not
+        assert within.healthy
+        assert [(f.kind, f.details["stream"], f.details["beyond"]) for f in within.signals] == [
+            ("degradation", "meta.quality", False)
+        ]
+        d = c.diagnose(native(2.5))  # this trace's own quality is beyond the bound
+        deg = [f for f in d.failures if f.kind == "degradation"]
+        assert len(deg) == 1 and deg[0].details["alarm"]["index"] == 61 and deg[0].details["value"] == 2.5
         assert d.primary is not None and d.primary.kind == "degradation"
         assert d.recommendation.strategy == "human_handoff"  # no fallback model named: that rung is skipped
-        other = c.diagnose({**native, "task_type": "chat"})
-        assert "degradation" not in [f.kind for f in other.failures]
+        other = c.diagnose(native(2.5, "chat"))
+        assert other.healthy and not other.signals
         # the same stream name in another tenant is another stream
         r = httpx.get(
-            f"{srv.url}/v1/streams/quality/changepoints",
+            f"{srv.url}/v1/streams/meta.quality/changepoints",
             params={"task_type": "ops"},
             headers={"Authorization": f"Bearer {keys['globex']}"},
         )
         assert r.status_code == 404
-        r = httpx.get(f"{srv.url}/v1/streams/quality/changepoints", params={"task_type": "ops"}, headers=h)
+        r = httpx.get(
+            f"{srv.url}/v1/streams/meta.quality/changepoints", params={"task_type": "ops"}, headers=h
+        )
         assert r.status_code == 200
         assert r.json()["changepoints"] == detect_changepoints(values, max_points=None).changepoints
         assert any(abs(cp - 60) <= 2 for cp in r.json()["changepoints"])
         r = httpx.post(
-            f"{srv.url}/v1/streams/quality/observations",
+            f"{srv.url}/v1/streams/meta.quality/observations",
             json={"values": [3.1], "task_type": "ops", "rebaseline": True},
             headers=h,
         )
         assert r.status_code == 200 and r.json()["alarm_open"] is False
-        assert "degradation" not in [f.kind for f in c.diagnose(native).failures]
+        after = c.diagnose(native(2.5))
+        assert "degradation" not in [f.kind for f in [*after.failures, *after.signals]]
+    assert 'stream="meta.quality"' not in httpx.get(f"{srv.url}/metrics").text
 
 
 def test_async_client(server: tuple[LiveServer, dict[str, str]]) -> None:

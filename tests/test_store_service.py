@@ -6,11 +6,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pytest
 
 from model.builder import make_trace
 from model.diagnosis import Diagnoser
 from model.options import DiagnoseOptions
+from model.schema import Step, StepKind, Trace
 from serve.api_models import AppendStepsRequest, ObservationsRequest, OutcomeRequest
 from serve.app import build_service
 from serve.service import NotFoundError, TriageService
@@ -89,18 +91,79 @@ def test_streams_and_autofeed(service: TriageService) -> None:
     r = service.observe(
         "t", "q", ObservationsRequest(values=[0.0] * 5 + [9.0] * 3, params={"mean": 0.0, "std": 1.0})
     )
-    assert [a.index for a in r.alarms] == [5, 6, 7] and r.alarm_open
+    assert [a.index for a in r.alarms] == [5] and r.alarm_open  # one alarm for the one change
+    assert (r.alarms[0].mean, r.alarms[0].std, r.alarms[0].bound) == (0.0, 1.0, 1.0)
     trace = make_trace(None, seed=1, n_steps=6)
     resp = service.diagnose("t", trace, DiagnoseOptions())
-    # posted without a task type, the stream's alarm applies to every task type of the tenant
-    assert [(f.kind, f.details["stream"]) for f in resp.failures] == [("degradation", "q")]
-    assert service.diagnose(
-        "u", make_trace(None, seed=1, n_steps=6), DiagnoseOptions()
-    ).healthy  # other tenant
+    # posted without a task type, the stream's alarm is a signal on every task type of the tenant;
+    # no trace measures "q", so none is unhealthy for it
+    assert resp.healthy
+    assert [(f.kind, f.details["stream"], f.details["beyond"]) for f in resp.signals] == [
+        ("degradation", "q", False)
+    ]
+    other = service.diagnose("u", make_trace(None, seed=1, n_steps=6), DiagnoseOptions())
+    assert other.healthy and not other.signals  # other tenant
     service.observe("t", "q", ObservationsRequest(values=[9.1], rebaseline=True))
-    assert service.diagnose("t", make_trace(None, seed=2, n_steps=6), DiagnoseOptions()).healthy
+    assert not service.diagnose("t", make_trace(None, seed=2, n_steps=6), DiagnoseOptions()).signals
     fed = service.store.get_stream("t", "latency_ms", trace.task_type or "default")
     assert fed is not None and fed.n == 2  # every diagnosed trace of tenant t fed its latency
+
+
+def _answer_trace(task_type: str | None, chars: int, trace_id: str) -> Trace:
+    words = ("The refund for order 4411 was issued to the original card today. " * 40)[:chars]
+    return Trace(
+        id=trace_id,
+        task_type=task_type,
+        steps=[
+            Step(kind=StepKind.USER_INPUT, content="Where is my refund for order 4411?"),
+            Step(kind=StepKind.FINAL_OUTPUT, content=words),
+        ],
+    )
+
+
+def test_a_posted_stream_of_170_values_makes_no_task_type_unhealthy(service: TriageService) -> None:
+    # Issue 11: 170 values POSTed to any stream name, without a task type, turned every trace of
+    # the tenant unhealthy. Now the alarm is a signal, and a failure only of a trace whose own
+    # value is beyond the stream's bound.
+    rng = np.random.default_rng(0)
+    values = np.r_[rng.normal(0.0, 1.0, 150), rng.normal(4.0, 1.0, 20)].tolist()
+    r = service.observe("t", "anything", ObservationsRequest(values=values))
+    assert [(a.index, a.direction, a.start) for a in r.alarms] == [(151, "up", 149)] and r.alarm_open
+    for i, task in enumerate([None, "chat", "code", "multi_agent"]):
+        resp = service.diagnose("t", _answer_trace(task, 60, f"tt{i}"), DiagnoseOptions())
+        assert resp.healthy, resp.failures
+        assert [(f.kind, f.details["stream"]) for f in resp.signals] == [("degradation", "anything")]
+        assert resp.signals[0].confidence < 0.5
+
+
+def test_a_traces_own_value_beyond_the_bound_makes_it_a_failure(service: TriageService) -> None:
+    # A stream the traces measure themselves: the final answer's length, for task type "faq".
+    rng = np.random.default_rng(5)
+    values = np.r_[rng.normal(60.0, 5.0, 120), rng.normal(90.0, 5.0, 10)].tolist()
+    r = service.observe("t", "output_chars", ObservationsRequest(values=values, task_type="faq"))
+    assert [(a.index, a.direction, a.start) for a in r.alarms] == [(120, "up", 117)]
+    alarm = r.alarms[0]
+    assert alarm.bound == pytest.approx(alarm.mean + alarm.std)  # shift 1σ
+    assert alarm.mean == pytest.approx(float(np.mean(values[:120])))
+    long = service.diagnose("t", _answer_trace("faq", 120, "long"), DiagnoseOptions())
+    short = service.diagnose("t", _answer_trace("faq", 60, "short"), DiagnoseOptions())
+    elsewhere = service.diagnose("t", _answer_trace("chat", 120, "elsewhere"), DiagnoseOptions())
+    assert [(f.kind, f.details["value"], f.details["beyond"]) for f in long.failures] == [
+        ("degradation", 120.0, True)
+    ]
+    assert not long.healthy and long.primary is not None and long.primary.kind == "degradation"
+    assert "this trace's 120 is beyond its bound" in long.failures[0].evidence
+    assert short.healthy and [(f.details["value"], f.details["beyond"]) for f in short.signals] == [
+        (60.0, False)
+    ]
+    assert elsewhere.healthy and not elsewhere.signals  # another task type: another stream
+    # The stream comes back to its mean: S+ (held at 3h ≈ 15.2) loses k = 0.5 a point, is 0 after
+    # 31, and the episode closes without a re-baseline.
+    back = service.observe(
+        "t", "output_chars", ObservationsRequest(values=[alarm.mean] * 40, task_type="faq")
+    )
+    assert back.alarms == [] and back.alarm_open is False
+    assert not service.diagnose("t", _answer_trace("faq", 120, "later"), DiagnoseOptions()).failures
 
 
 def test_concurrent_failed_outcomes_escalate_once(service: TriageService) -> None:

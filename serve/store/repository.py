@@ -684,6 +684,18 @@ class Store:
         except SQLAlchemyError as exc:
             raise store_error(exc, "reading") from exc
 
+    def all_open_alarms(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Streams with an open alarm episode, of ``tenant`` or (``None``) every tenant (``/metrics``)."""
+        q = (
+            select(StreamRow.tenant_id, StreamRow.name, StreamRow.task_type, StreamRow.alarm)
+            .where(StreamRow.alarm_open.is_(True))
+            .order_by(StreamRow.tenant_id, StreamRow.name, StreamRow.task_type)
+        )
+        if tenant is not None:
+            q = q.where(StreamRow.tenant_id == tenant)
+        with self.read() as db:
+            return [dict(r._mapping) for r in db.execute(q)]
+
     def stream_values(
         self, tenant: str, stream: str, task_type: str, *, last: int
     ) -> list[tuple[int, float]]:
@@ -777,6 +789,7 @@ class Store:
                 durations.append(max(0.0, (done - start).total_seconds()))
         return {
             "traces": traces,
+            "open_alarms": self.all_open_alarms(tenant),
             "failures": {str(k): int(v) for k, v in failures.items()},
             "recommendations": {str(k): int(v) for k, v in recs.items()},
             "outcomes": outcomes,
