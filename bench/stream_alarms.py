@@ -1,21 +1,21 @@
 """Benchmark: are stream alarms about the fleet? Real agent runs through the service's streams.
 
 Issue 11, item 6: after τ-bench airline runs had filled the default tenant's auto-fed streams,
-57 of 58 later multi-agent runs came back unhealthy with only ``degradation``. This replays that:
-the τ-bench runs (``tau_bench_airline``), then the Who&When algorithm-generated runs
-(``who_and_when_algorithm_generated``), all through ``TriageService.diagnose`` (rules only, the
-default auto-feed, a fresh SQLite store, task type ``default`` for all of them), and counts what
-the later runs get from the streams: ``degradation`` as a failure (their own metric beyond the
-alarm's bound) or as a signal. It also posts 170 values to a stream nobody measures, without a
-task type, and diagnoses traces of four task types.
+57 of 58 later multi-agent runs came back unhealthy with only ``degradation``. This replays that
+with the vendored sets (``model.realdata``): the 200 τ-bench airline runs, then the 126 Who&When
+algorithm-generated runs, all through ``TriageService.diagnose`` with the diagnoser as shipped
+(``serve.app.build_diagnoser``: rules, classifier and run scorer when their artefacts are here),
+the default auto-feed, a fresh SQLite store, and no task type (as a user who sends none: every
+run is ``default``). It counts what the later runs get from the streams — ``degradation`` as a
+failure (their own metric beyond the alarm's bound) or as a signal — and how many are unhealthy
+with nothing but ``degradation``. Then it posts 170 values to a stream nobody measures, without a
+task type, and diagnoses runs of four task types.
 
-Run:  .venv/bin/python bench/stream_alarms.py [--data ../shared/data]
+Run:  .venv/bin/python bench/stream_alarms.py
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import tempfile
 import time
@@ -24,25 +24,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model.diagnosis import Diagnoser  # noqa: E402
-from model.importers import load_trace  # noqa: E402
 from model.options import DiagnoseOptions  # noqa: E402
+from model.realdata import load_source  # noqa: E402
+from model.schema import Trace  # noqa: E402
 from serve.api_models import ObservationsRequest  # noqa: E402
-from serve.app import build_service  # noqa: E402
+from serve.app import build_diagnoser, build_service  # noqa: E402
 from serve.settings import Settings  # noqa: E402
 
 
-def tau_runs(folder: Path) -> list[dict[str, Any]]:
-    runs = json.loads((folder / "tau_bench_airline" / "gpt-4o-airline.json").read_text(encoding="utf-8"))
-    return [{"id": f"tau-{r['task_id']}-{r['trial']}", "messages": r["traj"]} for r in runs]
-
-
-def who_when_runs(folder: Path) -> list[dict[str, Any]]:
+def unlabelled(source: str) -> list[Trace]:
+    """The set's traces as a user would send them: no labels, no task type."""
     out = []
-    files = sorted((folder / "who_and_when_algorithm_generated").glob("*.json"), key=lambda p: int(p.stem))
-    for path in files:
-        run = json.loads(path.read_text(encoding="utf-8"))
-        out.append({"id": f"ww-{path.stem}", "messages": run["history"]})
+    for run in load_source(source):
+        trace = run.trace.model_copy(deep=True)
+        trace.labels = None
+        trace.task_type = None
+        out.append(trace)
     return out
 
 
@@ -51,71 +48,47 @@ def kinds(resp: Any) -> tuple[set[str], set[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--data", type=Path, default=Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-    )
-    args = ap.parse_args(argv)
+    del argv
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp))
-        svc = build_service(settings, Diagnoser())
+        diagnoser, ready = build_diagnoser(settings)
+        svc = build_service(settings, diagnoser)
+        print(f"diagnoser: {ready}; model {diagnoser.model_version}")
         print(f"auto-fed streams: {', '.join(svc.stream_autofeed)}; detector {svc.stream_detector}")
-        skipped = 0
-        for run in tau_runs(args.data):
-            try:
-                trace = load_trace({"messages": run["messages"]})
-            except Exception:  # noqa: BLE001  (a run the importer refuses: counted, not fed)
-                skipped += 1
-                continue
-            trace.id = run["id"]
+
+        def open_alarms() -> str:
+            found = svc.store.open_alarms("default", "default")
+            return ", ".join(f"{a['name']} {a['alarm']['direction']} at {a['alarm']['index']}" for a in found)
+
+        tau = unlabelled("tau_airline")
+        for trace in tau:
             svc.diagnose("default", trace, DiagnoseOptions())
-        alarms = svc.store.open_alarms("default", "default")
-        print(
-            f"τ-bench: 200 runs fed ({skipped} refused by the importer); open alarms after them: "
-            + (
-                ", ".join(f"{a['name']} {a['alarm']['direction']} at {a['alarm']['index']}" for a in alarms)
-                or "none"
-            )
-        )
-        later = who_when_runs(args.data)
+        print(f"τ-bench airline: {len(tau)} runs fed; open alarms after them: {open_alarms() or 'none'}")
+        later = unlabelled("whowhen")
         unhealthy = only_deg = deg_failure = deg_signal = 0
-        for run in later:
-            trace = load_trace({"messages": run["messages"]})
-            trace.id = run["id"]
+        for trace in later:
             resp = svc.diagnose("default", trace, DiagnoseOptions())
             failed, signalled = kinds(resp)
             unhealthy += not resp.healthy
             only_deg += failed == {"degradation"}
             deg_failure += "degradation" in failed
             deg_signal += "degradation" in signalled
-        n = len(later)
-        alarms = svc.store.open_alarms("default", "default")
+        print(f"Who&When afterwards: {len(later)} runs; open alarms after them: {open_alarms() or 'none'}")
         print(
-            "open alarms after them: "
-            + (
-                ", ".join(f"{a['name']} {a['alarm']['direction']} at {a['alarm']['index']}" for a in alarms)
-                or "none"
-            )
+            f"  unhealthy {unhealthy}; unhealthy with only degradation {only_deg}; degradation a failure "
+            f"(own value beyond the bound) {deg_failure}; a signal {deg_signal}"
         )
-        print(
-            f"Who&When afterwards: {n} runs; unhealthy {unhealthy}; unhealthy with only degradation {only_deg}; "
-            f"degradation a failure (own value beyond the bound) {deg_failure}; a signal {deg_signal}"
-        )
-        # 170 values to a stream nobody measures, posted without a task type.
         values = [0.0] * 150 + [5.0] * 20
         r = svc.observe("default", "anything", ObservationsRequest(values=values))
-        print(
-            f"POST 170 values to 'anything' (no task type): alarms {[a.index for a in r.alarms]}, open {r.alarm_open}"
-        )
+        print(f"POST 170 values to 'anything' (no task type): alarms {[a.index for a in r.alarms]}, open {r.alarm_open}")
         for task in (None, "chat", "code", "multi_agent"):
-            trace = load_trace(later[0]["messages"] and {"messages": later[0]["messages"]})
+            trace = later[0].model_copy(deep=True)
             trace.id, trace.task_type = f"after-post-{task}", task
             resp = svc.diagnose("default", trace, DiagnoseOptions())
             failed, signalled = kinds(resp)
-            print(
-                f"  task type {task!s:12} healthy={resp.healthy} failures={sorted(failed)} signals={sorted(signalled)}"
-            )
+            deg = "failure" if "degradation" in failed else "signal" if "degradation" in signalled else "none"
+            print(f"  task type {task!s:12} degradation: {deg}; healthy={resp.healthy} failures={sorted(failed)}")
         svc.store.dispose()
     print(f"({time.perf_counter() - t0:.1f} s)")
     return 0
