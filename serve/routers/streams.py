@@ -32,8 +32,10 @@ async def observe(
     service: ServiceDep,
 ) -> ObservationsResponse:
     """Values go through the stream's CUSUM, keyed by (tenant, stream, task type), its state kept in
-    the store. An alarm becomes a `degradation` finding in this tenant's next diagnoses for that task
-    type until the stream is re-baselined (`rebaseline: true`)."""
+    the store. One alarm per change: it opens an episode that closes on `rebaseline: true` or when
+    the stream is back in control. While open it is a `degradation` signal in this tenant's
+    diagnoses for that task type (a failure of a trace whose own value for the stream is beyond
+    the alarm's `bound`) and a `triage_stream_alarm_open` gauge in `/metrics`."""
     body = await parse_body(request, ObservationsRequest)
     return await call(service.observe, principal.tenant, name, body)
 
