@@ -329,11 +329,10 @@ def test_stream_alarm_is_a_fleet_signal_a_failure_out_of_band_until_rebaselined(
             assert r.json()["alarms"][0]["bound"] == 1.0  # mean + shift * std
     assert got == expected
     assert r.json()["n"] == 80 and r.json()["alarm_open"] is True
-    metrics = httpx.get(f"{srv.url}/metrics").text
-    assert (
-        'triage_stream_alarm_open{direction="up",stream="meta.quality",task_type="ops",tenant="acme"} 1.0'
-        in metrics
-    )
+    gauge = 'triage_stream_alarm_open{direction="up",stream="meta.quality",task_type="ops",tenant="acme"} 1.0'
+    assert gauge in httpx.get(f"{srv.url}/metrics", headers=h).text  # acme: an operator here
+    globex = {"Authorization": f"Bearer {keys['globex']}"}
+    assert 'stream="meta.quality"' not in httpx.get(f"{srv.url}/metrics", headers=globex).text  # its own only
 
     def native(quality: float, task_type: str = "ops") -> dict[str, Any]:
         return {
@@ -377,7 +376,7 @@ def test_stream_alarm_is_a_fleet_signal_a_failure_out_of_band_until_rebaselined(
         )
         assert r.status_code == 200 and r.json()["alarm_open"] is False
         assert not _degradation(c.diagnose(native(2.5)))
-    assert 'stream="meta.quality"' not in httpx.get(f"{srv.url}/metrics").text
+    assert 'stream="meta.quality"' not in httpx.get(f"{srv.url}/metrics", headers=h).text
 
 
 def test_async_client(server: tuple[LiveServer, dict[str, str]]) -> None:
