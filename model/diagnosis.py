@@ -10,7 +10,8 @@ With a run scorer (:mod:`model.runscore`, fitted on real runs), every diagnosis 
 threshold **or** ``failure_probability`` reaches the scorer's operating point. In the second case
 the primary failure sits at ``attribution.step`` (detector ``runscore``), of the most likely kind
 there (:func:`attributed_kind`), with confidence ``failure_probability``, and follows that kind's
-ladder.
+ladder. Without a failure, ``healthy`` is ``None`` (unknown) when an agent step's text is missing
+or only a redaction placeholder (:mod:`model.coverage`).
 
 >>> from model.schema import Step, Trace
 >>> t = Trace(steps=[Step(kind="user_input", content="2+2?"), Step(kind="final_output", content="4")])
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from model.coverage import assess, verdict
 from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
 from model.errors import TooLargeError, UnknownDetectorError
@@ -311,11 +313,12 @@ class Diagnoser:
                 primary = run_failure(trace, attribution, probability, thr, signals)
                 failures = [primary]
         recommendation = self.policy.recommend(trace, primary, options=options)
+        coverage, warnings = assess(trace)
         return DiagnosisResponse(
             trace_id=trace.id,
             model_version=self.model_version,
             detector_versions=versions,
-            healthy=not failures,
+            healthy=verdict(coverage, failures=len(failures)),
             failure_probability=probability,
             attribution=attribution,
             failures=failures,
@@ -323,6 +326,8 @@ class Diagnoser:
             primary=primary,
             recommendation=recommendation,
             steps=len(trace.steps),
+            coverage=coverage,
+            warnings=warnings,
         )
 
 

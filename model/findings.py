@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from model.coverage import Coverage
 from model.kinds import Category, FailureKind, Severity, Strategy
 
 RESPONSE_SCHEMA_VERSION = "1.1"  # 1.1: failure_probability, attribution
@@ -76,13 +77,17 @@ class DiagnosisResponse(BaseModel):
     ``failure_probability`` is the calibrated probability that the run has failed (calibrated on
     real labelled runs; ``None`` when no run scorer is loaded or the trace has no agent step);
     ``attribution`` is present whenever the trace has agent steps, healthy or not.
+    ``healthy`` is ``False`` with a failure, ``True`` without one, and ``None`` (unknown) when no
+    failure was found but an agent step's text was not recorded or is only a redaction
+    placeholder (:mod:`model.coverage`); ``coverage`` counts those steps and ``warnings`` say
+    which setting records them.
     """
 
     schema_version: str = RESPONSE_SCHEMA_VERSION
     trace_id: str
     model_version: str
     detector_versions: dict[str, str] = Field(default_factory=dict)
-    healthy: bool
+    healthy: bool | None
     failure_probability: float | None = Field(default=None, ge=0.0, le=1.0)
     attribution: Attribution | None = None
     failures: list[Failure] = Field(default_factory=list)
@@ -90,6 +95,8 @@ class DiagnosisResponse(BaseModel):
     primary: Failure | None = None
     recommendation: Recommendation
     steps: int = 0
+    coverage: Coverage = Field(default_factory=Coverage)
+    warnings: list[str] = Field(default_factory=list)
 
 
 __all__ = ["RESPONSE_SCHEMA_VERSION", "Attribution", "DiagnosisResponse", "Failure", "Finding", "Recommendation"]

@@ -36,10 +36,20 @@ class DiagnoseOptions(BaseModel):
         default_factory=dict,
         description="Multi-agent logs: speaker name → role (user, assistant, tool, system).",
     )
+    session: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="The run's session id: spans of that session (and spans naming none) are one run, "
+        "whatever their trace ids; default: runs group by session.id / gen_ai.conversation.id.",
+    )
 
 
 class DiagnoseRequest(BaseModel):
-    """The envelope of ``POST /v1/diagnose``: a trace in any supported format, plus options."""
+    """The envelope of ``POST /v1/diagnose``: a trace in any supported format, plus options.
+
+    A body without a ``trace`` key is the trace itself (as ``triage diagnose`` takes it).
+    """
 
     model_config = ConfigDict(extra="forbid")
 

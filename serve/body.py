@@ -32,6 +32,11 @@ async def parse_body(request: Request, model: type[M]) -> M:
         data = parse_json_text(raw)
     except TraceImportError as exc:
         raise RequestValidationError([{"loc": ("body",), "msg": str(exc), "type": "json_invalid"}]) from None
+    return validate_body(data, model)
+
+
+def validate_body(data: Any, model: type[M]) -> M:
+    """Parsed JSON validated as ``model``; a failure → 422 with ``loc`` from ``body``."""
     try:
         check_json(data)  # what no store can keep: NUL, lone surrogates, 64-bit overflow, depth
     except InputError as exc:

@@ -16,7 +16,7 @@ from rich.table import Table
 from model.diagnosis import Diagnoser
 from model.errors import InputError, TriageError
 from model.findings import DiagnosisResponse
-from model.importers import FORMATS, load_traces, parse_json_text
+from model.importers import FORMATS, load_traces, merge_documents, parse_documents, parse_json_text
 from model.options import DiagnoseOptions, DiagnoseRequest
 from model.schema import write_json_schema
 
@@ -57,7 +57,10 @@ def _equivalents(values: list[str] | None) -> dict[str, list[str]]:
 
 
 def _print_summary(resp: DiagnosisResponse, source: str) -> None:
-    status = "[green]healthy[/green]" if resp.healthy else f"[red]{len(resp.failures)} failure(s)[/red]"
+    if resp.healthy is None:
+        status = "[yellow]unknown: no failure found, but content is missing[/yellow]"
+    else:
+        status = "[green]healthy[/green]" if resp.healthy else f"[red]{len(resp.failures)} failure(s)[/red]"
     _console.print(f"[bold]{escape(source)}[/bold]: {resp.steps} steps, {status}  (trace {resp.trace_id})")
     if resp.failure_probability is not None:
         where = ""
@@ -66,6 +69,8 @@ def _print_summary(resp: DiagnosisResponse, source: str) -> None:
             who = f" ({escape(a.speaker)})" if a.speaker else ""
             where = f"; if it failed, most likely at message {a.source_index}{who} (p={a.probability:.2f})"
         _console.print(f"failure probability {resp.failure_probability:.2f}{where}")
+    for warning in resp.warnings:
+        _console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
     if resp.failures or resp.signals:
         table = Table(show_lines=False)
         for col in ("", "kind", "severity", "conf.", "step", "src", "detector"):
@@ -125,6 +130,9 @@ def diagnose(
         list[str] | None, typer.Option("--speaker", help="NAME=ROLE for multi-agent logs (repeatable).")
     ] = None,
     shadow: Annotated[bool, typer.Option("--shadow", help="Observe only: recommend `continue`.")] = False,
+    session: Annotated[
+        str | None, typer.Option("--session", help="The run's session id: its spans (and those naming none) are one run.")
+    ] = None,
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Refuse longer traces.")] = 5000,
     classifier: Annotated[
         bool, typer.Option("--classifier/--no-classifier", help="Load the shipped classifier, as the service does.")
@@ -140,6 +148,7 @@ def diagnose(
             detectors=_split(detectors),
             shadow=shadow,
             speakers=_speakers(speaker),
+            session=session,
         )
         diagnoser = Diagnoser.with_shipped_models(classifier=classifier, max_steps=max_steps)
         if jsonl is not None:
@@ -150,8 +159,11 @@ def diagnose(
         if file is None:
             raise InputError("missing FILE (a path, or - for standard input)")
         text = sys.stdin.buffer.read() if file == "-" else _read(Path(file))
-        data, fmt, options = _unwrap_envelope(parse_json_text(text), fmt, options)
-        traces = load_traces(data, format=fmt, speakers=options.speakers or None, max_steps=max_steps)
+        # JSON, or OpenTelemetry's file-exporter JSON Lines (export batches merged by trace id)
+        data, fmt, options = _unwrap_envelope(merge_documents(parse_documents(text)), fmt, options)
+        traces = load_traces(
+            data, format=fmt, speakers=options.speakers or None, max_steps=max_steps, session=options.session
+        )
         if not traces:
             raise InputError("the input holds no trace")
         responses = [diagnoser.diagnose(trace, options) for trace in traces]
@@ -217,7 +229,8 @@ def _diagnose_jsonl(
                 record: dict[str, Any]
                 try:
                     traces = load_traces(
-                        parse_json_text(raw), format=fmt, speakers=options.speakers or None, max_steps=max_steps
+                        parse_json_text(raw), format=fmt, speakers=options.speakers or None, max_steps=max_steps,
+                        session=options.session,
                     )
                     for trace in traces:
                         resp = diagnoser.diagnose(trace, options)

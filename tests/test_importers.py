@@ -419,7 +419,7 @@ def test_native_list_of_traces() -> None:
     one = Trace(steps=[Step(kind=StepKind.USER_INPUT, content="a")]).model_dump(mode="json")
     two = Trace(steps=[Step(kind=StepKind.FINAL_OUTPUT, content="b")]).model_dump(mode="json")
     assert [t.steps[0].content for t in load_traces([one, two])] == ["a", "b"]
-    with pytest.raises(TraceImportError, match="expected one trace, got 2"):
+    with pytest.raises(TraceImportError, match="expected one run, got 2"):
         load_trace([one, two])
 
 

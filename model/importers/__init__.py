@@ -179,8 +179,12 @@ def load_traces(
     format: str = "auto",
     speakers: dict[str, str] | None = None,
     max_steps: int | None = None,
+    session: str | None = None,
 ) -> list[Trace]:
-    """Parsed JSON → traces (OTLP/JSON and span lists give one per trace id; messages give one).
+    """Parsed JSON → traces (OTLP/JSON and span lists give one per run; messages give one).
+
+    Spans form runs by trace id, and traces naming one session (``session.id`` /
+    ``gen_ai.conversation.id``) merge into one run (:func:`model.importers.spans.group_runs`).
 
     Parameters
     ----------
@@ -193,6 +197,9 @@ def load_traces(
         ``system``), overriding the built-in rules.
     max_steps:
         Largest number of steps one trace may have; more raises :class:`TooLargeError`.
+    session:
+        The session the input's steps belong to: spans of that session (and those naming none)
+        form one run; other formats get it as their ``session_id``.
 
     Raises
     ------
@@ -204,15 +211,21 @@ def load_traces(
     _check_options(format, max_steps)
     try:
         fmt = detect_format(data) if format == "auto" else format
+        if fmt in ("otel", "openinference"):
+            return import_spans(data, fmt=fmt, max_steps=max_steps, session=session)
         if fmt == "native":
             if isinstance(data, list):
                 if not data:
                     raise TraceImportError("empty input: the list holds no traces")
-                return [import_native(t, max_steps=max_steps, prefix=f"[{i}]") for i, t in enumerate(data)]
-            return [import_native(data, max_steps=max_steps)]
-        if fmt == "openai":
-            return [import_messages(data, speakers=speakers, max_steps=max_steps)]
-        return import_spans(data, fmt=fmt, max_steps=max_steps)
+                traces = [import_native(t, max_steps=max_steps, prefix=f"[{i}]") for i, t in enumerate(data)]
+            else:
+                traces = [import_native(data, max_steps=max_steps)]
+        else:
+            traces = [import_messages(data, speakers=speakers, max_steps=max_steps)]
+        if session is not None:
+            for t in traces:
+                t.session_id = session
+        return traces
     except RecursionError as exc:
         raise TraceImportError("nesting too deep: the input nests lists/objects too deeply to read") from exc
 
@@ -223,13 +236,83 @@ def load_trace(
     format: str = "auto",
     speakers: dict[str, str] | None = None,
     max_steps: int | None = None,
+    session: str | None = None,
 ) -> Trace:
-    """Like :func:`load_traces`, for input that must hold exactly one trace."""
-    traces = load_traces(data, format=format, speakers=speakers, max_steps=max_steps)
+    """Like :func:`load_traces`, for input that must hold exactly one run."""
+    traces = load_traces(data, format=format, speakers=speakers, max_steps=max_steps, session=session)
     if len(traces) != 1:
-        ids = ", ".join(t.id for t in traces[:5])
-        raise TraceImportError(f"expected one trace, got {len(traces)} ({ids}{', …' if len(traces) > 5 else ''})")
+        runs = ", ".join(f"trace {t.id}" + (f" (session {t.session_id})" if t.session_id else "") for t in traces[:5])
+        raise TraceImportError(
+            f"expected one run, got {len(traces)}: {runs}{', …' if len(traces) > 5 else ''}; spans group into "
+            "one run by session.id / gen_ai.conversation.id, or by the `session` option "
+            "(options.session) naming the run"
+        )
     return traces[0]
+
+
+def parse_documents(text: str | bytes) -> list[Any]:
+    """JSON text, or JSON Lines (one document a line, as OpenTelemetry's file exporter writes)
+    → the documents. Errors name the 1-based line.
+
+    >>> parse_documents('{"a": 1}\\n{"b": 2}\\n')
+    [{'a': 1}, {'b': 2}]
+    """
+    try:
+        return [parse_json_text(text)]
+    except TraceImportError as exc:
+        if "Extra data" not in exc.message:
+            raise
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8-sig")
+    docs: list[Any] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            docs.append(parse_json_text(line))
+        except TraceImportError as exc:
+            raise TraceImportError(
+                f"{exc.message} (read as JSON Lines, one document a line: a .jsonl of separate traces "
+                "is scored line by line with `triage diagnose --jsonl`)", line=lineno
+            ) from exc
+    return docs
+
+
+def _span_document(doc: Any) -> bool:
+    return (isinstance(doc, dict) and isinstance(doc.get("resourceSpans"), list)) or (
+        isinstance(doc, list) and bool(doc) and all(_span_like(x) for x in doc[:20])
+    )
+
+
+def merge_documents(docs: list[Any]) -> Any:
+    """Several documents → one input: OTLP/JSON export batches (or span lists) merge into one
+    OTLP/JSON document, so a trace written over several lines is read whole; a single document is
+    returned as it is. Anything else is a list of separate traces: :class:`TraceImportError`."""
+    if len(docs) == 1:
+        return docs[0]
+    if all(isinstance(d, dict) and isinstance(d.get("resourceSpans"), list) for d in docs):
+        return {"resourceSpans": [rs for d in docs for rs in d["resourceSpans"]]}
+    if all(isinstance(d, list) and _span_document(d) for d in docs):
+        return [s for d in docs for s in d]
+    first = next((i for i, d in enumerate(docs, start=1) if not _span_document(d)), 1)
+    raise TraceImportError(
+        f"{len(docs)} JSON documents, and line {first} is not an OTLP/JSON export batch: only span "
+        "exports merge into runs; score an archive of separate traces with `triage diagnose --jsonl`",
+        line=first,
+    )
+
+
+def load_text(
+    text: str | bytes,
+    *,
+    format: str = "auto",
+    speakers: dict[str, str] | None = None,
+    max_steps: int | None = None,
+    session: str | None = None,
+) -> list[Trace]:
+    """JSON or JSON Lines text → the runs it holds (span exports over several lines merged)."""
+    data = merge_documents(parse_documents(text))
+    return load_traces(data, format=format, speakers=speakers, max_steps=max_steps, session=session)
 
 
 def _relabel(exc: InputError, *, line: int | None = None, file: str | None = None) -> InputError:
@@ -253,16 +336,25 @@ def _read_file(path: Path, **opts: Any) -> list[Trace]:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise TraceImportError("not UTF-8 text", line=line) from exc
-    traces: list[Trace] = []
+    docs: list[tuple[int, Any]] = []
     for lineno, line_text in enumerate(text.splitlines(), start=1):
         if not line_text.strip():
             continue
         try:
-            traces.extend(load_traces(parse_json_text(line_text), **opts))
+            docs.append((lineno, parse_json_text(line_text)))
         except InputError as exc:
             raise _relabel(exc, line=lineno) from exc
-    if not traces:
+    if not docs:
         raise TraceImportError(f"{path.name}: empty input: the file holds no traces")
+    if len(docs) > 1 and all(isinstance(d, dict) and isinstance(d.get("resourceSpans"), list) for _, d in docs):
+        # OpenTelemetry's file exporter: one export batch a line, a trace over several lines
+        return load_traces(merge_documents([d for _, d in docs]), **opts)
+    traces: list[Trace] = []
+    for lineno, data in docs:
+        try:
+            traces.extend(load_traces(data, **opts))
+        except InputError as exc:
+            raise _relabel(exc, line=lineno) from exc
     return traces
 
 
@@ -273,8 +365,8 @@ def read_path(
     speakers: dict[str, str] | None = None,
     max_steps: int | None = None,
 ) -> list[Trace]:
-    """Read traces from a ``.json`` file, a ``.jsonl`` file (one trace per line; errors carry the
-    1-based ``line``) or a folder (every ``*.json`` / ``*.jsonl`` in it, sorted by name; errors
+    """Read traces from a ``.json`` file, a ``.jsonl`` file (one trace per line, errors carry the
+    1-based ``line``; OTLP/JSON export batches, one a line, merge into runs) or a folder (every ``*.json`` / ``*.jsonl`` in it, sorted by name; errors
     name the file in ``path``)."""
     p = Path(path)
     opts: dict[str, Any] = {"format": format, "speakers": speakers, "max_steps": max_steps}
@@ -300,8 +392,11 @@ __all__ = [
     "TooLargeError",
     "TraceImportError",
     "detect_format",
+    "load_text",
     "load_trace",
     "load_traces",
+    "merge_documents",
+    "parse_documents",
     "parse_json_text",
     "read_path",
 ]

@@ -176,8 +176,13 @@ class SpanBuilder:
         arguments_given: bool,
         result: Any,
         speaker: str | None,
+        result_recorded: bool = True,
     ) -> None:
-        """A tool execution span → ``tool_call`` (unless an LLM span already made it) + ``tool_result``."""
+        """A tool execution span → ``tool_call`` (unless an LLM span already made it) + ``tool_result``.
+
+        ``result_recorded=False``: the span carries no result attribute (content capture off), so
+        an empty result is unknown, not empty (``metadata["content_recorded"] = False``).
+        """
         common = self._common(span, source_index)
         pending = self._pending.get(name, [])
         # the call was made by an LLM span with this id, or by one that gave the call no id
@@ -215,6 +220,7 @@ class SpanBuilder:
             status=status or StepStatus.OK,
             error_type=error_type,
             latency_ms=span.latency_ms,
+            metadata={} if result_recorded or text else {"content_recorded": False},
             **common,
         )
 

@@ -244,6 +244,7 @@ def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | N
             arguments_given=args_key in span.attrs,
             result=span.attrs.get("gen_ai.tool.call.result"),
             speaker=speaker,
+            result_recorded="gen_ai.tool.call.result" in span.attrs,
         )
         return
     if op in AGENT_OPERATIONS and not (is_leaf and has_messages(span)):

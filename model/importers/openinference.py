@@ -212,6 +212,7 @@ def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | N
             arguments_given=given,
             result=result,
             speaker=speaker,
+            result_recorded=result is not None,
         )
 
 

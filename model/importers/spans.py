@@ -14,11 +14,13 @@ Inputs:
   object or an OTLP list, ``status`` as an object (``code``/``status_code``, ``message``/
   ``description``) or a string.
 
-One trace per trace id, in order of first appearance; ``Trace.id`` is the trace id. Within a
-trace, spans are ordered by start time, then span id (spans without a start time last); a span's
-position in that order is the ``source_index`` of every step made from it. Each span is read with
-OpenInference when it carries ``openinference.span.kind``, otherwise with the GenAI conventions.
-The session id comes from ``gen_ai.conversation.id`` or ``session.id`` on any span.
+One trace per run, in order of first appearance: a run is a trace id, or every trace id whose
+spans name one session (``gen_ai.conversation.id`` or ``session.id``, on a span or its resource;
+:func:`group_runs`); ``Trace.id`` is its first trace id and ``metadata["trace_ids"]`` lists them
+all when there are several. Within a run, spans are ordered by start time, then span id (spans
+without a start time last); a span's position in that order is the ``source_index`` of every
+step made from it. Each span is read with OpenInference when it carries
+``openinference.span.kind``, otherwise with the GenAI conventions.
 """
 
 from __future__ import annotations
@@ -262,16 +264,70 @@ def _build(trace_id: str, spans: list[Span], max_steps: int | None, fmt: str) ->
                  metadata=metadata)
 
 
-def import_spans(data: Any, *, fmt: str, max_steps: int | None = None) -> list[Trace]:
-    """Build one Trace per trace id from OTLP/JSON or a span list (see the module docstring)."""
+_SESSION_KEYS = ("gen_ai.conversation.id", "session.id")
+
+
+def _session_of(spans: list[Span]) -> str | None:
+    """The first ``gen_ai.conversation.id`` / ``session.id`` on a trace's spans (or their resource)."""
+    for span in spans:
+        sid = _first(span.attrs, *_SESSION_KEYS)
+        if sid is None:
+            sid = _first(span.resource, *_SESSION_KEYS)
+        if sid is not None and str(sid):
+            return str(sid)
+    return None
+
+
+def group_runs(spans: list[Span], *, session: str | None = None) -> list[tuple[str, str | None, list[Span]]]:
+    """Spans → runs ``(trace id, session id, spans)``, in order of first appearance.
+
+    Spans group by trace id; traces whose spans name the same session (``gen_ai.conversation.id``
+    or ``session.id``) form one run (when only the LLM client is instrumented, each call is a
+    trace of its own), with the first trace's id. ``session`` (the request's option) names the
+    run wanted: the traces of that session and those naming none form one run with that id;
+    traces of other sessions are left out, and when nothing is left the error lists the
+    sessions the input holds.
+    """
+    by_trace: dict[str, list[Span]] = {}
+    for s in spans:
+        by_trace.setdefault(s.trace_id, []).append(s)
+    runs: dict[str, tuple[str, str | None, list[Span]]] = {}
+    others: list[str] = []
+    for tid, group in by_trace.items():
+        sid = _session_of(group)
+        if session is not None:
+            if sid is not None and sid != session:
+                others.append(sid)
+                continue
+            sid = session
+        key = f"session:{sid}" if sid is not None else f"trace:{tid}"
+        if key in runs:
+            runs[key][2].extend(group)
+        else:
+            runs[key] = (tid, sid, list(group))
+    if not runs:
+        present = ", ".join(dict.fromkeys(others))
+        fail("options.session", f"no span belongs to session {session!r}; the input holds sessions {present}")
+    return list(runs.values())
+
+
+def import_spans(
+    data: Any, *, fmt: str, max_steps: int | None = None, session: str | None = None
+) -> list[Trace]:
+    """Build one Trace per run from OTLP/JSON or a span list (see :func:`group_runs`)."""
     spans = collect_spans(data)
     if not spans:
         fail("resourceSpans" if isinstance(data, dict) and "resourceSpans" in data else "",
              "no spans: the trace is empty")
-    groups: dict[str, list[Span]] = {}
-    for s in spans:
-        groups.setdefault(s.trace_id, []).append(s)
-    return [_build(tid, group, max_steps, fmt) for tid, group in groups.items()]
+    traces = []
+    for tid, sid, group in group_runs(spans, session=session):
+        trace = _build(tid, group, max_steps, fmt)
+        trace.session_id = sid
+        ids = list(dict.fromkeys(s.trace_id for s in group))
+        if len(ids) > 1:
+            trace.metadata["trace_ids"] = ids
+        traces.append(trace)
+    return traces
 
 
-__all__ = ["any_value", "collect_spans", "import_spans", "key_values", "uses_openinference"]
+__all__ = ["any_value", "collect_spans", "group_runs", "import_spans", "key_values", "uses_openinference"]

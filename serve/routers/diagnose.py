@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, BackgroundTasks, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 
-from model.errors import InputError
+from model.errors import InputError, TraceImportError
 from model.findings import DiagnosisResponse
-from model.importers import load_trace
+from model.importers import load_trace, merge_documents, parse_documents
 from model.options import DiagnoseRequest
 from model.schema import Trace
 from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
-from serve.body import body_openapi, parse_body
+from serve.body import body_openapi, validate_body
 from serve.deps import SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
 from serve.routers._common import ServiceDep, call, json_response
@@ -43,19 +45,43 @@ async def diagnose(
     principal: PrincipalDep,
     service: ServiceDep,
     background: BackgroundTasks,
+    format: Annotated[
+        Literal["auto", "native", "openai", "otel", "openinference"] | None,
+        Query(description="For a bare trace body: its format (the envelope's `format` otherwise)."),
+    ] = None,
+    session: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="For a bare trace body: `options.session`."),
+    ] = None,
 ) -> Response:
     """Import the trace (native, OpenAI messages, OTLP/JSON or span list; auto-detected), run the
     detectors, fuse their findings and recommend the first repair on the primary failure's ladder.
 
-    Body: `DiagnoseRequest` — `{"trace": …, "format": "auto", "options": {…}}`.
+    Body: `DiagnoseRequest` — `{"trace": …, "format": "auto", "options": {…}}` — or the bare trace
+    (any body without a `trace` key), including OpenTelemetry's file-exporter JSON Lines (one
+    export batch a line, merged by trace id). Spans group into one run by `session.id` /
+    `gen_ai.conversation.id`, or by `options.session`.
     """
-    body = await parse_body(request, DiagnoseRequest)
+    raw = await request.body()
+    try:
+        data = merge_documents(parse_documents(raw))
+    except TraceImportError as exc:
+        raise RequestValidationError([{"loc": ("body",), "msg": str(exc), "type": "json_invalid"}]) from None
+    if not (isinstance(data, dict) and "trace" in data):
+        envelope: dict[str, object] = {"trace": data}  # a bare trace, as the CLI takes it
+        if format is not None:
+            envelope["format"] = format
+        if session is not None:
+            envelope["options"] = {"session": session}
+        data = envelope
+    body = validate_body(data, DiagnoseRequest)
     try:
         trace = load_trace(
             body.trace,
             format=body.format,
             speakers=body.options.speakers or None,
             max_steps=settings.max_steps,
+            session=body.options.session,
         )
     except InputError as exc:
         exc.path = _body_path(exc.path)
@@ -82,7 +108,9 @@ def feed_streams_safely(
 
 def _body_path(path: str | None) -> str:
     """Where an importer's error is in the request body: the ``speakers`` option lives under
-    ``options``; everything else is inside ``trace``."""
+    ``options`` (``options.session`` names itself); everything else is inside ``trace``."""
+    if path and path.startswith("options."):
+        return path
     if path and (path == "speakers" or path.startswith("speakers.")):
         return f"options.{path}"
     return f"trace.{path}" if path else "trace"

@@ -244,7 +244,7 @@ class Store:
             "created_at": now,
             "updated_at": now,
             "n_steps": len(trace.get("steps") or []),
-            "healthy": bool(response.get("healthy", True)),
+            "healthy": response.get("healthy") is not False,  # null (unknown) = no failure found
             "primary_kind": primary.get("kind"),
             "model_version": str(response.get("model_version", "")),
             "shadow": shadow,
