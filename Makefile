@@ -10,7 +10,7 @@ PORT   ?= 8000
 
 PG_DIR ?= /tmp/agent-triage-pg
 
-.PHONY: run test install install-serve lint typecheck pytest schema clean-venv pg-start pg-stop
+.PHONY: run test install install-serve lint typecheck pytest client-test schema clean-venv pg-start pg-stop
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,8 @@ $(VENV)/.serve-installed: pyproject.toml constraints.txt | $(PY)
 	touch $@
 
 # Full install: training, research and dev extras too.
-$(VENV)/.all-installed: pyproject.toml constraints.txt | $(PY)
-	$(PIP) install -q -c constraints.txt -e '.[train,research,dev]'
+$(VENV)/.all-installed: pyproject.toml client/pyproject.toml constraints.txt | $(PY)
+	$(PIP) install -q -c constraints.txt -e '.[train,research,dev]' -e ./client
 	touch $@ $(VENV)/.serve-installed
 
 install-serve: $(VENV)/.serve-installed
@@ -35,10 +35,16 @@ run: install-serve
 	$(VENV)/bin/triage serve --host $(HOST) --port $(PORT)
 
 lint: install
-	$(VENV)/bin/ruff check model serve tests bench
+	$(VENV)/bin/ruff check model serve tests bench client
 
 typecheck: install
 	$(VENV)/bin/mypy model serve
+	$(VENV)/bin/mypy --strict client/agent_triage_client
+
+# The client distribution alone: a fresh venv with only `pip install ./client`, its tests against a
+# real `triage serve` (also part of `make pytest`; this runs just that).
+client-test: install
+	$(VENV)/bin/pytest tests/test_client_dist.py -q
 
 # The store tests run on SQLite and on a throwaway PostgreSQL cluster started here (.ci/pg-cluster:
 # Debian's PostgreSQL, as the postgres user, 127.0.0.1, a free port, data under /tmp). Without

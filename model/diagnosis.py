@@ -57,7 +57,7 @@ OPT_IN_DETECTORS: frozenset[str] = frozenset({"classifier"})
 
 def package_version() -> str:
     try:
-        return importlib.metadata.version("agent-triage")
+        return importlib.metadata.version("agent-triage-service")
     except importlib.metadata.PackageNotFoundError:  # running from a source tree
         return "0.0.0+local"
 

@@ -15,13 +15,16 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_triage_client import AsyncTriageClient, TriageAPIError, TriageClient
 
 from serve.auth import create_key
-from serve.client import TriageAPIError, TriageClient
 from serve.store import Store
 from tests.conftest import LiveServer
 
 pytestmark = pytest.mark.slow
+
+#: these tests check the service: no fail-open fallbacks, generous budgets on a loaded machine
+STRICT: dict[str, Any] = {"fail_open": False, "timeout_s": 60.0, "budget_s": 120.0}
 
 
 def _keys(data_dir: Path, *tenants: str) -> dict[str, str]:
@@ -75,7 +78,7 @@ def test_session_loop_caught_on_third_repeat_then_outcomes_climb_to_handoff(
     server: tuple[LiveServer, dict[str, str]],
 ) -> None:
     srv, keys = server
-    with TriageClient(srv.url, api_key=keys["acme"]) as c:
+    with TriageClient(srv.url, api_key=keys["acme"], **STRICT) as c:
         r = c.append_steps(
             "conv-loop", messages=[{"role": "user", "content": "Weather in Paris? I'm bob@example.com"}]
         )
@@ -131,7 +134,7 @@ def test_session_loop_caught_on_third_repeat_then_outcomes_climb_to_handoff(
 def test_budget_spent_ends_in_human_handoff(server: tuple[LiveServer, dict[str, str]]) -> None:
     srv, keys = server
     opts = {"fallback_models": ["gpt-small"]}
-    with TriageClient(srv.url, api_key=keys["acme"]) as c:
+    with TriageClient(srv.url, api_key=keys["acme"], **STRICT) as c:
         c.append_steps("conv-timeout", messages=[{"role": "user", "content": "Book it."}], options=opts)
         c.append_steps("conv-timeout", messages=[_call(0, "book", '{"id": 7}')], options=opts)
         r = c.append_steps(
@@ -149,13 +152,13 @@ def test_budget_spent_ends_in_human_handoff(server: tuple[LiveServer, dict[str, 
         )
         assert r.primary is not None and (r.primary.kind, r.primary.step) == ("timeout", 2)
         rec = r.recommendation
-        seen = [(rec.strategy.value, rec.params.get("attempt"))]
+        seen = [(rec.strategy, rec.params.get("attempt"))]
         for _ in range(6):
             out = c.report_outcome(rec.id, success=False)
             if out.next is None:
                 break
             rec = out.next
-            seen.append((rec.strategy.value, rec.params.get("attempt")))
+            seen.append((rec.strategy, rec.params.get("attempt")))
         assert seen == [
             ("retry", 1),
             ("retry", 2),
@@ -172,7 +175,7 @@ def test_budget_spent_ends_in_human_handoff(server: tuple[LiveServer, dict[str, 
 def test_tenants_cannot_read_each_other(server: tuple[LiveServer, dict[str, str]]) -> None:
     srv, keys = server
     trace = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
-    with TriageClient(srv.url, api_key=keys["acme"]) as a, TriageClient(srv.url, api_key=keys["globex"]) as b:
+    with TriageClient(srv.url, api_key=keys["acme"], **STRICT) as a, TriageClient(srv.url, api_key=keys["globex"], **STRICT) as b:
         mine = a.diagnose(trace)
         a.append_steps("shared-name", messages=[{"role": "user", "content": "acme's"}])
         assert a.get_trace(mine.trace_id).id == mine.trace_id
@@ -193,7 +196,7 @@ def test_tenants_cannot_read_each_other(server: tuple[LiveServer, dict[str, str]
 
 def test_concurrent_appends_to_one_session_lose_nothing(server: tuple[LiveServer, dict[str, str]]) -> None:
     srv, keys = server
-    with TriageClient(srv.url, api_key=keys["acme"]) as c:
+    with TriageClient(srv.url, api_key=keys["acme"], **STRICT) as c:
 
         def append(i: int) -> list[int]:
             return c.append_steps(
@@ -281,7 +284,7 @@ def test_sigkill_mid_load_loses_no_acknowledged_trace(tmp_path: Path) -> None:
     assert len(acked) >= 150
     restarted = LiveServer(env=env).wait_ready()
     try:
-        with TriageClient(restarted.url, api_key=keys["acme"]) as c:
+        with TriageClient(restarted.url, api_key=keys["acme"], **STRICT) as c:
             stored: set[str] = set()
             cursor = None
             while True:
@@ -341,7 +344,7 @@ def test_stream_alarm_is_a_fleet_signal_a_failure_out_of_band_until_rebaselined(
             "steps": [{"kind": "user_input", "content": "hi"}, {"kind": "final_output", "content": "hello"}],
         }
 
-    with TriageClient(srv.url, api_key=keys["acme"]) as c:
+    with TriageClient(srv.url, api_key=keys["acme"], **STRICT) as c:
         plain = c.diagnose(
             {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
         )
@@ -382,12 +385,11 @@ def test_stream_alarm_is_a_fleet_signal_a_failure_out_of_band_until_rebaselined(
 def test_async_client(server: tuple[LiveServer, dict[str, str]]) -> None:
     import asyncio
 
-    from serve.client import AsyncTriageClient
 
     srv, keys = server
 
     async def run() -> tuple[str, list[int], bool]:
-        async with AsyncTriageClient(srv.url, api_key=keys["acme"]) as c:
+        async with AsyncTriageClient(srv.url, api_key=keys["acme"], **STRICT) as c:
             r = await c.append_steps("conv-async", messages=[{"role": "user", "content": "hi"}])
             d = await c.diagnose(
                 {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]}
@@ -408,7 +410,7 @@ def test_diagnosed_traces_feed_streams_after_the_answer(server: tuple[LiveServer
 
     srv, keys = server
     h = {"Authorization": f"Bearer {keys['globex']}"}
-    with TriageClient(srv.url, api_key=keys["globex"]) as c:
+    with TriageClient(srv.url, api_key=keys["globex"], **STRICT) as c:
         for seed in range(3):
             t = make_trace(None, seed=seed, n_steps=6)
             t.task_type = "autofeed"

@@ -1,0 +1,34 @@
+"""agent-triage's client: its own small distribution (httpx + pydantic), nothing of the server.
+
+- :class:`TriageClient` / :class:`AsyncTriageClient`: the whole HTTP API, fail-open with a time
+  budget, retries with backoff honouring ``Retry-After``;
+- :class:`StepStream`: turns framework events into session steps (what the adapters build on);
+- ``agent_triage_client.langchain.TriageCallbackHandler`` and
+  ``agent_triage_client.openai_agents.TriageTracingProcessor``: stream an agent's steps to
+  ``/v1/sessions`` as it runs. They import their framework only when imported themselves
+  (``pip install 'agent-triage-client[langchain]'`` / ``[openai-agents]``).
+
+>>> from agent_triage_client import TriageClient
+>>> TriageClient("http://127.0.0.1:9").diagnose({"messages": [{"role": "user", "content": "hi"}]},
+...                                             ).recommendation.strategy   # nothing listens on :9
+'continue'
+"""
+
+from agent_triage_client._client import DEFAULT_BASE_URL, AsyncTriageClient, TriageClient, retry_after_s
+from agent_triage_client._errors import TriageAPIError, TriageClientError, TriageUnavailable
+from agent_triage_client.models import Diagnosis, Recommendation, SessionStep
+from agent_triage_client.stream import StepStream
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "AsyncTriageClient",
+    "Diagnosis",
+    "Recommendation",
+    "SessionStep",
+    "StepStream",
+    "TriageAPIError",
+    "TriageClient",
+    "TriageClientError",
+    "TriageUnavailable",
+    "retry_after_s",
+]

@@ -1,0 +1,137 @@
+"""The client's framework adapters with the real frameworks, streaming to a real ``triage serve``:
+a LangChain callback handler on chat-model and tool runs, and an OpenAI Agents SDK tracing
+processor on the SDK's own spans. A 503 the agent ignored and a 3× repeated call are caught at
+the right step while the run goes on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agent_triage_client import TriageClient
+
+from tests.conftest import LiveServer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def client(live_server: LiveServer) -> Iterator[TriageClient]:
+    with TriageClient(live_server.url, timeout_s=60, budget_s=120, fail_open=False) as c:
+        yield c
+
+
+def test_langchain_callback_handler_streams_the_run(client: TriageClient) -> None:
+    from agent_triage_client.langchain import TriageCallbackHandler
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+
+    @tool
+    def search(q: str) -> str:
+        """Search the web."""
+        return "no results"
+
+    @tool
+    def weather(city: str) -> str:
+        """Today's weather in a city."""
+        raise RuntimeError("503 Service Unavailable")
+
+    calls = [AIMessage(content="", tool_calls=[{"id": f"c{i}", "name": "search", "args": {"q": "paris weather"}}])
+             for i in range(3)]
+    model = FakeMessagesListChatModel(responses=[*calls, AIMessage(content="Paris is sunny, 18C.")])
+    seen: list[Any] = []
+    handler = TriageCallbackHandler(client, "lc-loop", on_diagnosis=seen.append)
+    config: Any = {"callbacks": [handler]}
+    messages: list[BaseMessage] = [HumanMessage(content="Weather in Paris?")]
+    for _ in range(4):
+        ai = model.invoke(messages, config=config)
+        messages.append(ai)
+        for tc in getattr(ai, "tool_calls", []):
+            messages.append(search.invoke(tc, config=config))
+    last = handler.stream.last
+    assert last is not None and last.session_steps == 8 and len(seen) == 8  # history not sent twice
+    # caught on the result of the third repeat, while the run went on
+    assert [(f.kind, f.source_index) for f in seen[6].failures] == [("loop", 6)]
+    assert ("loop", 6) in {(f.kind, f.source_index) for f in last.failures}
+    view = client.get_session("lc-loop")
+    assert view.last is not None and view.last.primary is not None and view.last.primary.source_index == 6
+
+    # a tool that raised, then an answer that ignores it
+    handler = TriageCallbackHandler(client, "lc-503")
+    model = FakeMessagesListChatModel(responses=[
+        AIMessage(content="", tool_calls=[{"id": "w1", "name": "weather", "args": {"city": "Lisbon"}}]),
+        AIMessage(content="Tomorrow in Lisbon it will be sunny with a high of 24C."),
+    ])
+    messages = [HumanMessage(content="Weather in Lisbon tomorrow?")]
+    ai = model.invoke(messages, config=config | {"callbacks": [handler]})
+    messages.append(ai)
+    with pytest.raises(RuntimeError):
+        weather.invoke(ai.tool_calls[0], config={"callbacks": [handler]})
+    messages.append(ToolMessage(content="503 Service Unavailable", tool_call_id="w1", status="error"))
+    model.invoke(messages, config={"callbacks": [handler]})
+    last = handler.stream.last
+    assert last is not None
+    kinds = {(f.kind, f.step) for f in last.failures}
+    assert ("tool_error", 2) in kinds and ("ignored_error", 3) in kinds, kinds
+    assert last.session_steps == 4  # the error ToolMessage repeated in the input is not sent twice
+
+
+def test_openai_agents_tracing_processor_streams_the_run(client: TriageClient) -> None:
+    from agent_triage_client.openai_agents import TriageTracingProcessor
+    from agents.tracing import (
+        SpanError,
+        function_span,
+        generation_span,
+        response_span,
+        set_trace_processors,
+        trace,
+    )
+    from openai.types.responses import Response
+
+    processor = TriageTracingProcessor(client)
+    set_trace_processors([processor])
+    try:
+        user = {"role": "user", "content": "Weather in Paris?"}
+        history: list[dict[str, Any]] = [user]
+        with trace("weather agent", group_id="oa-loop"):
+            for i in range(3):
+                call = {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"c{i}", "type": "function",
+                     "function": {"name": "search", "arguments": '{"q": "paris weather"}'}}]}
+                with generation_span(input=list(history), output=[call], model="gpt-4o-mini"):
+                    pass
+                with function_span("search", input='{"q": "paris weather"}') as fs:
+                    fs.span_data.output = "no results"
+                history += [call, {"role": "tool", "tool_call_id": f"c{i}", "content": "no results"}]
+            processor.force_flush()
+            view = client.get_session("oa-loop")  # read while the run goes on
+            assert view.steps == 7 and [(f.kind, f.source_index) for f in view.failures] == [("loop", 6)]
+
+        # Responses API items, a tool span that failed, and an answer that ignores it
+        def response(output: list[dict[str, Any]]) -> Response:
+            return Response.model_validate({"id": "resp", "created_at": 0, "model": "gpt-4o-mini",
+                                            "object": "response", "output": output, "parallel_tool_calls": True,
+                                            "tool_choice": "auto", "tools": []})
+
+        fc = {"type": "function_call", "id": "fc1", "call_id": "w1", "name": "weather",
+              "arguments": json.dumps({"city": "Lisbon"}), "status": "completed"}
+        with trace("weather agent", group_id="oa-503"):
+            with response_span(response=response([fc])) as rs:
+                rs.span_data.input = "Weather in Lisbon tomorrow?"
+            with function_span("weather", input='{"city": "Lisbon"}') as fs:
+                fs.set_error(SpanError(message="Error running tool", data={"error": "503 Service Unavailable"}))
+            answer = {"type": "message", "id": "m1", "role": "assistant", "status": "completed",
+                      "content": [{"type": "output_text", "text": "Tomorrow it will be sunny, 24C.",
+                                   "annotations": []}]}
+            with response_span(response=response([answer])) as rs:
+                rs.span_data.input = [{"role": "user", "content": "Weather in Lisbon tomorrow?"}, fc,
+                                      {"type": "function_call_output", "call_id": "w1", "output": "error"}]
+        view = client.get_session("oa-503")
+        assert view.steps == 4 and view.last is not None
+        kinds = {(f.kind, f.source_index) for f in view.last.failures}
+        assert ("tool_error", 2) in kinds and ("ignored_error", 3) in kinds, kinds
+    finally:
+        set_trace_processors([])
