@@ -24,7 +24,7 @@ from serve.errors import install_error_handlers
 from serve.limits import BodySizeLimit
 from serve.metrics import LatencyMiddleware, Metrics
 from serve.redaction import Redactor
-from serve.routers import diagnose, health, outcomes, sessions, streams, traces
+from serve.routers import diagnose, health, otlp, outcomes, sessions, streams, traces
 from serve.routers import metrics as metrics_router
 from serve.service import TriageService
 from serve.settings import Settings, get_settings
@@ -130,6 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(traces.router)
     app.include_router(streams.router)
     app.include_router(metrics_router.router)
+    app.include_router(otlp.router)
     return app
 
 

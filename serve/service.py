@@ -19,12 +19,14 @@ Storage rules (ARCHITECTURE.md, "Sessions" and "Streams"):
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.metadata
 import logging
 import math
+import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -33,13 +35,14 @@ from sqlalchemy import insert
 
 from model.detectors import make_stream_detector
 from model.diagnosis import DEFAULT_THRESHOLDS, RUNSCORE, Diagnoser
-from model.errors import InputError, TooLargeError, TriageError
+from model.errors import InputError, TooLargeError, TraceImportError, TriageError
 from model.findings import DiagnosisResponse, Finding
-from model.importers import load_trace
+from model.importers import genai, load_trace, openinference
+from model.importers.spans import collect_spans, group_runs, import_spans, uses_openinference
 from model.kinds import FailureKind, Strategy
 from model.options import DiagnoseOptions
 from model.policy import RepairEngine
-from model.schema import Step, StepKind, Trace
+from model.schema import Step, StepKind, ToolDefinition, Trace
 from model.streams import Alarm, detect_changepoints
 from model.streams.metrics import DEFAULT_TASK_TYPE, extract_metrics
 from serve.api_models import (
@@ -300,8 +303,83 @@ class TriageService:
     # -- sessions --------------------------------------------------------------------------------
     def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
         """Append steps to session ``session_id`` (created on first use) and diagnose it so far."""
+        resp = self._append(
+            tenant, session_id, req.options, lambda state, offset: self._import_steps(req, offset=offset),
+            field="steps" if req.steps is not None else "messages",
+            task_type=req.task_type, language=req.language, tools=req.tools,
+        )
+        assert resp is not None  # _import_steps never returns no steps
+        return resp
+
+    def append_spans(self, tenant: str, document: dict[str, Any]) -> dict[str, SessionStepResponse | None]:
+        """Feed OTLP/JSON spans (the OTLP receiver) into live sessions: one per run, keyed by
+        ``gen_ai.conversation.id`` / ``session.id`` (else the trace id; a trace whose first spans
+        named no session stays in the trace id's session). Spans are numbered in
+        arrival order (within one export, by start time); each session keeps its spans (redacted)
+        so that chat spans repeating the conversation add only what is new. Runs without GenAI or
+        OpenInference spans are left out. Returns session id → its diagnosis (``None`` when the
+        export added spans but no step, e.g. a parent agent span)."""
+        out: dict[str, SessionStepResponse | None] = {}
+        for trace_id, session, group in group_runs(collect_spans(document)):
+            if not any(genai.is_genai(sp) or openinference.KIND in sp.attrs for sp in group):
+                continue
+            group.sort(key=lambda sp: (sp.start_ns is None, sp.start_ns or 0, sp.span_id or ""))
+            payload = [self.redactor.redact(sp.to_json()) for sp in group]
+            # a session id from the spans, made a valid id (GET /v1/sessions/{id} reads it back)
+            key = re.sub(r"[^A-Za-z0-9._:@\-]", "_", session or trace_id)[:128]
+            if session is not None:
+                # spans of a trace that arrived before any of them named the session (children end
+                # before the parent that carries the conversation id) stay in that trace's session
+                for tid in dict.fromkeys(sp.trace_id for sp in group):
+                    tid_key = re.sub(r"[^A-Za-z0-9._:@\-]", "_", tid)[:128]
+                    if self.store.get_session(tenant, tid_key) is not None:
+                        key = tid_key
+                        break
+            out[key] = self._append(
+                tenant, key, DiagnoseOptions(),
+                functools.partial(self._import_spans, payload), field="spans",
+            )
+        return out
+
+    def _import_spans(
+        self, payload: list[dict[str, Any]], state: dict[str, Any], offset: int
+    ) -> tuple[list[Step], int]:
+        """The steps the new spans add to the session's run (rebuilt from every span it has)."""
+        log = state.setdefault("otlp", {"spans": [], "steps": 0, "base": offset})
+        log["spans"].extend(payload)
+        if len(log["spans"]) > self.max_steps:
+            raise TooLargeError(
+                f"session would have {len(log['spans'])} spans; the limit is {self.max_steps}", path="spans"
+            )
+        fmt = "openinference" if uses_openinference(log["spans"]) else "otel"
+        try:
+            runs = import_spans(log["spans"], fmt=fmt, max_steps=self.max_steps, in_order=True)
+        except TraceImportError as exc:
+            if "none of its" in exc.message:  # no readable span yet (e.g. only an agent span)
+                return [], log["base"] + len(log["spans"])
+            raise
+        assert len(runs) == 1  # the log holds one session's (or one trace's) spans
+        steps = runs[0].steps
+        new = steps[log["steps"]:]
+        log["steps"] = len(steps)
+        for st in new:
+            st.source_index += log["base"]
+        return new, log["base"] + len(log["spans"])
+
+    def _append(
+        self,
+        tenant: str,
+        session_id: str,
+        options: DiagnoseOptions,
+        importer: Callable[[dict[str, Any], int], tuple[list[Step], int]],
+        *,
+        field: str,
+        task_type: str | None = None,
+        language: str | None = None,
+        tools: list[ToolDefinition] | None = None,
+    ) -> SessionStepResponse | None:
+        """Lock the session, import the new steps (``importer(state, offset)``), diagnose, store."""
         check_id(session_id, path="path.session_id")
-        options = req.options
         wanted = [
             n for n in (options.detectors or list(self.diagnoser.detectors)) if n not in self.session_exclude
         ]
@@ -324,25 +402,31 @@ class TriageService:
                 trace = Trace(id=row.trace_id, session_id=session_id)
             # (a session first seen through /v1/diagnose has a whole trace but no counters yet)
             offset = max(row.next_source_index, max((st.source_index + 1 for st in trace.steps), default=0))
-            new_steps, next_source = self._import_steps(req, offset=offset)
-            check_index(next_source, path="steps" if req.steps is not None else "messages")
+            state = copy.deepcopy(row.state or {})
+            new_steps, next_source = importer(state, offset)
+            check_index(next_source, path=field)
             if len(trace.steps) + len(new_steps) > self.max_steps:
                 raise TooLargeError(
                     f"session would have {len(trace.steps) + len(new_steps)} steps; the limit is {self.max_steps}",
-                    path="steps" if req.steps is not None else "messages",
+                    path=field,
                 )
+            if not new_steps:  # nothing to diagnose yet; keep what the importer kept
+                row.state = state
+                row.next_source_index = next_source
+                row.updated_at = utcnow()
+                row.version += 1
+                return None
             first = len(trace.steps)
             trace.steps.extend(new_steps)
             _link_across_calls(trace.steps, first)
-            if req.task_type:
-                trace.task_type = req.task_type
-            if req.language:
-                trace.language = req.language
-            if req.tools:
+            if task_type:
+                trace.task_type = task_type
+            if language:
+                trace.language = language
+            if tools:
                 known = {t.name for t in trace.tools}
-                trace.tools.extend(t for t in req.tools if t.name not in known)
+                trace.tools.extend(t for t in tools if t.name not in known)
             extra = self.degradation_findings(tenant, trace)
-            state = copy.deepcopy(row.state or {})
             with self._model_lock:
                 if incremental:
                     extra += self._classifier_findings(clf, state, trace)

@@ -38,6 +38,23 @@ class Span:
     path: str = ""
     resource: dict[str, Any] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        """The span as a listed span (what :func:`model.importers.spans.collect_spans` reads back)."""
+        out: dict[str, Any] = {
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "parent_span_id": self.parent_id,
+            "name": self.name,
+            "start_time_unix_nano": self.start_ns,
+            "end_time_unix_nano": self.end_ns,
+            "attributes": self.attrs,
+            "status": {"code": "ERROR" if self.error else "UNSET", "message": self.status_message},
+            "events": [{"name": n, "attributes": a} for n, a in self.events],
+        }
+        if self.resource:
+            out["resource"] = {"attributes": self.resource}
+        return {k: v for k, v in out.items() if v is not None}
+
     def attr_path(self, key: str) -> str:
         return f'{self.path}.attributes["{key}"]'
 

@@ -189,10 +189,17 @@ def collect_spans(data: Any) -> list[Span]:
     if isinstance(data, dict) and "resourceSpans" in data:
         return _otlp_spans(data)
     if isinstance(data, dict) and "spans" in data:
-        return [_span(s, join("spans", i), {}) for i, s in enumerate(expect_list(data["spans"], "spans"))]
+        return [_span(s, join("spans", i), _own_resource(s)) for i, s in enumerate(expect_list(data["spans"], "spans"))]
     if isinstance(data, list):
-        return [_span(s, join("", i), {}) for i, s in enumerate(data)]
+        return [_span(s, join("", i), _own_resource(s)) for i, s in enumerate(data)]
     fail("", f"expected OTLP/JSON (resourceSpans) or a list of spans, got {type_name(data)}")
+
+
+def _own_resource(raw: Any) -> dict[str, Any]:
+    """A listed span's ``resource`` (flat attributes), as :meth:`Span.to_json` writes it."""
+    res = raw.get("resource") if isinstance(raw, dict) else None
+    attrs = res.get("attributes", res) if isinstance(res, dict) else None
+    return dict(attrs) if isinstance(attrs, dict) else {}
 
 
 def uses_openinference(data: Any) -> bool:
@@ -233,8 +240,9 @@ def _genai_agent(span: Span) -> str | None:
     return None
 
 
-def _build(trace_id: str, spans: list[Span], max_steps: int | None, fmt: str) -> Trace:
-    spans = sorted(spans, key=lambda s: (s.start_ns is None, s.start_ns or 0, s.span_id or ""))
+def _build(trace_id: str, spans: list[Span], max_steps: int | None, fmt: str, in_order: bool = False) -> Trace:
+    if not in_order:
+        spans = sorted(spans, key=lambda s: (s.start_ns is None, s.start_ns or 0, s.span_id or ""))
     parents = {s.parent_id for s in spans if s.parent_id is not None}
     speakers = _speakers(spans)
     builder = SpanBuilder(StepSink(max_steps))
@@ -312,16 +320,20 @@ def group_runs(spans: list[Span], *, session: str | None = None) -> list[tuple[s
 
 
 def import_spans(
-    data: Any, *, fmt: str, max_steps: int | None = None, session: str | None = None
+    data: Any, *, fmt: str, max_steps: int | None = None, session: str | None = None, in_order: bool = False
 ) -> list[Trace]:
-    """Build one Trace per run from OTLP/JSON or a span list (see :func:`group_runs`)."""
+    """Build one Trace per run from OTLP/JSON or a span list (see :func:`group_runs`).
+
+    ``in_order=True`` keeps the spans in the order given (the order they arrived, for a live
+    session) instead of ordering them by start time; ``source_index`` is then that position.
+    """
     spans = collect_spans(data)
     if not spans:
         fail("resourceSpans" if isinstance(data, dict) and "resourceSpans" in data else "",
              "no spans: the trace is empty")
     traces = []
     for tid, sid, group in group_runs(spans, session=session):
-        trace = _build(tid, group, max_steps, fmt)
+        trace = _build(tid, group, max_steps, fmt, in_order)
         trace.session_id = sid
         ids = list(dict.fromkeys(s.trace_id for s in group))
         if len(ids) > 1:
