@@ -1,0 +1,116 @@
+"""OTLP receiver benchmark: a real `triage serve` on 127.0.0.1 (rules + the shipped classifier when
+present) receiving one span per export, as the SDK's SimpleSpanProcessor sends them, for one
+live session; latency per export by how many spans the session already holds.
+
+Each export is a protobuf ``ExportTraceServiceRequest`` with one GenAI span (chat spans repeat
+the whole conversation in ``gen_ai.input.messages``, as instrumentations do); the receiver
+re-imports the session's spans on every export, so the cost grows with the session.
+
+Run (about a minute)::
+
+    .venv/bin/python bench/otlp.py --spans 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _export(i: int, history: list[dict[str, Any]], conv: str) -> bytes:
+    req = ExportTraceServiceRequest()
+    span = req.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id = bytes.fromhex("ab" * 16)
+    span.span_id = i.to_bytes(8, "big")
+    span.start_time_unix_nano = 1_700_000_000_000_000_000 + i * 1_000_000
+    span.end_time_unix_nano = span.start_time_unix_nano + 500_000
+
+    def attr(key: str, value: str) -> None:
+        kv = span.attributes.add()
+        kv.key, kv.value.string_value = key, value
+
+    attr("gen_ai.conversation.id", conv)
+    cid = f"c{i // 2}"
+    if i % 2 == 0:  # a chat span calling a tool
+        call = {"role": "assistant", "parts": [{"type": "tool_call", "id": cid, "name": "search",
+                                                "arguments": {"q": f"query {i}"}}]}
+        span.name = "chat"
+        attr("gen_ai.operation.name", "chat")
+        attr("gen_ai.input.messages", json.dumps(history))
+        attr("gen_ai.output.messages", json.dumps([call]))
+        history.append(call)
+    else:  # the tool's execution
+        span.name = "execute_tool search"
+        attr("gen_ai.operation.name", "execute_tool")
+        attr("gen_ai.tool.name", "search")
+        attr("gen_ai.tool.call.id", cid)
+        attr("gen_ai.tool.call.result", f"result {i}: 3 documents")
+        history.append({"role": "tool", "parts": [{"type": "tool_call_response", "id": cid,
+                                                   "response": f"result {i}: 3 documents"}]})
+    return bytes(req.SerializeToString())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spans", type=int, default=300)
+    args = ap.parse_args()
+    port = _port()
+    with tempfile.TemporaryDirectory() as data:
+        env = {**os.environ, "TRIAGE_AUTH": "off", "TRIAGE_DATA_DIR": data}
+        proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port",
+                                 str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(600):
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
+            history: list[dict[str, Any]] = [{"role": "user", "parts": [{"type": "text", "content": "Research."}]}]
+            lat: list[float] = []
+            with httpx.Client(base_url=url, headers={"Content-Type": "application/x-protobuf"}) as c:
+                for i in range(args.spans):
+                    body = _export(i, history, "bench-conv")
+                    t0 = time.perf_counter()
+                    r = c.post("/otlp/v1/traces", content=body)
+                    lat.append((time.perf_counter() - t0) * 1000)
+                    assert r.status_code == 200, r.text
+                view = c.get("/v1/sessions/bench-conv").json()
+            assert view["next_source_index"] == args.spans, view["next_source_index"]
+            print(f"OTLP receiver, one span per export, one session of {args.spans} spans "
+                  f"({view['steps']} steps); model {view['model_version']}")
+            print("spans already held   median ms   p90 ms")
+            for lo in (0, 50, 100, 200, 290):
+                window = sorted(lat[lo: lo + 10])
+                if len(window) < 10:
+                    continue
+                print(f"{lo:>5}–{lo + 9:<5}          {statistics.median(window):8.1f}   {window[8]:7.1f}")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
