@@ -10,7 +10,7 @@ PORT   ?= 8000
 
 PG_DIR ?= /tmp/agent-triage-pg
 
-.PHONY: run test install install-serve lint typecheck pytest client-test schema clean-venv pg-start pg-stop
+.PHONY: run test install install-serve lint typecheck pytest client-test integrations schema clean-venv pg-start pg-stop
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -68,3 +68,23 @@ test: lint typecheck pytest
 
 schema: install-serve
 	$(VENV)/bin/triage schema docs/trace.schema.json
+
+# Integration fixtures: each library records the stub agent's trace (tests/integrations/agent.py,
+# against the local OpenAI-compatible stub model tests/integrations/stub_openai.py) in a venv of
+# its own under $(INT_DIR), content capture on and off, into tests/fixtures/integrations/. `make
+# test` installs none of them: tests/test_integrations.py reads the committed fixtures.
+INT_DIR ?= .integrations
+INTEGRATIONS := otel-openai-v2 openinference-openai openllmetry-openai
+INT_COMMON := openai==2.* opentelemetry-sdk opentelemetry-exporter-otlp-proto-common
+INT_PKGS_otel-openai-v2 := opentelemetry-instrumentation-openai-v2==2.4b0 opentelemetry-util-genai==1.1b0  # 1.2b0+ lacks the module 2.4b0 imports
+INT_PKGS_openinference-openai := openinference-instrumentation-openai==0.1.66
+INT_PKGS_openllmetry-openai := opentelemetry-instrumentation-openai==0.62.4
+
+integrations: $(INTEGRATIONS:%=integration-%)
+	$(VENV)/bin/pytest tests/test_integrations.py -q
+
+integration-%:
+	@test -x $(INT_DIR)/$*/bin/python || $(PYTHON) -m venv $(INT_DIR)/$*
+	$(INT_DIR)/$*/bin/python -m pip install -q -c constraints.txt $(INT_COMMON) $(INT_PKGS_$*)
+	$(INT_DIR)/$*/bin/python tests/integrations/record.py $* tests/fixtures/integrations on
+	$(INT_DIR)/$*/bin/python tests/integrations/record.py $* tests/fixtures/integrations off

@@ -1,0 +1,132 @@
+"""Record one library's trace of the stub agent as a fixture (run by ``make integrations``, inside
+that library's own venv; see tests/integrations/README.md).
+
+    python tests/integrations/record.py LIBRARY OUT_DIR on|off
+
+Writes ``OUT_DIR/LIBRARY.json`` (``on``: content capture on) or ``OUT_DIR/LIBRARY-content-off.json``
+(``off``: the library's default, or its switch for hiding content; a process of its own, as the
+libraries read their settings once), each ``{"library", "package",
+"version", "content", "trace"}`` where ``trace`` is what the library emitted: OTLP/JSON for the
+span instrumentations, encoded by the OpenTelemetry SDK's own OTLP encoder.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import agent  # noqa: E402
+import stub_openai  # noqa: E402
+
+
+def _otlp_json(spans: Any) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    doc: dict[str, Any] = MessageToDict(encode_spans(spans))
+    for rs in doc.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for s in ss.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if s.get(key):
+                        s[key] = base64.b64decode(s[key]).hex()
+    return doc
+
+
+def _with_spans(instrument: Callable[[Any], Callable[[], None]], parent: bool = True) -> dict[str, Any]:
+    """Run the agent under a fresh tracer provider with ``instrument(provider)`` applied."""
+    from openai import OpenAI
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    uninstrument = instrument(provider)
+    server = stub_openai.serve(0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key="sk-stub")
+        if parent:  # the README's recipe: one parent span per run
+            with provider.get_tracer("travel-agent").start_as_current_span(
+                    "invoke_agent travel-agent",
+                    attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "travel-agent"}):
+                agent.run(client)
+        else:
+            agent.run(client)
+    finally:
+        server.shutdown()
+        uninstrument()
+    return _otlp_json(exporter.get_finished_spans())
+
+
+def otel_openai_v2(content: bool) -> tuple[str, dict[str, Any]]:
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    if content:  # off: the default (NO_CONTENT)
+        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+    def instrument(provider: Any) -> Callable[[], None]:
+        inst = OpenAIInstrumentor()
+        inst.instrument(tracer_provider=provider)
+        return inst.uninstrument
+
+    return "opentelemetry-instrumentation-openai-v2", _with_spans(instrument)
+
+
+def openinference_openai(content: bool) -> tuple[str, dict[str, Any]]:
+    os.environ["OPENINFERENCE_HIDE_INPUTS"] = "false" if content else "true"
+    os.environ["OPENINFERENCE_HIDE_OUTPUTS"] = "false" if content else "true"
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    def instrument(provider: Any) -> Callable[[], None]:
+        inst = OpenAIInstrumentor()
+        inst.instrument(tracer_provider=provider)
+        return inst.uninstrument
+
+    return "openinference-instrumentation-openai", _with_spans(instrument)
+
+
+def openllmetry_openai(content: bool) -> tuple[str, dict[str, Any]]:
+    os.environ["TRACELOOP_TRACE_CONTENT"] = "true" if content else "false"
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    def instrument(provider: Any) -> Callable[[], None]:
+        inst = OpenAIInstrumentor()
+        inst.instrument(tracer_provider=provider)
+        return inst.uninstrument
+
+    return "opentelemetry-instrumentation-openai", _with_spans(instrument)
+
+
+RECORDERS: dict[str, Callable[[bool], tuple[str, dict[str, Any]]]] = {
+    "otel-openai-v2": otel_openai_v2,
+    "openinference-openai": openinference_openai,
+    "openllmetry-openai": openllmetry_openai,
+}
+
+
+def main() -> None:
+    library, out, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    content = {"on": True, "off": False}[mode]
+    out.mkdir(parents=True, exist_ok=True)
+    package, trace = RECORDERS[library](content)
+    record = {"library": library, "package": package, "version": importlib.metadata.version(package),
+              "content": content, "trace": trace}
+    name = f"{library}.json" if content else f"{library}-content-off.json"
+    (out / name).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {out / name}")
+
+
+if __name__ == "__main__":
+    main()
