@@ -21,6 +21,7 @@ from model.runscore import RunScorer
 from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
 from serve.errors import install_error_handlers
+from serve.evaluation_export import EvaluationExporter, parse_headers
 from serve.limits import BodySizeLimit
 from serve.metrics import LatencyMiddleware, Metrics
 from serve.redaction import Redactor
@@ -109,6 +110,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 retention.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await retention
+            if service.exporter is not None:
+                service.exporter.close()
             service.store.dispose()
 
     app = FastAPI(
@@ -139,11 +142,16 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
     store = open_store(settings)
     engine = RepairEngine(diagnoser.policy, load_budgets(settings.policy_path))
     redactor = Redactor.from_names(settings.redact.split(","), mode=settings.redact_mode, salt=settings.redact_salt)
+    exporter = None
+    if settings.eval_export_endpoint:
+        exporter = EvaluationExporter(settings.eval_export_endpoint, headers=parse_headers(settings.eval_export_headers),
+                                      timeout_s=settings.eval_export_timeout_s)
     return TriageService(
         store,
         diagnoser,
         engine,
         redactor,
+        exporter=exporter,
         max_steps=settings.max_steps,
         session_exclude=[n.strip() for n in settings.session_detectors_exclude.split(",") if n.strip()],
         stream_detector=settings.stream_detector,

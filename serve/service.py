@@ -36,6 +36,7 @@ from sqlalchemy import insert
 from model.detectors import make_stream_detector
 from model.diagnosis import DEFAULT_THRESHOLDS, RUNSCORE, Diagnoser
 from model.errors import InputError, TooLargeError, TraceImportError, TriageError
+from model.evaluation import evaluation_events
 from model.findings import DiagnosisResponse, Finding
 from model.importers import genai, load_trace, openinference
 from model.importers.spans import collect_spans, group_runs, import_spans, uses_openinference
@@ -65,6 +66,7 @@ from serve.api_models import (
     TracePageOut,
     TraceSummary,
 )
+from serve.evaluation_export import EvaluationExporter
 from serve.redaction import Redactor
 from serve.store import Store
 from serve.store.models import LabelRow, ObservationRow, SessionRow, TraceRow, utcnow
@@ -135,8 +137,10 @@ class TriageService:
         stream_detector: str = "cusum",
         stream_autofeed: Sequence[str] = (),
         relative_min_runs: int = 50,
+        exporter: EvaluationExporter | None = None,
     ) -> None:
         self.store = store
+        self.exporter = exporter
         self.diagnoser = diagnoser
         self.engine = engine
         self.redactor = redactor
@@ -209,6 +213,7 @@ class TriageService:
                 row.version += 1
             if self.stream_autofeed and feed_streams:  # shadow mode observes too
                 self._feed_streams(db, tenant, trace, resp)
+        self._export(trace, resp)
         return resp
 
     def relative_threshold(self, tenant: str, task_type: str | None) -> float | None:
@@ -235,6 +240,11 @@ class TriageService:
             thr = float(np.quantile(values, 1 - scorer.target_false_alarm))
         self._relative_cache[key] = (now, thr)
         return thr
+
+    def _export(self, trace: Trace, resp: DiagnosisResponse) -> None:
+        """Send the diagnosis to the user's OTLP endpoint, when one is set (after the commit)."""
+        if self.exporter is not None:
+            self.exporter.submit(evaluation_events(trace, resp))
 
     def feed_streams(self, tenant: str, trace: Trace, resp: DiagnosisResponse) -> None:
         """Feed a diagnosed trace's metrics into the tenant's streams, in a transaction of its own."""
@@ -362,8 +372,11 @@ class TriageService:
         steps = runs[0].steps
         new = steps[log["steps"]:]
         log["steps"] = len(steps)
+        by_span = runs[0].metadata.get("span_trace_ids") or {}
         for st in new:
             st.source_index += log["base"]
+            # the span's own trace id, for gen_ai.evaluation.result events parented to it
+            st.metadata["otel.trace_id"] = by_span.get(st.span_id, runs[0].id)
         return new, log["base"] + len(log["spans"])
 
     def _append(
@@ -460,6 +473,7 @@ class TriageService:
             row.next_source_index = next_source
             row.updated_at = utcnow()
             row.version += 1
+        self._export(trace, resp)
         return resp
 
     @staticmethod

@@ -87,6 +87,15 @@ class Settings(BaseSettings):
         description="Per-trace metrics every /v1/diagnose feeds into the tenant's streams "
         "(comma-separated names of model.streams.metrics; empty = none).",
     )
+    eval_export_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP logs endpoint (…/v1/logs): each diagnosis goes there as gen_ai.evaluation.result "
+        "events parented to the failing spans; unset: no export.",
+    )
+    eval_export_headers: str = Field(
+        default="", description="Headers for that endpoint, OTel form: Authorization=Bearer%20…,k=v."
+    )
+    eval_export_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of one export request.")
     session_detectors_exclude: str = Field(
         default="incomplete",
         description="Detectors not run on a session while it is still running (comma-separated).",

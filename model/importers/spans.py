@@ -338,6 +338,7 @@ def import_spans(
         ids = list(dict.fromkeys(s.trace_id for s in group))
         if len(ids) > 1:
             trace.metadata["trace_ids"] = ids
+            trace.metadata["span_trace_ids"] = {s.span_id: s.trace_id for s in group if s.span_id}
         traces.append(trace)
     return traces
 
