@@ -707,3 +707,35 @@ def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "e.jsonl").write_text("\n\n")
     with pytest.raises(TraceImportError, match="no traces"):
         read_path(tmp_path / "e.jsonl")
+
+
+def test_langchain_model_dump_and_tool_error_status() -> None:
+    """LangChain ``model_dump()`` messages; a ToolMessage with status error is a failed result."""
+    msgs = [
+        {"type": "human", "content": "Weather in Lisbon?"},
+        {"type": "ai", "content": "", "tool_calls": [{"name": "get_weather", "args": {"city": "Lisbon"}, "id": "w1",
+                                                      "type": "tool_call"}]},
+        {"type": "tool", "content": "Error: ConnectionError('503')", "tool_call_id": "w1", "name": "get_weather",
+         "status": "error"},
+        {"type": "ai", "content": [{"type": "text", "text": "It will be sunny."}]},
+    ]
+    t = load_trace({"messages": msgs})
+    assert [(s.kind.value, s.source_index) for s in t.steps] == [
+        ("user_input", 0), ("tool_call", 1), ("tool_result", 2), ("final_output", 3)]
+    assert t.steps[2].status == "error" and t.steps[2].tool_name == "get_weather"
+    assert t.steps[1].tool_args == {"city": "Lisbon"} and t.steps[3].content == "It will be sunny."
+
+
+def test_responses_items_reasoning_and_items_without_text() -> None:
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Find it."}]},
+        {"type": "reasoning", "id": "rs1", "summary": [{"type": "summary_text", "text": "Search first."}]},
+        {"type": "web_search_call", "id": "ws1", "status": "completed"},
+        {"type": "function_call", "call_id": "c1", "name": "search", "arguments": '{"q": "x"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "none"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Nothing found."}]},
+    ]
+    t = load_trace(items)
+    assert [(s.kind.value, s.source_index) for s in t.steps] == [
+        ("user_input", 0), ("llm_reasoning", 1), ("tool_call", 3), ("tool_result", 4), ("final_output", 5)]
+    assert t.steps[3].content == "none" and t.steps[1].content == "Search first."

@@ -4,7 +4,9 @@ Formats (:data:`FORMATS`):
 
 - ``native``: our own Trace JSON (an object with ``steps``, or a list of them);
 - ``openai``: chat messages, ``{"messages": [...]}``, ``{"history": [...]}`` or a bare list, with
-  multi-agent logs (AG2, Magentic-One) resolved as :mod:`model.importers.messages` says;
+  multi-agent logs (AG2, Magentic-One) resolved as :mod:`model.importers.messages` says; OpenAI
+  Responses API items (``to_input_list()``) and LangChain message dicts (``messages_to_dict``,
+  ``model_dump``) read as chat messages (:mod:`model.importers.dialects`);
 - ``otel``: OpenTelemetry GenAI spans, OTLP/JSON or a list of span objects
   (:mod:`model.importers.genai`, :mod:`model.importers.spans`);
 - ``openinference``: OpenInference spans, same containers (:mod:`model.importers.openinference`).
@@ -41,6 +43,7 @@ from typing import Any
 
 from model.errors import InputError, TooLargeError, TraceImportError
 from model.importers._common import type_name
+from model.importers.dialects import is_dialect_item
 from model.importers.messages import import_messages
 from model.importers.native import import_native
 from model.importers.openinference import KIND as _OI_KIND
@@ -149,7 +152,7 @@ def detect_format(data: Any) -> str:
             return "native"
         if any(_span_like(x) for x in head):
             spans = True
-        elif any(isinstance(x, dict) and "role" in x for x in head):
+        elif any(isinstance(x, dict) and ("role" in x or is_dialect_item(x)) for x in head):
             return "openai"
         else:
             raise TraceImportError(

@@ -101,6 +101,8 @@ class Msg:
     terminal: bool = False
     status: StepStatus | None = None
     error_type: str | None = None
+    #: a reasoning item of its own (Responses API): no answer step beside the reasoning
+    reasoning_only: bool = False
 
     def fingerprint(self) -> tuple[Any, ...]:
         """Identity used to recognise history repeated in a later span's input."""
@@ -257,7 +259,7 @@ def emit_message(msg: Msg, sink: StepSink, *, source_index: int, path: str, **ex
     else:  # assistant
         if msg.reasoning:
             made.append(sink.add(path, kind=StepKind.LLM_REASONING, content=msg.reasoning, **common))
-        if msg.text or not msg.calls:
+        if msg.text or not (msg.calls or msg.reasoning_only):
             made.append(
                 sink.add(
                     path,

@@ -1,7 +1,9 @@
 """OpenAI chat messages → :class:`~model.schema.Trace`, multi-agent logs included.
 
 Accepted shapes: ``{"messages": [...]}``, ``{"history": [...]}`` (other top-level keys, such as a
-Who&When log's ``mistake_step``, go to ``Trace.metadata``) and a bare list of messages.
+Who&When log's ``mistake_step``, go to ``Trace.metadata``) and a bare list of messages; OpenAI
+Responses API items and LangChain message dicts are read as the messages they stand for
+(:mod:`model.importers.dialects`).
 
 Role resolution, in order, for a message at position ``i`` with ``name`` N:
 
@@ -46,7 +48,8 @@ from model.importers._common import (
     opt_str,
     type_name,
 )
-from model.schema import ToolDefinition, Trace
+from model.importers.dialects import REASONING_ITEM, is_dialect_item, to_chat
+from model.schema import StepStatus, ToolDefinition, Trace
 
 VALID_ROLES = ("assistant", "developer", "function", "system", "tool", "user")
 SPEAKER_ROLES = ("assistant", "system", "tool", "user")
@@ -151,8 +154,9 @@ def _to_msg(i: int, m: Any, path: str, speakers: dict[str, str]) -> Msg:
         call_id = opt_str(m.get("tool_call_id"), join(path, "tool_call_id"))
         # a sender mapped to "tool" by the speakers option is an executor: read its exit code
         mapped = name is not None and name in speakers
+        failed = StepStatus.ERROR if m.get("status") == "error" else None  # LangChain's ToolMessage.status
         return Msg("tool", text, tool_call_id=call_id, tool_name=name, speaker=name if mapped else None,
-                   terminal=mapped)
+                   terminal=mapped, status=failed)
     reasoning = m.get("reasoning_content", m.get("reasoning"))
     return Msg(
         "assistant",
@@ -160,6 +164,7 @@ def _to_msg(i: int, m: Any, path: str, speakers: dict[str, str]) -> Msg:
         calls=_calls(m, path),
         speaker=name,
         reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+        reasoning_only=m.get(REASONING_ITEM) is True,
     )
 
 
@@ -214,6 +219,8 @@ def import_messages(
         fail("", f"expected a list of messages or an object with 'messages'; got {type_name(data)}")
     if not messages:
         fail(prefix, "no messages: the trace is empty")
+    if any(is_dialect_item(m) for m in messages):  # Responses API items, LangChain message dicts
+        messages = to_chat(messages)
     if max_steps is not None and len(messages) > max_steps:
         # every message makes at least one step, so this is decided before any work
         raise TooLargeError(
@@ -223,6 +230,8 @@ def import_messages(
     spk = validate_speakers(speakers)
     sink = StepSink(max_steps)
     for i, m in enumerate(messages):
+        if m is None:  # an item that carries nothing the detectors read (e.g. a web search call)
+            continue
         path = join(prefix, i)
         emit_message(_to_msg(i, m, path, spk), sink, source_index=i, path=path)
     mark_final_output(sink.steps)

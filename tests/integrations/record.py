@@ -109,7 +109,77 @@ def openllmetry_openai(content: bool) -> tuple[str, dict[str, Any]]:
     return "opentelemetry-instrumentation-openai", _with_spans(instrument)
 
 
-RECORDERS: dict[str, Callable[[bool], tuple[str, dict[str, Any]]]] = {
+def _stub() -> tuple[Any, str]:
+    server = stub_openai.serve(0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
+def langchain_create_agent(content: bool) -> tuple[str, Any]:
+    """LangChain 1.x ``create_agent`` with ``ChatOpenAI``; the run's messages as
+    ``messages_to_dict`` writes them (a message log: no content switch)."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import messages_to_dict
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def search(query: str) -> str:
+        """Search the web."""
+        return agent.run_tool("search", {"query": query})
+
+    @tool
+    def get_weather(city: str, day: str = "today") -> str:
+        """The forecast for a city."""
+        return agent.run_tool("get_weather", {"city": city, "day": day})
+
+    server, url = _stub()
+    try:
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key="sk-stub")  # type: ignore[arg-type]
+        graph = create_agent(model=model, tools=[search, get_weather],
+                             system_prompt="You are a travel assistant. Use the tools.")
+        result = graph.invoke({"messages": [{"role": "user", "content": agent.QUESTION}]})
+    finally:
+        server.shutdown()
+    return "langchain", {"messages": messages_to_dict(result["messages"])}
+
+
+def openai_agents(content: bool) -> tuple[str, Any]:
+    """The OpenAI Agents SDK (Chat Completions model against the stub); the run as
+    ``result.to_input_list()`` gives it: Responses API items (a message log)."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def search(query: str) -> str:
+        """Search the web."""
+        return agent.run_tool("search", {"query": query})
+
+    @function_tool
+    def get_weather(city: str, day: str = "today") -> str:
+        """The forecast for a city."""
+        return agent.run_tool("get_weather", {"city": city, "day": day})
+
+    server, url = _stub()
+    try:
+        model = OpenAIChatCompletionsModel(model="gpt-4o-mini",
+                                           openai_client=AsyncOpenAI(base_url=url, api_key="sk-stub"))
+        bot = Agent(name="travel-agent", instructions="You are a travel assistant. Use the tools.",
+                    tools=[search, get_weather], model=model)
+        result = Runner.run_sync(bot, agent.QUESTION)
+    finally:
+        server.shutdown()
+    return "openai-agents", result.to_input_list()
+
+
+#: libraries whose output is a message log (no content-capture switch: recorded once)
+MESSAGE_LOGS = {"langchain-create-agent", "openai-agents"}
+
+RECORDERS: dict[str, Callable[[bool], tuple[str, Any]]] = {
+    "langchain-create-agent": langchain_create_agent,
+    "openai-agents": openai_agents,
     "otel-openai-v2": otel_openai_v2,
     "openinference-openai": openinference_openai,
     "openllmetry-openai": openllmetry_openai,
@@ -121,8 +191,11 @@ def main() -> None:
     content = {"on": True, "off": False}[mode]
     out.mkdir(parents=True, exist_ok=True)
     package, trace = RECORDERS[library](content)
+    if library in MESSAGE_LOGS and not content:
+        print(f"{library}: a message log has no content switch; nothing to record with content off")
+        return
     record = {"library": library, "package": package, "version": importlib.metadata.version(package),
-              "content": content, "trace": trace}
+              "content": content, "format": "messages" if library in MESSAGE_LOGS else "spans", "trace": trace}
     name = f"{library}.json" if content else f"{library}-content-off.json"
     (out / name).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {out / name}")
