@@ -9,7 +9,8 @@ pipeline reads), its ``labels`` built from what the history knows, strongest sou
    (confidence 0.9); one whose outcomes all failed keeps it at 0.6 (the diagnosis may have been
    right and the repair too weak, or the diagnosis wrong);
 3. with ``--include-unconfirmed``, the diagnoses themselves as weak ``rule_vote`` labels (the
-   fused confidence), healthy diagnoses as healthy traces.
+   fused confidence), healthy diagnoses as healthy traces; an unknown verdict (``healthy: null``,
+   content not recorded) gives no label.
 
 Stored text is redacted (``[REDACTED:email]`` and friends, or HMAC tokens in hash mode), and the
 service diagnoses the redacted text too. Every exported trace says so in ``metadata.redaction``; the
@@ -86,8 +87,8 @@ def labels_for(record: dict[str, Any], *, include_unconfirmed: bool) -> TraceLab
         return TraceLabels(
             failures=failures, source=LabelSource.REPAIR_OUTCOME, first_failing_step=_first(failures)
         )
-    if not include_unconfirmed:
-        return None
+    if not include_unconfirmed or response.get("healthy", False) is None:
+        return None  # a verdict of "unknown" (content not recorded) is no label, not "healthy"
     weak = [
         FailureLabel(
             kind=FailureKind(f["kind"]),

@@ -17,6 +17,7 @@ from serve.api_models import OutcomeRequest
 from serve.app import build_service
 from serve.examples import HEALTHY, OPENAI_IGNORED_ERROR, OPENAI_LOOP
 from serve.settings import Settings, get_settings
+from tests.conftest import FIXTURES
 
 
 def _trace(example: dict[str, Any], trace_id: str) -> Trace:
@@ -38,6 +39,11 @@ def history(tmp_path: Path) -> Path:
     assert loop.primary is not None
     service.store.add_label("acme", "t-human", kind="hallucination", step=2, author="reviewer")
     service.diagnose("globex", _trace(HEALTHY, "t-other"), DiagnoseOptions())
+    # content capture off: no failure found, the verdict unknown (healthy null)
+    off = json.loads((FIXTURES / "integrations" / "otel-openai-v2-content-off.json").read_text())["trace"]
+    unknown = load_trace(off)
+    unknown.id = "t-unknown"
+    assert service.diagnose("acme", unknown, DiagnoseOptions()).healthy is None
     service.store.dispose()
     return tmp_path / "data"
 
@@ -75,14 +81,14 @@ def test_export_labels_from_outcomes_and_humans(history: Path, tmp_path: Path) -
     assert [(f["kind"], f["step"]) for f in human["labels"]["failures"]] == [("hallucination", 2)]
     for row in rows:
         Trace.model_validate(row)  # what the training pipeline reads
-    assert "wrote 2 traces" in text and "skipped 2" in text
+    assert "wrote 2 traces" in text and "skipped 3" in text  # t-healthy, t-other, t-unknown
 
 
 def test_export_unconfirmed_and_tenant(history: Path, tmp_path: Path) -> None:
     code, rows, _ = _export(history, tmp_path / "all.jsonl", "--include-unconfirmed", "--tenant", "acme")
     assert code == 0
     by_id = {r["id"]: r for r in rows}
-    assert set(by_id) == {"t-fixed", "t-healthy", "t-human"}
+    assert set(by_id) == {"t-fixed", "t-healthy", "t-human"}  # not t-unknown: no label, not "healthy"
     assert (
         by_id["t-healthy"]["labels"]["failures"] == []
         and by_id["t-healthy"]["labels"]["source"] == "rule_vote"

@@ -86,7 +86,6 @@ def test_every_span_library_has_both_recordings() -> None:
 
 
 NOT_YET = [
-    ("openinference-instrumentation-langchain 0.1.80", "LangChain's tool-output envelope in OpenInference spans"),
     ("openai-agents 0.24", "the SDK's native trace export (its own processor's JSON; the client's "
                            "TracingProcessor streams the same runs live)"),
     ("LiteLLM 1.110", "its logging payload and its OTel spans"),

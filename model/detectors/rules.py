@@ -725,7 +725,8 @@ class LoopRule(_Rule):
 
     Runs are counted per (tool, normalised arguments) and reset when that call's result changes
     (polling that progresses, a retry after an error that then succeeds) or a user message
-    arrives (a new turn may legitimately ask again). Calls that got no result are not counted.
+    arrives (a new turn may legitimately ask again). Calls that got no result, and calls whose
+    arguments were not recorded (hidden by the instrumentation), are not counted.
     The finding is on the *result* of the ``repeats``-th call; ``details["repeats"]`` lists every
     call of the run (steps and source indices), including repeats after the ``repeats``-th.
 
@@ -761,8 +762,8 @@ class LoopRule(_Rule):
             if s.kind is not StepKind.TOOL_CALL:
                 continue
             r = graph.result_of_call.get(i)
-            if r is None:
-                continue
+            if r is None or (s.tool_args is None and s.tool_args_raw is None):
+                continue  # no result, or arguments not recorded (hidden): nothing to compare
             key = ((s.tool_name or "").strip().lower(), normalise_args(s))
             result = _norm_result(steps[r].content)
             prev = runs.get(key)

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from model.coverage import is_placeholder
 from model.errors import TooLargeError, TraceImportError
 from model.schema import Step, StepKind, StepStatus
 
@@ -144,8 +145,9 @@ def as_text(value: Any) -> str:
 def parse_tool_args(value: Any, path: str, *, strict_type: bool) -> tuple[dict[str, Any] | None, str | None]:
     """Turn received tool arguments into ``(tool_args, tool_args_raw)``.
 
-    A JSON string holding an object → ``(dict, None)``; a string that is not JSON, or JSON that
-    is not an object → ``(None, raw)`` (the ``malformed_call`` rule reads that, it is not an
+    A JSON string holding an object → ``(dict, None)``; a redaction placeholder (``__REDACTED__``)
+    → ``(None, None)``, unknown; a string that is not JSON, or JSON that is not an object →
+    ``(None, raw)`` (the ``malformed_call`` rule reads that, it is not an
     import error); an object → ``(dict, None)``; missing → ``({}, None)``. Any other type is an
     import error when ``strict_type`` (OpenAI messages: ``arguments`` must be a string), else it
     is kept as malformed raw JSON text.
@@ -157,6 +159,8 @@ def parse_tool_args(value: Any, path: str, *, strict_type: bool) -> tuple[dict[s
     if isinstance(value, str):
         if not value.strip():
             return {}, None
+        if is_placeholder(value):  # hidden by the instrumentation: unknown, not malformed
+            return None, None
         try:
             parsed = json.loads(value)
         except ValueError:

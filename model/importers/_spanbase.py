@@ -194,11 +194,13 @@ class SpanBuilder:
         result: Any,
         speaker: str | None,
         result_recorded: bool = True,
+        failed: bool = False,
     ) -> None:
         """A tool execution span → ``tool_call`` (unless an LLM span already made it) + ``tool_result``.
 
         ``result_recorded=False``: the span carries no result attribute (content capture off), so
-        an empty result is unknown, not empty (``metadata["content_recorded"] = False``).
+        an empty result is unknown, not empty (``metadata["content_recorded"] = False``);
+        ``failed``: the result itself says the tool failed (status ``error``).
         """
         common = self._common(span, source_index)
         pending = self._pending.get(name, [])
@@ -223,6 +225,8 @@ class SpanBuilder:
                 self.sink.calls_seen.add(call_id)
                 self.sink.call_names[call_id] = name
         status, error_type, message = span.failure()
+        if failed and status is None:  # the tool's own output says it failed (LangChain's status)
+            status = StepStatus.ERROR
         text = as_text(result)
         if not text and status is not None:
             text = message

@@ -160,6 +160,31 @@ def _tool_arguments(span: Span) -> tuple[Any, bool]:
     return value, True
 
 
+def _tool_envelope(result: Any) -> tuple[Any, bool]:
+    """LangChain's tool output as OpenInference records it, a serialised ``ToolMessage``
+    (``{"type": "tool", "data": {"content", "status", "tool_call_id", …}}``) → ``(content,
+    failed)``; anything else is returned as it is.
+
+    >>> _tool_envelope('{"type": "tool", "data": {"content": "503", "status": "error"}}')
+    ('503', True)
+    """
+    if not isinstance(result, str) or not result.startswith("{"):
+        return result, False
+    try:
+        doc = json.loads(result)
+    except ValueError:
+        return result, False
+    data = doc.get("data") if isinstance(doc, dict) and doc.get("type") == "tool" else None
+    if not isinstance(data, dict) or "content" not in data:
+        return result, False
+    content = data["content"]
+    if isinstance(content, list):
+        content = "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    elif not isinstance(content, str):
+        content = json.dumps(content, ensure_ascii=False, default=str)
+    return content, data.get("status") == "error"
+
+
 def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | None, is_leaf: bool) -> None:
     """Add the steps of one OpenInference span to ``builder``."""
     k = kind(span)
@@ -190,9 +215,11 @@ def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | N
     elif k in ("TOOL", "RETRIEVER"):
         name = a.get("tool.name") if k == "TOOL" else None
         cid = a.get("tool_call.id", a.get("tool.id"))
+        failed = False
         if k == "TOOL":
             args, given = _tool_arguments(span)
             result: Any = a.get("output.value")
+            result, failed = _tool_envelope(result)
         else:
             query = a.get("input.value")
             args, given = ({"query": query} if query is not None else {}), query is not None
@@ -213,6 +240,7 @@ def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | N
             result=result,
             speaker=speaker,
             result_recorded=result is not None,
+            failed=failed,
         )
 
 

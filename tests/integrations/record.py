@@ -115,11 +115,9 @@ def _stub() -> tuple[Any, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
 
 
-def langchain_create_agent(content: bool) -> tuple[str, Any]:
-    """LangChain 1.x ``create_agent`` with ``ChatOpenAI``; the run's messages as
-    ``messages_to_dict`` writes them (a message log: no content switch)."""
+def _langchain_agent(url: str) -> dict[str, Any]:
+    """Run LangChain 1.x ``create_agent`` (``ChatOpenAI`` against the stub); its final state."""
     from langchain.agents import create_agent
-    from langchain_core.messages import messages_to_dict
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
 
@@ -133,12 +131,44 @@ def langchain_create_agent(content: bool) -> tuple[str, Any]:
         """The forecast for a city."""
         return agent.run_tool("get_weather", {"city": city, "day": day})
 
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key="sk-stub")  # type: ignore[arg-type]
+    graph = create_agent(model=model, tools=[search, get_weather],
+                         system_prompt="You are a travel assistant. Use the tools.")
+    result: dict[str, Any] = graph.invoke({"messages": [{"role": "user", "content": agent.QUESTION}]})
+    return result
+
+
+def openinference_langchain(content: bool) -> tuple[str, dict[str, Any]]:
+    """OpenInference's LangChain instrumentation on ``create_agent`` (its own root span per run)."""
+    os.environ["OPENINFERENCE_HIDE_INPUTS"] = "false" if content else "true"
+    os.environ["OPENINFERENCE_HIDE_OUTPUTS"] = "false" if content else "true"
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = LangChainInstrumentor()
+    inst.instrument(tracer_provider=provider)
     server, url = _stub()
     try:
-        model = ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key="sk-stub")  # type: ignore[arg-type]
-        graph = create_agent(model=model, tools=[search, get_weather],
-                             system_prompt="You are a travel assistant. Use the tools.")
-        result = graph.invoke({"messages": [{"role": "user", "content": agent.QUESTION}]})
+        _langchain_agent(url)
+    finally:
+        server.shutdown()
+        inst.uninstrument()
+    return "openinference-instrumentation-langchain", _otlp_json(exporter.get_finished_spans())
+
+
+def langchain_create_agent(content: bool) -> tuple[str, Any]:
+    """LangChain 1.x ``create_agent`` with ``ChatOpenAI``; the run's messages as
+    ``messages_to_dict`` writes them (a message log: no content switch)."""
+    from langchain_core.messages import messages_to_dict
+
+    server, url = _stub()
+    try:
+        result = _langchain_agent(url)
     finally:
         server.shutdown()
     return "langchain", {"messages": messages_to_dict(result["messages"])}
@@ -179,6 +209,7 @@ MESSAGE_LOGS = {"langchain-create-agent", "openai-agents"}
 
 RECORDERS: dict[str, Callable[[bool], tuple[str, Any]]] = {
     "langchain-create-agent": langchain_create_agent,
+    "openinference-langchain": openinference_langchain,
     "openai-agents": openai_agents,
     "otel-openai-v2": otel_openai_v2,
     "openinference-openai": openinference_openai,
