@@ -29,6 +29,8 @@ def _records() -> list[dict[str, Any]]:
 
 
 RECORDS = _records()
+#: libraries whose spans carry the offered tools (gen_ai.tool.definitions, llm.tools.*)
+OFFERS_TOOLS = {"openinference-openai", "openinference-langchain", "openllmetry-openai"}
 ON = [r for r in RECORDS if r["content"]]
 OFF = [r for r in RECORDS if not r["content"]]
 
@@ -70,6 +72,9 @@ def test_content_on_imports_right_and_catches_both(record: dict[str, Any]) -> No
     want = _expected(trace)
     assert {(k, v) for k, v in want.items()} <= found, (want, found)
     assert resp.healthy is False and resp.coverage.without_content == 0 and resp.coverage.redacted == 0
+    if record["library"] in OFFERS_TOOLS:  # the tool schemas the spans carry become Trace.tools
+        assert {t.name for t in trace.tools} == {"search", "get_weather"}
+        assert all(t.parameters and t.parameters.get("type") == "object" for t in trace.tools)
 
 
 @pytest.mark.parametrize("record", OFF, ids=[r["file"] for r in OFF])
@@ -90,7 +95,6 @@ NOT_YET = [
                            "TracingProcessor streams the same runs live)"),
     ("LiteLLM 1.110", "its logging payload and its OTel spans"),
     ("Langfuse 5.0", "`langfuse.observation.*` attributes"),
-    ("OTel GenAI (any)", "`gen_ai.tool.definitions` (tool schemas on chat spans) is not read"),
     ("OTel GenAI event mode", "content as log events (`/otlp/v1/logs`): no logs receiver yet"),
 ]
 

@@ -16,6 +16,9 @@ Read per span (``gen_ai.operation.name`` decides; when it is missing, tool attri
 - ``invoke_agent`` / ``create_agent`` with children, ``embeddings``: no steps; the agent's
   ``gen_ai.agent.name`` becomes the ``speaker`` of the steps below it.
 
+The tools a chat span offered (``gen_ai.tool.definitions``; OpenLLMetry's
+``llm.request.functions.{i}.*``) become ``Trace.tools``.
+
 Model (``gen_ai.response.model`` else ``gen_ai.request.model``), ``gen_ai.request.temperature``,
 usage (``gen_ai.usage.input_tokens``/``output_tokens``, older ``prompt_tokens``/
 ``completion_tokens``) and the span's duration go on the first output step.
@@ -29,6 +32,7 @@ from typing import Any
 
 from model.importers._common import Call, Msg, fail, join, type_name
 from model.importers._spanbase import Span, SpanBuilder, indexed_rows
+from model.schema import ToolDefinition
 
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "completion"}
 AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
@@ -224,6 +228,44 @@ def _system_instructions(span: Span) -> list[Msg]:
     return [Msg("system", "\n".join(texts))]
 
 
+_FUNCTION_KEY = re.compile(r"llm\.request\.functions\.(\d+)\.(name|description|parameters)")
+
+
+def offered_tools(span: Span, builder: SpanBuilder) -> None:
+    """The tools a chat span offered the model: ``gen_ai.tool.definitions`` (a JSON list of
+    ``{"type": "function", "name", "description", "parameters"}``, or the OpenAI shape with
+    ``function``) and OpenLLMetry's ``llm.request.functions.{i}.*``. Unreadable ones are skipped:
+    a tool description does not stop the import."""
+    found: list[dict[str, Any]] = []
+    raw = span.attrs.get("gen_ai.tool.definitions")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raw = None
+    if isinstance(raw, list):
+        found.extend(t.get("function", t) for t in raw if isinstance(t, dict))
+    rows: dict[int, dict[str, Any]] = {}
+    for key, value in span.attrs.items():
+        m = _FUNCTION_KEY.fullmatch(key)
+        if m:
+            rows.setdefault(int(m.group(1)), {})[m.group(2)] = value
+    found.extend(rows[i] for i in sorted(rows))
+    for fn in found:
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or name in builder.tools:
+            continue
+        params = fn.get("parameters")
+        if isinstance(params, str):
+            try:
+                params = json.loads(params)
+            except ValueError:
+                params = None
+        desc = fn.get("description")
+        builder.tools[name] = ToolDefinition(name=name, description=desc if isinstance(desc, str) else "",
+                                             parameters=params if isinstance(params, dict) else None)
+
+
 def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | None, is_leaf: bool) -> None:
     """Add the steps of one GenAI span to ``builder``."""
     op = operation(span)
@@ -251,6 +293,7 @@ def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | N
         return
     if op not in LLM_OPERATIONS and not has_messages(span):
         return  # embeddings, unknown operations without messages
+    offered_tools(span, builder)
     llm = llm_fields(span)
     inputs = _system_instructions(span)
     if "gen_ai.input.messages" in span.attrs:
