@@ -112,12 +112,33 @@ class SpanBuilder:
                 continue
             if msg.role == "tool" and msg.tool_call_id is not None and msg.tool_call_id in self.sink.results_seen:
                 continue
+            if msg.role == "assistant" and msg.calls:
+                self._backfill_ids(msg)
             if msg.role == "assistant" and msg.calls and not msg.text and all(
                 c.call_id is not None and c.call_id in self.sink.calls_seen for c in msg.calls
             ):
                 continue
             self._seen[fp] += 1
             self._emit(msg, span, source_index, path, {})
+
+    def _backfill_ids(self, msg: Msg) -> None:
+        """A call repeated in a later input with its id, made earlier without one (LiteLLM's
+        output attributes carry no call id): the earlier step gets the id, so the repeat is
+        recognised and the result links to it."""
+        for call in msg.calls:
+            if call.call_id is None or call.call_id in self.sink.calls_seen:
+                continue
+            pending = self._pending.get(call.name, [])
+            if None not in pending:
+                continue
+            step = next((s for s in self.sink.steps if s.kind == StepKind.TOOL_CALL
+                         and s.tool_name == call.name and s.call_id is None), None)
+            if step is None:
+                continue
+            step.call_id = call.call_id
+            pending[pending.index(None)] = call.call_id
+            self.sink.calls_seen.add(call.call_id)
+            self.sink.call_names[call.call_id] = call.name
 
     def outputs(
         self, span: Span, source_index: int, msgs: list[Msg], path: str, llm: dict[str, Any]

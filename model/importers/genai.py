@@ -1,7 +1,7 @@
 """OpenTelemetry GenAI semantic conventions: one span → steps.
 
 Read per span (``gen_ai.operation.name`` decides; when it is missing, tool attributes mean
-``execute_tool`` and message attributes mean ``chat``):
+``execute_tool``, message attributes or a request / response model mean ``chat``):
 
 - ``chat`` / ``text_completion`` / ``generate_content`` (and a leaf ``invoke_agent`` carrying
   messages): ``gen_ai.system_instructions``, ``gen_ai.input.messages`` (JSON string, or a list)
@@ -50,6 +50,8 @@ def operation(span: Span) -> str | None:
         return "chat"
     if "gen_ai.agent.name" in a:
         return "invoke_agent"
+    if "gen_ai.request.model" in a or "gen_ai.response.model" in a:
+        return "chat"  # an LLM call without the operation name or its content (LiteLLM, content off)
     return None
 
 
@@ -162,7 +164,16 @@ def _parts_messages(value: Any, path: str) -> list[Msg]:
                         tool_call_id=str(cid) if cid else None, tool_name=name)
                 )
             # blob / file / uri parts carry nothing the detectors read
+        # OpenAI-shaped fields beside the parts (LiteLLM writes tool calls and call ids there)
+        for k, tc in enumerate(m.get("tool_calls") or [] if isinstance(m.get("tool_calls"), list) else []):
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                cid = tc.get("id")
+                calls.append(Call(fn["name"], _loose_args(fn.get("arguments")), str(cid) if cid else None,
+                                  join(join(mp, "tool_calls"), k)))
         role = role.lower()
+        if role in ("tool", "function") and not responses and m.get("tool_call_id"):
+            responses.append(Msg("tool", "\n".join(texts), tool_call_id=str(m["tool_call_id"]), tool_name=name))
         if role in ("system", "developer"):
             out.append(Msg("system", "\n".join(texts)))
         elif role in ("tool", "function") or responses:
@@ -199,6 +210,8 @@ def _flat_messages(span: Span, which: str) -> list[Msg]:
             out.append(Msg("tool", text, tool_call_id=str(cid) if cid else None))
         else:
             calls = []
+            if "function_call.name" in r:
+                calls.append(Call(str(r["function_call.name"]), _loose_args(r.get("function_call.arguments")), None))
             k = 0
             while f"tool_calls.{k}.name" in r:
                 cid = r.get(f"tool_calls.{k}.id")
@@ -305,6 +318,9 @@ def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | N
     if "gen_ai.output.messages" in span.attrs:
         outputs = _parts_messages(_json_attr(span, "gen_ai.output.messages"),
                                   span.attr_path("gen_ai.output.messages"))
+        flat = _flat_messages(span, "completion")
+        if flat and not any(m.text or m.calls for m in outputs):
+            outputs = flat  # LiteLLM: the calls only in gen_ai.completion.{i}.function_call.*
     else:
         outputs = _flat_messages(span, "completion")
         # message content is opt-in in OTel; without it the call's text is unknown, not empty

@@ -1,7 +1,9 @@
 """OpenAI chat messages → :class:`~model.schema.Trace`, multi-agent logs included.
 
 Accepted shapes: ``{"messages": [...]}``, ``{"history": [...]}`` (other top-level keys, such as a
-Who&When log's ``mistake_step``, go to ``Trace.metadata``) and a bare list of messages; OpenAI
+Who&When log's ``mistake_step``, go to ``Trace.metadata``; a ``response`` holding a chat
+completion, as in LiteLLM's logging payload, adds its answer as the last message) and a bare
+list of messages; OpenAI
 Responses API items and LangChain message dicts are read as the messages they stand for
 (:mod:`model.importers.dialects`).
 
@@ -189,6 +191,15 @@ def _tools(value: Any, path: str) -> list[ToolDefinition]:
     return out
 
 
+def _response_message(value: Any) -> dict[str, Any] | None:
+    """The assistant message of an OpenAI chat completion response (``choices[0].message``)."""
+    if not isinstance(value, dict) or not isinstance(value.get("choices"), list) or not value["choices"]:
+        return None
+    first = value["choices"][0]
+    msg = first.get("message") if isinstance(first, dict) else None
+    return dict(msg) if isinstance(msg, dict) and msg.get("role") == "assistant" else None
+
+
 def import_messages(
     data: Any, *, speakers: dict[str, str] | None = None, max_steps: int | None = None
 ) -> Trace:
@@ -204,8 +215,11 @@ def import_messages(
             fail("", f"expected a 'messages' or 'history' list; got an object with keys {sorted(data)[:10]}")
         messages = expect_list(data[key], key)
         prefix = key
+        answer = _response_message(data.get("response"))
+        if answer is not None:  # a logging payload (LiteLLM): the request's messages + the response
+            messages = [*messages, answer]
         for k, v in data.items():
-            if k == key:
+            if k == key or (k == "response" and answer is not None):
                 continue
             if k in ("tools", "functions"):
                 tools.extend(_tools(v, k))

@@ -204,13 +204,77 @@ def openai_agents(content: bool) -> tuple[str, Any]:
     return "openai-agents", result.to_input_list()
 
 
+class _LiteLLMClient:
+    """``client.chat.completions.create`` over ``litellm.completion`` (what the agent calls)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.chat = self
+        self.completions = self
+
+    def create(self, **kwargs: Any) -> Any:
+        import litellm
+
+        model = kwargs.pop("model")
+        return litellm.completion(model=f"openai/{model}", api_base=self.url, api_key="sk-stub", **kwargs)
+
+
+def _litellm_run(callback: Any) -> None:
+    import time
+
+    import litellm
+
+    # no parent span: with one, LiteLLM writes every call's attributes onto the current span
+    # instead of a span of its own (the calls collapse into one span holding the last call)
+    litellm.callbacks = [callback]
+    server, url = _stub()
+    try:
+        agent.run(_LiteLLMClient(url))
+        time.sleep(2.0)  # LiteLLM runs its success callbacks on a worker thread
+    finally:
+        server.shutdown()
+
+
+def litellm_otel(content: bool) -> tuple[str, dict[str, Any]]:
+    """LiteLLM's own OpenTelemetry callback (``litellm.callbacks = [OpenTelemetry(...)]``)."""
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    import litellm
+    from litellm.integrations.opentelemetry import OpenTelemetry, OpenTelemetryConfig
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    litellm.turn_off_message_logging = not content
+    exporter = InMemorySpanExporter()
+    _litellm_run(OpenTelemetry(config=OpenTelemetryConfig(exporter=exporter, skip_set_global=True)))
+    return "litellm", _otlp_json(exporter.get_finished_spans())
+
+
+def litellm_logging(content: bool) -> tuple[str, Any]:
+    """LiteLLM's logging payload (``StandardLoggingPayload``, what a custom callback or its
+    proxy logs) of the run's last call: the whole conversation and the answer."""
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    from litellm.integrations.custom_logger import CustomLogger
+
+    payloads: list[Any] = []
+
+    class Keep(CustomLogger):  # type: ignore[misc]
+        def log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
+            payloads.append(kwargs.get("standard_logging_object"))
+
+    _litellm_run(Keep())
+    return "litellm", json.loads(json.dumps(payloads[-1], default=str))
+
+
+#: one trace per LLM call and no session attribute on the spans
+ONE_TRACE_PER_CALL = {"litellm-otel"}
 #: libraries whose output is a message log (no content-capture switch: recorded once)
-MESSAGE_LOGS = {"langchain-create-agent", "openai-agents"}
+MESSAGE_LOGS = {"langchain-create-agent", "openai-agents", "litellm-logging"}
 
 RECORDERS: dict[str, Callable[[bool], tuple[str, Any]]] = {
     "langchain-create-agent": langchain_create_agent,
     "openinference-langchain": openinference_langchain,
     "openai-agents": openai_agents,
+    "litellm-otel": litellm_otel,
+    "litellm-logging": litellm_logging,
     "otel-openai-v2": otel_openai_v2,
     "openinference-openai": openinference_openai,
     "openllmetry-openai": openllmetry_openai,
@@ -227,6 +291,8 @@ def main() -> None:
         return
     record = {"library": library, "package": package, "version": importlib.metadata.version(package),
               "content": content, "format": "messages" if library in MESSAGE_LOGS else "spans", "trace": trace}
+    if library in ONE_TRACE_PER_CALL:  # no parent, no session attribute: diagnosed with options.session
+        record["options"] = {"session": f"{library}-run"}
     name = f"{library}.json" if content else f"{library}-content-off.json"
     (out / name).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {out / name}")
