@@ -363,7 +363,8 @@ def test_leaf_agent_span_wrapper_and_status_forms() -> None:
     assert t.steps[1].speaker == "booker"
     result = t.steps[3]
     assert (result.status, result.error_type, result.content) == (StepStatus.TIMEOUT, "TimeoutError", "TimeoutError")
-    assert t.steps[2].tool_args == {} and t.steps[2].content == ""
+    # no gen_ai.tool.call.arguments on the span (content capture off): unknown, not "no arguments"
+    assert (t.steps[2].tool_args, t.steps[2].tool_args_raw, t.steps[2].content) == (None, None, "")
 
 
 def test_tool_call_arguments_that_are_not_json_in_spans() -> None:

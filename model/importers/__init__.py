@@ -9,7 +9,9 @@ Formats (:data:`FORMATS`):
   ``model_dump``) read as chat messages (:mod:`model.importers.dialects`);
 - ``otel``: OpenTelemetry GenAI spans, OTLP/JSON or a list of span objects
   (:mod:`model.importers.genai`, :mod:`model.importers.spans`);
-- ``openinference``: OpenInference spans, same containers (:mod:`model.importers.openinference`).
+- ``openinference``: OpenInference spans, same containers (:mod:`model.importers.openinference`);
+- the OpenAI Agents SDK's native trace export (``{"data": [trace, span, …]}``) is read as ``otel``
+  spans (:mod:`model.importers.agents_sdk`).
 
 Detection: an object with ``steps`` is native; ``resourceSpans`` (or a list of objects with
 span keys such as ``trace_id`` / ``traceId`` / ``span_id`` / ``attributes``) is spans, read as
@@ -43,6 +45,7 @@ from typing import Any
 
 from model.errors import InputError, TooLargeError, TraceImportError
 from model.importers._common import type_name
+from model.importers.agents_sdk import is_agents_export, to_spans
 from model.importers.dialects import is_dialect_item
 from model.importers.messages import import_messages
 from model.importers.native import import_native
@@ -213,6 +216,8 @@ def load_traces(
     """
     _check_options(format, max_steps)
     try:
+        if format in ("auto", "otel") and is_agents_export(data):  # the Agents SDK's native trace export
+            return import_spans(to_spans(data), fmt="otel", max_steps=max_steps, session=session)
         fmt = detect_format(data) if format == "auto" else format
         if fmt in ("otel", "openinference"):
             return import_spans(data, fmt=fmt, max_steps=max_steps, session=session)

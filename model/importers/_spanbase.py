@@ -230,7 +230,9 @@ class SpanBuilder:
         if already:
             call_id = self._answer(name, call_id)
         else:
-            args, raw = parse_tool_args(arguments, span.attr_path("arguments"), strict_type=False)
+            # arguments not on the span (content capture off): unknown, not "no arguments"
+            args, raw = (parse_tool_args(arguments, span.attr_path("arguments"), strict_type=False)
+                         if arguments_given else (None, None))
             self.sink.add(
                 path,
                 kind=StepKind.TOOL_CALL,

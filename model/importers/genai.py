@@ -132,8 +132,12 @@ def _parts_messages(value: Any, path: str) -> list[Msg]:
         if not isinstance(role, str):
             fail(join(mp, "role"), f"expected a string, got {type_name(role)}")
         parts = m.get("parts")
-        if parts is None and isinstance(m.get("content"), str):  # tolerate {role, content}
-            parts = [{"type": "text", "content": m["content"]}]
+        if parts is None and "parts" not in m or parts is None and "tool_calls" in m:
+            content = m.get("content")  # tolerate OpenAI chat messages: {role, content, tool_calls}
+            if isinstance(content, str):
+                parts = [{"type": "text", "content": content}] if content else []
+            elif content is None:
+                parts = []
         if not isinstance(parts, list):
             fail(join(mp, "parts"), f"expected a list of parts, got {type_name(parts)}")
         name = m.get("name") if isinstance(m.get("name"), str) else None

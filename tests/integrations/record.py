@@ -264,15 +264,68 @@ def litellm_logging(content: bool) -> tuple[str, Any]:
     return "litellm", json.loads(json.dumps(payloads[-1], default=str))
 
 
+def openai_agents_trace(content: bool) -> tuple[str, Any]:
+    """The OpenAI Agents SDK's native trace export: what its exporter posts (``{"data": [trace.export(),
+    span.export(), …]}``), collected by a processor, for the same run (Chat Completions model)."""
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        RunConfig,
+        Runner,
+        function_tool,
+        set_trace_processors,
+    )
+    from agents.tracing import TracingProcessor
+    from openai import AsyncOpenAI
+
+    items: list[Any] = []
+
+    class Keep(TracingProcessor):  # type: ignore[misc]
+        def on_trace_start(self, trace: Any) -> None: ...
+        def on_trace_end(self, trace: Any) -> None:
+            items.append(trace.export())
+        def on_span_start(self, span: Any) -> None: ...
+        def on_span_end(self, span: Any) -> None:
+            items.append(span.export())
+        def shutdown(self) -> None: ...
+        def force_flush(self) -> None: ...
+
+    set_trace_processors([Keep()])
+
+    @function_tool
+    def search(query: str) -> str:
+        """Search the web."""
+        return agent.run_tool("search", {"query": query})
+
+    @function_tool
+    def get_weather(city: str, day: str = "today") -> str:
+        """The forecast for a city."""
+        return agent.run_tool("get_weather", {"city": city, "day": day})
+
+    server, url = _stub()
+    try:
+        model = OpenAIChatCompletionsModel(model="gpt-4o-mini",
+                                           openai_client=AsyncOpenAI(base_url=url, api_key="sk-stub"))
+        bot = Agent(name="travel-agent", instructions="You are a travel assistant. Use the tools.",
+                    tools=[search, get_weather], model=model)
+        Runner.run_sync(bot, agent.QUESTION, run_config=RunConfig(trace_include_sensitive_data=content))
+    finally:
+        server.shutdown()
+    return "openai-agents", json.loads(json.dumps({"data": items}, default=str))
+
+
 #: one trace per LLM call and no session attribute on the spans
 ONE_TRACE_PER_CALL = {"litellm-otel"}
 #: libraries whose output is a message log (no content-capture switch: recorded once)
 MESSAGE_LOGS = {"langchain-create-agent", "openai-agents", "litellm-logging"}
+#: native trace exports (content off: the library's own switch)
+EXPORTS = {"openai-agents-trace"}
 
 RECORDERS: dict[str, Callable[[bool], tuple[str, Any]]] = {
     "langchain-create-agent": langchain_create_agent,
     "openinference-langchain": openinference_langchain,
     "openai-agents": openai_agents,
+    "openai-agents-trace": openai_agents_trace,
     "litellm-otel": litellm_otel,
     "litellm-logging": litellm_logging,
     "otel-openai-v2": otel_openai_v2,
@@ -290,7 +343,8 @@ def main() -> None:
         print(f"{library}: a message log has no content switch; nothing to record with content off")
         return
     record = {"library": library, "package": package, "version": importlib.metadata.version(package),
-              "content": content, "format": "messages" if library in MESSAGE_LOGS else "spans", "trace": trace}
+              "content": content, "trace": trace,
+              "format": "messages" if library in MESSAGE_LOGS else "trace export" if library in EXPORTS else "spans"}
     if library in ONE_TRACE_PER_CALL:  # no parent, no session attribute: diagnosed with options.session
         record["options"] = {"session": f"{library}-run"}
     name = f"{library}.json" if content else f"{library}-content-off.json"
