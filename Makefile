@@ -74,7 +74,7 @@ schema: install-serve
 # its own under $(INT_DIR), content capture on and off, into tests/fixtures/integrations/. `make
 # test` installs none of them: tests/test_integrations.py reads the committed fixtures.
 INT_DIR ?= .integrations
-INTEGRATIONS := otel-openai-v2 openinference-openai openllmetry-openai langchain-create-agent openinference-langchain openai-agents openai-agents-trace litellm-otel litellm-logging
+INTEGRATIONS := otel-openai-v2 openinference-openai openllmetry-openai langchain-create-agent openinference-langchain openai-agents openai-agents-trace langfuse-openai litellm-otel litellm-logging
 INT_COMMON := opentelemetry-sdk opentelemetry-exporter-otlp-proto-common
 INT_PKGS_otel-openai-v2 := openai==2.* opentelemetry-instrumentation-openai-v2==2.4b0 opentelemetry-util-genai==1.1b0  # 1.2b0+ lacks the module 2.4b0 imports
 INT_PKGS_openinference-openai := openai==2.* openinference-instrumentation-openai==0.1.66
@@ -83,6 +83,7 @@ INT_PKGS_langchain-create-agent := langchain==1.5.2 langchain-openai
 INT_PKGS_openinference-langchain := langchain==1.5.2 langchain-openai openinference-instrumentation-langchain==0.1.80
 INT_PKGS_openai-agents := openai-agents==0.24.0
 INT_PKGS_openai-agents-trace := openai-agents==0.24.0
+INT_PKGS_langfuse-openai := langfuse==5.0.4 openai==2.*
 INT_PKGS_litellm-otel := litellm==1.110.2
 INT_PKGS_litellm-logging := litellm==1.110.2
 

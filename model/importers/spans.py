@@ -20,7 +20,8 @@ spans name one session (``gen_ai.conversation.id`` or ``session.id``, on a span 
 all when there are several. Within a run, spans are ordered by start time, then span id (spans
 without a start time last); a span's position in that order is the ``source_index`` of every
 step made from it. Each span is read with OpenInference when it carries
-``openinference.span.kind``, otherwise with the GenAI conventions.
+``openinference.span.kind``, otherwise with the GenAI conventions (Langfuse's
+``langfuse.observation.*`` attributes read as GenAI ones: :mod:`model.importers.langfuse`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from model.errors import TraceImportError
-from model.importers import genai, openinference
+from model.importers import genai, langfuse, openinference
 from model.importers._common import (
     StepSink,
     expect_dict,
@@ -139,6 +140,8 @@ def _span(raw: Any, path: str, resource: dict[str, Any]) -> Span:
     end = to_ns(_first(s, "endTimeUnixNano", "end_time_unix_nano", "end_time", "endTime"),
                 join(path, "endTimeUnixNano"))
     attrs = _attributes(s.get("attributes"), join(path, "attributes"))
+    if langfuse.TYPE in attrs:
+        attrs = langfuse.to_genai(attrs, name)
 
     error, message = False, None
     status = s.get("status")

@@ -314,6 +314,40 @@ def openai_agents_trace(content: bool) -> tuple[str, Any]:
     return "openai-agents", json.loads(json.dumps({"data": items}, default=str))
 
 
+def langfuse_openai(content: bool) -> tuple[str, dict[str, Any]]:
+    """Langfuse's SDK: its OpenAI drop-in (generations) and tool observations under an agent
+    observation, exported by the SDK's own span pipeline; content off: a ``mask`` function, as
+    Langfuse documents for hiding inputs and outputs."""
+    from langfuse import Langfuse, propagate_attributes
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    lf = Langfuse(public_key="pk-lf-stub", secret_key="sk-lf-stub", host="http://127.0.0.1:9",
+                  span_exporter=exporter, flush_at=1,
+                  mask=None if content else (lambda *, data, **_: "[REDACTED]"))
+    from langfuse.openai import OpenAI  # the drop-in, after the client exists
+
+    plain = agent.run_tool
+
+    def traced_tool(name: str, args: dict[str, Any]) -> str:
+        with lf.start_as_current_observation(as_type="tool", name=name, input=args) as obs:
+            out = plain(name, args)
+            obs.update(output=out)
+            return out
+
+    agent.run_tool = traced_tool  # type: ignore[assignment]
+    server, url = _stub()
+    try:
+        with lf.start_as_current_observation(as_type="agent", name="travel-agent", input=agent.QUESTION), \
+                propagate_attributes(session_id="langfuse-conv"):
+            agent.run(OpenAI(base_url=url, api_key="sk-stub"))
+        lf.flush()
+    finally:
+        server.shutdown()
+        agent.run_tool = plain  # type: ignore[assignment]
+    return "langfuse", _otlp_json(exporter.get_finished_spans())
+
+
 #: one trace per LLM call and no session attribute on the spans
 ONE_TRACE_PER_CALL = {"litellm-otel"}
 #: libraries whose output is a message log (no content-capture switch: recorded once)
@@ -326,6 +360,7 @@ RECORDERS: dict[str, Callable[[bool], tuple[str, Any]]] = {
     "openinference-langchain": openinference_langchain,
     "openai-agents": openai_agents,
     "openai-agents-trace": openai_agents_trace,
+    "langfuse-openai": langfuse_openai,
     "litellm-otel": litellm_otel,
     "litellm-logging": litellm_logging,
     "otel-openai-v2": otel_openai_v2,
