@@ -61,10 +61,10 @@ def to_spans(data: Any) -> list[dict[str, Any]]:
                 attrs["gen_ai.output.messages"] = _chat(sd["output"])
             if sd.get("model"):
                 attrs["gen_ai.request.model"] = str(sd["model"])
-            usage = sd.get("usage") if isinstance(sd.get("usage"), dict) else {}
-            for ours, theirs in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens")):
-                if isinstance(usage.get(theirs), int):
-                    attrs[f"gen_ai.usage.{ours}"] = usage[theirs]
+            usage = sd.get("usage")
+            for key in ("input_tokens", "output_tokens"):
+                if isinstance(usage, dict) and isinstance(usage.get(key), int):
+                    attrs[f"gen_ai.usage.{key}"] = usage[key]
         elif kind == "function":
             attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": str(sd.get("name") or "tool")}
             if sd.get("input") is not None:
