@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 
 RESEARCH = ROOT / "research"
 NOTEBOOKS = sorted(RESEARCH.glob("*.ipynb"))
-MIN_FIGURES = {"01-cusum-and-change-points.ipynb": 6}
+MIN_FIGURES = {"01-cusum-and-change-points.ipynb": 6, "02-real-runs.ipynb": 4}
 
 
 def execute_small(path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
@@ -81,3 +81,9 @@ def test_notebook_runs_small_and_renders_plots(path: Path, monkeypatch: pytest.M
         assert "real alarm (410, 'up', 400) -> confirmed=True start=400" in text
         assert "false alarm (324, 'up', 318) -> confirmed=False" in text
         assert "alarms after the re-baseline: 0 ; without it (the episode held open): 0" in text
+    if path.name.startswith("02-"):
+        text = "".join(
+            out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+        )
+        assert "SMALL=True: " in text
+        assert "==== swe: missed" in text and "<== attributed" in text
