@@ -208,6 +208,7 @@ def plot_learning_curve(summary: Sequence[dict[str, Any]]) -> Figure:
     """AUROC (left) and exact localisation (right) against training runs: mean, ± sd band, the
     held-out set's messages baseline dashed."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     sets = list(dict.fromkeys(r["held_out"] for r in summary))
@@ -224,10 +225,20 @@ def plot_learning_curve(summary: Sequence[dict[str, Any]]) -> Figure:
             if m == "auroc" and not math.isnan(rows[0]["baseline_auroc"]):
                 ax.axhline(rows[0]["baseline_auroc"], color=f"C{c}", ls="--", lw=1)
     axes[0].axhline(0.5, color="k", lw=0.5)
-    axes[0].set_ylabel("AUROC on the held-out set (dashed: its messages baseline)")
+    axes[0].set_ylabel("AUROC on the held-out set")
+    axes[0].set_title("did the run fail? (dashed: the set's messages baseline)", fontsize=9)
     axes[1].set_ylabel("exact localisation on the held-out set")
+    axes[1].set_title("where did it go wrong?", fontsize=9)
+    ticks: list[int] = []
+    for k in sorted({r["k"] for r in summary}):  # the pools' sizes can sit close together
+        if not ticks or k > 1.15 * ticks[-1]:
+            ticks.append(k)
     for ax in axes:
         ax.set_xscale("log")
+        ax.set_xticks(ticks)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.tick_params(axis="x", labelsize=7, labelrotation=45)
         ax.set_xlabel("training runs (drawn by task group from the other sets)")
         ax.set_ylim(0, 1)
         ax.legend(fontsize=8)
