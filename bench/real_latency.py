@@ -24,7 +24,7 @@ and the raw forward alike; a keep-alive ``http.client`` connection. The machine'
 printed with the figures. ``--profile`` also runs the same requests in process under cProfile and
 prints where the time goes.
 
-Run (≈ 2 minutes)::
+Run (about a minute; `--profile` adds one more)::
 
     .venv/bin/python bench/real_latency.py --per-set 5 --repeats 5
 """
