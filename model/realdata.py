@@ -38,10 +38,11 @@ import json
 import lzma
 import re
 import tarfile
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from model.errors import InputError
 from model.importers import load_trace
@@ -64,6 +65,9 @@ TAU_WRITE_TOOLS = frozenset(
     {"book_reservation", "cancel_reservation", "update_reservation_flights", "update_reservation_baggages",
      "update_reservation_passengers", "send_certificate"}
 )
+
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -300,6 +304,21 @@ def load_whowhen(root: Path) -> list[RealRun]:
     return runs
 
 
+def first_groups(runs: Sequence[_R], limit: int, *, source: str = "source", group: str = "group") -> list[_R]:
+    """The runs of the first ``limit`` task groups of each set, in the sets' own order (a small,
+    reproducible sample of :func:`model.realdata.load_all`'s runs for tests and notebooks)."""
+    seen: dict[str, list[str]] = defaultdict(list)
+    out = []
+    for r in runs:
+        s, g = getattr(r, source), getattr(r, group)
+        if g not in seen[s]:
+            if len(seen[s]) >= limit:
+                continue
+            seen[s].append(g)
+        out.append(r)
+    return out
+
+
 _LOADERS = {"tau_airline": load_tau, "agentprocessbench": load_agentprocessbench, "swe": load_swe,
             "whowhen": load_whowhen}
 
@@ -318,5 +337,5 @@ def load_all(root: Path | None = None, sources: tuple[str, ...] | None = None) -
     return out
 
 
-__all__ = ["DEFAULT_ROOT", "RUN_LEVEL_SOURCES", "SOURCES", "RealRun", "load_all", "load_source",
+__all__ = ["DEFAULT_ROOT", "first_groups", "RUN_LEVEL_SOURCES", "SOURCES", "RealRun", "load_all", "load_source",
            "swe_trace", "tau_failing_message"]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from model.errors import InputError
+from model.realdata import first_groups
 
 from .model import Example, RunScorer, _auroc
 
@@ -76,21 +77,6 @@ def draw_by_group(examples: Sequence[Example], k: int, rng: np.random.Generator)
         if len(out) >= k:
             break
     return out[:k]
-
-
-def first_groups(runs: Sequence[_G], limit: int, *, source: str = "source", group: str = "group") -> list[_G]:
-    """The runs of the first ``limit`` task groups of each set, in the sets' own order (a small,
-    reproducible sample of :func:`model.realdata.load_all`'s runs for tests and notebooks)."""
-    seen: dict[str, list[str]] = defaultdict(list)
-    out = []
-    for r in runs:
-        s, g = getattr(r, source), getattr(r, group)
-        if g not in seen[s]:
-            if len(seen[s]) >= limit:
-                continue
-            seen[s].append(g)
-        out.append(r)
-    return out
 
 
 def _exact(scorer: RunScorer, test: Sequence[Example]) -> float:

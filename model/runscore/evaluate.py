@@ -29,14 +29,14 @@ import json
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from model.realdata import SOURCES, RealRun, load_all
+from model.realdata import SOURCES, RealRun, first_groups, load_all
 
 from .features import MESSAGE_FEATURES
 from .model import Example, RunScorer, _auroc
@@ -197,6 +197,24 @@ def _fit(train: Sequence[Example], params: dict[str, Any]) -> RunScorer:
     return RunScorer(**params).fit(train)
 
 
+@dataclass
+class LosoFit:
+    """The scorer fitted without one set, and what it says of that set's runs."""
+
+    source: str
+    scorer: RunScorer
+    test_idx: list[int]                         # into ``prepared``
+    scored: list[tuple[float, np.ndarray]]      # (failure probability, message probabilities) per test run
+
+
+def loso_fits(prepared: Sequence[Prepared], params: dict[str, Any] | None = None) -> Iterator[LosoFit]:
+    """For each set present (in :data:`SOURCES` order): fit without it, score it."""
+    for S in [s for s in SOURCES if any(p.run.source == s for p in prepared)]:
+        test_idx = [i for i, p in enumerate(prepared) if p.run.source == S]
+        scorer = _fit([p.example for p in prepared if p.run.source != S], dict(params or {}))
+        yield LosoFit(S, scorer, test_idx, [scorer.score_example(prepared[i].example) for i in test_idx])
+
+
 def evaluate_real(
     prepared: Sequence[Prepared], params: dict[str, Any] | None = None, *, seed: int = 0,
     in_domain_folds: int = 5,
@@ -205,15 +223,12 @@ def evaluate_real(
     params = dict(params or {})
     rng = np.random.default_rng(seed)
     examples = [p.example for p in prepared]
-    sources = [s for s in SOURCES if any(p.run.source == s for p in prepared)]
     report: dict[str, Any] = {"params": params, "sets": {}, "rules": {}, "in_domain": {},
                               "generated": time.strftime("%Y-%m-%d")}
-    for S in sources:
-        test_idx = [i for i, p in enumerate(prepared) if p.run.source == S]
+    for fit in loso_fits(prepared, params):
+        S, scorer, test_idx, scored = fit.source, fit.scorer, fit.test_idx, fit.scored
         train = [examples[i] for i, p in enumerate(prepared) if p.run.source != S]
         test = [examples[i] for i in test_idx]
-        scorer = _fit(train, params)
-        scored = [scorer.score_example(e) for e in test]
         probs = np.array([s[0] for s in scored])
         y = np.array([int(e.failed) for e in test])
         groups = [e.group for e in test]
@@ -459,8 +474,11 @@ def plot_reliability(report: dict[str, Any], path: Path) -> None:
         if "calibration" not in e:
             continue
         bins = e["calibration"]["bins"]
-        ax.plot([b["mean_p"] for b in bins], [b["failed_rate"] for b in bins], "o-",
-                label=f"{s} (ECE {e['calibration']['ece']:.2f})")
+        line, = ax.plot([b["mean_p"] for b in bins], [b["failed_rate"] for b in bins], "o-",
+                        label=f"{s} (ECE {e['calibration']['ece']:.2f})")
+        for b in bins:  # how many runs each point stands for
+            ax.annotate(str(b["n"]), (b["mean_p"], b["failed_rate"]), fontsize=6, color=line.get_color(),
+                        xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("failure_probability (scorer fitted without the set)")
     ax.set_ylabel("share of runs that failed")
     ax.set_xlim(0, 1)
@@ -483,11 +501,12 @@ def plot_localisation(report: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, max(1, len(sets)), figsize=(4.5 * max(1, len(sets)), 3.6), squeeze=False)
     for ax, s in zip(axes[0], sets, strict=False):
         loc = report["sets"][s]["localisation"]
-        names = ["ours", loc["best_baseline"], "last agent message", "position prior (training folds)", "uniform"]
-        vals = [loc["ours"]["exact"], loc["baselines"][loc["best_baseline"]]["exact"],
-                loc["baselines"]["last agent message"]["exact"],
-                loc["baselines"]["position prior (training folds)"]["exact"], loc["uniform"]["exact"]]
-        ax.barh(range(len(names)), vals, color=["C0", "C1", "C2", "C3", "C7"])
+        rows = {"ours": loc["ours"]["exact"]}
+        for name in (loc["best_baseline"], "last agent message", "position prior (training folds)"):
+            rows.setdefault(name, loc["baselines"][name]["exact"])  # the best may be one of the others
+        rows["uniform"] = loc["uniform"]["exact"]
+        names, vals = list(rows), list(rows.values())
+        ax.barh(range(len(names)), vals, color=["C0", "C1", "C2", "C3", "C7"][: len(names)])
         ax.set_yticks(range(len(names)), [n.replace(" (training folds)", "\n(training folds)") for n in names],
                       fontsize=7)
         ax.invert_yaxis()
@@ -520,12 +539,7 @@ def run(root: Path | None = None, reports: Path = Path("reports"), params: dict[
     """Load the vendored sets, prepare, evaluate, write the reports; returns the report."""
     runs = load_all(root, sources)
     if limit is not None:  # a small sample per set (tests, the notebook): the first groups of each
-        keep: list[RealRun] = []
-        for s in SOURCES:
-            sub = [r for r in runs if r.source == s]
-            groups = list(dict.fromkeys(r.group for r in sub))[:limit]
-            keep += [r for r in sub if r.group in set(groups)]
-        runs = keep
+        runs = first_groups(runs, limit)
     prepared = prepare(runs, progress, classifier=classifier)
     report = evaluate_real(prepared, params, seed=seed, in_domain_folds=in_domain_folds)
     if semantic is not None and semantic.is_file():
@@ -550,4 +564,4 @@ def semantic_table(path: Path, prepared: Sequence[Prepared], params: dict[str, A
     return str(sem.render_markdown(result))
 
 
-__all__ = ["Prepared", "evaluate_real", "prepare", "render_markdown", "run", "write_reports"]
+__all__ = ["LosoFit", "Prepared", "evaluate_real", "loso_fits", "prepare", "render_markdown", "run", "write_reports"]

@@ -23,8 +23,7 @@ import numpy as np
 from model.errors import InputError
 from model.schema import Trace
 
-from .evaluate import Prepared
-from .model import RunScorer
+from .evaluate import Prepared, loso_fits
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,19 +52,15 @@ class Prediction:
 
 
 def loso_predictions(prepared: Sequence[Prepared], params: dict[str, Any] | None = None) -> list[Prediction]:
-    """One :class:`Prediction` per prepared run, each from the scorer fitted without its set."""
+    """One :class:`Prediction` per prepared run, each from the scorer fitted without its set
+    (the same fits as :func:`model.runscore.evaluate.evaluate_real`)."""
     out: list[Prediction] = []
-    sources = list(dict.fromkeys(p.run.source for p in prepared))
-    for S in sources:
-        train = [p.example for p in prepared if p.run.source != S]
-        scorer = RunScorer(**dict(params or {})).fit(train)
-        for i, p in enumerate(prepared):
-            if p.run.source != S:
-                continue
-            prob, msg = scorer.score_example(p.example)
+    for fit in loso_fits(prepared, params):
+        for i, (prob, msg) in zip(fit.test_idx, fit.scored, strict=True):
+            p = prepared[i]
             units = p.example.units
             out.append(Prediction(
-                i, S, p.run.run_id, p.run.failed, prob, scorer.threshold, bool(p.rule_failures),
+                i, fit.source, p.run.run_id, p.run.failed, prob, fit.scorer.threshold, bool(p.rule_failures),
                 units[int(np.argmax(msg))].source_index if units else None, p.run.fail_source_index))
     out.sort(key=lambda r: r.index)
     return out
