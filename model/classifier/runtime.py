@@ -107,6 +107,10 @@ class ClassifierRuntime:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
+        # No spin-waiting between forwards: a step's forward is ~0.4 ms, and with spinning on the
+        # second thread burnt ~3.4 ms of CPU after each one (0.6 ms without; docs/benchmarks.md),
+        # CPU the service's other requests need on a 2-core machine.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:
             self.session = ort.InferenceSession(
