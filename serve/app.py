@@ -144,7 +144,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(traces.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(streams.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(metrics_router.router)
-    app.include_router(otlp.router)
+    app.include_router(otlp.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     return app
 
 

@@ -320,7 +320,7 @@ def _caller(principal: Principal, client: tuple[str, int] | Any) -> str:
 
 
 async def rate_limit(request: Request, principal: PrincipalDep) -> None:
-    """Dependency of every ``/v1`` router: spend one request of the caller's key and tenant
+    """Dependency of every ``/v1`` router and the OTLP receiver: spend one request of the caller's key and tenant
     (unless :class:`RateLimitMiddleware` already did, for a key this worker knows)."""
     limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
     if limiter is None or request.scope.get(_CHECKED):
@@ -342,7 +342,7 @@ class RateLimitMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/v1/"):
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(("/v1/", "/otlp/")):
             await self.app(scope, receive, send)
             return
         state = scope["app"].state if "app" in scope else None

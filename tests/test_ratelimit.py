@@ -105,6 +105,9 @@ def test_auth_off_limits_each_client_address(tmp_path: Path) -> None:
         assert [one.get("/v1/traces").status_code for _ in range(3)] == [200, 200, 429]
         # the second app is a second worker: its own buckets, its own address
         assert two.get("/v1/traces").status_code == 200
+    with TestClient(create_app(settings), client=("10.0.0.9", 1)) as otlp:  # the OTLP receiver too
+        statuses = [otlp.post("/otlp/v1/traces", content=b"{}", headers={"Content-Type": "application/json"}).status_code for _ in range(3)]
+        assert statuses[-1] == 429 and 429 not in statuses[:2]
     app = create_app(settings)
     with TestClient(app, client=("10.0.0.1", 1)) as c1:
         c1.get("/v1/traces")
