@@ -270,6 +270,9 @@ class Server:
             "TRIAGE_AUTH": "on",
             "TRIAGE_ORT_THREADS": str(ort_threads or (2 if workers == 1 else 1)),
             "HF_HUB_OFFLINE": "1",
+            # throughput is measured here: the per-key limits (bench/abuse.py measures them) are off
+            "TRIAGE_RATE_LIMIT_KEY_RPS": "0",
+            "TRIAGE_RATE_LIMIT_TENANT_RPS": "0",
         }
         if model_path:
             env["TRIAGE_MODEL_PATH"] = model_path

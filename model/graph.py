@@ -235,7 +235,30 @@ def _http_code(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+#: :func:`step_failure` results kept by what they are read from (a session re-reads the same steps
+#: on every append; the regexes and JSON parsing run once per distinct step).
+_FAILURE_MEMO: dict[tuple[Any, ...], StepFailure | None] = {}
+_FAILURE_MEMO_MAX = 50_000
+_NOT_MEMOISED = object()
+
+
 def step_failure(step: Step) -> StepFailure | None:
+    """How ``step`` failed, or ``None`` when it did not (or is not a step that can fail); memoised
+    on the step's kind, status, tool name, error type and content (:func:`_step_failure`)."""
+    if step.kind not in (StepKind.TOOL_RESULT, StepKind.ERROR, StepKind.TOOL_CALL):
+        return None
+    key = (step.kind, step.status, step.tool_name, step.error_type, step.content)
+    hit = _FAILURE_MEMO.get(key, _NOT_MEMOISED)
+    if hit is not _NOT_MEMOISED:
+        return hit  # type: ignore[return-value]
+    found = _step_failure(step)
+    if len(_FAILURE_MEMO) >= _FAILURE_MEMO_MAX:
+        _FAILURE_MEMO.clear()
+    _FAILURE_MEMO[key] = found
+    return found
+
+
+def _step_failure(step: Step) -> StepFailure | None:
     """How ``step`` failed, or ``None`` when it did not (or is not a step that can fail).
 
     Tool results, ``error`` steps and tool calls carrying a failed status are read. An ``error``

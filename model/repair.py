@@ -86,7 +86,15 @@ def trace_language(trace: Trace) -> str:
     """``trace.language`` when set, else ``"zh"`` when the user's words are mostly Chinese."""
     if trace.language:
         return trace.language
-    text = " ".join(s.content for s in trace.steps if s.kind == StepKind.USER_INPUT)[:2000]
+    parts: list[str] = []
+    size = 0
+    for s in trace.steps:  # the first 2,000 characters of what the user said (stop there)
+        if s.kind == StepKind.USER_INPUT:
+            parts.append(s.content)
+            size += len(s.content) + 1
+            if size > 2000:
+                break
+    text = " ".join(parts)[:2000]
     if text and len(_CJK.findall(text)) >= max(2, len(text) // 10):
         return "zh"
     return "en"

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
@@ -22,14 +22,17 @@ from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
 from serve.errors import install_error_handlers
 from serve.evaluation_export import EvaluationExporter, parse_headers
+from serve.heavy import HeavyLane
 from serve.limits import BodySizeLimit
 from serve.metrics import LatencyMiddleware, Metrics
+from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimiter, RateLimitMiddleware, rate_limit
 from serve.redaction import Redactor
 from serve.routers import diagnose, health, otlp, outcomes, sessions, streams, traces
 from serve.routers import metrics as metrics_router
 from serve.service import TriageService
 from serve.settings import Settings, get_settings
 from serve.store import open_store
+from serve.supervise import watch_master
 
 log = logging.getLogger("triage.serve")
 
@@ -91,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        watch_master()  # a worker of `triage serve --workers N` stops when its master dies
         app.state.diagnoser, app.state.readiness = build_diagnoser(settings)
         # The failure-history store, migrated to head; the stateful service on top of it.
         service = build_service(settings, app.state.diagnoser)
@@ -98,6 +102,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.service = service
         app.state.auth_enabled = settings.auth == "on"
         app.state.key_cache = KeyCache(settings.auth_cache_s)
+        app.state.rate_limiter = service.limiter
+        app.state.heavy = HeavyLane(settings)
+        app.state.gate = FairGate(settings.cpu_slots)
+        metrics.attach_limiter(service.limiter)
         metrics.attach_store(service.store)
         if not app.state.auth_enabled:
             warn_auth_off()
@@ -112,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await retention
             if service.exporter is not None:
                 service.exporter.close()
+            app.state.heavy.close()
             service.store.dispose()
 
     app = FastAPI(
@@ -123,17 +132,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.dependency_overrides[get_settings] = lambda: settings
     app.state.metrics = metrics
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RateLimitMiddleware)  # outside the size limit: refusals come first
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     install_error_handlers(app)
     install_openapi_schemas(app)
+    limited = [Depends(rate_limit)]
     app.include_router(health.router)
-    app.include_router(diagnose.router)
-    app.include_router(sessions.router)
-    app.include_router(outcomes.router)
-    app.include_router(traces.router)
-    app.include_router(streams.router)
+    app.include_router(diagnose.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(sessions.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(outcomes.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(traces.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(streams.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(metrics_router.router)
-    app.include_router(otlp.router)
+    app.include_router(otlp.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     return app
 
 
@@ -157,6 +168,8 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
         stream_detector=settings.stream_detector,
         stream_autofeed=[n.strip() for n in settings.stream_autofeed.split(",") if n.strip()],
         relative_min_runs=settings.runscore_relative_min_runs,
+        limiter=RateLimiter.from_settings(settings),
+        session_window=settings.session_window_steps,
     )
 
 

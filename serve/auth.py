@@ -89,6 +89,13 @@ class KeyCache:
         self.ttl_s = ttl_s
         self._entries: dict[str, tuple[float, Principal | None]] = {}
 
+    def cached(self, key: str) -> Principal | None:
+        """The principal of ``key`` when this worker looked it up within ``ttl_s`` (no query)."""
+        hit = self._entries.get(hash_key(key))
+        if hit is not None and time.monotonic() - hit[0] < self.ttl_s:
+            return hit[1]
+        return None
+
     def lookup(self, store: Store, key: str) -> Principal | None:
         digest = hash_key(key)
         now = time.monotonic()

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from model.errors import InputError, TraceImportError
 from model.importers import parse_json_text
@@ -25,9 +26,19 @@ _REF = "#/components/schemas/{model}"
 _EXTRA_SCHEMAS: dict[str, dict[str, Any]] = {}
 
 
-async def parse_body(request: Request, model: type[M]) -> M:
-    """The request's JSON body validated as ``model``; any failure → 422 with ``loc`` from ``body``."""
-    raw = await request.body()
+async def parse_body(request: Request, model: type[M], raw: bytes | None = None) -> M:
+    """The request's JSON body validated as ``model``; any failure → 422 with ``loc`` from ``body``.
+
+    Parsing and validation run in the thread pool, not on the event loop (``raw``: the body when
+    already read).
+    """
+    if raw is None:
+        raw = await request.body()
+    return await run_in_threadpool(parse_bytes, raw, model)
+
+
+def parse_bytes(raw: bytes, model: type[M]) -> M:
+    """:func:`parse_body` on bytes already read (blocking)."""
     try:
         data = parse_json_text(raw)
     except TraceImportError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -259,12 +260,15 @@ def serve(
     from serve.settings import get_settings
 
     settings = get_settings()
+    n_workers = workers or settings.workers
+    # The workers read their settings from the environment: each enforces 1/N of the rate limits.
+    os.environ["TRIAGE_WORKERS"] = str(n_workers)
     uvicorn.run(
         "serve.app:create_app",
         factory=True,
         host=host or settings.host,
         port=port or settings.port,
-        workers=workers or settings.workers,
+        workers=n_workers,
         log_level="info",
     )
 

@@ -19,6 +19,7 @@ from model.errors import (
     StoreValueError,
     TooLargeError,
 )
+from serve.ratelimit import RateLimitedError
 
 _PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
@@ -55,6 +56,14 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _deep(_: Request, exc: RecursionError) -> JSONResponse:
         return JSONResponse(
             status_code=422, content=error_body(["body"], "JSON nesting too deep", "nesting_too_deep")
+        )
+
+    @app.exception_handler(RateLimitedError)
+    async def _limited(_: Request, exc: RateLimitedError) -> JSONResponse:
+        return JSONResponse(
+            status_code=429,
+            content=error_body([], exc.message, f"rate_limited.{exc.scope}"),
+            headers={"Retry-After": exc.retry_after_header},
         )
 
     @app.exception_handler(StoreUnavailableError)

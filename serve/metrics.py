@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serve.ratelimit import RateLimiter
 from serve.store import Store
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -92,6 +93,25 @@ class StoreCollector(Collector):
         yield alarms
 
 
+class LimiterCollector(Collector):
+    """The 429s this worker gave, by tenant and limit (``key``, ``tenant``, ``quota``)."""
+
+    def __init__(self, limiter: RateLimiter, tenant: str | None = None) -> None:
+        self.limiter = limiter
+        self.tenant = tenant
+
+    def collect(self) -> Iterator[Any]:
+        fam = CounterMetricFamily(
+            "triage_rate_limited",
+            "Requests refused with 429 by this worker, by tenant and limit",
+            labels=["tenant", "scope"],
+        )
+        for (tenant, scope), n in sorted(dict(self.limiter.refused).items()):
+            if self.tenant is None or tenant == self.tenant:
+                fam.add_metric([tenant, scope], n)
+        yield fam
+
+
 class Metrics:
     """The registry of one app: the store collector plus the request latency histogram."""
 
@@ -110,12 +130,21 @@ class Metrics:
             registry=self.registry,
         )
         self._store: StoreCollector | None = None
+        self._limiter: LimiterCollector | None = None
 
     def attach_store(self, store: Store) -> None:
         if self._store is not None:
             self.registry.unregister(self._store)
         self._store = StoreCollector(store)
         self.registry.register(self._store)
+
+    def attach_limiter(self, limiter: RateLimiter | None) -> None:
+        if self._limiter is not None:
+            self.registry.unregister(self._limiter)
+            self._limiter = None
+        if limiter is not None:
+            self._limiter = LimiterCollector(limiter)
+            self.registry.register(self._limiter)
 
     def render(self, tenant: str | None = None) -> tuple[bytes, str]:
         """Every tenant's figures and this worker's (``tenant=None``: an operator), or one tenant's
@@ -125,6 +154,8 @@ class Metrics:
         registry = CollectorRegistry(auto_describe=False)
         if self._store is not None:
             registry.register(StoreCollector(self._store.store, tenant))
+        if self._limiter is not None:
+            registry.register(LimiterCollector(self._limiter.limiter, tenant))
         return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
@@ -158,4 +189,4 @@ class LatencyMiddleware:
             )
 
 
-__all__ = ["LatencyMiddleware", "Metrics", "StoreCollector"]
+__all__ = ["LatencyMiddleware", "LimiterCollector", "Metrics", "StoreCollector"]

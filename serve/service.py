@@ -26,6 +26,7 @@ import math
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -40,6 +41,7 @@ from model.evaluation import evaluation_events
 from model.findings import DiagnosisResponse, Finding
 from model.importers import genai, load_trace, openinference
 from model.importers.spans import collect_spans, group_runs, import_spans, uses_openinference
+from model.incremental import IncrementalDiagnoser
 from model.kinds import FailureKind, Strategy
 from model.options import DiagnoseOptions
 from model.policy import RepairEngine
@@ -67,6 +69,7 @@ from serve.api_models import (
     TraceSummary,
 )
 from serve.evaluation_export import EvaluationExporter
+from serve.ratelimit import FairLock, RateLimiter, utc_day
 from serve.redaction import Redactor
 from serve.store import Store
 from serve.store.models import LabelRow, ObservationRow, SessionRow, TraceRow, utcnow
@@ -138,6 +141,8 @@ class TriageService:
         stream_autofeed: Sequence[str] = (),
         relative_min_runs: int = 50,
         exporter: EvaluationExporter | None = None,
+        limiter: RateLimiter | None = None,
+        session_window: int = 64,
     ) -> None:
         self.store = store
         self.exporter = exporter
@@ -150,9 +155,13 @@ class TriageService:
         self.stream_autofeed = tuple(sorted(set(stream_autofeed)))  # sorted: one lock order
         # One model inference at a time per worker: onnxruntime already uses the cores it was given
         # (TRIAGE_ORT_THREADS); concurrent runs only oversubscribe them and grow its memory arenas.
-        self._model_lock = threading.Lock()
+        # Granted round-robin over tenants: one tenant's burst cannot queue ahead of the others.
+        self._model_lock = FairLock()
         self.relative_min_runs = relative_min_runs
         self._relative_cache: dict[tuple[str, str], tuple[float, float | None]] = {}
+        self.limiter = limiter
+        self.incremental = IncrementalDiagnoser(diagnoser, window=session_window)
+        self._sessions = SessionCache()
 
     @property
     def model_version(self) -> str:
@@ -176,12 +185,13 @@ class TriageService:
         trace = self.redactor.redact_trace(trace)
         extra = self.degradation_findings(tenant, trace)
         run_threshold = self.relative_threshold(tenant, trace.task_type)
-        with self._model_lock:
+        with self._model_lock.hold(tenant):
             resp = self.diagnoser.diagnose(trace, options, extra_findings=extra, run_threshold=run_threshold)
         session_key = trace.session_id or f"trace:{trace.id}"
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         response = self.redactor.redact(resp.model_dump(mode="json"))
         with self.store.write() as db:
+            self._spend_steps(db, tenant, len(trace.steps))
             row = None
             if trace.session_id:  # the session's repair state
                 row = self.store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
@@ -391,30 +401,34 @@ class TriageService:
         language: str | None = None,
         tools: list[ToolDefinition] | None = None,
     ) -> SessionStepResponse | None:
-        """Lock the session, import the new steps (``importer(state, offset)``), diagnose, store."""
+        """Lock the session, import the new steps (``importer(state, offset)``), diagnose, store.
+
+        The cost does not grow with the session: the new steps are written as rows of their own,
+        the session's trace stays in this worker's cache (re-read from the store only when another
+        worker appended meanwhile), and the detectors read a window of the newest steps
+        (:mod:`model.incremental`).
+        """
         check_id(session_id, path="path.session_id")
         wanted = [
             n for n in (options.detectors or list(self.diagnoser.detectors)) if n not in self.session_exclude
         ]
-        # The classifier scores only the new steps (a step's score reads nothing after it); the
-        # earlier steps' findings are kept in the session state.
-        clf = self.diagnoser.detectors.get("classifier") if "classifier" in wanted else None
-        incremental = clf is not None and callable(getattr(clf, "inspect_step", None))
-        if incremental:
-            wanted.remove("classifier")
         if options.detectors is None and self.diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
             wanted.append(RUNSCORE)  # failure_probability and attribution so far (they decide nothing mid-run)
         run_options = options.model_copy(update={"detectors": wanted})
         with self.store.write() as db:
             row = self.store.lock_session(db, tenant, session_id, create_trace_id=_new_id())
             assert row is not None
-            trace_row = db.get(TraceRow, (tenant, row.trace_id))
-            if trace_row is not None:
-                trace = Trace.model_validate(trace_row.trace)
-            else:
-                trace = Trace(id=row.trace_id, session_id=session_id)
+            # Taken out of the cache for the transaction: put back only once it has committed.
+            trace, in_rows = self._sessions.take(tenant, session_id, row.trace_id, row.version)
+            if trace is None:
+                trace_row = db.get(TraceRow, (tenant, row.trace_id))
+                if trace_row is not None:
+                    trace = Trace.model_validate(self.store.trace_json(db, trace_row))
+                    in_rows = trace_row.steps_in_rows
+                else:
+                    trace, in_rows = Trace(id=row.trace_id, session_id=session_id), True
             # (a session first seen through /v1/diagnose has a whole trace but no counters yet)
-            offset = max(row.next_source_index, max((st.source_index + 1 for st in trace.steps), default=0))
+            offset = max(row.next_source_index, max((st.source_index + 1 for st in trace.steps[-1:]), default=0))
             state = copy.deepcopy(row.state or {})
             new_steps, next_source = importer(state, offset)
             check_index(next_source, path=field)
@@ -429,9 +443,10 @@ class TriageService:
                 row.updated_at = utcnow()
                 row.version += 1
                 return None
+            self._spend_steps(db, tenant, len(new_steps))
             first = len(trace.steps)
             trace.steps.extend(new_steps)
-            _link_across_calls(trace.steps, first)
+            changed = _link_across_calls(trace.steps, first)
             if task_type:
                 trace.task_type = task_type
             if language:
@@ -440,12 +455,8 @@ class TriageService:
                 known = {t.name for t in trace.tools}
                 trace.tools.extend(t for t in tools if t.name not in known)
             extra = self.degradation_findings(tenant, trace)
-            with self._model_lock:
-                if incremental:
-                    extra += self._classifier_findings(clf, state, trace)
-                diag = self.diagnoser.diagnose(trace, run_options, extra_findings=extra, run_verdict=False)
-            if incremental:
-                diag.detector_versions["classifier"] = str(clf.version)  # type: ignore[union-attr]
+            with self._model_lock.hold(tenant):
+                diag = self.incremental.diagnose(trace, state, run_options, extra_findings=extra)
             decision = self.engine.recommend(
                 state, trace, diag.failures, session_key=session_id, now=time.time(), options=options
             )
@@ -457,15 +468,26 @@ class TriageService:
                 appended=list(range(first, len(trace.steps))),
                 session_steps=len(trace.steps),
             )
+            # Only the new steps, and the earlier ones the append re-linked, are written.
+            written = range(len(trace.steps)) if not in_rows else [*sorted(changed), *range(first, len(trace.steps))]
+            self.store.put_steps(
+                db,
+                tenant,
+                trace.id,
+                {i: trace.steps[i].model_dump(mode="json", exclude_none=True) for i in written},
+            )
             self.store.put_trace(
                 db,
                 tenant=tenant,
                 trace_id=trace.id,
-                trace=trace.model_dump(mode="json", exclude_none=True),  # steps already redacted
+                # steps already redacted; the header only (its steps are rows of their own)
+                trace=trace.model_dump(mode="json", exclude_none=True, exclude={"steps"}) | {"steps": []},
                 response=self.redactor.redact(diag.model_dump(mode="json")),
                 session_id=session_id,
                 task_type=trace.task_type,
                 shadow=options.shadow,
+                n_steps=len(trace.steps),
+                steps_in_rows=True,
             )
             self._put_rec(db, tenant, decision, trace.id, session_id)
             row.state = state
@@ -473,25 +495,22 @@ class TriageService:
             row.next_source_index = next_source
             row.updated_at = utcnow()
             row.version += 1
+            version = row.version
+        self._sessions.put(tenant, session_id, trace, version)
         self._export(trace, resp)
         return resp
 
-    @staticmethod
-    def _classifier_findings(clf: Any, state: dict[str, Any], trace: Trace) -> list[Finding]:
-        """Classifier findings for every step of a session, scoring only steps not scored before."""
-        version = str(getattr(clf, "model_version", None) or clf.version)
-        cached = state.get("classifier") or {}
-        if cached.get("model_version") != version or int(cached.get("n", 0)) > len(trace.steps):
-            cached = {"model_version": version, "n": 0, "findings": []}
-        found = [Finding.model_validate(f) for f in cached["findings"]]
-        for i in range(int(cached["n"]), len(trace.steps)):
-            found.extend(clf.inspect_step(trace, i))
-        state["classifier"] = {
-            "model_version": version,
-            "n": len(trace.steps),
-            "findings": [f.model_dump(mode="json") for f in found],
-        }
-        return found
+    def _spend_steps(self, db: Any, tenant: str, n: int) -> None:
+        """Count ``n`` steps against the tenant's daily quota (this transaction); 429 past it."""
+        limiter = self.limiter
+        if limiter is None or limiter.daily_steps <= 0 or n <= 0:
+            return
+        day = utc_day()
+        total = self.store.add_usage(db, tenant, day, n)
+        if total > limiter.daily_steps:
+            limiter.note_usage(tenant, day, total - n)
+            limiter.quota_refused(tenant)  # raises: the transaction rolls back, nothing is counted
+        limiter.note_usage(tenant, day, total)
 
     def _import_steps(self, req: AppendStepsRequest, *, offset: int) -> tuple[list[Step], int]:
         if req.messages is not None:
@@ -544,6 +563,7 @@ class TriageService:
         )
 
     def delete_session(self, tenant: str, session_id: str) -> None:
+        self._sessions.drop(tenant, session_id)
         if not self.store.delete_session(tenant, session_id):
             raise NotFoundError(f"no session {session_id!r} for this tenant")
 
@@ -576,7 +596,7 @@ class TriageService:
                 )
             trace_row = db.get(TraceRow, (tenant, rec.trace_id))
             if raw_state is not None and trace_row is not None:
-                trace = Trace.model_validate(trace_row.trace)
+                trace = Trace.model_validate(self.store.trace_json(db, trace_row))
                 state = copy.deepcopy(raw_state)
                 decision = self.engine.on_outcome(
                     state, rec.id, success=req.success, trace=trace, session_key=session_key, now=time.time()
@@ -648,15 +668,16 @@ class TriageService:
         )
 
     def get_trace(self, tenant: str, trace_id: str) -> TraceDetail:
-        row = self.store.get_trace(tenant, trace_id)
-        if row is None:
+        got = self.store.get_trace_json(tenant, trace_id)
+        if got is None:
             raise NotFoundError(f"no trace {trace_id!r} for this tenant")
+        row, trace_json = got
         recs, outs = self.store.trace_history(tenant, trace_id)
         return TraceDetail(
             **_summary(row).model_dump(),
             model_version=row.model_version,
             detector_versions=dict((row.response or {}).get("detector_versions") or {}),
-            trace=row.trace,
+            trace=trace_json,
             diagnosis=row.response,
             recommendations=[
                 RecommendationOut(
@@ -700,10 +721,10 @@ class TriageService:
         )
 
     def stored_trace(self, tenant: str, trace_id: str) -> Trace:
-        row = self.store.get_trace(tenant, trace_id)
-        if row is None:
+        got = self.store.get_trace_json(tenant, trace_id)
+        if got is None:
             raise NotFoundError(f"no trace {trace_id!r} for this tenant")
-        return Trace.model_validate(row.trace)
+        return Trace.model_validate(got[1])
 
     def delete_trace(self, tenant: str, trace_id: str) -> None:
         if not self.store.delete_trace(tenant, trace_id):
@@ -904,6 +925,49 @@ def _episode_open(det: Any, fallback: bool) -> bool:
     return bool(value) if isinstance(value, bool) else fallback
 
 
+class SessionCache:
+    """This worker's sessions as last written: ``(tenant, session) → (trace id, version, Trace)``.
+
+    An entry is used only when the session row's ``version`` is the one this worker wrote (no other
+    worker appended since); an append takes it out for its transaction and puts it back after the
+    commit, so a rolled-back append leaves nothing behind. At most ``max_steps`` steps are kept
+    (least recently used sessions go first).
+    """
+
+    def __init__(self, max_steps: int = 200_000) -> None:
+        self.max_steps = max_steps
+        self._entries: OrderedDict[tuple[str, str], tuple[str, int, Trace]] = OrderedDict()
+        self._steps = 0
+        self._lock = threading.Lock()
+
+    def take(self, tenant: str, session_id: str, trace_id: str, version: int) -> tuple[Trace | None, bool]:
+        """The cached trace when current (and ``True``: its steps are in rows), else ``(None, False)``."""
+        with self._lock:
+            hit = self._entries.pop((tenant, session_id), None)
+            if hit is not None:
+                self._steps -= len(hit[2].steps)
+        if hit is None or hit[0] != trace_id or hit[1] != version:
+            return None, False
+        return hit[2], True
+
+    def put(self, tenant: str, session_id: str, trace: Trace, version: int) -> None:
+        with self._lock:
+            old = self._entries.pop((tenant, session_id), None)
+            if old is not None:
+                self._steps -= len(old[2].steps)
+            self._entries[(tenant, session_id)] = (trace.id, version, trace)
+            self._steps += len(trace.steps)
+            while self._steps > self.max_steps and len(self._entries) > 1:
+                _, (_, _, gone) = self._entries.popitem(last=False)
+                self._steps -= len(gone.steps)
+
+    def drop(self, tenant: str, session_id: str) -> None:
+        with self._lock:
+            old = self._entries.pop((tenant, session_id), None)
+            if old is not None:
+                self._steps -= len(old[2].steps)
+
+
 def _new_id() -> str:
     import uuid
 
@@ -919,23 +983,39 @@ def _check_stream_name(name: str) -> None:
         raise InputError("a stream name is 1-200 printable characters", path="path.name")
 
 
-def _link_across_calls(steps: list[Step], first: int) -> None:
-    """Join what one call appended to what earlier calls did.
+def _link_across_calls(steps: list[Step], first: int) -> list[int]:
+    """Join what one call appended (``steps[first:]``) to what earlier calls did; the indices of
+    earlier steps it changed.
 
     A tool result naming a call made in an earlier append gets that call's tool name; an earlier
     ``final_output`` that more work now follows is an ``llm_output`` again (the importer marked
-    it final only because its batch ended there).
+    it final only because its batch ended there). Reads back only as far as it has to: to the
+    named call, and to the last step that already had work after it when earlier appends ran.
     """
-    names = {s.call_id: s.tool_name for s in steps[:first] if s.kind == StepKind.TOOL_CALL and s.call_id}
+    calls: dict[str, str | None] = {}
+    back = first - 1
     for s in steps[first:]:
-        if s.kind == StepKind.TOOL_RESULT and s.tool_name is None and s.call_id in names:
-            s.tool_name = names[s.call_id]
+        if s.kind == StepKind.TOOL_RESULT and s.tool_name is None and s.call_id:
+            while s.call_id not in calls and back >= 0:
+                b = steps[back]
+                if b.kind == StepKind.TOOL_CALL and b.call_id and b.call_id not in calls:
+                    calls[b.call_id] = b.tool_name
+                back -= 1
+            s.tool_name = calls.get(s.call_id)
+        elif s.kind == StepKind.TOOL_CALL and s.call_id:
+            calls[s.call_id] = s.tool_name
+    changed = []
     later_blocker = False
     for i in range(len(steps) - 1, -1, -1):
         if steps[i].kind == StepKind.FINAL_OUTPUT and later_blocker:
             steps[i].kind = StepKind.LLM_OUTPUT
+            if i < first:
+                changed.append(i)
         if steps[i].kind in _FINAL_BLOCKERS:
+            if i < first and later_blocker:
+                break  # earlier appends already re-marked everything before this step
             later_blocker = True
+    return changed
 
 
 def _summary(r: TraceRow) -> TraceSummary:

@@ -101,6 +101,43 @@ class Settings(BaseSettings):
         description="Detectors not run on a session while it is still running (comma-separated).",
     )
 
+    # -- fair share: rate limits and quotas (serve/ratelimit.py; 0 turns a limit off) -----------
+    rate_limit_key_rps: float = Field(
+        default=20.0, ge=0, description="Requests a second per API key (per client address with auth off)."
+    )
+    rate_limit_key_burst: float = Field(default=40.0, ge=0, description="Burst of the per-key limit.")
+    rate_limit_tenant_rps: float = Field(
+        default=50.0, ge=0, description="Requests a second per tenant, all its keys together."
+    )
+    rate_limit_tenant_burst: float = Field(default=100.0, ge=0, description="Burst of the per-tenant limit.")
+    rate_limit_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Servers behind one balancer: each of the workers × replicas processes enforces "
+        "1/N of the request rates.",
+    )
+    quota_daily_steps: int = Field(
+        default=1_000_000, ge=0, description="Steps a tenant may import per UTC day (shared through the store)."
+    )
+    heavy_body_bytes: int = Field(
+        default=512 * 1024,
+        ge=0,
+        description="/v1/diagnose bodies this large or larger are served by a helper process of the "
+        "worker, so they cannot stall its small requests (0: never).",
+    )
+    cpu_slots: int = Field(
+        default=1,
+        ge=1,
+        description="Diagnoses and session appends a worker works on at once; the next slot goes to "
+        "the tenants waiting in turn (more slots: more overlap of store waits, less isolation).",
+    )
+    session_window_steps: int = Field(
+        default=64,
+        ge=16,
+        description="A session append re-reads only its last this-many steps (rules and classifier, "
+        "model/incremental.py); the findings on earlier steps are kept from earlier appends.",
+    )
+
     @property
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file in ``data_dir``."""

@@ -11,6 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The request-rate limits are off for the suite (its tests send bursts far above a real agent's
+# rate); tests/test_ratelimit.py turns them on where they are what is tested.
+os.environ.setdefault("TRIAGE_RATE_LIMIT_KEY_RPS", "0")
+os.environ.setdefault("TRIAGE_RATE_LIMIT_TENANT_RPS", "0")
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi, validate_body
 from serve.deps import SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
+from serve.heavy import HeavyLane
 from serve.routers._common import ServiceDep, call, json_response
 from serve.service import TriageService
 
@@ -63,6 +64,21 @@ async def diagnose(
     `gen_ai.conversation.id`, or by `options.session`.
     """
     raw = await request.body()
+    heavy: HeavyLane = request.app.state.heavy
+    if heavy.wants(len(raw)):  # a large body: read and served whole by the worker's helper process
+        content = await heavy.diagnose(principal.tenant, raw, format, session)
+        return Response(content=content, media_type="application/json")
+    async with request.app.state.gate.slot(principal.tenant):  # CPU work, shared fairly by tenants
+        body, trace = await call(prepare, raw, format, session, settings.max_steps)
+        # Budgets and open failures come from the session's state; the trace is stored redacted. Its
+        # metrics feed the tenant's streams after the answer is sent (alarms show in later diagnoses).
+        resp = await call(service.diagnose, principal.tenant, trace, body.options, feed_streams=False)
+    background.add_task(feed_streams_safely, request, service, principal.tenant, trace, resp)
+    return json_response(resp)
+
+
+def prepare(raw: bytes, format: str | None, session: str | None, max_steps: int) -> tuple[DiagnoseRequest, Trace]:
+    """The request and its trace from the body (blocking: the thread pool, or the heavy lane)."""
     try:
         data = merge_documents(parse_documents(raw))
     except TraceImportError as exc:
@@ -80,17 +96,13 @@ async def diagnose(
             body.trace,
             format=body.format,
             speakers=body.options.speakers or None,
-            max_steps=settings.max_steps,
+            max_steps=max_steps,
             session=body.options.session,
         )
     except InputError as exc:
         exc.path = _body_path(exc.path)
         raise
-    # Budgets and open failures come from the session's state; the trace is stored redacted. Its
-    # metrics feed the tenant's streams after the answer is sent (alarms show in later diagnoses).
-    resp = await call(service.diagnose, principal.tenant, trace, body.options, feed_streams=False)
-    background.add_task(feed_streams_safely, request, service, principal.tenant, trace, resp)
-    return json_response(resp)
+    return body, trace
 
 
 def feed_streams_safely(

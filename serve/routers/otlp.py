@@ -59,8 +59,9 @@ async def receive_traces(
     content_type = request.headers.get("content-type", "application/x-protobuf")
     raw = _decompress(await request.body(), request.headers.get("content-encoding", ""), settings.max_body_bytes)
     try:
-        document = decode_export(raw, content_type)
-        await call(service.append_spans, principal.tenant, document)
+        async with request.app.state.gate.slot(principal.tenant):  # CPU work, shared fairly by tenants
+            document = await call(decode_export, raw, content_type)
+            await call(service.append_spans, principal.tenant, document)
     except TooLargeError:
         raise  # 413
     except InputError as exc:

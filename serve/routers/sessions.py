@@ -38,8 +38,9 @@ async def append_steps(
     the result of its third repeat. While a failure stays open the same recommendation (same `id`)
     comes back and no budget is spent.
     """
-    body = await parse_body(request, AppendStepsRequest)
-    return json_response(await call(service.append_steps, principal.tenant, session_id, body))
+    async with request.app.state.gate.slot(principal.tenant):  # CPU work, shared fairly by tenants
+        body = await parse_body(request, AppendStepsRequest)
+        return json_response(await call(service.append_steps, principal.tenant, session_id, body))
 
 
 @router.get(

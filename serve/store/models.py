@@ -9,6 +9,8 @@ Tables::
     tenants          a name per tenant
     api_keys         sha256 of each key (never the key), its prefix for display, revoked_at
     traces           one diagnosed trace (redacted JSON) and its latest response
+    trace_steps      the steps of a session's trace, one row each (appends insert only)
+    usage            steps imported per tenant and UTC day (the daily quota)
     failures         the failures and signals of a trace's latest diagnosis (for filtering/export)
     sessions         real-time sessions: step counters and the repair policy's state (JSON)
     recommendations  every recommendation given, with its rung, attempt and status
@@ -25,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -109,6 +112,30 @@ class TraceRow(Base):
     response: Mapped[dict[str, Any]] = mapped_column(JSON)  # the latest DiagnosisResponse
     # The repair policy's state of a trace sent without a session id (sessions keep theirs).
     policy_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # A session's trace keeps its steps in trace_steps (an append writes only the new ones); the
+    # ``trace`` column then holds everything else, with ``"steps": []``.
+    steps_in_rows: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class TraceStepRow(Base):
+    """One (redacted) step of a session's trace: appends insert rows, never rewrite the trace."""
+
+    __tablename__ = "trace_steps"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class UsageRow(Base):
+    """Steps a tenant imported on a UTC day (the daily quota, shared by every worker)."""
+
+    __tablename__ = "usage"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    day: Mapped[str] = mapped_column(String(10), primary_key=True)  # YYYY-MM-DD
+    steps: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class FailureRow(Base):
@@ -239,5 +266,7 @@ __all__ = [
     "StreamRow",
     "Tenant",
     "TraceRow",
+    "TraceStepRow",
+    "UsageRow",
     "utcnow",
 ]

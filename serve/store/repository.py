@@ -54,6 +54,8 @@ from serve.store.models import (
     StreamRow,
     Tenant,
     TraceRow,
+    TraceStepRow,
+    UsageRow,
     utcnow,
 )
 
@@ -228,11 +230,15 @@ class Store:
         task_type: str | None,
         shadow: bool = False,
         policy_state: dict[str, Any] | None = None,
+        n_steps: int | None = None,
+        steps_in_rows: bool = False,
     ) -> None:
         """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
 
         Core statements (an upsert, a delete, one executemany): this is the hot path of
-        ``/v1/diagnose``.
+        ``/v1/diagnose``. ``steps_in_rows``: the trace's steps are kept in ``trace_steps``
+        (:meth:`put_steps`) and ``trace`` holds the rest; ``n_steps`` then counts them. A whole
+        trace stored over one kept in rows replaces it.
         """
         now = utcnow()
         primary = response.get("primary") or {}
@@ -243,7 +249,7 @@ class Store:
             "task_type": task_type,
             "created_at": now,
             "updated_at": now,
-            "n_steps": len(trace.get("steps") or []),
+            "n_steps": n_steps if n_steps is not None else len(trace.get("steps") or []),
             "healthy": response.get("healthy") is not False,  # null (unknown) = no failure found
             "primary_kind": primary.get("kind"),
             "model_version": str(response.get("model_version", "")),
@@ -251,7 +257,13 @@ class Store:
             "trace": trace,
             "response": response,
             "policy_state": policy_state,
+            "steps_in_rows": steps_in_rows,
         }
+        prev = db.execute(
+            select(TraceRow.steps_in_rows).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+        ).scalar_one_or_none() if not steps_in_rows else None
+        if prev:  # a whole trace replaces one whose steps were kept in rows
+            db.execute(delete(TraceStepRow).where(TraceStepRow.tenant_id == tenant, TraceStepRow.trace_id == trace_id))
         db.execute(self._trace_upsert(), values)
         db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
         rows = [
@@ -273,6 +285,52 @@ class Store:
         ]
         if rows:
             db.execute(insert(FailureRow), rows)
+
+    def put_steps(self, db: Session, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
+        """Insert or replace steps of a trace kept in rows (index → step JSON), inside ``db``."""
+        if not steps:
+            return
+        db.execute(
+            delete(TraceStepRow).where(
+                TraceStepRow.tenant_id == tenant,
+                TraceStepRow.trace_id == trace_id,
+                TraceStepRow.idx.in_(sorted(steps)),
+            )
+        )
+        db.execute(
+            insert(TraceStepRow),
+            [{"tenant_id": tenant, "trace_id": trace_id, "idx": i, "step": st} for i, st in sorted(steps.items())],
+        )
+
+    @staticmethod
+    def trace_json(db: Session, row: TraceRow) -> dict[str, Any]:
+        """The stored trace of ``row`` as one JSON dict (steps read from ``trace_steps`` when kept there)."""
+        if not row.steps_in_rows:
+            return row.trace
+        steps = db.scalars(
+            select(TraceStepRow.step)
+            .where(TraceStepRow.tenant_id == row.tenant_id, TraceStepRow.trace_id == row.id)
+            .order_by(TraceStepRow.idx)
+        ).all()
+        return {**row.trace, "steps": list(steps)}
+
+    def get_trace_json(self, tenant: str, trace_id: str) -> tuple[TraceRow, dict[str, Any]] | None:
+        """The trace row and its whole stored trace, or None."""
+        with self.read() as db:
+            row = db.get(TraceRow, (tenant, trace_id))
+            return None if row is None else (row, self.trace_json(db, row))
+
+    def add_usage(self, db: Session, tenant: str, day: str, steps: int) -> int:
+        """Add ``steps`` to the tenant's usage of ``day`` (inside ``db``); the new total."""
+        ins = self._insert(UsageRow).values(tenant_id=tenant, day=day, steps=steps)
+        stmt = ins.on_conflict_do_update(
+            index_elements=["tenant_id", "day"], set_={"steps": UsageRow.steps + ins.excluded.steps}
+        ).returning(UsageRow.steps)
+        return int(db.execute(stmt).scalar_one())
+
+    def usage(self, tenant: str, day: str) -> int:
+        with self.read() as db:
+            return int(db.scalar(select(UsageRow.steps).where(UsageRow.tenant_id == tenant, UsageRow.day == day)) or 0)
 
     def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
         """The policy state of a session-less trace, locked for this transaction (None if new)."""
@@ -501,7 +559,7 @@ class Store:
                 )
             source_index = None
             if step is not None:
-                source_index = (trace.trace.get("steps") or [{}])[step].get("source_index", 0)
+                source_index = (self.trace_json(db, trace).get("steps") or [{}])[step].get("source_index", 0)
             db.add(
                 LabelRow(
                     tenant_id=tenant,
@@ -539,6 +597,7 @@ class Store:
                 if not rows:
                     return
                 keys = [(r.tenant_id, r.id) for r in rows]
+                traces = {(r.tenant_id, r.id): self.trace_json(db, r) for r in rows}
                 recs = _group(db, RecommendationRow, keys)
                 outs = _group(db, OutcomeRow, keys)
                 labels = _group(db, LabelRow, keys)
@@ -546,7 +605,7 @@ class Store:
                 k = (r.tenant_id, r.id)
                 yield {
                     "tenant": r.tenant_id,
-                    "trace": r.trace,
+                    "trace": traces[k],
                     "response": r.response,
                     "created_at": r.created_at,
                     "recommendations": recs.get(k, []),
@@ -813,7 +872,7 @@ def _delete_traces(db: Session, tenant: str, ids: Sequence[str]) -> int:
     if not ids:
         return 0
     ids = list(ids)
-    for table in (FailureRow, OutcomeRow, LabelRow):
+    for table in (FailureRow, OutcomeRow, LabelRow, TraceStepRow):
         db.execute(delete(table).where(table.tenant_id == tenant, table.trace_id.in_(ids)))
     db.execute(
         delete(RecommendationRow).where(

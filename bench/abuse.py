@@ -1,0 +1,507 @@
+"""Abuse benchmark: a real `triage serve` on 127.0.0.1 under hostile and heavy load, default limits.
+
+Phases (each measures a small probe, ``POST /v1/diagnose`` of a 10-step trace by tenant
+``victim``, paced at ``--probe-rps`` so that the probe itself stays under the per-key limit, and
+``GET /healthz`` beside it):
+
+- ``idle``: the probe alone;
+- ``trace_5000``: while 5,000-step traces are diagnosed back to back (1.5 MB bodies);
+- ``hostile``: while a 5 MB redaction-hostile body (``'a.' * n + '@'`` in one message: the e-mail
+  pattern backtracked on it before redaction was made linear), sent again as soon as it is
+  answered; run last (with a backtracking redaction it would keep the helper busy for hours);
+- ``abuse``: while tenant ``abuser`` sends ``--abuse-rps`` requests a second (open loop, on 32
+  connections) from one key; its 200s and 429s are counted;
+- ``abuse_paired``: the same abuse switched on and off every ``--window`` seconds, the probe's p99
+  in the windows with it against those without (on a shared machine the background load drifts
+  between phases; within a pair of windows it drifts less);
+- ``appends``: ``POST /v1/sessions/{id}/steps`` of one step, at step 10 of fresh sessions and at
+  step 4,000 of a long one (grown by 100-step appends), interleaved; p50 of each.
+
+The load generator is this file with ``--load PHASE`` in its own process (raw asyncio sockets,
+keep-alive HTTP/1.1); its CPU share and the server's are read from ``getrusage`` / ``/proc``.
+
+Done-when (issue 15): probe p99 in ``hostile`` and ``trace_5000`` ≤ 5× idle; ``abuse`` gets 429s and
+the probe's p99 ≤ 2× idle; append p50 at 4,000 ≤ 2× at 10.
+
+Run (about 3 minutes)::
+
+    .venv/bin/python bench/abuse.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from service import _children, _free_port, _session_step, _trace  # noqa: E402
+
+HOSTILE_BYTES = 5 * 1024 * 1024 - 4096
+
+
+# -- the HTTP client (raw sockets: the generator's own cost stays small) --------------------------
+class Conn:
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def open(self) -> Conn:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 24)
+        return self
+
+    async def send(self, method: str, path: str, key: str | None, body: bytes = b"") -> None:
+        assert self.writer is not None
+        auth = f"Authorization: Bearer {key}\r\n" if key else ""
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n{auth}"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        self.writer.write(head + body)
+        await self.writer.drain()
+
+    async def receive(self) -> tuple[int, bytes]:
+        assert self.reader is not None
+        status_line = await self.reader.readline()
+        if not status_line:
+            raise ConnectionError("connection closed")
+        length = 0
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.lower() == "content-length":
+                length = int(value.strip())
+        payload = await self.reader.readexactly(length)
+        return int(status_line.split(b" ", 2)[1]), payload
+
+    async def request(self, method: str, path: str, key: str | None, body: bytes = b"") -> tuple[int, float, bytes]:
+        t0 = time.perf_counter()
+        await self.send(method, path, key, body)
+        status, payload = await self.receive()
+        return status, time.perf_counter() - t0, payload
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _small_body(i: int) -> bytes:
+    base = _trace(10, seed=3)
+    base["id"] = f"probe-{os.getpid()}-{i}"
+    return json.dumps({"trace": base}).encode()
+
+
+def _q(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(p * len(s)))] * 1000 if s else float("nan")
+
+
+async def _probe(host: str, port: int, key: str, duration: float, rps: float, *, raw: bool = False) -> dict[str, Any]:
+    """The victim's paced small diagnoses and /healthz, for ``duration`` seconds."""
+    diag, health = await Conn(host, port).open(), await Conn(host, port).open()
+    lat: list[float] = []
+    hz: list[float] = []
+    errors: list[str] = []
+    bodies = [_small_body(i) for i in range(50)]
+    for i in range(0 if raw else 5):  # warm-up (first requests: arenas, caches), not timed
+        await diag.request("POST", "/v1/diagnose", key, bodies[-1 - i])
+        await asyncio.sleep(1.0 / rps)
+    start = time.perf_counter()
+    i = 0
+    while (now := time.perf_counter()) < start + duration:
+        due = start + i / rps
+        if due > now:
+            await asyncio.sleep(due - now)
+        status, t, payload = await diag.request("POST", "/v1/diagnose", key, bodies[i % len(bodies)])
+        lat.append(t)
+        if status != 200:
+            errors.append(f"{status} {payload[:120]!r}")
+        status, t, _ = await health.request("GET", "/healthz", None)
+        hz.append(t)
+        i += 1
+    diag.close()
+    health.close()
+    if raw:
+        return {"lat": lat, "hz": hz, "errors": errors}
+    return {
+        "n": len(lat),
+        "p50_ms": _q(lat, 0.5),
+        "p99_ms": _q(lat, 0.99),
+        "max_ms": max(lat) * 1000 if lat else float("nan"),
+        "healthz_p99_ms": _q(hz, 0.99),
+        "healthz_max_ms": max(hz) * 1000 if hz else float("nan"),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+    }
+
+
+async def _hostile(host: str, port: int, key: str, stop: asyncio.Event) -> dict[str, Any]:
+    """The 5 MB redaction-hostile body, sent again as soon as it is answered, until ``stop``."""
+    n = (HOSTILE_BYTES - 200) // 2
+    content = "a." * n + "@"
+    c = await Conn(host, port).open()
+    times: list[float] = []
+    statuses: dict[int, int] = {}
+    size = 0
+    i = 0
+    try:
+        while not stop.is_set():
+            body = json.dumps(
+                {"trace": {"id": f"hostile-{os.getpid()}-{i}", "steps": [{"kind": "user_input", "content": content}]}}
+            ).encode()
+            size = len(body)
+            status, t, _ = await c.request("POST", "/v1/diagnose", key, body)
+            statuses[status] = statuses.get(status, 0) + 1
+            times.append(t)
+            i += 1
+    except (asyncio.CancelledError, ConnectionError):
+        statuses[0] = statuses.get(0, 0) + 1  # still in flight when the phase ended
+    c.close()
+    return {"body_bytes": size, "answered": len(times), "mean_s": statistics.fmean(times) if times else None, "statuses": statuses}
+
+
+async def _heavy_traces(host: str, port: int, key: str, stop: asyncio.Event) -> dict[str, Any]:
+    base = _trace(5000, seed=5)
+    c = await Conn(host, port).open()
+    done: list[float] = []
+    statuses: dict[int, int] = {}
+    i = 0
+    while not stop.is_set():
+        base["id"] = f"big-{os.getpid()}-{i}"
+        status, t, _ = await c.request("POST", "/v1/diagnose", key, json.dumps({"trace": base}).encode())
+        statuses[status] = statuses.get(status, 0) + 1
+        done.append(t)
+        i += 1
+    c.close()
+    return {"requests": len(done), "mean_s": statistics.fmean(done) if done else None, "statuses": statuses}
+
+
+async def _abuse(
+    host: str, port: int, key: str, rps: float, stop: asyncio.Event, on: asyncio.Event | None = None
+) -> dict[str, Any]:
+    """Open loop: a request every 1/rps s, spread over 32 connections (each one in flight at most);
+    with ``on``, only while it is set."""
+    conns = [await Conn(host, port).open() for _ in range(32)]
+    free: asyncio.Queue[Conn] = asyncio.Queue()
+    for c in conns:
+        free.put_nowait(c)
+    statuses: dict[int, int] = {}
+    missed = 0
+    bodies = [_small_body(10_000 + i) for i in range(50)]
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(c: Conn, body: bytes) -> None:
+        try:
+            status, _, _ = await c.request("POST", "/v1/diagnose", key, body)
+            statuses[status] = statuses.get(status, 0) + 1
+        finally:
+            free.put_nowait(c)
+
+    start = time.perf_counter()
+    i = 0
+    while not stop.is_set():
+        if on is not None and not on.is_set():
+            await asyncio.sleep(0.01)
+            start, i = time.perf_counter(), 0
+            continue
+        due = start + i / rps
+        now = time.perf_counter()
+        if due > now:
+            await asyncio.sleep(due - now)
+        i += 1
+        if free.empty():
+            missed += 1  # every connection busy: the server is behind; the slot is skipped
+            continue
+        t = asyncio.create_task(one(free.get_nowait(), bodies[i % len(bodies)]))
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.wait(tasks, timeout=30)
+    for c in conns:
+        c.close()
+    sent = sum(statuses.values())
+    return {
+        "sent": sent,
+        "statuses": statuses,
+        "missed_slots": missed,
+    }
+
+
+async def _appends(host: str, port: int, key: str, rounds: int, rps: float) -> dict[str, Any]:
+    """One-step appends at step 10 (fresh sessions) and at step 4,000 (one long session), paced."""
+    c = await Conn(host, port).open()
+    pid = os.getpid()
+    long_id = f"/v1/sessions/long-{pid}/steps"
+
+    def batch(start: int, n: int) -> bytes:
+        msgs = [json.loads(_session_step(i))["messages"][0] for i in range(start, start + n)]
+        return json.dumps({"messages": msgs}).encode()
+
+    async def paced(method: str, path: str, body: bytes) -> tuple[int, float, bytes]:
+        r = await c.request(method, path, key, body)
+        await asyncio.sleep(max(0.0, 1.0 / rps - r[1]))
+        return r
+
+    for start in range(0, 3999, 100):  # grow the long session to 3,999 steps
+        status, _, payload = await paced("POST", long_id, batch(start, min(100, 3999 - start)))
+        if status != 200:
+            raise SystemExit(f"growing the long session: {status} {payload[:200]!r}")
+    at10: list[float] = []
+    at4000: list[float] = []
+    n_long = 3999
+    for r in range(rounds):
+        sid = f"/v1/sessions/short-{pid}-{r}/steps"
+        await paced("POST", sid, batch(0, 9))
+        status, t, payload = await paced("POST", sid, batch(9, 1))
+        assert status == 200, payload[:200]
+        at10.append(t)
+        status, t, payload = await paced("POST", long_id, batch(n_long, 1))
+        assert status == 200, payload[:200]
+        n_long += 1
+        at4000.append(t)
+    c.close()
+    return {
+        "rounds": rounds,
+        "p50_at_10_ms": statistics.median(at10) * 1000,
+        "p50_at_4000_ms": statistics.median(at4000) * 1000,
+        "ratio": statistics.median(at4000) / statistics.median(at10),
+        "steps_long": n_long,
+    }
+
+
+async def _abuse_paired(host: str, port: int, keys: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+    """Windows of ``--window`` seconds, the abuser off and on in turn (the machine's own load
+    drifts less within a pair than between phases); the probe's p99 in each kind of window."""
+    stop, on = asyncio.Event(), asyncio.Event()
+    load = asyncio.create_task(_abuse(host, port, keys["abuser"], args.abuse_rps, stop, on))
+    quiet: list[float] = []
+    loud: list[float] = []
+    hz_quiet: list[float] = []
+    hz_loud: list[float] = []
+    on_time = 0.0
+    windows = max(1, int(args.duration / args.window))
+    for w in range(2 * windows):
+        abusing = w % 2 == 1
+        if abusing:
+            on.set()
+            await asyncio.sleep(0.3)  # the load is on before the window's probe
+        t0 = time.perf_counter()
+        r = await _probe(host, port, keys["victim"], args.window, args.probe_rps, raw=True)
+        if abusing:
+            on_time += time.perf_counter() - t0 + 0.3
+            on.clear()
+            await asyncio.sleep(0.5)  # in-flight abuse drains before the next quiet window
+        (loud if abusing else quiet).extend(r["lat"])
+        (hz_loud if abusing else hz_quiet).extend(r["hz"])
+    stop.set()
+    abuse = await load
+    return {
+        "quiet": {"n": len(quiet), "p50_ms": _q(quiet, 0.5), "p99_ms": _q(quiet, 0.99), "healthz_p99_ms": _q(hz_quiet, 0.99)},
+        "abused": {"n": len(loud), "p50_ms": _q(loud, 0.5), "p99_ms": _q(loud, 0.99), "healthz_p99_ms": _q(hz_loud, 0.99)},
+        "p99_ratio": _q(loud, 0.99) / _q(quiet, 0.99),
+        "load": {**abuse, "sent_rps_while_on": abuse["sent"] / on_time if on_time else None},
+    }
+
+
+async def _phase(args: argparse.Namespace) -> dict[str, Any]:
+    host, port = args.load.removeprefix("http://").split(":")
+    p = int(port)
+    keys = json.loads(args.keys)
+    if args.phase == "appends":
+        return {"appends": await _appends(host, p, keys["appender"], args.rounds, args.probe_rps)}
+    if args.phase == "abuse_paired":
+        return {"paired": await _abuse_paired(host, p, keys, args)}
+    stop = asyncio.Event()
+    background: asyncio.Task[dict[str, Any]] | None = None
+    if args.phase == "hostile":
+        background = asyncio.create_task(_hostile(host, p, keys["heavy"], stop))
+    elif args.phase == "trace_5000":
+        background = asyncio.create_task(_heavy_traces(host, p, keys["heavy"], stop))
+    elif args.phase == "abuse":
+        background = asyncio.create_task(_abuse(host, p, keys["abuser"], args.abuse_rps, stop))
+    if background is not None:
+        await asyncio.sleep(1.0)  # the load is on before the probe starts
+    probe = await _probe(host, p, keys["victim"], args.duration, args.probe_rps)
+    stop.set()
+    out: dict[str, Any] = {"probe": probe}
+    if background is not None:
+        try:
+            out["load"] = await asyncio.wait_for(background, timeout=120)
+        except (asyncio.CancelledError, TimeoutError):
+            out["load"] = {"status": "not answered during the phase"}
+    return out
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / ticks  # + children
+
+
+def _server_cpu(pid: int) -> float:
+    total = _cpu_s(pid)
+    for child in _children(pid):
+        try:
+            total += _cpu_s(child)
+            for grandchild in _children(child):
+                total += _cpu_s(grandchild)
+        except OSError:
+            pass
+    return total
+
+
+def run_phase(url: str, keys: dict[str, str], phase: str, args: argparse.Namespace, server_pid: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable, __file__, "--load", url, "--keys", json.dumps(keys), "--phase", phase,
+        "--duration", str(args.duration), "--probe-rps", str(args.probe_rps),
+        "--abuse-rps", str(args.abuse_rps), "--rounds", str(args.rounds), "--window", str(args.window),
+    ]
+    cpu0, t0 = _server_cpu(server_pid), time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"load generator failed in {phase}:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["server_cpu_share"] = (_server_cpu(server_pid) - cpu0) / wall / (os.cpu_count() or 1)
+    return result
+
+
+class Server:
+    """``triage serve`` with the default limits; tenants victim / abuser / heavy / appender."""
+
+    def __init__(self, data: Path, workers: int, extra_env: list[str] | None = None) -> None:
+        import httpx
+
+        from serve.auth import create_key
+        from serve.store import Store
+
+        store = Store(f"sqlite:///{data / 'triage.db'}")
+        store.upgrade()
+        self.keys = {t: create_key(store, t)[0] for t in ("victim", "abuser", "heavy", "appender")}
+        store.dispose()
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "TRIAGE_DATA_DIR": str(data), "TRIAGE_AUTH": "on", "HF_HUB_OFFLINE": "1"}
+        for name in list(env):
+            if name.startswith("TRIAGE_RATE_LIMIT") or name.startswith("TRIAGE_QUOTA"):
+                del env[name]  # the defaults are what is measured (unless --server-env says otherwise)
+        env.update(kv.split("=", 1) for kv in extra_env or [])
+        self.log = open(data / "server.log", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+             "--workers", str(workers)],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.get(f"{self.url}/readyz", timeout=2)
+                if r.status_code in (200, 503):
+                    self.ready = r.json()
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited: see {self.log.name}")
+            time.sleep(0.2)
+        raise SystemExit("server did not become ready")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=15.0, help="seconds of probe per phase")
+    ap.add_argument("--probe-rps", type=float, default=12.0, help="the probe's pace (under the key limit)")
+    ap.add_argument("--abuse-rps", type=float, default=500.0)
+    ap.add_argument("--rounds", type=int, default=40, help="append pairs measured")
+    ap.add_argument("--workers", type=int, default=1)
+    # hostile last: until redaction is linear its body keeps the worker's helper process busy
+    ap.add_argument(
+        "--phases", nargs="+", default=["idle", "trace_5000", "abuse", "abuse_paired", "appends", "hostile"]
+    )
+    ap.add_argument("--server-env", nargs="*", default=[], help="NAME=VALUE settings for the server")
+    ap.add_argument("--window", type=float, default=2.0, help="seconds per window of abuse_paired")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--load", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--keys", default="{}", help=argparse.SUPPRESS)
+    ap.add_argument("--phase", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.load:
+        t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+        out = asyncio.run(_phase(args))
+        r1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
+        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        out["generator_cpu_share"] = cpu / wall / (os.cpu_count() or 1)
+        print(json.dumps(out))
+        return
+
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="triage-abuse-") as tmp:
+        server = Server(Path(tmp), args.workers, args.server_env)
+        try:
+            print(f"# server ready: {server.ready}; {os.cpu_count()} cores; workers={args.workers}", flush=True)
+            for phase in args.phases:
+                r = run_phase(server.url, server.keys, phase, args, server.proc.pid)
+                results[phase] = r
+                share = f"generator CPU {100 * r['generator_cpu_share']:.0f} %, server CPU {100 * r['server_cpu_share']:.0f} % of {os.cpu_count()} cores"
+                if phase == "abuse_paired":
+                    a = r["paired"]
+                    print(
+                        f"abuse_paired probe p99 quiet {a['quiet']['p99_ms']:.2f} ms (p50 {a['quiet']['p50_ms']:.2f}, n={a['quiet']['n']}), "
+                        f"abused {a['abused']['p99_ms']:.2f} ms (p50 {a['abused']['p50_ms']:.2f}, n={a['abused']['n']}): "
+                        f"x{a['p99_ratio']:.2f}; healthz p99 {a['quiet']['healthz_p99_ms']:.2f} / {a['abused']['healthz_p99_ms']:.2f} ms; {share}",
+                        flush=True,
+                    )
+                    print(f"           load: {json.dumps(a['load'])}", flush=True)
+                    continue
+                if phase == "appends":
+                    a = r["appends"]
+                    print(
+                        f"appends: p50 at step 10 {a['p50_at_10_ms']:.2f} ms, at step 4,000 {a['p50_at_4000_ms']:.2f} ms "
+                        f"(x{a['ratio']:.2f}, {a['rounds']} pairs); {share}",
+                        flush=True,
+                    )
+                    continue
+                p = r["probe"]
+                line = (
+                    f"{phase:10s} probe diagnose p50 {p['p50_ms']:7.2f} ms  p99 {p['p99_ms']:7.2f} ms  max {p['max_ms']:7.1f} ms  "
+                    f"healthz p99 {p['healthz_p99_ms']:6.2f} ms  n={p['n']} errors={p['errors']}"
+                )
+                if "idle" in results and phase != "idle":
+                    line += f"  (p99 x{p['p99_ms'] / results['idle']['probe']['p99_ms']:.2f} idle)"
+                print(line + f"; {share}", flush=True)
+                if "load" in r:
+                    print(f"           load: {json.dumps(r['load'])}", flush=True)
+                if p["first_error"]:
+                    print(f"           first probe error: {p['first_error']}", flush=True)
+        finally:
+            server.stop()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""The heavy lane: large ``/v1/diagnose`` bodies are served by a helper process of the worker.
+
+Parsing, importing, redacting and diagnosing a multi-megabyte trace is CPU work that holds the
+GIL for long stretches (``json.loads``, pydantic, the regexes of redaction and the rules); done in
+the worker, it would stall the worker's event loop and every small request on it. A body of
+``TRIAGE_HEAVY_BODY_BYTES`` or more is therefore handed, as raw bytes, to one helper process per
+worker (started on first use, with its own :class:`~serve.service.TriageService` on the same
+store), which does all of it, stores the result, and returns the response JSON. Heavy requests
+queue for that one process (one at a time per worker); small ones never wait for them.
+
+The helper runs at a lower CPU priority than the worker (``HELPER_NICE``), so that it takes the
+cores the small requests leave, and stops with its worker (:func:`serve.supervise.watch_master`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from fastapi.exceptions import RequestValidationError
+
+from model import errors as model_errors
+from model.errors import InputError, StoreError, TriageError
+
+log = logging.getLogger("triage.serve")
+
+_SERVICE: Any = None
+_MAX_STEPS = 5000
+#: The helper runs at a lower CPU priority (``nice``) than its worker: when both want the cores,
+#: the small requests go first and the large one takes longer.
+HELPER_NICE = 10
+
+
+def _init(settings_data: dict[str, Any]) -> None:  # pragma: no cover - runs in the helper process
+    global _SERVICE, _MAX_STEPS
+    from serve.app import build_diagnoser, build_service
+    from serve.settings import Settings
+    from serve.supervise import watch_master
+
+    watch_master()
+    with contextlib.suppress(OSError, AttributeError):  # not on every platform
+        os.nice(HELPER_NICE)
+    settings = Settings(**settings_data)
+    diagnoser, _ = build_diagnoser(settings)
+    _SERVICE = build_service(settings, diagnoser)
+    _MAX_STEPS = settings.max_steps
+
+
+def _diagnose(tenant: str, raw: bytes, format: str | None, session: str | None) -> tuple[str, Any]:  # pragma: no cover
+    """Parse, import, diagnose and store (the helper process); ``("ok", response JSON)`` or an
+    error to re-raise in the worker."""
+    from serve.routers.diagnose import prepare
+
+    try:
+        body, trace = prepare(raw, format, session, _MAX_STEPS)
+        resp = _SERVICE.diagnose(tenant, trace, body.options, feed_streams=True)
+        return "ok", resp.model_dump_json()
+    except RequestValidationError as exc:
+        return "validation", list(exc.errors())
+    except InputError as exc:
+        return "input", (type(exc).__name__, exc.message, exc.path)
+    except RecursionError:
+        return "deep", None
+    except TriageError as exc:  # the store, the model, a rate limit: re-raised by name in the worker
+        return "triage", (type(exc).__name__, str(exc), getattr(exc, "retry_after", None))
+
+
+class HeavyLane:
+    """The helper process of one worker (started on the first heavy request)."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.threshold = int(settings.heavy_body_bytes)
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def wants(self, size: int) -> bool:
+        return 0 < self.threshold <= size
+
+    def _executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_init,
+                    initargs=(self.settings.model_dump(),),
+                )
+            return self._pool
+
+    async def diagnose(self, tenant: str, raw: bytes, format: str | None = None, session: str | None = None) -> str:
+        """The response JSON for the body ``raw`` (and the route's ``format`` / ``session`` query
+        parameters); our errors are raised here as they would be in the worker."""
+        loop = asyncio.get_running_loop()
+        try:
+            status, value = await loop.run_in_executor(self._executor(), _diagnose, tenant, raw, format, session)
+        except BrokenProcessPool:
+            with self._lock:
+                self._pool = None  # the next heavy request starts a new helper
+            log.error("the heavy-lane helper process died; it is restarted on the next large request")
+            raise StoreError("the helper process serving large requests died; retry") from None
+        if status == "ok":
+            return str(value)
+        if status == "validation":
+            raise RequestValidationError(value)
+        if status == "deep":
+            raise RecursionError("JSON nesting too deep")
+        name, message, extra = value
+        cls = getattr(model_errors, name, None)
+        if status == "input":
+            err_cls = cls if isinstance(cls, type) and issubclass(cls, InputError) else InputError
+            raise err_cls(message, path=extra)
+        if name == "RateLimitedError":
+            from serve.ratelimit import RateLimitedError
+
+            raise RateLimitedError(message, scope="quota", retry_after=float(extra or 1))
+        if isinstance(cls, type) and issubclass(cls, TriageError):
+            raise cls(message)
+        raise StoreError(message)
+
+    def close(self) -> None:
+        """Stop the helper now (the worker is shutting down; nothing it still runs is answered)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            procs = list(getattr(pool, "_processes", {}).values())  # else exit would wait for its work
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in procs:
+                proc.terminate()
+
+
+__all__ = ["HeavyLane"]

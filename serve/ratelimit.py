@@ -1,0 +1,403 @@
+"""Rate limits and the daily step quota: every caller gets its share, an abuser gets 429s.
+
+Three limits, each answered ``429 Too Many Requests`` with ``Retry-After`` (whole seconds) and a
+body naming the limit:
+
+- **per key** (per client address when ``TRIAGE_AUTH=off``): a token bucket of
+  ``TRIAGE_RATE_LIMIT_KEY_RPS`` requests a second with a burst of ``TRIAGE_RATE_LIMIT_KEY_BURST``;
+- **per tenant** (all its keys together): ``TRIAGE_RATE_LIMIT_TENANT_RPS`` /
+  ``TRIAGE_RATE_LIMIT_TENANT_BURST``;
+- **steps per tenant per UTC day**: ``TRIAGE_QUOTA_DAILY_STEPS`` (steps imported by
+  ``/v1/diagnose`` and session appends).
+
+How the limits hold with several workers:
+
+- the request rates are **split per worker**: each of the ``TRIAGE_WORKERS`` processes (times
+  ``TRIAGE_RATE_LIMIT_REPLICAS`` servers behind one balancer) runs its own buckets with 1/N of the
+  rate and of the burst (at least one request), so the total never exceeds the limit, whatever the
+  balancer does, and a 429 costs no query. A caller whose connections all land on one worker gets
+  that worker's share only;
+- the daily quota is **shared through the store**: each request adds its steps to the tenant's
+  row of ``usage`` in the same transaction that stores its trace, and is refused (rolled back)
+  when the sum would pass the quota; a per-worker copy of the last total refuses a tenant already
+  over it before any work is done.
+
+A limit set to 0 is off. The limits are checked after the key is authenticated, before the body is
+read; for a key the worker has authenticated within ``TRIAGE_AUTH_CACHE_S``, before routing
+(:class:`RateLimitMiddleware`): a refused request costs a hash and a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fastapi import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from model.errors import TriageError
+from serve.auth import KEY_PREFIX, LOCAL_TENANT, KeyCache, Principal, PrincipalDep
+
+#: Buckets kept per worker; the least recently used beyond this are dropped (a dropped bucket
+#: comes back full, which only ever favours the caller).
+MAX_BUCKETS = 100_000
+
+
+class RateLimitedError(TriageError):
+    """A limit is spent (→ 429 with ``Retry-After``). ``scope`` is ``key``, ``tenant`` or ``quota``."""
+
+    def __init__(self, message: str, *, scope: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.message = message
+        self.scope = scope
+        self.retry_after = retry_after
+
+    @property
+    def retry_after_header(self) -> str:
+        return str(max(1, math.ceil(self.retry_after)))
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    stamp: float
+
+
+class TokenBuckets:
+    """Token buckets by name: ``rate`` tokens a second, at most ``burst``; thread-safe.
+
+    >>> b = TokenBuckets(rate=1.0, burst=2.0)
+    >>> [b.take("k", now=0.0) for _ in range(3)]
+    [0.0, 0.0, 1.0]
+    >>> b.take("k", now=1.0)
+    0.0
+    """
+
+    def __init__(self, *, rate: float, burst: float, max_buckets: int = MAX_BUCKETS) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.max_buckets = max_buckets
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, name: str, *, now: float | None = None) -> float:
+        """Take one token for ``name``: 0.0 when granted, else the seconds until one is there."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            b = self._buckets.get(name)
+            if b is None:
+                b = _Bucket(tokens=self.burst, stamp=now)
+                self._buckets[name] = b
+                if len(self._buckets) > self.max_buckets:
+                    self._buckets.popitem(last=False)
+            else:
+                self._buckets.move_to_end(name)
+                b.tokens = min(self.burst, b.tokens + (now - b.stamp) * self.rate)
+                b.stamp = now
+            if b.tokens >= 1.0:
+                b.tokens -= 1.0
+                return 0.0
+            return (1.0 - b.tokens) / self.rate
+
+
+class FairLock:
+    """A lock granted round-robin over tenants: a tenant with many requests waiting goes after
+    each other tenant that waits, not before all of them (the model's one inference at a time per
+    worker is shared fairly; within a tenant, first come first served).
+
+    >>> lock = FairLock()
+    >>> with lock.hold("acme"):
+    ...     pass
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._busy = False
+        self._queues: OrderedDict[str, list[threading.Event]] = OrderedDict()
+
+    def acquire(self, tenant: str) -> None:
+        with self._mutex:
+            if not self._busy:
+                self._busy = True
+                return
+            ev = threading.Event()
+            self._queues.setdefault(tenant, []).append(ev)
+        ev.wait()  # set by release(), which hands the lock over without freeing it
+
+    def release(self) -> None:
+        with self._mutex:
+            if not self._queues:
+                self._busy = False
+                return
+            tenant, waiting = next(iter(self._queues.items()))
+            ev = waiting.pop(0)
+            del self._queues[tenant]
+            if waiting:
+                self._queues[tenant] = waiting  # to the back of the round
+        ev.set()
+
+    @contextmanager
+    def hold(self, tenant: str) -> Iterator[None]:
+        self.acquire(tenant)
+        try:
+            yield
+        finally:
+            self.release()
+
+
+class FairGate:
+    """``slots`` requests of CPU work at a time in one worker, the next slot granted round-robin
+    over the tenants waiting (asyncio; a waiting request costs nothing). A tenant's burst of
+    admitted requests then queues behind the other tenants' requests instead of sharing the
+    worker's GIL and cores with them.
+    """
+
+    def __init__(self, slots: int) -> None:
+        self.slots = max(1, slots)
+        self._free = self.slots
+        self._queues: OrderedDict[str, list[asyncio.Future[None]]] = OrderedDict()
+
+    async def acquire(self, tenant: str) -> None:
+        if self._free > 0 and not self._queues:
+            self._free -= 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queues.setdefault(tenant, []).append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # granted as it was cancelled: pass the slot on
+            else:
+                waiting = self._queues.get(tenant)
+                if waiting is not None and fut in waiting:
+                    waiting.remove(fut)
+                    if not waiting:
+                        del self._queues[tenant]
+            raise
+
+    def release(self) -> None:
+        while self._queues:
+            tenant, waiting = next(iter(self._queues.items()))
+            fut = waiting.pop(0)
+            del self._queues[tenant]
+            if waiting:
+                self._queues[tenant] = waiting  # to the back of the round
+            if not fut.done():
+                fut.set_result(None)  # the slot passes on without being freed
+                return
+        self._free += 1
+
+    @asynccontextmanager
+    async def slot(self, tenant: str) -> AsyncIterator[None]:
+        await self.acquire(tenant)
+        try:
+            yield
+        finally:
+            self.release()
+
+
+def seconds_to_midnight(now: datetime | None = None) -> float:
+    """Seconds until the next UTC midnight (when the daily quota starts again)."""
+    now = now or datetime.now(UTC)
+    tomorrow = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return (tomorrow - now).total_seconds()
+
+
+def utc_day(now: datetime | None = None) -> str:
+    return (now or datetime.now(UTC)).strftime("%Y-%m-%d")
+
+
+class RateLimiter:
+    """The per-key and per-tenant buckets of one worker, and its copy of the tenants' daily usage.
+
+    Parameters
+    ----------
+    key_rps, key_burst, tenant_rps, tenant_burst:
+        The limits for the whole service (0: off).
+    daily_steps:
+        Steps a tenant may import per UTC day (0: off).
+    processes:
+        How many processes share the limits (workers × replicas): each one enforces 1/N.
+    """
+
+    def __init__(
+        self,
+        *,
+        key_rps: float,
+        key_burst: float,
+        tenant_rps: float,
+        tenant_burst: float,
+        daily_steps: int,
+        processes: int = 1,
+    ) -> None:
+        self.processes = max(1, processes)
+        self.daily_steps = daily_steps
+        self.key = self._buckets(key_rps, key_burst)
+        self.tenant = self._buckets(tenant_rps, tenant_burst)
+        self._usage: dict[str, tuple[str, int]] = {}  # tenant → (day, steps as last seen)
+        self._usage_lock = threading.Lock()
+        self.refused: dict[tuple[str, str], int] = {}  # (tenant, scope) → 429s given by this worker
+
+    def _buckets(self, rps: float, burst: float) -> TokenBuckets | None:
+        if rps <= 0:
+            return None
+        return TokenBuckets(rate=rps / self.processes, burst=max(1.0, burst / self.processes))
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> RateLimiter:
+        return cls(
+            key_rps=settings.rate_limit_key_rps,
+            key_burst=settings.rate_limit_key_burst,
+            tenant_rps=settings.rate_limit_tenant_rps,
+            tenant_burst=settings.rate_limit_tenant_burst,
+            daily_steps=settings.quota_daily_steps,
+            processes=settings.workers * settings.rate_limit_replicas,
+        )
+
+    def check_request(self, tenant: str, caller: str) -> None:
+        """Spend one request of ``caller`` (a key id or client address) and of ``tenant``.
+
+        Raises :class:`RateLimitedError` when either bucket is empty, or when the tenant is known
+        to be over its daily quota already.
+        """
+        if self.key is not None:
+            wait = self.key.take(f"{tenant}\x00{caller}")
+            if wait:
+                self._refuse(tenant, "key", wait, f"more than {self._rate('key')} requests a second from this key")
+        if self.tenant is not None:
+            wait = self.tenant.take(tenant)
+            if wait:
+                self._refuse(
+                    tenant, "tenant", wait, f"more than {self._rate('tenant')} requests a second for this tenant"
+                )
+        if self.daily_steps > 0:
+            with self._usage_lock:
+                seen = self._usage.get(tenant)
+            if seen is not None and seen[0] == utc_day() and seen[1] >= self.daily_steps:
+                self.quota_refused(tenant)
+
+    def _rate(self, which: str) -> str:
+        b = self.key if which == "key" else self.tenant
+        assert b is not None
+        return f"{b.rate * self.processes:g}"
+
+    def _refuse(self, tenant: str, scope: str, wait: float, msg: str) -> None:
+        with self._usage_lock:
+            self.refused[(tenant, scope)] = self.refused.get((tenant, scope), 0) + 1
+        raise RateLimitedError(msg, scope=scope, retry_after=wait)
+
+    def quota_refused(self, tenant: str) -> None:
+        """Raise the daily-quota 429 (and count it)."""
+        self._refuse(
+            tenant,
+            "quota",
+            seconds_to_midnight(),
+            f"the tenant's daily quota of {self.daily_steps} steps is spent (setting TRIAGE_QUOTA_DAILY_STEPS); "
+            "it starts again at 00:00 UTC",
+        )
+
+    def note_usage(self, tenant: str, day: str, steps: int) -> None:
+        """The tenant's usage as the store last reported it (a later request checks it first)."""
+        with self._usage_lock:
+            self._usage[tenant] = (day, steps)
+
+
+def _caller(principal: Principal, client: tuple[str, int] | Any) -> str:
+    if principal.key_id:
+        return principal.key_id
+    host = client[0] if client else "?"
+    return f"addr:{host}"
+
+
+async def rate_limit(request: Request, principal: PrincipalDep) -> None:
+    """Dependency of every ``/v1`` router and the OTLP receiver: spend one request of the caller's key and tenant
+    (unless :class:`RateLimitMiddleware` already did, for a key this worker knows)."""
+    limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
+    if limiter is None or request.scope.get(_CHECKED):
+        return
+    limiter.check_request(principal.tenant, _caller(principal, request.client))
+
+
+_CHECKED = "triage.rate_checked"
+
+
+class RateLimitMiddleware:
+    """The cheap path for refusals: a ``/v1`` request whose key this worker has authenticated
+    recently is counted (and refused with 429) before routing, body parsing or dependencies, so
+    that an abusive client costs a hash and a dictionary lookup per request. Requests from keys
+    not in the worker's cache go on to the route, whose dependency authenticates and counts them.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(("/v1/", "/otlp/")):
+            await self.app(scope, receive, send)
+            return
+        state = scope["app"].state if "app" in scope else None
+        limiter: RateLimiter | None = getattr(state, "rate_limiter", None)
+        principal = self._principal(scope, state) if limiter is not None else None
+        if limiter is None or principal is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            limiter.check_request(principal.tenant, _caller(principal, scope.get("client")))
+        except RateLimitedError as exc:
+            await _send_429(send, exc)
+            return
+        scope[_CHECKED] = True
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _principal(scope: Scope, state: Any) -> Principal | None:
+        if not getattr(state, "auth_enabled", True):
+            return Principal(tenant=LOCAL_TENANT)
+        cache: KeyCache | None = getattr(state, "key_cache", None)
+        if cache is None:
+            return None
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, key = value.decode("latin-1").partition(" ")
+                key = key.strip()
+                if scheme.lower() == "bearer" and key.startswith(f"{KEY_PREFIX}_") and len(key) <= 200:
+                    return cache.cached(key)
+                return None
+        return None
+
+
+async def _send_429(send: Send, exc: RateLimitedError) -> None:
+    body = json.dumps({"detail": [{"loc": [], "msg": exc.message, "type": f"rate_limited.{exc.scope}"}]}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", exc.retry_after_header.encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+RATE_LIMITED_RESPONSES: dict[int | str, dict[str, Any]] = {
+    429: {
+        "description": "A rate limit or the daily step quota is spent; retry after `Retry-After` seconds",
+        "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait"}},
+    }
+}
+
+
+__all__ = ["RATE_LIMITED_RESPONSES", "FairGate", "FairLock", "RateLimitMiddleware", "RateLimitedError", "rate_limit", "RateLimiter", "TokenBuckets", "seconds_to_midnight", "utc_day"]

@@ -1,0 +1,80 @@
+"""``kill -9`` of a real ``triage serve --workers 2`` master takes its workers down with it, and a
+new server binds the same port at once (serve/supervise.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, LiveServer
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads worker pids from /proc (Linux)")
+def test_kill_9_of_the_master_stops_its_workers(tmp_path: Path) -> None:
+    env = {"TRIAGE_DATA_DIR": str(tmp_path), "TRIAGE_AUTH": "off", "TRIAGE_CLASSIFIER": "false"}
+    srv = LiveServer(env=env, args=["--workers", "2"]).wait_ready(timeout=120)
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[int] = []
+        while time.monotonic() < deadline:  # both workers up (the resource tracker is a child too)
+            workers = [p for p in _children(srv.proc.pid) if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+            if len(workers) >= 2:
+                break
+            time.sleep(0.2)
+        assert len(workers) == 2
+        assert httpx.get(f"{srv.url}/v1/traces").status_code == 200
+
+        os.kill(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in workers), "workers still serving after their master was killed"
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{srv.url}/healthz", timeout=2)
+
+        # the port is free again: a new server on it starts and answers
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(srv.port), "--workers", "2"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            ok = False
+            while time.monotonic() < deadline and proc.poll() is None and not ok:
+                try:
+                    ok = httpx.get(f"{srv.url}/healthz", timeout=1).status_code == 200
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+            err = proc.stderr.read() if proc.poll() is not None and proc.stderr is not None else b""
+            assert ok, err.decode(errors="replace")[-2000:]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+    finally:
+        srv.stop()
