@@ -39,6 +39,10 @@ def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | 
     from model.runscore.train import RunScoreConfig
 
     try:
+        import matplotlib  # noqa: F401  (the report's figures; checked before the long part)
+    except ImportError as exc:
+        raise _fail(f"triage evaluate --real needs the train extra (pip install -e '.[train]'): {exc}") from exc
+    try:
         config = RunScoreConfig.from_params(params)
         section = (yaml.safe_load(params.read_text(encoding="utf-8")) or {}).get("evaluate_real", {}) or {}
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -53,8 +57,6 @@ def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | 
                                    in_domain_folds=int(section.get("in_domain_folds", 5)))
     except (TriageError, OSError) as exc:
         raise _fail(str(exc)) from exc
-    except ImportError as exc:  # the figures need matplotlib
-        raise _fail(f"triage evaluate --real needs the train extra (pip install -e '.[train]'): {exc}") from exc
     for s, e in report["sets"].items():
         parts = [f"{s:<18}"]
         if "auroc" in e:
