@@ -247,7 +247,9 @@ class TriageService:
         values = [v for _, v in self.store.stream_values(tenant, "failure_probability", key[1], last=RELATIVE_WINDOW)]
         thr = None
         if len(values) >= self.relative_min_runs:
-            thr = float(np.quantile(values, 1 - scorer.target_false_alarm))
+            # strictly above the agent's 90th percentile: a run that scores like the agent's usual ones
+            # is no alarm (a stream of identical runs would otherwise flag every one of them)
+            thr = float(np.nextafter(np.quantile(values, 1 - scorer.target_false_alarm), 2.0))
         self._relative_cache[key] = (now, thr)
         return thr
 

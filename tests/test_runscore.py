@@ -181,8 +181,11 @@ def test_the_run_verdict_in_the_diagnosis() -> None:
 def test_relative_thresholds_leave_the_runs_own_group_out() -> None:
     probs = np.array([0.1, 0.2, 0.9, 0.3])
     thr = relative_thresholds(probs, ["a", "a", "b", "c"], 0.5)
-    assert thr.tolist() == [float(np.quantile([0.9, 0.3], 0.5))] * 2 + [
-        float(np.quantile([0.1, 0.2, 0.3], 0.5)), float(np.quantile([0.1, 0.2, 0.9], 0.5))]
+    up = lambda v: float(np.nextafter(np.quantile(v, 0.5), 2.0))  # noqa: E731 - strictly above the quantile
+    assert thr.tolist() == [up([0.9, 0.3])] * 2 + [up([0.1, 0.2, 0.3]), up([0.1, 0.2, 0.9])]
+    # runs that all score alike are no alarm
+    same = np.full(6, 0.4)
+    assert not (same >= relative_thresholds(same, list("aabbcc"), 0.1)).any()
 
 
 @pytest.mark.slow
@@ -245,3 +248,41 @@ def test_rule_precision_is_measured_and_a_noisy_rule_is_demoted() -> None:
         "demoted": {"max_false_alarm_rate": st["loud"]["max_false_alarm_rate"], "confidence": 0.9}})
     assert scorer.rule_confidence("quiet", 0.9) == (0.9, {"p_run_failed": st["quiet"]["p_run_failed"]})
     assert scorer.rule_confidence("never_seen", 0.9) == (0.9, {})
+
+
+def _answer_run(i: int, answer: str) -> Trace:
+    t = chat({"role": "user", "content": f"Weather in Oslo on day {i}?"},
+             call("a", "get_weather", '{"city": "Oslo"}'),
+             {"role": "tool", "tool_call_id": "a", "content": "Oslo: 4 C, light rain"},
+             {"role": "assistant", "content": answer})
+    t.id = f"run-{i}"
+    t.task_type = "weather"
+    return t
+
+
+def test_the_service_switches_to_the_agents_own_operating_point(tmp_path: Path) -> None:
+    """After 50 auto-fed runs of a task type, `healthy` compares with that agent's 90th percentile."""
+    from serve.app import build_service
+    from serve.settings import Settings
+
+    scorer = fixed_scorer(threshold=0.99, weight=2.0)  # p = sigmoid(1 + 2·novel word ratio) < 0.99
+    svc = build_service(Settings(database_url=f"sqlite:///{tmp_path / 'rel.db'}"),
+                        Diagnoser(runscorer=scorer))
+    from model.options import DiagnoseOptions
+
+    grounded = "Oslo: 4 C, light rain."
+    novel = "Expect thunderstorms, heavy hail and strong northerly gales tomorrow."
+    first = svc.diagnose("t", _answer_run(0, novel), DiagnoseOptions())
+    assert first.healthy is True and first.failure_probability < 0.99  # the fixed point: not flagged
+    for i in range(1, 60):
+        svc.diagnose("t", _answer_run(i, grounded), DiagnoseOptions())
+    svc._relative_cache.clear()  # the per-worker cache (30 s) would hold the value from before
+    same = svc.diagnose("t", _answer_run(100, grounded), DiagnoseOptions())
+    assert same.healthy is True  # like the agent's usual runs: no alarm
+    odd = svc.diagnose("t", _answer_run(101, novel), DiagnoseOptions())
+    assert odd.healthy is False and odd.primary is not None and odd.primary.detector == "runscore"
+    assert odd.primary.details["threshold"] < 0.99  # the agent's own point, not the fixed one
+    # another task type of the tenant has no history yet: the fixed point
+    other = _answer_run(102, novel)
+    other.task_type = "travel"
+    assert svc.diagnose("t", other, DiagnoseOptions()).healthy is True

@@ -145,7 +145,7 @@ def relative_thresholds(probs: np.ndarray, groups: Sequence[str], false_alarm: f
     out = np.empty(len(probs))
     for key in set(groups):
         m = g == key
-        out[m] = float(np.quantile(probs[~m], 1 - false_alarm)) if (~m).any() else 1.0
+        out[m] = float(np.nextafter(np.quantile(probs[~m], 1 - false_alarm), 2.0)) if (~m).any() else 1.0
     return out
 
 
