@@ -330,6 +330,13 @@ class Ladders:
                 failed = details.get("failed_step")
                 target = failed if isinstance(failed, int) else failure.step
                 out["to_step"] = _before_call(trace, target)
+            # The same target for an executor that keeps messages, not steps: restore the state
+            # from before the message that holds the first discarded step.
+            first_undone = out["to_step"] + 1 if isinstance(out["to_step"], int) else None
+            if first_undone is not None and first_undone < len(trace.steps):
+                source_index = trace.steps[first_undone].source_index
+                if source_index is not None:
+                    out["to_source_index"] = source_index
         elif strategy == Strategy.FALLBACK_MODEL:
             out["model"] = options.fallback_models[0] if options.fallback_models else None
         elif strategy == Strategy.SELF_CORRECT and failure.kind == FailureKind.MALFORMED_CALL:

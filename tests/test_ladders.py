@@ -64,8 +64,23 @@ def test_rollback_target_for_loop_and_blocking() -> None:
     p = Ladders.load()
     rec = p.recommend(trace(), failure(FailureKind.LOOP, step=9, repeats=[{"call_step": 3, "result_step": 4}, {"call_step": 6, "result_step": 7}]))
     assert rec.strategy == Strategy.ROLLBACK and rec.params["to_step"] == 2
+    assert "to_source_index" not in rec.params  # step 3 is past this 3-step trace's end: no message to name
     blocked = p.recommend(trace(), failure(FailureKind.UNSAFE_OUTPUT))
     assert blocked.strategy == Strategy.HUMAN_HANDOFF and blocked.params["block"] is True
+
+
+def test_rollback_names_the_message_to_restore_before() -> None:
+    """``to_source_index``: the message holding the first discarded step (an executor keeps messages)."""
+    t = Trace(id="tr", steps=[
+        Step(kind=StepKind.USER_INPUT, content="Book a table", source_index=0),
+        Step(kind=StepKind.LLM_OUTPUT, content="Let me book it.", source_index=1),  # one assistant message,
+        Step(kind=StepKind.TOOL_CALL, tool_name="book", tool_args={}, call_id="c", source_index=1),  # two steps
+        Step(kind=StepKind.TOOL_RESULT, tool_name="book", content="503", call_id="c", source_index=2, status="error"),
+        Step(kind=StepKind.LLM_OUTPUT, content="Booked!", source_index=3),
+    ])
+    rec = Ladders.load().recommend(t, failure(FailureKind.IGNORED_ERROR, step=4, failed_step=3))
+    assert rec.strategy == Strategy.ROLLBACK and rec.params["to_step"] == 1
+    assert rec.params["to_source_index"] == 1  # the call's message goes, its text step with it
 
 
 def test_rungs_climb_and_cap_at_handoff() -> None:
