@@ -32,8 +32,8 @@ from model.detectors.base import TraceDetector
 from model.errors import TooLargeError, UnknownDetectorError
 from model.findings import Attribution, DiagnosisResponse, Failure, Finding
 from model.kinds import CLASSIFIER_KINDS, KIND_INFO, SYMPTOM_KINDS, FailureKind
+from model.ladders import Ladders
 from model.options import DiagnoseOptions
-from model.repair import Policy
 from model.schema import StepKind, Trace
 
 if TYPE_CHECKING:
@@ -163,8 +163,8 @@ class Diagnoser:
     detectors:
         Pre-built trace detectors to use by default (e.g. the classifier, loaded once at start-up).
         Default: every registered trace detector except the opt-in ones.
-    policy:
-        The repair policy; default :meth:`Policy.load`.
+    ladders:
+        The repair ladders; default :meth:`Ladders.load`.
     max_steps:
         Traces longer than this raise :class:`~model.errors.TooLargeError`.
     model_version:
@@ -178,7 +178,7 @@ class Diagnoser:
         self,
         detectors: Sequence[TraceDetector] | None = None,
         *,
-        policy: Policy | None = None,
+        ladders: Ladders | None = None,
         max_steps: int = 5000,
         model_version: str | None = None,
         runscorer: RunScorer | None = None,
@@ -186,7 +186,7 @@ class Diagnoser:
         if detectors is None:
             detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
         self.detectors: dict[str, TraceDetector] = {d.name: d for d in detectors}
-        self.policy = policy or Policy.load()
+        self.ladders = ladders or Ladders.load()
         self.max_steps = max_steps
         if model_version is None:
             clf = self.detectors.get("classifier")
@@ -312,7 +312,7 @@ class Diagnoser:
                     and probability >= thr:
                 primary = run_failure(trace, attribution, probability, thr, signals)
                 failures = [primary]
-        recommendation = self.policy.recommend(trace, primary, options=options)
+        recommendation = self.ladders.recommend(trace, primary, options=options)
         coverage, warnings = assess(trace)
         return DiagnosisResponse(
             trace_id=trace.id,

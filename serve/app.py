@@ -14,8 +14,8 @@ from fastapi import Depends, FastAPI
 from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
 from model.diagnosis import OPT_IN_DETECTORS, Diagnoser, package_version
-from model.policy import RepairEngine, load_budgets
-from model.repair import Policy
+from model.ladders import Ladders
+from model.repair_engine import RepairEngine, load_budgets
 from model.runscore import ARTIFACT as RUNSCORE_FILE
 from model.runscore import RunScorer
 from serve.auth import KeyCache, warn_auth_off
@@ -65,7 +65,7 @@ def build_diagnoser(settings: Settings) -> tuple[Diagnoser, dict[str, Any]]:
         detectors.append(classifier)
     runscorer = load_runscorer(settings)
     diagnoser = Diagnoser(
-        detectors, policy=Policy.load(settings.policy_path), max_steps=settings.max_steps, runscorer=runscorer
+        detectors, ladders=Ladders.load(settings.policy_path), max_steps=settings.max_steps, runscorer=runscorer
     )
     readiness: dict[str, Any] = {"rules": True}
     if settings.classifier:
@@ -151,7 +151,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
     """The stateful service: store (migrated), repair engine with budgets, redaction."""
     store = open_store(settings)
-    engine = RepairEngine(diagnoser.policy, load_budgets(settings.policy_path))
+    engine = RepairEngine(diagnoser.ladders, load_budgets(settings.policy_path))
     redactor = Redactor.from_names(settings.redact.split(","), mode=settings.redact_mode, salt=settings.redact_salt)
     exporter = None
     if settings.eval_export_endpoint:

@@ -9,7 +9,7 @@ Storage rules (ARCHITECTURE.md, "Sessions" and "Streams"):
   diagnosis, the recommendation, the repair-policy state and the response hold no secret (evidence
   is cut from redacted text). Session steps are redacted as they arrive, so the session's trace is
   diagnosed on the same (redacted) text every time and repeats stay equal.
-- Repair-policy state (:mod:`model.policy`) lives in the ``sessions`` row. A trace sent to
+- Repair-policy state (:mod:`model.repair_engine`) lives in the ``sessions`` row. A trace sent to
   ``/v1/diagnose`` with a ``session_id`` shares that session's state; one without uses
   ``trace:<trace id>`` as its own.
 - Each write runs in one transaction that locks the session row, so concurrent appends and
@@ -44,7 +44,7 @@ from model.importers.spans import collect_spans, group_runs, import_spans, uses_
 from model.incremental import IncrementalDiagnoser
 from model.kinds import FailureKind, Strategy
 from model.options import DiagnoseOptions
-from model.policy import RepairEngine
+from model.repair_engine import RepairEngine
 from model.schema import Step, StepKind, ToolDefinition, Trace
 from model.streams import Alarm, detect_changepoints
 from model.streams.metrics import DEFAULT_TASK_TYPE, extract_metrics

@@ -12,7 +12,7 @@ Tables::
     trace_steps      the steps of a session's trace, one row each (appends insert only)
     usage            steps imported per tenant and UTC day (the daily quota)
     failures         the failures and signals of a trace's latest diagnosis (for filtering/export)
-    sessions         real-time sessions: step counters and the repair policy's state (JSON)
+    sessions         real-time sessions: step counters and the repair engine's state (JSON)
     recommendations  every recommendation given, with its rung, attempt and status
     outcomes         what the agent reported after carrying out a recommendation
     labels           human labels on a trace (for the dataset export)
@@ -170,7 +170,7 @@ class SessionRow(Base):
     n_steps: Mapped[int] = mapped_column(Integer, default=0)
     next_source_index: Mapped[int] = mapped_column(Integer, default=0)
     version: Mapped[int] = mapped_column(Integer, default=0)
-    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the repair policy's state
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the repair engine's state
 
 
 class RecommendationRow(Base):

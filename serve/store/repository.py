@@ -496,7 +496,7 @@ class Store:
         attempt: int,
         status: str = "open",
     ) -> None:
-        # Ids are deterministic (model.policy): a second insert of one id is the same recommendation.
+        # Ids are deterministic (model.repair_engine): a second insert of one id is the same recommendation.
         ins = (postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert)(
             RecommendationRow
         )

@@ -1,6 +1,6 @@
-"""The stateful repair policy: which rung each open failure is on, and the budgets (circuit breakers).
+"""The repair engine: which rung each open failure is on, and the budgets (circuit breakers).
 
-:class:`model.repair.Policy` answers "what is rung *r* of this failure's ladder"; this module keeps
+:class:`model.ladders.Ladders` answers "what is rung *r* of this failure's ladder"; this module keeps
 the state that decides *r* across calls, as a JSON-able dict the service stores per session, so
 any worker can take the next step (ARCHITECTURE.md "Sessions" and the budget paragraph):
 
@@ -46,8 +46,8 @@ from model.errors import InputError
 from model.findings import Failure, Recommendation
 from model.graph import step_failure
 from model.kinds import FailureKind, Strategy
+from model.ladders import DEFAULT_POLICY_PATH, Ladders
 from model.options import DiagnoseOptions
-from model.repair import DEFAULT_POLICY_PATH, Policy
 from model.schema import StepKind, StepStatus, Trace
 
 _ID_NAMESPACE = uuid.UUID("2d0f4a8e-5c61-4f0b-8d7e-9b3a6c1e2f44")
@@ -173,11 +173,11 @@ def _order(f: Failure) -> tuple[int, int, int]:
 
 
 class RepairEngine:
-    """The ladder (:class:`model.repair.Policy`) plus per-session state and budgets.
+    """The ladder (:class:`model.ladders.Ladders`) plus per-session state and budgets.
 
     Parameters
     ----------
-    policy:
+    ladders:
         The ladders.
     budgets:
         The circuit breakers.
@@ -186,14 +186,14 @@ class RepairEngine:
     on any monotonic-enough clock the caller chooses (the service passes UNIX time).
     """
 
-    def __init__(self, policy: Policy, budgets: Budgets | None = None) -> None:
-        self.policy = policy
+    def __init__(self, ladders: Ladders, budgets: Budgets | None = None) -> None:
+        self.ladders = ladders
         self.budgets = budgets or Budgets()
 
     @classmethod
     def load(cls, path: Path | None = None) -> RepairEngine:
         """The shipped policy with a user's file (ladders and budgets) laid over it."""
-        return cls(Policy.load(path), load_budgets(path))
+        return cls(Ladders.load(path), load_budgets(path))
 
     # -- the two entry points --------------------------------------------------------------------
     def recommend(
@@ -216,7 +216,7 @@ class RepairEngine:
         state["options"] = options.model_dump(mode="json")
         if options.shadow:
             primary = min(failures, key=_order) if failures else None
-            rec = self.policy.recommend(trace, primary, options=options)
+            rec = self.ladders.recommend(trace, primary, options=options)
             rec = rec.model_copy(update={"id": self._id(session_key, "shadow", len(trace.steps), 0)})
             return Decision(rec, new=True)
         got_past = {failure_key(f) for f in failures if resolved_by_later_steps(trace, f)}
@@ -234,7 +234,7 @@ class RepairEngine:
             why = "no failure found" if not failures else "every failure found is resolved"
             if got_past:
                 why += f" (later steps got past {', '.join(sorted(got_past))})"
-            rec = self.policy.recommend(trace, None, options=options)
+            rec = self.ladders.recommend(trace, None, options=options)
             rec = rec.model_copy(
                 update={
                     "id": self._id(session_key, "continue", len(trace.steps), 0),
@@ -302,7 +302,7 @@ class RepairEngine:
         if fs["status"] != OPEN:  # handed off (or resolved): never climb past human_handoff
             return None
         options = DiagnoseOptions.model_validate(state.get("options") or {})
-        ladder = self.policy.ladder(FailureKind(fs["kind"]))
+        ladder = self.ladders.ladder(FailureKind(fs["kind"]))
         rung = ladder[min(fs["rung"], len(ladder) - 1)]
         if fs["attempt"] < self._max_attempts(rung.strategy, rung.params):
             fs["attempt"] += 1
@@ -315,7 +315,7 @@ class RepairEngine:
     def _max_attempts(self, strategy: Strategy, params: dict[str, Any]) -> int:
         if strategy != Strategy.RETRY:
             return 1
-        value = params.get("max_attempts", self.policy.policy.defaults.retry.max_attempts)
+        value = params.get("max_attempts", self.ladders.file.defaults.retry.max_attempts)
         return max(1, int(value))
 
     @staticmethod
@@ -385,7 +385,7 @@ class RepairEngine:
         new_rung: bool,
     ) -> Decision:
         failure = Failure.model_validate(fs["failure"])
-        ladder = self.policy.ladder(failure.kind)
+        ladder = self.ladders.ladder(failure.kind)
         skipped: list[str] = []
         while fs["rung"] < len(ladder) - 1 and not self._usable(
             ladder[fs["rung"]].strategy, fs, trace, options
@@ -399,7 +399,7 @@ class RepairEngine:
             reason = "end of the ladder" if rung_idx > 0 else f"{failure.kind.value} goes to a human at once"
         task = state["tasks"][fs["task"]]
         if reason is not None:
-            rec = self.policy.recommend(trace, failure, options=options, rung=len(ladder) - 1)
+            rec = self.ladders.recommend(trace, failure, options=options, rung=len(ladder) - 1)
             rec = rec.model_copy(
                 update={
                     "params": {**rec.params, "reason": reason},
@@ -410,7 +410,7 @@ class RepairEngine:
             fs["rung"] = len(ladder) - 1
             rung_idx = fs["rung"]
         else:
-            rec = self.policy.recommend(trace, failure, options=options, rung=rung_idx, attempt=fs["attempt"])
+            rec = self.ladders.recommend(trace, failure, options=options, rung=rung_idx, attempt=fs["attempt"])
             if rec.strategy != Strategy.HUMAN_HANDOFF:
                 task["recommendations"] += 1
                 if new_rung:

@@ -1,12 +1,12 @@
-"""The repair policy: a ladder of strategies per failure kind, and the recommendation for a rung.
+"""The repair ladders: a ladder of strategies per failure kind, and the recommendation for a rung.
 
-The default ladders ship in ``model/policy.yaml``; :meth:`Policy.load` reads a user's file with the
+The default ladders ship in ``model/policy.yaml``; :meth:`Ladders.load` reads a user's file with the
 same shape over them (kind by kind). This module is stateless: it answers "what is rung ``r`` for
 this failure"; which rung a failure is on, and the budgets, are kept by the caller (the service's
 session state) and passed in.
 
 >>> from model.kinds import FailureKind
->>> Policy.load().ladder(FailureKind.LOOP)[0].strategy
+>>> Ladders.load().ladder(FailureKind.LOOP)[0].strategy
 <Strategy.ROLLBACK: 'rollback'>
 """
 
@@ -196,20 +196,20 @@ def _is_transient(failure: Failure) -> bool:
     return not any(word in text for word in permanent)
 
 
-class Policy:
+class Ladders:
     """Repair ladders per failure kind.
 
     Parameters
     ----------
-    policy:
+    file:
         The validated policy file; use :meth:`load` to read one.
     """
 
-    def __init__(self, policy: PolicyFile) -> None:
-        self.policy = policy
+    def __init__(self, file: PolicyFile) -> None:
+        self.file = file
 
     @classmethod
-    def load(cls, path: Path | None = None) -> Policy:
+    def load(cls, path: Path | None = None) -> Ladders:
         """The shipped default, with ``path`` (a user's policy YAML) laid over it kind by kind."""
         base = _read_policy(DEFAULT_POLICY_PATH)
         if path is not None:
@@ -228,7 +228,7 @@ class Policy:
 
     def ladder(self, kind: FailureKind) -> list[Rung]:
         """The ladder for ``kind`` (a kind without one goes straight to ``human_handoff``)."""
-        return self.policy.ladders.get(kind) or [Rung(strategy=Strategy.HUMAN_HANDOFF)]
+        return self.file.ladders.get(kind) or [Rung(strategy=Strategy.HUMAN_HANDOFF)]
 
     def recommend(
         self,
@@ -300,7 +300,7 @@ class Policy:
         failed_tool = details.get("tool") or (step.tool_name if step is not None else None)
         out: dict[str, Any] = {}
         if strategy == Strategy.RETRY:
-            d = self.policy.defaults.retry
+            d = self.file.defaults.retry
             # Deterministic jitter per (trace, failure, attempt): the same question, the same answer.
             seed = hashlib.sha256(f"{trace.id}|{failure.source_index}|{attempt}".encode()).digest()
             rng = random.Random(seed)
@@ -330,6 +330,13 @@ class Policy:
                 failed = details.get("failed_step")
                 target = failed if isinstance(failed, int) else failure.step
                 out["to_step"] = _before_call(trace, target)
+            # The same target for an executor that keeps messages, not steps: restore the state
+            # from before the message that holds the first discarded step.
+            first_undone = out["to_step"] + 1 if isinstance(out["to_step"], int) else None
+            if first_undone is not None and first_undone < len(trace.steps):
+                source_index = trace.steps[first_undone].source_index
+                if source_index is not None:
+                    out["to_source_index"] = source_index
         elif strategy == Strategy.FALLBACK_MODEL:
             out["model"] = options.fallback_models[0] if options.fallback_models else None
         elif strategy == Strategy.SELF_CORRECT and failure.kind == FailureKind.MALFORMED_CALL:
@@ -360,4 +367,4 @@ class Policy:
         return template.format(**values)
 
 
-__all__ = ["DEFAULT_POLICY_PATH", "Policy", "PolicyFile", "Rung", "recommendation_id", "trace_language"]
+__all__ = ["DEFAULT_POLICY_PATH", "Ladders", "PolicyFile", "Rung", "recommendation_id", "trace_language"]

@@ -1,4 +1,4 @@
-"""The stateful repair policy: rungs, attempts, open failures, budgets → human_handoff."""
+"""The repair engine (model/repair_engine.py): rungs, attempts, open failures, budgets → human_handoff."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from model.errors import InputError
 from model.findings import Failure
 from model.kinds import KIND_INFO, FailureKind, Strategy
 from model.options import DiagnoseOptions
-from model.policy import Budgets, RepairEngine, failure_key, load_budgets, task_key
+from model.repair_engine import Budgets, RepairEngine, failure_key, load_budgets, task_key
 from model.schema import Step, StepStatus, Trace
 
 
