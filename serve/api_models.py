@@ -114,7 +114,7 @@ class LabelRequest(_Strict):
     source_index: StrictInt | None = Field(
         default=None, ge=0, le=2**31 - 1, description="Index into the input the trace came from (a message)."
     )
-    author: str = Field(default="", max_length=200)
+    author: str = Field(default="", max_length=200, description="Who says so; default: the API key (`key:<id>`).")
     author_type: Literal["human", "checker"] = Field(
         default="human",
         description="`checker`: an automatic task checker. An author's newest label wins; a human's outranks a checker's.",

@@ -711,9 +711,13 @@ class TriageService:
             label=_run_label(self.store.trace_labels(tenant, trace_id)),
         )
 
-    def add_label(self, tenant: str, trace_id: str, req: LabelRequest) -> LabelResponse:
-        """A label on a stored trace: one author's verdict on the run (see :mod:`serve.run_labels`)."""
+    def add_label(
+        self, tenant: str, trace_id: str, req: LabelRequest, *, key_id: str | None = None
+    ) -> LabelResponse:
+        """A label on a stored trace: one author's verdict on the run (see :mod:`serve.run_labels`);
+        without ``author``, the API key that posted it (``key:<id>``) is the author."""
         failed = req.verdict()
+        author = self.redactor.redact_text(req.author) or (f"key:{key_id}" if key_id else "")
         rows = self.store.add_label(
             tenant,
             trace_id,
@@ -721,7 +725,7 @@ class TriageService:
             kind=None if req.kind in (None, "healthy") else str(req.kind),
             step=req.step,
             source_index=req.source_index,
-            author=self.redactor.redact_text(req.author),
+            author=author,
             author_type=req.author_type,
         )
         if rows is None:

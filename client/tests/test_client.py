@@ -142,6 +142,7 @@ def test_async_whole_api(service: tuple[str, str]) -> None:
             assert (await c.add_label(state.trace_id, "healthy")).labels == 1
             got = await c.add_label(state.trace_id, failed=True, source_index=1, author="ci", author_type="checker")
             assert got.labels == 2 and got.label is not None and not got.label.failed  # the human's stands
+            assert got.label.author.startswith("key:")  # no author given: the API key is the author
             assert (await c.get_trace(state.trace_id)).label.author_type == "human"  # type: ignore[union-attr]
             obs = await c.observe("tokens_out", [10.0, 11.0, 9.0], task_type="qa")
             assert obs.n == 3

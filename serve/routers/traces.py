@@ -123,6 +123,7 @@ async def add_label(
     failure `kind` and its `step` or `source_index`. Per author the newest label wins; a human's
     (`author_type` `human`, the default) outranks a checker's. The answer and `GET /v1/traces/{id}`
     carry the effective label; `triage datasets export --from-store` writes it as `labels.failed`,
-    ahead of repair outcomes and rule votes."""
+    ahead of repair outcomes and rule votes. Without `author`, the author is the API key
+    (`key:<key id>`)."""
     body = await parse_body(request, LabelRequest)
-    return await call(service.add_label, principal.tenant, trace_id, body)
+    return await call(service.add_label, principal.tenant, trace_id, body, key_id=principal.key_id)
