@@ -88,6 +88,7 @@ class LabelSource(StrEnum):
     RULE_VOTE = "rule_vote"
     HUMAN = "human"
     REPAIR_OUTCOME = "repair_outcome"
+    CHECKER = "checker"  # an automatic task checker's verdict (posted as a label with author_type checker)
 
 
 class FailureLabel(_Model):

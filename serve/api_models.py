@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, model_validator
 
+from model.errors import InputError
 from model.findings import RESPONSE_SCHEMA_VERSION, DiagnosisResponse, Recommendation
 from model.kinds import FailureKind
 from model.options import DiagnoseOptions
@@ -100,16 +101,64 @@ class OutcomeRequest(_Strict):
 
 
 class LabelRequest(_Strict):
-    """A human label for a stored trace (what really went wrong, or ``healthy``)."""
+    """A label for a stored trace: the run-level verdict (``failed``, a task checker's or a
+    reviewer's), and, when known, what went wrong (``kind``) and where (``step`` or
+    ``source_index``). ``kind`` alone implies ``failed`` (a failure kind: true; ``healthy``: false).
+    """
 
-    kind: FailureKind | Literal["healthy"]
+    failed: StrictBool | None = Field(default=None, description="Did the run fail (its task not done)?")
+    kind: FailureKind | Literal["healthy"] | None = Field(
+        default=None, description="What went wrong (with `failed: true`), or `healthy`."
+    )
     step: StrictInt | None = Field(default=None, ge=0, le=2**31 - 1, description="Index into the trace's steps.")
-    author: str = Field(default="", max_length=200)
+    source_index: StrictInt | None = Field(
+        default=None, ge=0, le=2**31 - 1, description="Index into the input the trace came from (a message)."
+    )
+    author: str = Field(default="", max_length=200, description="Who says so; default: the API key (`key:<id>`).")
+    author_type: Literal["human", "checker"] = Field(
+        default="human",
+        description="`checker`: an automatic task checker. An author's newest label wins; a human's outranks a checker's.",
+    )
+
+    def verdict(self) -> bool:
+        """``failed`` as the request says it, or as ``kind`` implies; an :class:`InputError` naming
+        the field when the fields disagree or say nothing."""
+        if self.failed is None and self.kind is None:
+            raise InputError("say whether the run failed (`failed`: true or false) or give a failure `kind`", path="failed")
+        failed = self.failed if self.failed is not None else self.kind != "healthy"
+        if failed and self.kind == "healthy":
+            raise InputError("`kind` is `healthy` but `failed` is true", path="kind")
+        if not failed and self.kind not in (None, "healthy"):
+            raise InputError(f"`failed` is false but `kind` is the failure kind {self.kind!s}", path="kind")
+        if not failed and (self.step is not None or self.source_index is not None):
+            where = "step" if self.step is not None else "source_index"
+            raise InputError(f"`{where}` says where the run went wrong, but `failed` is false", path=where)
+        if self.step is not None and self.source_index is not None:
+            raise InputError("give `step` or `source_index`, not both", path="source_index")
+        return failed
+
+
+class LocatedFailureOut(BaseModel):
+    kind: str | None = Field(description="The failure kind; null when only where is known.")
+    step: int | None
+    source_index: int | None
+
+
+class RunLabelOut(BaseModel):
+    """The trace's effective run-level label: per author the newest label, a human's over a checker's."""
+
+    failed: bool
+    author: str
+    author_type: Literal["human", "checker"]
+    created_at: datetime
+    failures: list[LocatedFailureOut] = Field(description="What went wrong and where, when labelled.")
+    labels: int = Field(description="Labels the trace has, every author.")
 
 
 class LabelResponse(Versioned):
     trace_id: str
-    labels: int = Field(description="Human labels the trace now has.")
+    labels: int = Field(description="Labels the trace now has, every author.")
+    label: RunLabelOut = Field(description="The effective label after this one.")
 
 
 class OutcomeResponse(Versioned):
@@ -163,6 +212,7 @@ class TraceDetail(TraceSummary, Versioned):
     diagnosis: dict[str, Any] = Field(description="The latest diagnosis (DiagnosisResponse), redacted.")
     recommendations: list[RecommendationOut]
     outcomes: list[OutcomeOut]
+    label: RunLabelOut | None = Field(default=None, description="The effective run-level label, when labelled.")
 
 
 class GraphOut(Versioned):
@@ -230,6 +280,8 @@ __all__ = [
     "GraphOut",
     "LabelRequest",
     "LabelResponse",
+    "LocatedFailureOut",
+    "RunLabelOut",
     "ObservationsRequest",
     "ObservationsResponse",
     "OutcomeOut",

@@ -3,8 +3,10 @@
 One native Trace per JSONL line (the format ``triage datasets generate`` writes and the training
 pipeline reads), its ``labels`` built from what the history knows, strongest source first:
 
-1. **human** labels (``POST /v1/outcomes`` with ``label``, or the store's ``labels`` table): when a
-   trace has any, they are its labels (``"healthy"`` → no failures);
+1. **labels** (``POST /v1/traces/{id}/labels``, or ``POST /v1/outcomes`` with ``label``): when a
+   trace has any, its effective label (:mod:`serve.run_labels`: per author the newest, a human's
+   over a checker's) gives ``labels.failed`` and the failures it located, ``source`` ``human`` or
+   ``checker``; a run labelled only ``{"failed": true}`` exports as failed with no failure kind;
 2. **repair outcomes**: a recommendation that fixed its failure confirms that failure
    (confidence 0.9); one whose outcomes all failed keeps it at 0.6 (the diagnosis may have been
    right and the repair too weak, or the diagnosis wrong);
@@ -31,6 +33,7 @@ from rich.console import Console
 from model.errors import TriageError
 from model.kinds import FailureKind
 from model.schema import FailureLabel, LabelSource, Trace, TraceLabels
+from serve.run_labels import effective_label
 from serve.settings import get_settings
 
 _console = Console(stderr=True)
@@ -44,19 +47,22 @@ def _fail(message: str) -> typer.Exit:
 
 def labels_for(record: dict[str, Any], *, include_unconfirmed: bool) -> TraceLabels | None:
     """The labels of one stored trace (see the module docstring), or None when nothing is known."""
-    human = record["labels"]
-    if human:
+    label = effective_label(record["labels"])
+    if label is not None:
+        source = LabelSource.CHECKER if label.author_type == "checker" else LabelSource.HUMAN
         failures = [
             FailureLabel(
-                kind=FailureKind(h["kind"]),
-                step=h["step"],
-                source_index=h["source_index"],
-                source=LabelSource.HUMAN,
+                kind=FailureKind(f.kind) if f.kind in _KINDS else None,
+                step=f.step,
+                source_index=f.source_index,
+                source=source,
             )
-            for h in human
-            if h["kind"] in _KINDS
+            for f in label.failures
+            if f.kind in _KINDS or f.step is not None
         ]
-        return TraceLabels(failures=failures, source=LabelSource.HUMAN, first_failing_step=_first(failures))
+        return TraceLabels(
+            failed=label.failed, failures=failures, source=source, first_failing_step=_first(failures)
+        )
     response = record["response"] or {}
     failures_by_key = {
         f"{f['kind']}@{'-' if f.get('source_index') is None else f['source_index']}": f

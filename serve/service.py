@@ -55,12 +55,14 @@ from serve.api_models import (
     FailureState,
     LabelRequest,
     LabelResponse,
+    LocatedFailureOut,
     ObservationsRequest,
     ObservationsResponse,
     OutcomeOut,
     OutcomeRequest,
     OutcomeResponse,
     RecommendationOut,
+    RunLabelOut,
     SegmentOut,
     SessionStepResponse,
     SessionView,
@@ -71,6 +73,7 @@ from serve.api_models import (
 from serve.evaluation_export import EvaluationExporter
 from serve.ratelimit import FairLock, RateLimiter, utc_day
 from serve.redaction import Redactor
+from serve.run_labels import effective_label
 from serve.store import Store
 from serve.store.models import LabelRow, ObservationRow, SessionRow, TraceRow, utcnow
 from serve.validation import check_id, check_index, check_trace_fields
@@ -629,9 +632,11 @@ class TriageService:
                     LabelRow(
                         tenant_id=tenant,
                         trace_id=rec.trace_id,
+                        failed=req.label != "healthy",
                         kind=None if req.label == "healthy" else str(req.label),
                         step=failure.get("step") if isinstance(failure.get("step"), int) else None,
                         author="outcome",
+                        author_type="human",
                     )
                 )
         return OutcomeResponse(
@@ -705,21 +710,36 @@ class TriageService:
                 )
                 for o in outs
             ],
+            label=_run_label(self.store.trace_labels(tenant, trace_id)),
         )
 
-    def add_label(self, tenant: str, trace_id: str, req: LabelRequest) -> LabelResponse:
-        """A human label on a stored trace (the strongest label `datasets export` knows)."""
-        kind = None if req.kind == "healthy" else str(req.kind)
-        n = self.store.add_label(
-            tenant, trace_id, kind=kind, step=req.step, author=self.redactor.redact_text(req.author)
+    def add_label(
+        self, tenant: str, trace_id: str, req: LabelRequest, *, key_id: str | None = None
+    ) -> LabelResponse:
+        """A label on a stored trace: one author's verdict on the run (see :mod:`serve.run_labels`);
+        without ``author``, the API key that posted it (``key:<id>``) is the author."""
+        failed = req.verdict()
+        author = self.redactor.redact_text(req.author) or (f"key:{key_id}" if key_id else "")
+        rows = self.store.add_label(
+            tenant,
+            trace_id,
+            failed=failed,
+            kind=None if req.kind in (None, "healthy") else str(req.kind),
+            step=req.step,
+            source_index=req.source_index,
+            author=author,
+            author_type=req.author_type,
         )
-        if n is None:
+        if rows is None:
             raise NotFoundError(f"no trace {trace_id!r} for this tenant")
+        label = _run_label(rows)
+        assert label is not None  # the label just added
         return LabelResponse(
             model_version=self.model_version,
             detector_versions=self.detector_versions(),
             trace_id=trace_id,
-            labels=n,
+            labels=len(rows),
+            label=label,
         )
 
     def stored_trace(self, tenant: str, trace_id: str) -> Trace:
@@ -1053,3 +1073,17 @@ def _failure_states(row: SessionRow) -> list[FailureState]:
 
 
 __all__ = ["CHANGEPOINT_WINDOW", "ConflictError", "NotFoundError", "TriageService"]
+
+
+def _run_label(rows: list[dict[str, Any]]) -> RunLabelOut | None:
+    eff = effective_label(rows)
+    if eff is None:
+        return None
+    return RunLabelOut(
+        failed=eff.failed,
+        author=eff.author,
+        author_type="checker" if eff.author_type == "checker" else "human",
+        created_at=eff.created_at,
+        failures=[LocatedFailureOut(kind=f.kind, step=f.step, source_index=f.source_index) for f in eff.failures],
+        labels=eff.labels,
+    )

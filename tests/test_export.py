@@ -37,7 +37,7 @@ def history(tmp_path: Path) -> Path:
     service.diagnose("acme", _trace(HEALTHY, "t-healthy"), DiagnoseOptions())
     loop = service.diagnose("acme", _trace(OPENAI_LOOP, "t-human"), DiagnoseOptions())
     assert loop.primary is not None
-    service.store.add_label("acme", "t-human", kind="hallucination", step=2, author="reviewer")
+    service.store.add_label("acme", "t-human", failed=True, kind="hallucination", step=2, author="reviewer")
     service.diagnose("globex", _trace(HEALTHY, "t-other"), DiagnoseOptions())
     # content capture off: no failure found, the verdict unknown (healthy null)
     off = json.loads((FIXTURES / "integrations" / "otel-openai-v2-content-off.json").read_text())["trace"]
@@ -77,7 +77,7 @@ def test_export_labels_from_outcomes_and_humans(history: Path, tmp_path: Path) -
     assert fixed["steps"][1]["content"] == "Ask [REDACTED:email]"
     assert fixed["metadata"]["redaction"]["mode"] == "mask"
     human = by_id["t-human"]
-    assert human["labels"]["source"] == "human"
+    assert human["labels"]["source"] == "human" and human["labels"]["failed"] is True
     assert [(f["kind"], f["step"]) for f in human["labels"]["failures"]] == [("hallucination", 2)]
     for row in rows:
         Trace.model_validate(row)  # what the training pipeline reads

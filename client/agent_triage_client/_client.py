@@ -112,6 +112,12 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
+def _label_body(kind: str | None, failed: bool | None, step: int | None, source_index: int | None,
+                author: str, author_type: str) -> dict[str, Any]:
+    return _drop_none({"failed": failed, "kind": kind, "step": step, "source_index": source_index,
+                       "author": author, "author_type": author_type})
+
+
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
@@ -383,8 +389,13 @@ class TriageClient(_Base):
                                          params={"format": format}))
         return result
 
-    def add_label(self, trace_id: str, kind: str, *, step: int | None = None, author: str = "") -> Label:
-        body = _drop_none({"kind": kind, "step": step, "author": author})
+    def add_label(self, trace_id: str, kind: str | None = None, *, failed: bool | None = None,
+                  step: int | None = None, source_index: int | None = None, author: str = "",
+                  author_type: Literal["human", "checker"] = "human") -> Label:
+        """Label a run: ``failed`` (a checker's or a reviewer's verdict) and/or a failure ``kind``
+        (``"healthy"``: not failed) at ``step`` or ``source_index``. Per author the newest label
+        wins; a human's outranks a checker's. The answer's ``label`` is the effective one."""
+        body = _label_body(kind, failed, step, source_index, author, author_type)
         result: Label = self._send(_Call("POST", f"/v1/traces/{_seg(trace_id)}/labels", Label, json=body))
         return result
 
@@ -511,8 +522,13 @@ class AsyncTriageClient(_Base):
                                                params={"format": format}))
         return result
 
-    async def add_label(self, trace_id: str, kind: str, *, step: int | None = None, author: str = "") -> Label:
-        body = _drop_none({"kind": kind, "step": step, "author": author})
+    async def add_label(self, trace_id: str, kind: str | None = None, *, failed: bool | None = None,
+                        step: int | None = None, source_index: int | None = None, author: str = "",
+                        author_type: Literal["human", "checker"] = "human") -> Label:
+        """Label a run: ``failed`` (a checker's or a reviewer's verdict) and/or a failure ``kind``
+        (``"healthy"``: not failed) at ``step`` or ``source_index``. Per author the newest label
+        wins; a human's outranks a checker's. The answer's ``label`` is the effective one."""
+        body = _label_body(kind, failed, step, source_index, author, author_type)
         result: Label = await self._send(_Call("POST", f"/v1/traces/{_seg(trace_id)}/labels", Label, json=body))
         return result
 

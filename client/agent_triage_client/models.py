@@ -150,11 +150,29 @@ class ReportedOutcome(_Open):
     created_at: datetime
 
 
+class LocatedFailure(_Open):
+    kind: str | None = None
+    step: int | None = None
+    source_index: int | None = None
+
+
+class RunLabel(_Open):
+    """A trace's effective run-level label: per author the newest label, a human's over a checker's."""
+
+    failed: bool
+    author: str = ""
+    author_type: str = "human"
+    created_at: datetime | None = None
+    failures: list[LocatedFailure] = Field(default_factory=list)
+    labels: int = 0
+
+
 class TraceDetail(TraceSummary, Versioned):
     trace: dict[str, Any] = Field(default_factory=dict)
     diagnosis: dict[str, Any] = Field(default_factory=dict)
     recommendations: list[GivenRecommendation] = Field(default_factory=list)
     outcomes: list[ReportedOutcome] = Field(default_factory=list)
+    label: RunLabel | None = None
 
 
 class Graph(Versioned):
@@ -166,6 +184,7 @@ class Graph(Versioned):
 class Label(Versioned):
     trace_id: str
     labels: int = 0
+    label: RunLabel | None = None  # the effective label after this one
 
 
 class Alarm(_Open):

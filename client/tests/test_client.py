@@ -88,7 +88,20 @@ def test_sync_whole_api(service: tuple[str, str]) -> None:
         graph = c.get_graph(state.trace_id, format="mermaid")
         assert graph.mermaid and graph.graph is None
         label = c.add_label(state.trace_id, "loop", step=6, author="test")
-        assert label.labels == 1
+        assert label.labels == 1 and label.label is not None and label.label.failed
+        assert [(f.kind, f.step) for f in label.label.failures] == [("loop", 6)]
+        # a checker's "not failed" does not outrank the human's label
+        label = c.add_label(state.trace_id, failed=False, author="reward", author_type="checker")
+        assert label.labels == 2 and label.label is not None and label.label.failed
+        assert (label.label.author, label.label.author_type) == ("test", "human")
+        # the same human, newer: the run did not fail after all
+        label = c.add_label(state.trace_id, failed=False, author="test")
+        assert label.label is not None and not label.label.failed and label.label.failures == []
+        detail = c.get_trace(state.trace_id)
+        assert detail.label is not None and not detail.label.failed and detail.label.labels == 3
+        with pytest.raises(TriageAPIError) as bad_label:
+            c.add_label(state.trace_id, "loop", failed=False)
+        assert bad_label.value.status_code == 422 and "kind" in json.dumps(bad_label.value.detail)
         values = [100.0 + i % 5 for i in range(40)] + [400.0 + i % 5 for i in range(20)]
         obs = c.observe("latency_ms", values, task_type="qa", params={"warmup": 20})
         assert obs.served and obs.n == 60 and obs.monitoring and obs.alarms and obs.alarms[0].index >= 40
@@ -127,6 +140,10 @@ def test_async_whole_api(service: tuple[str, str]) -> None:
             assert detail.outcomes and detail.outcomes[0].success is True
             assert (await c.get_graph(state.trace_id, format="json")).graph is not None
             assert (await c.add_label(state.trace_id, "healthy")).labels == 1
+            got = await c.add_label(state.trace_id, failed=True, source_index=1, author="ci", author_type="checker")
+            assert got.labels == 2 and got.label is not None and not got.label.failed  # the human's stands
+            assert got.label.author.startswith("key:")  # no author given: the API key is the author
+            assert (await c.get_trace(state.trace_id)).label.author_type == "human"  # type: ignore[union-attr]
             obs = await c.observe("tokens_out", [10.0, 11.0, 9.0], task_type="qa")
             assert obs.n == 3
             assert (await c.changepoints("tokens_out", task_type="qa")).n == 3

@@ -94,13 +94,17 @@ async def get_graph(
 
 
 _LABEL_EXAMPLES = {
+    "failed": {
+        "summary": "A task checker: the run failed",
+        "value": {"failed": True, "author": "tau-bench-reward", "author_type": "checker"},
+    },
     "hallucination": {
-        "summary": "The answer at step 8 is made up",
-        "value": {"kind": "hallucination", "step": 8},
+        "summary": "A reviewer: the answer at step 8 is made up",
+        "value": {"failed": True, "kind": "hallucination", "step": 8, "author": "reviewer@example.com"},
     },
     "healthy": {
-        "summary": "Nothing was wrong",
-        "value": {"kind": "healthy", "author": "reviewer@example.com"},
+        "summary": "A reviewer: nothing was wrong",
+        "value": {"failed": False, "author": "reviewer@example.com"},
     },
 }
 
@@ -108,14 +112,18 @@ _LABEL_EXAMPLES = {
 @router.post(
     "/{trace_id}/labels",
     response_model=LabelResponse,
-    summary="Label a trace by hand",
+    summary="Label a run: failed or not, and what went wrong where",
     responses={**ERRORS, **NOT_FOUND},
     openapi_extra=body_openapi(LabelRequest, _LABEL_EXAMPLES),
 )
 async def add_label(
     trace_id: TraceId, request: Request, principal: PrincipalDep, service: ServiceDep
 ) -> LabelResponse:
-    """A human label (a failure kind at a step, or `healthy`). Human labels outrank outcomes and
-    rule votes in `triage datasets export --from-store`."""
+    """One author's verdict on the run: `failed` (a task checker's or a reviewer's), optionally the
+    failure `kind` and its `step` or `source_index`. Per author the newest label wins; a human's
+    (`author_type` `human`, the default) outranks a checker's. The answer and `GET /v1/traces/{id}`
+    carry the effective label; `triage datasets export --from-store` writes it as `labels.failed`,
+    ahead of repair outcomes and rule votes. Without `author`, the author is the API key
+    (`key:<key id>`)."""
     body = await parse_body(request, LabelRequest)
-    return await call(service.add_label, principal.tenant, trace_id, body)
+    return await call(service.add_label, principal.tenant, trace_id, body, key_id=principal.key_id)

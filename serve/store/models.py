@@ -214,10 +214,13 @@ class LabelRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     tenant_id: Mapped[str] = mapped_column(String(64))
     trace_id: Mapped[str] = mapped_column(String(128))
-    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None = healthy
+    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None: no failure kind said
     step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     source_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     author: Mapped[str] = mapped_column(String(200), default="")
+    # the run-level verdict (True: the run failed); NULL only in rows no code writes any more
+    failed: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    author_type: Mapped[str] = mapped_column(String(16), default="human", server_default="human")  # or "checker"
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 

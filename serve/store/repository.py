@@ -546,9 +546,20 @@ class Store:
         return row
 
     def add_label(
-        self, tenant: str, trace_id: str, *, kind: str | None, step: int | None, author: str = ""
-    ) -> int | None:
-        """Add a human label; returns the trace's label count, or None when there is no such trace."""
+        self,
+        tenant: str,
+        trace_id: str,
+        *,
+        failed: bool,
+        kind: str | None = None,
+        step: int | None = None,
+        source_index: int | None = None,
+        author: str = "",
+        author_type: str = "human",
+    ) -> list[dict[str, Any]] | None:
+        """Add a label (one author's verdict on the run); returns the trace's labels, oldest first,
+        or None when there is no such trace. ``source_index`` locates the label at the first step
+        of that input element; ``step`` at that step."""
         with self.write() as db:
             trace = db.get(TraceRow, (tenant, trace_id))
             if trace is None:
@@ -557,28 +568,37 @@ class Store:
                 raise InputError(
                     f"step {step} is past the trace's last step ({trace.n_steps - 1})", path="step"
                 )
-            source_index = None
-            if step is not None:
-                source_index = (self.trace_json(db, trace).get("steps") or [{}])[step].get("source_index", 0)
+            if step is not None or source_index is not None:
+                steps = self.trace_json(db, trace).get("steps") or []
+                if step is not None:
+                    source_index = int(steps[step].get("source_index", 0))
+                else:
+                    step = next((i for i, s in enumerate(steps) if s.get("source_index", 0) == source_index), None)
+                    if step is None:
+                        last = max((int(s.get("source_index", 0)) for s in steps), default=0)
+                        raise InputError(
+                            f"no step of the trace has source_index {source_index} (the last is {last})",
+                            path="source_index",
+                        )
             db.add(
                 LabelRow(
                     tenant_id=tenant,
                     trace_id=trace_id,
+                    failed=failed,
                     kind=kind,
                     step=step,
                     source_index=source_index,
                     author=author,
+                    author_type=author_type,
                 )
             )
             db.flush()
-            return int(
-                db.scalar(
-                    select(func.count())
-                    .select_from(LabelRow)
-                    .where(LabelRow.tenant_id == tenant, LabelRow.trace_id == trace_id)
-                )
-                or 0
-            )
+            return _group(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
+
+    def trace_labels(self, tenant: str, trace_id: str) -> list[dict[str, Any]]:
+        """The trace's labels, oldest first."""
+        with self.read() as db:
+            return _group(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
 
     def iter_history(self, tenant: str | None = None, batch: int = 500) -> Iterator[dict[str, Any]]:
         """Every stored trace with its recommendations, outcomes and human labels (for export)."""
@@ -890,7 +910,9 @@ def _group(
     ids = [k[1] for k in keys]
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     rows = db.scalars(
-        select(table).where(table.tenant_id.in_(tenants), table.trace_id.in_(ids)).order_by(table.created_at)
+        select(table)
+        .where(table.tenant_id.in_(tenants), table.trace_id.in_(ids))
+        .order_by(table.created_at, *([table.id] if "id" in table.__table__.columns else []))
     )
     for r in rows:
         d = {c.key: getattr(r, c.key) for c in table.__table__.columns}

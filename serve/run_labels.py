@@ -1,0 +1,83 @@
+"""The effective run-level label of a stored trace, from the labels posted on it.
+
+Every row of the ``labels`` table is one verdict by one author (``author_type`` ``human`` or
+``checker``): ``failed`` says whether the run failed; ``kind`` / ``step`` / ``source_index``, when
+given, say how and where. The rules:
+
+* **an author's newest label wins**: their verdict is the ``failed`` of their newest row; the
+  failures they located are those of their rows since their last ``failed=false`` (a reviewer may
+  post two failures of one run, one at a time; a later "healthy" clears them);
+* **a human outranks a checker**: with any human verdict, checkers' verdicts are ignored;
+* between authors of the same type, the newest verdict decides ``failed``; when it is ``failed``,
+  the failures are those of every such author whose own verdict is ``failed``.
+
+Rows written before run-level labels (``failed`` NULL) read as ``failed = kind is not None``, as the
+migration that added the column filled them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+AUTHOR_TYPES = ("human", "checker")
+
+
+@dataclass(frozen=True)
+class LocatedFailure:
+    kind: str | None
+    step: int | None
+    source_index: int | None
+
+
+@dataclass(frozen=True)
+class EffectiveLabel:
+    failed: bool
+    author: str
+    author_type: str
+    created_at: datetime
+    failures: list[LocatedFailure] = field(default_factory=list)
+    labels: int = 0  # rows on the trace, every author
+
+
+def _failed(row: dict[str, Any]) -> bool:
+    f = row.get("failed")
+    return bool(f) if f is not None else row.get("kind") is not None
+
+
+def effective_label(rows: list[dict[str, Any]]) -> EffectiveLabel | None:
+    """The trace's effective label (see the module docstring), or None when it has no labels."""
+    if not rows:
+        return None
+    ordered = sorted(rows, key=lambda r: (r["created_at"], r.get("id") or 0))
+    by_author: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in ordered:
+        by_author.setdefault((r.get("author_type") or "human", r.get("author") or ""), []).append(r)
+    tier = "human" if any(t == "human" for t, _ in by_author) else "checker"
+    authors = {k: v for k, v in by_author.items() if k[0] == tier}
+    newest = max((v[-1] for v in authors.values()), key=lambda r: (r["created_at"], r.get("id") or 0))
+    failed = _failed(newest)
+    failures: list[LocatedFailure] = []
+    if failed:
+        seen: set[LocatedFailure] = set()
+        for own in authors.values():
+            if not _failed(own[-1]):
+                continue
+            cleared = max((i for i, r in enumerate(own) if not _failed(r)), default=-1)
+            for r in own[cleared + 1 :]:
+                if r.get("kind") is None and r.get("step") is None:
+                    continue  # "it failed", no more said
+                f = LocatedFailure(r.get("kind"), r.get("step"), r.get("source_index"))
+                if f not in seen:
+                    seen.add(f)
+                    failures.append(f)
+        failures.sort(key=lambda f: (f.step if f.step is not None else 1 << 30, f.kind or ""))
+    return EffectiveLabel(
+        failed=failed,
+        author=newest.get("author") or "",
+        author_type=tier,
+        created_at=newest["created_at"],
+        failures=failures,
+        labels=len(rows),
+    )
