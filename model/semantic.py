@@ -42,9 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from model.errors import InputError
 from model.findings import DiagnosisResponse
 from model.kinds import FailureKind
+from model.runscore.model import auroc
 
 GROUPS: tuple[str, ...] = ("off_topic", "goal_drift", "hallucination", "context_loss")
 """The failing groups, in report order (``goal_drift`` is ``off_topic`` with that subtype)."""
@@ -250,8 +253,7 @@ def run_score(resp: DiagnosisResponse) -> float:
 def _auroc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
     if not pos or not neg:
         return None
-    wins = sum((p > q) + 0.5 * (p == q) for p in pos for q in neg)
-    return wins / (len(pos) * len(neg))
+    return auroc(np.array([1] * len(pos) + [0] * len(neg)), np.array([*pos, *neg], dtype=float))
 
 
 def score_case(case: SemanticCase, resp: DiagnosisResponse, *, kind: FailureKind | None = None) -> dict[str, Any]:

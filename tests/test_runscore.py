@@ -15,7 +15,7 @@ from model.errors import InputError, NotFittedError
 from model.importers import load_trace
 from model.runscore.evaluate import evaluate_real, prepare, relative_thresholds, render_markdown
 from model.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, message_features, run_features
-from model.runscore.model import ARTIFACT, CANDIDATE_FEATURES, Example, RunScorer, _auroc
+from model.runscore.model import ARTIFACT, CANDIDATE_FEATURES, Example, RunScorer, auroc
 from model.schema import FailureLabel, Trace, TraceLabels
 from tests.conftest import ROOT
 
@@ -106,7 +106,7 @@ def test_fit_predict_save_load(tmp_path: Path) -> None:
     assert not set(scorer.features_) & {"messages_log", "calls_log", "user_turns_log"}  # length is a baseline
     p = np.array([scorer.score_example(e)[0] for e in ex])
     y = np.array([e.failed for e in ex]).astype(int)
-    assert _auroc(y, p) > 0.95
+    assert auroc(y, p) > 0.95
     # the operating point: at most 10 % of each training set's successful runs flagged
     for s in ("a", "b"):
         ok = [pi for pi, e in zip(p, ex, strict=True) if e.source == s and not e.failed]

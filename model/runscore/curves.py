@@ -31,7 +31,7 @@ import numpy as np
 from model.errors import InputError
 from model.realdata import first_groups
 
-from .model import Example, RunScorer, _auroc
+from .model import Example, RunScorer, auroc
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -130,7 +130,7 @@ def learning_curve(
             raise InputError(f"holding out {S!r} leaves no runs to train on", path="held_out")
         y = np.array([int(e.failed) for e in test])
         both = 0 < y.sum() < len(y)
-        base = _auroc(y, np.array([e.messages for e in test], dtype=float)) if both else float("nan")
+        base = auroc(y, np.array([e.messages for e in test], dtype=float)) if both else float("nan")
         grid = sorted({k for k in sizes if 0 < k < len(pool)}) + [len(pool)]
         for k in grid:
             for seed in seeds if k < len(pool) else seeds[:1]:
@@ -143,9 +143,9 @@ def learning_curve(
                     points.append(CurvePoint(S, k, len(train), seed, False, float("nan"), float("nan"), base,
                                              trained_on, groups))
                     continue
-                auroc = (_auroc(y, np.array([scorer.score_example(e)[0] for e in test])) if both
+                held_auroc = (auroc(y, np.array([scorer.score_example(e)[0] for e in test])) if both
                          else float("nan"))
-                points.append(CurvePoint(S, k, len(train), seed, True, auroc, _exact(scorer, test), base,
+                points.append(CurvePoint(S, k, len(train), seed, True, held_auroc, _exact(scorer, test), base,
                                          trained_on, groups))
     return points
 

@@ -37,9 +37,10 @@ from typing import Any
 import numpy as np
 
 from model.realdata import SOURCES, RealRun, first_groups, load_all
+from model.semantic import wilson
 
 from .features import MESSAGE_FEATURES
-from .model import Example, RunScorer, _auroc
+from .model import Example, RunScorer, auroc
 
 LOCALISATION_SOURCES = ("whowhen", "agentprocessbench", "tau_airline")
 N_BOOT = 1000
@@ -105,24 +106,21 @@ def _ci(values: Sequence[float]) -> list[float]:
 
 
 def auroc_with_ci(y: np.ndarray, s: np.ndarray, boots: list[np.ndarray]) -> dict[str, Any]:
-    return {"auroc": round(_auroc(y, s), 4), "ci": _ci([_auroc(y[b], s[b]) for b in boots])}
+    return {"auroc": round(auroc(y, s), 4), "ci": _ci([auroc(y[b], s[b]) for b in boots])}
 
 
 def paired_diff(y: np.ndarray, a: np.ndarray, b: np.ndarray, boots: list[np.ndarray]) -> dict[str, Any]:
     """AUROC(a) − AUROC(b) with its paired bootstrap interval (same resamples for both)."""
-    return {"diff": round(_auroc(y, a) - _auroc(y, b), 4),
-            "ci": _ci([_auroc(y[i], a[i]) - _auroc(y[i], b[i]) for i in boots])}
+    return {"diff": round(auroc(y, a) - auroc(y, b), 4),
+            "ci": _ci([auroc(y[i], a[i]) - auroc(y[i], b[i]) for i in boots])}
 
 
 def rate_ci(hits: int, n: int) -> dict[str, Any]:
-    """A rate with its Wilson 95 % interval."""
+    """A rate with its Wilson 95 % interval (:func:`model.semantic.wilson`)."""
     if n == 0:
         return {"rate": None, "n": 0, "ci": [None, None]}
-    p, z = hits / n, 1.96
-    den = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / den
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return {"rate": round(p, 4), "n": n, "hits": hits, "ci": [round(max(0.0, c - h), 4), round(min(1.0, c + h), 4)]}
+    lo, hi = wilson(hits, n, z=1.96)
+    return {"rate": round(hits / n, 4), "n": n, "hits": hits, "ci": [round(lo, 4), round(hi, 4)]}
 
 
 def ece(y: np.ndarray, p: np.ndarray, bins: int = 10) -> tuple[float, list[dict[str, Any]]]:
@@ -250,7 +248,7 @@ def evaluate_real(
             }
             entry["auroc"] = auroc_with_ci(y, probs, boots)
             entry["baselines"] = {k: auroc_with_ci(y, v, boots) for k, v in base.items()}
-            best = max(base, key=lambda k: _auroc(y, base[k]))
+            best = max(base, key=lambda k: auroc(y, base[k]))
             entry["vs_best_baseline"] = {"baseline": best, **paired_diff(y, probs, base[best], boots)}
             flag_p = probs >= scorer.threshold
             flag = flag_p | rule_fail

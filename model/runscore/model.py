@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
+from scipy.stats import rankdata
 
 from model.errors import InputError, NotFittedError
 from model.schema import Trace
@@ -104,24 +105,18 @@ class Example:
         return None
 
 
-def _auroc(y: np.ndarray, s: np.ndarray) -> float:
-    """Mann-Whitney AUROC (ties count half); NaN when one class is missing."""
-    pos, neg = s[y == 1], s[y == 0]
-    if len(pos) == 0 or len(neg) == 0:
+def auroc(y: np.ndarray, s: np.ndarray) -> float:
+    """Mann-Whitney AUROC of scores ``s`` for labels ``y`` (ties count half); NaN when a class is missing.
+
+    >>> auroc(np.array([1, 0, 1, 0]), np.array([0.9, 0.1, 0.5, 0.5]))
+    0.875
+    """
+    y, s = np.asarray(y), np.asarray(s, dtype=np.float64)
+    n_pos, n_neg = int((y == 1).sum()), int((y == 0).sum())
+    if n_pos == 0 or n_neg == 0:
         return float("nan")
-    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
-    allv = np.concatenate([pos, neg])[order]
-    ranks = np.empty(len(allv))
-    i = 0
-    while i < len(allv):  # average ranks over ties
-        j = i
-        while j + 1 < len(allv) and allv[j + 1] == allv[i]:
-            j += 1
-        ranks[i : j + 1] = (i + j) / 2 + 1
-        i = j + 1
-    r = np.empty(len(allv))
-    r[order] = ranks
-    return float((r[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+    ranks = rankdata(s)  # average ranks over ties
+    return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def fit_message_model(examples: Sequence[Example], l2: float = 1.0) -> np.ndarray:
@@ -255,8 +250,8 @@ class RunScorer:
     def fit(self, examples: Sequence[Example]) -> RunScorer:
         """Fit both models and the operating point on ``examples`` (real labelled runs)."""
         self.message_weights_ = fit_message_model(examples, self.l2_message)
-        run_sets = sorted({e.source for e in examples if any(not x.failed for x in examples if x.source == e.source)
-                           and any(x.failed for x in examples if x.source == e.source)})
+        outcomes = {(e.source, e.failed) for e in examples}
+        run_sets = sorted({s for s, _ in outcomes if (s, True) in outcomes and (s, False) in outcomes})
         if not run_sets:
             raise InputError("no training set holds both failed and successful runs", path="examples")
         ex = [e for e in examples if e.source in run_sets]
@@ -266,7 +261,7 @@ class RunScorer:
         keep = []
         directions: dict[str, list[float]] = {}
         for j, name in enumerate(CANDIDATE_FEATURES):
-            aucs = [_auroc(y[src == s], F[src == s, j]) for s in run_sets]
+            aucs = [auroc(y[src == s], F[src == s, j]) for s in run_sets]
             directions[name] = [round(a, 4) for a in aucs]
             d = np.array(aucs) - 0.5
             if np.all(d >= self.min_direction) or np.all(d <= -self.min_direction):
@@ -424,4 +419,4 @@ class RunScorer:
             raise InputError(f"{p}: not a run scorer ({exc})", path=str(p)) from exc
 
 
-__all__ = ["ARTIFACT", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
+__all__ = ["ARTIFACT", "auroc", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
