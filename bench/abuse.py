@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from service import _children, _free_port, _session_step, _trace  # noqa: E402
+from service import Server, _children, _session_step, _trace  # noqa: E402
 
 HOSTILE_BYTES = 5 * 1024 * 1024 - 4096
 
@@ -381,55 +381,6 @@ def run_phase(url: str, keys: dict[str, str], phase: str, args: argparse.Namespa
     return result
 
 
-class Server:
-    """``triage serve`` with the default limits; tenants victim / abuser / heavy / appender."""
-
-    def __init__(self, data: Path, workers: int, extra_env: list[str] | None = None) -> None:
-        import httpx
-
-        from serve.auth import create_key
-        from serve.store import Store
-
-        store = Store(f"sqlite:///{data / 'triage.db'}")
-        store.upgrade()
-        self.keys = {t: create_key(store, t)[0] for t in ("victim", "abuser", "heavy", "appender")}
-        store.dispose()
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "TRIAGE_DATA_DIR": str(data), "TRIAGE_AUTH": "on", "HF_HUB_OFFLINE": "1"}
-        for name in list(env):
-            if name.startswith("TRIAGE_RATE_LIMIT") or name.startswith("TRIAGE_QUOTA"):
-                del env[name]  # the defaults are what is measured (unless --server-env says otherwise)
-        env.update(kv.split("=", 1) for kv in extra_env or [])
-        self.log = open(data / "server.log", "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", str(workers)],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                r = httpx.get(f"{self.url}/readyz", timeout=2)
-                if r.status_code in (200, 503):
-                    self.ready = r.json()
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                raise SystemExit(f"server exited: see {self.log.name}")
-            time.sleep(0.2)
-        raise SystemExit("server did not become ready")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=15.0, help="seconds of probe per phase")
@@ -460,7 +411,9 @@ def main() -> None:
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="triage-abuse-") as tmp:
-        server = Server(Path(tmp), args.workers, args.server_env)
+        server = Server(args.workers, Path(tmp), ort_threads=int(os.environ.get("TRIAGE_ORT_THREADS", "2")),
+                        tenants=("victim", "abuser", "heavy", "appender"), limits="default",
+                        extra_env=args.server_env)
         try:
             print(f"# server ready: {server.ready}; {os.cpu_count()} cores; workers={args.workers}", flush=True)
             for phase in args.phases:

@@ -250,8 +250,14 @@ def _children(pid: int) -> list[int]:
 
 
 class Server:
+    """A real ``triage serve`` on 127.0.0.1 with API keys on, one key per tenant (``keys``; ``key`` is the
+    first tenant's). ``limits="off"`` switches the request-rate limits off (throughput is measured);
+    ``"default"`` serves the settings' defaults whatever the environment says (bench/abuse.py measures
+    them); ``extra_env`` (``NAME=VALUE``) is applied last."""
+
     def __init__(
-        self, workers: int, data: Path, model_path: str | None, ort_threads: int | None = None
+        self, workers: int, data: Path, model_path: str | None = None, ort_threads: int | None = None, *,
+        tenants: tuple[str, ...] = ("bench",), limits: str = "off", extra_env: list[str] | None = None,
     ) -> None:
         import httpx
 
@@ -260,7 +266,8 @@ class Server:
 
         store = Store(f"sqlite:///{data / 'triage.db'}")
         store.upgrade()
-        self.key, _ = create_key(store, "bench")
+        self.keys = {t: create_key(store, t)[0] for t in tenants}
+        self.key = self.keys[tenants[0]]
         store.dispose()
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -270,31 +277,23 @@ class Server:
             "TRIAGE_AUTH": "on",
             "TRIAGE_ORT_THREADS": str(ort_threads or (2 if workers == 1 else 1)),
             "HF_HUB_OFFLINE": "1",
-            # throughput is measured here: the per-key limits (bench/abuse.py measures them) are off
-            "TRIAGE_RATE_LIMIT_KEY_RPS": "0",
-            "TRIAGE_RATE_LIMIT_TENANT_RPS": "0",
         }
+        if limits == "off":
+            # throughput is measured here: the per-key limits (bench/abuse.py measures them) are off
+            env.update({"TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"})
+        else:
+            for name in list(env):
+                if name.startswith(("TRIAGE_RATE_LIMIT", "TRIAGE_QUOTA")):
+                    del env[name]  # the defaults are what is measured
         if model_path:
             env["TRIAGE_MODEL_PATH"] = model_path
+        env.update(kv.split("=", 1) for kv in extra_env or [])
         self.workers = workers
         self.log = open(data / f"server-{workers}.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "serve.cli",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--workers",
-                str(workers),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+             "--workers", str(workers)],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -326,7 +325,7 @@ class Server:
     def stop(self) -> None:
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
