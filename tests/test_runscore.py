@@ -56,6 +56,23 @@ def test_message_features_say_where_content_comes_from() -> None:
     assert r[RUN_FEATURES.index("repeat_call_ratio")] == 0.5
 
 
+def test_chinese_words_are_read_as_overlapping_pairs() -> None:
+    """A phrase repeated inside another sentence is not new content (a run of 4+ Chinese characters
+    used to be one "word", so every Chinese answer read as novel and was flagged)."""
+    t = chat(
+        {"role": "user", "content": "请帮我查一下北京明天的天气预报"},
+        {"role": "assistant", "content": "好的，北京明天的天气预报是晴天"},
+    )
+    units, X = message_features(t)
+    assert X[0, col("novel_word_ratio")] < 0.5
+    t2 = chat(
+        {"role": "user", "content": "请帮我查一下北京明天的天气预报"},
+        {"role": "assistant", "content": "上海股票市场今日大幅上涨百分之三"},
+    )
+    _, X2 = message_features(t2)
+    assert X2[0, col("novel_word_ratio")] == 1.0
+
+
 def test_an_error_passed_over_and_a_hedge() -> None:
     t = chat(
         {"role": "user", "content": "Book me a table at Nopi."},

@@ -37,7 +37,8 @@ AGENT_KINDS = frozenset({StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT, StepKind.TO
 _SOURCE_KINDS = frozenset({StepKind.USER_INPUT, StepKind.TOOL_RESULT, StepKind.SYSTEM, StepKind.ERROR})
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:[.,]\d+)*(?![\w])")
-_WORD = re.compile(r"[^\W\d_]{4,}|[\u4e00-\u9fff]{2}", re.UNICODE)
+_WORD = re.compile(r"[^\W\d_\u4e00-\u9fff]{4,}", re.UNICODE)
+_CJK = re.compile(r"[\u4e00-\u9fff]+")
 _CAPITALISED = re.compile(r"\b[A-Z][a-z]{2,}(?:\s+[A-Z][a-z]{2,})*")
 # Hedges and give-ups: the agent says it could not do or know (English and Chinese).
 _HEDGE = re.compile(
@@ -70,7 +71,13 @@ def _numbers(text: str) -> set[str]:
 
 
 def _words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text)} - _STOPWORDS
+    """Content words: Latin-script words of 4+ letters, and every *overlapping* pair of CJK characters
+    (Chinese has no spaces: non-overlapping pairs would depend on where a run of characters starts,
+    so the same phrase in another sentence would read as new words)."""
+    words = {w.lower() for w in _WORD.findall(text)} - _STOPWORDS
+    for run in _CJK.findall(text):
+        words.update(run[i:i + 2] for i in range(len(run) - 1))
+    return words
 
 
 def _names(text: str) -> set[str]:
