@@ -58,6 +58,16 @@ CANDIDATE_FEATURES: tuple[str, ...] = tuple(f for f in RUN_FEATURES[1:] if f not
 
 _CANDIDATE_COLUMNS = [RUN_FEATURES.index(f) for f in CANDIDATE_FEATURES]
 
+#: The message features the attribution may use (``RunScorer(attribution=…)``). ``"position"``: where
+#: the message sits in the run, nothing of its content. Leave-one-source-out, the content cues made
+#: "where did it go wrong?" worse on every set (exact τ-airline 0.29 → 0.01, AgentProcessBench
+#: 0.76 → 0.21, Who&When 0.05 either way; docs/classifier.md): which message looks wrong is learned
+#: per agent, so the shipped attribution is a position model, and content is the retraining's.
+ATTRIBUTION_FEATURES: dict[str, tuple[str, ...]] = {
+    "position": ("rel_position", "first_agent_message", "last_agent_message", "agent_ordinal_log"),
+    "all": MESSAGE_FEATURES[1:],
+}
+
 
 @dataclass
 class ScoredRun:
@@ -119,13 +129,16 @@ def auroc(y: np.ndarray, s: np.ndarray) -> float:
     return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def fit_message_model(examples: Sequence[Example], l2: float = 1.0) -> np.ndarray:
-    """Conditional-logit weights over :data:`MESSAGE_FEATURES` (the bias cancels in the softmax)."""
+def fit_message_model(examples: Sequence[Example], l2: float = 1.0,
+                      features: Sequence[str] = MESSAGE_FEATURES[1:]) -> np.ndarray:
+    """Conditional-logit weights over :data:`MESSAGE_FEATURES` (the bias cancels in the softmax);
+    the columns not in ``features`` get weight 0."""
     rows = [(e.X, e.target) for e in examples if e.target is not None and len(e.units) > 1]
     d = len(MESSAGE_FEATURES)
     if not rows:
         return np.zeros(d)
-    X = np.concatenate([x for x, _ in rows]).astype(np.float64)
+    mask = np.array([name in features for name in MESSAGE_FEATURES], dtype=np.float64)
+    X = np.concatenate([x for x, _ in rows]).astype(np.float64) * mask
     sizes = np.array([len(x) for x, _ in rows])
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     target_rows = starts + np.array([t for _, t in rows])
@@ -148,7 +161,7 @@ def fit_message_model(examples: Sequence[Example], l2: float = 1.0) -> np.ndarra
         return float(val), grad + l2 * w
 
     res = minimize(loss, np.zeros(d), jac=True, method="L-BFGS-B", options={"maxiter": 500})
-    w: np.ndarray = res.x
+    w: np.ndarray = res.x * mask
     return w
 
 
@@ -221,10 +234,16 @@ class RunScorer:
     min_direction:
         A run feature is kept only if its AUROC differs from 0.5 by at least this much, in the
         same direction, on every training set.
+    attribution:
+        The message features the attribution uses: a key of :data:`ATTRIBUTION_FEATURES`.
     """
 
     def __init__(self, *, l2_message: float = 1.0, l2_run: float = 1.0, target_false_alarm: float = 0.1,
-                 min_direction: float = 0.02) -> None:
+                 min_direction: float = 0.02, attribution: str = "position") -> None:
+        if attribution not in ATTRIBUTION_FEATURES:
+            raise InputError(f"attribution {attribution!r}: one of {sorted(ATTRIBUTION_FEATURES)}",
+                             path="attribution")
+        self.attribution = attribution
         self.l2_message = l2_message
         self.l2_run = l2_run
         self.target_false_alarm = target_false_alarm
@@ -249,7 +268,7 @@ class RunScorer:
 
     def fit(self, examples: Sequence[Example]) -> RunScorer:
         """Fit both models and the operating point on ``examples`` (real labelled runs)."""
-        self.message_weights_ = fit_message_model(examples, self.l2_message)
+        self.message_weights_ = fit_message_model(examples, self.l2_message, ATTRIBUTION_FEATURES[self.attribution])
         outcomes = {(e.source, e.failed) for e in examples}
         run_sets = sorted({s for s, _ in outcomes if (s, True) in outcomes and (s, False) in outcomes})
         if not run_sets:
@@ -374,7 +393,8 @@ class RunScorer:
             "threshold": self.threshold_,
             "rule_stats": self.rule_stats_,
             "params": {"l2_message": self.l2_message, "l2_run": self.l2_run,
-                       "target_false_alarm": self.target_false_alarm, "min_direction": self.min_direction},
+                       "target_false_alarm": self.target_false_alarm, "min_direction": self.min_direction,
+                       "attribution": self.attribution},
             "meta": self.meta_,
         }
 
@@ -419,4 +439,4 @@ class RunScorer:
             raise InputError(f"{p}: not a run scorer ({exc})", path=str(p)) from exc
 
 
-__all__ = ["ARTIFACT", "auroc", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
+__all__ = ["ARTIFACT", "ATTRIBUTION_FEATURES", "auroc", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]

@@ -31,6 +31,7 @@ class RunScoreConfig:
     l2_run: float = 1.0
     target_false_alarm: float = 0.1
     min_direction: float = 0.02
+    attribution: str = "position"
 
     @classmethod
     def from_params(cls, path: Path) -> RunScoreConfig:
