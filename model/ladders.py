@@ -271,6 +271,8 @@ class Ladders:
         current = ladder[idx]
         params = dict(current.params)
         params.update(self._params_for(current.strategy, trace, failure, options, attempt))
+        if "max_attempts" in current.params:  # the rung's own limit (the engine climbs by it), not the default
+            params["max_attempts"] = current.params["max_attempts"]
         instruction = self._instruction(current.strategy, lang, failure, params)
         rationale = (
             f"{failure.kind.value} ({failure.severity.value}) at step {failure.step}; "

@@ -58,6 +58,10 @@ class SessionStepResponse(DiagnosisResponse):
 
     session_id: str
     appended: list[int] = Field(default_factory=list, description="Step indices this call added.")
+    source_indices: list[int] = Field(
+        default_factory=list,
+        description="The `source_index` of each input element (message / step) this call added, in order.",
+    )
     session_steps: int = 0
 
 

@@ -471,6 +471,7 @@ class TriageService:
                 **diag.model_dump(),
                 session_id=session_id,
                 appended=list(range(first, len(trace.steps))),
+                source_indices=list(range(offset, next_source)),
                 session_steps=len(trace.steps),
             )
             # Only the new steps, and the earlier ones the append re-linked, are written.

@@ -3,6 +3,10 @@
 - :class:`TriageClient` / :class:`AsyncTriageClient`: the whole HTTP API, fail-open with a time
   budget, retries with backoff honouring ``Retry-After``;
 - :class:`StepStream`: turns framework events into session steps (what the adapters build on);
+- :class:`RepairExecutor` (``agent_triage_client.executor``): carries out every repair strategy the
+  service recommends, with per-message snapshots for rollback; :class:`TriageAgent`
+  (``agent_triage_client.agent``): a generic tool-using agent loop (LLM callable, tool registry,
+  messages) wrapped by it, returning a :class:`RunReport`;
 - ``agent_triage_client.langchain.TriageCallbackHandler`` and
   ``agent_triage_client.openai_agents.TriageTracingProcessor``: stream an agent's steps to
   ``/v1/sessions`` as it runs. They import their framework only when imported themselves
@@ -16,6 +20,8 @@
 
 from agent_triage_client._client import DEFAULT_BASE_URL, AsyncTriageClient, TriageClient, retry_after_s
 from agent_triage_client._errors import TriageAPIError, TriageClientError, TriageUnavailable
+from agent_triage_client.agent import RunReport, TriageAgent
+from agent_triage_client.executor import Handoff, RepairContext, RepairExecutor, RepairResult, Replan
 from agent_triage_client.models import Diagnosis, Recommendation, SessionStep
 from agent_triage_client.stream import StepStream
 
@@ -23,10 +29,17 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "AsyncTriageClient",
     "Diagnosis",
+    "Handoff",
     "Recommendation",
+    "RepairContext",
+    "RepairExecutor",
+    "RepairResult",
+    "Replan",
+    "RunReport",
     "SessionStep",
     "StepStream",
     "TriageAPIError",
+    "TriageAgent",
     "TriageClient",
     "TriageClientError",
     "TriageUnavailable",

@@ -75,6 +75,7 @@ class SessionStep(Diagnosis):
 
     session_id: str = ""
     appended: list[int] = Field(default_factory=list)
+    source_indices: list[int] = Field(default_factory=list)  # per appended message (newer services)
     session_steps: int = 0
 
 

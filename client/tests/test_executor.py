@@ -130,12 +130,19 @@ def test_rollback_restores_messages_and_state_before_the_named_message(service: 
         assert isinstance(target, int) and 0 < target < len(LOOP)
 
         result = ex.rollback(r.recommendation)
-        assert result.recovered and result.served and result.value == target
-        assert _strict(ex.messages, before[target]["messages"]) and ex.messages == LOOP[:target]
+        # Carried out; whether it worked is judged by what the agent does next.
+        assert result.status == "pending" and result.served and result.value == target
+        assert result.rolled_back_to == target and [p.rec.id for p in ex.pending] == [r.recommendation.id]
+        assert _strict(ex.messages[:target], before[target]["messages"]) and ex.messages[:target] == LOOP[:target]
+        # then: replan_local, said as a system message after the cut
+        assert ex.messages[target:] == result.injected and result.injected[0]["role"] == "system"
+        assert "instead of repeating the same call" in result.injected[0]["content"]
         assert _strict(ex.state, before[target]["state"])
         # The run goes on from there: the next message gets the session's next source_index.
         nxt = ex.add({"role": "assistant", "content": "Paris: 18 °C, sunny."})
-        assert nxt.served and nxt.appended == [len(LOOP)] and ex.messages[-1]["content"].startswith("Paris")
+        assert nxt.served and nxt.source_indices == [len(LOOP) + 1] and ex.messages[-1]["content"].startswith("Paris")
+        # A final answer without a repeat: the rollback held, and its outcome says so.
+        assert not ex.pending and (ex.history[-1].strategy, ex.history[-1].status) == ("rollback", "recovered")
         view = c.get_session(sid)
         loop = next(f for f in view.failures if f.kind == "loop")
         assert loop.status == "resolved"
