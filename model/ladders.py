@@ -183,7 +183,7 @@ def _before_call(trace: Trace, step: int | None) -> int | None:
     return max(0, step - 1)
 
 
-def _is_transient(failure: Failure) -> bool:
+def is_transient(failure: Failure) -> bool:
     """5xx, connection resets and timeout-like errors are worth retrying; 4xx are not."""
     transient = failure.details.get("transient")
     if isinstance(transient, bool):
@@ -265,7 +265,7 @@ class Ladders:
         while (
             idx < len(ladder) - 1
             and ladder[idx].params.get("only_if_transient")
-            and not _is_transient(failure)
+            and not is_transient(failure)
         ):
             idx += 1
         current = ladder[idx]
@@ -369,4 +369,4 @@ class Ladders:
         return template.format(**values)
 
 
-__all__ = ["DEFAULT_POLICY_PATH", "Ladders", "PolicyFile", "Rung", "recommendation_id", "trace_language"]
+__all__ = ["DEFAULT_POLICY_PATH", "Ladders", "PolicyFile", "Rung", "is_transient", "recommendation_id", "trace_language"]

@@ -15,7 +15,8 @@ any worker can take the next step (ARCHITECTURE.md "Sessions" and the budget par
   of recovery, from its first failure to its latest outcome, and at most 5 recommendations; per
   session at most 2 ``replan_global``. When a budget is spent the answer is ``human_handoff``,
   never another loop, and the failure stays handed off.
-- Rungs that cannot be carried out are skipped without spending budget: ``switch_tool`` with no
+- Rungs that cannot be carried out are skipped without spending budget: a retry marked
+  ``only_if_transient`` for a permanent error (HTTP 400, "invalid …"), ``switch_tool`` with no
   equivalent tool in the request, ``fallback_model`` with no fallback model.
 
 >>> from model.schema import Step, Trace
@@ -46,7 +47,7 @@ from model.errors import InputError
 from model.findings import Failure, Recommendation
 from model.graph import step_failure
 from model.kinds import FailureKind, Strategy
-from model.ladders import DEFAULT_POLICY_PATH, Ladders
+from model.ladders import DEFAULT_POLICY_PATH, Ladders, Rung, is_transient
 from model.options import DiagnoseOptions
 from model.schema import StepKind, StepStatus, Trace
 
@@ -361,7 +362,10 @@ class RepairEngine:
             return f"per-session budget spent: {b.session_replan_global} replan_global"
         return None
 
-    def _usable(self, strategy: Strategy, fs: dict[str, Any], trace: Trace, options: DiagnoseOptions) -> bool:
+    def _usable(self, rung: Rung, fs: dict[str, Any], trace: Trace, options: DiagnoseOptions) -> bool:
+        strategy = rung.strategy
+        if rung.params.get("only_if_transient") and not is_transient(Failure.model_validate(fs["failure"])):
+            return False  # e.g. retrying an HTTP 400: skipped here, so the rung after it is checked too
         if strategy == Strategy.SWITCH_TOOL:
             failure = Failure.model_validate(fs["failure"])
             tool = failure.details.get("tool")
@@ -387,9 +391,7 @@ class RepairEngine:
         failure = Failure.model_validate(fs["failure"])
         ladder = self.ladders.ladder(failure.kind)
         skipped: list[str] = []
-        while fs["rung"] < len(ladder) - 1 and not self._usable(
-            ladder[fs["rung"]].strategy, fs, trace, options
-        ):
+        while fs["rung"] < len(ladder) - 1 and not self._usable(ladder[fs["rung"]], fs, trace, options):
             skipped.append(ladder[fs["rung"]].strategy.value)
             fs["rung"] += 1
         rung_idx = min(fs["rung"], len(ladder) - 1)
@@ -419,7 +421,7 @@ class RepairEngine:
                     state["replan_global"] = int(state.get("replan_global", 0)) + 1
         if skipped:
             rec = rec.model_copy(
-                update={"rationale": f"{rec.rationale}; skipped {', '.join(skipped)} (nothing to switch to)"}
+                update={"rationale": f"{rec.rationale}; skipped {', '.join(skipped)} (nothing to switch to, or a permanent error)"}
             )
         fs["status"] = HANDOFF if rec.strategy == Strategy.HUMAN_HANDOFF else OPEN
         rec = rec.model_copy(

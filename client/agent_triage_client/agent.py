@@ -189,8 +189,7 @@ class TriageAgent:
         report = RunReport()
         ex = self.executor
         try:
-            r = ex.add(*messages)
-            self._settle(r, report, RepairContext(failure=r.primary))
+            self._settle(ex.add(*messages), report)
             while True:
                 if report.steps >= self.max_steps:
                     report.capped, report.stopped = True, "capped"
@@ -202,7 +201,7 @@ class TriageAgent:
                 if msg.get("tool_calls") and r.recommendation.strategy in _INJECTING:
                     waiting = r  # inject after this message's tool results
                 else:
-                    self._settle(r, report, self._llm_context(r), redo_llm=True)
+                    self._settle(r, report)
                 current = ex.messages[-1] if ex.messages else {}
                 if current.get("role") == "assistant":  # the turn's message (or the one a repair got instead)
                     for call in list(current.get("tool_calls") or []):
@@ -210,7 +209,7 @@ class TriageAgent:
                             break
                         self._run_call(call, report)
                 if waiting is not None:
-                    self._settle(waiting, report, self._llm_context(waiting))
+                    self._settle(waiting, report)
                 last = ex.messages[-1] if ex.messages else {}
                 if last.get("role") == "assistant" and not last.get("tool_calls"):
                     report.finished, report.answer = True, str(last.get("content") or "")
@@ -219,15 +218,34 @@ class TriageAgent:
             report.stopped = stop.reason
             if stop.reason == "blocked":
                 report.blocked = True
-        report.served = ex.served
-        report.messages = ex.messages
         ex.finish(report.finished)  # a repair still waiting when the run ends: judged by how it ended
         report.served = ex.served
+        report.messages = ex.messages
         return report
 
-    def _llm_context(self, r: SessionStep) -> RepairContext:
-        return RepairContext(call_llm=lambda model, params: self._redo_llm(model, params), llm=self._model(None),
-                             llm_params=dict(self.llm_params), failure=r.primary)
+    def context(self, r: SessionStep, error: BaseException | None = None) -> RepairContext:
+        """The repair context for ``r``'s failure, found where it is in the conversation: a failed
+        tool result (or a bad call) gives its tool, arguments and call id, so a repair repeats
+        that call; anything else repeats the LLM turn."""
+        ctx = RepairContext(error=error, call_tool=self.call_tool, call_llm=self._redo_llm, llm=self._model(None),
+                            llm_params=dict(self.llm_params), failure=r.primary)
+        f = r.primary
+        position = self.executor.position(f.source_index) if f is not None and f.source_index is not None else None
+        msgs = self.executor.messages
+        if position is None or position >= len(msgs):
+            return ctx
+        m = msgs[position]
+        call: Mapping[str, Any] | None = None
+        if m.get("role") == "tool":
+            call = next((c for a in reversed(msgs[:position]) for c in (a.get("tool_calls") or [])
+                         if c.get("id") == m.get("tool_call_id")), None)
+        elif m.get("role") == "assistant" and m.get("tool_calls"):
+            call = (m.get("tool_calls") or [None])[0]
+        if call is not None:
+            fn = call.get("function") or {}
+            ctx.tool, ctx.call_id = str(fn.get("name") or ""), call.get("id")
+            ctx.arguments = _arguments(fn.get("arguments"))
+        return ctx
 
     def _redo_llm(self, model: str | None, params: Mapping[str, Any]) -> Message:
         """Repeat the latest LLM turn: the conversation up to (not including) its assistant message."""
@@ -238,15 +256,12 @@ class TriageAgent:
 
     def _turn(self, report: RunReport) -> Message:
         """One LLM call; a failure is sent as an error step and repaired (or the run stops)."""
-        ex = self.executor
         report.llm_calls += 1
         try:
             return self.call_llm(None, self.llm_params)
         except Exception as exc:
-            r = ex.add_error(error_text(exc), error_type=type(exc).__name__)
-            ctx = RepairContext(error=exc, call_llm=lambda model, params: self.call_llm(model, params),
-                                llm=self._model(None), llm_params=dict(self.llm_params), failure=r.primary)
-            result = self._settle(r, report, ctx)
+            r = self.executor.add_error(error_text(exc), error_type=type(exc).__name__)
+            result = self._settle(r, report, error=exc, append=False)
             if result is not None and result.recovered and isinstance(result.value, Mapping):
                 return dict(result.value)
             report.error = exc
@@ -255,52 +270,36 @@ class TriageAgent:
     def _run_call(self, call: Mapping[str, Any], report: RunReport) -> None:
         fn = call.get("function") or {}
         name = str(fn.get("name") or "")
-        call_id = call.get("id")
-        raw = fn.get("arguments") or "{}"
-        try:
-            args = json.loads(raw) if isinstance(raw, str) else dict(raw)
-            if not isinstance(args, dict):
-                raise ValueError(f"the arguments are a JSON {type(args).__name__}, not an object")
-        except ValueError as exc:
-            err: BaseException = exc
-            msg = tool_message(call_id, f"Error: invalid arguments for {name}: the arguments are not valid JSON "
-                                f"({exc})", error=True)
-            r = self.executor.add(msg)
-            self._settle(r, report, RepairContext(error=err, tool=name, arguments={}, failure=r.primary,
-                                                  llm=self._model(None), llm_params=dict(self.llm_params)))
+        args = _arguments(fn.get("arguments"))
+        if args is None:
+            # Not run. No tool message either: the service reads the bad call itself (malformed_call,
+            # whose repair gives the schema), and an error text would make it a tool_error instead.
             return
         report.tool_calls += 1
         error: BaseException | None = None
         try:
-            value = self.call_tool(name, args)
-            msg = tool_message(call_id, _content(value))
+            msg = tool_message(call.get("id"), _content(self.call_tool(name, args)))
         except Exception as exc:
             error = exc
-            msg = tool_message(call_id, error_text(exc), error=True)
-        r = self.executor.add(msg)
-        ctx = RepairContext(tool=name, arguments=args, error=error, call_tool=self.call_tool,
-                            llm=self._model(None), llm_params=dict(self.llm_params), failure=r.primary)
-        result = self._settle(r, report, ctx)
-        # a repeated call that worked: its result joins the conversation (and is diagnosed)
-        guard = 0
-        while result is not None and result.recovered and result.value is not None and guard < self.max_steps:
-            guard += 1
-            r = self.executor.add(tool_message(call_id, _content(result.value)))
-            result = self._settle(r, report, RepairContext(tool=result.tool or name, arguments=args,
-                                                           call_tool=self.call_tool, failure=r.primary))
+            msg = tool_message(call.get("id"), error_text(exc), error=True)
+        self._settle(self.executor.add(msg), report, error=error)
 
-    def _settle(self, r: SessionStep, report: RunReport, ctx: RepairContext, *,
-                redo_llm: bool = False) -> RepairResult | None:
+    def _settle(self, r: SessionStep, report: RunReport, *, error: BaseException | None = None,
+                append: bool = True, depth: int = 0) -> RepairResult | None:
         """Carry out ``r``'s recommendation (climbing while repairs fail); ``None`` on ``continue``.
-        A repeated LLM turn's new message replaces nothing: it is appended and diagnosed too."""
+        A repeated call's result (a tool result, or the LLM turn's new message) joins the
+        conversation and is diagnosed in turn."""
         rec: Recommendation = r.recommendation
         self._count_budget(rec, report)
         if rec.strategy == "continue":
             return None
+        ctx = self.context(r, error)
         t0 = self._clock()
         results = self.executor.repair(rec, ctx)
         report.recovery_s += self._clock() - t0
         for res in results:
+            if res.status == "skipped":  # a standing recommendation, carried out already
+                continue
             report.repairs.append(res)
             report.strategies.append(res.strategy)
             report.extra_llm_calls += res.llm_calls
@@ -317,11 +316,15 @@ class TriageAgent:
             return None
         if last.status == "stopped":
             raise _Stop("blocked" if last.blocked else "handoff")
-        if redo_llm and last.recovered and isinstance(last.value, Mapping):
-            # an LLM turn repeated (empty answer, …): the new message is the turn's answer
-            r2 = self.executor.add(dict(last.value))
-            return self._settle(r2, report, self._llm_context(r2), redo_llm=True)
-        return last
+        if not (append and last.recovered and last.value is not None) or depth >= self.max_steps:
+            return last
+        if ctx.tool is not None and ctx.call_id is not None:
+            msg = tool_message(ctx.call_id, _content(last.value))
+        elif isinstance(last.value, Mapping):
+            msg = {"role": "assistant", **dict(last.value)}
+        else:
+            return last
+        return self._settle(self.executor.add(msg), report, depth=depth + 1)
 
     def _count_budget(self, rec: Recommendation | None, report: RunReport) -> None:
         if rec is None or rec.strategy != "human_handoff" or rec.id in self._seen_budget:
@@ -330,6 +333,17 @@ class TriageAgent:
         if isinstance(reason, str) and "budget" in reason:
             self._seen_budget.add(rec.id)
             report.budget_hits += 1
+
+
+def _arguments(raw: Any) -> dict[str, Any] | None:
+    """A tool call's arguments as a dict; ``None`` when they are not a JSON object."""
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    try:
+        args = json.loads(raw or "{}")
+    except (TypeError, ValueError):
+        return None
+    return args if isinstance(args, dict) else None
 
 
 def _content(value: Any) -> str:

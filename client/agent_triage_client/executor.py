@@ -57,7 +57,8 @@ The strategies
     (:attr:`RepairExecutor.model`).
 ``human_handoff``
     ``on_handoff(Handoff)`` — it may block (wait for a person). It returns the person's reply
-    (a text, injected as a user message; the run may go on) or ``None`` (the run stops). With
+    (a text, injected as a user message; the run goes on, and from then on the executor carries
+    nothing out: :attr:`RepairExecutor.handed_off`) or ``None`` (the run stops). With
     ``params.block`` the offending message's content is withheld first (a poisoned tool result, an
     unsafe answer): replaced by :data:`BLOCKED`, in the messages and in what the callback sees.
 
@@ -104,6 +105,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent_triage_client._client import TriageClient
+from agent_triage_client._errors import TriageAPIError
 from agent_triage_client.models import Failure, Outcome, Recommendation, SessionStep
 from agent_triage_client.snapshots import Snapshots
 
@@ -166,11 +168,13 @@ class RepairContext:
     ``call_tool(name, arguments)`` and ``call_llm(model, params)`` repeat a step (``model=None``:
     the current one) and raise on failure; ``llm`` is the agent's LLM itself (a context refresh
     asks it for the summary); ``llm_params`` its current parameters (``temperature``,
-    ``max_tokens``, ``timeout``); ``failure`` the response's ``primary`` (where to block).
+    ``max_tokens``, ``timeout``); ``failure`` the response's ``primary`` (where to block);
+    ``call_id`` the failed tool call's id (a repeated call's result answers it).
     """
 
     tool: str | None = None
     arguments: dict[str, Any] | None = None
+    call_id: str | None = None
     error: BaseException | None = None
     call_tool: Callable[[str, dict[str, Any]], Any] | None = None
     call_llm: Callable[[str | None, dict[str, Any]], Any] | None = None
@@ -383,6 +387,9 @@ class RepairExecutor:
         self.last: SessionStep | None = None
         self.served = True  # False once any call to triage fell back
         self._reported: set[str] = set()  # recommendation ids whose outcome was reported (never twice)
+        self._injected: set[int] = set()  # source indices of the messages repairs wrote
+        #: a person took the run over (``on_handoff`` replied): nothing more is carried out
+        self.handed_off = False
 
     # -- messages ----------------------------------------------------------------------------------
     def options(self) -> dict[str, Any]:
@@ -396,6 +403,17 @@ class RepairExecutor:
         if self.fallback_models:
             out["fallback_models"] = self.fallback_models
         return out
+
+    def _inject(self, *messages: Mapping[str, Any]) -> SessionStep:
+        """Add messages a repair wrote; a failure the service finds in them (an instruction that
+        quotes the failure's evidence) is not the agent's, so it judges no repair."""
+        before = self._next_source
+        r = self.add(*messages)
+        if r.served and r.source_indices:
+            self._injected.update(r.source_indices)
+        elif before is not None:
+            self._injected.update(range(before, before + len(messages)))
+        return r
 
     def add(self, *messages: Mapping[str, Any]) -> SessionStep:
         """Append ``messages`` (snapshotting messages and state before each), send them to the
@@ -447,7 +465,8 @@ class RepairExecutor:
             return r
         replaced: Recommendation | None = None
         for p in list(self.pending):
-            recurred = next((f for f in r.failures if f.kind == p.kind and _latest_index(f) >= p.mark), None)
+            recurred = next((f for f in r.failures if f.kind == p.kind and _latest_index(f) >= p.mark
+                             and _latest_index(f) not in self._injected), None)
             gave_up = final and next((f for f in [*r.failures, *r.signals]
                                       if f.kind == p.kind and f.details.get("handled") == "told_user"), None)
             p.turns += assistants
@@ -499,7 +518,11 @@ class RepairExecutor:
         """Report an outcome once per recommendation (a second report of one id is not sent)."""
         if rec_id in self._reported or rec_id == "unavailable":
             return Outcome(recommendation_id=rec_id, recorded=False, served=self.served)
-        out = self.client.report_outcome(rec_id, success, duration_s=duration_s, note=note[:500])
+        try:
+            out = self.client.report_outcome(rec_id, success, duration_s=duration_s, note=note[:500])
+        except TriageAPIError as exc:  # 404 / 409: the service will not take it; the run goes on
+            self._reported.add(rec_id)
+            return Outcome(recommendation_id=rec_id, recorded=False, client_error=str(exc))
         if out.served:
             self._reported.add(rec_id)
         else:
@@ -530,10 +553,6 @@ class RepairExecutor:
         out = self.report(rec.id, True, duration_s=duration_s, note=note)
         return RepairResult(rec.strategy, "recovered", rec.id, value=value, served=out.served, note=note, **extra)
 
-    def inject_message(self, message: Mapping[str, Any]) -> None:
-        """Add a message the repair wrote (sent to the session like any other)."""
-        self.add(message)
-
     # -- dispatch ----------------------------------------------------------------------------------
     def handle(self, rec: Recommendation, context: RepairContext | None = None) -> RepairResult:
         """Carry out one recommendation and report its outcome (or leave it waiting, see the
@@ -543,7 +562,9 @@ class RepairExecutor:
         if rec.strategy == "continue" or self.shadow:
             return RepairResult(rec.strategy, "skipped", rec.id, note="shadow" if self.shadow else "")
         if any(p.rec.id == rec.id for p in self.pending):
-            return RepairResult(rec.strategy, "pending", rec.id, note="carried out; its outcome waits")
+            return RepairResult(rec.strategy, "skipped", rec.id, note="carried out already; its outcome waits")
+        if self.handed_off:
+            return RepairResult(rec.strategy, "skipped", rec.id, note="handed off: a person has the run")
         if rec.id in self._reported:  # carried out and judged already: the service repeats a standing one
             return RepairResult(rec.strategy, "skipped", rec.id, note="carried out already; outcome reported")
         s = rec.strategy
@@ -732,6 +753,11 @@ class RepairExecutor:
         return self._succeeded(rec, value, self._clock() - t0, f"switched {failed} → {target}", tool=target,
                                attempts=1, tool_calls=1)
 
+    def position(self, source_index: int) -> int | None:
+        """Where the message the service numbers ``source_index`` is in :attr:`messages` (``None``:
+        unknown, or undone by a rollback)."""
+        return self._position.get(source_index)
+
     def route(self, tool: str) -> str:
         """The tool to call for ``tool`` (after a ``switch_tool``, its replacement)."""
         seen = {tool}
@@ -768,7 +794,7 @@ class RepairExecutor:
         msg = {"role": "system", "content": text}
         result = RepairResult(rec.strategy, "pending", rec.id, injected=[msg], llm_calls=llm_calls)
         self._defer(rec, ctx, result)
-        self.add(msg)
+        self._inject(msg)
         return result
 
     # -- rollback ----------------------------------------------------------------------------------
@@ -794,7 +820,7 @@ class RepairExecutor:
             then = rec.instruction.split(", then ", 1)[-1].strip() or rec.instruction
             msg = {"role": "system", "content": f"Your last steps were undone. Now {then}"}
             result.injected.append(msg)
-            self.add(msg)
+            self._inject(msg)
         return result
 
     # -- replan ------------------------------------------------------------------------------------
@@ -818,7 +844,7 @@ class RepairExecutor:
         result = RepairResult(rec.strategy, "pending", rec.id, injected=msgs)
         self._defer(rec, ctx, result)
         if msgs:
-            self.add(*msgs)
+            self._inject(*msgs)
         return result
 
     # -- fallback_model ----------------------------------------------------------------------------
@@ -843,12 +869,13 @@ class RepairExecutor:
 
     # -- human_handoff -----------------------------------------------------------------------------
     def block(self, source_index: int | None) -> bool:
-        """Withhold the content of message ``source_index`` (and of the latest message when that
-        is unknown): in the messages and in every snapshot taken after it."""
+        """Withhold message ``source_index``: its content becomes :data:`BLOCKED` and its tool calls
+        are dropped (they are not made). ``False`` when the executor does not hold that message."""
         position = self._position.get(source_index) if source_index is not None else None
         if position is None or position >= len(self.messages):
             return False
-        self.messages[position] = {**self.messages[position], "content": BLOCKED}
+        blocked = {k: v for k, v in self.messages[position].items() if k != "tool_calls"}
+        self.messages[position] = {**blocked, "content": BLOCKED}  # a blocked call is not made either
         return True
 
     def human_handoff(self, rec: Recommendation, ctx: RepairContext) -> RepairResult:
@@ -879,9 +906,10 @@ class RepairExecutor:
         result = RepairResult("human_handoff", "recovered" if reply else "stopped", rec.id, reply=reply,
                               served=out.served, blocked=blocked, budget=budget)
         if reply:
+            self.handed_off = True  # the person's reply is the way on; repairs would second-guess it
             msg = {"role": "user", "content": reply}
             result.injected.append(msg)
-            self.add(msg)
+            self._inject(msg)
         return result
 
 
