@@ -232,6 +232,7 @@ class TriageAgent:
         f = r.primary
         position = self.executor.position(f.source_index) if f is not None and f.source_index is not None else None
         msgs = self.executor.messages
+        ctx.check = _empty_answer
         if position is None or position >= len(msgs):
             return ctx
         m = msgs[position]
@@ -242,6 +243,7 @@ class TriageAgent:
         elif m.get("role") == "assistant" and m.get("tool_calls"):
             call = (m.get("tool_calls") or [None])[0]
         if call is not None:
+            ctx.check = None  # a tool's failure is its exception
             fn = call.get("function") or {}
             ctx.tool, ctx.call_id = str(fn.get("name") or ""), call.get("id")
             ctx.arguments = _arguments(fn.get("arguments"))
@@ -333,6 +335,13 @@ class TriageAgent:
         if isinstance(reason, str) and "budget" in reason:
             self._seen_budget.add(rec.id)
             report.budget_hits += 1
+
+
+def _empty_answer(value: Any) -> str | None:
+    """Why a repeated LLM turn failed all the same: it is empty again."""
+    if isinstance(value, Mapping) and not str(value.get("content") or "").strip() and not value.get("tool_calls"):
+        return "the repeated answer is empty too"
+    return None
 
 
 def _arguments(raw: Any) -> dict[str, Any] | None:

@@ -67,9 +67,11 @@ Outcomes
 A repair that repeats a call (retry, adjust_parameters, switch_tool, fallback_model with
 ``call_llm``) knows at once whether it worked: an exception is a failure, a value a success. An
 injected instruction, a rollback or a replan can only be judged by what the agent does next, so
-its outcome **waits**: ``add`` reports it failed as soon as a failure of the same kind shows up at
-or after the first message sent after the repair (for a loop: a repeat there), and reported
-successful once a whole turn (two assistant messages, or a final answer) has passed without one.
+its outcome **waits**: ``add`` reports it failed as soon as a failure or signal of the same kind
+shows up at or after the first message sent after the repair (for a loop: a repeat there; not in
+the messages the repairs wrote themselves), or when the run's final answer only tells the user it
+gave up (``details.handled == "told_user"``), and reports it successful once a whole turn (two
+assistant messages, or a final answer) has passed without one.
 While it waits, the service repeats the standing recommendation (same ``id``); ``handle`` does not
 carry it out twice (status ``"pending"``). A failed outcome's next rung replaces the
 recommendation of the ``SessionStep`` that ``add`` returns, so the agent acts on it.
@@ -131,6 +133,10 @@ Message = dict[str, Any]
 LLM = Callable[..., Mapping[str, Any]]
 
 
+class RepeatFailed(Exception):
+    """A repeated call returned, but ``RepairContext.check`` rejected its value."""
+
+
 @dataclass(frozen=True)
 class Replan:
     """What ``on_replan`` gets: ``scope`` is ``"local"`` (the current sub-task) or ``"global"``."""
@@ -169,12 +175,14 @@ class RepairContext:
     the current one) and raise on failure; ``llm`` is the agent's LLM itself (a context refresh
     asks it for the summary); ``llm_params`` its current parameters (``temperature``,
     ``max_tokens``, ``timeout``); ``failure`` the response's ``primary`` (where to block);
-    ``call_id`` the failed tool call's id (a repeated call's result answers it).
+    ``call_id`` the failed tool call's id (a repeated call's result answers it); ``check(value)``
+    says why a repeated call's value is a failure all the same (an empty answer again), else ``None``.
     """
 
     tool: str | None = None
     arguments: dict[str, Any] | None = None
     call_id: str | None = None
+    check: Callable[[Any], str | None] | None = None
     error: BaseException | None = None
     call_tool: Callable[[str, dict[str, Any]], Any] | None = None
     call_llm: Callable[[str | None, dict[str, Any]], Any] | None = None
@@ -407,12 +415,11 @@ class RepairExecutor:
     def _inject(self, *messages: Mapping[str, Any]) -> SessionStep:
         """Add messages a repair wrote; a failure the service finds in them (an instruction that
         quotes the failure's evidence) is not the agent's, so it judges no repair."""
-        before = self._next_source
+        if self._next_source is not None:  # known before the append is judged
+            self._injected.update(range(self._next_source, self._next_source + len(messages)))
         r = self.add(*messages)
-        if r.served and r.source_indices:
+        if r.served:
             self._injected.update(r.source_indices)
-        elif before is not None:
-            self._injected.update(range(before, before + len(messages)))
         return r
 
     def add(self, *messages: Mapping[str, Any]) -> SessionStep:
@@ -465,7 +472,9 @@ class RepairExecutor:
             return r
         replaced: Recommendation | None = None
         for p in list(self.pending):
-            recurred = next((f for f in r.failures if f.kind == p.kind and _latest_index(f) >= p.mark
+            # signals too: a repeat the service reports below its threshold is still the agent not
+            # following the instruction (an empty result used anyway shows up as a signal only)
+            recurred = next((f for f in [*r.failures, *r.signals] if f.kind == p.kind and _latest_index(f) >= p.mark
                              and _latest_index(f) not in self._injected), None)
             gave_up = final and next((f for f in [*r.failures, *r.signals]
                                       if f.kind == p.kind and f.details.get("handled") == "told_user"), None)
@@ -573,7 +582,7 @@ class RepairExecutor:
             if redo is None:
                 result = self._failed(rec, "retry: nothing to repeat (no call_tool / call_llm in the context)")
             else:
-                result = self.retry(rec, redo, ctx.error)
+                result = self.retry(rec, self._checked(redo, ctx.check), ctx.error)
         elif s == "adjust_parameters":
             result = self.adjust_parameters(rec, ctx)
         elif s == "switch_tool":
@@ -606,6 +615,21 @@ class RepairExecutor:
                 break
             current = result.next
         return results
+
+    @staticmethod
+    def _checked(call: Callable[[], Any], check: Callable[[Any], str | None] | None) -> Callable[[], Any]:
+        """``call`` whose value ``check`` rejects raises :class:`RepeatFailed` (a failed attempt)."""
+        if check is None:
+            return call
+
+        def checked() -> Any:
+            value = call()
+            reason = check(value)
+            if reason:
+                raise RepeatFailed(reason)
+            return value
+
+        return checked
 
     @staticmethod
     def _redo(ctx: RepairContext) -> Callable[[], Any] | None:
@@ -719,12 +743,14 @@ class RepairExecutor:
         if not tool_call and ctx.call_llm is None:
             return self._failed(rec, "adjust_parameters: nothing to repeat (no call_tool / call_llm)")
         calls: dict[str, Any] = {"tool_calls": 1} if tool_call else {"llm_calls": 1}
+        call_tool, call_llm = ctx.call_tool, ctx.call_llm
         try:
-            if ctx.tool is not None and ctx.call_tool is not None:
-                value = ctx.call_tool(ctx.tool, args)
+            if ctx.tool is not None and call_tool is not None:
+                tool = ctx.tool
+                value = self._checked(lambda: call_tool(tool, args), ctx.check)()
             else:
-                assert ctx.call_llm is not None
-                value = ctx.call_llm(None, params)
+                assert call_llm is not None
+                value = self._checked(lambda: call_llm(None, params), ctx.check)()
         except Exception as exc:
             return self._failed(rec, f"adjusted call failed: {type(exc).__name__}: {exc}", exc, 1,
                                 llm_params=params, arguments=args, **calls)
@@ -744,7 +770,8 @@ class RepairExecutor:
             return self._failed(rec, "switch_tool: no call_tool in the context", tool=target)
         t0 = self._clock()
         try:
-            value = ctx.call_tool(target, dict(ctx.arguments or {}))
+            call_tool, args = ctx.call_tool, dict(ctx.arguments or {})
+            value = self._checked(lambda: call_tool(target, args), ctx.check)()
         except Exception as exc:
             return self._failed(rec, f"{target} failed too: {type(exc).__name__}: {exc}", exc, 1, tool=target,
                                 tool_calls=1)
@@ -860,7 +887,8 @@ class RepairExecutor:
             return self._defer(rec, ctx, result)
         t0 = self._clock()
         try:
-            value = ctx.call_llm(model, dict(ctx.llm_params))
+            call_llm, params = ctx.call_llm, dict(ctx.llm_params)
+            value = self._checked(lambda: call_llm(model, params), ctx.check)()
         except Exception as exc:
             return self._failed(rec, f"{model} failed too: {type(exc).__name__}: {exc}", exc, 1, model=model,
                                 llm_calls=1)
@@ -923,6 +951,7 @@ __all__ = [
     "RepairContext",
     "RepairExecutor",
     "RepairResult",
+    "RepeatFailed",
     "Replan",
     "ReplanCallback",
     "Snapshots",

@@ -353,3 +353,45 @@ def test_max_steps_caps_a_run_that_never_ends() -> None:
                             session_id="cap", max_steps=7)
         report = agent.run([USER])
     assert report.capped and report.stopped == "capped" and report.steps == 7 and report.tool_calls == 7
+
+
+def test_empty_answers_retry_within_the_rungs_own_attempts_then_self_correct(client: TriageClient) -> None:
+    sleeps: list[float] = []
+
+    def llm(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        if "correct your answer" in systems(messages):
+            return {"role": "assistant", "content": "18 °C in Paris."}
+        return {"role": "assistant", "content": ""}
+
+    sid = _sid("empty")
+    agent = TriageAgent(llm, {}, client=client, session_id=sid, sleep=sleeps.append)
+    report = agent.run([USER])
+    assert report.finished and report.answer == "18 °C in Paris."
+    # empty_response's retry rung allows 2 attempts (the recommendation says so, and the engine climbs by it)
+    assert report.strategies == ["retry", "self_correct"] and report.repairs[0].attempts == 2 and len(sleeps) == 2
+    detail = client.get_trace(client.get_session(sid).trace_id)
+    answered = {o.recommendation_id for o in detail.outcomes}
+    assert detail.recommendations and all(r.id in answered for r in detail.recommendations)  # none left open
+
+
+def test_an_ignored_replan_climbs_to_replan_global_then_hands_off(client: TriageClient) -> None:
+    handed: list[Handoff] = []
+
+    def llm(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        if any(m.get("role") == "tool" for m in messages):
+            return {"role": "assistant", "content": "The cheapest flight is 120 EUR; booked."}  # made up
+        return call("flights", {"from": "Paris", "to": "Rome"}, len(messages))
+
+    def on_handoff(h: Handoff) -> None:
+        handed.append(h)
+
+    sid = _sid("ignored")
+    agent = TriageAgent(llm, {"flights": lambda **kw: {"results": []}}, client=client, session_id=sid,
+                        on_handoff=on_handoff)
+    report = agent.run([{"role": "user", "content": "Find the cheapest flight from Paris to Rome on 12 May and book it."}])
+    assert report.strategies == ["replan_local", "replan_global", "human_handoff"]
+    assert report.stopped == "handoff" and not report.finished and len(handed) == 1
+    judged = [(h.strategy, h.status) for h in agent.executor.history]
+    assert ("replan_local", "failed") in judged and ("replan_global", "failed") in judged
+    fs = next(f for f in client.get_session(sid).failures if f.kind == "assumption_violated")
+    assert (fs.status, fs.rung) == ("resolved", 2)  # the handoff carried out: a person has it
