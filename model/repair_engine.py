@@ -10,6 +10,8 @@ any worker can take the next step (ARCHITECTURE.md "Sessions" and the budget par
   the rung when the rung allows several (``retry``'s ``max_attempts``), else to the next rung. An
   outcome for a recommendation that is no longer current changes nothing (no double escalation).
   A successful outcome resolves the failure; so does a later diagnosis that no longer shows it.
+  A failure an outcome resolved comes back, one rung up, when its finding later reaches past the
+  step the outcome came at (a loop that repeats again after a rollback reported successful).
 - Budgets, defaults in the policy file's ``budgets`` section: per failure at most 3 rungs (the
   attempts inside one rung count as one); per task (steps after one ``user_input``) at most 300 s
   of recovery, from its first failure to its latest outcome, and at most 5 recommendations; per
@@ -169,6 +171,19 @@ def resolved_by_later_steps(trace: Trace, failure: Failure) -> bool:
     return False
 
 
+def _latest_step(f: Failure) -> int:
+    """The latest step a finding's evidence reaches: its step, or a loop's last repeat."""
+    latest = f.step if f.step is not None else -1
+    repeats = f.details.get("repeats")
+    for r in repeats if isinstance(repeats, list) else []:
+        if isinstance(r, dict):
+            for k in ("result_step", "call_step", "step"):
+                v = r.get(k)
+                if isinstance(v, int) and v > latest:
+                    latest = v
+    return latest
+
+
 def _order(f: Failure) -> tuple[int, int, int]:
     return (-f.severity.rank, f.step if f.step is not None else 1 << 30, list(FailureKind).index(f.kind))
 
@@ -222,6 +237,7 @@ class RepairEngine:
             return Decision(rec, new=True)
         got_past = {failure_key(f) for f in failures if resolved_by_later_steps(trace, f)}
         present = {failure_key(f) for f in failures} - got_past
+        reopened = self._recurred(fstates, failures, present)
         for key, fs in fstates.items():
             if fs["status"] == OPEN and key not in present:
                 fs["status"] = RESOLVED
@@ -247,6 +263,8 @@ class RepairEngine:
         primary = min(actionable, key=_order)
         key = failure_key(primary)
         standing = fstates.get(key)
+        if key in reopened and standing is not None:  # its repair did not hold: the next rung
+            return self._issue(state, standing, key, trace, options, session_key, now, new_rung=True)
         if standing is not None:  # open or handed off: the standing recommendation, no budget spent
             return Decision(
                 Recommendation.model_validate(standing["rec"]),
@@ -299,6 +317,7 @@ class RepairEngine:
         if success:
             fs["status"] = RESOLVED
             fs["resolved_by"] = "outcome"
+            fs["resolved_at_step"] = len(trace.steps)  # evidence past here later means it came back
             return None
         if fs["status"] != OPEN:  # handed off (or resolved): never climb past human_handoff
             return None
@@ -313,6 +332,27 @@ class RepairEngine:
         return self._issue(state, fs, key, trace, options, session_key, now, new_rung=True)
 
     # -- internals -----------------------------------------------------------------------------
+    @staticmethod
+    def _recurred(fstates: dict[str, dict[str, Any]], failures: list[Failure], present: set[str]) -> set[str]:
+        """Reopen failures an outcome resolved whose finding has grown since (a loop repeating after
+        a rollback reported successful: the session keeps the undone steps, so the same finding
+        gets a new repeat): open again, one rung up. Returns their keys."""
+        out: set[str] = set()
+        for f in failures:
+            key = failure_key(f)
+            fs = fstates.get(key)
+            if key not in present or fs is None or fs["status"] != RESOLVED or "resolved_at_step" not in fs:
+                continue
+            if _latest_step(f) >= int(fs["resolved_at_step"]):
+                fs["status"] = OPEN
+                fs["rung"] += 1
+                fs["attempt"] = 1
+                fs["failure"] = f.model_dump(mode="json")
+                fs["resolved_by"] = None
+                fs.pop("resolved_at_step")
+                out.add(key)
+        return out
+
     def _max_attempts(self, strategy: Strategy, params: dict[str, Any]) -> int:
         if strategy != Strategy.RETRY:
             return 1

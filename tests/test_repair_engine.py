@@ -290,3 +290,30 @@ def test_a_later_successful_retry_resolves_a_transient_failure() -> None:
     # a logical failure is not resolved by later steps
     loop = engine.recommend({}, trace, [_failure("loop", 2)], session_key="s2", now=0)
     assert loop.recommendation.strategy == Strategy.ROLLBACK
+
+
+def test_a_loop_that_repeats_after_a_successful_rollback_reopens_one_rung_up() -> None:
+    """The session keeps the steps a rollback undid, so a later repeat grows the same finding
+    (same source_index); it reopens that failure on the next rung instead of passing unseen."""
+    engine = RepairEngine.load()
+    steps = [Step(kind="user_input", content="weather?", source_index=0)]
+    for i in range(4):
+        steps += [Step(kind="tool_call", tool_name="search", tool_args={"q": "w"}, call_id=f"c{i}",
+                       source_index=1 + 2 * i),
+                  Step(kind="tool_result", content="no results", call_id=f"c{i}", source_index=2 + 2 * i)]
+    repeats = [{"call_step": 1 + 2 * i, "result_step": 2 + 2 * i} for i in range(3)]
+    three = Trace(id="t-loop", steps=steps[:7])
+    loop = _failure("loop", 6, repeats=repeats)
+    state: dict[str, Any] = {}
+    rec = engine.recommend(state, three, [loop], session_key="s", now=0).recommendation
+    assert rec.strategy == Strategy.ROLLBACK
+    assert engine.on_outcome(state, rec.id, success=True, trace=three, session_key="s", now=1) is None
+    # the same finding, nothing new: stays resolved
+    assert engine.recommend(state, three, [loop], session_key="s", now=2).recommendation.strategy == Strategy.CONTINUE
+    state = _state_roundtrip(state)
+    four = Trace(id="t-loop", steps=steps)
+    grown = _failure("loop", 6, repeats=[*repeats, {"call_step": 7, "result_step": 8}])
+    d = engine.recommend(state, four, [grown], session_key="s", now=3)
+    assert d.recommendation.strategy == Strategy.REPLAN_GLOBAL and d.rung == 1 and d.new
+    assert state["failures"]["loop@6"]["status"] == "open"
+    assert engine.recommend(state, four, [grown], session_key="s", now=4).recommendation.id == d.recommendation.id

@@ -266,3 +266,23 @@ def test_retry_never_waits_past_the_task_budget_or_max_wait() -> None:
         waits = [ex.delay_s(own) for _ in range(200)]
         assert 0 <= min(waits) < max(waits) <= 2.0 and len(set(waits)) > 100
         assert ex.delay_s(own, Flaky(retry_after=7)) == 7
+
+
+def test_a_loop_back_after_a_rollback_that_held_climbs_in_the_service(service: tuple[str, str]) -> None:
+    """The rollback held for a turn (reported successful); later the agent loops again. The session
+    still has the undone repeats, so the loop's finding grows, and the service reopens it one rung up."""
+    url, key = service
+    with TriageClient(url, api_key=key, budget_s=30, timeout_s=30) as c:
+        ex = RepairExecutor(c, f"exec-relapse-{uuid.uuid4().hex[:8]}")
+        r = None
+        for m in LOOP:
+            r = ex.add(m)
+        assert r is not None and r.recommendation.strategy == "rollback"
+        ex.rollback(r.recommendation)
+        ex.add({"role": "assistant", "content": "Let me try the weather tool."})
+        ex.add({"role": "assistant", "content": "Still thinking."})  # a whole turn: the rollback held
+        assert not ex.pending and ex.history[-1].status == "recovered"
+        for m in LOOP[1:3]:  # the same search again
+            r = ex.add({**m, **({"tool_calls": [{**m["tool_calls"][0], "id": "again"}]} if "tool_calls" in m else
+                                {"tool_call_id": "again"})})
+        assert r.recommendation.strategy == "replan_global" and "rung 2" in r.recommendation.rationale
