@@ -121,6 +121,9 @@ def _table() -> str:
     not_yet = "\n".join(f"| {name} | {what} |" for name, what in NOT_YET)
     return f"""# Integrations: what real instrumentation emits
 
+Carrying out what triage recommends (the repair executor and the agent loop it wraps, every
+strategy): [executor.md](executor.md).
+
 Every row is a trace recorded from the real library (`make integrations`: one venv per library
 under `.integrations/`, the agent of `tests/integrations/agent.py` against the local
 OpenAI-compatible stub model `tests/integrations/stub_openai.py`, content capture on and off),
