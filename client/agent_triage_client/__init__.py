@@ -20,13 +20,14 @@
 
 from agent_triage_client._client import DEFAULT_BASE_URL, AsyncTriageClient, TriageClient, retry_after_s
 from agent_triage_client._errors import TriageAPIError, TriageClientError, TriageUnavailable
-from agent_triage_client.agent import RunReport, TriageAgent
+from agent_triage_client.agent import AsyncTriageAgent, RunReport, TriageAgent
 from agent_triage_client.executor import Handoff, RepairContext, RepairExecutor, RepairResult, Replan
 from agent_triage_client.models import Diagnosis, Recommendation, SessionStep
 from agent_triage_client.stream import StepStream
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "AsyncTriageAgent",
     "AsyncTriageClient",
     "Diagnosis",
     "Handoff",

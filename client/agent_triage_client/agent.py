@@ -337,6 +337,47 @@ class TriageAgent:
             report.budget_hits += 1
 
 
+class AsyncTriageAgent:
+    """:class:`TriageAgent` for an async agent: ``llm``, the tools and the callbacks may be
+    coroutine functions. The loop and the executor run in a worker thread (``asyncio.to_thread``);
+    each coroutine is run on the caller's event loop, which stays free while the run waits on
+    triage, on a backoff or on a person.
+
+    Same parameters as :class:`TriageAgent`; ``await agent.run(messages)`` → :class:`RunReport`.
+    """
+
+    def __init__(self, llm: Callable[..., Any], tools: Mapping[str, Callable[..., Any]], *, client: TriageClient,
+                 session_id: str, fallback_llms: Mapping[str, Callable[..., Any]] | None = None,
+                 on_replan: Callable[..., Any] | None = None, on_handoff: Callable[..., Any] | None = None,
+                 **options: Any) -> None:
+        self._parts = (llm, dict(tools), dict(fallback_llms or {}), on_replan, on_handoff)
+        self._client, self._session_id, self._options = client, session_id, options
+        self.agent: TriageAgent | None = None  # the last run's, for its executor
+
+    async def run(self, messages: Sequence[Mapping[str, Any]]) -> RunReport:
+        import asyncio
+        import inspect
+
+        loop = asyncio.get_running_loop()
+
+        def bridged(fn: Any) -> Any:
+            if fn is None or not inspect.iscoroutinefunction(fn):
+                return fn
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), loop).result()
+
+            return call
+
+        llm, tools, fallbacks, on_replan, on_handoff = self._parts
+        self.agent = TriageAgent(
+            bridged(llm), {k: bridged(v) for k, v in tools.items()}, client=self._client,
+            session_id=self._session_id, fallback_llms={k: bridged(v) for k, v in fallbacks.items()},
+            on_replan=bridged(on_replan), on_handoff=bridged(on_handoff), **self._options,
+        )
+        return await asyncio.to_thread(self.agent.run, messages)
+
+
 def _empty_answer(value: Any) -> str | None:
     """Why a repeated LLM turn failed all the same: it is empty again."""
     if isinstance(value, Mapping) and not str(value.get("content") or "").strip() and not value.get("tool_calls"):
@@ -364,4 +405,4 @@ def _content(value: Any) -> str:
         return str(value)
 
 
-__all__ = ["RunReport", "Tool", "TriageAgent"]
+__all__ = ["AsyncTriageAgent", "RunReport", "Tool", "TriageAgent"]

@@ -395,3 +395,42 @@ def test_an_ignored_replan_climbs_to_replan_global_then_hands_off(client: Triage
     assert ("replan_local", "failed") in judged and ("replan_global", "failed") in judged
     fs = next(f for f in client.get_session(sid).failures if f.kind == "assumption_violated")
     assert (fs.status, fs.rung) == ("resolved", 2)  # the handoff carried out: a person has it
+
+
+# -- async ---------------------------------------------------------------------------------------
+def test_an_async_agent_is_repaired_and_its_event_loop_stays_free(client: TriageClient) -> None:
+    import asyncio
+
+    from agent_triage_client import AsyncTriageAgent
+
+    async def main() -> tuple[Any, int]:
+        n = 0
+
+        async def weather(city: str) -> str:
+            nonlocal n
+            n += 1
+            await asyncio.sleep(0)
+            if n == 1:
+                raise Fails("503 Service Unavailable", status=503)
+            return "18 °C"
+
+        async def llm(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+            return weather_agent(messages, **params)
+
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        tick = asyncio.create_task(ticker())
+        agent = AsyncTriageAgent(llm, {"weather": weather}, client=client, session_id=_sid("async"))
+        report = await agent.run([USER])  # the retry's backoff (about a second) is waited in the thread
+        tick.cancel()
+        return report, ticks
+
+    report, ticks = asyncio.run(main())
+    assert report.finished and report.answer == "In Paris it is 18 °C." and report.strategies == ["retry"]
+    assert ticks > 20  # the event loop ran on while the run waited
