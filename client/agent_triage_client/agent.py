@@ -233,15 +233,19 @@ class TriageAgent:
         position = self.executor.position(f.source_index) if f is not None and f.source_index is not None else None
         msgs = self.executor.messages
         ctx.check = _empty_answer
-        if position is None or position >= len(msgs):
-            return ctx
-        m = msgs[position]
         call: Mapping[str, Any] | None = None
+        m: Mapping[str, Any] = msgs[position] if position is not None and position < len(msgs) else {}
+        named = r.recommendation.params.get("failed_tool") or r.recommendation.params.get("tool")
+        if not m and not isinstance(named, str):
+            return ctx
         if m.get("role") == "tool":
             call = next((c for a in reversed(msgs[:position]) for c in (a.get("tool_calls") or [])
                          if c.get("id") == m.get("tool_call_id")), None)
         elif m.get("role") == "assistant" and m.get("tool_calls"):
             call = (m.get("tool_calls") or [None])[0]
+        if call is None and isinstance(named, str):  # the failure is elsewhere; the service names the tool
+            call = next((c for a in reversed(msgs) for c in (a.get("tool_calls") or [])
+                         if (c.get("function") or {}).get("name") == named), None)
         if call is not None:
             ctx.check = None  # a tool's failure is its exception
             fn = call.get("function") or {}

@@ -673,12 +673,18 @@ class RepairExecutor:
                 return self._failed(rec, f"attempt {attempt} is past max_attempts {limit}", error, attempts, waited)
             wait = self.delay_s(rec, error)
             left = _number(rec.budgets.get("task_recovery_s_left"))
+            refusal = None
             if left is not None and wait > left:
-                return self._failed(rec, f"wait {wait:g} s exceeds the task's recovery time left ({left:g} s)",
-                                    error, attempts, waited, budget="task_recovery_s")
-            if wait > self.max_wait_s:
-                return self._failed(rec, f"wait {wait:g} s exceeds max_wait_s {self.max_wait_s:g}",
-                                    error, attempts, waited, budget="max_wait_s")
+                refusal = ("task_recovery_s", f"wait {wait:g} s exceeds the task's recovery time left ({left:g} s)")
+            elif wait > self.max_wait_s:
+                refusal = ("max_wait_s", f"wait {wait:g} s exceeds max_wait_s {self.max_wait_s:g}")
+            if refusal is not None:
+                result = self._failed(rec, refusal[1], error, attempts, waited, budget=refusal[0])
+                # the rung's later attempts would wait longer still: refused with it, one result
+                while result.next is not None and result.next.strategy == "retry" and result.served:
+                    nxt = self._failed(result.next, refusal[1], error, attempts, waited, budget=refusal[0])
+                    result.next, result.served = nxt.next, nxt.served
+                return result
             self._sleep(wait)
             waited += wait
             attempts += 1

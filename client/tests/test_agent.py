@@ -434,3 +434,26 @@ def test_an_async_agent_is_repaired_and_its_event_loop_stays_free(client: Triage
     report, ticks = asyncio.run(main())
     assert report.finished and report.answer == "In Paris it is 18 °C." and report.strategies == ["retry"]
     assert ticks > 20  # the event loop ran on while the run waited
+
+
+def test_a_wait_past_the_tasks_recovery_budget_is_refused_and_the_ladder_moves_on(client: TriageClient) -> None:
+    sleeps: list[float] = []
+    pages: list[int] = []
+
+    def search(q: str, limit: int = 20) -> str:
+        pages.append(limit)
+        if len(pages) == 1:
+            raise Fails("429 Too Many Requests", status=429, retry_after=400)  # longer than the task's 300 s
+        return "18 °C"
+
+    def llm(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        if messages[-1]["role"] == "tool" and messages[-1].get("status") != "error":
+            return {"role": "assistant", "content": f"Paris: {messages[-1]['content']}."}
+        return call("search", {"q": "paris weather", "limit": 20}, len(messages))
+
+    agent = TriageAgent(llm, {"search": search}, client=client, session_id=_sid("budget"), sleep=sleeps.append,
+                        max_wait_s=1000)
+    report = agent.run([USER])
+    assert report.finished and report.answer == "Paris: 18 °C."
+    assert sleeps == [] and report.budget_hits == 1 and "recovery time left" in report.repairs[0].note
+    assert report.strategies == ["retry", "adjust_parameters"] and pages == [20, 10]  # a smaller page
