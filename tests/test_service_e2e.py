@@ -131,6 +131,22 @@ def test_session_loop_caught_on_third_repeat_then_outcomes_climb_to_handoff(
     assert "# TYPE triage_request_duration_seconds histogram" in text  # buckets: per worker, once it served one
 
 
+def test_appends_name_the_source_index_of_each_message(server: tuple[LiveServer, dict[str, str]]) -> None:
+    """``appended`` are step indices; ``source_indices`` one per message (what an executor that
+    keeps messages maps a rollback's ``to_source_index`` with)."""
+    srv, keys = server
+    with TriageClient(srv.url, api_key=keys["acme"], **STRICT) as c:
+        r = c.append_steps("conv-indices", messages=[{"role": "user", "content": "Weather in Paris and Rome?"}])
+        assert (r.appended, r.source_indices) == ([0], [0])
+        both = {"role": "assistant", "content": "Checking both.", "tool_calls": [
+            {**_call(0)["tool_calls"][0], "id": "a"}, {**_call(1, args='{"q": "rome weather"}')["tool_calls"][0], "id": "b"}]}
+        r = c.append_steps("conv-indices", messages=[both])
+        assert (r.appended, r.source_indices) == ([1, 2, 3], [1])  # text and two calls: three steps, one message
+        r = c.append_steps("conv-indices", messages=[{"role": "tool", "tool_call_id": "a", "content": "18 C"},
+                                                     {"role": "tool", "tool_call_id": "b", "content": "21 C"}])
+        assert (r.appended, r.source_indices) == ([4, 5], [2, 3])
+
+
 def test_budget_spent_ends_in_human_handoff(server: tuple[LiveServer, dict[str, str]]) -> None:
     srv, keys = server
     opts = {"fallback_models": ["gpt-small"]}
