@@ -7,7 +7,8 @@ any worker can take the next step (ARCHITECTURE.md "Sessions" and the budget par
 - A failure is keyed by ``(session, source_index, kind)``. While it is open, every diagnosis that
   still shows it returns the **same** recommendation (same ``id``) and spends no budget.
 - A failed outcome for a failure's current recommendation moves it up: to the next attempt inside
-  the rung when the rung allows several (``retry``'s ``max_attempts``), else to the next rung. An
+  the rung when the rung allows several (``retry``'s ``max_attempts``), else to the next rung —
+  also when later steps had made its finding go (the agent gave up and told the user: a signal). An
   outcome for a recommendation that is no longer current changes nothing (no double escalation).
   A successful outcome resolves the failure; so does a later diagnosis that no longer shows it.
   A failure an outcome resolved comes back, one rung up, when its finding later reaches past the
@@ -319,7 +320,12 @@ class RepairEngine:
             fs["resolved_by"] = "outcome"
             fs["resolved_at_step"] = len(trace.steps)  # evidence past here later means it came back
             return None
-        if fs["status"] != OPEN:  # handed off (or resolved): never climb past human_handoff
+        if fs["status"] == RESOLVED and fs.get("resolved_by") == "later steps":
+            # The agent says its repair failed although later steps made the finding go (an error it
+            # only told the user about is a signal then): the agent's word on its own repair wins.
+            fs["status"] = OPEN
+            fs["resolved_by"] = None
+        if fs["status"] != OPEN:  # handed off (or resolved by an outcome): never climb past human_handoff
             return None
         options = DiagnoseOptions.model_validate(state.get("options") or {})
         ladder = self.ladders.ladder(FailureKind(fs["kind"]))

@@ -317,3 +317,22 @@ def test_a_loop_that_repeats_after_a_successful_rollback_reopens_one_rung_up() -
     assert d.recommendation.strategy == Strategy.REPLAN_GLOBAL and d.rung == 1 and d.new
     assert state["failures"]["loop@6"]["status"] == "open"
     assert engine.recommend(state, four, [grown], session_key="s", now=4).recommendation.id == d.recommendation.id
+
+
+def test_a_failed_outcome_reopens_a_failure_later_steps_resolved() -> None:
+    """The agent gave up and told the user: the tool error is only a signal then, so later steps
+    resolve it; the agent's failed outcome for its repair still moves it up the ladder."""
+    engine = RepairEngine.load()
+    trace = _trace()
+    state: dict[str, Any] = {}
+    f = _failure("tool_error", 2, http_status=400)  # permanent: retry skipped, no equivalent: replan_local
+    rec = engine.recommend(state, trace, [f], session_key="s", now=0).recommendation
+    assert rec.strategy == Strategy.REPLAN_LOCAL and "skipped retry" in rec.rationale
+    assert engine.recommend(state, trace, [], session_key="s", now=1).recommendation.strategy == Strategy.CONTINUE
+    assert state["failures"]["tool_error@2"]["status"] == "resolved"
+    d = engine.on_outcome(state, rec.id, success=False, trace=trace, session_key="s", now=2)
+    assert d is not None and d.recommendation.strategy == Strategy.HUMAN_HANDOFF
+    assert state["failures"]["tool_error@2"]["status"] == "handoff"
+    # a success reported for a failure an outcome resolved is not reopened by a later failure report
+    assert engine.on_outcome(state, d.recommendation.id, success=True, trace=trace, session_key="s", now=3) is None
+    assert engine.on_outcome(state, d.recommendation.id, success=False, trace=trace, session_key="s", now=4) is None

@@ -457,3 +457,23 @@ def test_a_wait_past_the_tasks_recovery_budget_is_refused_and_the_ladder_moves_o
     assert report.finished and report.answer == "Paris: 18 °C."
     assert sleeps == [] and report.budget_hits == 1 and "recovery time left" in report.repairs[0].note
     assert report.strategies == ["retry", "adjust_parameters"] and pages == [20, 10]  # a smaller page
+
+
+def test_an_agent_that_gives_up_after_the_replan_is_handed_off(client: TriageClient) -> None:
+    """Telling the user the tool failed makes the error a signal (handled) in the service; the
+    executor still reports the replan failed, and the service's next rung is the handoff."""
+    def weather(city: str) -> str:
+        raise Fails("HTTP 503 Service Unavailable", status=503)
+
+    def llm(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        if "plan" in systems(messages).lower():
+            return {"role": "assistant", "content": "I'm sorry, I couldn't complete this: the weather call failed "
+                                                    "(Error: HTTP 503 Service Unavailable)."}
+        return call("weather", {"city": "Paris"}, len(messages))
+
+    handed: list[Handoff] = []
+    agent = TriageAgent(llm, {"weather": weather}, client=client, session_id=_sid("giveup"), sleep=lambda s: None,
+                        on_handoff=lambda h: handed.append(h) or None)
+    report = agent.run([USER])
+    assert report.strategies == ["retry", "replan_local", "human_handoff"] and report.stopped == "handoff"
+    assert len(handed) == 1 and ("replan_local", "failed") in [(h.strategy, h.status) for h in agent.executor.history]
