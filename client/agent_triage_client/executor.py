@@ -398,6 +398,7 @@ class RepairExecutor:
         self._injected: set[int] = set()  # source indices of the messages repairs wrote
         #: a person took the run over (``on_handoff`` replied): nothing more is carried out
         self.handed_off = False
+        self._blocked: list[Message] = []  # messages withheld, as they were (kept out of restores too)
 
     # -- messages ----------------------------------------------------------------------------------
     def options(self) -> dict[str, Any]:
@@ -845,6 +846,8 @@ class RepairExecutor:
                 return self._failed(rec, f"no snapshot before message {target}")
             restored = self.snapshots.restore(position)
             self.messages, self.state = restored["messages"], restored["state"]
+            # the snapshots predate a block: what was withheld stays withheld
+            self.messages = [self._withheld(m) if m in self._blocked else m for m in self.messages]
         self._position = {k: v for k, v in self._position.items() if v < position}
         result = RepairResult("rollback", "pending", rec.id, value=target, rolled_back_to=position,
                               note=f"rolled back to before message {target}")
@@ -904,13 +907,19 @@ class RepairExecutor:
     # -- human_handoff -----------------------------------------------------------------------------
     def block(self, source_index: int | None) -> bool:
         """Withhold message ``source_index``: its content becomes :data:`BLOCKED` and its tool calls
-        are dropped (they are not made). ``False`` when the executor does not hold that message."""
+        are dropped (they are not made), also in what a later rollback restores. ``False`` when the
+        executor does not hold that message."""
         position = self._position.get(source_index) if source_index is not None else None
         if position is None or position >= len(self.messages):
             return False
-        blocked = {k: v for k, v in self.messages[position].items() if k != "tool_calls"}
-        self.messages[position] = {**blocked, "content": BLOCKED}  # a blocked call is not made either
+        self._blocked.append(copy.deepcopy(self.messages[position]))
+        self.messages[position] = self._withheld(self.messages[position])
         return True
+
+    @staticmethod
+    def _withheld(message: Message) -> Message:
+        kept = {k: v for k, v in message.items() if k != "tool_calls"}  # a blocked call is not made either
+        return {**kept, "content": BLOCKED}
 
     def human_handoff(self, rec: Recommendation, ctx: RepairContext) -> RepairResult:
         """Hand the run to a person through ``on_handoff`` (it may block); ``params.block``
