@@ -6,14 +6,14 @@ fields; ``schema_version`` says which fields a consumer can expect.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from model.coverage import Coverage
 from model.kinds import Category, FailureKind, Severity, Strategy
 
-RESPONSE_SCHEMA_VERSION = "1.1"  # 1.1: failure_probability, attribution
+RESPONSE_SCHEMA_VERSION = "1.2"  # 1.1: failure_probability, attribution; 1.2: arm
 
 
 class Finding(BaseModel):
@@ -80,7 +80,7 @@ class DiagnosisResponse(BaseModel):
     ``healthy`` is ``False`` with a failure, ``True`` without one, and ``None`` (unknown) when no
     failure was found but an agent step's text was not recorded or is only a redaction
     placeholder (:mod:`model.coverage`); ``coverage`` counts those steps and ``warnings`` say
-    which setting records them.
+    which setting records them. ``arm``: see the field (the canary share, ``serve/canary.py``).
     """
 
     schema_version: str = RESPONSE_SCHEMA_VERSION
@@ -97,6 +97,12 @@ class DiagnosisResponse(BaseModel):
     steps: int = 0
     coverage: Coverage = Field(default_factory=Coverage)
     warnings: list[str] = Field(default_factory=list)
+    arm: Literal["repair", "shadow"] | None = Field(
+        default=None,
+        description="The service's arm for this run: `repair` (the recommendation is meant to be carried "
+        "out) or `shadow` (diagnosed and recorded, `continue` recommended: the canary share's other arm, "
+        "or `options.shadow`); absent outside the service.",
+    )
 
 
 __all__ = ["RESPONSE_SCHEMA_VERSION", "Attribution", "DiagnosisResponse", "Failure", "Finding", "Recommendation"]

@@ -106,7 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.heavy = HeavyLane(settings)
         app.state.gate = FairGate(settings.cpu_slots)
         metrics.attach_limiter(service.limiter)
-        metrics.attach_store(service.store)
+        metrics.attach_store(service.store, canary_percent=settings.repair_canary_percent)
         if not app.state.auth_enabled:
             warn_auth_off()
         log.info("store: %s", service.store.engine.url.render_as_string(hide_password=True))
@@ -170,6 +170,7 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
         relative_min_runs=settings.runscore_relative_min_runs,
         limiter=RateLimiter.from_settings(settings),
         session_window=settings.session_window_steps,
+        canary_percent=settings.repair_canary_percent,
     )
 
 

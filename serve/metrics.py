@@ -2,7 +2,7 @@
 
 Two sources: the store, read at scrape time (traces diagnosed, failures by kind, recommendations by
 strategy, outcomes and repair success rate per strategy, mean time to recovery, open stream alarm
-episodes) — the same figures whichever worker answers — and this process's request latency
+episodes; the canary share's figures per arm, :mod:`serve.canary`) — the same figures whichever worker answers — and this process's request latency
 histogram and lost-observation counter (per worker: with several workers, each scrape sees the
 worker that answered it).
 
@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serve.canary import CanaryCollector
 from serve.ratelimit import RateLimiter
 from serve.store import Store
 
@@ -130,13 +131,18 @@ class Metrics:
             registry=self.registry,
         )
         self._store: StoreCollector | None = None
+        self._canary: CanaryCollector | None = None
         self._limiter: LimiterCollector | None = None
 
-    def attach_store(self, store: Store) -> None:
+    def attach_store(self, store: Store, *, canary_percent: float | None = None) -> None:
         if self._store is not None:
             self.registry.unregister(self._store)
+        if self._canary is not None:
+            self.registry.unregister(self._canary)
         self._store = StoreCollector(store)
+        self._canary = CanaryCollector(store, percent=canary_percent)
         self.registry.register(self._store)
+        self.registry.register(self._canary)
 
     def attach_limiter(self, limiter: RateLimiter | None) -> None:
         if self._limiter is not None:
@@ -154,6 +160,8 @@ class Metrics:
         registry = CollectorRegistry(auto_describe=False)
         if self._store is not None:
             registry.register(StoreCollector(self._store.store, tenant))
+        if self._canary is not None:
+            registry.register(CanaryCollector(self._canary.store, tenant, self._canary.percent))
         if self._limiter is not None:
             registry.register(LimiterCollector(self._limiter.limiter, tenant))
         return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -70,6 +70,7 @@ from serve.api_models import (
     TracePageOut,
     TraceSummary,
 )
+from serve.canary import Arm, session_arm
 from serve.evaluation_export import EvaluationExporter
 from serve.ratelimit import FairLock, RateLimiter, utc_day
 from serve.redaction import Redactor
@@ -146,8 +147,10 @@ class TriageService:
         exporter: EvaluationExporter | None = None,
         limiter: RateLimiter | None = None,
         session_window: int = 64,
+        canary_percent: float = 100.0,
     ) -> None:
         self.store = store
+        self.canary_percent = canary_percent
         self.exporter = exporter
         self.diagnoser = diagnoser
         self.engine = engine
@@ -202,10 +205,12 @@ class TriageService:
                 state = copy.deepcopy(row.state or {})
             else:  # the trace's own
                 state = copy.deepcopy(self.store.lock_trace_state(db, tenant, trace.id) or {})
+            arm, stored_arm, options = self._canary(state, tenant, session_key, options)
             decision = self.engine.recommend(
                 state, trace, resp.failures, session_key=session_key, now=time.time(), options=options
             )
             resp.recommendation = decision.recommendation
+            resp.arm = response["arm"] = arm
             response["recommendation"] = self.redactor.redact(decision.recommendation.model_dump(mode="json"))
             state = self.redactor.redact(state)
             self.store.put_trace(
@@ -218,6 +223,7 @@ class TriageService:
                 task_type=trace.task_type,
                 shadow=options.shadow,
                 policy_state=None if row is not None else state,
+                arm=stored_arm,
             )
             self._put_rec(db, tenant, decision, trace.id, trace.session_id)
             if row is not None:
@@ -462,10 +468,12 @@ class TriageService:
             extra = self.degradation_findings(tenant, trace)
             with self._model_lock.hold(tenant):
                 diag = self.incremental.diagnose(trace, state, run_options, extra_findings=extra)
+            arm, stored_arm, options = self._canary(state, tenant, session_id, options)
             decision = self.engine.recommend(
                 state, trace, diag.failures, session_key=session_id, now=time.time(), options=options
             )
             diag.recommendation = decision.recommendation
+            diag.arm = arm
             state = self.redactor.redact(state)
             resp = SessionStepResponse(
                 **diag.model_dump(),
@@ -494,6 +502,7 @@ class TriageService:
                 shadow=options.shadow,
                 n_steps=len(trace.steps),
                 steps_in_rows=True,
+                arm=stored_arm,
             )
             self._put_rec(db, tenant, decision, trace.id, session_id)
             row.state = state
@@ -914,6 +923,18 @@ class TriageService:
         return out
 
     # -- internals -------------------------------------------------------------------------------
+    def _canary(
+        self, state: dict[str, Any], tenant: str, session_key: str, options: DiagnoseOptions
+    ) -> tuple[Arm, Arm | None, DiagnoseOptions]:
+        """The run's arm as answered, as stored (``None``: the caller chose shadow itself, so the
+        run counts in neither arm) and the options the repair engine gets (:mod:`serve.canary`)."""
+        arm = session_arm(state, tenant, session_key, self.canary_percent)
+        if options.shadow:
+            return "shadow", None, options
+        if arm == "shadow":
+            return "shadow", "shadow", options.model_copy(update={"shadow": True})
+        return "repair", "repair", options
+
     def _put_rec(self, db: Any, tenant: str, decision: Any, trace_id: str, session_id: str | None) -> None:
         rec = decision.recommendation
         if not decision.new or rec.strategy == Strategy.CONTINUE:  # nothing to report an outcome on

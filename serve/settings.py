@@ -138,6 +138,16 @@ class Settings(BaseSettings):
         "model/incremental.py); the findings on earlier steps are kept from earlier appends.",
     )
 
+    # -- canary share (serve/canary.py) ----------------------------------------------------------
+    repair_canary_percent: float = Field(
+        default=100.0,
+        ge=0.0,
+        le=100.0,
+        description="Share of sessions (by a hash of tenant and session id) in the repair arm; the others "
+        "are shadow: diagnosed and recorded, recommended `continue`. /metrics compares the arms. Default "
+        "100: repair for all, as before the canary (a lower value withholds repairs from agents that use them).",
+    )
+
     @property
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file in ``data_dir``."""

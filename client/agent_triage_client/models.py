@@ -68,6 +68,7 @@ class Diagnosis(Versioned):
     steps: int = 0
     coverage: Coverage = Field(default_factory=Coverage)
     warnings: list[str] = Field(default_factory=list)
+    arm: str | None = None  # "repair" / "shadow" (the service's canary share); None from older services
 
 
 class SessionStep(Diagnosis):

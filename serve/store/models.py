@@ -95,6 +95,7 @@ class TraceRow(Base):
     __table_args__ = (
         Index("ix_traces_tenant_created", "tenant_id", "created_at"),
         Index("ix_traces_tenant_session", "tenant_id", "session_id"),
+        Index("ix_traces_tenant_arm", "tenant_id", "arm"),
     )
 
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -115,6 +116,10 @@ class TraceRow(Base):
     # A session's trace keeps its steps in trace_steps (an append writes only the new ones); the
     # ``trace`` column then holds everything else, with ``"steps": []``.
     steps_in_rows: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The canary arm of the run (serve/canary.py): "repair" / "shadow"; NULL when the caller chose
+    # shadow itself. failed_at: when a diagnosis of this run first found a failure (kept).
+    arm: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class TraceStepRow(Base):

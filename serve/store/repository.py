@@ -207,11 +207,13 @@ class Store:
     def _trace_upsert_stmt(self) -> Any:
         # Built once, executed with a parameter dict: SQLAlchemy then reuses its compiled form.
         ins = self._insert(TraceRow)
-        keep = ("tenant_id", "id", "created_at")
+        keep = ("tenant_id", "id", "created_at", "failed_at")
         return ins.on_conflict_do_update(
             index_elements=["tenant_id", "id"],
             set_={
-                c.key: getattr(ins.excluded, c.key) for c in TraceRow.__table__.columns if c.key not in keep
+                **{c.key: getattr(ins.excluded, c.key) for c in TraceRow.__table__.columns if c.key not in keep},
+                # the run's first failure stays the first one (serve/canary.py: failure and recovery rates)
+                "failed_at": func.coalesce(TraceRow.__table__.c.failed_at, ins.excluded.failed_at),
             },
         )
 
@@ -232,13 +234,15 @@ class Store:
         policy_state: dict[str, Any] | None = None,
         n_steps: int | None = None,
         steps_in_rows: bool = False,
+        arm: str | None = None,
     ) -> None:
         """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
 
         Core statements (an upsert, a delete, one executemany): this is the hot path of
         ``/v1/diagnose``. ``steps_in_rows``: the trace's steps are kept in ``trace_steps``
         (:meth:`put_steps`) and ``trace`` holds the rest; ``n_steps`` then counts them. A whole
-        trace stored over one kept in rows replaces it.
+        trace stored over one kept in rows replaces it. ``arm``: the run's canary arm
+        (:mod:`serve.canary`); when a diagnosis of the run first found a failure is kept.
         """
         now = utcnow()
         primary = response.get("primary") or {}
@@ -251,6 +255,8 @@ class Store:
             "updated_at": now,
             "n_steps": n_steps if n_steps is not None else len(trace.get("steps") or []),
             "healthy": response.get("healthy") is not False,  # null (unknown) = no failure found
+            "arm": arm,
+            "failed_at": now if response.get("failures") else None,
             "primary_kind": primary.get("kind"),
             "model_version": str(response.get("model_version", "")),
             "shadow": shadow,
