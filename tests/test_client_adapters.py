@@ -135,3 +135,59 @@ def test_openai_agents_tracing_processor_streams_the_run(client: TriageClient) -
         assert ("tool_error", 2) in kinds and ("ignored_error", 3) in kinds, kinds
     finally:
         set_trace_processors([])
+
+
+def _example(name: str) -> Any:
+    """A module of client/examples/, imported from its file (the examples are scripts, not a package)."""
+    import importlib.util
+    import sys
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "client" / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pydantic resolves the example's annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_langchain_middleware_example_recovers_a_503_and_a_loop(client: TriageClient) -> None:
+    """The done-when test of issue 14 item 2: the example's LangChain v1 agent (a scripted stand-in
+    model, create_agent, the real graph) against a real `triage serve`."""
+    ex = _example("langchain_middleware")
+    waits: list[float] = []
+
+    # without the middleware the injected faults end the runs: the 503 raises, the loop hits the recursion limit
+    bare = ex.run("503", None, "unused")
+    assert bare["answer"] is None and bare["error"].startswith("HTTPError: 503")
+    bare = ex.run("loop", None, "unused")
+    assert bare["answer"] is None and bare["error"].startswith("GraphRecursionError")
+    assert bare["tool_calls"] == {"weather": 0, "search": 15}
+
+    # the 503: retried after the service's backoff; the repeated call's result reaches the model
+    r = ex.run("503", client, "lc-mw-503", sleep=waits.append)
+    assert r["answer"] == "In Paris today: 18 C, sunny." and r["error"] is None
+    assert r["strategies"] == ["retry"] and r["tool_calls"] == {"weather": 2, "search": 0}
+    assert r["model_calls"] == 2 and len(waits) == 1 and waits[0] > 0  # one wait, the service's delay
+    view = client.get_session("lc-mw-503")
+    assert [(f.key, f.status) for f in view.failures] == [("tool_error@2", "resolved")]
+    detail = client.get_trace(view.trace_id)
+    assert [(o.strategy, o.success) for o in detail.outcomes] == [("retry", True)]
+    # the session saw the failed call, then the repaired one (two results for call 1), then the answer
+    steps = detail.trace["steps"]
+    assert [s["kind"] for s in steps] == ["user_input", "tool_call", "tool_result", "tool_result", "final_output"]
+    assert steps[2]["status"] == "error" and steps[3].get("status", "ok") == "ok"
+
+    # the loop: caught on the third repeat's result, rolled back, the model follows the instruction
+    r = ex.run("loop", client, "lc-mw-loop")
+    assert r["answer"] == "In Paris today: 18 C, sunny." and r["error"] is None
+    assert r["strategies"] == ["rollback"] and r["tool_calls"] == {"weather": 1, "search": 3}
+    view = client.get_session("lc-mw-loop")
+    assert [(f.key, f.status) for f in view.failures] == [("loop@6", "resolved")]
+    detail = client.get_trace(view.trace_id)
+    assert [(o.strategy, o.success) for o in detail.outcomes] == [("rollback", True)]
+    # what the model was given after the rollback: the conversation before the loop + the instruction
+    kinds = [s["kind"] for s in detail.trace["steps"]]
+    assert kinds[:7] == ["user_input", *["tool_call", "tool_result"] * 3]
+    assert kinds[7] == "system" and "undone" in detail.trace["steps"][7]["content"]
