@@ -179,6 +179,15 @@ def test_langchain_middleware_example_recovers_a_503_and_a_loop(client: TriageCl
     assert [s["kind"] for s in steps] == ["user_input", "tool_call", "tool_result", "tool_result", "final_output"]
     assert steps[2]["status"] == "error" and steps[3].get("status", "ok") == "ok"
 
+    # a provider's 503 on the model call: an error step, the model call repeated
+    r = ex.run("provider", client, "lc-mw-provider", sleep=waits.append)
+    assert r["answer"] == "In Paris today: 18 C, sunny." and r["strategies"] == ["retry"]
+    assert r["model_calls"] == 3 and len(waits) == 2  # calls: the failed one, its retry, the answer; one more wait
+    view = client.get_session("lc-mw-provider")
+    assert [(f.key, f.status) for f in view.failures] == [("provider_error@1", "resolved")]
+    detail = client.get_trace(view.trace_id)
+    assert [(o.strategy, o.success) for o in detail.outcomes] == [("retry", True)]
+
     # the loop: caught on the third repeat's result, rolled back, the model follows the instruction
     r = ex.run("loop", client, "lc-mw-loop")
     assert r["answer"] == "In Paris today: 18 C, sunny." and r["error"] is None
@@ -191,3 +200,50 @@ def test_langchain_middleware_example_recovers_a_503_and_a_loop(client: TriageCl
     kinds = [s["kind"] for s in detail.trace["steps"]]
     assert kinds[:7] == ["user_input", *["tool_call", "tool_result"] * 3]
     assert kinds[7] == "system" and "undone" in detail.trace["steps"][7]["content"]
+
+
+def test_openai_agents_repair_example_recovers_503s_and_a_loop(client: TriageClient) -> None:
+    ex = _example("openai_agents_repair")
+    bare = {sc: ex.run(sc, None, "unused") for sc in ("503", "provider", "loop")}
+    assert bare["503"]["error"].startswith("UserError: Error running tool weather: 503")
+    assert bare["provider"]["error"].startswith("HTTPError: 503")
+    assert bare["loop"]["error"].startswith("MaxTurnsExceeded") and bare["loop"]["tool_calls"]["search"] == 15
+    waits: list[float] = []
+    for sc, steps in (("503", {"weather": 2, "search": 0}), ("provider", {"weather": 1, "search": 0})):
+        r = ex.run(sc, client, f"oa-rep-{sc}", sleep=waits.append)
+        assert r["answer"] == "In Paris today: 18 C, sunny." and r["strategies"] == ["retry"], r
+        assert r["tool_calls"] == steps
+        detail = client.get_trace(client.get_session(f"oa-rep-{sc}").trace_id)
+        assert [(o.strategy, o.success) for o in detail.outcomes] == [("retry", True)]
+    assert len(waits) == 2 and all(w > 0 for w in waits)
+    r = ex.run("loop", client, "oa-rep-loop")
+    assert r["answer"] == "In Paris today: 18 C, sunny." and r["strategies"] == ["rollback"], r
+    assert r["tool_calls"] == {"weather": 1, "search": 3} and r["model_calls"] == 5
+    view = client.get_session("oa-rep-loop")
+    assert [(f.key, f.status) for f in view.failures] == [("loop@6", "resolved")]
+    detail = client.get_trace(view.trace_id)
+    assert [(o.strategy, o.success) for o in detail.outcomes] == [("rollback", True)]
+
+
+def test_the_adapters_leave_the_agent_alone_in_the_shadow_arm_and_when_triage_is_down(tmp_path: Any) -> None:
+    """``continue`` everywhere — a canary's shadow arm (TRIAGE_REPAIR_CANARY_PERCENT=0), or no
+    service at all — and the agents fail exactly as without triage, having been observed."""
+    lc, oa = _example("langchain_middleware"), _example("openai_agents_repair")
+    server = LiveServer(env={"TRIAGE_AUTH": "off", "TRIAGE_DATA_DIR": str(tmp_path), "TRIAGE_CLASSIFIER": "false",
+                             "TRIAGE_REPAIR_CANARY_PERCENT": "0"}).wait_ready()
+    try:
+        with TriageClient(server.url, timeout_s=60, budget_s=120, fail_open=False) as c:
+            r = lc.run("503", c, "shadow-lc")
+            assert r["error"].startswith("HTTPError: 503") and r["strategies"] == []
+            r = oa.run("loop", c, "shadow-oa")
+            assert r["error"].startswith("MaxTurnsExceeded") and r["strategies"] == []
+            view = c.get_session("shadow-lc")  # diagnosed and recorded all the same
+            assert view.last is not None and view.last.arm == "shadow"
+            assert [f.kind for f in view.last.failures] == ["tool_error"]
+    finally:
+        server.stop()
+    with TriageClient("http://127.0.0.1:9", budget_s=0.2) as down:  # nothing listens: fail-open
+        r = lc.run("loop", down, "down-lc")
+        assert r["error"].startswith("GraphRecursionError") and r["strategies"] == []
+        r = oa.run("503", down, "down-oa")
+        assert r["error"].startswith("UserError") and r["strategies"] == []

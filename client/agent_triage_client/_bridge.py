@@ -122,6 +122,9 @@ class Bridge:
         with self.lock:
             self._sent.add(key)
 
+    def _mark(self, keys: str | Sequence[str]) -> None:
+        self._sent.update([keys] if isinstance(keys, str) else keys)
+
     def messages(self) -> list[Message] | None:
         """What the model should be given: the executor's messages once a repair changed them, else
         ``None`` (the framework's own input)."""
@@ -138,10 +141,10 @@ class Bridge:
         return bool(wanted - have)
 
     # -- one model call ----------------------------------------------------------------------------
-    def model_call(self, call: ModelCall, key: Callable[[Any], str], *, params: Mapping[str, Any] | None = None,
+    def model_call(self, call: ModelCall, key: Callable[[Any], str | Sequence[str]], *, params: Mapping[str, Any] | None = None,
                    llm: Callable[..., Mapping[str, Any]] | None = None) -> Turn:
         """Make one model call through ``call`` and repair it; ``key(result)`` names the answer
-        (it is marked sent). ``params``: the call's parameters (what ``adjust_parameters`` lowers);
+        (its key or keys are marked sent). ``params``: the call's parameters (what ``adjust_parameters`` lowers);
         ``llm(messages, **params)``: the model as a plain function (a context refresh's summary)."""
         p = dict(params or {})
         with self.lock:
@@ -171,7 +174,7 @@ class Bridge:
                     return turn
             assert turn.message is not None
             for _ in range(self.max_redo):
-                self._sent.add(key(turn.result))
+                self._mark(key(turn.result))
                 r = self.executor.add(turn.message)
                 rec = r.recommendation
                 if rec.strategy == "continue" or rec.id in self._handled:
@@ -205,7 +208,7 @@ class Bridge:
 
     # -- one tool call -----------------------------------------------------------------------------
     def tool_call(self, name: str, arguments: Mapping[str, Any], call_id: str | None, run: ToolRun,
-                  key: Callable[[Any], str]) -> Turn:
+                  key: Callable[[Any], str | Sequence[str]]) -> Turn:
         """Run tool ``name`` (after a ``switch_tool``, its replacement) through ``run`` and repair it;
         ``key(result)`` names the result's message (it is marked sent)."""
         args = dict(arguments)
@@ -221,7 +224,7 @@ class Bridge:
                 turn.message = {"role": "tool", "tool_call_id": call_id, "content": _error_text(exc), "status": "error"}
             for _ in range(self.max_redo):
                 if turn.result is not None:
-                    self._sent.add(key(turn.result))
+                    self._mark(key(turn.result))
                 r = self.executor.add(turn.message)
                 rec = r.recommendation
                 if rec.strategy == "continue" or rec.id in self._handled:

@@ -16,16 +16,46 @@ One session per trace: the trace's ``group_id`` (the conversation id the SDK let
   are recognised by ``call_id`` and not repeated), then the model's text and its function calls;
 - a tool (``function`` span): its output, linked to the call of that name, or, when the span
   carries an error, a ``tool_result`` with status ``error``.
+
+Beside it, :class:`TriageRepair` *carries out* the repairs (the processor only reports). The SDK's
+interception points are the model and the tools, so that is where it sits: ``repair.model(model)``
+wraps any :class:`agents.Model` and ``repair.tool(tool)`` / ``repair.tools([...])`` any
+:class:`agents.FunctionTool`, over :class:`~agent_triage_client.executor.RepairExecutor` (through
+:class:`agent_triage_client._bridge.Bridge`, as the LangChain middleware does); ``repair.hooks``
+(:class:`agents.RunHooks`) reports, when the agent ends, the repairs whose outcome waited for it::
+
+    repair = TriageRepair(TriageClient(api_key="trg_…"), "conv-42", equivalents={"weather": ["weather_alt"]})
+    agent = Agent(name="a", model=repair.model(model), tools=repair.tools([weather, weather_alt]))
+    result = await Runner.run(agent, "Weather in Paris?", hooks=repair.hooks)
+
+A model call that raises (a provider's 503) is repeated as the service says (``retry``,
+``adjust_parameters`` through ``ModelSettings``, ``fallback_model`` with a model of
+``fallback_models``); a tool that raises — declare tools with ``failure_error_function=None`` so
+the exception, its ``status`` and ``retry_after`` reach triage; the SDK's default turns every
+error into one fixed sentence — or returns that sentence is repeated (``retry``,
+``adjust_parameters``, ``switch_tool`` to an equivalent given to ``tools``). A loop is rolled back:
+the model's next input is the conversation before the loop with the service's instruction (the
+runner's own items keep every call: the run's log). A handoff that stops the run makes the model
+answer with a note saying so; a blocked tool output reaches the model withheld. With ``continue``
+(a canary's shadow arm, triage unreachable) everything is left as it was, exceptions included.
+Not for server-side conversation state (``previous_response_id`` / ``conversation_id``): the
+service's repairs change the input the model is given. Streaming (``Runner.run_streamed``) is not
+repaired.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import dataclasses
 import json
 import threading
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 try:
+    from agents import FunctionTool, Model, ModelResponse, ModelSettings, RunHooks, Usage
     from agents.tracing import (
         FunctionSpanData,
         GenerationSpanData,
@@ -39,7 +69,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "agent_triage_client.openai_agents needs openai-agents: pip install 'agent-triage-client[openai-agents]'"
     ) from exc
 
+from agent_triage_client._bridge import Bridge, ToolFailed
 from agent_triage_client._client import TriageClient
+from agent_triage_client.executor import BLOCKED, HandoffCallback, Message, RepairExecutor, ReplanCallback
 from agent_triage_client.stream import StepStream, tool_call
 
 
@@ -215,4 +247,222 @@ class TriageTracingProcessor(TracingProcessor):
             stream.flush()
 
 
-__all__ = ["TriageTracingProcessor"]
+# -- repairs ---------------------------------------------------------------------------------------------
+#: What the SDK's default ``failure_error_function`` makes of every tool exception.
+SDK_TOOL_ERROR = "An error occurred while running the tool."
+
+
+def items_to_chat(items: Sequence[Any]) -> list[tuple[str, Message]]:
+    """Responses input items → ``(key, chat message)``, one per item the detectors read. Keys: a
+    call's ``call_id`` (``call:`` / ``out:``), else the item's position (the runner's input is
+    the original input followed by the items generated since, in order)."""
+    out: list[tuple[str, Message]] = []
+    for i, item in enumerate(items):
+        kind, role = _get(item, "type"), _get(item, "role")
+        if kind == "function_call":
+            cid = str(_get(item, "call_id") or "")
+            out.append((f"call:{cid}", {"role": "assistant", "content": None, "tool_calls": [
+                tool_call(cid, str(_get(item, "name")), _get(item, "arguments") or "{}")]}))
+        elif kind == "function_call_output":
+            cid = str(_get(item, "call_id") or "")
+            out.append((f"out:{cid}", {"role": "tool", "tool_call_id": cid, "content": _text(_get(item, "output"))}))
+        elif role in ("user", "system", "developer", "assistant") and kind in (None, "message"):
+            out.append((f"pos:{i}", {"role": "system" if role == "developer" else role,
+                                     "content": _text(_get(item, "content"))}))
+    return out
+
+
+def chat_to_items(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Chat messages (the executor's) → Responses input items."""
+    out: list[Any] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "tool":
+            out.append({"type": "function_call_output", "call_id": str(m.get("tool_call_id") or ""),
+                        "output": str(m.get("content") or "")})
+            continue
+        if m.get("content") or not m.get("tool_calls"):
+            out.append({"role": role, "content": str(m.get("content") or "")})
+        for c in m.get("tool_calls") or []:
+            fn = c.get("function") or {}
+            out.append({"type": "function_call", "call_id": str(c.get("id") or ""), "name": str(fn.get("name")),
+                        "arguments": fn.get("arguments") or "{}"})
+    return out
+
+
+def output_to_chat(output: Sequence[Any]) -> Message:
+    """A model response's output items → one assistant chat message (text and function calls)."""
+    texts = [_text(_get(o, "content")) for o in output if _get(o, "type") == "message"]
+    calls = [tool_call(str(_get(o, "call_id") or ""), str(_get(o, "name")), _get(o, "arguments") or "{}")
+             for o in output if _get(o, "type") == "function_call"]
+    msg: Message = {"role": "assistant", "content": "\n".join(t for t in texts if t) or None}
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def text_response(text: str) -> ModelResponse:
+    """A model response that is only ``text`` (what a stopped run answers)."""
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+
+    message = ResponseOutputMessage(id=f"msg_triage_{uuid.uuid4().hex[:12]}", role="assistant", status="completed",
+                                    type="message", content=[ResponseOutputText(type="output_text", text=text,
+                                                                                annotations=[])])
+    return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+
+class _Hooks(RunHooks[Any]):
+    def __init__(self, repair: TriageRepair) -> None:
+        self.repair = repair
+
+    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
+        bridge = self.repair.bridge
+        await asyncio.to_thread(bridge.finish, bridge.stopped is None)
+
+
+class TriageRepair:
+    """Carries out agent-triage's repairs in an OpenAI Agents SDK run (see the module docstring).
+
+    Parameters
+    ----------
+    client, session_id:
+        The triage client and the run's session (one ``TriageRepair`` per conversation).
+    equivalents:
+        Tool name → equivalent tools (give them to :meth:`tools` too), for ``switch_tool``.
+    fallback_models:
+        Model name → :class:`agents.Model`, in order of preference, for ``fallback_model``.
+    on_replan, on_handoff, max_redo, **executor_options:
+        As :class:`~agent_triage_client.langchain_middleware.TriageMiddleware`'s.
+    """
+
+    def __init__(
+        self,
+        client: TriageClient,
+        session_id: str,
+        *,
+        equivalents: Mapping[str, Sequence[str]] | None = None,
+        fallback_models: Mapping[str, Model] | None = None,
+        on_replan: ReplanCallback | None = None,
+        on_handoff: HandoffCallback | None = None,
+        max_redo: int = 8,
+        **executor_options: Any,
+    ) -> None:
+        self.fallback_models = dict(fallback_models or {})
+        self.known_tools: dict[str, FunctionTool] = {}
+        self.executor = RepairExecutor(
+            client, session_id, equivalents=equivalents, fallback_models=list(self.fallback_models),
+            on_replan=on_replan, on_handoff=on_handoff, **executor_options,
+        )
+        self.bridge = Bridge(self.executor, max_redo=max_redo)
+        self.hooks: RunHooks[Any] = _Hooks(self)
+
+    def model(self, inner: Model) -> Model:
+        """``inner``, its calls repaired."""
+        return _RepairingModel(self, inner)
+
+    def tools(self, tools: Sequence[FunctionTool]) -> list[FunctionTool]:
+        """Each tool, its calls repaired (and known to ``switch_tool`` by name)."""
+        for t in tools:
+            self.known_tools[t.name] = t
+        return [self.tool(t) for t in tools]
+
+    def tool(self, t: FunctionTool) -> FunctionTool:
+        """``t``, its calls repaired."""
+        self.known_tools.setdefault(t.name, t)
+        repair = self
+
+        async def on_invoke_tool(ctx: Any, input_json: str) -> Any:
+            loop = asyncio.get_running_loop()
+            call_id = str(getattr(ctx, "tool_call_id", "") or "")
+            try:
+                args = json.loads(input_json or "{}")
+            except ValueError:
+                args = {"input": input_json}
+
+            def run(name: str, arguments: dict[str, Any]) -> tuple[Any, Message]:
+                target = repair.known_tools.get(name)
+                if target is None:
+                    raise LookupError(f"no tool {name!r} (have {sorted(repair.known_tools)})")
+                async def invoke() -> Any:
+                    return await target.on_invoke_tool(ctx, json.dumps(arguments))
+
+                out: Any = asyncio.run_coroutine_threadsafe(invoke(), loop).result()
+                msg: Message = {"role": "tool", "tool_call_id": call_id, "content": _text(out)}
+                if isinstance(out, str) and out.startswith(SDK_TOOL_ERROR):
+                    msg["status"] = "error"
+                    raise ToolFailed(out, msg)
+                return out, msg
+
+            turn = await asyncio.to_thread(repair.bridge.tool_call, t.name, args if isinstance(args, dict) else {},
+                                           call_id, run, lambda _out: f"out:{call_id}")
+            if turn.blocked:
+                return BLOCKED
+            if turn.result is None:
+                if turn.error is not None and turn.stopped is None:
+                    raise turn.error  # nothing repaired it: as without triage
+                return str((turn.message or {}).get("content") or "")
+            if turn.error is not None and not isinstance(turn.error, ToolFailed):
+                raise turn.error
+            return turn.result
+
+        wrapped = copy.copy(t)
+        wrapped.on_invoke_tool = on_invoke_tool
+        return wrapped
+
+
+class _RepairingModel(Model):
+    """A model whose calls :class:`TriageRepair` repairs."""
+
+    def __init__(self, repair: TriageRepair, inner: Model) -> None:
+        self.repair = repair
+        self.inner = inner
+
+    async def get_response(self, system_instructions: str | None, input: Any, model_settings: ModelSettings,
+                           tools: list[Any], output_schema: Any, handoffs: list[Any], tracing: Any, *,
+                           previous_response_id: str | None = None, conversation_id: str | None = None,
+                           prompt: Any = None) -> ModelResponse:
+        loop = asyncio.get_running_loop()
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        base = {k: v for k in ("temperature", "max_tokens") if (v := getattr(model_settings, k)) is not None}
+        repair = self.repair
+
+        def call(messages: list[Message] | None, model: str | None, params: dict[str, Any]) -> tuple[Any, Message]:
+            inner = self.inner
+            if model is not None:
+                if model not in repair.fallback_models:
+                    raise LookupError(f"no fallback model {model!r} (have {sorted(repair.fallback_models)})")
+                inner = repair.fallback_models[model]
+            given = input if messages is None else chat_to_items(messages)
+            settings = model_settings
+            changed = {k: params[k] for k in ("temperature", "max_tokens") if k in params and params[k] != base.get(k)}
+            if changed:
+                settings = dataclasses.replace(model_settings, **changed)
+            response = asyncio.run_coroutine_threadsafe(inner.get_response(
+                system_instructions, given, settings, tools, output_schema, handoffs, tracing,
+                previous_response_id=previous_response_id, conversation_id=conversation_id, prompt=prompt), loop).result()
+            return response, output_to_chat(response.output)
+
+        def keys(response: Any) -> list[str]:
+            out = []
+            for j, o in enumerate(response.output):  # where the runner will put these items in the next input
+                cid = _get(o, "call_id")
+                out.append(f"call:{cid}" if _get(o, "type") == "function_call" else f"pos:{len(items) + j}")
+            return out
+
+        def work() -> Any:
+            repair.bridge.forward(items_to_chat(items))
+            return repair.bridge.model_call(call, keys, params=dict(base))
+
+        turn = await asyncio.to_thread(work)
+        if turn.stopped is not None:
+            return text_response(repair.bridge.handoff_text())
+        if turn.error is not None:
+            raise turn.error
+        response: ModelResponse = turn.result
+        return response
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("TriageRepair does not repair streamed runs (Runner.run_streamed); use Runner.run")
+
+
+__all__ = ["SDK_TOOL_ERROR", "TriageRepair", "TriageTracingProcessor", "chat_to_items", "items_to_chat"]

@@ -1,4 +1,5 @@
-"""A LangChain v1 agent repaired by agent-triage: a 503 retried, a loop rolled back — offline.
+"""A LangChain v1 agent repaired by agent-triage: a tool's and a provider's 503 retried, a loop
+rolled back — offline.
 
 The model is a scripted stand-in (:class:`ScriptedChatModel`, **not an LLM**): it answers by
 rules on the conversation, and follows an instruction agent-triage injects. Faults are injected
@@ -7,12 +8,15 @@ by the tools. Nothing leaves 127.0.0.1 but the calls to your ``triage serve``::
     triage serve &                                   # or: make run
     python client/examples/langchain_middleware.py --url http://127.0.0.1:8000 --key "$(cat .triage/local.key)"
 
-Two runs, each first without the middleware (how the agent fails) and then with it:
+Three runs, each first without the middleware (how the agent fails) and then with it:
 
 ``503``
     the ``weather`` tool answers its first call with an HTTP 503. Without triage the exception
     ends the run; with it the service recommends ``retry`` (after its backoff) and the repeated
     call's result reaches the agent, which answers.
+``provider``
+    the model's first call raises a provider's 503: without triage the run ends there; with it the
+    model call is sent as an error step, and repeated as the service's ``retry`` says.
 ``loop``
     the model keeps calling ``search`` with the same query, which finds nothing. Without triage
     the graph runs into LangGraph's recursion limit; with it the loop is caught on the third
@@ -42,6 +46,7 @@ class ScriptedChatModel(BaseChatModel):
     """Not an LLM: ``script(messages) -> AIMessage`` decides each answer (deterministic)."""
 
     script: Callable[[list[BaseMessage]], AIMessage]
+    fail_first: int = 0  # its first calls raise a provider's 503
     calls: int = 0
 
     @property
@@ -51,6 +56,8 @@ class ScriptedChatModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: Any = None, **kwargs: Any) -> ChatResult:
         self.calls += 1
+        if self.calls <= self.fail_first:
+            raise HTTPError(503, "503 Service Unavailable: the provider is overloaded")
         return ChatResult(generations=[ChatGeneration(message=self.script(messages))])
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
@@ -112,11 +119,12 @@ def make_tools(fail_first: int) -> tuple[list[Any], dict[str, int]]:
 
 
 def run(scenario: str, client: TriageClient | None, session_id: str, **executor_options: Any) -> dict[str, Any]:
-    """One run of ``scenario`` (``"503"`` or ``"loop"``); ``client=None``: without the middleware.
+    """One run of ``scenario`` (``"503"``, ``"provider"`` or ``"loop"``); ``client=None``: without the middleware.
     Returns what happened: ``answer``, ``error`` (the exception that ended the run), ``strategies``
     carried out, ``model_calls`` and ``tool_calls``."""
     tools, count = make_tools(fail_first=1 if scenario == "503" else 0)
-    model = ScriptedChatModel(script=weather_script if scenario == "503" else loop_script)
+    model = ScriptedChatModel(script=loop_script if scenario == "loop" else weather_script,
+                              fail_first=1 if scenario == "provider" else 0)
     middleware = []
     triage = None
     if client is not None:
@@ -141,10 +149,10 @@ def main() -> None:
     ap.add_argument("--key", default=os.environ.get("TRIAGE_API_KEY"))
     a = ap.parse_args()
     with TriageClient(a.url, api_key=a.key) as client:
-        for scenario in ("503", "loop"):
+        for scenario in ("503", "provider", "loop"):
             for c in (None, client):
                 r = run(scenario, c, f"example-{scenario}-{uuid.uuid4().hex[:8]}")
-                print(f"{scenario:>4} {'with' if r['triage'] else 'without'} triage: "
+                print(f"{scenario:>8} {'with' if r['triage'] else 'without'} triage: "
                       f"{r['answer'] or r['error']} | repairs {r['strategies']} | "
                       f"model calls {r['model_calls']}, tool calls {r['tool_calls']}")
 
