@@ -33,8 +33,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_triage_client.agent import _error_text
-from agent_triage_client.executor import BLOCKED, Message, RepairContext, RepairExecutor, RepairResult
+from agent_triage_client.executor import (
+    BLOCKED,
+    Message,
+    RepairContext,
+    RepairExecutor,
+    RepairResult,
+    error_text,
+)
 from agent_triage_client.models import Recommendation, SessionStep
 
 #: Strategies that repeat the failed call (the others inject, roll back, replan or hand off).
@@ -155,7 +161,7 @@ class Bridge:
             try:
                 turn.result, turn.message = call(self.messages(), self.executor.model, p)
             except Exception as exc:
-                r = self.executor.add_error(_error_text(exc), error_type=type(exc).__name__)
+                r = self.executor.add_error(error_text(exc), error_type=type(exc).__name__)
                 ctx = RepairContext(error=exc, call_llm=lambda model, q: call(self.messages(), model, q),
                                     llm=llm, llm_params=p, failure=r.primary)
                 last = self._settle(r, ctx, turn)
@@ -221,7 +227,7 @@ class Bridge:
                 turn.result, turn.message, turn.error = failed.result, failed.message, failed
             except Exception as exc:
                 turn.error = exc
-                turn.message = {"role": "tool", "tool_call_id": call_id, "content": _error_text(exc), "status": "error"}
+                turn.message = {"role": "tool", "tool_call_id": call_id, "content": error_text(exc), "status": "error"}
             for _ in range(self.max_redo):
                 if turn.result is not None:
                     self._mark(key(turn.result))
@@ -229,7 +235,7 @@ class Bridge:
                 rec = r.recommendation
                 if rec.strategy == "continue" or rec.id in self._handled:
                     break
-                ctx = RepairContext(tool=tool, arguments=args, error=turn.error,
+                ctx = RepairContext(tool=tool, arguments=args, error=turn.error, call_id=call_id,
                                     call_tool=lambda t, a: run(self.executor.route(t), a), failure=r.primary)
                 last = self._settle(r, ctx, turn)
                 if last is None or last.status in ("failed", "skipped"):
@@ -287,12 +293,7 @@ class Bridge:
     def finish(self, success: bool) -> None:
         """Report the repairs still waiting for their outcome, judged by how the run ended."""
         with self.lock:
-            ex = self.executor
-            for p in list(ex.pending):
-                ex.pending.remove(p)
-                ex.client.report_outcome(
-                    p.rec.id, success, note="run ended " + ("with an answer" if success else "without one")
-                )
+            self.executor.finish(success)
 
 
 __all__ = ["INJECTS", "REPEATS", "Bridge", "ModelCall", "ToolFailed", "ToolRun", "Turn"]
