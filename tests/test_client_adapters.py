@@ -247,3 +247,88 @@ def test_the_adapters_leave_the_agent_alone_in_the_shadow_arm_and_when_triage_is
         assert r["error"].startswith("GraphRecursionError") and r["strategies"] == []
         r = oa.run("503", down, "down-oa")
         assert r["error"].startswith("UserError") and r["strategies"] == []
+
+
+def test_langchain_middleware_switches_tools_hands_off_and_falls_back(client: TriageClient) -> None:
+    """The rest of the ladder through the middleware: a tool gone for good switches to its
+    equivalent; without one the run ends in a handoff; a provider down for good falls back to
+    another model; a call of a tool outside the allow-list is blocked before it runs."""
+    from agent_triage_client.langchain_middleware import TriageMiddleware
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langchain_core.tools import tool
+
+    ex = _example("langchain_middleware")
+    ran: list[str] = []
+
+    @tool
+    def weather(city: str) -> str:
+        """Today's weather in a city."""
+        ran.append("weather")
+        raise ex.HTTPError(404, "404 Not Found: this weather service was retired")
+
+    @tool
+    def weather_alt(city: str) -> str:
+        """Today's weather in a city (another provider)."""
+        ran.append("weather_alt")
+        return "19 C, clear"
+
+    @tool
+    def delete_files(path: str) -> str:
+        """Delete files."""
+        ran.append("delete_files")
+        return "deleted"
+
+    def answer(messages: list[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, ToolMessage) and last.status != "error":
+            return AIMessage(content=f"In Paris today: {last.content}.")
+        return ex._call("weather", city="Paris")
+
+    def answer_alt(messages: list[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            return AIMessage(content=f"In Paris today: {last.content}.")
+        return ex._call("weather_alt", city="Paris")
+
+    def invoke(model: Any, tools: list[Any], mw: TriageMiddleware) -> Any:
+        agent = create_agent(model, tools=tools, middleware=[mw])
+        return agent.invoke({"messages": [{"role": "user", "content": "Weather in Paris?"}]},
+                            config={"recursion_limit": 30})["messages"][-1]
+
+    # a permanent 404 (no retry rung): switch_tool to the equivalent, whose result answers the call
+    mw = TriageMiddleware(client, "lc-switch", equivalents={"weather": ["weather_alt"]}, sleep=lambda s: None)
+    last = invoke(ex.ScriptedChatModel(script=answer), [weather, weather_alt], mw)
+    assert last.content == "In Paris today: 19 C, clear." and ran == ["weather", "weather_alt"]
+    assert [r.strategy for r in mw.bridge().repairs] == ["switch_tool"]
+    assert [(f.key, f.status) for f in client.get_session("lc-switch").failures] == [("tool_error@2", "resolved")]
+
+    # no equivalent: replan_local (the model tries again), then the end of the ladder: a handoff ends the run
+    ran.clear()
+    mw = TriageMiddleware(client, "lc-handoff", sleep=lambda s: None)
+    last = invoke(ex.ScriptedChatModel(script=answer), [weather], mw)
+    assert last.response_metadata["agent_triage"] == "handoff" and "end of the ladder" in last.content
+    assert [(r.strategy, r.status) for r in mw.bridge().repairs] == [("replan_local", "pending"),
+                                                                     ("human_handoff", "stopped")]
+    assert ran == ["weather", "weather"]
+    assert [(f.key, f.status) for f in client.get_session("lc-handoff").failures] == [("tool_error@2", "handoff")]
+
+    # the provider stays down: retry (3 attempts), adjust_parameters, then the fallback model answers
+    ran.clear()
+    down = ex.ScriptedChatModel(script=answer_alt, fail_first=100)
+    backup = ex.ScriptedChatModel(script=answer_alt)
+    mw = TriageMiddleware(client, "lc-fallback", fallback_models={"backup": backup}, sleep=lambda s: None)
+    last = invoke(down, [weather_alt], mw)
+    assert last.content == "In Paris today: 19 C, clear."
+    assert [r.strategy for r in mw.bridge().repairs] == ["retry", "adjust_parameters", "fallback_model"]
+    assert down.calls == 5 and backup.calls == 2  # the call, 3 retries, 1 adjusted; the fallback's 2 turns
+    assert mw.bridge().executor.model == "backup"
+
+    # a call of a tool outside the allow-list: handed off with block, before the tool runs
+    ran.clear()
+    mw = TriageMiddleware(client, "lc-block", allowed_tools=["weather_alt"])
+    last = invoke(ex.ScriptedChatModel(script=lambda m: ex._call("delete_files", path="/")),
+                  [weather_alt, delete_files], mw)
+    assert last.response_metadata["agent_triage"] == "handoff" and "withheld" in last.content
+    assert ran == [] and [(r.strategy, r.status, r.blocked) for r in mw.bridge().repairs] == [
+        ("human_handoff", "stopped", True)]

@@ -78,6 +78,12 @@ class Turn:
     blocked: bool = False
     repairs: list[RepairResult] = field(default_factory=list)
 
+    @property
+    def waiting(self) -> bool:
+        """A repair was carried out whose effect is the model's next call (an instruction, a
+        rollback): a failed call is then handed back as a failed result, not raised."""
+        return any(x.status == "pending" for x in self.repairs)
+
 
 class Bridge:
     """One run's repairs at a framework's model and tool calls (thread-safe: tool calls may run in

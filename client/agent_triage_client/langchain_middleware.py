@@ -73,10 +73,15 @@ from agent_triage_client.executor import HandoffCallback, Message, RepairExecuto
 
 
 def to_openai(message: BaseMessage) -> Message:
-    """A LangChain message in OpenAI chat shape (an error ``ToolMessage`` keeps ``status: error``)."""
+    """A LangChain message in OpenAI chat shape (an error ``ToolMessage`` keeps ``status: error``, a
+    ``ToolMessage`` loses its tool name)."""
     out = dict(convert_to_openai_messages(message))
-    if isinstance(message, ToolMessage) and message.status == "error":
-        out["status"] = "error"
+    if isinstance(message, ToolMessage):
+        # linked to its call by id alone: a result from the equivalent a switch_tool called answers the
+        # failed call (named, it would read as another tool's, and the failed call's error as ignored)
+        out.pop("name", None)
+        if message.status == "error":
+            out["status"] = "error"
     return out
 
 
@@ -244,7 +249,7 @@ class TriageMiddleware(AgentMiddleware):
         turn = b.tool_call(tc["name"], dict(tc["args"]), tc["id"], run,
                            lambda out: str(getattr(out, "id", "") or ""))
         if turn.result is None or turn.blocked:
-            if turn.error is not None and turn.stopped is None:
+            if turn.error is not None and turn.stopped is None and not turn.waiting:
                 raise turn.error  # nothing repaired it: as without the middleware
             assert turn.message is not None
             out = ToolMessage(content=str(turn.message.get("content") or ""), tool_call_id=tc["id"],

@@ -398,7 +398,7 @@ class TriageRepair:
             if turn.blocked:
                 return BLOCKED
             if turn.result is None:
-                if turn.error is not None and turn.stopped is None:
+                if turn.error is not None and turn.stopped is None and not turn.waiting:
                     raise turn.error  # nothing repaired it: as without triage
                 return str((turn.message or {}).get("content") or "")
             if turn.error is not None and not isinstance(turn.error, ToolFailed):
