@@ -82,7 +82,8 @@ def loop_script(messages: list[BaseMessage]) -> AIMessage:
     """Search for the weather again and again, until told otherwise (an instruction from triage:
     a system message); then ask the weather tool and answer."""
     last = messages[-1]
-    if isinstance(last, ToolMessage) and last.name == "weather":
+    called = {c["id"]: c["name"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    if isinstance(last, ToolMessage) and called.get(last.tool_call_id) == "weather":
         return AIMessage(content=f"In Paris today: {last.content}.")
     if any(isinstance(m, SystemMessage) for m in messages[1:]):  # [0]: the agent's system prompt
         return _call("weather", city="Paris")
