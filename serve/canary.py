@@ -57,6 +57,9 @@ BUCKETS = 10_000
 #: Where a run's arm is kept in its repair state (sessions: the ``sessions`` row; sessionless
 #: traces: the trace's own policy state).
 STATE_KEY = "canary_arm"
+#: The label columns :func:`serve.run_labels.effective_label` reads (plain rows, not ORM objects).
+_LABEL_KEYS = ("id", "tenant_id", "trace_id", "kind", "step", "source_index", "author", "failed", "author_type",
+               "created_at")
 
 
 def bucket(tenant: str, session_key: str) -> int:
@@ -113,18 +116,17 @@ def snapshot(store: Store, tenant: str | None = None) -> dict[str, dict[str, int
             if arm in out:
                 out[arm].update(runs=int(runs), failed=int(n_failed or 0), recovered=int(n_recovered or 0))
         # Labels of runs in an arm (few next to traces): the effective label is decided per run.
+        cols = [c for c in LabelRow.__table__.columns if c.key in _LABEL_KEYS]
         lq = (
-            select(TraceRow.arm, LabelRow)
+            select(TraceRow.arm, *cols)
             .join(TraceRow, (TraceRow.tenant_id == LabelRow.tenant_id) & (TraceRow.id == LabelRow.trace_id))
             .where(TraceRow.arm.is_not(None))
         )
         if tenant is not None:
             lq = lq.where(LabelRow.tenant_id == tenant)
         by_run: dict[tuple[str | None, str, str], list[dict[str, Any]]] = {}
-        for arm, label in db.execute(lq).all():
-            by_run.setdefault((arm, label.tenant_id, label.trace_id), []).append(
-                {c.key: getattr(label, c.key) for c in LabelRow.__table__.columns}
-            )
+        for row in db.execute(lq).mappings():
+            by_run.setdefault((row["arm"], row["tenant_id"], row["trace_id"]), []).append(dict(row))
     for (arm, _, _), rows in by_run.items():
         eff = effective_label(rows)
         if eff is None or arm is None or arm not in out:

@@ -332,3 +332,54 @@ def test_langchain_middleware_switches_tools_hands_off_and_falls_back(client: Tr
     assert last.response_metadata["agent_triage"] == "handoff" and "withheld" in last.content
     assert ran == [] and [(r.strategy, r.status, r.blocked) for r in mw.bridge().repairs] == [
         ("human_handoff", "stopped", True)]
+
+
+def test_openai_agents_repair_switches_tools_and_falls_back(client: TriageClient) -> None:
+    """The Agents SDK side of the ladder: a retired tool switches to its equivalent, a provider
+    down for good falls back to another model, and without an equivalent the run is handed off."""
+    from agent_triage_client.openai_agents import TriageRepair
+    from agents import Agent, RunConfig, Runner, function_tool
+
+    ex = _example("openai_agents_repair")
+    ran: list[str] = []
+
+    @function_tool(failure_error_function=None)
+    def weather(city: str) -> str:
+        """Today's weather in a city."""
+        ran.append("weather")
+        raise ex.HTTPError(404, "404 Not Found: this weather service was retired")
+
+    @function_tool(failure_error_function=None)
+    def weather_alt(city: str) -> str:
+        """Today's weather in a city (another provider)."""
+        ran.append("weather_alt")
+        return "19 C, clear"
+
+    def run(repair: TriageRepair, model: Any, tools: list[Any]) -> Any:
+        agent = Agent(name="weather", model=repair.model(model), tools=repair.tools(tools))
+        return Runner.run_sync(agent, "Weather in Paris?", hooks=repair.hooks, max_turns=15,
+                               run_config=RunConfig(tracing_disabled=True)).final_output
+
+    repair = TriageRepair(client, "oa-switch", equivalents={"weather": ["weather_alt"]}, sleep=lambda s: None)
+    answer = run(repair, ex.ScriptedModel("weather"), [weather, weather_alt])
+    assert answer == "In Paris today: 19 C, clear." and ran == ["weather", "weather_alt"]
+    assert [r.strategy for r in repair.bridge.repairs] == ["switch_tool"]
+    assert [(f.key, f.status) for f in client.get_session("oa-switch").failures] == [("tool_error@2", "resolved")]
+
+    ran.clear()
+    repair = TriageRepair(client, "oa-handoff", sleep=lambda s: None)
+    answer = run(repair, ex.ScriptedModel("weather"), [weather])
+    assert answer == "[agent-triage handed this run off to a person: end of the ladder.]"
+    assert [r.strategy for r in repair.bridge.repairs] == ["replan_local", "human_handoff"]
+
+    @function_tool(name_override="weather", failure_error_function=None)
+    def weather_up(city: str) -> str:
+        """Today's weather in a city."""
+        return "18 C, sunny"
+
+    down, backup = ex.ScriptedModel("weather", fail_first=100), ex.ScriptedModel("weather")
+    repair = TriageRepair(client, "oa-fallback", fallback_models={"backup": backup}, sleep=lambda s: None)
+    answer = run(repair, down, [weather_up])
+    assert answer == "In Paris today: 18 C, sunny."
+    assert [r.strategy for r in repair.bridge.repairs] == ["retry", "adjust_parameters", "fallback_model"]
+    assert down.calls == 5 and backup.calls == 2 and repair.executor.model == "backup"
