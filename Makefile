@@ -10,7 +10,7 @@ PORT   ?= 8000
 
 PG_DIR ?= /tmp/agent-triage-pg
 
-.PHONY: run test install install-serve lint typecheck pytest client-test integrations schema clean-venv pg-start pg-stop
+.PHONY: run test install install-serve lint typecheck pytest client-test client-extras-test integrations schema clean-venv pg-start pg-stop
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ typecheck: install
 # real `triage serve` (also part of `make pytest`; this runs just that).
 client-test: install
 	$(VENV)/bin/pytest tests/test_client_dist.py -q
+
+# The client's framework extras ([langchain,openai-agents]) in a fresh venv, and its examples run there as
+# scripts against a real `triage serve` (~2 min: not part of `make test`, which runs the examples in .venv).
+client-extras-test: install
+	TRIAGE_TEST_CLIENT_EXTRAS=1 $(VENV)/bin/pytest tests/test_client_examples.py -q
 
 # The store tests run on SQLite and on a throwaway PostgreSQL cluster started here (.ci/pg-cluster:
 # Debian's PostgreSQL, as the postgres user, 127.0.0.1, a free port, data under /tmp). Without

@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--failed", type=float, default=0.3, help="share of runs with a failure")
     ap.add_argument("--labelled", type=float, default=0.2, help="share of runs with a run-level label")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--database-url", default=None)
+    ap.add_argument("--database-url", default=None, help="an empty database (default: SQLite in a temporary folder)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(a.database_url or f"sqlite:///{Path(tmp) / 'triage.db'}")
