@@ -54,6 +54,7 @@ import bisect
 import functools
 import hashlib
 import hmac
+import operator
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -240,15 +241,12 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
     api, bearer = "api_key" in rules, "bearer" in rules
     if api:
         if long or "PRIVATE KEY-----" in text:
-            for m in _PEM.finditer(text):
-                add((m.start(), m.end(), "private_key"))
+            spans += [(*m.span(), "private_key") for m in _PEM.finditer(text)]
         for needles, pattern in _KEYS:
             if long or any(n in text for n in needles):
-                for m in pattern.finditer(text):
-                    add((m.start(), m.end(), "api_key"))
+                spans += [(*m.span(), "api_key") for m in pattern.finditer(text)]
     if "url_password" in rules and "://" in text:
-        for m in _URL_PASSWORD.finditer(text):
-            add((m.start(1), m.end(1), "password"))
+        spans += [(*m.span(1), "password") for m in _URL_PASSWORD.finditer(text)]
     if "email" in rules and "@" in text:
         for m in _EMAIL_DOMAIN.finditer(text):
             at = m.start()
@@ -264,15 +262,13 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
         low = raw.lower()
         if bearer:
             if long or b"bearer" in low:
-                for mb in _BEARER.finditer(low):
-                    add((mb.start(1), mb.end(1), "bearer"))
+                spans += [(*mb.span(1), "bearer") for mb in _BEARER.finditer(low)]
             if long or b"basic" in low:
                 for mb in _BASIC.finditer(low):
                     if _basic_credentials(text[mb.start(1) : mb.end(1)]):
                         add((mb.start(1), mb.end(1), "basic_auth"))
             if long or b"cookie" in low:
-                for mb in _COOKIE.finditer(low):
-                    add((mb.start(1), mb.end(1), "cookie"))
+                spans += [(*mb.span(1), "cookie") for mb in _COOKIE.finditer(low)]
         if api:
             for word, bpattern in _ASSIGN:
                 if long or word in low:
@@ -302,6 +298,15 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
     return spans
 
 
+def _disjoint(spans: list[Span]) -> bool:
+    """Whether sorted ``spans`` do not overlap (neighbours suffice; compared in C by ``map``)."""
+    if len(spans) < 2:
+        return True
+    starts = [s[0] for s in spans]
+    ends = [s[1] for s in spans]
+    return all(map(operator.le, ends[:-1], starts[1:]))
+
+
 #: Which label wins when secrets overlap (the merged span gets one token).
 _PRIORITY = {
     label: i
@@ -310,6 +315,9 @@ _PRIORITY = {
     )
 }
 
+#: The mask-mode replacement of each label.
+_MASK = {label: f"[REDACTED:{label}]" for label in _PRIORITY}
+
 
 def _merge(spans: list[Span]) -> list[Span]:
     """Sorted, disjoint spans: overlapping secrets are redacted as one (the label of the highest
@@ -317,7 +325,12 @@ def _merge(spans: list[Span]) -> list[Span]:
     ``scheme://user:password@host`` the "address" is the password and the host)."""
     if not spans:
         return spans
-    others = sorted(s for s in spans if s[2] != "email")
+    others = sorted([s for s in spans if s[2] != "email"])
+    emails = sorted([s for s in spans if s[2] == "email"])
+    if not emails and _disjoint(others):  # the common case, floods included: nothing to merge
+        return others
+    if not others and _disjoint(emails):
+        return emails
     merged: list[Span] = []
     for start, end, label in others:
         if merged and start < merged[-1][1]:
@@ -325,7 +338,6 @@ def _merge(spans: list[Span]) -> list[Span]:
             merged[-1] = (p_start, max(p_end, end), label if _PRIORITY[label] < _PRIORITY[p_label] else p_label)
         else:
             merged.append((start, end, label))
-    emails = [s for s in spans if s[2] == "email"]
     if not emails:
         return merged
     if merged:
@@ -391,13 +403,16 @@ class Redactor:
         spans = _merge(_find_spans(text, self.rules))
         if not spans:
             return text
-        out: list[str] = []
-        pos = 0
-        for start, end, label in spans:
-            out.append(text[pos:start])
-            out.append(self._token(label, text[start:end]))
-            pos = end
-        out.append(text[pos:])
+        starts = [s[0] for s in spans]
+        ends = [s[1] for s in spans]
+        gaps = list(map(text.__getitem__, map(slice, [0, *ends], [*starts, len(text)])))
+        if self.mode == "mask":
+            tokens = [_MASK[s[2]] for s in spans]
+        else:
+            tokens = [self._token(s[2], text[s[0] : s[1]]) for s in spans]
+        out = [""] * (2 * len(spans) + 1)
+        out[::2] = gaps
+        out[1::2] = tokens
         return "".join(out)
 
     def redact(self, value: Any, *, _key: str | None = None) -> Any:
