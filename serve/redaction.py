@@ -265,7 +265,7 @@ def _anchor_set() -> tuple[Any, tuple[str, ...]]:
             add(re.escape(needle), f"key{i}")
     add(re.escape("PRIVATE KEY-----"), "pem")
     add(re.escape("://"), "url")
-    add("@", "email")
+    add(r"@[A-Za-z0-9\-]", "email")  # what the domain pattern needs after the "@"
     for word in _WORDS:
         add("(?i)" + re.escape(word.decode()), word.decode())
     anchors.Compile()
@@ -340,10 +340,9 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
         if api:
             for word, bpattern in _ASSIGN:
                 if has.word(word, low):
-                    for mb in bpattern.finditer(low):
-                        g = 1 if mb.group(1) is not None else 2 if mb.group(2) is not None else 3
-                        if not _is_token(text[mb.start(g) : mb.end(g)]):
-                            add((mb.start(g), mb.end(g), "api_key"))
+                    # the value is the one group of the three that took part; our own tokens
+                    # are refused by _VALUE's look-ahead
+                    spans += [(*mb.span(mb.lastindex or 0), "api_key") for mb in bpattern.finditer(low)]
     if api:
         view = (b"." + raw + b".").translate(_B64_VIEW)
         for mb in _AWS_RUN.finditer(view):
@@ -367,12 +366,15 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
     return spans
 
 
+_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+
+
 def _disjoint(spans: list[Span]) -> bool:
     """Whether sorted ``spans`` do not overlap (neighbours suffice; compared in C by ``map``)."""
     if len(spans) < 2:
         return True
-    starts = [s[0] for s in spans]
-    ends = [s[1] for s in spans]
+    starts = list(map(_FIRST, spans))
+    ends = list(map(_SECOND, spans))
     return all(map(operator.le, ends[:-1], starts[1:]))
 
 
@@ -472,11 +474,11 @@ class Redactor:
         spans = _merge(_find_spans(text, self.rules))
         if not spans:
             return text
-        starts = [s[0] for s in spans]
-        ends = [s[1] for s in spans]
+        starts = list(map(_FIRST, spans))
+        ends = list(map(_SECOND, spans))
         gaps = list(map(text.__getitem__, map(slice, [0, *ends], [*starts, len(text)])))
         if self.mode == "mask":
-            tokens = [_MASK[s[2]] for s in spans]
+            tokens = list(map(_MASK.__getitem__, map(_THIRD, spans)))
         else:
             tokens = [self._token(s[2], text[s[0] : s[1]]) for s in spans]
         out = [""] * (2 * len(spans) + 1)
