@@ -60,6 +60,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import re2
+
 from model.schema import Step, Trace
 
 RedactionMode = Literal["mask", "hash"]
@@ -251,8 +253,6 @@ def _anchor_set() -> tuple[Any, tuple[str, ...]]:
     ``pem``, ``url``, ``email``, and the words searched in the lower-cased view (case-insensitive:
     a superset of what the view holds). Literals only, so the DFA has a few hundred states and
     cannot run out of memory (RE2's set would then say "no match")."""
-    import re2
-
     names: list[str] = []
     anchors = re2.Set.SearchSet(re2.Options())
 
