@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -42,6 +43,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import Request
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from model.errors import TriageError
@@ -354,6 +356,7 @@ class RateLimitMiddleware:
         try:
             limiter.check_request(principal.tenant, _caller(principal, scope.get("client")))
         except RateLimitedError as exc:
+            _label_route(scope)
             await _send_429(send, exc)
             return
         scope[_CHECKED] = True
@@ -374,6 +377,33 @@ class RateLimitMiddleware:
                     return cache.cached(key)
                 return None
         return None
+
+
+@dataclass(frozen=True)
+class _RouteLabel:
+    path: str  # what the latency histogram reads from ``scope["route"]``
+
+
+def _label_route(scope: Scope) -> None:
+    """Put the route template a refused request was for into ``scope["route"]``, as routing would
+    have, so that the latency histogram labels a 429 answered before routing by its route, not as
+    "unmatched". The templates come from the app's OpenAPI paths (compiled once per app)."""
+    app = scope.get("app")
+    state = getattr(app, "state", None)
+    if app is None or state is None:
+        return
+    templates: list[tuple[re.Pattern[str], str, frozenset[str]]] | None = getattr(state, "route_templates", None)
+    if templates is None:
+        paths = app.openapi().get("paths", {})
+        templates = [
+            (compile_path(path)[0], path, frozenset(m.upper() for m in ops)) for path, ops in paths.items()
+        ]
+        state.route_templates = templates
+    path, method = str(scope.get("path", "")), str(scope.get("method", ""))
+    for regex, template, methods in templates:
+        if method in methods and regex.match(path):
+            scope["route"] = _RouteLabel(template)
+            return
 
 
 async def _send_429(send: Send, exc: RateLimitedError) -> None:

@@ -24,7 +24,7 @@ from model.streams import (
     siegmund_arl,
     simulate_run_lengths,
 )
-from model.streams.cusum import EPISODE_CAP
+from model.streams.cusum import EPISODE_CAP, episodes
 
 
 def _alarms(alarms: list[Alarm]) -> list[tuple[int, str, int]]:
@@ -77,16 +77,29 @@ def test_open_statistic_is_held_at_the_cap_so_a_long_shift_closes_soon_after_it_
     assert _episodes(values, mean=0.0, std=1.0, h=4.0) == [("alarm", 2, "up"), ("closed", 223, "")]
 
 
-def test_the_other_side_crossing_is_a_new_change() -> None:
+def test_the_other_side_crossing_is_a_new_change_and_each_side_closes_on_its_own() -> None:
     values = [0.0] * 5 + [3.0] * 4 + [-3.0] * 8
     # S+ = 2.5, 5.0 > 4 at 6 (up), 7.5, 10.0; then each -3.0 takes 3.5 off S+ (6.5, 3.0, 0 at 11)
-    # and adds 2.5 to S- (2.5, 5.0 > 4 at 10: down, while the up episode is still open). The
-    # episode closes only once both statistics are 0, which the drop never lets S- be.
+    # and adds 2.5 to S- (2.5, 5.0 > 4 at 10: down, while the up episode is still open). The up
+    # episode closes at 11, where S+ is back at 0; the down one stays open (S- keeps rising).
     det = Cusum(mean=0.0, std=1.0, h=4.0)
     assert _episodes(values, mean=0.0, std=1.0, h=4.0) == [("alarm", 6, "up"), ("alarm", 10, "down")]
+    assert [(a.index, a.direction, closed) for a, closed in episodes(values, mean=0.0, std=1.0, h=4.0)] == [
+        (6, "up", 11),
+        (10, "down", None),
+    ]
     for v in values:
         det.update(v)
-    assert (det.open_hi_, det.open_lo_, det.s_hi_) == (True, True, 0.0)
+    assert (det.open_hi_, det.open_lo_, det.s_hi_) == (False, True, 0.0)
+
+
+def test_an_episode_closes_when_its_own_side_is_back_at_0_not_when_both_are() -> None:
+    # k = 0.5, h = 4. Up: 3.0 x 2 -> S+ = 2.5, 5.0 (alarm at 1). Then -0.6 x 5: S+ = 3.9, 2.8,
+    # 1.7, 0.6, 0 (index 6) while S- = 0.1, 0.2, 0.3, 0.4, 0.5 > 0: the up episode closes at 6
+    # (version 2.0 waited for both to be 0), and a new rise is a new alarm.
+    values = [3.0, 3.0] + [-0.6] * 5 + [3.0] * 2
+    events = [(a.index, a.direction, closed) for a, closed in episodes(values, mean=0.0, std=1.0, h=4.0)]
+    assert events == [(1, "up", 6), (8, "up", None)]
 
 
 def test_known_baseline_mean_shift_exact_alarms() -> None:
@@ -213,7 +226,7 @@ def test_a_version_1_state_carries_over_with_its_open_alarm() -> None:
     x = np.r_[rng.normal(0.0, 1.0, 200), rng.normal(1.0, 1.0, 100)]
     # The shift goes on: the open episode holds, no second alarm (version 1.0 raised 6 more).
     assert [det.update(float(v)) for v in x[210:]] == [None] * 90
-    assert det.get_state()["version"] == "2.0"
+    assert det.get_state()["version"] == "2.1"
     with pytest.raises(InputError, match="version 1.0 state"):
         Cusum.from_state({k: v for k, v in V1_STATE.items() if k != "s_hi"})
 

@@ -113,6 +113,10 @@ def test_auth_off_limits_each_client_address(tmp_path: Path) -> None:
         c1.get("/v1/traces")
         c1.get("/v1/traces")
         assert c1.get("/v1/traces").status_code == 429
+        # the 429 was answered before routing, and is still timed under its route template
+        text = c1.get("/metrics").text
+        assert 'triage_request_duration_seconds_count{method="GET",route="/v1/traces",status="429"} 1.0' in text
+        assert 'route="unmatched"' not in text
         limiter: RateLimiter = app.state.rate_limiter
         assert limiter.key is not None and limiter.key.take("local\x00addr:10.0.0.3") == 0.0
 

@@ -139,3 +139,40 @@ def test_dense_inputs_redact_every_secret() -> None:
     assert "@" not in out and out.count("[REDACTED:email]") == 10_000 // len("bob@example.com ")
     cards = Redactor().redact_text(DENSE["cards"](10_000))
     assert "4111" not in cards
+
+
+def _long_texts() -> dict[str, str]:
+    """Texts over the RE2 pre-scan's threshold: the corpus and its look-alikes after prose, each
+    secret in upper and mixed case too (the lower-cased rules), and each adversarial shape."""
+    prose = ADVERSARIAL["prose"](70_000)
+    corpus = "\n".join(t for t, _ in SECRETS.values())
+    texts = {
+        "corpus": prose + "\n" + corpus,
+        "lookalikes": prose + "\n" + " | ".join(LOOKALIKES),
+        "corpus_upper": prose + "\n" + corpus.upper(),
+        "corpus_title": prose + "\n" + corpus.title(),
+        "surrogate": prose + "\ud800 " + corpus,  # no UTF-8 for RE2: every anchor is tested
+    }
+    for shape, make in ADVERSARIAL.items():
+        texts[shape] = make(70_000) + "\n" + corpus
+    return texts
+
+
+@pytest.mark.parametrize("name", sorted(_long_texts()))
+def test_long_texts_pre_scanned_by_re2_redact_exactly_as_short_ones(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above ``_LONG`` characters one RE2 pass decides which patterns run; the result is the one
+    every pattern gives (the short-text path, forced by raising the threshold)."""
+    import serve.redaction as redaction
+
+    text = _long_texts()[name]
+    assert len(text) > redaction._LONG
+    long_out = Redactor().redact_text(text)
+    monkeypatch.setattr(redaction, "_LONG", 10**9)
+    assert Redactor().redact_text(text) == long_out
+    if name == "corpus":
+        for _, secret in SECRETS.values():
+            assert not leaked(secret, long_out), secret
+    if name == "lookalikes":
+        assert long_out == text

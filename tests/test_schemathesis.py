@@ -1,5 +1,6 @@
 """Property-based API tests from the OpenAPI schema (schemathesis) against a real uvicorn server:
-no 500 and no response that breaks the schema, on every operation, with a valid key.
+no 500 and no response that breaks the schema, on every operation, with a valid key, on SQLite and
+on PostgreSQL (the throwaway cluster `make test` starts; skipped without it).
 
 Fixed seed and a bounded number of examples per operation, so the run is repeatable and short.
 """
@@ -19,37 +20,47 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from sqlalchemy import create_engine, text
 
 from serve.auth import create_key
 from serve.store import Store
 from tests.conftest import LiveServer
+from tests.storefix import BACKENDS, make_db_url
 
 pytestmark = pytest.mark.slow
 
 MAX_EXAMPLES = 50
 
 
-@pytest.fixture(scope="module")
-def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def api_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LiveServer, str, str]]:
+    """A live server with one key, on a fresh SQLite file or a fresh PostgreSQL database."""
     data: Path = tmp_path_factory.mktemp("schemathesis")
-    store = Store(f"sqlite:///{data / 'triage.db'}")
+    urls = make_db_url(request.param, data)
+    url = next(urls)
+    store = Store(url)
     store.upgrade()
     key, _ = create_key(store, "fuzz")
     store.dispose()
-    srv = LiveServer(env={"TRIAGE_DATA_DIR": str(data), "TRIAGE_AUTH": "on", "TRIAGE_CLASSIFIER": "false"})
-    yield srv.wait_ready(), key
-    srv.stop()
+    env = {
+        "TRIAGE_DATA_DIR": str(data),
+        "TRIAGE_DATABASE_URL": url,
+        "TRIAGE_AUTH": "on",
+        "TRIAGE_CLASSIFIER": "false",
+    }
+    srv = LiveServer(env=env)
+    try:
+        yield srv.wait_ready(), key, url
+    finally:
+        srv.stop()
+        urls.close()  # drops the PostgreSQL database
 
 
-@pytest.fixture(scope="module")
-def api_schema(api_server: tuple[LiveServer, str]) -> Any:
-    srv, _ = api_server
-    return schemathesis.openapi.from_url(f"{srv.url}/openapi.json")
-
-
-def test_api_conforms(api_server: tuple[LiveServer, str]) -> None:
+def test_api_conforms(api_server: tuple[LiveServer, str, str]) -> None:
     """Every operation of the live schema, MAX_EXAMPLES generated cases each, fixed seed."""
-    srv, key = api_server
+    srv, key, url = api_server
     schema = schemathesis.openapi.from_url(f"{srv.url}/openapi.json")
     checks = [
         not_a_server_error,
@@ -87,3 +98,9 @@ def test_api_conforms(api_server: tuple[LiveServer, str]) -> None:
     assert set(calls) == set(labels)
     assert min(calls[op] for op in labels if op.startswith("POST")) >= 5
     assert {200, 422} <= statuses
+    # the generated requests reached this backend's store (not some default SQLite file)
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT count(*) FROM traces")).scalar_one()
+    engine.dispose()
+    assert stored > 0

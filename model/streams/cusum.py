@@ -26,12 +26,16 @@ A given ``mean`` (``std``) is used as it is; the other is learnt (``T ~ t(n)``; 
 
 **One alarm per change.** An alarm opens an *episode* on its side; the statistics are not
 restarted, so a persistent shift keeps the statistic above ``h`` and raises nothing more. The
-episode closes on :meth:`Cusum.rebaseline` or when both statistics are back at 0 (the chart is
-then in the state it started in, so the next false alarm is again ``arl0`` away on average).
-While an episode is open, the baseline is not learnt from (a real shift is not absorbed) and the
-statistics are held at most at ``EPISODE_CAP * h``, so that once the process is back in control
-the chart comes back to 0 within about ``EPISODE_CAP * h / k`` observations however long the
-shift lasted. A crossing of the other side is a new change (an alarm in that direction).
+episode closes on :meth:`Cusum.rebaseline` or when *its own side's* statistic is back at 0:
+Page's renewal point, where that side is exactly in the state it started in, so its next false
+alarm is again a zero-state run length (``arl0`` on average) away. While an episode is open, the
+baseline is not learnt from (a real shift is not absorbed) and the open side's statistic is held
+at most at ``EPISODE_CAP * h``, so that once the process is back in control it comes back to 0
+within about ``EPISODE_CAP * h / k`` observations however long the shift lasted. A crossing of
+the other side is a new change (an alarm in that direction), with an episode of its own.
+(Version 2.0 closed both sides together, when both statistics were 0 on the same observation:
+the other side's statistic, unrelated to the alarm, kept a false alarm's episode open twice as
+long, median 21 observations instead of 11, and a shift that began meanwhile raised nothing.)
 
 An optional adaptive baseline mean (``ewma=lambda``) tracks slow, harmless level changes; it is
 frozen while an episode is open. With it the t mapping is approximate.
@@ -191,7 +195,7 @@ class Cusum:
     """
 
     name: ClassVar[str] = "cusum"
-    version: ClassVar[str] = "2.0"
+    version: ClassVar[str] = "2.1"
 
     def __init__(
         self,
@@ -385,14 +389,15 @@ class Cusum:
             self.zero_hi_ = i
         if self.s_lo_ == 0.0:
             self.zero_lo_ = i
-        if self.alarm_open:
+        was_open = self.alarm_open
+        # An open side is held at the cap, and its episode closes when its own statistic is
+        # back at 0: Page's renewal point, where that side is in the state it started in.
+        if self.open_hi_:
             self.s_hi_ = min(self.s_hi_, cap)
+            self.open_hi_ = self.s_hi_ > 0.0
+        if self.open_lo_:
             self.s_lo_ = min(self.s_lo_, cap)
-            if self.s_hi_ == 0.0 and self.s_lo_ == 0.0:  # back in control: the episode closes
-                self.open_hi_ = self.open_lo_ = False
-            was_open = True
-        else:
-            was_open = False
+            self.open_lo_ = self.s_lo_ > 0.0
         up = self.direction != "down" and self.s_hi_ > self.h_ and not self.open_hi_
         down = self.direction != "up" and self.s_lo_ > self.h_ and not self.open_lo_
         if not (up or down):
@@ -416,10 +421,10 @@ class Cusum:
         )
         if up:
             self.open_hi_ = True
+            self.s_hi_ = min(self.s_hi_, cap)
         else:
             self.open_lo_ = True
-        self.s_hi_ = min(self.s_hi_, cap)
-        self.s_lo_ = min(self.s_lo_, cap)
+            self.s_lo_ = min(self.s_lo_, cap)
         self.alarms_ += 1
         return alarm
 
@@ -616,21 +621,25 @@ def detect(values: Any, **params: Any) -> list[Alarm]:
 
 def episodes(values: Any, **params: Any) -> list[tuple[Alarm, int | None]]:
     """Run a fresh :class:`Cusum` over ``values``: each alarm with the index at which its episode
-    closed (both statistics back at 0), ``None`` while still open at the end.
+    closed (its side's statistic back at 0), ``None`` while still open at the end.
 
     >>> [(a.index, closed) for a, closed in episodes([0.0] * 3 + [3.0] * 3 + [0.0] * 16, mean=0.0, std=1.0, h=4.0)]
     [(4, 20)]
     """
     det = Cusum(**params)
     out: list[tuple[Alarm, int | None]] = []
-    open_from = 0  # the first of ``out`` whose episode is still open
+    still_open: dict[str, list[int]] = {"up": [], "down": []}  # positions in ``out``, per side
     for i, x in enumerate(np.asarray(values, dtype=np.float64).tolist()):
-        was_open = det.alarm_open
+        was = {"up": det.open_hi_, "down": det.open_lo_}
         alarm = det.update(x)
-        if was_open and not det.alarm_open:
-            out[open_from:] = [(a, i) for a, _ in out[open_from:]]
-            open_from = len(out)
+        now = {"up": det.open_hi_, "down": det.open_lo_}
+        for side, positions in still_open.items():
+            if was[side] and not now[side]:
+                for j in positions:
+                    out[j] = (out[j][0], i)
+                positions.clear()
         if alarm is not None:
+            still_open[alarm.direction].append(len(out))
             out.append((alarm, None))
     return out
 

@@ -493,12 +493,12 @@ class EpisodeScore:
     """Alarms of many streams, each ``warmup`` + ``in_control`` in-control points then a held shift.
 
     ``false_alarms``: alarms in the in-control points (all streams); ``streams_with_false_alarm``;
-    ``new_alarm``: streams with an alarm in the shift's direction at or after the change;
-    ``already_open``: streams without one because an episode opened by a false alarm in that
-    direction just before was still open at the change and stayed open through the shift (the
-    user is already alarmed; nothing new is raised, by design); ``delays``: change → the new
-    alarm, alarm included; ``extra``: alarms in the shifted part beyond the one allowed (what "one
-    alarm per change" rules out).
+    ``new_alarm``: streams with an alarm in the shift's direction at or after the change (the
+    only thing counted as a detection); ``already_open``: streams without one because an episode
+    opened by a false alarm in that direction just before was still open at the change and
+    stayed open through the shift (missed: that alarm was raised before the change, so it says
+    nothing about it); ``delays``: change → the new alarm, alarm included; ``extra``: alarms in
+    the shifted part beyond the one allowed (what "one alarm per change" rules out).
     """
 
     streams: int
@@ -513,8 +513,8 @@ class EpisodeScore:
 
     @property
     def detected(self) -> int:
-        """Streams alarmed during the shift: a new alarm, or an episode open through it."""
-        return self.new_alarm + self.already_open
+        """Streams with a new alarm in the shift's direction raised at or after the change."""
+        return self.new_alarm
 
     @property
     def median_delay(self) -> float:
