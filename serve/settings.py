@@ -148,6 +148,21 @@ class Settings(BaseSettings):
         "100: repair for all, as before the canary (a lower value withholds repairs from agents that use them).",
     )
 
+    # -- per-tenant retraining and the model registry (issue 12; model/registry.py) ----------------
+    model_registry: Path | None = Field(
+        default=None,
+        description="Root of the per-tenant model registry (<root>/<tenant>/<version>/); default "
+        "<data_dir>/models. Several servers or workers must see one shared path (each loads the artefacts).",
+    )
+    retrain_tenant_weight: float = Field(
+        default=5.0, gt=0,
+        description="`triage retrain`: how much more one of the tenant's labelled runs weighs than one base run.",
+    )
+    retrain_holdout: float = Field(
+        default=0.3, gt=0, lt=1,
+        description="`triage retrain`: the share of the tenant's labelled tasks held back for the gate.",
+    )
+
     @property
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file in ``data_dir``."""
@@ -158,6 +173,11 @@ class Settings(BaseSettings):
     @property
     def resolved_key_file(self) -> Path:
         return self.key_file or self.data_dir / "local.key"
+
+    @property
+    def resolved_model_registry(self) -> Path:
+        """``model_registry``, or ``<data_dir>/models``."""
+        return self.model_registry or self.data_dir / "models"
 
 
 @lru_cache

@@ -18,6 +18,7 @@ Tables::
     labels           human labels on a trace (for the dataset export)
     streams          stream-detector state per (tenant, stream, task type)
     observations     the values posted to / fed into a stream, with alarms
+    model_activations which registry version of the run scorer each tenant serves (newest row wins)
 """
 
 from __future__ import annotations
@@ -262,11 +263,26 @@ class ObservationRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class ModelActivationRow(Base):
+    """One promotion or rollback of a tenant's run scorer (``model/registry.py`` holds the artefacts)."""
+
+    __tablename__ = "model_activations"
+    __table_args__ = (Index("ix_model_activations_tenant", "tenant_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    version: Mapped[str] = mapped_column(String(128))
+    activated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    actor: Mapped[str] = mapped_column(String(200), default="")
+    action: Mapped[str] = mapped_column(String(16))  # "promote" or "rollback"
+
+
 __all__ = [
     "ApiKey",
     "Base",
     "FailureRow",
     "LabelRow",
+    "ModelActivationRow",
     "ObservationRow",
     "OutcomeRow",
     "RecommendationRow",

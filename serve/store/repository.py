@@ -47,6 +47,7 @@ from serve.store.models import (
     ApiKey,
     FailureRow,
     LabelRow,
+    ModelActivationRow,
     ObservationRow,
     OutcomeRow,
     RecommendationRow,
@@ -60,6 +61,9 @@ from serve.store.models import (
 )
 
 log = logging.getLogger("triage.store")
+
+#: What a row of ``model_activations`` records.
+MODEL_ACTIONS = ("promote", "rollback")
 
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
@@ -640,6 +644,39 @@ class Store:
                 }
             last = keys[-1]
 
+    # -- model registry activations (model/registry.py holds the artefacts) --------------------
+    def active_model(self, tenant: str) -> str | None:
+        """The registry version the tenant serves (its newest activation), or None: the shipped model."""
+        with self.read() as db:
+            row = db.scalars(
+                select(ModelActivationRow)
+                .where(ModelActivationRow.tenant_id == tenant)
+                .order_by(ModelActivationRow.id.desc())
+                .limit(1)
+            ).first()
+            return row.version if row is not None else None
+
+    def activate_model(self, tenant: str, version: str, *, actor: str, action: str = "promote") -> None:
+        """Record that ``tenant`` serves ``version`` from now on (``action``: promote or rollback)."""
+        if action not in MODEL_ACTIONS:
+            raise InputError(f"action must be one of {', '.join(MODEL_ACTIONS)}; got {action!r}", path="action")
+        if not version or len(version) > 128:
+            raise InputError(f"a model version is 1-128 characters; got {version!r}", path="version")
+        check_tenant_name(tenant)
+        with self.write() as db:
+            db.add(ModelActivationRow(tenant_id=tenant, version=version, actor=actor[:200], action=action))
+
+    def model_history(self, tenant: str) -> list[dict[str, Any]]:
+        """The tenant's activations, newest first: version, activated_at, actor, action."""
+        with self.read() as db:
+            rows = db.scalars(
+                select(ModelActivationRow)
+                .where(ModelActivationRow.tenant_id == tenant)
+                .order_by(ModelActivationRow.id.desc())
+            )
+            return [{"version": r.version, "activated_at": r.activated_at, "actor": r.actor, "action": r.action}
+                    for r in rows]
+
     # -- streams -------------------------------------------------------------------------------
     def lock_stream(
         self, db: Session, tenant: str, stream: str, task_type: str, *, detector: str, params: dict[str, Any]
@@ -938,4 +975,4 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise InputError(f"not a cursor this API returned: {cursor[:60]!r}", path="query.cursor") from None
 
 
-__all__ = ["Store", "TracePage", "check_tenant_name"]
+__all__ = ["MODEL_ACTIONS", "Store", "TracePage", "check_tenant_name"]
