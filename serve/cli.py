@@ -7,6 +7,7 @@ parts of the project can add commands without editing one shared file:
 - ``serve/cli_streams.py``: ``cusum``, ``changepoints``
 - ``serve/cli_datasets.py``: ``datasets …``, ``label …``
 - ``serve/cli_model.py``: ``train``, ``export``, ``evaluate`` …
+- ``serve/cli_retrain.py``: ``retrain``, ``model list|promote|rollback``
 - ``serve/cli_keys.py``: ``keys …``
 """
 
@@ -30,6 +31,7 @@ _COMMAND_MODULES = (
     "serve.cli_datasets",
     "serve.cli_export",
     "serve.cli_model",
+    "serve.cli_retrain",
     "serve.cli_keys",
 )
 

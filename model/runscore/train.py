@@ -4,6 +4,10 @@
 
 The hyper-parameters (``params.yaml``, section ``runscore``) are the ones the leave-one-source-out
 evaluation (``triage evaluate --real``) reports; nothing here is tuned on a test set.
+
+The shipped scorer is fitted on the **training part** of each set only: :func:`fixed_test` holds
+back :data:`FIXED_TEST_FRACTION` of every set's tasks (by a hash of the task, so the split never
+moves), the fixed test splits that ``triage retrain``'s gate scores champion and challenger on.
 """
 
 from __future__ import annotations
@@ -49,6 +53,16 @@ class RunScoreConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+#: The share of each real set's tasks in its fixed test split (never trained on by a shipped model).
+FIXED_TEST_FRACTION = 0.3
+
+
+def fixed_test(source: str, group: str) -> bool:
+    """Whether the task ``group`` of set ``source`` is in the fixed test split (a stable hash)."""
+    h = int(hashlib.sha256(f"{source}\x00{group}".encode()).hexdigest()[:8], 16)
+    return h / 2**32 < FIXED_TEST_FRACTION
+
+
 def data_hashes(root: Path) -> dict[str, str]:
     """sha256 of every vendored file the scorer saw (the model card records them)."""
     out = {}
@@ -62,9 +76,10 @@ def data_hashes(root: Path) -> dict[str, str]:
 def fit_shipped(config: RunScoreConfig, root: Path, out: Path) -> RunScorer:
     from .evaluate import prepare
 
-    examples = [p.example for p in prepare(load_all(root))]
+    examples = [p.example for p in prepare(load_all(root)) if not fixed_test(p.run.source, p.run.group)]
     scorer = RunScorer(**config.as_params()).fit(examples)
     scorer.meta_["data"] = data_hashes(root)
+    scorer.meta_["fixed_test_fraction"] = FIXED_TEST_FRACTION  # those tasks are held out (fixed_test)
     scorer.save(out)
     return scorer
 
