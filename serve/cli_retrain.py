@@ -11,12 +11,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from model.errors import TriageError
 
 model_app = typer.Typer(help="The per-tenant run-scorer registry: list, promote, rollback.", no_args_is_help=True)
-_console = Console()
 _err = Console(stderr=True)
 
 Tenant = Annotated[str, typer.Option("--tenant", help="The tenant (`local`: make run's key and TRIAGE_AUTH=off).")]
@@ -48,20 +46,20 @@ def list_cmd(tenant: Tenant = "local") -> None:
         history = store.model_history(tenant)
     except TriageError as exc:
         raise _fail(str(exc)) from None
-    table = Table(title=f"tenant {tenant}: run scorers ({registry.root})")
-    for col in ("", "version", "created", "parent", "tenant slice AUROC champ → chall", "gate"):
-        table.add_column(col)
-    table.add_row("*" if active == SHIPPED_VERSION else "", SHIPPED_VERSION, "", "", "", "shipped")
+    typer.echo(f"tenant {tenant}: run scorers under {registry.root} (* = active)")
+    typer.echo(f"{'':1} {'version':<22} {'created':<21} {'parent':<22} {'tenant slice AUROC':<18} gate")
+    typer.echo(f"{'*' if active == SHIPPED_VERSION else '':1} {SHIPPED_VERSION:<22} {'':<21} {'':<22} {'':<18} shipped")
     for v in versions:
         g = v.summary.get("gate", {})
         comp = next((c for c in g.get("comparisons", []) if c["name"] == "tenant slice"), None)
-        auc = f"{comp['champion']:.3f} → {comp['challenger']:.3f}" if comp else ""
+        auc = f"{comp['champion']:.3f} -> {comp['challenger']:.3f}" if comp else "-"
         verdict = "passed" if g.get("promote") else ("refused" if g.get("refused") else "failed")
-        table.add_row("*" if v.version == active else "", v.version, v.created_at, v.parent or "", auc, verdict)
-    _console.print(table)
+        typer.echo(f"{'*' if v.version == active else '':1} {v.version:<22} {v.created_at:<21} "
+                   f"{v.parent or '':<22} {auc:<18} {verdict}")
+    if history:
+        typer.echo("activations, newest first:")
     for h in history:
-        _console.print(f"{h['activated_at']:%Y-%m-%d %H:%M:%S} {h['action']:<8} {h['version']} by {h['actor']}",
-                       highlight=False)
+        typer.echo(f"  {h['activated_at']:%Y-%m-%d %H:%M:%S} {h['action']:<8} {h['version']} by {h['actor']}")
 
 
 @model_app.command("promote")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from model.errors import InputError
-from model.realdata import DEFAULT_ROOT, RealRun, load_all
+from model.realdata import DEFAULT_ROOT, SOURCES, RealRun, load_all
 from model.registry import SHIPPED_VERSION, ModelVersion, Registry
 from model.runscore.model import Example, RunScorer
 from model.runscore.retrain import (
@@ -108,6 +108,11 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
     that never saw τ-airline"). ``transform``: applied to the tenant's training runs only (the tests
     flip their labels to check that the gate refuses).
     """
+    unknown = sorted(set(exclude) - set(SOURCES))
+    if unknown:
+        raise InputError(f"unknown real sets {unknown}; valid: {', '.join(SOURCES)}", path="exclude")
+    if not set(SOURCES) - set(exclude):
+        raise InputError("every real set is excluded: the challenger needs base data", path="exclude")
     registry = Registry(settings.resolved_model_registry)
     config = RunScoreConfig.from_params(params) if params.is_file() else RunScoreConfig()
     progress("reading the tenant's labelled history", 0, 1)
@@ -120,7 +125,7 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
     real_root = root or DEFAULT_ROOT
     cache = FeatureCache(settings.data_dir / "cache" / "runscore")
     progress("reading the real sets", 0, 1)
-    base_runs = [r for r in load_all(real_root) if r.source not in exclude]
+    base_runs = load_all(real_root, tuple(s for s in SOURCES if s not in exclude))
     base_all = cache.examples(base_runs, progress, "features: real sets")
     tenant_ex = cache.examples(runs, progress, "features: tenant runs")
     train_idx, slice_idx = split_slice(tenant_ex, share=settings.retrain_holdout, seed=seed)
