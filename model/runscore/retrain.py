@@ -254,6 +254,25 @@ def gate(champion: RunScorer, challenger: RunScorer, tenant_slice: Sequence[Exam
     return GateResult(all(c.passed for c in comps), comps)
 
 
+def set_operating_point(scorer: RunScorer, tenant_slice: Sequence[Example], minimum: int = MIN_SLICE) -> None:
+    """Put a tenant head's threshold at the (1 − target) quantile of the slice's successful runs.
+
+    The head's own threshold comes from its training runs, where it fits the successful ones too
+    well (measured: 97 % false alarms on unseen runs of the agent). The slice is unseen by the fit;
+    the gate reads only AUROCs, which no threshold changes. Fewer than ``minimum`` successful runs
+    in the slice: the training threshold stays.
+    """
+    if scorer.head_ is None:
+        return
+    ok = [e for e in tenant_slice if not e.failed]
+    if len(ok) < minimum:
+        return
+    p = probabilities(scorer, ok)
+    scorer.head_.threshold = float(min(1.0, np.quantile(p, 1 - scorer.target_false_alarm, method="higher") + 1e-6))
+    scorer.head_.meta["threshold_from"] = f"tenant slice ({len(ok)} successful runs)"
+    scorer.threshold_ = scorer.head_.threshold
+
+
 def fixed_splits(base_all: Sequence[Example], exclude: Sequence[str] = ()) -> dict[str, list[Example]]:
     """The fixed test split of every run-level real set (not in ``exclude``)."""
     return {s: [e for e in base_all if e.source == s and fixed_test(e.source, e.group)]
@@ -266,4 +285,4 @@ def base_training(base_all: Sequence[Example], exclude: Sequence[str] = ()) -> l
 
 
 __all__ = ["MIN_SLICE", "TENANT_SOURCE", "Comparison", "FeatureCache", "GateResult", "base_training", "compare",
-           "fit_challenger", "fixed_splits", "gate", "probabilities", "split_slice", "trace_hash"]
+           "fit_challenger", "fixed_splits", "gate", "probabilities", "set_operating_point", "split_slice", "trace_hash"]
