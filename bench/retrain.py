@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=None, help="working folder (default: a temp one; its "
                     "feature cache makes a second run fast)")
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server on the way out
     ks = [int(k) for k in a.ks.split(",")]
 
     from model.realdata import SOURCES, load_all, load_source

@@ -119,10 +119,10 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
     progress("reading the tenant's labelled history", 0, 1)
     runs = tenant_runs(store, tenant)
     n_fail = sum(r.failed for r in runs)
-    if n_fail < MIN_SLICE or len(runs) - n_fail < MIN_SLICE:
+    if n_fail < 2 or len(runs) - n_fail < 2:
         raise InputError(f"tenant {tenant!r} has {n_fail} failed and {len(runs) - n_fail} successful labelled runs; "
-                         f"the gate needs at least {MIN_SLICE} of each held back (label more runs: "
-                         "POST /v1/traces/{id}/labels with {\"failed\": true|false})", path="tenant")
+                         f"a retrain needs both, and the gate at least {MIN_SLICE} of each held back (label more "
+                         "runs: POST /v1/traces/{id}/labels with {\"failed\": true|false})", path="tenant")
     real_root = root or DEFAULT_ROOT
     cache = FeatureCache(settings.data_dir / "cache" / "runscore")
     progress("reading the real sets", 0, 1)

@@ -85,3 +85,27 @@ def test_activations_are_per_tenant_newest_first(store: Store) -> None:
     assert hist[0]["activated_at"].tzinfo is not None
     with pytest.raises(InputError, match="action"):
         store.activate_model("acme", "v3", actor="x", action="delete")
+
+
+def test_two_processes_share_the_registry_and_the_activation(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+    """One process promotes (the CLI); another, as a second worker would, finds the version in the
+    store and loads the artefact from the shared registry path."""
+    import os
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared-models"
+    mv = Registry(shared).save("acme", RunScorer.load(), parent=None, card="", report={}, data={})
+    env = {**os.environ, "TRIAGE_DATABASE_URL": db_url, "TRIAGE_MODEL_REGISTRY": str(shared),
+           "TRIAGE_DATA_DIR": str(tmp_path / "data")}
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "serve.cli", "model", "promote", mv.version, "--tenant", "acme"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    probe = ("from model.registry import Registry; from serve.settings import Settings; from serve.store import "
+             "open_store; s = Settings(); v = open_store(s).active_model('acme'); "
+             "r = Registry(s.resolved_model_registry).load('acme', v); print(v, r.version)")
+    other = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.split() == [mv.version, RunScorer.load().version]

@@ -117,11 +117,17 @@ def test_retrain_registers_gates_and_names_the_failed_comparison(env: tuple[Stor
         assert store.active_model("acme") == good.version.version
 
 
-def test_too_few_labelled_runs_are_refused_and_said(env: tuple[Store, Settings], tau_train: list[Any]) -> None:
+def test_too_small_a_slice_is_refused_and_said(env: tuple[Store, Settings], tau_train: list[Any]) -> None:
     store, settings = env
-    _store_runs(store, "small", tau_train[:12])
-    with pytest.raises(InputError, match=f"at least {MIN_SLICE} of each"):
-        retrain(store, settings, "small", exclude=ONLY_APB)
+    _store_runs(store, "small", tau_train[:16])
+    res = retrain(store, settings, "small", exclude=ONLY_APB)
+    assert not res.promoted and res.gate.refused is not None and res.gate.comparisons == []
+    assert f"at least {MIN_SLICE} of each" in res.gate.reason()
+    assert store.active_model("small") is None
+    assert res.counts["tenant_train"] >= 10  # the slice took only its share: the rest still trained
+    _store_runs(store, "one-sided", [r for r in tau_train if r.failed][:12])
+    with pytest.raises(InputError, match="needs both"):
+        retrain(store, settings, "one-sided", exclude=ONLY_APB)
 
 
 def test_slice_keeps_tasks_together_and_holds_the_minimum() -> None:
@@ -182,3 +188,5 @@ def test_retrain_cli_prints_the_gate(env: tuple[Store, Settings], tau_train: lis
     assert store.active_model("local") is None
     r = CliRunner().invoke(app, ["retrain", "--tenant", "nobody"])
     assert r.exit_code == 2 and "0 failed and 0 successful" in r.output
+    r = CliRunner().invoke(app, ["retrain", "--exclude-set", "nope"])
+    assert r.exit_code == 2 and "unknown real sets" in r.output

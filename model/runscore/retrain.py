@@ -119,18 +119,28 @@ class FeatureCache:
 def split_slice(tenant: Sequence[Example], *, share: float, seed: int = 0,
                 minimum: int = MIN_SLICE) -> tuple[list[int], list[int]]:
     """(training rows, slice rows) of the tenant's runs: whole tasks, drawn in a seeded order, into
-    the slice until it holds ``share`` of the runs and ``minimum`` of each outcome, or half the runs."""
+    the slice until it holds ``share`` of the runs and ``minimum`` of each outcome, or half the runs.
+    When half the runs cannot hold ``minimum`` of each, the slice is ``share`` of the runs (the gate
+    will refuse it, and the rest still trains the challenger)."""
     groups: dict[str, list[int]] = {}
     for i, e in enumerate(tenant):
         groups.setdefault(e.group, []).append(i)
     order = sorted(groups, key=lambda g: hashlib.sha256(f"{seed}\x00{g}".encode()).hexdigest())
-    held: list[int] = []
-    for g in order:
-        n_fail = sum(tenant[i].failed for i in held)
-        enough = len(held) >= share * len(tenant) and n_fail >= minimum and len(held) - n_fail >= minimum
-        if enough or len(held) + len(groups[g]) > len(tenant) / 2:
-            continue
-        held += groups[g]
+
+    def draw(need: int) -> list[int]:
+        held: list[int] = []
+        for g in order:
+            n_fail = sum(tenant[i].failed for i in held)
+            enough = len(held) >= share * len(tenant) and n_fail >= need and len(held) - n_fail >= need
+            if enough or len(held) + len(groups[g]) > len(tenant) / 2:
+                continue
+            held += groups[g]
+        return held
+
+    held = draw(minimum)
+    n_fail = sum(tenant[i].failed for i in held)
+    if n_fail < minimum or len(held) - n_fail < minimum:
+        held = draw(0)
     held_set = set(held)
     return [i for i in range(len(tenant)) if i not in held_set], sorted(held)
 
