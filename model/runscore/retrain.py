@@ -46,8 +46,20 @@ from .train import fixed_test
 MIN_SLICE = 10
 #: The set name the tenant's runs train under.
 TENANT_SOURCE = "tenant"
-#: Cache key version: bump when Example's features change.
-CACHE_VERSION = f"f{FORMAT_VERSION}-t{TOKENS_VERSION}-1"
+def _code_version() -> str:
+    """A digest of the code an Example's content comes from (features, head tokens, rule detectors):
+    the cache never serves features computed by other code."""
+    here = Path(__file__).resolve().parent
+    files = [here / "features.py", here / "head.py", here / "model.py",
+             *sorted((here.parent / "detectors").glob("*.py"))]
+    h = hashlib.sha256(f"f{FORMAT_VERSION}-t{TOKENS_VERSION}".encode())
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+#: Cache key version (see :func:`_code_version`).
+CACHE_VERSION = _code_version()
 
 Progress = Callable[[str, int, int], None]
 
