@@ -122,9 +122,9 @@ def test_too_small_a_slice_is_refused_and_said(env: tuple[Store, Settings], tau_
     _store_runs(store, "small", tau_train[:16])
     res = retrain(store, settings, "small", exclude=ONLY_APB)
     assert not res.promoted and res.gate.refused is not None and res.gate.comparisons == []
-    assert f"at least {MIN_SLICE} of each" in res.gate.reason()
+    assert f"at least {MIN_SLICE} failed and {MIN_SLICE} successful" in res.gate.reason()
     assert store.active_model("small") is None
-    assert res.counts["tenant_train"] >= 10  # the slice took only its share: the rest still trained
+    assert res.counts["tenant_train"] == 16 and res.counts["tenant_slice"] == 0  # nothing held back in vain
     _store_runs(store, "one-sided", [r for r in tau_train if r.failed][:12])
     with pytest.raises(InputError, match="needs both"):
         retrain(store, settings, "one-sided", exclude=ONLY_APB)
@@ -190,3 +190,10 @@ def test_retrain_cli_prints_the_gate(env: tuple[Store, Settings], tau_train: lis
     assert r.exit_code == 2 and "0 failed and 0 successful" in r.output
     r = CliRunner().invoke(app, ["retrain", "--exclude-set", "nope"])
     assert r.exit_code == 2 and "unknown real sets" in r.output
+
+
+def test_no_slice_when_half_the_runs_cannot_hold_the_minimum() -> None:
+    ex = [Example("tenant", f"task{i // 2}", i % 5 != 0, None, [], np.zeros((0, 17)), np.zeros(11), 1)
+          for i in range(40)]  # 8 successful runs: a slice of 10 is impossible
+    train, held = split_slice(ex, share=0.3)
+    assert held == [] and train == list(range(40))

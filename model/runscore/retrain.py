@@ -132,8 +132,8 @@ def split_slice(tenant: Sequence[Example], *, share: float, seed: int = 0,
                 minimum: int = MIN_SLICE) -> tuple[list[int], list[int]]:
     """(training rows, slice rows) of the tenant's runs: whole tasks, drawn in a seeded order, into
     the slice until it holds ``share`` of the runs and ``minimum`` of each outcome, or half the runs.
-    When half the runs cannot hold ``minimum`` of each, the slice is ``share`` of the runs (the gate
-    will refuse it, and the rest still trains the challenger)."""
+    When half the runs cannot hold ``minimum`` of each, nothing is held back: the gate will refuse
+    (it cannot decide), and every run trains the challenger, which is registered, not promoted."""
     groups: dict[str, list[int]] = {}
     for i, e in enumerate(tenant):
         groups.setdefault(e.group, []).append(i)
@@ -152,7 +152,7 @@ def split_slice(tenant: Sequence[Example], *, share: float, seed: int = 0,
     held = draw(minimum)
     n_fail = sum(tenant[i].failed for i in held)
     if n_fail < minimum or len(held) - n_fail < minimum:
-        held = draw(0)
+        held = []
     held_set = set(held)
     return [i for i in range(len(tenant)) if i not in held_set], sorted(held)
 
@@ -269,8 +269,10 @@ def gate(champion: RunScorer, challenger: RunScorer, tenant_slice: Sequence[Exam
     n_ok = len(tenant_slice) - n_fail
     if n_fail < minimum or n_ok < minimum:
         return GateResult(False, refused=(
-            f"the tenant slice held back for the gate has {n_fail} failed and {n_ok} successful runs; it needs "
-            f"at least {minimum} of each: label more runs (POST /v1/traces/{{id}}/labels) and retrain"))
+            f"the gate needs a slice of at least {minimum} failed and {minimum} successful runs held back, in at "
+            f"most half of the tenant's labelled runs; it has {n_fail} failed and {n_ok} successful held back. "
+            "The challenger trained on every labelled run and is registered, not promoted: label more runs "
+            "(POST /v1/traces/{id}/labels) and retrain, or promote it yourself (triage model promote V)"))
     comps = [compare("tenant slice", champion, challenger, tenant_slice, tenant=True, seed=seed)]
     for name, ex in fixed.items():
         if 0 < sum(e.failed for e in ex) < len(ex):
