@@ -34,7 +34,6 @@ from model.runscore.retrain import (
     fit_challenger,
     fixed_splits,
     gate,
-    set_operating_point,
     split_slice,
     trace_hash,
 )
@@ -143,7 +142,6 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
     progress("gate", 0, 1)
     result = gate(champion, challenger, slice_t, fixed_splits(base_all, exclude), seed=seed)
     progress("gate", 1, 1)
-    set_operating_point(challenger, slice_t)
     counts = {"base_runs": len(base), "tenant_runs": len(runs), "tenant_train": len(train_t),
               "tenant_slice": len(slice_t), "tenant_failed": n_fail}
     challenger.meta_["retrain"] = {"tenant": tenant, "champion": champion_version, **counts,

@@ -191,8 +191,41 @@ def fit_challenger(base: Sequence[Example], tenant: Sequence[Example], params: d
                           target_false_alarm=scorer.target_false_alarm, tenant_mask=mask,
                           meta={"tenant_runs": len(tenant), "tenant_failed": int(sum(e.failed for e in tenant)),
                                 "base_runs": len(base), "tenant_weight": tenant_weight, "l2": l2_head})
+    head.threshold, how = _oof_threshold(H, L, y, _weights(ex, tenant_weight), mask, [e.group for e in ex],
+                                         l2_head, scorer.target_false_alarm, head.threshold)
+    head.meta["threshold_from"] = how
     scorer.set_head(head)
     return scorer
+
+
+def _oof_threshold(H: np.ndarray, L: np.ndarray, y: np.ndarray, w: np.ndarray, tenant: np.ndarray,
+                   groups: Sequence[str], l2: float, target: float, fallback: float,
+                   folds: int = 3) -> tuple[float, str]:
+    """The operating point from out-of-fold probabilities of the tenant's successful runs.
+
+    The head fits its own training runs too well: a threshold on their in-sample probabilities gave
+    62-82 % false alarms on unseen runs of the agent (bench/retrain.py, K = 25-50). Here the tenant's
+    tasks are split into ``folds``; each fold's runs are scored by a head fitted without them (the
+    base runs stay in every fit), and the threshold is the (1 − target) quantile of the successful
+    runs' out-of-fold probabilities. Fewer than 5 successful tenant runs: ``fallback``.
+    """
+    idx = np.flatnonzero(tenant)
+    if int((y[idx] == 0).sum()) < 5:
+        return fallback, "training runs (too few successful tenant runs for out-of-fold)"
+    keys = sorted({groups[int(i)] for i in idx}, key=lambda g: hashlib.sha256(g.encode()).hexdigest())
+    fold_of = {g: k % folds for k, g in enumerate(keys)}
+    oof = np.full(len(y), np.nan)
+    for f in range(folds):
+        out = np.array([tenant[i] and fold_of[groups[i]] == f for i in range(len(y))])
+        if not out.any() or not (tenant & ~out).any():
+            continue
+        h = TenantHead.fit(H[~out], L[~out], y[~out], w[~out], l2=l2)
+        oof[out] = h.probability(H[out], L[out])
+    ok = idx[(y[idx] == 0) & ~np.isnan(oof[idx])]
+    if len(ok) < 5:
+        return fallback, "training runs (out-of-fold left too few)"
+    thr = float(min(1.0, np.quantile(oof[ok], 1 - target, method="higher") + 1e-6))
+    return thr, f"out-of-fold ({folds} folds by task, {len(ok)} successful tenant runs)"
 
 
 # ---- the gate ---------------------------------------------------------------------------------
@@ -280,25 +313,6 @@ def gate(champion: RunScorer, challenger: RunScorer, tenant_slice: Sequence[Exam
     return GateResult(all(c.passed for c in comps), comps)
 
 
-def set_operating_point(scorer: RunScorer, tenant_slice: Sequence[Example], minimum: int = MIN_SLICE) -> None:
-    """Put a tenant head's threshold at the (1 − target) quantile of the slice's successful runs.
-
-    The head's own threshold comes from its training runs, where it fits the successful ones too
-    well (measured: 97 % false alarms on unseen runs of the agent). The slice is unseen by the fit;
-    the gate reads only AUROCs, which no threshold changes. Fewer than ``minimum`` successful runs
-    in the slice: the training threshold stays.
-    """
-    if scorer.head_ is None:
-        return
-    ok = [e for e in tenant_slice if not e.failed]
-    if len(ok) < minimum:
-        return
-    p = probabilities(scorer, ok)
-    scorer.head_.threshold = float(min(1.0, np.quantile(p, 1 - scorer.target_false_alarm, method="higher") + 1e-6))
-    scorer.head_.meta["threshold_from"] = f"tenant slice ({len(ok)} successful runs)"
-    scorer.threshold_ = scorer.head_.threshold
-
-
 def fixed_splits(base_all: Sequence[Example], exclude: Sequence[str] = ()) -> dict[str, list[Example]]:
     """The fixed test split of every run-level real set (not in ``exclude``)."""
     return {s: [e for e in base_all if e.source == s and fixed_test(e.source, e.group)]
@@ -311,4 +325,4 @@ def base_training(base_all: Sequence[Example], exclude: Sequence[str] = ()) -> l
 
 
 __all__ = ["MIN_SLICE", "TENANT_SOURCE", "Comparison", "FeatureCache", "GateResult", "base_training", "compare",
-           "fit_challenger", "fixed_splits", "gate", "probabilities", "set_operating_point", "split_slice", "trace_hash"]
+           "fit_challenger", "fixed_splits", "gate", "probabilities", "split_slice", "trace_hash"]
