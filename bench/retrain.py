@@ -17,9 +17,9 @@
 Writes ``reports/retrain.json`` and ``docs/figures/retrain-curve.png``; prints a table. Also the
 serve-time cost per step of the tenant head (hashed text features + dot product).
 
-Run (about 10 minutes on 2 cores, most of it the one-time feature cache)::
+Run (about 12 minutes on 2 shared cores; a second run with the same --data reuses the feature cache)::
 
-    .venv/bin/python bench/retrain.py
+    .venv/bin/python bench/retrain.py --data /tmp/bench-retrain
 """
 
 from __future__ import annotations
