@@ -336,3 +336,27 @@ def test_a_failed_outcome_reopens_a_failure_later_steps_resolved() -> None:
     # a success reported for a failure an outcome resolved is not reopened by a later failure report
     assert engine.on_outcome(state, d.recommendation.id, success=True, trace=trace, session_key="s", now=3) is None
     assert engine.on_outcome(state, d.recommendation.id, success=False, trace=trace, session_key="s", now=4) is None
+
+
+def test_a_permanent_tool_error_skips_retry_in_the_engine_too() -> None:
+    """A 400 skips the ``only_if_transient`` retry rung; the engine must know, so that the rung it
+    keeps (and checks for ``switch_tool``'s equivalents) is the one recommended: without an
+    equivalent of the failed tool the answer is ``replan_local``, not a ``switch_tool`` repeated
+    ``max_attempts`` times (the closed-loop bench's malformed-arguments runs showed it)."""
+    engine = RepairEngine.load()
+    trace, f = _trace(), _failure("tool_error", 2, tool="search", http_status=400)
+    other = DiagnoseOptions(tool_equivalents={"weather": ["weather_alt"]})  # equivalents, not of "search"
+    state: dict[str, Any] = {}
+    d = engine.recommend(state, trace, [f], session_key="a", now=0, options=other)
+    assert d.recommendation.strategy == Strategy.REPLAN_LOCAL
+    assert "skipped retry" in d.recommendation.rationale
+    state = {}
+    with_alt = DiagnoseOptions(tool_equivalents={"search": ["bing"]})
+    d = engine.recommend(state, trace, [f], session_key="b", now=0, options=with_alt)
+    assert d.recommendation.strategy == Strategy.SWITCH_TOOL and d.recommendation.params["switch_to"] == "bing"
+    nxt = engine.on_outcome(state, d.recommendation.id, success=False, trace=trace, session_key="b", now=1)
+    assert nxt is not None and nxt.recommendation.strategy == Strategy.REPLAN_LOCAL  # one rung up, not an attempt
+    state = {}  # a transient error keeps its retry rung
+    d = engine.recommend(state, trace, [_failure("tool_error", 2, tool="search", http_status=503)],
+                         session_key="c", now=0, options=other)
+    assert d.recommendation.strategy == Strategy.RETRY
