@@ -82,6 +82,7 @@ class Run:
     leaked: bool = False
     recovery_s: float | None = None
     strategies: list[str] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)  # triage: the session's last failures and signals
     answer: str = ""
 
     @property
@@ -198,6 +199,11 @@ def run_triage(task: Task, url: str, key: str) -> Run:
             sleep=clock.sleep, clock=clock.time, rng=random.Random(task.id),
         )
         report = agent.run([{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.user}])
+        # what the service saw in the end (for the semantic faults: did the classifier notice?)
+        view = client.get_session(task.id)
+        last = view.last
+        seen = ([f"{f.kind}@{f.confidence:.2f}" for f in last.failures]
+                + [f"{f.kind}@{f.confidence:.2f} (signal)" for f in last.signals]) if last is not None else []
     answer = (report.answer or "") if report.finished else ""
     ok = _succeeded(task, answer, tools)
     at = _fault_at(tools, model)
@@ -207,7 +213,7 @@ def run_triage(task: Task, url: str, key: str) -> Run:
                handoff=bool(handoffs) or report.stopped in ("handoff", "blocked"), blocked=report.blocked,
                budget=report.budget_hits > 0, leaked=bool(tools.sent), answer=answer[:200],
                recovery_s=round(clock.now - at, 2) if ok and at is not None else None,
-               strategies=list(report.strategies))
+               strategies=list(report.strategies), seen=seen)
 
 
 def run_triage_all(tasks: list[Task], data: Path) -> list[Run]:
