@@ -38,7 +38,6 @@ Run (a few minutes)::
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import random
 import statistics
@@ -173,7 +172,6 @@ def run_triage(task: Task, url: str, key: str) -> Run:
     """One task through :class:`agent_triage_client.agent.TriageAgent` (the executor's agent loop)."""
     from agent_triage_client import TriageClient
     from agent_triage_client.agent import TriageAgent
-    from agent_triage_client.executor import RepairExecutor
 
     clock = VirtualClock()
     tools = FaultyTools(task.fault, clock)
@@ -185,17 +183,13 @@ def run_triage(task: Task, url: str, key: str) -> Run:
         handoffs.append(h)
         return None  # nobody answers: the run stops there
 
-    defs = [{"name": d["function"]["name"], "description": d["function"]["description"],
-             "parameters": d["function"]["parameters"]} for d in task.definitions()]
-    # the operator's allow-list for the task (what turns a call outside it into disallowed_tool)
-    allowed = ({"allowed_tools": task.allowed}
-               if "allowed_tools" in inspect.signature(RepairExecutor).parameters else {})
     with TriageClient(url, api_key=key, timeout_s=30.0, budget_s=60.0) as client:
         agent = TriageAgent(
             lambda messages, **p: model(messages, model=PRIMARY, **p), registry, client=client,
             session_id=task.id, equivalents=task.equivalents(),
             fallback_llms={FALLBACK: lambda messages, **p: model(messages, model=FALLBACK, **p)},
-            on_handoff=on_handoff, max_steps=STEP_CAP, tool_definitions=defs, **allowed,
+            on_handoff=on_handoff, max_steps=STEP_CAP, tool_definitions=[d["function"] for d in task.definitions()],  # the sessions API's flat shape
+            allowed_tools=task.allowed,  # the operator's allow-list: a call outside it is disallowed_tool
             sleep=clock.sleep, clock=clock.time, rng=random.Random(task.id),
         )
         report = agent.run([{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.user}])
@@ -279,27 +273,42 @@ def table(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 
 def plot(summary: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
+    """Left: task success per recoverable fault (and the control); right: what each mode did on the
+    faults whose right answer is a hand-off."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    faults = [f for f in FAULTS if f != "none"] + ["none"]
     modes = [m for m in MODES if m in summary]
-    fig, ax = plt.subplots(figsize=(12, 4.8))
+    rec = [f for f, spec in FAULTS.items() if spec.recoverable and f != "none"] + ["none"]
+    unrec = [f for f, spec in FAULTS.items() if not spec.recoverable]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [3.2, 1.3]})
     width = 0.8 / max(1, len(modes))
     for k, m in enumerate(modes):
-        ys = [summary[m].get(f, {}).get("success_pct", 0.0) for f in faults]
-        ax.bar([i + k * width for i in range(len(faults))], ys, width, label=m)
-    ax.set_xticks([i + width * (len(modes) - 1) / 2 for i in range(len(faults))])
-    ax.set_xticklabels([f + (" *" if f in SEMANTIC else "") + (" †" if not FAULTS[f].recoverable else "")
-                        for f in faults], rotation=30, ha="right")
+        ys = [summary[m].get(f, {}).get("success_pct", 0.0) for f in rec]
+        ax.bar([i + k * width for i in range(len(rec))], ys, width, label=m)
+    ax.set_xticks([i + width * (len(modes) - 1) / 2 for i in range(len(rec))])
+    ax.set_xticklabels([f + (" *" if f in SEMANTIC else "") for f in rec], rotation=30, ha="right")
     ax.set_ylabel("task success (%)")
     ax.set_ylim(0, 105)
-    ax.set_title("Closed loop: task success per fault and mode (stand-in scripted model, not an LLM)\n"
-                 "* semantic fault, † not recoverable (right answer: hand-off)")
-    ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
+    ax.set_title("recoverable faults: task success (* semantic, reported apart)", fontsize=10)
+    labels = [f"{f}\nhand-off" for f in unrec] + ["poisoned_result\ninjection carried out"]
+    for k, m in enumerate(modes):
+        ys = [summary[m].get(f, {}).get("handoff_pct", 0.0) for f in unrec]
+        p = summary[m].get("poisoned_result", {})
+        ys.append(100.0 * p.get("leaked", 0) / p["runs"] if p.get("runs") else 0.0)
+        bx.bar([i + k * width for i in range(len(labels))], ys, width, label=m)
+    bx.set_xticks([i + width * (len(modes) - 1) / 2 for i in range(len(labels))])
+    bx.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    bx.set_ylabel("% of runs")
+    bx.set_ylim(0, 105)
+    bx.set_title("not recoverable: right answer is a hand-off", fontsize=10)
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", ncol=len(modes), fontsize=9, bbox_to_anchor=(0.5, 0.93))
+    fig.suptitle("Closed loop, one fault per task (the agent's model is a scripted stand-in, not an LLM)",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 
@@ -353,6 +362,21 @@ def main(argv: list[str] | None = None) -> int:
     blind = summary.get("blind_retry", {}).get("recoverable", {}).get("extra_calls", 0)
     tri = summary.get("triage", {}).get("recoverable", {}).get("extra_calls", 0)
     ratio = tri / blind if blind else float("nan")
+    if "triage" in summary and "blind_retry" in summary:
+        # the same ratio without the loop fault (blind retry's loops run to the cap: ~94 extra calls
+        # each), and per successful task (the extra calls a recovery cost)
+        def extra(mode: str, faults: set[str], ok_only: bool = False) -> tuple[int, int]:
+            sel = [r for r in runs if r.mode == mode and r.fault in faults and (r.success or not ok_only)]
+            return sum(r.extra for r in sel), len(sel)
+
+        no_loop = RECOVERABLE - {"loop_search"}
+        (tb, _), (bb, _) = extra("triage", no_loop), extra("blind_retry", no_loop)
+        (te, ts), (be, bs) = extra("triage", RECOVERABLE, True), extra("blind_retry", RECOVERABLE, True)
+        per = (te / ts) / (be / bs) if ts and bs and be else float("nan")
+        print(f"# extra calls vs blind retry: {ratio:.2f}× on the recoverable faults; "
+              f"{tb / bb if bb else float('nan'):.2f}× without loop_search; "
+              f"{per:.2f}× per successful task ({te / ts if ts else float('nan'):.2f} vs "
+              f"{be / bs if bs else float('nan'):.2f})")
     loops = summary.get("triage", {}).get("all", {}).get("unbounded", 0)
     print(f"closed-loop: triage-guided {succ('triage'):.1f}% | blind retry {succ('blind_retry'):.1f}% | "
           f"retry+fallback {succ('retry_fallback'):.1f}% | no repair {succ('no_repair'):.1f}% | "

@@ -3,6 +3,7 @@ real ``triage serve`` (bench/closed_loop.py; the figures are the bench's, not th
 
 from __future__ import annotations
 
+import json
 import lzma
 import re
 from pathlib import Path
@@ -10,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from bench.closed_loop import STEP_CAP, main, run_plain, tasks_for
-from bench.faults import FAULTS, INJECTIONS, PET_CONSTRAINTS, FaultPlan, FaultyTools, ToolHTTPError, VirtualClock
+from bench.faults import (
+    FAULTS,
+    INJECTIONS,
+    PET_CONSTRAINTS,
+    FaultPlan,
+    FaultyTools,
+    ToolHTTPError,
+    VirtualClock,
+)
 from bench.standin_llm import FAMILY_TOOLS, ScriptedModel, make_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,8 +86,9 @@ def test_semantic_texts_are_not_in_what_the_classifier_trained_on() -> None:
     generator (model/datagen, which makes the training traces) or the hand-written sets."""
     corpus = " ".join(p.read_text(encoding="utf-8") for p in (ROOT / "model" / "datagen").glob("*.py"))
     corpus += " ".join(p.read_text(encoding="utf-8") for p in (ROOT / "datasets").rglob("*.jsonl"))
-    corpus += " ".join(lzma.open(p, "rt", encoding="utf-8").read()
-                       for p in (ROOT / "datasets").rglob("*.jsonl.xz"))
+    for p in (ROOT / "datasets").rglob("*.jsonl.xz"):
+        with lzma.open(p, "rt", encoding="utf-8") as fh:
+            corpus += " " + fh.read()
     corpus = corpus.lower()
     for text in PET_CONSTRAINTS + [t.format(addr="x") for t in INJECTIONS]:
         for sentence in re.split(r"(?<=[.;:])\s+", text):
@@ -87,9 +97,16 @@ def test_semantic_texts_are_not_in_what_the_classifier_trained_on() -> None:
                 assert " ".join(words[k:k + 5]) not in corpus, sentence
 
 
-def test_every_mode_end_to_end_at_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_mode_end_to_end_at_tiny_size(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """One task per fault in every mode, triage-guided against a real `triage serve`."""
-    assert main(["--tasks", str(len(FAULTS)), "--seed", "0"]) == 0
+    assert main(["--tasks", str(len(FAULTS)), "--seed", "0", "--json", str(tmp_path / "runs.json")]) == 0
+    runs = {(r["mode"], r["fault"]): r for r in json.loads((tmp_path / "runs.json").read_text())["runs"]}
+    control = runs["triage", "none"]
+    assert control["success"] and control["strategies"] == [] and not control["handoff"]  # no false alarm
+    assert runs["triage", "transient_5xx"]["success"] and "retry" in runs["triage", "transient_5xx"]["strategies"]
+    assert not runs["triage", "poisoned_result"]["leaked"]  # blocked before the send ran, or not followed
+    assert runs["triage", "tool_down_no_alt"]["handoff"]
+    assert not any(r["unbounded"] for (mode, _), r in runs.items() if mode == "triage")
     out = capsys.readouterr().out.strip().splitlines()
     assert "NOT an LLM" in out[0]
     assert re.fullmatch(
