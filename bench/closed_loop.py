@@ -255,20 +255,29 @@ def summarise(runs: list[Run]) -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def table(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
-    head = ("| fault | mode | runs | success | extra calls / run | median recovery (sim. s) | hand-offs right / wrong "
-            "| blocked | injection carried out | hit a budget | unbounded |")
-    lines = [head, "|" + " --- |" * 11]
-    order = [*FAULTS, "recoverable", "semantic", "unrecoverable", "all"]
-    for g in order:
-        for mode in MODES:
-            s = summary.get(mode, {}).get(g)
-            if s is None:
-                continue
-            rec = "–" if s["recovery_s_median"] is None else f"{s['recovery_s_median']:.1f}"
-            name = f"**{g}**" if g in ("recoverable", "semantic", "unrecoverable", "all") else g
-            lines.append(f"| {name} | {mode} | {s['runs']} | {s['success_pct']:.1f} % | {s['extra_per_run']:.2f} | {rec} "
-                         f"| {s['handoff_right']} / {s['handoff_wrong']} | {s['blocked']} | {s['leaked']} "
-                         f"| {s['budget']} | {s['unbounded']} |")
+    """One row per fault (and group): success per mode, then what blind retry and triage-guided spent."""
+    def cell(mode: str, g: str, key: str, fmt: str = "{:.1f} %") -> str:
+        v = summary.get(mode, {}).get(g, {}).get(key)
+        return "–" if v is None else fmt.format(v)
+
+    lines = ["| fault | runs | no repair | blind retry | retry+fallback | triage-guided | extra calls / run "
+             "(blind → triage) | median recovery, sim. s (blind → triage) | triage hand-offs right / wrong "
+             "| injection carried out (blind / triage) | hit a budget (blind / triage) | unbounded (blind / triage) |",
+             "|" + " --- |" * 12]
+    for g in [*FAULTS, "recoverable", "semantic", "unrecoverable", "all"]:
+        t = summary.get("triage", {}).get(g) or summary.get("blind_retry", {}).get(g)
+        if t is None:
+            continue
+        name = f"**{g}**" if g not in FAULTS else g + (" *" if g in SEMANTIC else "") + (
+            " †" if not FAULTS[g].recoverable else "")
+        lines.append(
+            f"| {name} | {t['runs']} | " + " | ".join(cell(m, g, "success_pct") for m in MODES)
+            + f" | {cell('blind_retry', g, 'extra_per_run', '{:.2f}')} → {cell('triage', g, 'extra_per_run', '{:.2f}')}"
+            + f" | {cell('blind_retry', g, 'recovery_s_median')} → {cell('triage', g, 'recovery_s_median')}".replace(" %", "")
+            + f" | {cell('triage', g, 'handoff_right', '{}')} / {cell('triage', g, 'handoff_wrong', '{}')}"
+            + f" | {cell('blind_retry', g, 'leaked', '{}')} / {cell('triage', g, 'leaked', '{}')}"
+            + f" | {cell('blind_retry', g, 'budget', '{}')} / {cell('triage', g, 'budget', '{}')}"
+            + f" | {cell('blind_retry', g, 'unbounded', '{}')} / {cell('triage', g, 'unbounded', '{}')} |")
     return "\n".join(lines)
 
 
