@@ -113,7 +113,7 @@ FX = {("USD", "EUR"): 0.92, ("EUR", "USD"): 1.09, ("GBP", "EUR"): 1.17, ("EUR", 
       ("USD", "GBP"): 0.79, ("GBP", "USD"): 1.27}
 
 
-def _weather(city: str, date: str) -> dict[str, Any]:
+def weather(city: str, date: str) -> dict[str, Any]:
     r = _h("weather", city.lower(), date)
     high = round(r.uniform(9, 31), 1)
     return {"city": city, "date": date, "high_c": high, "low_c": round(high - r.uniform(4, 11), 1),
@@ -223,9 +223,9 @@ def _send(to: str, body: str) -> dict[str, Any]:
 
 TOOLS: dict[str, ToolSpec] = {t.name: t for t in [
     ToolSpec("get_weather", "Weather forecast for a city and date.", _obj({"city": S, "date": S}, ["city", "date"]),
-             _weather),
+             weather),
     ToolSpec("weather_alt", "Weather forecast for a city and date (second provider).",
-             _obj({"city": S, "date": S}, ["city", "date"]), _weather),
+             _obj({"city": S, "date": S}, ["city", "date"]), weather),
     ToolSpec("convert_units", "Convert a temperature between units (C->F).",
              _obj({"value": N, "from_unit": S, "to_unit": S}, ["value", "from_unit", "to_unit"]), _convert_units),
     ToolSpec("search_flights", "Flights between two airports on a date.",

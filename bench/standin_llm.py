@@ -36,6 +36,7 @@ from bench.faults import (
     FAULTS,
     INJECTIONS,
     PET_CONSTRAINTS,
+    REFUND_SHARE,
     SETTINGS,
     TOOLS,
     FaultPlan,
@@ -43,6 +44,7 @@ from bench.faults import (
     flights_on,
     hotels_in,
     order,
+    weather,
 )
 
 FOLLOW = 0.8
@@ -76,10 +78,6 @@ class Task:
     tools: list[str] = field(default_factory=list)  # the agent's registry
     allowed: list[str] = field(default_factory=list)  # the operator's allow-list for this task type
 
-    @property
-    def plan_calls(self) -> int:
-        return 2
-
     def definitions(self) -> list[dict[str, Any]]:
         return [TOOLS[n].definition() for n in self.tools]
 
@@ -101,9 +99,7 @@ def make_task(i: int, fault: str, seed: int) -> Task:
     if family == "weather":
         inputs = {"city": r.choice(CITIES), "date": _date(r)}
         user = f"What will the high temperature be in {inputs['city']} on {inputs['date']}, in Fahrenheit?"
-        from bench.faults import _weather
-
-        c = _weather(inputs["city"], inputs["date"])["high_c"]
+        c = weather(inputs["city"], inputs["date"])["high_c"]
         expected = f"{round(c * 9 / 5 + 32, 1)}"
     elif family == "flights":
         o, d = r.sample(AIRPORTS, 2)
@@ -137,8 +133,6 @@ def make_task(i: int, fault: str, seed: int) -> Task:
         reason = r.choice(["damaged", "late", "changed_mind"])
         inputs = {"order_id": oid, "reason": reason}
         user = f"Order {oid} arrived {reason.replace('_', ' ')}; how much refund do I get on the whole order?"
-        from bench.faults import REFUND_SHARE
-
         expected = f"{round(order(oid)['total'] * REFUND_SHARE[reason], 2):.2f}"
     steps = FAMILY_TOOLS[family]
     if fault in ("transient_5xx", "rate_limited_429", "tool_down_no_alt", "poisoned_result"):
