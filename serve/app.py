@@ -25,6 +25,7 @@ from serve.evaluation_export import EvaluationExporter, parse_headers
 from serve.heavy import HeavyLane
 from serve.limits import BodySizeLimit
 from serve.metrics import LatencyMiddleware, Metrics
+from serve.models import build_models
 from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimiter, RateLimitMiddleware, rate_limit
 from serve.redaction import Redactor
 from serve.routers import diagnose, health, otlp, outcomes, sessions, streams, traces
@@ -107,6 +108,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.gate = FairGate(settings.cpu_slots)
         metrics.attach_limiter(service.limiter)
         metrics.attach_store(service.store, canary_percent=settings.repair_canary_percent)
+        metrics.attach_models(service.models)
+        service.models.start()  # follow promotions / rollbacks of the tenants this worker serves
         if not app.state.auth_enabled:
             warn_auth_off()
         log.info("store: %s", service.store.engine.url.render_as_string(hide_password=True))
@@ -114,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            service.models.stop()
             if retention is not None:
                 retention.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -171,6 +175,7 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
         limiter=RateLimiter.from_settings(settings),
         session_window=settings.session_window_steps,
         canary_percent=settings.repair_canary_percent,
+        models=build_models(settings, diagnoser, store),
     )
 
 

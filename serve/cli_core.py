@@ -63,6 +63,7 @@ def _print_summary(resp: DiagnosisResponse, source: str) -> None:
     else:
         status = "[green]healthy[/green]" if resp.healthy else f"[red]{len(resp.failures)} failure(s)[/red]"
     _console.print(f"[bold]{escape(source)}[/bold]: {resp.steps} steps, {status}  (trace {resp.trace_id})")
+    _console.print(f"model {escape(resp.model_version)}", highlight=False)
     if resp.failure_probability is not None:
         where = ""
         if resp.attribution is not None:
@@ -138,6 +139,11 @@ def diagnose(
     classifier: Annotated[
         bool, typer.Option("--classifier/--no-classifier", help="Load the shipped classifier, as the service does.")
     ] = True,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="Score with this tenant's active model (the store and registry of the "
+                     "TRIAGE_ settings), as the service answers it; default the shipped model."),
+    ] = None,
 ) -> None:
     """Diagnose a trace (or an archive with --jsonl) with the models the service loads (rules, the
     classifier, the run scorer). Exit 0 healthy or not; 2 on unreadable input."""
@@ -151,7 +157,8 @@ def diagnose(
             speakers=_speakers(speaker),
             session=session,
         )
-        diagnoser = Diagnoser.with_shipped_models(classifier=classifier, max_steps=max_steps)
+        diagnoser = _tenant_diagnoser(Diagnoser.with_shipped_models(classifier=classifier, max_steps=max_steps),
+                                      tenant)
         if jsonl is not None:
             if file is not None:
                 raise InputError("give either FILE or --jsonl, not both")
@@ -178,6 +185,31 @@ def diagnose(
                 _print_summary(resp, "stdin" if file == "-" else file)
     except TriageError as exc:
         raise _fail(str(exc)) from None
+
+
+def _tenant_diagnoser(base: Diagnoser, tenant: str | None) -> Diagnoser:
+    """The diagnoser the service would answer ``tenant`` with (its active run scorer over the
+    shipped rules and classifier); the shipped models when ``tenant`` is None."""
+    from model.registry import SHIPPED_VERSION
+    from serve.models import TenantModels, build_models
+
+    if tenant is None:
+        return TenantModels(base, shipped_version=SHIPPED_VERSION).get("local").diagnoser
+    from serve.settings import get_settings
+    from serve.store import check_tenant_name, open_store
+
+    check_tenant_name(tenant)
+    settings = get_settings()
+    store = open_store(settings)
+    try:
+        models = build_models(settings, base, store)
+        served = models.get(tenant)
+    finally:
+        store.dispose()
+    refused = models.refusal(tenant)
+    if refused is not None:
+        raise TriageError(f"tenant {tenant!r}: {refused}")
+    return served.diagnoser
 
 
 def _unwrap_envelope(data: Any, fmt: str, options: DiagnoseOptions) -> tuple[Any, str, DiagnoseOptions]:

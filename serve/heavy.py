@@ -50,6 +50,7 @@ def _init(settings_data: dict[str, Any]) -> None:  # pragma: no cover - runs in 
     settings = Settings(**settings_data)
     diagnoser, _ = build_diagnoser(settings)
     _SERVICE = build_service(settings, diagnoser)
+    _SERVICE.models.start()  # the helper follows the tenants' promotions too
     _MAX_STEPS = settings.max_steps
 
 

@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.canary import CanaryCollector
+from serve.models import ModelCollector, TenantModels
 from serve.ratelimit import RateLimiter
 from serve.store import Store
 
@@ -133,6 +134,7 @@ class Metrics:
         self._store: StoreCollector | None = None
         self._canary: CanaryCollector | None = None
         self._limiter: LimiterCollector | None = None
+        self._models: ModelCollector | None = None
 
     def attach_store(self, store: Store, *, canary_percent: float | None = None) -> None:
         if self._store is not None:
@@ -152,6 +154,12 @@ class Metrics:
             self._limiter = LimiterCollector(limiter)
             self.registry.register(self._limiter)
 
+    def attach_models(self, models: TenantModels) -> None:
+        if self._models is not None:
+            self.registry.unregister(self._models)
+        self._models = ModelCollector(models)
+        self.registry.register(self._models)
+
     def render(self, tenant: str | None = None) -> tuple[bytes, str]:
         """Every tenant's figures and this worker's (``tenant=None``: an operator), or one tenant's
         history only (its own traces, failures, recommendations and outcomes)."""
@@ -164,6 +172,8 @@ class Metrics:
             registry.register(CanaryCollector(self._canary.store, tenant, self._canary.percent))
         if self._limiter is not None:
             registry.register(LimiterCollector(self._limiter.limiter, tenant))
+        if self._models is not None:
+            registry.register(ModelCollector(self._models.models, tenant))
         return generate_latest(registry), CONTENT_TYPE_LATEST
 
 

@@ -41,10 +41,11 @@ from model.evaluation import evaluation_events
 from model.findings import DiagnosisResponse, Finding
 from model.importers import genai, load_trace, openinference
 from model.importers.spans import collect_spans, group_runs, import_spans, uses_openinference
-from model.incremental import IncrementalDiagnoser
 from model.kinds import FailureKind, Strategy
 from model.options import DiagnoseOptions
+from model.registry import SHIPPED_VERSION
 from model.repair_engine import RepairEngine
+from model.runscore import RunScorer
 from model.schema import Step, StepKind, ToolDefinition, Trace
 from model.streams import Alarm, detect_changepoints
 from model.streams.metrics import DEFAULT_TASK_TYPE, extract_metrics
@@ -72,6 +73,7 @@ from serve.api_models import (
 )
 from serve.canary import Arm, session_arm
 from serve.evaluation_export import EvaluationExporter
+from serve.models import TenantModels
 from serve.ratelimit import FairLock, RateLimiter, utc_day
 from serve.redaction import Redactor
 from serve.run_labels import effective_label
@@ -148,6 +150,7 @@ class TriageService:
         limiter: RateLimiter | None = None,
         session_window: int = 64,
         canary_percent: float = 100.0,
+        models: TenantModels | None = None,
     ) -> None:
         self.store = store
         self.canary_percent = canary_percent
@@ -166,12 +169,15 @@ class TriageService:
         self.relative_min_runs = relative_min_runs
         self._relative_cache: dict[tuple[str, str], tuple[float, float | None]] = {}
         self.limiter = limiter
-        self.incremental = IncrementalDiagnoser(diagnoser, window=session_window)
+        # Each tenant's models (its run scorer; the rules and classifier are shared): a request
+        # takes its tenant's once, at its start, and finishes on them whatever is swapped in meanwhile.
+        self.models = models or TenantModels(diagnoser, shipped_version=SHIPPED_VERSION,
+                                             session_window=session_window)
         self._sessions = SessionCache()
 
-    @property
-    def model_version(self) -> str:
-        return self.diagnoser.model_version
+    def model_version(self, tenant: str) -> str:
+        """What the tenant's responses name as ``model_version`` (:mod:`serve.models`)."""
+        return self.models.get(tenant).model_version
 
     def detector_versions(self) -> dict[str, str]:
         return {name: d.version for name, d in self.diagnoser.detectors.items()}
@@ -189,10 +195,11 @@ class TriageService:
         # Redact first, then diagnose: evidence is cut from redacted text, so no cut secret (a key's
         # prefix) reaches the response, the store or the repair state.
         trace = self.redactor.redact_trace(trace)
+        served = self.models.get(tenant)
         extra = self.degradation_findings(tenant, trace)
-        run_threshold = self.relative_threshold(tenant, trace.task_type)
+        run_threshold = self.relative_threshold(tenant, trace.task_type, served.diagnoser.runscorer)
         with self._model_lock.hold(tenant):
-            resp = self.diagnoser.diagnose(trace, options, extra_findings=extra, run_threshold=run_threshold)
+            resp = served.diagnoser.diagnose(trace, options, extra_findings=extra, run_threshold=run_threshold)
         session_key = trace.session_id or f"trace:{trace.id}"
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         response = self.redactor.redact(resp.model_dump(mode="json"))
@@ -235,7 +242,7 @@ class TriageService:
         self._export(trace, resp)
         return resp
 
-    def relative_threshold(self, tenant: str, task_type: str | None) -> float | None:
+    def relative_threshold(self, tenant: str, task_type: str | None, scorer: RunScorer | None) -> float | None:
         """The operating point relative to this agent's own runs, once it has enough of them.
 
         The 90th percentile (1 − the scorer's target false-alarm share) of the last
@@ -243,9 +250,8 @@ class TriageService:
         when there are at least ``runscore_relative_min_runs``; ``None`` (the scorer's fixed
         operating point) otherwise. A fixed threshold does not carry across agents: fitted on two
         real sets, it flagged 46 % and 86 % of the third's successful runs (reports/real.md).
-        Cached per worker for :data:`RELATIVE_TTL_S`.
+        Cached per worker for :data:`RELATIVE_TTL_S`. ``scorer``: the tenant's run scorer.
         """
-        scorer = self.diagnoser.runscorer
         if scorer is None or "failure_probability" not in self.stream_autofeed:
             return None
         key = (tenant, task_type or DEFAULT_TASK_TYPE)
@@ -420,10 +426,11 @@ class TriageService:
         (:mod:`model.incremental`).
         """
         check_id(session_id, path="path.session_id")
+        served = self.models.get(tenant)
         wanted = [
-            n for n in (options.detectors or list(self.diagnoser.detectors)) if n not in self.session_exclude
+            n for n in (options.detectors or list(served.diagnoser.detectors)) if n not in self.session_exclude
         ]
-        if options.detectors is None and self.diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
+        if options.detectors is None and served.diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
             wanted.append(RUNSCORE)  # failure_probability and attribution so far (they decide nothing mid-run)
         run_options = options.model_copy(update={"detectors": wanted})
         with self.store.write() as db:
@@ -467,7 +474,7 @@ class TriageService:
                 trace.tools.extend(t for t in tools if t.name not in known)
             extra = self.degradation_findings(tenant, trace)
             with self._model_lock.hold(tenant):
-                diag = self.incremental.diagnose(trace, state, run_options, extra_findings=extra)
+                diag = served.incremental.diagnose(trace, state, run_options, extra_findings=extra)
             arm, stored_arm, options = self._canary(state, tenant, session_id, options)
             decision = self.engine.recommend(
                 state, trace, diag.failures, session_key=session_id, now=time.time(), options=options
@@ -564,7 +571,7 @@ class TriageService:
         trace_row = self.store.get_trace(tenant, row.trace_id)
         last = DiagnosisResponse.model_validate(trace_row.response) if trace_row is not None else None
         return SessionView(
-            model_version=self.model_version,
+            model_version=self.model_version(tenant),
             detector_versions=self.detector_versions(),
             session_id=row.id,
             trace_id=row.trace_id,
@@ -601,7 +608,7 @@ class TriageService:
             repeat = _repeated_outcome(rec, raw_state, req.success)
             if repeat is not None:
                 return OutcomeResponse(
-                    model_version=self.model_version,
+                    model_version=self.model_version(tenant),
                     detector_versions=self.detector_versions(),
                     recommendation_id=req.recommendation_id,
                     recorded=False,
@@ -650,7 +657,7 @@ class TriageService:
                     )
                 )
         return OutcomeResponse(
-            model_version=self.model_version,
+            model_version=self.model_version(tenant),
             detector_versions=self.detector_versions(),
             recommendation_id=req.recommendation_id,
             escalated=decision is not None,
@@ -678,7 +685,7 @@ class TriageService:
             cursor=cursor,
         )
         return TracePageOut(
-            model_version=self.model_version,
+            model_version=self.model_version(tenant),
             detector_versions=self.detector_versions(),
             items=[_summary(r) for r in page.items],
             next_cursor=page.next_cursor,
@@ -745,7 +752,7 @@ class TriageService:
         label = _run_label(rows)
         assert label is not None  # the label just added
         return LabelResponse(
-            model_version=self.model_version,
+            model_version=self.model_version(tenant),
             detector_versions=self.detector_versions(),
             trace_id=trace_id,
             labels=len(rows),
@@ -838,7 +845,7 @@ class TriageService:
             n, alarm_open = row.n, row.alarm_open
             monitoring = bool(getattr(det, "monitoring", True))
         return ObservationsResponse(
-            model_version=self.model_version,
+            model_version=self.model_version(tenant),
             detector_versions={det.name: det.version},
             stream=stream,
             task_type=req.task_type,
@@ -872,7 +879,7 @@ class TriageService:
             ]
             used = found.method
         return ChangepointsResponse(
-            model_version=self.model_version,
+            model_version=self.model_version(tenant),
             detector_versions={"ruptures": _RUPTURES_VERSION},
             stream=stream,
             task_type=task_type,

@@ -163,6 +163,15 @@ class Settings(BaseSettings):
         description="`triage retrain`: the share of the tenant's labelled tasks held back for the gate.",
     )
 
+    # -- per-tenant models in the running service: the hot swap (serve/models.py) ---------------
+    model_poll_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=50,
+        description="Each worker re-reads the active model version of the tenants it serves this often "
+        "(seconds) and swaps a newly promoted or rolled-back one in without a restart.",
+    )
+
     @property
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file in ``data_dir``."""

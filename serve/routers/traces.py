@@ -85,7 +85,7 @@ async def get_graph(
     trace = await call(service.stored_trace, principal.tenant, trace_id)
     graph = ExecutionGraph.from_trace(trace)
     return GraphOut(
-        model_version=service.model_version,
+        model_version=service.model_version(principal.tenant),
         detector_versions=service.detector_versions(),
         trace_id=trace_id,
         graph=graph.to_json() if format in ("json", "both") else None,
