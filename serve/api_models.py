@@ -25,7 +25,11 @@ class _Strict(BaseModel):
 
 class Versioned(BaseModel):
     schema_version: str = RESPONSE_SCHEMA_VERSION
-    model_version: str
+    model_version: str = Field(
+        description="The models that answered: `<classifier version>+<run-scorer version>`; the classifier's "
+        "`model_version` (`rules-<package version>` without one), then the tenant's active run-scorer "
+        "version in the model registry (`v<N>-<YYYYMMDDTHHMMSSZ>`) or `shipped-<hash>` for the shipped one (no `+…` without a run scorer).",
+    )
     detector_versions: dict[str, str] = Field(default_factory=dict)
 
 

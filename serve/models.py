@@ -108,8 +108,6 @@ class ServedModel:
     version: str
     diagnoser: Diagnoser
     incremental: IncrementalDiagnoser
-    #: when this worker put it in the tenant's slot (``time.time()``)
-    since: float
 
     @property
     def model_version(self) -> str:
@@ -282,8 +280,7 @@ class TenantModels:
         if scorer is not None:
             diagnoser = Diagnoser(list(base.detectors.values()), ladders=base.ladders, max_steps=base.max_steps,
                                   model_version=f"{self._prefix}+{version}", runscorer=scorer)
-        return ServedModel(tenant, version, diagnoser,
-                           IncrementalDiagnoser(diagnoser, window=self.session_window), time.time())
+        return ServedModel(tenant, version, diagnoser, IncrementalDiagnoser(diagnoser, window=self.session_window))
 
 
 def check_model(diagnoser: Diagnoser) -> None:

@@ -295,18 +295,27 @@ def test_no_request_fails_during_swaps(service: Service) -> None:
                 body = service.diagnose("acme", trace, client=c)
                 seen[i].append((body["model_version"].rsplit("+", 1)[1], body["failure_probability"]))
 
+    def every_client_saw(version: str) -> None:
+        deadline = time.monotonic() + SWAP_DEADLINE_S
+        while not all(any(v == version for v, _ in answers) for answers in seen):
+            assert time.monotonic() < deadline and not any(f.done() for f in futures)
+            time.sleep(0.05)
+
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = [pool.submit(client, i) for i in range(4)]
+        every_client_saw(SHIPPED_VERSION)
         for v in versions:
             service.store.activate_model("acme", v, actor="test")
             body, _ = service.wait_version("acme", v, trace)
             expected[v] = body["failure_probability"]
+            every_client_saw(v)
         stop.set()
         for f in futures:
             f.result()  # a failed request fails here
     order = [SHIPPED_VERSION, *versions]
+    assert {v for answers in seen for v, _ in answers} == set(order)
     for answers in seen:
-        assert answers
+        assert len({v for v, _ in answers}) == len(order)  # this client's requests ran across every swap
         for version, prob in answers:
             assert prob == expected[version]  # the version it names is the model that scored it
         idx = [order.index(v) for v, _ in answers]
