@@ -34,6 +34,7 @@ from tests.storefix import BACKENDS, make_db_url
 from tests.test_runscore import toy_examples
 
 POLL_S = 0.5
+HEAVY_BYTES = 16_384
 #: the swap must show within this (the issue's bound; the poll interval above makes it ~1 s)
 SWAP_DEADLINE_S = 60.0
 
@@ -49,13 +50,13 @@ def register(registry: Registry, tenant: str, scorer: RunScorer, parent: str | N
                          data={"runs": 80}).version
 
 
-def fixed_trace(trace_id: str = "fixed-1") -> dict[str, Any]:
-    """The same run, with a fixed id, every time (native JSON)."""
+def fixed_trace(trace_id: str = "fixed-1", result_pad: int = 0) -> dict[str, Any]:
+    """The same run, with a fixed id, every time (native JSON); ``result_pad`` lengthens the tool's result."""
     t = load_trace({"messages": [
         {"role": "user", "content": "What is the price of item 7?"},
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c0", "type": "function", "function": {"name": "lookup", "arguments": '{"id": 70}'}}]},
-        {"role": "tool", "tool_call_id": "c0", "content": "item 7 costs 100 euros"},
+        {"role": "tool", "tool_call_id": "c0", "content": "item 7 costs 100 euros" + " (list price)" * result_pad},
         {"role": "assistant", "content": "It costs 1006 euros, 19 left."},
     ]}, format="openai")
     t.id = trace_id
@@ -169,6 +170,7 @@ class Service:
             "TRIAGE_AUTH_CACHE_S": "0",
             "TRIAGE_OPERATOR_TENANTS": "ops",
             "TRIAGE_CLASSIFIER": "false",  # the swap is the run scorer's; start-up stays short
+            "TRIAGE_HEAVY_BODY_BYTES": str(HEAVY_BYTES),  # bodies this large: the worker's helper process
         }
         self.server = LiveServer(env=self.env, args=["--workers", str(workers)]).wait_ready(timeout=120)
         self.url = self.server.url
@@ -236,6 +238,10 @@ def test_promotion_rollback_refusal_and_tenant_isolation(service: Service) -> No
     after_a, took = service.wait_version("acme", v1, trace)
     assert took < SWAP_DEADLINE_S
     assert after_a["failure_probability"] != before_a["failure_probability"]  # it is another model
+    # a large body, served by the worker's helper process (its own models): the same version
+    heavy = fixed_trace("heavy-1", result_pad=HEAVY_BYTES // 10)
+    assert len(json.dumps({"trace": heavy})) > HEAVY_BYTES
+    service.wait_version("acme", v1, heavy)
     # globex's answers to the same trace, same id: unchanged
     assert _view(service.diagnose("globex", trace)) == _view(before_b)
     # sessions name the tenant's version too
