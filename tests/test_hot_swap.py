@@ -175,6 +175,16 @@ class Service:
         self.server = LiveServer(env=self.env, args=["--workers", str(workers)]).wait_ready(timeout=120)
         self.url = self.server.url
 
+    def triage(self, *args: str, check: bool = True) -> Any:
+        """Run the ``triage`` CLI on this service's store and registry: its standard output (with
+        ``check=False``, the finished process)."""
+        done = subprocess.run([sys.executable, "-m", "serve.cli", *args], cwd=ROOT, env={**_env(), **self.env},
+                              capture_output=True, text=True, timeout=120)
+        if not check:
+            return done
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
     def close(self) -> None:
         self.server.stop()
         self.store.dispose()
@@ -255,33 +265,34 @@ def test_promotion_rollback_refusal_and_tenant_isolation(service: Service) -> No
     assert {(t, v) for t, v, _ in mine} == {("acme", v1)}
     assert {(t, v) for t, v, _ in _info(service.metrics("ops"))} >= {("acme", v1), ("globex", SHIPPED_VERSION)}
 
-    # a corrupt artefact: refused, counted, v1 keeps serving
+    # `triage model promote` a good v2, then `triage model rollback`: v1's answers again, exactly
     v2 = register(service.registry, "acme", tiny_scorer(2), parent=v1)
-    (service.registry.root / "acme" / v2 / "runscore.json").write_text("{}", encoding="utf-8")
-    service.store.activate_model("acme", v2, actor="test")
-    deadline = time.monotonic() + SWAP_DEADLINE_S
-    while 'triage_model_swaps_refused_total{reason="load",tenant="acme"} 1.0' not in service.metrics("acme"):
-        assert time.monotonic() < deadline, service.metrics("acme")
-        time.sleep(0.2)
-    assert _view(service.diagnose("acme", trace)) == _view(after_a)
-    assert "swaps_refused_total{" not in service.metrics("globex")
-
-    # a good v3, then the rollback restores v1's answers exactly
-    v3 = register(service.registry, "acme", tiny_scorer(3), parent=v1)
-    service.store.activate_model("acme", v3, actor="test")
-    service.wait_version("acme", v3, trace)
-    service.store.activate_model("acme", v1, actor="test", action="rollback")
+    assert "is active" in service.triage("model", "promote", v2, "--tenant", "acme")
+    service.wait_version("acme", v2, trace)
+    assert f"rolled back to {v1}" in service.triage("model", "rollback", "--tenant", "acme")
     back, _ = service.wait_version("acme", v1, trace)
     assert _view(back) == _view(after_a)
     assert _view(service.diagnose("globex", trace)) == _view(before_b)
     # the CLI answers as the service does for the tenant
     path = Path(service.registry.root).parent / "fixed.json"
     path.write_text(json.dumps(trace), encoding="utf-8")
-    cli = subprocess.run([sys.executable, "-m", "serve.cli", "diagnose", "--json", "--no-classifier",
-                          "--tenant", "acme", str(path)], cwd=ROOT, env={**_env(), **service.env},
-                         capture_output=True, text=True, timeout=120)
+    cli = service.triage("diagnose", "--json", "--no-classifier", "--tenant", "acme", str(path), check=False)
     assert cli.returncode == 0, cli.stderr
     assert _view(json.loads(cli.stdout)) == _view(back)
+
+    # an artefact corrupted after its promotion: refused, counted, v1 keeps serving
+    v3 = register(service.registry, "acme", tiny_scorer(3), parent=v1)
+    (service.registry.root / "acme" / v3 / "runscore.json").write_text("{}", encoding="utf-8")
+    service.store.activate_model("acme", v3, actor="test")
+    deadline = time.monotonic() + SWAP_DEADLINE_S
+    while 'triage_model_swaps_refused_total{reason="load",tenant="acme"} 1.0' not in service.metrics("acme"):
+        assert time.monotonic() < deadline, service.metrics("acme")
+        time.sleep(0.2)
+    assert _view(service.diagnose("acme", trace)) == _view(after_a)
+    assert "swaps_refused_total{" not in service.metrics("globex")
+    # ... and the CLI says why instead of answering with another model
+    cli = service.triage("diagnose", "--json", "--no-classifier", "--tenant", "acme", str(path), check=False)
+    assert cli.returncode == 2 and v3 in cli.stderr and "refused" in cli.stderr, cli.stderr
 
 
 @pytest.mark.slow
