@@ -134,6 +134,8 @@ class TenantModels:
         Seconds between two reads of a tenant's active version.
     session_window:
         The window of the :class:`~model.incremental.IncrementalDiagnoser` made for each model.
+    idle_s:
+        A tenant not served for this long is forgotten (:data:`IDLE_S`).
     """
 
     def __init__(
@@ -145,6 +147,7 @@ class TenantModels:
         load: LoadScorer | None = None,
         poll_s: float = 10.0,
         session_window: int = 64,
+        idle_s: float = IDLE_S,
     ) -> None:
         if (active is None) != (load is None):
             raise ValueError("give both `active` and `load`, or neither")
@@ -152,6 +155,7 @@ class TenantModels:
         self.shipped_version = shipped_version
         self.poll_s = poll_s
         self.session_window = session_window
+        self.idle_s = idle_s
         self._active = active
         self._load = load
         prefix = getattr(base.detectors.get("classifier"), "model_version", None) or f"rules-{package_version()}"
@@ -219,7 +223,7 @@ class TenantModels:
         """One pass: re-read every served tenant's active version; forget idle tenants."""
         now = time.monotonic()
         for tenant in list(self._served):
-            if now - self._seen.get(tenant, now) > IDLE_S:
+            if now - self._seen.get(tenant, now) > self.idle_s:
                 with self._lock:
                     self._served.pop(tenant, None)
                     self._checked.pop(tenant, None)

@@ -143,6 +143,20 @@ def test_without_a_poller_a_request_looks_after_the_interval(store: Store, tmp_p
     assert models.get("acme").version == v1
 
 
+def test_idle_tenants_are_forgotten_and_resolved_again(store: Store, tmp_path: Path) -> None:
+    registry = Registry(tmp_path / "models")
+    v1 = register(registry, "acme", tiny_scorer(1))
+    store.activate_model("acme", v1, actor="test")
+    models = TenantModels(Diagnoser(), shipped_version=SHIPPED_VERSION, active=store.active_model,
+                          load=registry.load, poll_s=3600, idle_s=0.2)
+    assert models.get("acme").version == v1 and models.get("globex").version == SHIPPED_VERSION
+    time.sleep(0.25)
+    models.get("globex")  # still served
+    models.poll()
+    assert set(models.served()) == {"globex"}  # acme's slot is gone: the poll reads only globex
+    assert models.get("acme").version == v1  # its next request resolves it again
+
+
 def _pkg() -> str:
     from model.diagnosis import package_version
 
