@@ -21,7 +21,8 @@ How a worker follows promotions, without a restart and without a database query 
 - a version that fails to load or to pass the smoke check is **refused**: logged, counted
   (``triage_model_swaps_refused_total{tenant, reason}``) and not tried again by this worker
   (promote another version, or restart the worker, to try again); the model that was serving
-  stays (for a tenant this worker had not served yet: the shipped one).
+  stays (a worker that had not served the tenant yet serves the newest earlier activation that
+  loads, what the other workers kept, else the shipped model).
 
 ``model_version`` in every response is ``<classifier version>+<run-scorer version>``: the
 classifier's ``model_version`` (``rules-<package version>`` when no classifier is loaded), then
@@ -66,6 +67,7 @@ REFUSED_SMOKE = "smoke"
 
 ActiveVersion = Callable[[str], "str | None"]
 LoadScorer = Callable[[str, str], RunScorer]
+History = Callable[[str], "list[str]"]
 
 
 def smoke_trace() -> Trace:
@@ -130,6 +132,10 @@ class TenantModels:
         (the run scorer is off, or there is no registry).
     load:
         ``(tenant, version) → RunScorer`` (``Registry.load``); raises when it can't.
+    history:
+        ``tenant → versions activated, newest first`` (``Store.model_history``): where a worker
+        that had not served the tenant falls back when its active version is refused; ``None``:
+        the shipped model.
     poll_s:
         Seconds between two reads of a tenant's active version.
     session_window:
@@ -145,6 +151,7 @@ class TenantModels:
         shipped_version: str,
         active: ActiveVersion | None = None,
         load: LoadScorer | None = None,
+        history: History | None = None,
         poll_s: float = 10.0,
         session_window: int = 64,
         idle_s: float = IDLE_S,
@@ -158,6 +165,7 @@ class TenantModels:
         self.idle_s = idle_s
         self._active = active
         self._load = load
+        self._history = history
         prefix = getattr(base.detectors.get("classifier"), "model_version", None) or f"rules-{package_version()}"
         self._prefix = str(prefix)
         self._shipped = self._served_model("", shipped_version, base.runscorer)
@@ -250,20 +258,40 @@ class TenantModels:
         if current is not None and current.version == version:
             return current
         if (tenant, version) in self._refused:
-            return current or self._assign(tenant, self._shipped)
+            return current or self._assign(tenant, self._fallback(tenant))
         try:
             model = self._build(tenant, version)
         except Exception as exc:  # whatever a broken artefact raises: refused, the old one stays
-            reason = REFUSED_SMOKE if isinstance(exc, SmokeCheckError) else REFUSED_LOAD
-            keep = current or self._shipped
-            why = f"model {version} refused ({reason}: {exc}); serving {keep.version}"
-            self._refused[(tenant, version)] = why
-            self.refused[(tenant, reason)] = self.refused.get((tenant, reason), 0) + 1
-            log.error("tenant %r: %s", tenant, why)
-            return current or self._assign(tenant, self._shipped)
+            self._refuse(tenant, version, exc, current)
+            return current or self._assign(tenant, self._fallback(tenant))
         if current is not None:
             log.info("tenant %r: now serving model %s (was %s)", tenant, version, current.version)
         return self._assign(tenant, model)
+
+    def _refuse(self, tenant: str, version: str, exc: Exception, keep: ServedModel | None) -> None:
+        reason = REFUSED_SMOKE if isinstance(exc, SmokeCheckError) else REFUSED_LOAD
+        then = f"still serving {keep.version}" if keep is not None else "serving the newest earlier one that loads"
+        why = f"model {version} refused ({reason}: {exc}); {then}"
+        self._refused[(tenant, version)] = why
+        self.refused[(tenant, reason)] = self.refused.get((tenant, reason), 0) + 1
+        log.error("tenant %r: %s", tenant, why)
+
+    def _fallback(self, tenant: str) -> ServedModel:
+        """What a worker that served nothing for the tenant serves when its active version is
+        refused: the newest earlier activation that loads (what the workers that were serving the
+        tenant kept), else the shipped model."""
+        if self._history is None:
+            return self._shipped
+        for version in self._history(tenant):
+            if version == self.shipped_version:
+                return self._shipped
+            if (tenant, version) in self._refused:
+                continue
+            try:
+                return self._build(tenant, version)
+            except Exception as exc:
+                self._refuse(tenant, version, exc, None)
+        return self._shipped
 
     def _assign(self, tenant: str, model: ServedModel) -> ServedModel:
         self._served[tenant] = model  # one assignment: the swap
@@ -320,6 +348,7 @@ def build_models(settings: Settings, base: Diagnoser, store: Store) -> TenantMod
         return TenantModels(base, shipped_version=shipped, session_window=settings.session_window_steps)
     registry = Registry(settings.resolved_model_registry)
     return TenantModels(base, shipped_version=shipped, active=store.active_model, load=registry.load,
+                        history=lambda tenant: [h["version"] for h in store.model_history(tenant)],
                         poll_s=settings.model_poll_s, session_window=settings.session_window_steps)
 
 

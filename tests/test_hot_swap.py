@@ -108,6 +108,10 @@ def test_promote_rollback_and_refusals_in_one_worker(store: Store, tmp_path: Pat
     assert models.get("acme") is first
     assert models.refused == {("acme", REFUSED_LOAD): 1}
     assert v2 in (models.refusal("acme") or "") and v1 in (models.refusal("acme") or "")
+    # a worker that starts now (it served nothing for acme) serves what the others kept: v1
+    fresh = TenantModels(base, shipped_version=SHIPPED_VERSION, active=store.active_model, load=registry.load,
+                         history=lambda t: [h["version"] for h in store.model_history(t)], poll_s=3600)
+    assert fresh.get("acme").version == v1 and fresh.refused == {("acme", REFUSED_LOAD): 1}
 
     # one that loads but scores NaN: refused by the smoke check
     nan = tiny_scorer(3)
