@@ -104,6 +104,19 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
         return set(re.findall(rf'triage_model_info\{{tenant="acme",version="{re.escape(version)}",worker="(\d+)"\}}',
                               r.text))
 
+    # Every worker serves acme before the clients start (their keep-alive connections may all land
+    # on one worker; a worker that never served acme has no model of it to swap): fresh connections.
+    from model.registry import SHIPPED_VERSION
+
+    serving: set[str] = set()
+    deadline = time.monotonic() + 120
+    while len(serving) < workers:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only workers {serving} answered acme")
+        httpx.post(f"{server.url}/v1/diagnose", json={"trace": trace}, timeout=60,
+                   headers={"Authorization": f"Bearer {server.keys['acme']}"}).raise_for_status()
+        serving |= workers_on(SHIPPED_VERSION)
+
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(4)]
     for t in threads:
         t.start()
@@ -127,8 +140,8 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
                 if seen_first is not None and len(on) >= workers:
                     break
                 time.sleep(0.1)
-            if seen_first is None:
-                raise SystemExit(f"{v} did not serve within 120 s")
+            if seen_first is None or len(on) < workers:
+                raise SystemExit(f"{v}: first answer {seen_first} s, workers {on} of {workers} within 120 s")
             first_answer.append(seen_first)
             all_workers.append(time.monotonic() - t0)
             time.sleep(max(0.0, every - (time.monotonic() - t0)))
