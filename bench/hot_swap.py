@@ -6,6 +6,8 @@ A real ``triage serve`` (uvicorn, classifier on as shipped) on 127.0.0.1 with th
 in turn, while acme's run scorer is promoted ``--swaps`` times (a new registry version each time:
 the shipped scorer with its calibration moved, so every version answers differently), one every
 ``--every`` seconds, at the setting's default poll interval unless ``--poll`` says otherwise.
+Before the clients start, every worker has served acme (requests on fresh connections until each
+worker's ``triage_model_info`` lists it): a worker that never served a tenant has nothing to swap.
 
 Printed, per worker count:
 
