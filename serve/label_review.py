@@ -2,8 +2,9 @@
 
 **Which traces first.** A stored diagnosis decides its verdict twice: the run scorer's
 ``failure_probability`` against the operating point (the tenant's relative one for the trace's task
-type when the service has one, else the scorer's fixed one; the stored response does not keep the
-threshold it was judged at, so this is the operating point as of now), and each finding's
+type when the service has one, else the scorer's fixed one: the one it was judged at when the
+run was flagged, since the ``runscore`` failure keeps it in ``details.threshold``; otherwise the
+stored response does not keep it, and it is the operating point as of now), and each finding's
 confidence against its kind's threshold (:data:`model.diagnosis.DEFAULT_THRESHOLDS`, 0.5). A
 trace's **margin** is the smallest of those distances: ``|p − operating point|`` and
 ``|confidence − threshold|`` over its failures and signals. The queue is sorted by margin, smallest
@@ -64,12 +65,17 @@ def margin(response: dict[str, Any], threshold: float | None) -> tuple[float, st
     0.04999999999999999
     """
     best, basis = 1.0, "nothing to measure (no failure probability, no finding)"
+    found = list(response.get("failures") or []) + list(response.get("signals") or [])
+    judged = next((f["details"]["threshold"] for f in found if f.get("detector") == "runscore"
+                   and isinstance((f.get("details") or {}).get("threshold"), int | float)), None)
     p = response.get("failure_probability")
     if isinstance(p, int | float):
-        thr = 0.5 if threshold is None else threshold
+        thr = float(judged) if judged is not None else 0.5 if threshold is None else threshold
         best = abs(float(p) - thr)
         basis = f"failure probability {p:.4f} vs operating point {thr:.4f}"
-    for f in list(response.get("failures") or []) + list(response.get("signals") or []):
+    for f in found:
+        if f.get("detector") == "runscore":
+            continue  # its confidence is the failure probability, measured above
         conf = f.get("confidence")
         if not isinstance(conf, int | float):
             continue

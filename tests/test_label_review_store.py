@@ -57,6 +57,10 @@ def test_margin_measures_the_nearest_decision() -> None:
     assert m == pytest.approx(0.05) and basis.startswith("loop confidence 0.4500")
     # no operating point known: 0.5
     assert margin({"failure_probability": 0.6}, None)[0] == pytest.approx(0.1)
+    # a flagged run keeps the operating point it was judged at; its finding is that same decision
+    flagged = {"failure_probability": 0.6, "failures": [
+        {"kind": "hallucination", "confidence": 0.6, "detector": "runscore", "details": {"threshold": 0.55}}]}
+    assert margin(flagged, 0.3) == (pytest.approx(0.05), "failure probability 0.6000 vs operating point 0.5500")
     # nothing to measure: last in the queue
     assert margin({"failures": []}, 0.4) == (1.0, "nothing to measure (no failure probability, no finding)")
 
@@ -71,8 +75,10 @@ def test_queue_most_uncertain_first_and_skips_own_labels(history: tuple[str, Tri
     assert margins == sorted(margins)
     for c in queue:  # each margin is the smallest distance to a decision of its stored diagnosis
         r = c.response
-        dists = [abs(r["failure_probability"] - scorer.threshold)]
-        dists += [abs(f["confidence"] - 0.5) for f in r["failures"] + r["signals"]]
+        found = r["failures"] + r["signals"]
+        judged = [f["details"]["threshold"] for f in found if f["detector"] == "runscore"]
+        dists = [abs(r["failure_probability"] - (judged[0] if judged else scorer.threshold))]
+        dists += [abs(f["confidence"] - 0.5) for f in found if f["detector"] != "runscore"]
         assert c.margin == pytest.approx(min(dists))
     service.add_label(TENANT, queue[0].trace_id, LabelRequest(failed=True, author="ana"))
     service.add_label(TENANT, queue[1].trace_id, LabelRequest(failed=True, author="bob"))

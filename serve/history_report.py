@@ -1,0 +1,309 @@
+"""What a tenant's failure history says: the figures of ``research/03-failure-history.ipynb``.
+
+Every function reads the records of :meth:`serve.store.Store.iter_history` (a trace with its
+stored diagnosis, recommendations, outcomes and labels) and returns plain data; the notebook only
+plots and prints them.
+
+* :func:`runs` — one :class:`Run` per trace: when it ran (its first step's timestamp, else when it
+  was stored), the failure kinds of its diagnosis, its effective label.
+* :func:`spectrum` — traces with each failure kind per week; :func:`cooccurrence` — traces with both
+  kinds of a pair.
+* :func:`efficacy` — per repair strategy: outcomes reported (calls), share that worked (Wilson 95 %
+  interval), mean and median time, mean cost; :func:`efficacy_markdown` prints it as a table.
+* :func:`recoveries` / :func:`time_to_recovery` — per diagnosed failure that got recommendations:
+  whether an outcome reported it fixed, after how many rungs, in how much repair time (the sum of
+  its outcomes' ``duration_s`` up to the first success), whether it reached ``human_handoff``.
+* :func:`load_learning_curve` — ``reports/retrain.json`` (``bench/retrain.py``), or ``None`` when
+  it is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from model.errors import InputError
+from model.kinds import FailureKind
+from model.semantic import wilson
+from serve.run_labels import effective_label
+
+_KIND_ORDER = {k.value: i for i, k in enumerate(FailureKind)}
+
+
+@dataclass(frozen=True)
+class Run:
+    trace_id: str
+    at: datetime
+    kinds: tuple[str, ...]  # failure kinds of the stored diagnosis, in the enum's order
+    signals: tuple[str, ...]  # its signals' kinds not among its failures (below threshold, or handled)
+    primary: str | None
+    failure_probability: float | None
+    label: bool | None  # the effective label's ``failed`` (None: no label)
+    label_source: str | None  # "human", "checker", or "outcome" (a human label posted with an outcome)
+
+
+def _sorted(kinds: Iterable[str]) -> list[str]:
+    return sorted(kinds, key=lambda k: (_KIND_ORDER.get(k, 99), k))
+
+
+def _found(r: Run, include_signals: bool) -> tuple[str, ...]:
+    return tuple(_sorted(r.kinds + r.signals)) if include_signals else r.kinds
+
+
+def _at(record: dict[str, Any]) -> datetime:
+    for step in record["trace"].get("steps") or []:
+        ts = step.get("timestamp")
+        if ts:
+            return datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+    created: datetime = record["created_at"]
+    return created
+
+
+def runs(records: Iterable[dict[str, Any]]) -> list[Run]:
+    """One :class:`Run` per record, in order of time."""
+    out = []
+    for r in records:
+        resp = r["response"] or {}
+        kinds = _sorted({str(f["kind"]) for f in resp.get("failures") or []})
+        signals = _sorted({str(f["kind"]) for f in resp.get("signals") or []} - set(kinds))
+        eff = effective_label(r["labels"])
+        source = None
+        if eff is not None:
+            source = "outcome" if eff.author == "outcome" else eff.author_type
+        primary = (resp.get("primary") or {}).get("kind")
+        out.append(Run(str(r["trace"]["id"]), _at(r), tuple(kinds), tuple(signals), primary, resp.get("failure_probability"),
+                       None if eff is None else eff.failed, source))
+    out.sort(key=lambda x: (x.at, x.trace_id))
+    return out
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    weeks: list[date]  # the Monday of each week, every week from the first run's to the last's
+    kinds: list[str]
+    counts: list[list[int]]  # counts[w][k]: traces of week w with kind k among their failures
+    runs: list[int]  # traces per week
+
+
+def spectrum(rs: list[Run], *, include_signals: bool = False) -> Spectrum:
+    """Traces per ISO week and failure kind (a trace with two kinds counts in both); with
+    ``include_signals``, a kind found only as a signal counts too."""
+    if not rs:
+        return Spectrum([], [], [], [])
+    monday = [(r.at.date() - timedelta(days=r.at.weekday())) for r in rs]
+    weeks = [min(monday) + timedelta(weeks=i) for i in range((max(monday) - min(monday)).days // 7 + 1)]
+    kinds = _sorted({k for r in rs for k in _found(r, include_signals)})
+    index = {w: i for i, w in enumerate(weeks)}
+    counts = [[0] * len(kinds) for _ in weeks]
+    per_week = [0] * len(weeks)
+    for r, m in zip(rs, monday, strict=True):
+        per_week[index[m]] += 1
+        for k in _found(r, include_signals):
+            counts[index[m]][kinds.index(k)] += 1
+    return Spectrum(weeks, kinds, counts, per_week)
+
+
+@dataclass(frozen=True)
+class Cooccurrence:
+    kinds: list[str]
+    matrix: list[list[int]]  # matrix[i][j]: traces with both kinds; the diagonal: traces with kind i
+
+
+def cooccurrence(rs: list[Run], *, include_signals: bool = False) -> Cooccurrence:
+    """Traces with both kinds of each pair (the diagonal: with the kind), from their failures (and
+    signals, with ``include_signals``)."""
+    kinds = _sorted({k for r in rs for k in _found(r, include_signals)})
+    m = [[0] * len(kinds) for _ in kinds]
+    for r in rs:
+        idx = [kinds.index(k) for k in _found(r, include_signals)]
+        for i in idx:
+            for j in idx:
+                m[i][j] += 1
+    return Cooccurrence(kinds, m)
+
+
+@dataclass(frozen=True)
+class StrategyEfficacy:
+    strategy: str
+    calls: int  # outcomes reported
+    successes: int
+    rate: float
+    ci: tuple[float, float]
+    mean_s: float | None
+    median_s: float | None
+    mean_cost: float | None
+
+
+def efficacy(records: Iterable[dict[str, Any]]) -> list[StrategyEfficacy]:
+    """Per strategy, from the outcomes reported (most called first)."""
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        for o in r["outcomes"]:
+            by[str(o["strategy"])].append(o)
+    out = []
+    for name, os_ in by.items():
+        k = sum(1 for o in os_ if o["success"])
+        secs = [float(o["duration_s"]) for o in os_ if o.get("duration_s") is not None]
+        costs = [float(o["cost"]) for o in os_ if o.get("cost") is not None]
+        out.append(StrategyEfficacy(
+            name, len(os_), k, k / len(os_), wilson(k, len(os_)),
+            statistics.fmean(secs) if secs else None, statistics.median(secs) if secs else None,
+            statistics.fmean(costs) if costs else None))
+    out.sort(key=lambda e: (-e.calls, e.strategy))
+    return out
+
+
+def efficacy_markdown(rows: list[StrategyEfficacy]) -> str:
+    """The efficacy table as Markdown (strategy, calls, success rate with its interval, times, cost)."""
+    lines = ["| strategy | calls | worked | success rate (95 % CI) | mean time (s) | median time (s) | mean cost |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
+
+    def num(x: float | None, fmt: str) -> str:
+        return "–" if x is None else format(x, fmt)
+
+    for e in rows:
+        lines.append(f"| {e.strategy} | {e.calls} | {e.successes} | {e.rate:.0%} ({e.ci[0]:.0%}–{e.ci[1]:.0%}) | "
+                     f"{num(e.mean_s, '.1f')} | {num(e.median_s, '.1f')} | {num(e.mean_cost, '.4f')} |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    trace_id: str
+    at: datetime
+    kind: str
+    recommendations: int
+    outcomes: int
+    recovered: bool
+    repair_s: float | None  # repair time up to the first success (None: not recovered)
+    handed_off: bool  # a human_handoff was recommended
+    fixed_by: str | None  # the strategy whose outcome worked
+
+
+def recoveries(records: Iterable[dict[str, Any]]) -> list[Recovery]:
+    """One :class:`Recovery` per (trace, failure key) that got a recommendation, in order of time."""
+    out = []
+    for r in records:
+        at = _at(r)
+        outs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for o in r["outcomes"]:
+            outs[str(o["recommendation_id"])].append(o)
+        by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for rec in r["recommendations"]:
+            if rec.get("failure_key") and rec.get("strategy") != "continue":
+                by_key[str(rec["failure_key"])].append(rec)
+        for key, recs in by_key.items():
+            recs.sort(key=lambda x: x["created_at"])
+            spent, n_out, fixed_by, done = 0.0, 0, None, False
+            for rec in recs:
+                for o in sorted(outs.get(str(rec["id"]), []), key=lambda o: o["created_at"]):
+                    if done:
+                        break
+                    n_out += 1
+                    spent += float(o.get("duration_s") or 0.0)
+                    if o["success"]:
+                        done, fixed_by = True, str(o["strategy"])
+            out.append(Recovery(
+                str(r["trace"]["id"]), at, str(recs[0].get("kind") or key.split("@")[0]), len(recs), n_out, done,
+                spent if done else None, any(x.get("strategy") == "human_handoff" for x in recs), fixed_by))
+    out.sort(key=lambda x: (x.at, x.trace_id, x.kind))
+    return out
+
+
+@dataclass(frozen=True)
+class RecoveryTimes:
+    failures: int  # failures that got a recommendation
+    recovered: int
+    by_human: int  # recovered on human_handoff
+    unresolved: int  # no outcome said it worked
+    mttr_s: float | None  # mean repair time of the recovered ones
+    median_s: float | None
+    mttr_automatic_s: float | None  # mean over those fixed without a human
+
+
+def time_to_recovery(recs: list[Recovery]) -> RecoveryTimes:
+    ok = [r.repair_s for r in recs if r.recovered and r.repair_s is not None]
+    auto = [r.repair_s for r in recs if r.recovered and r.fixed_by != "human_handoff" and r.repair_s is not None]
+    return RecoveryTimes(
+        len(recs), len(ok), sum(1 for r in recs if r.fixed_by == "human_handoff"), sum(1 for r in recs if not r.recovered),
+        statistics.fmean(ok) if ok else None, statistics.median(ok) if ok else None,
+        statistics.fmean(auto) if auto else None)
+
+
+def recovery_by_kind(recs: list[Recovery]) -> dict[str, RecoveryTimes]:
+    by: dict[str, list[Recovery]] = defaultdict(list)
+    for r in recs:
+        by[r.kind].append(r)
+    return {k: time_to_recovery(v) for k, v in sorted(by.items(), key=lambda kv: _KIND_ORDER.get(kv[0], 99))}
+
+
+def label_counts(rs: list[Run]) -> dict[str, int]:
+    """Runs by the source of their effective label (``none``: unlabelled)."""
+    return dict(Counter(r.label_source or "none" for r in rs))
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    k: int
+    auroc: float
+    ci: tuple[float, float]
+    false_alarms: float | None
+    recall: float | None
+    localisation_exact: float | None
+
+
+@dataclass(frozen=True)
+class LearningCurve:
+    set: str
+    points: list[CurvePoint]
+
+
+def _num(p: dict[str, Any], key: str, where: str, *, optional: bool = True) -> float | None:
+    v = p.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise InputError(f"expected a number, got {v!r}", path=f"{where}.{key}")
+    return float(v)
+
+
+def load_learning_curve(path: Path) -> LearningCurve | None:
+    """The learning curve ``bench/retrain.py`` writes (``{"set", "points": [{"k", "auroc", "ci",
+    "false_alarms", "recall", "localisation_exact"}]}``), or ``None`` when ``path`` does not exist.
+    A file that does not read as that schema raises :class:`InputError` naming the field."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not readable JSON: {exc}", path=str(path)) from exc
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+        raise InputError("expected an object with a list `points`", path="points")
+    points = []
+    for i, p in enumerate(data["points"]):
+        where = f"points[{i}]"
+        if not isinstance(p, dict):
+            raise InputError("expected an object", path=where)
+        k = p.get("k")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise InputError(f"expected a count >= 0, got {k!r}", path=f"{where}.k")
+        ci = p.get("ci")
+        if not (isinstance(ci, list | tuple) and len(ci) == 2 and all(isinstance(x, int | float) for x in ci)):
+            raise InputError(f"expected [lo, hi], got {ci!r}", path=f"{where}.ci")
+        auroc = _num(p, "auroc", where, optional=False)
+        assert auroc is not None
+        points.append(CurvePoint(k, auroc, (float(ci[0]), float(ci[1])), _num(p, "false_alarms", where),
+                                 _num(p, "recall", where), _num(p, "localisation_exact", where)))
+    points.sort(key=lambda p: p.k)
+    return LearningCurve(str(data.get("set", "")), points)
+
+
+__all__ = ["Cooccurrence", "CurvePoint", "LearningCurve", "Recovery", "RecoveryTimes", "Run", "Spectrum",
+           "StrategyEfficacy", "cooccurrence", "efficacy", "efficacy_markdown", "label_counts", "load_learning_curve",
+           "recoveries", "recovery_by_kind", "runs", "spectrum", "time_to_recovery"]
