@@ -112,12 +112,18 @@ def scaled(phases: Iterable[Phase], runs: int) -> list[Phase]:
     total = sum(p.runs for p in ps)
     if total <= 0 or runs < len(ps):
         raise InputError(f"need at least one run per phase ({len(ps)}), got {runs}", path="runs")
-    return [Phase(max(1, round(runs * p.runs / total)), p.days, p.kind_weights, p.healthy_rate) for p in ps]
+    exact = [runs * p.runs / total for p in ps]
+    counts = [max(1, math.floor(x)) for x in exact]
+    # the runs left over go to the phases with the largest remainders (the total is exactly ``runs``)
+    for i in sorted(range(len(ps)), key=lambda i: counts[i] - exact[i])[: max(0, runs - sum(counts))]:
+        counts[i] += 1
+    return [Phase(n, p.days, p.kind_weights, p.healthy_rate) for n, p in zip(counts, ps, strict=True)]
 
 
 @dataclass
 class ReplaySummary:
     traces: int = 0
+    real: int = 0  # of them, runs of the vendored real sets
     recommendations: int = 0
     outcomes: int = 0
     checker_labels: int = 0
@@ -259,6 +265,7 @@ def replay_into(
             timeline += [(start + span * (i + 0.5) / len(real), r.trace) for i, r in enumerate(real)]
             timeline.sort(key=lambda x: x[0])
         summary = replay(service, tenant, timeline, model=OutcomeModel(seed=seed))
+        summary.real = len(timeline) - sum(p.runs for p in ps)
     finally:
         service.store.dispose()
     return settings.resolved_database_url, summary

@@ -56,6 +56,9 @@ def _found(r: Run, include_signals: bool) -> tuple[str, ...]:
     return tuple(_sorted(r.kinds + r.signals)) if include_signals else r.kinds
 
 
+_OF = ("failures", "signals", "both")
+
+
 def _at(record: dict[str, Any]) -> datetime:
     for step in record["trace"].get("steps") or []:
         ts = step.get("timestamp")
@@ -91,20 +94,26 @@ class Spectrum:
     runs: list[int]  # traces per week
 
 
-def spectrum(rs: list[Run], *, include_signals: bool = False) -> Spectrum:
-    """Traces per ISO week and failure kind (a trace with two kinds counts in both); with
-    ``include_signals``, a kind found only as a signal counts too."""
+def spectrum(rs: list[Run], *, of: str = "failures") -> Spectrum:
+    """Traces per ISO week and failure kind (a trace with two kinds counts in both), of their
+    ``failures``, of the kinds found only as ``signals``, or ``both``."""
+    if of not in _OF:
+        raise InputError(f"expected one of {', '.join(_OF)}, got {of!r}", path="of")
+
+    def found(r: Run) -> tuple[str, ...]:
+        return r.signals if of == "signals" else _found(r, of == "both")
+
     if not rs:
         return Spectrum([], [], [], [])
     monday = [(r.at.date() - timedelta(days=r.at.weekday())) for r in rs]
     weeks = [min(monday) + timedelta(weeks=i) for i in range((max(monday) - min(monday)).days // 7 + 1)]
-    kinds = _sorted({k for r in rs for k in _found(r, include_signals)})
+    kinds = _sorted({k for r in rs for k in found(r)})
     index = {w: i for i, w in enumerate(weeks)}
     counts = [[0] * len(kinds) for _ in weeks]
     per_week = [0] * len(weeks)
     for r, m in zip(rs, monday, strict=True):
         per_week[index[m]] += 1
-        for k in _found(r, include_signals):
+        for k in found(r):
             counts[index[m]][kinds.index(k)] += 1
     return Spectrum(weeks, kinds, counts, per_week)
 
@@ -243,6 +252,27 @@ def recovery_by_kind(recs: list[Recovery]) -> dict[str, RecoveryTimes]:
     return {k: time_to_recovery(v) for k, v in sorted(by.items(), key=lambda kv: _KIND_ORDER.get(kv[0], 99))}
 
 
+def _num_s(x: float | None, fmt: str = ".1f") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def recovery_line(t: RecoveryTimes) -> str:
+    """One sentence: failures, recovered (by a human), unresolved, MTTR with and without hand-offs."""
+    return (f"{t.failures} failures with a recommendation: {t.recovered} recovered ({t.by_human} by a human), "
+            f"{t.unresolved} unresolved; MTTR {_num_s(t.mttr_s)} s (median {_num_s(t.median_s)} s), "
+            f"without hand-offs {_num_s(t.mttr_automatic_s)} s")
+
+
+def recovery_markdown(by_kind: dict[str, RecoveryTimes]) -> str:
+    """:func:`recovery_by_kind` as a Markdown table."""
+    rows = ["| kind | failures | recovered | by a human | unresolved | MTTR (s) | median (s) | MTTR, no hand-off (s) |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for kind, k in by_kind.items():
+        rows.append(f"| {kind} | {k.failures} | {k.recovered} | {k.by_human} | {k.unresolved} | {_num_s(k.mttr_s)} | "
+                    f"{_num_s(k.median_s)} | {_num_s(k.mttr_automatic_s)} |")
+    return "\n".join(rows)
+
+
 def label_counts(rs: list[Run]) -> dict[str, int]:
     """Runs by the source of their effective label (``none``: unlabelled)."""
     return dict(Counter(r.label_source or "none" for r in rs))
@@ -304,6 +334,16 @@ def load_learning_curve(path: Path) -> LearningCurve | None:
     return LearningCurve(str(data.get("set", "")), points)
 
 
+def curve_markdown(curve: LearningCurve) -> str:
+    """The learning curve as a Markdown table (K, AUROC, interval, false alarms, recall, localisation)."""
+    rows = ["| K | AUROC | 95 % interval | false alarms | recall | localisation (exact) |",
+            "| ---: | ---: | --- | ---: | ---: | ---: |"]
+    for p in curve.points:
+        rows.append(f"| {p.k} | {p.auroc:.3f} | {p.ci[0]:.3f}–{p.ci[1]:.3f} | {_num_s(p.false_alarms, '.3f')} | "
+                    f"{_num_s(p.recall, '.3f')} | {_num_s(p.localisation_exact, '.3f')} |")
+    return "\n".join(rows)
+
+
 __all__ = ["Cooccurrence", "CurvePoint", "LearningCurve", "Recovery", "RecoveryTimes", "Run", "Spectrum",
-           "StrategyEfficacy", "cooccurrence", "efficacy", "efficacy_markdown", "label_counts", "load_learning_curve",
-           "recoveries", "recovery_by_kind", "runs", "spectrum", "time_to_recovery"]
+           "StrategyEfficacy", "cooccurrence", "curve_markdown", "efficacy", "efficacy_markdown", "label_counts", "load_learning_curve",
+           "recoveries", "recovery_by_kind", "recovery_line", "recovery_markdown", "runs", "spectrum", "time_to_recovery"]

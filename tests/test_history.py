@@ -68,9 +68,13 @@ def test_spectrum_and_cooccurrence(records: list[dict[str, Any]]) -> None:
     assert sp.weeks == [T0.date(), T0.date() + timedelta(weeks=1), T0.date() + timedelta(weeks=2)]
     assert sp.kinds == ["tool_error", "loop", "ignored_error"]  # the enum's order
     assert sp.counts == [[1, 1, 1], [0, 0, 0], [0, 1, 0]] and sp.runs == [2, 0, 2]
-    with_signals = hr.spectrum(rs, include_signals=True)
+    with_signals = hr.spectrum(rs, of="both")
     assert with_signals.kinds == ["tool_error", "timeout", "loop", "ignored_error"]
     assert with_signals.counts[2] == [0, 1, 1, 0]
+    only = hr.spectrum(rs, of="signals")
+    assert only.kinds == ["timeout"] and only.counts == [[1], [0], [1]]
+    with pytest.raises(InputError):
+        hr.spectrum(rs, of="everything")
     co = hr.cooccurrence(rs)
     assert co.kinds == ["tool_error", "loop", "ignored_error"]
     assert co.matrix == [[1, 0, 1], [0, 2, 0], [1, 0, 1]]
@@ -93,6 +97,10 @@ def test_efficacy_and_time_to_recovery(records: list[dict[str, Any]]) -> None:
     assert (t.failures, t.recovered, t.by_human, t.unresolved) == (3, 2, 1, 1)
     assert (t.mttr_s, t.median_s, t.mttr_automatic_s) == (316.5, 316.5, 13.0)
     assert hr.recovery_by_kind(recs)["loop"].recovered == 1
+    assert hr.recovery_line(t) == ("3 failures with a recommendation: 2 recovered (1 by a human), 1 unresolved; "
+                                   "MTTR 316.5 s (median 316.5 s), without hand-offs 13.0 s")
+    assert hr.recovery_markdown(hr.recovery_by_kind(recs)).splitlines()[3] == \
+        "| loop | 2 | 1 | 1 | 1 | 620.0 | 620.0 | – |"
 
 
 def test_learning_curve_file(tmp_path: Path) -> None:
@@ -104,6 +112,7 @@ def test_learning_curve_file(tmp_path: Path) -> None:
     curve = hr.load_learning_curve(path)
     assert curve is not None and curve.set == "tau_airline" and [p.k for p in curve.points] == [0, 50]
     assert curve.points[1].ci == (0.6, 0.8) and curve.points[0].false_alarms is None
+    assert hr.curve_markdown(curve).splitlines()[2] == "| 0 | 0.600 | 0.500–0.700 | – | 0.400 | – |"
     path.write_text(json.dumps({"points": [{"k": 0, "auroc": 0.6, "ci": [0.5, 0.7]}, {"k": 5, "auroc": "hi",
                                                                                     "ci": [0, 1]}]}))
     with pytest.raises(InputError) as exc:
@@ -121,6 +130,7 @@ def test_outcome_model_and_phases_refuse_bad_input() -> None:
     with pytest.raises(InputError):
         OutcomeModel(wrong_factor=2.0)
     assert [p.runs for p in scaled(DEFAULT_PHASES, 40)] == [15, 10, 15]
+    assert [p.runs for p in scaled(DEFAULT_PHASES, 60)] == [23, 15, 22]  # exactly 60
     with pytest.raises(InputError):
         scaled([Phase(1), Phase(1)], 1)
 
@@ -148,7 +158,7 @@ def test_replay_through_the_service_is_seeded_and_consistent(tmp_path: Path) -> 
     rs = hr.runs(records)
     counts = hr.label_counts(rs)
     assert counts.get("checker", 0) + counts.get("outcome", 0) + counts.get("human", 0) > 0
-    assert len(hr.spectrum(rs, include_signals=True).weeks) == 8  # the phases' eight weeks
+    assert len(hr.spectrum(rs, of="both").weeks) == 8  # the phases' eight weeks
     # same seed, same history; the stored trace ids are the generator's
     url2, summary2 = replay_into(tmp_path / "b", runs=24, seed=3)
     eff2, records2 = _table(url2)
