@@ -255,12 +255,11 @@ def _review_store(tenant: str, store_url: str | None, author: str | None) -> Non
     """``label review --from-store``: see :mod:`serve.label_review`."""
     import getpass
 
+    from model.diagnosis import Diagnoser
     from serve.app import build_service, load_runscorer
     from serve.label_review import TerminalKeys, review_queue, run_review
     from serve.settings import get_settings
     from serve.store import check_tenant_name
-
-    from model.diagnosis import Diagnoser
 
     settings = get_settings()
     if store_url:
