@@ -192,11 +192,22 @@ def test_review_in_a_real_terminal_takes_single_keys(tmp_path: Path) -> None:
     child.expect(r"\[q\] quit: ")
     child.send("?")
     child.expect("not a key here")
+    child.send("k")
+    child.expect(r"kind key, \[Enter\] cancels: ")
+    child.send("l")
+    child.expect("pending: failed, kind loop, step -")
+    child.expect(r"\[q\] quit: ")
+    child.send("s")
+    child.expect(r"step \(0\.\.\d+, Enter cancels\): ")
+    child.sendline("2")
+    child.expect("pending: failed, kind loop, step 2")
+    child.expect(r"\[q\] quit: ")
     child.send("f")
-    child.expect(r"saved: failed \(effective label: failed by tty\)")
+    child.expect(r"saved: failed, loop @ step 2 \(effective label: failed by tty\)")
     child.expect("nothing left to review")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
-    assert [(r["failed"], r["author"]) for r in service.store.trace_labels(TENANT, "tty-run")] == [(True, "tty")]
+    assert [(r["failed"], r["kind"], r["step"], r["author"]) for r in service.store.trace_labels(TENANT, "tty-run")] \
+        == [(True, "loop", 2, "tty")]
     service.store.dispose()
