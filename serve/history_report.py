@@ -279,19 +279,38 @@ def label_counts(rs: list[Run]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A rate with its interval when the file gives one (``model.runscore.evaluate.rate_ci``'s shape)."""
+
+    rate: float | None
+    ci: tuple[float, float] | None = None
+    n: int | None = None
+
+    def text(self) -> str:
+        if self.rate is None:
+            return "–"
+        ci = f" ({self.ci[0]:.2f}–{self.ci[1]:.2f})" if self.ci is not None else ""
+        return f"{self.rate:.2f}{ci}"
+
+
+@dataclass(frozen=True)
 class CurvePoint:
     k: int
-    auroc: float
-    ci: tuple[float, float]
-    false_alarms: float | None
-    recall: float | None
-    localisation_exact: float | None
+    auroc: float | None  # None: no challenger was promoted at this K (``refused`` says why)
+    ci: tuple[float, float] | None
+    false_alarms: Rate | None
+    recall: Rate | None
+    localisation_exact: Rate | None
+    gain: tuple[float, float, float] | None = None  # AUROC gain over K = 0: (diff, lo, hi)
+    refused: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class LearningCurve:
     set: str
     points: list[CurvePoint]
+    fixed: dict[str, dict[int, float]]  # fixed split → K → AUROC (``fixed_splits``), when given
+    command: str | None = None
 
 
 def _num(p: dict[str, Any], key: str, where: str, *, optional: bool = True) -> float | None:
@@ -303,10 +322,34 @@ def _num(p: dict[str, Any], key: str, where: str, *, optional: bool = True) -> f
     return float(v)
 
 
+def _pair(v: Any, where: str) -> tuple[float, float] | None:
+    if v is None or (isinstance(v, list | tuple) and len(v) == 2 and all(x is None for x in v)):
+        return None
+    if not (isinstance(v, list | tuple) and len(v) == 2
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in v)):
+        raise InputError(f"expected [lo, hi], got {v!r}", path=where)
+    return float(v[0]), float(v[1])
+
+
+def _rate(p: dict[str, Any], key: str, where: str) -> Rate | None:
+    v = p.get(key)
+    if v is None:
+        return None
+    if isinstance(v, dict):
+        n = v.get("n")
+        return Rate(_num(v, "rate", f"{where}.{key}"), _pair(v.get("ci"), f"{where}.{key}.ci"),
+                    n if isinstance(n, int) and not isinstance(n, bool) else None)
+    return Rate(_num(p, key, where))
+
+
 def load_learning_curve(path: Path) -> LearningCurve | None:
-    """The learning curve ``bench/retrain.py`` writes (``{"set", "points": [{"k", "auroc", "ci",
-    "false_alarms", "recall", "localisation_exact"}]}``), or ``None`` when ``path`` does not exist.
-    A file that does not read as that schema raises :class:`InputError` naming the field."""
+    """The learning curve ``bench/retrain.py`` writes, or ``None`` when ``path`` does not exist.
+
+    The schema: ``{"set", "points": [{"k", "auroc", "ci": [lo, hi], "false_alarms", "recall",
+    "localisation_exact", "gain_vs_k0": {"diff", "ci"}, "gate": [{"promote", "reason"}, …]}],
+    "fixed_splits": {name: {"auroc": {K: AUROC}}}}``; a rate is a number or ``{"rate", "n", "ci"}``;
+    a point whose ``auroc`` is null is a K at which no challenger was promoted (``refused``). A file
+    that does not read as that schema raises :class:`InputError` naming the field."""
     if not path.exists():
         return None
     try:
@@ -323,27 +366,52 @@ def load_learning_curve(path: Path) -> LearningCurve | None:
         k = p.get("k")
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise InputError(f"expected a count >= 0, got {k!r}", path=f"{where}.k")
-        ci = p.get("ci")
-        if not (isinstance(ci, list | tuple) and len(ci) == 2 and all(isinstance(x, int | float) for x in ci)):
-            raise InputError(f"expected [lo, hi], got {ci!r}", path=f"{where}.ci")
-        auroc = _num(p, "auroc", where, optional=False)
-        assert auroc is not None
-        points.append(CurvePoint(k, auroc, (float(ci[0]), float(ci[1])), _num(p, "false_alarms", where),
-                                 _num(p, "recall", where), _num(p, "localisation_exact", where)))
+        auroc = _num(p, "auroc", where)
+        ci = _pair(p.get("ci"), f"{where}.ci")
+        if auroc is not None and ci is None:
+            raise InputError("an AUROC needs its interval [lo, hi]", path=f"{where}.ci")
+        g = p.get("gain_vs_k0")
+        gain = None
+        if isinstance(g, dict) and g.get("diff") is not None:
+            diff = _num(g, "diff", f"{where}.gain_vs_k0")
+            gci = _pair(g.get("ci"), f"{where}.gain_vs_k0.ci")
+            if diff is not None and gci is not None:
+                gain = (diff, gci[0], gci[1])
+        refused: list[str] = []
+        for x in p.get("refused") or []:
+            refused.append(str(x.get("reason", x)) if isinstance(x, dict) else str(x))
+        points.append(CurvePoint(k, auroc, ci, _rate(p, "false_alarms", where), _rate(p, "recall", where),
+                                 _rate(p, "localisation_exact", where), gain, tuple(refused)))
     points.sort(key=lambda p: p.k)
-    return LearningCurve(str(data.get("set", "")), points)
+    fixed: dict[str, dict[int, float]] = {}
+    for name, split in (data.get("fixed_splits") or {}).items():
+        by_k = (split or {}).get("auroc") if isinstance(split, dict) else None
+        if isinstance(by_k, dict):
+            fixed[str(name)] = {int(kk): float(v) for kk, v in by_k.items()
+                                if str(kk).isdigit() and isinstance(v, int | float)}
+    command = data.get("command")
+    return LearningCurve(str(data.get("set", "")), points, fixed, command if isinstance(command, str) else None)
 
 
 def curve_markdown(curve: LearningCurve) -> str:
-    """The learning curve as a Markdown table (K, AUROC, interval, false alarms, recall, localisation)."""
-    rows = ["| K | AUROC | 95 % interval | false alarms | recall | localisation (exact) |",
-            "| ---: | ---: | --- | ---: | ---: | ---: |"]
+    """The learning curve as a Markdown table (K, AUROC with its interval, gain over K = 0, false
+    alarms, recall, exact localisation, and the fixed splits' AUROC)."""
+    names = sorted(curve.fixed)
+    rows = ["| K | AUROC (95 % CI) | gain vs K = 0 (95 % CI) | false alarms | recall | localisation (exact) |"
+            + "".join(f" {n} |" for n in names),
+            "| ---: | --- | --- | --- | --- | --- |" + " ---: |" * len(names)]
     for p in curve.points:
-        rows.append(f"| {p.k} | {p.auroc:.3f} | {p.ci[0]:.3f}–{p.ci[1]:.3f} | {_num_s(p.false_alarms, '.3f')} | "
-                    f"{_num_s(p.recall, '.3f')} | {_num_s(p.localisation_exact, '.3f')} |")
+        fixed = "".join(f" {_num_s(curve.fixed[n].get(p.k), '.3f')} |" for n in names)
+        if p.auroc is None or p.ci is None:
+            why = p.refused[0] if p.refused else "no AUROC"
+            rows.append(f"| {p.k} | refused: {why} | | | | |" + fixed)
+            continue
+        gain = f"{p.gain[0]:+.3f} ({p.gain[1]:+.3f} to {p.gain[2]:+.3f})" if p.gain else "–"
+        rates = " | ".join(r.text() if r is not None else "–" for r in (p.false_alarms, p.recall, p.localisation_exact))
+        rows.append(f"| {p.k} | {p.auroc:.3f} ({p.ci[0]:.3f}–{p.ci[1]:.3f}) | {gain} | {rates} |" + fixed)
     return "\n".join(rows)
 
 
-__all__ = ["Cooccurrence", "CurvePoint", "LearningCurve", "Recovery", "RecoveryTimes", "Run", "Spectrum",
+__all__ = ["Cooccurrence", "CurvePoint", "LearningCurve", "Rate", "Recovery", "RecoveryTimes", "Run", "Spectrum",
            "StrategyEfficacy", "cooccurrence", "curve_markdown", "efficacy", "efficacy_markdown", "label_counts", "load_learning_curve",
            "recoveries", "recovery_by_kind", "recovery_line", "recovery_markdown", "runs", "spectrum", "time_to_recovery"]

@@ -106,18 +106,41 @@ def test_efficacy_and_time_to_recovery(records: list[dict[str, Any]]) -> None:
 def test_learning_curve_file(tmp_path: Path) -> None:
     path = tmp_path / "retrain.json"
     assert hr.load_learning_curve(path) is None  # absent: nothing, no invented numbers
+    # the plain schema: rates as numbers
     path.write_text(json.dumps({"set": "tau_airline", "points": [
         {"k": 50, "auroc": 0.7, "ci": [0.6, 0.8], "false_alarms": 0.1, "recall": 0.5, "localisation_exact": 0.2},
         {"k": 0, "auroc": 0.6, "ci": [0.5, 0.7], "false_alarms": None, "recall": 0.4, "localisation_exact": None}]}))
     curve = hr.load_learning_curve(path)
     assert curve is not None and curve.set == "tau_airline" and [p.k for p in curve.points] == [0, 50]
     assert curve.points[1].ci == (0.6, 0.8) and curve.points[0].false_alarms is None
-    assert hr.curve_markdown(curve).splitlines()[2] == "| 0 | 0.600 | 0.500–0.700 | – | 0.400 | – |"
+    assert hr.curve_markdown(curve).splitlines()[2] == "| 0 | 0.600 (0.500–0.700) | – | – | 0.40 | – |"
+    # bench/retrain.py's shape: rates with intervals, the gain over K = 0, a refused K, fixed splits
+    rate = {"rate": 0.25, "n": 8, "hits": 2, "ci": [0.07, 0.59]}
+    path.write_text(json.dumps({"set": "tau_airline", "command": "python bench/retrain.py", "points": [
+        {"k": 0, "auroc": 0.44, "ci": [0.25, 0.62], "false_alarms": rate, "recall": rate,
+         "localisation_exact": {"rate": None, "n": 0, "ci": [None, None]}, "gate": None},
+        {"k": 25, "auroc": None, "ci": [None, None], "refused": ["the tenant slice has 5 failed runs"]},
+        {"k": 50, "auroc": 0.59, "ci": [0.47, 0.71], "gain_vs_k0": {"diff": 0.15, "ci": [-0.05, 0.38]},
+         "false_alarms": rate, "recall": rate, "localisation_exact": rate}],
+        "fixed_splits": {"swe": {"runs": 154, "auroc": {"0": 0.536, "50": 0.645}}}}))
+    curve = hr.load_learning_curve(path)
+    assert curve is not None and curve.fixed == {"swe": {0: 0.536, 50: 0.645}}
+    assert curve.points[1].auroc is None and curve.points[1].refused == ("the tenant slice has 5 failed runs",)
+    assert curve.points[2].gain == (0.15, -0.05, 0.38) and curve.points[0].localisation_exact == hr.Rate(None, None, 0)
+    table = hr.curve_markdown(curve).splitlines()
+    assert table[0].endswith("| swe |")
+    assert table[2] == "| 0 | 0.440 (0.250–0.620) | – | 0.25 (0.07–0.59) | 0.25 (0.07–0.59) | – | 0.536 |"
+    assert table[3] == "| 25 | refused: the tenant slice has 5 failed runs | | | | | – |"
+    assert table[4].startswith("| 50 | 0.590 (0.470–0.710) | +0.150 (-0.050 to +0.380) |")
     path.write_text(json.dumps({"points": [{"k": 0, "auroc": 0.6, "ci": [0.5, 0.7]}, {"k": 5, "auroc": "hi",
                                                                                     "ci": [0, 1]}]}))
     with pytest.raises(InputError) as exc:
         hr.load_learning_curve(path)
     assert exc.value.path == "points[1].auroc"
+    path.write_text(json.dumps({"points": [{"k": 0, "auroc": 0.6}]}))
+    with pytest.raises(InputError) as exc:
+        hr.load_learning_curve(path)
+    assert exc.value.path == "points[0].ci"
     path.write_text("{")
     with pytest.raises(InputError):
         hr.load_learning_curve(path)

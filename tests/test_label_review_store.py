@@ -98,6 +98,7 @@ def _shown(out: str) -> list[str]:
     return re.findall(r"^=== \d+/\d+  (\S+)  \(", out, flags=re.M)
 
 
+@pytest.mark.slow
 def test_scripted_review_writes_api_labels_and_resumes(
     history: tuple[str, TriageService, list[str]], tmp_path: Path
 ) -> None:
@@ -167,6 +168,7 @@ def test_scripted_review_writes_api_labels_and_resumes(
         server.stop()
 
 
+@pytest.mark.slow
 def test_bad_options_are_messages_not_tracebacks(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'x.db'}"
     got = _review(url, tmp_path, "", "--tenant", "no tenant!")

@@ -22,8 +22,12 @@ MIN_FIGURES = {"01-cusum-and-change-points.ipynb": 6, "02-real-runs.ipynb": 4, "
 #: A learning curve in bench/retrain.py's schema for notebook 03's test run (the real one is
 #: reports/retrain.json, when bench/retrain.py has written it; these numbers are a fixture).
 CURVE_FIXTURE = {"set": "fixture", "points": [
-    {"k": k, "auroc": a, "ci": [a - 0.08, a + 0.08], "false_alarms": 0.1, "recall": 0.5, "localisation_exact": None}
-    for k, a in ((0, 0.6), (25, 0.64), (50, 0.7), (100, 0.72))]}
+    {"k": 0, "auroc": 0.6, "ci": [0.52, 0.68], "false_alarms": {"rate": 0.1, "n": 30, "ci": [0.03, 0.26]},
+     "recall": 0.5, "localisation_exact": None},
+    {"k": 25, "auroc": None, "ci": [None, None], "refused": ["fixture: too few labelled runs"]},
+    *({"k": k, "auroc": a, "ci": [a - 0.08, a + 0.08], "gain_vs_k0": {"diff": a - 0.6, "ci": [a - 0.7, a - 0.5]},
+       "false_alarms": 0.1, "recall": 0.5, "localisation_exact": None} for k, a in ((50, 0.7), (100, 0.72)))],
+    "fixed_splits": {"swe": {"auroc": {"0": 0.6, "50": 0.61, "100": 0.6}}}}
 
 
 def execute_small(path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
