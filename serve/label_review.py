@@ -16,6 +16,9 @@ method behind ``POST /v1/traces/{id}/labels``: the same rows, the same checks, t
 label (:mod:`serve.run_labels`). The author is ``cli:<user>`` unless given, ``author_type``
 ``human``.
 
+``a`` (agree) takes the stored verdict: healthy → ok; failed → failed at the primary failure's step,
+with its kind unless the run scorer raised it (its kind is named from the attributed step's shape).
+
 **Resumable.** Traces that already carry a label by this author are left out of the queue, so
 quitting (or the end of the input) and running it again carries on where it stopped; ``skip``
 leaves a trace for next time.
@@ -245,6 +248,8 @@ def _agree(response: dict[str, Any]) -> dict[str, Any] | str:
     primary = response.get("primary") or {}
     kind = primary.get("kind")
     step = primary.get("step")
+    if primary.get("detector") == "runscore":
+        kind = None  # the run scorer names a kind from the attributed step's shape: a guess, not a finding
     return {"failed": True, "kind": kind if kind in {k.value for k in FailureKind} else None,
             "step": step if isinstance(step, int) else None}
 

@@ -20,7 +20,7 @@ from model.diagnosis import Diagnoser
 from model.options import DiagnoseOptions
 from serve.api_models import LabelRequest
 from serve.app import build_service, load_runscorer
-from serve.label_review import margin, review_queue
+from serve.label_review import _agree, margin, review_queue
 from serve.service import TriageService
 from serve.settings import Settings
 from tests.conftest import ROOT, LiveServer
@@ -63,6 +63,15 @@ def test_margin_measures_the_nearest_decision() -> None:
     assert margin(flagged, 0.3) == (pytest.approx(0.05), "failure probability 0.6000 vs operating point 0.5500")
     # nothing to measure: last in the queue
     assert margin({"failures": []}, 0.4) == (1.0, "nothing to measure (no failure probability, no finding)")
+
+
+def test_agree_takes_the_verdict_and_only_found_kinds() -> None:
+    assert _agree({"healthy": True}) == {"failed": False}
+    assert _agree({"healthy": False, "primary": {"kind": "loop", "step": 7, "detector": "loop"}}) == {
+        "failed": True, "kind": "loop", "step": 7}
+    assert _agree({"healthy": False, "primary": {"kind": "hallucination", "step": 4, "detector": "runscore"}}) == {
+        "failed": True, "kind": None, "step": 4}
+    assert isinstance(_agree({"healthy": None}), str)  # no verdict to agree with
 
 
 def test_queue_most_uncertain_first_and_skips_own_labels(history: tuple[str, TriageService, list[str]]) -> None:
@@ -150,6 +159,9 @@ def test_scripted_review_writes_api_labels_and_resumes(
     third = service.store.trace_labels(TENANT, order[2])
     diagnosed = service.get_trace(TENANT, order[2]).diagnosis or {}
     assert [bool(r["failed"]) for r in third] == [diagnosed.get("healthy") is False]  # "agree" took the verdict
+    primary = diagnosed.get("primary") or {}
+    assert [r["kind"] for r in third] == [
+        None if diagnosed.get("healthy") or primary.get("detector") == "runscore" else primary.get("kind")]
 
     # without --author the labels are cli:<user>'s, and a quit writes nothing
     got = _review(url, data, "q\n")
