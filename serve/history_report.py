@@ -42,6 +42,7 @@ class Run:
     at: datetime
     kinds: tuple[str, ...]  # failure kinds of the stored diagnosis, in the enum's order
     signals: tuple[str, ...]  # its signals' kinds not among its failures (below threshold, or handled)
+    detectors: tuple[str, ...]  # the detectors behind its failures (``runscore``: the run scorer's verdict)
     primary: str | None
     failure_probability: float | None
     label: bool | None  # the effective label's ``failed`` (None: no label)
@@ -80,7 +81,9 @@ def runs(records: Iterable[dict[str, Any]]) -> list[Run]:
         if eff is not None:
             source = "outcome" if eff.author == "outcome" else eff.author_type
         primary = (resp.get("primary") or {}).get("kind")
-        out.append(Run(str(r["trace"]["id"]), _at(r), tuple(kinds), tuple(signals), primary, resp.get("failure_probability"),
+        detectors = sorted({str(d) for f in resp.get("failures") or [] for d in (f.get("detectors") or [f.get("detector")])
+                            if d})
+        out.append(Run(str(r["trace"]["id"]), _at(r), tuple(kinds), tuple(signals), tuple(detectors), primary, resp.get("failure_probability"),
                        None if eff is None else eff.failed, source))
     out.sort(key=lambda x: (x.at, x.trace_id))
     return out

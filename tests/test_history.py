@@ -25,7 +25,7 @@ def _record(tid: str, at: datetime, failures: list[str], signals: list[str] = ()
     return {
         "tenant": "t", "created_at": at + timedelta(days=30),
         "trace": {"id": tid, "steps": [{"kind": "user_input", "content": "x", "timestamp": at.isoformat()}]},
-        "response": {"failures": [{"kind": k} for k in failures], "signals": [{"kind": k} for k in signals],
+        "response": {"failures": [{"kind": k, "detector": "rules", "detectors": ["rules"]} for k in failures], "signals": [{"kind": k} for k in signals],
                      "primary": {"kind": failures[0]} if failures else None, "failure_probability": 0.5},
         "recommendations": list(recs), "outcomes": list(outs), "labels": list(labels),
     }
@@ -64,6 +64,7 @@ def test_spectrum_and_cooccurrence(records: list[dict[str, Any]]) -> None:
     rs = hr.runs(records)
     assert [r.trace_id for r in rs] == ["a", "b", "c", "d"]
     assert rs[0].at == T0  # the run's own time, not when it was stored
+    assert rs[0].detectors == ("rules",) and rs[2].detectors == ()
     sp = hr.spectrum(rs)
     assert sp.weeks == [T0.date(), T0.date() + timedelta(weeks=1), T0.date() + timedelta(weeks=2)]
     assert sp.kinds == ["tool_error", "loop", "ignored_error"]  # the enum's order
