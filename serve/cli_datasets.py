@@ -279,7 +279,7 @@ def _review_store(tenant: str, store_url: str | None, author: str | None) -> Non
         fixed = scorer.threshold if scorer is not None else None
 
         def threshold_for(task_type: str | None) -> float | None:
-            rel = service.relative_threshold(tenant, task_type)
+            rel = service.relative_threshold(tenant, task_type, scorer)
             return rel if rel is not None else fixed
 
         queue, done = review_queue(service.store, tenant, author=who, threshold_for=threshold_for)
