@@ -180,14 +180,30 @@ def _key(prompt: str, allowed: str) -> str:
 
 @label_app.command("review")
 def review_cmd(
-    path: Annotated[Path, typer.Argument(help="labelled traces (JSONL), e.g. datasets/labelled/traces.jsonl")],
+    path: Annotated[Path | None, typer.Argument(
+        help="labelled traces (JSONL), e.g. datasets/labelled/traces.jsonl (not with --from-store)")] = None,
     human: Annotated[Path, typer.Option(help="human-label file (appended as you go)")] = Path(
         "datasets/labels/human.jsonl"),
     everything: Annotated[bool, typer.Option("--all", help="review every non-human trace, not only uncertain ones")]
     = False,
     labeller: Annotated[str, typer.Option(help="your name, stored with each label")] = "human",
+    from_store: Annotated[bool, typer.Option(
+        "--from-store", help="review the service's history instead: most uncertain first, labels as the API writes")]
+    = False,
+    tenant: Annotated[str, typer.Option(help="with --from-store: whose history")] = "local",
+    store_url: Annotated[str | None, typer.Option(
+        "--store", help="with --from-store: the database URL (default: TRIAGE_DATABASE_URL / the data dir's)")] = None,
+    author: Annotated[str | None, typer.Option(help="with --from-store: the labels' author (default cli:<user>)")]
+    = None,
 ) -> None:
     """Walk uncertain traces one at a time: a key per label, saved as you go, resumable."""
+    if from_store:
+        if path is not None:
+            raise _fail("give a file or --from-store, not both")
+        _review_store(tenant, store_url, author)
+        return
+    if path is None:
+        raise _fail("say what to review: a labelled JSONL file, or --from-store (the service's history)")
     from model.datagen.generator import read_jsonl
     from model.kinds import FailureKind
     from model.labelling.human import HumanLabel, HumanLabelStore
@@ -233,6 +249,47 @@ def review_cmd(
         store.append(HumanLabel(t.id, keep, labeller=labeller, weak=verdicts))
         print("  saved: " + (", ".join(f"{k.value}@{s}" for k, s in keep) or "healthy"))
     print("\nnothing left to review")
+
+
+def _review_store(tenant: str, store_url: str | None, author: str | None) -> None:
+    """``label review --from-store``: see :mod:`serve.label_review`."""
+    import getpass
+
+    from model.diagnosis import Diagnoser
+    from serve.app import build_service, load_runscorer
+    from serve.label_review import TerminalKeys, review_queue, run_review
+    from serve.settings import get_settings
+    from serve.store import check_tenant_name
+
+    settings = get_settings()
+    if store_url:
+        settings = settings.model_copy(update={"database_url": store_url})
+    who = author if author is not None else f"cli:{getpass.getuser()}"
+    if not who.strip():
+        raise _fail("--author: give a name (or leave it out for cli:<user>)")
+    try:
+        check_tenant_name(tenant)
+        scorer = load_runscorer(settings)
+        # rules only: the review diagnoses nothing, it needs the store, the scorer's operating
+        # point, and the service's add_label (the API's code path)
+        service = build_service(settings, Diagnoser(runscorer=scorer))
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        fixed = scorer.threshold if scorer is not None else None
+
+        def threshold_for(task_type: str | None) -> float | None:
+            rel = service.relative_threshold(tenant, task_type, scorer)
+            return rel if rel is not None else fixed
+
+        queue, done = review_queue(service.store, tenant, author=who, threshold_for=threshold_for)
+        print(f"{len(queue)} trace(s) of tenant {tenant!r} to review, most uncertain first "
+              f"({done} already labelled by {who})")
+        run_review(service, tenant, queue, author=who, keys=TerminalKeys(), out=sys.stdout)
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        service.store.dispose()
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,10 @@ given, say how and where. The rules:
 
 Rows written before run-level labels (``failed`` NULL) read as ``failed = kind is not None``, as the
 migration that added the column filled them.
+
+An outcome posted with ``label`` (``POST /v1/outcomes``) is such a row too: author ``outcome``,
+``author_type`` ``human``; a failure kind says the run failed there — at the place of the failure the
+recommendation addressed (:func:`addressed_place`) — and ``healthy`` that it did not.
 """
 
 from __future__ import annotations
@@ -39,6 +43,19 @@ class EffectiveLabel:
     created_at: datetime
     failures: list[LocatedFailure] = field(default_factory=list)
     labels: int = 0  # rows on the trace, every author
+
+
+def addressed_place(failure_key: str | None, state: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    """(step, source_index) of the failure a recommendation addressed: from the repair state's
+    record of that failure, else the ``source_index`` in its key (``"<kind>@<source_index>"``)."""
+    if not failure_key:
+        return None, None
+    fs = ((state or {}).get("failures") or {}).get(failure_key) or {}
+    step, source = fs.get("step"), fs.get("source_index")
+    if source is None:
+        tail = failure_key.rpartition("@")[2]
+        source = int(tail) if tail.isdigit() else None
+    return (step if isinstance(step, int) else None), (source if isinstance(source, int) else None)
 
 
 def _failed(row: dict[str, Any]) -> bool:

@@ -76,7 +76,7 @@ from serve.evaluation_export import EvaluationExporter
 from serve.models import TenantModels
 from serve.ratelimit import FairLock, RateLimiter, utc_day
 from serve.redaction import Redactor
-from serve.run_labels import effective_label
+from serve.run_labels import addressed_place, effective_label
 from serve.store import Store
 from serve.store.models import LabelRow, ObservationRow, SessionRow, TraceRow, utcnow
 from serve.validation import check_id, check_index, check_trace_fields
@@ -644,14 +644,16 @@ class TriageService:
             if rec.status == "open":
                 rec.status = "succeeded" if req.success else "failed"
             if req.label is not None:
-                failure = (rec.body or {}).get("params", {})
+                failed = req.label != "healthy"
+                step, source_index = addressed_place(rec.failure_key, raw_state) if failed else (None, None)
                 db.add(
                     LabelRow(
                         tenant_id=tenant,
                         trace_id=rec.trace_id,
-                        failed=req.label != "healthy",
-                        kind=None if req.label == "healthy" else str(req.label),
-                        step=failure.get("step") if isinstance(failure.get("step"), int) else None,
+                        failed=failed,
+                        kind=str(req.label) if failed else None,
+                        step=step,
+                        source_index=source_index,
                         author="outcome",
                         author_type="human",
                     )

@@ -40,9 +40,11 @@ def review_queue(traces: list[Trace], done: set[str], *, everything: bool = Fals
     return [t for t in traces if t.id not in done and needs_review(t, everything=everything)]
 
 
-def compact(t: Trace, width: int = 110) -> str:
-    """One line per step: index, kind, speaker/tool, status, the start of the content."""
-    marks = {f.step for f in t.labels.failures} if t.labels else set()
+def compact(t: Trace, width: int = 110, marks: set[int] | None = None) -> str:
+    """One line per step: index, kind, speaker/tool, status, the start of the content; ``*`` marks
+    the steps in ``marks`` (default: the steps of the trace's labelled failures)."""
+    if marks is None:
+        marks = {f.step for f in t.labels.failures if f.step is not None} if t.labels else set()
     lines = []
     for i, s in enumerate(t.steps):
         who = s.tool_name or s.speaker or ""
