@@ -516,7 +516,9 @@ class Redactor:
         if not self.rules:
             return trace
         steps = self.redact_steps(trace.steps)
-        data = trace.model_dump(mode="json", exclude_none=True, exclude={"steps", "id", "session_id"})
+        # None kept: some fields are required but nullable (a label's ``kind`` when a set says where,
+        # not how); dropping them made a valid trace fail its own re-validation (a 500)
+        data = trace.model_dump(mode="json", exclude={"steps", "id", "session_id"})
         clean = self.redact(data)
         out = Trace.model_validate({**clean, "id": trace.id, "session_id": trace.session_id})
         out.steps = steps

@@ -156,6 +156,19 @@ def _stored_text(url: str) -> str:
     return "\n".join(out)
 
 
+def test_a_label_that_says_where_but_not_how_is_accepted(api: Api) -> None:
+    """A native trace whose label has ``kind: null`` (the real sets' step labels) is valid: redaction
+    re-validates the trace it redacted and used to drop the null, a 500 (found by the history replay)."""
+    body = _native(id="t-null-kind", steps=[{"kind": "user_input", "content": "mail me at a@b.io"},
+                                           {"kind": "final_output", "content": "done"}],
+                   labels={"failed": True, "failures": [{"kind": None, "step": 1}]})
+    r = api.call("POST", "/v1/diagnose", body=body)
+    assert r.status_code == 200, r.text
+    stored = api.call("GET", "/v1/traces/t-null-kind")
+    assert stored.status_code == 200
+    assert "a@b.io" not in stored.text
+
+
 def test_secret_corpus_never_stored_or_answered(api: Api, db_url: str) -> None:  # noqa: F811
     bodies = []
     r = api.call("POST", "/v1/diagnose", body={"trace": _secret_trace(), "format": "native"})
