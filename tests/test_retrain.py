@@ -197,3 +197,26 @@ def test_no_slice_when_half_the_runs_cannot_hold_the_minimum() -> None:
           for i in range(40)]  # 8 successful runs: a slice of 10 is impossible
     train, held = split_slice(ex, share=0.3)
     assert held == [] and train == list(range(40))
+
+
+def test_the_slice_finds_both_outcomes_when_tasks_fail_together() -> None:
+    """τ-bench-like history: 50 runs in tasks of 4 trials that mostly share their outcome. Half the runs
+    can hold 10 of each outcome; drawing tasks in order without looking at what they add did not
+    find it, and `triage retrain` refused to decide on 50 labelled runs."""
+    from dataclasses import dataclass
+
+    from model.runscore.retrain import split_slice
+
+    @dataclass
+    class Run:
+        group: str
+        failed: bool
+
+    shape = [(4, 3), (4, 0), (4, 2), (4, 4), (4, 2), (4, 0), (4, 3), (4, 0), (4, 2), (4, 0), (4, 4), (4, 4), (2, 2)]
+    runs = [Run(f"task{t}", k < f) for t, (n, f) in enumerate(shape) for k in range(n)]
+    for seed in range(5):
+        train, held = split_slice(runs, share=0.3, seed=seed)  # type: ignore[arg-type]
+        failed = sum(runs[i].failed for i in held)
+        assert failed >= 10 and len(held) - failed >= 10 and len(held) <= 25
+        assert sorted(train + held) == list(range(len(runs)))
+        assert len({runs[i].group for i in held} & {runs[i].group for i in train}) == 0

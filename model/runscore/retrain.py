@@ -130,8 +130,8 @@ class FeatureCache:
 
 def split_slice(tenant: Sequence[Example], *, share: float, seed: int = 0,
                 minimum: int = MIN_SLICE) -> tuple[list[int], list[int]]:
-    """(training rows, slice rows) of the tenant's runs: whole tasks, drawn in a seeded order, into
-    the slice until it holds ``share`` of the runs and ``minimum`` of each outcome, or half the runs.
+    """(training rows, slice rows) of the tenant's runs: whole tasks, chosen in a seeded order to hold
+    ``minimum`` of each outcome, then up to ``share`` of the runs, never more than half the runs.
     When half the runs cannot hold ``minimum`` of each, nothing is held back: the gate will refuse
     (it cannot decide), and every run trains the challenger, which is registered, not promoted."""
     groups: dict[str, list[int]] = {}
@@ -140,13 +140,29 @@ def split_slice(tenant: Sequence[Example], *, share: float, seed: int = 0,
     order = sorted(groups, key=lambda g: hashlib.sha256(f"{seed}\x00{g}".encode()).hexdigest())
 
     def draw(need: int) -> list[int]:
+        # whole tasks, each time the one (in the seeded order on ties) that covers most of what the
+        # slice still lacks of either outcome, within half the runs; then more in order up to ``share``.
+        # The choice reads the labels only, never a model's scores, so it favours neither model.
         held: list[int] = []
-        for g in order:
+        left = list(order)
+        while left:
             n_fail = sum(tenant[i].failed for i in held)
-            enough = len(held) >= share * len(tenant) and n_fail >= need and len(held) - n_fail >= need
-            if enough or len(held) + len(groups[g]) > len(tenant) / 2:
-                continue
-            held += groups[g]
+            n_ok = len(held) - n_fail
+            fits = [g for g in left if len(held) + len(groups[g]) <= len(tenant) / 2]
+            if not fits or (n_fail >= need and n_ok >= need and len(held) >= share * len(tenant)):
+                break
+
+            def covers(g: str, n_fail: int = n_fail, n_ok: int = n_ok) -> int:
+                f = sum(tenant[i].failed for i in groups[g])
+                return min(f, max(0, need - n_fail)) + min(len(groups[g]) - f, max(0, need - n_ok))
+
+            best = max(fits, key=lambda g: (covers(g), -left.index(g)))
+            if covers(best) == 0 and (n_fail < need or n_ok < need):
+                break  # what is left cannot help
+            if covers(best) == 0:
+                best = fits[0]
+            held += groups[best]
+            left.remove(best)
         return held
 
     held = draw(minimum)
