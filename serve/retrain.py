@@ -177,15 +177,16 @@ def rollback_target(history: list[dict[str, Any]]) -> str:
 
 
 def load_checked(registry: Registry, tenant: str, version: str) -> RunScorer:
-    """Load ``version`` and score a small trace with it (what a promotion checks first)."""
-    from model.schema import Step
+    """Load ``version`` and run the service's own smoke check on it (:func:`serve.models.check_model`,
+    what every worker runs before it swaps a version in), so a promotion refuses what a worker would."""
+    from model.diagnosis import Diagnoser
+    from serve.models import SmokeCheckError, check_model
 
     scorer = registry.load(tenant, version)
-    probe = Trace(steps=[Step(kind="user_input", content="check", source_index=0),
-                         Step(kind="final_output", content="done", source_index=1)])
-    p = scorer.score(probe).failure_probability
-    if p is None or not 0.0 <= p <= 1.0:
-        raise InputError(f"{tenant}/{version}: the smoke check scored {p!r}", path="version")
+    try:
+        check_model(Diagnoser.with_shipped_models(classifier=False, runscorer=scorer))
+    except SmokeCheckError as exc:
+        raise InputError(f"{tenant}/{version}: {exc}", path="version") from exc
     return scorer
 
 
