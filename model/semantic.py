@@ -23,9 +23,10 @@ each as ``k/n`` with a Wilson 95 % interval; the AUROC of the run score (the res
 ``failure_probability`` when it has one, else its highest failure or signal confidence) between
 failing runs and look-alikes; and the same for the highest confidence of the case's own kind. :func:`render_markdown` prints the tables.
 
-Command line (rules plus the shipped classifier when its artefact exists)::
+Command line (the service's path: rules, plus the shipped classifier and run scorer when their
+artefacts exist)::
 
-    python -m model.semantic --cases datasets/semantic/cases.jsonl [--no-classifier] [--json OUT]
+    python -m model.semantic --cases datasets/semantic/cases.jsonl [--no-classifier] [--no-runscore] [--json OUT]
 
 >>> wilson(0, 10)[1] > 0.2 and wilson(10, 10)[0] < 0.8
 True
@@ -392,26 +393,17 @@ def render_markdown(result: dict[str, Any]) -> str:
 # the shipped diagnosis
 
 
-def shipped_diagnose_fn(*, classifier: bool = True) -> tuple[DiagnoseFn, bool]:
-    """``diagnose_fn`` for the shipped model: every default rule detector plus, when ``classifier``
-    and its artefact is present, the shipped classifier (as the service serves). Returns the function
-    and whether the classifier is in it."""
-    from model.detectors.base import TRACE_DETECTORS, make_detector
-    from model.diagnosis import OPT_IN_DETECTORS, Diagnoser
+def shipped_diagnose_fn(*, classifier: bool = True, runscore: bool = True) -> tuple[DiagnoseFn, bool]:
+    """``diagnose_fn`` for the shipped model, as the service and ``triage diagnose`` serve it
+    (:meth:`model.diagnosis.Diagnoser.with_shipped_models`): every default rule detector, plus the
+    shipped classifier when ``classifier`` and its artefact is present, plus the shipped run scorer
+    (``failure_probability`` and ``attribution``) when ``runscore`` and its artefact is present.
+    Returns the function and whether the classifier is in it."""
+    from model.diagnosis import Diagnoser
     from model.importers import load_trace
 
-    detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
-    with_clf = False
-    if classifier and "classifier" in TRACE_DETECTORS:
-        clf = make_detector("classifier")
-        available = getattr(clf, "available", None)
-        if not callable(available) or available():
-            load = getattr(clf, "load", None)
-            if callable(load):
-                load()  # as the service does at start-up; the model version is known from here on
-            detectors.append(clf)
-            with_clf = True
-    diagnoser = Diagnoser(detectors)
+    diagnoser = Diagnoser.with_shipped_models(classifier=classifier, runscore=runscore)
+    with_clf = "classifier" in diagnoser.detectors
 
     def diagnose(trace: dict[str, Any]) -> DiagnosisResponse:
         return diagnoser.diagnose(load_trace(trace))
@@ -422,7 +414,8 @@ def shipped_diagnose_fn(*, classifier: bool = True) -> tuple[DiagnoseFn, bool]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model.semantic", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default=str(DEFAULT_CASES), help="cases JSONL (default: %(default)s)")
-    parser.add_argument("--no-classifier", action="store_true", help="rules only")
+    parser.add_argument("--no-classifier", action="store_true", help="without the classifier")
+    parser.add_argument("--no-runscore", action="store_true", help="without the run scorer (failure_probability)")
     parser.add_argument("--json", dest="json_out", help="also write the full result (per case) to this file")
     args = parser.parse_args(argv)
     try:
@@ -430,12 +423,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    fn, with_clf = shipped_diagnose_fn(classifier=not args.no_classifier)
+    fn, with_clf = shipped_diagnose_fn(classifier=not args.no_classifier, runscore=not args.no_runscore)
     result = evaluate_cases(cases, fn)
     result["classifier"] = with_clf
     sys.stdout.write(render_markdown(result))
     if not with_clf:
-        print("(rules only: " + ("--no-classifier" if args.no_classifier else "classifier artefact not found") + ")")
+        print("(without the classifier: " + ("--no-classifier" if args.no_classifier else "artefact not found") + ")")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return 0

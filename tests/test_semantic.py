@@ -239,6 +239,8 @@ def test_rules_run_on_every_case() -> None:
     res = evaluate_cases(cases, fn)
     _well_formed(res, len(cases))
     assert res["model_versions"][0].startswith("rules-")
+    bare, _ = shipped_diagnose_fn(classifier=False, runscore=False)
+    assert evaluate_cases(cases[:2], bare)["model_versions"] == ["rules-" + res["model_versions"][0][6:].split("+")[0]]
 
 
 @needs_model
@@ -249,6 +251,8 @@ def test_shipped_classifier_runs_on_every_case(capsys: pytest.CaptureFixture[str
     res = evaluate_cases(cases, fn)
     _well_formed(res, len(cases))
     assert not res["model_versions"][0].startswith("rules-")
+    # the service's path: the run scorer's version follows the classifier's (failure_probability on)
+    assert "+runscore-" in res["model_versions"][0]
     assert main([]) == 0
     out = capsys.readouterr().out
     assert f"| all | all | {res['failing']} |" in out and "false alarms" in out
