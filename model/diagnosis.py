@@ -105,7 +105,9 @@ def fuse(
             evidence=evidence,
             details=details,
         )
-        (failures if best.confidence >= thr[best.kind] else signals).append(fused)
+        # a rule demoted on real runs (it fired on too many successful ones) only ever signals
+        demoted = any(f.details.get("demoted") for f in group if f.confidence == best.confidence)
+        (failures if best.confidence >= thr[best.kind] and not demoted else signals).append(fused)
 
     def order(f: Failure) -> tuple[int, int, int]:
         step = f.step if f.step is not None else 1 << 30
@@ -253,9 +255,12 @@ class Diagnoser:
         return chosen
 
     def _measured(self, f: Finding) -> Finding:
-        """A rule's finding with its real-run precision (``details.p_run_failed``; a demoted rule's
-        confidence capped by it): :meth:`model.runscore.RunScorer.rule_confidence`."""
+        """A rule's finding with its confidence estimated on real runs (P(run failed | it fired),
+        ``details.p_run_failed``; a demoted rule's finding only signals):
+        :meth:`model.runscore.RunScorer.rule_confidence`."""
         assert self.runscorer is not None
+        if f.confidence < DEFAULT_THRESHOLDS[f.kind]:
+            return f  # a signal: the rule's precision was measured on its failures only
         conf, extra = self.runscorer.rule_confidence(f.detector, f.confidence)
         if not extra:
             return f

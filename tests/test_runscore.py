@@ -246,7 +246,7 @@ def test_cli_diagnose_loads_the_service_models_and_prints_one_json_list(tmp_path
 
 
 def test_rule_precision_is_measured_and_a_noisy_rule_is_demoted() -> None:
-    from model.runscore.model import rule_stats
+    from model.runscore.model import PRIOR_RUNS, rule_stats
 
     rng = np.random.default_rng(3)
     ex = toy_examples(rng, "a", 20) + toy_examples(rng, "b", 20)
@@ -258,13 +258,45 @@ def test_rule_precision_is_measured_and_a_noisy_rule_is_demoted() -> None:
     assert st["loud"]["sets"]["a"]["fired_on_successful"] == sum(
         1 for i, e in enumerate(ex) if e.source == "a" and not e.failed and i % 3 == 0)
     assert st["loud"]["demoted"] is True and st["quiet"]["demoted"] is False
-    assert st["quiet"]["p_run_failed"] > st["loud"]["p_run_failed"]
+    assert st["quiet"]["precision"] == 1.0 and st["quiet"]["precision"] > st["loud"]["precision"]
     scorer = RunScorer().fit(ex)
-    assert scorer.rule_confidence("loud", 0.9) == (min(0.9, st["loud"]["p_run_failed"]), {
-        "p_run_failed": st["loud"]["p_run_failed"],
-        "demoted": {"max_false_alarm_rate": st["loud"]["max_false_alarm_rate"], "confidence": 0.9}})
-    assert scorer.rule_confidence("quiet", 0.9) == (0.9, {"p_run_failed": st["quiet"]["p_run_failed"]})
+    # the estimate: the finding's own confidence as a prior worth PRIOR_RUNS firings, then the data
+    n, p = st["quiet"]["fired"], st["quiet"]["precision"]
+    conf, extra = scorer.rule_confidence("quiet", 0.6)
+    assert conf == round((n * p + PRIOR_RUNS * 0.6) / (n + PRIOR_RUNS), 4) and 0.6 < conf < 1.0
+    assert extra == {"p_run_failed": conf, "measured": {"fired": n, "precision": p, "prior": 0.6}}
+    loud, extra = scorer.rule_confidence("loud", 0.9)
+    assert loud < 0.9 and extra["demoted"] == {"max_false_alarm_rate": st["loud"]["max_false_alarm_rate"]}
+    assert scorer.rule_raises("quiet", 0.6) and not scorer.rule_raises("loud", 0.99)
     assert scorer.rule_confidence("never_seen", 0.9) == (0.9, {})
+
+
+def test_a_demoted_rule_only_signals_and_a_measured_one_carries_its_estimate() -> None:
+    from model.detectors.base import make_detector
+    from model.diagnosis import Diagnoser
+
+    t = chat({"role": "user", "content": "Weather in Oslo?"},
+             call("a", "get_weather", '{"city": "Oslo"}'),
+             {"role": "tool", "tool_call_id": "a", "content": "Error: service unavailable"},
+             {"role": "assistant", "content": "It is sunny and 25 C in Oslo."})
+    rules = Diagnoser([make_detector("ignored_error")])
+    raw = rules.findings(t)
+    assert raw and raw[0].confidence >= 0.5
+    rng = np.random.default_rng(5)
+    ex = toy_examples(rng, "a", 20) + toy_examples(rng, "b", 20)
+    for i, e in enumerate(ex):  # fires on half the successful runs of set a: demoted
+        e.rules = ("ignored_error",) if (not e.failed and e.source == "a" and i % 2 == 0) else ()
+    noisy = RunScorer().fit(ex)
+    out = Diagnoser([make_detector("ignored_error")], runscorer=noisy).diagnose(t)
+    assert not any(f.detector == "ignored_error" for f in out.failures)
+    sig = next(f for f in out.signals if f.kind.value == "ignored_error")
+    assert "demoted" in sig.details and sig.details["measured"]["precision"] == 0.0
+    for i, e in enumerate(ex):  # fires on failed runs only: kept, its confidence estimated
+        e.rules = ("ignored_error",) if e.failed and i % 3 == 0 else ()
+    precise = RunScorer().fit(ex)
+    out = Diagnoser([make_detector("ignored_error")], runscorer=precise).diagnose(t)
+    fail = next(f for f in out.failures if f.detector == "ignored_error")
+    assert fail.confidence > raw[0].confidence and fail.details["p_run_failed"] == fail.confidence
 
 
 def _answer_run(i: int, answer: str) -> Trace:

@@ -30,7 +30,7 @@ import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,8 @@ class Prepared:
     rule_signals: list[tuple[str, str]]
     characters: int
     calls: int
+    #: each rule's highest raw confidence among its failures (the prior of its estimate)
+    rule_confidences: dict[str, float] = field(default_factory=dict)
 
 
 def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None = None, *,
@@ -76,7 +78,11 @@ def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None
         sigs = [(f.detector, f.kind.value) for f in found if f.confidence < DEFAULT_THRESHOLDS[f.kind]]
         chars = sum(len(s.content or "") for s in r.trace.steps)
         calls = sum(1 for s in r.trace.steps if s.kind.value == "tool_call")
-        out.append(Prepared(r, ex, fails, sigs, chars, calls))
+        conf: dict[str, float] = {}
+        for f in found:
+            if f.confidence >= DEFAULT_THRESHOLDS[f.kind]:
+                conf[f.detector] = max(conf.get(f.detector, 0.0), f.confidence)
+        out.append(Prepared(r, ex, fails, sigs, chars, calls, conf))
         if progress is not None:
             progress(n + 1, len(runs))
     return out
@@ -236,10 +242,10 @@ def evaluate_real(
                                            "trained_on": scorer.meta_.get("trained_on"),
                                            "demoted_rules": sorted(r for r, v in scorer.rule_stats_.items()
                                                                    if v["demoted"])}}
-        # the verdict's rule part as the service gives it: rules demoted on the training sets
-        # (a failure on > 10 % of a training set's successful runs) count only if still ≥ 0.5
-        rule_fail = np.array([any(scorer.rule_confidence(d, 1.0)[0] >= 0.5 for d, _, _ in prepared[i].rule_failures)
-                              for i in test_idx])
+        # the verdict's rule part as the service gives it: each rule's confidence estimated on the
+        # training sets (RunScorer.rule_confidence), a demoted rule only signalling
+        rule_fail = np.array([any(scorer.rule_raises(d, prepared[i].rule_confidences.get(d, 1.0))
+                                  for d, _, _ in prepared[i].rule_failures) for i in test_idx])
         if 0 < y.sum() < len(y):
             base = {
                 "messages": np.array([e.messages for e in test], dtype=float),

@@ -191,20 +191,37 @@ def _fit_logistic(X: np.ndarray, y: np.ndarray, sw: np.ndarray, l2: float) -> np
 
 
 #: A rule that raises a failure on more than this share of any training set's successful runs is a
-#: defect (issue "Right on real agent runs"): its failures are demoted to its measured precision.
+#: defect (issue "Right on real agent runs"): its findings become signals (``details.demoted``).
 MAX_FALSE_ALARM_RATE = 0.10
-#: Pseudo-runs of the prior when a rule's precision is smoothed (towards 0.5).
+#: Pseudo-runs of the prior when a rule's confidence is estimated: the rule's own confidence (what
+#: it was designed and tested to claim) counts as this many firings, so a rule seen firing twice on
+#: real runs moves a little and one seen 100 times is mostly its measurement.
 PRIOR_RUNS = 10
+
+
+def rule_precision(per_set: dict[str, dict[str, int]]) -> tuple[int, float | None]:
+    """``(firings, P(run failed | fired))`` from a rule's per-set counts, each training set weighted
+    equally (so the biggest set does not decide); ``None`` when it never fired."""
+    num = den = 0.0
+    fired = 0
+    for v in per_set.values():
+        n = v["successful"] + v["failed"]
+        fired += v["fired_on_successful"] + v["fired_on_failed"]
+        w = 1.0 / max(1, n)
+        num += w * v["fired_on_failed"]
+        den += w * (v["fired_on_successful"] + v["fired_on_failed"])
+    return fired, (num / den if den else None)
 
 
 def rule_stats(examples: Sequence[Example], sets: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per rule, on each training set: how often it raised a failure on successful and on failed
-    runs, and P(run failed | it fired) with the sets weighted equally (smoothed towards 0.5)."""
+    runs; its measured precision P(run failed | it fired) (sets weighted equally, unsmoothed:
+    :func:`rule_precision`) and whether it is demoted (it fired on more than
+    :data:`MAX_FALSE_ALARM_RATE` of a set's successful runs)."""
     out: dict[str, dict[str, Any]] = {}
     names = sorted({r for e in examples for r in e.rules})
     for name in names:
         per: dict[str, dict[str, int]] = {}
-        num = den = 0.0
         for s in sets:
             sub = [e for e in examples if e.source == s]
             ok = [e for e in sub if not e.failed]
@@ -212,14 +229,9 @@ def rule_stats(examples: Sequence[Example], sets: Sequence[str]) -> dict[str, di
             f_ok = sum(name in e.rules for e in ok)
             f_bad = sum(name in e.rules for e in bad)
             per[s] = {"successful": len(ok), "fired_on_successful": f_ok, "failed": len(bad), "fired_on_failed": f_bad}
-            w = 1.0 / max(1, len(sub))
-            num += w * f_bad
-            den += w * (f_ok + f_bad)
-        fired = sum(v["fired_on_successful"] + v["fired_on_failed"] for v in per.values())
-        # the equally weighted precision, with PRIOR_RUNS pseudo-runs at 0.5 (a handful of firings say little)
-        precision = (num / den * fired + 0.5 * PRIOR_RUNS) / (fired + PRIOR_RUNS) if den else 0.5
+        fired, precision = rule_precision(per)
         worst = max((v["fired_on_successful"] / v["successful"] for v in per.values() if v["successful"]), default=0.0)
-        out[name] = {"sets": per, "fired": fired, "p_run_failed": round(precision, 4),
+        out[name] = {"sets": per, "fired": fired, "precision": None if precision is None else round(precision, 4),
                      "max_false_alarm_rate": round(worst, 4), "demoted": worst > MAX_FALSE_ALARM_RATE}
     return out
 
@@ -389,20 +401,34 @@ class RunScorer:
         return self.threshold_
 
     def rule_confidence(self, rule: str, confidence: float) -> tuple[float, dict[str, Any]]:
-        """A rule finding's confidence after the real-run measurement, and what to add to its details.
+        """A rule finding's confidence as P(run failed | it fired), estimated on the training sets,
+        and what to add to its details.
 
-        Every measured rule's finding carries ``p_run_failed`` (P(run failed | it fired) on the
-        training sets); a demoted rule (it raised a failure on more than
-        :data:`MAX_FALSE_ALARM_RATE` of a training set's successful runs) keeps at most that.
+        The estimate is the mean of a Beta posterior: the finding's own ``confidence`` as the
+        prior, worth :data:`PRIOR_RUNS` firings, updated by the rule's firings on the training sets'
+        runs (:func:`rule_precision`): ``(n·precision + PRIOR_RUNS·confidence) / (n + PRIOR_RUNS)``.
+        Details gain ``p_run_failed`` (the estimate) and ``measured`` (``fired``, ``precision``); a
+        demoted rule's also ``demoted``, and :func:`model.diagnosis.fuse` keeps such a finding a
+        signal whatever its confidence. A rule never seen on a training set keeps its confidence.
         """
         st = self.rule_stats_.get(rule)
         if st is None:
             return confidence, {}
-        extra: dict[str, Any] = {"p_run_failed": st["p_run_failed"]}
+        fired, precision = rule_precision(st["sets"])
+        estimate = confidence if precision is None else (fired * precision + PRIOR_RUNS * confidence) / (
+            fired + PRIOR_RUNS)
+        estimate = round(float(estimate), 4)
+        extra: dict[str, Any] = {"p_run_failed": estimate, "measured": {
+            "fired": fired, "precision": None if precision is None else round(precision, 4), "prior": confidence}}
         if st["demoted"]:
-            extra["demoted"] = {"max_false_alarm_rate": st["max_false_alarm_rate"], "confidence": confidence}
-            return min(confidence, float(st["p_run_failed"])), extra
-        return confidence, extra
+            extra["demoted"] = {"max_false_alarm_rate": st["max_false_alarm_rate"]}
+        return estimate, extra
+
+    def rule_raises(self, rule: str, confidence: float, threshold: float = 0.5) -> bool:
+        """Whether a finding of ``rule`` at ``confidence`` is still a failure after the estimate
+        (:meth:`rule_confidence`: at or above ``threshold``, and the rule not demoted)."""
+        estimate, extra = self.rule_confidence(rule, confidence)
+        return estimate >= threshold and "demoted" not in extra
 
     # ---- persistence ----------------------------------------------------------------------
 
@@ -471,4 +497,4 @@ class RunScorer:
             raise InputError(f"{p}: not a run scorer ({exc})", path=str(p)) from exc
 
 
-__all__ = ["ARTIFACT", "ATTRIBUTION_FEATURES", "auroc", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
+__all__ = ["ARTIFACT", "ATTRIBUTION_FEATURES", "auroc", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "PRIOR_RUNS", "rule_precision", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
