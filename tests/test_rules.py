@@ -469,6 +469,29 @@ def test_interleaved_identical_calls_still_loop() -> None:
     assert [(f.step, f.details["tool"]) for f in found] == [(9, "a"), (11, "b")]
 
 
+def test_a_call_repeated_after_other_work_is_no_loop_but_a_short_cycle_is() -> None:
+    """What real runs showed: resolved mini-SWE-agent runs rerun ``python reproduce_issue.py`` or
+    re-read a file with the same output, 4–47 calls apart (26 of 371 resolved runs flagged); the
+    τ-airline loops (failed runs) repeat 1–2 calls apart."""
+
+    def run(between: int, rounds: int = 3) -> Trace:
+        b = TraceBuilder(seed=0)
+        for k in range(rounds):
+            c = b.call("bash", {"command": "python reproduce_issue.py"})
+            b.result(c, "AssertionError: 1 != 2")
+            for j in range(between):
+                c = b.call("bash", {"command": f"sed -n '{k * 10 + j},+5p' models.py"})
+                b.result(c, f"line {k} {j}")
+        return b.build()
+
+    assert [f.details["count"] for f in LoopRule().inspect(run(0))] == [3]
+    assert [f.details["count"] for f in LoopRule().inspect(run(2))] == [3]  # a cycle of three calls
+    assert LoopRule().inspect(run(3)) == []  # three other calls in between: rerun after other work
+    assert LoopRule(cycle=4).inspect(run(3)) != []
+    with pytest.raises(InputError, match="loop.cycle must be an integer >= 1; got 0"):
+        LoopRule(cycle=0).inspect(run(0))
+
+
 # ---------------------------------------------------------------------- ignored error
 
 
