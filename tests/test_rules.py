@@ -866,3 +866,25 @@ def test_a_refusal_the_instructions_require_is_a_signal() -> None:
     # no instruction forbids it: a refusal
     (g,) = RefusalRule().inspect(_chat(*asked, no))
     assert g.confidence >= THRESHOLD and g.details["policy_required"] is False
+
+
+def test_a_malformed_call_the_agent_corrected_is_a_signal() -> None:
+    """What real runs showed: the AgentProcessBench search agent sent cut-off JSON, got an error,
+    called again and answered right (2 of 134 successful runs flagged)."""
+    b = TraceBuilder(seed=0)
+    b.user("When was the Battle of Manila?")
+    bad = b.call("search", None, raw_args='{"query_list": ["Battle of Manila 1898 date"]')
+    b.result(bad, '{"error": "missing query_list/query"}')
+    (f,) = MalformedCallRule().inspect(b.build())
+    assert f.confidence == 0.95 and "recovered" not in f.details  # not corrected (yet): a failure
+    c = b.call("search", {"query_list": ["Battle of Manila 1898 date"]})
+    b.result(c, '{"results": ["The Battle of Manila was fought on 13 August 1898."]}')
+    b.final("13 August 1898.")
+    t = b.build()
+    (f,) = MalformedCallRule().inspect(t)
+    second = next(i for i, s in enumerate(t.steps) if s.call_id == c and s.kind.value == "tool_call")
+    assert f.confidence == RECOVERED_CONFIDENCE and f.details["recovered_by_step"] == second
+    assert [g.confidence for g in MalformedCallRule().inspect_steps(t)] == [0.95]
+    from model.labelling.functions import apply_lfs
+
+    assert any(v.lf == "malformed_call" and v.confidence == 0.95 for v in apply_lfs(t))

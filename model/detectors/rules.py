@@ -574,12 +574,41 @@ def schema_problems(value: Any, schema: dict[str, Any], path: str = "", depth: i
 class MalformedCallRule(_Rule):
     """A tool call whose arguments are not valid JSON (0.95), not a JSON object (0.9), break the
     tool's JSON Schema when the trace carries tool definitions (0.9), or name a tool the trace's
-    definitions don't have (0.4, a signal). The finding is on the call step."""
+    definitions don't have (0.4, a signal). The finding is on the call step.
+
+    A malformed call the agent then corrected — a later call of the same tool got a result that
+    did not fail — is a signal (:data:`RECOVERED_CONFIDENCE`, ``details.recovered``), as a failed
+    tool step recovered by a later success is: on real runs the AgentProcessBench search agent sent
+    cut-off JSON, got ``{"error": "missing query_list/query"}``, called again and answered right
+    (2 of 134 successful runs flagged)."""
 
     name: ClassVar[str] = "malformed_call"
     kinds: ClassVar[tuple[FailureKind, ...]] = (FailureKind.MALFORMED_CALL,)
 
     def inspect(self, trace: Trace) -> list[Finding]:
+        out = self._inspect(trace)
+        if not out:
+            return out
+        graph = ExecutionGraph.from_trace(trace, data_flow=False)
+        last_ok: dict[str, int] = {}  # tool → its last call whose result did not fail
+        for c, r in graph.result_of_call.items():
+            if r not in graph.failures and c not in graph.failures:
+                tool = trace.steps[c].tool_name or ""
+                last_ok[tool] = max(last_ok.get(tool, -1), c)
+        for f in out:
+            assert f.step is not None
+            later = last_ok.get(trace.steps[f.step].tool_name or "", -1)
+            if later > f.step and f.confidence > RECOVERED_CONFIDENCE:
+                f.confidence = RECOVERED_CONFIDENCE
+                f.details["recovered"] = True
+                f.details["recovered_by_step"] = later
+        return out
+
+    def inspect_steps(self, trace: Trace) -> list[Finding]:
+        """Every malformed call, corrected later or not (the step-level fact: labelling votes it)."""
+        return self._inspect(trace)
+
+    def _inspect(self, trace: Trace) -> list[Finding]:
         tools = {t.name: t for t in trace.tools}
         out: list[Finding] = []
         for i, s in enumerate(trace.steps):

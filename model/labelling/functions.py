@@ -87,6 +87,11 @@ HEURISTIC_LFS: dict[str, Callable[[Trace], list[Vote]]] = {
 }
 
 
+#: LF settings that vote on step-level facts rather than the diagnosis's judgement of the run:
+#: any identical repeat (the diagnosis counts only short cycles, model.detectors.rules.LoopRule).
+STEP_LEVEL_PARAMS: dict[str, dict[str, Any]] = {"loop": {"cycle": 1 << 30}}
+
+
 def lf_names() -> list[str]:
     return [n for n in RULE_LFS if n in TRACE_DETECTORS] + list(HEURISTIC_LFS)
 
@@ -102,7 +107,11 @@ def apply_lfs(trace: Trace, *, allowed_tools: list[str] | None = None) -> list[V
             if allowed_tools is None:
                 continue
             params["allowed_tools"] = allowed_tools
-        for f in make_detector(name, **params).inspect(trace):
+        params |= STEP_LEVEL_PARAMS.get(name, {})
+        det = make_detector(name, **params)
+        # the step-level fact the generator plants (a malformed call, corrected later or not)
+        inspect = getattr(det, "inspect_steps", det.inspect)
+        for f in inspect(trace):
             if f.step is None:
                 continue
             votes.append(Vote(name, f.kind, f.step, trace.steps[f.step].source_index, f.confidence))
