@@ -888,3 +888,28 @@ def test_a_malformed_call_the_agent_corrected_is_a_signal() -> None:
     from model.labelling.functions import apply_lfs
 
     assert any(v.lf == "malformed_call" and v.confidence == 0.95 for v in apply_lfs(t))
+
+
+def test_a_refusal_weighed_as_an_option_or_followed_by_more_work_is_a_signal() -> None:
+    """What real runs showed: a resolved mini-SWE-agent run reasoned "If I am strictly forbidden from
+    modifying tests, I cannot complete the task …" and went on working."""
+
+    def run(text: str, *, more_work: bool) -> Trace:
+        b = TraceBuilder(seed=0)
+        b.user("Fix the bug in Permutation.")
+        b.say(text)
+        if more_work:
+            c = b.call("bash", {"command": "python -m pytest sympy/combinatorics"})
+            b.result(c, "1 failed")
+        return b.build()
+
+    plain = "I cannot complete the task of allowing non-disjoint cycles."
+    (f,) = RefusalRule().inspect(run(plain, more_work=False))
+    assert f.confidence == 0.9
+    (f,) = RefusalRule().inspect(run("If I am strictly forbidden from modifying tests, " + plain[0].lower() + plain[1:],
+                                     more_work=False))
+    assert f.confidence == 0.4 and f.details["hypothetical"] is True
+    (f,) = RefusalRule().inspect(run(plain, more_work=True))
+    assert f.confidence == 0.4 and f.details["went_on"] is True
+    (f,) = RefusalRule().inspect(run("如果不能修改测试，我无法完成这个任务。", more_work=False))
+    assert f.details["hypothetical"] is True

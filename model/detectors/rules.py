@@ -448,7 +448,10 @@ class RefusalRule(_Rule):
     self-correction) are not refusals; a refusal phrase followed by an answer ("…, but here is …")
     or explained by a failure ("… because the service is down") is dropped to a 0.4 signal, and so
     is a refusal the agent's own instructions require (:func:`policy_required`: τ-bench airline's
-    policy forbids changing a basic-economy flight, and a successful run says no).
+    policy forbids changing a basic-economy flight, and a successful run says no), one in a sentence
+    that opens a condition ("If I may not modify the tests, I cannot complete the task …",
+    ``details.hypothetical``), and one after which the agent goes on calling tools before the user
+    speaks again (``details.went_on``: it did not decline the task; a resolved mini-SWE-agent run).
     """
 
     name: ClassVar[str] = "refusal"
@@ -469,11 +472,30 @@ class RefusalRule(_Rule):
             answered = _ANSWER_FOLLOWS.search(rest) is not None
             reason = _FAILURE_REASON.search(s.content[: self._SCAN]) is not None
             policy = policy_required(trace, s.content[: self._SCAN])
-            conf = 0.4 if answered or reason or policy else 0.9
+            sentence = re.split(r"[.!?\n。！？]", head[: m.start()])[-1]
+            hypothetical = _CONDITIONAL.search(sentence) is not None
+            went_on = _works_on(trace, i)
+            conf = 0.4 if answered or reason or policy or hypothetical or went_on else 0.9
             details = {"pattern": m.group(0), "answer_follows": answered, "failure_given": reason,
-                       "policy_required": policy}
+                       "policy_required": policy, "hypothetical": hypothetical, "went_on": went_on}
             out.append(_finding(self, trace, i, FailureKind.REFUSAL, conf, _excerpt(s.content), details))
         return out
+
+
+#: A sentence that opens a condition: "If I may not modify the tests, I cannot complete …" weighs
+#: an option, it declines nothing (a resolved mini-SWE-agent run's reasoning).
+_CONDITIONAL = re.compile(r"^\s*(?:if|unless|even if|assuming|suppose)\b|如果|假如", re.IGNORECASE)
+
+
+def _works_on(trace: Trace, i: int) -> bool:
+    """Whether the agent calls a tool after message ``i`` before the user speaks again: it went on
+    with the task, so whatever it said it could not do, it did not decline the task."""
+    for s in trace.steps[i + 1 :]:
+        if s.kind is StepKind.USER_INPUT:
+            return False
+        if s.kind is StepKind.TOOL_CALL:
+            return True
+    return False
 
 
 _PROHIBITION = re.compile(
