@@ -52,6 +52,11 @@ _EXCEPTION = re.compile(
     r"(?m)^\s*(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|Fault))(?::\s|\s*$)"
 )
 _ERROR_PREFIX = re.compile(r"(?im)^\s*(?:error|fatal|exception|failed|failure)\s*[:!]")
+#: An explicit zero exit status at a result's head or tail ("<returncode>0</returncode>",
+#: "exit code 0", "Exit status: 0"): the command ran; error-like text in its output is data (a diff,
+#: a source listing, a script printing the bug it reproduces), not the tool failing.
+_EXIT_ZERO = re.compile(
+    r"(?i)\b(?:return[ _]?code|exit[ _]?(?:code|status))\W{0,3}(?:is\W{0,2})?0(?![\d.])")
 _HTTP_CODE = re.compile(
     r"\b(?:HTTP(?:/\d(?:\.\d)?)?|status(?:[ _-]?code)?|error(?:[ _-]?code)?|code)\s*[:=]?\s*[\"']?([45]\d\d)\b",
     re.IGNORECASE,
@@ -269,6 +274,8 @@ def _step_failure(step: Step) -> StepFailure | None:
     'tool_error'
     >>> step_failure(Step(kind="tool_result", content='{"results": []}')) is None
     True
+    >>> step_failure(Step(kind="tool_result", content="<returncode>0</returncode>\\nError: bug reproduced")) is None
+    True
     """
     if step.kind not in (StepKind.TOOL_RESULT, StepKind.ERROR, StepKind.TOOL_CALL):
         return None
@@ -313,6 +320,8 @@ def _step_failure(step: Step) -> StepFailure | None:
         what, code = env
         kind = _specific_kind(scan, code, step.error_type) or generic
         return done(kind, 0.9, f"envelope ({what})", code)
+    if _EXIT_ZERO.search(text[:200]) or _EXIT_ZERO.search(text[-200:]):
+        return None
     if _TRACEBACK.search(head):
         code = _http_code(head)
         return done(_specific_kind(head, code, step.error_type) or generic, 0.9, "traceback", code)
