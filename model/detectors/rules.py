@@ -598,8 +598,8 @@ class MalformedCallRule(_Rule):
     tool's JSON Schema when the trace carries tool definitions (0.9), or name a tool the trace's
     definitions don't have (0.4, a signal). The finding is on the call step.
 
-    A malformed call the agent then corrected — a later call of the same tool got a result that
-    did not fail — is a signal (:data:`RECOVERED_CONFIDENCE`, ``details.recovered``), as a failed
+    A malformed call the agent then corrected — a later call of the same tool, before the user
+    speaks again, got a result that did not fail — is a signal (:data:`RECOVERED_CONFIDENCE`, ``details.recovered``), as a failed
     tool step recovered by a later success is: on real runs the AgentProcessBench search agent sent
     cut-off JSON, got ``{"error": "missing query_list/query"}``, called again and answered right
     (2 of 134 successful runs flagged)."""
@@ -612,15 +612,17 @@ class MalformedCallRule(_Rule):
         if not out:
             return out
         graph = ExecutionGraph.from_trace(trace, data_flow=False)
-        last_ok: dict[str, int] = {}  # tool → its last call whose result did not fail
-        for c, r in graph.result_of_call.items():
-            if r not in graph.failures and c not in graph.failures:
-                tool = trace.steps[c].tool_name or ""
-                last_ok[tool] = max(last_ok.get(tool, -1), c)
+        steps = trace.steps
+        ok_calls = sorted(c for c, r in graph.result_of_call.items()
+                          if r not in graph.failures and c not in graph.failures)
         for f in out:
             assert f.step is not None
-            later = last_ok.get(trace.steps[f.step].tool_name or "", -1)
-            if later > f.step and f.confidence > RECOVERED_CONFIDENCE:
+            tool = steps[f.step].tool_name or ""
+            # corrected in the same turn: before the user speaks again (a new task may call it anew)
+            turn_end = next((j for j in range(f.step + 1, len(steps)) if steps[j].kind is StepKind.USER_INPUT),
+                            len(steps))
+            later = next((c for c in ok_calls if f.step < c < turn_end and (steps[c].tool_name or "") == tool), None)
+            if later is not None and f.confidence > RECOVERED_CONFIDENCE:
                 f.confidence = RECOVERED_CONFIDENCE
                 f.details["recovered"] = True
                 f.details["recovered_by_step"] = later
