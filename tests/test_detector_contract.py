@@ -118,7 +118,7 @@ def test_healthy_traces_give_valid_findings_and_no_rule_failures(cls: type[Any])
 
 
 def test_inspect_with_non_default_params_where_there_are_some() -> None:
-    samples: dict[str, dict[str, Any]] = {"disallowed_tool": {"allowed_tools": ["search"]}, "loop": {"repeats": 2}}
+    samples: dict[str, dict[str, Any]] = {"disallowed_tool": {"allowed_tools": ["search"]}, "loop": {"repeats": 2, "cycle": 5}}
     for name, params in samples.items():
         cls = TRACE_DETECTORS[name]
         det = cls(**params)
