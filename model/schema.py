@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from model.kinds import FailureKind
 
@@ -76,11 +76,34 @@ class Step(_Model):
 
 
 class ToolDefinition(_Model):
-    """A tool the agent was given; ``parameters`` is its JSON Schema when the input carries it."""
+    """A tool the agent was given; ``parameters`` is its JSON Schema when the input carries it.
+
+    Also read as the providers write them: OpenAI's ``{"type": "function", "function": {name,
+    description, parameters}}`` and Anthropic's ``{name, description, input_schema}``.
+
+    >>> ToolDefinition.model_validate({"type": "function", "function": {"name": "search"}}).name
+    'search'
+    >>> ToolDefinition.model_validate({"name": "f", "input_schema": {"type": "object"}}).parameters
+    {'type': 'object'}
+    """
 
     name: str
     description: str = ""
     parameters: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _provider_shapes(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "name" not in data and isinstance(data.get("function"), dict) and data.get("type", "function") == "function":
+            extra = sorted(set(data) - {"type", "function"})
+            fn = {k: v for k, v in data["function"].items() if k != "strict"}  # OpenAI's, no bearing here
+            return {**fn, **{k: data[k] for k in extra}}  # an unknown key stays an error
+        if "input_schema" in data and "parameters" not in data:
+            out = {k: v for k, v in data.items() if k not in ("input_schema", "type", "cache_control")}
+            return {**out, "parameters": data["input_schema"]}
+        return data
 
 
 class LabelSource(StrEnum):

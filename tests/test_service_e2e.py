@@ -147,6 +147,28 @@ def test_appends_name_the_source_index_of_each_message(server: tuple[LiveServer,
         assert (r.appended, r.source_indices) == ([4, 5], [2, 3])
 
 
+def test_tools_in_the_providers_own_shapes_are_read(server: tuple[LiveServer, dict[str, str]]) -> None:
+    """OpenAI's ``{"type": "function", "function": {…}}`` and Anthropic's ``input_schema`` tool
+    definitions (a 422 before), so a call that breaks the schema is found either way."""
+    srv, keys = server
+    h = {"Authorization": f"Bearer {keys['acme']}"}
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    shapes = {"openai": {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+                                                          "parameters": schema, "strict": True}},
+              "anthropic": {"name": "get_weather", "description": "Weather.", "input_schema": schema}}
+    for name, tool in shapes.items():
+        r = httpx.post(f"{srv.url}/v1/sessions/tools-{name}/steps", headers=h, json={
+            "tools": [tool],
+            "messages": [{"role": "user", "content": "Weather in Oslo?"}, _call(0, "get_weather", '{"town": "Oslo"}')]})
+        assert r.status_code == 200, r.text
+        kinds = {f["kind"] for f in r.json()["failures"] + r.json()["signals"]}
+        assert "malformed_call" in kinds, (name, r.json())
+    r = httpx.post(f"{srv.url}/v1/sessions/tools-bad/steps", headers=h, json={
+        "tools": [{"type": "function", "function": {"name": "f", "colour": "red"}}],
+        "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 422 and "colour" in r.text
+
+
 def test_budget_spent_ends_in_human_handoff(server: tuple[LiveServer, dict[str, str]]) -> None:
     srv, keys = server
     opts = {"fallback_models": ["gpt-small"]}
