@@ -60,6 +60,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
 import re2
 
 from model.schema import Step, Trace
@@ -165,6 +167,17 @@ _VALUE = (
 _ASSIGN: tuple[tuple[bytes, re.Pattern[bytes]], ...] = tuple(
     (w.encode(), re.compile((re.escape(w) + suffix + _VALUE).encode())) for w, suffix in _SECRET_WORDS
 )
+# _VALUE cut in two for the bulk path (below): what comes before the value (its opening quote
+# too) and the value. The value's first character decides the alternative as in _VALUE: a value
+# after a quote is the quoted one (the character before the value is a quote only then).
+_VALUE_HEAD = r"[\"']?[ \t]{0,8}+[:=][ \t]{0,8}+(?!\"?'?\[(?:redacted:|[a-z_]+:[0-9a-f]{12}\]))(?:\"|'|)"
+# A quoted value with no backslash is one run of a character class (fast: one step per run, not one
+# alternation per character); one with a backslash among its first 4096 characters is the
+# original (the run stops there, the look-ahead fails, the next alternative gives _VALUE's value).
+_VALUE_BODY = (
+    r"(?:(?<=\")[^\"\\\r\n]{1,4096}+(?!\\)|(?<=\")(?:[^\"\\\r\n]|\\.){1,4096}+"
+    r"|(?<=')[^'\r\n]{1,4096}+|[^\s\"',;&}\])]{4,}+)"
+)
 _SENSITIVE_KEY = re.compile(
     r"(?i)(?:password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|account[_\-]?key|"
     r"private[_\-]?key|credentials?|connection[_\-]?string|authorization|cookie)"
@@ -243,7 +256,8 @@ Span = tuple[int, int, str]  # start, end, rule label
 _WORDS: tuple[bytes, ...] = (b"bearer", b"basic", b"cookie", *(w for w, _ in _ASSIGN))
 
 #: Longer texts are asked which anchors they hold in one pass of RE2's DFA (below); shorter ones
-#: by a substring test per anchor (cheap there, and no per-call overhead).
+#: by a substring test per anchor (cheap there, and no per-call overhead). Longer texts take the
+#: bulk path too (below: no Python work per match).
 _LONG = 65536
 
 
@@ -428,6 +442,277 @@ def _merge(spans: list[Span]) -> list[Span]:
     return out
 
 
+# --- The bulk path: texts over _LONG characters -------------------------------------------------
+#
+# Same rules, same spans, but no Python work per match: each pattern's matches come out of one
+# ``split`` (C) as the lengths of the pieces, the checks after a match (an e-mail's local part, a
+# card's network and Luhn digit, an SSN's ranges, an AWS key's mixed case) run in numpy over all
+# candidates at once, spans are merged in numpy, and a mask-mode ASCII text is rebuilt in numpy.
+# tests/test_redaction.py checks that it gives what the exact path above gives, text for text.
+
+Ints = npt.NDArray[np.int64]
+
+#: Label of each priority (the index is the priority: lower wins when secrets overlap).
+_LABELS: tuple[str, ...] = tuple(_PRIORITY)
+_P_EMAIL = _PRIORITY["email"]
+
+
+def _groups(*parts: str) -> str:
+    return "".join(f"({p})" for p in parts)
+
+
+def _split_spans(pattern: re.Pattern[Any], subject: Any, group: int) -> tuple[Ints, Ints]:
+    """Start and end of ``group`` in each match of ``pattern``, whose groups must cover each match
+    whole and always take part (so the pieces ``split`` returns add up to the subject)."""
+    parts = pattern.split(subject)
+    k = pattern.groups + 1
+    m = (len(parts) - 1) // k
+    if not m:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    bounds = np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)))
+    return bounds[group - 1 : m * k : k], bounds[group : m * k + 1 : k]
+
+
+def _bulk_word(word: str, suffix: str) -> re.Pattern[bytes]:
+    return re.compile(_groups(re.escape(word) + suffix + _VALUE_HEAD, _VALUE_BODY).encode())
+
+
+_B_KEYS = tuple((needles, re.compile(_groups(p.pattern))) for needles, p in _KEYS)
+_B_PEM = re.compile(_groups(_PEM.pattern))
+_B_URL = re.compile(_groups(r"://[^\s:/?#@]++:", r"[^\s@/?#]++", "@"))
+_B_EMAIL = re.compile(_groups(_EMAIL_DOMAIN.pattern))
+_B_BEARER = re.compile(_groups(r"bearer(?<![a-z]bearer)[ \t]{1,8}+", r"[a-z0-9\-._~+/]{8,}+=*+").encode())
+_B_BASIC = re.compile(
+    _groups(r"basic(?<![a-z]basic)[ \t]{1,8}+", r"[a-z0-9+/]{4,}+={0,2}+(?![a-z0-9+/=])").encode()
+)
+_B_COOKIE = re.compile(
+    _groups(r"cookie(?<![a-z]cookie)[ \t]{0,8}+:[ \t]{0,8}+", r"[^\s=;\":]{1,256}+=[^\r\n\"]*+").encode()
+)
+_B_ASSIGN = tuple((w.encode(), _bulk_word(w, suffix)) for w, suffix in _SECRET_WORDS)
+_B_AWS = re.compile(_groups(_AWS_RUN.pattern.decode()).encode())
+_B_CARD = re.compile(_groups(_CARD.pattern.decode()).encode())
+_B_SSN = re.compile(_groups(_SSN.pattern.decode()).encode())
+
+#: A flood: more than this many candidates of one rule, at least one per 64 characters.
+_FLOOD = 4096
+_FLOOD_EVERY = 64
+
+
+def _lut(chars: bytes) -> npt.NDArray[np.bool_]:
+    table = np.zeros(256, bool)
+    table[np.frombuffer(chars, np.uint8)] = True
+    return table
+
+
+_LOCAL_CHARS = _lut(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-")
+_UPPER, _LOWER, _DIGIT = (_lut(bytes(range(a, b + 1))) for a, b in ((65, 90), (97, 122), (48, 57)))
+
+
+def _gather(codes: npt.NDArray[np.uint8], starts: Ints, width: int) -> npt.NDArray[np.uint8]:
+    """``codes[start : start + width]`` for each start, one row each (zeros past the end)."""
+    padded = np.concatenate((codes, np.zeros(width, np.uint8)))
+    return np.lib.stride_tricks.sliding_window_view(padded, width)[starts]
+
+
+def _email_starts(codes: npt.NDArray[np.uint8], at: Ints) -> Ints:
+    """Where the address whose domain starts at each ``at`` (its "@") starts: up to 64 local-part
+    characters before it (``at`` itself where there are none)."""
+    bad = np.flatnonzero(~_LOCAL_CHARS[codes])
+    k = np.searchsorted(bad, at)
+    last = np.where(k > 0, bad[np.maximum(k - 1, 0)] if len(bad) else -1, -1)
+    return at - np.minimum(at - last - 1, 64)
+
+
+#: A digit's share of the Luhn sum: digits 0–9 as they are, 10–19 doubled (an odd rank from the right).
+_LUHN = np.array([*range(10), *(2 * d - 9 if d > 4 else 2 * d for d in range(10))], np.int8)
+
+
+def _cards_ok(codes: npt.NDArray[np.uint8], starts: Ints, ends: Ints) -> npt.NDArray[np.bool_]:
+    """:func:`_card_network` and :func:`_luhn_ok` of every candidate at once (13–19 digits, spaces
+    or dashes between groups: at most 23 characters)."""
+    c = _gather(codes, starts, 23)
+    is_digit = _DIGIT[c] & (np.arange(23) < (ends - starts)[:, None])
+    d = np.where(is_digit, c - 48, 0).astype(np.int8)
+    n = is_digit.sum(axis=1, dtype=np.int16)
+    rank = n[:, None] - np.cumsum(is_digit, axis=1, dtype=np.int16)  # digits to the right of each
+    luhn = _LUHN[(rank & 1).astype(np.int8) * 10 + d].sum(axis=1, dtype=np.int16) % 10 == 0
+    four = d[:, :4].astype(np.int16) @ np.array([1000, 100, 10, 1], np.int16)  # candidates start with 4 digits
+    two, three = four // 100, four // 10
+    n16_19 = (n >= 16) & (n <= 19)
+    network = np.select(
+        [
+            d[:, 0] == 4,
+            ((two >= 51) & (two <= 55)) | ((four >= 2221) & (four <= 2720)),
+            (two == 34) | (two == 37),
+            (four == 6011) | (two == 65) | ((three >= 644) & (three <= 649)),
+            (four >= 3528) & (four <= 3589),
+            (two == 36) | (two == 38) | (two == 39) | ((three >= 300) & (three <= 305)),
+            (two == 62) | (two == 81),
+        ],
+        [(n == 13) | (n == 16) | (n == 19), n == 16, n == 15, n16_19, n16_19, (n >= 14) & (n <= 19), n16_19],
+        False,
+    )
+    return np.asarray(network & luhn, bool)
+
+
+def _ssns_ok(codes: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.bool_]:
+    """The SSA's ranges of every ``ddd-dd-dddd`` candidate at once (as in :func:`_find_spans`)."""
+    d = _gather(codes, starts, 11).astype(np.int16) - 48
+    area = d[:, 0] * 100 + d[:, 1] * 10 + d[:, 2]
+    group = d[:, 4] * 10 + d[:, 5]
+    serial = d[:, 7] * 1000 + d[:, 8] * 100 + d[:, 9] * 10 + d[:, 10]
+    return np.asarray((area != 0) & (area != 666) & (d[:, 0] != 9) & (group != 0) & (serial != 0), bool)
+
+
+def _aws_mixed(codes: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.bool_]:
+    """:data:`_AWS_MIXED` of every 40-character run at once: an upper, a lower and a digit."""
+    c = _gather(codes, starts, 40)
+    return np.asarray(_UPPER[c].any(axis=1) & _LOWER[c].any(axis=1) & _DIGIT[c].any(axis=1), bool)
+
+
+def _flood(count: int, length: int) -> bool:
+    return count > _FLOOD and count * _FLOOD_EVERY >= length
+
+
+class _Found:
+    """Spans found by the bulk path: arrays of starts, ends and priorities; e-mails apart."""
+
+    def __init__(self) -> None:
+        self.starts: list[Ints] = []
+        self.ends: list[Ints] = []
+        self.prios: list[Ints] = []
+
+    def add(self, starts: Ints, ends: Ints, label: str) -> None:
+        if len(starts):
+            self.starts.append(starts)
+            self.ends.append(ends)
+            self.prios.append(np.full(len(starts), _PRIORITY[label], np.int64))
+
+    def arrays(self) -> tuple[Ints, Ints, Ints]:
+        if not self.starts:
+            empty = np.empty(0, np.int64)
+            return empty, empty, empty
+        return np.concatenate(self.starts), np.concatenate(self.ends), np.concatenate(self.prios)
+
+
+def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints]:
+    """:func:`_find_spans` for a long text, as arrays (starts, ends, priorities), unordered."""
+    found = _Found()
+    has = _Anchors(text)
+    api, bearer = "api_key" in rules, "bearer" in rules
+    if api:
+        if has.has("pem", "PRIVATE KEY-----"):
+            found.add(*_split_spans(_B_PEM, text, 1), "private_key")
+        for i, (needles, pattern) in enumerate(_B_KEYS):
+            if has.key(i, needles):
+                found.add(*_split_spans(pattern, text, 1), "api_key")
+    if "url_password" in rules and has.has("url", "://"):
+        found.add(*_split_spans(_B_URL, text, 2), "password")
+    raw = text.encode("ascii", "replace")
+    codes = np.frombuffer(raw, np.uint8)
+    if "email" in rules and has.has("email", "@"):
+        at, end = _split_spans(_B_EMAIL, text, 1)
+        if len(at):
+            start = _email_starts(codes, at)
+            keep = start < at  # "@app.route" is a decorator, not an address
+            found.add(start[keep], end[keep], "email")
+    if (api or bearer) and has.any_word(_WORDS):
+        low = raw.lower()
+        if bearer:
+            if has.word(b"bearer", low):
+                found.add(*_split_spans(_B_BEARER, low, 2), "bearer")
+            if has.word(b"basic", low):
+                starts, ends = _split_spans(_B_BASIC, low, 2)
+                if not _flood(len(starts), len(text)):
+                    # the exact check (a base64 decoding each) for what is not a flood; a flood of
+                    # candidates is masked whole (the module docstring says what that loses)
+                    ok = [_basic_credentials(text[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+                    starts, ends = starts[ok], ends[ok]
+                found.add(starts, ends, "basic_auth")
+            if has.word(b"cookie", low):
+                found.add(*_split_spans(_B_COOKIE, low, 2), "cookie")
+        if api:
+            for word, bpattern in _B_ASSIGN:
+                if has.word(word, low):
+                    found.add(*_split_spans(bpattern, low, 2), "api_key")
+    if api:
+        starts, _ = _split_spans(_B_AWS, (b"." + raw + b".").translate(_B64_VIEW), 1)
+        if len(starts):
+            starts = starts[_aws_mixed(codes, starts)]
+            found.add(starts, starts + 40, "api_key")
+    if "card" in rules or "ssn" in rules:
+        digits = raw.translate(_DIGIT_VIEW)
+        if "card" in rules and b"0000" in digits:
+            starts, ends = _split_spans(_B_CARD, digits, 1)
+            if len(starts):
+                ok = _cards_ok(codes, starts, ends)
+                found.add(starts[ok], ends[ok], "card")
+        if "ssn" in rules and b"000m00m0000" in digits:
+            starts, ends = _split_spans(_B_SSN, digits, 1)
+            if len(starts):
+                ok = _ssns_ok(codes, starts)
+                found.add(starts[ok], ends[ok], "ssn")
+    return found.arrays()
+
+
+def _merge_sorted(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, Ints]:
+    """:func:`_merge`'s first loop over spans sorted by start: a span that starts before the ends
+    of all before it joins their group; a group keeps its highest priority (lowest number)."""
+    if len(starts) < 2:
+        return starts, ends, prios
+    reach = np.maximum.accumulate(ends)
+    first = np.flatnonzero(np.concatenate(([True], starts[1:] >= reach[:-1])))
+    if len(first) == len(starts):
+        return starts, ends, prios
+    return starts[first], np.maximum.reduceat(ends, first), np.minimum.reduceat(prios, first)
+
+
+def _merge_bulk(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, Ints]:
+    """:func:`_merge` on arrays: sorted, disjoint spans (same groups, same labels)."""
+    email = prios == _P_EMAIL
+    o = ~email
+    os_, oe, op = starts[o], ends[o], prios[o]
+    order = np.lexsort((oe, os_))
+    ms, me, mp = _merge_sorted(os_[order], oe[order], op[order])
+    es, ee = starts[email], ends[email]
+    if not len(es):
+        return ms, me, mp
+    order = np.lexsort((ee, es))
+    es, ee = es[order], ee[order]
+    if len(ms):  # an e-mail that overlaps another secret is dropped
+        i = np.searchsorted(ms, ee)  # spans starting before the e-mail ends
+        keep = (i == 0) | (me[np.maximum(i - 1, 0)] <= es)
+        es, ee = es[keep], ee[keep]
+    es, ee, ep = _merge_sorted(es, ee, np.full(len(es), _P_EMAIL, np.int64))
+    s, e, p = np.concatenate((ms, es)), np.concatenate((me, ee)), np.concatenate((mp, ep))
+    order = np.argsort(s, kind="stable")
+    return s[order], e[order], p[order]
+
+
+#: More spans than this in a mask-mode ASCII text: the output is rebuilt in numpy, not sliced.
+_FEW = 2000
+
+_MASK_BYTES = tuple(_MASK[label].encode() for label in _LABELS)
+
+
+def _mask_ascii(text: str, starts: Ints, ends: Ints, prios: Ints) -> str:
+    """Mask-mode output of an ASCII ``text`` in numpy: each span's first character becomes a byte
+    ≥ 0x80 naming its label (ASCII text holds none), the rest of the span is dropped, and each such
+    byte is replaced by its token."""
+    codes = np.frombuffer(text.encode("ascii"), np.uint8).copy()
+    n = len(codes)
+    edge = np.zeros(n + 1, np.int8)
+    edge[starts] += 1
+    edge[ends] -= 1  # spans are disjoint: starts are distinct, ends are too
+    keep = np.cumsum(edge[:n], dtype=np.int8) == 0
+    keep[starts] = True
+    codes[starts] = 0x80 + prios
+    out = codes[keep].tobytes()
+    for p in np.unique(prios).tolist():
+        out = out.replace(bytes((0x80 + p,)), _MASK_BYTES[p])
+    return out.decode("ascii")
+
+
 @dataclass(frozen=True)
 class Redactor:
     """Replace secrets and personal data in text and in JSON-like values.
@@ -471,17 +756,23 @@ class Redactor:
         """``text`` with every enabled rule's matches replaced (overlapping matches merge)."""
         if len(text) < _SHORTEST or not self.rules:
             return text
-        spans = _merge(_find_spans(text, self.rules))
-        if not spans:
+        if len(text) > _LONG:
+            b_starts, b_ends, prios = _merge_bulk(*_find_spans_bulk(text, self.rules))
+            if self.mode == "mask" and len(b_starts) > _FEW and text.isascii():
+                return _mask_ascii(text, b_starts, b_ends, prios)
+            starts, ends = b_starts.tolist(), b_ends.tolist()
+            labels = list(map(_LABELS.__getitem__, prios.tolist()))
+        else:
+            spans = _merge(_find_spans(text, self.rules))
+            starts, ends, labels = list(map(_FIRST, spans)), list(map(_SECOND, spans)), list(map(_THIRD, spans))
+        if not starts:
             return text
-        starts = list(map(_FIRST, spans))
-        ends = list(map(_SECOND, spans))
         gaps = list(map(text.__getitem__, map(slice, [0, *ends], [*starts, len(text)])))
         if self.mode == "mask":
-            tokens = list(map(_MASK.__getitem__, map(_THIRD, spans)))
+            tokens = list(map(_MASK.__getitem__, labels))
         else:
-            tokens = [self._token(s[2], text[s[0] : s[1]]) for s in spans]
-        out = [""] * (2 * len(spans) + 1)
+            tokens = [self._token(label, text[s:e]) for s, e, label in zip(starts, ends, labels, strict=True)]
+        out = [""] * (2 * len(starts) + 1)
         out[::2] = gaps
         out[1::2] = tokens
         return "".join(out)
