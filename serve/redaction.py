@@ -474,28 +474,43 @@ def _split_spans(pattern: re.Pattern[Any], subject: Any, group: int) -> tuple[In
 
 
 def _bulk_word(word: str, suffix: str) -> re.Pattern[bytes]:
-    return re.compile(_groups(re.escape(word) + suffix + _VALUE_HEAD, _VALUE_BODY).encode())
+    return re.compile(_groups(re.escape(word) + suffix + _VALUE_HEAD + _VALUE_BODY).encode())
 
 
 _B_KEYS = tuple((needles, re.compile(_groups(p.pattern))) for needles, p in _KEYS)
 _B_PEM = re.compile(_groups(_PEM.pattern))
 _B_URL = re.compile(_groups(r"://[^\s:/?#@]++:", r"[^\s@/?#]++", "@"))
-_B_EMAIL = re.compile(_groups(_EMAIL_DOMAIN.pattern))
-_B_BEARER = re.compile(_groups(r"bearer(?<![a-z]bearer)[ \t]{1,8}+", r"[a-z0-9\-._~+/]{8,}+=*+").encode())
-_B_BASIC = re.compile(
-    _groups(r"basic(?<![a-z]basic)[ \t]{1,8}+", r"[a-z0-9+/]{4,}+={0,2}+(?![a-z0-9+/=])").encode()
+# On the ASCII view (ASCII classes only). _EMAIL_DOMAIN with its first label outside the counted
+# group (a slow opcode in CPython's engine; the label is possessive, so the same either way), and
+# the common domain, a top-level label not followed by a dot, tried first without the group:
+# where it matches, _EMAIL_DOMAIN matches the same (no second label: no dot follows), and where
+# it does not, the group decides.
+_B_EMAIL = re.compile(
+    _groups(
+        r"@[A-Za-z0-9\-]{1,63}+\.(?:[A-Za-z]{2,63}+(?![A-Za-z0-9\-.])"
+        r"|(?:[A-Za-z0-9\-]{1,63}+\.){0,15}[A-Za-z]{2,63}+(?![A-Za-z0-9\-]))"
+    ).encode()
 )
-_B_COOKIE = re.compile(
-    _groups(r"cookie(?<![a-z]cookie)[ \t]{0,8}+:[ \t]{0,8}+", r"[^\s=;\":]{1,256}+=[^\r\n\"]*+").encode()
-)
+# The header rules and the assignments are matched whole (two pieces a match, not three: the
+# pieces are most of the cost in a flood); where the value starts is found in numpy (_skip).
+def _whole(pattern: re.Pattern[bytes]) -> re.Pattern[bytes]:
+    """``pattern`` with its groups made non-capturing, as one group (its class has no "(")."""
+    return re.compile(_groups(re.sub(r"(?<!\\)\((?!\?)", "(?:", pattern.pattern.decode())).encode())
+
+
+_B_BEARER, _B_BASIC, _B_COOKIE = _whole(_BEARER), _whole(_BASIC), _whole(_COOKIE)
 _B_ASSIGN = tuple((w.encode(), _bulk_word(w, suffix)) for w, suffix in _SECRET_WORDS)
 _B_AWS = re.compile(_groups(_AWS_RUN.pattern.decode()).encode())
 _B_CARD = re.compile(_groups(_CARD.pattern.decode()).encode())
+# A run of 20+ digits holds no card (no candidate starts inside a run: the look-behind; none at its
+# start: a candidate's groups are at most 19 digits and end where the digits do), so where _CARD
+# fails such a run is taken whole: the engine does not try a candidate at each of its digits.
+_B_CARD_RUNS = re.compile(_groups(_CARD.pattern.decode() + "|0{20,}+").encode())
 _B_SSN = re.compile(_groups(_SSN.pattern.decode()).encode())
 
-#: A flood: more than this many candidates of one rule, at least one per 64 characters.
+#: A flood of ``Basic`` anchors: more than this many, at least one per 256 characters.
 _FLOOD = 4096
-_FLOOD_EVERY = 64
+_FLOOD_EVERY = 256
 
 
 def _lut(chars: bytes) -> npt.NDArray[np.bool_]:
@@ -504,44 +519,99 @@ def _lut(chars: bytes) -> npt.NDArray[np.bool_]:
     return table
 
 
+_BLANK = _lut(b" \t")
+_NOT_SEPARATOR = ~_lut(b":=")
+_QUOTE = _lut(b"\"'")
+
+
+def _skip(codes: npt.NDArray[np.uint8], pos: Ints, chars: npt.NDArray[np.bool_], most: int) -> Ints:
+    """``pos`` moved past up to ``most`` characters in ``chars`` (a table), each independently
+    (a position that stopped stays: it reads the same character again). ``codes`` ends in a NUL
+    that no table but _NOT_SEPARATOR holds (and a separator is always found before it)."""
+    pos = pos.copy()
+    for _ in range(most):
+        step = chars[codes[pos]]
+        if not step.any():
+            break
+        pos += step
+    return pos
+
+
+def _header_values(low: bytes, pattern: re.Pattern[bytes], word: bytes) -> tuple[Ints, Ints]:
+    """Where the values of a header rule (``bearer``, ``basic``, ``cookie``) start and end: after
+    the word, the blanks and (a cookie) the colon and blanks."""
+    starts, ends = _split_spans(pattern, low, 1)
+    if len(starts):
+        codes = np.frombuffer(low + b"\0", np.uint8)
+        starts = _skip(codes, starts + len(word), _BLANK, 8)
+        if word == b"cookie":
+            starts = _skip(codes, _skip(codes, starts, _lut(b":"), 1), _BLANK, 8)
+    return starts, ends
+
+
+def _assigned_values(low: bytes, pattern: re.Pattern[bytes], word: bytes) -> tuple[Ints, Ints]:
+    """Where the values of an assignment start and end: past the word and its suffix (no ":" or
+    "=" in either, nor in the quote and blanks before the separator: 32 characters at most), the
+    separator, 0–8 blanks and the opening quote (where the value is quoted: its first character
+    is then a quote; an unquoted value never starts with one)."""
+    starts, ends = _split_spans(pattern, low, 1)
+    if len(starts):
+        codes = np.frombuffer(low + b"\0", np.uint8)
+        sep = _skip(codes, starts + len(word), _NOT_SEPARATOR, 32)
+        starts = _skip(codes, _skip(codes, sep + 1, _BLANK, 8), _QUOTE, 1)
+    return starts, ends
+
+
 _LOCAL_CHARS = _lut(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-")
 _UPPER, _LOWER, _DIGIT = (_lut(bytes(range(a, b + 1))) for a, b in ((65, 90), (97, 122), (48, 57)))
 
 
 def _gather(codes: npt.NDArray[np.uint8], starts: Ints, width: int) -> npt.NDArray[np.uint8]:
-    """``codes[start : start + width]`` for each start, one row each (zeros past the end)."""
+    """``codes[start + j]`` for each ``j < width`` (a row) and each start (a column; 0 past the
+    end): column-wise, so each operation below runs over all candidates at once."""
     padded = np.concatenate((codes, np.zeros(width, np.uint8)))
-    return np.lib.stride_tricks.sliding_window_view(padded, width)[starts]
+    return np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(padded, width)[starts].T)
 
 
 def _email_starts(codes: npt.NDArray[np.uint8], at: Ints) -> Ints:
     """Where the address whose domain starts at each ``at`` (its "@") starts: up to 64 local-part
-    characters before it (``at`` itself where there are none)."""
-    bad = np.flatnonzero(~_LOCAL_CHARS[codes])
-    k = np.searchsorted(bad, at)
-    last = np.where(k > 0, bad[np.maximum(k - 1, 0)] if len(bad) else -1, -1)
-    return at - np.minimum(at - last - 1, 64)
+    characters before it (``at`` itself where there are none). One step per character of the
+    local parts (each step over the addresses whose local part goes on)."""
+    n = np.zeros(len(at), np.int64)
+    alive = np.flatnonzero(at > 0)
+    for j in range(1, 65):
+        alive = alive[_LOCAL_CHARS[codes[at[alive] - j]]]
+        if not len(alive):
+            break
+        n[alive] = j
+        alive = alive[at[alive] > j]
+    return at - n
 
 
-#: A digit's share of the Luhn sum: digits 0–9 as they are, 10–19 doubled (an odd rank from the right).
-_LUHN = np.array([*range(10), *(2 * d - 9 if d > 4 else 2 * d for d in range(10))], np.int8)
 
 
 def _cards_ok(codes: npt.NDArray[np.uint8], starts: Ints, ends: Ints) -> npt.NDArray[np.bool_]:
     """:func:`_card_network` and :func:`_luhn_ok` of every candidate at once (13–19 digits, spaces
     or dashes between groups: at most 23 characters)."""
-    c = _gather(codes, starts, 23)
-    is_digit = _DIGIT[c] & (np.arange(23) < (ends - starts)[:, None])
-    d = np.where(is_digit, c - 48, 0).astype(np.int8)
-    n = is_digit.sum(axis=1, dtype=np.int16)
-    rank = n[:, None] - np.cumsum(is_digit, axis=1, dtype=np.int16)  # digits to the right of each
-    luhn = _LUHN[(rank & 1).astype(np.int8) * 10 + d].sum(axis=1, dtype=np.int16) % 10 == 0
-    four = d[:, :4].astype(np.int16) @ np.array([1000, 100, 10, 1], np.int16)  # candidates start with 4 digits
+    c = _gather(codes, starts, 23) - np.uint8(48)  # a digit is < 10 (a space or dash wraps over)
+    is_digit = (c < 10) & (np.arange(23)[:, None] < (ends - starts))
+    d = (c * is_digit).view(np.int8)
+    seen = np.empty(d.shape, np.int8)  # digits up to each, from the left (numpy's cumsum along
+    count = np.zeros(len(starts), np.int8)  # the first axis is ~100× slower than this loop)
+    for j in range(23):
+        count += is_digit[j]
+        seen[j] = count
+    odd = (count ^ seen) & 1  # an odd count of digits to its right: doubled
+    doubled = d * (odd + 1) - 9 * (odd & (d > 4))
+    luhn = doubled.sum(axis=0, dtype=np.int16) % 10 == 0
+    d16 = d[:4].astype(np.int16)  # a candidate starts with 4 digits
+    four = d16[0] * 1000 + d16[1] * 100 + d16[2] * 10 + d16[3]
     two, three = four // 100, four // 10
+    n = count
     n16_19 = (n >= 16) & (n <= 19)
     network = np.select(
         [
-            d[:, 0] == 4,
+            d[0] == 4,
             ((two >= 51) & (two <= 55)) | ((four >= 2221) & (four <= 2720)),
             (two == 34) | (two == 37),
             (four == 6011) | (two == 65) | ((three >= 644) & (three <= 649)),
@@ -558,20 +628,52 @@ def _cards_ok(codes: npt.NDArray[np.uint8], starts: Ints, ends: Ints) -> npt.NDA
 def _ssns_ok(codes: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.bool_]:
     """The SSA's ranges of every ``ddd-dd-dddd`` candidate at once (as in :func:`_find_spans`)."""
     d = _gather(codes, starts, 11).astype(np.int16) - 48
-    area = d[:, 0] * 100 + d[:, 1] * 10 + d[:, 2]
-    group = d[:, 4] * 10 + d[:, 5]
-    serial = d[:, 7] * 1000 + d[:, 8] * 100 + d[:, 9] * 10 + d[:, 10]
-    return np.asarray((area != 0) & (area != 666) & (d[:, 0] != 9) & (group != 0) & (serial != 0), bool)
+    area = d[0] * 100 + d[1] * 10 + d[2]
+    group = d[4] * 10 + d[5]
+    serial = d[7] * 1000 + d[8] * 100 + d[9] * 10 + d[10]
+    return np.asarray((area != 0) & (area != 666) & (d[0] != 9) & (group != 0) & (serial != 0), bool)
 
 
 def _aws_mixed(codes: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.bool_]:
     """:data:`_AWS_MIXED` of every 40-character run at once: an upper, a lower and a digit."""
     c = _gather(codes, starts, 40)
-    return np.asarray(_UPPER[c].any(axis=1) & _LOWER[c].any(axis=1) & _DIGIT[c].any(axis=1), bool)
+    return np.asarray(_UPPER[c].any(axis=0) & _LOWER[c].any(axis=0) & _DIGIT[c].any(axis=0), bool)
 
 
 def _flood(count: int, length: int) -> bool:
     return count > _FLOOD and count * _FLOOD_EVERY >= length
+
+
+_B64_LOW = _lut(b"abcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+def _basic_flood(low: bytes) -> tuple[Ints, Ints]:
+    """The coarse pass of a flood of ``basic`` anchors (in the lower-cased view): every run of
+    base64 characters after ``basic`` (not ending a longer word) and 1–8 spaces or tabs, whether
+    or not it decodes to ``user:password``. Each value :data:`_BASIC` finds is such a run (the
+    same span), so nothing it would redact survives; what else is masked is the look-alikes of
+    the flood (``Basic`` followed by an ordinary word). No Python work per anchor."""
+    codes = np.frombuffer(low, np.uint8)
+    n = len(codes)
+    at = np.flatnonzero(codes[: max(0, n - 6)] == ord("b"))
+    for j, ch in enumerate(b"asic", 1):
+        at = at[codes[at + j] == ch]
+    at = at[(at == 0) | ~_LOWER[codes[at - 1]]]
+    value = at + 5
+    for j in range(8):  # past 1–8 spaces or tabs
+        c = codes[np.minimum(value, n - 1)]
+        blank = ((c == 32) | (c == 9)) & (value < n)
+        if j == 0:
+            at, value = at[blank], value[blank] + 1
+        else:
+            value = value + blank
+    if not len(value):
+        return value, value
+    stops = np.flatnonzero(~_B64_LOW[codes])
+    k = np.searchsorted(stops, value)
+    end = np.where(k < len(stops), stops[np.minimum(k, len(stops) - 1)], n)
+    keep = end > value
+    return value[keep], end[keep]
 
 
 class _Found:
@@ -592,6 +694,8 @@ class _Found:
         if not self.starts:
             empty = np.empty(0, np.int64)
             return empty, empty, empty
+        if len(self.starts) == 1:
+            return self.starts[0], self.ends[0], self.prios[0]
         return np.concatenate(self.starts), np.concatenate(self.ends), np.concatenate(self.prios)
 
 
@@ -611,7 +715,7 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
     raw = text.encode("ascii", "replace")
     codes = np.frombuffer(raw, np.uint8)
     if "email" in rules and has.has("email", "@"):
-        at, end = _split_spans(_B_EMAIL, text, 1)
+        at, end = _split_spans(_B_EMAIL, raw, 1)
         if len(at):
             start = _email_starts(codes, at)
             keep = start < at  # "@app.route" is a decorator, not an address
@@ -620,21 +724,20 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
         low = raw.lower()
         if bearer:
             if has.word(b"bearer", low):
-                found.add(*_split_spans(_B_BEARER, low, 2), "bearer")
+                found.add(*_header_values(low, _B_BEARER, b"bearer"), "bearer")
             if has.word(b"basic", low):
-                starts, ends = _split_spans(_B_BASIC, low, 2)
-                if not _flood(len(starts), len(text)):
-                    # the exact check (a base64 decoding each) for what is not a flood; a flood of
-                    # candidates is masked whole (the module docstring says what that loses)
+                if _flood(low.count(b"basic"), len(text)):
+                    found.add(*_basic_flood(low), "basic_auth")
+                else:  # the exact check, a base64 decoding each
+                    starts, ends = _header_values(low, _B_BASIC, b"basic")
                     ok = [_basic_credentials(text[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-                    starts, ends = starts[ok], ends[ok]
-                found.add(starts, ends, "basic_auth")
+                    found.add(starts[ok], ends[ok], "basic_auth")
             if has.word(b"cookie", low):
-                found.add(*_split_spans(_B_COOKIE, low, 2), "cookie")
+                found.add(*_header_values(low, _B_COOKIE, b"cookie"), "cookie")
         if api:
             for word, bpattern in _B_ASSIGN:
                 if has.word(word, low):
-                    found.add(*_split_spans(bpattern, low, 2), "api_key")
+                    found.add(*_assigned_values(low, bpattern, word), "api_key")
     if api:
         starts, _ = _split_spans(_B_AWS, (b"." + raw + b".").translate(_B64_VIEW), 1)
         if len(starts):
@@ -643,7 +746,13 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
     if "card" in rules or "ssn" in rules:
         digits = raw.translate(_DIGIT_VIEW)
         if "card" in rules and b"0000" in digits:
-            starts, ends = _split_spans(_B_CARD, digits, 1)
+            if b"0" * 20 in digits:
+                starts, ends = _split_spans(_B_CARD_RUNS, digits, 1)
+                run = ends - starts >= 20
+                run[run] = np.frombuffer(digits, np.uint8)[starts[run] + 4] == 48  # not "0000s0000s…"
+                starts, ends = starts[~run], ends[~run]
+            else:
+                starts, ends = _split_spans(_B_CARD, digits, 1)
             if len(starts):
                 ok = _cards_ok(codes, starts, ends)
                 found.add(starts[ok], ends[ok], "card")
@@ -669,16 +778,21 @@ def _merge_sorted(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, In
 
 def _merge_bulk(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, Ints]:
     """:func:`_merge` on arrays: sorted, disjoint spans (same groups, same labels)."""
+    if len(starts) > 1 and (starts[1:] >= ends[:-1]).all():  # sorted and disjoint: nothing to merge
+        return starts, ends, prios
     email = prios == _P_EMAIL
     o = ~email
     os_, oe, op = starts[o], ends[o], prios[o]
-    order = np.lexsort((oe, os_))
-    ms, me, mp = _merge_sorted(os_[order], oe[order], op[order])
+    if len(os_) > 1 and not (os_[1:] > os_[:-1]).all():  # one rule's spans come sorted
+        order = np.lexsort((oe, os_))
+        os_, oe, op = os_[order], oe[order], op[order]
+    ms, me, mp = _merge_sorted(os_, oe, op)
     es, ee = starts[email], ends[email]
     if not len(es):
         return ms, me, mp
-    order = np.lexsort((ee, es))
-    es, ee = es[order], ee[order]
+    if len(es) > 1 and not (es[1:] > es[:-1]).all():
+        order = np.lexsort((ee, es))
+        es, ee = es[order], ee[order]
     if len(ms):  # an e-mail that overlaps another secret is dropped
         i = np.searchsorted(ms, ee)  # spans starting before the e-mail ends
         keep = (i == 0) | (me[np.maximum(i - 1, 0)] <= es)
@@ -708,7 +822,7 @@ def _mask_ascii(text: str, starts: Ints, ends: Ints, prios: Ints) -> str:
     keep[starts] = True
     codes[starts] = 0x80 + prios
     out = codes[keep].tobytes()
-    for p in np.unique(prios).tolist():
+    for p in np.flatnonzero(np.bincount(prios, minlength=len(_LABELS))).tolist():
         out = out.replace(bytes((0x80 + p,)), _MASK_BYTES[p])
     return out.decode("ascii")
 
