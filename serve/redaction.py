@@ -491,13 +491,15 @@ _B_EMAIL = re.compile(
         r"|(?:[A-Za-z0-9\-]{1,63}+\.){0,15}[A-Za-z]{2,63}+(?![A-Za-z0-9\-]))"
     ).encode()
 )
-# The header rules and the assignments are matched whole (two pieces a match, not three: the
-# pieces are most of the cost in a flood); where the value starts is found in numpy (_skip).
+
+
 def _whole(pattern: re.Pattern[bytes]) -> re.Pattern[bytes]:
-    """``pattern`` with its groups made non-capturing, as one group (its class has no "(")."""
+    """``pattern`` with its groups made non-capturing, as one group (its classes hold no "(")."""
     return re.compile(_groups(re.sub(r"(?<!\\)\((?!\?)", "(?:", pattern.pattern.decode())).encode())
 
 
+# The header rules and the assignments are matched whole (two pieces a match, not three: the
+# pieces are most of the cost in a flood); where the value starts is found in numpy (_skip).
 _B_BEARER, _B_BASIC, _B_COOKIE = _whole(_BEARER), _whole(_BASIC), _whole(_COOKIE)
 _B_ASSIGN = tuple((w.encode(), _bulk_word(w, suffix)) for w, suffix in _SECRET_WORDS)
 _B_AWS = re.compile(_groups(_AWS_RUN.pattern.decode()).encode())
@@ -588,8 +590,6 @@ def _email_starts(codes: npt.NDArray[np.uint8], at: Ints) -> Ints:
     return at - n
 
 
-
-
 def _cards_ok(codes: npt.NDArray[np.uint8], starts: Ints, ends: Ints) -> npt.NDArray[np.bool_]:
     """:func:`_card_network` and :func:`_luhn_ok` of every candidate at once (13–19 digits, spaces
     or dashes between groups: at most 23 characters)."""
@@ -658,15 +658,10 @@ def _basic_flood(low: bytes) -> tuple[Ints, Ints]:
     at = np.flatnonzero(codes[: max(0, n - 6)] == ord("b"))
     for j, ch in enumerate(b"asic", 1):
         at = at[codes[at + j] == ch]
-    at = at[(at == 0) | ~_LOWER[codes[at - 1]]]
+    at = at[(at == 0) | ~_LOWER[codes[at - 1]]]  # not the end of a longer word
     value = at + 5
-    for j in range(8):  # past 1–8 spaces or tabs
-        c = codes[np.minimum(value, n - 1)]
-        blank = ((c == 32) | (c == 9)) & (value < n)
-        if j == 0:
-            at, value = at[blank], value[blank] + 1
-        else:
-            value = value + blank
+    value = value[_BLANK[codes[value]]] + 1  # one blank at least (within the text: at < n - 6)
+    value = _skip(np.concatenate((codes, np.zeros(1, np.uint8))), value, _BLANK, 7)
     if not len(value):
         return value, value
     stops = np.flatnonzero(~_B64_LOW[codes])
@@ -730,8 +725,9 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
                     found.add(*_basic_flood(low), "basic_auth")
                 else:  # the exact check, a base64 decoding each
                     starts, ends = _header_values(low, _B_BASIC, b"basic")
-                    ok = [_basic_credentials(text[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-                    found.add(starts[ok], ends[ok], "basic_auth")
+                    pairs = zip(starts.tolist(), ends.tolist(), strict=True)
+                    credentials = np.array([_basic_credentials(text[s:e]) for s, e in pairs], bool)
+                    found.add(starts[credentials], ends[credentials], "basic_auth")
             if has.word(b"cookie", low):
                 found.add(*_header_values(low, _B_COOKIE, b"cookie"), "cookie")
         if api:
@@ -821,7 +817,7 @@ def _mask_ascii(text: str, starts: Ints, ends: Ints, prios: Ints) -> str:
     keep = np.cumsum(edge[:n], dtype=np.int8) == 0
     keep[starts] = True
     codes[starts] = 0x80 + prios
-    out = codes[keep].tobytes()
+    out: bytes = codes[keep].tobytes()
     for p in np.flatnonzero(np.bincount(prios, minlength=len(_LABELS))).tolist():
         out = out.replace(bytes((0x80 + p,)), _MASK_BYTES[p])
     return out.decode("ascii")

@@ -8,7 +8,7 @@ import pytest
 
 from bench.redaction import ADVERSARIAL, DENSE
 from model.schema import Step, Trace
-from serve.redaction import RULES, Redactor
+from serve.redaction import RULES, RedactionMode, Redactor
 from tests.secret_corpus import LOOKALIKES, SECRETS
 
 
@@ -154,7 +154,8 @@ def _long_texts() -> dict[str, str]:
         "surrogate": prose + "\ud800 " + corpus,  # no UTF-8 for RE2: every anchor is tested
     }
     for shape, make in ADVERSARIAL.items():
-        texts[shape] = make(70_000) + "\n" + corpus
+        if shape != "basic_words":  # a flood of Basic anchors, masked whole by design (its own test)
+            texts[shape] = make(70_000) + "\n" + corpus
     return texts
 
 
@@ -162,8 +163,9 @@ def _long_texts() -> dict[str, str]:
 def test_long_texts_pre_scanned_by_re2_redact_exactly_as_short_ones(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Above ``_LONG`` characters one RE2 pass decides which patterns run; the result is the one
-    every pattern gives (the short-text path, forced by raising the threshold)."""
+    """Above ``_LONG`` characters one RE2 pass decides which patterns run, and the bulk path runs
+    them; the result is the one every pattern gives on the short-text path (forced by raising
+    the threshold)."""
     import serve.redaction as redaction
 
     text = _long_texts()[name]
@@ -176,3 +178,123 @@ def test_long_texts_pre_scanned_by_re2_redact_exactly_as_short_ones(
             assert not leaked(secret, long_out), secret
     if name == "lookalikes":
         assert long_out == text
+
+
+#: Edge cases of each rule where the bulk path's patterns and numpy checks are cut differently
+#: from the exact path's (they must still agree): e-mail domains of one and many labels, a domain
+#: followed by a dot or a digit label, local parts longer than 64; assignments quoted, single-
+#: quoted, with backslashes, unclosed, over 4096 characters, a quote before the separator, our own
+#: tokens; headers with 1, 8 and 9 blanks; cards of each network and length, Luhn failures; SSNs
+#: at the edges of the issued ranges; AWS runs of 39, 40, 41, one case only; runs of 20+ digits.
+_EDGES: tuple[str, ...] = (
+    "bob@example.com", "bob@example.com.", "x@a.bc.1", "x@a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.io",
+    "a@b.com@c.com", "@app.route", "me@host-1.example.co.uk!", "q@" + "a" * 70 + ".com",
+    "l" * 80 + "@mail.example.org", "a.b%c+d-e@x.io", "mail:bob@ex.ample",
+    'password="hunter22"', "password='single q'", 'password="with \\" escape"', 'password="unclosed',
+    'password="' + "p" * 5000 + '"', "pass_phrase := abcd1234", 'passwd"=x1y2z3w4', "token: [REDACTED:api_key]",
+    'secret_key="[api_key:0123456789ab]"', "api-key=ABCDEFGH", "access_key=QWERTYUI; x", "credentials:  k3y5v4lu3",
+    'connection_string="Server=x;Pwd=y"', "privatekey = zzzzzzzz", 'password=""', "password = \t 'x'",
+    "Bearer abcdefgh12345678", "bearer\t\t" + "t" * 12, "Bearer" + " " * 8 + "abcdefgh1234", "Bearer" + " " * 9 + "abcdefgh1234",
+    "Basic dXNlcjpwYXNz", "basic  YWxpY2U6c2VjcmV0MTIz==", "Basic dXNlcj", "Basic w6k6", "Basic dXNlcjpwYXNz=x",
+    "Cookie: sid=abc123; theme=dark", "set-cookie :  a=b", "cookie:x",
+    "4111 1111 1111 1111", "4111-1111-1111-1111", "4111111111111111", "4111 1111 1111 1112", "378282246310005",
+    "3782 822463 10005", "6011111111111117", "3530111333300000", "30569309025904", "5555555555554444",
+    "2223003122003222", "6200000000000005", "4222222222222", "4111 1111 1111 1111 111", "12345678901234567890123",
+    "1234 5678 9012 3456 7890", "0" * 25 + " 4111111111111111",
+    "123-45-6789", "000-45-6789", "666-12-3456", "900-12-3456", "123-00-6789", "123-45-0000", "1123-45-6789",
+    "A" * 20 + "b" * 10 + "1" * 10, "Ab1" * 13, "Ab1" * 13 + "x", "a" * 40, "Zz9/" * 10, "x" + "Ab1+" * 10,
+    "postgres://bob:s3cr3t@db:5432/x", "https://x:y@h", "h://a:b:c@d", "sk-" + "a" * 16, "sk-short",
+    "https://hooks.slack.com/services/T000/B000/XXXXXXXX", "eyJhbGciOi.eyJzdWIiOi.sig", "ghp_" + "a" * 36,
+    "-----BEGIN RSA PRIVATE KEY-----\nQUJD\n-----END RSA PRIVATE KEY-----", "123456789:AA" + "b" * 30,
+    "naïve café 東京 \u00a0 ", "\u2028", "é@x.io", "pässword=abcdefgh",
+)
+
+
+def _mixed_texts(seed: int, n: int) -> list[str]:
+    """``n`` seeded texts over the bulk threshold: the corpus, the look-alikes and the edge cases
+    in random order and case, joined by random separators, with prose between."""
+    import random
+
+    rng = random.Random(seed)
+    pieces = [t for t, _ in SECRETS.values()] + list(LOOKALIKES) + list(_EDGES)
+    seps = [" ", "\n", ", ", '"', "'", "\t", ":", "=", "; ", "", "  ", "(", ")", "é", "/", "@", "-"]
+    prose = ADVERSARIAL["prose"](2000)
+    texts = []
+    for _ in range(n):
+        out: list[str] = []
+        while sum(map(len, out)) < 70_000:
+            piece = rng.choice(pieces)
+            piece = rng.choice([piece, piece, piece.upper(), piece.title()])
+            out.append(rng.choice(seps) + piece + rng.choice(seps))
+            if rng.random() < 0.05:
+                out.append(prose[: rng.randrange(2000)])
+        texts.append("".join(out))
+    return texts
+
+
+@pytest.mark.parametrize("mode", ["mask", "hash"])
+@pytest.mark.parametrize("seed", range(4))
+def test_bulk_path_redacts_mixed_texts_exactly_as_the_exact_path(
+    seed: int, mode: RedactionMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Texts over ``_LONG`` characters take the bulk path (spans from ``split``, checks and merge
+    in numpy, an ASCII text masked in numpy); the result is the exact path's, text for text."""
+    import serve.redaction as redaction
+
+    r = Redactor(mode=mode, salt="s")
+    texts = _mixed_texts(seed, 3)
+    texts.append(texts[0].encode("ascii", "replace").decode())  # an ASCII one: masked in numpy
+    bulk = [r.redact_text(t) for t in texts]
+    monkeypatch.setattr(redaction, "_LONG", 10**9)
+    assert [r.redact_text(t) for t in texts] == bulk
+    assert bulk[-1] != texts[-1]
+
+
+@pytest.mark.parametrize("rules", [["email"], ["card", "ssn"], ["bearer"], ["api_key"], ["url_password", "email"]])
+def test_bulk_path_with_some_rules_off(rules: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import serve.redaction as redaction
+
+    r = Redactor.from_names(rules)
+    texts = _mixed_texts(7, 2)
+    bulk = [r.redact_text(t) for t in texts]
+    monkeypatch.setattr(redaction, "_LONG", 10**9)
+    assert [r.redact_text(t) for t in texts] == bulk
+
+
+def test_a_flood_of_basic_anchors_is_masked_whole_and_ordinary_text_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More than ``_FLOOD`` ``Basic`` anchors, one per 256 characters or denser, are a flood: every
+    base64 run after one is masked (the coarse pass), credentials or not. Every credential the
+    exact path finds is gone; what the flood loses is its look-alikes (``Basic dXNlcj``, which
+    decodes to no ``user:password``). Below the density the exact check runs."""
+    import serve.redaction as redaction
+
+    _, creds = SECRETS["basic_auth"]
+    unit = f"Authorization: Basic {creds}\nBasic dXNlcj and Basic setup, basically\n"
+    flood = unit * (redaction._FLOOD // 3 + 100)
+    out = Redactor().redact_text(flood)
+    assert creds not in out and "dXNlcj" not in out and "setup" not in out
+    assert out.count("[REDACTED:basic_auth]") == 3 * flood.count("Authorization")
+    assert "basically" in out  # no blank after the word: no anchor
+    monkeypatch.setattr(redaction, "_LONG", 10**9)
+    exact = Redactor().redact_text(flood)
+    assert creds not in exact and "Basic dXNlcj and Basic setup" in exact  # the exact path keeps them
+    monkeypatch.undo()
+    sparse = ADVERSARIAL["prose"](300) + unit  # one unit per ~400 characters: not a flood
+    text = sparse * (70_000 // len(sparse) + 1)
+    out = Redactor().redact_text(text)
+    assert creds not in out and "Basic dXNlcj and Basic setup" in out
+
+
+def test_bulk_path_on_floods_of_each_shape_matches_the_exact_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dense inputs of bench/redaction.py (and every adversarial shape but the Basic flood,
+    masked whole by design), at 200 KB: the bulk path's spans are the exact path's."""
+    import serve.redaction as redaction
+
+    texts = {name: make(200_000) for name, make in {**ADVERSARIAL, **DENSE}.items() if name != "basic_words"}
+    r = Redactor()
+    bulk = {name: r.redact_text(t) for name, t in texts.items()}
+    monkeypatch.setattr(redaction, "_LONG", 10**9)
+    for name, t in texts.items():
+        assert r.redact_text(t) == bulk[name], name
