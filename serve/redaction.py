@@ -539,26 +539,28 @@ def _skip(codes: npt.NDArray[np.uint8], pos: Ints, chars: npt.NDArray[np.bool_],
     return pos
 
 
-def _header_values(low: bytes, pattern: re.Pattern[bytes], word: bytes) -> tuple[Ints, Ints]:
+def _header_values(
+    low: bytes, codes: npt.NDArray[np.uint8], pattern: re.Pattern[bytes], word: bytes
+) -> tuple[Ints, Ints]:
     """Where the values of a header rule (``bearer``, ``basic``, ``cookie``) start and end: after
-    the word, the blanks and (a cookie) the colon and blanks."""
+    the word, the blanks and (a cookie) the colon and blanks. ``codes``: ``low`` and a NUL."""
     starts, ends = _split_spans(pattern, low, 1)
     if len(starts):
-        codes = np.frombuffer(low + b"\0", np.uint8)
         starts = _skip(codes, starts + len(word), _BLANK, 8)
         if word == b"cookie":
             starts = _skip(codes, _skip(codes, starts, _lut(b":"), 1), _BLANK, 8)
     return starts, ends
 
 
-def _assigned_values(low: bytes, pattern: re.Pattern[bytes], word: bytes) -> tuple[Ints, Ints]:
+def _assigned_values(
+    low: bytes, codes: npt.NDArray[np.uint8], pattern: re.Pattern[bytes], word: bytes
+) -> tuple[Ints, Ints]:
     """Where the values of an assignment start and end: past the word and its suffix (no ":" or
     "=" in either, nor in the quote and blanks before the separator: 32 characters at most), the
     separator, 0–8 blanks and the opening quote (where the value is quoted: its first character
-    is then a quote; an unquoted value never starts with one)."""
+    is then a quote; an unquoted value never starts with one). ``codes``: ``low`` and a NUL."""
     starts, ends = _split_spans(pattern, low, 1)
     if len(starts):
-        codes = np.frombuffer(low + b"\0", np.uint8)
         sep = _skip(codes, starts + len(word), _NOT_SEPARATOR, 32)
         starts = _skip(codes, _skip(codes, sep + 1, _BLANK, 8), _QUOTE, 1)
     return starts, ends
@@ -647,7 +649,7 @@ def _flood(count: int, length: int) -> bool:
 _B64_LOW = _lut(b"abcdefghijklmnopqrstuvwxyz0123456789+/=")
 
 
-def _basic_flood(low: bytes) -> tuple[Ints, Ints]:
+def _basic_flood(low: bytes, padded: npt.NDArray[np.uint8]) -> tuple[Ints, Ints]:
     """The coarse pass of a flood of ``basic`` anchors (in the lower-cased view): every run of
     base64 characters after ``basic`` (not ending a longer word) and 1–8 spaces or tabs, whether
     or not it decodes to ``user:password``. Each value :data:`_BASIC` finds is such a run (the
@@ -661,7 +663,7 @@ def _basic_flood(low: bytes) -> tuple[Ints, Ints]:
     at = at[(at == 0) | ~_LOWER[codes[at - 1]]]  # not the end of a longer word
     value = at + 5
     value = value[_BLANK[codes[value]]] + 1  # one blank at least (within the text: at < n - 6)
-    value = _skip(np.concatenate((codes, np.zeros(1, np.uint8))), value, _BLANK, 7)
+    value = _skip(padded, value, _BLANK, 7)
     if not len(value):
         return value, value
     stops = np.flatnonzero(~_B64_LOW[codes])
@@ -717,25 +719,26 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
             found.add(start[keep], end[keep], "email")
     if (api or bearer) and has.any_word(_WORDS):
         low = raw.lower()
+        low_codes = np.frombuffer(low + b"\0", np.uint8)
         if bearer:
             if has.word(b"bearer", low):
-                found.add(*_header_values(low, _B_BEARER, b"bearer"), "bearer")
+                found.add(*_header_values(low, low_codes, _B_BEARER, b"bearer"), "bearer")
             if has.word(b"basic", low):
                 if _flood(low.count(b"basic"), len(text)):
-                    found.add(*_basic_flood(low), "basic_auth")
+                    found.add(*_basic_flood(low, low_codes), "basic_auth")
                 else:  # the exact check, a base64 decoding each
-                    starts, ends = _header_values(low, _B_BASIC, b"basic")
+                    starts, ends = _header_values(low, low_codes, _B_BASIC, b"basic")
                     pairs = zip(starts.tolist(), ends.tolist(), strict=True)
                     credentials = np.array([_basic_credentials(text[s:e]) for s, e in pairs], bool)
                     found.add(starts[credentials], ends[credentials], "basic_auth")
             if has.word(b"cookie", low):
-                found.add(*_header_values(low, _B_COOKIE, b"cookie"), "cookie")
+                found.add(*_header_values(low, low_codes, _B_COOKIE, b"cookie"), "cookie")
         if api:
             for word, bpattern in _B_ASSIGN:
                 if has.word(word, low):
-                    found.add(*_assigned_values(low, bpattern, word), "api_key")
+                    found.add(*_assigned_values(low, low_codes, bpattern, word), "api_key")
     if api:
-        starts, _ = _split_spans(_B_AWS, (b"." + raw + b".").translate(_B64_VIEW), 1)
+        starts, _ = _split_spans(_B_AWS, b"".join((b".", raw, b".")).translate(_B64_VIEW), 1)
         if len(starts):
             starts = starts[_aws_mixed(codes, starts)]
             found.add(starts, starts + 40, "api_key")
