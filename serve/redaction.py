@@ -622,12 +622,14 @@ def _email_starts(codes: npt.NDArray[np.uint8], at: Ints) -> Ints:
 def _cards_ok(codes: npt.NDArray[np.uint8], starts: Ints, ends: Ints) -> npt.NDArray[np.bool_]:
     """:func:`_card_network` and :func:`_luhn_ok` of every candidate at once (13–19 digits, spaces
     or dashes between groups: at most 23 characters)."""
-    c = _gather(codes, starts, 23) - np.uint8(48)  # a digit is < 10 (a space or dash wraps over)
-    is_digit = (c < 10) & (np.arange(23)[:, None] < (ends - starts))
+    length = ends - starts
+    width = int(length.max())
+    c = _gather(codes, starts, width) - np.uint8(48)  # a digit is < 10 (a space or dash wraps over)
+    is_digit = (c < 10) & (np.arange(width)[:, None] < length)
     d = (c * is_digit).view(np.int8)
     seen = np.empty(d.shape, np.int8)  # digits up to each, from the left (numpy's cumsum along
     count = np.zeros(len(starts), np.int8)  # the first axis is ~100× slower than this loop)
-    for j in range(23):
+    for j in range(width):
         count += is_digit[j]
         seen[j] = count
     odd = (count ^ seen) & 1  # an odd count of digits to its right: doubled
