@@ -530,11 +530,19 @@ def _whole(pattern: re.Pattern[bytes]) -> re.Pattern[bytes]:
 _B_BEARER, _B_BASIC, _B_COOKIE = _whole(_BEARER), _whole(_BASIC), _whole(_COOKIE)
 _B_ASSIGN = tuple((w.encode(), _bulk_word(w, suffix)) for w, suffix in _SECRET_WORDS)
 _B_AWS = re.compile(_groups(_AWS_RUN.pattern.decode()).encode())
-_B_CARD = re.compile(_groups(_CARD.pattern.decode()).encode())
+# _CARD with the 4-4-4-4 form first and its optional fifth group as a branch (CPython's engine runs
+# an optional group through a slow repeat opcode): the forms exclude one another (the character
+# after the first group, and the fifth after the separator, tell them apart), so the order does
+# not change what matches.
+_B_CARD_PATTERN = (
+    r"0000(?<![0m]0000)(?:[sm]0000[sm]0000[sm]0000(?:[sm]000(?!0)|(?!0))"
+    r"|0{9,15}(?!0)|[sm]000000[sm]0000(?:0)?(?!0))"
+)
+_B_CARD = re.compile(_groups(_B_CARD_PATTERN).encode())
 # A run of 20+ digits holds no card (no candidate starts inside a run: the look-behind; none at its
 # start: a candidate's groups are at most 19 digits and end where the digits do), so where _CARD
 # fails such a run is taken whole: the engine does not try a candidate at each of its digits.
-_B_CARD_RUNS = re.compile(_groups(_CARD.pattern.decode() + "|0{20,}+").encode())
+_B_CARD_RUNS = re.compile(_groups(_B_CARD_PATTERN + "|0{20,}+").encode())
 _B_SSN = re.compile(_groups(_SSN.pattern.decode()).encode())
 
 #: A flood of ``Basic`` anchors: more than this many, at least one per 256 characters.
@@ -606,16 +614,23 @@ def _gather(codes: npt.NDArray[np.uint8], starts: Ints, width: int) -> npt.NDArr
 
 def _email_starts(codes: npt.NDArray[np.uint8], at: Ints) -> Ints:
     """Where the address whose domain starts at each ``at`` (its "@") starts: up to 64 local-part
-    characters before it (``at`` itself where there are none). One step per character of the
-    local parts (each step over the addresses whose local part goes on)."""
+    characters before it (``at`` itself where there are none). The 8 characters before each "@"
+    are read at once; a local part of 8 or more goes on one step per character (each step over
+    the addresses whose local part goes on)."""
+    padded = np.concatenate((np.zeros(8, np.uint8), codes))  # a NUL is no local-part character
+    local = _LOCAL_CHARS[np.lib.stride_tricks.sliding_window_view(padded, 8)[at].T]  # codes[at-8+j]
     n = np.zeros(len(at), np.int64)
-    alive = np.flatnonzero(at > 0)
-    for j in range(1, 65):
+    going = np.ones(len(at), bool)
+    for j in range(7, -1, -1):
+        going &= local[j]
+        n += going
+    alive = np.flatnonzero(going)
+    for j in range(9, 65):
+        alive = alive[at[alive] >= j]
         alive = alive[_LOCAL_CHARS[codes[at[alive] - j]]]
         if not len(alive):
             break
         n[alive] = j
-        alive = alive[at[alive] > j]
     return at - n
 
 
