@@ -614,16 +614,18 @@ def _gather(codes: npt.NDArray[np.uint8], starts: Ints, width: int) -> npt.NDArr
 
 def _email_starts(codes: npt.NDArray[np.uint8], at: Ints) -> Ints:
     """Where the address whose domain starts at each ``at`` (its "@") starts: up to 64 local-part
-    characters before it (``at`` itself where there are none). The 8 characters before each "@"
-    are read at once; a local part of 8 or more goes on one step per character (each step over
-    the addresses whose local part goes on)."""
-    padded = np.concatenate((np.zeros(8, np.uint8), codes))  # a NUL is no local-part character
-    local = _LOCAL_CHARS[np.lib.stride_tricks.sliding_window_view(padded, 8)[at].T]  # codes[at-8+j]
+    characters before it (``at`` itself where there are none). One step per character: the first
+    8 over every address, the rest over the addresses whose local part goes on."""
     n = np.zeros(len(at), np.int64)
-    going = np.ones(len(at), bool)
-    for j in range(7, -1, -1):
-        going &= local[j]
+    going = at > 0
+    pos = np.maximum(at - 1, 0)
+    for _ in range(8):
+        going &= _LOCAL_CHARS[codes[pos]]
+        if not going.any():
+            return at - n
         n += going
+        going &= pos > 0
+        pos = np.maximum(pos - 1, 0)
     alive = np.flatnonzero(going)
     for j in range(9, 65):
         alive = alive[at[alive] >= j]

@@ -190,6 +190,7 @@ _EDGES: tuple[str, ...] = (
     "bob@example.com", "bob@example.com.", "x@a.bc.1", "x@a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.io",
     "a@b.com@c.com", "@app.route", "me@host-1.example.co.uk!", "q@" + "a" * 70 + ".com",
     "l" * 80 + "@mail.example.org", "a.b%c+d-e@x.io", "mail:bob@ex.ample",
+    *(c * k + "@x.io" for c, k in zip("efgh", (8, 9, 64, 65), strict=True)),
     'password="hunter22"', "password='single q'", 'password="with \\" escape"', 'password="unclosed',
     'password="' + "p" * 5000 + '"', "pass_phrase := abcd1234", 'passwd"=x1y2z3w4', "token: [REDACTED:api_key]",
     'secret_key="[api_key:0123456789ab]"', "api-key=ABCDEFGH", "access_key=QWERTYUI; x", "credentials:  k3y5v4lu3",
