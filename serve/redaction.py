@@ -819,7 +819,7 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
             if len(starts):
                 ok = _cards_ok(codes, starts, ends)
                 found.add(starts[ok], ends[ok], "card")
-        if "ssn" in rules and b"000m00m0000" in digits:
+        if "ssn" in rules and b"m00m" in digits:  # in every candidate; "000m…" is slow to find among cards
             starts, ends = _split_spans(_B_SSN, digits, 1)
             if len(starts):
                 ok = _ssns_ok(codes, starts)
