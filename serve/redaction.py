@@ -866,28 +866,37 @@ def _merge_bulk(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, Ints
     return s[order], e[order], p[order]
 
 
-#: More spans than this in a mask-mode ASCII text: the output is rebuilt in numpy, not sliced.
+#: More spans than this in a mask-mode text: the output is rebuilt in numpy, not sliced.
 _FEW = 2000
 
 _MASK_BYTES = tuple(_MASK[label].encode() for label in _LABELS)
 
 
-def _mask_ascii(text: str, starts: Ints, ends: Ints, prios: Ints) -> str:
-    """Mask-mode output of an ASCII ``text`` in numpy: each span's first character becomes a byte
-    ≥ 0x80 naming its label (ASCII text holds none), the rest of the span is dropped, and each such
-    byte is replaced by its token."""
-    codes = np.frombuffer(text.encode("ascii"), np.uint8).copy()
+def _mask_numpy(text: str, starts: Ints, ends: Ints, prios: Ints) -> str:
+    """Mask-mode output in numpy: each span's first character becomes a marker naming its label,
+    the rest of the span is dropped, and each marker is replaced by its token. An ASCII text is
+    one byte a character and its markers bytes ≥ 0x80; any other is UTF-32 and its markers
+    0xFFFFFF00 + label, which no character is, and which no 4 bytes astride two characters or a
+    character and a marker can spell (a character's top byte is 0, its third at most 0x10)."""
+    ascii_ = text.isascii()
+    if ascii_:
+        codes = np.frombuffer(text.encode("ascii"), np.uint8).copy()
+    else:
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4").copy()
     n = len(codes)
     edge = np.zeros(n + 1, np.int8)
     edge[starts] += 1
     edge[ends] -= 1  # spans are disjoint: starts are distinct, ends are too
     keep = np.cumsum(edge[:n], dtype=np.int8) == 0
     keep[starts] = True
-    codes[starts] = 0x80 + prios
+    codes[starts] = (0x80 if ascii_ else 0xFFFFFF00) + prios
     out: bytes = codes[keep].tobytes()
     for p in np.flatnonzero(np.bincount(prios, minlength=len(_LABELS))).tolist():
-        out = out.replace(bytes((0x80 + p,)), _MASK_BYTES[p])
-    return out.decode("ascii")
+        if ascii_:
+            out = out.replace(bytes((0x80 + p,)), _MASK_BYTES[p])
+        else:
+            out = out.replace((0xFFFFFF00 + p).to_bytes(4, "little"), _MASK[_LABELS[p]].encode("utf-32-le"))
+    return out.decode("ascii") if ascii_ else out.decode("utf-32-le", "surrogatepass")
 
 
 @dataclass(frozen=True)
@@ -935,8 +944,8 @@ class Redactor:
             return text
         if len(text) > _LONG:
             b_starts, b_ends, prios = _merge_bulk(*_find_spans_bulk(text, self.rules))
-            if self.mode == "mask" and len(b_starts) > _FEW and text.isascii():
-                return _mask_ascii(text, b_starts, b_ends, prios)
+            if self.mode == "mask" and len(b_starts) > _FEW:
+                return _mask_numpy(text, b_starts, b_ends, prios)
             starts, ends = b_starts.tolist(), b_ends.tolist()
             labels = list(map(_LABELS.__getitem__, prios.tolist()))
         else:

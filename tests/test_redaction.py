@@ -290,10 +290,13 @@ def test_a_flood_of_basic_anchors_is_masked_whole_and_ordinary_text_is_not(
 
 def test_bulk_path_on_floods_of_each_shape_matches_the_exact_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """The dense inputs of bench/redaction.py (and every adversarial shape but the Basic flood,
-    masked whole by design), at 200 KB: the bulk path's spans are the exact path's."""
+    masked whole by design), at 200 KB, and the dense ones with non-ASCII characters (a lone
+    surrogate, an astral one, U+10FFFF): the bulk path's output is the exact path's."""
     import serve.redaction as redaction
 
     texts = {name: make(200_000) for name, make in {**ADVERSARIAL, **DENSE}.items() if name != "basic_words"}
+    for name, make in DENSE.items():  # not ASCII: the output is rebuilt from UTF-32
+        texts[f"{name}_unicode"] = "é😀\ud800 " + make(200_000) + " ü\U0010ffff\x11"
     r = Redactor()
     bulk = {name: r.redact_text(t) for name, t in texts.items()}
     monkeypatch.setattr(redaction, "_LONG", 10**9)
