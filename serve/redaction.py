@@ -43,9 +43,10 @@ each pattern's matches come out of one ``split`` as the lengths of its pieces (n
 no span tuple; a header's or an assignment's value start is then found in numpy); an e-mail's
 local part, a card's network and Luhn digit, an SSN's ranges and an AWS key's mixed case are
 checked in numpy over all candidates at once; spans are merged in numpy (same groups, same
-labels); an ASCII text in mask mode is rebuilt in numpy. ``tests/test_redaction.py`` checks that
+labels); a mask-mode text with more than 2,000 secrets is rebuilt in numpy. ``tests/test_redaction.py`` checks that
 both paths give the same text on seeded mixed texts (the corpus, the look-alikes, edge cases of
-every rule, in three cases, both modes, rules switched off) and on every adversarial shape.
+every rule, in three cases, both modes, rules switched off) and on every adversarial and dense
+shape (ASCII and not).
 
 Floods (the one place the paths differ): a text holding more than 4,096 ``basic`` anchors (any
 case), one per 256 characters or denser, is a flood of ``Basic`` candidates; its values are
@@ -485,7 +486,7 @@ def _merge(spans: list[Span]) -> list[Span]:
 # Same rules, same spans, but no Python work per match: each pattern's matches come out of one
 # ``split`` (C) as the lengths of the pieces, the checks after a match (an e-mail's local part, a
 # card's network and Luhn digit, an SSN's ranges, an AWS key's mixed case) run in numpy over all
-# candidates at once, spans are merged in numpy, and a mask-mode ASCII text is rebuilt in numpy.
+# candidates at once, spans are merged in numpy, and a mask-mode text is rebuilt in numpy.
 # tests/test_redaction.py checks that it gives what the exact path above gives, text for text.
 
 Ints = npt.NDArray[np.int64]
