@@ -8,7 +8,7 @@ For each candidate (every exported model under ``build/classifier/onnx/`` and th
 * ``raw``: tokenize + onnxruntime forward alone, for the same text;
 * ``overhead``: ``step − raw``, what our path adds (target ≤ 3 ms);
 * ``trace``: scoring all 30 steps (``score_trace``, length-sorted batches of 16);
-* ``long``: the newest step of a 1,000-step trace (the grounding line (``rep-v2``, ``rep-v3``) looks every value
+* ``long``: the newest step of a 1,000-step trace (the grounding line looks every value
   up in all earlier steps, so the representation's cost grows with the trace): the representation
   alone and the whole one-step path.
 

@@ -6,6 +6,7 @@ tests/test_classifier_pipeline.py.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from model.classifier.representation import (
     REPRESENTATION_VERSION,
     RepresentationConfig,
     clip,
+    looks_empty,
     step_text,
     trace_texts,
 )
@@ -34,9 +36,6 @@ ARTIFACTS = ROOT / "model" / "artifacts"
 # -- representation ---------------------------------------------------------------------------
 
 
-V2 = RepresentationConfig(version="rep-v2")
-
-
 def test_step_text_layout_is_exact() -> None:
     t = Trace(steps=[
         Step(kind="system", content="Be brief."),
@@ -47,18 +46,13 @@ def test_step_text_layout_is_exact() -> None:
     ])
     assert step_text(t, 4) == (
         "final_output : It is sunny.\n"
-        "[grounding] after tool error · new figures none · goal terms none of two\n"
+        "[grounding] after tool error · new figures none\n"
         "[prev] tool_result get_weather [error] : HTTP 500\n"
         "[goal] Weather in Oslo?\n"
         '[prev] tool_call get_weather : {"city":"Oslo"}\n'
         "[prev] user_input : Weather in Oslo?"
     )
     assert step_text(t, 0) == "system : Be brief."
-    # rep-v2 artefacts keep their text
-    assert step_text(t, 4, V2).splitlines()[1] == "[grounding] after tool error · new none"
-    # rep-v1 artefacts keep their text: no grounding line
-    v1 = RepresentationConfig(version="rep-v1")
-    assert "[grounding]" not in step_text(t, 4, v1) and step_text(t, 4, v1).count("\n") == 4
 
 
 def _trip(answer: str, payload: str, status: str = "ok") -> Trace:
@@ -74,18 +68,12 @@ def _trip(answer: str, payload: str, status: str = "ok") -> Trace:
 def test_grounding_line_says_where_each_value_comes_from() -> None:
     answer = "SK4711 leaves Oslo at 09:05 for $1,249.50 on 12 March."
     grounded = _trip(answer, '{"flights": [{"no": "SK4711", "dep": "9:05", "price": 1249.5}]}')
-    assert step_text(grounded, 3, V2).splitlines()[1] == (
-        "[grounding] after tool ok · new none · from goal: Oslo 12 · from results: SK4711 9:05 1249.5")
     assert step_text(grounded, 3).splitlines()[1] == (
-        "[grounding] after tool ok · new figures none · from goal: Oslo 12 · from results: SK4711 9:05 1249.5"
-        " · goal terms three of many")
+        "[grounding] after tool ok · new figures none · from goal: Oslo 12 · from results: SK4711 9:05 1249.5")
     # the same answer after an empty result: its values come from nowhere
     empty = _trip(answer, '{"flights": []}')
-    assert step_text(empty, 3, V2).splitlines()[1] == (
-        "[grounding] after tool ok empty · new three: SK4711 9:05 1249.5 · from goal: Oslo 12")
     assert step_text(empty, 3).splitlines()[1] == (
-        "[grounding] after tool ok empty · new figures two: 9:05 1249.5 · new names one: SK4711 · from goal: Oslo 12"
-        " · goal terms three of many")
+        "[grounding] after tool ok empty · new figures two: 9:05 1249.5 · new names one: SK4711 · from goal: Oslo 12")
     # after an error
     failed = _trip(answer, "HTTP 503 Service Unavailable", status="error")
     assert step_text(failed, 3).splitlines()[1].startswith("[grounding] after tool error · new figures two:")
@@ -101,69 +89,20 @@ def test_grounding_line_says_where_each_value_comes_from() -> None:
     assert "· args: not JSON ·" in step_text(raw, 1)
 
 
-def _run(goal: str, calls: list[tuple[str, dict[str, object], str]], answer: str) -> Trace:
-    steps = [Step(kind="user_input", content=goal)]
-    for tool, args, result in calls:
-        steps += [Step(kind="tool_call", tool_name=tool, tool_args=args, source_index=len(steps)),
-                  Step(kind="tool_result", tool_name=tool, content=result, source_index=len(steps) + 1)]
-    steps.append(Step(kind="final_output", content=answer, source_index=len(steps)))
-    return Trace(steps=steps)
-
-
-def test_rep_v3_computed_figures_are_not_new() -> None:
-    # °C → °F and a sum are one step of arithmetic away from the result; a made-up total is not
-    goal = "Weather and sales for Oslo on 3 May?"
-    result = '{"low_c": -3, "high_c": 6, "sales": [1200, 800]}'
-    ok = _run(goal, [("lookup", {"city": "Oslo"}, result)], "Oslo: 27°F to 43°F, sales 2,000 in total.")
-    line = step_text(ok, 3).splitlines()[1]
-    assert "new figures none" in line and "computed: 27 43 2000" in line
-    made_up = _run(goal, [("lookup", {"city": "Oslo"}, result)], "Oslo: 27°F to 43°F, sales 7,153 in total.")
-    assert "new figures one: 7153" in step_text(made_up, 3).splitlines()[1]
-
-
-def test_rep_v3_goal_terms_tell_an_answer_to_another_question() -> None:
-    goal = "Book a 45 min design review with Ana Silva on 4 May."
-    on = _run(goal, [], "The design review with Ana Silva is booked for 4 May at 11:00.")
-    off = _run(goal, [], "The incident retro is on the calendar for Sunday at 15:30.")
-    assert "goal terms three of many" in step_text(on, 1) and "goal terms none of many" in step_text(off, 1)
-
-
-def test_rep_v3_limits_read_more_carefully() -> None:
-    from model.classifier.representation import goal_limit, goal_limit_v3
-
-    assert goal_limit("帮我约一个会。上午10点之前不行。") is None  # rep-v2 missed it
-    assert goal_limit_v3("帮我约一个会。上午10点之前不行。") == ("min", "hour", 10.0, False)
-    assert goal_limit_v3("Nothing after 5pm, please.") == ("max", "hour", 17.0, False)
-    assert goal_limit_v3("请为他预订住宿，2025年4月16日起住4晚。") is None  # a start date is no limit
-    goal = "Hotel in Oslo for 3 nights. No more than $150.00 a night."
-    hotels = '{"hotels": [{"hotel_id": "H123", "price_per_night": 140}, {"hotel_id": "H999", "price_per_night": 260}]}'
-    total = _run(goal, [("search_hotels", {"city": "Oslo"}, hotels)], "Booked H123: $420.00 total for 3 nights.")
-    per_night = _run(goal, [("search_hotels", {"city": "Oslo"}, hotels)], "Booked H999 at $260.00 per night.")
-    assert step_text(total, 3).splitlines()[1].endswith("limit kept")  # 420 / 3 nights
-    assert step_text(total, 3, V2).splitlines()[1].endswith("limit broken")  # rep-v2 read the total as a price
-    assert step_text(per_night, 3).splitlines()[1].endswith("limit broken")
-    # a call that picks a record of an earlier result: the record's figures are checked
-    steps = [*total.steps[:3], Step(kind="tool_call", tool_name="book_hotel", tool_args={"hotel_id": "H999"},
-                                    source_index=3)]
-    assert step_text(Trace(steps=steps), 3).splitlines()[1].endswith("limit broken")
-
-
-def test_rep_v3_a_call_that_dropped_the_constraint_is_remembered() -> None:
-    goal = "Q1 2023 revenue for APAC. Exclude refunds."
-    kept = "SELECT SUM(amount) FROM sales WHERE region = 'APAC' AND NOT is_refund"
-    dropped = "SELECT SUM(amount) FROM sales WHERE region = 'APAC'"
-    for query, expected in ((kept, "calls kept constraint"), (dropped, "calls dropped constraint: refun")):
-        t = _run(goal, [("run_sql", {"query": query}, '{"rows": [[1200]]}')], "APAC made 1,200 in Q1 2023.")
-        assert expected in step_text(t, 3)
-
-
-def test_rep_v3_empty_table_with_column_names() -> None:
-    from model.classifier.representation import looks_empty
-
-    table = '{"columns": ["sum"], "rows": [[null]], "row_count": 1}'
-    assert looks_empty(table, True) and not looks_empty(table)
-    t = _run("Revenue for APAC in 2023?", [("run_sql", {"query": "SELECT 1"}, table)], "APAC made 4,100,233.")
-    assert step_text(t, 3).splitlines()[1].startswith("[grounding] after tool ok empty · new figures one: 4100233")
+def test_rep_v4_has_no_generator_phrase_tables() -> None:
+    # the same goal with a limit, a constraint and a unit: rep-v4 says where the values come from and
+    # nothing about the goal's phrasing (rep-v3 added goal terms, constraint keys and limit verdicts)
+    goal = "Hotel in Oslo for 3 nights in Fahrenheit. Exclude hostels. No more than $150.00 a night."
+    steps = [Step(kind="user_input", content=goal),
+             Step(kind="tool_call", tool_name="search_hotels", tool_args={"city": "Oslo"}, source_index=1),
+             Step(kind="tool_result", tool_name="search_hotels", source_index=2,
+                  content='{"hotels": [{"hotel_id": "H999", "price_per_night": 260}]}'),
+             Step(kind="final_output", content="Booked H999 at $260.00 per night, $780.00 in total.", source_index=3)]
+    assert step_text(Trace(steps=steps), 3).splitlines()[1] == (
+        "[grounding] after tool ok · new figures one: 780 · from results: H999 260")
+    # a table with column names and no rows is not empty to rep-v4: no key-name table either
+    assert not looks_empty('{"columns": ["sum"], "rows": []}')
+    assert looks_empty('{"rows": [[null]], "row_count": 1}')
 
 
 def test_whole_trace_texts_equal_step_by_step_texts() -> None:
@@ -201,6 +140,9 @@ def test_step_index_outside_trace_is_an_input_error() -> None:
 def test_unknown_representation_version_is_rejected() -> None:
     with pytest.raises(InputError, match="unknown input-representation version 'rep-v0'"):
         RepresentationConfig.from_dict({"version": "rep-v0"})
+    for retired in ("rep-v1", "rep-v2", "rep-v3"):  # artefacts of the removed versions name theirs
+        with pytest.raises(InputError, match=f"input-representation version '{retired}' is retired"):
+            RepresentationConfig.from_dict({"version": retired})
     assert RepresentationConfig.from_dict(RepresentationConfig().to_dict()).version == REPRESENTATION_VERSION
 
 
@@ -283,6 +225,15 @@ def test_onnx_without_metadata_is_rejected(tmp_path: Path) -> None:
 
     train_wordpiece(["a b c"] * 3, vocab_size=50).save(str(tmp_path / "tokenizer.json"))
     with pytest.raises(ModelLoadError, match="ONNX metadata lacks"):
+        ClassifierRuntime.load(tmp_path)
+    # an artefact of a retired representation version is refused, naming the version
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    meta = {"labels": '["healthy"]', "thresholds": "[0.5]", "temperature": "1.0", "model_version": "m",
+            "model_name": "m", "tokenizer": '{"max_length": 8}',
+            "representation": json.dumps(RepresentationConfig().to_dict() | {"version": "rep-v3"})}
+    helper.set_model_props(model, {"triage." + k: v for k, v in meta.items()})
+    onnx.save(model, tmp_path / "classifier.onnx")
+    with pytest.raises(ModelLoadError, match="'rep-v3' is retired"):
         ClassifierRuntime.load(tmp_path)
 
 
