@@ -57,7 +57,10 @@ def test_langchain_callback_handler_streams_the_run(client: TriageClient) -> Non
     assert [(f.kind, f.source_index) for f in seen[6].failures] == [("loop", 6)]
     assert ("loop", 6) in {(f.kind, f.source_index) for f in last.failures}
     view = client.get_session("lc-loop")
-    assert view.last is not None and view.last.primary is not None and view.last.primary.source_index == 6
+    assert view.last is not None and view.last.primary is not None
+    # the answer after "no results" is made up too: with a classifier whose gate trusts hallucination
+    # (gate.json) that critical failure is primary, else the loop is
+    assert (view.last.primary.kind, view.last.primary.source_index) in {("loop", 6), ("hallucination", 7)}
 
     # a tool that raised, then an answer that ignores it
     handler = TriageCallbackHandler(client, "lc-503")
