@@ -106,7 +106,7 @@ def fuse(
             details=details,
         )
         # a rule demoted on real runs (it fired on too many successful ones) only ever signals
-        demoted = any(f.details.get("demoted") for f in group if f.confidence == best.confidence)
+        demoted = bool(best.details.get("demoted"))
         (failures if best.confidence >= thr[best.kind] and not demoted else signals).append(fused)
 
     def order(f: Failure) -> tuple[int, int, int]:
