@@ -321,12 +321,24 @@ def _anchor_set() -> tuple[Any, tuple[str, ...]]:
     return anchors, tuple(names)
 
 
+#: The words of the lower-cased view in one alternation (a short text without any skips them all).
+_ANY_WORD = re.compile(b"|".join(re.escape(w) for w in _WORDS))
+
+#: Every key group's literal prefixes in one alternation: only ever used to say "none is here"
+#: (a match sends the text to the per-group tests, so overlapping needles cannot hide one).
+_ANY_KEY_NEEDLE = re.compile("|".join(sorted({re.escape(n) for needles, _ in _KEYS for n in needles},
+                                              key=len, reverse=True)))
+
+
 class _Anchors:
     """Which anchors ``text`` holds: one RE2 pass for a long text, substring tests for a short one."""
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.found: frozenset[str] | None = None
+        # a short text: one C-level scan says whether any key prefix is there at all (most texts —
+        # JSON keys, ids, ordinary words — hold none; then no key group is asked one by one)
+        self.no_key = len(text) <= _LONG and _ANY_KEY_NEEDLE.search(text) is None
         if len(text) > _LONG:
             anchors, names = _anchor_set()
             try:
@@ -334,14 +346,17 @@ class _Anchors:
             except UnicodeEncodeError:  # a lone surrogate: no UTF-8 for RE2; test each anchor
                 self.found = None
 
-    def any_word(self, words: Iterable[bytes]) -> bool:
-        """Whether the lower-cased view may hold one of ``words`` (always, for a short text)."""
-        return self.found is None or any(w.decode() in self.found for w in words)
+    def any_word(self, words: Iterable[bytes], low: bytes) -> bool:
+        """Whether the lower-cased view ``low`` may hold one of ``words`` (:data:`_WORDS`; a short
+        text is asked by one scan of ``low``)."""
+        if self.found is None:
+            return _ANY_WORD.search(low) is not None
+        return any(w.decode() in self.found for w in words)
 
     def key(self, i: int, needles: tuple[str, ...]) -> bool:
         if self.found is not None:
             return f"key{i}" in self.found
-        return any(n in self.text for n in needles)
+        return not self.no_key and any(n in self.text for n in needles)
 
     def has(self, name: str, needle: str) -> bool:
         return name in self.found if self.found is not None else needle in self.text
@@ -363,9 +378,10 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
     if api:
         if has.has("pem", "PRIVATE KEY-----"):
             spans += [(*m.span(), "private_key") for m in _PEM.finditer(text)]
-        for i, (needles, pattern) in enumerate(_KEYS):
-            if has.key(i, needles):
-                spans += [(*m.span(), "api_key") for m in pattern.finditer(text)]
+        if not has.no_key:
+            for i, (needles, pattern) in enumerate(_KEYS):
+                if has.key(i, needles):
+                    spans += [(*m.span(), "api_key") for m in pattern.finditer(text)]
     if "url_password" in rules and has.has("url", "://"):
         spans += [(*m.span(1), "password") for m in _URL_PASSWORD.finditer(text)]
     if "email" in rules and has.has("email", "@"):
@@ -379,8 +395,8 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
         return spans
     # One ASCII view, index for index (a non-ASCII character becomes "?"), lower-cased.
     raw = text.encode("ascii", "replace")
-    if (api or bearer) and has.any_word(_WORDS):
-        low = raw.lower()
+    low = raw.lower() if api or bearer else b""
+    if (api or bearer) and has.any_word(_WORDS, low):
         if bearer:
             if has.word(b"bearer", low):
                 spans += [(*mb.span(1), "bearer") for mb in _BEARER.finditer(low)]
@@ -784,8 +800,8 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
             start = _email_starts(codes, at)
             keep = start < at  # "@app.route" is a decorator, not an address
             found.add(start[keep], end[keep], "email")
-    if (api or bearer) and has.any_word(_WORDS):
-        low = raw.lower()
+    low = raw.lower() if api or bearer else b""
+    if (api or bearer) and has.any_word(_WORDS, low):
         low_codes = np.frombuffer(low + b"\0", np.uint8)
         if bearer:
             if has.word(b"bearer", low):
