@@ -19,7 +19,7 @@ from model.errors import InputError, NotFittedError
 from model.schema import Step, StepKind, StepStatus, Trace
 
 TOOLS = ("search_flights", "get_booking", "update_booking", "send_email")
-WORDS = "please check my booking flight seat change today tomorrow refund policy".split()
+WORDS = ["please", "check", "my", "booking", "flight", "seat", "change", "today", "tomorrow", "refund", "policy"]
 
 
 def make_run(task: int, trial: int, failed: bool, rng: random.Random) -> Trace:
@@ -117,7 +117,7 @@ def test_card_and_early_warning_point(model: AgentModel) -> None:
     card = model.card
     assert card["agent"] == "travel" and card["labelled_runs"] == 90
     lo, hi = card["cv_auroc_interval"]
-    assert 0.8 < card["cv_auroc"] and lo <= card["cv_auroc"] <= hi
+    assert card["cv_auroc"] > 0.8 and lo <= card["cv_auroc"] <= hi
     assert model.at_risk_threshold is not None and 0.0 < model.at_risk_threshold < 1.0
 
 

@@ -88,7 +88,7 @@ def auprc(y: np.ndarray, s: np.ndarray) -> float:
 def _pair_matrix(y: np.ndarray, s: np.ndarray) -> np.ndarray:
     """pos × neg: 1 where the failed run scores higher, ½ on ties."""
     p, n = s[y > 0.5], s[y <= 0.5]
-    return (p[:, None] > n[None, :]).astype(float) + 0.5 * (p[:, None] == n[None, :])
+    return np.asarray((p[:, None] > n[None, :]).astype(float) + 0.5 * (p[:, None] == n[None, :]), dtype=float)
 
 
 def group_bootstrap_interval(y: np.ndarray, s: np.ndarray, groups: Sequence[str], *, seed: int = 0,

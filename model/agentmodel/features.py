@@ -171,7 +171,7 @@ class RunCounts:
 
 def shape_row(shape: np.ndarray) -> np.ndarray:
     """The shape block as the model reads it: ``log1p`` of the counts."""
-    return np.log1p(np.maximum(shape, 0.0))
+    return np.asarray(np.log1p(np.maximum(shape, 0.0)), dtype=float)
 
 
 def prefix_lengths(n_steps: int, fractions: Sequence[float]) -> list[int]:
