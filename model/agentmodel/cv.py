@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,7 +152,9 @@ def summarise(units: Sequence[_Unit], *, seed: int = 0, n_boot: int = N_BOOT,
         return {"folds": 0}
     pts = {m: float(np.mean([u.point()[m] for u in units])) for m in methods}
     reps = [u.replicates(w) for u, w in zip(units, _boot_weights(units, seed, n_boot), strict=True)]
-    rep = {m: np.nanmean(np.array([r[m] for r in reps]), axis=0) for m in methods}
+    with warnings.catch_warnings():  # a replicate that drew no failed (or no successful) run: nan
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rep = {m: np.nanmean(np.array([r[m] for r in reps]), axis=0) for m in methods}
     out: dict[str, Any] = {"folds": len(units)}
     for m in methods:
         out[m] = {"auroc": pts[m], "interval": _pct(rep[m])}
