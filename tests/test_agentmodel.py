@@ -74,6 +74,24 @@ def test_learns_the_planted_signal_on_other_tasks(model: AgentModel, runs) -> No
     assert auroc(np.array(failed[90:]), np.array(s)) > 0.95
 
 
+@pytest.fixture(scope="module")
+def stacked(runs: tuple[list[Trace], list[bool], list[str]]) -> AgentModel:
+    traces, failed, groups = runs
+    return AgentModel.fit(traces[:90], failed[:90], groups[:90],
+                          config=AgentModelConfig(buckets=1 << 12, internal_folds=0, combine="stack"))
+
+
+def test_stacked_model_learns_and_collapses_to_one_linear_model(stacked: AgentModel, runs) -> None:
+    traces, failed, _ = runs
+    s = [stacked.score(t) for t in traces[90:]]
+    assert auroc(np.array(failed[90:]), np.array(s)) > 0.95
+    assert stacked.fitted_ is not None and len(stacked.fitted_.meta["stack_weights"]) == 2
+    st = stacked.start()
+    for step in traces[95].steps:
+        st.add(step)
+    assert stacked.score_state(st) == pytest.approx(AgentModel.from_dict(stacked.to_dict()).score(traces[95]), abs=1e-9)
+
+
 def test_prefix_state_equals_scoring_the_prefix_as_a_run(model: AgentModel, runs) -> None:
     traces, _, _ = runs
     for t in traces[90:95]:
