@@ -522,8 +522,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reports", type=Path, default=Path("reports"))
     ap.add_argument("--root", type=Path, default=None)
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--sections-only", action="store_true",
+                    help="add the localisation and queue sections to the existing reports/learning.json")
     a = ap.parse_args(argv)
     cfg = LearningConfig.from_params(a.params)
+    if a.sections_only:
+        rep = json.loads((a.reports / "learning.json").read_text(encoding="utf-8"))
+        runs_by_set = {s: _load(s, a.root, rep["protocol"]["limit"]) for s in rep["sets"]}
+        rep["sections"] = other_sections(runs_by_set, cfg, lambda s: print(s, flush=True))
+        for p in write(rep, a.reports):
+            print(p)
+        return 0
     if a.limit is not None:
         cfg = LearningConfig.from_dict({**_cfg_dict(cfg), "limit": a.limit})
     rep = run(cfg, a.root, progress=lambda s: print(s, flush=True))

@@ -18,6 +18,12 @@ Interface (what the service and the gate build on)::
     model.card -> dict                                         # agent, labelled_runs, cv_auroc + interval, …
     model.to_dict() / AgentModel.from_dict(d) / model.save(path) / AgentModel.load(path)
     model.version -> str                                       # content hash of the artefact
+    model.state_from_dict(state.to_dict()) -> PrefixState      # a session's state, continued by any worker
+    model.score_rows(FeatureCache().rows(trace, …)) -> array   # cached prefixes (learning curve, queue)
+
+``fit`` also takes ``agent=`` (the card's name) and ``cache=`` (a :class:`FeatureCache` shared by
+refits). ``config.combine="stack"`` fits the shape and n-gram blocks apart and combines them by
+weights fitted on out-of-fold logits (nested in the training runs).
 
 ``groups`` keeps the runs of one task together in the model's own cross-validation (which sets the
 early-warning threshold and the card's ``cv_auroc``); :func:`model.agentmodel.cv.group_runs` makes
