@@ -293,14 +293,17 @@ class AgentModel:
         m.card_ = {"agent": agent, "labelled_runs": n, "failed_runs": int(y.sum()), "groups": len(set(groups)),
                    "cv_auroc": None, "cv_auroc_interval": None, "cheap_learners": None, "learning_curve": []}
         if cfg.internal_folds >= 2 and len(set(groups)) >= cfg.internal_folds:
-            m._own_cv(counts, y, list(groups), None if prior is None else np.asarray(prior, float))
+            efr = tuple(sorted({0.25, 0.5, 0.75, 1.0, cfg.warning_fraction}))
+            evals = [cache.rows(t, cfg.buckets, efr) for t in traces]
+            m._own_cv(counts, evals, efr, y, list(groups), None if prior is None else np.asarray(prior, float))
         return m
 
-    def _own_cv(self, counts: list[RunRows], y: np.ndarray, groups: list[str],
-                prior: np.ndarray | None) -> None:
+    def _own_cv(self, counts: list[RunRows], evals: list[RunRows], fr: tuple[float, ...], y: np.ndarray,
+                groups: list[str], prior: np.ndarray | None) -> None:
+        """Grouped CV on the training runs: out-of-fold scores of each run at the prefixes ``fr``
+        (``evals``) give the card's AUROC and the early-warning threshold."""
         cfg = self.config
         folds = group_folds(groups, cfg.internal_folds, seed=cfg.seed)
-        fr = cfg.prefix_fractions
         j_half = int(np.argmin([abs(f - cfg.warning_fraction) for f in fr]))
         j_full = int(np.argmin([abs(f - 1.0) for f in fr]))
         oof = np.full((len(y), len(fr)), np.nan)
@@ -311,7 +314,7 @@ class AgentModel:
             f = _fit_core([counts[i] for i in train], y[train], [groups[i] for i in train],
                           None if prior is None else prior[train], cfg)
             for i in test:
-                oof[i] = score_rows(f, counts[i], None if prior is None else float(prior[i]))
+                oof[i] = score_rows(f, evals[i], None if prior is None else float(prior[i]))
         ok = ~np.isnan(oof[:, j_full])
         if ok.sum() < 4 or y[ok].min() == y[ok].max():
             return
