@@ -56,11 +56,25 @@ class Coverage(_Open):
     redacted: int = 0
 
 
+class ProbabilityBasis(_Open):
+    """Which model gave ``failure_probability`` (schema 1.3): ``agent`` (the agent's own model) or
+    ``zero-shot``, the agent, its labelled runs, its cross-validated AUROC."""
+
+    model: str = ""
+    agent: str = ""
+    labelled_runs: int = 0
+    cv_auroc: float | None = None
+    version: str | None = None
+    zero_shot_probability: float | None = None
+
+
 class Diagnosis(Versioned):
     """``POST /v1/diagnose``'s answer. ``healthy`` is ``None`` when the content needed to tell is missing."""
 
     trace_id: str = ""
     healthy: bool | None = None
+    failure_probability: float | None = None
+    failure_probability_basis: ProbabilityBasis | None = None  # None from services before 1.3
     failures: list[Failure] = Field(default_factory=list)
     signals: list[Failure] = Field(default_factory=list)
     primary: Failure | None = None
@@ -94,6 +108,7 @@ class FailureState(_Open):
 class SessionView(Versioned):
     session_id: str
     trace_id: str
+    agent: str | None = None  # the session's agent (None from older services)
     created_at: datetime
     updated_at: datetime
     steps: int
@@ -121,6 +136,7 @@ class TraceSummary(_Open):
     healthy: bool = True
     primary_kind: str | None = None
     shadow: bool = False
+    agent: str | None = None  # the run's agent (None from older services)
 
 
 class TracePage(Versioned):
