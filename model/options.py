@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
+
+#: An agent's name as a caller gives it: 1-200 characters, no control character, not blank.
+AgentName = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]*[^\x00-\x20\x7f][^\x00-\x1f\x7f]*$")
+]
 
 
 class DiagnoseOptions(BaseModel):
@@ -36,6 +41,12 @@ class DiagnoseOptions(BaseModel):
         default_factory=dict,
         description="Multi-agent logs: speaker name → role (user, assistant, tool, system).",
     )
+    agent: AgentName | None = Field(
+        default=None,
+        description="The agent that ran it: its agent model and metric streams are keyed by it "
+        "(per tenant). Default: the root `invoke_agent` span's `gen_ai.agent.name`, else the task type, "
+        "else the tenant's pool (`_pool`); see model/agents.py.",
+    )
     session: str | None = Field(
         default=None,
         min_length=1,
@@ -60,4 +71,4 @@ class DiagnoseRequest(BaseModel):
     options: DiagnoseOptions = Field(default_factory=DiagnoseOptions)
 
 
-__all__ = ["DiagnoseOptions", "DiagnoseRequest"]
+__all__ = ["AgentName", "DiagnoseOptions", "DiagnoseRequest"]

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt
 from model.errors import InputError
 from model.findings import RESPONSE_SCHEMA_VERSION, DiagnosisResponse, Recommendation
 from model.kinds import FailureKind
-from model.options import DiagnoseOptions
+from model.options import AgentName, DiagnoseOptions
 from model.schema import ToolDefinition
 from serve.validation import TEXT_PARAM_PATTERN
 
@@ -46,6 +46,12 @@ class AppendStepsRequest(_Strict):
     steps: list[Any] | None = Field(default=None, description="Native steps (see the Trace JSON Schema).")
     options: DiagnoseOptions = Field(default_factory=DiagnoseOptions)
     task_type: str | None = Field(default=None, max_length=200, description="Stream key; kept per session.")
+    agent: AgentName | None = Field(
+        default=None,
+        description="The agent running the session (as `options.agent`; either may name it): the key of its "
+        "agent model and metric streams; kept per session (the latest named wins). Default: the root agent "
+        "span's name, else the task type, else the tenant's pool.",
+    )
     language: Literal["en", "zh"] | None = Field(default=None, description="Language of injected messages.")
     tools: list[ToolDefinition] | None = Field(default=None, description="Tool definitions (once is enough).")
 
@@ -84,6 +90,7 @@ class FailureState(BaseModel):
 class SessionView(Versioned):
     session_id: str
     trace_id: str
+    agent: str = Field(default="_pool", description="The session's agent (model/agents.py).")
     created_at: datetime
     updated_at: datetime
     steps: int
@@ -209,6 +216,7 @@ class TraceSummary(BaseModel):
     healthy: bool
     primary_kind: str | None
     shadow: bool
+    agent: str = Field(default="_pool", description="The run's agent (model/agents.py): the key of its agent model.")
 
 
 class TracePageOut(Versioned):

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import insert
 
-from model.agents import resolve_agent
+from model.agents import AGENT_METADATA_KEY, POOL_AGENT, resolve_agent
 from model.detectors import make_stream_detector
 from model.diagnosis import DEFAULT_THRESHOLDS, RUNSCORE, Diagnoser
 from model.errors import InputError, TooLargeError, TraceImportError, TriageError
@@ -196,7 +196,7 @@ class TriageService:
         # Redact first, then diagnose: evidence is cut from redacted text, so no cut secret (a key's
         # prefix) reaches the response, the store or the repair state.
         trace = self.redactor.redact_trace(trace)
-        agent = resolve_agent(trace, getattr(options, "agent", None))
+        agent = resolve_agent(trace, options.agent)
         served = self.models.get(tenant)
         extra = self.degradation_findings(tenant, trace, agent)
         run_threshold = self.relative_threshold(tenant, agent, served.diagnoser.runscorer)
@@ -233,6 +233,7 @@ class TriageService:
                 shadow=options.shadow,
                 policy_state=None if row is not None else state,
                 arm=stored_arm,
+                agent=agent,
             )
             self._put_rec(db, tenant, decision, trace.id, trace.session_id)
             if row is not None:
@@ -281,7 +282,7 @@ class TriageService:
         if not self.stream_autofeed:
             return
         # the agent as diagnose() resolved it: from the redacted trace (its task type and metadata)
-        agent = resolve_agent(self.redactor.redact_trace(trace), getattr(options, "agent", None))
+        agent = resolve_agent(self.redactor.redact_trace(trace), options.agent)
         with self.store.write() as db:
             self._feed_streams(db, tenant, trace, resp, agent)
 
@@ -349,7 +350,7 @@ class TriageService:
         resp = self._append(
             tenant, session_id, req.options, lambda state, offset: self._import_steps(req, offset=offset),
             field="steps" if req.steps is not None else "messages",
-            task_type=req.task_type, language=req.language, tools=req.tools,
+            task_type=req.task_type, language=req.language, tools=req.tools, agent=req.agent or req.options.agent,
         )
         assert resp is not None  # _import_steps never returns no steps
         return resp
@@ -403,6 +404,9 @@ class TriageService:
             raise
         assert len(runs) == 1  # the log holds one session's (or one trace's) spans
         steps = runs[0].steps
+        root_agent = runs[0].metadata.get(AGENT_METADATA_KEY)
+        if root_agent:  # the session's root agent span: its agent (model/agents.py)
+            state["span_agent"] = root_agent
         new = steps[log["steps"]:]
         log["steps"] = len(steps)
         by_span = runs[0].metadata.get("span_trace_ids") or {}
@@ -423,13 +427,15 @@ class TriageService:
         task_type: str | None = None,
         language: str | None = None,
         tools: list[ToolDefinition] | None = None,
+        agent: str | None = None,
     ) -> SessionStepResponse | None:
         """Lock the session, import the new steps (``importer(state, offset)``), diagnose, store.
 
         The cost does not grow with the session: the new steps are written as rows of their own,
         the session's trace stays in this worker's cache (re-read from the store only when another
         worker appended meanwhile), and the detectors read a window of the newest steps
-        (:mod:`model.incremental`).
+        (:mod:`model.incremental`). ``agent``: the agent this append names (the session keeps the
+        latest named; :func:`model.agents.resolve_agent` falls back on the spans, the task type, the pool).
         """
         check_id(session_id, path="path.session_id")
         served = self.models.get(tenant)
@@ -478,7 +484,11 @@ class TriageService:
             if tools:
                 known = {t.name for t in trace.tools}
                 trace.tools.extend(t for t in tools if t.name not in known)
-            session_agent = resolve_agent(trace, getattr(options, "agent", None))
+            if agent:
+                state["agent"] = agent
+            if state.get("span_agent"):
+                trace.metadata[AGENT_METADATA_KEY] = state["span_agent"]
+            session_agent = resolve_agent(trace, state.get("agent"))
             extra = self.degradation_findings(tenant, trace, session_agent)
             with self._model_lock.hold(tenant):
                 diag = served.incremental.diagnose(trace, state, run_options, extra_findings=extra)
@@ -517,6 +527,7 @@ class TriageService:
                 n_steps=len(trace.steps),
                 steps_in_rows=True,
                 arm=stored_arm,
+                agent=session_agent,
             )
             self._put_rec(db, tenant, decision, trace.id, session_id)
             row.state = state
@@ -582,6 +593,7 @@ class TriageService:
             detector_versions=self.detector_versions(),
             session_id=row.id,
             trace_id=row.trace_id,
+            agent=trace_row.agent if trace_row is not None else POOL_AGENT,
             created_at=row.created_at,
             updated_at=row.updated_at,
             steps=row.n_steps,
@@ -1112,6 +1124,7 @@ def _summary(r: TraceRow) -> TraceSummary:
         healthy=r.healthy,
         primary_kind=r.primary_kind,
         shadow=r.shadow,
+        agent=r.agent,
     )
 
 

@@ -86,6 +86,7 @@ def test_openai_agents_tracing_processor_streams_the_run(client: TriageClient) -
     from agent_triage_client.openai_agents import TriageTracingProcessor
     from agents.tracing import (
         SpanError,
+        agent_span,
         function_span,
         generation_span,
         response_span,
@@ -99,7 +100,7 @@ def test_openai_agents_tracing_processor_streams_the_run(client: TriageClient) -
     try:
         user = {"role": "user", "content": "Weather in Paris?"}
         history: list[dict[str, Any]] = [user]
-        with trace("weather agent", group_id="oa-loop"):
+        with trace("weather agent", group_id="oa-loop"), agent_span("forecaster"):
             for i in range(3):
                 call = {"role": "assistant", "content": None, "tool_calls": [
                     {"id": f"c{i}", "type": "function",
@@ -112,6 +113,7 @@ def test_openai_agents_tracing_processor_streams_the_run(client: TriageClient) -
             processor.force_flush()
             view = client.get_session("oa-loop")  # read while the run goes on
             assert view.steps == 7 and [(f.kind, f.source_index) for f in view.failures] == [("loop", 6)]
+            assert view.agent == "forecaster"  # the run's agent span names the session's agent
 
         # Responses API items, a tool span that failed, and an answer that ignores it
         def response(output: list[dict[str, Any]]) -> Response:
@@ -224,6 +226,7 @@ def test_openai_agents_repair_example_recovers_503s_and_a_loop(client: TriageCli
     assert r["tool_calls"] == {"weather": 1, "search": 3} and r["model_calls"] == 5
     view = client.get_session("oa-rep-loop")
     assert [(f.key, f.status) for f in view.failures] == [("loop@6", "resolved")]
+    assert view.agent == "weather"  # the run's Agent names the session's agent (repair.hooks)
     detail = client.get_trace(view.trace_id)
     assert [(o.strategy, o.success) for o in detail.outcomes] == [("rollback", True)]
 

@@ -212,7 +212,7 @@ def test_otlp_genai_two_traces_history_imported_once() -> None:
         "a000000000000002", "a000000000000002", "a000000000000002", "a000000000000003", "a000000000000004",
     ]
     assert a.session_id == "conv-42"
-    assert a.metadata == {"source_format": "otel", "service.name": "weather-bot"}
+    assert a.metadata == {"source_format": "otel", "service.name": "weather-bot", "gen_ai.agent.name": "weather_bot"}
     call, result, final = a.steps[2], a.steps[3], a.steps[4]
     assert (call.tool_name, call.call_id, call.tool_args, call.speaker) == (
         "get_weather", "call_1", {"city": "Paris"}, "weather_bot",

@@ -188,10 +188,12 @@ class _Base:
 
     # -- request bodies ----------------------------------------------------------------------------
     def _diagnose(self, trace: Any, format: str, options: Mapping[str, Any] | BaseModel | None,
-                  session: str | None) -> _Call:
+                  session: str | None, agent: str | None = None) -> _Call:
         opts = _options(options)
         if session is not None:
             opts["session"] = session
+        if agent is not None:
+            opts["agent"] = agent
         body = {"trace": trace, "format": format, "options": opts}
 
         def fallback(reason: str) -> Diagnosis:
@@ -202,7 +204,7 @@ class _Base:
 
     def _append(self, session_id: str, messages: Sequence[Any] | None, steps: Sequence[Any] | None,
                 options: Mapping[str, Any] | BaseModel | None, task_type: str | None, language: str | None,
-                tools: Sequence[Mapping[str, Any]] | None) -> _Call:
+                tools: Sequence[Mapping[str, Any]] | None, agent: str | None = None) -> _Call:
         if (messages is None) == (steps is None):
             raise ValueError("give exactly one of messages= or steps=")
         body = _drop_none({
@@ -210,6 +212,7 @@ class _Base:
             "steps": list(steps) if steps is not None else None,
             "options": _options(options),
             "task_type": task_type,
+            "agent": agent,
             "language": language,
             "tools": [dict(t) for t in tools] if tools is not None else None,
         })
@@ -341,18 +344,20 @@ class TriageClient(_Base):
             return False
 
     def diagnose(self, trace: Any, *, format: str = "auto", options: Mapping[str, Any] | BaseModel | None = None,
-                 session: str | None = None) -> Diagnosis:
-        """Diagnose a whole trace (native, OpenAI messages, OTLP/JSON or spans). Fail-open."""
-        result: Diagnosis = self._send(self._diagnose(trace, format, options, session))
+                 session: str | None = None, agent: str | None = None) -> Diagnosis:
+        """Diagnose a whole trace (native, OpenAI messages, OTLP/JSON or spans). Fail-open.
+        ``agent``: the agent that ran it (``options.agent``; the key of its agent model)."""
+        result: Diagnosis = self._send(self._diagnose(trace, format, options, session, agent))
         return result
 
     def append_steps(self, session_id: str, *, messages: Sequence[Any] | None = None,
                      steps: Sequence[Any] | None = None, options: Mapping[str, Any] | BaseModel | None = None,
                      task_type: str | None = None, language: Literal["en", "zh"] | None = None,
-                     tools: Sequence[Mapping[str, Any]] | None = None) -> SessionStep:
-        """Append the steps the agent just took (OpenAI messages or native steps). Fail-open."""
+                     tools: Sequence[Mapping[str, Any]] | None = None, agent: str | None = None) -> SessionStep:
+        """Append the steps the agent just took (OpenAI messages or native steps). Fail-open.
+        ``agent``: the agent running the session (the key of its agent model; the session keeps it)."""
         result: SessionStep = self._send(self._append(session_id, messages, steps, options, task_type, language,
-                                                      tools))
+                                                      tools, agent))
         return result
 
     def report_outcome(self, recommendation_id: str, success: bool, *, duration_s: float | None = None,
@@ -477,16 +482,18 @@ class AsyncTriageClient(_Base):
             return False
 
     async def diagnose(self, trace: Any, *, format: str = "auto",
-                       options: Mapping[str, Any] | BaseModel | None = None, session: str | None = None) -> Diagnosis:
-        result: Diagnosis = await self._send(self._diagnose(trace, format, options, session))
+                       options: Mapping[str, Any] | BaseModel | None = None, session: str | None = None,
+                       agent: str | None = None) -> Diagnosis:
+        result: Diagnosis = await self._send(self._diagnose(trace, format, options, session, agent))
         return result
 
     async def append_steps(self, session_id: str, *, messages: Sequence[Any] | None = None,
                            steps: Sequence[Any] | None = None, options: Mapping[str, Any] | BaseModel | None = None,
                            task_type: str | None = None, language: Literal["en", "zh"] | None = None,
-                           tools: Sequence[Mapping[str, Any]] | None = None) -> SessionStep:
+                           tools: Sequence[Mapping[str, Any]] | None = None,
+                           agent: str | None = None) -> SessionStep:
         result: SessionStep = await self._send(self._append(session_id, messages, steps, options, task_type,
-                                                            language, tools))
+                                                            language, tools, agent))
         return result
 
     async def report_outcome(self, recommendation_id: str, success: bool, *, duration_s: float | None = None,

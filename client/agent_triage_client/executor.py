@@ -315,6 +315,9 @@ class RepairExecutor:
     tools, language, task_type:
         Sent with the first append the service takes (tool definitions give ``self_correct`` the
         schema of a malformed call's tool).
+    agent:
+        The agent this executor serves, sent with every append (``options.agent``): the key of its
+        agent model on the service.
     equivalents:
         Tool name → equivalent tools, in order of preference (the service's ``tool_equivalents``).
     fallback_models:
@@ -346,6 +349,7 @@ class RepairExecutor:
         tools: Sequence[Mapping[str, Any]] | None = None,
         language: Literal["en", "zh"] | None = None,
         task_type: str | None = None,
+        agent: str | None = None,
         equivalents: Mapping[str, Sequence[str]] | None = None,
         fallback_models: Sequence[str] = (),
         allowed_tools: Sequence[str] | None = None,
@@ -370,6 +374,7 @@ class RepairExecutor:
         self.fallback_models = list(fallback_models)
         self.allowed_tools = list(allowed_tools) if allowed_tools is not None else None
         self.extra_options = dict(options or {})
+        self.agent = agent
         self.on_replan = on_replan
         self.on_handoff = on_handoff
         self.backoff_s = backoff_s
@@ -402,9 +407,11 @@ class RepairExecutor:
 
     # -- messages ----------------------------------------------------------------------------------
     def options(self) -> dict[str, Any]:
-        """The request options sent with every append: ``options=`` with the equivalents, the
-        fallback models and the allowed tools laid over it."""
+        """The request options sent with every append: ``options=`` with the agent, the equivalents,
+        the fallback models and the allowed tools laid over it."""
         out: dict[str, Any] = dict(self.extra_options)
+        if self.agent is not None:
+            out["agent"] = self.agent
         if self.allowed_tools is not None:
             out["allowed_tools"] = self.allowed_tools
         if self.equivalents:

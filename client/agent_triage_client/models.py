@@ -94,6 +94,7 @@ class FailureState(_Open):
 class SessionView(Versioned):
     session_id: str
     trace_id: str
+    agent: str | None = None  # the session's agent (None from older services)
     created_at: datetime
     updated_at: datetime
     steps: int
@@ -121,6 +122,7 @@ class TraceSummary(_Open):
     healthy: bool = True
     primary_kind: str | None = None
     shadow: bool = False
+    agent: str | None = None  # the run's agent (None from older services)
 
 
 class TracePage(Versioned):

@@ -9,7 +9,8 @@ module imports it, importing :mod:`agent_triage_client` does not.
 >>> add_trace_processor(TriageTracingProcessor(TriageClient(api_key="trg_…")))    # doctest: +SKIP
 
 One session per trace: the trace's ``group_id`` (the conversation id the SDK lets you set with
-``RunConfig(group_id=…)``), else its ``trace_id``. What is sent, as spans end:
+``RunConfig(group_id=…)``), else its ``trace_id``; its agent (the key of its agent model on the
+service) is the ``agent=`` given, else the name of the run's first ``Agent``. What is sent, as spans end:
 
 - a model call (``response`` span, Responses API; ``generation`` span, Chat Completions): the
   input items not sent before (user and system messages; earlier tool calls and their outputs
@@ -57,6 +58,7 @@ from typing import Any
 try:
     from agents import FunctionTool, Model, ModelResponse, ModelSettings, RunHooks, Usage
     from agents.tracing import (
+        AgentSpanData,
         FunctionSpanData,
         GenerationSpanData,
         ResponseSpanData,
@@ -203,7 +205,11 @@ class TriageTracingProcessor(TracingProcessor):
             run.stream.close()
 
     def on_span_start(self, span: Span[Any]) -> None:
-        return None
+        data = span.span_data
+        if isinstance(data, AgentSpanData) and data.name:
+            run = self._run(span.trace_id)
+            if run.stream.agent is None:  # the run's outermost agent starts first: the session's agent
+                run.stream.agent = str(data.name)
 
     def on_span_end(self, span: Span[Any]) -> None:
         run = self._run(span.trace_id)
@@ -314,6 +320,12 @@ def text_response(text: str) -> ModelResponse:
 class _Hooks(RunHooks[Any]):
     def __init__(self, repair: TriageRepair) -> None:
         self.repair = repair
+
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        executor = self.repair.executor
+        name = getattr(agent, "name", None)
+        if executor.agent is None and name:  # the first agent of the run names the session's agent
+            executor.agent = str(name)
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         bridge = self.repair.bridge

@@ -77,6 +77,9 @@ class StepStream:
         The agent's own session / conversation id.
     options, task_type, language:
         Sent with every append (``options`` as ``/v1/diagnose`` takes them).
+    agent:
+        The agent running the session, sent with every append: the key of its agent model on the
+        service (default: the root agent span's name, else the task type, else the tenant's pool).
     background:
         Send from a worker thread, in order; :meth:`flush` waits for it.
     on_diagnosis:
@@ -91,6 +94,7 @@ class StepStream:
         options: Mapping[str, Any] | None = None,
         task_type: str | None = None,
         language: str | None = None,
+        agent: str | None = None,
         background: bool = False,
         on_diagnosis: Callable[[SessionStep], None] | None = None,
     ) -> None:
@@ -99,6 +103,7 @@ class StepStream:
         self.options = dict(options or {})
         self.task_type = task_type
         self.language = language
+        self.agent = agent
         self.background = background
         self.on_diagnosis = on_diagnosis
         self.last: SessionStep | None = None
@@ -182,7 +187,7 @@ class StepStream:
         resp = self.client.append_steps(
             self.session_id, messages=body.get("messages"), steps=body.get("steps"), options=self.options,
             task_type=self.task_type, language=self.language,  # type: ignore[arg-type]
-            tools=body.get("tools"),
+            tools=body.get("tools"), agent=self.agent,
         )
         with self._lock:
             self.last = resp

@@ -67,18 +67,21 @@ def test_sync_whole_api(service: tuple[str, str]) -> None:
     url, key = service
     with TriageClient(url, api_key=key, budget_s=30, timeout_s=30) as c:
         assert c.health()
-        d = c.diagnose(LOOP)
+        d = c.diagnose(LOOP, agent="triager")
         assert d.served and d.healthy is False and d.primary is not None
+        assert c.get_trace(d.trace_id).agent == "triager"  # the key of its agent model
         assert (d.primary.kind, d.primary.source_index) == ("loop", 6)
         assert d.recommendation.strategy == "rollback" and d.coverage.steps == 8
         tools = [{"name": "search", "description": "web search", "parameters": {"type": "object"}}]
-        r = c.append_steps("cli-sync", messages=LOOP["messages"][:1], tools=tools, language="en", task_type="qa")
+        r = c.append_steps("cli-sync", messages=LOOP["messages"][:1], tools=tools, language="en", task_type="qa",
+                           agent="support-bot")
         assert r.served and r.appended == [0] and r.recommendation.strategy == "continue"
         for m in LOOP["messages"][1:7]:
             r = c.append_steps("cli-sync", messages=[m])
         assert r.primary is not None and (r.primary.kind, r.primary.step) == ("loop", 6)
         state = c.get_session("cli-sync")
         assert state.steps == 7 and [f.kind for f in state.failures] == ["loop"]
+        assert state.agent == "support-bot"  # named once, kept by the later appends
         out = c.report_outcome(r.recommendation.id, False, duration_s=0.5, note="still looping")
         assert out.recorded and out.escalated and out.next is not None and out.next.strategy == "replan_global"
         page = c.list_traces(session="cli-sync", limit=5)
@@ -161,7 +164,8 @@ def test_step_stream_against_the_service(service: tuple[str, str]) -> None:
     url, key = service
     seen: list[str] = []
     with TriageClient(url, api_key=key, budget_s=30, timeout_s=30) as c:
-        stream = StepStream(c, "cli-stream", background=True, on_diagnosis=lambda r: seen.append(r.recommendation.strategy))
+        stream = StepStream(c, "cli-stream", background=True, agent="streamer",
+                            on_diagnosis=lambda r: seen.append(r.recommendation.strategy))
         history: list[dict[str, Any]] = [LOOP["messages"][0]]
         for i in range(3):
             stream.inputs(history)  # the whole conversation each call: only the new part goes out
@@ -174,6 +178,7 @@ def test_step_stream_against_the_service(service: tuple[str, str]) -> None:
         assert stream.last.session_steps == 7
         assert stream.last.primary is not None and (stream.last.primary.kind, stream.last.primary.step) == ("loop", 6)
         assert seen[-1] == "rollback" and len(seen) == 7  # 1 + 3 × 2: repeated history not re-sent
+        assert c.get_session("cli-stream").agent == "streamer"
         c.delete_session("cli-stream")
 
 

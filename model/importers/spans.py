@@ -218,23 +218,28 @@ def uses_openinference(data: Any) -> bool:
 # traces
 
 
-def _speakers(spans: list[Span]) -> dict[int, str | None]:
-    """The agent each span runs under: its own agent name, else its nearest agent ancestor's."""
+def _speakers(spans: list[Span]) -> tuple[dict[int, str | None], str | None]:
+    """The agent each span runs under (its own agent name, else its nearest agent ancestor's), and
+    the run's root agent: the first agent span (in ``spans``' order) with no agent span above it."""
     by_id = {s.span_id: s for s in spans if s.span_id is not None}
     own = {id(s): openinference.agent_name(s) or _genai_agent(s) for s in spans}
     out: dict[int, str | None] = {}
+    root: str | None = None
     for s in spans:
         cur: Span | None = s
         seen: set[int] = set()
         name = None
+        outermost = None
         while cur is not None and id(cur) not in seen:  # iterative; parent cycles can't hang it
             seen.add(id(cur))
             if own[id(cur)]:
-                name = own[id(cur)]
-                break
+                name = name or own[id(cur)]
+                outermost = own[id(cur)]
             cur = by_id.get(cur.parent_id) if cur.parent_id is not None else None
         out[id(s)] = name
-    return out
+        if root is None and outermost is not None:
+            root = outermost
+    return out, root
 
 
 def _genai_agent(span: Span) -> str | None:
@@ -247,7 +252,7 @@ def _build(trace_id: str, spans: list[Span], max_steps: int | None, fmt: str, in
     if not in_order:
         spans = sorted(spans, key=lambda s: (s.start_ns is None, s.start_ns or 0, s.span_id or ""))
     parents = {s.parent_id for s in spans if s.parent_id is not None}
-    speakers = _speakers(spans)
+    speakers, root_agent = _speakers(spans)
     builder = SpanBuilder(StepSink(max_steps))
     session_id = None
     for index, span in enumerate(spans):
@@ -271,6 +276,8 @@ def _build(trace_id: str, spans: list[Span], max_steps: int | None, fmt: str, in
     service = next((s.resource.get("service.name") for s in spans if "service.name" in s.resource), None)
     if service is not None:
         metadata["service.name"] = service
+    if root_agent:  # the run's agent (model.agents.resolve_agent reads it)
+        metadata["gen_ai.agent.name"] = root_agent
     return Trace(id=trace_id, session_id=session_id, steps=steps, tools=list(builder.tools.values()),
                  metadata=metadata)
 

@@ -97,6 +97,7 @@ class TraceRow(Base):
         Index("ix_traces_tenant_created", "tenant_id", "created_at"),
         Index("ix_traces_tenant_session", "tenant_id", "session_id"),
         Index("ix_traces_tenant_arm", "tenant_id", "arm"),
+        Index("ix_traces_tenant_agent", "tenant_id", "agent"),
     )
 
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -121,6 +122,9 @@ class TraceRow(Base):
     # shadow itself. failed_at: when a diagnosis of this run first found a failure (kept).
     arm: Mapped[str | None] = mapped_column(String(8), nullable=True)
     failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # The agent that ran it (model/agents.py): the key of its agent model. Rows stored before
+    # revision 0007 got their task type, else "_pool" (what the resolution gives them).
+    agent: Mapped[str] = mapped_column(String(200), default="_pool", server_default="_pool")
 
 
 class TraceStepRow(Base):
@@ -266,13 +270,20 @@ class ObservationRow(Base):
 
 
 class ModelActivationRow(Base):
-    """One promotion or rollback of a tenant's run scorer (``model/registry.py`` holds the artefacts)."""
+    """One promotion or rollback of a tenant's agent model (``model/registry.py`` holds the artefacts).
+
+    ``agent`` NULL: an activation of a tenant-wide run scorer recorded before revision 0007; kept as
+    history, no longer served (agent models replaced it)."""
 
     __tablename__ = "model_activations"
-    __table_args__ = (Index("ix_model_activations_tenant", "tenant_id", "id"),)
+    __table_args__ = (
+        Index("ix_model_activations_tenant", "tenant_id", "id"),
+        Index("ix_model_activations_agent", "tenant_id", "agent", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     tenant_id: Mapped[str] = mapped_column(String(64))
+    agent: Mapped[str | None] = mapped_column(String(200), nullable=True)
     version: Mapped[str] = mapped_column(String(128))
     activated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     actor: Mapped[str] = mapped_column(String(200), default="")

@@ -40,6 +40,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
+from model.agents import MAX_AGENT_LENGTH, POOL_AGENT
 from model.errors import InputError, StoreError, StoreUnavailableError, StoreValueError
 from serve.store.engine import SQLITE_BEGIN, make_engine
 from serve.store.migrate import upgrade as _upgrade
@@ -239,6 +240,7 @@ class Store:
         n_steps: int | None = None,
         steps_in_rows: bool = False,
         arm: str | None = None,
+        agent: str = POOL_AGENT,
     ) -> None:
         """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
 
@@ -247,6 +249,7 @@ class Store:
         (:meth:`put_steps`) and ``trace`` holds the rest; ``n_steps`` then counts them. A whole
         trace stored over one kept in rows replaces it. ``arm``: the run's canary arm
         (:mod:`serve.canary`); when a diagnosis of the run first found a failure is kept.
+        ``agent``: the run's agent (:func:`model.agents.resolve_agent`).
         """
         now = utcnow()
         primary = response.get("primary") or {}
@@ -268,6 +271,7 @@ class Store:
             "response": response,
             "policy_state": policy_state,
             "steps_in_rows": steps_in_rows,
+            "agent": agent,
         }
         prev = db.execute(
             select(TraceRow.steps_in_rows).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
@@ -635,6 +639,7 @@ class Store:
                 k = (r.tenant_id, r.id)
                 yield {
                     "tenant": r.tenant_id,
+                    "agent": r.agent,
                     "trace": traces[k],
                     "response": r.response,
                     "created_at": r.created_at,
@@ -645,37 +650,52 @@ class Store:
             last = keys[-1]
 
     # -- model registry activations (model/registry.py holds the artefacts) --------------------
-    def active_model(self, tenant: str) -> str | None:
-        """The registry version the tenant serves (its newest activation), or None: the shipped model."""
+    def active_model(self, tenant: str, agent: str | None = None) -> str | None:
+        """The registry version of ``agent``'s model the tenant serves (its newest activation), or
+        None: no agent model (zero-shot)."""
         with self.read() as db:
             row = db.scalars(
                 select(ModelActivationRow)
-                .where(ModelActivationRow.tenant_id == tenant)
+                .where(ModelActivationRow.tenant_id == tenant, _agent_is(agent))
                 .order_by(ModelActivationRow.id.desc())
                 .limit(1)
             ).first()
             return row.version if row is not None else None
 
-    def activate_model(self, tenant: str, version: str, *, actor: str, action: str = "promote") -> None:
-        """Record that ``tenant`` serves ``version`` from now on (``action``: promote or rollback)."""
+    def active_models(self, tenant: str) -> dict[str, str]:
+        """Every agent of the tenant with an activation → its active version (zero-shot ones included)."""
+        with self.read() as db:
+            rows = db.execute(
+                select(ModelActivationRow.agent, ModelActivationRow.version)
+                .where(ModelActivationRow.tenant_id == tenant, ModelActivationRow.agent.is_not(None))
+                .order_by(ModelActivationRow.id)
+            ).all()
+        return {str(a): str(v) for a, v in rows}
+
+    def activate_model(self, tenant: str, version: str, *, actor: str, action: str = "promote",
+                       agent: str | None = None) -> None:
+        """Record that ``tenant`` serves ``version`` for ``agent`` from now on (``action``: promote or rollback)."""
         if action not in MODEL_ACTIONS:
             raise InputError(f"action must be one of {', '.join(MODEL_ACTIONS)}; got {action!r}", path="action")
         if not version or len(version) > 128:
             raise InputError(f"a model version is 1-128 characters; got {version!r}", path="version")
+        if agent is not None and (not agent or len(agent) > MAX_AGENT_LENGTH):
+            raise InputError(f"an agent name is 1-{MAX_AGENT_LENGTH} characters; got {agent!r}", path="agent")
         check_tenant_name(tenant)
         with self.write() as db:
-            db.add(ModelActivationRow(tenant_id=tenant, version=version, actor=actor[:200], action=action))
+            db.add(ModelActivationRow(tenant_id=tenant, agent=agent, version=version, actor=actor[:200],
+                                      action=action))
 
-    def model_history(self, tenant: str) -> list[dict[str, Any]]:
-        """The tenant's activations, newest first: version, activated_at, actor, action."""
+    def model_history(self, tenant: str, agent: str | None = None) -> list[dict[str, Any]]:
+        """The tenant's activations (of ``agent``'s model; ``None``: every agent's, and the tenant-wide
+        run scorers' of before revision 0007), newest first: agent, version, activated_at, actor, action."""
         with self.read() as db:
-            rows = db.scalars(
-                select(ModelActivationRow)
-                .where(ModelActivationRow.tenant_id == tenant)
-                .order_by(ModelActivationRow.id.desc())
-            )
-            return [{"version": r.version, "activated_at": r.activated_at, "actor": r.actor, "action": r.action}
-                    for r in rows]
+            q = select(ModelActivationRow).where(ModelActivationRow.tenant_id == tenant)
+            if agent is not None:
+                q = q.where(ModelActivationRow.agent == agent)
+            rows = db.scalars(q.order_by(ModelActivationRow.id.desc()))
+            return [{"agent": r.agent, "version": r.version, "activated_at": r.activated_at, "actor": r.actor,
+                     "action": r.action} for r in rows]
 
     # -- streams -------------------------------------------------------------------------------
     def lock_stream(
@@ -925,6 +945,10 @@ class Store:
             if tenant is not None:
                 q = q.where(table.tenant_id == tenant)
             return int(db.scalar(q) or 0)
+
+
+def _agent_is(agent: str | None) -> Any:
+    return ModelActivationRow.agent.is_(None) if agent is None else ModelActivationRow.agent == agent
 
 
 def _rowcount(result: Any) -> int:

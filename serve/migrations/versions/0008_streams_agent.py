@@ -7,7 +7,7 @@ the pool agent ``"_pool"``; ``""`` (values posted for every task type) stays ``"
 Nothing stored is dropped: detector state, counts, open alarms and observations carry over.
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-04 17:00:00
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
