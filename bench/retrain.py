@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server on the way out
     ks = [int(k) for k in a.ks.split(",")]
 
-    from model.realdata import SOURCES, load_all, load_source
+    from model.realdata import SOURCES, load_all, load_source, loso_family
     from model.registry import Registry
     from model.runscore.evaluate import _ci, _group_boot
     from model.runscore.model import RunScorer, auroc
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     data.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     cache = FeatureCache(data / "cache" / "runscore")
-    others = tuple(s for s in SOURCES if s != SET)
+    others = tuple(s for s in SOURCES if loso_family(s) != loso_family(SET))  # τ² airline is τ-bench's family
     print("features of the real sets (cached under the working folder) ...", flush=True)
     base_all = cache.examples(load_all(None, others))
     tau = load_source(SET)

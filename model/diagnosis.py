@@ -293,7 +293,7 @@ class Diagnoser:
 
         ``extra_findings`` come from outside the trace detectors (e.g. a stream's ``degradation``);
         ``run_threshold`` replaces the run scorer's operating point (the service passes one relative
-        to the agent's own recent runs); ``run_verdict=False`` reports ``failure_probability`` and
+        to the agent's own recent runs) — zero-shot (no tenant head) only where it is higher; ``run_verdict=False`` reports ``failure_probability`` and
         ``attribution`` without letting them decide ``healthy`` (a running session: its run is not over).
         """
         options = options or DiagnoseOptions()
@@ -312,7 +312,13 @@ class Diagnoser:
             probability = scored.failure_probability
             attribution = Attribution(**scored.attribution) if scored.attribution else None
             versions[RUNSCORE] = self.runscorer.version
-            thr = self.runscorer.threshold if run_threshold is None else run_threshold
+            thr = self.runscorer.threshold
+            if run_threshold is not None:
+                # zero-shot (no tenant head), the probability turns `healthy` false only at the fixed
+                # low-false-alarm operating point or above it (issue 20, item 7): a caller's point
+                # relative to the agent's own runs flags its top decile by construction (≈ 10 % of
+                # its successful runs), so it may raise the bar, never lower it
+                thr = run_threshold if self.runscorer.head_ is not None else max(thr, run_threshold)
             if run_verdict and not failures and probability is not None and attribution is not None \
                     and probability >= thr:
                 primary = run_failure(trace, attribution, probability, thr, signals)

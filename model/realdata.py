@@ -18,12 +18,41 @@ set                           runs    failed                          where it w
 ``agentprocessbench``         200     final_label −1                  first −1 step label (message index)
 ``swe``                       500     not resolved (129)              — (run-level only)
 ``whowhen``                   126     all                             ``int(mistake_step)``, the agent
+``tau2``                      200     reward 0 (75)                   — (run-level only)
+``webshop``                   500     reward < 1 (321; see below)     — (run-level only)
+``reflexion_hotpotqa``        100     not in CORRECT (66)             — (run-level only)
 ============================  ======  ==============================  ===================================
 
 τ-bench's failing message is derived (its README): the first call to a write tool (book, cancel,
 update, send certificate) whose name and arguments differ from the expected write action at the
 same position; when every write call matches but one is missing (or all match, 3 runs), the last
 assistant message. ``details.derived`` on the label says which rule gave it.
+
+τ²-bench (``tau2``): airline and telecom, two models, telecom in two modes (with the simulated user,
+and ``no-user`` where the agent works from a ticket). A trace is what the agent saw: the policy as
+the system message (plus, solo, the ticket as the user's request), its own turns and calls, the
+results of its calls, the user's text. The user's own phone-tool calls and their results (telecom)
+are left out: tau2 never shows them to the agent. The telecom task id names the injected faults
+(a label): it never reaches the trace; the run's id and group carry a hash of it, and the group is
+the task across both models and both modes. τ²'s 20 airline tasks are τ-bench airline scenarios:
+:data:`LOSO_FAMILY` holds ``tau_airline`` and ``tau2`` out together.
+
+WebShop (``webshop``): parsed from the notebook's printed log. ``failed`` is reward < 1, as the
+set's README says, so a purchase that matched most attributes (265 of the 321 failures are partial
+rewards, median 0.6) counts as failed: a noisy label, kept as given and not re-thresholded (a
+threshold chosen on these runs would be tuned on what they report). The reward itself stays in
+``labels.provenance["reward"]`` only (an analysis may split full misses from partial ones); the
+score page after ``click[Buy Now]`` and the running-mean line never reach the trace. The purchase
+ends the episode: ``click[Buy Now]`` is the run's final answer (a ``final_output`` step); other
+actions are ``search`` / ``click`` calls with the page as result (``Invalid action!`` an error
+result), ``think[…]`` reasoning (the harness's ``OK.`` dropped).
+
+Reflexion HotpotQA (``reflexion_hotpotqa``): the ReAct *base* runs, trial 1 of
+``ReAct_base_100_questions_5_trials.txt`` (later trials re-run the failed questions only). The
+question is the user's request, ``Thought`` reasoning, ``Search`` / ``Lookup`` calls with the
+observation as result, ``Finish[answer]`` the final answer. The evaluator's verdict after
+``Finish`` (``Answer is CORRECT`` / ``INCORRECT``) and the ``Correct answer:`` line are labels and
+are dropped. The three agents printed under both INCORRECT and HALTED count once, as incorrect.
 
 >>> runs = load_source("whowhen")          # doctest: +SKIP
 >>> runs[0].failed, runs[0].trace.labels.failures[0].source_index   # doctest: +SKIP
@@ -33,6 +62,7 @@ assistant message. ``details.derived`` on the label says which rule gave it.
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
 import json
 import lzma
@@ -56,10 +86,22 @@ SOURCES: dict[str, str] = {
     "agentprocessbench": "agentprocessbench_hotpotqa",
     "swe": "swe_mini_gemini3pro",
     "whowhen": "who_and_when_algorithm_generated",
+    "tau2": "tau2_gym_gpt41",
+    "webshop": "react_webshop",
+    "reflexion_hotpotqa": "reflexion_hotpotqa_react",
 }
 
 #: The sets with successful and failed runs (run-level AUROC needs both).
-RUN_LEVEL_SOURCES = ("tau_airline", "agentprocessbench", "swe")
+RUN_LEVEL_SOURCES = ("tau_airline", "agentprocessbench", "swe", "tau2", "webshop", "reflexion_hotpotqa")
+
+#: Set → the family held out together in leave-one-source-out: τ²'s airline tasks are τ-bench
+#: airline scenarios, so a model "not trained on airline" must have seen neither.
+LOSO_FAMILY: dict[str, str] = {s: s for s in SOURCES} | {"tau_airline": "airline", "tau2": "airline"}
+
+
+def loso_family(source: str) -> str:
+    """The leave-one-source-out family of a set (itself, but for the two airline sets)."""
+    return LOSO_FAMILY.get(source, source)
 
 TAU_WRITE_TOOLS = frozenset(
     {"book_reservation", "cancel_reservation", "update_reservation_flights", "update_reservation_baggages",
@@ -303,6 +345,218 @@ def load_whowhen(root: Path) -> list[RealRun]:
         runs.append(RealRun("whowhen", trace.id, f"ww:{log.get('question_ID') or stem}", trace))
     return runs
 
+# ---- τ²-bench airline + telecom ----------------------------------------------------------------
+
+TAU2_FILES = {
+    "gpt-4.1_airline_default_gpt-4.1_1trials.json.xz": ("gpt-4.1", "airline", "default"),
+    "ft_gpt-4.1-2025-04-14_sierra_tau2-full-sft_BzrYdMNm_airline_default_gpt-4.1_1trials.json.xz":
+        ("ft", "airline", "default"),
+    "gpt-4.1_telecom_default_gpt-4.1_1trials.json.xz": ("gpt-4.1", "telecom", "default"),
+    "ft_gpt-4.1-2025-04-14_sierra_tau2-full-sft_BzrYdMNm_telecom_default_gpt-4.1_1trials.json.xz":
+        ("ft", "telecom", "default"),
+    "gpt-4.1_telecom_no-user_gpt-4.1_1trials.json.xz": ("gpt-4.1", "telecom", "no-user"),
+    "ft_gpt-4.1-2025-04-14_sierra_tau2-full-sft_BzrYdMNm_telecom_no-user_gpt-4.1_1trials.json.xz":
+        ("ft", "telecom", "no-user"),
+}
+
+
+def label_hash(text: str) -> str:
+    """A short stable hash of a label-bearing key (a telecom task id names its faults)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def tau2_messages(sim: dict[str, Any], policy: str, ticket: str | None) -> list[dict[str, Any]]:
+    """A τ² simulation as the OpenAI chat the agent saw (see the module docstring)."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": policy}]
+    if ticket is not None:
+        out.append({"role": "user", "content": ticket})
+    for m in sim["messages"]:
+        role = m.get("role")
+        if role == "tool":
+            if m.get("requestor") == "user":
+                continue  # the user's phone tools: never shown to the agent
+            out.append({"role": "tool", "tool_call_id": m.get("id"), "content": m.get("content") or ""})
+        elif role == "user":
+            if m.get("content"):
+                out.append({"role": "user", "content": m["content"]})
+        elif role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": m.get("content")}
+            calls = [c for c in m.get("tool_calls") or [] if c.get("requestor", "assistant") == "assistant"]
+            if calls:
+                msg["tool_calls"] = [{"id": c["id"], "type": "function",
+                                      "function": {"name": c["name"],
+                                                   "arguments": json.dumps(c.get("arguments") or {})}}
+                                     for c in calls]
+            out.append(msg)
+        else:
+            raise InputError(f"tau2: message role {role!r} not understood", path="messages.role")
+    return out
+
+
+def load_tau2(root: Path) -> list[RealRun]:
+    folder = _folder(root, "tau2")
+    runs = []
+    for name, (model, domain, mode) in TAU2_FILES.items():
+        data = json.loads(_read_xz(folder / name))
+        policy = str(data["info"]["environment_info"]["policy"])
+        tickets = {t["id"]: t.get("ticket") for t in data["tasks"]}
+        for sim in data["simulations"]:
+            task = label_hash(f"{domain}\x00{sim['task_id']}")
+            ticket = tickets.get(sim["task_id"]) if mode == "no-user" else None
+            trace = load_trace({"messages": tau2_messages(sim, policy, ticket)}, format="openai")
+            trace.id = f"tau2:{domain}:{mode}:{model}:{task}"
+            trace.task_type = f"tau2_{domain}"
+            reward = float(sim["reward_info"]["reward"])
+            trace.labels = _labels(reward < 1.0, None, trace, {
+                "set": "tau2", "domain": domain, "mode": mode, "model": model, "task": task,
+                "reward": reward, "termination_reason": sim.get("termination_reason")})
+            runs.append(RealRun("tau2", trace.id, f"tau2:{domain}:{task}", trace))
+    return runs
+
+
+# ---- ReAct WebShop -----------------------------------------------------------------------------
+
+_WS_EPISODE = re.compile(r"-----------------\n(\d+)\n(.*?)\n(\d+) (\S+) (\S+) (\S+)\n-------------\n", re.DOTALL)
+_WS_ACTION = re.compile(r"^Action: ", re.MULTILINE)
+_WS_VERB = re.compile(r"^(\w+)\[(.*?)\]?$", re.DOTALL)
+
+
+def webshop_trace(body: str, trace_id: str) -> Trace:
+    """One printed WebShop episode (its ``Action: …`` / ``Observation: …`` turns) as a trace."""
+    turns = [t for t in _WS_ACTION.split(body) if t.strip()]
+    steps: list[Step] = []
+    for n, turn in enumerate(turns):
+        action, sep, obs = turn.partition("\nObservation:")
+        if not sep:
+            raise InputError(f"{trace_id}: turn {n} has no observation", path="turn")
+        action, obs = action.strip(), obs.strip("\n").strip()
+        idx = 2 * n  # the action's element; its observation is 2n + 1 (the reset's page is 1)
+        if n == 0:
+            if action != "reset":
+                raise InputError(f"{trace_id}: the first action is {action!r}, not reset", path="action")
+            steps.append(Step(kind=StepKind.USER_INPUT, content=obs, source_index=1))
+            continue
+        m = _WS_VERB.match(action)
+        verb, arg = (m.group(1), m.group(2)) if m else ("invalid", action)
+        if verb == "think":
+            steps.append(Step(kind=StepKind.LLM_REASONING, content=arg, source_index=idx, speaker="agent"))
+        elif verb == "click" and arg == "Buy Now" and obs != "Invalid action!":
+            # the purchase ends the episode: the run's answer; the score page after it is a label
+            # (a ``Buy Now`` clicked where there is none is an invalid action: the run goes on)
+            steps.append(Step(kind=StepKind.FINAL_OUTPUT, content=action, source_index=idx, speaker="agent"))
+            break
+        else:
+            cid = f"a{n}"
+            steps.append(Step(kind=StepKind.TOOL_CALL, content=action, tool_name=verb,
+                              tool_args={"query": arg} if verb == "search" else {"target": arg},
+                              call_id=cid, source_index=idx, speaker="agent"))
+            bad = obs == "Invalid action!"
+            steps.append(Step(kind=StepKind.TOOL_RESULT, content=obs, tool_name=verb, call_id=cid,
+                              status=StepStatus.ERROR if bad else StepStatus.OK, source_index=idx + 1))
+    return Trace(id=trace_id, steps=steps, task_type="webshop")
+
+
+def load_webshop(root: Path) -> list[RealRun]:
+    nb = json.loads(_read_xz(_folder(root, "webshop") / "WebShop.ipynb.xz"))
+    log = "".join("".join(o.get("text", "")) for o in nb["cells"][7]["outputs"] if o.get("name") == "stdout")
+    runs: list[RealRun] = []
+    prev_mean = 0.0
+    for m in _WS_EPISODE.finditer(log):
+        i, body, mean = int(m.group(1)), m.group(2), float(m.group(4))
+        if int(m.group(3)) != i + 1 or i != len(runs):
+            raise InputError(f"webshop: episode {i} out of order", path="episode")
+        reward = round((i + 1) * mean - i * prev_mean, 6)
+        prev_mean = mean
+        trace = webshop_trace(body, f"webshop:fixed_{i}")
+        trace.labels = _labels(reward < 1.0, None, trace, {"set": "webshop", "goal": f"fixed_{i}", "reward": reward})
+        runs.append(RealRun("webshop", trace.id, f"webshop:fixed_{i}", trace))
+    if len(runs) != 500:
+        raise InputError(f"webshop: {len(runs)} episodes parsed, expected 500", path="WebShop.ipynb")
+    return runs
+
+
+# ---- ReAct HotpotQA (Reflexion repo) -----------------------------------------------------------
+
+_RX_LINE = re.compile(r"^(Thought|Action|Observation) (\d+): ?(.*)$")
+_RX_ACTION = re.compile(r"^(\w+)\[(.*)\]$", re.DOTALL)
+
+
+def reflexion_trace(agent: str, trace_id: str) -> tuple[Trace, str]:
+    """One ReAct agent's printed block (``Question:`` … ``Correct answer:``) as a trace, and its question.
+
+    The observation after ``Finish`` (the evaluator's verdict) and ``Correct answer:`` are dropped.
+    """
+    lines = agent.strip("\n").split("\n")
+    if not lines[0].startswith("Question: "):
+        raise InputError(f"{trace_id}: an agent must start with 'Question: '", path="Question")
+    question = lines[0].removeprefix("Question: ").strip()
+    items: list[list[str]] = []  # [kind, text]
+    for line in lines[1:]:
+        if line.startswith("Correct answer:"):
+            break
+        m = _RX_LINE.match(line)
+        if m:
+            items.append([m.group(1), m.group(3)])
+        elif items:
+            items[-1][1] += "\n" + line  # a Wikipedia paragraph running over lines
+        else:
+            question += "\n" + line
+    steps = [Step(kind=StepKind.USER_INPUT, content=question, source_index=0)]
+    pending: str | None = None
+    finished = False
+    for n, (kind, text) in enumerate(items, 1):
+        text = text.strip()
+        if kind == "Thought":
+            steps.append(Step(kind=StepKind.LLM_REASONING, content=text, source_index=n, speaker="agent"))
+        elif kind == "Action":
+            m = _RX_ACTION.match(text)
+            verb, arg = (m.group(1), m.group(2)) if m else ("invalid", text)
+            if verb == "Finish":
+                steps.append(Step(kind=StepKind.FINAL_OUTPUT, content=arg, source_index=n, speaker="agent"))
+                finished = True
+                pending = None
+            else:
+                pending = f"a{n}"
+                steps.append(Step(kind=StepKind.TOOL_CALL, content=text, tool_name=verb.lower(),
+                                  tool_args={"query": arg}, call_id=pending, source_index=n, speaker="agent"))
+        elif finished:
+            break  # the evaluator's verdict on Finish: a label
+        else:
+            bad = text.startswith("Invalid Action")
+            steps.append(Step(kind=StepKind.TOOL_RESULT, content=text, call_id=pending,
+                              tool_name=next((s.tool_name for s in reversed(steps) if s.call_id == pending), None),
+                              status=StepStatus.ERROR if bad else StepStatus.OK, source_index=n))
+            pending = None
+    return Trace(id=trace_id, steps=steps, task_type="hotpotqa"), question
+
+
+_RX_BLOCK = re.compile(r"-+ BEGIN (CORRECT|INCORRECT|HALTED) AGENTS -+\n")
+
+
+def load_reflexion(root: Path) -> list[RealRun]:
+    text = _read_xz(_folder(root, "reflexion_hotpotqa") / "ReAct_base_100_questions_5_trials.txt.xz").decode("utf-8")
+    start, end = text.find("BEGIN TRIAL 1\n"), text.find("BEGIN TRIAL 2\n")
+    if start < 0 or end < 0:
+        raise InputError("reflexion_hotpotqa: no BEGIN TRIAL 1 / 2 in the base log", path="BEGIN TRIAL")
+    parts = _RX_BLOCK.split(text[start:end])
+    runs: list[RealRun] = []
+    seen: dict[str, str] = {}  # agent text → its block
+    for block, body in zip(parts[1::2], parts[2::2], strict=True):
+        for agent in re.split(r"\n(?=Question: )", body):
+            agent = agent.strip("\n#")
+            if not agent.startswith("Question: "):
+                continue
+            if agent in seen:  # printed under INCORRECT and again under HALTED: once, as incorrect
+                continue
+            seen[agent] = block
+            q = agent.split("\n", 1)[0]
+            key = label_hash(q)
+            trace, _ = reflexion_trace(agent, f"reflexion_hotpotqa:{key}")
+            trace.labels = _labels(block != "CORRECT", None, trace,
+                                   {"set": "reflexion_hotpotqa", "outcome": block.lower()})
+            runs.append(RealRun("reflexion_hotpotqa", trace.id, f"rx:{key}", trace))
+    return runs
+
 
 def first_groups(runs: Sequence[_R], limit: int, *, source: str = "source", group: str = "group") -> list[_R]:
     """The runs of the first ``limit`` task groups of each set, in the sets' own order (a small,
@@ -320,7 +574,7 @@ def first_groups(runs: Sequence[_R], limit: int, *, source: str = "source", grou
 
 
 _LOADERS = {"tau_airline": load_tau, "agentprocessbench": load_agentprocessbench, "swe": load_swe,
-            "whowhen": load_whowhen}
+            "whowhen": load_whowhen, "tau2": load_tau2, "webshop": load_webshop, "reflexion_hotpotqa": load_reflexion}
 
 
 def load_source(source: str, root: Path | None = None) -> list[RealRun]:
@@ -337,5 +591,6 @@ def load_all(root: Path | None = None, sources: tuple[str, ...] | None = None) -
     return out
 
 
-__all__ = ["DEFAULT_ROOT", "first_groups", "RUN_LEVEL_SOURCES", "SOURCES", "RealRun", "load_all", "load_source",
-           "swe_trace", "tau_failing_message"]
+__all__ = ["DEFAULT_ROOT", "LOSO_FAMILY", "first_groups", "label_hash", "loso_family", "RUN_LEVEL_SOURCES",
+           "SOURCES", "RealRun", "load_all", "load_source", "reflexion_trace", "swe_trace", "tau2_messages",
+           "tau_failing_message", "webshop_trace"]

@@ -30,14 +30,37 @@ def test_decide_needs_precision_and_support_on_both_splits() -> None:
         "test": {"refusal": row, "off_topic": row, "hallucination": {"precision": 0.95, "support": 4}},
         "heldout_families": {"refusal": row, "off_topic": {"precision": 0.5, "support": 30}, "hallucination": row},
     }
-    gate = decide(per_kind, min_precision=0.8, min_support=10, rules_first=False)
+    real = {k: {"fired": 30, "failed": 29} for k in ("refusal", "off_topic", "hallucination")}
+    alike = {"n": 60, "fired": {}}
+    gate = decide(per_kind, min_precision=0.8, min_support=10, rules_first=False, real=real, lookalikes=alike)
     assert gate["failure_kinds"] == ["refusal"]
     assert gate["evidence"]["off_topic"]["heldout_families"]["precision"] == 0.5
     metrics = {"shipped": "x", "candidates": {"x": {s: {"per_kind": v} for s, v in per_kind.items()}}}
-    assert gate_from_metrics(metrics, rules_first=False)["failure_kinds"] == ["refusal"]
+    report = {"classifier_gate": {"real": real, "lookalikes": alike}}
+    assert gate_from_metrics(metrics, report, rules_first=False)["failure_kinds"] == ["refusal"]
     # by default a kind the rules also produce stays a signal, whatever its figures
-    assert gate_from_metrics(metrics)["failure_kinds"] == []
-    assert "rules_first" in gate_from_metrics(metrics)["evidence"]["refusal"]["signal_because"]
+    assert gate_from_metrics(metrics, report)["failure_kinds"] == []
+    assert "rules_first" in gate_from_metrics(metrics, report)["evidence"]["refusal"]["signal_because"]
+    # without real-run evidence no kind is trusted zero-shot
+    assert gate_from_metrics(metrics, None, rules_first=False)["failure_kinds"] == []
+
+
+@pytest.mark.parametrize(("fired", "failed", "alike_fired", "passes"), [
+    (20, 18, 6, True),     # P = 0.90 on 20 fires, 10 % of the look-alikes: at the bar
+    (19, 19, 0, False),    # too few fires
+    (40, 35, 0, False),    # P(failed | fired) 0.875 < 0.9
+    (40, 40, 7, False),    # 7/60 look-alikes flagged > 10 %
+])
+def test_zero_shot_bar_on_real_runs(fired: int, failed: int, alike_fired: int, passes: bool) -> None:
+    row = {"precision": 0.95, "support": 50}
+    per_kind = {"test": {"hallucination": row}, "heldout_families": {"hallucination": row}}
+    gate = decide(per_kind, real={"hallucination": {"fired": fired, "failed": failed}},
+                  lookalikes={"n": 60, "fired": {"hallucination": alike_fired}})
+    assert (gate["failure_kinds"] == ["hallucination"]) is passes
+    fig = gate["evidence"]["hallucination"]["real"]
+    assert fig["fired"] == fired and fig["lookalikes_fired"] == alike_fired
+    assert 0 < fig["wilson_lower"] < fig["p_failed"] <= 1.0
+    assert ("signal_because" in fig) is not passes
 
 
 def _copy_model(tmp_path: Path, gate: dict[str, object] | None) -> Path:

@@ -185,14 +185,49 @@ def test_the_run_verdict_in_the_diagnosis() -> None:
     # mid-run (a session): the probability is reported and decides nothing
     mid = Diagnoser(runscorer=fixed_scorer(threshold=0.7, weight=5.0)).diagnose(t, run_verdict=False)
     assert mid.healthy is True and mid.failure_probability == loud.failure_probability
-    # a relative operating point from the caller replaces the fixed one
+    # a relative operating point from the caller may raise the zero-shot bar ...
     rel = Diagnoser(runscorer=fixed_scorer(threshold=0.7, weight=5.0)).diagnose(t, run_threshold=0.9999999)
     assert rel.healthy is True
+    # ... never lower it: zero-shot, the probability flags only at the fixed low-false-alarm point
+    low = Diagnoser(runscorer=fixed_scorer(threshold=0.99, weight=0.1)).diagnose(t, run_threshold=0.01)
+    assert low.healthy is True and low.failure_probability is not None and low.failure_probability < 0.99
     # options.detectors without "runscore" leaves it out; with it, in
     d = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0))
     from model.options import DiagnoseOptions
     assert d.diagnose(t, DiagnoseOptions(detectors=["loop"])).failure_probability is None
     assert d.diagnose(t, DiagnoseOptions(detectors=["loop", "runscore"])).failure_probability is not None
+
+
+def test_classifier_gate_is_decided_without_the_held_out_family() -> None:
+    """Leave-one-source-out, a classifier kind's failure/signal verdict on a set comes from the
+    other families' runs only; over all six it reads every set (the evidence ``gate.json`` takes)."""
+    from model.realdata import load_source
+
+    runs = load_source("tau_airline")[:60] + load_source("tau2")[:40] + load_source("agentprocessbench")[:40]
+    prepared = prepare(runs)
+    fired_on = 0
+    for p in prepared:  # the kind "fires" on every failed airline-family run, nowhere else
+        if p.run.source in ("tau_airline", "tau2") and p.run.failed:
+            p.classifier_kinds = frozenset({"off_topic"})
+            fired_on += 1
+    assert fired_on >= 20
+    good = {"precision": 0.95, "support": 30}
+    gen = {"test": {"off_topic": good}, "heldout_families": {"off_topic": good}}
+    report = evaluate_real(prepared, {}, in_domain_folds=0, generated_per_kind=gen,
+                           lookalikes={"n": 60, "fired": {}})
+    gate = report["classifier_gate"]
+    assert gate["real"]["off_topic"] == {"fired": fired_on, "failed": fired_on}
+    assert gate["decision"]["failure_kinds"] == ["off_topic"]
+    sets = report["sets"]
+    # held out, the airline family never vouches for itself: its verdict has no classifier failure
+    assert sets["tau_airline"]["model"]["classifier_failure_kinds"] == []
+    assert sets["tau2"]["model"]["classifier_failure_kinds"] == []
+    assert sets["agentprocessbench"]["model"]["classifier_failure_kinds"] == ["off_topic"]
+    # rules alone flag no tau_airline run here but the trusted kind would flag every failed one
+    tau_rules = sets["tau_airline"]["operating_point"]["rules_only"]["recall"]["hits"]
+    assert tau_rules < sum(p.run.failed for p in prepared if p.run.source == "tau_airline")
+    md = render_markdown(report)
+    assert "Step classifier, zero-shot" in md and "| off_topic |" in md
 
 
 def test_relative_thresholds_leave_the_runs_own_group_out() -> None:
@@ -210,11 +245,16 @@ def test_leave_one_source_out_on_a_sample_of_the_real_sets() -> None:
     from model.realdata import load_source
 
     runs = []
-    for s, n in (("tau_airline", 32), ("agentprocessbench", 40), ("swe", 40), ("whowhen", 24)):
+    for s, n in (("tau_airline", 32), ("agentprocessbench", 40), ("swe", 40), ("whowhen", 24), ("tau2", 40),
+                 ("webshop", 40)):
         runs += load_source(s)[:n]
     report = evaluate_real(prepare(runs), {}, in_domain_folds=2)
     for s, e in report["sets"].items():
         assert s not in e["model"]["trained_on"]  # fitted without the set it is scored on
+    # the two airline sets are one family: each is judged by a scorer that saw neither
+    assert not {"tau_airline", "tau2"} & set(report["sets"]["tau2"]["model"]["trained_on"])
+    assert not {"tau_airline", "tau2"} & set(report["sets"]["tau_airline"]["model"]["trained_on"])
+    assert "webshop" in report["sets"]["tau2"]["model"]["trained_on"]
     tau = report["sets"]["tau_airline"]
     assert tau["runs"] == 32 and 0 <= tau["auroc"]["ci"][0] <= tau["auroc"]["auroc"] <= tau["auroc"]["ci"][1] <= 1
     assert set(tau["baselines"]) == {"messages", "tool calls", "characters"}

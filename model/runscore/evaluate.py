@@ -16,8 +16,17 @@ and operating point) and scored on S — what a new user's unseen agent gets:
   position (k-th message, k-th agent message, the last agent message), the middle, uniform, and
   the position prior learned on the training folds, with the paired interval of the difference
   to the best of them; for multi-agent logs, the blamed agent;
-* rules (and the shipped classifier, as a detector): per detector, how often it raises a failure
-  on successful vs failed runs of each set, and P(run failed | it fired).
+* rules: per detector, how often it raises a failure on successful vs failed runs of each set,
+  and P(run failed | it fired);
+* the step classifier, zero-shot (issue 20, item 7): per kind, the runs it fired on (some step at
+  ``p ≥`` its threshold) of each set, P(run failed | it fired) over the sets with successful runs
+  with its Wilson bound, and the frozen look-alikes it fires on: the evidence
+  :func:`model.classifier.gate.decide` reads (``classifier_gate`` in the report; the DVC stage
+  ``gate`` writes ``gate.json`` from it). In the verdict above, a held-out set's classifier
+  failures are those of a gate decided without that set's family.
+
+A source is held out with its family (:func:`model.realdata.loso_family`: τ-bench airline and τ²'s
+airline scenarios are one): the scorer that judges a set never saw a set of its family.
 
 A second table fits in-domain (folds grouped by task within S) for comparison: what a user gets
 once the agent's own labelled history trains the scorer (the retraining issue's path).
@@ -36,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from model.realdata import SOURCES, RealRun, first_groups, load_all
+from model.realdata import RUN_LEVEL_SOURCES, SOURCES, RealRun, first_groups, load_all, loso_family
 from model.semantic import wilson
 
 from .features import MESSAGE_FEATURES
@@ -56,21 +65,26 @@ class Prepared:
     calls: int
     #: each rule's highest raw confidence among its failures (the prior of its estimate)
     rule_confidences: dict[str, float] = field(default_factory=dict)
+    #: the step classifier's kinds that fired on some step (``p ≥`` threshold), before any gate
+    classifier_kinds: frozenset[str] = frozenset()
 
 
 def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None = None, *,
             classifier: bool = False) -> list[Prepared]:
     """Features and the detectors' findings of every run (the slow part, done once).
 
-    ``classifier=True`` runs the shipped classifier beside the rules, as the service does (its
-    failures count with the rules' in the verdict, and the rules table reports it as a detector).
+    ``classifier=True`` runs the shipped classifier beside the rules, as the service does; its
+    kinds that fire are kept apart (``classifier_kinds``, ungated): the evaluation gates them.
     """
     from model.diagnosis import DEFAULT_THRESHOLDS, Diagnoser
 
     rules = Diagnoser.with_shipped_models(classifier=classifier, runscore=False)
     out = []
     for n, r in enumerate(runs):
-        found = rules.findings(r.trace)
+        all_found = rules.findings(r.trace)
+        clf = frozenset(f.kind.value for f in all_found if f.detector == "classifier"
+                        and f.details.get("probability", 0.0) >= f.details.get("threshold", 1.0))
+        found = [f for f in all_found if f.detector != "classifier"]
         fails = [(f.detector, f.kind.value, f.source_index) for f in found
                  if f.confidence >= DEFAULT_THRESHOLDS[f.kind]]
         ex = Example.from_trace(r.trace, r.source, r.group,
@@ -82,7 +96,7 @@ def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None
         for f in found:
             if f.confidence >= DEFAULT_THRESHOLDS[f.kind]:
                 conf[f.detector] = max(conf.get(f.detector, 0.0), f.confidence)
-        out.append(Prepared(r, ex, fails, sigs, chars, calls, conf))
+        out.append(Prepared(r, ex, fails, sigs, chars, calls, conf, clf))
         if progress is not None:
             progress(n + 1, len(runs))
     return out
@@ -212,26 +226,78 @@ class LosoFit:
 
 
 def loso_fits(prepared: Sequence[Prepared], params: dict[str, Any] | None = None) -> Iterator[LosoFit]:
-    """For each set present (in :data:`SOURCES` order): fit without it, score it."""
+    """For each set present (in :data:`SOURCES` order): fit without its family, score it."""
     for S in [s for s in SOURCES if any(p.run.source == s for p in prepared)]:
         test_idx = [i for i, p in enumerate(prepared) if p.run.source == S]
-        scorer = _fit([p.example for p in prepared if p.run.source != S], dict(params or {}))
+        fam = loso_family(S)
+        scorer = _fit([p.example for p in prepared if loso_family(p.run.source) != fam], dict(params or {}))
         yield LosoFit(S, scorer, test_idx, [scorer.score_example(prepared[i].example) for i in test_idx])
+
+
+def classifier_evidence(prepared: Sequence[Prepared]) -> dict[str, dict[str, int]]:
+    """Per step-classifier kind: the runs it fired on and, of those, the failed ones, over the
+    prepared runs of the sets with successful runs (:data:`RUN_LEVEL_SOURCES`)."""
+    out: dict[str, dict[str, int]] = {}
+    for p in prepared:
+        if p.run.source not in RUN_LEVEL_SOURCES:
+            continue
+        for k in p.classifier_kinds:
+            row = out.setdefault(k, {"fired": 0, "failed": 0})
+            row["fired"] += 1
+            row["failed"] += int(p.run.failed)
+    return dict(sorted(out.items()))
+
+
+def lookalike_fires(path: Path, classifier_path: Path | None = None) -> dict[str, Any]:
+    """The frozen healthy look-alikes (``lookalike_of`` set) on which each step-classifier kind
+    fires (some step at ``p ≥`` its threshold, before any gate): ``{"n", "fired": kind → cases}``."""
+    from model.classifier.detector import ClassifierDetector
+    from model.importers import load_trace
+    from model.semantic import load_cases
+
+    det = ClassifierDetector(path=classifier_path, signal_ratio=1.0)
+    if not det.available():
+        return {"n": 0, "fired": {}}
+    alikes = [c for c in load_cases(path) if c.lookalike_of is not None]
+    fired: Counter[str] = Counter()
+    for c in alikes:
+        found = det.inspect(load_trace(c.trace))
+        fired.update({f.kind.value for f in found if f.details["probability"] >= f.details["threshold"]})
+    return {"n": len(alikes), "fired": dict(sorted(fired.items()))}
 
 
 def evaluate_real(
     prepared: Sequence[Prepared], params: dict[str, Any] | None = None, *, seed: int = 0,
-    in_domain_folds: int = 5,
+    in_domain_folds: int = 5, generated_per_kind: dict[str, dict[str, dict[str, float]]] | None = None,
+    lookalikes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Leave-one-source-out (and in-domain) figures for ``prepared`` runs; see the module doc."""
+    """Leave-one-source-out (and in-domain) figures for ``prepared`` runs; see the module doc.
+
+    ``generated_per_kind`` (the classifier's per-kind figures on generated traces,
+    :func:`model.classifier.gate.per_kind_from_metrics`) and ``lookalikes`` (:func:`lookalike_fires`)
+    feed the step classifier's zero-shot gate; without them no classifier kind raises a failure.
+    """
+    from model.classifier.gate import decide
+
     params = dict(params or {})
     rng = np.random.default_rng(seed)
     examples = [p.example for p in prepared]
-    report: dict[str, Any] = {"params": params, "sets": {}, "rules": {}, "in_domain": {},
+    report: dict[str, Any] = {"params": params, "sets": {}, "rules": {}, "in_domain": {}, "classifier": {},
                               "generated": time.strftime("%Y-%m-%d")}
+    gen = generated_per_kind or {}
+    evidence = classifier_evidence(prepared)
+    report["classifier_gate"] = {"real": evidence, "lookalikes": lookalikes,
+                                 "sets": [s for s in RUN_LEVEL_SOURCES if any(p.run.source == s for p in prepared)],
+                                 "decision": decide(gen, real=evidence, lookalikes=lookalikes)}
     for fit in loso_fits(prepared, params):
         S, scorer, test_idx, scored = fit.source, fit.scorer, fit.test_idx, fit.scored
-        train = [examples[i] for i, p in enumerate(prepared) if p.run.source != S]
+        fam = loso_family(S)
+        train = [examples[i] for i, p in enumerate(prepared) if loso_family(p.run.source) != fam]
+        # the classifier's gate as it would be decided without this set's family
+        clf_gate = decide(gen, real=classifier_evidence([p for p in prepared if loso_family(p.run.source) != fam]),
+                          lookalikes=lookalikes)
+        trusted = set(clf_gate["failure_kinds"])
+        clf_fail = np.array([bool(prepared[i].classifier_kinds & trusted) for i in test_idx])
         test = [examples[i] for i in test_idx]
         probs = np.array([s[0] for s in scored])
         y = np.array([int(e.failed) for e in test])
@@ -241,11 +307,13 @@ def evaluate_real(
                                  "model": {"features": scorer.features_, "threshold": round(scorer.threshold, 4),
                                            "trained_on": scorer.meta_.get("trained_on"),
                                            "demoted_rules": sorted(r for r, v in scorer.rule_stats_.items()
-                                                                   if v["demoted"])}}
+                                                                   if v["demoted"]),
+                                           "classifier_failure_kinds": sorted(trusted)}}
         # the verdict's rule part as the service gives it: each rule's confidence estimated on the
         # training sets (RunScorer.rule_confidence), a demoted rule only signalling
         rule_fail = np.array([any(scorer.rule_raises(d, prepared[i].rule_confidences.get(d, 1.0))
                                   for d, _, _ in prepared[i].rule_failures) for i in test_idx])
+        rule_fail = rule_fail | clf_fail  # the verdict's finding part: rules and trusted classifier kinds
         if 0 < y.sum() < len(y):
             base = {
                 "messages": np.array([e.messages for e in test], dtype=float),
@@ -328,6 +396,12 @@ def evaluate_real(
             row["p_failed_given_fired"] = round(float(y[fired].mean()), 4) if fired.any() else None
             rules[name] = row
         report["rules"][S] = rules
+        kinds = sorted({k for i in test_idx for k in prepared[i].classifier_kinds})
+        report["classifier"][S] = {k: {
+            "fires_on_successful": rate_ci(sum(k in prepared[i].classifier_kinds for i, f in zip(test_idx, y, strict=True)
+                                               if not f), int((y == 0).sum())),
+            "fires_on_failed": rate_ci(sum(k in prepared[i].classifier_kinds for i, f in zip(test_idx, y, strict=True)
+                                           if f), int((y == 1).sum()))} for k in kinds}
         # in domain: folds grouped by task within S
         if in_domain_folds > 1:
             report["in_domain"][S] = _in_domain(test, params, in_domain_folds, rng, train)
@@ -379,6 +453,43 @@ def _fmt_rate(d: dict[str, Any]) -> str:
     return f"{100 * d['rate']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] ({d['hits']}/{d['n']})"
 
 
+def classifier_markdown(report: dict[str, Any]) -> list[str]:
+    """The step classifier's zero-shot gate: per kind, the real-run and look-alike evidence."""
+    gate = report.get("classifier_gate")
+    if not gate:
+        return []
+    dec = gate["decision"]
+    alike = gate.get("lookalikes") or {"n": 0}
+    lines = ["", "## Step classifier, zero-shot: which kinds may raise a failure", "",
+             "A kind raises a failure only where the runs it fired on (some step at p ≥ its threshold) failed",
+             f"≥ {dec['min_p_failed']:.0%} of the time over the sets with successful runs ({', '.join(gate['sets'])}),",
+             f"on ≥ {dec['min_fires']} runs, and it fires on ≤ {dec['max_lookalike_rate']:.0%} of the "
+             f"{alike.get('n', 0)} frozen healthy look-alikes,",
+             f"besides its precision on generated traces (≥ {dec['min_precision']}, both splits) and no rule producing",
+             "the kind (`model.classifier.gate.decide`; the DVC stage `gate` writes `gate.json` from this). "
+             "Otherwise it is a signal.", "",
+             "| kind | fired on real runs | P(run failed | fired) [Wilson 95 % lower] | look-alikes fired | verdict |",
+             "| --- | --- | --- | --- | --- |"]
+    for kind, ev in dec["evidence"].items():
+        r = ev.get("real") or {}
+        pf = "–" if r.get("p_failed") is None else f"{r['p_failed']:.2f} [{r['wilson_lower']:.2f}]"
+        alike_s = f"{r.get('lookalikes_fired', 0)}/{r.get('lookalikes', 0)}"
+        why = "failure" if kind in dec["failure_kinds"] else f"signal: {ev.get('signal_because') or r.get('signal_because', '')}"
+        if ev.get("signal_because") and r.get("signal_because"):
+            why = f"signal: {ev['signal_because']}; {r['signal_because']}"
+        lines.append(f"| {kind} | {r.get('fired', 0)} ({r.get('failed', 0)} failed) | {pf} | {alike_s} | {why} |")
+    rows = [(s, k, v) for s, kinds in report.get("classifier", {}).items() for k, v in kinds.items()]
+    if rows:
+        lines += ["", "Where each kind fires (before any gate), per set:", "",
+                  "| set | kind | successful runs | failed runs |", "| --- | --- | --- | --- |"]
+        lines += [f"| {s} | {k} | {_fmt_rate(v['fires_on_successful'])} | {_fmt_rate(v['fires_on_failed'])} |"
+                  for s, k, v in rows]
+    loso = {s: e["model"].get("classifier_failure_kinds", []) for s, e in report["sets"].items()}
+    lines += ["", "Leave-one-source-out, each set's verdict used the gate decided without its family: "
+              + ", ".join(f"{s} {', '.join(v) or 'none'}" for s, v in loso.items()) + "."]
+    return lines
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     lines = ["# Real runs: leave-one-source-out evaluation", "",
              "Generated by `triage evaluate --real` (DVC stage `evaluate_real`). For each set the run scorer",
@@ -399,7 +510,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## At the operating point", "",
               "`healthy` is false when a rule raises a failure or `failure_probability` reaches the threshold",
               "(set on the training sets: at most 10 % of their successful runs flagged).", "",
-              "| set | threshold | false alarms (successful runs) | recall (failed runs) | probability alone: FA / recall | rules alone: FA / recall |",
+              "| set | threshold | false alarms (successful runs) | recall (failed runs) | probability alone: FA / recall | rules and trusted classifier kinds alone: FA / recall |",
               "| --- | --- | --- | --- | --- | --- |"]
     rel_lines = ["", "Relative to the agent's own runs (the service, once it has seen 50 runs of a task type:",
                  "flagged above the 90th percentile of that agent's recent `failure_probability`; here the",
@@ -440,6 +551,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         if ag:
             lines.append("")
             lines.append(f"Blamed agent on {s}: " + ", ".join(f"{k} {v:.3f}" for k, v in ag.items()) + ".")
+    lines += classifier_markdown(report)
     lines += ["", "## Rules on real runs (a failure raised, share of runs)", "",
               "| set | rule | successful runs | failed runs | P(failed | fired) |", "| --- | --- | --- | --- | --- |"]
     for s, rules in report["rules"].items():
@@ -467,28 +579,33 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def plot_reliability(report: dict[str, Any], path: Path) -> None:
+    """One reliability diagram per set (scorer fitted without the set's family), runs per bin marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 5))
-    ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect")
-    for s, e in report["sets"].items():
-        if "calibration" not in e:
-            continue
+    sets = [(s, e) for s, e in report["sets"].items() if "calibration" in e]
+    cols = min(3, max(1, len(sets)))
+    rows = max(1, -(-len(sets) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(sets):]:
+        ax.axis("off")
+    for ax, (s, e) in zip(axes.flat, sets, strict=False):
         bins = e["calibration"]["bins"]
-        line, = ax.plot([b["mean_p"] for b in bins], [b["failed_rate"] for b in bins], "o-",
-                        label=f"{s} (ECE {e['calibration']['ece']:.2f})")
+        ax.plot([0, 1], [0, 1], "k--", lw=1)
+        ax.plot([b["mean_p"] for b in bins], [b["failed_rate"] for b in bins], "o-", color="C0")
         for b in bins:  # how many runs each point stands for
-            ax.annotate(str(b["n"]), (b["mean_p"], b["failed_rate"]), fontsize=6, color=line.get_color(),
+            ax.annotate(str(b["n"]), (b["mean_p"], b["failed_rate"]), fontsize=7, color="C0",
                         xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("failure_probability (scorer fitted without the set)")
-    ax.set_ylabel("share of runs that failed")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=8)
-    ax.set_title("Reliability on unseen agents (leave-one-source-out)")
+        rate = e["failed"] / e["runs"]
+        ax.axhline(rate, color="C1", lw=1, ls=":")
+        ax.set_title(f"{s}: ECE {e['calibration']['ece']:.2f} (failed {rate:.0%})", fontsize=9)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("failure_probability", fontsize=8)
+        ax.set_ylabel("share failed", fontsize=8)
+    fig.suptitle("Reliability on unseen agents (leave-one-source-out; dotted: the set's failure rate)", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -545,7 +662,13 @@ def run(root: Path | None = None, reports: Path = Path("reports"), params: dict[
     if limit is not None:  # a small sample per set (tests, the notebook): the first groups of each
         runs = first_groups(runs, limit)
     prepared = prepare(runs, progress, classifier=classifier)
-    report = evaluate_real(prepared, params, seed=seed, in_domain_folds=in_domain_folds)
+    from model.classifier.gate import per_kind_from_metrics
+
+    metrics_file = reports / "metrics.json"  # the classifier's figures on generated traces (its train stage)
+    metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
+    lookalikes = lookalike_fires(semantic) if classifier and semantic is not None and semantic.is_file() else None
+    report = evaluate_real(prepared, params, seed=seed, in_domain_folds=in_domain_folds,
+                           generated_per_kind=per_kind_from_metrics(metrics), lookalikes=lookalikes)
     if semantic is not None and semantic.is_file():
         report["semantic"] = semantic_table(semantic, prepared, params)
     write_reports(report, reports, card)
@@ -568,4 +691,5 @@ def semantic_table(path: Path, prepared: Sequence[Prepared], params: dict[str, A
     return str(sem.render_markdown(result))
 
 
-__all__ = ["LosoFit", "Prepared", "evaluate_real", "loso_fits", "prepare", "render_markdown", "run", "write_reports"]
+__all__ = ["LosoFit", "Prepared", "classifier_evidence", "classifier_markdown", "evaluate_real", "lookalike_fires",
+           "loso_fits", "prepare", "render_markdown", "run", "write_reports"]
