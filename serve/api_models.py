@@ -17,6 +17,7 @@ from model.findings import RESPONSE_SCHEMA_VERSION, DiagnosisResponse, Recommend
 from model.kinds import FailureKind
 from model.options import AgentName, DiagnoseOptions
 from model.schema import ToolDefinition
+from serve.validation import TEXT_PARAM_PATTERN
 
 
 class _Strict(BaseModel):
@@ -244,7 +245,21 @@ class ObservationsRequest(_Strict):
     values: list[Observation] = Field(
         min_length=1, max_length=10_000, description="Finite values, |x| ≤ 1e12, oldest first."
     )
-    task_type: str = Field(default="", max_length=200)
+    agent: str | None = Field(
+        default=None,
+        max_length=200,
+        pattern=TEXT_PARAM_PATTERN,
+        description="The agent whose stream this is (a run's agent: `options.agent`, else its root agent "
+        "span's `gen_ai.agent.name`, else its task type, else `_pool`); its alarms are `degradation` on that "
+        "agent's runs. `\"\"`: every agent of the tenant (signals only). Default: `task_type`.",
+    )
+    task_type: str = Field(
+        default="",
+        max_length=200,
+        pattern=TEXT_PARAM_PATTERN,
+        description="Before streams were keyed by agent: the task type, which is the agent of runs that "
+        "name none. Used when `agent` is not given.",
+    )
     params: dict[str, Any] | None = Field(
         default=None, description="CUSUM settings (shift, arl0, warmup, mean, std…), set on first use."
     )
@@ -259,14 +274,15 @@ class AlarmOut(BaseModel):
     mean: float = Field(description="The in-control baseline the alarm was measured against.")
     std: float
     bound: float = Field(
-        description="mean ± shift · std in the alarm's direction: a trace whose own value lies beyond "
-        "it gets `degradation` as a failure; other traces of the task type as a signal."
+        description="mean ± shift · std of the agent's baseline in the alarm's direction: a run of that "
+        "agent whose own value lies beyond it gets `degradation` as a failure; its other runs a signal."
     )
 
 
 class ObservationsResponse(Versioned):
     stream: str
-    task_type: str
+    agent: str = Field(description="The agent the stream belongs to (`\"\"`: every agent).")
+    task_type: str = Field(description="The same as `agent` (streams were keyed by task type before).")
     n: int = Field(description="Observations in the stream after this call.")
     alarms: list[AlarmOut]
     alarm_open: bool
@@ -281,7 +297,8 @@ class SegmentOut(BaseModel):
 
 class ChangepointsResponse(Versioned):
     stream: str
-    task_type: str
+    agent: str = Field(description="The agent the stream belongs to (`\"\"`: every agent).")
+    task_type: str = Field(description="The same as `agent` (streams were keyed by task type before).")
     n: int
     changepoints: list[int]
     segments: list[SegmentOut]

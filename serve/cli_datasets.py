@@ -12,6 +12,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from model.agents import POOL_AGENT
 from model.errors import InputError, TriageError
 
 _console = Console()
@@ -282,7 +283,8 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
         fixed = scorer.threshold if scorer is not None else None
 
         def threshold_for(task_type: str | None) -> float | None:
-            rel = service.relative_threshold(tenant, task_type, scorer)
+            # the agent of a run that names none (the streams the threshold reads are the agent's)
+            rel = service.relative_threshold(tenant, task_type or POOL_AGENT, scorer)
             return rel if rel is not None else fixed
 
         how = order or DEFAULT_ORDER

@@ -86,12 +86,12 @@ class StoreCollector(Collector):
         yield rec
         alarms = GaugeMetricFamily(
             "triage_stream_alarm_open",
-            'Stream alarm episodes open now (1 each): a fleet alert; task_type "" = every task type',
-            labels=["tenant", "stream", "task_type", "direction"],
+            'Stream alarm episodes open now (1 each): an alert on one agent\'s runs; agent "" = every agent',
+            labels=["tenant", "stream", "agent", "direction"],
         )
         for a in snap.get("open_alarms", []):
             direction = str((a["alarm"] or {}).get("direction", ""))
-            alarms.add_metric([a["tenant_id"], a["name"], a["task_type"], direction], 1.0)
+            alarms.add_metric([a["tenant_id"], a["name"], a["agent"], direction], 1.0)
         yield alarms
 
 

@@ -49,7 +49,7 @@ from model.repair_engine import RepairEngine
 from model.runscore import RunScorer
 from model.schema import Step, StepKind, ToolDefinition, Trace
 from model.streams import Alarm, detect_changepoints
-from model.streams.metrics import DEFAULT_TASK_TYPE, extract_metrics
+from model.streams.metrics import extract_metrics
 from serve.api_models import (
     AlarmOut,
     AppendStepsRequest,
@@ -218,8 +218,8 @@ class TriageService:
         trace = self.redactor.redact_trace(trace)
         agent = resolve_agent(trace, options.agent)
         served = self.models.get(tenant, agent)
-        extra = self.degradation_findings(tenant, trace)
-        run_threshold = self.relative_threshold(tenant, trace.task_type, self.diagnoser.runscorer)
+        extra = self.degradation_findings(tenant, trace, agent)
+        run_threshold = self.relative_threshold(tenant, agent, self.diagnoser.runscorer)
         with self._model_lock.hold(tenant):
             resp = self.diagnoser.diagnose(trace, options, extra_findings=extra, run_threshold=run_threshold)
             if served is not None:
@@ -269,15 +269,15 @@ class TriageService:
                 row.updated_at = utcnow()
                 row.version += 1
             if self.stream_autofeed and feed_streams:  # shadow mode observes too
-                self._feed_streams(db, tenant, trace, resp)
+                self._feed_streams(db, tenant, trace, resp, agent)
         self._export(trace, resp)
         return resp
 
-    def relative_threshold(self, tenant: str, task_type: str | None, scorer: RunScorer | None) -> float | None:
+    def relative_threshold(self, tenant: str, agent: str, scorer: RunScorer | None) -> float | None:
         """The operating point relative to this agent's own runs, once it has enough of them.
 
         The 90th percentile (1 − the scorer's target false-alarm share) of the last
-        :data:`RELATIVE_WINDOW` ``failure_probability`` values auto-fed for the tenant's task type,
+        :data:`RELATIVE_WINDOW` ``failure_probability`` values auto-fed for the tenant's ``agent``,
         when there are at least ``runscore_relative_min_runs``; ``None`` (the scorer's fixed
         operating point) otherwise. A fixed threshold does not carry across agents: fitted on two
         real sets, it flagged 46 % and 86 % of the third's successful runs (reports/real.md).
@@ -285,7 +285,7 @@ class TriageService:
         """
         if scorer is None or "failure_probability" not in self.stream_autofeed:
             return None
-        key = (tenant, task_type or DEFAULT_TASK_TYPE)
+        key = (tenant, agent)
         now = time.monotonic()
         hit = self._relative_cache.get(key)
         if hit is not None and now - hit[0] < RELATIVE_TTL_S:
@@ -304,17 +304,22 @@ class TriageService:
         if self.exporter is not None:
             self.exporter.submit(evaluation_events(trace, resp))
 
-    def feed_streams(self, tenant: str, trace: Trace, resp: DiagnosisResponse) -> None:
-        """Feed a diagnosed trace's metrics into the tenant's streams, in a transaction of its own."""
+    def feed_streams(self, tenant: str, trace: Trace, resp: DiagnosisResponse, options: DiagnoseOptions) -> None:
+        """Feed a diagnosed trace's metrics into its agent's streams, in a transaction of its own
+        (``trace`` and ``options`` as :meth:`diagnose` got them)."""
         if not self.stream_autofeed:
             return
+        # the agent as diagnose() resolved it: from the redacted trace (its task type and metadata)
+        agent = resolve_agent(self.redactor.redact_trace(trace), options.agent)
         with self.store.write() as db:
-            self._feed_streams(db, tenant, trace, resp)
+            self._feed_streams(db, tenant, trace, resp, agent)
 
-    def _feed_streams(self, db: Any, tenant: str, trace: Trace, resp: DiagnosisResponse) -> None:
-        """Feed this trace's per-trace metrics into the tenant's streams (same transaction).
+    def _feed_streams(self, db: Any, tenant: str, trace: Trace, resp: DiagnosisResponse, agent: str) -> None:
+        """Feed this trace's per-trace metrics into the streams of its agent (same transaction).
 
-        Alarms raised here show up as ``degradation`` in the next diagnoses, not this one.
+        Keyed (tenant, agent, stream): each agent warms up a baseline of its own, so that one
+        agent's runs are never judged against another's. Alarms raised here show up as
+        ``degradation`` in the agent's next diagnoses, not this one.
         """
         prob = resp.failure_probability
         if prob is None and "classifier" in resp.detector_versions:
@@ -325,7 +330,6 @@ class TriageService:
             ]
             prob = max(scores, default=0.0)
         metrics = extract_metrics(trace, failure_prob=prob)
-        task = trace.task_type or DEFAULT_TASK_TYPE
         values = {}
         for name in self.stream_autofeed:
             value = metrics.per_trace.get(name)
@@ -333,7 +337,7 @@ class TriageService:
                 values[name] = float(value)
         if not values:
             return
-        rows = self.store.lock_streams(db, tenant, task, sorted(values), detector=self.stream_detector)
+        rows = self.store.lock_streams(db, tenant, agent, sorted(values), detector=self.stream_detector)
         now = utcnow()
         observations = []
         changes = []
@@ -347,7 +351,7 @@ class TriageService:
                 {
                     "tenant_id": tenant,
                     "stream": name,
-                    "task_type": task,
+                    "agent": agent,
                     "seq": row["n"],
                     "value": value,
                     "trace_id": trace.id,
@@ -366,7 +370,7 @@ class TriageService:
             )
 
         db.execute(insert(ObservationRow), observations)
-        self.store.update_streams(db, tenant, task, changes)
+        self.store.update_streams(db, tenant, agent, changes)
 
     # -- sessions --------------------------------------------------------------------------------
     def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
@@ -512,7 +516,7 @@ class TriageService:
             if state.get("span_agent"):
                 trace.metadata[AGENT_METADATA_KEY] = state["span_agent"]
             session_agent = resolve_agent(trace, state.get("agent"))
-            extra = self.degradation_findings(tenant, trace)
+            extra = self.degradation_findings(tenant, trace, session_agent)
             served = self.models.get(tenant, session_agent)
             with self._model_lock.hold(tenant):
                 diag = self.incremental.diagnose(trace, state, run_options, extra_findings=extra)
@@ -881,8 +885,13 @@ class TriageService:
 
     # -- streams ---------------------------------------------------------------------------------
     def observe(self, tenant: str, stream: str, req: ObservationsRequest) -> ObservationsResponse:
-        """Feed values to the stream's detector (state in the store); alarms are returned and kept."""
+        """Feed values to the stream's detector (state in the store); alarms are returned and kept.
+
+        The stream is keyed (tenant, agent, name): ``req.agent``, else ``req.task_type`` (what a
+        run that names no agent resolves to), else ``""`` (every agent of the tenant).
+        """
         _check_stream_name(stream)
+        agent = _stream_agent(req.agent, req.task_type)
         params = dict(req.params or {})
         # Validate the parameters before touching the store (a bad one is the caller's error).
         try:
@@ -902,7 +911,7 @@ class TriageService:
         alarms: list[Alarm] = []
         with self.store.write() as db:
             row = self.store.lock_stream(
-                db, tenant, stream, req.task_type, detector=self.stream_detector, params=params
+                db, tenant, stream, agent, detector=self.stream_detector, params=params
             )
             if req.params is not None and row.n > 0 and req.params != row.params:
                 raise InputError(
@@ -916,9 +925,7 @@ class TriageService:
             if req.rebaseline:
                 history = [
                     v
-                    for _, v in self.store.stream_values(
-                        tenant, stream, req.task_type, last=CHANGEPOINT_WINDOW
-                    )
+                    for _, v in self.store.stream_values(tenant, stream, agent, last=CHANGEPOINT_WINDOW)
                 ]
                 start = int((row.alarm or {}).get("start", 0))
                 window = history[max(0, start - (row.n - len(history))) :] if row.alarm_open else history
@@ -933,7 +940,7 @@ class TriageService:
                     ObservationRow(
                         tenant_id=tenant,
                         stream=stream,
-                        task_type=req.task_type,
+                        agent=agent,
                         seq=row.n + i,
                         value=float(v),
                         alarm=a is not None,
@@ -952,7 +959,8 @@ class TriageService:
             model_version=self.model_version(tenant),
             detector_versions={det.name: det.version},
             stream=stream,
-            task_type=req.task_type,
+            agent=agent,
+            task_type=agent,
             n=n,
             alarms=[AlarmOut(**a.model_dump()) for a in alarms],
             alarm_open=alarm_open,
@@ -960,13 +968,15 @@ class TriageService:
         )
 
     def changepoints(
-        self, tenant: str, stream: str, task_type: str, method: str | None
+        self, tenant: str, stream: str, agent: str | None, method: str | None, *, task_type: str = ""
     ) -> ChangepointsResponse:
-        """Offline change points (ruptures, l2) over the stream's last observations."""
-        row = self.store.get_stream(tenant, stream, task_type)
+        """Offline change points (ruptures, l2) over the stream's last observations (its agent as
+        in :meth:`observe`)."""
+        agent = _stream_agent(agent, task_type, where="query.")
+        row = self.store.get_stream(tenant, stream, agent)
         if row is None:
-            raise NotFoundError(f"no stream {stream!r} (task type {task_type!r}) for this tenant")
-        pairs = self.store.stream_values(tenant, stream, task_type, last=CHANGEPOINT_WINDOW)
+            raise NotFoundError(f"no stream {stream!r} of agent {agent!r} for this tenant")
+        pairs = self.store.stream_values(tenant, stream, agent, last=CHANGEPOINT_WINDOW)
         offset = pairs[0][0] if pairs else 0
         values = [v for _, v in pairs]
         if len(values) < 10:
@@ -986,23 +996,25 @@ class TriageService:
             model_version=self.model_version(tenant),
             detector_versions={"ruptures": _RUPTURES_VERSION},
             stream=stream,
-            task_type=task_type,
+            agent=agent,
+            task_type=agent,
             n=row.n,
             changepoints=cps,
             segments=segments,
             method=used,
         )
 
-    def degradation_findings(self, tenant: str, trace: Trace) -> list[Finding]:
-        """Open stream alarms of this tenant, for the trace's task type or for any, as findings.
+    def degradation_findings(self, tenant: str, trace: Trace, agent: str) -> list[Finding]:
+        """Open stream alarms of this tenant, of the run's ``agent`` or of every agent, as findings.
 
-        An alarm is about the fleet: a ``degradation`` *signal* on every trace of that task type.
-        It is a failure of this trace only when the trace's own value for the stream (its
-        per-trace metric of that name, e.g. ``latency_ms`` or ``meta.<key>``) lies beyond the
-        alarm's bound, ``mean ± shift · std`` in the alarm's direction.
+        An alarm is about the agent: a ``degradation`` *signal* on each of its runs while the
+        episode is open. It is a failure of this run only when the alarm is on this agent's own
+        stream and the run's own value for it (its per-trace metric of that name, e.g.
+        ``latency_ms`` or ``meta.<key>``) lies beyond the alarm's bound, the agent's baseline
+        ``mean ± shift · std`` in the alarm's direction. A stream posted for every agent (``""``)
+        has no baseline of this agent's: a signal at most.
         """
-        task = trace.task_type or DEFAULT_TASK_TYPE
-        alarms = self.store.open_alarms(tenant, task)
+        alarms = self.store.open_alarms(tenant, agent)
         if not alarms:
             return []
         own: dict[str, float | None] = {}
@@ -1011,20 +1023,21 @@ class TriageService:
         out = []
         for s in alarms:
             alarm = s["alarm"] or {}
+            mine = s["agent"] == agent
             value = own.get(s["name"])
-            beyond, mine = _own_value(alarm, value)
+            beyond, note = _own_value(alarm, value)
             direction = alarm.get("direction", "?")
-            where = f" ({s['task_type']})" if s["task_type"] else " (every task type)"
+            where = f" of agent {s['agent']!r}" if mine else " of every agent"
             out.append(
                 Finding(
                     detector=f"stream:{s['detector']}",
                     kind=FailureKind.DEGRADATION,
-                    confidence=1.0 if beyond else DEGRADATION_SIGNAL_CONFIDENCE,
+                    confidence=1.0 if beyond and mine else DEGRADATION_SIGNAL_CONFIDENCE,
                     evidence=f"stream {s['name']!r}{where} drifted {direction} from observation "
-                    f"{alarm.get('start', '?')} (alarm at {alarm.get('index', '?')}){mine}",
+                    f"{alarm.get('start', '?')} (alarm at {alarm.get('index', '?')}){note}",
                     details={
                         "stream": s["name"],
-                        "task_type": s["task_type"],
+                        "agent": s["agent"],
                         "alarm": alarm,
                         "value": value,
                         "beyond": beyond,
@@ -1131,6 +1144,20 @@ def _new_id() -> str:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+def _stream_agent(agent: str | None, task_type: str, *, where: str = "") -> str:
+    """The agent a posted stream belongs to: ``agent``; else ``task_type`` (streams were keyed by
+    it before, and a run naming no agent resolves to its task type); else ``""``, every agent.
+    Both given and different: an :class:`InputError` naming ``task_type`` (``where``: its prefix)."""
+    if agent is None:
+        return task_type
+    if task_type and task_type != agent:
+        raise InputError(
+            f"agent {agent!r} and task_type {task_type!r} name two streams; give the agent only",
+            path=f"{where}task_type",
+        )
+    return agent
 
 
 def _check_stream_name(name: str) -> None:

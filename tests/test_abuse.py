@@ -260,7 +260,7 @@ def test_a_failing_stream_feed_is_logged_and_counted(tmp_path: Path) -> None:
     shutil.rmtree(data)  # the store's folder is gone: its next connection fails
     metrics = Metrics()
     carrier = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(metrics=metrics)))
-    feed_streams_safely(carrier, service, "t", trace, resp)  # type: ignore[arg-type]
+    feed_streams_safely(carrier, service, "t", trace, resp, DiagnoseOptions())  # type: ignore[arg-type]
     assert "triage_stream_observations_lost_total 1.0" in metrics.render()[0].decode()
 
 

@@ -89,9 +89,9 @@ def test_missing_values_are_none_not_zero() -> None:
     assert m.per_trace["failure_probability"] is None
     assert m.per_trace["refusal"] == 0.0
     keys = m.stream_values("acme")
-    assert StreamKey("acme", "steps", "default") in keys
-    assert all(k.task_type == "default" for k in keys)
-    assert StreamKey("acme", "llm_latency_ms", "default") not in keys
+    assert StreamKey("acme", "steps", "_pool") in keys  # no agent, no task type: the pool
+    assert all(k.agent == "_pool" for k in keys)
+    assert StreamKey("acme", "llm_latency_ms", "_pool") not in keys
 
 
 def test_last_llm_output_is_the_answer_without_a_final_output() -> None:
@@ -99,12 +99,14 @@ def test_last_llm_output_is_the_answer_without_a_final_output() -> None:
     assert extract_metrics(t).per_trace["output_chars"] == 3.0
 
 
-def test_stream_keys_carry_tenant_and_task_type() -> None:
-    values = extract_metrics(sample_trace()).stream_values("acme")
+def test_stream_keys_carry_tenant_and_agent() -> None:
+    values = extract_metrics(sample_trace()).stream_values("acme")  # no agent named: its task type
     assert values[StreamKey("acme", "tool_error_rate", "research")] == pytest.approx(2 / 3)
     assert values[StreamKey("acme", "meta.confidence", "research")] == 0.82
     assert StreamKey("acme", "failure_probability", "research") not in values
-    assert str(StreamKey("acme", "x")) == "acme/x/default"
+    assert str(StreamKey("acme", "x")) == "acme/x/_pool"
+    named = extract_metrics(sample_trace()).stream_values("acme", "scout")
+    assert set(named) == {StreamKey("acme", k.name, "scout") for k in values}
 
 
 def test_refusal_series_follows_the_registered_rule() -> None:

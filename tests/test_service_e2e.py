@@ -370,7 +370,7 @@ def test_stream_alarm_is_a_fleet_signal_a_failure_out_of_band_until_rebaselined(
             assert r.json()["alarms"][0]["bound"] == 1.0  # mean + shift * std
     assert got == expected
     assert r.json()["n"] == 80 and r.json()["alarm_open"] is True
-    gauge = 'triage_stream_alarm_open{direction="up",stream="meta.quality",task_type="ops",tenant="acme"} 1.0'
+    gauge = 'triage_stream_alarm_open{agent="ops",direction="up",stream="meta.quality",tenant="acme"} 1.0'
     assert gauge in httpx.get(f"{srv.url}/metrics", headers=h).text  # acme: an operator here
     globex = {"Authorization": f"Bearer {keys['globex']}"}
     assert 'stream="meta.quality"' not in httpx.get(f"{srv.url}/metrics", headers=globex).text  # its own only

@@ -206,7 +206,7 @@ def test_stream_rows_and_values(store: Store) -> None:
         row = store.lock_stream(db, "a", "latency", "", detector="cusum", params={"shift": 1.0})
         db.add_all(
             [
-                ObservationRow(tenant_id="a", stream="latency", task_type="", seq=i, value=float(i))
+                ObservationRow(tenant_id="a", stream="latency", agent="", seq=i, value=float(i))
                 for i in range(5)
             ]
         )

@@ -105,7 +105,7 @@ def test_streams_and_autofeed(service: TriageService) -> None:
     assert other.healthy and not other.signals  # other tenant
     service.observe("t", "q", ObservationsRequest(values=[9.1], rebaseline=True))
     assert not service.diagnose("t", make_trace(None, seed=2, n_steps=6), DiagnoseOptions()).signals
-    fed = service.store.get_stream("t", "latency_ms", trace.task_type or "default")
+    fed = service.store.get_stream("t", "latency_ms", trace.task_type or "_pool")
     assert fed is not None and fed.n == 2  # every diagnosed trace of tenant t fed its latency
 
 

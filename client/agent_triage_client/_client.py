@@ -235,13 +235,16 @@ class _Base:
         return _Call("POST", "/v1/outcomes", Outcome, json=body, fallback=fallback)
 
     def _observe(self, stream: str, values: Sequence[float], task_type: str, params: Mapping[str, Any] | None,
-                 rebaseline: bool) -> _Call:
+                 rebaseline: bool, agent: str | None = None) -> _Call:
         body: dict[str, Any] = {"values": list(values), "task_type": task_type, "rebaseline": rebaseline}
+        if agent is not None:
+            body["agent"] = agent
         if params is not None:
             body["params"] = dict(params)
 
         def fallback(reason: str) -> Observations:
-            return Observations(served=False, client_error=reason, stream=stream, task_type=task_type)
+            key = task_type if agent is None else agent
+            return Observations(served=False, client_error=reason, stream=stream, agent=key, task_type=key)
 
         return _Call("POST", f"/v1/streams/{_seg(stream)}/observations", Observations, json=body,
                      idempotent=False, fallback=fallback)
@@ -363,10 +366,10 @@ class TriageClient(_Base):
         result: Outcome = self._send(self._outcome_call(recommendation_id, success, duration_s, cost, note, label))
         return result
 
-    def observe(self, stream: str, values: Sequence[float], *, task_type: str = "",
+    def observe(self, stream: str, values: Sequence[float], *, agent: str | None = None, task_type: str = "",
                 params: Mapping[str, Any] | None = None, rebaseline: bool = False) -> Observations:
-        """Feed a metric stream (CUSUM). Fail-open."""
-        result: Observations = self._send(self._observe(stream, values, task_type, params, rebaseline))
+        """Feed the metric stream (CUSUM) of ``agent`` (default: ``task_type``; ``""``: every agent). Fail-open."""
+        result: Observations = self._send(self._observe(stream, values, task_type, params, rebaseline, agent))
         return result
 
     def get_session(self, session_id: str) -> SessionView:
@@ -404,9 +407,9 @@ class TriageClient(_Base):
         result: Label = self._send(_Call("POST", f"/v1/traces/{_seg(trace_id)}/labels", Label, json=body))
         return result
 
-    def changepoints(self, stream: str, *, task_type: str = "",
+    def changepoints(self, stream: str, *, agent: str | None = None, task_type: str = "",
                      method: Literal["binseg", "window", "pelt"] | None = None) -> Changepoints:
-        q = _drop_none({"task_type": task_type, "method": method})
+        q = _drop_none({"agent": agent, "task_type": task_type, "method": method})
         result: Changepoints = self._send(_Call("GET", f"/v1/streams/{_seg(stream)}/changepoints", Changepoints,
                                                 params=q))
         return result
@@ -499,9 +502,10 @@ class AsyncTriageClient(_Base):
                                                               label))
         return result
 
-    async def observe(self, stream: str, values: Sequence[float], *, task_type: str = "",
-                      params: Mapping[str, Any] | None = None, rebaseline: bool = False) -> Observations:
-        result: Observations = await self._send(self._observe(stream, values, task_type, params, rebaseline))
+    async def observe(self, stream: str, values: Sequence[float], *, agent: str | None = None,
+                      task_type: str = "", params: Mapping[str, Any] | None = None,
+                      rebaseline: bool = False) -> Observations:
+        result: Observations = await self._send(self._observe(stream, values, task_type, params, rebaseline, agent))
         return result
 
     async def get_session(self, session_id: str) -> SessionView:
@@ -539,9 +543,9 @@ class AsyncTriageClient(_Base):
         result: Label = await self._send(_Call("POST", f"/v1/traces/{_seg(trace_id)}/labels", Label, json=body))
         return result
 
-    async def changepoints(self, stream: str, *, task_type: str = "",
+    async def changepoints(self, stream: str, *, agent: str | None = None, task_type: str = "",
                            method: Literal["binseg", "window", "pelt"] | None = None) -> Changepoints:
-        q = _drop_none({"task_type": task_type, "method": method})
+        q = _drop_none({"agent": agent, "task_type": task_type, "method": method})
         result: Changepoints = await self._send(_Call("GET", f"/v1/streams/{_seg(stream)}/changepoints",
                                                       Changepoints, params=q))
         return result

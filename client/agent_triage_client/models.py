@@ -214,6 +214,7 @@ class Alarm(_Open):
 
 class Observations(Versioned):
     stream: str
+    agent: str = ""
     task_type: str = ""
     n: int = 0
     alarms: list[Alarm] = Field(default_factory=list)
@@ -229,6 +230,7 @@ class Segment(_Open):
 
 class Changepoints(Versioned):
     stream: str = ""
+    agent: str = ""
     task_type: str = ""
     n: int = 0
     changepoints: list[int] = Field(default_factory=list)

@@ -106,10 +106,12 @@ def test_sync_whole_api(service: tuple[str, str]) -> None:
             c.add_label(state.trace_id, "loop", failed=False)
         assert bad_label.value.status_code == 422 and "kind" in json.dumps(bad_label.value.detail)
         values = [100.0 + i % 5 for i in range(40)] + [400.0 + i % 5 for i in range(20)]
-        obs = c.observe("latency_ms", values, task_type="qa", params={"warmup": 20})
+        obs = c.observe("latency_ms", values, agent="qa", params={"warmup": 20})
         assert obs.served and obs.n == 60 and obs.monitoring and obs.alarms and obs.alarms[0].index >= 40
-        cp = c.changepoints("latency_ms", task_type="qa")
-        assert cp.changepoints == [40]
+        assert obs.agent == "qa"
+        cp = c.changepoints("latency_ms", task_type="qa")  # the task type names the same stream
+        assert cp.changepoints == [40] and cp.agent == "qa"
+        assert c.changepoints("latency_ms", agent="qa").n == 60
         c.delete_trace(d.trace_id)
         with pytest.raises(TriageAPIError) as err:
             c.get_trace(d.trace_id)

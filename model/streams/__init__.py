@@ -28,7 +28,6 @@ from model.streams.cusum import (
     robust_location_scale,
 )
 from model.streams.metrics import (
-    DEFAULT_TASK_TYPE,
     PER_STEP_SERIES,
     PER_TRACE_SERIES,
     MetricPoint,
@@ -39,7 +38,6 @@ from model.streams.metrics import (
 from model.streams.series import read_csv_column
 
 __all__ = [
-    "DEFAULT_TASK_TYPE",
     "EPISODE_CAP",
     "MAD_TO_SIGMA",
     "PER_STEP_SERIES",

@@ -2,8 +2,8 @@
 
 Agents degrade slowly (latency creeps, answers lengthen or shrink, tool errors climb) before any
 single answer looks broken; these series are what the stream detectors watch. A stream is keyed by
-:class:`StreamKey` ``(tenant, name, task_type)``, because a greeting and a code task have
-different baselines.
+:class:`StreamKey` ``(tenant, name, agent)``, the run's agent as :mod:`model.agents` resolves it,
+because two agents (a greeting bot and a code agent) have different baselines.
 
 Per-step series (each point carries its ``step`` index into ``Trace.steps`` and ``source_index``):
 
@@ -36,7 +36,7 @@ Per-trace values: ``steps``, ``llm_latency_ms`` / ``tool_latency_ms`` / ``latenc
 >>> m = extract_metrics(t)
 >>> m.per_trace["llm_latency_ms"], m.per_trace["output_chars"], m.per_trace["meta.confidence"]
 (420.0, 1.0, 0.8)
->>> m.stream_values("acme")[StreamKey("acme", "llm_latency_ms", "qa")]
+>>> m.stream_values("acme")[StreamKey("acme", "llm_latency_ms", "qa")]  # no agent named: its task type
 420.0
 """
 
@@ -49,11 +49,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from model.agents import POOL_AGENT, resolve_agent
 from model.errors import InputError
 from model.kinds import FailureKind
 from model.schema import Step, StepKind, StepStatus, Trace
-
-DEFAULT_TASK_TYPE = "default"
 
 PER_STEP_SERIES: tuple[str, ...] = (
     "llm_latency_ms",
@@ -87,18 +86,18 @@ _MAX_META_DEPTH = 3
 
 @dataclass(frozen=True, order=True)
 class StreamKey:
-    """Identity of one metric stream: ``(tenant, name, task_type)``.
+    """Identity of one metric stream: ``(tenant, name, agent)``.
 
-    >>> str(StreamKey("acme", "llm_latency_ms", "code"))
-    'acme/llm_latency_ms/code'
+    >>> str(StreamKey("acme", "llm_latency_ms", "coder"))
+    'acme/llm_latency_ms/coder'
     """
 
     tenant: str
     name: str
-    task_type: str = DEFAULT_TASK_TYPE
+    agent: str = POOL_AGENT
 
     def __str__(self) -> str:
-        return f"{self.tenant}/{self.name}/{self.task_type}"
+        return f"{self.tenant}/{self.name}/{self.agent}"
 
 
 class MetricPoint(BaseModel):
@@ -118,6 +117,7 @@ class TraceMetrics(BaseModel):
 
     trace_id: str
     task_type: str | None = None
+    agent: str = Field(default=POOL_AGENT, description="The run's agent, as resolved without an explicit name.")
     per_step: dict[str, list[MetricPoint]] = Field(default_factory=dict)
     per_trace: dict[str, float | None] = Field(default_factory=dict)
 
@@ -125,14 +125,14 @@ class TraceMetrics(BaseModel):
         """Values of per-step series ``name`` in step order (empty when absent)."""
         return [p.value for p in self.per_step.get(name, [])]
 
-    def stream_values(self, tenant: str) -> dict[StreamKey, float]:
-        """The per-trace values that are known, keyed for the tenant's streams.
+    def stream_values(self, tenant: str, agent: str | None = None) -> dict[StreamKey, float]:
+        """The per-trace values that are known, keyed for the streams of the run's agent.
 
-        The task type is the trace's, or ``"default"``.
+        ``agent``: the name the caller gave (``options.agent``); default: :attr:`agent` (the root
+        agent span's name, else the task type, else the pool).
         """
-        task = self.task_type or DEFAULT_TASK_TYPE
         return {
-            StreamKey(tenant, name, task): value
+            StreamKey(tenant, name, agent or self.agent): value
             for name, value in self.per_trace.items()
             if value is not None
         }
@@ -270,7 +270,8 @@ def extract_metrics(
     }
     for name, value in _numeric_items(trace.metadata, "metadata"):
         per_trace[name] = value
-    return TraceMetrics(trace_id=trace.id, task_type=trace.task_type, per_step=per_step, per_trace=per_trace)
+    return TraceMetrics(trace_id=trace.id, task_type=trace.task_type, agent=resolve_agent(trace),
+                        per_step=per_step, per_trace=per_trace)
 
 
 def _answer(trace: Trace) -> Step | None:
@@ -283,7 +284,6 @@ def _answer(trace: Trace) -> Step | None:
 
 
 __all__ = [
-    "DEFAULT_TASK_TYPE",
     "PER_STEP_SERIES",
     "PER_TRACE_SERIES",
     "MetricPoint",

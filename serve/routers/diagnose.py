@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from model.errors import InputError, TraceImportError
 from model.findings import DiagnosisResponse
 from model.importers import load_trace, merge_documents, parse_documents
-from model.options import DiagnoseRequest
+from model.options import DiagnoseOptions, DiagnoseRequest
 from model.schema import Trace
 from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi, validate_body
@@ -73,7 +73,7 @@ async def diagnose(
         # Budgets and open failures come from the session's state; the trace is stored redacted. Its
         # metrics feed the tenant's streams after the answer is sent (alarms show in later diagnoses).
         resp = await call(service.diagnose, principal.tenant, trace, body.options, feed_streams=False)
-    background.add_task(feed_streams_safely, request, service, principal.tenant, trace, resp)
+    background.add_task(feed_streams_safely, request, service, principal.tenant, trace, resp, body.options)
     return json_response(resp)
 
 
@@ -106,13 +106,14 @@ def prepare(raw: bytes, format: str | None, session: str | None, max_steps: int)
 
 
 def feed_streams_safely(
-    request: Request, service: TriageService, tenant: str, trace: Trace, resp: DiagnosisResponse
+    request: Request, service: TriageService, tenant: str, trace: Trace, resp: DiagnosisResponse,
+    options: DiagnoseOptions,
 ) -> None:
     """Feed the tenant's streams after the answer went out. A failure here must not reach the
     server (it would reset the client's keep-alive connection): it is logged and counted in
     ``triage_stream_observations_lost_total``."""
     try:
-        service.feed_streams(tenant, trace, resp)
+        service.feed_streams(tenant, trace, resp, options)
     except Exception:
         log.exception("feeding the streams of trace %r (tenant %r) failed: its observations are lost", trace.id, tenant)
         request.app.state.metrics.lost_observations.inc()

@@ -31,11 +31,12 @@ async def observe(
     principal: PrincipalDep,
     service: ServiceDep,
 ) -> ObservationsResponse:
-    """Values go through the stream's CUSUM, keyed by (tenant, stream, task type), its state kept in
+    """Values go through the stream's CUSUM, keyed by (tenant, agent, stream), its state kept in
     the store. One alarm per change: it opens an episode that closes on `rebaseline: true` or when
-    the stream is back in control. While open it is a `degradation` signal in this tenant's
-    diagnoses for that task type (a failure of a trace whose own value for the stream is beyond
-    the alarm's `bound`) and a `triage_stream_alarm_open` gauge in `/metrics`."""
+    the stream is back in control. While open it is a `degradation` signal on that agent's runs (a
+    failure of a run whose own value for the stream is beyond the alarm's `bound`; a stream of
+    every agent, `agent: ""`, gives signals only) and a `triage_stream_alarm_open` gauge in
+    `/metrics`."""
     body = await parse_body(request, ObservationsRequest)
     return await call(service.observe, principal.tenant, name, body)
 
@@ -50,8 +51,11 @@ async def changepoints(
     name: StreamName,
     principal: PrincipalDep,
     service: ServiceDep,
+    agent: Annotated[str | None, Query(max_length=200, pattern=TEXT_PARAM_PATTERN)] = None,
     task_type: Annotated[str, Query(max_length=200, pattern=TEXT_PARAM_PATTERN)] = "",
     method: Annotated[Literal["binseg", "window", "pelt"] | None, Query()] = None,
 ) -> ChangepointsResponse:
-    """ruptures (l2 cost, BIC-style penalty from the noise level) over the last 2,000 observations."""
-    return await call(service.changepoints, principal.tenant, name, task_type, method)
+    """ruptures (l2 cost, BIC-style penalty from the noise level) over the last 2,000 observations
+    of the agent's stream (`agent`; else `task_type`, the agent of runs that name none; else `""`,
+    the stream posted for every agent)."""
+    return await call(service.changepoints, principal.tenant, name, agent, method, task_type=task_type)

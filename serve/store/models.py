@@ -16,7 +16,7 @@ Tables::
     recommendations  every recommendation given, with its rung, attempt and status
     outcomes         what the agent reported after carrying out a recommendation
     labels           human labels on a trace (for the dataset export)
-    streams          stream-detector state per (tenant, stream, task type)
+    streams          stream-detector state per (tenant, agent, stream)
     observations     the values posted to / fed into a stream, with alarms
     model_activations which registry version of the run scorer each tenant serves (newest row wins)
 """
@@ -239,7 +239,9 @@ class StreamRow(Base):
 
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
-    task_type: Mapped[str] = mapped_column(String(200), primary_key=True)  # "" = any
+    # The agent whose runs feed it (model/agents.py); "" = every agent of the tenant (posted values).
+    # Rows stored before revision 0008 were keyed by task type: that task type, "default" → "_pool".
+    agent: Mapped[str] = mapped_column(String(200), primary_key=True)
     detector: Mapped[str] = mapped_column(String(64))
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -252,14 +254,14 @@ class StreamRow(Base):
 class ObservationRow(Base):
     __tablename__ = "observations"
     __table_args__ = (
-        Index("ix_obs_stream", "tenant_id", "stream", "task_type", "seq"),
-        UniqueConstraint("tenant_id", "stream", "task_type", "seq", name="uq_obs_seq"),
+        Index("ix_obs_stream", "tenant_id", "stream", "agent", "seq"),
+        UniqueConstraint("tenant_id", "stream", "agent", "seq", name="uq_obs_seq"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     tenant_id: Mapped[str] = mapped_column(String(64))
     stream: Mapped[str] = mapped_column(String(200))
-    task_type: Mapped[str] = mapped_column(String(200))
+    agent: Mapped[str] = mapped_column(String(200))
     seq: Mapped[int] = mapped_column(Integer)  # 0-based index within the stream
     value: Mapped[float] = mapped_column(Float)
     trace_id: Mapped[str | None] = mapped_column(String(128), nullable=True)

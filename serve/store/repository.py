@@ -718,7 +718,7 @@ class Store:
 
     # -- streams -------------------------------------------------------------------------------
     def lock_stream(
-        self, db: Session, tenant: str, stream: str, task_type: str, *, detector: str, params: dict[str, Any]
+        self, db: Session, tenant: str, stream: str, agent: str, *, detector: str, params: dict[str, Any]
     ) -> StreamRow:
         """The stream's detector row, created on first use, locked for this transaction."""
         ins = (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(StreamRow)
@@ -726,7 +726,7 @@ class Store:
             ins.values(
                 tenant_id=tenant,
                 name=stream,
-                task_type=task_type,
+                agent=agent,
                 detector=detector,
                 params=params,
                 state={},
@@ -736,7 +736,7 @@ class Store:
             ).on_conflict_do_nothing()
         )
         q = select(StreamRow).where(
-            StreamRow.tenant_id == tenant, StreamRow.name == stream, StreamRow.task_type == task_type
+            StreamRow.tenant_id == tenant, StreamRow.name == stream, StreamRow.agent == agent
         )
         if self.dialect == "postgresql":
             q = q.with_for_update()
@@ -745,9 +745,9 @@ class Store:
         return row
 
     def lock_streams(
-        self, db: Session, tenant: str, task_type: str, names: Sequence[str], *, detector: str
+        self, db: Session, tenant: str, agent: str, names: Sequence[str], *, detector: str
     ) -> dict[str, dict[str, Any]]:
-        """Several streams of one (tenant, task type) at once, created when new, locked; as dicts
+        """Several streams of one (tenant, agent) at once, created when new, locked; as dicts
         (``name, detector, params, state, n``).
 
         Callers pass names in one (sorted) order, so that concurrent transactions lock alike.
@@ -762,7 +762,7 @@ class Store:
             StreamRow.alarm,
         )
         q = select(*cols).where(
-            StreamRow.tenant_id == tenant, StreamRow.task_type == task_type, StreamRow.name.in_(names)
+            StreamRow.tenant_id == tenant, StreamRow.agent == agent, StreamRow.name.in_(names)
         )
         if self.dialect == "postgresql":
             q = q.order_by(StreamRow.name).with_for_update()
@@ -776,7 +776,7 @@ class Store:
                     {
                         "tenant_id": tenant,
                         "name": n,
-                        "task_type": task_type,
+                        "agent": agent,
                         "detector": detector,
                         "params": {},
                         "state": {},
@@ -796,7 +796,7 @@ class Store:
             update(StreamRow)
             .where(
                 StreamRow.tenant_id == bindparam("k_tenant"),
-                StreamRow.task_type == bindparam("k_task"),
+                StreamRow.agent == bindparam("k_agent"),
                 StreamRow.name == bindparam("k_name"),
             )
             .values(
@@ -808,7 +808,7 @@ class Store:
             )
         )
 
-    def update_streams(self, db: Session, tenant: str, task_type: str, changes: list[dict[str, Any]]) -> None:
+    def update_streams(self, db: Session, tenant: str, agent: str, changes: list[dict[str, Any]]) -> None:
         """Write back ``name, n, state, alarm_open, alarm`` of locked streams (one executemany)."""
         now = utcnow()
         db.connection().execute(
@@ -816,7 +816,7 @@ class Store:
             [
                 {
                     "k_tenant": tenant,
-                    "k_task": task_type,
+                    "k_agent": agent,
                     "k_name": c["name"],
                     "n": c["n"],
                     "state": c["state"],
@@ -828,16 +828,16 @@ class Store:
             ],
         )
 
-    def get_stream(self, tenant: str, stream: str, task_type: str) -> StreamRow | None:
+    def get_stream(self, tenant: str, stream: str, agent: str) -> StreamRow | None:
         with self.read() as db:
-            return db.get(StreamRow, (tenant, stream, task_type))
+            return db.get(StreamRow, (tenant, stream, agent))
 
-    def open_alarms(self, tenant: str, task_type: str) -> list[dict[str, Any]]:
-        """Streams of this tenant with an open alarm, for ``task_type`` or for any task ("")."""
-        q = select(StreamRow.name, StreamRow.task_type, StreamRow.detector, StreamRow.alarm).where(
+    def open_alarms(self, tenant: str, agent: str) -> list[dict[str, Any]]:
+        """Streams of this tenant with an open alarm, of ``agent`` or of every agent (``""``)."""
+        q = select(StreamRow.name, StreamRow.agent, StreamRow.detector, StreamRow.alarm).where(
             StreamRow.tenant_id == tenant,
             StreamRow.alarm_open.is_(True),
-            StreamRow.task_type.in_([task_type, ""]),
+            StreamRow.agent.in_([agent, ""]),
         )
         try:
             with self.engine.connect() as conn:
@@ -848,9 +848,9 @@ class Store:
     def all_open_alarms(self, tenant: str | None = None) -> list[dict[str, Any]]:
         """Streams with an open alarm episode, of ``tenant`` or (``None``) every tenant (``/metrics``)."""
         q = (
-            select(StreamRow.tenant_id, StreamRow.name, StreamRow.task_type, StreamRow.alarm)
+            select(StreamRow.tenant_id, StreamRow.name, StreamRow.agent, StreamRow.alarm)
             .where(StreamRow.alarm_open.is_(True))
-            .order_by(StreamRow.tenant_id, StreamRow.name, StreamRow.task_type)
+            .order_by(StreamRow.tenant_id, StreamRow.name, StreamRow.agent)
         )
         if tenant is not None:
             q = q.where(StreamRow.tenant_id == tenant)
@@ -858,7 +858,7 @@ class Store:
             return [dict(r._mapping) for r in db.execute(q)]
 
     def stream_values(
-        self, tenant: str, stream: str, task_type: str, *, last: int
+        self, tenant: str, stream: str, agent: str, *, last: int
     ) -> list[tuple[int, float]]:
         """The last ``last`` observations as (seq, value), oldest first."""
         with self.read() as db:
@@ -867,7 +867,7 @@ class Store:
                 .where(
                     ObservationRow.tenant_id == tenant,
                     ObservationRow.stream == stream,
-                    ObservationRow.task_type == task_type,
+                    ObservationRow.agent == agent,
                 )
                 .order_by(ObservationRow.seq.desc())
                 .limit(last)
