@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from model.agentmodel.queue import (
 )
 from model.errors import InputError
 from model.schema import Step, StepKind, Trace
+from tests.storefix import db_url  # noqa: F401  (fixture)
 
 
 def test_uncertainty_peaks_at_one_half() -> None:
@@ -166,3 +168,37 @@ def test_store_review_in_queue_order_counts_near_duplicates_once() -> None:
     assert "queue" in ORDERS
     with pytest.raises(InputError, match="order must be one of"):
         review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5, order="random")  # type: ignore[arg-type]
+
+
+def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -> None:  # noqa: F811
+    from model.builder import make_trace
+    from model.diagnosis import Diagnoser
+    from model.options import DiagnoseOptions
+    from serve.api_models import LabelRequest
+    from serve.app import build_service, load_runscorer
+    from serve.label_review import review_queue
+    from serve.settings import Settings
+
+    settings = Settings(database_url=db_url, data_dir=tmp_path / "data")
+    service = build_service(settings, Diagnoser(runscorer=load_runscorer(settings)))
+    try:
+        for n, kind in enumerate(["loop", None, "tool_error", None]):
+            trace = make_trace(kind, seed=10 + n, n_steps=8)
+            trace.id = f"run-{n}"
+            trace.metadata["task_id"] = "same" if n < 3 else "other"
+            service.diagnose("local", trace, DiagnoseOptions())
+        service.add_label("local", "run-0", LabelRequest(failed=True, author="bob"))
+        by_margin, _ = review_queue(service.store, "local", author="ana", threshold_for=lambda _: 0.5)
+        queue, done = review_queue(service.store, "local", author="ana", threshold_for=lambda _: 0.5,
+                                   order="queue")
+        assert done == 0 and sorted(c.trace_id for c in queue) == sorted(c.trace_id for c in by_margin)
+        # task "same" has a labelled run (run-0, by bob): the one run of task "other" leads the queue
+        # unless a run of "same" is more than twice as uncertain
+        first_same = next(c for c in queue if c.trace_id != "run-3")
+        other = next(c for c in queue if c.trace_id == "run-3")
+        if (1 - 2 * first_same.margin) / 2 < 1 - 2 * other.margin:
+            assert queue[0].trace_id == "run-3"
+        assert [c.trace_id for c in queue if c.trace_id != "run-3"] == [
+            c.trace_id for c in by_margin if c.trace_id != "run-3"]
+    finally:
+        service.store.dispose()

@@ -35,12 +35,15 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from model.errors import InputError
 from model.schema import Trace
+
+if TYPE_CHECKING:
+    from model.agentmodel.model import AgentModelConfig
 
 #: Weight of a label in training, by who gave it. A reviewer's verdict and a task checker's are the
 #: truth of the run as far as we know it; an outcome says whether a *repair* worked, which is
@@ -273,20 +276,33 @@ def queue_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
 # ---- the learner ----------------------------------------------------------------------------------
 
 
-def agent_model_learner(traces: Sequence[Trace]) -> Learner:
-    """:class:`model.agentmodel.model.AgentModel` as the experiment's learner (one feature cache over
-    the set; the model's own internal CV off: the experiment only needs its scores)."""
+def agent_model_learner(traces: Sequence[Trace], config: AgentModelConfig | None = None) -> Learner:
+    """:class:`model.agentmodel.model.AgentModel` as the experiment's learner: its defaults, with
+    its own internal CV off (the experiment needs its scores only); each run's features computed
+    once (:class:`~model.agentmodel.model.FeatureCache`), runs scored whole by the cached fast path."""
     from model.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache
 
+    cfg = config or AgentModelConfig(internal_folds=0)
+    if 1.0 not in cfg.prefix_fractions:
+        raise InputError(f"the learner scores whole runs: prefix_fractions must hold 1.0; got "
+                         f"{cfg.prefix_fractions}", path="prefix_fractions")
+    whole = cfg.prefix_fractions.index(1.0)
     cache = FeatureCache()
-    config = AgentModelConfig(internal_folds=0)
+    rows: dict[int, Any] = {}
+
+    def rows_of(i: int) -> Any:
+        if i not in rows:
+            rows[i] = cache.rows(traces[i], cfg.buckets, cfg.prefix_fractions)
+        return rows[i]
 
     def fit(idx: Sequence[int], failed: np.ndarray, groups: Sequence[str]) -> Scorer:
-        model = AgentModel.fit([traces[i] for i in idx], [bool(v) for v in failed], list(groups), config=config,
+        for i in idx:
+            rows_of(i)
+        model = AgentModel.fit([traces[i] for i in idx], [bool(v) for v in failed], list(groups), config=cfg,
                                cache=cache)
 
         def score(test: Sequence[int]) -> np.ndarray:
-            return np.array([model.score(traces[i]) for i in test])
+            return np.array([float(model.score_rows(rows_of(i))[whole]) for i in test])
 
         return score
 
