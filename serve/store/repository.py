@@ -56,6 +56,7 @@ from serve.store.models import (
     Tenant,
     TraceRow,
     TraceStepRow,
+    UISessionRow,
     UsageRow,
     utcnow,
 )
@@ -202,6 +203,40 @@ class Store:
                 return False
             row.revoked_at = utcnow()
             return True
+
+    # -- console sessions (serve/auth.py) -------------------------------------------------------
+    def add_ui_session(
+        self, token_hash: str, *, tenant: str, key_id: str, csrf: str, expires_at: datetime
+    ) -> None:
+        """Record a console sign-in: the sha256 of the cookie's token, never the token."""
+        with self.write() as db:
+            db.add(UISessionRow(id=token_hash, tenant_id=tenant, key_id=key_id, csrf=csrf, expires_at=expires_at))
+
+    def find_ui_session(
+        self, token_hash: str, *, require_key: bool = True, now: datetime | None = None
+    ) -> UISessionRow | None:
+        """The live session with this token hash: not signed out, not expired, and (``require_key``)
+        its API key not revoked — revoking the key ends every session opened with it."""
+        now = now or utcnow()
+        q = select(UISessionRow).where(
+            UISessionRow.id == token_hash, UISessionRow.revoked_at.is_(None), UISessionRow.expires_at > now
+        )
+        if require_key:
+            q = q.join(ApiKey, ApiKey.id == UISessionRow.key_id).where(
+                ApiKey.revoked_at.is_(None), ApiKey.tenant_id == UISessionRow.tenant_id
+            )
+        with self.read() as db:
+            return db.scalar(q)
+
+    def revoke_ui_session(self, token_hash: str) -> bool:
+        """Sign out: the session ends now; False when there was no live one."""
+        with self.write() as db:
+            got = db.execute(
+                update(UISessionRow)
+                .where(UISessionRow.id == token_hash, UISessionRow.revoked_at.is_(None))
+                .values(revoked_at=utcnow())
+            )
+            return _rowcount(got) > 0
 
     # -- traces --------------------------------------------------------------------------------
     def _insert(self, table: type[Any]) -> Any:
