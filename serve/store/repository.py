@@ -645,6 +645,20 @@ class Store:
         with self.read() as db:
             return _group(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
 
+    def records_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """The recommendations, outcomes and labels of these traces (one query each), by trace id."""
+        keys = [(tenant, t) for t in trace_ids]
+        out: dict[str, dict[str, list[dict[str, Any]]]] = {
+            t: {"recommendations": [], "outcomes": [], "labels": []} for t in trace_ids}
+        if not keys:
+            return out
+        with self.read() as db:
+            for name, table in (("recommendations", RecommendationRow), ("outcomes", OutcomeRow),
+                                ("labels", LabelRow)):
+                for (_, tid), rows in _group(db, table, keys).items():
+                    out[tid][name] = rows
+        return out
+
     def iter_history(self, tenant: str | None = None, batch: int = 500) -> Iterator[dict[str, Any]]:
         """Every stored trace with its recommendations, outcomes and human labels (for export)."""
         last: tuple[str, str] = ("", "")
