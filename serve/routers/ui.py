@@ -359,7 +359,12 @@ async def label_form(request: Request, trace_id: TraceId) -> Response:
     s = _session(request)
     form = await _form(request)
     _check_csrf(s, form.get(CSRF_FIELD))
-    req = _label_request(form)
+    # a form sends text: "true" / "false" and digits become what the API's JSON would carry
+    typed: dict[str, Any] = dict(form)
+    typed["failed"] = {"true": True, "false": False}.get(form.get("failed", ""), form.get("failed"))
+    if form.get("step", "").isdigit():
+        typed["step"] = int(form["step"])
+    req = _label_request(typed)
     await _add_label(request, s, trace_id, req)
     return RedirectResponse(f"/ui/runs/{quote(trace_id)}#label", status_code=303)
 
