@@ -209,8 +209,9 @@ def test_console_in_a_browser(server: LiveServer, seeded: dict[str, Any], browse
     assert "<script>window.__xss = 1</script>" in _css(d, "#step-0")[0].text
     assert "<img src=x" in _css(d, "#step-2")[0].text
     assert d.execute_script("return window.__xss === undefined")
-    assert not _css(d, "#conversation a[href^='javascript:'], #conversation img, #conversation iframe, "
-                       "#conversation script, #conversation svg, #conversation b")
+    # the trace's texts are text: no element inside them, no javascript: link anywhere on the page
+    assert not _css(d, "#conversation .content *, #conversation .evidence *, #conversation .args *, "
+                       "#conversation summary *:not(span), a[href^='javascript:'], iframe, img")
     _shot(d, "hostile")
 
     # the runs list

@@ -24,7 +24,7 @@
         value: (function (idx) { return function (u, v, s, j) { return j == null ? "" : d.kinds[kinds[idx]][j]; }; })(i) });
       data.push(layers[i]);
     }
-    new uPlot({ width: width(el), height: 300, series: series, scales: { x: { time: true } },
+    new uPlot({ width: width(el), height: 300, series: series, scales: { x: { time: true } }, legend: { live: false },
       axes: [{}, { label: "runs" }] }, data, el);
   }
 
