@@ -510,6 +510,7 @@ class TriageService:
                 n_steps=len(trace.steps),
                 steps_in_rows=True,
                 arm=stored_arm,
+                step_tools=[s.tool_name for s in trace.steps],
             )
             self._put_rec(db, tenant, decision, trace.id, session_id)
             row.state = state
