@@ -631,13 +631,32 @@ class Store:
             db.flush()
             return _group(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
 
+    def withdraw_label(
+        self, tenant: str, author: str, *, trace_id: str | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """Withdraw ``author``'s newest label (on ``trace_id`` only, when given): the row stays,
+        marked ``withdrawn_at``, and no reader counts it any more. Returns the withdrawn row and the
+        trace's labels still counted, or None when the author has no label left to withdraw."""
+        with self.write() as db:
+            q = select(LabelRow).where(LabelRow.tenant_id == tenant, LabelRow.author == author,
+                                       LabelRow.withdrawn_at.is_(None))
+            if trace_id is not None:
+                q = q.where(LabelRow.trace_id == trace_id)
+            row = db.scalars(q.order_by(LabelRow.created_at.desc(), LabelRow.id.desc()).limit(1)).first()
+            if row is None:
+                return None
+            row.withdrawn_at = utcnow()
+            db.flush()
+            withdrawn = {c.key: getattr(row, c.key) for c in LabelRow.__table__.columns}
+            return withdrawn, _group(db, LabelRow, [(tenant, row.trace_id)]).get((tenant, row.trace_id), [])
+
     def trace_labels(self, tenant: str, trace_id: str) -> list[dict[str, Any]]:
-        """The trace's labels, oldest first."""
+        """The trace's labels (those not withdrawn), oldest first."""
         with self.read() as db:
             return _group(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
 
     def iter_history(self, tenant: str | None = None, batch: int = 500) -> Iterator[dict[str, Any]]:
-        """Every stored trace with its recommendations, outcomes and human labels (for export)."""
+        """Every stored trace with its recommendations, outcomes and labels (not withdrawn; for export)."""
         last: tuple[str, str] = ("", "")
         while True:
             with self.read() as db:
@@ -1037,11 +1056,10 @@ def _group(
     tenants = {k[0] for k in keys}
     ids = [k[1] for k in keys]
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    rows = db.scalars(
-        select(table)
-        .where(table.tenant_id.in_(tenants), table.trace_id.in_(ids))
-        .order_by(table.created_at, *([table.id] if "id" in table.__table__.columns else []))
-    )
+    q = select(table).where(table.tenant_id.in_(tenants), table.trace_id.in_(ids))
+    if table is LabelRow:
+        q = q.where(LabelRow.withdrawn_at.is_(None))  # a withdrawn label counts nowhere
+    rows = db.scalars(q.order_by(table.created_at, *([table.id] if "id" in table.__table__.columns else [])))
     for r in rows:
         d = {c.key: getattr(r, c.key) for c in table.__table__.columns}
         out.setdefault((r.tenant_id, r.trace_id), []).append(d)
