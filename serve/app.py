@@ -28,7 +28,18 @@ from serve.metrics import LatencyMiddleware, Metrics
 from serve.models import build_models
 from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimiter, RateLimitMiddleware, rate_limit
 from serve.redaction import Redactor
-from serve.routers import diagnose, health, otlp, outcomes, sessions, streams, traces
+from serve.routers import (
+    diagnose,
+    health,
+    labels,
+    operator,
+    otlp,
+    outcomes,
+    patterns,
+    sessions,
+    streams,
+    traces,
+)
 from serve.routers import metrics as metrics_router
 from serve.routers.ui import install_ui
 from serve.service import TriageService
@@ -150,6 +161,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(outcomes.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(traces.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(streams.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(labels.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(patterns.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(operator.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(metrics_router.router)
     app.include_router(otlp.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     install_ui(app, settings)

@@ -5,6 +5,11 @@ A key looks like ``trg_<id>_<secret>``: ``<id>`` (8 characters) is public and na
 randomness, so an unsalted hash is enough (no dictionary to attack) and lets a lookup be one
 indexed query.
 
+**Operator keys** (``triage keys create --operator``) may act on any tenant: a request that names one
+in the ``X-Triage-Tenant`` header is scoped to it (a name that is not a tenant's: 404; a key that is
+not an operator's: 403, whatever the name), and only operators may promote or roll back models over
+the API (``/v1/operator/…``). Without the header an operator key acts on its own tenant.
+
 ``TRIAGE_AUTH=off`` turns the check off for local experiments: every call is tenant ``local``, and
 the server warns loudly at start.
 
@@ -25,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from serve.store.repository import Store
@@ -34,6 +39,8 @@ log = logging.getLogger("triage.auth")
 
 KEY_PREFIX = "trg"
 LOCAL_TENANT = "local"
+#: The header an operator names the tenant to act on with.
+TENANT_HEADER = "X-Triage-Tenant"
 _ALPHABET = string.ascii_letters + string.digits
 
 
@@ -43,6 +50,10 @@ class Principal:
 
     tenant: str
     key_id: str | None = None
+    #: an operator key (may switch tenants, promote and roll back models)
+    operator: bool = False
+    #: the key's own tenant when an operator switched to another one (``tenant``); else None
+    home_tenant: str | None = None
 
 
 def hash_key(key: str) -> str:
@@ -56,10 +67,11 @@ def generate_key() -> tuple[str, str, str]:
     return key, key_id, hash_key(key)
 
 
-def create_key(store: Store, tenant: str, label: str = "") -> tuple[str, str]:
-    """Create a key for ``tenant`` (created when new); returns ``(key, key_id)`` — show it once."""
+def create_key(store: Store, tenant: str, label: str = "", *, operator: bool = False) -> tuple[str, str]:
+    """Create a key for ``tenant`` (created when new); returns ``(key, key_id)`` — show it once.
+    ``operator``: the key may switch tenants and promote / roll back models."""
     key, key_id, key_hash = generate_key()
-    store.add_api_key(tenant, key_id, key_hash, label)
+    store.add_api_key(tenant, key_id, key_hash, label, operator=operator)
     return key, key_id
 
 
@@ -104,7 +116,7 @@ class KeyCache:
         if hit is not None and now - hit[0] < self.ttl_s:
             return hit[1]
         row = store.find_api_key(digest)
-        principal = None if row is None else Principal(tenant=row.tenant_id, key_id=row.id)
+        principal = None if row is None else Principal(tenant=row.tenant_id, key_id=row.id, operator=bool(row.operator))
         if self.ttl_s > 0:
             if len(self._entries) > 10_000:
                 self._entries.clear()
@@ -119,6 +131,7 @@ bearer_scheme = HTTPBearer(
 )
 
 _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    403: {"description": f"`{TENANT_HEADER}` (or an operator action) from a key that is not an operator's"},
     401: {
         "description": "Missing, unknown or revoked API key",
         "content": {
@@ -140,12 +153,42 @@ def _unauthorized(msg: str) -> HTTPException:
     )
 
 
+def forbidden(msg: str, loc: list[str]) -> HTTPException:
+    return HTTPException(status_code=403, detail=[{"loc": loc, "msg": msg, "type": "forbidden"}])
+
+
+def switch_tenant(store: Store, principal: Principal, tenant: str | None) -> Principal:
+    """``principal`` acting on ``tenant`` (the ``X-Triage-Tenant`` header): operators only (403
+    otherwise, whatever the name), an existing tenant only (404); ``None`` or its own: unchanged."""
+    if tenant is None:
+        return principal
+    loc = ["header", TENANT_HEADER.lower()]
+    if not principal.operator:
+        raise forbidden(f"only operator keys may name a tenant in {TENANT_HEADER}", loc)
+    if tenant == principal.tenant:
+        return principal
+    if not store.tenant_exists(tenant):
+        raise HTTPException(status_code=404, detail=[{"loc": loc, "msg": f"no tenant {tenant[:64]!r}",
+                                                      "type": "not_found"}])
+    return Principal(tenant=tenant, key_id=principal.key_id, operator=True,
+                     home_tenant=principal.home_tenant or principal.tenant)
+
+
 async def get_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    x_triage_tenant: Annotated[
+        str | None,
+        Header(alias=TENANT_HEADER, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",
+               description="Operator keys only: act on this tenant instead of the key's own."),
+    ] = None,
 ) -> Principal:
-    """The caller's tenant from ``Authorization: Bearer <key>``; 401 when missing or unknown."""
+    """The caller's tenant from ``Authorization: Bearer <key>``; 401 when missing or unknown; an
+    operator's ``X-Triage-Tenant`` switches it (:func:`switch_tenant`)."""
     if not getattr(request.app.state, "auth_enabled", True):
+        if x_triage_tenant is not None and x_triage_tenant != LOCAL_TENANT:
+            raise forbidden(f"TRIAGE_AUTH=off: every call is tenant {LOCAL_TENANT!r}; {TENANT_HEADER} "
+                            "cannot switch it", ["header", TENANT_HEADER.lower()])
         return Principal(tenant=LOCAL_TENANT)
     if credentials is None or not credentials.credentials:
         raise _unauthorized("missing `Authorization: Bearer <API key>` header")
@@ -157,9 +200,18 @@ async def get_principal(
     principal = cache.lookup(store, key)
     if principal is None:
         raise _unauthorized("unknown or revoked API key")
+    return switch_tenant(store, principal, x_triage_tenant)
+
+
+def require_operator(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    """The principal, when its key is an operator's; 403 otherwise."""
+    if not principal.operator:
+        raise forbidden("this call needs an operator key (`triage keys create --operator`)",
+                        ["header", "authorization"])
     return principal
 
 
+OperatorDep = Annotated[Principal, Depends(require_operator)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 UNAUTHORIZED_RESPONSES = _UNAUTHORIZED
@@ -247,7 +299,9 @@ __all__ = [
     "KEY_PREFIX",
     "LOCAL_TENANT",
     "KeyCache",
+    "OperatorDep",
     "Principal",
+    "TENANT_HEADER",
     "CredentialsDep",
     "PrincipalDep",
     "UNAUTHORIZED_RESPONSES",
@@ -256,5 +310,7 @@ __all__ = [
     "generate_key",
     "get_principal",
     "hash_key",
+    "require_operator",
+    "switch_tenant",
     "warn_auth_off",
 ]

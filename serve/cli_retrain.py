@@ -67,12 +67,11 @@ def promote_cmd(version: Annotated[str, typer.Argument(help="A version `triage m
                 tenant: Tenant = "local",
                 actor: Annotated[str, typer.Option("--actor", help="Who promotes (recorded).")] = "cli") -> None:
     """Serve VERSION for the tenant from now on (it is loaded and smoke-checked first)."""
-    from serve.retrain import load_checked
+    from serve.retrain import promote_version
 
     try:
         _, store, registry = _open()
-        load_checked(registry, tenant, version)
-        store.activate_model(tenant, version, actor=actor, action="promote")
+        promote_version(store, registry, tenant, version, actor=actor)
     except TriageError as exc:
         raise _fail(str(exc)) from None
     typer.echo(f"tenant {tenant}: {version} is active")
@@ -82,13 +81,11 @@ def promote_cmd(version: Annotated[str, typer.Argument(help="A version `triage m
 def rollback_cmd(tenant: Tenant = "local",
                  actor: Annotated[str, typer.Option("--actor", help="Who rolls back (recorded).")] = "cli") -> None:
     """Serve the version that was active before the current one (promotions stack; rollbacks pop)."""
-    from serve.retrain import load_checked, rollback_target
+    from serve.retrain import rollback_version
 
     try:
         _, store, registry = _open()
-        target = rollback_target(store.model_history(tenant))
-        load_checked(registry, tenant, target)
-        store.activate_model(tenant, target, actor=actor, action="rollback")
+        target = rollback_version(store, registry, tenant, actor=actor)
     except TriageError as exc:
         raise _fail(str(exc)) from None
     typer.echo(f"tenant {tenant}: rolled back to {target}")

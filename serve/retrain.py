@@ -190,4 +190,21 @@ def load_checked(registry: Registry, tenant: str, version: str) -> RunScorer:
     return scorer
 
 
-__all__ = ["RetrainResult", "load_checked", "retrain", "rollback_target", "run_group", "tenant_runs"]
+def promote_version(store: Store, registry: Registry, tenant: str, version: str, *, actor: str) -> None:
+    """``triage model promote`` and ``POST /v1/operator/models/promote``: load and smoke-check
+    ``version``, then record that the tenant serves it."""
+    load_checked(registry, tenant, version)
+    store.activate_model(tenant, version, actor=actor, action="promote")
+
+
+def rollback_version(store: Store, registry: Registry, tenant: str, *, actor: str) -> str:
+    """``triage model rollback`` and ``POST /v1/operator/models/rollback``: serve the version active
+    before the current one (checked like a promotion); returns it."""
+    target = rollback_target(store.model_history(tenant))
+    load_checked(registry, tenant, target)
+    store.activate_model(tenant, target, actor=actor, action="rollback")
+    return target
+
+
+__all__ = ["RetrainResult", "load_checked", "promote_version", "retrain", "rollback_target", "rollback_version",
+           "run_group", "tenant_runs"]

@@ -7,7 +7,7 @@ text is stored only after redaction (:mod:`serve.redaction`). The Alembic migrat
 Tables::
 
     tenants          a name per tenant
-    api_keys         sha256 of each key (never the key), its prefix for display, revoked_at
+    api_keys         sha256 of each key (never the key), its prefix for display, revoked_at, operator
     traces           one diagnosed trace (redacted JSON) and its latest response
     trace_steps      the steps of a session's trace, one row each (appends insert only)
     usage            steps imported per tenant and UTC day (the daily quota)
@@ -90,6 +90,8 @@ class ApiKey(Base):
     label: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # an operator key may act on any tenant (serve/auth.py) and promote / roll back models
+    operator: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class TraceRow(Base):
@@ -164,6 +166,9 @@ class FailureRow(Base):
     source_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     evidence: Mapped[str] = mapped_column(Text, default="")
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # the tool the failure concerns (details.tool, else the tool at its step); "" none; NULL: a row
+    # written before the column (model/patterns.py reads those from the trace)
+    tool: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
 class SessionRow(Base):
@@ -229,6 +234,8 @@ class LabelRow(Base):
     failed: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     author_type: Mapped[str] = mapped_column(String(16), default="human", server_default="human")  # or "checker"
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # set when its author withdrew it (undo): kept, but no reader counts it any more
+    withdrawn_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class StreamRow(Base):
