@@ -275,11 +275,16 @@ def find_ui_session(store: Store, token: str | None, *, auth_enabled: bool = Tru
     """The live session of the cookie's ``token`` (not signed out, not expired, key not revoked)."""
     if not token or len(token) > 100:
         return None
-    row = store.find_ui_session(hash_key(token), require_key=auth_enabled)
-    if row is None:
+    got = store.find_ui_session(hash_key(token), require_key=auth_enabled)
+    if got is None:
         return None
+    row, operator = got
     key_id = None if row.key_id == _AUTH_OFF_KEY_ID else row.key_id
-    return UISession(Principal(tenant=row.tenant_id, key_id=key_id), row.csrf, row.id)
+    principal = Principal(tenant=row.tenant_id, key_id=key_id, operator=operator)
+    if row.acting_tenant and operator and row.acting_tenant != row.tenant_id:
+        # an operator acting on another tenant: the same rules as X-Triage-Tenant on the API
+        principal = Principal(tenant=row.acting_tenant, key_id=key_id, operator=True, home_tenant=row.tenant_id)
+    return UISession(principal, row.csrf, row.id)
 
 
 def csrf_ok(session: UISession, given: str | None) -> bool:

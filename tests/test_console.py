@@ -24,7 +24,7 @@ from serve.store.migrate import upgrade as migrate_to
 from tests.conftest import LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
-PAGES = ["/ui/overview", "/ui/runs", "/ui/queue", "/ui/models", "/ui/streams"]
+PAGES = ["/ui/overview", "/ui/patterns", "/ui/runs", "/ui/queue", "/ui/models", "/ui/streams"]
 
 
 # -- migration 0009 and the session store, on SQLite and PostgreSQL ------------------------------------
@@ -183,7 +183,8 @@ def test_bad_query_parameters_and_forms_get_a_4xx_naming_the_field(srv: dict[str
         "/ui/runs?kind=nope": "kind", "/ui/runs?since=2026-13-40": "since", "/ui/runs?until=yesterday": "until",
         "/ui/runs?labelled=perhaps": "labelled", "/ui/queue?at=-1": "at", "/ui/streams?stream=a%20b": "stream",
         "/ui/streams?stream=nosuch": "stream", "/ui/runs/bad%20id": "trace_id", "/ui/runs/nosuch": "trace_id",
-        # PATTERNS
+        "/ui/patterns?days=0": "days", "/ui/patterns?level=some": "level", "/ui/patterns/x%20y": "pattern_id",
+        "/ui/patterns/nosuch": "pattern_id",
     }
     for path, field in cases.items():
         r = c.get(path)

@@ -29,7 +29,7 @@ from model.kinds import FailureKind
 from model.labelling.review import KIND_KEYS
 from model.registry import SHIPPED_VERSION, Registry
 from model.schema import Trace
-from serve.api_models import LabelRequest
+from serve.api_models import LabelRequest, UndoLabelRequest
 from serve.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -39,9 +39,13 @@ from serve.auth import (
     csrf_ok,
     find_ui_session,
     open_ui_session,
+    switch_tenant,
 )
 from serve.label_review import MAIN_KEYS, review_queue
 from serve.label_review import _agree as agree_body
+from serve.patterns import tenant_patterns
+from serve.patterns import window as patterns_window
+from serve.retrain import promote_version, rollback_version
 from serve.service import NotFoundError, TriageService
 from serve.settings import Settings
 from serve.ui import data
@@ -140,7 +144,9 @@ def _render(request: Request, name: str, ctx: dict[str, Any], session: UISession
     page = name.removesuffix(".html")
     html = _env.get_template(name).render(
         **ctx, page_id=page, nav=NAV, session=session, csrf=session.csrf if session else "",
-        tenant=session.principal.tenant if session else None, path=request.url.path)
+        tenant=session.principal.tenant if session else None, path=request.url.path,
+        operator=bool(session and session.principal.operator),
+        home_tenant=session.principal.home_tenant if session else None)
     return HTMLResponse(html, status_code=status)
 
 
@@ -225,6 +231,39 @@ def overview(request: Request, format: Format = "html", days: DaysQ = 7, agent: 
     ctx["days"] = days
     ctx["all_agents"] = data.agents(_service(request).store, s.principal.tenant)
     return _page(request, "overview.html", ctx, s, format)
+
+
+# -- 2 failure patterns (serve/patterns.py: the function behind GET /v1/patterns) ------------------
+
+LevelQ = Annotated[Literal["failure", "signal", "all"], Query()]
+
+
+def _patterns(request: Request, s: UISession, days: int, level: str, agent: str | None, limit: int) -> dict[str, Any]:
+    since, until = patterns_window(since=None, until=None, days=float(days))
+    got = tenant_patterns(_service(request).store, s.principal.tenant, since=since, until=until,
+                          level=level, limit=limit, agent=agent)  # type: ignore[arg-type]
+    return got.model_dump(mode="json")
+
+
+@router.get("/patterns")
+def patterns(request: Request, format: Format = "html", days: DaysQ = 7, level: LevelQ = "failure",
+             agent: AgentQ = None) -> Response:
+    s = _session(request, format)
+    ctx = {"result": _patterns(request, s, days, level, agent or None, 100), "days": days, "level": level,
+           "agent": agent or "", "all_agents": data.agents(_service(request).store, s.principal.tenant)}
+    return _page(request, "patterns.html", ctx, s, format)
+
+
+@router.get("/patterns/{pattern_id}")
+def pattern(request: Request, pattern_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")],
+            format: Format = "html", days: DaysQ = 7, level: LevelQ = "failure") -> Response:
+    s = _session(request, format)
+    result = _patterns(request, s, days, level, None, 100_000)
+    found = next((p for p in result["patterns"] if p["id"] == pattern_id), None)
+    if found is None:
+        raise HTTPException(status_code=404, detail=[{"loc": ["path", "pattern_id"], "msg":
+                            f"no pattern {pattern_id!r} in the last {days} days for this tenant", "type": "not_found"}])
+    return _page(request, "pattern.html", {"p": found, "days": days, "level": level}, s, format)
 
 
 # -- 3 runs ---------------------------------------------------------------------------------------
@@ -396,6 +435,7 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
         current["margin"] = round(c.margin, 4)
         current["uncertainty"] = c.basis
         current["agree"] = agree_body(c.response)  # what [a] saves, or why it cannot
+        current["shown"] = _shown_steps(current)
     labelled = data.labelled_count(service.store, tenant, current["task_type"] if current else None)
     return {
         "author": _author(session), "done": done, "total": total, "left": len(queue), "at": at,
@@ -405,6 +445,27 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
         "agent": current["task_type"] if current else None, "agent_labelled": labelled,
         "cv_auroc": _cv_auroc(request, tenant), "retrain": f"triage retrain --tenant {tenant}",
     }
+
+
+def _shown_steps(view: dict[str, Any], max_steps: int = 24) -> list[dict[str, Any]]:
+    """The queue's compact view of a long trace, as the CLI's (serve/label_review.py ``render``):
+    the first three steps, the last, and two either side of each failure and the attribution; a gap
+    is a row ``{"gap": n}``."""
+    steps = view["steps"]
+    if len(steps) <= max_steps:
+        return list(steps)
+    marks = {s["index"] for s in steps if s["attributed"] or any(m["level"] == "failure" for m in s["marks"])}
+    keep = set(range(3)) | {len(steps) - 1}
+    for m in marks:
+        keep |= set(range(max(0, m - 2), min(len(steps), m + 3)))
+    shown: list[dict[str, Any]] = []
+    last = -1
+    for i in sorted(keep):
+        if i > last + 1:
+            shown.append({"gap": i - last - 1})
+        shown.append(steps[i])
+        last = i
+    return shown
 
 
 def _cv_auroc(request: Request, tenant: str) -> float | None:
@@ -445,6 +506,19 @@ async def label_json(request: Request, trace_id: TraceId) -> Response:
     return JSONResponse(await _add_label(request, s, trace_id, _label_request(body)))
 
 
+@router.post("/api/labels/undo")
+async def undo_json(request: Request) -> Response:
+    """The queue's ``u``: withdraw this key's newest label (``POST /v1/labels/undo``'s code)."""
+    s = _session(request, "json")
+    _check_csrf(s, request.headers.get(CSRF_HEADER))
+    try:
+        got = await run_in_threadpool(_service(request).undo_label, s.principal.tenant, UndoLabelRequest(),
+                                      key_id=s.principal.key_id)
+    except NotFoundError as exc:
+        raise HTTPException(status_code=404, detail=[{"loc": ["body"], "msg": str(exc), "type": "not_found"}]) from None
+    return JSONResponse(got.model_dump(mode="json"))
+
+
 # -- 6 models -------------------------------------------------------------------------------------
 
 @router.get("/models")
@@ -462,8 +536,69 @@ def models(request: Request, format: Format = "html") -> Response:
         versions.append({"version": v.version, "created_at": v.created_at, "parent": v.parent,
                          "active": v.version == active, "summary": v.summary, "card": card})
     ctx = {"active": active, "versions": versions, "activations": store.model_history(tenant),
-           "registry": str(registry.root), "operator": False, "retrain": f"triage retrain --tenant {tenant}"}
+           "registry": str(registry.root), "retrain": f"triage retrain --tenant {tenant}"}
     return _page(request, "models.html", ctx, s, format)
+
+
+def _operator_form(request: Request, s: UISession, form: dict[str, str]) -> None:
+    _check_csrf(s, form.get(CSRF_FIELD))
+    if not s.principal.operator:
+        raise HTTPException(status_code=403, detail=[{"loc": ["cookie", SESSION_COOKIE], "msg":
+                            "this needs an operator key's session (`triage keys create --operator`)",
+                            "type": "forbidden"}])
+
+
+@router.post("/models/promote")
+async def models_promote(request: Request) -> Response:
+    """Operators: the code of ``POST /v1/operator/models/promote`` (:func:`serve.retrain.promote_version`)."""
+    s = _session(request)
+    form = await _form(request)
+    _operator_form(request, s, form)
+    version = form.get("version", "")
+    if not version or len(version) > 128:
+        raise HTTPException(status_code=422, detail=[{"loc": ["body", "version"], "msg":
+                            "a version `triage model list` shows", "type": "missing"}])
+    await run_in_threadpool(promote_version, _service(request).store,
+                            Registry(_settings(request).resolved_model_registry), s.principal.tenant, version,
+                            actor=f"ui:key:{s.principal.key_id}")
+    return RedirectResponse("/ui/models", status_code=303)
+
+
+@router.post("/models/rollback")
+async def models_rollback(request: Request) -> Response:
+    """Operators: the code of ``POST /v1/operator/models/rollback`` (:func:`serve.retrain.rollback_version`)."""
+    s = _session(request)
+    form = await _form(request)
+    _operator_form(request, s, form)
+    try:
+        await run_in_threadpool(rollback_version, _service(request).store,
+                                Registry(_settings(request).resolved_model_registry), s.principal.tenant,
+                                actor=f"ui:key:{s.principal.key_id}")
+    except InputError as exc:
+        if exc.path != "tenant":
+            raise
+        raise HTTPException(status_code=409, detail=[{"loc": ["body"], "msg": exc.message, "type": "conflict"}]) from None
+    return RedirectResponse("/ui/models", status_code=303)
+
+
+@router.post("/tenant")
+async def choose_tenant(request: Request) -> Response:
+    """Operators: act on another tenant in this session (the rules of ``X-Triage-Tenant``)."""
+    s = _session(request)
+    form = await _form(request)
+    _check_csrf(s, form.get(CSRF_FIELD))
+    home = s.principal.home_tenant or s.principal.tenant
+    wanted = form.get("tenant", "").strip() or home
+    base = s.principal if s.principal.home_tenant is None else \
+        type(s.principal)(tenant=home, key_id=s.principal.key_id, operator=s.principal.operator)
+    try:
+        switched = switch_tenant(_service(request).store, base, wanted)
+    except HTTPException as exc:  # re-located: here the tenant is a form field, not the header
+        detail = [{**d, "loc": ["body", "tenant"]} for d in exc.detail] if isinstance(exc.detail, list) else exc.detail
+        raise HTTPException(status_code=exc.status_code, detail=detail) from None
+    await run_in_threadpool(_service(request).store.set_ui_session_tenant, s.token_hash,
+                            None if switched.tenant == home else switched.tenant)
+    return RedirectResponse("/ui/overview", status_code=303)
 
 
 # -- 7 streams ------------------------------------------------------------------------------------
@@ -483,7 +618,8 @@ def streams(
     if chosen is None and stream:
         raise HTTPException(status_code=404, detail=[{"loc": ["query", "stream"], "msg":
                             f"no stream {stream!r} (task type {task_type!r}) for this tenant", "type": "not_found"}])
-    chosen = chosen or (listed[0] if listed else None)
+    # by default the stream with an open alarm, else the longest
+    chosen = chosen or (max(listed, key=lambda x: (x["alarm_open"], x["n"])) if listed else None)
     series = None
     if chosen is not None:
         series = data.stream_series(service.store, tenant, chosen["stream"], chosen["task_type"])

@@ -297,6 +297,8 @@ class UISessionRow(Base):
     tenant_id: Mapped[str] = mapped_column(String(64))
     key_id: Mapped[str] = mapped_column(String(32))
     csrf: Mapped[str] = mapped_column(String(64))
+    # an operator's session acting on another tenant (None: the key's own)
+    acting_tenant: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

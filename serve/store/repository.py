@@ -34,6 +34,7 @@ from sqlalchemy import (
     case,
     delete,
     exists,
+    false,
     func,
     insert,
     or_,
@@ -234,19 +235,25 @@ class Store:
 
     def find_ui_session(
         self, token_hash: str, *, require_key: bool = True, now: datetime | None = None
-    ) -> UISessionRow | None:
-        """The live session with this token hash: not signed out, not expired, and (``require_key``)
-        its API key not revoked — revoking the key ends every session opened with it."""
+    ) -> tuple[UISessionRow, bool] | None:
+        """The live session with this token hash and whether its key is an operator's: not signed
+        out, not expired, and (``require_key``) its API key not revoked — revoking the key ends
+        every session opened with it."""
         now = now or utcnow()
-        q = select(UISessionRow).where(
-            UISessionRow.id == token_hash, UISessionRow.revoked_at.is_(None), UISessionRow.expires_at > now
-        )
         if require_key:
-            q = q.join(ApiKey, ApiKey.id == UISessionRow.key_id).where(
-                ApiKey.revoked_at.is_(None), ApiKey.tenant_id == UISessionRow.tenant_id
-            )
+            q: Any = select(UISessionRow, ApiKey.operator).join(ApiKey, ApiKey.id == UISessionRow.key_id).where(
+                ApiKey.revoked_at.is_(None), ApiKey.tenant_id == UISessionRow.tenant_id)
+        else:
+            q = select(UISessionRow, false())
+        q = q.where(UISessionRow.id == token_hash, UISessionRow.revoked_at.is_(None), UISessionRow.expires_at > now)
         with self.read() as db:
-            return db.scalar(q)
+            got = db.execute(q).first()
+        return None if got is None else (got[0], bool(got[1]))
+
+    def set_ui_session_tenant(self, token_hash: str, tenant: str | None) -> None:
+        """An operator's session acts on ``tenant`` from now on (``None``: its key's own)."""
+        with self.write() as db:
+            db.execute(update(UISessionRow).where(UISessionRow.id == token_hash).values(acting_tenant=tenant))
 
     def revoke_ui_session(self, token_hash: str) -> bool:
         """Sign out: the session ends now; False when there was no live one."""

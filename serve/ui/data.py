@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Select, and_, exists, func, select
+from sqlalchemy import and_, exists, func, select
 
 from serve.run_labels import effective_label
 from serve.store import Store
@@ -49,7 +49,7 @@ def window(days: int, *, now: datetime | None = None) -> tuple[datetime, datetim
     return end - timedelta(days=days), end
 
 
-def _in_window(q: Select[Any], since: datetime, until: datetime) -> Select[Any]:
+def _in_window(q: Any, since: datetime, until: datetime) -> Any:
     return q.where(TraceRow.created_at >= since, TraceRow.created_at < until)
 
 
@@ -148,7 +148,8 @@ def runs(store: Store, tenant: str, f: RunFilter, *, page: int, per_page: int) -
     if f.until is not None:
         q = q.where(TraceRow.created_at < f.until)
     if f.labelled is not None:
-        has = exists().where(LabelRow.tenant_id == tenant, LabelRow.trace_id == TraceRow.id)
+        has = exists().where(LabelRow.tenant_id == tenant, LabelRow.trace_id == TraceRow.id,
+                             LabelRow.withdrawn_at.is_(None))
         q = q.where(has if f.labelled else ~has)
     with store.read() as db:
         total = int(db.scalar(select(func.count()).select_from(q.subquery())) or 0)
@@ -185,7 +186,8 @@ def agents(store: Store, tenant: str) -> list[str]:
 
 def labelled_count(store: Store, tenant: str, task_type: str | None) -> int:
     """Runs of this agent (its task type; ``None``: every run) that carry a label."""
-    q = select(func.count(func.distinct(LabelRow.trace_id))).where(LabelRow.tenant_id == tenant)
+    q = select(func.count(func.distinct(LabelRow.trace_id))).where(LabelRow.tenant_id == tenant,
+                                                                  LabelRow.withdrawn_at.is_(None))
     if task_type is not None:
         q = q.join(TraceRow, and_(TraceRow.tenant_id == LabelRow.tenant_id, TraceRow.id == LabelRow.trace_id)) \
             .where(TraceRow.task_type == task_type)

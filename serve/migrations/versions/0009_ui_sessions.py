@@ -1,7 +1,7 @@
 """ui_sessions: the console's signed-in sessions (the cookie token's sha256, never the token)
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0010
 Create Date: 2026-12-04 17:10:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0006"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
@@ -23,6 +23,7 @@ def upgrade() -> None:
         sa.Column("tenant_id", sa.String(length=64), nullable=False),
         sa.Column("key_id", sa.String(length=32), nullable=False),
         sa.Column("csrf", sa.String(length=64), nullable=False),
+        sa.Column("acting_tenant", sa.String(length=64), nullable=True),
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("expires_at", sa.DateTime(), nullable=False),
         sa.Column("revoked_at", sa.DateTime(), nullable=True),
