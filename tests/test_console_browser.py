@@ -124,10 +124,15 @@ def _shot(driver: Any, name: str) -> None:
     driver.set_window_size(1400, 1000)
 
 
-def _wait(driver: Any, cond: Any, timeout: float = 15.0) -> Any:
+def _wait(driver: Any, cond: Any, timeout: float = 15.0, why: Any = None) -> Any:
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout).until(cond)
+    try:
+        return WebDriverWait(driver, timeout).until(cond)
+    except TimeoutException:
+        _shot(driver, "failed-wait")
+        raise AssertionError(f"timed out at {driver.current_url}: {why() if why else ''}") from None
 
 
 def _css(driver: Any, sel: str) -> list[Any]:
@@ -142,6 +147,11 @@ def _sign_in(driver: Any, base: str, key: str) -> None:
     field.clear()
     field.send_keys(key)
     _css(driver, "#signin")[0].click()
+
+
+def _ready(driver: Any) -> None:
+    """The page has loaded, its scripts too (the queue's key handler is attached at the end)."""
+    _wait(driver, lambda drv: drv.execute_script("return document.readyState") == "complete")
 
 
 def _press(driver: Any, keys: str) -> None:
@@ -222,21 +232,22 @@ def test_console_in_a_browser(server: LiveServer, seeded: dict[str, Any], browse
 
     # five labels from the queue with the keyboard, then undo the last one
     d.get(f"{base}/ui/queue")
+    _ready(d)
     labelled = []
     for key in "ofoof":
         item = _css(d, "#queue-item")[0]
         tid = item.get_attribute("data-trace")
         _press(d, key)
-        _wait(d, ec.staleness_of(item))
-        _wait(d, ec.presence_of_element_located(("css selector", "#queue-item")))
+        _wait(d, ec.staleness_of(item), why=lambda: _css(d, "#queue-status")[0].text)
+        _ready(d)
         labelled.append((tid, key == "f"))
     assert len({t for t, _ in labelled}) == 5
     assert "5 of" in _css(d, "#progress-text")[0].text
     _shot(d, "queue")
     item = _css(d, "#queue-item")[0]
     _press(d, "u")
-    _wait(d, ec.staleness_of(item))
-    _wait(d, ec.presence_of_element_located(("css selector", "#progress-text")))
+    _wait(d, ec.staleness_of(item), why=lambda: _css(d, "#queue-status")[0].text)
+    _ready(d)
     assert "4 of" in _css(d, "#progress-text")[0].text
     author = f"key:{seeded['key_id']}"
     for tid, was_failed in labelled[:4]:
@@ -256,9 +267,18 @@ def test_console_in_a_browser(server: LiveServer, seeded: dict[str, Any], browse
     ex_ids = {e["trace_id"] for p in pats["result"]["patterns"] for e in p["examples"]}
     assert ex_ids and not ex_ids & set(seeded["other_ids"])
 
-    # streams (diagnoses feed them) and models
-    d.get(f"{base}/ui/streams")
+    # streams: diagnoses feed them; one more gets a level shift at observation 60 over the API
+    import random
+
+    rng = random.Random(7)
+    shifted = [round(100 + rng.gauss(0, 5), 3) for _ in range(60)] + [round(140 + rng.gauss(0, 5), 3) for _ in range(40)]
+    r = httpx.post(f"{base}/v1/streams/latency_probe/observations", json={"values": shifted, "params": {"warmup": 40}}, headers=api, timeout=30)
+    assert r.status_code == 200 and r.json()["alarms"], r.text
+    d.get(f"{base}/ui/streams")  # the stream with an open alarm is the one shown by default
     _wait(d, lambda drv: _css(drv, "#stream-chart canvas"))
+    twin = httpx.get(f"{base}/ui/streams?format=json", cookies={"triage_session": cookie["value"]}, timeout=30).json()
+    assert twin["chosen"]["stream"] == "latency_probe" and twin["series"]["alarms"]
+    assert any(55 <= c <= 65 for c in twin["series"]["changepoints"]), twin["series"]["changepoints"]
     _shot(d, "streams")
     d.get(f"{base}/ui/models")
     assert _css(d, "#active-model")[0].text

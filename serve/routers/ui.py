@@ -490,6 +490,19 @@ def queue(request: Request, format: Format = "html", at: Annotated[int, Query(ge
     return _page(request, "queue.html", queue_view(request, s, at), s, format)
 
 
+@router.post("/api/labels/undo")
+async def undo_json(request: Request) -> Response:
+    """The queue's ``u``: withdraw this key's newest label (``POST /v1/labels/undo``'s code)."""
+    s = _session(request, "json")
+    _check_csrf(s, request.headers.get(CSRF_HEADER))
+    try:
+        got = await run_in_threadpool(_service(request).undo_label, s.principal.tenant, UndoLabelRequest(),
+                                      key_id=s.principal.key_id)
+    except NotFoundError as exc:
+        raise HTTPException(status_code=404, detail=[{"loc": ["body"], "msg": str(exc), "type": "not_found"}]) from None
+    return JSONResponse(got.model_dump(mode="json"))
+
+
 @router.post("/api/labels/{trace_id}")
 async def label_json(request: Request, trace_id: TraceId) -> Response:
     """The queue's keys: a JSON LabelRequest (failed, kind, step) with the ``X-CSRF-Token`` header."""
@@ -504,19 +517,6 @@ async def label_json(request: Request, trace_id: TraceId) -> Response:
         raise HTTPException(status_code=422, detail=[{"loc": ["body"], "msg": "a JSON object is expected",
                                                       "type": "object_type"}])
     return JSONResponse(await _add_label(request, s, trace_id, _label_request(body)))
-
-
-@router.post("/api/labels/undo")
-async def undo_json(request: Request) -> Response:
-    """The queue's ``u``: withdraw this key's newest label (``POST /v1/labels/undo``'s code)."""
-    s = _session(request, "json")
-    _check_csrf(s, request.headers.get(CSRF_HEADER))
-    try:
-        got = await run_in_threadpool(_service(request).undo_label, s.principal.tenant, UndoLabelRequest(),
-                                      key_id=s.principal.key_id)
-    except NotFoundError as exc:
-        raise HTTPException(status_code=404, detail=[{"loc": ["body"], "msg": str(exc), "type": "not_found"}]) from None
-    return JSONResponse(got.model_dump(mode="json"))
 
 
 # -- 6 models -------------------------------------------------------------------------------------
