@@ -243,3 +243,47 @@ def test_docs_assets_are_served_from_the_package(srv: dict[str, Any]) -> None:
         assert r.status_code == 200 and len(r.content) > 100, path
     for lic in ("swagger-ui/LICENSE", "redoc/LICENSE", "uplot/LICENSE"):
         assert (Path(__file__).resolve().parent.parent / "serve/ui/static/vendor" / lic).is_file()
+
+
+def _csrf(c: httpx.Client, path: str = "/ui/overview") -> str:
+    got = re.search(r'data-csrf="([^"]+)"', c.get(path).text)
+    assert got is not None
+    return got.group(1)
+
+
+def test_operator_sessions_switch_tenant_and_promote_or_roll_back(srv: dict[str, Any]) -> None:
+    store = Store(f"sqlite:///{srv['dir'] / 'triage.db'}")
+    try:
+        op_key, _ = create_key(store, "ops", operator=True)
+    finally:
+        store.dispose()
+    # a tenant's own key: no switch, no model actions (403), nothing changed
+    c = _signed_in(srv["url"], srv["key"])
+    token = _csrf(c)
+    assert "tenant-form" not in c.get("/ui/overview").text
+    r = c.post("/ui/tenant", data={"csrf": token, "tenant": "other"})
+    assert r.status_code == 403 and r.json()["detail"][0]["loc"] == ["body", "tenant"]
+    assert c.post("/ui/models/rollback", data={"csrf": token}).status_code == 403
+    assert c.post("/ui/models/promote", data={"csrf": token, "version": "shipped"}).status_code == 403
+    assert c.get("/ui/models?format=json").json()["activations"] == []
+    # an operator: switches to acme (sees acme's run, not its own tenant's), back home, unknown → 404
+    o = _signed_in(srv["url"], op_key)
+    token = _csrf(o)
+    assert "tenant-form" in o.get("/ui/overview").text
+    assert o.get("/ui/runs?format=json").json()["items"] == []
+    r = o.post("/ui/tenant", data={"csrf": token, "tenant": "acme"})
+    assert r.status_code == 303
+    assert [i["id"] for i in o.get("/ui/runs?format=json").json()["items"]] == [srv["acme_run"]]
+    assert "(operator of ops)" in o.get("/ui/overview").text
+    r = o.post("/ui/tenant", data={"csrf": token, "tenant": "nosuchtenant"})
+    assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["body", "tenant"]
+    assert o.post("/ui/tenant", data={"tenant": "acme"}).status_code == 403  # no CSRF token
+    # model actions on acme: nothing to roll back from the shipped model (409); promote names the version
+    r = o.post("/ui/models/rollback", data={"csrf": token})
+    assert r.status_code == 409, r.text
+    r = o.post("/ui/models/promote", data={"csrf": token, "version": "v9-20260101T000000Z"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "version", r.text
+    assert o.post("/ui/models/promote", data={"csrf": token}).status_code == 422
+    assert o.get("/ui/models?format=json").json()["activations"] == []
+    o.post("/ui/tenant", data={"csrf": token, "tenant": ""})  # back to its own tenant
+    assert o.get("/ui/runs?format=json").json()["items"] == []

@@ -437,13 +437,17 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
         current["agree"] = agree_body(c.response)  # what [a] saves, or why it cannot
         current["shown"] = _shown_steps(current)
     labelled = data.labelled_count(service.store, tenant, current["task_type"] if current else None)
+    basis = (current or {}).get("basis") or {}
+    agent = basis.get("agent") or (current["task_type"] if current else None)
+    cv_auroc = basis.get("cv_auroc") if isinstance(basis.get("cv_auroc"), int | float) else _cv_auroc(request, tenant)
     return {
         "author": _author(session), "done": done, "total": total, "left": len(queue), "at": at,
         "queue": [{"id": c.trace_id, "margin": round(c.margin, 4), "basis": c.basis} for c in queue[:200]],
         "current": current, "main_keys": MAIN_KEYS + "u",
         "kind_keys": {k: v.value for k, v in KIND_KEYS.items()},
-        "agent": current["task_type"] if current else None, "agent_labelled": labelled,
-        "cv_auroc": _cv_auroc(request, tenant), "retrain": f"triage retrain --tenant {tenant}",
+        # the run's basis (issue 20's per-agent models) when it names them; else the store's count
+        "agent": agent, "agent_labelled": basis.get("labelled_runs", labelled), "basis_model": basis.get("model"),
+        "cv_auroc": cv_auroc, "retrain": f"triage retrain --tenant {tenant}",
     }
 
 
