@@ -540,7 +540,8 @@ def models(request: Request, format: Format = "html") -> Response:
         versions.append({"version": v.version, "created_at": v.created_at, "parent": v.parent,
                          "active": v.version == active, "summary": v.summary, "card": card})
     ctx = {"active": active, "versions": versions, "activations": store.model_history(tenant),
-           "registry": str(registry.root), "retrain": f"triage retrain --tenant {tenant}"}
+           "registry": str(registry.root) if s.principal.operator else None,  # a server path: operators only
+           "retrain": f"triage retrain --tenant {tenant}"}
     return _page(request, "models.html", ctx, s, format)
 
 
