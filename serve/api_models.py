@@ -177,6 +177,33 @@ class LabelResponse(Versioned):
     label: RunLabelOut = Field(description="The effective label after this one.")
 
 
+class UndoLabelRequest(_Strict):
+    """Withdraw the caller's newest label (``POST /v1/labels/undo``): the author's, on any trace of the
+    tenant, or on ``trace_id`` only."""
+
+    author: str = Field(default="", max_length=200, description="Whose label; default: the API key (`key:<id>`).")
+    trace_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._:@\-]{1,128}$",
+                                 description="Only a label on this trace.")
+
+
+class WithdrawnLabelOut(BaseModel):
+    failed: bool | None
+    kind: str | None
+    step: int | None
+    source_index: int | None
+    author: str
+    author_type: str
+    created_at: datetime
+    withdrawn_at: datetime
+
+
+class UndoLabelResponse(Versioned):
+    trace_id: str
+    withdrawn: WithdrawnLabelOut = Field(description="The label withdrawn (kept in the store, no longer counted).")
+    labels: int = Field(description="Labels the trace still counts, every author.")
+    label: RunLabelOut | None = Field(description="The effective label now; null when none is left.")
+
+
 class OutcomeResponse(Versioned):
     recommendation_id: str
     recorded: bool = Field(default=True, description="False when this outcome repeats the recorded one.")

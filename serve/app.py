@@ -28,8 +28,20 @@ from serve.metrics import LatencyMiddleware, Metrics
 from serve.models import build_models
 from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimiter, RateLimitMiddleware, rate_limit
 from serve.redaction import Redactor
-from serve.routers import diagnose, health, otlp, outcomes, sessions, streams, traces
+from serve.routers import (
+    diagnose,
+    health,
+    labels,
+    operator,
+    otlp,
+    outcomes,
+    patterns,
+    sessions,
+    streams,
+    traces,
+)
 from serve.routers import metrics as metrics_router
+from serve.routers.ui import install_ui
 from serve.service import TriageService
 from serve.settings import Settings, get_settings
 from serve.store import open_store
@@ -132,6 +144,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=package_version(),
         summary="Diagnose LLM-agent failures while they run, and recommend how to recover.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc: the offline pages of serve/routers/ui_docs.py
+        redoc_url=None,
     )
     app.dependency_overrides[get_settings] = lambda: settings
     app.state.metrics = metrics
@@ -147,8 +161,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(outcomes.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(traces.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(streams.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(labels.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(patterns.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(operator.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(metrics_router.router)
     app.include_router(otlp.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    install_ui(app, settings)
     return app
 
 

@@ -120,7 +120,7 @@ def snapshot(store: Store, tenant: str | None = None) -> dict[str, dict[str, int
         lq = (
             select(TraceRow.arm, *cols)
             .join(TraceRow, (TraceRow.tenant_id == LabelRow.tenant_id) & (TraceRow.id == LabelRow.trace_id))
-            .where(TraceRow.arm.is_not(None))
+            .where(TraceRow.arm.is_not(None), LabelRow.withdrawn_at.is_(None))
         )
         if tenant is not None:
             lq = lq.where(LabelRow.tenant_id == tenant)

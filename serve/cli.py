@@ -9,6 +9,7 @@ parts of the project can add commands without editing one shared file:
 - ``serve/cli_model.py``: ``train``, ``export``, ``evaluate`` …
 - ``serve/cli_retrain.py``: ``retrain``, ``model list|promote|rollback``
 - ``serve/cli_keys.py``: ``keys …``
+- ``serve/cli_patterns.py``: ``patterns``
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _COMMAND_MODULES = (
     "serve.cli_model",
     "serve.cli_retrain",
     "serve.cli_keys",
+    "serve.cli_patterns",
 )
 
 for _name in _COMMAND_MODULES:

@@ -1,4 +1,4 @@
-"""``triage keys create --tenant NAME``, ``triage keys list``, ``triage keys revoke KEY_ID``,
+"""``triage keys create --tenant NAME [--operator]``, ``triage keys list``, ``triage keys revoke KEY_ID``,
 ``triage keys local`` (the git-ignored key `make run` uses)."""
 
 from __future__ import annotations
@@ -33,18 +33,22 @@ def _fail(message: str) -> typer.Exit:
 def create(
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant the key belongs to (created when new).")],
     label: Annotated[str, typer.Option("--label", help="A note to recognise the key by.")] = "",
+    operator: Annotated[bool, typer.Option(
+        "--operator", help="An operator key: may act on any tenant (header X-Triage-Tenant) and promote / "
+                           "roll back models over the API.")] = False,
 ) -> None:
     """Create a key and print it ONCE; only its hash is stored."""
     try:
         store = open_store(get_settings())
         from serve.auth import create_key
 
-        key, key_id = create_key(store, tenant, label)
+        key, key_id = create_key(store, tenant, label, operator=operator)
     except TriageError as exc:
         raise _fail(str(exc)) from None
     typer.echo(key)
+    what = "operator key" if operator else "key"
     _err.print(
-        f"key id {key_id} for tenant {tenant!r}; store it now, it cannot be shown again", highlight=False
+        f"{what} id {key_id} for tenant {tenant!r}; store it now, it cannot be shown again", highlight=False
     )
 
 
@@ -52,18 +56,19 @@ def create(
 def list_keys(
     tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None,
 ) -> None:
-    """List keys (id, tenant, label, created, revoked); never the keys themselves."""
+    """List keys (id, tenant, operator, label, created, revoked); never the keys themselves."""
     try:
         rows = open_store(get_settings()).list_api_keys(tenant)
     except TriageError as exc:
         raise _fail(str(exc)) from None
     table = Table()
-    for col in ("id", "tenant", "label", "created", "revoked"):
+    for col in ("id", "tenant", "operator", "label", "created", "revoked"):
         table.add_column(col)
     for r in rows:
         table.add_row(
             r.id,
             r.tenant_id,
+            "yes" if r.operator else "",
             r.label,
             r.created_at.isoformat(timespec="seconds"),
             r.revoked_at.isoformat(timespec="seconds") if r.revoked_at else "",

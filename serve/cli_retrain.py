@@ -77,12 +77,11 @@ def promote_cmd(version: Annotated[str, typer.Argument(help="A version `triage m
                 agent: Agent, tenant: Tenant = "local",
                 actor: Annotated[str, typer.Option("--actor", help="Who promotes (recorded).")] = "cli") -> None:
     """Serve VERSION for the agent from now on (it is loaded and smoke-checked first)."""
-    from serve.retrain import load_checked
+    from serve.retrain import promote_version
 
     try:
         _, store, registry = _open()
-        load_checked(registry, tenant, agent, version)
-        store.activate_model(tenant, version, actor=actor, action="promote", agent=agent)
+        promote_version(store, registry, tenant, agent, version, actor=actor)
     except TriageError as exc:
         raise _fail(str(exc)) from None
     typer.echo(f"tenant {tenant} agent {agent}: {version} is active")
@@ -94,14 +93,11 @@ def rollback_cmd(agent: Agent, tenant: Tenant = "local",
     """Serve the version that was active before the current one (promotions stack; rollbacks pop;
     past the first one: zero-shot)."""
     from model.registry import ZERO_SHOT
-    from serve.retrain import load_checked, rollback_target
+    from serve.retrain import rollback_version
 
     try:
         _, store, registry = _open()
-        target = rollback_target(store.model_history(tenant, agent))
-        if target is not None:
-            load_checked(registry, tenant, agent, target)
-        store.activate_model(tenant, target or ZERO_SHOT, actor=actor, action="rollback", agent=agent)
+        target = rollback_version(store, registry, tenant, agent, actor=actor)
     except TriageError as exc:
         raise _fail(str(exc)) from None
     typer.echo(f"tenant {tenant} agent {agent}: rolled back to {target or ZERO_SHOT}")

@@ -26,6 +26,11 @@ label (:mod:`serve.run_labels`). The author is ``cli:<user>`` unless given, ``au
 ``a`` (agree) takes the stored verdict: healthy → ok; failed → failed at the primary failure's step,
 with its kind unless the run scorer raised it (its kind is named from the attributed step's shape).
 
+``u`` (undo) withdraws the reviewer's newest label (:meth:`serve.service.TriageService.undo_label`,
+the method behind ``POST /v1/labels/undo``: the row is kept, marked withdrawn) and goes back to that
+trace when it was labelled in this session; a label from an earlier session is withdrawn and its
+trace comes back in the next run's queue.
+
 **Resumable.** Traces that already carry a label by this author are left out of the queue, so
 quitting (or the end of the input) and running it again carries on where it stopped; ``skip``
 leaves a trace for next time.
@@ -47,7 +52,7 @@ from model.errors import InputError
 from model.kinds import FailureKind
 from model.labelling.review import KIND_KEYS, compact, legend
 from model.schema import Trace
-from serve.api_models import LabelRequest
+from serve.api_models import LabelRequest, UndoLabelRequest
 from serve.store import Store
 
 #: Thresholds of the fused findings, by kind value.
@@ -58,8 +63,9 @@ _KIND_THRESHOLDS = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
 DEFAULT_ORDER = "margin"
 ORDERS = ("margin", "queue")
 
-MAIN_KEYS = "foaksnq"
-MAIN_PROMPT = "  [f] failed  [o] ok  [a] agree with the diagnosis  [k] kind  [s] step  [n] skip  [q] quit: "
+MAIN_KEYS = "foaksnuq"
+MAIN_PROMPT = ("  [f] failed  [o] ok  [a] agree with the diagnosis  [k] kind  [s] step  [n] skip  [u] undo  "
+               "[q] quit: ")
 
 
 @dataclass(frozen=True)
@@ -260,6 +266,7 @@ class TerminalKeys:
 
 class LabelSink(Protocol):
     def add_label(self, tenant: str, trace_id: str, req: LabelRequest, *, key_id: str | None = None) -> Any: ...
+    def undo_label(self, tenant: str, req: UndoLabelRequest, *, key_id: str | None = None) -> Any: ...
     def stored_trace(self, tenant: str, trace_id: str) -> Trace: ...
 
 
@@ -301,7 +308,12 @@ def run_review(
     """Walk ``queue``: show each trace, read the reviewer's keys, save each verdict as it is given.
     Returns (labels saved, traces skipped). Stops at ``q`` or when the input ends."""
     saved = skipped = 0
-    for n, c in enumerate(queue, 1):
+    labelled: list[int] = []  # queue positions labelled in this session, in order (for undo)
+    pos = 0
+    while pos < len(queue):
+        c = queue[pos]
+        n = pos + 1
+        pos += 1
         try:
             trace = service.stored_trace(tenant, c.trace_id)
         except LookupError:
@@ -325,6 +337,13 @@ def run_review(
                 if ch == "n":
                     skipped += 1
                     out.write("  skipped (shown again next time)\n")
+                    break
+                if ch == "u":
+                    back = _undo(service, tenant, author, queue, labelled, out)
+                    if back is None:
+                        continue
+                    saved -= 1
+                    pos = back
                     break
                 if ch == "k":
                     out.write(f"  kinds: {legend()}\n")
@@ -360,6 +379,7 @@ def run_review(
                     out.write(f"  not saved: {exc}\n")
                     break
                 saved += 1
+                labelled.append(n - 1)
                 eff = resp.label
                 said = "failed" if req.failed else "ok"
                 if req.kind is not None:
@@ -374,6 +394,28 @@ def run_review(
             return saved, skipped
     out.write(f"\nnothing left to review ({saved} saved, {skipped} skipped)\n")
     return saved, skipped
+
+
+def _undo(service: LabelSink, tenant: str, author: str, queue: list[Candidate], labelled: list[int],
+          out: TextIO) -> int | None:
+    """Withdraw the author's newest label; the queue position to go back to (the trace it was on,
+    when labelled in this session), else None (stay on the current trace)."""
+    try:
+        resp = service.undo_label(tenant, UndoLabelRequest(author=author))
+    except LookupError as exc:
+        out.write(f"  nothing to undo: {exc}\n")
+        return None
+    w = resp.withdrawn
+    said = "failed" if w.failed else "ok"
+    if w.kind is not None:
+        said += f", {w.kind}"
+    if w.step is not None:
+        said += f" @ step {w.step}"
+    out.write(f"  undone: {said} on {resp.trace_id} (withdrawn, kept in the store)\n")
+    if labelled and queue[labelled[-1]].trace_id == resp.trace_id:
+        return labelled.pop()
+    out.write("  (labelled in an earlier session: it is back in the queue next run)\n")
+    return None
 
 
 __all__ = ["DEFAULT_ORDER", "ORDERS", "Candidate", "EndOfInput", "Keys", "TerminalKeys", "margin", "render", "review_queue", "run_review"]

@@ -487,5 +487,29 @@ def load_checked(registry: Registry, tenant: str, agent: str, version: str) -> A
     return model
 
 
+def promote_version(store: Store, registry: Registry, tenant: str, agent: str, version: str, *, actor: str) -> None:
+    """``triage model promote``, ``POST /v1/operator/models/promote`` and the console's Models page:
+    load and smoke-check the agent's ``version``, then record that the tenant serves it for ``agent``."""
+    load_checked(registry, tenant, agent, version)
+    store.activate_model(tenant, version, actor=actor, action="promote", agent=agent)
+
+
+def rollback_version(store: Store, registry: Registry, tenant: str, agent: str, *, actor: str) -> str | None:
+    """``triage model rollback``, ``POST /v1/operator/models/rollback`` and the console's Models page:
+    serve the agent's version active before the current one (checked like a promotion); returns it,
+    None when the agent goes back to zero-shot (past its first promotion).
+
+    Raises :class:`~model.errors.InputError` (path ``agent``) when the agent is already answered
+    zero-shot."""
+    from model.registry import ZERO_SHOT
+
+    target = rollback_target(store.model_history(tenant, agent))
+    if target is not None:
+        load_checked(registry, tenant, agent, target)
+    store.activate_model(tenant, target or ZERO_SHOT, actor=actor, action="rollback", agent=agent)
+    return target
+
+
 __all__ = ["AgentResult", "Gate", "LabelledRun", "RetrainResult", "ZeroShotCache", "card", "gate", "labelled_runs",
-           "load_checked", "model_config", "plan", "retrain", "rollback_target", "trace_hash"]
+           "load_checked", "model_config", "plan", "promote_version", "retrain", "rollback_target",
+           "rollback_version", "trace_hash"]

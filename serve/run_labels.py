@@ -14,6 +14,10 @@ given, say how and where. The rules:
 Rows written before run-level labels (``failed`` NULL) read as ``failed = kind is not None``, as the
 migration that added the column filled them.
 
+A label its author withdrew (``POST /v1/labels/undo``: the author's newest label) keeps its row with
+``withdrawn_at`` set; the store's readers leave it out, and :func:`effective_label` ignores it too, so
+it counts nowhere (effective label, export, retraining, the review queue, the canary's figures).
+
 An outcome posted with ``label`` (``POST /v1/outcomes``) is such a row too: author ``outcome``,
 ``author_type`` ``human``; a failure kind says the run failed there — at the place of the failure the
 recommendation addressed (:func:`addressed_place`) — and ``healthy`` that it did not.
@@ -65,6 +69,7 @@ def _failed(row: dict[str, Any]) -> bool:
 
 def effective_label(rows: list[dict[str, Any]]) -> EffectiveLabel | None:
     """The trace's effective label (see the module docstring), or None when it has no labels."""
+    rows = [r for r in rows if r.get("withdrawn_at") is None]
     if not rows:
         return None
     ordered = sorted(rows, key=lambda r: (r["created_at"], r.get("id") or 0))

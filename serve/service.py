@@ -71,6 +71,9 @@ from serve.api_models import (
     TraceDetail,
     TracePageOut,
     TraceSummary,
+    UndoLabelRequest,
+    UndoLabelResponse,
+    WithdrawnLabelOut,
 )
 from serve.canary import Arm, session_arm
 from serve.evaluation_export import EvaluationExporter
@@ -559,6 +562,7 @@ class TriageService:
                 steps_in_rows=True,
                 arm=stored_arm,
                 agent=session_agent,
+                step_tools=[s.tool_name for s in trace.steps],
             )
             self._put_rec(db, tenant, decision, trace.id, session_id)
             row.state = state
@@ -865,6 +869,24 @@ class TriageService:
             trace_id=trace_id,
             labels=len(rows),
             label=label,
+        )
+
+    def undo_label(self, tenant: str, req: UndoLabelRequest, *, key_id: str | None = None) -> UndoLabelResponse:
+        """Withdraw the author's newest label (``POST /v1/labels/undo``; :mod:`serve.run_labels`):
+        the author is named as :meth:`add_label` names it (``key:<id>`` without one)."""
+        author = self.redactor.redact_text(req.author) or (f"key:{key_id}" if key_id else "")
+        got = self.store.withdraw_label(tenant, author, trace_id=req.trace_id)
+        if got is None:
+            where = f" on trace {req.trace_id!r}" if req.trace_id else ""
+            raise NotFoundError(f"no label by {author!r}{where} left to withdraw for this tenant")
+        row, rows = got
+        return UndoLabelResponse(
+            model_version=self.model_version(tenant),
+            detector_versions=self.detector_versions(),
+            trace_id=row["trace_id"],
+            withdrawn=WithdrawnLabelOut.model_validate(row),
+            labels=len(rows),
+            label=_run_label(rows),
         )
 
     def stored_trace(self, tenant: str, trace_id: str) -> Trace:

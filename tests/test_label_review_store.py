@@ -135,7 +135,7 @@ def test_scripted_review_writes_api_labels_and_resumes(
     assert "Traceback" not in out + got.stderr
     assert f"{len(ids)} trace(s) of tenant 'local' to review, most uncertain first (0 already labelled by ana)" in out
     assert _shown(out) == order[:4]
-    assert "not a key here: 'z'; press one of: f o a k s n q" in out
+    assert "not a key here: 'z'; press one of: f o a k s n u q" in out
     last = len(service.stored_trace(TENANT, first).steps) - 1
     assert f"not a step: '99'; a number in 0..{last}" in out and "not a step: 'x'" in out
     assert "pending: failed, kind loop, step 2" in out

@@ -7,7 +7,7 @@ text is stored only after redaction (:mod:`serve.redaction`). The Alembic migrat
 Tables::
 
     tenants          a name per tenant
-    api_keys         sha256 of each key (never the key), its prefix for display, revoked_at
+    api_keys         sha256 of each key (never the key), its prefix for display, revoked_at, operator
     traces           one diagnosed trace (redacted JSON) and its latest response
     trace_steps      the steps of a session's trace, one row each (appends insert only)
     usage            steps imported per tenant and UTC day (the daily quota)
@@ -19,6 +19,7 @@ Tables::
     streams          stream-detector state per (tenant, agent, stream)
     observations     the values posted to / fed into a stream, with alarms
     model_activations which registry version of the run scorer each tenant serves (newest row wins)
+    ui_sessions      the console's signed-in sessions: sha256 of the cookie's token (never the token)
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ class ApiKey(Base):
     label: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # an operator key may act on any tenant (serve/auth.py) and promote / roll back models
+    operator: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class TraceRow(Base):
@@ -167,6 +170,9 @@ class FailureRow(Base):
     source_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     evidence: Mapped[str] = mapped_column(Text, default="")
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # the tool the failure concerns (details.tool, else the tool at its step); "" none; NULL: a row
+    # written before the column (model/patterns.py reads those from the trace)
+    tool: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
 class SessionRow(Base):
@@ -232,6 +238,8 @@ class LabelRow(Base):
     failed: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     author_type: Mapped[str] = mapped_column(String(16), default="human", server_default="human")  # or "checker"
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # set when its author withdrew it (undo): kept, but no reader counts it any more
+    withdrawn_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class StreamRow(Base):
@@ -290,6 +298,25 @@ class ModelActivationRow(Base):
     action: Mapped[str] = mapped_column(String(16))  # "promote" or "rollback"
 
 
+class UISessionRow(Base):
+    """One console sign-in (serve/auth.py): the browser holds a random token in a cookie; the
+    store keeps its sha256, the API key it was opened with (revoking the key ends the session) and
+    the session's CSRF token."""
+
+    __tablename__ = "ui_sessions"
+    __table_args__ = (Index("ix_ui_sessions_key", "key_id"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the cookie's token
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(32))
+    csrf: Mapped[str] = mapped_column(String(64))
+    # an operator's session acting on another tenant (None: the key's own)
+    acting_tenant: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
 __all__ = [
     "ApiKey",
     "Base",
@@ -304,6 +331,7 @@ __all__ = [
     "Tenant",
     "TraceRow",
     "TraceStepRow",
+    "UISessionRow",
     "UsageRow",
     "utcnow",
 ]

@@ -27,7 +27,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, bindparam, delete, exists, func, insert, or_, select, text, true, update
+from sqlalchemy import (
+    Select,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import (
     DataError,
@@ -42,6 +57,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from model.agents import MAX_AGENT_LENGTH, POOL_AGENT
 from model.errors import InputError, StoreError, StoreUnavailableError, StoreValueError
+from model.patterns import Occurrence, RepairEvent
 from serve.store.engine import SQLITE_BEGIN, make_engine
 from serve.store.migrate import upgrade as _upgrade
 from serve.store.models import (
@@ -57,6 +73,7 @@ from serve.store.models import (
     Tenant,
     TraceRow,
     TraceStepRow,
+    UISessionRow,
     UsageRow,
     utcnow,
 )
@@ -173,13 +190,18 @@ class Store:
                 db.add(row)
             return row
 
-    def add_api_key(self, tenant: str, key_id: str, key_hash: str, label: str = "") -> ApiKey:
+    def tenant_exists(self, name: str) -> bool:
+        with self.read() as db:
+            return db.get(Tenant, name) is not None
+
+    def add_api_key(self, tenant: str, key_id: str, key_hash: str, label: str = "", *,
+                    operator: bool = False) -> ApiKey:
         check_tenant_name(tenant)
         with self.write() as db:
             if db.get(Tenant, tenant) is None:
                 db.add(Tenant(id=tenant, name=tenant))
                 db.flush()
-            row = ApiKey(id=key_id, tenant_id=tenant, key_hash=key_hash, label=label)
+            row = ApiKey(id=key_id, tenant_id=tenant, key_hash=key_hash, label=label, operator=operator)
             db.add(row)
             return row
 
@@ -203,6 +225,46 @@ class Store:
                 return False
             row.revoked_at = utcnow()
             return True
+
+    # -- console sessions (serve/auth.py) -------------------------------------------------------
+    def add_ui_session(
+        self, token_hash: str, *, tenant: str, key_id: str, csrf: str, expires_at: datetime
+    ) -> None:
+        """Record a console sign-in: the sha256 of the cookie's token, never the token."""
+        with self.write() as db:
+            db.add(UISessionRow(id=token_hash, tenant_id=tenant, key_id=key_id, csrf=csrf, expires_at=expires_at))
+
+    def find_ui_session(
+        self, token_hash: str, *, require_key: bool = True, now: datetime | None = None
+    ) -> tuple[UISessionRow, bool] | None:
+        """The live session with this token hash and whether its key is an operator's: not signed
+        out, not expired, and (``require_key``) its API key not revoked — revoking the key ends
+        every session opened with it."""
+        now = now or utcnow()
+        if require_key:
+            q: Any = select(UISessionRow, ApiKey.operator).join(ApiKey, ApiKey.id == UISessionRow.key_id).where(
+                ApiKey.revoked_at.is_(None), ApiKey.tenant_id == UISessionRow.tenant_id)
+        else:
+            q = select(UISessionRow, false())
+        q = q.where(UISessionRow.id == token_hash, UISessionRow.revoked_at.is_(None), UISessionRow.expires_at > now)
+        with self.read() as db:
+            got = db.execute(q).first()
+        return None if got is None else (got[0], bool(got[1]))
+
+    def set_ui_session_tenant(self, token_hash: str, tenant: str | None) -> None:
+        """An operator's session acts on ``tenant`` from now on (``None``: its key's own)."""
+        with self.write() as db:
+            db.execute(update(UISessionRow).where(UISessionRow.id == token_hash).values(acting_tenant=tenant))
+
+    def revoke_ui_session(self, token_hash: str) -> bool:
+        """Sign out: the session ends now; False when there was no live one."""
+        with self.write() as db:
+            got = db.execute(
+                update(UISessionRow)
+                .where(UISessionRow.id == token_hash, UISessionRow.revoked_at.is_(None))
+                .values(revoked_at=utcnow())
+            )
+            return _rowcount(got) > 0
 
     # -- traces --------------------------------------------------------------------------------
     def _insert(self, table: type[Any]) -> Any:
@@ -241,6 +303,7 @@ class Store:
         steps_in_rows: bool = False,
         arm: str | None = None,
         agent: str = POOL_AGENT,
+        step_tools: Sequence[str | None] | None = None,
     ) -> None:
         """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
 
@@ -250,8 +313,12 @@ class Store:
         trace stored over one kept in rows replaces it. ``arm``: the run's canary arm
         (:mod:`serve.canary`); when a diagnosis of the run first found a failure is kept.
         ``agent``: the run's agent (:func:`model.agents.resolve_agent`).
+        ``step_tools``: the tool name of each step, when ``trace`` does not hold the steps; a
+        failure row keeps the tool it concerns (``details.tool``, else its step's).
         """
         now = utcnow()
+        if step_tools is None:
+            step_tools = [s.get("tool_name") if isinstance(s, dict) else None for s in trace.get("steps") or []]
         primary = response.get("primary") or {}
         values = {
             "tenant_id": tenant,
@@ -293,6 +360,7 @@ class Store:
                 "source_index": f.get("source_index"),
                 "evidence": f.get("evidence", ""),
                 "details": f.get("details") or {},
+                "tool": _failure_tool(f, step_tools),
             }
             for key, is_signal in (("failures", False), ("signals", True))
             for f in response.get(key) or []
@@ -609,13 +677,46 @@ class Store:
             db.flush()
             return _group(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
 
+    def withdraw_label(
+        self, tenant: str, author: str, *, trace_id: str | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """Withdraw ``author``'s newest label (on ``trace_id`` only, when given): the row stays,
+        marked ``withdrawn_at``, and no reader counts it any more. Returns the withdrawn row and the
+        trace's labels still counted, or None when the author has no label left to withdraw."""
+        with self.write() as db:
+            q = select(LabelRow).where(LabelRow.tenant_id == tenant, LabelRow.author == author,
+                                       LabelRow.withdrawn_at.is_(None))
+            if trace_id is not None:
+                q = q.where(LabelRow.trace_id == trace_id)
+            row = db.scalars(q.order_by(LabelRow.created_at.desc(), LabelRow.id.desc()).limit(1)).first()
+            if row is None:
+                return None
+            row.withdrawn_at = utcnow()
+            db.flush()
+            withdrawn = {c.key: getattr(row, c.key) for c in LabelRow.__table__.columns}
+            return withdrawn, _group(db, LabelRow, [(tenant, row.trace_id)]).get((tenant, row.trace_id), [])
+
     def trace_labels(self, tenant: str, trace_id: str) -> list[dict[str, Any]]:
-        """The trace's labels, oldest first."""
+        """The trace's labels (those not withdrawn), oldest first."""
         with self.read() as db:
             return _group(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
 
+    def records_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """The recommendations, outcomes and labels of these traces (one query each), by trace id."""
+        keys = [(tenant, t) for t in trace_ids]
+        out: dict[str, dict[str, list[dict[str, Any]]]] = {
+            t: {"recommendations": [], "outcomes": [], "labels": []} for t in trace_ids}
+        if not keys:
+            return out
+        with self.read() as db:
+            for name, table in (("recommendations", RecommendationRow), ("outcomes", OutcomeRow),
+                                ("labels", LabelRow)):
+                for (_, tid), rows in _group(db, table, keys).items():
+                    out[tid][name] = rows
+        return out
+
     def iter_history(self, tenant: str | None = None, batch: int = 500) -> Iterator[dict[str, Any]]:
-        """Every stored trace with its recommendations, outcomes and human labels (for export)."""
+        """Every stored trace with its recommendations, outcomes and labels (not withdrawn; for export)."""
         last: tuple[str, str] = ("", "")
         while True:
             with self.read() as db:
@@ -668,6 +769,57 @@ class Store:
             ).all())
             labels = _group(db, LabelRow, [(tenant, i) for i in ids])
         return [(responses.get(i) or {}, labels.get((tenant, i), [])) for i in ids]
+
+    # -- failure patterns (model/patterns.py groups what this reads) ------------------------------
+    def pattern_inputs(
+        self, tenant: str, *, since: datetime, until: datetime
+    ) -> tuple[list[Occurrence], list[RepairEvent]]:
+        """The failures and signals of the tenant's runs created in ``[since, until)``, and the
+        recommendations given to those runs with their outcomes (:func:`model.patterns.group_patterns`
+        reads them). An occurrence's agent is its run's resolved agent (``traces.agent``;
+        :func:`model.agents.resolve_agent`), ``None`` for the tenant's pool."""
+        occ_q = (
+            select(
+                FailureRow.trace_id, TraceRow.created_at, TraceRow.agent, FailureRow.kind,
+                FailureRow.severity, FailureRow.is_signal, FailureRow.detector, FailureRow.step,
+                FailureRow.tool, FailureRow.evidence,
+            )
+            .join(TraceRow, and_(TraceRow.tenant_id == FailureRow.tenant_id, TraceRow.id == FailureRow.trace_id))
+            .where(FailureRow.tenant_id == tenant, TraceRow.created_at >= since, TraceRow.created_at < until)
+        )
+        ok = func.max(case((OutcomeRow.success.is_(True), 1), else_=0))
+        rec_q = (
+            select(RecommendationRow.trace_id, RecommendationRow.kind, RecommendationRow.strategy,
+                   func.count(OutcomeRow.id), ok)
+            .join(TraceRow, and_(TraceRow.tenant_id == RecommendationRow.tenant_id,
+                                 TraceRow.id == RecommendationRow.trace_id))
+            .outerjoin(OutcomeRow, and_(OutcomeRow.tenant_id == RecommendationRow.tenant_id,
+                                        OutcomeRow.recommendation_id == RecommendationRow.id))
+            .where(RecommendationRow.tenant_id == tenant, TraceRow.created_at >= since, TraceRow.created_at < until)
+            .group_by(RecommendationRow.id, RecommendationRow.trace_id, RecommendationRow.kind,
+                      RecommendationRow.strategy)
+        )
+        with self.read() as db:
+            rows = db.execute(occ_q).all()
+            # rows written before failures.tool: the tool of their step, read from the trace
+            old = sorted({r[0] for r in rows if r[8] is None and r[7] is not None})
+            tools: dict[str, list[str | None]] = {}
+            for i in range(0, len(old), 500):
+                for tr in db.scalars(select(TraceRow).where(TraceRow.tenant_id == tenant,
+                                                            TraceRow.id.in_(old[i : i + 500]))):
+                    tools[tr.id] = [s.get("tool_name") for s in self.trace_json(db, tr).get("steps") or []]
+            repairs = [
+                RepairEvent(str(tid), kind, str(strategy), int(n), bool(good) if n else None)
+                for tid, kind, strategy, n, good in db.execute(rec_q).all()
+            ]
+        occurrences = []
+        for tid, created, agent, kind, severity, is_signal, detector, step, tool, evidence in rows:
+            if tool is None:
+                steps = tools.get(tid, [])
+                tool = steps[step] if step is not None and 0 <= step < len(steps) else None
+            occurrences.append(Occurrence(str(tid), created, None if agent == POOL_AGENT else agent, str(kind), str(severity), bool(is_signal),
+                                          str(detector), step, tool or None, evidence or ""))
+        return occurrences, repairs
 
     # -- model registry activations (model/registry.py holds the artefacts) --------------------
     def active_model(self, tenant: str, agent: str) -> str | None:
@@ -966,6 +1118,15 @@ class Store:
             return int(db.scalar(q) or 0)
 
 
+def _failure_tool(failure: dict[str, Any], step_tools: Sequence[str | None]) -> str:
+    """The tool a failure concerns: ``details.tool``, else the tool of its step; "" when none."""
+    tool = (failure.get("details") or {}).get("tool")
+    if not isinstance(tool, str) or not tool:
+        step = failure.get("step")
+        tool = step_tools[step] if isinstance(step, int) and 0 <= step < len(step_tools) else None
+    return str(tool or "")[:200]
+
+
 def _rowcount(result: Any) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
@@ -991,11 +1152,10 @@ def _group(
     tenants = {k[0] for k in keys}
     ids = [k[1] for k in keys]
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    rows = db.scalars(
-        select(table)
-        .where(table.tenant_id.in_(tenants), table.trace_id.in_(ids))
-        .order_by(table.created_at, *([table.id] if "id" in table.__table__.columns else []))
-    )
+    q = select(table).where(table.tenant_id.in_(tenants), table.trace_id.in_(ids))
+    if table is LabelRow:
+        q = q.where(LabelRow.withdrawn_at.is_(None))  # a withdrawn label counts nowhere
+    rows = db.scalars(q.order_by(table.created_at, *([table.id] if "id" in table.__table__.columns else [])))
     for r in rows:
         d = {c.key: getattr(r, c.key) for c in table.__table__.columns}
         out.setdefault((r.tenant_id, r.trace_id), []).append(d)

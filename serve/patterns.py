@@ -1,0 +1,130 @@
+"""A tenant's failure patterns over a window: the store's query, then :func:`model.patterns.group_patterns`.
+
+What ``GET /v1/patterns`` and ``triage patterns`` both call (:func:`tenant_patterns`). The window is
+``[since, until)``: ``until`` defaults to now, ``since`` to ``until − days`` (``days`` default 7); the
+previous window, for the trend, is the same length just before it. A window is at most
+:data:`MAX_WINDOW_DAYS` long.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from model.errors import InputError
+from model.patterns import group_patterns
+from serve.store import Store
+
+MAX_WINDOW_DAYS = 366
+DEFAULT_DAYS = 7.0
+
+Level = Literal["failure", "signal", "all"]
+
+
+class ExampleOut(BaseModel):
+    trace_id: str
+    created_at: datetime
+    step: int | None
+
+
+class StrategyRecordOut(BaseModel):
+    strategy: str
+    recommended: int = Field(description="Recommendations of this strategy to the pattern's runs for its kind.")
+    outcomes: int = Field(description="Outcomes reported for them.")
+    succeeded: int = Field(description="Recommendations with a successful outcome.")
+
+
+class PatternOut(BaseModel):
+    id: str = Field(description="Stable id of the pattern's key (level, basis, kind, tool, signature, agent).")
+    level: Literal["failure", "signal"]
+    basis: Literal["rule", "probability"] = Field(
+        description="`rule`: a detector's finding; `probability`: runs flagged only by the run scorer, "
+        "grouped by the kind and tool at their attribution's step.")
+    kind: str
+    tool: str | None
+    signature: str = Field(description="The evidence with numbers, ids and quoted values masked.")
+    agent: str | None = Field(description="The runs' agent (their task type until runs name an agent).")
+    severity: str
+    runs: int = Field(description="Runs of the window with this pattern.")
+    occurrences: int
+    previous_runs: int = Field(description="Runs with it in the previous window of the same length.")
+    trend: Literal["new", "up", "down", "flat"]
+    repair_success: float | None = Field(
+        description="Share of the runs with a reported outcome whose repair succeeded; null: none reported.")
+    repaired_runs: int
+    score: float = Field(description="runs × severity weight (low 1 … critical 4) × (1 − repair success).")
+    first_seen: datetime
+    last_seen: datetime
+    examples: list[ExampleOut]
+    repairs: list[StrategyRecordOut]
+
+
+class PatternsOut(BaseModel):
+    tenant: str
+    since: datetime
+    until: datetime
+    previous_since: datetime
+    runs: int = Field(description="Runs of the window with at least one failure or signal.")
+    total_patterns: int = Field(description="Patterns before `limit`.")
+    patterns: list[PatternOut]
+
+
+def window(
+    *, since: datetime | None, until: datetime | None, days: float | None, now: datetime | None = None
+) -> tuple[datetime, datetime]:
+    """``(since, until)`` from the parameters (module docstring); :class:`InputError` naming the
+    query parameter when they contradict each other or span too much."""
+    if since is not None and days is not None:
+        raise InputError("give `since` or `days`, not both", path="query.days")
+    if days is not None and not 0 < days <= MAX_WINDOW_DAYS:
+        raise InputError(f"days must be in (0, {MAX_WINDOW_DAYS}]; got {days}", path="query.days")
+    until = _aware(until) if until is not None else (now or datetime.now(UTC))
+    since = _aware(since) if since is not None else until - timedelta(days=days or DEFAULT_DAYS)
+    if until <= since:
+        raise InputError(f"until ({until.isoformat()}) must be after since ({since.isoformat()})", path="query.until")
+    if until - since > timedelta(days=MAX_WINDOW_DAYS):
+        raise InputError(f"a window is at most {MAX_WINDOW_DAYS} days; got {(until - since).days}", path="query.since")
+    try:
+        since - (until - since)
+    except OverflowError:
+        raise InputError("the window's previous window starts before year 1", path="query.since") from None
+    return since, until
+
+
+def _aware(t: datetime) -> datetime:
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def tenant_patterns(
+    store: Store,
+    tenant: str,
+    *,
+    since: datetime,
+    until: datetime,
+    level: Level = "all",
+    limit: int = 50,
+    examples: int = 3,
+    agent: str | None = None,
+) -> PatternsOut:
+    """The tenant's patterns of ``[since, until)`` (its runs only), best first, ``limit`` of them."""
+    previous_since = since - (until - since)
+    occ, repairs = store.pattern_inputs(tenant, since=since, until=until)
+    prev, _ = store.pattern_inputs(tenant, since=previous_since, until=since)
+    if agent is not None:
+        occ = [o for o in occ if o.agent == agent]
+        prev = [o for o in prev if o.agent == agent]
+    found = group_patterns(occ, repairs, since=since, until=until, previous=prev, examples=examples, level=level)
+    return PatternsOut(
+        tenant=tenant,
+        since=since,
+        until=until,
+        previous_since=previous_since,
+        runs=len({o.trace_id for o in occ}),
+        total_patterns=len(found),
+        patterns=[PatternOut.model_validate(p.as_dict()) for p in found[:limit]],
+    )
+
+
+__all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "PatternOut", "PatternsOut", "tenant_patterns", "window"]
