@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from model.agents import POOL_AGENT
 from model.errors import InputError
 from model.patterns import group_patterns
 from serve.store import Store
@@ -45,7 +46,8 @@ class PatternOut(BaseModel):
     kind: str
     tool: str | None
     signature: str = Field(description="The evidence with numbers, ids and quoted values masked.")
-    agent: str | None = Field(description="The runs' agent (their task type until runs name an agent).")
+    agent: str | None = Field(description="The runs' agent (the agent each run resolved to: the one it named, else its "
+                              "root agent span's, else its task type); null: the tenant's pool of runs that name none.")
     severity: str
     runs: int = Field(description="Runs of the window with this pattern.")
     occurrences: int
@@ -108,13 +110,15 @@ def tenant_patterns(
     examples: int = 3,
     agent: str | None = None,
 ) -> PatternsOut:
-    """The tenant's patterns of ``[since, until)`` (its runs only), best first, ``limit`` of them."""
+    """The tenant's patterns of ``[since, until)`` (its runs only), best first, ``limit`` of them.
+    ``agent``: only that agent's runs (:data:`~model.agents.POOL_AGENT`: the pool's)."""
     previous_since = since - (until - since)
     occ, repairs = store.pattern_inputs(tenant, since=since, until=until)
     prev, _ = store.pattern_inputs(tenant, since=previous_since, until=since)
     if agent is not None:
-        occ = [o for o in occ if o.agent == agent]
-        prev = [o for o in prev if o.agent == agent]
+        want = None if agent == POOL_AGENT else agent  # an occurrence of the pool has agent None
+        occ = [o for o in occ if o.agent == want]
+        prev = [o for o in prev if o.agent == want]
     found = group_patterns(occ, repairs, since=since, until=until, previous=prev, examples=examples, level=level)
     return PatternsOut(
         tenant=tenant,

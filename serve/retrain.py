@@ -487,6 +487,13 @@ def load_checked(registry: Registry, tenant: str, agent: str, version: str) -> A
     return model
 
 
+def learning_curve(registry: Registry, tenant: str, agent: str) -> list[dict[str, Any]]:
+    """The agent's learning curve so far, one row per registered version (oldest first): labelled runs
+    (failed) and the cross-validated AUROC of the agent model, zero-shot and the two cheap learners at
+    its gate, and whether it passed (what its model card's table shows; the console's Models page)."""
+    return _curve_rows(registry, tenant, agent)
+
+
 def promote_version(store: Store, registry: Registry, tenant: str, agent: str, version: str, *, actor: str) -> None:
     """``triage model promote``, ``POST /v1/operator/models/promote`` and the console's Models page:
     load and smoke-check the agent's ``version``, then record that the tenant serves it for ``agent``."""
@@ -511,5 +518,5 @@ def rollback_version(store: Store, registry: Registry, tenant: str, agent: str, 
 
 
 __all__ = ["AgentResult", "Gate", "LabelledRun", "RetrainResult", "ZeroShotCache", "card", "gate", "labelled_runs",
-           "load_checked", "model_config", "plan", "promote_version", "retrain", "rollback_target",
+           "learning_curve", "load_checked", "model_config", "plan", "promote_version", "retrain", "rollback_target",
            "rollback_version", "trace_hash"]

@@ -32,7 +32,7 @@ PAGES = ["/ui/overview", "/ui/patterns", "/ui/runs", "/ui/queue", "/ui/models", 
 def test_migration_0009_adds_ui_sessions_and_keeps_rows(db_url: str) -> None:  # noqa: F811
     store = Store(db_url)
     try:
-        migrate_to(store.engine, "0006")
+        migrate_to(store.engine, "0008")  # the revision 0009 revises
         with store.engine.begin() as conn:
             conn.execute(text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', '2026-01-01 00:00:00')"))
             conn.execute(text("INSERT INTO api_keys (id, tenant_id, key_hash, label, created_at) "
@@ -43,9 +43,41 @@ def test_migration_0009_adds_ui_sessions_and_keeps_rows(db_url: str) -> None:  #
         with store.engine.connect() as conn:
             assert conn.execute(text("SELECT id FROM api_keys")).scalar_one() == "k1"  # nothing lost
         store.add_ui_session("a" * 64, tenant="t", key_id="k1", csrf="c", expires_at=datetime.now(UTC) + timedelta(hours=1))
-        assert store.find_ui_session("a" * 64) is not None
-        downgrade(store.engine, "0006")
+        # a session reads its key's operator flag, which the next revision (0010) adds: the session
+        # opened at 0009 lives on after it
+        migrate_to(store.engine, "0010")
+        got = store.find_ui_session("a" * 64)
+        assert got is not None and got[1] is False
+        downgrade(store.engine, "0008")
         assert "ui_sessions" not in inspect(store.engine).get_table_names()
+        store.upgrade()
+    finally:
+        store.dispose()
+
+
+def test_migration_0010_adds_operator_keys_label_withdrawal_and_failure_tools(db_url: str) -> None:  # noqa: F811
+    store = Store(db_url)
+    try:
+        migrate_to(store.engine, "0009")  # the revision 0010 revises
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', '2026-01-01 00:00:00')"))
+            conn.execute(text("INSERT INTO api_keys (id, tenant_id, key_hash, label, created_at) "
+                              "VALUES ('k1', 't', 'h1', '', '2026-01-01 00:00:00')"))
+
+        def columns(table: str) -> set[str]:
+            return {c["name"] for c in inspect(store.engine).get_columns(table)}
+
+        assert "operator" not in columns("api_keys") and "withdrawn_at" not in columns("labels")
+        assert "tool" not in columns("failures")
+        migrate_to(store.engine, "0010")
+        assert "operator" in columns("api_keys") and "withdrawn_at" in columns("labels")
+        assert "tool" in columns("failures")
+        with store.engine.connect() as conn:  # the key kept, not an operator
+            assert conn.execute(text("SELECT id, operator FROM api_keys")).one() == ("k1", False)
+        downgrade(store.engine, "0009")
+        assert "operator" not in columns("api_keys") and "tool" not in columns("failures")
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT id FROM api_keys")).scalar_one() == "k1"
         store.upgrade()
     finally:
         store.dispose()
@@ -278,12 +310,18 @@ def test_operator_sessions_switch_tenant_and_promote_or_roll_back(srv: dict[str,
     r = o.post("/ui/tenant", data={"csrf": token, "tenant": "nosuchtenant"})
     assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["body", "tenant"]
     assert o.post("/ui/tenant", data={"tenant": "acme"}).status_code == 403  # no CSRF token
-    # model actions on acme: nothing to roll back from the shipped model (409); promote names the version
-    r = o.post("/ui/models/rollback", data={"csrf": token})
-    assert r.status_code == 409, r.text
-    r = o.post("/ui/models/promote", data={"csrf": token, "version": "v9-20260101T000000Z"})
+    # model actions on acme name the agent (422 naming it when missing or malformed); nothing to roll
+    # back while the agent is answered zero-shot (409); promote names the version
+    for form in ({}, {"agent": ""}, {"agent": " support"}, {"agent": "sup\x01port"}, {"agent": "x" * 201}):
+        r = o.post("/ui/models/rollback", data={"csrf": token, **form})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "agent"], (form, r.text)
+        r = o.post("/ui/models/promote", data={"csrf": token, "version": "v9-20260101T000000Z", **form})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "agent"], (form, r.text)
+    r = o.post("/ui/models/rollback", data={"csrf": token, "agent": "support"})
+    assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["body", "agent"], r.text
+    r = o.post("/ui/models/promote", data={"csrf": token, "agent": "support", "version": "v9-20260101T000000Z"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "version", r.text
-    assert o.post("/ui/models/promote", data={"csrf": token}).status_code == 422
+    assert o.post("/ui/models/promote", data={"csrf": token, "agent": "support"}).status_code == 422
     assert o.get("/ui/models?format=json").json()["activations"] == []
     o.post("/ui/tenant", data={"csrf": token, "tenant": ""})  # back to its own tenant
     assert o.get("/ui/runs?format=json").json()["items"] == []

@@ -21,7 +21,7 @@ from serve.app import build_service
 from serve.auth import create_key
 from serve.cli_export import labels_for
 from serve.label_review import TerminalKeys, review_queue, run_review
-from serve.retrain import tenant_runs
+from serve.retrain import labelled_runs
 from serve.service import NotFoundError, TriageService
 from serve.settings import Settings
 from serve.store import Store
@@ -62,7 +62,7 @@ def test_undo_withdraws_newest_keeps_the_row_and_counts_nowhere(service: TriageS
     assert service.get_trace(T, "run-1").label is None and service.store.trace_labels(T, "run-1") == []
     record = next(r for r in service.store.iter_history(T) if r["trace"]["id"] == "run-1")
     assert record["labels"] == [] and labels_for(record, include_unconfirmed=False) is None
-    assert "run-1" not in {r.run_id for r in tenant_runs(service.store, T)}  # retraining's runs
+    assert "run-1" not in {r.trace.id for r in labelled_runs(service.store, T)}  # retraining's runs
     queue, done = review_queue(service.store, T, author="ana", threshold_for=lambda _: None)
     assert "run-1" in {c.trace_id for c in queue} and done == 1  # back in ana's queue
     # again: ana's label on run-0; bob's (newer) stays and decides

@@ -23,11 +23,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from model.errors import InputError
+from model.agents import MAX_AGENT_LENGTH, POOL_AGENT, clean_agent_name
+from model.errors import InputError, ModelLoadError
 from model.graph import ExecutionGraph
 from model.kinds import FailureKind
 from model.labelling.review import KIND_KEYS
-from model.registry import SHIPPED_VERSION, Registry
+from model.registry import CARD_FILE, POOLED, ZERO_SHOT, Registry
 from model.schema import Trace
 from serve.api_models import LabelRequest, UndoLabelRequest
 from serve.auth import (
@@ -45,7 +46,7 @@ from serve.label_review import MAIN_KEYS, review_queue
 from serve.label_review import _agree as agree_body
 from serve.patterns import tenant_patterns
 from serve.patterns import window as patterns_window
-from serve.retrain import promote_version, rollback_version
+from serve.retrain import learning_curve, promote_version, rollback_version
 from serve.service import NotFoundError, TriageService
 from serve.settings import Settings
 from serve.ui import data
@@ -331,7 +332,7 @@ def run_view(service: TriageService, tenant: str, trace_id: str) -> dict[str, An
     graph = ExecutionGraph.from_trace(trace).to_json()
     label = detail.label.model_dump(mode="json") if detail.label is not None else None
     return {
-        "id": detail.id, "task_type": detail.task_type, "session_id": detail.session_id,
+        "id": detail.id, "agent": detail.agent, "task_type": detail.task_type, "session_id": detail.session_id,
         "created_at": detail.created_at.isoformat(), "n_steps": len(trace.steps),
         "healthy": diag.get("healthy"), "verdict": data.verdict(diag.get("healthy")),
         "failure_probability": diag.get("failure_probability"),
@@ -421,8 +422,8 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
     scorer = getattr(request.app.state.diagnoser, "runscorer", None)
     fixed = scorer.threshold if scorer is not None else None
 
-    def threshold_for(task_type: str | None) -> float | None:
-        rel = service.relative_threshold(tenant, task_type, scorer)
+    def threshold_for(task_type: str | None) -> float | None:  # as `triage label review --from-store`
+        rel = service.relative_threshold(tenant, task_type or POOL_AGENT, scorer)
         return rel if rel is not None else fixed
 
     queue, done = review_queue(service.store, tenant, author=_author(session), threshold_for=threshold_for)
@@ -436,18 +437,22 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
         current["uncertainty"] = c.basis
         current["agree"] = agree_body(c.response)  # what [a] saves, or why it cannot
         current["shown"] = _shown_steps(current)
-    labelled = data.labelled_count(service.store, tenant, current["task_type"] if current else None)
+    agent = current["agent"] if current else None
+    labelled = data.labelled_count(service.store, tenant, agent)
     basis = (current or {}).get("basis") or {}
-    agent = basis.get("agent") or (current["task_type"] if current else None)
-    cv_auroc = basis.get("cv_auroc") if isinstance(basis.get("cv_auroc"), int | float) else _cv_auroc(request, tenant)
+    cv_auroc = basis.get("cv_auroc") if isinstance(basis.get("cv_auroc"), int | float) else \
+        _cv_auroc(request, tenant, agent)
     return {
         "author": _author(session), "done": done, "total": total, "left": len(queue), "at": at,
         "queue": [{"id": c.trace_id, "margin": round(c.margin, 4), "basis": c.basis} for c in queue[:200]],
         "current": current, "main_keys": MAIN_KEYS + "u",
         "kind_keys": {k: v.value for k, v in KIND_KEYS.items()},
-        # the run's basis (issue 20's per-agent models) when it names them; else the store's count
-        "agent": agent, "agent_labelled": basis.get("labelled_runs", labelled), "basis_model": basis.get("model"),
-        "cv_auroc": cv_auroc, "retrain": f"triage retrain --tenant {tenant}",
+        # the run's agent (traces.agent) and its labelled runs in the store; the run's basis: which
+        # model scored it and on how many labelled runs that model learned
+        "agent": agent, "agent_labelled": labelled, "basis_model": basis.get("model"),
+        "basis_labelled": basis.get("labelled_runs"),
+        "cv_auroc": cv_auroc, "retrain": f"triage retrain --tenant {tenant}" + (
+            f" --agent {agent}" if agent is not None and agent != POOL_AGENT else ""),
     }
 
 
@@ -472,18 +477,26 @@ def _shown_steps(view: dict[str, Any], max_steps: int = 24) -> list[dict[str, An
     return shown
 
 
-def _cv_auroc(request: Request, tenant: str) -> float | None:
-    """The cross-validated AUROC the active registry version recorded, when it recorded one."""
-    try:
-        version = _service(request).store.active_model(tenant)
-        if version is None or version == SHIPPED_VERSION:
-            return None
-        mv = Registry(_settings(request).resolved_model_registry).get(tenant, version)
-    except InputError:
+def _cv_auroc(request: Request, tenant: str, agent: str | None) -> float | None:
+    """The cross-validated AUROC of the agent's active registry version, when it has one."""
+    if agent is None:
         return None
-    for key in ("cv_auroc", "auroc"):
-        v = mv.summary.get(key)
-        if isinstance(v, int | float):
+    try:
+        version = _service(request).store.active_model(tenant, agent)
+        if version is None or version == ZERO_SHOT:
+            return None
+        mv = Registry(_settings(request).resolved_model_registry).get(tenant, agent, version)
+    except (InputError, ModelLoadError):
+        return None
+    return _version_cv_auroc(mv.summary)
+
+
+def _version_cv_auroc(summary: dict[str, Any]) -> float | None:
+    """A registry version's cross-validated AUROC: its card's, else its gate's estimate."""
+    card = summary.get("card") if isinstance(summary.get("card"), dict) else {}
+    est = ((summary.get("gate") or {}).get("estimate") or {}).get("agent") or {}
+    for v in (card.get("cv_auroc"), est.get("auroc") if isinstance(est, dict) else None):
+        if isinstance(v, int | float) and v == v:
             return float(v)
     return None
 
@@ -527,30 +540,53 @@ async def label_json(request: Request, trace_id: TraceId) -> Response:
 
 @router.get("/models")
 def models(request: Request, format: Format = "html") -> Response:
+    """Per agent: the registry's versions (each with its card and gate), the active one (``zero-shot``:
+    no agent model serves it), its learning curve so far and its activations."""
     s = _session(request, format)
     tenant = s.principal.tenant
     store = _service(request).store
     registry = Registry(_settings(request).resolved_model_registry)
-    active = store.active_model(tenant) or SHIPPED_VERSION
-    versions = []
-    for v in [registry.shipped(tenant), *registry.versions(tenant)]:
-        card_path = v.path / "card.md"
-        card = card_path.read_text(encoding="utf-8")[:20_000] if v.version != SHIPPED_VERSION and \
-            card_path.is_file() else None
-        versions.append({"version": v.version, "created_at": v.created_at, "parent": v.parent,
-                         "active": v.version == active, "summary": v.summary, "card": card})
-    ctx = {"active": active, "versions": versions, "activations": store.model_history(tenant),
+    active = store.active_models(tenant)
+    history = store.model_history(tenant)
+    names = sorted(set(registry.agents(tenant)) | set(active))
+    agents = []
+    for name in names:
+        on = active.get(name, ZERO_SHOT)
+        versions = []
+        for v in registry.versions(tenant, name):
+            card_path = v.path / CARD_FILE
+            card = card_path.read_text(encoding="utf-8")[:20_000] if card_path.is_file() else None
+            gate = v.summary.get("gate") if isinstance(v.summary.get("gate"), dict) else {}
+            versions.append({"version": v.version, "created_at": v.created_at, "parent": v.parent,
+                             "active": v.version == on, "members": list(v.members),
+                             "runs": (gate.get("estimate") or {}).get("runs"), "cv_auroc": _version_cv_auroc(v.summary),
+                             "gate": "passed" if gate.get("promote") else "failed" if gate else None,
+                             "card": card})
+        agents.append({"agent": name, "pooled": name == POOLED, "active": on, "versions": versions,
+                       "learning_curve": learning_curve(registry, tenant, name),
+                       "activations": [h for h in history if h["agent"] == name],
+                       "retrain": f"triage retrain --tenant {tenant} --agent {name}"})
+    ctx = {"agents": agents, "activations": history, "zero_shot": ZERO_SHOT, "pooled": POOLED,
            "registry": str(registry.root) if s.principal.operator else None,  # a server path: operators only
            "retrain": f"triage retrain --tenant {tenant}"}
     return _page(request, "models.html", ctx, s, format)
 
 
-def _operator_form(request: Request, s: UISession, form: dict[str, str]) -> None:
+def _operator_form(request: Request, s: UISession, form: dict[str, str]) -> str:
+    """Checks an operator's model form (CSRF, operator key); the agent it names (a 422 naming
+    ``agent`` when it names none or a bad one)."""
     _check_csrf(s, form.get(CSRF_FIELD))
     if not s.principal.operator:
         raise HTTPException(status_code=403, detail=[{"loc": ["cookie", SESSION_COOKIE], "msg":
                             "this needs an operator key's session (`triage keys create --operator`)",
                             "type": "forbidden"}])
+    agent = form.get("agent", "")
+    if not agent or len(agent) > MAX_AGENT_LENGTH or clean_agent_name(agent) != agent:
+        raise HTTPException(status_code=422, detail=[{"loc": ["body", "agent"], "msg":
+                            f"the agent whose model this acts on: 1-{MAX_AGENT_LENGTH} printable characters, no "
+                            f"outer blanks (`{POOLED}`: the tenant's pooled model); got {agent!r}",
+                            "type": "value_error" if agent else "missing"}])
+    return agent
 
 
 @router.post("/models/promote")
@@ -558,13 +594,13 @@ async def models_promote(request: Request) -> Response:
     """Operators: the code of ``POST /v1/operator/models/promote`` (:func:`serve.retrain.promote_version`)."""
     s = _session(request)
     form = await _form(request)
-    _operator_form(request, s, form)
+    agent = _operator_form(request, s, form)
     version = form.get("version", "")
     if not version or len(version) > 128:
         raise HTTPException(status_code=422, detail=[{"loc": ["body", "version"], "msg":
                             "a version `triage model list` shows", "type": "missing"}])
     await run_in_threadpool(promote_version, _service(request).store,
-                            Registry(_settings(request).resolved_model_registry), s.principal.tenant, version,
+                            Registry(_settings(request).resolved_model_registry), s.principal.tenant, agent, version,
                             actor=f"ui:key:{s.principal.key_id}")
     return RedirectResponse("/ui/models", status_code=303)
 
@@ -574,15 +610,16 @@ async def models_rollback(request: Request) -> Response:
     """Operators: the code of ``POST /v1/operator/models/rollback`` (:func:`serve.retrain.rollback_version`)."""
     s = _session(request)
     form = await _form(request)
-    _operator_form(request, s, form)
+    agent = _operator_form(request, s, form)
     try:
         await run_in_threadpool(rollback_version, _service(request).store,
-                                Registry(_settings(request).resolved_model_registry), s.principal.tenant,
+                                Registry(_settings(request).resolved_model_registry), s.principal.tenant, agent,
                                 actor=f"ui:key:{s.principal.key_id}")
     except InputError as exc:
-        if exc.path != "tenant":
+        if exc.path != "agent":
             raise
-        raise HTTPException(status_code=409, detail=[{"loc": ["body"], "msg": exc.message, "type": "conflict"}]) from None
+        raise HTTPException(status_code=409, detail=[{"loc": ["body", "agent"], "msg": exc.message,
+                                                      "type": "conflict"}]) from None
     return RedirectResponse("/ui/models", status_code=303)
 
 
@@ -613,22 +650,23 @@ def streams(
     request: Request,
     format: Format = "html",
     stream: Annotated[str | None, Query(max_length=200, pattern=r"^[A-Za-z0-9._:@-]*$")] = None,
-    task_type: Annotated[str, Query(max_length=200, pattern=r"^[^\x00-\x1f]*$")] = "",
+    agent: Annotated[str, Query(max_length=200, pattern=r"^[^\x00-\x1f]*$",
+                                description="The stream's agent (`\"\"`: posted for every agent).")] = "",
 ) -> Response:
     s = _session(request, format)
     service = _service(request)
     tenant = s.principal.tenant
     listed = data.streams(service.store, tenant)
-    chosen = next((x for x in listed if x["stream"] == stream and x["task_type"] == task_type), None)
+    chosen = next((x for x in listed if x["stream"] == stream and x["agent"] == agent), None)
     if chosen is None and stream:
         raise HTTPException(status_code=404, detail=[{"loc": ["query", "stream"], "msg":
-                            f"no stream {stream!r} (task type {task_type!r}) for this tenant", "type": "not_found"}])
+                            f"no stream {stream!r} (agent {agent!r}) for this tenant", "type": "not_found"}])
     # by default the stream with an open alarm, else the longest
     chosen = chosen or (max(listed, key=lambda x: (x["alarm_open"], x["n"])) if listed else None)
     series = None
     if chosen is not None:
-        series = data.stream_series(service.store, tenant, chosen["stream"], chosen["task_type"])
-        cps = service.changepoints(tenant, chosen["stream"], chosen["task_type"], None)
+        series = data.stream_series(service.store, tenant, chosen["stream"], chosen["agent"])
+        cps = service.changepoints(tenant, chosen["stream"], chosen["agent"], None)
         series["changepoints"] = cps.changepoints
         series["segments"] = [seg.model_dump() for seg in cps.segments]
         series["method"] = cps.method

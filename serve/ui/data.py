@@ -3,8 +3,10 @@
 Each function returns plain JSON-able dicts: the page renders them and ``?format=json`` returns
 them as they are (the page's JSON twin).
 
-A run's **agent** is the agent its ``failure_probability_basis`` names (issue 20's per-agent
-models), else its task type, else ``(pool)``.
+A run's **agent** is the one it resolved to when it was stored (``traces.agent``:
+:func:`model.agents.resolve_agent` — the agent the caller named, else the root agent span's name,
+else the task type, else the tenant's pool, :data:`~model.agents.POOL_AGENT`), the key of its agent
+model and of its metric streams.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Literal
 
 from sqlalchemy import and_, exists, func, select
 
+from model.agents import POOL_AGENT
 from serve.run_labels import effective_label
 from serve.store import Store
 from serve.store.models import (
@@ -28,15 +31,14 @@ from serve.store.models import (
     TraceRow,
 )
 
-POOL = "(pool)"
+POOL = POOL_AGENT
 Verdict = Literal["failed", "healthy", "unknown"]
 
 _HEALTHY = TraceRow.response["healthy"].as_boolean()
 _PROBABILITY = TraceRow.response["failure_probability"].as_float()
-_BASIS_AGENT = TraceRow.response[("failure_probability_basis", "agent")].as_string()
-_BASIS_MODEL = TraceRow.response[("failure_probability_basis", "model")].as_string()
+_BASIS = TraceRow.response["failure_probability_basis"]
 #: the run's agent as SQL (see the module docstring)
-agent_sql = func.coalesce(_BASIS_AGENT, TraceRow.task_type, POOL)
+agent_sql = TraceRow.agent
 
 
 def verdict(healthy: bool | None) -> Verdict:
@@ -106,7 +108,7 @@ def overview(store: Store, tenant: str, *, since: datetime, until: datetime, age
             day = k.created_at.date().isoformat()
             if day in spectrum[k.kind]:
                 spectrum[k.kind][day] += 1
-    alarms = [{"stream": a["name"], "task_type": a["task_type"], "alarm": a["alarm"]}
+    alarms = [{"stream": a["name"], "agent": a["agent"], "alarm": a["alarm"]}
               for a in store.all_open_alarms(tenant)]
     return {
         "since": since.isoformat(), "until": until.isoformat(), "agent": agent,
@@ -133,7 +135,7 @@ def runs(store: Store, tenant: str, f: RunFilter, *, page: int, per_page: int) -
     """One page of the tenant's runs, newest first, with their repair, outcome and effective label."""
     q = select(TraceRow.id, TraceRow.created_at, TraceRow.n_steps, TraceRow.primary_kind, TraceRow.task_type,
                agent_sql.label("agent"), _HEALTHY.label("healthy"), _PROBABILITY.label("p"),
-               _BASIS_MODEL.label("basis_model")).where(TraceRow.tenant_id == tenant)
+               _BASIS.label("basis")).where(TraceRow.tenant_id == tenant)
     if f.agent is not None:
         q = q.where(agent_sql == f.agent)
     if f.verdict == "unknown":
@@ -166,7 +168,7 @@ def runs(store: Store, tenant: str, f: RunFilter, *, page: int, per_page: int) -
             "id": r.id, "created_at": r.created_at.isoformat(), "agent": r.agent, "task_type": r.task_type,
             "steps": r.n_steps, "verdict": verdict(r.healthy),
             "failure_probability": None if r.p is None else round(float(r.p), 4),
-            "basis": r.basis_model or ("zero-shot" if r.p is not None else None),
+            "basis": basis_of(r.basis, r.p),
             "primary_kind": r.primary_kind,
             "repair": last_rec["strategy"] if last_rec else None,
             "repairs": len(rec["recommendations"]),
@@ -178,39 +180,49 @@ def runs(store: Store, tenant: str, f: RunFilter, *, page: int, per_page: int) -
     return {"total": total, "page": page, "pages": pages, "per_page": per_page, "items": items}
 
 
+def basis_of(basis: Any, probability: float | None) -> dict[str, Any] | None:
+    """What a run's ``failure_probability_basis`` says (model, agent, labelled runs, CV AUROC); a run
+    stored before schema 1.3 with a probability: zero-shot; none without a probability."""
+    if isinstance(basis, dict) and basis.get("model"):
+        return {k: basis.get(k) for k in ("model", "agent", "labelled_runs", "cv_auroc")}
+    return {"model": "zero-shot", "agent": None, "labelled_runs": None, "cv_auroc": None} \
+        if probability is not None else None
+
+
 def agents(store: Store, tenant: str) -> list[str]:
     """The tenant's agents (for the filters), by name."""
     with store.read() as db:
         return sorted(str(a) for a in db.scalars(select(agent_sql).where(TraceRow.tenant_id == tenant).distinct()))
 
 
-def labelled_count(store: Store, tenant: str, task_type: str | None) -> int:
-    """Runs of this agent (its task type; ``None``: every run) that carry a label."""
+def labelled_count(store: Store, tenant: str, agent: str | None) -> int:
+    """Runs of this agent (``None``: every run) that carry a label."""
     q = select(func.count(func.distinct(LabelRow.trace_id))).where(LabelRow.tenant_id == tenant,
                                                                   LabelRow.withdrawn_at.is_(None))
-    if task_type is not None:
+    if agent is not None:
         q = q.join(TraceRow, and_(TraceRow.tenant_id == LabelRow.tenant_id, TraceRow.id == LabelRow.trace_id)) \
-            .where(TraceRow.task_type == task_type)
+            .where(TraceRow.agent == agent)
     with store.read() as db:
         return int(db.scalar(q) or 0)
 
 
 def streams(store: Store, tenant: str) -> list[dict[str, Any]]:
-    """The tenant's streams: name, task type, observations, whether an alarm is open."""
+    """The tenant's streams: name, agent (``""``: posted for every agent), observations, whether an
+    alarm is open."""
     with store.read() as db:
-        rows = db.execute(select(StreamRow.name, StreamRow.task_type, StreamRow.detector, StreamRow.n,
+        rows = db.execute(select(StreamRow.name, StreamRow.agent, StreamRow.detector, StreamRow.n,
                                  StreamRow.alarm_open).where(StreamRow.tenant_id == tenant)
-                          .order_by(StreamRow.name, StreamRow.task_type)).all()
-    return [{"stream": r.name, "task_type": r.task_type, "detector": r.detector, "n": r.n,
+                          .order_by(StreamRow.name, StreamRow.agent)).all()
+    return [{"stream": r.name, "agent": r.agent, "detector": r.detector, "n": r.n,
              "alarm_open": bool(r.alarm_open)} for r in rows]
 
 
-def stream_series(store: Store, tenant: str, stream: str, task_type: str, *, last: int = 2000) -> dict[str, Any]:
+def stream_series(store: Store, tenant: str, stream: str, agent: str, *, last: int = 2000) -> dict[str, Any]:
     """The stream's last ``last`` observations (seq, value) and the seqs where its detector alarmed."""
     with store.read() as db:
         rows = db.execute(select(ObservationRow.seq, ObservationRow.value, ObservationRow.alarm)
                           .where(ObservationRow.tenant_id == tenant, ObservationRow.stream == stream,
-                                 ObservationRow.task_type == task_type)
+                                 ObservationRow.agent == agent)
                           .order_by(ObservationRow.seq.desc()).limit(last)).all()
     rows = list(reversed(rows))
     return {"seq": [int(r.seq) for r in rows], "values": [float(r.value) for r in rows],
@@ -221,5 +233,5 @@ def day_start(d: date) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=UTC)
 
 
-__all__ = ["POOL", "agent_sql", "RunFilter", "agents", "day_start", "labelled_count", "overview", "runs", "stream_series",
+__all__ = ["POOL", "agent_sql", "RunFilter", "agents", "basis_of", "day_start", "labelled_count", "overview", "runs", "stream_series",
            "streams", "verdict", "window"]

@@ -63,7 +63,7 @@
   if (pick) {
     pick.addEventListener("change", function () {
       var parts = pick.value.split("|");
-      location.href = "/ui/streams?stream=" + encodeURIComponent(parts[0]) + "&task_type=" + encodeURIComponent(parts.slice(1).join("|"));
+      location.href = "/ui/streams?stream=" + encodeURIComponent(parts[0]) + "&agent=" + encodeURIComponent(parts.slice(1).join("|"));
     });
   }
   // auto-submit filter selects
