@@ -198,8 +198,17 @@ def test_store_query_on_both_backends(db_url: str) -> None:  # noqa: F811
 
                 service.report_outcome("t1", OutcomeRequest(recommendation_id=resp.recommendation.id,
                                                             success=t.id.endswith(("0", "2", "4"))))
+        # the run's resolved agent (model/agents.py), not its task type: one that names its agent, one
+        # that names nothing (the pool: None)
+        named, pooled = make_trace("loop", seed=40, n_steps=8), make_trace("loop", seed=41, n_steps=8)
+        named.task_type, pooled.task_type = "support", None
+        service.diagnose("t1", named, DiagnoseOptions(agent="billing-bot"))
+        service.diagnose("t1", pooled, DiagnoseOptions())
         until = datetime.now(UTC) + timedelta(minutes=1)
         occ, repairs = service.store.pattern_inputs("t1", since=until - timedelta(hours=1), until=until)
+        agent_of = {o.trace_id: o.agent for o in occ}
+        assert agent_of.get(named.id) == "billing-bot" and pooled.id in agent_of and agent_of[pooled.id] is None
+        occ = [o for o in occ if o.trace_id not in (named.id, pooled.id)]
         assert {o.trace_id for o in occ} <= {t.id for t in traces} and occ
         assert all(o.agent == "support" for o in occ)
         for o in occ:  # the tool of each failure row is the tool of its step (or the one it names)
