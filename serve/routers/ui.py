@@ -493,7 +493,8 @@ def _cv_auroc(request: Request, tenant: str, agent: str | None) -> float | None:
 
 def _version_cv_auroc(summary: dict[str, Any]) -> float | None:
     """A registry version's cross-validated AUROC: its card's, else its gate's estimate."""
-    card = summary.get("card") if isinstance(summary.get("card"), dict) else {}
+    card = summary.get("card")
+    card = card if isinstance(card, dict) else {}
     est = ((summary.get("gate") or {}).get("estimate") or {}).get("agent") or {}
     for v in (card.get("cv_auroc"), est.get("auroc") if isinstance(est, dict) else None):
         if isinstance(v, int | float) and v == v:
@@ -556,7 +557,8 @@ def models(request: Request, format: Format = "html") -> Response:
         for v in registry.versions(tenant, name):
             card_path = v.path / CARD_FILE
             card = card_path.read_text(encoding="utf-8")[:20_000] if card_path.is_file() else None
-            gate = v.summary.get("gate") if isinstance(v.summary.get("gate"), dict) else {}
+            gate = v.summary.get("gate")
+            gate = gate if isinstance(gate, dict) else {}
             versions.append({"version": v.version, "created_at": v.created_at, "parent": v.parent,
                              "active": v.version == on, "members": list(v.members),
                              "runs": (gate.get("estimate") or {}).get("runs"), "cv_auroc": _version_cv_auroc(v.summary),
