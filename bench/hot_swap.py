@@ -140,7 +140,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
             seen_first = None
             on: set[str] = set()
             while time.monotonic() - t0 < 120:
-                if seen_first is None and any(tenant == "acme" and mv.endswith(f"+{AGENT}@{v}") and t >= t0
+                if seen_first is None and any(tenant == "acme" and mv.endswith(f"+{v}") and t >= t0
                                               for t, _, _, tenant, mv, _ in list(log)):
                     seen_first = time.monotonic() - t0
                     visible_at.append(time.monotonic())
