@@ -3,8 +3,9 @@
 A real ``triage serve`` (uvicorn, classifier on as shipped) on 127.0.0.1 with three tenants:
 ``acme`` (whose model is promoted), ``globex`` (never promoted) and ``ops`` (an operator key for
 ``/metrics``). Four client threads diagnose a 10-step trace without a pause, for acme and globex
-in turn, while acme's run scorer is promoted ``--swaps`` times (a new registry version each time:
-the shipped scorer with its calibration moved, so every version answers differently), one every
+in turn, naming the agent ``bench-agent``, while acme's agent model of it is promoted ``--swaps`` times
+(a new registry version each time: an agent model fitted on another slice of τ-airline, so every
+version answers differently), one every
 ``--every`` seconds, at the setting's default poll interval unless ``--poll`` says otherwise.
 Before the clients start, every worker has served acme (requests on fresh connections until each
 worker's ``triage_model_info`` lists it): a worker that never served a tenant has nothing to swap.
@@ -41,18 +42,23 @@ sys.path.insert(0, str(ROOT))
 
 from bench.service import Server, _trace  # noqa: E402
 
+AGENT = "bench-agent"
+
 
 def _versions(registry: Any, n: int) -> list[str]:
-    """``n`` registry versions of acme: the shipped scorer with its Platt slope moved (±2–10 %)."""
-    from model.runscore import ARTIFACT, RunScorer
+    """``n`` registry versions of acme's agent ``bench-agent``: agent models fitted on ``n`` different
+    slices of τ-airline's runs (no own CV: fast to fit; the threshold then stays unset)."""
+    from model.agentmodel.model import AgentModel, AgentModelConfig
+    from model.realdata import load_source
 
-    base = json.loads(ARTIFACT.read_text(encoding="utf-8"))
+    runs = load_source("tau_airline")
     out = []
     parent = None
     for k in range(n):
-        d = dict(base)
-        d["platt"] = [base["platt"][0] * (1 + 0.02 * (k + 1) * (-1) ** k), base["platt"][1]]
-        mv = registry.save("acme", RunScorer.from_dict(d), parent=parent, card="bench/hot_swap.py",
+        part = runs[k * 10: k * 10 + 60]
+        model = AgentModel.fit([r.trace.model_copy(update={"labels": None}) for r in part], [r.failed for r in part],
+                               [r.group for r in part], config=AgentModelConfig(internal_folds=0))
+        mv = registry.save("acme", AGENT, model, parent=parent, card="bench/hot_swap.py",
                            report={"bench": True}, data={"bench": k})
         parent = mv.version
         out.append(mv.version)
@@ -87,7 +93,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
 
     def client(i: int) -> None:
         tenant = ("acme", "globex")[i % 2]
-        body = json.dumps({"trace": trace}).encode()
+        body = json.dumps({"trace": trace, "options": {"agent": AGENT}}).encode()
         headers = {"Authorization": f"Bearer {server.keys[tenant]}", "Content-Type": "application/json"}
         with httpx.Client(timeout=60) as c:
             while not stop.is_set():
@@ -103,21 +109,21 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
 
     def workers_on(version: str) -> set[str]:
         r = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.keys['ops']}"}, timeout=30)
-        return set(re.findall(rf'triage_model_info\{{tenant="acme",version="{re.escape(version)}",worker="(\d+)"\}}',
-                              r.text))
+        return set(re.findall(rf'triage_model_info\{{tenant="acme",agent="{AGENT}",version="{re.escape(version)}",'
+                              rf'worker="(\d+)"\}}', r.text))
 
     # Every worker serves acme before the clients start (their keep-alive connections may all land
     # on one worker; a worker that never served acme has no model of it to swap): fresh connections.
-    from model.registry import SHIPPED_VERSION
+    from model.registry import ZERO_SHOT
 
     serving: set[str] = set()
     deadline = time.monotonic() + 120
     while len(serving) < workers:
         if time.monotonic() > deadline:
             raise SystemExit(f"only workers {serving} answered acme")
-        httpx.post(f"{server.url}/v1/diagnose", json={"trace": trace}, timeout=60,
+        httpx.post(f"{server.url}/v1/diagnose", json={"trace": trace, "options": {"agent": AGENT}}, timeout=60,
                    headers={"Authorization": f"Bearer {server.keys['acme']}"}).raise_for_status()
-        serving |= workers_on(SHIPPED_VERSION)
+        serving |= workers_on(ZERO_SHOT)
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(4)]
     for t in threads:
@@ -130,7 +136,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
         steady_end = time.monotonic()
         for v in versions:
             t0 = time.monotonic()
-            store.activate_model("acme", v, actor="bench")
+            store.activate_model("acme", v, actor="bench", agent=AGENT)
             seen_first = None
             on: set[str] = set()
             while time.monotonic() - t0 < 120:
@@ -138,7 +144,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
                                               for t, _, _, tenant, mv, _ in list(log)):
                     seen_first = time.monotonic() - t0
                     visible_at.append(time.monotonic())
-                on |= workers_on(v)
+                on |= workers_on(f"{AGENT}@{v}")
                 if seen_first is not None and len(on) >= workers:
                     break
                 time.sleep(0.1)

@@ -24,7 +24,7 @@ How a worker follows promotions, without a restart and without a database query 
   activation that loads, else zero-shot).
 
 ``model_version`` in every response is ``<classifier version>+<run-scorer version>``, then
-``+<agent>@<version>`` when an agent model answered.
+``+<version>`` (the agent model's registry version) when one answered; the basis names the agent.
 """
 
 from __future__ import annotations

@@ -587,7 +587,7 @@ class TriageService:
         resp.failure_probability_basis = ProbabilityBasis(
             model="agent", agent=served.agent, labelled_runs=served.labelled_runs, cv_auroc=served.cv_auroc,
             version=served.tag, zero_shot_probability=p0)
-        resp.model_version = f"{resp.model_version}+{served.tag}"
+        resp.model_version = f"{resp.model_version}+{served.version}"  # the agent: in the basis (column of 100)
         resp.detector_versions[AGENT_MODEL_DETECTOR] = served.model.version
 
     def _zero_shot_answer(self, resp: DiagnosisResponse, tenant: str, agent: str) -> None:

@@ -62,7 +62,7 @@ def test_served_probability_is_the_offline_models(service: TriageService, fitted
         resp = service.diagnose("acme", t, DiagnoseOptions(agent=AGENT))
         basis = resp.failure_probability_basis
         assert basis is not None and basis.model == "agent" and basis.agent == AGENT and basis.labelled_runs == 60
-        assert basis.cv_auroc == model.card_["cv_auroc"] and resp.model_version.endswith(basis.version or "?")
+        assert basis.cv_auroc == model.card_["cv_auroc"] and resp.model_version.endswith("+" + (basis.version or "@?").split("@")[1])
         stored = service.stored_trace("acme", t.id)  # as served: redacted first
         assert resp.failure_probability == pytest.approx(model.score(stored, prior=basis.zero_shot_probability),
                                                          abs=1e-9)

@@ -206,7 +206,7 @@ def test_retry_after_forms() -> None:
 
 def test_graph_on_every_recipe_is_consistent() -> None:
     for kind in [None, *FailureKind]:
-        if kind is FailureKind.DEGRADATION:
+        if kind in (FailureKind.DEGRADATION, FailureKind.AT_RISK):  # no recipe: streams, the agent model
             continue
         t = make_trace(kind, seed=9, n_steps=15)
         g = ExecutionGraph.from_trace(t)

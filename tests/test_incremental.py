@@ -26,7 +26,7 @@ RULES = DiagnoseOptions(detectors=sorted(n for n in Diagnoser().detectors if n !
 
 def _long_session(n_tasks: int, seed: int = 0) -> Trace:
     """One session of ``n_tasks`` generated tasks (each from a user message on), failures planted."""
-    kinds = [k for k in FailureKind if k not in (FailureKind.DEGRADATION, FailureKind.INCOMPLETE)]
+    kinds = [k for k in FailureKind if k not in (FailureKind.DEGRADATION, FailureKind.INCOMPLETE, FailureKind.AT_RISK)]
     steps: list[Step] = []
     for t in range(n_tasks):
         kind = None if t % 3 == 0 else kinds[t % len(kinds)]

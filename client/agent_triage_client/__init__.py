@@ -22,7 +22,7 @@ from agent_triage_client._client import DEFAULT_BASE_URL, AsyncTriageClient, Tri
 from agent_triage_client._errors import TriageAPIError, TriageClientError, TriageUnavailable
 from agent_triage_client.agent import AsyncTriageAgent, RunReport, TriageAgent
 from agent_triage_client.executor import Handoff, RepairContext, RepairExecutor, RepairResult, Replan
-from agent_triage_client.models import Diagnosis, Recommendation, SessionStep
+from agent_triage_client.models import Diagnosis, ProbabilityBasis, Recommendation, SessionStep
 from agent_triage_client.stream import StepStream
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "AsyncTriageAgent",
     "AsyncTriageClient",
     "Diagnosis",
+    "ProbabilityBasis",
     "Handoff",
     "Recommendation",
     "RepairContext",

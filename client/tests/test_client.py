@@ -70,6 +70,8 @@ def test_sync_whole_api(service: tuple[str, str]) -> None:
         d = c.diagnose(LOOP, agent="triager")
         assert d.served and d.healthy is False and d.primary is not None
         assert c.get_trace(d.trace_id).agent == "triager"  # the key of its agent model
+        basis = d.failure_probability_basis  # schema 1.3: which model gave failure_probability
+        assert basis is not None and (basis.model, basis.agent, basis.labelled_runs) == ("zero-shot", "triager", 0)
         assert (d.primary.kind, d.primary.source_index) == ("loop", 6)
         assert d.recommendation.strategy == "rollback" and d.coverage.steps == 8
         tools = [{"name": "search", "description": "web search", "parameters": {"type": "object"}}]
