@@ -130,6 +130,7 @@ def test_task_type_still_names_the_stream_of_runs_that_name_no_agent(service: Tr
     assert service.changepoints("t", "output_chars", None, None, task_type="faq").n == 131
     assert service.store.get_stream("t", "output_chars", "bot").n == 1  # type: ignore[union-attr]
     assert service.changepoints("t", "output_chars", "faq", None).agent == "faq"
+    assert service.changepoints("t", "output_chars", " faq ", None).n == 131  # cleaned as a run's name is
 
 
 def test_agent_and_a_different_task_type_are_refused(service: TriageService) -> None:
