@@ -314,11 +314,11 @@ class Diagnoser:
             versions[RUNSCORE] = self.runscorer.version
             thr = self.runscorer.threshold
             if run_threshold is not None:
-                # zero-shot (no tenant head), the probability turns `healthy` false only at the fixed
-                # low-false-alarm operating point or above it (issue 20, item 7): a caller's point
-                # relative to the agent's own runs flags its top decile by construction (≈ 10 % of
-                # its successful runs), so it may raise the bar, never lower it
-                thr = run_threshold if self.runscorer.head_ is not None else max(thr, run_threshold)
+                # zero-shot, the probability turns `healthy` false only at the fixed low-false-alarm
+                # operating point or above it (issue 20, item 7): a caller's point relative to the
+                # agent's own runs flags its top decile by construction (≈ 10 % of its successful
+                # runs), so it may raise the bar, never lower it
+                thr = max(thr, run_threshold)
             if run_verdict and not failures and probability is not None and attribution is not None \
                     and probability >= thr:
                 primary = run_failure(trace, attribution, probability, thr, signals)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from model.coverage import Coverage
 from model.kinds import Category, FailureKind, Severity, Strategy
 
-RESPONSE_SCHEMA_VERSION = "1.2"  # 1.1: failure_probability, attribution; 1.2: arm
+RESPONSE_SCHEMA_VERSION = "1.3"  # 1.1: failure_probability, attribution; 1.2: arm; 1.3: failure_probability_basis
 
 
 class Finding(BaseModel):
@@ -71,6 +71,29 @@ class Attribution(BaseModel):
     probability: float = Field(ge=0.0, le=1.0, description="P(this message is where it went wrong | failed)")
 
 
+class ProbabilityBasis(BaseModel):
+    """Which model gave ``failure_probability``, and how far to trust it (schema 1.3)."""
+
+    model: Literal["zero-shot", "agent"] = Field(
+        description="`agent`: the agent's own model (trained on its labelled runs, scoring the run so far); "
+        "`zero-shot`: the shipped run scorer, trained on other agents (near chance on a new agent)."
+    )
+    agent: str = Field(description="The run's agent (model/agents.py): the key of its model.")
+    labelled_runs: int = Field(
+        default=0, ge=0,
+        description="The agent's labelled runs: those its model was trained on (`agent`), or those the "
+        "zero-shot probability was re-centred on (its observed failure rate; 0: not re-centred).",
+    )
+    cv_auroc: float | None = Field(
+        default=None, description="The agent model's grouped cross-validated AUROC on its labelled runs (`agent` only)."
+    )
+    version: str | None = Field(default=None, description="The agent model's registry version (`agent` only).")
+    zero_shot_probability: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="The zero-shot probability before re-centring or the agent model (its prior).",
+    )
+
+
 class DiagnosisResponse(BaseModel):
     """The answer to one diagnosis (CLI ``--json`` and ``POST /v1/diagnose``).
 
@@ -93,6 +116,9 @@ class DiagnosisResponse(BaseModel):
     detector_versions: dict[str, str] = Field(default_factory=dict)
     healthy: bool | None
     failure_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    failure_probability_basis: ProbabilityBasis | None = Field(
+        default=None, description="Which model gave `failure_probability` (absent outside the service)."
+    )
     attribution: Attribution | None = None
     failures: list[Failure] = Field(default_factory=list)
     signals: list[Failure] = Field(default_factory=list)
@@ -109,4 +135,5 @@ class DiagnosisResponse(BaseModel):
     )
 
 
-__all__ = ["RESPONSE_SCHEMA_VERSION", "Attribution", "DiagnosisResponse", "Failure", "Finding", "Recommendation"]
+__all__ = ["RESPONSE_SCHEMA_VERSION", "Attribution", "DiagnosisResponse", "Failure", "Finding", "ProbabilityBasis",
+           "Recommendation"]

@@ -37,6 +37,7 @@ class Producer(StrEnum):
     RULES = "rules"
     CLASSIFIER = "classifier"
     STREAMS = "streams"
+    AGENT_MODEL = "agent_model"
 
 
 class FailureKind(StrEnum):
@@ -57,6 +58,7 @@ class FailureKind(StrEnum):
     DISALLOWED_TOOL = "disallowed_tool"
     UNSAFE_OUTPUT = "unsafe_output"
     DEGRADATION = "degradation"
+    AT_RISK = "at_risk"
 
 
 class Strategy(StrEnum):
@@ -124,6 +126,10 @@ KIND_INFO: dict[FailureKind, KindInfo] = {
     ),
     FailureKind.DEGRADATION: KindInfo(
         _L, Severity.MEDIUM, frozenset({_S}), "a metric stream drifted"
+    ),
+    FailureKind.AT_RISK: KindInfo(
+        _L, Severity.MEDIUM, frozenset({Producer.AGENT_MODEL}),
+        "the agent's own model puts the run so far above its early-warning point (serve/models.py)",
     ),
 }
 

@@ -1,25 +1,28 @@
-"""A registry of run scorers per tenant: ``<root>/<tenant>/<version>/``.
+"""A registry of agent models per tenant and agent: ``<root>/<tenant>/agents/<agent key>/<version>/``.
 
-``triage retrain`` saves every challenger here; which version a tenant *serves* is recorded in the
-store (``Store.active_model``; no row: the shipped model, :data:`SHIPPED_VERSION`). The root is the
-setting ``TRIAGE_MODEL_REGISTRY`` (default ``<data_dir>/models``): several servers or workers need
-it on a path they all reach (a shared volume), since each loads the artefact itself.
+``triage retrain`` saves every challenger here (:class:`~model.agentmodel.model.AgentModel`, one per
+agent with enough labelled runs, and the tenant's pooled one under :data:`POOLED`); which version a
+(tenant, agent) *serves* is recorded in the store (``Store.active_model(tenant, agent)``; no row:
+zero-shot, the shipped run scorer). The root is the setting ``TRIAGE_MODEL_REGISTRY`` (default
+``<data_dir>/models``): several servers or workers need it on a path they all reach (a shared
+volume), since each loads the artefact itself.
 
-A version's folder::
+The agent key is the agent's name made a safe folder name plus a hash of the name (two names never
+share a folder); ``version.json`` keeps the name itself. A version's folder::
 
-    runscore.json       the artefact (RunScorer.to_dict(); RunScorer.load reads it)
-    MODEL_CARD.md       what it was trained on and how it fared at the gate
+    agentmodel.json     the artefact (AgentModel.to_dict(); AgentModel.from_dict reads it)
+    MODEL_CARD.md       what it was trained on, the gate, the learning curve so far
     evaluation.json     the gate's figures (the ModelVersion's ``summary``)
-    data.json           the data it saw: sha256 of every base file and of every tenant trace, counts
-    version.json        tenant, version, parent, created_at and the artefact's sha256
+    data.json           the data it saw: sha256 of every trace, labels' counts
+    version.json        tenant, agent, version, parent, created_at, the artefact's sha256, members
 
 Saving writes a temporary folder beside the final one and renames it (atomic on one file system),
 so a reader never sees half a version; :meth:`Registry.load` checks the artefact's sha256.
-Version names are ``v<N>-<YYYYMMDDTHHMMSSZ>`` (N = 1, 2, … per tenant).
+Version names are ``v<N>-<YYYYMMDDTHHMMSSZ>`` (N = 1, 2, … per tenant and agent).
 
->>> reg = Registry(Path("/tmp/models"))                                    # doctest: +SKIP
->>> mv = reg.save("acme", scorer, parent=None, card="…", report={}, data={})  # doctest: +SKIP
->>> reg.load("acme", mv.version).score(trace)                              # doctest: +SKIP
+>>> reg = Registry(Path("/tmp/models"))                                            # doctest: +SKIP
+>>> mv = reg.save("acme", "billing", model, parent=None, card="…", report={}, data={})  # doctest: +SKIP
+>>> reg.load("acme", "billing", mv.version).score(trace)                          # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -33,10 +36,13 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model.errors import InputError, ModelLoadError
-from model.runscore.model import ARTIFACT, RunScorer
+from model.runscore.model import ARTIFACT
+
+if TYPE_CHECKING:
+    from model.agentmodel.model import AgentModel
 
 
 def _sha256(path: Path) -> str:
@@ -50,10 +56,14 @@ def _shipped_version() -> str:
         return "shipped-missing"
 
 
-#: The version name of the shipped run scorer (``model/artifacts/runscore.json``).
+#: The version name of the shipped run scorer (``model/artifacts/runscore.json``): zero-shot.
 SHIPPED_VERSION: str = _shipped_version()
+#: The version an activation names to answer an agent zero-shot again (a rollback past its first model).
+ZERO_SHOT = "zero-shot"
+#: The agent key of a tenant's pooled model (the agents with too few labelled runs of their own).
+POOLED = "_pooled"
 
-ARTEFACT_FILE = "runscore.json"
+ARTEFACT_FILE = "agentmodel.json"
 CARD_FILE = "MODEL_CARD.md"
 REPORT_FILE = "evaluation.json"
 DATA_FILE = "data.json"
@@ -61,6 +71,7 @@ VERSION_FILE = "version.json"
 
 _VERSION_RE = re.compile(r"^v(\d+)-(\d{8}T\d{6}Z)$")
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")  # as serve.store.check_tenant_name
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
 def _tenant(name: str) -> str:
@@ -70,33 +81,55 @@ def _tenant(name: str) -> str:
     return name
 
 
+def agent_key(agent: str) -> str:
+    """The folder of ``agent``'s versions: its name made safe (48 characters at most) + 10 hex of its sha256."""
+    if not agent or len(agent) > 200:
+        raise InputError(f"an agent name is 1-200 characters; got {agent!r}", path="agent")
+    safe = _UNSAFE.sub("_", agent)[:48].lstrip(".") or "agent"
+    return f"{safe}-{hashlib.sha256(agent.encode()).hexdigest()[:10]}"
+
+
 @dataclass(frozen=True)
 class ModelVersion:
-    """One registered run scorer of a tenant."""
+    """One registered agent model of a tenant."""
 
     tenant: str
+    agent: str
     version: str
-    path: Path                       # its folder (the shipped one: model/artifacts)
+    path: Path                       # its folder
     created_at: str                  # ISO 8601, UTC
-    parent: str | None               # the champion it was trained over
-    summary: dict[str, Any] = field(default_factory=dict)   # the gate's figures, data hashes, counts
+    parent: str | None               # the champion it was gated against
+    summary: dict[str, Any] = field(default_factory=dict)   # the gate's figures, counts
+    members: tuple[str, ...] = ()    # a pooled model: the agents it was trained on and serves
 
 
 class Registry:
-    """The run scorers of every tenant under ``root`` (see the module docstring)."""
+    """The agent models of every tenant under ``root`` (see the module docstring)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
     # ---- reading ----------------------------------------------------------------------------
 
-    def shipped(self, tenant: str = "local") -> ModelVersion:
-        """The shipped model as a version (what a tenant without an activation serves)."""
-        return ModelVersion(tenant, SHIPPED_VERSION, ARTIFACT.parent, "", None, {"shipped": True})
+    def agents(self, tenant: str) -> list[str]:
+        """The agents of ``tenant`` with at least one registered version (names, sorted)."""
+        folder = self.root / _tenant(tenant) / "agents"
+        if not folder.is_dir():
+            return []
+        names = set()
+        for d in folder.iterdir():
+            for v in d.iterdir() if d.is_dir() else []:
+                if _VERSION_RE.match(v.name) and (v / VERSION_FILE).is_file():
+                    try:
+                        names.add(str(json.loads((v / VERSION_FILE).read_text(encoding="utf-8"))["agent"]))
+                    except (OSError, ValueError, KeyError):
+                        continue
+                    break
+        return sorted(names)
 
-    def versions(self, tenant: str) -> list[ModelVersion]:
-        """The tenant's registered versions, oldest first (the shipped model is not listed)."""
-        folder = self.root / _tenant(tenant)
+    def versions(self, tenant: str, agent: str) -> list[ModelVersion]:
+        """The agent's registered versions, oldest first."""
+        folder = self._agent_dir(tenant, agent)
         if not folder.is_dir():
             return []
         found = []
@@ -104,36 +137,29 @@ class Registry:
             m = _VERSION_RE.match(d.name)
             if m and d.is_dir():
                 found.append((int(m.group(1)), d.name))
-        return [self.get(tenant, name) for _, name in sorted(found)]
+        return [self.get(tenant, agent, name) for _, name in sorted(found)]
 
-    def get(self, tenant: str, version: str) -> ModelVersion:
+    def get(self, tenant: str, agent: str, version: str) -> ModelVersion:
         """The version's record; :class:`InputError` naming the known versions when there is none."""
-        if version == SHIPPED_VERSION:
-            return self.shipped(tenant)
-        d = self._dir(tenant, version)
+        d = self._dir(tenant, agent, version)
         try:
             meta = json.loads((d / VERSION_FILE).read_text(encoding="utf-8"))
             summary = json.loads((d / REPORT_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError:
-            known = [v.name for v in sorted((self.root / tenant).glob("v*")) if _VERSION_RE.match(v.name)] \
-                if (self.root / tenant).is_dir() else []
-            raise InputError(f"tenant {tenant!r} has no model version {version!r} in {self.root} "
-                             f"(known: {', '.join(known) or 'none'}; shipped: {SHIPPED_VERSION})",
-                             path="version") from None
+            known = [v.version for v in self.versions(tenant, agent)]
+            raise InputError(f"tenant {tenant!r} has no model version {version!r} of agent {agent!r} in {self.root} "
+                             f"(known: {', '.join(known) or 'none'})", path="version") from None
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{d}: unreadable version record ({exc})") from exc
-        return ModelVersion(tenant, version, d, str(meta.get("created_at", "")), meta.get("parent"),
-                            summary if isinstance(summary, dict) else {})
+        return ModelVersion(tenant, agent, version, d, str(meta.get("created_at", "")), meta.get("parent"),
+                            summary if isinstance(summary, dict) else {}, tuple(meta.get("members") or ()))
 
-    def load(self, tenant: str, version: str) -> RunScorer:
-        """The version's run scorer (numpy only; no torch). :class:`ModelLoadError` when the artefact
-        is missing, corrupt (its sha256 differs from the one recorded at save) or not a run scorer."""
-        if version == SHIPPED_VERSION:
-            try:
-                return RunScorer.load(ARTIFACT)
-            except InputError as exc:
-                raise ModelLoadError(str(exc)) from exc
-        mv = self.get(tenant, version)
+    def load(self, tenant: str, agent: str, version: str) -> AgentModel:
+        """The version's agent model (numpy / scipy only). :class:`ModelLoadError` when the artefact
+        is missing, corrupt (its sha256 differs from the one recorded at save) or not an agent model."""
+        from model.agentmodel.model import AgentModel
+
+        mv = self.get(tenant, agent, version)
         art = mv.path / ARTEFACT_FILE
         try:
             raw = art.read_bytes()
@@ -143,18 +169,18 @@ class Registry:
         if hashlib.sha256(raw).hexdigest() != meta.get("sha256"):
             raise ModelLoadError(f"{art}: sha256 differs from the one recorded at save (corrupt or edited)")
         try:
-            return RunScorer.from_dict(json.loads(raw))
+            return AgentModel.from_dict(json.loads(raw))
         except (ValueError, KeyError, TypeError, InputError) as exc:
-            raise ModelLoadError(f"{art}: not a run scorer ({exc})") from exc
+            raise ModelLoadError(f"{art}: not an agent model ({exc})") from exc
 
     # ---- writing ----------------------------------------------------------------------------
 
-    def save(self, tenant: str, scorer: RunScorer, *, parent: str | None, card: str, report: dict[str, Any],
-             data: dict[str, Any]) -> ModelVersion:
-        """Register ``scorer`` as the tenant's next version (atomic: a temp folder renamed into place)."""
-        folder = self.root / _tenant(tenant)
+    def save(self, tenant: str, agent: str, model: AgentModel, *, parent: str | None, card: str,
+             report: dict[str, Any], data: dict[str, Any], members: tuple[str, ...] = ()) -> ModelVersion:
+        """Register ``model`` as the agent's next version (atomic: a temp folder renamed into place)."""
+        folder = self._agent_dir(tenant, agent)
         folder.mkdir(parents=True, exist_ok=True)
-        body = (json.dumps(scorer.to_dict(), indent=1, sort_keys=True) + "\n").encode()
+        body = (json.dumps(model.to_dict(), sort_keys=True) + "\n").encode()
         tmp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=folder))
         try:
             for _ in range(100):
@@ -163,8 +189,8 @@ class Registry:
                             default=0)
                 version = f"v{n}-{now.strftime('%Y%m%dT%H%M%SZ')}"
                 created = now.isoformat(timespec="seconds").replace("+00:00", "Z")
-                meta = {"tenant": tenant, "version": version, "parent": parent, "created_at": created,
-                        "sha256": hashlib.sha256(body).hexdigest(), "scorer": scorer.version}
+                meta = {"tenant": tenant, "agent": agent, "version": version, "parent": parent, "created_at": created,
+                        "sha256": hashlib.sha256(body).hexdigest(), "model": model.version, "members": list(members)}
                 (tmp / ARTEFACT_FILE).write_bytes(body)
                 (tmp / CARD_FILE).write_text(card, encoding="utf-8")
                 (tmp / REPORT_FILE).write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n",
@@ -179,17 +205,19 @@ class Registry:
                     os.rename(tmp, folder / version)  # fails if another writer took the name
                 except OSError:
                     continue
-                return ModelVersion(tenant, version, folder / version, created, parent, report)
+                return ModelVersion(tenant, agent, version, folder / version, created, parent, report, members)
             raise ModelLoadError(f"{folder}: could not find a free version name")
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
-    def _dir(self, tenant: str, version: str) -> Path:
+    def _agent_dir(self, tenant: str, agent: str) -> Path:
+        return self.root / _tenant(tenant) / "agents" / agent_key(agent)
+
+    def _dir(self, tenant: str, agent: str, version: str) -> Path:
         if not _VERSION_RE.match(version):
-            raise InputError(f"a model version looks like v3-20261201T120000Z or {SHIPPED_VERSION}; got {version!r}",
-                             path="version")
-        return self.root / _tenant(tenant) / version
+            raise InputError(f"a model version looks like v3-20261201T120000Z; got {version!r}", path="version")
+        return self._agent_dir(tenant, agent) / version
 
 
-__all__ = ["SHIPPED_VERSION", "ModelVersion", "Registry"]
+__all__ = ["POOLED", "SHIPPED_VERSION", "ZERO_SHOT", "ModelVersion", "Registry", "agent_key"]

@@ -175,7 +175,8 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
         limiter=RateLimiter.from_settings(settings),
         session_window=settings.session_window_steps,
         canary_percent=settings.repair_canary_percent,
-        models=build_models(settings, diagnoser, store),
+        models=build_models(settings, store),
+        recentre_ttl_s=settings.zero_shot_recentre_ttl_s,
     )
 
 

@@ -139,11 +139,6 @@ def diagnose(
     classifier: Annotated[
         bool, typer.Option("--classifier/--no-classifier", help="Load the shipped classifier, as the service does.")
     ] = True,
-    tenant: Annotated[
-        str | None,
-        typer.Option("--tenant", help="Score with this tenant's active model (the store and registry of the "
-                     "TRIAGE_ settings), as the service answers it; default the shipped model."),
-    ] = None,
 ) -> None:
     """Diagnose a trace (or an archive with --jsonl) with the models the service loads (rules, the
     classifier, the run scorer). Exit 0 healthy or not; 2 on unreadable input."""
@@ -157,8 +152,7 @@ def diagnose(
             speakers=_speakers(speaker),
             session=session,
         )
-        diagnoser = _tenant_diagnoser(Diagnoser.with_shipped_models(classifier=classifier, max_steps=max_steps),
-                                      tenant)
+        diagnoser = Diagnoser.with_shipped_models(classifier=classifier, max_steps=max_steps)
         if jsonl is not None:
             if file is not None:
                 raise InputError("give either FILE or --jsonl, not both")
@@ -185,31 +179,6 @@ def diagnose(
                 _print_summary(resp, "stdin" if file == "-" else file)
     except TriageError as exc:
         raise _fail(str(exc)) from None
-
-
-def _tenant_diagnoser(base: Diagnoser, tenant: str | None) -> Diagnoser:
-    """The diagnoser the service would answer ``tenant`` with (its active run scorer over the
-    shipped rules and classifier); the shipped models when ``tenant`` is None."""
-    from model.registry import SHIPPED_VERSION
-    from serve.models import TenantModels, build_models
-
-    if tenant is None:
-        return TenantModels(base, shipped_version=SHIPPED_VERSION).get("local").diagnoser
-    from serve.settings import get_settings
-    from serve.store import check_tenant_name, open_store
-
-    check_tenant_name(tenant)
-    settings = get_settings()
-    store = open_store(settings)
-    try:
-        models = build_models(settings, base, store)
-        served = models.get(tenant)
-    finally:
-        store.dispose()
-    refused = models.refusal(tenant)
-    if refused is not None:
-        raise TriageError(f"tenant {tenant!r}: {refused}")
-    return served.diagnoser
 
 
 def _unwrap_envelope(data: Any, fmt: str, options: DiagnoseOptions) -> tuple[Any, str, DiagnoseOptions]:

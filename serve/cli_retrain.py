@@ -1,7 +1,8 @@
-"""``triage retrain [--tenant T]`` and ``triage model list | promote V | rollback [--tenant T]``.
+"""``triage retrain [--tenant T] [--agent A]`` and ``triage model list | promote V | rollback [--tenant T] --agent A``.
 
-Runs on the serving install (numpy, scipy; no torch). The registry root is the setting
-``TRIAGE_MODEL_REGISTRY`` (default ``<data_dir>/models``); the active version per tenant is in the store.
+Runs on the serving install (numpy, scipy, scikit-learn for the gate's cheap learners; no torch). The
+registry root is the setting ``TRIAGE_MODEL_REGISTRY`` (default ``<data_dir>/models``); the active
+version per (tenant, agent) is in the store.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from rich.console import Console
 
 from model.errors import TriageError
 
-model_app = typer.Typer(help="The per-tenant run-scorer registry: list, promote, rollback.", no_args_is_help=True)
+model_app = typer.Typer(help="The agent-model registry: list, promote, rollback.", no_args_is_help=True)
 _err = Console(stderr=True)
 
 Tenant = Annotated[str, typer.Option("--tenant", help="The tenant (`local`: make run's key and TRIAGE_AUTH=off).")]
+Agent = Annotated[str, typer.Option("--agent", help="The agent (its name; `_pooled`: the tenant's pooled model).")]
 
 
 def _fail(message: str) -> typer.Exit:
@@ -36,62 +38,73 @@ def _open() -> tuple[Any, Any, Any]:
 
 @model_app.command("list")
 def list_cmd(tenant: Tenant = "local") -> None:
-    """The tenant's registered versions (the active one marked), gate figures, and the activations."""
-    from model.registry import SHIPPED_VERSION
+    """Every agent's registered versions (the active one marked), their gate figures, and the activations."""
+    from model.registry import ZERO_SHOT
 
     try:
         _, store, registry = _open()
-        active = store.active_model(tenant) or SHIPPED_VERSION
-        versions = registry.versions(tenant)
+        agents = registry.agents(tenant)
+        active = store.active_models(tenant)
         history = store.model_history(tenant)
     except TriageError as exc:
         raise _fail(str(exc)) from None
-    typer.echo(f"tenant {tenant}: run scorers under {registry.root} (* = active)")
-    typer.echo(f"{'':1} {'version':<22} {'created':<21} {'parent':<22} {'tenant slice AUROC':<18} gate")
-    typer.echo(f"{'*' if active == SHIPPED_VERSION else '':1} {SHIPPED_VERSION:<22} {'':<21} {'':<22} {'':<18} shipped")
-    for v in versions:
-        g = v.summary.get("gate", {})
-        comp = next((c for c in g.get("comparisons", []) if c["name"] == "tenant slice"), None)
-        auc = f"{comp['champion']:.3f} -> {comp['challenger']:.3f}" if comp else "-"
-        verdict = "passed" if g.get("promote") else ("refused" if g.get("refused") else "failed")
-        typer.echo(f"{'*' if v.version == active else '':1} {v.version:<22} {v.created_at:<21} "
-                   f"{v.parent or '':<22} {auc:<18} {verdict}")
+    typer.echo(f"tenant {tenant}: agent models under {registry.root} (* = active)")
+    for agent in agents:
+        on = active.get(agent, ZERO_SHOT)
+        typer.echo(f"agent {agent}: {'zero-shot (active)' if on == ZERO_SHOT else 'active ' + on}")
+        typer.echo(f"  {'':1} {'version':<22} {'created':<21} {'runs':>5} {'CV AUROC':>8} {'TF-IDF':>7} "
+                   f"{'length':>7} {'zero-shot':>9} gate")
+        for v in registry.versions(tenant, agent):
+            g = v.summary.get("gate", {})
+            e = g.get("estimate", {})
+
+            def a(m: str, e: dict[str, Any] = e) -> str:
+                x = (e.get(m) or {}).get("auroc")
+                return "-" if x is None else f"{x:.3f}"
+
+            typer.echo(f"  {'*' if v.version == on else '':1} {v.version:<22} {v.created_at:<21} {e.get('runs', '-'):>5} "
+                       f"{a('agent'):>8} {a('tfidf'):>7} {a('length'):>7} {a('zero-shot'):>9} "
+                       f"{'passed' if g.get('promote') else 'failed'}")
     if history:
         typer.echo("activations, newest first:")
     for h in history:
-        typer.echo(f"  {h['activated_at']:%Y-%m-%d %H:%M:%S} {h['action']:<8} {h['version']} by {h['actor']}")
+        who = h["agent"] if h["agent"] is not None else "(tenant run scorer, before agent models)"
+        typer.echo(f"  {h['activated_at']:%Y-%m-%d %H:%M:%S} {h['action']:<8} {who} {h['version']} by {h['actor']}")
 
 
 @model_app.command("promote")
 def promote_cmd(version: Annotated[str, typer.Argument(help="A version `triage model list` shows.")],
-                tenant: Tenant = "local",
+                agent: Agent, tenant: Tenant = "local",
                 actor: Annotated[str, typer.Option("--actor", help="Who promotes (recorded).")] = "cli") -> None:
-    """Serve VERSION for the tenant from now on (it is loaded and smoke-checked first)."""
+    """Serve VERSION for the agent from now on (it is loaded and smoke-checked first)."""
     from serve.retrain import load_checked
 
     try:
         _, store, registry = _open()
-        load_checked(registry, tenant, version)
-        store.activate_model(tenant, version, actor=actor, action="promote")
+        load_checked(registry, tenant, agent, version)
+        store.activate_model(tenant, version, actor=actor, action="promote", agent=agent)
     except TriageError as exc:
         raise _fail(str(exc)) from None
-    typer.echo(f"tenant {tenant}: {version} is active")
+    typer.echo(f"tenant {tenant} agent {agent}: {version} is active")
 
 
 @model_app.command("rollback")
-def rollback_cmd(tenant: Tenant = "local",
+def rollback_cmd(agent: Agent, tenant: Tenant = "local",
                  actor: Annotated[str, typer.Option("--actor", help="Who rolls back (recorded).")] = "cli") -> None:
-    """Serve the version that was active before the current one (promotions stack; rollbacks pop)."""
+    """Serve the version that was active before the current one (promotions stack; rollbacks pop;
+    past the first one: zero-shot)."""
+    from model.registry import ZERO_SHOT
     from serve.retrain import load_checked, rollback_target
 
     try:
         _, store, registry = _open()
-        target = rollback_target(store.model_history(tenant))
-        load_checked(registry, tenant, target)
-        store.activate_model(tenant, target, actor=actor, action="rollback")
+        target = rollback_target(store.model_history(tenant, agent))
+        if target is not None:
+            load_checked(registry, tenant, agent, target)
+        store.activate_model(tenant, target or ZERO_SHOT, actor=actor, action="rollback", agent=agent)
     except TriageError as exc:
         raise _fail(str(exc)) from None
-    typer.echo(f"tenant {tenant}: rolled back to {target}")
+    typer.echo(f"tenant {tenant} agent {agent}: rolled back to {target or ZERO_SHOT}")
 
 
 def register(app: typer.Typer) -> None:
@@ -100,17 +113,16 @@ def register(app: typer.Typer) -> None:
     @app.command("retrain")
     def retrain_cmd(
         tenant: Tenant = "local",
-        no_promote: Annotated[bool, typer.Option("--no-promote", help="Register the challenger only.")] = False,
-        params: Annotated[Path, typer.Option("--params", help="params.yaml (section runscore).")] = Path("params.yaml"),
-        root: Annotated[Path | None, typer.Option("--root", help="The vendored real sets (default datasets/real).")]
-        = None,
-        exclude: Annotated[list[str] | None, typer.Option(
-            "--exclude-set", help="A real set to leave out of the base data and the fixed splits (repeatable).")]
-        = None,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of the slice draw and the bootstrap.")] = 0,
+        agent: Annotated[list[str] | None, typer.Option(
+            "--agent", help="Retrain this agent only (repeatable; `_pooled`: the pooled model).")] = None,
+        no_promote: Annotated[bool, typer.Option("--no-promote", help="Register the challengers only.")] = False,
+        params: Annotated[Path, typer.Option("--params", help="params.yaml (section learning_curve).")]
+        = Path("params.yaml"),
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the folds and the bootstrap.")] = 0,
     ) -> None:
-        """Retrain the run scorer on the tenant's labelled history; promote it if it passes the gate.
-        Exit 0: promoted (or registered with --no-promote); 1: the gate kept the champion; 2: error."""
+        """Fit an agent model per agent with enough labelled runs (and a pooled one for the rest); promote
+        each that beats its champion and both cheap learners in grouped cross-validation.
+        Exit 0: every model promoted (or registered with --no-promote); 1: a gate kept a champion; 2: error."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from serve.retrain import retrain
@@ -126,26 +138,32 @@ def register(app: typer.Typer) -> None:
                         tasks[stage] = bar.add_task(stage, total=total)
                     bar.update(tasks[stage], total=total, completed=done)
 
-                res = retrain(store, settings, tenant, promote=not no_promote, root=root, params=params,
-                              exclude=tuple(exclude or ()), seed=seed, progress=tick)
+                res = retrain(store, settings, tenant, promote=not no_promote, params=params, seed=seed,
+                              progress=tick, only=agent or None)
         except TriageError as exc:
             raise _fail(str(exc)) from None
-        c = res.counts
-        typer.echo(f"tenant {tenant}: {c['tenant_runs']} labelled runs ({c['tenant_failed']} failed): "
-                   f"{c['tenant_train']} trained on, {c['tenant_slice']} held back; base {c['base_runs']} real runs; "
-                   f"feature cache {res.cache['hits']} hits, {res.cache['misses']} computed")
-        for comp in res.gate.comparisons:
-            typer.echo("  " + comp.line())
-        typer.echo(f"registered {res.version.version} ({res.version.path}) over {res.champion}")
-        if res.promoted:
-            typer.echo(f"promoted {res.version.version}: {res.gate.reason()}")
-            return
-        if no_promote:
-            typer.echo(f"not promoted (--no-promote); the gate says: "
-                       f"{'pass' if res.gate.promote else 'keep the champion'}: {res.gate.reason()}")
-            return
-        typer.echo(f"kept the champion {res.champion}: {res.gate.reason()}")
-        raise typer.Exit(code=1)
+        kept = False
+        for r in res.agents:
+            who = f"pooled ({', '.join(r.members)})" if r.members else r.agent
+            typer.echo(f"agent {who}: {r.runs} labelled runs ({r.failed} failed, {r.groups} task groups); "
+                       f"registered {r.version.version} ({r.version.path}) over {r.champion}")
+            for comp in r.gate.comparisons:
+                typer.echo("  " + comp.line())
+            if r.promoted:
+                typer.echo(f"  promoted {r.version.version}: {r.gate.reason()}")
+            elif no_promote:
+                typer.echo(f"  not promoted (--no-promote); the gate says: "
+                           f"{'pass' if r.gate.promote else 'keep the champion'}: {r.gate.reason()}")
+            else:
+                kept = True
+                typer.echo(f"  kept the champion {r.champion}: {r.gate.reason()}")
+        for a, why in res.skipped.items():
+            if why != "pooled":
+                typer.echo(f"agent {a}: no model ({why})")
+        typer.echo(f"{res.seconds:.1f} s; zero-shot prior: {res.cache['zero_shot_hits']} cached, "
+                   f"{res.cache['zero_shot_computed']} computed")
+        if kept:
+            raise typer.Exit(code=1)
 
     app.add_typer(model_app, name="model")
 

@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.canary import CanaryCollector
-from serve.models import ModelCollector, TenantModels
+from serve.models import AgentModels, ModelCollector
 from serve.ratelimit import RateLimiter
 from serve.store import Store
 
@@ -154,7 +154,7 @@ class Metrics:
             self._limiter = LimiterCollector(limiter)
             self.registry.register(self._limiter)
 
-    def attach_models(self, models: TenantModels) -> None:
+    def attach_models(self, models: AgentModels) -> None:
         if self._models is not None:
             self.registry.unregister(self._models)
         self._models = ModelCollector(models)

@@ -1,33 +1,30 @@
-"""Per-tenant models in the running service: which run scorer answers a tenant, and the hot swap.
+"""Agent models in the running service: which model answers a (tenant, agent), and the hot swap.
 
-Every tenant is answered by its **active** run-scorer version, the one ``triage model promote`` /
-``rollback`` last recorded in the store (:meth:`serve.store.Store.active_model`), loaded from the
-model registry (:class:`model.registry.Registry`); a tenant without one is answered by the shipped
-run scorer (``model.registry.SHIPPED_VERSION``). The rules and the classifier are the same for
-every tenant (one copy per worker).
+A run's ``failure_probability`` comes from its agent's own model (:mod:`model.agentmodel`) when the
+store records an active version for the (tenant, agent) (``triage retrain`` / ``triage model
+promote``; :meth:`serve.store.Store.active_model`), else from the tenant's active **pooled** model
+when that was trained on this agent's runs (or the agent is the pool ``_pool``), else zero-shot:
+the shipped run scorer, re-centred on the agent's observed failure rate once it has labelled runs
+(:class:`Recentring`). The rules, the classifier and the shipped run scorer are the same for every
+tenant (one copy per worker); ``failure_probability_basis`` says which model spoke.
 
 How a worker follows promotions, without a restart and without a database query per request:
 
-- the first request of a tenant resolves its active version (one query) and loads it;
-- from then on the worker re-reads the tenant's active version at most every
-  ``TRIAGE_MODEL_POLL_S`` seconds (default 10), in a background thread (:meth:`TenantModels.start`;
-  without it, e.g. a ``TriageService`` built directly, on the first request after that interval);
-  tenants not served for :data:`IDLE_S` are forgotten and resolved again on their next request;
-- a new version is loaded **beside** the one serving, passed through a smoke check (the run scorer
-  scores :func:`smoke_trace` through a :class:`~model.diagnosis.Diagnoser`: the failure probability,
-  the attribution probability and the operating point must be finite, in [0, 1]), and only then
-  put in the tenant's slot by one assignment: a request reads the slot once, when it starts, and
-  finishes on that model, whatever is swapped in meanwhile;
+- the first request of a (tenant, agent) resolves its active version (one query) and loads it;
+- from then on the worker re-reads it at most every ``TRIAGE_MODEL_POLL_S`` seconds (default 10),
+  in a background thread (:meth:`AgentModels.start`; without it, on the first request after that
+  interval); pairs not served for :data:`IDLE_S` are forgotten and resolved again on their next request;
+- a new version is loaded **beside** the one serving, passed through a smoke check
+  (:func:`check_model`: it scores :func:`smoke_trace` to a finite probability in [0, 1], its prefix
+  state gives the same, its early-warning threshold is finite in [0, 1]), and only then put in the
+  slot by one assignment: a request reads the slot once, when it starts, and finishes on that model;
 - a version that fails to load or to pass the smoke check is **refused**: logged, counted
-  (``triage_model_swaps_refused_total{tenant, reason}``) and not tried again by this worker
-  (promote another version, or restart the worker, to try again); the model that was serving
-  stays (a worker that had not served the tenant yet serves the newest earlier activation that
-  loads, what the other workers kept, else the shipped model).
+  (``triage_model_swaps_refused_total{tenant, reason}``) and not tried again by this worker; the
+  model that was serving stays (a worker that had not served the pair yet serves the newest earlier
+  activation that loads, else zero-shot).
 
-``model_version`` in every response is ``<classifier version>+<run-scorer version>``: the
-classifier's ``model_version`` (``rules-<package version>`` when no classifier is loaded), then
-the tenant's active registry version (``v<N>-<timestamp>``) or the shipped model's name
-(``shipped-<hash>``). ``detector_versions.runscore`` still names the artefact by its content hash.
+``model_version`` in every response is ``<classifier version>+<run-scorer version>``, then
+``+<agent>@<version>`` when an agent model answered.
 """
 
 from __future__ import annotations
@@ -39,35 +36,37 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from model.diagnosis import RUNSCORE, Diagnoser, package_version
+from model.agents import POOL_AGENT
 from model.errors import TriageError
+from model.findings import DiagnosisResponse, Failure
 from model.importers import load_trace
-from model.incremental import IncrementalDiagnoser
-from model.options import DiagnoseOptions
-from model.registry import SHIPPED_VERSION, Registry
-from model.runscore import RunScorer
+from model.kinds import KIND_INFO, FailureKind
+from model.registry import POOLED, ZERO_SHOT, Registry
 from model.schema import Trace
 from serve.settings import Settings
 from serve.store import Store
 
+if TYPE_CHECKING:
+    from model.agentmodel.model import AgentModel
+
 log = logging.getLogger("triage.models")
 
-#: A tenant this worker has not served for this long is dropped from its table (its next request
-#: resolves its version again): the poll reads only the tenants a worker is serving.
+#: A (tenant, agent) this worker has not served for this long is dropped from its table.
 IDLE_S = 600.0
 
 #: Why a swap was refused (the ``reason`` label of ``triage_model_swaps_refused_total``).
 REFUSED_LOAD = "load"
 REFUSED_SMOKE = "smoke"
 
-ActiveVersion = Callable[[str], "str | None"]
-LoadScorer = Callable[[str, str], RunScorer]
-History = Callable[[str], "list[str]"]
+ActiveVersion = Callable[[str, str], "str | None"]
+LoadModel = Callable[[str, str, str], "AgentModel"]
+Members = Callable[[str, str], "tuple[str, ...]"]
+History = Callable[[str, str], "list[str]"]
 
 
 def smoke_trace() -> Trace:
@@ -102,119 +101,103 @@ class SmokeCheckError(TriageError):
 
 
 @dataclass(frozen=True)
-class ServedModel:
-    """One tenant's models as a request uses them, from its start to its end."""
+class ServedAgent:
+    """The agent model answering one (tenant, agent), as a request uses it from its start to its end."""
 
     tenant: str
-    #: the tenant's run-scorer version: a registry version, or the shipped model's name
+    agent: str
+    key: str                 # its registry key: the agent, or POOLED
     version: str
-    diagnoser: Diagnoser
-    incremental: IncrementalDiagnoser
+    model: AgentModel
 
     @property
-    def model_version(self) -> str:
-        return self.diagnoser.model_version
+    def labelled_runs(self) -> int:
+        return int(self.model.card_.get("labelled_runs") or 0)
+
+    @property
+    def cv_auroc(self) -> float | None:
+        value = self.model.card_.get("cv_auroc")
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+    @property
+    def tag(self) -> str:
+        return f"{self.key}@{self.version}"
 
 
-class TenantModels:
-    """The table ``tenant → ServedModel`` of one worker, kept current with the store.
+class AgentModels:
+    """The table ``(tenant, agent) → ServedAgent | None`` of one worker, kept current with the store.
 
     Parameters
     ----------
-    base:
-        The diagnoser built at start-up (rules, classifier, shipped run scorer): its detectors and
-        ladders are shared by every tenant's model.
-    shipped_version:
-        The name of the shipped run scorer (``model.registry.SHIPPED_VERSION``); a tenant whose
-        active version is ``None`` or this name is answered by ``base``.
     active:
-        ``tenant → active version`` (``Store.active_model``); ``None``: every tenant gets ``base``
-        (the run scorer is off, or there is no registry).
+        ``(tenant, registry key) → active version`` (``Store.active_model``); ``None``: no agent model
+        serves anyone (no registry).
     load:
-        ``(tenant, version) → RunScorer`` (``Registry.load``); raises when it can't.
+        ``(tenant, registry key, version) → AgentModel`` (``Registry.load``); raises when it can't.
+    members:
+        ``(tenant, version of the pooled model) → the agents it was trained on``.
     history:
-        ``tenant → versions activated, newest first`` (``Store.model_history``): where a worker
-        that had not served the tenant falls back when its active version is refused; ``None``:
-        the shipped model.
-    poll_s:
-        Seconds between two reads of a tenant's active version.
-    session_window:
-        The window of the :class:`~model.incremental.IncrementalDiagnoser` made for each model.
-    idle_s:
-        A tenant not served for this long is forgotten (:data:`IDLE_S`).
+        ``(tenant, registry key) → versions activated, newest first``: where a worker that had not
+        served the pair falls back when its active version is refused.
+    poll_s, idle_s:
+        Seconds between two reads of a pair's active version; a pair not served for ``idle_s`` is forgotten.
     """
 
-    def __init__(
-        self,
-        base: Diagnoser,
-        *,
-        shipped_version: str,
-        active: ActiveVersion | None = None,
-        load: LoadScorer | None = None,
-        history: History | None = None,
-        poll_s: float = 10.0,
-        session_window: int = 64,
-        idle_s: float = IDLE_S,
-    ) -> None:
+    def __init__(self, *, active: ActiveVersion | None = None, load: LoadModel | None = None,
+                 members: Members | None = None, history: History | None = None, poll_s: float = 10.0,
+                 idle_s: float = IDLE_S) -> None:
         if (active is None) != (load is None):
             raise ValueError("give both `active` and `load`, or neither")
-        self.base = base
-        self.shipped_version = shipped_version
         self.poll_s = poll_s
-        self.session_window = session_window
         self.idle_s = idle_s
         self._active = active
         self._load = load
+        self._members = members
         self._history = history
-        prefix = getattr(base.detectors.get("classifier"), "model_version", None) or f"rules-{package_version()}"
-        self._prefix = str(prefix)
-        self._shipped = self._served_model("", shipped_version, base.runscorer)
-        self._served: dict[str, ServedModel] = {}
-        self._checked: dict[str, float] = {}
-        self._seen: dict[str, float] = {}
-        self._refused: dict[tuple[str, str], str] = {}  # (tenant, version) → why
-        self._wanted: dict[str, str] = {}  # tenant → the active version last read
+        self._models: dict[tuple[str, str, str], AgentModel] = {}  # (tenant, key, version) → loaded
+        self._served: dict[tuple[str, str], ServedAgent | None] = {}
+        self._checked: dict[tuple[str, str], float] = {}
+        self._seen: dict[tuple[str, str], float] = {}
+        self._refused: dict[tuple[str, str, str], str] = {}  # (tenant, key, version) → why
         #: refusals by (tenant, reason), for /metrics
         self.refused: dict[tuple[str, str], int] = {}
-        self._lock = threading.Lock()  # one resolution / swap at a time in this worker
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- what requests call ----------------------------------------------------------------------
-    def get(self, tenant: str) -> ServedModel:
-        """The tenant's model now (a request calls this once and keeps what it got)."""
+    def get(self, tenant: str, agent: str) -> ServedAgent | None:
+        """The agent model answering (tenant, agent) now; ``None``: zero-shot."""
         if self._active is None:
-            return self._shipped
+            return None
+        pair = (tenant, agent)
         now = time.monotonic()
-        self._seen[tenant] = now
-        served = self._served.get(tenant)
-        if served is None:
+        self._seen[pair] = now
+        if pair not in self._served:
             with self._lock:
-                served = self._served.get(tenant)
-                if served is None:
-                    served = self._refresh(tenant)
-            return served
-        if self._thread is None and now - self._checked.get(tenant, 0.0) >= self.poll_s \
+                if pair not in self._served:
+                    return self._refresh(pair)
+            return self._served.get(pair)
+        served = self._served[pair]
+        if self._thread is None and now - self._checked.get(pair, 0.0) >= self.poll_s \
                 and self._lock.acquire(blocking=False):  # no poller: this request looks
             try:
-                served = self._refresh(tenant)
+                served = self._refresh(pair)
             finally:
                 self._lock.release()
         return served
 
-    def refusal(self, tenant: str) -> str | None:
-        """Why the tenant's active version (as last read) was refused; ``None`` when it serves."""
-        version = self._wanted.get(tenant)
-        return None if version is None else self._refused.get((tenant, version))
+    def refusal(self, tenant: str, agent: str) -> str | None:
+        """Why a version this worker wanted for (tenant, agent) was refused; ``None`` when none was."""
+        return next((why for (t, _, _), why in self._refused.items() if t == tenant and agent in why), None)
 
-    def served(self) -> dict[str, ServedModel]:
-        """Every tenant this worker serves now (a copy)."""
+    def served(self) -> dict[tuple[str, str], ServedAgent | None]:
+        """Every (tenant, agent) this worker serves now (a copy)."""
         return dict(self._served)
 
     # -- the poller ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Poll the active versions of the tenants this worker serves, every ``poll_s``, in a
-        daemon thread (the app's lifespan and the heavy lane's helper call this)."""
+        """Poll the active versions of the pairs this worker serves, every ``poll_s``, in a daemon thread."""
         if self._active is None or self._thread is not None:
             return
         self._stop.clear()
@@ -228,154 +211,146 @@ class TenantModels:
             thread.join(timeout=5)
 
     def poll(self) -> None:
-        """One pass: re-read every served tenant's active version; forget idle tenants."""
+        """One pass: re-read every served pair's active version; forget idle pairs."""
         now = time.monotonic()
-        for tenant in list(self._served):
-            if now - self._seen.get(tenant, now) > self.idle_s:
-                with self._lock:
-                    self._served.pop(tenant, None)
-                    self._checked.pop(tenant, None)
-                    self._seen.pop(tenant, None)
-                    self._wanted.pop(tenant, None)
-                continue
+        for pair in list(self._served):
             with self._lock:
-                self._refresh(tenant)
+                if now - self._seen.get(pair, now) > self.idle_s:
+                    self._served.pop(pair, None)
+                    self._checked.pop(pair, None)
+                    self._seen.pop(pair, None)
+                    continue
+                self._refresh(pair)
 
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.poll_s):
             try:
                 self.poll()
             except Exception:  # the store is away, say: keep serving what is loaded, try again
-                log.exception("reading the tenants' active models failed; serving the loaded ones")
+                log.exception("reading the active agent models failed; serving the loaded ones")
 
     # -- resolution and swap (under self._lock) ----------------------------------------------------
-    def _refresh(self, tenant: str) -> ServedModel:
+    def _refresh(self, pair: tuple[str, str]) -> ServedAgent | None:
         assert self._active is not None
-        version = self._active(tenant) or self.shipped_version
-        self._checked[tenant] = time.monotonic()
-        self._wanted[tenant] = version
-        current = self._served.get(tenant)
-        if current is not None and current.version == version:
-            return current
-        if (tenant, version) in self._refused:
-            return current or self._assign(tenant, self._fallback(tenant))
-        try:
-            model = self._build(tenant, version)
-        except Exception as exc:  # whatever a broken artefact raises: refused, the old one stays
-            self._refuse(tenant, version, exc, current)
-            return current or self._assign(tenant, self._fallback(tenant))
-        if current is not None:
-            log.info("tenant %r: now serving model %s (was %s)", tenant, version, current.version)
-        return self._assign(tenant, model)
+        tenant, agent = pair
+        self._checked[pair] = time.monotonic()
+        current = self._served.get(pair)
+        served = self._resolve(tenant, agent, agent, current)
+        if served is None:  # no model of its own: the tenant's pooled one, when it learned this agent
+            pooled = self._resolve(tenant, agent, POOLED, current)
+            if pooled is not None and (agent == POOL_AGENT or self._members is None
+                                       or agent in self._members(tenant, pooled.version)):
+                served = pooled
+        if current is not None and (served is None or served.tag != current.tag):
+            log.info("tenant %r agent %r: now served by %s (was %s)", tenant, agent,
+                     served.tag if served else "zero-shot", current.tag)
+        self._served[pair] = served  # one assignment: the swap
+        return served
 
-    def _refuse(self, tenant: str, version: str, exc: Exception, keep: ServedModel | None) -> None:
+    def _resolve(self, tenant: str, agent: str, key: str, current: ServedAgent | None) -> ServedAgent | None:
+        assert self._active is not None
+        version = self._active(tenant, key)
+        if version is None or version == ZERO_SHOT:
+            return None
+        if current is not None and current.key == key and current.version == version:
+            return current
+        if (tenant, key, version) in self._refused:
+            return current if current is not None and current.key == key else self._fallback(tenant, agent, key)
+        try:
+            return ServedAgent(tenant, agent, key, version, self._get_model(tenant, key, version))
+        except Exception as exc:  # whatever a broken artefact raises: refused, the old one stays
+            self._refuse(tenant, key, version, exc)
+            return current if current is not None and current.key == key else self._fallback(tenant, agent, key)
+
+    def _get_model(self, tenant: str, key: str, version: str) -> AgentModel:
+        hit = self._models.get((tenant, key, version))
+        if hit is None:
+            assert self._load is not None
+            hit = self._load(tenant, key, version)
+            check_model(hit)
+            self._models[(tenant, key, version)] = hit
+        return hit
+
+    def _refuse(self, tenant: str, key: str, version: str, exc: Exception) -> None:
         reason = REFUSED_SMOKE if isinstance(exc, SmokeCheckError) else REFUSED_LOAD
-        then = f"still serving {keep.version}" if keep is not None else "serving the newest earlier one that loads"
-        why = f"model {version} refused ({reason}: {exc}); {then}"
-        self._refused[(tenant, version)] = why
+        why = f"agent {key!r} model {version} refused ({reason}: {exc})"
+        self._refused[(tenant, key, version)] = why
         self.refused[(tenant, reason)] = self.refused.get((tenant, reason), 0) + 1
         log.error("tenant %r: %s", tenant, why)
 
-    def _fallback(self, tenant: str) -> ServedModel:
-        """What a worker that served nothing for the tenant serves when its active version is
-        refused: the newest earlier activation that loads (what the workers that were serving the
-        tenant kept), else the shipped model."""
+    def _fallback(self, tenant: str, agent: str, key: str) -> ServedAgent | None:
+        """The newest earlier activation of ``key`` that loads, else ``None`` (zero-shot)."""
         if self._history is None:
-            return self._shipped
-        for version in self._history(tenant):
-            if version == self.shipped_version:
-                return self._shipped
-            if (tenant, version) in self._refused:
+            return None
+        for version in self._history(tenant, key):
+            if version == ZERO_SHOT:
+                return None
+            if (tenant, key, version) in self._refused:
                 continue
             try:
-                return self._build(tenant, version)
+                return ServedAgent(tenant, agent, key, version, self._get_model(tenant, key, version))
             except Exception as exc:
-                self._refuse(tenant, version, exc, None)
-        return self._shipped
-
-    def _assign(self, tenant: str, model: ServedModel) -> ServedModel:
-        self._served[tenant] = model  # one assignment: the swap
-        return model
-
-    def _build(self, tenant: str, version: str) -> ServedModel:
-        if version == self.shipped_version:
-            return self._shipped
-        assert self._load is not None
-        scorer = self._load(tenant, version)
-        model = self._served_model(tenant, version, scorer)
-        check_model(model.diagnoser)
-        return model
-
-    def _served_model(self, tenant: str, version: str, scorer: RunScorer | None) -> ServedModel:
-        base = self.base
-        diagnoser = base  # no run scorer at all: the base diagnoser, its model_version as it is
-        if scorer is not None:
-            diagnoser = Diagnoser(list(base.detectors.values()), ladders=base.ladders, max_steps=base.max_steps,
-                                  model_version=f"{self._prefix}+{version}", runscorer=scorer)
-        return ServedModel(tenant, version, diagnoser, IncrementalDiagnoser(diagnoser, window=self.session_window))
+                self._refuse(tenant, key, version, exc)
+        return None
 
 
-def check_model(diagnoser: Diagnoser) -> None:
-    """The smoke check: the run scorer scores :func:`smoke_trace` to finite probabilities in
-    [0, 1], and the diagnoser answers it (rules and run scorer, as a request would; the
-    classifier, shared by every tenant's model and loaded at start-up, is left out);
-    :class:`SmokeCheckError` otherwise."""
-    scorer = diagnoser.runscorer
-    if scorer is None:
-        raise SmokeCheckError("the model has no run scorer")
+def check_model(model: AgentModel) -> None:
+    """The smoke check: the model scores :func:`smoke_trace` to a finite probability in [0, 1], its
+    prefix state step by step to the same, and its early-warning threshold is finite in [0, 1] (or
+    absent); :class:`SmokeCheckError` otherwise."""
     trace = smoke_trace()
-    scored = scorer.score(trace)
-    values = {
-        "failure_probability": scored.failure_probability,
-        "attribution.probability": (scored.attribution or {}).get("probability"),
-        "threshold": scorer.threshold,
-    }
+    try:
+        whole = model.score(trace, prior=0.5)
+        state = model.start()
+        for step in trace.steps:
+            state.add(step)
+        prefix = model.score_state(state, prior=0.5)
+    except Exception as exc:
+        raise SmokeCheckError(f"the smoke trace did not score: {type(exc).__name__}: {exc}") from exc
+    thr = model.at_risk_threshold
+    values = {"score": whole, "prefix score": prefix, **({"at_risk_threshold": thr} if thr is not None else {})}
     bad = {k: v for k, v in values.items()
            if not isinstance(v, int | float) or not math.isfinite(v) or not 0.0 <= v <= 1.0}
     if bad:
         raise SmokeCheckError(f"the smoke trace scored {bad}; expected finite values in [0, 1]")
-    try:  # and the whole answer, as a request would get it (rule confidences, the response model)
-        diagnoser.diagnose(trace, DiagnoseOptions(detectors=[*(n for n in diagnoser.detectors if n != "classifier"), RUNSCORE]))
-    except Exception as exc:
-        raise SmokeCheckError(f"the smoke trace did not diagnose: {type(exc).__name__}: {exc}") from exc
+    if abs(whole - prefix) > 1e-9:
+        raise SmokeCheckError(f"its prefix state scores the smoke trace {prefix}, its whole-run score {whole}")
 
 
-def build_models(settings: Settings, base: Diagnoser, store: Store) -> TenantModels:
-    """The worker's per-tenant models: the store's activations over the registry at
-    ``TRIAGE_MODEL_REGISTRY`` (every tenant on ``base`` when the run scorer is off)."""
-    shipped = SHIPPED_VERSION
-    if not settings.runscore:
-        return TenantModels(base, shipped_version=shipped, session_window=settings.session_window_steps)
+def build_models(settings: Settings, store: Store) -> AgentModels:
+    """The worker's agent models: the store's activations over the registry at ``TRIAGE_MODEL_REGISTRY``."""
     registry = Registry(settings.resolved_model_registry)
-    return TenantModels(base, shipped_version=shipped, active=store.active_model, load=registry.load,
-                        history=lambda tenant: [h["version"] for h in store.model_history(tenant)],
-                        poll_s=settings.model_poll_s, session_window=settings.session_window_steps)
+    return AgentModels(
+        active=store.active_model, load=registry.load,
+        members=lambda tenant, version: registry.get(tenant, POOLED, version).members,
+        history=lambda tenant, key: [h["version"] for h in store.model_history(tenant, key)],
+        poll_s=settings.model_poll_s,
+    )
 
 
 class ModelCollector(Collector):
-    """``triage_model_info{tenant, version, worker}`` (1 per tenant this worker serves) and
-    ``triage_model_swaps_refused_total{tenant, reason}``. ``tenant`` set: that tenant only."""
+    """``triage_model_info{tenant, agent, version, worker}`` (1 per pair this worker serves; ``version``
+    ``zero-shot`` or ``<registry key>@<version>``) and ``triage_model_swaps_refused_total{tenant, reason}``.
+    ``tenant`` set: that tenant only."""
 
-    def __init__(self, models: TenantModels, tenant: str | None = None) -> None:
+    def __init__(self, models: AgentModels, tenant: str | None = None) -> None:
         self.models = models
         self.tenant = tenant
 
     def collect(self) -> Iterator[Any]:
-        served = self.models.served()
-        if self.tenant is not None:
-            served = {self.tenant: self.models.get(self.tenant)}
+        served = {k: v for k, v in self.models.served().items() if self.tenant is None or k[0] == self.tenant}
         info = GaugeMetricFamily(
             "triage_model_info",
-            "The run-scorer version this worker answers each tenant with (worker = its process id)",
-            labels=["tenant", "version", "worker"],
+            "The model this worker answers each (tenant, agent) with (worker = its process id)",
+            labels=["tenant", "agent", "version", "worker"],
         )
         worker = str(os.getpid())
-        for tenant, model in sorted(served.items()):
-            info.add_metric([tenant, model.version, worker], 1.0)
+        for (tenant, agent), model in sorted(served.items()):
+            info.add_metric([tenant, agent, model.tag if model is not None else ZERO_SHOT, worker], 1.0)
         yield info
         refused = CounterMetricFamily(
             "triage_model_swaps_refused",
-            "New model versions this worker refused to swap in (failed to load, or the smoke check)",
+            "New agent-model versions this worker refused to swap in (failed to load, or the smoke check)",
             labels=["tenant", "reason"],
         )
         for (tenant, reason), n in sorted(self.models.refused.items()):
@@ -384,15 +359,147 @@ class ModelCollector(Collector):
         yield refused
 
 
+# -- what a served model adds to a diagnosis ----------------------------------------------------------
+#: The detector name of an ``at_risk`` failure.
+AGENT_MODEL_DETECTOR = "agent_model"
+#: Pseudo-runs at the zero-shot's own mean rate that the observed failure rate is shrunk towards.
+RECENTRE_PSEUDO_RUNS = 10.0
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
+def recentre_offset(probabilities: list[float], failed: list[bool]) -> float:
+    """The logit shift that makes the mean of the shifted zero-shot probabilities equal the agent's
+    observed failure rate, shrunk towards their own mean by :data:`RECENTRE_PSEUDO_RUNS` pseudo-runs
+    (a few labels move it a little; many, to the observed rate). Bisection on a monotone function."""
+    if not probabilities:
+        return 0.0
+    logits = [_logit(p) for p in probabilities]
+    mean_p = sum(probabilities) / len(probabilities)
+    target = (sum(failed) + RECENTRE_PSEUDO_RUNS * mean_p) / (len(failed) + RECENTRE_PSEUDO_RUNS)
+    lo, hi = -20.0, 20.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(_sigmoid(z + mid) for z in logits) / len(logits) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+class Recentring:
+    """Per worker: (tenant, agent) → (labelled runs, logit offset) of the zero-shot probability, read
+    from the agent's labelled runs (their effective labels and the zero-shot probabilities stored with
+    them) at most every ``ttl_s`` seconds."""
+
+    def __init__(self, read: Callable[[str, str], list[tuple[dict[str, Any], list[dict[str, Any]]]]],
+                 ttl_s: float = 60.0) -> None:
+        self._read = read
+        self.ttl_s = ttl_s
+        self._cache: dict[tuple[str, str], tuple[float, int, float]] = {}
+
+    def get(self, tenant: str, agent: str) -> tuple[int, float]:
+        from serve.run_labels import effective_label
+
+        now = time.monotonic()
+        hit = self._cache.get((tenant, agent))
+        if hit is not None and now - hit[0] < self.ttl_s:
+            return hit[1], hit[2]
+        probs: list[float] = []
+        failed: list[bool] = []
+        for response, labels in self._read(tenant, agent):
+            label = effective_label(labels)
+            if label is None or label.failed is None:
+                continue
+            basis = response.get("failure_probability_basis") or {}
+            p = basis.get("zero_shot_probability") if basis else response.get("failure_probability")
+            if isinstance(p, int | float) and math.isfinite(p):
+                probs.append(float(p))
+                failed.append(bool(label.failed))
+        out = (len(probs), recentre_offset(probs, failed))
+        self._cache[(tenant, agent)] = (now, *out)
+        return out
+
+
+def at_risk_failure(trace: Trace, step: int, probability: float, served: ServedAgent) -> Failure:
+    """The ``at_risk`` failure raised where the agent model's prefix score first reached its
+    early-warning threshold; its confidence maps the threshold to 0.5 (the kind's fusion threshold)."""
+    thr = float(served.model.at_risk_threshold or 0.5)
+    conf = 0.5 + 0.5 * (probability - thr) / max(1e-9, 1.0 - thr)
+    info = KIND_INFO[FailureKind.AT_RISK]
+    st = trace.steps[step]
+    return Failure(
+        kind=FailureKind.AT_RISK, category=info.category, severity=info.severity,
+        confidence=min(1.0, max(0.5, conf)), detector=AGENT_MODEL_DETECTOR, detectors=[AGENT_MODEL_DETECTOR],
+        step=step, source_index=st.source_index, span_id=st.span_id,
+        evidence=(f"{AGENT_MODEL_DETECTOR}: agent {served.agent!r}'s model ({served.tag}) put the run so far at "
+                  f"failure probability {probability:.2f} ≥ its early-warning point {thr:.2f}, first at step {step}"),
+        details={"prefix_probability": probability, "threshold": thr, "model": served.tag,
+                 "labelled_runs": served.labelled_runs},
+    )
+
+
+def add_failure(resp: DiagnosisResponse, failure: Failure) -> None:
+    """Put ``failure`` among the response's failures; the primary failure is again the earliest of the
+    highest severity (as :func:`model.diagnosis.fuse` picks it), and the run is not healthy."""
+    resp.failures = sorted([*resp.failures, failure],
+                           key=lambda f: (f.step if f.step is not None else 1 << 30, list(FailureKind).index(f.kind)))
+    top = max(f.severity.rank for f in resp.failures)
+    resp.primary = min((f for f in resp.failures if f.severity.rank == top),
+                       key=lambda f: (f.step if f.step is not None else 1 << 30, list(FailureKind).index(f.kind)))
+    resp.healthy = False
+
+
+def relabel_final_outputs(state: Any, n: int) -> None:
+    """``n`` steps the prefix state counted as final answers are answers no more (more work followed
+    them: :func:`serve.service._link_across_calls` re-marks them ``llm_output``); the state counts them
+    so, as a fresh read of the session would."""
+    if n:
+        from model.agentmodel.features import SHAPE_FEATURES
+
+        state.counts.shape[SHAPE_FEATURES.index("final_outputs")] -= n
+
+
+def score_prefixes(model: AgentModel, steps: list[Any], prior: float | None, state: Any | None = None,
+                   first: int = 0, crossed: int | None = None) -> tuple[Any, int | None, float | None]:
+    """Add ``steps`` (the run's steps from index ``first``) to ``state`` (a new one when ``None``), one
+    at a time; returns the state, the first step whose prefix score reached the model's early-warning
+    threshold (``crossed`` when already known) and the score there."""
+    st = state if state is not None else model.start()
+    thr = model.at_risk_threshold
+    at = None
+    for i, step in enumerate(steps, first):
+        st.add(step)
+        if crossed is None and thr is not None:
+            p = model.score_state(st, prior=prior)
+            if p >= thr:
+                crossed, at = i, p
+    return st, crossed, at
+
+
 __all__ = [
+    "AGENT_MODEL_DETECTOR",
     "IDLE_S",
     "REFUSED_LOAD",
     "REFUSED_SMOKE",
+    "AgentModels",
     "ModelCollector",
-    "ServedModel",
+    "Recentring",
+    "ServedAgent",
     "SmokeCheckError",
-    "TenantModels",
+    "add_failure",
+    "at_risk_failure",
     "build_models",
     "check_model",
+    "recentre_offset",
+    "relabel_final_outputs",
+    "score_prefixes",
     "smoke_trace",
 ]

@@ -39,12 +39,12 @@ from model.detectors import make_stream_detector
 from model.diagnosis import DEFAULT_THRESHOLDS, RUNSCORE, Diagnoser
 from model.errors import InputError, TooLargeError, TraceImportError, TriageError
 from model.evaluation import evaluation_events
-from model.findings import DiagnosisResponse, Finding
+from model.findings import DiagnosisResponse, Finding, ProbabilityBasis
 from model.importers import genai, load_trace, openinference
 from model.importers.spans import collect_spans, group_runs, import_spans, uses_openinference
+from model.incremental import IncrementalDiagnoser
 from model.kinds import FailureKind, Strategy
 from model.options import DiagnoseOptions
-from model.registry import SHIPPED_VERSION
 from model.repair_engine import RepairEngine
 from model.runscore import RunScorer
 from model.schema import Step, StepKind, ToolDefinition, Trace
@@ -74,7 +74,16 @@ from serve.api_models import (
 )
 from serve.canary import Arm, session_arm
 from serve.evaluation_export import EvaluationExporter
-from serve.models import TenantModels
+from serve.models import (
+    AGENT_MODEL_DETECTOR,
+    AgentModels,
+    Recentring,
+    ServedAgent,
+    add_failure,
+    at_risk_failure,
+    relabel_final_outputs,
+    score_prefixes,
+)
 from serve.ratelimit import FairLock, RateLimiter, utc_day
 from serve.redaction import Redactor
 from serve.run_labels import addressed_place, effective_label
@@ -94,6 +103,9 @@ RELATIVE_TTL_S = 30.0
 #: Confidence of a stream alarm on a trace whose own value is not out of band: a signal (half the
 #: ``degradation`` threshold), reported and not acted on.
 DEGRADATION_SIGNAL_CONFIDENCE = 0.5 * DEFAULT_THRESHOLDS[FailureKind.DEGRADATION]
+#: Agent-model prefix states a worker keeps between appends (a session whose state was dropped reads
+#: its steps once on its next append).
+MAX_PREFIX_STATES = 20_000
 _FINAL_BLOCKERS = {StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.USER_INPUT, StepKind.ERROR}
 
 
@@ -151,7 +163,8 @@ class TriageService:
         limiter: RateLimiter | None = None,
         session_window: int = 64,
         canary_percent: float = 100.0,
-        models: TenantModels | None = None,
+        models: AgentModels | None = None,
+        recentre_ttl_s: float = 60.0,
     ) -> None:
         self.store = store
         self.canary_percent = canary_percent
@@ -172,13 +185,20 @@ class TriageService:
         self.limiter = limiter
         # Each tenant's models (its run scorer; the rules and classifier are shared): a request
         # takes its tenant's once, at its start, and finishes on them whatever is swapped in meanwhile.
-        self.models = models or TenantModels(diagnoser, shipped_version=SHIPPED_VERSION,
-                                             session_window=session_window)
+        # Each (tenant, agent)'s agent model (the rules, the classifier and the zero-shot run scorer
+        # are shared): a request takes its pair's once, at its start, and finishes on it.
+        self.models = models or AgentModels()
+        self.incremental = IncrementalDiagnoser(diagnoser, window=session_window)
+        self.recentring = Recentring(store.agent_labels, ttl_s=recentre_ttl_s)
+        # This worker's agent-model prefix state per session: (tenant, session) → (model, steps, state);
+        # taken out for an append's transaction and put back after its commit (as the session cache).
+        self._prefix: dict[tuple[str, str], tuple[str, int, Any]] = {}
+        self._prefix_lock = threading.Lock()
         self._sessions = SessionCache()
 
     def model_version(self, tenant: str) -> str:
         """What the tenant's responses name as ``model_version`` (:mod:`serve.models`)."""
-        return self.models.get(tenant).model_version
+        return self.diagnoser.model_version
 
     def detector_versions(self) -> dict[str, str]:
         return {name: d.version for name, d in self.diagnoser.detectors.items()}
@@ -197,11 +217,19 @@ class TriageService:
         # prefix) reaches the response, the store or the repair state.
         trace = self.redactor.redact_trace(trace)
         agent = resolve_agent(trace, options.agent)
-        served = self.models.get(tenant)
+        served = self.models.get(tenant, agent)
         extra = self.degradation_findings(tenant, trace, agent)
-        run_threshold = self.relative_threshold(tenant, agent, served.diagnoser.runscorer)
+        run_threshold = self.relative_threshold(tenant, agent, self.diagnoser.runscorer)
         with self._model_lock.hold(tenant):
-            resp = served.diagnoser.diagnose(trace, options, extra_findings=extra, run_threshold=run_threshold)
+            resp = self.diagnoser.diagnose(trace, options, extra_findings=extra, run_threshold=run_threshold)
+            if served is not None:
+                p0 = resp.failure_probability
+                st, crossed, at = score_prefixes(served.model, trace.steps, p0)
+                self._agent_answer(resp, served, served.model.score_state(st, prior=p0))
+                if crossed is not None and at is not None:
+                    add_failure(resp, at_risk_failure(trace, crossed, at, served))
+        if served is None:
+            self._zero_shot_answer(resp, tenant, agent)
         session_key = trace.session_id or f"trace:{trace.id}"
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         response = self.redactor.redact(resp.model_dump(mode="json"))
@@ -438,11 +466,10 @@ class TriageService:
         latest named; :func:`model.agents.resolve_agent` falls back on the spans, the task type, the pool).
         """
         check_id(session_id, path="path.session_id")
-        served = self.models.get(tenant)
         wanted = [
-            n for n in (options.detectors or list(served.diagnoser.detectors)) if n not in self.session_exclude
+            n for n in (options.detectors or list(self.diagnoser.detectors)) if n not in self.session_exclude
         ]
-        if options.detectors is None and served.diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
+        if options.detectors is None and self.diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
             wanted.append(RUNSCORE)  # failure_probability and attribution so far (they decide nothing mid-run)
         run_options = options.model_copy(update={"detectors": wanted})
         with self.store.write() as db:
@@ -490,8 +517,12 @@ class TriageService:
                 trace.metadata[AGENT_METADATA_KEY] = state["span_agent"]
             session_agent = resolve_agent(trace, state.get("agent"))
             extra = self.degradation_findings(tenant, trace, session_agent)
+            served = self.models.get(tenant, session_agent)
             with self._model_lock.hold(tenant):
-                diag = served.incremental.diagnose(trace, state, run_options, extra_findings=extra)
+                diag = self.incremental.diagnose(trace, state, run_options, extra_findings=extra)
+                prefix = self._session_prefix(tenant, session_id, trace, first, changed, diag, state, served)
+            if served is None:
+                self._zero_shot_answer(diag, tenant, session_agent)
             arm, stored_arm, options = self._canary(state, tenant, session_id, options)
             decision = self.engine.recommend(
                 state, trace, diag.failures, session_key=session_id, now=time.time(), options=options
@@ -537,8 +568,64 @@ class TriageService:
             row.version += 1
             version = row.version
         self._sessions.put(tenant, session_id, trace, version)
+        if prefix is not None:
+            with self._prefix_lock:
+                self._prefix[(tenant, session_id)] = prefix
+                while len(self._prefix) > MAX_PREFIX_STATES:  # the oldest sessions' go first (rebuilt if needed)
+                    self._prefix.pop(next(iter(self._prefix)))
         self._export(trace, resp)
         return resp
+
+    # -- the agent model's answer ------------------------------------------------------------------
+    def _agent_answer(self, resp: DiagnosisResponse, served: ServedAgent, probability: float) -> None:
+        p0 = resp.failure_probability
+        resp.failure_probability = probability
+        resp.failure_probability_basis = ProbabilityBasis(
+            model="agent", agent=served.agent, labelled_runs=served.labelled_runs, cv_auroc=served.cv_auroc,
+            version=served.tag, zero_shot_probability=p0)
+        resp.model_version = f"{resp.model_version}+{served.tag}"
+        resp.detector_versions[AGENT_MODEL_DETECTOR] = served.model.version
+
+    def _zero_shot_answer(self, resp: DiagnosisResponse, tenant: str, agent: str) -> None:
+        """Zero-shot: the shipped run scorer's probability, re-centred on the agent's observed failure
+        rate once it has labelled runs (:class:`serve.models.Recentring`)."""
+        p0 = resp.failure_probability
+        n = 0
+        if p0 is not None:
+            n, offset = self.recentring.get(tenant, agent)
+            if n:
+                z = math.log(max(p0, 1e-6) / max(1 - p0, 1e-6)) + offset
+                resp.failure_probability = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+        resp.failure_probability_basis = ProbabilityBasis(model="zero-shot", agent=agent, labelled_runs=n,
+                                                          zero_shot_probability=p0)
+
+    def _session_prefix(self, tenant: str, session_id: str, trace: Trace, first: int, changed: list[int],
+                        diag: DiagnosisResponse, state: dict[str, Any], served: ServedAgent | None) -> Any:
+        """The session's prefix score under its agent model (O(1) per new step: the prefix state stays
+        in this worker between appends, rebuilt from the steps only after another worker appended or
+        the model changed); ``at_risk`` from the step where it first reached the early-warning point.
+        Returns what to keep for the next append (``None``: no agent model)."""
+        with self._prefix_lock:
+            kept = self._prefix.pop((tenant, session_id), None)
+        if served is None:
+            state.pop("agent_model", None)
+            return None
+        mine = state.get("agent_model") or {}
+        if mine.get("model") != served.tag:
+            mine = {"model": served.tag, "crossed": None, "p": None}
+        p0 = diag.failure_probability
+        if kept is not None and kept[0] == served.tag and kept[1] == first:
+            relabel_final_outputs(kept[2], sum(1 for i in changed if i < first))
+            st, crossed, at = score_prefixes(served.model, trace.steps[first:], p0, kept[2], first, mine["crossed"])
+        else:  # another worker appended meanwhile, or a new model: read the session once
+            st, crossed, at = score_prefixes(served.model, trace.steps, p0, None, 0, mine["crossed"])
+        if mine["crossed"] is None and crossed is not None:
+            mine.update(crossed=crossed, p=at)
+        state["agent_model"] = mine
+        self._agent_answer(diag, served, served.model.score_state(st, prior=p0))
+        if mine["crossed"] is not None and mine["crossed"] < len(trace.steps):
+            add_failure(diag, at_risk_failure(trace, int(mine["crossed"]), float(mine["p"]), served))
+        return (served.tag, len(trace.steps), st)
 
     def _spend_steps(self, db: Any, tenant: str, n: int) -> None:
         """Count ``n`` steps against the tenant's daily quota (this transaction); 429 past it."""

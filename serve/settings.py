@@ -148,19 +148,32 @@ class Settings(BaseSettings):
         "100: repair for all, as before the canary (a lower value withholds repairs from agents that use them).",
     )
 
-    # -- per-tenant retraining and the model registry (issue 12; model/registry.py) ----------------
+    # -- agent models: retraining and the registry (issue 20; model/registry.py, serve/retrain.py) ----
     model_registry: Path | None = Field(
         default=None,
-        description="Root of the per-tenant model registry (<root>/<tenant>/<version>/); default "
+        description="Root of the agent-model registry (<root>/<tenant>/agents/<agent>/<version>/); default "
         "<data_dir>/models. Several servers or workers must see one shared path (each loads the artefacts).",
     )
-    retrain_tenant_weight: float = Field(
-        default=5.0, gt=0,
-        description="`triage retrain`: how much more one of the tenant's labelled runs weighs than one base run.",
+    retrain_min_runs: int = Field(
+        default=20, ge=4,
+        description="`triage retrain`: an agent gets a model of its own from this many labelled runs (with "
+        "TRIAGE_RETRAIN_MIN_CLASS of each class); the other agents' runs train the tenant's pooled model.",
     )
-    retrain_holdout: float = Field(
-        default=0.3, gt=0, lt=1,
-        description="`triage retrain`: the share of the tenant's labelled tasks held back for the gate.",
+    retrain_min_class: int = Field(
+        default=5, ge=2,
+        description="`triage retrain`: the failed and the successful runs a model needs, at least, each.",
+    )
+    retrain_cv_folds: int = Field(
+        default=5, ge=2, le=20, description="`triage retrain`: grouped cross-validation folds of the gate.",
+    )
+    retrain_cv_draws: int = Field(
+        default=1, ge=1, le=20,
+        description="`triage retrain`: shufflings of the tasks into folds (the gate's estimate averages them).",
+    )
+    zero_shot_recentre_ttl_s: float = Field(
+        default=60.0, gt=0,
+        description="Zero-shot answers of an agent with labelled runs are re-centred on its observed failure "
+        "rate; each worker re-reads the agent's labels this often (seconds).",
     )
 
     # -- per-tenant models in the running service: the hot swap (serve/models.py) ---------------

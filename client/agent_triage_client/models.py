@@ -56,11 +56,25 @@ class Coverage(_Open):
     redacted: int = 0
 
 
+class ProbabilityBasis(_Open):
+    """Which model gave ``failure_probability`` (schema 1.3): ``agent`` (the agent's own model) or
+    ``zero-shot``, the agent, its labelled runs, its cross-validated AUROC."""
+
+    model: str = ""
+    agent: str = ""
+    labelled_runs: int = 0
+    cv_auroc: float | None = None
+    version: str | None = None
+    zero_shot_probability: float | None = None
+
+
 class Diagnosis(Versioned):
     """``POST /v1/diagnose``'s answer. ``healthy`` is ``None`` when the content needed to tell is missing."""
 
     trace_id: str = ""
     healthy: bool | None = None
+    failure_probability: float | None = None
+    failure_probability_basis: ProbabilityBasis | None = None  # None from services before 1.3
     failures: list[Failure] = Field(default_factory=list)
     signals: list[Failure] = Field(default_factory=list)
     primary: Failure | None = None

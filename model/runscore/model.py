@@ -40,7 +40,6 @@ from model.errors import InputError, NotFittedError
 from model.schema import Trace
 
 from .features import MESSAGE_FEATURES, RUN_FEATURES, MessageUnit, message_features, run_features
-from .head import TenantHead, text_vector
 
 ARTIFACT = Path(__file__).resolve().parent.parent / "artifacts" / "runscore.json"
 FORMAT_VERSION = 1
@@ -93,7 +92,6 @@ class Example:
     run: np.ndarray
     messages: int
     rules: tuple[str, ...] = ()  # the rule detectors that raised a failure on this run
-    text: np.ndarray | None = None  # the hashed text vector (model.runscore.head), for a tenant head
 
     @classmethod
     def from_trace(cls, trace: Trace, source: str, group: str, rules: tuple[str, ...] = ()) -> Example:
@@ -271,7 +269,6 @@ class RunScorer:
         self.threshold_: float = 0.5
         self.rule_stats_: dict[str, dict[str, Any]] = {}
         self.meta_: dict[str, Any] = {}
-        self.head_: TenantHead | None = None  # a tenant's head (triage retrain), over the run model's logit
 
     # ---- features ---------------------------------------------------------------------------
 
@@ -283,7 +280,6 @@ class RunScorer:
 
     def fit(self, examples: Sequence[Example]) -> RunScorer:
         """Fit both models and the operating point on ``examples`` (real labelled runs)."""
-        self.head_ = None
         self.message_weights_ = fit_message_model(examples, self.l2_message, ATTRIBUTION_FEATURES[self.attribution])
         outcomes = {(e.source, e.failed) for e in examples}
         run_sets = sorted({s for s, _ in outcomes if (s, True) in outcomes and (s, False) in outcomes})
@@ -346,7 +342,7 @@ class RunScorer:
             raise NotFittedError("this RunScorer is not fitted; call fit() or RunScorer.load()")
 
     def base_logit(self, e: Example) -> float:
-        """The run model's raw logit of a prepared example (before Platt and any tenant head)."""
+        """The run model's raw logit of a prepared example (before Platt)."""
         self._check()
         assert self.mean_ is not None and self.scale_ is not None
         cand = self._candidates(e)
@@ -354,29 +350,12 @@ class RunScorer:
         z = (cand[idx] - self.mean_) / self.scale_
         return float(self._raw(z[None, :])[0])
 
-    def set_head(self, head: TenantHead | None) -> None:
-        """Serve ``head`` (a tenant's; None: none): it gives failure_probability and the operating point."""
-        if head is not None and self.head_ is None:
-            self.meta_["base_threshold"] = self.threshold_
-        elif head is None and self.head_ is not None:
-            self.threshold_ = float(self.meta_.pop("base_threshold", self.threshold_))
-        self.head_ = head
-        if head is not None:
-            self.threshold_ = head.threshold
-
     def score_example(self, e: Example) -> tuple[float, np.ndarray]:
         """(failure probability, message probabilities) of a prepared example."""
         self._check()
         assert self.message_weights_ is not None
         raw = self.base_logit(e)
-        if self.head_ is not None:
-            vec = e.text if e.text is not None else None
-            if vec is None:
-                raise NotFittedError("this run scorer has a tenant head: the example needs its text vector "
-                                     "(Example.text = model.runscore.head.text_vector(trace))")
-            p = float(self.head_.probability(vec[None, :], np.array([raw]))[0])
-        else:
-            p = float(self._calibrated(np.array([raw]))[0])
+        p = float(self._calibrated(np.array([raw]))[0])
         probs = _softmax(e.X.astype(np.float64) @ self.message_weights_) if len(e.units) else np.zeros(0)
         return p, probs
 
@@ -387,8 +366,7 @@ class RunScorer:
         if not units:
             return ScoredRun(None, None)
         msgs = max(s.source_index for s in trace.steps) + 1
-        e = Example("", "", False, None, units, X, run_features(trace, units, X), msgs,
-                    text=text_vector(trace) if self.head_ is not None else None)
+        e = Example("", "", False, None, units, X, run_features(trace, units, X), msgs)
         p, probs = self.score_example(e)
         k = int(np.argmax(probs))
         u = units[k]
@@ -451,7 +429,6 @@ class RunScorer:
                        "target_false_alarm": self.target_false_alarm, "min_direction": self.min_direction,
                        "attribution": self.attribution},
             "meta": self.meta_,
-            **({"head": self.head_.to_dict()} if self.head_ is not None else {}),
         }
 
     def save(self, path: Path) -> None:
@@ -484,8 +461,9 @@ class RunScorer:
         s.threshold_ = float(d["threshold"])
         s.rule_stats_ = dict(d.get("rule_stats", {}))
         s.meta_ = dict(d.get("meta", {}))
-        if d.get("head") is not None:
-            s.head_ = TenantHead.from_dict(d["head"])
+        if d.get("head") is not None:  # a tenant head of before agent models (issue 20): not served any more
+            raise InputError("this run scorer carries a tenant head (`triage retrain` before agent models); "
+                             "tenant heads are no longer served: retrain the agent models", path="head")
         return s
 
     @classmethod

@@ -649,14 +649,34 @@ class Store:
                 }
             last = keys[-1]
 
+    def agent_labels(self, tenant: str, agent: str, *, limit: int = 2000) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """The agent's newest labelled traces (at most ``limit``): each trace's stored response and its
+        label rows, oldest first (the zero-shot re-centring reads them; serve/models.py)."""
+        with self.read() as db:
+            ids = list(db.scalars(
+                select(LabelRow.trace_id)
+                .join(TraceRow, and_(TraceRow.tenant_id == LabelRow.tenant_id, TraceRow.id == LabelRow.trace_id))
+                .where(LabelRow.tenant_id == tenant, TraceRow.agent == agent)
+                .group_by(LabelRow.trace_id)
+                .order_by(func.max(LabelRow.id).desc())
+                .limit(limit)
+            ))
+            if not ids:
+                return []
+            responses: dict[str, Any] = dict(db.execute(
+                select(TraceRow.id, TraceRow.response).where(TraceRow.tenant_id == tenant, TraceRow.id.in_(ids))
+            ).all())
+            labels = _group(db, LabelRow, [(tenant, i) for i in ids])
+        return [(responses.get(i) or {}, labels.get((tenant, i), [])) for i in ids]
+
     # -- model registry activations (model/registry.py holds the artefacts) --------------------
-    def active_model(self, tenant: str, agent: str | None = None) -> str | None:
+    def active_model(self, tenant: str, agent: str) -> str | None:
         """The registry version of ``agent``'s model the tenant serves (its newest activation), or
         None: no agent model (zero-shot)."""
         with self.read() as db:
             row = db.scalars(
                 select(ModelActivationRow)
-                .where(ModelActivationRow.tenant_id == tenant, _agent_is(agent))
+                .where(ModelActivationRow.tenant_id == tenant, ModelActivationRow.agent == agent)
                 .order_by(ModelActivationRow.id.desc())
                 .limit(1)
             ).first()
@@ -672,14 +692,13 @@ class Store:
             ).all()
         return {str(a): str(v) for a, v in rows}
 
-    def activate_model(self, tenant: str, version: str, *, actor: str, action: str = "promote",
-                       agent: str | None = None) -> None:
+    def activate_model(self, tenant: str, version: str, *, actor: str, agent: str, action: str = "promote") -> None:
         """Record that ``tenant`` serves ``version`` for ``agent`` from now on (``action``: promote or rollback)."""
         if action not in MODEL_ACTIONS:
             raise InputError(f"action must be one of {', '.join(MODEL_ACTIONS)}; got {action!r}", path="action")
         if not version or len(version) > 128:
             raise InputError(f"a model version is 1-128 characters; got {version!r}", path="version")
-        if agent is not None and (not agent or len(agent) > MAX_AGENT_LENGTH):
+        if not agent or len(agent) > MAX_AGENT_LENGTH:
             raise InputError(f"an agent name is 1-{MAX_AGENT_LENGTH} characters; got {agent!r}", path="agent")
         check_tenant_name(tenant)
         with self.write() as db:
@@ -945,10 +964,6 @@ class Store:
             if tenant is not None:
                 q = q.where(table.tenant_id == tenant)
             return int(db.scalar(q) or 0)
-
-
-def _agent_is(agent: str | None) -> Any:
-    return ModelActivationRow.agent.is_(None) if agent is None else ModelActivationRow.agent == agent
 
 
 def _rowcount(result: Any) -> int:

@@ -1,0 +1,199 @@
+"""The agent model (model/agentmodel): fit, score, prefix state, persistence, grouped CV, groups.
+
+Data: seeded generated runs of one agent with a known signal — a failed run's tool results say
+"quota exceeded" on a random call and the agent apologises; a successful run's don't. Tasks repeat
+(three trials each), so folds must group them.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from model.agentmodel.cv import auprc, auroc, cross_validate, group_runs
+from model.agentmodel.features import SHAPE_FEATURES, RunCounts, prefix_lengths
+from model.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache, fit_logistic
+from model.errors import InputError, NotFittedError
+from model.schema import Step, StepKind, StepStatus, Trace
+
+TOOLS = ("search_flights", "get_booking", "update_booking", "send_email")
+WORDS = ["please", "check", "my", "booking", "flight", "seat", "change", "today", "tomorrow", "refund", "policy"]
+
+
+def make_run(task: int, trial: int, failed: bool, rng: random.Random) -> Trace:
+    steps = [Step(kind=StepKind.SYSTEM, content="You are a travel agent.", source_index=0),
+             Step(kind=StepKind.USER_INPUT, source_index=1,
+                  content=f"task {task}: " + " ".join(rng.choice(WORDS) for _ in range(8)))]
+    n = rng.randint(3, 7)
+    bad = rng.randrange(n) if failed else -1
+    i = 2
+    for k in range(n):
+        tool = rng.choice(TOOLS)
+        steps.append(Step(kind=StepKind.TOOL_CALL, tool_name=tool, tool_args={"id": rng.randint(1, 9)},
+                          content="{}", call_id=f"c{k}", source_index=i))
+        if k == bad:
+            steps.append(Step(kind=StepKind.TOOL_RESULT, tool_name=tool, call_id=f"c{k}", source_index=i + 1,
+                              status=StepStatus.OK, content="quota exceeded for this account"))
+        else:
+            steps.append(Step(kind=StepKind.TOOL_RESULT, tool_name=tool, call_id=f"c{k}", source_index=i + 1,
+                              status=StepStatus.OK, content="ok " + " ".join(rng.choice(WORDS) for _ in range(5))))
+        i += 2
+    final = "sorry, I could not finish that" if failed else "done, your booking is updated"
+    steps.append(Step(kind=StepKind.FINAL_OUTPUT, content=final + " " + rng.choice(WORDS), source_index=i))
+    return Trace(id=f"t{task}-{trial}", steps=steps)
+
+
+@pytest.fixture(scope="module")
+def runs() -> tuple[list[Trace], list[bool], list[str]]:
+    rng = random.Random(7)
+    traces, failed, groups = [], [], []
+    for task in range(40):
+        p = 0.2 + 0.6 * (task % 2)
+        for trial in range(3):
+            f = rng.random() < p
+            traces.append(make_run(task, trial, f, rng))
+            failed.append(f)
+            groups.append(f"task{task}")
+    return traces, failed, groups
+
+
+CFG = AgentModelConfig(buckets=1 << 12, internal_folds=4)
+
+
+@pytest.fixture(scope="module")
+def model(runs: tuple[list[Trace], list[bool], list[str]]) -> AgentModel:
+    traces, failed, groups = runs
+    return AgentModel.fit(traces[:90], failed[:90], groups[:90], config=CFG, agent="travel")
+
+
+def test_learns_the_planted_signal_on_other_tasks(model: AgentModel, runs) -> None:
+    traces, failed, _ = runs
+    s = [model.score(t) for t in traces[90:]]
+    assert auroc(np.array(failed[90:]), np.array(s)) > 0.95
+
+
+def test_prefix_state_equals_scoring_the_prefix_as_a_run(model: AgentModel, runs) -> None:
+    traces, _, _ = runs
+    for t in traces[90:95]:
+        st = model.start()
+        for k, step in enumerate(t.steps, 1):
+            st.add(step)
+            whole = model.score(t.model_copy(update={"steps": t.steps[:k]}))
+            assert model.score_state(st) == pytest.approx(whole, abs=1e-9)
+
+
+def test_cached_rows_score_like_the_trace(model: AgentModel, runs) -> None:
+    traces, _, _ = runs
+    cache = FeatureCache()
+    t = traces[100]
+    rows = cache.rows(t, CFG.buckets, CFG.prefix_fractions)
+    got = model.score_rows(rows)
+    cuts = prefix_lengths(len(t.steps), CFG.prefix_fractions)
+    want = [model.score(t.model_copy(update={"steps": t.steps[:c]})) for c in cuts]
+    np.testing.assert_allclose(got, want, atol=1e-9)
+
+
+def test_round_trip_keeps_scores_version_and_state(model: AgentModel, runs, tmp_path) -> None:
+    traces, _, _ = runs
+    model.save(tmp_path / "m.json")
+    back = AgentModel.load(tmp_path / "m.json")
+    assert back.version == model.version
+    assert back.at_risk_threshold == model.at_risk_threshold
+    t = traces[101]
+    assert back.score(t) == pytest.approx(model.score(t), abs=1e-12)
+    st = model.start()
+    for step in t.steps[:4]:
+        st.add(step)
+    cont = back.state_from_dict(st.to_dict())
+    for step in t.steps[4:]:
+        cont.add(step)
+    assert back.score_state(cont) == pytest.approx(model.score(t), abs=1e-9)
+    assert (tmp_path / "m.json").stat().st_size < 5_000_000
+
+
+def test_card_and_early_warning_point(model: AgentModel) -> None:
+    card = model.card
+    assert card["agent"] == "travel" and card["labelled_runs"] == 90
+    lo, hi = card["cv_auroc_interval"]
+    assert card["cv_auroc"] > 0.8 and lo <= card["cv_auroc"] <= hi
+    assert model.at_risk_threshold is not None and 0.0 < model.at_risk_threshold < 1.0
+
+
+def test_prior_coefficient_stays_near_its_centre_with_few_runs(runs) -> None:
+    traces, failed, groups = runs
+    prior = [0.8 if f else 0.2 for f in failed]  # an informative zero-shot score
+    m = AgentModel.fit(traces[:12], failed[:12], groups[:12], prior=prior[:12],
+                       config=AgentModelConfig(buckets=1 << 12, internal_folds=0, prior_l2=100.0))
+    assert m.fitted_ is not None and m.fitted_.w_prior == pytest.approx(1.0, abs=0.1)
+    assert m.score(traces[0], prior=0.9) > m.score(traces[0], prior=0.1)
+
+
+def test_unfitted_and_bad_input_say_what_to_do(runs) -> None:
+    traces, failed, groups = runs
+    with pytest.raises(NotFittedError, match="AgentModel.fit"):
+        AgentModel().start()
+    with pytest.raises(InputError, match="one entry a run"):
+        AgentModel.fit(traces[:5], failed[:4], groups[:5])
+    with pytest.raises(InputError, match="failed and successful"):
+        AgentModel.fit(traces[:3], [True] * 3, groups[:3])
+    with pytest.raises(InputError, match="unknown agent-model option"):
+        AgentModelConfig.from_dict({"C": 1})
+
+
+def test_logistic_matches_scikit_learn() -> None:
+    sk = pytest.importorskip("sklearn.linear_model")
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 5))
+    y = (X @ np.array([1.0, -2.0, 0.5, 0, 0]) + rng.normal(size=200) > 0).astype(float)
+    w, b, _ = fit_logistic(sp.csr_matrix(X), y, np.ones(200), 1 / 4.0, None, 0.0, 0.0)
+    ref = sk.LogisticRegression(C=4.0, tol=1e-10, max_iter=10000).fit(X, y)
+    np.testing.assert_allclose(w, ref.coef_[0], atol=1e-3)
+    assert b == pytest.approx(ref.intercept_[0], abs=1e-3)
+
+
+def test_metrics_match_scikit_learn() -> None:
+    m = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 300)
+    s = np.round(rng.random(300) + 0.3 * y, 1)  # ties on purpose
+    assert auroc(y, s) == pytest.approx(m.roc_auc_score(y, s), abs=1e-12)
+    assert auprc(y, s) == pytest.approx(m.average_precision_score(y, s), abs=1e-12)
+
+
+def test_shape_counts() -> None:
+    st = RunCounts.empty()
+    call = Step(kind=StepKind.TOOL_CALL, tool_name="a", tool_args={"x": 1}, content="{}", source_index=1)
+    for s in (Step(kind=StepKind.USER_INPUT, content="hi", source_index=0), call, call,
+              Step(kind=StepKind.TOOL_RESULT, tool_name="a", content="boom", status=StepStatus.ERROR, source_index=2)):
+        st.add(s, 64)
+    got = dict(zip(SHAPE_FEATURES, st.shape.tolist(), strict=True))
+    assert (got["messages"], got["calls"], got["repeated_calls"], got["errors"], got["distinct_tools"]) == (3, 2, 1, 1, 1)
+
+
+def test_group_runs_uses_task_ids_else_near_duplicate_requests() -> None:
+    def run(text: str) -> Trace:
+        return Trace(steps=[Step(kind=StepKind.USER_INPUT, content=text)])
+
+    a = "I want to change my flight from Boston to Denver on May 3rd, reservation XYZ123 please"
+    traces = [run(a), run(a + " thanks"), run("Cancel reservation ABC999 and refund me to the original card"),
+              run(a), run("anything")]
+    g = group_runs(traces, [None, None, None, "T7", None])
+    assert g[0] == g[1] and g[0] != g[2] and g[3] == "task:T7" and len(set(g)) == 4
+
+
+def test_cross_validate_pairs_the_model_with_the_cheap_learners(runs) -> None:
+    pytest.importorskip("sklearn")
+    traces, failed, groups = runs
+    rep = cross_validate(traces, failed, groups, ks=(30, None), fractions=(0.5, 1.0), folds=4, draws=2,
+                         config=AgentModelConfig(buckets=1 << 12, internal_folds=0), n_boot=200)
+    r = rep["results"]["K=all|f=1"]
+    assert r["folds"] == 8
+    assert r["agent"]["auroc"] > 0.9
+    lo, hi = r["agent_minus_tfidf"]["interval"]
+    assert lo <= r["agent_minus_tfidf"]["diff"] + 1e-9 and r["agent_minus_tfidf"]["diff"] <= hi + 1e-9
+    assert set(rep["results"]) == {"K=30|f=0.5", "K=30|f=1", "K=all|f=0.5", "K=all|f=1"}
+    assert len(rep["oof"]["agent"]) == 2 and not np.isnan(rep["oof"]["agent"][0]).all()
