@@ -329,7 +329,8 @@ def evaluate_real(
             # relative to the agent's own runs: flagged when above the (1 − q) quantile of the
             # failure probabilities of the agent's *other* tasks (unlabelled), as the service does
             # once it has seen RELATIVE_MIN_RUNS runs of a task type
-            rel_thr = relative_thresholds(probs, groups, scorer.target_false_alarm)
+            # zero-shot it may only raise the fixed point (model.diagnosis.Diagnoser.diagnose)
+            rel_thr = np.maximum(relative_thresholds(probs, groups, scorer.target_false_alarm), scorer.threshold)
             flag_r = (probs >= rel_thr) | rule_fail
             entry["operating_point_relative"] = {
                 "quantile": round(1 - scorer.target_false_alarm, 4),
@@ -508,13 +509,15 @@ def render_markdown(report: dict[str, Any]) -> str:
                      f"{_fmt_ci(b['tool calls'])} | {_fmt_ci(b['characters'])} | "
                      f"{v['diff']:+.3f} [{v['ci'][0]:+.3f}, {v['ci'][1]:+.3f}] vs {v['baseline']} |")
     lines += ["", "## At the operating point", "",
-              "`healthy` is false when a rule raises a failure or `failure_probability` reaches the threshold",
-              "(set on the training sets: at most 10 % of their successful runs flagged).", "",
+              "`healthy` is false when a rule (or a trusted step-classifier kind) raises a failure or",
+              "`failure_probability` reaches the fixed operating point (set on the training sets: at most",
+              f"{100 * float(report['params'].get('target_false_alarm', 0.1)):.0f} % of each one's successful runs "
+              "flagged). Target: ≤ 5 % false alarms on each unseen set.", "",
               "| set | threshold | false alarms (successful runs) | recall (failed runs) | probability alone: FA / recall | rules and trusted classifier kinds alone: FA / recall |",
               "| --- | --- | --- | --- | --- | --- |"]
-    rel_lines = ["", "Relative to the agent's own runs (the service, once it has seen 50 runs of a task type:",
-                 "flagged above the 90th percentile of that agent's recent `failure_probability`; here the",
-                 "percentile of the set's runs of other tasks, no labels used):", "",
+    rel_lines = ["", "With the service's point relative to the agent's own runs (once it has seen 50 runs of a task",
+                 "type: the upper percentile of that agent's recent `failure_probability`; here the percentile of",
+                 "the set's runs of other tasks, no labels used), which zero-shot may only raise the fixed point:", "",
                  "| set | false alarms (successful runs) | recall (failed runs) |", "| --- | --- | --- |"]
     for s, e in report["sets"].items():
         if "operating_point_relative" in e:
