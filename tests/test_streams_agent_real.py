@@ -118,20 +118,14 @@ def test_streams_are_keyed_by_agent(results: dict[str, Any]) -> None:
 
 
 def test_streams_raise_no_false_alarm_on_any_agent(results: dict[str, Any]) -> None:
-    # The streams' own share (the other detectors are the next test's): not one successful run of
-    # any agent failed with degradation.
+    # The streams' own share: not one successful run of any agent failed with degradation.
     got = {source: res.degradation for source, res in results["agents"].items()}
     assert got == dict.fromkeys(got, 0)
     for res in results["agents"].values():
         assert res.successful >= 10  # enough successful runs that a rate means something
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not the streams (the test above): the zero-shot run scorer's failures (tau2 hallucination:runscore "
-    "on about half of its successful runs, agentprocessbench off_topic / unsafe_output:runscore on about 10 %) "
-    "and a loop rule hit on tau2; issue 20, item 7 and zero-shot precision",
-)
 def test_each_agent_gets_at_most_5_percent_false_alarms(results: dict[str, Any]) -> None:
+    # Everything the service raises (rules, classifier, run scorer, streams), per agent.
     rates = {source: round(res.rate, 3) for source, res in results["agents"].items()}
     assert all(rate <= MAX_FALSE_ALARMS for rate in rates.values()), rates
