@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"auto-fed streams: {', '.join(svc.stream_autofeed)}; detector {svc.stream_detector}")
 
         def open_alarms() -> str:
-            found = svc.store.open_alarms("default", "default")
+            found = svc.store.open_alarms("default", "_pool")  # runs naming no agent, no task type: the pool
             return ", ".join(f"{a['name']} {a['alarm']['direction']} at {a['alarm']['index']}" for a in found)
 
         tau = unlabelled("tau_airline")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import insert
 
-from model.agents import AGENT_METADATA_KEY, POOL_AGENT, resolve_agent
+from model.agents import AGENT_METADATA_KEY, POOL_AGENT, clean_agent_name, resolve_agent
 from model.detectors import make_stream_detector
 from model.diagnosis import DEFAULT_THRESHOLDS, RUNSCORE, Diagnoser
 from model.errors import InputError, TooLargeError, TraceImportError, TriageError
@@ -1171,15 +1171,18 @@ def _mean(values: list[float]) -> float:
 def _stream_agent(agent: str | None, task_type: str, *, where: str = "") -> str:
     """The agent a posted stream belongs to: ``agent``; else ``task_type`` (streams were keyed by
     it before, and a run naming no agent resolves to its task type); else ``""``, every agent.
+    Names are cleaned as a run's are (:func:`model.agents.clean_agent_name`: outer blanks off).
     Both given and different: an :class:`InputError` naming ``task_type`` (``where``: its prefix)."""
+    task = clean_agent_name(task_type) or ""
     if agent is None:
-        return task_type
-    if task_type and task_type != agent:
+        return task
+    name = clean_agent_name(agent) or ""
+    if task and task != name:
         raise InputError(
             f"agent {agent!r} and task_type {task_type!r} name two streams; give the agent only",
             path=f"{where}task_type",
         )
-    return agent
+    return name
 
 
 def _check_stream_name(name: str) -> None:

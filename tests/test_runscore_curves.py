@@ -107,3 +107,13 @@ def test_learning_curve_rejects_bad_arguments() -> None:
         learning_curve(ex, held_out=("nope",))
     with pytest.raises(InputError, match="seeds"):
         learning_curve(ex, seeds=())
+
+
+def test_the_airline_family_is_held_out_together() -> None:
+    ex = _examples({"tau_airline": (True, False), "tau2": (True, False), "swe": (True, False)}, groups=6)
+    points = learning_curve(ex, sizes=(4,), seeds=(0,))
+    for p in points:
+        if p.held_out in ("tau_airline", "tau2"):
+            assert p.trained_on == ("swe",)  # never the other airline set
+        else:
+            assert set(p.trained_on) <= {"tau_airline", "tau2"}

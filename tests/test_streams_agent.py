@@ -20,7 +20,7 @@ from model.diagnosis import Diagnoser
 from model.options import DiagnoseOptions
 from model.schema import Step, StepKind, Trace
 from model.streams import Cusum
-from serve.api_models import ObservationsRequest
+from serve.api_models import AppendStepsRequest, ObservationsRequest
 from serve.app import build_service
 from serve.service import TriageService
 from serve.settings import Settings
@@ -99,6 +99,14 @@ def test_each_agent_warms_up_and_alarms_on_its_own(service: TriageService) -> No
     assert other.healthy and not _degradation(other)
     assert pooled.healthy and not _degradation(pooled)
     assert service.store.get_stream("t", "output_chars", POOL_AGENT).n == 1  # type: ignore[union-attr]
+    # A live session of the faq agent gets its alarm too; the writer's session does not (sessions
+    # feed no stream: their runs are unfinished).
+    answer = [{"role": "user", "content": "Where is my refund?"}, {"role": "assistant", "content": _WORDS[:120]}]
+    live = service.append_steps("t", "s-faq", AppendStepsRequest(messages=answer, agent="faq"))
+    assert [(f.kind, f.details["agent"], f.details["beyond"]) for f in live.failures] == [("degradation", "faq", True)]
+    other_live = service.append_steps("t", "s-writer", AppendStepsRequest(messages=answer, agent="writer"))
+    assert not _degradation(other_live)
+    assert service.store.get_stream("t", "output_chars", "faq").n == 152  # type: ignore[union-attr]
 
 
 def test_a_stream_of_every_agent_signals_and_never_fails_a_run(service: TriageService) -> None:
@@ -130,6 +138,7 @@ def test_task_type_still_names_the_stream_of_runs_that_name_no_agent(service: Tr
     assert service.changepoints("t", "output_chars", None, None, task_type="faq").n == 131
     assert service.store.get_stream("t", "output_chars", "bot").n == 1  # type: ignore[union-attr]
     assert service.changepoints("t", "output_chars", "faq", None).agent == "faq"
+    assert service.changepoints("t", "output_chars", " faq ", None).n == 131  # cleaned as a run's name is
 
 
 def test_agent_and_a_different_task_type_are_refused(service: TriageService) -> None:

@@ -6,7 +6,8 @@ Real runs of six real sets (``model.realdata``), labels stripped, each set sent 
 (auto-fed streams, the shipped rules, classifier and run scorer, auth on, one API key). Before
 streams were keyed by agent, the streams of the first agents alarmed on the next ones and failed
 nearly all of their successful runs (issue 20: 54 of 60). A seeded sample keeps it short: the
-first two agents and WebShop go past the 100-run warm-up, so their own streams are monitored.
+first two agents go past the 100-run warm-up, so their own streams are monitored, and the four
+after them come after 220 runs of other agents.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from tests.conftest import LiveServer
 
 #: (set, runs sent): in this order, one after the other, through one tenant.
 PLAN: tuple[tuple[str, int], ...] = (
-    ("tau_airline", 120),
-    ("agentprocessbench", 120),
-    ("swe", 20),
-    ("tau2", 40),
-    ("webshop", 120),
-    ("reflexion_hotpotqa", 40),
+    ("tau_airline", 110),
+    ("agentprocessbench", 110),
+    ("swe", 15),
+    ("tau2", 30),
+    ("webshop", 60),
+    ("reflexion_hotpotqa", 30),
 )
 SEED = 20
 MAX_FALSE_ALARMS = 0.05
@@ -113,24 +114,18 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
 def test_streams_are_keyed_by_agent(results: dict[str, Any]) -> None:
     assert results["streams"] == {**results["expected"], "_pool": 404}  # no run fell into the pool
-    assert all(n >= 15 for n in results["expected"].values())
+    assert all(n >= 10 for n in results["expected"].values())
 
 
 def test_streams_raise_no_false_alarm_on_any_agent(results: dict[str, Any]) -> None:
-    # The streams' own share (the other detectors are the next test's): not one successful run of
-    # any agent failed with degradation.
+    # The streams' own share: not one successful run of any agent failed with degradation.
     got = {source: res.degradation for source, res in results["agents"].items()}
     assert got == dict.fromkeys(got, 0)
     for res in results["agents"].values():
         assert res.successful >= 10  # enough successful runs that a rate means something
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not the streams (the test above): the zero-shot run scorer's failures (tau2 hallucination:runscore "
-    "on about half of its successful runs, agentprocessbench off_topic / unsafe_output:runscore on about 10 %) "
-    "and the ignored_error + tool_error rules on webshop (about 10 %); issue 20, item 7 and zero-shot precision",
-)
 def test_each_agent_gets_at_most_5_percent_false_alarms(results: dict[str, Any]) -> None:
+    # Everything the service raises (rules, classifier, run scorer, streams), per agent.
     rates = {source: round(res.rate, 3) for source, res in results["agents"].items()}
     assert all(rate <= MAX_FALSE_ALARMS for rate in rates.values()), rates

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from model.errors import InputError
-from model.realdata import first_groups
+from model.realdata import first_groups, loso_family
 
 from .model import Example, RunScorer, auroc
 
@@ -97,7 +97,8 @@ def learning_curve(
     held_out: Sequence[str] | None = None,
     params: dict[str, Any] | None = None,
 ) -> list[CurvePoint]:
-    """Fit on K runs drawn by group from the other sets, score the held-out set; every (S, K, seed).
+    """Fit on K runs drawn by group from the sets outside S's family (:func:`model.realdata.loso_family`),
+    score the held-out set S; every (S, K, seed).
 
     Parameters
     ----------
@@ -125,7 +126,7 @@ def learning_curve(
     points: list[CurvePoint] = []
     for S in held_out:
         test = [e for e in examples if e.source == S]
-        pool = [e for e in examples if e.source != S]
+        pool = [e for e in examples if loso_family(e.source) != loso_family(S)]  # τ² airline is τ-bench's family
         if not pool:
             raise InputError(f"holding out {S!r} leaves no runs to train on", path="held_out")
         y = np.array([int(e.failed) for e in test])
