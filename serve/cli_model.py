@@ -30,6 +30,31 @@ def _need_training_extra() -> None:
         raise _fail(f"this command needs the training extra (pip install -e '.[train]'): {exc}") from exc
 
 
+def _learning_curve(params: Path, root: Path | None, reports: Path, limit: int | None) -> None:
+    try:
+        import matplotlib  # noqa: F401
+        import sklearn  # noqa: F401  (the cheap learners it is judged against)
+    except ImportError as exc:
+        raise _fail(f"triage evaluate --learning-curve needs the train extra (pip install -e '.[train]'): {exc}") from exc
+    from model.agentmodel import learning
+
+    try:
+        cfg = learning.LearningConfig.from_params(params)
+        if limit is not None:
+            cfg = learning.LearningConfig.from_dict({**learning._cfg_dict(cfg), "limit": limit})
+        report = learning.run(cfg, root, progress=typer.echo)
+        paths = learning.write(report, reports)
+    except (TriageError, OSError) as exc:
+        raise _fail(str(exc)) from exc
+    dw = report["done_when"]
+    if "mean_diff_vs_better" in dw:
+        m = dw["mean_diff_vs_better"]
+        typer.echo(f"agent − better cheap learner at K = 100, mean over {len(dw['per_set'])} sets: "
+                   f"{m['diff']:+.3f} [{m['interval'][0]:+.3f}, {m['interval'][1]:+.3f}]")
+    for p in paths:
+        typer.echo(str(p))
+
+
 def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | None, semantic: Path,
                    card: Path | None) -> None:
     import yaml
@@ -142,14 +167,22 @@ def register(app: typer.Typer) -> None:
                          "--real", help="The real-run evaluation (leave-one-source-out) instead: "
                                         "reports/real.json, reports/real.md and figures.")] = False,
                      root: Annotated[Path | None, typer.Option(
-                         "--root", help="With --real: the vendored real sets (default datasets/real).")] = None,
+                         "--root", help="With --real / --learning-curve: the vendored real sets (default datasets/real).")] = None,
                      limit: Annotated[int | None, typer.Option(
-                         "--limit", min=2, help="With --real: only the first N tasks of each set (a quick look).")] = None,
+                         "--limit", min=2, help="With --real: only the first N tasks of each set; with --learning-curve: "
+                                                "about N runs a set (a quick look).")] = None,
                      semantic: Annotated[Path, typer.Option(
                          "--semantic", help="With --real: the frozen semantic cases to report too.")]
-                     = Path("datasets/semantic/cases.jsonl")) -> None:
+                     = Path("datasets/semantic/cases.jsonl"),
+                     learning_curve: Annotated[bool, typer.Option(
+                         "--learning-curve", help="The agent model's learning curve instead (params.yaml → "
+                                                  "learning_curve): reports/learning.json, reports/learning.md, "
+                                                  "reports/learning-figures/learning_curve.png.")] = False) -> None:
         """Write reports/metrics.json, reports/eval.md (+ PNGs) and the model card; with --real, the
         real-run evaluation that picks the model (reports/real.json, reports/real.md)."""
+        if learning_curve:
+            _learning_curve(params, root, reports, limit)
+            return
         if real:  # a quick look (--limit) leaves the model card alone
             _evaluate_real(params, root, reports, limit, semantic,
                            None if limit is not None else artifacts / "MODEL_CARD.md")

@@ -74,6 +74,24 @@ def test_learns_the_planted_signal_on_other_tasks(model: AgentModel, runs) -> No
     assert auroc(np.array(failed[90:]), np.array(s)) > 0.95
 
 
+@pytest.fixture(scope="module")
+def stacked(runs: tuple[list[Trace], list[bool], list[str]]) -> AgentModel:
+    traces, failed, groups = runs
+    return AgentModel.fit(traces[:90], failed[:90], groups[:90],
+                          config=AgentModelConfig(buckets=1 << 12, internal_folds=0, combine="stack"))
+
+
+def test_stacked_model_learns_and_collapses_to_one_linear_model(stacked: AgentModel, runs) -> None:
+    traces, failed, _ = runs
+    s = [stacked.score(t) for t in traces[90:]]
+    assert auroc(np.array(failed[90:]), np.array(s)) > 0.95
+    assert stacked.fitted_ is not None and len(stacked.fitted_.meta["stack_weights"]) == 2
+    st = stacked.start()
+    for step in traces[95].steps:
+        st.add(step)
+    assert stacked.score_state(st) == pytest.approx(AgentModel.from_dict(stacked.to_dict()).score(traces[95]), abs=1e-9)
+
+
 def test_prefix_state_equals_scoring_the_prefix_as_a_run(model: AgentModel, runs) -> None:
     traces, _, _ = runs
     for t in traces[90:95]:
@@ -197,3 +215,15 @@ def test_cross_validate_pairs_the_model_with_the_cheap_learners(runs) -> None:
     assert lo <= r["agent_minus_tfidf"]["diff"] + 1e-9 and r["agent_minus_tfidf"]["diff"] <= hi + 1e-9
     assert set(rep["results"]) == {"K=30|f=0.5", "K=30|f=1", "K=all|f=0.5", "K=all|f=1"}
     assert len(rep["oof"]["agent"]) == 2 and not np.isnan(rep["oof"]["agent"][0]).all()
+
+
+def test_early_warning_point_is_read_at_half_the_run_even_without_prefix_training(runs) -> None:
+    traces, failed, groups = runs
+    m = AgentModel.fit(traces[:90], failed[:90], groups[:90],
+                       config=AgentModelConfig(buckets=1 << 12, internal_folds=3, prefix_fractions=(1.0,)))
+    assert set(m.card["prefix_cv_auroc"]) == {"0.25", "0.5", "0.75", "1.0"}
+    assert m.at_risk_threshold is not None
+    # on fresh runs, roughly ≤ 10 % of the successful ones cross it at half their steps
+    ok = [t for t, f in zip(traces[90:], failed[90:], strict=True) if not f]
+    half = [m.score(t.model_copy(update={"steps": t.steps[: (len(t.steps) + 1) // 2]})) for t in ok]
+    assert np.mean(np.array(half) > m.at_risk_threshold) <= 0.25

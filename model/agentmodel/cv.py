@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,7 +152,9 @@ def summarise(units: Sequence[_Unit], *, seed: int = 0, n_boot: int = N_BOOT,
         return {"folds": 0}
     pts = {m: float(np.mean([u.point()[m] for u in units])) for m in methods}
     reps = [u.replicates(w) for u, w in zip(units, _boot_weights(units, seed, n_boot), strict=True)]
-    rep = {m: np.nanmean(np.array([r[m] for r in reps]), axis=0) for m in methods}
+    with warnings.catch_warnings():  # a replicate that drew no failed (or no successful) run: nan
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rep = {m: np.nanmean(np.array([r[m] for r in reps]), axis=0) for m in methods}
     out: dict[str, Any] = {"folds": len(units)}
     for m in methods:
         out[m] = {"auroc": pts[m], "interval": _pct(rep[m])}
@@ -303,8 +306,8 @@ class CVData:
     views: dict[float, list[tuple[str, int, int]]] = field(default_factory=dict)
 
     @classmethod
-    def make(cls, traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str],
-             fractions: Sequence[float] = (1.0,), prior: Sequence[float] | None = None) -> CVData:
+    def make(cls, traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray, groups: Sequence[str],
+             fractions: Sequence[float] = (1.0,), prior: Sequence[float] | np.ndarray | None = None) -> CVData:
         fr = tuple(sorted({float(f) for f in fractions}))
         d = cls(list(traces), np.array([bool(f) for f in failed], float), [str(g) for g in groups], fr,
                 None if prior is None else np.asarray(prior, float))
@@ -336,11 +339,12 @@ def draws_folds(groups: Sequence[str], folds: int, draws: int, seed: int) -> lis
     return out
 
 
-def cross_validate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str], *,
+def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray, groups: Sequence[str], *,
                    ks: Sequence[int | None] = (None,), fractions: Sequence[float] = (1.0,),
                    config: AgentModelConfig | None = None, prior: Sequence[float] | None = None,
                    folds: int = 5, draws: int = 5, seed: int = 0, n_boot: int = N_BOOT,
                    data: CVData | None = None, methods: Sequence[str] = METHODS,
+                   prefix_ks: Sequence[int | None] | None = None,
                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The agent model and both cheap learners on the same folds and the same K runs.
 
@@ -348,6 +352,7 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequ
     (:func:`summarise`) holds every method's mean AUROC over folds × draws with its interval, the mean
     AUPRC, and the paired differences ``agent_minus_tfidf`` / ``agent_minus_length`` with intervals;
     ``oof`` holds, for ``K=None`` and each draw, the out-of-fold scores of every method.
+    ``prefix_ks``: the K at which prefixes other than the largest fraction are scored (default all).
     """
     cfg = config or AgentModelConfig(internal_folds=0)
     if cfg.internal_folds:
@@ -385,6 +390,8 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequ
                                            config=cfg, prior=None if d.prior is None else d.prior[idx],
                                            cache=d.cache)
                 for f in fr:
+                    if f != max(fr) and prefix_ks is not None and K not in prefix_ks:
+                        continue
                     sc: dict[str, np.ndarray] = {}
                     if model is not None:
                         sc["agent"] = np.array([_score_at(model, d, i, f, j_of) for i in te])

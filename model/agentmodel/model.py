@@ -18,6 +18,12 @@ Interface (what the service and the gate build on)::
     model.card -> dict                                         # agent, labelled_runs, cv_auroc + interval, …
     model.to_dict() / AgentModel.from_dict(d) / model.save(path) / AgentModel.load(path)
     model.version -> str                                       # content hash of the artefact
+    model.state_from_dict(state.to_dict()) -> PrefixState      # a session's state, continued by any worker
+    model.score_rows(FeatureCache().rows(trace, …)) -> array   # cached prefixes (learning curve, queue)
+
+``fit`` also takes ``agent=`` (the card's name) and ``cache=`` (a :class:`FeatureCache` shared by
+refits). ``config.combine="stack"`` fits the shape and n-gram blocks apart and combines them by
+weights fitted on out-of-fold logits (nested in the training runs).
 
 ``groups`` keeps the runs of one task together in the model's own cross-validation (which sets the
 early-warning threshold and the card's ``cv_auroc``); :func:`model.agentmodel.cv.group_runs` makes
@@ -66,6 +72,10 @@ class AgentModelConfig:
     buckets: n-gram hash columns; min_df: runs a bucket must appear in to be learned.
     internal_folds: grouped folds of the model's own CV (threshold, card); 0 skips it.
     target_false_alarm: the early-warning point's false-alarm rate at ``warning_fraction`` of the run.
+    combine: ``joint`` (one regression over both blocks) or ``stack`` (a shape model and an n-gram model
+        fitted apart, combined by a logistic regression on their out-of-fold logits over ``stack_folds``
+        grouped folds of the training runs — nested: the weights never see the runs they are judged on;
+        the result collapses into the same linear form, so serving is unchanged).
     """
 
     c: float = 4.0
@@ -77,6 +87,8 @@ class AgentModelConfig:
     buckets: int = 1 << 18
     min_df: int = 2
     internal_folds: int = 5
+    combine: str = "joint"
+    stack_folds: int = 3
     target_false_alarm: float = 0.1
     warning_fraction: float = 0.5
     seed: int = 0
@@ -90,6 +102,8 @@ class AgentModelConfig:
         if not self.prefix_fractions or any(not 0 < f <= 1 for f in self.prefix_fractions):
             raise InputError(f"prefix_fractions must lie in (0, 1]; got {self.prefix_fractions}",
                              path="prefix_fractions")
+        if self.combine not in ("joint", "stack"):
+            raise InputError(f"combine must be 'joint' or 'stack'; got {self.combine!r}", path="combine")
         if self.buckets < 16:
             raise InputError(f"buckets must be ≥ 16; got {self.buckets}", path="buckets")
         object.__setattr__(self, "prefix_fractions", tuple(float(f) for f in self.prefix_fractions))
@@ -273,20 +287,23 @@ class AgentModel:
         cache = cache or FeatureCache()
         counts = [cache.rows(t, cfg.buckets, cfg.prefix_fractions) for t in traces]
         m = cls(cfg)
-        m.fitted_ = _fit_core(counts, y, None if prior is None else np.asarray(prior, float), cfg)
-        m.fitted_.meta = {"labelled_runs": n, "failed_runs": int(y.sum()), "groups": len(set(groups))}
+        m.fitted_ = _fit_core(counts, y, list(groups), None if prior is None else np.asarray(prior, float), cfg)
+        m.fitted_.meta = {**m.fitted_.meta, "labelled_runs": n, "failed_runs": int(y.sum()), "groups": len(set(groups))}
         m._tab = None
         m.card_ = {"agent": agent, "labelled_runs": n, "failed_runs": int(y.sum()), "groups": len(set(groups)),
                    "cv_auroc": None, "cv_auroc_interval": None, "cheap_learners": None, "learning_curve": []}
         if cfg.internal_folds >= 2 and len(set(groups)) >= cfg.internal_folds:
-            m._own_cv(counts, y, list(groups), None if prior is None else np.asarray(prior, float))
+            efr = tuple(sorted({0.25, 0.5, 0.75, 1.0, cfg.warning_fraction}))
+            evals = [cache.rows(t, cfg.buckets, efr) for t in traces]
+            m._own_cv(counts, evals, efr, y, list(groups), None if prior is None else np.asarray(prior, float))
         return m
 
-    def _own_cv(self, counts: list[RunRows], y: np.ndarray, groups: list[str],
-                prior: np.ndarray | None) -> None:
+    def _own_cv(self, counts: list[RunRows], evals: list[RunRows], fr: tuple[float, ...], y: np.ndarray,
+                groups: list[str], prior: np.ndarray | None) -> None:
+        """Grouped CV on the training runs: out-of-fold scores of each run at the prefixes ``fr``
+        (``evals``) give the card's AUROC and the early-warning threshold."""
         cfg = self.config
         folds = group_folds(groups, cfg.internal_folds, seed=cfg.seed)
-        fr = cfg.prefix_fractions
         j_half = int(np.argmin([abs(f - cfg.warning_fraction) for f in fr]))
         j_full = int(np.argmin([abs(f - 1.0) for f in fr]))
         oof = np.full((len(y), len(fr)), np.nan)
@@ -294,9 +311,10 @@ class AgentModel:
             train = np.setdiff1d(np.arange(len(y)), test)
             if y[train].min() == y[train].max():
                 continue
-            f = _fit_core([counts[i] for i in train], y[train], None if prior is None else prior[train], cfg)
+            f = _fit_core([counts[i] for i in train], y[train], [groups[i] for i in train],
+                          None if prior is None else prior[train], cfg)
             for i in test:
-                oof[i] = score_rows(f, counts[i], None if prior is None else float(prior[i]))
+                oof[i] = score_rows(f, evals[i], None if prior is None else float(prior[i]))
         ok = ~np.isnan(oof[:, j_full])
         if ok.sum() < 4 or y[ok].min() == y[ok].max():
             return
@@ -461,7 +479,59 @@ def _ngram_block(grams: sp.csr_matrix, bk: np.ndarray, idf: np.ndarray) -> sp.cs
     return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
 
 
-def _fit_core(runs: list[RunRows], y: np.ndarray, prior: np.ndarray | None, cfg: AgentModelConfig) -> _Fitted:
+def _fit_core(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
+              cfg: AgentModelConfig) -> _Fitted:
+    if cfg.combine == "stack" and cfg.shape_weight > 0 and cfg.ngram_weight > 0:
+        return _fit_stack(runs, y, groups, prior, cfg)
+    return _fit_joint(runs, y, prior, cfg)
+
+
+def _logits(f: _Fitted, runs: Sequence[RunRows]) -> np.ndarray:
+    p = np.concatenate([score_rows(f, r, None) for r in runs])
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    return np.asarray(np.log(p / (1 - p)))
+
+
+def _fit_stack(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
+               cfg: AgentModelConfig) -> _Fitted:
+    """A shape model and an n-gram model, combined by weights fitted on their out-of-fold logits."""
+    from dataclasses import replace
+
+    c_shape = replace(cfg, ngram_weight=0.0)
+    c_gram = replace(cfg, shape_weight=0.0)
+    F = len(cfg.prefix_fractions)
+    oof = np.full((len(y) * F, 2), np.nan)
+    for test in group_folds(groups, cfg.stack_folds, seed=cfg.seed + 1):
+        train = np.setdiff1d(np.arange(len(y)), test)
+        if len(test) == 0 or y[train].min() == y[train].max():
+            continue
+        rows = (test[:, None] * F + np.arange(F)[None, :]).ravel()
+        tr_runs = [runs[i] for i in train]
+        te_runs = [runs[i] for i in test]
+        oof[rows, 0] = _logits(_fit_joint(tr_runs, y[train], None, c_shape), te_runs)
+        oof[rows, 1] = _logits(_fit_joint(tr_runs, y[train], None, c_gram), te_runs)
+    ok = ~np.isnan(oof[:, 0])
+    yy = np.repeat(y, F)
+    fs = _fit_joint(runs, y, None, c_shape)
+    fg = _fit_joint(runs, y, None, c_gram)
+    if ok.sum() < 4 or yy[ok].min() == yy[ok].max():
+        a = np.array([0.5, 0.5])
+        c0 = 0.0
+        g = None
+    else:
+        sw = (np.repeat(balanced_weights(y), F) / F)[ok]
+        lp = None if prior is None else np.repeat([_logit(float(p)) for p in prior], F)[ok]
+        a, c0, g = fit_logistic(sp.csr_matrix(oof[ok]), yy[ok], sw, 1.0, lp, cfg.prior_l2, cfg.prior_weight)
+    if prior is not None and g is None:
+        g = cfg.prior_weight
+    # z = c0 + a0·(b_s + shape·w_s) + a1·(b_g + grams·w_g) (+ γ·logit prior): one linear model again
+    return _Fitted(mean=fs.mean, scale=fs.scale, w_shape=fs.w_shape * a[0], buckets=fg.buckets, idf=fg.idf,
+                   w_ngram=(fg.w_ngram * a[1]).astype("<f4").astype(float), w_prior=g,
+                   bias=float(c0 + a[0] * fs.bias + a[1] * fg.bias),
+                   meta={"stack_weights": [float(a[0]), float(a[1])], "stack_bias": float(c0)})
+
+
+def _fit_joint(runs: list[RunRows], y: np.ndarray, prior: np.ndarray | None, cfg: AgentModelConfig) -> _Fitted:
     n = len(runs)
     fr = cfg.prefix_fractions
     j_full = int(np.argmax(fr))

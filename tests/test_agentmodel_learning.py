@@ -1,0 +1,77 @@
+"""``triage evaluate --learning-curve`` end to end on a small sample of two real sets: the report's
+files, its structure, the leave-one-family-out choice, and its Done-when arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from model.agentmodel.learning import done_when, render_markdown
+
+pytest.importorskip("sklearn")
+pytest.importorskip("matplotlib")
+
+PARAMS = """
+learning_curve:
+  sets: [tau_airline, agentprocessbench, swe]
+  ks: [25, all]
+  fractions: [0.5, 1.0]
+  prefix_ks: [all]
+  folds: 3
+  draws: 1
+  n_boot: 50
+  zero_shot: false
+  model: {buckets: 4096}
+  candidates: [{}, {c: 1.0}]
+  select_k: 25
+  select_draws: 1
+  sections: false
+"""
+
+
+@pytest.mark.slow
+def test_learning_curve_command_writes_the_report(tmp_path: Path) -> None:
+    from serve.cli import app
+
+    (tmp_path / "params.yaml").write_text(PARAMS, encoding="utf-8")
+    r = CliRunner().invoke(app, ["evaluate", "--learning-curve", "--params", str(tmp_path / "params.yaml"),
+                                 "--reports", str(tmp_path / "reports"), "--limit", "45"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "reports" / "learning.json").read_text(encoding="utf-8"))
+    assert (tmp_path / "reports" / "learning-figures" / "learning_curve.png").stat().st_size > 10_000
+    assert set(rep["sets"]) == {"tau_airline", "agentprocessbench", "swe"}
+    for s, d in rep["sets"].items():
+        others = [o for o in rep["sets"] if o != s]
+        sel = [np.mean([rep["sets"][o]["config"]["selection_auroc"][i] for o in others]) for i in range(2)]
+        assert d["config"]["candidate"] == int(np.argmax(sel))  # chosen on the other sets only
+        r_all = d["results"]["K=all|f=1"]
+        assert {"agent", "tfidf", "length", "agent_minus_tfidf", "agent_minus_length"} <= set(r_all)
+        assert "K=all|f=0.5" in d["results"] and "K=25|f=0.5" not in d["results"]
+    md = (tmp_path / "reports" / "learning.md").read_text(encoding="utf-8")
+    assert "leave one family out" in md.lower() and "| tau_airline |" in md
+
+
+def _res(agent: float, tfidf: float, length: float, reps: list[float]) -> dict:
+    def m(a: float) -> dict:
+        return {"auroc": a, "interval": [a - 0.1, a + 0.1], "auprc": a}
+
+    return {"folds": 5, "agent": m(agent), "tfidf": m(tfidf), "length": m(length),
+            "agent_minus_tfidf": {"diff": agent - tfidf, "interval": [0, 0], "replicates": reps},
+            "agent_minus_length": {"diff": agent - length, "interval": [0, 0], "replicates": reps}}
+
+
+def test_done_when_reads_k100_else_all_and_the_better_cheap_learner() -> None:
+    reps = {"a": {"K=100|f=1": _res(0.80, 0.75, 0.70, [0.04, 0.06]), "K=50|f=1": _res(0.7, 0.6, 0.65, [0.1])},
+            "b": {"K=all|f=1": _res(0.60, 0.55, 0.62, [-0.03, -0.01])}}
+    per_set = {"a": {}, "b": {}}
+    dw = done_when(per_set, reps)
+    assert dw["per_set"]["a"]["K"] == "100" and dw["per_set"]["a"]["better_cheap"] == "tfidf"
+    assert dw["per_set"]["b"]["K"] == "all" and dw["per_set"]["b"]["better_cheap"] == "length"
+    assert dw["per_set"]["b"]["not_below_minus_0.01"] is False
+    assert dw["mean_diff_vs_better"]["diff"] == pytest.approx((0.05 - 0.02) / 2)
+    assert dw["k50_ahead_of_both_on"] == 1 and dw["every_set_within_0.01"] is False
+    assert callable(render_markdown)
