@@ -195,12 +195,15 @@ def review_cmd(
         "--store", help="with --from-store: the database URL (default: TRIAGE_DATABASE_URL / the data dir's)")] = None,
     author: Annotated[str | None, typer.Option(help="with --from-store: the labels' author (default cli:<user>)")]
     = None,
+    order: Annotated[str | None, typer.Option(
+        help="with --from-store: margin (most uncertain first) or queue (uncertainty, near-duplicates once); "
+             "default: the measured choice, docs/retraining.md")] = None,
 ) -> None:
     """Walk uncertain traces one at a time: a key per label, saved as you go, resumable."""
     if from_store:
         if path is not None:
             raise _fail("give a file or --from-store, not both")
-        _review_store(tenant, store_url, author)
+        _review_store(tenant, store_url, author, order)
         return
     if path is None:
         raise _fail("say what to review: a labelled JSONL file, or --from-store (the service's history)")
@@ -251,13 +254,13 @@ def review_cmd(
     print("\nnothing left to review")
 
 
-def _review_store(tenant: str, store_url: str | None, author: str | None) -> None:
+def _review_store(tenant: str, store_url: str | None, author: str | None, order: str | None = None) -> None:
     """``label review --from-store``: see :mod:`serve.label_review`."""
     import getpass
 
     from model.diagnosis import Diagnoser
     from serve.app import build_service, load_runscorer
-    from serve.label_review import TerminalKeys, review_queue, run_review
+    from serve.label_review import DEFAULT_ORDER, TerminalKeys, review_queue, run_review
     from serve.settings import get_settings
     from serve.store import check_tenant_name
 
@@ -282,8 +285,10 @@ def _review_store(tenant: str, store_url: str | None, author: str | None) -> Non
             rel = service.relative_threshold(tenant, task_type, scorer)
             return rel if rel is not None else fixed
 
-        queue, done = review_queue(service.store, tenant, author=who, threshold_for=threshold_for)
-        print(f"{len(queue)} trace(s) of tenant {tenant!r} to review, most uncertain first "
+        how = order or DEFAULT_ORDER
+        queue, done = review_queue(service.store, tenant, author=who, threshold_for=threshold_for, order=how)
+        first = "most uncertain first" if how == "margin" else "uncertain first, near-duplicates once"
+        print(f"{len(queue)} trace(s) of tenant {tenant!r} to review, {first} "
               f"({done} already labelled by {who})")
         run_review(service, tenant, queue, author=who, keys=TerminalKeys(), out=sys.stdout)
     except TriageError as exc:

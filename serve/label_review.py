@@ -7,9 +7,16 @@ run was flagged, since the ``runscore`` failure keeps it in ``details.threshold`
 stored response does not keep it, and it is the operating point as of now), and each finding's
 confidence against its kind's threshold (:data:`model.diagnosis.DEFAULT_THRESHOLDS`, 0.5). A
 trace's **margin** is the smallest of those distances: ``|p − operating point|`` and
-``|confidence − threshold|`` over its failures and signals. The queue is sorted by margin, smallest
-first (newest first among equals); a trace with neither a probability nor a finding has margin 1
-and comes last.
+``|confidence − threshold|`` over its failures and signals. A trace with neither a probability nor a
+finding has margin 1. Two orders (``--order``):
+
+* ``margin`` — smallest margin first (newest first among equals);
+* ``queue`` — :func:`model.agentmodel.queue.order_queue`: the uncertainty ``1 − 2·margin`` divided by
+  one plus the runs of the trace's near-duplicate cluster (its ``metadata.task_id``, else its opening
+  request: :func:`model.agentmodel.cv.group_runs`) already labelled or placed earlier, so that
+  near-duplicate runs of one task count once.
+
+:data:`DEFAULT_ORDER` is the one the measurement chose (docs/retraining.md, "Which runs to label").
 
 **What it writes.** Every key that saves calls :meth:`serve.service.TriageService.add_label`, the
 method behind ``POST /v1/traces/{id}/labels``: the same rows, the same checks, the same effective
@@ -45,6 +52,11 @@ from serve.store import Store
 
 #: Thresholds of the fused findings, by kind value.
 _KIND_THRESHOLDS = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
+
+#: The review's default order: ``queue`` only where it beat random order at K = 50
+#: (``python -m model.agentmodel.queue``; docs/retraining.md, "Which runs to label").
+DEFAULT_ORDER = "margin"  # queue − random at K = 50: −0.024 [−0.041, −0.009] over six sets
+ORDERS = ("margin", "queue")
 
 MAIN_KEYS = "foaksnq"
 MAIN_PROMPT = "  [f] failed  [o] ok  [a] agree with the diagnosis  [k] kind  [s] step  [n] skip  [q] quit: "
@@ -90,14 +102,21 @@ def margin(response: dict[str, Any], threshold: float | None) -> tuple[float, st
 
 
 def review_queue(
-    store: Store, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None]
+    store: Store, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
+    order: str = DEFAULT_ORDER,
 ) -> tuple[list[Candidate], int]:
-    """The tenant's traces still to review by ``author``, most uncertain first, and how many that
-    author has labelled already. ``threshold_for(task_type)`` gives the operating point."""
+    """The tenant's traces still to review by ``author``, in ``order`` (module docstring), and how
+    many that author has labelled already. ``threshold_for(task_type)`` gives the operating point."""
+    if order not in ORDERS:
+        raise InputError(f"order must be one of {', '.join(ORDERS)}; got {order!r}", path="order")
     queue: list[Candidate] = []
     done = 0
     cache: dict[str | None, float | None] = {}
+    traces: list[dict[str, Any]] = []  # every stored trace (the clusters), queue ones first
+    labelled: list[dict[str, Any]] = []
     for record in store.iter_history(tenant):
+        if record["labels"]:
+            labelled.append(record["trace"])
         if any((row.get("author") or "") == author for row in record["labels"]):
             done += 1
             continue
@@ -107,8 +126,23 @@ def review_queue(
             cache[task_type] = threshold_for(task_type)
         m, basis = margin(response, cache[task_type])
         queue.append(Candidate(str(record["trace"]["id"]), record["created_at"], m, basis, response))
-    queue.sort(key=lambda c: (c.margin, -c.created_at.timestamp(), c.trace_id))
-    return queue, done
+        traces.append(record["trace"])
+    order_by = sorted(range(len(queue)), key=lambda i: (queue[i].margin, -queue[i].created_at.timestamp(),
+                                                        queue[i].trace_id))
+    if order == "queue" and queue:
+        from model.agentmodel.cv import group_runs
+        from model.agentmodel.queue import order_queue
+
+        every = [Trace.model_validate(t) for t in [traces[i] for i in order_by] + labelled]
+        tasks = [t.metadata.get("task_id") for t in every]
+        clusters = group_runs(every, [None if x is None else str(x) for x in tasks])
+        n = len(order_by)
+        counts: dict[str, int] = {}
+        for c in clusters[n:]:
+            counts[c] = counts.get(c, 0) + 1
+        value = [max(0.0, 1.0 - 2.0 * queue[i].margin) for i in order_by]
+        order_by = [order_by[j] for j in order_queue(None, clusters[:n], labelled=counts, value=value)]
+    return [queue[i] for i in order_by], done
 
 
 def _goal(trace: Trace, width: int) -> str:
@@ -342,4 +376,4 @@ def run_review(
     return saved, skipped
 
 
-__all__ = ["Candidate", "EndOfInput", "Keys", "TerminalKeys", "margin", "render", "review_queue", "run_review"]
+__all__ = ["DEFAULT_ORDER", "ORDERS", "Candidate", "EndOfInput", "Keys", "TerminalKeys", "margin", "render", "review_queue", "run_review"]
