@@ -456,12 +456,12 @@ def _sections_markdown(sections: dict[str, Any]) -> list[str]:
         where = importlib.import_module("model.agentmodel.where")
         L += ["## Localisation in domain (model/agentmodel/where.py)", "", where.localisation_markdown(sections["localisation"]), ""]
     else:
-        L += ["## Localisation in domain", "", "(model/agentmodel/where.py not present in this build.)", ""]
+        L += ["## Localisation in domain", "", "(not in this report: `python -m model.agentmodel.learning --sections-only` adds it when model/agentmodel/where.py is present.)", ""]
     if "queue" in sections:
         queue = importlib.import_module("model.agentmodel.queue")
         L += ["## The review queue against random order (model/agentmodel/queue.py)", "", queue.queue_markdown(sections["queue"]), ""]
     else:
-        L += ["## The review queue against random order", "", "(model/agentmodel/queue.py not present in this build.)", ""]
+        L += ["## The review queue against random order", "", "(not in this report: `python -m model.agentmodel.learning --sections-only` adds it when model/agentmodel/queue.py is present.)", ""]
     return L
 
 
