@@ -202,3 +202,18 @@ def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -
             c.trace_id for c in by_margin if c.trace_id != "run-3"]
     finally:
         service.store.dispose()
+
+
+def test_agent_model_learner_learns_the_planted_word() -> None:
+    from model.agentmodel.queue import agent_model_learner
+
+    runs = gen_runs(3, tasks=40, trials=2)
+    traces = [r.trace for r in runs]
+    y = np.array([int(r.failed) for r in runs])
+    fit = agent_model_learner(traces)
+    train, test = list(range(0, 60)), list(range(60, 80))
+    s = fit(train, y[train], [runs[i].group for i in train])(test)
+    from model.runscore.model import auroc
+
+    assert s.shape == (20,) and ((s >= 0) & (s <= 1)).all()
+    assert auroc(y[test], s) > 0.7  # "oops" says failed 3 times out of 4

@@ -128,9 +128,9 @@ def test_fixed_position_is_chosen_on_the_runs_given() -> None:
 
 
 def test_localisation_curve_reports_the_gain_of_content() -> None:
-    d = localisation_curve(content_runs(7, 60), k=40, draws=2, seed=0)
-    assert d["labelled_runs"] == 60 and d["tasks"] == 30
-    assert d["train_runs_mean"] == 40
+    d = localisation_curve(content_runs(7, 40), k=24, draws=1, seed=0)
+    assert d["labelled_runs"] == 40 and d["tasks"] == 20
+    assert d["train_runs_mean"] == 24
     gain = d["gains"]["learned − position prior"]["exact"]
     assert gain["mean"] > 0.3 and gain["ci"][0] > 0
     assert d["methods"]["learned"]["exact"]["ci"][0] <= d["methods"]["learned"]["exact"]["mean"]

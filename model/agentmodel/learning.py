@@ -71,6 +71,9 @@ class LearningConfig:
     select_k: int = 100
     select_draws: int = 2
     limit: int | None = None                                     # runs per set (tests, smoke runs)
+    # the selection table (set → AUROC of each candidate) of an earlier run with the same code, data and
+    # seeds, to judge a subset of the sets in parallel processes (merged by ``--merge``)
+    selection: dict[str, list[float]] = field(default_factory=dict)
     sections: bool = True                                        # localisation and queue, when present
 
     @classmethod
@@ -150,7 +153,9 @@ def run(cfg: LearningConfig, root: Path | None = None,
                               cfg.fractions, priors.get(s))
     # ---- selection, leave one family out -------------------------------------------------------------
     sel: dict[str, list[float]] = {s: [] for s in data}
-    for i in range(len(cfg.candidates)):
+    if cfg.selection:
+        sel = {s: list(v) for s, v in cfg.selection.items()}
+    for i in range(0 if cfg.selection else len(cfg.candidates)):
         mcfg, use_prior = cfg.candidate(i)
         for s, d in data.items():
             if use_prior and d.prior is None:
@@ -167,7 +172,7 @@ def run(cfg: LearningConfig, root: Path | None = None,
                  f" ({time.time() - t_start:.0f} s)")
     chosen: dict[str, int] = {}
     for s in data:
-        others = [o for o in data if _family(o) != _family(s)]
+        others = [o for o in sel if _family(o) != _family(s)]
         means = [float(np.nanmean([sel[o][i] for o in others])) if others else float("nan")
                  for i in range(len(cfg.candidates))]
         chosen[s] = int(np.nanargmax(means)) if not all(math.isnan(m) for m in means) else 0
@@ -205,6 +210,10 @@ def run(cfg: LearningConfig, root: Path | None = None,
         "sets": per_set,
         "reproduction": reproduction(per_set),
         "done_when": done_when(per_set, reps),
+        "replicates": {s: {k: {m: v[m]["replicates"] for m in ("agent_minus_tfidf", "agent_minus_length")}
+                           for k, v in r.items() if k in (key(100, 1.0), key(None, 1.0)) and v.get("folds")}
+                       for s, r in reps.items()},
+        "selection": sel,
         "seconds": round(time.time() - t_start, 1),
     }
     if cfg.sections:
@@ -447,12 +456,12 @@ def _sections_markdown(sections: dict[str, Any]) -> list[str]:
         where = importlib.import_module("model.agentmodel.where")
         L += ["## Localisation in domain (model/agentmodel/where.py)", "", where.localisation_markdown(sections["localisation"]), ""]
     else:
-        L += ["## Localisation in domain", "", "(model/agentmodel/where.py not present in this build.)", ""]
+        L += ["## Localisation in domain", "", "(not in this report: `python -m model.agentmodel.learning --sections-only` adds it when model/agentmodel/where.py is present.)", ""]
     if "queue" in sections:
         queue = importlib.import_module("model.agentmodel.queue")
         L += ["## The review queue against random order (model/agentmodel/queue.py)", "", queue.queue_markdown(sections["queue"]), ""]
     else:
-        L += ["## The review queue against random order", "", "(model/agentmodel/queue.py not present in this build.)", ""]
+        L += ["## The review queue against random order", "", "(not in this report: `python -m model.agentmodel.learning --sections-only` adds it when model/agentmodel/queue.py is present.)", ""]
     return L
 
 
@@ -524,7 +533,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--sections-only", action="store_true",
                     help="add the localisation and queue sections to the existing reports/learning.json")
+    ap.add_argument("--merge", type=Path, nargs="*", default=None,
+                    help="merge these learning.json files (disjoint sets) into --reports")
     a = ap.parse_args(argv)
+    if a.merge:
+        rep = merge(a.merge)
+        for p in write(rep, a.reports):
+            print(p)
+        return 0
     cfg = LearningConfig.from_params(a.params)
     if a.sections_only:
         rep = json.loads((a.reports / "learning.json").read_text(encoding="utf-8"))
@@ -539,6 +555,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in write(rep, a.reports):
         print(p)
     return 0
+
+
+def merge(paths: Sequence[Path]) -> dict[str, Any]:
+    """One report from reports of disjoint subsets of the sets (same protocol and selection table)."""
+    parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    rep = dict(parts[0])
+    rep["sets"] = {s: d for p in parts for s, d in p["sets"].items()}
+    rep["replicates"] = {s: d for p in parts for s, d in p["replicates"].items()}
+    rep["seconds"] = max(p["seconds"] for p in parts)
+    rep["protocol"] = {**rep["protocol"], "merged_from": [str(p) for p in paths]}
+    reps = {}
+    for s, d in rep["sets"].items():
+        reps[s] = {k: {**v, **{m: {**v[m], "replicates": rep["replicates"].get(s, {}).get(k, {}).get(m, [])}
+                               for m in ("agent_minus_tfidf", "agent_minus_length") if m in v}}
+                   for k, v in d["results"].items()}
+    rep["reproduction"] = reproduction(rep["sets"])
+    rep["done_when"] = done_when(rep["sets"], reps)
+    return rep
 
 
 def _cfg_dict(c: LearningConfig) -> dict[str, Any]:
