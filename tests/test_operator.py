@@ -55,7 +55,8 @@ def test_migration_0010_keeps_older_rows(db_url: str) -> None:  # noqa: F811
         with store.engine.connect() as conn:
             assert conn.execute(text("SELECT operator FROM api_keys")).scalar_one() in (False, 0)
             assert conn.execute(text("SELECT withdrawn_at FROM labels")).scalar_one() is None
-            assert conn.execute(text("SELECT tool FROM failures")).scalar_one() is None
+            tool, created, agent = conn.execute(text("SELECT tool, created_at, agent FROM failures")).one()
+            assert tool is None and created is not None and agent is None  # created_at copied from the trace
         key = store.find_api_key(hash_key("trg_k1_x"))
         assert key is not None and key.operator is False
         assert len(store.trace_labels("t", "old-1")) == 1  # an old label is counted (not withdrawn)
