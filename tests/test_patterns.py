@@ -49,6 +49,8 @@ def _occ(tid: str, at: datetime, *, kind: str = "tool_error", tool: str | None =
      "request 00000000-1111-4222-8333-444444444444 failed after 12 retries"),
     ("GET https://api.x.com/u/1 returned 502", "GET https://api.x.com/u/77?q=2 returned 503"),
     ("mail to ann@example.com bounced", "mail to bob.smith@corp.example.org bounced"),
+    ('Traceback: File "/testbed/django/db/models/base.py", line 7', 'Traceback: File "/testbed/sympy/core.py", line 12'),
+    ('Traceback: File "/testbed/djan…', 'Traceback: File "/testbed/sympy/co…'),  # a quoted path cut off
 ])
 def test_signature_masks_what_differs_between_runs(a: str, b: str) -> None:
     assert signature(a) == signature(b)
