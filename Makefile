@@ -10,7 +10,7 @@ PORT   ?= 8000
 
 PG_DIR ?= /tmp/agent-triage-pg
 
-.PHONY: run test install install-serve lint typecheck pytest client-test client-extras-test integrations schema clean-venv pg-start pg-stop
+.PHONY: browser run test install install-serve lint typecheck pytest client-test client-extras-test integrations schema clean-venv pg-start pg-stop
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -69,7 +69,14 @@ pg-start:
 pg-stop:
 	@.ci/pg-cluster stop $(PG_DIR)
 
-test: lint typecheck pytest
+# The console's browser test (tests/test_console_browser.py) drives Debian's chromium through chromedriver:
+# installed here with apt-get when missing (CI runs as root); nothing to do when both are present.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	else echo "installing chromium and chromium-driver (the console's browser test)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; fi
+
+test: lint typecheck browser pytest
 
 schema: install-serve
 	$(VENV)/bin/triage schema docs/trace.schema.json

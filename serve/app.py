@@ -41,6 +41,7 @@ from serve.routers import (
     traces,
 )
 from serve.routers import metrics as metrics_router
+from serve.routers.ui import install_ui
 from serve.service import TriageService
 from serve.settings import Settings, get_settings
 from serve.store import open_store
@@ -143,6 +144,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=package_version(),
         summary="Diagnose LLM-agent failures while they run, and recommend how to recover.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc: the offline pages of serve/routers/ui_docs.py
+        redoc_url=None,
     )
     app.dependency_overrides[get_settings] = lambda: settings
     app.state.metrics = metrics
@@ -163,6 +166,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(operator.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(metrics_router.router)
     app.include_router(otlp.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    install_ui(app, settings)
     return app
 
 

@@ -26,6 +26,7 @@ import secrets
 import string
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -229,7 +230,78 @@ def warn_auth_off() -> None:
     )
 
 
+# -- console sessions (the /ui pages) ------------------------------------------------------------
+#
+# Signing in with an API key opens a server-side session: the browser gets a random token in an
+# HttpOnly, SameSite=Strict cookie (Secure when the request came over TLS) scoped to /ui; the store
+# keeps the token's sha256, the key's id and a CSRF token. Signing out, expiry and revoking the key
+# end it (the lookup joins the key and checks it is not revoked). The raw key never leaves the form.
+
+SESSION_COOKIE = "triage_session"
+SESSION_PATH = "/ui"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "x-csrf-token"
+_AUTH_OFF_KEY_ID = "-"  # the session of TRIAGE_AUTH=off: tenant local, no key to revoke
+
+
+@dataclass(frozen=True)
+class UISession:
+    """A signed-in console session: its principal and its CSRF token."""
+
+    principal: Principal
+    csrf: str
+    token_hash: str
+
+
+def open_ui_session(store: Store, key: str | None, *, ttl: timedelta, auth_enabled: bool = True) -> str | None:
+    """Sign in: a new session for the tenant of ``key``; returns the cookie's token (``None`` for a
+    missing, malformed, unknown or revoked key). With auth off every sign-in is tenant ``local``."""
+    if auth_enabled:
+        key = (key or "").strip()
+        if not key.startswith(f"{KEY_PREFIX}_") or len(key) > 200:
+            return None
+        row = store.find_api_key(hash_key(key))
+        if row is None:
+            return None
+        tenant, key_id = row.tenant_id, row.id
+    else:
+        tenant, key_id = LOCAL_TENANT, _AUTH_OFF_KEY_ID
+    token = secrets.token_urlsafe(32)
+    store.add_ui_session(hash_key(token), tenant=tenant, key_id=key_id, csrf=secrets.token_urlsafe(24),
+                         expires_at=datetime.now(UTC) + ttl)
+    return token
+
+
+def find_ui_session(store: Store, token: str | None, *, auth_enabled: bool = True) -> UISession | None:
+    """The live session of the cookie's ``token`` (not signed out, not expired, key not revoked)."""
+    if not token or len(token) > 100:
+        return None
+    got = store.find_ui_session(hash_key(token), require_key=auth_enabled)
+    if got is None:
+        return None
+    row, operator = got
+    key_id = None if row.key_id == _AUTH_OFF_KEY_ID else row.key_id
+    principal = Principal(tenant=row.tenant_id, key_id=key_id, operator=operator)
+    if row.acting_tenant and operator and row.acting_tenant != row.tenant_id:
+        # an operator acting on another tenant: the same rules as X-Triage-Tenant on the API
+        principal = Principal(tenant=row.acting_tenant, key_id=key_id, operator=True, home_tenant=row.tenant_id)
+    return UISession(principal, row.csrf, row.id)
+
+
+def csrf_ok(session: UISession, given: str | None) -> bool:
+    """Whether a form's or a request header's CSRF token is this session's (constant time)."""
+    return bool(given) and secrets.compare_digest(session.csrf.encode(), str(given).encode())
+
+
 __all__ = [
+    "CSRF_FIELD",
+    "CSRF_HEADER",
+    "SESSION_COOKIE",
+    "SESSION_PATH",
+    "UISession",
+    "csrf_ok",
+    "find_ui_session",
+    "open_ui_session",
     "KEY_PREFIX",
     "LOCAL_TENANT",
     "KeyCache",

@@ -172,6 +172,12 @@ class Settings(BaseSettings):
         "(seconds) and swaps a newly promoted or rolled-back one in without a restart.",
     )
 
+    # -- the console (/ui; serve/routers/ui.py) ---------------------------------------------------
+    ui_session_hours: float = Field(
+        default=12.0, gt=0, le=24 * 30,
+        description="A console sign-in lasts this long (hours); signing out or revoking the key ends it sooner.",
+    )
+
     @property
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file in ``data_dir``."""

@@ -19,6 +19,7 @@ Tables::
     streams          stream-detector state per (tenant, stream, task type)
     observations     the values posted to / fed into a stream, with alarms
     model_activations which registry version of the run scorer each tenant serves (newest row wins)
+    ui_sessions      the console's signed-in sessions: sha256 of the cookie's token (never the token)
 """
 
 from __future__ import annotations
@@ -292,6 +293,25 @@ class ModelActivationRow(Base):
     action: Mapped[str] = mapped_column(String(16))  # "promote" or "rollback"
 
 
+class UISessionRow(Base):
+    """One console sign-in (serve/auth.py): the browser holds a random token in a cookie; the
+    store keeps its sha256, the API key it was opened with (revoking the key ends the session) and
+    the session's CSRF token."""
+
+    __tablename__ = "ui_sessions"
+    __table_args__ = (Index("ix_ui_sessions_key", "key_id"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the cookie's token
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(32))
+    csrf: Mapped[str] = mapped_column(String(64))
+    # an operator's session acting on another tenant (None: the key's own)
+    acting_tenant: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
 __all__ = [
     "ApiKey",
     "Base",
@@ -306,6 +326,7 @@ __all__ = [
     "Tenant",
     "TraceRow",
     "TraceStepRow",
+    "UISessionRow",
     "UsageRow",
     "utcnow",
 ]

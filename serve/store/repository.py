@@ -34,6 +34,7 @@ from sqlalchemy import (
     case,
     delete,
     exists,
+    false,
     func,
     insert,
     or_,
@@ -71,6 +72,7 @@ from serve.store.models import (
     Tenant,
     TraceRow,
     TraceStepRow,
+    UISessionRow,
     UsageRow,
     utcnow,
 )
@@ -222,6 +224,46 @@ class Store:
                 return False
             row.revoked_at = utcnow()
             return True
+
+    # -- console sessions (serve/auth.py) -------------------------------------------------------
+    def add_ui_session(
+        self, token_hash: str, *, tenant: str, key_id: str, csrf: str, expires_at: datetime
+    ) -> None:
+        """Record a console sign-in: the sha256 of the cookie's token, never the token."""
+        with self.write() as db:
+            db.add(UISessionRow(id=token_hash, tenant_id=tenant, key_id=key_id, csrf=csrf, expires_at=expires_at))
+
+    def find_ui_session(
+        self, token_hash: str, *, require_key: bool = True, now: datetime | None = None
+    ) -> tuple[UISessionRow, bool] | None:
+        """The live session with this token hash and whether its key is an operator's: not signed
+        out, not expired, and (``require_key``) its API key not revoked — revoking the key ends
+        every session opened with it."""
+        now = now or utcnow()
+        if require_key:
+            q: Any = select(UISessionRow, ApiKey.operator).join(ApiKey, ApiKey.id == UISessionRow.key_id).where(
+                ApiKey.revoked_at.is_(None), ApiKey.tenant_id == UISessionRow.tenant_id)
+        else:
+            q = select(UISessionRow, false())
+        q = q.where(UISessionRow.id == token_hash, UISessionRow.revoked_at.is_(None), UISessionRow.expires_at > now)
+        with self.read() as db:
+            got = db.execute(q).first()
+        return None if got is None else (got[0], bool(got[1]))
+
+    def set_ui_session_tenant(self, token_hash: str, tenant: str | None) -> None:
+        """An operator's session acts on ``tenant`` from now on (``None``: its key's own)."""
+        with self.write() as db:
+            db.execute(update(UISessionRow).where(UISessionRow.id == token_hash).values(acting_tenant=tenant))
+
+    def revoke_ui_session(self, token_hash: str) -> bool:
+        """Sign out: the session ends now; False when there was no live one."""
+        with self.write() as db:
+            got = db.execute(
+                update(UISessionRow)
+                .where(UISessionRow.id == token_hash, UISessionRow.revoked_at.is_(None))
+                .values(revoked_at=utcnow())
+            )
+            return _rowcount(got) > 0
 
     # -- traces --------------------------------------------------------------------------------
     def _insert(self, table: type[Any]) -> Any:
@@ -656,6 +698,20 @@ class Store:
         """The trace's labels (those not withdrawn), oldest first."""
         with self.read() as db:
             return _group(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
+
+    def records_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """The recommendations, outcomes and labels of these traces (one query each), by trace id."""
+        keys = [(tenant, t) for t in trace_ids]
+        out: dict[str, dict[str, list[dict[str, Any]]]] = {
+            t: {"recommendations": [], "outcomes": [], "labels": []} for t in trace_ids}
+        if not keys:
+            return out
+        with self.read() as db:
+            for name, table in (("recommendations", RecommendationRow), ("outcomes", OutcomeRow),
+                                ("labels", LabelRow)):
+                for (_, tid), rows in _group(db, table, keys).items():
+                    out[tid][name] = rows
+        return out
 
     def iter_history(self, tenant: str | None = None, batch: int = 500) -> Iterator[dict[str, Any]]:
         """Every stored trace with its recommendations, outcomes and labels (not withdrawn; for export)."""

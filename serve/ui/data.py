@@ -1,0 +1,225 @@
+"""What the console's pages show, read from the store (tenant-scoped, like every read of the API).
+
+Each function returns plain JSON-able dicts: the page renders them and ``?format=json`` returns
+them as they are (the page's JSON twin).
+
+A run's **agent** is the agent its ``failure_probability_basis`` names (issue 20's per-agent
+models), else its task type, else ``(pool)``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import and_, exists, func, select
+
+from serve.run_labels import effective_label
+from serve.store import Store
+from serve.store.models import (
+    FailureRow,
+    LabelRow,
+    ObservationRow,
+    OutcomeRow,
+    RecommendationRow,
+    StreamRow,
+    TraceRow,
+)
+
+POOL = "(pool)"
+Verdict = Literal["failed", "healthy", "unknown"]
+
+_HEALTHY = TraceRow.response["healthy"].as_boolean()
+_PROBABILITY = TraceRow.response["failure_probability"].as_float()
+_BASIS_AGENT = TraceRow.response[("failure_probability_basis", "agent")].as_string()
+_BASIS_MODEL = TraceRow.response[("failure_probability_basis", "model")].as_string()
+#: the run's agent as SQL (see the module docstring)
+agent_sql = func.coalesce(_BASIS_AGENT, TraceRow.task_type, POOL)
+
+
+def verdict(healthy: bool | None) -> Verdict:
+    return "unknown" if healthy is None else "healthy" if healthy else "failed"
+
+
+def window(days: int, *, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """The last ``days`` days up to ``now`` (UTC)."""
+    end = now or datetime.now(UTC)
+    return end - timedelta(days=days), end
+
+
+def _in_window(q: Any, since: datetime, until: datetime) -> Any:
+    return q.where(TraceRow.created_at >= since, TraceRow.created_at < until)
+
+
+def overview(store: Store, tenant: str, *, since: datetime, until: datetime, agent: str | None) -> dict[str, Any]:
+    """Runs, verdicts, repairs and their success per agent; the failure spectrum per day; alarms."""
+    q = _in_window(select(TraceRow.id, TraceRow.created_at, agent_sql.label("agent"), _HEALTHY.label("healthy"))
+                   .where(TraceRow.tenant_id == tenant), since, until)
+    if agent is not None:
+        q = q.where(agent_sql == agent)
+    with store.read() as db:
+        runs = db.execute(q).all()
+        agent_of = {r.id: r.agent for r in runs}
+        recs = db.execute(_in_window(
+            select(RecommendationRow.id, RecommendationRow.trace_id, RecommendationRow.strategy)
+            .join(TraceRow, and_(TraceRow.tenant_id == RecommendationRow.tenant_id,
+                                 TraceRow.id == RecommendationRow.trace_id))
+            .where(RecommendationRow.tenant_id == tenant, RecommendationRow.strategy != "continue"),
+            since, until)).all()
+        outs = db.execute(_in_window(
+            select(OutcomeRow.recommendation_id, OutcomeRow.trace_id, OutcomeRow.success)
+            .join(TraceRow, and_(TraceRow.tenant_id == OutcomeRow.tenant_id, TraceRow.id == OutcomeRow.trace_id))
+            .where(OutcomeRow.tenant_id == tenant), since, until)).all()
+        kinds = db.execute(_in_window(
+            select(FailureRow.trace_id, FailureRow.kind, TraceRow.created_at).distinct()
+            .join(TraceRow, and_(TraceRow.tenant_id == FailureRow.tenant_id, TraceRow.id == FailureRow.trace_id))
+            .where(FailureRow.tenant_id == tenant, FailureRow.is_signal.is_(False)), since, until)).all()
+    per: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in runs:
+        c = per[r.agent]
+        c["runs"] += 1
+        c[verdict(r.healthy)] += 1
+    for rec in recs:
+        if rec.trace_id in agent_of:
+            per[agent_of[rec.trace_id]]["repairs"] += 1
+    for o in outs:
+        if o.trace_id in agent_of:
+            c = per[agent_of[o.trace_id]]
+            c["outcomes"] += 1
+            c["repaired"] += bool(o.success)
+    agents = []
+    for name in sorted(per, key=lambda a: (-per[a]["runs"], a)):
+        c = per[name]
+        agents.append({"agent": name, "runs": c["runs"], "failed": c["failed"], "unknown": c["unknown"],
+                       "healthy": c["healthy"], "repairs": c["repairs"], "outcomes": c["outcomes"],
+                       "repaired": c["repaired"],
+                       "repair_success": round(c["repaired"] / c["outcomes"], 4) if c["outcomes"] else None})
+    total = Counter[str]()
+    for c in per.values():
+        total.update(c)
+    days = [(since.date() + timedelta(days=i)).isoformat() for i in range((until.date() - since.date()).days + 1)]
+    spectrum: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(days, 0))
+    for k in kinds:
+        if k.trace_id in agent_of:
+            day = k.created_at.date().isoformat()
+            if day in spectrum[k.kind]:
+                spectrum[k.kind][day] += 1
+    alarms = [{"stream": a["name"], "task_type": a["task_type"], "alarm": a["alarm"]}
+              for a in store.all_open_alarms(tenant)]
+    return {
+        "since": since.isoformat(), "until": until.isoformat(), "agent": agent,
+        "totals": {k: total[k] for k in ("runs", "failed", "unknown", "healthy", "repairs", "outcomes", "repaired")},
+        "agents": agents,
+        "spectrum": {"days": days, "kinds": {k: [v[d] for d in days] for k, v in sorted(spectrum.items())}},
+        "alarms": alarms,
+    }
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """The runs page's filters (each ``None``: any)."""
+
+    agent: str | None = None
+    verdict: Verdict | None = None
+    kind: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    labelled: bool | None = None
+
+
+def runs(store: Store, tenant: str, f: RunFilter, *, page: int, per_page: int) -> dict[str, Any]:
+    """One page of the tenant's runs, newest first, with their repair, outcome and effective label."""
+    q = select(TraceRow.id, TraceRow.created_at, TraceRow.n_steps, TraceRow.primary_kind, TraceRow.task_type,
+               agent_sql.label("agent"), _HEALTHY.label("healthy"), _PROBABILITY.label("p"),
+               _BASIS_MODEL.label("basis_model")).where(TraceRow.tenant_id == tenant)
+    if f.agent is not None:
+        q = q.where(agent_sql == f.agent)
+    if f.verdict == "unknown":
+        q = q.where(_HEALTHY.is_(None))
+    elif f.verdict is not None:
+        q = q.where(_HEALTHY.is_(f.verdict == "healthy"))
+    if f.kind is not None:
+        q = q.where(exists().where(FailureRow.tenant_id == tenant, FailureRow.trace_id == TraceRow.id,
+                                   FailureRow.kind == f.kind, FailureRow.is_signal.is_(False)))
+    if f.since is not None:
+        q = q.where(TraceRow.created_at >= f.since)
+    if f.until is not None:
+        q = q.where(TraceRow.created_at < f.until)
+    if f.labelled is not None:
+        has = exists().where(LabelRow.tenant_id == tenant, LabelRow.trace_id == TraceRow.id,
+                             LabelRow.withdrawn_at.is_(None))
+        q = q.where(has if f.labelled else ~has)
+    with store.read() as db:
+        total = int(db.scalar(select(func.count()).select_from(q.subquery())) or 0)
+        rows = db.execute(q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
+                          .offset((page - 1) * per_page).limit(per_page)).all()
+    records = store.records_of(tenant, [r.id for r in rows])
+    items = []
+    for r in rows:
+        rec = records[r.id]
+        last_rec = rec["recommendations"][-1] if rec["recommendations"] else None
+        last_out = rec["outcomes"][-1] if rec["outcomes"] else None
+        eff = effective_label(rec["labels"])
+        items.append({
+            "id": r.id, "created_at": r.created_at.isoformat(), "agent": r.agent, "task_type": r.task_type,
+            "steps": r.n_steps, "verdict": verdict(r.healthy),
+            "failure_probability": None if r.p is None else round(float(r.p), 4),
+            "basis": r.basis_model or ("zero-shot" if r.p is not None else None),
+            "primary_kind": r.primary_kind,
+            "repair": last_rec["strategy"] if last_rec else None,
+            "repairs": len(rec["recommendations"]),
+            "outcome": None if last_out is None else ("succeeded" if last_out["success"] else "failed"),
+            "label": None if eff is None else ("failed" if eff.failed else "ok"),
+            "label_author": None if eff is None else eff.author,
+        })
+    pages = max(1, -(-total // per_page))
+    return {"total": total, "page": page, "pages": pages, "per_page": per_page, "items": items}
+
+
+def agents(store: Store, tenant: str) -> list[str]:
+    """The tenant's agents (for the filters), by name."""
+    with store.read() as db:
+        return sorted(str(a) for a in db.scalars(select(agent_sql).where(TraceRow.tenant_id == tenant).distinct()))
+
+
+def labelled_count(store: Store, tenant: str, task_type: str | None) -> int:
+    """Runs of this agent (its task type; ``None``: every run) that carry a label."""
+    q = select(func.count(func.distinct(LabelRow.trace_id))).where(LabelRow.tenant_id == tenant,
+                                                                  LabelRow.withdrawn_at.is_(None))
+    if task_type is not None:
+        q = q.join(TraceRow, and_(TraceRow.tenant_id == LabelRow.tenant_id, TraceRow.id == LabelRow.trace_id)) \
+            .where(TraceRow.task_type == task_type)
+    with store.read() as db:
+        return int(db.scalar(q) or 0)
+
+
+def streams(store: Store, tenant: str) -> list[dict[str, Any]]:
+    """The tenant's streams: name, task type, observations, whether an alarm is open."""
+    with store.read() as db:
+        rows = db.execute(select(StreamRow.name, StreamRow.task_type, StreamRow.detector, StreamRow.n,
+                                 StreamRow.alarm_open).where(StreamRow.tenant_id == tenant)
+                          .order_by(StreamRow.name, StreamRow.task_type)).all()
+    return [{"stream": r.name, "task_type": r.task_type, "detector": r.detector, "n": r.n,
+             "alarm_open": bool(r.alarm_open)} for r in rows]
+
+
+def stream_series(store: Store, tenant: str, stream: str, task_type: str, *, last: int = 2000) -> dict[str, Any]:
+    """The stream's last ``last`` observations (seq, value) and the seqs where its detector alarmed."""
+    with store.read() as db:
+        rows = db.execute(select(ObservationRow.seq, ObservationRow.value, ObservationRow.alarm)
+                          .where(ObservationRow.tenant_id == tenant, ObservationRow.stream == stream,
+                                 ObservationRow.task_type == task_type)
+                          .order_by(ObservationRow.seq.desc()).limit(last)).all()
+    rows = list(reversed(rows))
+    return {"seq": [int(r.seq) for r in rows], "values": [float(r.value) for r in rows],
+            "alarms": [int(r.seq) for r in rows if r.alarm]}
+
+
+def day_start(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day, tzinfo=UTC)
+
+
+__all__ = ["POOL", "agent_sql", "RunFilter", "agents", "day_start", "labelled_count", "overview", "runs", "stream_series",
+           "streams", "verdict", "window"]
