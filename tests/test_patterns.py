@@ -283,3 +283,21 @@ def test_cli_patterns(patterns_server: tuple[LiveServer, str, str, Path], monkey
         assert res.exit_code == 2 and "--since" in res.output
     finally:
         get_settings.cache_clear()
+
+
+def test_cache_answers_until_the_data_changes(payment_runs: list[Trace], tmp_path: Path) -> None:
+    service = _service(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        for t in payment_runs[:2]:
+            service.diagnose("acme", t, DiagnoseOptions())
+        since, until = window(since=None, until=None, days=1.0)
+        assert until.second == 0 and until.microsecond == 0  # the default end: the whole minute
+        first = tenant_patterns(service.store, "acme", since=since, until=until)
+        assert tenant_patterns(service.store, "acme", since=since, until=until) is first  # unchanged: cached
+        service.diagnose("acme", payment_runs[2], DiagnoseOptions())  # a write changes the data version
+        after = tenant_patterns(service.store, "acme", since=since, until=until)
+        assert after is not first and after.runs == first.runs + 1
+        service.delete_trace("acme", payment_runs[2].id)
+        assert tenant_patterns(service.store, "acme", since=since, until=until).runs == first.runs
+    finally:
+        service.store.dispose()

@@ -748,6 +748,19 @@ class Store:
             last = keys[-1]
 
     # -- failure patterns (model/patterns.py groups what this reads) ------------------------------
+    def pattern_version(self, tenant: str) -> tuple[int, int, int]:
+        """What the tenant's patterns depend on, cheaply: (failure rows, newest failure row id,
+        newest outcome id). A diagnosis rewrites failure rows (new ids), a deletion lowers the count,
+        an outcome adds a row: each changes it."""
+        try:
+            with self.engine.connect() as conn:
+                n, top = conn.execute(select(func.count(), func.max(FailureRow.id))
+                                      .where(FailureRow.tenant_id == tenant)).one()
+                out = conn.execute(select(func.max(OutcomeRow.id)).where(OutcomeRow.tenant_id == tenant)).scalar()
+        except SQLAlchemyError as exc:
+            raise store_error(exc, "reading") from exc
+        return int(n or 0), int(top or 0), int(out or 0)
+
     def pattern_inputs(
         self, tenant: str, *, since: datetime, until: datetime
     ) -> tuple[list[Occurrence], list[RepairEvent]]:
@@ -792,6 +805,8 @@ class Store:
                         tools[tr.id] = [s.get("tool_name") for s in self.trace_json(db, tr).get("steps") or []]
         occurrences = []
         for tid, created, agent, kind, severity, is_signal, detector, step, tool, evidence in rows:
+            if created is None:  # not in a window (the query's range excludes NULL)
+                continue
             if tool is None:
                 steps = tools.get(tid, [])
                 tool = steps[step] if step is not None and 0 <= step < len(steps) else None
