@@ -262,7 +262,7 @@ def _print(r: dict[str, Any]) -> None:
         print(f"  {r['path']:<45} {r['status']}: {r['error']}", flush=True)
 
 
-def time_http(url: str, tenant: str, data: Path, n: int) -> list[dict[str, Any]]:
+def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) -> list[dict[str, Any]]:
     """Module docstring, 2.–3."""
     import httpx
 
@@ -282,6 +282,8 @@ def time_http(url: str, tenant: str, data: Path, n: int) -> list[dict[str, Any]]
                          "/v1/traces?limit=50", "/v1/traces?kind=tool_error&limit=50", f"/v1/traces/{one}",
                          f"/v1/traces/{one}/graph"):
                 out.append(_time(api, path, n))
+        if not ui_pages:
+            return out
         with httpx.Client(base_url=base, timeout=60, follow_redirects=False) as ui:
             if ui.get("/ui/signin").status_code != 200:
                 out.append({"path": "/ui", "status": 404, "error": "this app has no console pages (/ui)"})
@@ -314,6 +316,7 @@ def main() -> None:
     ap.add_argument("--database-url", default=None, help="an empty PostgreSQL database (default: a temp SQLite file)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--group-failures", type=int, default=20_000, help="also group exactly this many failures")
+    ap.add_argument("--skip-ui", action="store_true", help="time the /v1 endpoints only, not the /ui pages")
     ap.add_argument("--no-seed", action="store_true", help="time a store --database-url already seeded by this bench")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
@@ -337,7 +340,7 @@ def main() -> None:
         print(f"grouping exactly {sc['failures']} failures ({sc['occurrences']} with their signals): median "
               f"{sc['group_s_median']} s, max {sc['group_s_max']} s (target ≤ {GROUP_TARGET_S} s: {ok})", flush=True)
         print(f"HTTP, {args.requests} requests per endpoint, one at a time (target p95 ≤ {TARGET_MS:.0f} ms):", flush=True)
-        rows = time_http(url, tenant, data, args.requests)
+        rows = time_http(url, tenant, data, args.requests, ui_pages=not args.skip_ui)
     if args.json is not None:
         args.json.write_text(json.dumps({"backend": backend, "seeded": seeded, "grouping": grouping, "http": rows},
                                         indent=2) + "\n")
