@@ -568,7 +568,10 @@ def models(request: Request, format: Format = "html") -> Response:
                        "learning_curve": learning_curve(registry, tenant, name),
                        "activations": [h for h in history if h["agent"] == name],
                        "retrain": f"triage retrain --tenant {tenant} --agent {name}"})
-    ctx = {"agents": agents, "activations": history, "zero_shot": ZERO_SHOT, "pooled": POOLED,
+    serving = [f"{a['agent']}: {a['active']}" for a in agents if a["active"] != ZERO_SHOT]
+    summary = "; ".join(serving) + " (every other agent: zero-shot)" if serving else \
+        "zero-shot for every agent (no agent model active)"
+    ctx = {"agents": agents, "activations": history, "zero_shot": ZERO_SHOT, "pooled": POOLED, "active": summary,
            "registry": str(registry.root) if s.principal.operator else None,  # a server path: operators only
            "retrain": f"triage retrain --tenant {tenant}"}
     return _page(request, "models.html", ctx, s, format)
