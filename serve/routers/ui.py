@@ -445,7 +445,7 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
     return {
         "author": _author(session), "done": done, "total": total, "left": len(queue), "at": at,
         "queue": [{"id": c.trace_id, "margin": round(c.margin, 4), "basis": c.basis} for c in queue[:200]],
-        "current": current, "main_keys": MAIN_KEYS + "u",
+        "current": current, "main_keys": MAIN_KEYS,  # the CLI's keys, u (undo) among them
         "kind_keys": {k: v.value for k, v in KIND_KEYS.items()},
         # the run's agent (traces.agent) and its labelled runs in the store; the run's basis: which
         # model scored it and on how many labelled runs that model learned
