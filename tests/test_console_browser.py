@@ -135,6 +135,26 @@ def _wait(driver: Any, cond: Any, timeout: float = 15.0, why: Any = None) -> Any
         raise AssertionError(f"timed out at {driver.current_url}: {why() if why else ''}") from None
 
 
+def _gone(element: Any) -> Any:
+    """``staleness_of`` that also reads Chromium's "Node with given id does not belong to the document"
+    (a WebDriverException, not a StaleElementReferenceException, when the node is detached mid-check)
+    as gone."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def check(_: Any) -> bool:
+        try:
+            element.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
+    return check
+
+
 def _css(driver: Any, sel: str) -> list[Any]:
     from selenium.webdriver.common.by import By
 
@@ -238,7 +258,7 @@ def test_console_in_a_browser(server: LiveServer, seeded: dict[str, Any], browse
         item = _css(d, "#queue-item")[0]
         tid = item.get_attribute("data-trace")
         _press(d, key)
-        _wait(d, ec.staleness_of(item), why=lambda: _css(d, "#queue-status")[0].text)
+        _wait(d, _gone(item), why=lambda: _css(d, "#queue-status")[0].text)
         _ready(d)
         labelled.append((tid, key == "f"))
     assert len({t for t, _ in labelled}) == 5
@@ -246,7 +266,7 @@ def test_console_in_a_browser(server: LiveServer, seeded: dict[str, Any], browse
     _shot(d, "queue")
     item = _css(d, "#queue-item")[0]
     _press(d, "u")
-    _wait(d, ec.staleness_of(item), why=lambda: _css(d, "#queue-status")[0].text)
+    _wait(d, _gone(item), why=lambda: _css(d, "#queue-status")[0].text)
     _ready(d)
     assert "4 of" in _css(d, "#progress-text")[0].text
     author = f"key:{seeded['key_id']}"

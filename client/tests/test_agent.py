@@ -374,10 +374,10 @@ def test_empty_answers_retry_within_the_rungs_own_attempts_then_self_correct(cli
     assert detail.recommendations and all(r.id in answered for r in detail.recommendations)  # none left open
 
 
-def test_a_made_up_answer_after_an_empty_result_is_self_corrected(client: TriageClient) -> None:
-    # The shipped classifier (rep-v4, gate.json trusts hallucination) flags the made-up figure after an
-    # empty result: self_correct, not the assumption ladder. Repeated after the repair, the figure reads
-    # as "said before" and is not flagged again, so the run finishes (the ladder does not climb: a gap).
+def test_a_made_up_answer_after_an_empty_result_climbs_the_assumption_ladder_then_hands_off(client: TriageClient) -> None:
+    # Zero-shot, no step-classifier kind is a failure (issue 20 item 7: none reaches P(run failed | fired)
+    # >= 0.9 on the real sets), so the made-up figure after an empty result is a hallucination *signal*;
+    # the rules' assumption_violated carries the run up its ladder (as before the rep-v4 gate trusted it).
     handed: list[Handoff] = []
 
     def llm(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
@@ -392,10 +392,12 @@ def test_a_made_up_answer_after_an_empty_result_is_self_corrected(client: Triage
     agent = TriageAgent(llm, {"flights": lambda **kw: {"results": []}}, client=client, session_id=sid,
                         on_handoff=on_handoff)
     report = agent.run([{"role": "user", "content": "Find the cheapest flight from Paris to Rome on 12 May and book it."}])
-    assert report.strategies == ["self_correct"] and report.finished and not handed
-    assert "hallucination" in report.repairs[0].injected[0]["content"]
-    kinds = {f.kind for f in client.get_session(sid).failures}
-    assert "hallucination" in kinds
+    assert report.strategies == ["replan_local", "replan_global", "human_handoff"]
+    assert report.stopped == "handoff" and not report.finished and len(handed) == 1
+    judged = [(h.strategy, h.status) for h in agent.executor.history]
+    assert ("replan_local", "failed") in judged and ("replan_global", "failed") in judged
+    fs = next(f for f in client.get_session(sid).failures if f.kind == "assumption_violated")
+    assert (fs.status, fs.rung) == ("resolved", 2)  # the handoff carried out: a person has it
 
 
 # -- async ---------------------------------------------------------------------------------------
