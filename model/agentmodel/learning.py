@@ -470,6 +470,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     sets = list(report["sets"])
     cols = 3
@@ -493,6 +494,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
             ax.axhline(TARGETS[s], color="k", ls="--", lw=0.8, label="target")
         ax.axhline(0.5, color="k", lw=0.4)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())  # the 3×10¹ 4×10¹ … labels overlapped
+        ax.set_xticks(xs_all, [str(k) if k != "all" else f"all\n({x})" for k, x in zip(ks, xs_all, strict=True)])
         ax.set_title(f"{s} ({d['runs']} runs)", fontsize=10)
         ax.set_xlabel("labelled runs K (all ≈ training folds)")
         ax.set_ylabel("AUROC, held-out tasks")
