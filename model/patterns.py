@@ -63,7 +63,9 @@ Level = Literal["failure", "signal"]
 Basis = Literal["rule", "probability"]
 Trend = Literal["new", "up", "down", "flat"]
 
-_QUOTED = re.compile(r"'[^'\n]{0,400}'|\"[^\"\n]{0,400}\"|`[^`\n]{0,400}`|«[^»\n]{0,400}»|“[^”\n]{0,400}”")
+_QUOTED = re.compile(r"'[^'\n]{0,400}'|\"[^\"\n]{0,400}\"|`[^`\n]{0,400}`|«[^»\n]{0,400}»|“[^”\n]{0,400}”"
+                     # a quoted word cut off where the evidence was shortened ("/testbed/djan…)
+                     r"|[\"'][^\"'\s]{1,400}…$")
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.IGNORECASE)
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
@@ -75,6 +77,8 @@ _KEY_AFTER = re.compile(r"\s*:")
 
 
 def _quoted(m: re.Match[str]) -> str:
+    if m.group(0).endswith("…"):
+        return "<q>…"
     inner = m.group(0)[1:-1]
     if any(c.isspace() for c in inner) or _KEY_AFTER.match(m.string, m.end()):
         return m.group(0)  # a phrase or a JSON key: kept (its numbers and ids are masked below)
@@ -88,6 +92,8 @@ def signature(evidence: str) -> str:
 
     >>> signature('order "W2378156" not found (took 1.52 s, call_Xa81kq)')
     'order <q> not found (took <n> s, <id>)'
+    >>> signature('File "/testbed/dj…')
+    'File <q>…'
     >>> signature('{"error": "no flight HAT030 on 2024-05-13"}')
     '{"error": "no flight <id> on <n>-<n>-<n>"}'
     >>> signature("GET https://api.example.com/v1/users/88 returned 500")

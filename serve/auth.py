@@ -132,6 +132,7 @@ bearer_scheme = HTTPBearer(
 
 _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     403: {"description": f"`{TENANT_HEADER}` (or an operator action) from a key that is not an operator's"},
+    404: {"description": f"Not found for this tenant, or `{TENANT_HEADER}` names no tenant"},
     401: {
         "description": "Missing, unknown or revoked API key",
         "content": {

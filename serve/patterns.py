@@ -1,15 +1,24 @@
 """A tenant's failure patterns over a window: the store's query, then :func:`model.patterns.group_patterns`.
 
 What ``GET /v1/patterns`` and ``triage patterns`` both call (:func:`tenant_patterns`). The window is
-``[since, until)``: ``until`` defaults to now, ``since`` to ``until − days`` (``days`` default 7); the
-previous window, for the trend, is the same length just before it. A window is at most
-:data:`MAX_WINDOW_DAYS` long.
+``[since, until)``: ``until`` defaults to now rounded up to the whole minute, ``since`` to
+``until − days`` (``days`` default 7); the previous window, for the trend, is the same length just
+before it. A window is at most :data:`MAX_WINDOW_DAYS` long.
+
+**Cache.** Grouping a tenant's 20,000 failures reads them all (about 1–2 s on the shared 2-core
+machine), so each worker keeps the last answers (:data:`CACHE_SIZE`) keyed by the store, the tenant,
+the parameters and the tenant's **data version** — the count and newest id of its failure rows and
+the newest outcome id, read with one indexed query per request. Any diagnosis, deletion or outcome
+changes the version, so an answer is never stale; with the default window's end on the whole minute,
+a page reloaded within the minute is answered from the cache.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -19,6 +28,10 @@ from serve.store import Store
 
 MAX_WINDOW_DAYS = 366
 DEFAULT_DAYS = 7.0
+#: Answers kept per worker (module docstring).
+CACHE_SIZE = 64
+_cache: OrderedDict[tuple[Any, ...], PatternsOut] = OrderedDict()
+_cache_lock = threading.Lock()
 
 Level = Literal["failure", "signal", "all"]
 
@@ -80,7 +93,7 @@ def window(
         raise InputError("give `since` or `days`, not both", path="query.days")
     if days is not None and not 0 < days <= MAX_WINDOW_DAYS:
         raise InputError(f"days must be in (0, {MAX_WINDOW_DAYS}]; got {days}", path="query.days")
-    until = _aware(until) if until is not None else (now or datetime.now(UTC))
+    until = _aware(until) if until is not None else _minute_up(now or datetime.now(UTC))
     since = _aware(since) if since is not None else until - timedelta(days=days or DEFAULT_DAYS)
     if until <= since:
         raise InputError(f"until ({until.isoformat()}) must be after since ({since.isoformat()})", path="query.until")
@@ -91,6 +104,11 @@ def window(
     except OverflowError:
         raise InputError("the window's previous window starts before year 1", path="query.since") from None
     return since, until
+
+
+def _minute_up(t: datetime) -> datetime:
+    floor = t.replace(second=0, microsecond=0)
+    return floor if floor == t else floor + timedelta(minutes=1)
 
 
 def _aware(t: datetime) -> datetime:
@@ -108,7 +126,27 @@ def tenant_patterns(
     examples: int = 3,
     agent: str | None = None,
 ) -> PatternsOut:
-    """The tenant's patterns of ``[since, until)`` (its runs only), best first, ``limit`` of them."""
+    """The tenant's patterns of ``[since, until)`` (its runs only), best first, ``limit`` of them
+    (answered from the worker's cache when the tenant's data has not changed: module docstring)."""
+    key = (store.url, id(store), tenant, since, until, level, limit, examples, agent, store.pattern_version(tenant))
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    out = _tenant_patterns(store, tenant, since=since, until=until, level=level, limit=limit, examples=examples,
+                           agent=agent)
+    with _cache_lock:
+        _cache[key] = out
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return out
+
+
+def _tenant_patterns(
+    store: Store, tenant: str, *, since: datetime, until: datetime, level: Level, limit: int, examples: int,
+    agent: str | None,
+) -> PatternsOut:
     previous_since = since - (until - since)
     occ, repairs = store.pattern_inputs(tenant, since=since, until=until)
     prev, _ = store.pattern_inputs(tenant, since=previous_since, until=since)

@@ -49,6 +49,8 @@ def _occ(tid: str, at: datetime, *, kind: str = "tool_error", tool: str | None =
      "request 00000000-1111-4222-8333-444444444444 failed after 12 retries"),
     ("GET https://api.x.com/u/1 returned 502", "GET https://api.x.com/u/77?q=2 returned 503"),
     ("mail to ann@example.com bounced", "mail to bob.smith@corp.example.org bounced"),
+    ('Traceback: File "/testbed/django/db/models/base.py", line 7', 'Traceback: File "/testbed/sympy/core.py", line 12'),
+    ('Traceback: File "/testbed/djan…', 'Traceback: File "/testbed/sympy/co…'),  # a quoted path cut off
 ])
 def test_signature_masks_what_differs_between_runs(a: str, b: str) -> None:
     assert signature(a) == signature(b)
@@ -281,3 +283,21 @@ def test_cli_patterns(patterns_server: tuple[LiveServer, str, str, Path], monkey
         assert res.exit_code == 2 and "--since" in res.output
     finally:
         get_settings.cache_clear()
+
+
+def test_cache_answers_until_the_data_changes(payment_runs: list[Trace], tmp_path: Path) -> None:
+    service = _service(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        for t in payment_runs[:2]:
+            service.diagnose("acme", t, DiagnoseOptions())
+        since, until = window(since=None, until=None, days=1.0)
+        assert until.second == 0 and until.microsecond == 0  # the default end: the whole minute
+        first = tenant_patterns(service.store, "acme", since=since, until=until)
+        assert tenant_patterns(service.store, "acme", since=since, until=until) is first  # unchanged: cached
+        service.diagnose("acme", payment_runs[2], DiagnoseOptions())  # a write changes the data version
+        after = tenant_patterns(service.store, "acme", since=since, until=until)
+        assert after is not first and after.runs == first.runs + 1
+        service.delete_trace("acme", payment_runs[2].id)
+        assert tenant_patterns(service.store, "acme", since=since, until=until).runs == first.runs
+    finally:
+        service.store.dispose()

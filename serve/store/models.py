@@ -152,6 +152,7 @@ class FailureRow(Base):
     __table_args__ = (
         Index("ix_failures_trace", "tenant_id", "trace_id"),
         Index("ix_failures_tenant_kind", "tenant_id", "kind"),
+        Index("ix_failures_tenant_created", "tenant_id", "created_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -169,6 +170,10 @@ class FailureRow(Base):
     # the tool the failure concerns (details.tool, else the tool at its step); "" none; NULL: a row
     # written before the column (model/patterns.py reads those from the trace)
     tool: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # the trace's created_at and task type (its agent), copied so that the patterns of a window
+    # read this table alone (NULL: rows written before the columns, filled by migration 0010)
+    created_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    agent: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
 class SessionRow(Base):
@@ -187,7 +192,10 @@ class SessionRow(Base):
 
 class RecommendationRow(Base):
     __tablename__ = "recommendations"
-    __table_args__ = (Index("ix_recs_tenant_session", "tenant_id", "session_id"),)
+    __table_args__ = (
+        Index("ix_recs_tenant_session", "tenant_id", "session_id"),
+        Index("ix_recs_tenant_created", "tenant_id", "created_at"),
+    )
 
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

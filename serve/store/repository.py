@@ -281,7 +281,7 @@ class Store:
                 # the run's first failure stays the first one (serve/canary.py: failure and recovery rates)
                 "failed_at": func.coalesce(TraceRow.__table__.c.failed_at, ins.excluded.failed_at),
             },
-        )
+        ).returning(TraceRow.__table__.c.created_at)  # the kept one: the failure rows carry it
 
     def _trace_upsert(self) -> Any:
         return self._trace_upsert_stmt
@@ -341,7 +341,7 @@ class Store:
         ).scalar_one_or_none() if not steps_in_rows else None
         if prev:  # a whole trace replaces one whose steps were kept in rows
             db.execute(delete(TraceStepRow).where(TraceStepRow.tenant_id == tenant, TraceStepRow.trace_id == trace_id))
-        db.execute(self._trace_upsert(), values)
+        created = db.execute(self._trace_upsert(), values).scalar_one()
         db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
         rows = [
             {
@@ -357,6 +357,8 @@ class Store:
                 "evidence": f.get("evidence", ""),
                 "details": f.get("details") or {},
                 "tool": _failure_tool(f, step_tools),
+                "created_at": created,
+                "agent": task_type,
             }
             for key, is_signal in (("failures", False), ("signals", True))
             for f in response.get(key) or []
@@ -746,53 +748,70 @@ class Store:
             last = keys[-1]
 
     # -- failure patterns (model/patterns.py groups what this reads) ------------------------------
+    def pattern_version(self, tenant: str) -> tuple[int, int, int]:
+        """What the tenant's patterns depend on, cheaply: (failure rows, newest failure row id,
+        newest outcome id). A diagnosis rewrites failure rows (new ids), a deletion lowers the count,
+        an outcome adds a row: each changes it."""
+        try:
+            with self.engine.connect() as conn:
+                n, top = conn.execute(select(func.count(), func.max(FailureRow.id))
+                                      .where(FailureRow.tenant_id == tenant)).one()
+                out = conn.execute(select(func.max(OutcomeRow.id)).where(OutcomeRow.tenant_id == tenant)).scalar()
+        except SQLAlchemyError as exc:
+            raise store_error(exc, "reading") from exc
+        return int(n or 0), int(top or 0), int(out or 0)
+
     def pattern_inputs(
         self, tenant: str, *, since: datetime, until: datetime
     ) -> tuple[list[Occurrence], list[RepairEvent]]:
         """The failures and signals of the tenant's runs created in ``[since, until)``, and the
-        recommendations given to those runs with their outcomes (:func:`model.patterns.group_patterns`
-        reads them). A run's agent is its task type until runs name their agent."""
+        recommendations given since ``since`` with their outcomes (:func:`model.patterns.group_patterns`
+        matches them to the runs). A run's agent is its task type until runs name their agent.
+
+        One table each: failure rows carry their run's ``created_at`` and agent (migration 0010)."""
         occ_q = (
-            select(
-                FailureRow.trace_id, TraceRow.created_at, TraceRow.task_type, FailureRow.kind,
-                FailureRow.severity, FailureRow.is_signal, FailureRow.detector, FailureRow.step,
-                FailureRow.tool, FailureRow.evidence,
-            )
-            .join(TraceRow, and_(TraceRow.tenant_id == FailureRow.tenant_id, TraceRow.id == FailureRow.trace_id))
-            .where(FailureRow.tenant_id == tenant, TraceRow.created_at >= since, TraceRow.created_at < until)
+            select(FailureRow.trace_id, FailureRow.created_at, FailureRow.agent, FailureRow.kind,
+                   FailureRow.severity, FailureRow.is_signal, FailureRow.detector, FailureRow.step,
+                   FailureRow.tool, FailureRow.evidence)
+            .where(FailureRow.tenant_id == tenant, FailureRow.created_at >= since, FailureRow.created_at < until)
         )
         ok = func.max(case((OutcomeRow.success.is_(True), 1), else_=0))
         rec_q = (
             select(RecommendationRow.trace_id, RecommendationRow.kind, RecommendationRow.strategy,
                    func.count(OutcomeRow.id), ok)
-            .join(TraceRow, and_(TraceRow.tenant_id == RecommendationRow.tenant_id,
-                                 TraceRow.id == RecommendationRow.trace_id))
             .outerjoin(OutcomeRow, and_(OutcomeRow.tenant_id == RecommendationRow.tenant_id,
                                         OutcomeRow.recommendation_id == RecommendationRow.id))
-            .where(RecommendationRow.tenant_id == tenant, TraceRow.created_at >= since, TraceRow.created_at < until)
+            .where(RecommendationRow.tenant_id == tenant, RecommendationRow.created_at >= since)
             .group_by(RecommendationRow.id, RecommendationRow.trace_id, RecommendationRow.kind,
                       RecommendationRow.strategy)
         )
-        with self.read() as db:
-            rows = db.execute(occ_q).all()
-            # rows written before failures.tool: the tool of their step, read from the trace
-            old = sorted({r[0] for r in rows if r[8] is None and r[7] is not None})
-            tools: dict[str, list[str | None]] = {}
-            for i in range(0, len(old), 500):
-                for tr in db.scalars(select(TraceRow).where(TraceRow.tenant_id == tenant,
-                                                            TraceRow.id.in_(old[i : i + 500]))):
-                    tools[tr.id] = [s.get("tool_name") for s in self.trace_json(db, tr).get("steps") or []]
-            repairs = [
-                RepairEvent(str(tid), kind, str(strategy), int(n), bool(good) if n else None)
-                for tid, kind, strategy, n, good in db.execute(rec_q).all()
-            ]
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(occ_q).all()
+                repairs = [
+                    RepairEvent(str(tid), kind, str(strategy), int(n), bool(good) if n else None)
+                    for tid, kind, strategy, n, good in conn.execute(rec_q).all()
+                ]
+        except SQLAlchemyError as exc:
+            raise store_error(exc, "reading") from exc
+        # rows written before failures.tool: the tool of their step, read from the trace
+        old = sorted({r[0] for r in rows if r[8] is None and r[7] is not None})
+        tools: dict[str, list[str | None]] = {}
+        if old:
+            with self.read() as db:
+                for i in range(0, len(old), 500):
+                    for tr in db.scalars(select(TraceRow).where(TraceRow.tenant_id == tenant,
+                                                                TraceRow.id.in_(old[i : i + 500]))):
+                        tools[tr.id] = [s.get("tool_name") for s in self.trace_json(db, tr).get("steps") or []]
         occurrences = []
-        for tid, created, task_type, kind, severity, is_signal, detector, step, tool, evidence in rows:
+        for tid, created, agent, kind, severity, is_signal, detector, step, tool, evidence in rows:
+            if created is None:  # not in a window (the query's range excludes NULL)
+                continue
             if tool is None:
                 steps = tools.get(tid, [])
                 tool = steps[step] if step is not None and 0 <= step < len(steps) else None
-            occurrences.append(Occurrence(str(tid), created, task_type, str(kind), str(severity), bool(is_signal),
-                                          str(detector), step, tool or None, evidence or ""))
+            occurrences.append(Occurrence(tid, created, agent, kind, severity, bool(is_signal), detector, step,
+                                          tool or None, evidence or ""))
         return occurrences, repairs
 
     # -- model registry activations (model/registry.py holds the artefacts) --------------------
