@@ -166,7 +166,12 @@ def _sign_in(driver: Any, base: str, key: str) -> None:
     field = _css(driver, "#key")[0]
     field.clear()
     field.send_keys(key)
-    _css(driver, "#signin")[0].click()
+    button = _css(driver, "#signin")[0]
+    button.click()
+    from selenium.webdriver.support import expected_conditions as ec
+
+    _wait(driver, ec.staleness_of(button))  # the answer's page, not the form it was posted from
+    _ready(driver)
 
 
 def _ready(driver: Any) -> None:
