@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,19 @@ def test_a_labelled_agents_failing_sessions_get_at_risk_before_their_last_quarte
                            for line in listed.splitlines() if line.strip().lstrip("* ").startswith("v1-"))
             if out.returncode == 1:  # the gate kept zero-shot (the cheap learners won): an operator promotes it
                 assert _triage(env, "model", "promote", version, "--agent", AGENT).returncode == 0
+            # the worker swaps the promoted version in on its next poll (TRIAGE_MODEL_POLL_S): probe until it
+            # answers with it (under load the swap came after the first session step)
+            probe = train[0].trace.model_copy(deep=True)
+            probe.labels, probe.id = None, "probe-swap"
+            deadline = time.monotonic() + 60
+            while True:
+                resp = c.post("/v1/diagnose", json={"trace": probe.model_dump(mode="json", exclude_none=True),
+                                                    "options": {"agent": AGENT}})
+                resp.raise_for_status()
+                if (resp.json().get("failure_probability_basis") or {}).get("model") == "agent":
+                    break
+                assert time.monotonic() < deadline, f"{version} not served 60 s after the promotion"
+                time.sleep(0.5)
             caught: list[str] = []
             late: list[str] = []
             alarms: list[str] = []
@@ -88,8 +102,8 @@ def test_a_labelled_agents_failing_sessions_get_at_risk_before_their_last_quarte
     print(f"failing sessions: {len(caught)} of {len(failing)} got at_risk before their last quarter; missed or late: "
           f"{late}")
     print(f"successful sessions: {len(alarms)} of {len(successful)} false alarms: {alarms}")
-    # measured (148 runs posted, 27 + 25 held-out sessions): 7 of 27 failing sessions warned before their
-    # last quarter (12 at some step), 6 of 25 successful ones warned (24 %): the threshold holds 10 % false
-    # alarms at half the run, and a live session is checked at every step
+    # measured (148 runs posted, the first 14 + 14 held-out sessions; 2026-12-04): 9 of 14 failing sessions warned
+    # before their last quarter, 5 of 14 successful ones warned (36 %): the threshold holds 10 % false alarms
+    # at half the run, and a live session is checked at every step
     assert caught, "no failing session got at_risk before its last quarter"
     assert len(alarms) < 0.5 * len(successful), f"most successful sessions got at_risk: {alarms}"
