@@ -245,14 +245,17 @@ def plan(runs: Sequence[LabelledRun], *, min_runs: int, min_class: int) -> tuple
 
 def model_config(params: Path) -> tuple[Any, bool]:
     """The agent model's configuration and whether it takes the zero-shot prior: ``params.yaml``'s
-    ``learning_curve.model`` and ``learning_curve.prior`` (what the learning curve chose), else defaults."""
+    ``learning_curve`` candidate ``served`` (the learning curve's best over every set), else defaults."""
+    from model.agentmodel.learning import LearningConfig
     from model.agentmodel.model import AgentModelConfig
 
-    section: dict[str, Any] = {}
+    section: dict[str, Any] | None = None
     if params.is_file():
         loaded = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
         section = dict((loaded.get("learning_curve") or {}) if isinstance(loaded, dict) else {})
-    return AgentModelConfig.from_dict(section.get("model")), bool(section.get("prior", True))
+    if not section:
+        return AgentModelConfig(), False
+    return LearningConfig.from_dict(section).served_config()
 
 
 def _paired_boot(y: np.ndarray, a: np.ndarray, b: np.ndarray, groups: Sequence[str], seed: int) -> tuple[float, float]:

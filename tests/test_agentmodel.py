@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from model.agentmodel.cv import auprc, auroc, cross_validate, group_runs
-from model.agentmodel.features import SHAPE_FEATURES, RunCounts, prefix_lengths
+from model.agentmodel.features import SHAPE_FEATURES, RunCounts, bucket, last_tokens, prefix_lengths
 from model.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache, fit_logistic
 from model.errors import InputError, NotFittedError
 from model.schema import Step, StepKind, StepStatus, Trace
@@ -92,6 +92,22 @@ def test_stacked_model_learns_and_collapses_to_one_linear_model(stacked: AgentMo
     assert stacked.score_state(st) == pytest.approx(AgentModel.from_dict(stacked.to_dict()).score(traces[95]), abs=1e-9)
 
 
+def test_mean_combination_averages_the_two_blocks_logits(runs) -> None:
+    traces, failed, groups = runs
+    kw = {"buckets": 1 << 12, "internal_folds": 0, "prefix_fractions": (1.0,)}
+    m = AgentModel.fit(traces[:90], failed[:90], groups[:90], config=AgentModelConfig(**kw, combine="mean"))
+    shape = AgentModel.fit(traces[:90], failed[:90], groups[:90], config=AgentModelConfig(**kw, ngram_weight=0.0))
+    gram = AgentModel.fit(traces[:90], failed[:90], groups[:90], config=AgentModelConfig(**kw, shape_weight=0.0))
+    assert m.fitted_ is not None and m.fitted_.meta["stack_weights"] == [0.5, 0.5]
+
+    def logit(p: float) -> float:
+        return float(np.log(p / (1 - p)))
+
+    for t in traces[90:95]:
+        want = 0.5 * logit(shape.score(t)) + 0.5 * logit(gram.score(t))
+        assert logit(m.score(t)) == pytest.approx(want, abs=1e-4)
+
+
 def test_prefix_state_equals_scoring_the_prefix_as_a_run(model: AgentModel, runs) -> None:
     traces, _, _ = runs
     for t in traces[90:95]:
@@ -100,6 +116,48 @@ def test_prefix_state_equals_scoring_the_prefix_as_a_run(model: AgentModel, runs
             st.add(step)
             whole = model.score(t.model_copy(update={"steps": t.steps[:k]}))
             assert model.score_state(st) == pytest.approx(whole, abs=1e-9)
+
+
+def _with_replies(t: Trace) -> Trace:
+    """The run with an assistant message after each tool result (so the latest one changes)."""
+    steps: list[Step] = []
+    for s in t.steps:
+        steps.append(s)
+        if s.kind == StepKind.TOOL_RESULT:
+            steps.append(Step(kind=StepKind.LLM_OUTPUT, source_index=s.source_index,
+                              content=f"checked {s.tool_name}: {s.content[:20]}"))
+    return t.model_copy(update={"steps": steps})
+
+
+def test_last_turn_tokens_are_replaced_and_the_state_follows_them(runs, tmp_path) -> None:
+    traces, failed, groups = runs
+    tr = [_with_replies(t) for t in traces]
+    cfg = AgentModelConfig(buckets=1 << 12, internal_folds=0, last_turn=True)
+    m = AgentModel.fit(tr[:90], failed[:90], groups[:90], config=cfg)
+    assert auroc(np.array(failed[90:]), np.array([m.score(t) for t in tr[90:]])) > 0.95
+    # the counts hold the latest assistant message's last: tokens only, never an earlier one's
+    st = RunCounts.empty()
+    for step in tr[95].steps:
+        st.add(step, cfg.buckets, last_turn=True)
+    latest = [s for s in tr[95].steps if s.kind in (StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT)][-1]
+    assert sorted(st.last) == sorted(bucket(x, cfg.buckets) for x in last_tokens(latest))
+    assert all(v > 0 for v in st.counts.values())
+    # incremental scoring equals scoring each prefix as a run, and a saved state continues exactly
+    back = AgentModel.from_dict(m.to_dict())
+    for t in tr[90:93]:
+        ps = m.start()
+        for k, step in enumerate(t.steps, 1):
+            ps.add(step)
+            assert m.score_state(ps) == pytest.approx(m.score(t.model_copy(update={"steps": t.steps[:k]})), abs=1e-9)
+            if k == 5:
+                cont = back.state_from_dict(ps.to_dict())
+        for step in t.steps[5:]:
+            cont.add(step)
+        assert back.score_state(cont) == pytest.approx(m.score(t), abs=1e-9)
+    rows = FeatureCache().rows(tr[100], cfg.buckets, cfg.prefix_fractions, cfg.last_turn)
+    assert m.score_rows(rows)[-1] == pytest.approx(m.score(tr[100]), abs=1e-9)
+    # a model without last_turn reads the same trace without the last: tokens
+    assert FeatureCache().rows(tr[100], cfg.buckets, cfg.prefix_fractions).grams.nnz < rows.grams.nnz
 
 
 def test_cached_rows_score_like_the_trace(model: AgentModel, runs) -> None:

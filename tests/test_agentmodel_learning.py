@@ -53,6 +53,29 @@ def test_learning_curve_command_writes_the_report(tmp_path: Path) -> None:
         assert "K=all|f=0.5" in d["results"] and "K=25|f=0.5" not in d["results"]
     md = (tmp_path / "reports" / "learning.md").read_text(encoding="utf-8")
     assert "leave one family out" in md.lower() and "| tau_airline |" in md
+    # the report names the candidate best over every set and says whether `served` still names it
+    means = [np.mean([d["config"]["selection_auroc"][i] for d in rep["sets"].values()]) for i in range(2)]
+    assert f"Best on the mean over every set: candidate {int(np.argmax(means))}" in md
+    assert rep["protocol"]["served"] == 0
+
+
+def test_retrain_fits_the_served_candidate_and_refuses_a_bad_index(tmp_path: Path) -> None:
+    from model.agentmodel.learning import LearningConfig
+    from model.errors import InputError
+    from serve.retrain import model_config
+
+    p = tmp_path / "params.yaml"
+    p.write_text(PARAMS + "  served: 1\n", encoding="utf-8")
+    cfg, prior = model_config(p)
+    assert cfg.c == 1.0 and cfg.buckets == 4096 and cfg.internal_folds == 5 and prior is False
+    p.write_text(PARAMS.replace("candidates: [{}, {c: 1.0}]", "candidates: [{}, {prior: true, last_turn: true}]")
+                 + "  served: 1\n", encoding="utf-8")
+    cfg, prior = model_config(p)
+    assert cfg.last_turn is True and prior is True
+    with pytest.raises(InputError, match="learning_curve.served"):
+        LearningConfig.from_dict({"candidates": [{}], "served": 2})
+    cfg, prior = model_config(tmp_path / "missing.yaml")  # no params: the defaults, no prior
+    assert cfg.combine == "joint" and prior is False
 
 
 def _res(agent: float, tfidf: float, length: float, reps: list[float]) -> dict:

@@ -94,6 +94,14 @@ def step_tokens(step: Step) -> list[str]:
     return out
 
 
+def last_tokens(step: Step) -> list[str]:
+    """The tokens of the run's latest assistant message (``last:`` words and bigrams): what the agent
+    said last weighs apart from the same words earlier in the run (its closing answer or its latest
+    claim). A later assistant message replaces them."""
+    words = _WORD.findall(step.content[:MAX_CHARS].lower())[:MAX_WORDS]
+    return [f"last:{w}" for w in words] + [f"last:{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+
+
 def bucket(token: str, buckets: int) -> int:
     """The column of a token: CRC-32 of its UTF-8 bytes modulo ``buckets`` (stable across runs)."""
     return zlib.crc32(token.encode("utf-8")) % buckets
@@ -113,6 +121,7 @@ class RunCounts:
 
     shape: np.ndarray
     counts: dict[int, int] = field(default_factory=dict)
+    last: list[int] = field(default_factory=list)  # buckets of the latest assistant message's last: tokens
     call_keys: set[str] = field(default_factory=set)
     tools: set[str] = field(default_factory=set)
     last_source: int | None = None
@@ -123,8 +132,9 @@ class RunCounts:
     def empty(cls) -> RunCounts:
         return cls(shape=np.zeros(len(SHAPE_FEATURES)))
 
-    def add(self, step: Step, buckets: int) -> list[int]:
-        """Count one step; returns the buckets it touched (one entry per occurrence)."""
+    def add(self, step: Step, buckets: int, last_turn: bool = False) -> dict[int, int]:
+        """Count one step; returns the change of each bucket it touched (``last_turn``: an assistant
+        message also replaces the ``last:`` tokens of the one before, so some changes are negative)."""
         s = self.shape
         if step.source_index != self.last_source:
             s[_IDX["messages"]] += 1
@@ -162,11 +172,23 @@ class RunCounts:
             self.first_time = t if self.first_time is None else min(self.first_time, t)
             self.last_time = t if self.last_time is None else max(self.last_time, t)
             s[_IDX["seconds"]] = self.last_time - self.first_time
-        touched = step_buckets(step, buckets)
+        delta: dict[int, int] = {}
+        for b in step_buckets(step, buckets):
+            delta[b] = delta.get(b, 0) + 1
+        if last_turn and k in (StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT) and step.content:
+            for b in self.last:
+                delta[b] = delta.get(b, 0) - 1
+            self.last = [bucket(t, buckets) for t in last_tokens(step)]
+            for b in self.last:
+                delta[b] = delta.get(b, 0) + 1
         c = self.counts
-        for b in touched:
-            c[b] = c.get(b, 0) + 1
-        return touched
+        for b, d in delta.items():
+            v = c.get(b, 0) + d
+            if v:
+                c[b] = v
+            else:
+                c.pop(b, None)
+        return delta
 
 
 def shape_row(shape: np.ndarray) -> np.ndarray:
@@ -179,7 +201,7 @@ def prefix_lengths(n_steps: int, fractions: Sequence[float]) -> list[int]:
     return [max(1, min(n_steps, int(np.ceil(f * n_steps - 1e-9)))) if n_steps else 0 for f in fractions]
 
 
-def count_prefixes(trace: Trace, buckets: int, fractions: Sequence[float]) -> list[RunCounts]:
+def count_prefixes(trace: Trace, buckets: int, fractions: Sequence[float], last_turn: bool = False) -> list[RunCounts]:
     """One pass over the trace, a snapshot of the counts at each prefix fraction (ascending)."""
     cuts = prefix_lengths(len(trace.steps), fractions)
     out: list[RunCounts] = []
@@ -191,7 +213,7 @@ def count_prefixes(trace: Trace, buckets: int, fractions: Sequence[float]) -> li
         snaps[0] = _copy(st)
         nxt = next(want, None)
     for i, step in enumerate(trace.steps, 1):
-        st.add(step, buckets)
+        st.add(step, buckets, last_turn)
         while nxt is not None and i == nxt:
             snaps[i] = _copy(st)
             nxt = next(want, None)
@@ -201,7 +223,7 @@ def count_prefixes(trace: Trace, buckets: int, fractions: Sequence[float]) -> li
 
 
 def _copy(st: RunCounts) -> RunCounts:
-    return RunCounts(shape=st.shape.copy(), counts=dict(st.counts))
+    return RunCounts(shape=st.shape.copy(), counts=dict(st.counts), last=list(st.last))
 
 
 def trace_key(trace: Trace) -> str:
@@ -217,14 +239,14 @@ def to_state(st: RunCounts) -> dict[str, Any]:
     """JSON-able form of the counts (a session's state, continued by any worker)."""
     return {"shape": st.shape.tolist(), "counts": {str(k): v for k, v in st.counts.items()},
             "call_keys": sorted(st.call_keys), "tools": sorted(st.tools), "last_source": st.last_source,
-            "first_time": st.first_time, "last_time": st.last_time}
+            "first_time": st.first_time, "last_time": st.last_time, "last": list(st.last)}
 
 
 def from_state(d: dict[str, Any]) -> RunCounts:
     return RunCounts(shape=np.asarray(d["shape"], dtype=float), counts={int(k): int(v) for k, v in d["counts"].items()},
                      call_keys=set(d["call_keys"]), tools=set(d["tools"]), last_source=d["last_source"],
-                     first_time=d["first_time"], last_time=d["last_time"])
+                     first_time=d["first_time"], last_time=d["last_time"], last=[int(b) for b in d.get("last", [])])
 
 
 __all__ = ["MAX_CHARS", "MAX_WORDS", "SHAPE_FEATURES", "RunCounts", "bucket", "count_prefixes", "from_state",
-           "is_error", "prefix_lengths", "shape_row", "step_buckets", "step_tokens", "to_state", "trace_key"]
+           "is_error", "last_tokens", "prefix_lengths", "shape_row", "step_buckets", "step_tokens", "to_state", "trace_key"]

@@ -75,6 +75,9 @@ class LearningConfig:
     # seeds, to judge a subset of the sets in parallel processes (merged by ``--merge``)
     selection: dict[str, list[float]] = field(default_factory=dict)
     sections: bool = True                                        # localisation and queue, when present
+    # the candidate ``triage retrain`` fits for a tenant's agents: the one best on the mean over every
+    # family in the selection table (the report says which that is, and whether this still names it)
+    served: int = 0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> LearningConfig:
@@ -90,7 +93,11 @@ class LearningConfig:
             d["ks"] = tuple(None if k in (None, "all") else int(k) for k in d["ks"])
         if "prefix_ks" in d:
             d["prefix_ks"] = tuple(None if k in (None, "all") else int(k) for k in d["prefix_ks"])
-        return cls(**d)
+        out = cls(**d)
+        if not 0 <= out.served < len(out.candidates):
+            raise InputError(f"served must index learning_curve.candidates (0…{len(out.candidates) - 1}); got "
+                             f"{out.served}", path="learning_curve.served")
+        return out
 
     @classmethod
     def from_params(cls, path: Path) -> LearningConfig:
@@ -103,6 +110,12 @@ class LearningConfig:
         over = dict(self.candidates[i])
         prior = bool(over.pop("prior", False))
         return AgentModelConfig.from_dict({**self.model, **over, "internal_folds": 0}), prior
+
+    def served_config(self) -> tuple[AgentModelConfig, bool]:
+        """What ``triage retrain`` fits: candidate ``served`` with the model's own CV (threshold, card)."""
+        over = dict(self.candidates[self.served])
+        prior = bool(over.pop("prior", False))
+        return AgentModelConfig.from_dict({**self.model, **over}), prior
 
 
 def _family(s: str) -> str:
@@ -205,7 +218,7 @@ def run(cfg: LearningConfig, root: Path | None = None,
         "protocol": {"folds": cfg.folds, "draws": cfg.draws, "ks": ["all" if k is None else k for k in cfg.ks],
                      "fractions": list(cfg.fractions), "prefix_ks": ["all" if k is None else k for k in cfg.prefix_ks],
                      "seed": cfg.seed, "n_boot": cfg.n_boot, "candidates": [dict(c) for c in cfg.candidates],
-                     "base_model": dict(cfg.model), "select_k": cfg.select_k, "select_draws": cfg.select_draws,
+                     "base_model": dict(cfg.model), "select_k": cfg.select_k, "select_draws": cfg.select_draws, "served": cfg.served,
                      "limit": cfg.limit},
         "sets": per_set,
         "reproduction": reproduction(per_set),
@@ -388,7 +401,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         L.append(f"| {i} | `{json.dumps(c)}` | " + " | ".join(
             _f(d["config"]["selection_auroc"][i]) + (" **←**" if d["config"]["candidate"] == i else "")
             for d in report["sets"].values()) + " |")
-    L += ["", "(**←**: the candidate that judged the set — chosen on the other families' figures, not this column.)",
+    L += ["", "(**←**: the candidate that judged the set — chosen on the other families' figures, not this column.)"]
+    sel = report.get("selection") or {}
+    if sel and "served" in p:
+        means = [float(np.nanmean([v[i] for v in sel.values()])) for i in range(len(p["candidates"]))]
+        best = int(np.nanargmax(means))
+        L += ["", f"Best on the mean over every set: candidate {best} ({means[best]:.3f}). `triage retrain` fits "
+              f"candidate {p['served']} (`params.yaml` → `learning_curve.served`)" +
+              (": the same." if best == p["served"] else f": **not the best; set `served: {best}`**.")]
+    L += [
           "", "## Run level: AUROC by K", "",
           "| set (runs, failed, tasks) | K | agent model | TF-IDF | length fit | agent − TF-IDF | agent − length |",
           "| --- | --- | --- | --- | --- | --- | --- |"]

@@ -70,6 +70,8 @@ class AgentModelConfig:
     prior_l2: strength of that shrinkage (in balanced-weight units: about that many runs).
     prefix_fractions: the prefixes each labelled run is trained on.
     buckets: n-gram hash columns; min_df: runs a bucket must appear in to be learned.
+    last_turn: also count the words of the latest assistant message as ``last:`` n-grams (replaced as
+        the run goes on), so what the agent said last weighs apart from the same words earlier.
     internal_folds: grouped folds of the model's own CV (threshold, card); 0 skips it.
     target_false_alarm: the early-warning point's false-alarm rate at ``warning_fraction`` of the run.
     combine: ``joint`` (one regression over both blocks) or ``stack`` (a shape model and an n-gram model
@@ -86,6 +88,7 @@ class AgentModelConfig:
     prefix_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
     buckets: int = 1 << 18
     min_df: int = 2
+    last_turn: bool = False
     internal_folds: int = 5
     combine: str = "joint"
     stack_folds: int = 3
@@ -102,8 +105,8 @@ class AgentModelConfig:
         if not self.prefix_fractions or any(not 0 < f <= 1 for f in self.prefix_fractions):
             raise InputError(f"prefix_fractions must lie in (0, 1]; got {self.prefix_fractions}",
                              path="prefix_fractions")
-        if self.combine not in ("joint", "stack"):
-            raise InputError(f"combine must be 'joint' or 'stack'; got {self.combine!r}", path="combine")
+        if self.combine not in ("joint", "stack", "mean"):
+            raise InputError(f"combine must be 'joint', 'stack' or 'mean'; got {self.combine!r}", path="combine")
         if self.buckets < 16:
             raise InputError(f"buckets must be ≥ 16; got {self.buckets}", path="buckets")
         object.__setattr__(self, "prefix_fractions", tuple(float(f) for f in self.prefix_fractions))
@@ -134,13 +137,13 @@ class FeatureCache:
     only the optimisation)."""
 
     def __init__(self) -> None:
-        self._d: dict[tuple[str, int, tuple[float, ...]], RunRows] = {}
+        self._d: dict[tuple[str, int, tuple[float, ...], bool], RunRows] = {}
 
-    def rows(self, trace: Trace, buckets: int, fractions: tuple[float, ...]) -> RunRows:
-        key = (trace_key(trace), buckets, fractions)
+    def rows(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False) -> RunRows:
+        key = (trace_key(trace), buckets, fractions, last_turn)
         hit = self._d.get(key)
         if hit is None:
-            counts = count_prefixes(trace, buckets, fractions)
+            counts = count_prefixes(trace, buckets, fractions, last_turn)
             indptr = [0]
             ind: list[int] = []
             val: list[float] = []
@@ -155,8 +158,8 @@ class FeatureCache:
             self._d[key] = hit
         return hit
 
-    def get(self, trace: Trace, buckets: int, fractions: tuple[float, ...]) -> list[RunCounts]:
-        return self.rows(trace, buckets, fractions).counts
+    def get(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False) -> list[RunCounts]:
+        return self.rows(trace, buckets, fractions, last_turn).counts
 
     def __len__(self) -> int:
         return len(self._d)
@@ -204,18 +207,16 @@ class PrefixState:
     def add(self, step: Step) -> None:
         """Count one more step of the run."""
         counts = self.counts.counts
-        touched = self.counts.add(step, self._model.config.buckets)
-        if not touched:
+        cfg = self._model.config
+        seen = self.counts.add(step, cfg.buckets, cfg.last_turn)
+        if not seen:
             return
         tab = self._model._table()
-        seen: dict[int, int] = {}
-        for b in touched:
-            seen[b] = seen.get(b, 0) + 1
         for b, k in seen.items():
             t = tab.get(b)
-            if t is None:
+            if t is None or k == 0:
                 continue
-            c1 = counts[b]
+            c1 = counts.get(b, 0)
             v0, v1 = t[0] * math.log1p(c1 - k), t[0] * math.log1p(c1)
             self.dot += t[1] * (v1 - v0)
             self.sq += v1 * v1 - v0 * v0
@@ -285,7 +286,7 @@ class AgentModel:
         if y.min(initial=1.0) == y.max(initial=0.0):
             raise InputError(f"need failed and successful runs; got {int(y.sum())} failed of {n}", path="failed")
         cache = cache or FeatureCache()
-        counts = [cache.rows(t, cfg.buckets, cfg.prefix_fractions) for t in traces]
+        counts = [cache.rows(t, cfg.buckets, cfg.prefix_fractions, cfg.last_turn) for t in traces]
         m = cls(cfg)
         m.fitted_ = _fit_core(counts, y, list(groups), None if prior is None else np.asarray(prior, float), cfg)
         m.fitted_.meta = {**m.fitted_.meta, "labelled_runs": n, "failed_runs": int(y.sum()), "groups": len(set(groups))}
@@ -294,7 +295,7 @@ class AgentModel:
                    "cv_auroc": None, "cv_auroc_interval": None, "cheap_learners": None, "learning_curve": []}
         if cfg.internal_folds >= 2 and len(set(groups)) >= cfg.internal_folds:
             efr = tuple(sorted({0.25, 0.5, 0.75, 1.0, cfg.warning_fraction}))
-            evals = [cache.rows(t, cfg.buckets, efr) for t in traces]
+            evals = [cache.rows(t, cfg.buckets, efr, cfg.last_turn) for t in traces]
             m._own_cv(counts, evals, efr, y, list(groups), None if prior is None else np.asarray(prior, float))
         return m
 
@@ -481,7 +482,7 @@ def _ngram_block(grams: sp.csr_matrix, bk: np.ndarray, idf: np.ndarray) -> sp.cs
 
 def _fit_core(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
               cfg: AgentModelConfig) -> _Fitted:
-    if cfg.combine == "stack" and cfg.shape_weight > 0 and cfg.ngram_weight > 0:
+    if cfg.combine in ("stack", "mean") and cfg.shape_weight > 0 and cfg.ngram_weight > 0:
         return _fit_stack(runs, y, groups, prior, cfg)
     return _fit_joint(runs, y, prior, cfg)
 
@@ -501,7 +502,7 @@ def _fit_stack(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.
     c_gram = replace(cfg, shape_weight=0.0)
     F = len(cfg.prefix_fractions)
     oof = np.full((len(y) * F, 2), np.nan)
-    for test in group_folds(groups, cfg.stack_folds, seed=cfg.seed + 1):
+    for test in ([] if cfg.combine == "mean" else group_folds(groups, cfg.stack_folds, seed=cfg.seed + 1)):
         train = np.setdiff1d(np.arange(len(y)), test)
         if len(test) == 0 or y[train].min() == y[train].max():
             continue
@@ -514,7 +515,7 @@ def _fit_stack(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.
     yy = np.repeat(y, F)
     fs = _fit_joint(runs, y, None, c_shape)
     fg = _fit_joint(runs, y, None, c_gram)
-    if ok.sum() < 4 or yy[ok].min() == yy[ok].max():
+    if cfg.combine == "mean" or ok.sum() < 4 or yy[ok].min() == yy[ok].max():
         a = np.array([0.5, 0.5])
         c0 = 0.0
         g = None

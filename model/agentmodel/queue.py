@@ -292,7 +292,7 @@ def agent_model_learner(traces: Sequence[Trace], config: AgentModelConfig | None
 
     def rows_of(i: int) -> Any:
         if i not in rows:
-            rows[i] = cache.rows(traces[i], cfg.buckets, cfg.prefix_fractions)
+            rows[i] = cache.rows(traces[i], cfg.buckets, cfg.prefix_fractions, cfg.last_turn)
         return rows[i]
 
     def fit(idx: Sequence[int], failed: np.ndarray, groups: Sequence[str]) -> Scorer:
