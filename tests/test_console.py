@@ -83,6 +83,61 @@ def test_migration_0010_adds_operator_keys_label_withdrawal_and_failure_tools(db
         store.dispose()
 
 
+def test_migration_0011_indexes_recommendations_and_outcomes_by_trace(db_url: str) -> None:  # noqa: F811
+    store = Store(db_url)
+    try:
+        migrate_to(store.engine, "0010")
+        with store.engine.begin() as conn:
+            conn.execute(text("INSERT INTO recommendations (tenant_id, id, trace_id, strategy, rung, attempt, status, "
+                              "created_at, body) VALUES ('t', 'r1', 'x1', 'retry', 0, 1, 'open', "
+                              "'2026-01-01 00:00:00', '{}')"))
+            conn.execute(text("INSERT INTO outcomes (tenant_id, recommendation_id, trace_id, strategy, success, note, "
+                              "created_at) VALUES ('t', 'r1', 'x1', 'retry', true, '', '2026-01-01 00:00:00')"))
+
+        def indexes(table: str) -> set[str]:
+            return {str(i["name"]) for i in inspect(store.engine).get_indexes(table)}
+
+        assert "ix_recs_tenant_trace" not in indexes("recommendations")
+        migrate_to(store.engine, "0011")
+        assert "ix_recs_tenant_trace" in indexes("recommendations")
+        assert "ix_outcomes_tenant_trace" in indexes("outcomes")
+        with store.engine.connect() as conn:  # the rows kept
+            assert conn.execute(text("SELECT trace_id FROM recommendations")).scalar_one() == "x1"
+            assert conn.execute(text("SELECT trace_id FROM outcomes")).scalar_one() == "x1"
+        downgrade(store.engine, "0010")
+        assert "ix_outcomes_tenant_trace" not in indexes("outcomes")
+        store.upgrade()
+    finally:
+        store.dispose()
+
+
+def test_overview_finds_a_runs_repairs_by_its_trace_not_by_scanning_the_tenant(tmp_path: Path) -> None:
+    """The query plan of the overview's joins (SQLite): each run's recommendations and outcomes are
+    looked up by (tenant, trace) — searched by tenant alone, 20,000 runs timed out the page."""
+    import serve.ui.data as ui_data
+    from sqlalchemy import event
+
+    store = Store(f"sqlite:///{tmp_path / 'plan.db'}")
+    store.upgrade()
+    seen: list[tuple[str, Any]] = []
+    event.listen(store.engine, "before_cursor_execute",
+                 lambda conn, cur, statement, params, ctx, many: seen.append((statement, params)))
+    try:
+        now = datetime.now(UTC)
+        ui_data.overview(store, "t", since=now - timedelta(days=7), until=now, agent=None)
+        plans = {}
+        with store.engine.connect() as conn:
+            for statement, params in seen:
+                for table in ("recommendations", "outcomes"):
+                    if statement.lstrip().startswith(f"SELECT {table}."):
+                        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params).all()
+                        plans[table] = " | ".join(str(r[-1]) for r in rows)
+        assert "ix_recs_tenant_trace (tenant_id=? AND trace_id=?)" in plans["recommendations"], plans
+        assert "ix_outcomes_tenant_trace (tenant_id=? AND trace_id=?)" in plans["outcomes"], plans
+    finally:
+        store.dispose()
+
+
 def test_sessions_end_on_sign_out_expiry_and_key_revocation(db_url: str) -> None:  # noqa: F811
     store = Store(db_url)
     store.upgrade()

@@ -200,6 +200,7 @@ class RecommendationRow(Base):
     __table_args__ = (
         Index("ix_recs_tenant_session", "tenant_id", "session_id"),
         Index("ix_recs_tenant_created", "tenant_id", "created_at"),
+        Index("ix_recs_tenant_trace", "tenant_id", "trace_id"),
     )
 
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -218,7 +219,8 @@ class RecommendationRow(Base):
 
 class OutcomeRow(Base):
     __tablename__ = "outcomes"
-    __table_args__ = (Index("ix_outcomes_tenant_rec", "tenant_id", "recommendation_id"),)
+    __table_args__ = (Index("ix_outcomes_tenant_rec", "tenant_id", "recommendation_id"),
+                      Index("ix_outcomes_tenant_trace", "tenant_id", "trace_id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     tenant_id: Mapped[str] = mapped_column(String(64))
