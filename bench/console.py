@@ -49,7 +49,7 @@ GROUP_TARGET_S = 1.0
 
 def _pool(real_groups: int, generated: int, seed: int) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(agent, trace JSON, response JSON) of each diagnosed pool run."""
-    from model.builder import make_trace
+    from model.builder import RECIPE_KINDS, make_trace
     from model.diagnosis import Diagnoser
     from model.kinds import FailureKind
     from model.options import DiagnoseOptions
@@ -59,10 +59,10 @@ def _pool(real_groups: int, generated: int, seed: int) -> list[tuple[str, dict[s
     pool: list[tuple[str, Any]] = []
     for source, agent in (("tau_airline", "airline"), ("agentprocessbench", "hotpotqa")):
         pool += [(agent, r.trace) for r in first_groups(load_source(source), real_groups)]
-    kinds = [None, *FailureKind]
+    kinds = [None, *RECIPE_KINDS]  # the kinds a run can be generated for (at_risk and degradation: none)
     for i in range(generated):
         kind = kinds[i % len(kinds)]
-        if kind in (FailureKind.DEGRADATION, FailureKind.DISALLOWED_TOOL):
+        if kind == FailureKind.DISALLOWED_TOOL:
             kind = None
         pool.append((AGENTS[2 + i % 2], make_trace(kind, seed=seed + i, n_steps=8 + i % 12)))
     out = []

@@ -279,12 +279,16 @@ def _paired_boot(y: np.ndarray, a: np.ndarray, b: np.ndarray, groups: Sequence[s
 def gate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str], prior: Sequence[float] | None,
          zero_shot: Sequence[float], config: Any, *, folds: int, draws: int, seed: int,
          champion: Any | None = None, champion_record: ModelVersion | None = None,
-         seen: set[str] | None = None) -> Gate:
-    """The grouped cross-validated estimate and the comparisons (see the module docstring)."""
-    from model.agentmodel.cv import _Unit, auroc, cross_validate, draws_folds, summarise
+         seen: set[str] | None = None, cache: Any | None = None) -> Gate:
+    """The grouped cross-validated estimate and the comparisons (see the module docstring). ``cache``:
+    a :class:`~model.agentmodel.model.FeatureCache` the final fit shares (each run counted once)."""
+    from model.agentmodel.cv import CVData, _Unit, auroc, cross_validate, draws_folds, summarise
 
+    data = CVData.make(traces, failed, groups, (1.0,), prior)
+    if cache is not None:
+        data.cache = cache
     report = cross_validate(traces, failed, groups, ks=(None,), fractions=(1.0,), config=config, prior=prior,
-                            folds=folds, draws=draws, seed=seed, n_boot=N_BOOT)
+                            folds=folds, draws=draws, seed=seed, n_boot=N_BOOT, data=data)
     y = np.array([bool(f) for f in failed], float)
     zs = np.asarray(zero_shot, float)
     units = []
@@ -432,7 +436,7 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
         progress(f"gate: {agent}", 0, 1)
         g = gate(traces, failed, groups, prior, zs, config, folds=settings.retrain_cv_folds,
                  draws=settings.retrain_cv_draws, seed=seed, champion=champion, champion_record=champion_record,
-                 seen=seen)
+                 seen=seen, cache=cache)
         progress(f"gate: {agent}", 1, 1)
         progress(f"fitting: {agent}", 0, 1)
         members = tuple(sorted({r.agent for r in rs})) if agent == POOLED else ()

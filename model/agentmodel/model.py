@@ -132,18 +132,40 @@ class RunRows:
     grams: sp.csr_matrix  # fractions × buckets, log1p(count)
 
 
+#: The prefixes every first count of a run snapshots as well (the model's own CV reads them at the
+#: early-warning point): one pass over a run's steps serves every later request.
+SNAPSHOT_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+
+
 class FeatureCache:
     """Each run's prefix features, keyed by the trace's content hash (a warm cache makes a refit cost
-    only the optimisation)."""
+    only the optimisation). A run's steps are counted once: the snapshots at every fraction asked
+    for so far (and :data:`SNAPSHOT_FRACTIONS`) are kept, and each fractions tuple's rows built from them."""
 
     def __init__(self) -> None:
         self._d: dict[tuple[str, int, tuple[float, ...], bool], RunRows] = {}
+        self._snaps: dict[tuple[str, int, bool], dict[float, RunCounts]] = {}
+        self._keys: dict[int, tuple[Trace, str]] = {}
+
+    def _key(self, trace: Trace) -> str:
+        hit = self._keys.get(id(trace))
+        if hit is not None and hit[0] is trace:
+            return hit[1]
+        k = trace_key(trace)
+        self._keys[id(trace)] = (trace, k)
+        return k
 
     def rows(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False) -> RunRows:
-        key = (trace_key(trace), buckets, fractions, last_turn)
+        tk = self._key(trace)
+        key = (tk, buckets, fractions, last_turn)
         hit = self._d.get(key)
         if hit is None:
-            counts = count_prefixes(trace, buckets, fractions, last_turn)
+            snaps = self._snaps.setdefault((tk, buckets, last_turn), {})
+            if any(f not in snaps for f in fractions):
+                want = tuple(sorted({*fractions, *SNAPSHOT_FRACTIONS, *snaps}))
+                for f, c in zip(want, count_prefixes(trace, buckets, want, last_turn), strict=True):
+                    snaps.setdefault(f, c)
+            counts = [snaps[f] for f in fractions]
             indptr = [0]
             ind: list[int] = []
             val: list[float] = []
@@ -285,7 +307,7 @@ class AgentModel:
         y = np.array([bool(f) for f in failed], dtype=float)
         if y.min(initial=1.0) == y.max(initial=0.0):
             raise InputError(f"need failed and successful runs; got {int(y.sum())} failed of {n}", path="failed")
-        cache = cache or FeatureCache()
+        cache = cache if cache is not None else FeatureCache()  # an empty cache is falsy (__len__)
         counts = [cache.rows(t, cfg.buckets, cfg.prefix_fractions, cfg.last_turn) for t in traces]
         m = cls(cfg)
         m.fitted_ = _fit_core(counts, y, list(groups), None if prior is None else np.asarray(prior, float), cfg)
