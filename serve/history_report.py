@@ -13,8 +13,9 @@ plots and prints them.
 * :func:`recoveries` / :func:`time_to_recovery` — per diagnosed failure that got recommendations:
   whether an outcome reported it fixed, after how many rungs, in how much repair time (the sum of
   its outcomes' ``duration_s`` up to the first success), whether it reached ``human_handoff``.
-* :func:`load_learning_curve` — ``reports/retrain.json`` (``bench/retrain.py``), or ``None`` when
-  it is absent.
+* :func:`load_learning_curves` — each set's learning curve of the agent model beside the cheap
+  learners, from ``reports/learning.json`` (``triage evaluate --learning-curve``), or ``None`` when it
+  is absent.
 """
 
 from __future__ import annotations
@@ -282,139 +283,78 @@ def label_counts(rs: list[Run]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class Rate:
-    """A rate with its interval when the file gives one (``model.runscore.evaluate.rate_ci``'s shape)."""
-
-    rate: float | None
-    ci: tuple[float, float] | None = None
-    n: int | None = None
-
-    def text(self) -> str:
-        if self.rate is None:
-            return "–"
-        ci = f" ({self.ci[0]:.2f}–{self.ci[1]:.2f})" if self.ci is not None else ""
-        return f"{self.rate:.2f}{ci}"
-
-
-@dataclass(frozen=True)
 class CurvePoint:
-    k: int
-    auroc: float | None  # None: no challenger was promoted at this K (``refused`` says why)
-    ci: tuple[float, float] | None
-    false_alarms: Rate | None
-    recall: Rate | None
-    localisation_exact: Rate | None
-    gain: tuple[float, float, float] | None = None  # AUROC gain over K = 0: (diff, lo, hi)
-    refused: tuple[str, ...] = ()
+    """One K of an agent's learning curve: the agent model's AUROC on held-out tasks with its 95 %
+    interval, and the two cheap learners fitted on the same K runs (``None`` at K = 0, zero-shot)."""
+
+    k: str  # "0" (zero-shot), "25", …, "all"
+    auroc: float
+    ci: tuple[float, float]
+    tfidf: float | None = None
+    length: float | None = None
 
 
 @dataclass(frozen=True)
 class LearningCurve:
     set: str
+    runs: int
     points: list[CurvePoint]
-    fixed: dict[str, dict[int, float]]  # fixed split → K → AUROC (``fixed_splits``), when given
-    command: str | None = None
 
 
-def _num(p: dict[str, Any], key: str, where: str, *, optional: bool = True) -> float | None:
-    v = p.get(key)
-    if v is None and optional:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise InputError(f"expected a number, got {v!r}", path=f"{where}.{key}")
-    return float(v)
+def _auroc(d: Any, where: str) -> tuple[float, tuple[float, float]]:
+    try:
+        a, (lo, hi) = d["auroc"], d["interval"]
+        return float(a), (float(lo), float(hi))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"expected {{'auroc': x, 'interval': [lo, hi]}}, got {d!r}", path=where) from exc
 
 
-def _pair(v: Any, where: str) -> tuple[float, float] | None:
-    if v is None or (isinstance(v, list | tuple) and len(v) == 2 and all(x is None for x in v)):
-        return None
-    if not (isinstance(v, list | tuple) and len(v) == 2
-            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in v)):
-        raise InputError(f"expected [lo, hi], got {v!r}", path=where)
-    return float(v[0]), float(v[1])
-
-
-def _rate(p: dict[str, Any], key: str, where: str) -> Rate | None:
-    v = p.get(key)
-    if v is None:
-        return None
-    if isinstance(v, dict):
-        n = v.get("n")
-        return Rate(_num(v, "rate", f"{where}.{key}"), _pair(v.get("ci"), f"{where}.{key}.ci"),
-                    n if isinstance(n, int) and not isinstance(n, bool) else None)
-    return Rate(_num(p, key, where))
-
-
-def load_learning_curve(path: Path) -> LearningCurve | None:
-    """The learning curve ``bench/retrain.py`` writes, or ``None`` when ``path`` does not exist.
-
-    The schema: ``{"set", "points": [{"k", "auroc", "ci": [lo, hi], "false_alarms", "recall",
-    "localisation_exact", "gain_vs_k0": {"diff", "ci"}, "gate": [{"promote", "reason"}, …]}],
-    "fixed_splits": {name: {"auroc": {K: AUROC}}}}``; a rate is a number or ``{"rate", "n", "ci"}``;
-    a point whose ``auroc`` is null is a K at which no challenger was promoted (``refused``). A file
-    that does not read as that schema raises :class:`InputError` naming the field."""
+def load_learning_curves(path: Path) -> dict[str, LearningCurve] | None:
+    """Each set's learning curve from ``reports/learning.json`` (``triage evaluate --learning-curve``):
+    the whole-run AUROC at K = 0 (zero-shot), 25, 50, … and all, or ``None`` when the file is absent.
+    A file that does not read as that report raises :class:`InputError` naming the field."""
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(f"not readable JSON: {exc}", path=str(path)) from exc
-    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
-        raise InputError("expected an object with a list `points`", path="points")
-    points = []
-    for i, p in enumerate(data["points"]):
-        where = f"points[{i}]"
-        if not isinstance(p, dict):
-            raise InputError("expected an object", path=where)
-        k = p.get("k")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise InputError(f"expected a count >= 0, got {k!r}", path=f"{where}.k")
-        auroc = _num(p, "auroc", where)
-        ci = _pair(p.get("ci"), f"{where}.ci")
-        if auroc is not None and ci is None:
-            raise InputError("an AUROC needs its interval [lo, hi]", path=f"{where}.ci")
-        g = p.get("gain_vs_k0")
-        gain = None
-        if isinstance(g, dict) and g.get("diff") is not None:
-            diff = _num(g, "diff", f"{where}.gain_vs_k0")
-            gci = _pair(g.get("ci"), f"{where}.gain_vs_k0.ci")
-            if diff is not None and gci is not None:
-                gain = (diff, gci[0], gci[1])
-        refused: list[str] = []
-        for x in p.get("refused") or []:
-            refused.append(str(x.get("reason", x)) if isinstance(x, dict) else str(x))
-        points.append(CurvePoint(k, auroc, ci, _rate(p, "false_alarms", where), _rate(p, "recall", where),
-                                 _rate(p, "localisation_exact", where), gain, tuple(refused)))
-    points.sort(key=lambda p: p.k)
-    fixed: dict[str, dict[int, float]] = {}
-    for name, split in (data.get("fixed_splits") or {}).items():
-        by_k = (split or {}).get("auroc") if isinstance(split, dict) else None
-        if isinstance(by_k, dict):
-            fixed[str(name)] = {int(kk): float(v) for kk, v in by_k.items()
-                                if str(kk).isdigit() and isinstance(v, int | float)}
-    command = data.get("command")
-    return LearningCurve(str(data.get("set", "")), points, fixed, command if isinstance(command, str) else None)
+    sets = data.get("sets") if isinstance(data, dict) else None
+    if not isinstance(sets, dict):
+        raise InputError("expected an object with an object `sets` (triage evaluate --learning-curve)", path="sets")
+    out: dict[str, LearningCurve] = {}
+    for name, d in sets.items():
+        where = f"sets.{name}"
+        if not isinstance(d, dict) or not isinstance(d.get("results"), dict):
+            raise InputError("expected an object with an object `results`", path=f"{where}.results")
+        points = []
+        if d.get("zero_shot"):
+            a, ci = _auroc(d["zero_shot"], f"{where}.zero_shot")
+            points.append(CurvePoint("0", a, ci))
+        keyed = []
+        for key, r in d["results"].items():
+            k, _, f = str(key).partition("|")
+            if f != "f=1" or not k.startswith("K="):
+                continue  # prefixes are another figure
+            a, ci = _auroc((r or {}).get("agent"), f"{where}.results.{key}.agent")
+            cheap = [float(r[m]["auroc"]) if isinstance(r.get(m), dict) else None for m in ("tfidf", "length")]
+            keyed.append(CurvePoint(k[2:], a, ci, cheap[0], cheap[1]))
+        keyed.sort(key=lambda p: (p.k == "all", int(p.k) if p.k.isdigit() else 0))
+        out[str(name)] = LearningCurve(str(name), int(d.get("runs") or 0), points + keyed)
+    return out
 
 
 def curve_markdown(curve: LearningCurve) -> str:
-    """The learning curve as a Markdown table (K, AUROC with its interval, gain over K = 0, false
-    alarms, recall, exact localisation, and the fixed splits' AUROC)."""
-    names = sorted(curve.fixed)
-    rows = ["| K | AUROC (95 % CI) | gain vs K = 0 (95 % CI) | false alarms | recall | localisation (exact) |"
-            + "".join(f" {n} |" for n in names),
-            "| ---: | --- | --- | --- | --- | --- |" + " ---: |" * len(names)]
+    """One set's learning curve as a Markdown table: K, the agent model's AUROC (95 % interval), TF-IDF
+    and the length fit on the same K runs."""
+    rows = ["| K | agent model AUROC (95 % CI) | TF-IDF | length fit |", "| ---: | --- | ---: | ---: |"]
     for p in curve.points:
-        fixed = "".join(f" {_num_s(curve.fixed[n].get(p.k), '.3f')} |" for n in names)
-        if p.auroc is None or p.ci is None:
-            why = p.refused[0] if p.refused else "no AUROC"
-            rows.append(f"| {p.k} | refused: {why} | | | | |" + fixed)
-            continue
-        gain = f"{p.gain[0]:+.3f} ({p.gain[1]:+.3f} to {p.gain[2]:+.3f})" if p.gain else "–"
-        rates = " | ".join(r.text() if r is not None else "–" for r in (p.false_alarms, p.recall, p.localisation_exact))
-        rows.append(f"| {p.k} | {p.auroc:.3f} ({p.ci[0]:.3f}–{p.ci[1]:.3f}) | {gain} | {rates} |" + fixed)
+        k = "0 (zero-shot)" if p.k == "0" else p.k
+        rows.append(f"| {k} | {p.auroc:.3f} ({p.ci[0]:.3f}–{p.ci[1]:.3f}) | {_num_s(p.tfidf, '.3f')} | "
+                    f"{_num_s(p.length, '.3f')} |")
     return "\n".join(rows)
 
 
-__all__ = ["Cooccurrence", "CurvePoint", "LearningCurve", "Rate", "Recovery", "RecoveryTimes", "Run", "Spectrum",
-           "StrategyEfficacy", "cooccurrence", "curve_markdown", "efficacy", "efficacy_markdown", "label_counts", "load_learning_curve",
+__all__ = ["Cooccurrence", "CurvePoint", "LearningCurve", "Recovery", "RecoveryTimes", "Run", "Spectrum",
+           "StrategyEfficacy", "cooccurrence", "curve_markdown", "efficacy", "efficacy_markdown", "label_counts", "load_learning_curves",
            "recoveries", "recovery_by_kind", "recovery_line", "recovery_markdown", "runs", "spectrum", "time_to_recovery"]

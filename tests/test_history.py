@@ -104,47 +104,40 @@ def test_efficacy_and_time_to_recovery(records: list[dict[str, Any]]) -> None:
         "| loop | 2 | 1 | 1 | 1 | 620.0 | 620.0 | – |"
 
 
-def test_learning_curve_file(tmp_path: Path) -> None:
-    path = tmp_path / "retrain.json"
-    assert hr.load_learning_curve(path) is None  # absent: nothing, no invented numbers
-    # the plain schema: rates as numbers
-    path.write_text(json.dumps({"set": "tau_airline", "points": [
-        {"k": 50, "auroc": 0.7, "ci": [0.6, 0.8], "false_alarms": 0.1, "recall": 0.5, "localisation_exact": 0.2},
-        {"k": 0, "auroc": 0.6, "ci": [0.5, 0.7], "false_alarms": None, "recall": 0.4, "localisation_exact": None}]}))
-    curve = hr.load_learning_curve(path)
-    assert curve is not None and curve.set == "tau_airline" and [p.k for p in curve.points] == [0, 50]
-    assert curve.points[1].ci == (0.6, 0.8) and curve.points[0].false_alarms is None
-    assert hr.curve_markdown(curve).splitlines()[2] == "| 0 | 0.600 (0.500–0.700) | – | – | 0.40 | – |"
-    # bench/retrain.py's shape: rates with intervals, the gain over K = 0, a refused K, fixed splits
-    rate = {"rate": 0.25, "n": 8, "hits": 2, "ci": [0.07, 0.59]}
-    path.write_text(json.dumps({"set": "tau_airline", "command": "python bench/retrain.py", "points": [
-        {"k": 0, "auroc": 0.44, "ci": [0.25, 0.62], "false_alarms": rate, "recall": rate,
-         "localisation_exact": {"rate": None, "n": 0, "ci": [None, None]}, "gate": None},
-        {"k": 25, "auroc": None, "ci": [None, None], "refused": ["the tenant slice has 5 failed runs"]},
-        {"k": 50, "auroc": 0.59, "ci": [0.47, 0.71], "gain_vs_k0": {"diff": 0.15, "ci": [-0.05, 0.38]},
-         "false_alarms": rate, "recall": rate, "localisation_exact": rate}],
-        "fixed_splits": {"swe": {"runs": 154, "auroc": {"0": 0.536, "50": 0.645}}}}))
-    curve = hr.load_learning_curve(path)
-    assert curve is not None and curve.fixed == {"swe": {0: 0.536, 50: 0.645}}
-    assert curve.points[1].auroc is None and curve.points[1].refused == ("the tenant slice has 5 failed runs",)
-    assert curve.points[2].gain == (0.15, -0.05, 0.38) and curve.points[0].localisation_exact == hr.Rate(None, None, 0)
-    table = hr.curve_markdown(curve).splitlines()
-    assert table[0].endswith("| swe |")
-    assert table[2] == "| 0 | 0.440 (0.250–0.620) | – | 0.25 (0.07–0.59) | 0.25 (0.07–0.59) | – | 0.536 |"
-    assert table[3] == "| 25 | refused: the tenant slice has 5 failed runs | | | | | – |"
-    assert table[4].startswith("| 50 | 0.590 (0.470–0.710) | +0.150 (-0.050 to +0.380) |")
-    path.write_text(json.dumps({"points": [{"k": 0, "auroc": 0.6, "ci": [0.5, 0.7]}, {"k": 5, "auroc": "hi",
-                                                                                    "ci": [0, 1]}]}))
+def test_learning_curves_read_the_learning_curve_report(tmp_path: Path) -> None:
+    path = tmp_path / "learning.json"
+    assert hr.load_learning_curves(path) is None  # absent: nothing, no invented numbers
+
+    def m(a: float) -> dict:
+        return {"auroc": a, "interval": [a - 0.1, a + 0.1], "auprc": a}
+
+    path.write_text(json.dumps({"sets": {"tau_airline": {"runs": 200, "zero_shot": m(0.48), "results": {
+        "K=all|f=1": {"agent": m(0.78), "tfidf": m(0.76), "length": m(0.69)},
+        "K=100|f=0.5": {"agent": m(0.6), "tfidf": m(0.65), "length": m(0.67)},  # a prefix: not this curve
+        "K=25|f=1": {"agent": m(0.66), "tfidf": m(0.70), "length": m(0.68)},
+        "K=100|f=1": {"agent": m(0.77), "tfidf": m(0.765), "length": m(0.69)}}}}}))
+    curves = hr.load_learning_curves(path)
+    assert curves is not None and list(curves) == ["tau_airline"]
+    c = curves["tau_airline"]
+    assert c.runs == 200 and [p.k for p in c.points] == ["0", "25", "100", "all"]
+    assert c.points[0].tfidf is None and c.points[2].ci == pytest.approx((0.67, 0.87))
+    table = hr.curve_markdown(c).splitlines()
+    assert table[2] == "| 0 (zero-shot) | 0.480 (0.380–0.580) | – | – |"
+    assert table[4] == "| 100 | 0.770 (0.670–0.870) | 0.765 | 0.690 |"
+    path.write_text(json.dumps({"sets": {"x": {"results": {"K=25|f=1": {"agent": {"auroc": 0.6}}}}}}))
     with pytest.raises(InputError) as exc:
-        hr.load_learning_curve(path)
-    assert exc.value.path == "points[1].auroc"
-    path.write_text(json.dumps({"points": [{"k": 0, "auroc": 0.6}]}))
+        hr.load_learning_curves(path)
+    assert exc.value.path == "sets.x.results.K=25|f=1.agent"
+    path.write_text(json.dumps({"points": []}))  # bench/retrain.py's old K sweep: not this report
     with pytest.raises(InputError) as exc:
-        hr.load_learning_curve(path)
-    assert exc.value.path == "points[0].ci"
+        hr.load_learning_curves(path)
+    assert exc.value.path == "sets"
     path.write_text("{")
     with pytest.raises(InputError):
-        hr.load_learning_curve(path)
+        hr.load_learning_curves(path)
+    # the report in the repository reads
+    real = hr.load_learning_curves(Path(__file__).resolve().parent.parent / "reports" / "learning.json")
+    assert real is not None and "tau_airline" in real and real["tau_airline"].points[0].k == "0"
 
 
 def test_outcome_model_and_phases_refuse_bad_input() -> None:

@@ -7,7 +7,6 @@ after it, and the kernel runs with ``TRIAGE_NB_SMALL=1`` for notebooks that read
 from __future__ import annotations
 
 import ast
-import json
 from pathlib import Path
 
 import nbformat
@@ -20,15 +19,6 @@ RESEARCH = ROOT / "research"
 NOTEBOOKS = sorted(RESEARCH.glob("*.ipynb"))
 MIN_FIGURES = {"01-cusum-and-change-points.ipynb": 6, "02-real-runs.ipynb": 4, "03-failure-history.ipynb": 5,
                "04-learning-from-history.ipynb": 2}
-#: A learning curve in bench/retrain.py's schema for notebook 03's test run (the real one is
-#: reports/retrain.json, when bench/retrain.py has written it; these numbers are a fixture).
-CURVE_FIXTURE = {"set": "fixture", "points": [
-    {"k": 0, "auroc": 0.6, "ci": [0.52, 0.68], "false_alarms": {"rate": 0.1, "n": 30, "ci": [0.03, 0.26]},
-     "recall": 0.5, "localisation_exact": None},
-    {"k": 25, "auroc": None, "ci": [None, None], "refused": ["fixture: too few labelled runs"]},
-    *({"k": k, "auroc": a, "ci": [a - 0.08, a + 0.08], "gain_vs_k0": {"diff": a - 0.6, "ci": [a - 0.7, a - 0.5]},
-       "false_alarms": 0.1, "recall": 0.5, "localisation_exact": None} for k, a in ((50, 0.7), (100, 0.72)))],
-    "fixed_splits": {"swe": {"auroc": {"0": 0.6, "50": 0.61, "100": 0.6}}}}
 
 
 def execute_small(path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
@@ -76,11 +66,7 @@ def test_notebook_defines_no_logic(path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_small_and_renders_plots(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    if path.name.startswith("03-"):
-        curve = tmp_path / "retrain.json"
-        curve.write_text(json.dumps(CURVE_FIXTURE), encoding="utf-8")
-        monkeypatch.setenv("TRIAGE_NB_RETRAIN_JSON", str(curve))
+def test_notebook_runs_small_and_renders_plots(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nb = execute_small(path, monkeypatch)
     errors = [
         out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
@@ -108,4 +94,5 @@ def test_notebook_runs_small_and_renders_plots(path: Path, monkeypatch: pytest.M
         )
         assert "SMALL=True: 60 runs replayed (60 generated, 0 real)" in text
         assert "failures with a recommendation:" in text and "week of 2026-01-05:" in text
-        assert "learning curve: 4 points, K = [0, 25, 50, 100]" in text
+        # reports/learning.json as the repository has it: six sets, K = 0 (zero-shot) … all
+        assert "learning curves: 6 sets" in text and "tau_airline: ['0', '25', '50', '100', 'all']" in text
