@@ -114,8 +114,9 @@ def test_migration_0011_indexes_recommendations_and_outcomes_by_trace(db_url: st
 def test_overview_finds_a_runs_repairs_by_its_trace_not_by_scanning_the_tenant(tmp_path: Path) -> None:
     """The query plan of the overview's joins (SQLite): each run's recommendations and outcomes are
     looked up by (tenant, trace) — searched by tenant alone, 20,000 runs timed out the page."""
-    import serve.ui.data as ui_data
     from sqlalchemy import event
+
+    import serve.ui.data as ui_data
 
     store = Store(f"sqlite:///{tmp_path / 'plan.db'}")
     store.upgrade()
