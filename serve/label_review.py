@@ -60,7 +60,7 @@ _KIND_THRESHOLDS = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
 
 #: The review's default order: ``queue`` only where it beat random order at K = 50
 #: (``python -m model.agentmodel.queue``; docs/retraining.md, "Which runs to label").
-DEFAULT_ORDER = "margin"  # queue − random at K = 50: −0.024 [−0.041, −0.009] over six sets
+DEFAULT_ORDER = "margin"  # queue − random at K = 50: −0.031 [−0.050, −0.013] over five sets (reports/learning.md, 2026-12-05)
 ORDERS = ("margin", "queue")
 
 MAIN_KEYS = "foaksnuq"
