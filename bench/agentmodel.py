@@ -20,19 +20,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
-from model.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache
+from model.agentmodel.model import AgentModel, FeatureCache
 from model.realdata import load_source
 from serve.retrain import model_config
-
-
-def _asdict(cfg: AgentModelConfig) -> dict:
-    from model.agentmodel.model import _config_dict
-
-    return _config_dict(cfg)
 
 
 def main() -> None:
@@ -49,8 +44,7 @@ def main() -> None:
     cfg, _ = model_config(a.params)  # the zero-shot prior, when served, is cached on disk: not timed here
     cache = FeatureCache()
     t0 = time.perf_counter()
-    AgentModel.fit(traces, failed, groups, config=AgentModelConfig.from_dict({**_asdict(cfg), "internal_folds": 0}),
-                   cache=cache)
+    AgentModel.fit(traces, failed, groups, config=replace(cfg, internal_folds=0), cache=cache)
     cold = time.perf_counter() - t0
     t0 = time.perf_counter()
     m = AgentModel.fit(traces, failed, groups, config=cfg, cache=cache)
@@ -79,7 +73,7 @@ def main() -> None:
             score_us.append((t2 - t1) * 1e6)
             (early if i < n / 10 else late if i >= 0.9 * n else []).append((t2 - t0) * 1e6)
     print(f"runs {len(runs)} ({a.sets}), steps {steps}, failed {sum(failed)}, tasks {len(set(groups))}")
-    print(f"configuration (retrain's, {a.params}): {_asdict(cfg)}")
+    print(f"configuration (retrain's, {a.params}): {asdict(cfg)}")
     print(f"fit, cold cache, no own CV: {cold:.1f} s")
     print(f"retrain, warm cache, with its own 5-fold CV (threshold, card): {warm:.1f} s (target ≤ 60 s)")
     print(f"cv_auroc {m.card['cv_auroc']:.3f} {m.card['cv_auroc_interval']}, at_risk_threshold "

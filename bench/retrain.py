@@ -90,7 +90,6 @@ def one_set(server: Server, data: Path, name: str, k: int, held_max: int, seed: 
 
     runs = load_source(name)
     train, held = _draw(runs, k, seed)
-    k = len(train)
     held = held[:held_max]
     tenant = name.replace("_", "-")
     headers = {"Authorization": f"Bearer {server.keys[tenant]}"}

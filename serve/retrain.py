@@ -245,16 +245,14 @@ def plan(runs: Sequence[LabelledRun], *, min_runs: int, min_class: int) -> tuple
 
 def model_config(params: Path) -> tuple[Any, bool]:
     """The agent model's configuration and whether it takes the zero-shot prior: ``params.yaml``'s
-    ``learning_curve`` candidate ``served`` (the learning curve's best over every set), else defaults."""
+    ``learning_curve`` candidate ``served`` (the learning curve's best over every set), else defaults
+    (one candidate, the default model, no prior)."""
     from model.agentmodel.learning import LearningConfig
-    from model.agentmodel.model import AgentModelConfig
 
-    section: dict[str, Any] | None = None
+    section: dict[str, Any] = {}
     if params.is_file():
         loaded = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
         section = dict((loaded.get("learning_curve") or {}) if isinstance(loaded, dict) else {})
-    if not section:
-        return AgentModelConfig(), False
     return LearningConfig.from_dict(section).served_config()
 
 
@@ -284,9 +282,7 @@ def gate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str],
     a :class:`~model.agentmodel.model.FeatureCache` the final fit shares (each run counted once)."""
     from model.agentmodel.cv import CVData, _Unit, auroc, cross_validate, draws_folds, summarise
 
-    data = CVData.make(traces, failed, groups, (1.0,), prior)
-    if cache is not None:
-        data.cache = cache
+    data = CVData.make(traces, failed, groups, (1.0,), prior, cache)
     report = cross_validate(traces, failed, groups, ks=(None,), fractions=(1.0,), config=config, prior=prior,
                             folds=folds, draws=draws, seed=seed, n_boot=N_BOOT, data=data)
     y = np.array([bool(f) for f in failed], float)

@@ -307,10 +307,11 @@ class CVData:
 
     @classmethod
     def make(cls, traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray, groups: Sequence[str],
-             fractions: Sequence[float] = (1.0,), prior: Sequence[float] | np.ndarray | None = None) -> CVData:
+             fractions: Sequence[float] = (1.0,), prior: Sequence[float] | np.ndarray | None = None,
+             cache: FeatureCache | None = None) -> CVData:
         fr = tuple(sorted({float(f) for f in fractions}))
         d = cls(list(traces), np.array([bool(f) for f in failed], float), [str(g) for g in groups], fr,
-                None if prior is None else np.asarray(prior, float))
+                None if prior is None else np.asarray(prior, float), cache if cache is not None else FeatureCache())
         for f in fr:
             d.views[f] = [cheap_view(t, prefix_lengths(len(t.steps), [f])[0]) for t in d.traces]
         return d

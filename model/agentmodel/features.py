@@ -107,9 +107,14 @@ def bucket(token: str, buckets: int) -> int:
     return zlib.crc32(token.encode("utf-8")) % buckets
 
 
-def step_buckets(step: Step, buckets: int) -> list[int]:
+def token_buckets(tokens: Sequence[str], buckets: int) -> list[int]:
+    """:func:`bucket` of each token (inlined: the hot loop of counting)."""
     crc = zlib.crc32
-    return [crc(t.encode("utf-8")) % buckets for t in step_tokens(step)]  # bucket(), inlined: the hot loop
+    return [crc(t.encode("utf-8")) % buckets for t in tokens]
+
+
+def step_buckets(step: Step, buckets: int) -> list[int]:
+    return token_buckets(step_tokens(step), buckets)
 
 
 @dataclass
@@ -179,8 +184,7 @@ class RunCounts:
         if last_turn and k in (StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT) and step.content:
             for b in self.last:
                 delta[b] = delta.get(b, 0) - 1
-            crc = zlib.crc32
-            self.last = [crc(t.encode("utf-8")) % buckets for t in last_tokens(step)]
+            self.last = token_buckets(last_tokens(step), buckets)
             for b in self.last:
                 delta[b] = delta.get(b, 0) + 1
         c = self.counts
@@ -251,4 +255,4 @@ def from_state(d: dict[str, Any]) -> RunCounts:
 
 
 __all__ = ["MAX_CHARS", "MAX_WORDS", "SHAPE_FEATURES", "RunCounts", "bucket", "count_prefixes", "from_state",
-           "is_error", "last_tokens", "prefix_lengths", "shape_row", "step_buckets", "step_tokens", "to_state", "trace_key"]
+           "is_error", "last_tokens", "prefix_lengths", "shape_row", "step_buckets", "step_tokens", "to_state", "token_buckets", "trace_key"]

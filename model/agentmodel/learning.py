@@ -106,16 +106,18 @@ class LearningConfig:
         section = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("learning_curve")
         return cls.from_dict(section)
 
-    def candidate(self, i: int) -> tuple[AgentModelConfig, bool]:
+    def _config(self, i: int, **extra: Any) -> tuple[AgentModelConfig, bool]:
         over = dict(self.candidates[i])
         prior = bool(over.pop("prior", False))
-        return AgentModelConfig.from_dict({**self.model, **over, "internal_folds": 0}), prior
+        return AgentModelConfig.from_dict({**self.model, **over, **extra}), prior
+
+    def candidate(self, i: int) -> tuple[AgentModelConfig, bool]:
+        """Candidate ``i`` as the curve fits it (no own CV: the curve's folds judge it)."""
+        return self._config(i, internal_folds=0)
 
     def served_config(self) -> tuple[AgentModelConfig, bool]:
         """What ``triage retrain`` fits: candidate ``served`` with the model's own CV (threshold, card)."""
-        over = dict(self.candidates[self.served])
-        prior = bool(over.pop("prior", False))
-        return AgentModelConfig.from_dict({**self.model, **over}), prior
+        return self._config(self.served)
 
 
 def _family(s: str) -> str:

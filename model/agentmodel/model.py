@@ -517,14 +517,33 @@ def _logits(f: _Fitted, runs: Sequence[RunRows]) -> np.ndarray:
 
 def _fit_stack(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
                cfg: AgentModelConfig) -> _Fitted:
-    """A shape model and an n-gram model, combined by weights fitted on their out-of-fold logits."""
+    """A shape model and an n-gram model, combined by weights fitted on their out-of-fold logits
+    (``stack``) or by the mean of their logits (``mean``)."""
     from dataclasses import replace
 
     c_shape = replace(cfg, ngram_weight=0.0)
     c_gram = replace(cfg, shape_weight=0.0)
+    a, c0, g = (np.array([0.5, 0.5]), 0.0, None) if cfg.combine == "mean" else \
+        _stack_weights(runs, y, groups, prior, cfg, c_shape, c_gram)
+    if prior is not None and g is None:
+        g = cfg.prior_weight
+    fs = _fit_joint(runs, y, None, c_shape)
+    fg = _fit_joint(runs, y, None, c_gram)
+    # z = c0 + a0·(b_s + shape·w_s) + a1·(b_g + grams·w_g) (+ γ·logit prior): one linear model again
+    return _Fitted(mean=fs.mean, scale=fs.scale, w_shape=fs.w_shape * a[0], buckets=fg.buckets, idf=fg.idf,
+                   w_ngram=(fg.w_ngram * a[1]).astype("<f4").astype(float), w_prior=g,
+                   bias=float(c0 + a[0] * fs.bias + a[1] * fg.bias),
+                   meta={"stack_weights": [float(a[0]), float(a[1])], "stack_bias": float(c0)})
+
+
+def _stack_weights(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
+                   cfg: AgentModelConfig, c_shape: AgentModelConfig,
+                   c_gram: AgentModelConfig) -> tuple[np.ndarray, float, float | None]:
+    """The stack's combination: a logistic regression on the two blocks' out-of-fold logits over
+    ``stack_folds`` grouped folds of the training runs (equal weights when the folds cannot tell)."""
     F = len(cfg.prefix_fractions)
     oof = np.full((len(y) * F, 2), np.nan)
-    for test in ([] if cfg.combine == "mean" else group_folds(groups, cfg.stack_folds, seed=cfg.seed + 1)):
+    for test in group_folds(groups, cfg.stack_folds, seed=cfg.seed + 1):
         train = np.setdiff1d(np.arange(len(y)), test)
         if len(test) == 0 or y[train].min() == y[train].max():
             continue
@@ -535,23 +554,11 @@ def _fit_stack(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.
         oof[rows, 1] = _logits(_fit_joint(tr_runs, y[train], None, c_gram), te_runs)
     ok = ~np.isnan(oof[:, 0])
     yy = np.repeat(y, F)
-    fs = _fit_joint(runs, y, None, c_shape)
-    fg = _fit_joint(runs, y, None, c_gram)
-    if cfg.combine == "mean" or ok.sum() < 4 or yy[ok].min() == yy[ok].max():
-        a = np.array([0.5, 0.5])
-        c0 = 0.0
-        g = None
-    else:
-        sw = (np.repeat(balanced_weights(y), F) / F)[ok]
-        lp = None if prior is None else np.repeat([_logit(float(p)) for p in prior], F)[ok]
-        a, c0, g = fit_logistic(sp.csr_matrix(oof[ok]), yy[ok], sw, 1.0, lp, cfg.prior_l2, cfg.prior_weight)
-    if prior is not None and g is None:
-        g = cfg.prior_weight
-    # z = c0 + a0·(b_s + shape·w_s) + a1·(b_g + grams·w_g) (+ γ·logit prior): one linear model again
-    return _Fitted(mean=fs.mean, scale=fs.scale, w_shape=fs.w_shape * a[0], buckets=fg.buckets, idf=fg.idf,
-                   w_ngram=(fg.w_ngram * a[1]).astype("<f4").astype(float), w_prior=g,
-                   bias=float(c0 + a[0] * fs.bias + a[1] * fg.bias),
-                   meta={"stack_weights": [float(a[0]), float(a[1])], "stack_bias": float(c0)})
+    if ok.sum() < 4 or yy[ok].min() == yy[ok].max():
+        return np.array([0.5, 0.5]), 0.0, None
+    sw = (np.repeat(balanced_weights(y), F) / F)[ok]
+    lp = None if prior is None else np.repeat([_logit(float(p)) for p in prior], F)[ok]
+    return fit_logistic(sp.csr_matrix(oof[ok]), yy[ok], sw, 1.0, lp, cfg.prior_l2, cfg.prior_weight)
 
 
 def _fit_joint(runs: list[RunRows], y: np.ndarray, prior: np.ndarray | None, cfg: AgentModelConfig) -> _Fitted:
