@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from model.agentmodel.model import AgentModel, FeatureCache
-from model.realdata import load_source
-from serve.retrain import model_config
+from model.data.realdata import load_source
+from model.scoring.agentmodel.model import AgentModel, FeatureCache
+from serve.services.retrain import model_config
 
 
 def main() -> None:

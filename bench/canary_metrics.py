@@ -1,4 +1,4 @@
-"""Scrape cost of the canary share's per-arm figures (``serve.canary.snapshot``, read by ``/metrics``).
+"""Scrape cost of the canary share's per-arm figures (``serve.services.canary.snapshot``, read by ``/metrics``).
 
 A store (SQLite in a temporary folder, or ``--database-url``) gets ``--runs`` runs split between
 the two arms as the hash splits them at ``--percent``, a failure in ``--failed`` of them (a third
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from serve.canary import ARMS, assign_arm, snapshot
+from serve.services.canary import ARMS, assign_arm, snapshot
 from serve.store import Store
-from serve.store.models import LabelRow, TraceRow
+from serve.store.tables import LabelRow, TraceRow
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from model.streams.cusum import episodes  # noqa: E402
-from model.streams.evaluation import (  # noqa: E402
+from model.training.streams.evaluation import (  # noqa: E402
     EpisodeScore,
     compare_peers,
     score_episodes,
@@ -56,7 +56,7 @@ def cli_alarms(
     """Each stream through ``triage cusum FILE --column value --warmup N`` (the CLI in-process)."""
     from typer.testing import CliRunner
 
-    from serve.cli import app
+    from serve.cli.main import app
 
     runner = CliRunner()
     out = []
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        from model.streams.plots import plot_peer_delays
+        from model.training.streams.plots import plot_peer_delays
 
         fig = plot_peer_delays(comp)
         args.plot.parent.mkdir(parents=True, exist_ok=True)

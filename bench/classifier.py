@@ -12,7 +12,7 @@ For each candidate (every exported model under ``build/classifier/onnx/`` and th
   up in all earlier steps, so the representation's cost grows with the trace): the representation
   alone and the whole one-step path.
 
-Traces come from the seeded generator (``model.datagen``), one English and one Chinese, each cut to
+Traces come from the seeded generator (``model.data.datagen``), one English and one Chinese, each cut to
 30 steps; nothing under ``datasets/`` is needed. Run: ``.venv/bin/python bench/classifier.py``
 (``--repeats``, ``--threads``, ``--model DIR`` to time one folder). The machine is shared: the load
 average is printed with the figures, and ratios within one run are what to compare.
@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from model.classifier.representation import step_text
-from model.classifier.runtime import MODEL_FILE, ClassifierRuntime
-from model.datagen import GenerateConfig, generate
-from model.schema import Trace
+from model.core.schema import Trace
+from model.data.datagen import GenerateConfig, generate
+from model.scoring.classifier.representation import step_text
+from model.scoring.classifier.runtime import MODEL_FILE, ClassifierRuntime
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,9 +1,9 @@
 """Two step-classifier artefacts compared on the real runs and the frozen semantic cases.
 
-The classifier is trained on generated traces only, so every real set (``model.realdata``:
+The classifier is trained on generated traces only, so every real set (``model.data.realdata``:
 τ-bench airline, AgentProcessBench HotpotQA, mini-SWE-agent, Who&When) and the semantic cases
 (``datasets/semantic/cases.jsonl``) are unseen by it. The classifier is read **alone** (no rules, no
-run scorer), over the kinds it reports (``model.classifier.gate.REPORTED_KINDS``):
+run scorer), over the kinds it reports (``model.training.classifier.gate.REPORTED_KINDS``):
 
 * a step's confidence is ``relative_confidence(p, t)`` of its most confident kind (the detector's
   mapping: the kind's threshold lands on 0.5), the run's score the highest over its steps;
@@ -14,7 +14,7 @@ run scorer), over the kinds it reports (``model.classifier.gate.REPORTED_KINDS``
 * semantic cases: **caught at index** (a step at the expected ``source_index`` passes its kind's
   threshold), **false alarms** (a healthy look-alike has a step that passes one).
 
-Intervals: bootstrap over task groups (``model.runscore.evaluate._group_boot``, 1,000 resamples,
+Intervals: bootstrap over task groups (``model.training.runscore.evaluate._group_boot``, 1,000 resamples,
 the same resamples for both models, so differences are paired); semantic cases resample case
 pairs (a failing case with its look-alikes).
 
@@ -61,7 +61,7 @@ def _import_path(code: Path) -> None:
 
 def _run_record(rt: Any, trace: Any, reported: Sequence[str], trusted: frozenset[str]) -> dict[str, Any]:
     """The classifier's reading of one trace: top step and the kinds that pass their thresholds."""
-    from model.classifier.detector import relative_confidence
+    from model.detectors.classifier import relative_confidence
 
     cols = [j for j, label in enumerate(rt.labels) if label in reported]
     start = max(0, len(trace.steps) - 512)  # as the detector (max_steps)
@@ -85,11 +85,11 @@ def _run_record(rt: Any, trace: Any, reported: Sequence[str], trusted: frozenset
 
 
 def score(artifacts: Path, out: Path, *, threads: int, limit_groups: int | None) -> None:
-    from model.classifier.gate import GATE_FILE, REPORTED_KINDS
-    from model.classifier.runtime import ClassifierRuntime
+    from model.data.realdata import first_groups, load_source
     from model.importers import load_trace
-    from model.realdata import first_groups, load_source
-    from model.semantic import DEFAULT_CASES, load_cases
+    from model.scoring.classifier.runtime import ClassifierRuntime
+    from model.training.classifier.gate import GATE_FILE, REPORTED_KINDS
+    from model.training.semantic import DEFAULT_CASES, load_cases
 
     rt = ClassifierRuntime.load(artifacts, threads=threads)
     gate_path = artifacts / GATE_FILE
@@ -138,8 +138,8 @@ def piece_name(piece: str) -> str:
 def pieces(limit_groups: int | None) -> str:
     from collections import Counter
 
-    from model.classifier.representation import REPRESENTATION_VERSION, trace_texts
-    from model.realdata import first_groups, load_source
+    from model.data.realdata import first_groups, load_source
+    from model.scoring.classifier.representation import REPRESENTATION_VERSION, trace_texts
 
     lines = [f"Grounding-line pieces of `{REPRESENTATION_VERSION}` on real agent steps: share of steps / of runs",
              "", "| set | runs | agent steps | piece: steps / runs |", "| --- | --- | --- | --- |"]
@@ -173,7 +173,7 @@ def pieces(limit_groups: int | None) -> str:
 
 
 def _auroc(y: np.ndarray, s: np.ndarray) -> float:
-    from model.runscore.model import auroc
+    from model.scoring.runscore.model import auroc
 
     return float(auroc(y, s)) if 0 < y.sum() < len(y) else float("nan")
 
@@ -184,7 +184,7 @@ def _q(values: Sequence[float]) -> tuple[float, float]:
 
 
 def _boots(groups: Sequence[str], seed: int, n: int = 1000) -> list[np.ndarray]:
-    from model.runscore.evaluate import _group_boot
+    from model.training.runscore.evaluate import _group_boot
 
     return _group_boot(groups, np.random.default_rng(seed), n)
 

@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from model.builder import TraceBuilder
-from model.diagnosis import Diagnoser
+from model.data.builder import TraceBuilder
+from model.diagnosis.diagnoser import Diagnoser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,7 @@ def main() -> None:
         for _ in range(args.runs):
             t0 = time.perf_counter()
             r = subprocess.run(
-                [sys.executable, "-m", "serve.cli", "diagnose", str(path), "--json"],
+                [sys.executable, "-m", "serve.cli.main", "diagnose", str(path), "--json"],
                 cwd=ROOT, capture_output=True, check=False,
             )
             walls.append(time.perf_counter() - t0)

@@ -6,14 +6,14 @@ group 20,000 failures into patterns.
    (the trace, its failures and signals with their tools), :meth:`Store.put_recommendation`,
    :meth:`Store.add_outcome` and labels — in transactions of 500. The runs are copies (new ids) of
    a pool of diagnosed runs: the first task groups of the real τ-bench airline and AgentProcessBench
-   sets and generated runs of every kind (:func:`model.builder.make_trace`), diagnosed once with the
+   sets and generated runs of every kind (:func:`model.data.builder.make_trace`), diagnosed once with the
    rules and the shipped run scorer; each copy gets one of four agents (task type) and a creation
    time spread over the last ``--days`` days (default 6.5: every run is inside the default 7-day
    window, the patterns endpoint's worst case). Half the failing runs get an outcome, 10 % a label.
 2. **Serve**: ``triage serve`` (uvicorn, one worker, ``TRIAGE_AUTH=on``) on 127.0.0.1 over that store.
 3. **Time** each endpoint ``--requests`` times (default 60, after 3 warm-ups), one connection, one
    request at a time; p50 and p95 in ms. Target: p95 ≤ 300 ms.
-4. **Group**: :func:`model.patterns.group_patterns` on the store's occurrences (``Store.pattern_inputs``
+4. **Group**: :func:`model.diagnosis.patterns.group_patterns` on the store's occurrences (``Store.pattern_inputs``
    over the whole seeded range, 20,000+ failures and signals), median of 5; target ≤ 1 s. The
    query itself is timed too.
 
@@ -49,11 +49,11 @@ GROUP_TARGET_S = 1.0
 
 def _pool(real_groups: int, generated: int, seed: int) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(agent, trace JSON, response JSON) of each diagnosed pool run."""
-    from model.builder import RECIPE_KINDS, make_trace
-    from model.diagnosis import Diagnoser
-    from model.kinds import FailureKind
-    from model.options import DiagnoseOptions
-    from model.realdata import first_groups, load_source
+    from model.core.kinds import FailureKind
+    from model.core.options import DiagnoseOptions
+    from model.data.builder import RECIPE_KINDS, make_trace
+    from model.data.realdata import first_groups, load_source
+    from model.diagnosis.diagnoser import Diagnoser
 
     diagnoser = Diagnoser.with_shipped_models(classifier=False)
     pool: list[tuple[str, Any]] = []
@@ -79,7 +79,7 @@ def seed_store(url: str, tenant: str, runs: int, days: float, seed: int) -> dict
     from sqlalchemy import update
 
     from serve.store import Store
-    from serve.store.models import FailureRow, LabelRow, RecommendationRow, TraceRow
+    from serve.store.tables import FailureRow, LabelRow, RecommendationRow, TraceRow
 
     t0 = time.perf_counter()
     pool = _pool(real_groups=12, generated=160, seed=seed)
@@ -143,7 +143,7 @@ def time_grouping(url: str, tenant: str, days: float, failures: int) -> dict[str
     other runs (trace id suffixed ``~k``) until there are that many, with their signals."""
     from dataclasses import replace
 
-    from model.patterns import group_patterns
+    from model.diagnosis.patterns import group_patterns
     from serve.store import Store
 
     store = Store(url)
@@ -201,7 +201,7 @@ def _serve(url: str, data: Path) -> tuple[subprocess.Popen[bytes], str]:
            "TRIAGE_CLASSIFIER": "false", "TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0",
            "PYTHONPATH": str(ROOT)}
     log = (data / "server.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120

@@ -48,8 +48,8 @@ AGENT = "bench-agent"
 def _versions(registry: Any, n: int) -> list[str]:
     """``n`` registry versions of acme's agent ``bench-agent``: agent models fitted on ``n`` different
     slices of τ-airline's runs (no own CV: fast to fit; the threshold then stays unset)."""
-    from model.agentmodel.model import AgentModel, AgentModelConfig
-    from model.realdata import load_source
+    from model.data.realdata import load_source
+    from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 
     runs = load_source("tau_airline")
     out = []
@@ -75,7 +75,7 @@ def _pct(values: list[float], q: float) -> float:
 def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str, Any]:
     import httpx
 
-    from model.registry import Registry
+    from model.scoring.agent_registry import Registry
     from serve.store import Store
 
     data = Path(tempfile.mkdtemp(prefix="bench-hot-swap-"))
@@ -114,7 +114,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
 
     # Every worker serves acme before the clients start (their keep-alive connections may all land
     # on one worker; a worker that never served acme has no model of it to swap): fresh connections.
-    from model.registry import ZERO_SHOT
+    from model.scoring.agent_registry import ZERO_SHOT
 
     serving: set[str] = set()
     deadline = time.monotonic() + 120

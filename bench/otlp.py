@@ -78,7 +78,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data:
         env = {**os.environ, "TRIAGE_AUTH": "off", "TRIAGE_DATA_DIR": data,
                "TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"}  # latency, not limits
-        proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port",
+        proc = subprocess.Popen([sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port",
                                  str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:

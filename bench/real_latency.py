@@ -2,7 +2,7 @@
 through a real ``triage serve`` (uvicorn) on 127.0.0.1 with the shipped classifier and run scorer,
 beside the raw ONNX forward of the classifier on the same steps.
 
-Traces: ``--per-set`` runs drawn (seeded) from each vendored real set (``model.realdata``: their
+Traces: ``--per-set`` runs drawn (seeded) from each vendored real set (``model.data.realdata``: their
 own texts — τ-bench chats, HotpotQA searches, SWE-bench shell sessions with their long outputs,
 Who&When multi-agent logs), labels dropped, cut to their first 30 steps. A set whose runs are
 mostly shorter (AgentProcessBench, Who&When) gives its longest runs, whole; their step counts are
@@ -20,7 +20,7 @@ printed.
   length-sorted batches of 16. Timed in this process while the server is not running.
 
 With ``--agent-model`` (the default) every session and diagnosis names one agent, ``bench-agent``,
-whose agent model (:mod:`model.agentmodel`, fitted here on 60 τ-airline runs with the zero-shot prior,
+whose agent model (:mod:`model.scoring.agentmodel`, fitted here on 60 τ-airline runs with the zero-shot prior,
 registered and activated for the bench tenant before the first request) answers it: the prefix state
 per session, ``at_risk``, the basis. ``--no-agent-model``: zero-shot, as before issue 20.
 
@@ -55,10 +55,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.service import Server  # noqa: E402
-from model.classifier.representation import step_text  # noqa: E402
-from model.classifier.runtime import ClassifierRuntime  # noqa: E402
-from model.realdata import SOURCES, RealRun, load_source  # noqa: E402
-from model.schema import Trace  # noqa: E402
+from model.core.schema import Trace  # noqa: E402
+from model.data.realdata import SOURCES, RealRun, load_source  # noqa: E402
+from model.scoring.classifier.representation import step_text  # noqa: E402
+from model.scoring.classifier.runtime import ClassifierRuntime  # noqa: E402
 
 STEPS = 30
 
@@ -205,10 +205,10 @@ def run_diagnose(client: Client, traces: dict[str, list[Trace]], repeats: int) -
 # -- where the time goes -----------------------------------------------------------------------------
 def profile(traces: dict[str, list[Trace]], ort_threads: int, top: int) -> None:
     """The same appends and diagnoses in process (no HTTP) under cProfile: the top functions."""
+    from model.core.options import DiagnoseOptions
     from model.importers import load_trace
-    from model.options import DiagnoseOptions
-    from serve.api_models import AppendStepsRequest
     from serve.app import build_diagnoser, build_service
+    from serve.schemas import AppendStepsRequest
     from serve.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="triage-prof-") as tmp:
@@ -246,9 +246,9 @@ def profile(traces: dict[str, list[Trace]], ort_threads: int, top: int) -> None:
 def install_agent_model(data: Path, tenant: str, agent: str) -> str:
     """Fit an agent model on 60 τ-airline runs (zero-shot prior), register and activate it for
     (tenant, agent) in the server's data folder; returns a line saying what it is."""
-    from model.agentmodel.model import AgentModel, AgentModelConfig
-    from model.registry import Registry
-    from serve.retrain import ZeroShotCache
+    from model.scoring.agent_registry import Registry
+    from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
+    from serve.services.retrain import ZeroShotCache
     from serve.store import Store
 
     runs = load_source("tau_airline")[:60]

@@ -65,7 +65,7 @@ def _env(data: Path) -> dict[str, str]:
 
 
 def _triage(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "serve.cli", *args], cwd=ROOT, env=_env(data),
+    return subprocess.run([sys.executable, "-m", "serve.cli.main", *args], cwd=ROOT, env=_env(data),
                           capture_output=True, text=True, timeout=3600)
 
 
@@ -83,10 +83,10 @@ def _post(client: Any, runs: list[Any], agent: str, task_ids: bool) -> None:
 def one_set(server: Server, data: Path, name: str, k: int, held_max: int, seed: int, task_ids: bool) -> dict[str, Any]:
     import httpx
 
-    from model.agentmodel.cv import auroc
-    from model.realdata import load_source
-    from model.registry import Registry
-    from model.schema import Trace
+    from model.core.schema import Trace
+    from model.data.realdata import load_source
+    from model.scoring.agent_registry import Registry
+    from model.training.agentmodel.cv import auroc
 
     runs = load_source(name)
     train, held = _draw(runs, k, seed)
@@ -145,12 +145,12 @@ def one_set(server: Server, data: Path, name: str, k: int, held_max: int, seed: 
 
 def timing(data: Path, n: int) -> dict[str, Any]:
     """``triage retrain`` of ``n`` labelled runs of one agent, cold then warm (in process, on the store)."""
-    from model.diagnosis import Diagnoser
-    from model.options import DiagnoseOptions
-    from model.realdata import load_source
-    from serve.api_models import LabelRequest
+    from model.core.options import DiagnoseOptions
+    from model.data.realdata import load_source
+    from model.diagnosis.diagnoser import Diagnoser
     from serve.app import build_service
-    from serve.retrain import retrain
+    from serve.schemas import LabelRequest
+    from serve.services.retrain import retrain
     from serve.settings import Settings
 
     settings = Settings(data_dir=data / "timing")

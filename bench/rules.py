@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from model.builder import TOOLS, TraceBuilder
+from model.core.graph import ExecutionGraph
+from model.core.schema import Trace
+from model.data.builder import TOOLS, TraceBuilder
 from model.detectors import TRACE_DETECTORS, make_detector
-from model.diagnosis import OPT_IN_DETECTORS, Diagnoser
-from model.graph import ExecutionGraph
-from model.schema import Trace
+from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
 
 RULES = [n for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
 

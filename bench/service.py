@@ -45,9 +45,9 @@ SESSION_LEN = 20
 
 # -- request bodies ------------------------------------------------------------------------------
 def _trace(n_steps: int, seed: int) -> dict[str, Any]:
-    from model.builder import make_trace
-    from model.kinds import FailureKind
-    from model.schema import Step
+    from model.core.kinds import FailureKind
+    from model.core.schema import Step
+    from model.data.builder import make_trace
 
     for n in range(n_steps - 4, n_steps + 6):
         t = make_trace(FailureKind.TOOL_ERROR, seed=seed, n_steps=n)
@@ -291,7 +291,7 @@ class Server:
         self.workers = workers
         self.log = open(data / f"server-{workers}.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+            [sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--workers", str(workers)],
             cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )

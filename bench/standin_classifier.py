@@ -20,9 +20,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    from model.builder import make_trace
-    from model.classifier import distill, export
-    from model.classifier.config import DistillConfig, ExportConfig
+    from model.data.builder import make_trace
+    from model.training.classifier import distill, export
+    from model.training.classifier.config import DistillConfig, ExportConfig
 
     root = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/bench-clf")
     splits = root / "splits"

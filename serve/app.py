@@ -13,19 +13,16 @@ from fastapi import Depends, FastAPI
 
 from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
-from model.diagnosis import OPT_IN_DETECTORS, Diagnoser, package_version
-from model.ladders import Ladders
-from model.repair_engine import RepairEngine, load_budgets
-from model.runscore import ARTIFACT as RUNSCORE_FILE
-from model.runscore import RunScorer
+from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser, package_version
+from model.diagnosis.ladders import Ladders
+from model.diagnosis.repair_engine import RepairEngine, load_budgets
+from model.scoring.runscore.model import ARTIFACT as RUNSCORE_FILE
+from model.scoring.runscore.model import RunScorer
 from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
 from serve.errors import install_error_handlers
-from serve.evaluation_export import EvaluationExporter, parse_headers
 from serve.heavy import HeavyLane
 from serve.limits import BodySizeLimit
-from serve.metrics import LatencyMiddleware, Metrics
-from serve.models import build_models
 from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimiter, RateLimitMiddleware, rate_limit
 from serve.redaction import Redactor
 from serve.routers import (
@@ -42,7 +39,10 @@ from serve.routers import (
 )
 from serve.routers import metrics as metrics_router
 from serve.routers.ui import install_ui
-from serve.service import TriageService
+from serve.services.agent_models import build_models
+from serve.services.metrics import LatencyMiddleware, Metrics
+from serve.services.otel_export import EvaluationExporter, parse_headers
+from serve.services.triage import TriageService
 from serve.settings import Settings, get_settings
 from serve.store import open_store
 from serve.supervise import watch_master

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from model.errors import InputError, TraceImportError
+from model.core.errors import InputError, TraceImportError
 from model.importers import parse_json_text
 from serve.errors import loc_from_path
 from serve.validation import check_json

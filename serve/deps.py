@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from model.diagnosis import Diagnoser
+from model.diagnosis.diagnoser import Diagnoser
 from serve.settings import Settings, get_settings
 
 

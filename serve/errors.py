@@ -11,7 +11,7 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from model.errors import (
+from model.core.errors import (
     InputError,
     ModelLoadError,
     StoreError,

@@ -4,7 +4,7 @@ Parsing, importing, redacting and diagnosing a multi-megabyte trace is CPU work 
 GIL for long stretches (``json.loads``, pydantic, the regexes of redaction and the rules); done in
 the worker, it would stall the worker's event loop and every small request on it. A body of
 ``TRIAGE_HEAVY_BODY_BYTES`` or more is therefore handed, as raw bytes, to one helper process per
-worker (started on first use, with its own :class:`~serve.service.TriageService` on the same
+worker (started on first use, with its own :class:`~serve.services.triage.TriageService` on the same
 store), which does all of it, stores the result, and returns the response JSON. Heavy requests
 queue for that one process (one at a time per worker); small ones never wait for them.
 
@@ -26,8 +26,8 @@ from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 
-from model import errors as model_errors
-from model.errors import InputError, StoreError, TriageError
+from model.core import errors as model_errors
+from model.core.errors import InputError, StoreError, TriageError
 
 log = logging.getLogger("triage.serve")
 

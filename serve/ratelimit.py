@@ -46,7 +46,7 @@ from fastapi import Request
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from model.errors import TriageError
+from model.core.errors import TriageError
 from serve.auth import KEY_PREFIX, LOCAL_TENANT, KeyCache, Principal, PrincipalDep
 
 #: Buckets kept per worker; the least recently used beyond this are dropped (a dropped bucket

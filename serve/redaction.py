@@ -97,7 +97,7 @@ import numpy as np
 import numpy.typing as npt
 import re2
 
-from model.schema import Step, Trace
+from model.core.schema import Step, Trace
 
 RedactionMode = Literal["mask", "hash"]
 

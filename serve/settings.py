@@ -135,10 +135,10 @@ class Settings(BaseSettings):
         default=64,
         ge=16,
         description="A session append re-reads only its last this-many steps (rules and classifier, "
-        "model/incremental.py); the findings on earlier steps are kept from earlier appends.",
+        "model/diagnosis/incremental.py); the findings on earlier steps are kept from earlier appends.",
     )
 
-    # -- canary share (serve/canary.py) ----------------------------------------------------------
+    # -- canary share (serve/services/canary.py) ----------------------------------------------------------
     repair_canary_percent: float = Field(
         default=100.0,
         ge=0.0,
@@ -148,7 +148,7 @@ class Settings(BaseSettings):
         "100: repair for all, as before the canary (a lower value withholds repairs from agents that use them).",
     )
 
-    # -- agent models: retraining and the registry (issue 20; model/registry.py, serve/retrain.py) ----
+    # -- agent models: retraining and the registry (issue 20; model/scoring/agent_registry.py, serve/services/retrain.py) ----
     model_registry: Path | None = Field(
         default=None,
         description="Root of the agent-model registry (<root>/<tenant>/agents/<agent>/<version>/); default "
@@ -176,7 +176,7 @@ class Settings(BaseSettings):
         "rate; each worker re-reads the agent's labels this often (seconds).",
     )
 
-    # -- per-tenant models in the running service: the hot swap (serve/models.py) ---------------
+    # -- per-tenant models in the running service: the hot swap (serve/services/agent_models.py) ---------------
     model_poll_s: float = Field(
         default=10.0,
         gt=0,

@@ -20,7 +20,7 @@ source indices) are checked by :func:`check_index`.
 >>> check_id("a/b", path="trace.id")
 Traceback (most recent call last):
 ...
-model.errors.InputError: trace.id: an id is 1-128 of the characters A-Z a-z 0-9 . _ : @ -; got 'a/b'
+model.core.errors.InputError: trace.id: an id is 1-128 of the characters A-Z a-z 0-9 . _ : @ -; got 'a/b'
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import math
 import re
 from typing import Any
 
-from model.errors import InputError
-from model.schema import Trace
+from model.core.errors import InputError
+from model.core.schema import Trace
 
 #: How deep a request body may nest (objects and lists); deeper is a 422, well before the parser's
 #: recursion limit and the deep copies the service makes.

@@ -42,7 +42,7 @@ class LiveServer:
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {**os.environ, "TRIAGE_PORT": str(self.port), **(env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *(args or [])],
+            [sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port), *(args or [])],
             cwd=ROOT,
             env=full_env,
             stdout=subprocess.PIPE,

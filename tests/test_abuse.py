@@ -20,8 +20,8 @@ from sqlalchemy import create_engine, text
 
 from serve.app import build_service, create_app
 from serve.auth import create_key
-from serve.metrics import Metrics
 from serve.routers.diagnose import feed_streams_safely
+from serve.services.metrics import Metrics
 from serve.settings import Settings
 from serve.store import Store
 from tests.secret_corpus import LOOKALIKES, SECRETS
@@ -248,9 +248,9 @@ def test_success_after_a_handoff_is_a_conflict(api: Api) -> None:
 def test_a_failing_stream_feed_is_logged_and_counted(tmp_path: Path) -> None:
     """After the answer, a store that is gone must not raise into the server: the lost
     observations are counted in /metrics."""
-    from model.builder import make_trace
-    from model.diagnosis import Diagnoser
-    from model.options import DiagnoseOptions
+    from model.core.options import DiagnoseOptions
+    from model.data.builder import make_trace
+    from model.diagnosis.diagnoser import Diagnoser
 
     data = tmp_path / "store"
     service = build_service(Settings(data_dir=data, classifier=False), Diagnoser())

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from model.realdata import load_source
+from model.data.realdata import load_source
 from tests.conftest import ROOT, LiveServer
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ def _split(runs: list[Any]) -> tuple[list[Any], list[Any]]:
 
 
 def _triage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "serve.cli", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "serve.cli.main", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
 
 

@@ -1,4 +1,4 @@
-"""Agent models in the service (serve/models.py): a real agent model fitted on τ-airline runs,
+"""Agent models in the service (serve/services/agent_models.py): a real agent model fitted on τ-airline runs,
 registered and activated for one (tenant, agent), answers that agent's diagnoses and sessions —
 the same probability as the offline model, the prefix score O(1) per step, ``at_risk`` at the step
 where the prefix score first crossed its early-warning point — while other agents stay zero-shot,
@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from model.agentmodel.model import AgentModel, AgentModelConfig
-from model.diagnosis import Diagnoser
-from model.options import DiagnoseOptions
-from model.realdata import load_source
-from model.registry import POOLED, Registry
-from model.schema import Trace
-from serve.api_models import AppendStepsRequest, LabelRequest
+from model.core.options import DiagnoseOptions
+from model.core.schema import Trace
+from model.data.realdata import load_source
+from model.diagnosis.diagnoser import Diagnoser
+from model.scoring.agent_registry import POOLED, Registry
+from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.app import build_service
-from serve.models import SmokeCheckError, build_models, check_model, recentre_offset
-from serve.retrain import ZeroShotCache, plan
-from serve.service import TriageService
+from serve.schemas import AppendStepsRequest, LabelRequest
+from serve.services.agent_models import SmokeCheckError, build_models, check_model, recentre_offset
+from serve.services.retrain import ZeroShotCache, plan
+from serve.services.triage import TriageService
 from serve.settings import Settings
 
 AGENT = "airline"
@@ -126,7 +126,7 @@ def test_a_corrupt_or_broken_model_is_refused_and_zero_shot_stays(tmp_path: Path
 
 def test_promotion_and_rollback_swap_in_without_a_restart(service: TriageService,
                                                            fitted: tuple[AgentModel, list[Any]]) -> None:
-    from model.registry import ZERO_SHOT
+    from model.scoring.agent_registry import ZERO_SHOT
 
     model, rest = fitted
     t = _bare(rest[0].trace)
@@ -164,7 +164,7 @@ def test_zero_shot_is_recentred_on_the_agents_observed_rate(service: TriageServi
 
 
 def test_plan_gives_enough_agents_their_own_model_and_pools_the_rest() -> None:
-    from serve.retrain import LabelledRun
+    from serve.services.retrain import LabelledRun
 
     def runs(agent: str, n: int, failed: int) -> list[LabelledRun]:
         return [LabelledRun(Trace(), agent, i < failed, None) for i in range(n)]

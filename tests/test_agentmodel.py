@@ -1,4 +1,4 @@
-"""The agent model (model/agentmodel): fit, score, prefix state, persistence, grouped CV, groups.
+"""The agent model (model/scoring/agentmodel): fit, score, prefix state, persistence, grouped CV, groups.
 
 Data: seeded generated runs of one agent with a known signal — a failed run's tool results say
 "quota exceeded" on a random call and the agent apologises; a successful run's don't. Tasks repeat
@@ -12,11 +12,11 @@ import random
 import numpy as np
 import pytest
 
-from model.agentmodel.cv import auprc, auroc, cross_validate, group_runs
-from model.agentmodel.features import SHAPE_FEATURES, RunCounts, bucket, last_tokens, prefix_lengths
-from model.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache, fit_logistic
-from model.errors import InputError, NotFittedError
-from model.schema import Step, StepKind, StepStatus, Trace
+from model.core.errors import InputError, NotFittedError
+from model.core.schema import Step, StepKind, StepStatus, Trace
+from model.scoring.agentmodel.features import SHAPE_FEATURES, RunCounts, bucket, last_tokens, prefix_lengths
+from model.scoring.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache, fit_logistic
+from model.training.agentmodel.cv import auprc, auroc, cross_validate, group_runs
 
 TOOLS = ("search_flights", "get_booking", "update_booking", "send_email")
 WORDS = ["please", "check", "my", "booking", "flight", "seat", "change", "today", "tomorrow", "refund", "policy"]

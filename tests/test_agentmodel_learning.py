@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from model.agentmodel.learning import done_when, render_markdown
+from model.training.agentmodel.learning import done_when, render_markdown
 
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
@@ -35,7 +35,7 @@ learning_curve:
 
 @pytest.mark.slow
 def test_learning_curve_command_writes_the_report(tmp_path: Path) -> None:
-    from serve.cli import app
+    from serve.cli.main import app
 
     (tmp_path / "params.yaml").write_text(PARAMS, encoding="utf-8")
     r = CliRunner().invoke(app, ["evaluate", "--learning-curve", "--params", str(tmp_path / "params.yaml"),
@@ -60,9 +60,9 @@ def test_learning_curve_command_writes_the_report(tmp_path: Path) -> None:
 
 
 def test_retrain_fits_the_served_candidate_and_refuses_a_bad_index(tmp_path: Path) -> None:
-    from model.agentmodel.learning import LearningConfig
-    from model.errors import InputError
-    from serve.retrain import model_config
+    from model.core.errors import InputError
+    from model.training.agentmodel.learning import LearningConfig
+    from serve.services.retrain import model_config
 
     p = tmp_path / "params.yaml"
     p.write_text(PARAMS + "  served: 1\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""A run's agent (model/agents.py): the resolution order, the root agent span, what the service
+"""A run's agent (model/core/agents.py): the resolution order, the root agent span, what the service
 stores with each trace and session, and migration 0007 on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import text
 
-from model.agents import POOL_AGENT, agent_and_source, resolve_agent
-from model.diagnosis import Diagnoser
+from model.core.agents import POOL_AGENT, agent_and_source, resolve_agent
+from model.core.options import DiagnoseOptions
+from model.core.schema import Step, StepKind, Trace
+from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_trace
-from model.options import DiagnoseOptions
-from model.schema import Step, StepKind, Trace
-from serve.api_models import AppendStepsRequest
 from serve.app import build_service
-from serve.service import TriageService
+from serve.schemas import AppendStepsRequest
+from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.store import Store
 from serve.store.migrate import current_revision, upgrade

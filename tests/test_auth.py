@@ -8,7 +8,7 @@ import pytest
 
 from serve.auth import KeyCache, create_key, ensure_local_key, generate_key, hash_key
 from serve.store import Store
-from serve.store.models import ApiKey
+from serve.store.tables import ApiKey
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def _triage(tmp_path: Path, *args: str) -> _Result:
     """``triage keys …`` in-process (the real Typer app), settings from the environment."""
     from typer.testing import CliRunner
 
-    from serve.cli import app
+    from serve.cli.main import app
     from serve.settings import get_settings
 
     get_settings.cache_clear()

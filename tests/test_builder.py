@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from model.builder import RECIPE_KINDS, TRAP_NAMES, TraceBuilder, make_trace, make_trap
-from model.kinds import FailureKind
-from model.schema import StepKind, StepStatus
+from model.core.kinds import FailureKind
+from model.core.schema import StepKind, StepStatus
+from model.data.builder import RECIPE_KINDS, TRAP_NAMES, TraceBuilder, make_trace, make_trap
 
 # The step kind each recipe's label of its own kind sits on.
 LABEL_STEP_KIND = {

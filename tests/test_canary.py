@@ -1,4 +1,4 @@
-"""The canary share (serve/canary.py): arms by a hash of tenant and session id, shadow for the
+"""The canary share (serve/services/canary.py): arms by a hash of tenant and session id, shadow for the
 rest, the arm in the response, and per-arm failure / recovery / task-success figures in /metrics,
 scoped per tenant — against real ``triage serve`` processes on SQLite and on PostgreSQL."""
 
@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from serve.auth import create_key
-from serve.canary import BUCKETS, assign_arm, bucket
+from serve.services.canary import BUCKETS, assign_arm, bucket
 from serve.settings import Settings
 from serve.store import Store
 from tests.conftest import ROOT, LiveServer
@@ -26,7 +26,7 @@ from tests.storefix import db_url  # noqa: F401  (fixture)
 def test_buckets_are_the_same_in_another_process() -> None:
     ids = [f"conv-{i}" for i in range(20)]
     code = (
-        "from serve.canary import bucket; "
+        "from serve.services.canary import bucket; "
         f"print(' '.join(str(bucket('acme', s)) for s in {ids!r}))"
     )
     # PYTHONHASHSEED differs: Python's own hash() would give other values there

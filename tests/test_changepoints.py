@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import model.streams.changepoints as changepoints_module
-from model.errors import InputError
+from model.core.errors import InputError
 from model.streams import Cusum, confirm, detect, detect_changepoints, noise_sigma
 from model.streams.changepoints import bic_penalty
 

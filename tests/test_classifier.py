@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.builder import make_trace
-from model.classifier.data import HEALTHY_INDEX, LABELS, first_failing_step, step_targets, trace_kinds
-from model.classifier.metrics import ece, fit_temperature, sigmoid, trace_verdict, tune_thresholds
-from model.classifier.representation import (
+from model.core.errors import InputError, ModelLoadError
+from model.core.kinds import CLASSIFIER_KINDS
+from model.core.schema import FailureLabel, Step, ToolDefinition, Trace, TraceLabels
+from model.data.builder import make_trace
+from model.scoring.classifier.representation import (
     REPRESENTATION_VERSION,
     RepresentationConfig,
     clip,
@@ -25,9 +26,14 @@ from model.classifier.representation import (
     step_text,
     trace_texts,
 )
-from model.errors import InputError, ModelLoadError
-from model.kinds import CLASSIFIER_KINDS
-from model.schema import FailureLabel, Step, ToolDefinition, Trace, TraceLabels
+from model.training.classifier.data import (
+    HEALTHY_INDEX,
+    LABELS,
+    first_failing_step,
+    step_targets,
+    trace_kinds,
+)
+from model.training.classifier.metrics import ece, fit_temperature, sigmoid, trace_verdict, tune_thresholds
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "model" / "artifacts"
@@ -205,7 +211,7 @@ def test_tune_thresholds_and_trace_verdict() -> None:
 
 
 def test_missing_artefact_is_a_model_load_error(tmp_path: Path) -> None:
-    from model.classifier.runtime import ClassifierRuntime
+    from model.scoring.classifier.runtime import ClassifierRuntime
 
     with pytest.raises(ModelLoadError, match="classifier artefact missing"):
         ClassifierRuntime.load(tmp_path)
@@ -215,13 +221,13 @@ def test_onnx_without_metadata_is_rejected(tmp_path: Path) -> None:
     import onnx
     from onnx import TensorProto, helper
 
-    from model.classifier.runtime import ClassifierRuntime
+    from model.scoring.classifier.runtime import ClassifierRuntime
 
     graph = helper.make_graph([helper.make_node("Identity", ["input_ids"], ["logits"])], "g",
                               [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [None, None])],
                               [helper.make_tensor_value_info("logits", TensorProto.INT64, [None, None])])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "classifier.onnx")
-    from model.classifier.vocab import train_wordpiece
+    from model.training.classifier.vocab import train_wordpiece
 
     train_wordpiece(["a b c"] * 3, vocab_size=50).save(str(tmp_path / "tokenizer.json"))
     with pytest.raises(ModelLoadError, match="ONNX metadata lacks"):
@@ -238,8 +244,8 @@ def test_onnx_without_metadata_is_rejected(tmp_path: Path) -> None:
 
 
 def test_detector_is_registered_and_lazy(tmp_path: Path) -> None:
-    from model.classifier.detector import ClassifierDetector, relative_confidence
     from model.detectors import make_detector
+    from model.detectors.classifier import ClassifierDetector, relative_confidence
 
     det = make_detector("classifier", path=tmp_path)
     assert isinstance(det, ClassifierDetector)
@@ -254,9 +260,9 @@ def test_detector_is_registered_and_lazy(tmp_path: Path) -> None:
 def test_shipped_model_loads_and_scores_without_torch() -> None:
     code = (
         "import sys\n"
-        "from model.builder import make_trace\n"
-        "from model.classifier.detector import ClassifierDetector\n"
-        "from model.classifier.data import LABELS\n"
+        "from model.data.builder import make_trace\n"
+        "from model.detectors.classifier import ClassifierDetector\n"
+        "from model.training.classifier.data import LABELS\n"
         "det = ClassifierDetector()\n"
         "rt = det.load()\n"
         "assert rt.labels == LABELS, rt.labels\n"
@@ -275,7 +281,7 @@ def test_shipped_model_loads_and_scores_without_torch() -> None:
 
 
 def test_trace_thresholds_account_for_the_max_over_steps() -> None:
-    from model.classifier.metrics import tune_trace_thresholds
+    from model.training.classifier.metrics import tune_trace_thresholds
 
     # kind 0: failing traces peak at 0.8; healthy traces have one noisy step at 0.6 among many
     failing = [np.array([[0.1], [0.8], [0.2]]) for _ in range(5)]

@@ -14,8 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from model.builder import RECIPE_KINDS, make_trace  # noqa: E402
-from model.classifier.data import LABELS  # noqa: E402
+from model.data.builder import RECIPE_KINDS, make_trace  # noqa: E402
+from model.training.classifier.data import LABELS  # noqa: E402
 
 
 def _write_splits(folder: Path, per_split: int) -> Path:
@@ -45,7 +45,7 @@ def test_torch_and_onnx_fp32_logits_match(tmp_path: Path) -> None:
     """Parity: the old exporter (dynamo=False) gives the same logits, padded batches included."""
     import onnxruntime as ort
 
-    from model.classifier.export import to_onnx
+    from model.training.classifier.export import to_onnx
 
     model = _tiny_bert()
     path = tmp_path / "m.onnx"
@@ -68,10 +68,10 @@ def test_torch_and_onnx_fp32_logits_match(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_tiny_pipeline_end_to_end(tmp_path: Path) -> None:
     """Baseline + student trained on tiny data, exported (fp32/fused/int8), shipped, evaluated."""
-    from model.classifier import baseline, distill, evaluate, export
-    from model.classifier.config import BaselineConfig, DistillConfig, EvaluateConfig, ExportConfig
-    from model.classifier.detector import ClassifierDetector
-    from model.classifier.runtime import ClassifierRuntime
+    from model.detectors.classifier import ClassifierDetector
+    from model.scoring.classifier.runtime import ClassifierRuntime
+    from model.training.classifier import baseline, distill, evaluate, export
+    from model.training.classifier.config import BaselineConfig, DistillConfig, EvaluateConfig, ExportConfig
 
     splits = _write_splits(tmp_path / "splits", 40)
     build = tmp_path / "build"
@@ -107,7 +107,7 @@ def test_tiny_pipeline_end_to_end(tmp_path: Path) -> None:
     np.testing.assert_allclose(fp32.score_step(t, 5), p32[5], atol=1e-5)
     assert float(np.max(np.abs(rt.score_step(t, 5) - p8[5]))) < 0.05
 
-    from model.classifier.gate import REPORTED_KINDS
+    from model.training.classifier.gate import REPORTED_KINDS
 
     det = ClassifierDetector(path=tmp_path / "artifacts", signal_ratio=0.0)
     found = det.inspect(t)
@@ -134,7 +134,7 @@ def test_tiny_pipeline_end_to_end(tmp_path: Path) -> None:
 
 
 def _tiny_ngram(vocab: int = 120) -> object:
-    from model.classifier.ngram import NgramConfig, NgramForSequenceClassification
+    from model.training.classifier.ngram import NgramConfig, NgramForSequenceClassification
 
     torch.manual_seed(0)
     conf = NgramConfig(vocab_size=vocab, dim=8, buckets=97, hidden=16, marker_ids=[5, 6, 7],
@@ -147,7 +147,7 @@ def test_ngram_student_torch_onnx_parity_and_int8(tmp_path: Path) -> None:
     gives torch's logits, padded rows and marker segments included; int8 stays close."""
     import onnxruntime as ort
 
-    from model.classifier.export import quantize, to_onnx
+    from model.training.classifier.export import quantize, to_onnx
 
     model = _tiny_ngram()
     path = tmp_path / "m.onnx"
@@ -175,10 +175,10 @@ def test_ngram_student_torch_onnx_parity_and_int8(tmp_path: Path) -> None:
 def test_ngram_student_trains_saves_and_reloads(tmp_path: Path) -> None:
     """distill.run with arch ngram: trains on tiny data, and the saved folder reloads with the same
     line markers (they are config, not a buffer from_pretrained would leave uninitialised)."""
-    from model.classifier import distill
-    from model.classifier.config import DistillConfig
-    from model.classifier.train import load_classifier
-    from model.classifier.vocab import MARKERS
+    from model.training.classifier import distill
+    from model.training.classifier.config import DistillConfig
+    from model.training.classifier.train import load_classifier
+    from model.training.classifier.vocab import MARKERS
 
     splits = _write_splits(tmp_path / "splits", 30)
     cfg = DistillConfig.from_dict({
@@ -205,10 +205,10 @@ def test_ngram_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
     the members' and its ONNX graph gives the same."""
     import onnxruntime as ort
 
-    from model.classifier import distill
-    from model.classifier.config import DistillConfig
-    from model.classifier.export import to_onnx
-    from model.classifier.train import load_classifier
+    from model.training.classifier import distill
+    from model.training.classifier.config import DistillConfig
+    from model.training.classifier.export import to_onnx
+    from model.training.classifier.train import load_classifier
 
     splits = _write_splits(tmp_path / "splits", 30)
     cfg = DistillConfig.from_dict({
@@ -234,9 +234,9 @@ def test_ngram_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
 
 
 def test_ngram_ensemble_with_a_teacher_is_refused_before_any_work(tmp_path: Path) -> None:
-    from model.classifier import distill
-    from model.classifier.config import DistillConfig
-    from model.errors import InputError
+    from model.core.errors import InputError
+    from model.training.classifier import distill
+    from model.training.classifier.config import DistillConfig
 
     cfg = DistillConfig.from_dict({"arch": "ngram", "ensemble": 3, "soft_weight": 0.2, "soft_examples": 100})
     # no splits exist: the refusal must come before anything is read or trained
@@ -250,8 +250,8 @@ def test_teacher_scores_are_reused_only_for_the_same_teacher(tmp_path: Path) -> 
     of the right shape: a student "distilled" from the previous teacher."""
     import shutil
 
-    from model.classifier import distill
-    from model.classifier.config import DistillConfig
+    from model.training.classifier import distill
+    from model.training.classifier.config import DistillConfig
 
     splits = _write_splits(tmp_path / "splits", 30)
     base = {"arch": "ngram", "train_examples": 80, "val_examples": 30, "vocab_size": 300, "dim": 8, "buckets": 101,

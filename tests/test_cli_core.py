@@ -7,13 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from model.schema import Trace
+from model.core.schema import Trace
 from tests.conftest import ROOT
 
 
 def triage(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "serve.cli", *args], cwd=ROOT, input=stdin, capture_output=True, timeout=120
+        [sys.executable, "-m", "serve.cli.main", *args], cwd=ROOT, input=stdin, capture_output=True, timeout=120
     )
 
 

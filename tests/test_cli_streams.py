@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import model.streams.series as series_module
 from model.streams import detect, detect_changepoints
-from serve.cli import app
+from serve.cli.main import app
 from tests.conftest import ROOT
 
 runner = CliRunner()
@@ -158,11 +158,11 @@ def test_short_file_notes_the_unfinished_warmup(tmp_path: Path) -> None:
     assert "warm-up did not finish" in r.stderr
 
 
-@pytest.mark.slow  # two real `python -m serve.cli` processes: a few seconds each on 2 cores
+@pytest.mark.slow  # two real `python -m serve.cli.main` processes: a few seconds each on 2 cores
 def test_real_process_round_trip(tmp_path: Path) -> None:
     csv = write_csv(tmp_path / "m.csv", seeded_latency())
     r = subprocess.run(
-        [sys.executable, "-m", "serve.cli", "changepoints", str(csv), "--column", "latency"],
+        [sys.executable, "-m", "serve.cli.main", "changepoints", str(csv), "--column", "latency"],
         cwd=ROOT,
         capture_output=True,
         timeout=120,
@@ -170,7 +170,7 @@ def test_real_process_round_trip(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr.decode()
     assert json.loads(r.stdout)["changepoints"] == [200]
     bad = subprocess.run(
-        [sys.executable, "-m", "serve.cli", "cusum", str(csv), "--column", "note"],
+        [sys.executable, "-m", "serve.cli.main", "cusum", str(csv), "--column", "note"],
         cwd=ROOT,
         capture_output=True,
         timeout=120,

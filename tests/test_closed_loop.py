@@ -83,7 +83,7 @@ def test_a_provider_outage_needs_the_fallback_model_and_a_loop_hits_the_cap() ->
 
 def test_semantic_texts_are_not_in_what_the_classifier_trained_on() -> None:
     """The constraint and injection texts were written for the bench: no sentence of them is in the
-    generator (model/datagen, which makes the training traces) or the hand-written sets."""
+    generator (model/data/datagen, which makes the training traces) or the hand-written sets."""
     corpus = " ".join(p.read_text(encoding="utf-8") for p in (ROOT / "model" / "datagen").glob("*.py"))
     corpus += " ".join(p.read_text(encoding="utf-8") for p in (ROOT / "datasets").rglob("*.jsonl"))
     for p in (ROOT / "datasets").rglob("*.jsonl.xz"):

@@ -1,6 +1,6 @@
 """The console and the operator endpoints with issue 20's per-agent models, over real HTTP (a real
 ``triage serve``): promote / roll back one agent's model through ``/v1/operator/models/*`` and the
-Models page's forms (the same :func:`serve.retrain.promote_version` / ``rollback_version`` as
+Models page's forms (the same :func:`serve.services.retrain.promote_version` / ``rollback_version`` as
 ``triage model``), the Models page per agent (versions, the active one, its card and learning curve
 so far), the basis of ``failure_probability`` on the Runs, One run and Queue pages, ``at_risk`` shown
 like any other kind, and patterns grouped by the run's resolved agent."""
@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from model.agentmodel.model import AgentModel, AgentModelConfig
-from model.realdata import load_source
-from model.registry import ZERO_SHOT, Registry
+from model.data.realdata import load_source
+from model.scoring.agent_registry import ZERO_SHOT, Registry
+from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.auth import create_key
-from serve.retrain import ZeroShotCache
+from serve.services.retrain import ZeroShotCache
 from serve.store import Store
 from tests.conftest import LiveServer
 

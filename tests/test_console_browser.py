@@ -1,6 +1,6 @@
 """The console in a real browser: Debian's chromium through chromedriver (selenium) against a real
 ``triage serve`` on 127.0.0.1 whose store holds a replay of real and generated runs
-(:func:`serve.history_replay.replay_into`), a second tenant's runs, and a hostile trace.
+(:func:`serve.offline.history_replay.replay_into`), a second tenant's runs, and a hostile trace.
 
 One walk, in order: a wrong key is refused; sign in; the overview; the top pattern and one of its
 runs; a run with its failing step marked; the hostile trace renders inert; five labels from the
@@ -64,10 +64,10 @@ def _need_browser() -> None:
 def seeded() -> Iterator[dict[str, Any]]:
     """A store with tenant acme's replayed history (generated + real runs) and tenant other's runs."""
     _need_browser()
-    from model.diagnosis import Diagnoser
+    from model.diagnosis.diagnoser import Diagnoser
     from serve.app import build_service, load_runscorer
     from serve.auth import create_key
-    from serve.history_replay import OutcomeModel, Phase, generated_runs, replay, replay_into
+    from serve.offline.history_replay import OutcomeModel, Phase, generated_runs, replay, replay_into
     from serve.settings import Settings
 
     work = Path(tempfile.mkdtemp(prefix="console-"))

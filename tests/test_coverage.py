@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from model.coverage import assess, is_placeholder, verdict
-from model.diagnosis import Diagnoser
+from model.core.coverage import assess, is_placeholder, verdict
+from model.core.schema import Step, Trace
+from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_trace, load_traces
-from model.schema import Step, Trace
 from tests.conftest import ROOT
 from tests.spanfix import chat, otlp, span
 
@@ -88,12 +88,12 @@ def test_a_redacted_user_turn_alone_keeps_the_verdict() -> None:
 def test_cli_content_off_exit_0_unknown(tmp_path: Path) -> None:
     f = tmp_path / "run.json"
     f.write_text(json.dumps(_content_off_run()))
-    r = subprocess.run([sys.executable, "-m", "serve.cli", "diagnose", str(f)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "serve.cli.main", "diagnose", str(f)], cwd=ROOT,
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr.decode()
     out = r.stdout.decode()
     assert "unknown" in out and "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in out
-    r = subprocess.run([sys.executable, "-m", "serve.cli", "diagnose", str(f), "--json"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "serve.cli.main", "diagnose", str(f), "--json"], cwd=ROOT,
                        capture_output=True, timeout=120)
     assert r.returncode == 0 and json.loads(r.stdout)["healthy"] is None
     assert len(load_traces(_content_off_run())) == 1

@@ -12,8 +12,8 @@ import model.streams as streams_package
 import model.streams.arl as arl_module
 import model.streams.cusum as cusum_module
 import model.streams.simulate as simulate_module
+from model.core.errors import InputError
 from model.detectors import STREAM_DETECTORS, make_stream_detector
-from model.errors import InputError
 from model.streams import (
     Alarm,
     Cusum,
@@ -340,7 +340,8 @@ def test_docstring_examples(module: object) -> None:
 
 
 # ------------------------------------------------------------------ evaluation helpers (bench, notebook)
-from model.streams.evaluation import (  # noqa: E402
+from model.streams.simulate import simulate_agent_metrics  # noqa: E402
+from model.training.streams.evaluation import (  # noqa: E402
     SCENARIOS,
     CusumPeer,
     PageHinkleyPeer,
@@ -352,7 +353,6 @@ from model.streams.evaluation import (  # noqa: E402
     in_control_run_lengths,
     theory_vs_measured,
 )
-from model.streams.simulate import simulate_agent_metrics  # noqa: E402
 
 
 def test_scenarios_apply_exactly() -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from model.datagen import FAMILIES, GenerateConfig, generate, make_one, read_jsonl, summary, write_jsonl
+from model.core.errors import InputError
+from model.core.kinds import FailureKind
+from model.core.schema import StepKind, Trace
+from model.data.datagen import FAMILIES, GenerateConfig, generate, make_one, read_jsonl, summary, write_jsonl
 from model.detectors import make_detector
-from model.errors import InputError
 from model.importers import read_path
-from model.kinds import FailureKind
-from model.schema import StepKind, Trace
 
 
 @cache
@@ -163,7 +163,7 @@ def test_bad_config_and_bad_file_name_the_field(tmp_path: Path) -> None:
 
 
 def test_generate_stage_writes_traces_and_summary(tmp_path: Path) -> None:
-    from model.datagen.__main__ import main
+    from model.data.datagen.__main__ import main
 
     params = tmp_path / "params.yaml"
     params.write_text("generate:\n  n_traces: 30\n  seed: 2\n", encoding="utf-8")
@@ -176,9 +176,9 @@ def test_generate_stage_writes_traces_and_summary(tmp_path: Path) -> None:
 def test_docstring_examples() -> None:
     import doctest
 
-    import model.datagen
-    import model.datagen.generator
-    import model.splits
+    import model.data.datagen
+    import model.data.datagen.generator
+    import model.data.splits
 
-    for mod in (model.datagen, model.datagen.generator, model.splits):
+    for mod in (model.data.datagen, model.data.datagen.generator, model.data.splits):
         assert doctest.testmod(mod).failed == 0, mod.__name__

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from model.labelling import read_manifest
-from serve.cli import app
+from model.data.labelling import read_manifest
+from serve.cli.main import app
 
 runner = CliRunner()
 
@@ -84,7 +84,7 @@ def test_import_unknown_format_and_missing_path(tmp_path: Path) -> None:
 
 
 def test_generate_label_split_and_card(tmp_path: Path) -> None:
-    from model.splits import run as split_run
+    from model.data.splits import run as split_run
 
     gen = tmp_path / "gen.jsonl"
     res = runner.invoke(app, ["datasets", "generate", "--n", "40", "--seed", "6", "--out", str(gen),

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from model.builder import RECIPE_KINDS, TRAP_NAMES, make_trace, make_trap
+from model.core.findings import Finding
+from model.core.kinds import FailureKind
+from model.core.schema import Trace
+from model.data.builder import RECIPE_KINDS, TRAP_NAMES, make_trace, make_trap
 from model.detectors import TRACE_DETECTORS, TraceDetector
-from model.findings import Finding
-from model.kinds import FailureKind
-from model.schema import Trace
 
 NAMES = sorted(TRACE_DETECTORS)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from model.diagnosis import Diagnoser, fuse
-from model.errors import TooLargeError, UnknownDetectorError
-from model.findings import Finding
-from model.kinds import FailureKind, Severity, Strategy
-from model.options import DiagnoseOptions
-from model.schema import Step, StepKind, Trace
+from model.core.errors import TooLargeError, UnknownDetectorError
+from model.core.findings import Finding
+from model.core.kinds import FailureKind, Severity, Strategy
+from model.core.options import DiagnoseOptions
+from model.core.schema import Step, StepKind, Trace
+from model.diagnosis.diagnoser import Diagnoser, fuse
 
 
 def F(kind: FailureKind, conf: float, step: int | None, src: int | None, det: str = "d", **details: object) -> Finding:

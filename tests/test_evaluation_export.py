@@ -15,8 +15,8 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-from model.diagnosis import Diagnoser
-from model.evaluation import evaluation_events
+from model.diagnosis.diagnoser import Diagnoser
+from model.diagnosis.otel_events import evaluation_events
 from model.importers import load_trace
 from tests.conftest import FIXTURES, LiveServer
 from tests.spanfix import otlp, span

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from model.diagnosis import Diagnoser
+from model.core.options import DiagnoseOptions
+from model.core.schema import Trace
+from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_trace
-from model.options import DiagnoseOptions
-from model.schema import Trace
-from serve.api_models import OutcomeRequest
 from serve.app import build_service
 from serve.examples import HEALTHY, OPENAI_IGNORED_ERROR, OPENAI_LOOP
+from serve.schemas import OutcomeRequest
 from serve.settings import Settings, get_settings
 from tests.conftest import FIXTURES
 
@@ -49,7 +49,7 @@ def history(tmp_path: Path) -> Path:
 
 
 def _export(data: Path, out: Path, *args: str) -> tuple[int, list[dict[str, Any]], str]:
-    from serve.cli import app
+    from serve.cli.main import app
 
     get_settings.cache_clear()
     try:
@@ -98,7 +98,7 @@ def test_export_unconfirmed_and_tenant(history: Path, tmp_path: Path) -> None:
 
 
 def test_export_needs_a_source(tmp_path: Path) -> None:
-    from serve.cli import app
+    from serve.cli.main import app
 
     r = CliRunner().invoke(app, ["datasets", "export", "--out", str(tmp_path / "x.jsonl")])
     assert r.exit_code == 2 and "--from-store" in r.stderr

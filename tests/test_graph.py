@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from model.builder import TraceBuilder, make_trace, make_trap
-from model.graph import EdgeKind, ExecutionGraph, retry_after_seconds, step_failure
-from model.kinds import FailureKind
-from model.schema import Step, StepKind, Trace
+from model.core.graph import EdgeKind, ExecutionGraph, retry_after_seconds, step_failure
+from model.core.kinds import FailureKind
+from model.core.schema import Step, StepKind, Trace
+from model.data.builder import TraceBuilder, make_trace, make_trap
 
 
 def pairs(g: ExecutionGraph, kind: EdgeKind) -> list[tuple[int, int]]:

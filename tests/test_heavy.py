@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from model.builder import make_trace
-from model.diagnosis import Diagnoser
+from model.data.builder import make_trace
+from model.diagnosis.diagnoser import Diagnoser
 from serve.app import create_app
 from serve.settings import Settings
 
@@ -33,7 +33,7 @@ def test_large_bodies_go_to_the_helper_process(tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
         assert app.state.heavy._pool is not None  # served by the helper
         got = r.json()
-        from model.schema import Trace
+        from model.core.schema import Trace
 
         want = Diagnoser().diagnose(Trace.model_validate(big["trace"]))
         assert got["primary"]["kind"] == want.primary.kind.value == "loop"

@@ -1,5 +1,5 @@
-"""The replayed failure history (serve/history_replay.py) and what the notebook reads from it
-(serve/history_report.py): exact figures on a hand-made history, and a small seeded replay through
+"""The replayed failure history (serve/offline/history_replay.py) and what the notebook reads from it
+(serve/offline/history_report.py): exact figures on a hand-made history, and a small seeded replay through
 the real service into SQLite."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from model.errors import InputError
-from serve import history_report as hr
-from serve.history_replay import DEFAULT_PHASES, OutcomeModel, Phase, replay_into, scaled
+from model.core.errors import InputError
+from serve.offline import history_report as hr
+from serve.offline.history_replay import DEFAULT_PHASES, OutcomeModel, Phase, replay_into, scaled
 from serve.store import Store
 
 T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)  # a Monday

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from model.errors import InputError, TooLargeError, TraceImportError
+from model.core.errors import InputError, TooLargeError, TraceImportError
+from model.core.schema import Step, StepKind, StepStatus, Trace
 from model.importers import (
     FORMATS,
     detect_format,
@@ -18,7 +19,6 @@ from model.importers import (
     parse_json_text,
     read_path,
 )
-from model.schema import Step, StepKind, StepStatus, Trace
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "importers"
 

@@ -1,4 +1,4 @@
-"""Incremental session diagnosis (model/incremental.py): window by window, the same answer as the
+"""Incremental session diagnosis (model/diagnosis/incremental.py): window by window, the same answer as the
 whole trace, and the service's session path on it (steps kept in rows, the worker's cache)."""
 
 from __future__ import annotations
@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from model.builder import make_trace
-from model.diagnosis import Diagnoser
-from model.findings import Finding
-from model.incremental import IncrementalDiagnoser, remap, window_of
-from model.kinds import FailureKind
-from model.options import DiagnoseOptions
-from model.schema import Step, StepKind, Trace
-from serve.api_models import AppendStepsRequest
+from model.core.findings import Finding
+from model.core.kinds import FailureKind
+from model.core.options import DiagnoseOptions
+from model.core.schema import Step, StepKind, Trace
+from model.data.builder import make_trace
+from model.diagnosis.diagnoser import Diagnoser
+from model.diagnosis.incremental import IncrementalDiagnoser, remap, window_of
 from serve.app import build_service
+from serve.schemas import AppendStepsRequest
 from serve.settings import Settings
-from serve.store.models import TraceStepRow
+from serve.store.tables import TraceStepRow
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 RULES = DiagnoseOptions(detectors=sorted(n for n in Diagnoser().detectors if n != "incomplete"))

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from model.diagnosis import Diagnoser
-from model.findings import DiagnosisResponse
+from model.core.findings import DiagnosisResponse
+from model.core.schema import StepKind, Trace
+from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_traces
-from model.schema import StepKind, Trace
 from tests.conftest import FIXTURES, ROOT
 
 DIR = FIXTURES / "integrations"

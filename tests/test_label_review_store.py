@@ -15,13 +15,13 @@ import httpx
 import pexpect
 import pytest
 
-from model.builder import make_trace
-from model.diagnosis import Diagnoser
-from model.options import DiagnoseOptions
-from serve.api_models import LabelRequest
+from model.core.options import DiagnoseOptions
+from model.data.builder import make_trace
+from model.diagnosis.diagnoser import Diagnoser
 from serve.app import build_service, load_runscorer
-from serve.label_review import _agree, margin, review_queue
-from serve.service import TriageService
+from serve.offline.label_review import _agree, margin, review_queue
+from serve.schemas import LabelRequest
+from serve.services.triage import TriageService
 from serve.settings import Settings
 from tests.conftest import ROOT, LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)

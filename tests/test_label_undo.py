@@ -13,16 +13,16 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from model.builder import make_trace
-from model.diagnosis import Diagnoser
-from model.options import DiagnoseOptions
-from serve.api_models import LabelRequest, UndoLabelRequest
+from model.core.options import DiagnoseOptions
+from model.data.builder import make_trace
+from model.diagnosis.diagnoser import Diagnoser
 from serve.app import build_service
 from serve.auth import create_key
-from serve.cli_export import labels_for
-from serve.label_review import TerminalKeys, review_queue, run_review
-from serve.retrain import labelled_runs
-from serve.service import NotFoundError, TriageService
+from serve.cli.export import labels_for
+from serve.offline.label_review import TerminalKeys, review_queue, run_review
+from serve.schemas import LabelRequest, UndoLabelRequest
+from serve.services.retrain import labelled_runs
+from serve.services.triage import NotFoundError, TriageService
 from serve.settings import Settings
 from serve.store import Store
 from tests.conftest import LiveServer

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from model.builder import make_trace
-from model.datagen import GenerateConfig, generate, read_jsonl, write_jsonl
-from model.errors import NotFittedError
-from model.kinds import FailureKind
-from model.labelling import HumanLabel, HumanLabelStore, LabelModel, Vote, apply_lfs, import_logs
-from model.labelling.stage import LabelConfig, run
-from model.schema import LabelSource
+from model.core.errors import NotFittedError
+from model.core.kinds import FailureKind
+from model.core.schema import LabelSource
+from model.data.builder import make_trace
+from model.data.datagen import GenerateConfig, generate, read_jsonl, write_jsonl
+from model.data.labelling import HumanLabel, HumanLabelStore, LabelModel, Vote, apply_lfs, import_logs
+from model.data.labelling.stage import LabelConfig, run
 
 
 @pytest.mark.parametrize("kind", ["tool_error", "timeout", "rate_limited", "refusal", "loop", "empty_response"])
@@ -111,8 +111,8 @@ def test_label_stage(tmp_path: Path) -> None:
 
 
 def test_raw_files_are_checked_against_the_manifest(tmp_path: Path) -> None:
-    from model.errors import InputError
-    from model.labelling import load_raw
+    from model.core.errors import InputError
+    from model.data.labelling import load_raw
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -128,8 +128,8 @@ def test_raw_files_are_checked_against_the_manifest(tmp_path: Path) -> None:
 def test_docstring_examples() -> None:
     import doctest
 
-    import model.labelling
-    import model.labelling.labelmodel
+    import model.data.labelling
+    import model.data.labelling.labelmodel
 
-    for mod in (model.labelling, model.labelling.labelmodel):
+    for mod in (model.data.labelling, model.data.labelling.labelmodel):
         assert doctest.testmod(mod).failed == 0, mod.__name__

@@ -1,4 +1,4 @@
-"""The repair ladders (model/ladders.py): ladders from YAML, usable parameters, languages, overrides."""
+"""The repair ladders (model/diagnosis/ladders.py): ladders from YAML, usable parameters, languages, overrides."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from model.errors import InputError
-from model.findings import Failure
-from model.kinds import KIND_INFO, FailureKind, Strategy
-from model.ladders import Ladders, trace_language
-from model.options import DiagnoseOptions
-from model.schema import Step, StepKind, ToolDefinition, Trace
+from model.core.errors import InputError
+from model.core.findings import Failure
+from model.core.kinds import KIND_INFO, FailureKind, Strategy
+from model.core.options import DiagnoseOptions
+from model.core.schema import Step, StepKind, ToolDefinition, Trace
+from model.diagnosis.ladders import Ladders, trace_language
 
 
 def failure(kind: FailureKind, step: int = 2, **details: object) -> Failure:

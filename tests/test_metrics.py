@@ -7,10 +7,10 @@ import doctest
 import pytest
 
 import model.streams.metrics as metrics_module
-from model.builder import make_trace
-from model.errors import InputError
-from model.kinds import FailureKind
-from model.schema import Step, Trace
+from model.core.errors import InputError
+from model.core.kinds import FailureKind
+from model.core.schema import Step, Trace
+from model.data.builder import make_trace
 from model.streams import StreamKey, extract_metrics
 
 

@@ -16,12 +16,12 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from model.agentmodel.model import AgentModel, AgentModelConfig
-from model.builder import make_trace
-from model.realdata import load_source
-from model.registry import ZERO_SHOT, Registry
+from model.data.builder import make_trace
+from model.data.realdata import load_source
+from model.scoring.agent_registry import ZERO_SHOT, Registry
+from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.auth import TENANT_HEADER, create_key, hash_key
-from serve.cli import app as cli_app
+from serve.cli.main import app as cli_app
 from serve.store import Store
 from serve.store.migrate import upgrade as migrate_to
 from tests.conftest import LiveServer

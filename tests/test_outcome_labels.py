@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from model.builder import make_trace
-from model.diagnosis import Diagnoser
-from model.options import DiagnoseOptions
-from model.schema import LabelSource
-from serve.api_models import LabelRequest, OutcomeRequest
+from model.core.options import DiagnoseOptions
+from model.core.schema import LabelSource
+from model.data.builder import make_trace
+from model.diagnosis.diagnoser import Diagnoser
 from serve.app import build_service
-from serve.cli_export import labels_for
-from serve.run_labels import addressed_place
-from serve.service import TriageService
+from serve.cli.export import labels_for
+from serve.schemas import LabelRequest, OutcomeRequest
+from serve.services.run_labels import addressed_place
+from serve.services.triage import TriageService
 from serve.settings import Settings
 from tests.storefix import db_url  # noqa: F401  (fixture)
 

@@ -1,4 +1,4 @@
-"""Failure patterns: the signature, the grouping and ranking (model/patterns.py), the store's query on
+"""Failure patterns: the signature, the grouping and ranking (model/diagnosis/patterns.py), the store's query on
 SQLite and PostgreSQL, real τ-bench runs whose identical tool errors (up to ids and amounts) fall in
 one pattern, ``GET /v1/patterns`` over real HTTP (tenant-scoped, 422 naming the parameter) and
 ``triage patterns``."""
@@ -14,18 +14,18 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from model.builder import make_trace
-from model.diagnosis import Diagnoser
-from model.errors import InputError
-from model.options import DiagnoseOptions
-from model.patterns import PROBABILITY_SIGNATURE, Occurrence, RepairEvent, group_patterns, signature
-from model.realdata import load_source
-from model.schema import Trace
+from model.core.errors import InputError
+from model.core.options import DiagnoseOptions
+from model.core.schema import Trace
+from model.data.builder import make_trace
+from model.data.realdata import load_source
+from model.diagnosis.diagnoser import Diagnoser
+from model.diagnosis.patterns import PROBABILITY_SIGNATURE, Occurrence, RepairEvent, group_patterns, signature
 from serve.app import build_service
 from serve.auth import create_key
-from serve.cli import app as cli_app
-from serve.patterns import tenant_patterns, window
-from serve.service import TriageService
+from serve.cli.main import app as cli_app
+from serve.services.patterns import tenant_patterns, window
+from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.store import Store
 from tests.conftest import LiveServer
@@ -196,11 +196,11 @@ def test_store_query_on_both_backends(db_url: str) -> None:  # noqa: F811
             t.task_type = "support"
             resp = service.diagnose("t1", t, DiagnoseOptions())
             if resp.recommendation.strategy.value != "continue":
-                from serve.api_models import OutcomeRequest
+                from serve.schemas import OutcomeRequest
 
                 service.report_outcome("t1", OutcomeRequest(recommendation_id=resp.recommendation.id,
                                                             success=t.id.endswith(("0", "2", "4"))))
-        # the run's resolved agent (model/agents.py), not its task type: one that names its agent, one
+        # the run's resolved agent (model/core/agents.py), not its task type: one that names its agent, one
         # that names nothing (the pool: None)
         named, pooled = make_trace("loop", seed=40, n_steps=8), make_trace("loop", seed=41, n_steps=8)
         named.task_type, pooled.task_type = "support", None

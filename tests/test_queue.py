@@ -1,4 +1,4 @@
-"""The review queue's order and the queue-against-random experiment (model/agentmodel/queue.py), on
+"""The review queue's order and the queue-against-random experiment (model/training/agentmodel/queue.py), on
 generated runs with a tiny learner."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.agentmodel.queue import (
+from model.core.errors import InputError
+from model.core.schema import Step, StepKind, Trace
+from model.training.agentmodel.queue import (
     LABEL_WEIGHTS,
     Scorer,
     label_weight,
@@ -22,8 +24,6 @@ from model.agentmodel.queue import (
     queue_vs_random,
     uncertainty,
 )
-from model.errors import InputError
-from model.schema import Step, StepKind, Trace
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 
@@ -146,7 +146,7 @@ def _record(trace_id: str, ask: str, p: float, minute: int, labels: list[dict[st
 
 
 def test_store_review_in_queue_order_counts_near_duplicates_once() -> None:
-    from serve.label_review import ORDERS, review_queue
+    from serve.offline.label_review import ORDERS, review_queue
 
     ask_a = "please refund order 1234 for the customer named Ana Lima, the blue shoes were too small"
     records = [
@@ -171,12 +171,12 @@ def test_store_review_in_queue_order_counts_near_duplicates_once() -> None:
 
 
 def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -> None:  # noqa: F811
-    from model.builder import make_trace
-    from model.diagnosis import Diagnoser
-    from model.options import DiagnoseOptions
-    from serve.api_models import LabelRequest
+    from model.core.options import DiagnoseOptions
+    from model.data.builder import make_trace
+    from model.diagnosis.diagnoser import Diagnoser
     from serve.app import build_service, load_runscorer
-    from serve.label_review import review_queue
+    from serve.offline.label_review import review_queue
+    from serve.schemas import LabelRequest
     from serve.settings import Settings
 
     settings = Settings(database_url=db_url, data_dir=tmp_path / "data")
@@ -205,7 +205,7 @@ def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -
 
 
 def test_agent_model_learner_learns_the_planted_word() -> None:
-    from model.agentmodel.queue import agent_model_learner
+    from model.training.agentmodel.queue import agent_model_learner
 
     runs = gen_runs(3, tasks=40, trials=2)
     traces = [r.trace for r in runs]
@@ -213,7 +213,7 @@ def test_agent_model_learner_learns_the_planted_word() -> None:
     fit = agent_model_learner(traces)
     train, test = list(range(0, 60)), list(range(60, 80))
     s = fit(train, y[train], [runs[i].group for i in train])(test)
-    from model.runscore.model import auroc
+    from model.scoring.runscore.model import auroc
 
     assert s.shape == (20,) and ((s >= 0) & (s <= 1)).all()
     assert auroc(y[test], s) > 0.7  # "oops" says failed 3 times out of 4

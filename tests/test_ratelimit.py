@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from model.builder import make_trace
+from model.data.builder import make_trace
 from serve.app import create_app
 from serve.auth import create_key
 from serve.ratelimit import RateLimiter, TokenBuckets, seconds_to_midnight, utc_day

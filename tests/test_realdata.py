@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from model.realdata import (
+from model.core.schema import StepKind, StepStatus
+from model.data.realdata import (
     LOSO_FAMILY,
     RUN_LEVEL_SOURCES,
     SOURCES,
@@ -20,7 +21,6 @@ from model.realdata import (
     tau_failing_message,
     webshop_trace,
 )
-from model.schema import StepKind, StepStatus
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_no_label_reaches_any_trace(runs: dict[str, list]) -> None:
     import lzma
     from pathlib import Path
 
-    from model.realdata import DEFAULT_ROOT, TAU2_FILES
+    from model.data.realdata import DEFAULT_ROOT, TAU2_FILES
     folder = Path(DEFAULT_ROOT) / SOURCES["tau2"]
     secrets: set[str] = set()
     for name in TAU2_FILES:

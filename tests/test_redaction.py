@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.redaction import ADVERSARIAL, DENSE
-from model.schema import Step, Trace
+from model.core.schema import Step, Trace
 from serve.redaction import RULES, RedactionMode, Redactor
 from tests.secret_corpus import LOOKALIKES, SECRETS
 

@@ -1,4 +1,4 @@
-"""The agent-model registry (model/registry.py) and the activations per (tenant, agent) in the store."""
+"""The agent-model registry (model/scoring/agent_registry.py) and the activations per (tenant, agent) in the store."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from model.agentmodel.model import AgentModel, AgentModelConfig
-from model.errors import InputError, ModelLoadError
-from model.realdata import load_source
-from model.registry import Registry, agent_key
+from model.core.errors import InputError, ModelLoadError
+from model.data.realdata import load_source
+from model.scoring.agent_registry import Registry, agent_key
+from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.store import Store
 from tests.storefix import db_url  # noqa: F401  (fixture)
 

@@ -1,4 +1,4 @@
-"""The repair engine (model/repair_engine.py): rungs, attempts, open failures, budgets → human_handoff."""
+"""The repair engine (model/diagnosis/repair_engine.py): rungs, attempts, open failures, budgets → human_handoff."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from model.errors import InputError
-from model.findings import Failure
-from model.kinds import KIND_INFO, FailureKind, Strategy
-from model.options import DiagnoseOptions
-from model.repair_engine import Budgets, RepairEngine, failure_key, load_budgets, task_key
-from model.schema import Step, StepStatus, Trace
+from model.core.errors import InputError
+from model.core.findings import Failure
+from model.core.kinds import KIND_INFO, FailureKind, Strategy
+from model.core.options import DiagnoseOptions
+from model.core.schema import Step, StepStatus, Trace
+from model.diagnosis.repair_engine import Budgets, RepairEngine, failure_key, load_budgets, task_key
 
 
 def _trace(lang_text: str = "find the weather") -> Trace:

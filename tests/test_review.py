@@ -10,11 +10,11 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from model.builder import make_trace
-from model.datagen import write_jsonl
-from model.labelling import HumanLabelStore
-from model.labelling.review import compact, review_queue
-from model.schema import LabelSource, Trace
+from model.core.schema import LabelSource, Trace
+from model.data.builder import make_trace
+from model.data.datagen import write_jsonl
+from model.data.labelling import HumanLabelStore
+from model.data.labelling.review import compact, review_queue
 
 TRIAGE = str(Path(sys.executable).parent / "triage")
 
@@ -40,7 +40,7 @@ def queue_file(tmp_path: Path) -> Path:
 
 
 def test_queue_and_compact_view(queue_file: Path) -> None:
-    from model.datagen import read_jsonl
+    from model.data.datagen import read_jsonl
 
     ts = list(read_jsonl(queue_file))
     assert [t.id for t in review_queue(ts, set())] == ["weak-timeout-1", "weak-refusal-2", "weak-loop-4"]

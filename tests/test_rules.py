@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from model.builder import RECIPE_KINDS, TOOLS, TRAP_NAMES, TraceBuilder, make_trace, make_trap
+from model.core.errors import InputError
+from model.core.findings import Finding
+from model.core.kinds import FailureKind
+from model.core.schema import Step, ToolDefinition, Trace
+from model.data.builder import RECIPE_KINDS, TOOLS, TRAP_NAMES, TraceBuilder, make_trace, make_trap
 from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.rules import (
     RECOVERED_CONFIDENCE,
@@ -23,12 +27,8 @@ from model.detectors.rules import (
     final_answer_step,
     is_empty_result,
 )
-from model.errors import InputError
-from model.findings import Finding
-from model.kinds import FailureKind
-from model.schema import Step, ToolDefinition, Trace
 
-THRESHOLD = 0.5  # model.diagnosis.DEFAULT_THRESHOLDS: at or above = failure
+THRESHOLD = 0.5  # model.diagnosis.diagnoser.DEFAULT_THRESHOLDS: at or above = failure
 RULE_NAMES = [
     "assumption_violated", "disallowed_tool", "empty_response", "ignored_error", "incomplete", "loop",
     "malformed_call", "provider_error", "rate_limited", "refusal", "timeout", "tool_error",
@@ -772,8 +772,8 @@ def test_final_answer_behind_a_terminate_control_word() -> None:
 
 def test_empty_response_skips_content_not_recorded() -> None:
     """OTel spans without content capture are unknown, not empty (importer marks them)."""
+    from model.core.schema import Step, StepKind, Trace
     from model.detectors import make_detector
-    from model.schema import Step, StepKind, Trace
 
     unrecorded = Step(kind=StepKind.FINAL_OUTPUT, content="", source_index=1, metadata={"content_recorded": False})
     blank = Step(kind=StepKind.FINAL_OUTPUT, content="", source_index=1)
@@ -885,7 +885,7 @@ def test_a_malformed_call_the_agent_corrected_is_a_signal() -> None:
     second = next(i for i, s in enumerate(t.steps) if s.call_id == c and s.kind.value == "tool_call")
     assert f.confidence == RECOVERED_CONFIDENCE and f.details["recovered_by_step"] == second
     assert [g.confidence for g in MalformedCallRule().inspect_steps(t)] == [0.95]
-    from model.labelling.functions import apply_lfs
+    from model.data.labelling.functions import apply_lfs
 
     assert any(v.lf == "malformed_call" and v.confidence == 0.95 for v in apply_lfs(t))
 

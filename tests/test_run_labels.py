@@ -12,16 +12,16 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from model.builder import make_trace
-from model.diagnosis import Diagnoser
-from model.errors import InputError
-from model.options import DiagnoseOptions
-from serve.api_models import LabelRequest
+from model.core.errors import InputError
+from model.core.options import DiagnoseOptions
+from model.data.builder import make_trace
+from model.diagnosis.diagnoser import Diagnoser
 from serve.app import build_service
-from serve.cli_export import labels_for
+from serve.cli.export import labels_for
 from serve.examples import OPENAI_LOOP
-from serve.run_labels import effective_label
-from serve.service import NotFoundError, TriageService
+from serve.schemas import LabelRequest
+from serve.services.run_labels import effective_label
+from serve.services.triage import NotFoundError, TriageService
 from serve.settings import Settings
 from serve.store import Store
 from serve.store.migrate import upgrade as migrate_to

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from model.errors import TraceImportError
+from model.core.errors import TraceImportError
 from model.importers import load_text, load_trace, load_traces, read_path
 from serve.examples import OPENAI_LOOP
 from tests.conftest import ROOT, LiveServer
@@ -98,14 +98,14 @@ def test_file_exporter_jsonl_is_one_trace(tmp_path: Path) -> None:
 def test_cli_on_exporter_jsonl_and_on_an_archive(tmp_path: Path) -> None:
     f = tmp_path / "spans.jsonl"
     f.write_text(_exporter_lines())
-    r = subprocess.run([sys.executable, "-m", "serve.cli", "diagnose", str(f), "--json"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "serve.cli.main", "diagnose", str(f), "--json"], cwd=ROOT,
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr.decode()
     out = json.loads(r.stdout)
     assert out["steps"] == 4 and _rule_failures(out) == []
     archive = tmp_path / "archive.jsonl"
     archive.write_text(json.dumps(OPENAI_LOOP["trace"]) + "\n" + json.dumps(OPENAI_LOOP["trace"]) + "\n")
-    r = subprocess.run([sys.executable, "-m", "serve.cli", "diagnose", str(archive)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "serve.cli.main", "diagnose", str(archive)], cwd=ROOT,
                        capture_output=True, timeout=120)
     assert r.returncode == 2
     assert "--jsonl" in r.stderr.decode()  # says what to do

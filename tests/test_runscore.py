@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.diagnosis import Diagnoser
-from model.errors import InputError, NotFittedError
+from model.core.errors import InputError, NotFittedError
+from model.core.schema import FailureLabel, Trace, TraceLabels
+from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_trace
-from model.runscore.evaluate import evaluate_real, prepare, relative_thresholds, render_markdown
-from model.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, message_features, run_features
-from model.runscore.model import ARTIFACT, CANDIDATE_FEATURES, Example, RunScorer, auroc
-from model.schema import FailureLabel, Trace, TraceLabels
+from model.scoring.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, message_features, run_features
+from model.scoring.runscore.model import ARTIFACT, CANDIDATE_FEATURES, Example, RunScorer, auroc
+from model.training.runscore.evaluate import evaluate_real, prepare, relative_thresholds, render_markdown
 from tests.conftest import ROOT
 
 
@@ -193,7 +193,7 @@ def test_the_run_verdict_in_the_diagnosis() -> None:
     assert low.healthy is True and low.failure_probability is not None and low.failure_probability < 0.99
     # options.detectors without "runscore" leaves it out; with it, in
     d = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0))
-    from model.options import DiagnoseOptions
+    from model.core.options import DiagnoseOptions
     assert d.diagnose(t, DiagnoseOptions(detectors=["loop"])).failure_probability is None
     assert d.diagnose(t, DiagnoseOptions(detectors=["loop", "runscore"])).failure_probability is not None
 
@@ -201,7 +201,7 @@ def test_the_run_verdict_in_the_diagnosis() -> None:
 def test_classifier_gate_is_decided_without_the_held_out_family() -> None:
     """Leave-one-source-out, a classifier kind's failure/signal verdict on a set comes from the
     other families' runs only; over all six it reads every set (the evidence ``gate.json`` takes)."""
-    from model.realdata import load_source
+    from model.data.realdata import load_source
 
     runs = load_source("tau_airline")[:60] + load_source("tau2")[:40] + load_source("agentprocessbench")[:40]
     prepared = prepare(runs)
@@ -242,7 +242,7 @@ def test_relative_thresholds_leave_the_runs_own_group_out() -> None:
 
 @pytest.mark.slow
 def test_leave_one_source_out_on_a_sample_of_the_real_sets() -> None:
-    from model.realdata import load_source
+    from model.data.realdata import load_source
 
     runs = []
     for s, n in (("tau_airline", 32), ("agentprocessbench", 40), ("swe", 40), ("whowhen", 24), ("tau2", 40),
@@ -274,7 +274,7 @@ def test_shipped_artefact_loads_and_names_its_data() -> None:
 def test_cli_diagnose_loads_the_service_models_and_prints_one_json_list(tmp_path: Path) -> None:
     f = tmp_path / "two.jsonl"
     f.write_text(json.dumps({"messages": HEALTHY_LOOKING}) + "\n" + json.dumps({"messages": HEALTHY_LOOKING[:2]}) + "\n")
-    run = [sys.executable, "-m", "serve.cli", "diagnose"]
+    run = [sys.executable, "-m", "serve.cli.main", "diagnose"]
     one = subprocess.run([*run, "docs/examples/healthy.json", "--json"], cwd=ROOT, capture_output=True, timeout=120)
     assert one.returncode == 0, one.stderr.decode()
     body = json.loads(one.stdout)
@@ -286,7 +286,7 @@ def test_cli_diagnose_loads_the_service_models_and_prints_one_json_list(tmp_path
 
 
 def test_rule_precision_is_measured_and_a_noisy_rule_is_demoted() -> None:
-    from model.runscore.model import PRIOR_RUNS, rule_stats
+    from model.scoring.runscore.model import PRIOR_RUNS, rule_stats
 
     rng = np.random.default_rng(3)
     ex = toy_examples(rng, "a", 20) + toy_examples(rng, "b", 20)
@@ -313,7 +313,7 @@ def test_rule_precision_is_measured_and_a_noisy_rule_is_demoted() -> None:
 
 def test_a_demoted_rule_only_signals_and_a_measured_one_carries_its_estimate() -> None:
     from model.detectors.base import make_detector
-    from model.diagnosis import Diagnoser
+    from model.diagnosis.diagnoser import Diagnoser
 
     t = chat({"role": "user", "content": "Weather in Oslo?"},
              call("a", "get_weather", '{"city": "Oslo"}'),
@@ -357,7 +357,7 @@ def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: 
 
     grounded = "Oslo: 4 C, light rain."
     novel = "Expect thunderstorms, heavy hail and strong northerly gales tomorrow."
-    from model.options import DiagnoseOptions
+    from model.core.options import DiagnoseOptions
 
     # the fixed point 0.99 is above every probability: the agent's percentile, lower, does not flag
     scorer = fixed_scorer(threshold=0.99, weight=2.0)  # p = sigmoid(1 + 2·novel word ratio) < 0.99

@@ -1,4 +1,4 @@
-"""model.runscore.curves: draws by task group, the leave-one-source-out learning curve, its summary.
+"""model.training.runscore.curves: draws by task group, the leave-one-source-out learning curve, its summary.
 
 The data are made-up prepared runs whose answer is known: in every set a failed run's final
 message hedges (run feature ``final_hedge``) and its labelled message is the one that hedges
@@ -13,10 +13,16 @@ import math
 import numpy as np
 import pytest
 
-from model.errors import InputError
-from model.runscore.curves import draw_by_group, first_groups, learning_curve, render_markdown, summarise
-from model.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, MessageUnit
-from model.runscore.model import Example
+from model.core.errors import InputError
+from model.scoring.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, MessageUnit
+from model.scoring.runscore.model import Example
+from model.training.runscore.curves import (
+    draw_by_group,
+    first_groups,
+    learning_curve,
+    render_markdown,
+    summarise,
+)
 
 
 def _example(source: str, group: str, failed: bool, rng: np.random.Generator) -> Example:

@@ -1,15 +1,22 @@
-"""model.runscore.readout: picking misses, the message window around them, the rule table."""
+"""model.training.runscore.readout: picking misses, the message window around them, the rule table."""
 
 from __future__ import annotations
 
 import pytest
 
-from model.errors import InputError
-from model.realdata import RealRun
-from model.runscore.evaluate import Prepared
-from model.runscore.model import Example
-from model.runscore.readout import Prediction, describe, message_window, pick, render_rule_table, rule_table
-from model.schema import Step, Trace, TraceLabels
+from model.core.errors import InputError
+from model.core.schema import Step, Trace, TraceLabels
+from model.data.realdata import RealRun
+from model.scoring.runscore.model import Example
+from model.training.runscore.evaluate import Prepared
+from model.training.runscore.readout import (
+    Prediction,
+    describe,
+    message_window,
+    pick,
+    render_rule_table,
+    rule_table,
+)
 
 
 def _trace(n: int = 10) -> Trace:

@@ -1,4 +1,4 @@
-"""The frozen semantic cases (datasets/semantic/cases.jsonl) and their scoring (model.semantic)."""
+"""The frozen semantic cases (datasets/semantic/cases.jsonl) and their scoring (model.training.semantic)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from model.classifier.detector import DEFAULT_ARTIFACTS
-from model.errors import InputError
-from model.findings import DiagnosisResponse, Failure, Recommendation
+from model.core.errors import InputError
+from model.core.findings import DiagnosisResponse, Failure, Recommendation
+from model.core.kinds import Category, FailureKind, Severity, Strategy
+from model.detectors.classifier import DEFAULT_ARTIFACTS
 from model.importers import load_trace
-from model.kinds import Category, FailureKind, Severity, Strategy
-from model.semantic import (
+from model.training.semantic import (
     DEFAULT_CASES,
     GROUPS,
     LANGUAGES,
@@ -116,7 +116,7 @@ def test_cli_reports_a_bad_file_with_exit_2(tmp_path: Path, capsys: pytest.Captu
 
 
 class _Resp(DiagnosisResponse):
-    """A response with the two fields that are coming (read through getattr by model.semantic)."""
+    """A response with the two fields that are coming (read through getattr by model.training.semantic)."""
 
     failure_probability: float | None = None
     attribution: dict[str, Any] | None = None
@@ -261,6 +261,6 @@ def test_shipped_classifier_runs_on_every_case(capsys: pytest.CaptureFixture[str
 def test_module_doctests() -> None:
     import doctest
 
-    import model.semantic
+    import model.training.semantic
 
-    assert doctest.testmod(model.semantic).failed == 0
+    assert doctest.testmod(model.training.semantic).failed == 0

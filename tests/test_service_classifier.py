@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from model.builder import make_trace
-from model.classifier.detector import DEFAULT_ARTIFACTS, ClassifierDetector
+from model.data.builder import make_trace
 from model.detectors import TRACE_DETECTORS, make_detector
-from model.diagnosis import Diagnoser
-from serve.api_models import AppendStepsRequest
+from model.detectors.classifier import DEFAULT_ARTIFACTS, ClassifierDetector
+from model.diagnosis.diagnoser import Diagnoser
 from serve.app import build_service
+from serve.schemas import AppendStepsRequest
 from serve.settings import Settings
 
 MODEL = Path(os.environ.get("TRIAGE_TEST_MODEL_PATH") or DEFAULT_ARTIFACTS)

@@ -444,7 +444,7 @@ def test_async_client(server: tuple[LiveServer, dict[str, str]]) -> None:
 
 
 def test_diagnosed_traces_feed_streams_after_the_answer(server: tuple[LiveServer, dict[str, str]]) -> None:
-    from model.builder import make_trace
+    from model.data.builder import make_trace
 
     srv, keys = server
     h = {"Authorization": f"Bearer {keys['globex']}"}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from model.datagen import GenerateConfig, generate, write_jsonl
-from model.errors import InputError
-from model.schema import Trace
-from model.splits import SPLITS, SplitConfig, check_disjoint, group_of, run, sample_steps, split_traces
+from model.core.errors import InputError
+from model.core.schema import Trace
+from model.data.datagen import GenerateConfig, generate, write_jsonl
+from model.data.splits import SPLITS, SplitConfig, check_disjoint, group_of, run, sample_steps, split_traces
 
 
 @cache

@@ -14,10 +14,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from model.errors import InputError, StoreError
+from model.core.errors import InputError, StoreError
 from serve.store import Store, open_store
 from serve.store.migrate import current_revision, downgrade, head_revision
-from serve.store.models import Base, FailureRow, ObservationRow, OutcomeRow, RecommendationRow, TraceRow
+from serve.store.tables import Base, FailureRow, ObservationRow, OutcomeRow, RecommendationRow, TraceRow
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 

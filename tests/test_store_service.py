@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from model.builder import make_trace
-from model.diagnosis import Diagnoser
-from model.options import DiagnoseOptions
-from model.schema import Step, StepKind, Trace
-from serve.api_models import AppendStepsRequest, ObservationsRequest, OutcomeRequest
+from model.core.options import DiagnoseOptions
+from model.core.schema import Step, StepKind, Trace
+from model.data.builder import make_trace
+from model.diagnosis.diagnoser import Diagnoser
 from serve.app import build_service
-from serve.service import NotFoundError, TriageService
+from serve.schemas import AppendStepsRequest, ObservationsRequest, OutcomeRequest
+from serve.services.triage import NotFoundError, TriageService
 from serve.settings import Settings
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
@@ -188,7 +188,7 @@ def test_concurrent_failed_outcomes_escalate_once(service: TriageService) -> Non
     ],
 )
 def test_bad_stream_settings_are_input_errors(tmp_path: Any, params: dict[str, Any], msg: str) -> None:
-    from model.errors import InputError
+    from model.core.errors import InputError
 
     svc = build_service(Settings(data_dir=tmp_path), Diagnoser())
     with pytest.raises(InputError, match=msg) as exc:
@@ -210,8 +210,8 @@ def test_session_started_by_a_whole_trace_continues_its_indices(service: TriageS
 
 
 def test_human_labels(service: TriageService) -> None:
-    from model.errors import InputError
-    from serve.api_models import LabelRequest
+    from model.core.errors import InputError
+    from serve.schemas import LabelRequest
 
     trace = make_trace("hallucination", seed=1, n_steps=8)
     service.diagnose("t", trace, DiagnoseOptions())

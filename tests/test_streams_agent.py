@@ -15,14 +15,14 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData, Table, select
 
-from model.agents import AGENT_METADATA_KEY, POOL_AGENT
-from model.diagnosis import Diagnoser
-from model.options import DiagnoseOptions
-from model.schema import Step, StepKind, Trace
+from model.core.agents import AGENT_METADATA_KEY, POOL_AGENT
+from model.core.options import DiagnoseOptions
+from model.core.schema import Step, StepKind, Trace
+from model.diagnosis.diagnoser import Diagnoser
 from model.streams import Cusum
-from serve.api_models import AppendStepsRequest, ObservationsRequest
 from serve.app import build_service
-from serve.service import TriageService
+from serve.schemas import AppendStepsRequest, ObservationsRequest
+from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.store import Store
 from serve.store.migrate import alembic_config, downgrade
@@ -142,7 +142,7 @@ def test_task_type_still_names_the_stream_of_runs_that_name_no_agent(service: Tr
 
 
 def test_agent_and_a_different_task_type_are_refused(service: TriageService) -> None:
-    from model.errors import InputError
+    from model.core.errors import InputError
 
     with pytest.raises(InputError) as exc:
         service.observe("t", "q", ObservationsRequest(values=[1.0], agent="a", task_type="b"))

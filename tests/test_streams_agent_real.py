@@ -1,7 +1,7 @@
 """Several agents through one tenant, in turn, against a real server with every default (issue 20,
 "Done when": each agent's successful runs still get ≤ 5 % false alarms, streams fed).
 
-Real runs of six real sets (``model.realdata``), labels stripped, each set sent as its own agent
+Real runs of six real sets (``model.data.realdata``), labels stripped, each set sent as its own agent
 (``options.agent``) to ``POST /v1/diagnose`` of a real uvicorn server with the service's defaults
 (auto-fed streams, the shipped rules, classifier and run scorer, auth on, one API key). Before
 streams were keyed by agent, the streams of the first agents alarmed on the next ones and failed
@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from model.realdata import load_source
+from model.data.realdata import load_source
 from model.streams.metrics import extract_metrics
 from serve.auth import create_key
 from serve.store import Store

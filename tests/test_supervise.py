@@ -57,7 +57,7 @@ def test_kill_9_of_the_master_stops_its_workers(tmp_path: Path) -> None:
 
         # the port is free again: a new server on it starts and answers
         proc = subprocess.Popen(
-            [sys.executable, "-m", "serve.cli", "serve", "--host", "127.0.0.1", "--port", str(srv.port), "--workers", "2"],
+            [sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port", str(srv.port), "--workers", "2"],
             cwd=ROOT,
             env={**os.environ, **env},
             stdout=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""The learned attribution (model/agentmodel/where.py) on generated runs with known failing messages."""
+"""The learned attribution (model/training/agentmodel/where.py) on generated runs with known failing messages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from model.agentmodel.where import (
+from model.core.errors import InputError, NotFittedError
+from model.core.schema import Step, StepKind, Trace
+from model.training.agentmodel.where import (
     WhereModel,
     choose_fixed,
     fixed_row,
@@ -16,8 +18,6 @@ from model.agentmodel.where import (
     localisation_markdown,
     messages,
 )
-from model.errors import InputError, NotFittedError
-from model.schema import Step, StepKind, Trace
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima"]
 
@@ -118,7 +118,7 @@ def test_fixed_rows() -> None:
 
 
 def test_fixed_position_is_chosen_on_the_runs_given() -> None:
-    from model.agentmodel.where import _prepare
+    from model.training.agentmodel.where import _prepare
 
     rng = np.random.default_rng(6)
     items = [_prepare(gen_run(rng, n=int(rng.integers(4, 8)), fail_at=2, cue=False), fail_si(2), f"g{i}")

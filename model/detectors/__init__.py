@@ -24,7 +24,7 @@ from model.detectors.base import (
 # Importing the modules registers their detectors.
 from model.detectors import rules as rules  # noqa: E402,F401  isort: skip
 from model.streams import cusum as _cusum  # noqa: E402,F401  isort: skip
-from model.classifier import detector as _classifier  # noqa: E402,F401  isort: skip
+from model.detectors import classifier as _classifier  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "STREAM_DETECTORS",

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-from model.errors import UnknownDetectorError
-from model.findings import Finding
-from model.kinds import FailureKind
-from model.schema import Trace
+from model.core.errors import UnknownDetectorError
+from model.core.findings import Finding
+from model.core.kinds import FailureKind
+from model.core.schema import Trace
 
 
 @runtime_checkable

@@ -20,14 +20,14 @@ an error the answer worked around)
 a failure that a later step recovered     0.30 (:data:`RECOVERED_CONFIDENCE`)
 ========================================  ==========
 
-Everything below 0.5 (the default fusion threshold in :mod:`model.diagnosis`) is meant as a
+Everything below 0.5 (the default fusion threshold in :mod:`model.diagnosis.diagnoser`) is meant as a
 signal: reported, not acted on.
 
 A failure that a later step recovered from (a successful retry of the same tool; an LLM answer
 after a provider error) is still reported, at :data:`RECOVERED_CONFIDENCE` with
 ``details["recovered_by_step"]``, so that fusion keeps it as a signal, not a failure.
 
->>> from model.builder import make_trace
+>>> from model.data.builder import make_trace
 >>> [f.step for f in ToolErrorRule().inspect(make_trace("tool_error", seed=0))]
 [5]
 """
@@ -38,12 +38,12 @@ import json
 import re
 from typing import Any, ClassVar
 
+from model.core.errors import InputError
+from model.core.findings import Finding
+from model.core.graph import ExecutionGraph, StepFailure, distinctive_tokens, safe_dumps, step_failure
+from model.core.kinds import FailureKind
+from model.core.schema import Step, StepKind, StepStatus, Trace
 from model.detectors.base import register_trace_detector
-from model.errors import InputError
-from model.findings import Finding
-from model.graph import ExecutionGraph, StepFailure, distinctive_tokens, safe_dumps, step_failure
-from model.kinds import FailureKind
-from model.schema import Step, StepKind, StepStatus, Trace
 
 #: Confidence of a failure that a later step recovered from (a signal under any sane threshold).
 RECOVERED_CONFIDENCE = 0.3
@@ -89,7 +89,7 @@ def final_answer_step(trace: Trace) -> int | None:
     assistant message right before it); without one, a non-empty ``llm_output`` that ends the
     trace (importers of plain chat logs can't always tell the last assistant message is the answer).
 
-    >>> from model.builder import make_trace
+    >>> from model.data.builder import make_trace
     >>> final_answer_step(make_trace(None, seed=0))
     6
     """
@@ -312,7 +312,7 @@ def handled_by(trace: Trace, failed: int, call: int | None) -> tuple[str, int] |
 
 
 class _FailedStepRule(_Rule):
-    """Findings for the failed steps of one kind, as :func:`model.graph.step_failure` reads them."""
+    """Findings for the failed steps of one kind, as :func:`model.core.graph.step_failure` reads them."""
 
     failure_kind: ClassVar[FailureKind]
 
@@ -687,7 +687,7 @@ class DisallowedToolRule(_Rule):
     allowed_tools:
         Tool names the agent may call; stored as given.
 
-    >>> from model.builder import make_trace
+    >>> from model.data.builder import make_trace
     >>> t = make_trace("disallowed_tool", seed=0)
     >>> [f.details["tool"] for f in DisallowedToolRule(allowed_tools=["search"]).inspect(t)]
     ['shell']
@@ -751,7 +751,7 @@ def _norm_value(v: Any, depth: int = 0) -> Any:
 def normalise_args(step: Step) -> str:
     """A call's arguments with key order, whitespace and case normalised away (a string key).
 
-    >>> from model.schema import Step
+    >>> from model.core.schema import Step
     >>> normalise_args(Step(kind="tool_call", tool_args={"b": 1.0, "A": " Paris  "})) == \\
     ...     normalise_args(Step(kind="tool_call", tool_args={"a": "paris", "b": 1}))
     True

@@ -1,4 +1,4 @@
-"""Importers: outside trace formats → :class:`~model.schema.Trace`, auto-detected.
+"""Importers: outside trace formats → :class:`~model.core.schema.Trace`, auto-detected.
 
 Formats (:data:`FORMATS`):
 
@@ -20,9 +20,9 @@ span keys such as ``trace_id`` / ``traceId`` / ``span_id`` / ``attributes``) is 
 
 Every step keeps ``source_index`` (message index; for spans, the position after ordering by start
 time then span id) and, for spans, ``span_id``. Bad input raises
-:class:`~model.errors.TraceImportError` naming the field path (``messages[3].role``) or the
+:class:`~model.core.errors.TraceImportError` naming the field path (``messages[3].role``) or the
 1-based line of a JSONL file; more steps than ``max_steps`` raises
-:class:`~model.errors.TooLargeError`.
+:class:`~model.core.errors.TooLargeError`.
 
 >>> from model.importers import load_trace
 >>> trace = load_trace({"messages": [
@@ -43,7 +43,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from model.errors import InputError, TooLargeError, TraceImportError
+from model.core.errors import InputError, TooLargeError, TraceImportError
+from model.core.schema import Trace
 from model.importers._common import type_name
 from model.importers.agents_sdk import is_agents_export, to_spans
 from model.importers.dialects import is_dialect_item
@@ -51,7 +52,6 @@ from model.importers.messages import import_messages
 from model.importers.native import import_native
 from model.importers.openinference import KIND as _OI_KIND
 from model.importers.spans import import_spans
-from model.schema import Trace
 
 FORMATS: tuple[str, ...] = ("native", "openai", "otel", "openinference")
 _SPAN_KEYS = {"trace_id", "traceId", "span_id", "spanId", "context", "attributes", "startTimeUnixNano",
@@ -64,7 +64,7 @@ def parse_json_text(text: str | bytes) -> Any:
     >>> parse_json_text('{"messages": [')
     Traceback (most recent call last):
     ...
-    model.errors.TraceImportError: line 1: invalid JSON at column 15: Expecting value (the input ends early: truncated?)
+    model.core.errors.TraceImportError: line 1: invalid JSON at column 15: Expecting value (the input ends early: truncated?)
     """
     if isinstance(text, bytes | bytearray):
         try:

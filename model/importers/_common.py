@@ -14,9 +14,9 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from model.coverage import is_placeholder
-from model.errors import TooLargeError, TraceImportError
-from model.schema import Step, StepKind, StepStatus
+from model.core.coverage import is_placeholder
+from model.core.errors import TooLargeError, TraceImportError
+from model.core.schema import Step, StepKind, StepStatus
 
 # --------------------------------------------------------------------------------------------
 # type checks that say where and what was received

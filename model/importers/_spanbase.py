@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from model.core.schema import Step, StepKind, StepStatus, ToolDefinition
 from model.importers._common import Msg, StepSink, as_text, emit_message, ns_to_datetime, parse_tool_args
-from model.schema import Step, StepKind, StepStatus, ToolDefinition
 
 _TIMEOUT = re.compile(r"time[ _-]?out|deadline[ _-]?exceeded", re.IGNORECASE)
 

@@ -30,9 +30,9 @@ import json
 import re
 from typing import Any
 
+from model.core.schema import ToolDefinition
 from model.importers._common import Call, Msg, fail, join, type_name
 from model.importers._spanbase import Span, SpanBuilder, indexed_rows
-from model.schema import ToolDefinition
 
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "completion"}
 AGENT_OPERATIONS = {"invoke_agent", "create_agent"}

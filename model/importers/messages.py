@@ -1,4 +1,4 @@
-"""OpenAI chat messages → :class:`~model.schema.Trace`, multi-agent logs included.
+"""OpenAI chat messages → :class:`~model.core.schema.Trace`, multi-agent logs included.
 
 Accepted shapes: ``{"messages": [...]}``, ``{"history": [...]}`` (other top-level keys, such as a
 Who&When log's ``mistake_step``, go to ``Trace.metadata``; a ``response`` holding a chat
@@ -35,7 +35,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from model.errors import TooLargeError
+from model.core.errors import TooLargeError
+from model.core.schema import StepStatus, ToolDefinition, Trace
 from model.importers._common import (
     Call,
     Msg,
@@ -51,7 +52,6 @@ from model.importers._common import (
     type_name,
 )
 from model.importers.dialects import REASONING_ITEM, is_dialect_item, to_chat
-from model.schema import StepStatus, ToolDefinition, Trace
 
 VALID_ROLES = ("assistant", "developer", "function", "system", "tool", "user")
 SPEAKER_ROLES = ("assistant", "system", "tool", "user")

@@ -1,4 +1,4 @@
-"""Our own Trace JSON (what ``Trace.model_dump_json()`` writes) → :class:`~model.schema.Trace`.
+"""Our own Trace JSON (what ``Trace.model_dump_json()`` writes) → :class:`~model.core.schema.Trace`.
 
 pydantic's ValidationError is translated at this boundary into a :class:`TraceImportError`
 whose ``path`` is built from the error location (``steps[2].kind``).
@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from model.errors import TooLargeError, TraceImportError
+from model.core.errors import TooLargeError, TraceImportError
+from model.core.schema import Trace
 from model.importers._common import join, type_name
-from model.schema import Trace
 
 
 def loc_path(loc: tuple[int | str, ...], prefix: str = "") -> str:

@@ -24,9 +24,9 @@ import json
 import re
 from typing import Any
 
+from model.core.schema import ToolDefinition
 from model.importers._common import Call, Msg, as_text, fail
 from model.importers._spanbase import Span, SpanBuilder, indexed_rows
-from model.schema import ToolDefinition
 
 KIND = "openinference.span.kind"
 _MSG_KEY = re.compile(r"llm\.(input|output)_messages\.(\d+)\.message\.(.+)")

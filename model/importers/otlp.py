@@ -21,7 +21,7 @@ import base64
 import binascii
 from typing import Any
 
-from model.errors import TraceImportError
+from model.core.errors import TraceImportError
 from model.importers import parse_json_text
 
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.errors import TraceImportError
+from model.core.errors import TraceImportError
+from model.core.schema import Trace
 from model.importers import genai, langfuse, openinference
 from model.importers._common import (
     StepSink,
@@ -41,7 +42,6 @@ from model.importers._common import (
     type_name,
 )
 from model.importers._spanbase import Span, SpanBuilder
-from model.schema import Trace
 
 _ERROR_CODES = {2, "2", "STATUS_CODE_ERROR", "ERROR", "error", "Error"}
 
@@ -276,7 +276,7 @@ def _build(trace_id: str, spans: list[Span], max_steps: int | None, fmt: str, in
     service = next((s.resource.get("service.name") for s in spans if "service.name" in s.resource), None)
     if service is not None:
         metadata["service.name"] = service
-    if root_agent:  # the run's agent (model.agents.resolve_agent reads it)
+    if root_agent:  # the run's agent (model.core.agents.resolve_agent reads it)
         metadata["gen_ai.agent.name"] = root_agent
     return Trace(id=trace_id, session_id=session_id, steps=steps, tools=list(builder.tools.values()),
                  metadata=metadata)

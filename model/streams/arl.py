@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from model.errors import InputError
+from model.core.errors import InputError
 
 Direction = Literal["both", "up", "down"]
 

@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from model.errors import InputError
+from model.core.errors import InputError
 from model.streams.cusum import MAD_TO_SIGMA, Alarm, Cusum
 
 Method = Literal["pelt", "binseg", "window"]

@@ -50,8 +50,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from model.core.errors import InputError
 from model.detectors.base import register_stream_detector
-from model.errors import InputError
 from model.streams.arl import Direction, h_for_arl0
 
 MAD_TO_SIGMA = 1.4826

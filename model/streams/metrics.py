@@ -1,8 +1,8 @@
-"""Metric extraction: named per-step and per-trace series from a :class:`~model.schema.Trace`.
+"""Metric extraction: named per-step and per-trace series from a :class:`~model.core.schema.Trace`.
 
 Agents degrade slowly (latency creeps, answers lengthen or shrink, tool errors climb) before any
 single answer looks broken; these series are what the stream detectors watch. A stream is keyed by
-:class:`StreamKey` ``(tenant, name, agent)``, the run's agent as :mod:`model.agents` resolves it,
+:class:`StreamKey` ``(tenant, name, agent)``, the run's agent as :mod:`model.core.agents` resolves it,
 because two agents (a greeting bot and a code agent) have different baselines.
 
 Per-step series (each point carries its ``step`` index into ``Trace.steps`` and ``source_index``):
@@ -29,7 +29,7 @@ Per-trace values: ``steps``, ``llm_latency_ms`` / ``tool_latency_ms`` / ``latenc
 (e.g. ``{"confidence": 0.82}`` gives ``meta.confidence``). A value the trace does not carry is
 ``None``, never a made-up 0.
 
->>> from model.schema import Step, Trace
+>>> from model.core.schema import Step, Trace
 >>> t = Trace(task_type="qa", metadata={"confidence": 0.8}, steps=[
 ...     Step(kind="user_input", content="2+2?"),
 ...     Step(kind="final_output", content="4", latency_ms=420.0, tokens_out=1, source_index=1)])
@@ -49,10 +49,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from model.agents import POOL_AGENT, resolve_agent
-from model.errors import InputError
-from model.kinds import FailureKind
-from model.schema import Step, StepKind, StepStatus, Trace
+from model.core.agents import POOL_AGENT, resolve_agent
+from model.core.errors import InputError
+from model.core.kinds import FailureKind
+from model.core.schema import Step, StepKind, StepStatus, Trace
 
 PER_STEP_SERIES: tuple[str, ...] = (
     "llm_latency_ms",

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from model.errors import InputError
+from model.core.errors import InputError
 
 
 def read_csv_column(path: Path | str, column: str) -> NDArray[np.float64]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from model.errors import InputError
+from model.core.errors import InputError
 
 
 def simulate_agent_metrics(

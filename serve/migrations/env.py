@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from serve.store.models import Base
+from serve.store.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from serve.auth import UNAUTHORIZED_RESPONSES
-from serve.service import ConflictError, NotFoundError, TriageService
+from serve.services.triage import ConflictError, NotFoundError, TriageService
 
 T = TypeVar("T")
 

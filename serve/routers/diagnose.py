@@ -8,18 +8,18 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, BackgroundTasks, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 
-from model.errors import InputError, TraceImportError
-from model.findings import DiagnosisResponse
+from model.core.errors import InputError, TraceImportError
+from model.core.findings import DiagnosisResponse
+from model.core.options import DiagnoseOptions, DiagnoseRequest
+from model.core.schema import Trace
 from model.importers import load_trace, merge_documents, parse_documents
-from model.options import DiagnoseOptions, DiagnoseRequest
-from model.schema import Trace
 from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi, validate_body
 from serve.deps import SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
 from serve.heavy import HeavyLane
 from serve.routers._common import ServiceDep, call, json_response
-from serve.service import TriageService
+from serve.services.triage import TriageService
 
 log = logging.getLogger("triage.serve")
 

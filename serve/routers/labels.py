@@ -1,14 +1,14 @@
-"""``POST /v1/labels/undo``: withdraw one's own newest label (serve/run_labels.py). Labels are
+"""``POST /v1/labels/undo``: withdraw one's own newest label (serve/services/run_labels.py). Labels are
 posted on a trace (``POST /v1/traces/{id}/labels``, serve/routers/traces.py)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from serve.api_models import UndoLabelRequest, UndoLabelResponse
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
+from serve.schemas import UndoLabelRequest, UndoLabelResponse
 
 router = APIRouter(prefix="/v1/labels", tags=["traces"])
 

@@ -1,4 +1,4 @@
-"""``GET /metrics``: Prometheus text format (see serve/metrics.py for what is in it)."""
+"""``GET /metrics``: Prometheus text format (see serve/services/metrics.py for what is in it)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from starlette.concurrency import run_in_threadpool
 
 from serve.auth import UNAUTHORIZED_RESPONSES, CredentialsDep, get_principal
 from serve.deps import SettingsDep
-from serve.metrics import Metrics
+from serve.services.metrics import Metrics
 
 router = APIRouter(tags=["health"])
 

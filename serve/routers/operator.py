@@ -1,6 +1,6 @@
 """Operator-only calls: ``POST /v1/operator/models/promote`` and ``…/rollback`` — the code of
-``triage model promote`` / ``rollback`` (:func:`serve.retrain.promote_version`,
-:func:`serve.retrain.rollback_version`) for one agent's model (body field ``agent``), on the tenant
+``triage model promote`` / ``rollback`` (:func:`serve.services.retrain.promote_version`,
+:func:`serve.services.retrain.rollback_version`) for one agent's model (body field ``agent``), on the tenant
 the operator names in ``X-Triage-Tenant`` (else the key's own)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from model.agents import MAX_AGENT_LENGTH
-from model.errors import InputError
-from model.registry import POOLED, ZERO_SHOT, Registry
+from model.core.agents import MAX_AGENT_LENGTH
+from model.core.errors import InputError
+from model.scoring.agent_registry import POOLED, ZERO_SHOT, Registry
 from serve.auth import OperatorDep
 from serve.body import body_openapi, parse_body
 from serve.deps import SettingsDep
@@ -23,7 +23,7 @@ from serve.store import Store
 router = APIRouter(prefix="/v1/operator", tags=["operator"])
 
 
-#: An agent's name as runs resolve to it (model/agents.py): no control character, no outer blank.
+#: An agent's name as runs resolve to it (model/core/agents.py): no control character, no outer blank.
 AgentName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_AGENT_LENGTH,
                                              pattern=r"^[^\x00-\x20\x7f]([^\x00-\x1f\x7f]*[^\x00-\x20\x7f])?$")]
 _AGENT_HELP = (f"The agent whose model this acts on (the run's agent, `triage model list` shows them; "
@@ -78,7 +78,7 @@ async def promote(request: Request, principal: OperatorDep, settings: SettingsDe
     """Load and smoke-check the agent's version, then serve it for the agent (workers swap it in within
     `TRIAGE_MODEL_POLL_S`); 422 naming `agent` when it is missing or malformed, `version` when the agent's
     registry has no such version or it fails the check."""
-    from serve.retrain import promote_version
+    from serve.services.retrain import promote_version
 
     body = await parse_body(request, PromoteRequest)
     store: Store = request.app.state.store
@@ -99,7 +99,7 @@ async def rollback(request: Request, principal: OperatorDep, settings: SettingsD
     """Serve the agent's version active before the current one (promotions stack, rollbacks pop; past
     the first promotion: zero-shot); 422 naming `agent` when it is missing or malformed; 409 when the
     agent is answered zero-shot and there is nothing to roll back."""
-    from serve.retrain import rollback_version
+    from serve.services.retrain import rollback_version
 
     body = await parse_body(request, RollbackRequest)
     store: Store = request.app.state.store

@@ -16,7 +16,7 @@ import zlib
 
 from fastapi import APIRouter, HTTPException, Request, Response
 
-from model.errors import InputError, TooLargeError
+from model.core.errors import InputError, TooLargeError
 from model.importers.otlp import decode_export, encode_response
 from serve.auth import PrincipalDep
 from serve.deps import SettingsDep

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from serve.api_models import OutcomeRequest, OutcomeResponse
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.examples_service import OUTCOME_EXAMPLES
 from serve.routers._common import CONFLICT, ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
+from serve.schemas import OutcomeRequest, OutcomeResponse
 
 router = APIRouter(prefix="/v1", tags=["outcomes"])
 

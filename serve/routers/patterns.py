@@ -1,4 +1,4 @@
-"""``GET /v1/patterns``: the caller's failure patterns over a window, ranked (serve/patterns.py)."""
+"""``GET /v1/patterns``: the caller's failure patterns over a window, ranked (serve/services/patterns.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BeforeValidator
 
 from serve.auth import PrincipalDep
-from serve.patterns import MAX_WINDOW_DAYS, Level, PatternsOut, tenant_patterns, window
 from serve.routers._common import ERRORS, call
+from serve.services.patterns import MAX_WINDOW_DAYS, Level, PatternsOut, tenant_patterns, window
 from serve.store import Store
 from serve.validation import TEXT_PARAM_PATTERN, iso_datetime_text
 

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from serve.api_models import AppendStepsRequest, SessionStepResponse, SessionView
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.examples_service import APPEND_EXAMPLES
 from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call, json_response
+from serve.schemas import AppendStepsRequest, SessionStepResponse, SessionView
 from serve.validation import ID_PATTERN
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])

@@ -6,11 +6,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 
-from serve.api_models import ChangepointsResponse, ObservationsRequest, ObservationsResponse
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.examples_service import OBSERVATION_EXAMPLES
 from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
+from serve.schemas import ChangepointsResponse, ObservationsRequest, ObservationsResponse
 from serve.validation import TEXT_PARAM_PATTERN
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])

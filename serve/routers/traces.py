@@ -8,12 +8,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BeforeValidator
 
-from model.graph import ExecutionGraph
-from model.kinds import FailureKind
-from serve.api_models import GraphOut, LabelRequest, LabelResponse, TraceDetail, TracePageOut
+from model.core.graph import ExecutionGraph
+from model.core.kinds import FailureKind
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
+from serve.schemas import GraphOut, LabelRequest, LabelResponse, TraceDetail, TracePageOut
 from serve.validation import ID_PATTERN, TEXT_PARAM_PATTERN, iso_datetime_text
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"])

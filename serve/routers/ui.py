@@ -4,7 +4,7 @@ Every page answers ``?format=json`` with what it renders (its JSON twin). Signin
 opens a server-side session (:mod:`serve.auth`); every read is scoped to the session's tenant, and
 every write (a label, sign-out) carries the session's CSRF token (a form field or the
 ``X-CSRF-Token`` header) besides the SameSite=Strict cookie. Labels go through
-:meth:`serve.service.TriageService.add_label`, the method behind ``POST /v1/traces/{id}/labels``.
+:meth:`serve.services.triage.TriageService.add_label`, the method behind ``POST /v1/traces/{id}/labels``.
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from model.agents import MAX_AGENT_LENGTH, POOL_AGENT, clean_agent_name
-from model.errors import InputError, ModelLoadError
-from model.graph import ExecutionGraph
-from model.kinds import FailureKind
-from model.labelling.review import KIND_KEYS
-from model.registry import CARD_FILE, POOLED, ZERO_SHOT, Registry
-from model.schema import Trace
-from serve.api_models import LabelRequest, UndoLabelRequest
+from model.core.agents import MAX_AGENT_LENGTH, POOL_AGENT, clean_agent_name
+from model.core.errors import InputError, ModelLoadError
+from model.core.graph import ExecutionGraph
+from model.core.kinds import FailureKind
+from model.core.schema import Trace
+from model.data.labelling.review import KIND_KEYS
+from model.scoring.agent_registry import CARD_FILE, POOLED, ZERO_SHOT, Registry
 from serve.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -42,12 +41,13 @@ from serve.auth import (
     open_ui_session,
     switch_tenant,
 )
-from serve.label_review import MAIN_KEYS, review_queue
-from serve.label_review import _agree as agree_body
-from serve.patterns import tenant_patterns
-from serve.patterns import window as patterns_window
-from serve.retrain import learning_curve, promote_version, rollback_version
-from serve.service import NotFoundError, TriageService
+from serve.offline.label_review import MAIN_KEYS, review_queue
+from serve.offline.label_review import _agree as agree_body
+from serve.schemas import LabelRequest, UndoLabelRequest
+from serve.services.patterns import tenant_patterns
+from serve.services.patterns import window as patterns_window
+from serve.services.retrain import learning_curve, promote_version, rollback_version
+from serve.services.triage import NotFoundError, TriageService
 from serve.settings import Settings
 from serve.ui import data
 from serve.validation import ID_PATTERN
@@ -234,7 +234,7 @@ def overview(request: Request, format: Format = "html", days: DaysQ = 7, agent: 
     return _page(request, "overview.html", ctx, s, format)
 
 
-# -- 2 failure patterns (serve/patterns.py: the function behind GET /v1/patterns) ------------------
+# -- 2 failure patterns (serve/services/patterns.py: the function behind GET /v1/patterns) ------------------
 
 LevelQ = Annotated[Literal["failure", "signal", "all"], Query()]
 
@@ -457,7 +457,7 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
 
 
 def _shown_steps(view: dict[str, Any], max_steps: int = 24) -> list[dict[str, Any]]:
-    """The queue's compact view of a long trace, as the CLI's (serve/label_review.py ``render``):
+    """The queue's compact view of a long trace, as the CLI's (serve/offline/label_review.py ``render``):
     the first three steps, the last, and two either side of each failure and the attribution; a gap
     is a row ``{"gap": n}``."""
     steps = view["steps"]
@@ -596,7 +596,7 @@ def _operator_form(request: Request, s: UISession, form: dict[str, str]) -> str:
 
 @router.post("/models/promote")
 async def models_promote(request: Request) -> Response:
-    """Operators: the code of ``POST /v1/operator/models/promote`` (:func:`serve.retrain.promote_version`)."""
+    """Operators: the code of ``POST /v1/operator/models/promote`` (:func:`serve.services.retrain.promote_version`)."""
     s = _session(request)
     form = await _form(request)
     agent = _operator_form(request, s, form)
@@ -612,7 +612,7 @@ async def models_promote(request: Request) -> Response:
 
 @router.post("/models/rollback")
 async def models_rollback(request: Request) -> Response:
-    """Operators: the code of ``POST /v1/operator/models/rollback`` (:func:`serve.retrain.rollback_version`)."""
+    """Operators: the code of ``POST /v1/operator/models/rollback`` (:func:`serve.services.retrain.rollback_version`)."""
     s = _session(request)
     form = await _form(request)
     agent = _operator_form(request, s, form)

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from model.errors import StoreError, StoreUnavailableError
+from model.core.errors import StoreError, StoreUnavailableError
 
 #: execution option naming how a SQLite transaction begins ("DEFERRED" or "IMMEDIATE").
 SQLITE_BEGIN = "sqlite_begin"

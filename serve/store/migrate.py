@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from model.errors import StoreError
+from model.core.errors import StoreError
 from serve.store.engine import SQLITE_BEGIN
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"

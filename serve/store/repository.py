@@ -6,7 +6,7 @@ new policy state) run inside :meth:`Store.write`, which on SQLite begins with ``
 and on PostgreSQL relies on :func:`lock_session`'s ``SELECT … FOR UPDATE``. Either way two appends
 to one session run one after the other: no step is lost and no failure escalates twice.
 
-SQLAlchemy errors are wrapped in :class:`model.errors.StoreError` at this boundary.
+SQLAlchemy errors are wrapped in :class:`model.core.errors.StoreError` at this boundary.
 
 >>> store = Store("sqlite://")
 >>> store.upgrade()
@@ -55,12 +55,12 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
-from model.agents import MAX_AGENT_LENGTH, POOL_AGENT
-from model.errors import InputError, StoreError, StoreUnavailableError, StoreValueError
-from model.patterns import Occurrence, RepairEvent
+from model.core.agents import MAX_AGENT_LENGTH, POOL_AGENT
+from model.core.errors import InputError, StoreError, StoreUnavailableError, StoreValueError
+from model.diagnosis.patterns import Occurrence, RepairEvent
 from serve.store.engine import SQLITE_BEGIN, make_engine
 from serve.store.migrate import upgrade as _upgrade
-from serve.store.models import (
+from serve.store.tables import (
     ApiKey,
     FailureRow,
     LabelRow,
@@ -279,7 +279,7 @@ class Store:
             index_elements=["tenant_id", "id"],
             set_={
                 **{c.key: getattr(ins.excluded, c.key) for c in TraceRow.__table__.columns if c.key not in keep},
-                # the run's first failure stays the first one (serve/canary.py: failure and recovery rates)
+                # the run's first failure stays the first one (serve/services/canary.py: failure and recovery rates)
                 "failed_at": func.coalesce(TraceRow.__table__.c.failed_at, ins.excluded.failed_at),
             },
         ).returning(TraceRow.__table__.c.created_at)  # the kept one: the failure rows carry it
@@ -311,8 +311,8 @@ class Store:
         ``/v1/diagnose``. ``steps_in_rows``: the trace's steps are kept in ``trace_steps``
         (:meth:`put_steps`) and ``trace`` holds the rest; ``n_steps`` then counts them. A whole
         trace stored over one kept in rows replaces it. ``arm``: the run's canary arm
-        (:mod:`serve.canary`); when a diagnosis of the run first found a failure is kept.
-        ``agent``: the run's agent (:func:`model.agents.resolve_agent`).
+        (:mod:`serve.services.canary`); when a diagnosis of the run first found a failure is kept.
+        ``agent``: the run's agent (:func:`model.core.agents.resolve_agent`).
         ``step_tools``: the tool name of each step, when ``trace`` does not hold the steps; a
         failure row keeps the tool it concerns (``details.tool``, else its step's).
         """
@@ -580,7 +580,7 @@ class Store:
         attempt: int,
         status: str = "open",
     ) -> None:
-        # Ids are deterministic (model.repair_engine): a second insert of one id is the same recommendation.
+        # Ids are deterministic (model.diagnosis.repair_engine): a second insert of one id is the same recommendation.
         ins = (postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert)(
             RecommendationRow
         )
@@ -754,7 +754,7 @@ class Store:
 
     def agent_labels(self, tenant: str, agent: str, *, limit: int = 2000) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
         """The agent's newest labelled traces (at most ``limit``): each trace's stored response and its
-        label rows, oldest first (the zero-shot re-centring reads them; serve/models.py)."""
+        label rows, oldest first (the zero-shot re-centring reads them; serve/services/agent_models.py)."""
         with self.read() as db:
             ids = list(db.scalars(
                 select(LabelRow.trace_id)
@@ -772,7 +772,7 @@ class Store:
             labels = _group(db, LabelRow, [(tenant, i) for i in ids])
         return [(responses.get(i) or {}, labels.get((tenant, i), [])) for i in ids]
 
-    # -- failure patterns (model/patterns.py groups what this reads) ------------------------------
+    # -- failure patterns (model/diagnosis/patterns.py groups what this reads) ------------------------------
     def pattern_version(self, tenant: str) -> tuple[int, int, int]:
         """What the tenant's patterns depend on, cheaply: (failure rows, newest failure row id,
         newest outcome id). A diagnosis rewrites failure rows (new ids), a deletion lowers the count,
@@ -790,9 +790,9 @@ class Store:
         self, tenant: str, *, since: datetime, until: datetime
     ) -> tuple[list[Occurrence], list[RepairEvent]]:
         """The failures and signals of the tenant's runs created in ``[since, until)``, and the
-        recommendations given since ``since`` with their outcomes (:func:`model.patterns.group_patterns`
+        recommendations given since ``since`` with their outcomes (:func:`model.diagnosis.patterns.group_patterns`
         matches them to the runs). An occurrence's agent is its run's resolved agent (``traces.agent``:
-        :func:`model.agents.resolve_agent`), ``None`` for the tenant's pool.
+        :func:`model.core.agents.resolve_agent`), ``None`` for the tenant's pool.
 
         One table each: failure rows carry their run's ``created_at`` and agent (migration 0010)."""
         occ_q = (
@@ -840,7 +840,7 @@ class Store:
                                           tool or None, evidence or ""))
         return occurrences, repairs
 
-    # -- model registry activations (model/registry.py holds the artefacts) --------------------
+    # -- model registry activations (model/scoring/agent_registry.py holds the artefacts) --------------------
     def active_model(self, tenant: str, agent: str) -> str | None:
         """The registry version of ``agent``'s model the tenant serves (its newest activation), or
         None: no agent model (zero-shot)."""

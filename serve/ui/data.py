@@ -4,8 +4,8 @@ Each function returns plain JSON-able dicts: the page renders them and ``?format
 them as they are (the page's JSON twin).
 
 A run's **agent** is the one it resolved to when it was stored (``traces.agent``:
-:func:`model.agents.resolve_agent` — the agent the caller named, else the root agent span's name,
-else the task type, else the tenant's pool, :data:`~model.agents.POOL_AGENT`), the key of its agent
+:func:`model.core.agents.resolve_agent` — the agent the caller named, else the root agent span's name,
+else the task type, else the tenant's pool, :data:`~model.core.agents.POOL_AGENT`), the key of its agent
 model and of its metric streams.
 """
 
@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from sqlalchemy import and_, exists, func, select
 
-from model.agents import POOL_AGENT
-from serve.run_labels import effective_label
+from model.core.agents import POOL_AGENT
+from serve.services.run_labels import effective_label
 from serve.store import Store
-from serve.store.models import (
+from serve.store.tables import (
     FailureRow,
     LabelRow,
     ObservationRow,

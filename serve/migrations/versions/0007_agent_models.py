@@ -1,6 +1,6 @@
 """agent models: the agent of every trace, and model activations per (tenant, agent)
 
-``traces.agent`` (model/agents.py): rows stored before this revision get what the resolution gives
+``traces.agent`` (model/core/agents.py): rows stored before this revision get what the resolution gives
 them, their task type, else the pool ``_pool`` (no stored run named an agent, and the span importers
 did not yet record the root agent span). ``model_activations.agent``: the agent whose model a row
 activates; earlier rows (tenant-wide run scorers, replaced by agent models) keep NULL as history.

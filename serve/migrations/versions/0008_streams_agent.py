@@ -2,7 +2,7 @@
 
 Issue 20, item 8: each agent warms up its own baseline. A stream stored before this revision was
 fed by the runs of one task type, which is the agent those runs resolve to when they name none
-(model/agents.py): the task type becomes the agent; ``"default"`` (runs with no task type) becomes
+(model/core/agents.py): the task type becomes the agent; ``"default"`` (runs with no task type) becomes
 the pool agent ``"_pool"``; ``""`` (values posted for every task type) stays ``""`` (every agent).
 Nothing stored is dropped: detector state, counts, open alarms and observations carry over.
 

@@ -1,0 +1,139 @@
+"""What detectors report (:class:`Finding`) and what a diagnosis returns (:class:`DiagnosisResponse`).
+
+The response is the one pydantic model of ARCHITECTURE.md's "Response". It changes only by adding
+fields; ``schema_version`` says which fields a consumer can expect.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from model.core.coverage import Coverage
+from model.core.kinds import Category, FailureKind, Severity, Strategy
+
+RESPONSE_SCHEMA_VERSION = "1.3"  # 1.1: failure_probability, attribution; 1.2: arm; 1.3: failure_probability_basis
+
+
+class Finding(BaseModel):
+    """One detector's claim: a failure kind, how sure, and where.
+
+    ``step`` indexes ``Trace.steps``; ``source_index`` is that step's input position.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    detector: str
+    kind: FailureKind
+    confidence: float = Field(ge=0.0, le=1.0)
+    step: int | None = Field(default=None, ge=0)
+    source_index: int | None = Field(default=None, ge=0)
+    span_id: str | None = None
+    evidence: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Failure(BaseModel):
+    """A fused finding at or above its kind's threshold (or below it, as a signal)."""
+
+    kind: FailureKind
+    category: Category
+    severity: Severity
+    confidence: float = Field(ge=0.0, le=1.0)
+    detector: str
+    detectors: list[str] = Field(default_factory=list)
+    step: int | None = None
+    source_index: int | None = None
+    span_id: str | None = None
+    evidence: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Recommendation(BaseModel):
+    """What the agent should do next, usable as it is."""
+
+    id: str
+    strategy: Strategy
+    params: dict[str, Any] = Field(default_factory=dict)
+    instruction: str = ""
+    rationale: str = ""
+    next: list[Strategy] = Field(default_factory=list)
+    budgets: dict[str, Any] = Field(default_factory=dict)
+
+
+class Attribution(BaseModel):
+    """Where the run most likely went wrong, given that it failed (an agent message)."""
+
+    step: int = Field(ge=0, description="index into the trace's steps (the message's first step)")
+    source_index: int = Field(ge=0, description="the input message's position")
+    speaker: str | None = None
+    probability: float = Field(ge=0.0, le=1.0, description="P(this message is where it went wrong | failed)")
+
+
+class ProbabilityBasis(BaseModel):
+    """Which model gave ``failure_probability``, and how far to trust it (schema 1.3)."""
+
+    model: Literal["zero-shot", "agent"] = Field(
+        description="`agent`: the agent's own model (trained on its labelled runs, scoring the run so far); "
+        "`zero-shot`: the shipped run scorer, trained on other agents (near chance on a new agent)."
+    )
+    agent: str = Field(description="The run's agent (model/core/agents.py): the key of its model.")
+    labelled_runs: int = Field(
+        default=0, ge=0,
+        description="The agent's labelled runs: those its model was trained on (`agent`), or those the "
+        "zero-shot probability was re-centred on (its observed failure rate; 0: not re-centred).",
+    )
+    cv_auroc: float | None = Field(
+        default=None, description="The agent model's grouped cross-validated AUROC on its labelled runs (`agent` only)."
+    )
+    version: str | None = Field(default=None, description="The agent model's registry version (`agent` only).")
+    zero_shot_probability: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="The zero-shot probability before re-centring or the agent model (its prior).",
+    )
+
+
+class DiagnosisResponse(BaseModel):
+    """The answer to one diagnosis (CLI ``--json`` and ``POST /v1/diagnose``).
+
+    ``failure_probability`` is the calibrated probability that the run has failed (calibrated on
+    real labelled runs; ``None`` when no run scorer is loaded or the trace has no agent step);
+    ``attribution`` is present whenever the trace has agent steps, healthy or not.
+    ``healthy`` is ``False`` with a failure, ``True`` without one, and ``None`` (unknown) when no
+    failure was found but an agent step's text was not recorded or is only a redaction
+    placeholder (:mod:`model.core.coverage`); ``coverage`` counts those steps and ``warnings`` say
+    which setting records them. ``arm``: see the field (the canary share, ``serve/services/canary.py``).
+    """
+
+    schema_version: str = RESPONSE_SCHEMA_VERSION
+    trace_id: str
+    model_version: str = Field(
+        description="The models that answered: `<classifier version>+<run-scorer version>`; the classifier's "
+        "`model_version` (`rules-<package version>` without one), then the tenant's active run-scorer "
+        "version in the model registry (`v<N>-<YYYYMMDDTHHMMSSZ>`) or `shipped-<hash>` for the shipped one (no `+…` without a run scorer).",
+    )
+    detector_versions: dict[str, str] = Field(default_factory=dict)
+    healthy: bool | None
+    failure_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    failure_probability_basis: ProbabilityBasis | None = Field(
+        default=None, description="Which model gave `failure_probability` (absent outside the service)."
+    )
+    attribution: Attribution | None = None
+    failures: list[Failure] = Field(default_factory=list)
+    signals: list[Failure] = Field(default_factory=list)
+    primary: Failure | None = None
+    recommendation: Recommendation
+    steps: int = 0
+    coverage: Coverage = Field(default_factory=Coverage)
+    warnings: list[str] = Field(default_factory=list)
+    arm: Literal["repair", "shadow"] | None = Field(
+        default=None,
+        description="The service's arm for this run: `repair` (the recommendation is meant to be carried "
+        "out) or `shadow` (diagnosed and recorded, `continue` recommended: the canary share's other arm, "
+        "or `options.shadow`); absent outside the service.",
+    )
+
+
+__all__ = ["RESPONSE_SCHEMA_VERSION", "Attribution", "DiagnosisResponse", "Failure", "Finding", "ProbabilityBasis",
+           "Recommendation"]

@@ -1,0 +1,2 @@
+"""Data: the seeded trace builder and generator, labelling, the vendored real sets and the splits.
+"""

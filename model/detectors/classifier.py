@@ -1,0 +1,173 @@
+"""The ``classifier`` trace detector: the ONNX classifier's step scores as findings.
+
+It loads the artefact lazily (on the first :meth:`ClassifierDetector.inspect`), from the folder
+given to its constructor — by default the shipped ``model/artifacts/``. Every step is scored
+(the last ``max_steps`` of a very long trace); each (step, kind) whose probability reaches half
+its kind's tuned threshold becomes a finding.
+
+Confidence: the classifier's per-kind thresholds differ, while fusion compares every finding
+with one threshold per kind shared with the rules (0.5 by default). So the calibrated probability
+``p`` is mapped piecewise-linearly so that the kind's threshold ``t`` lands on 0.5
+(``0.5·p/t`` below it, ``0.5 + 0.5·(p − t)/(1 − t)`` above it); ``details`` keeps ``p`` and ``t``.
+
+Gate (:mod:`model.training.classifier.gate`): the detector reports only the kinds the classifier is a
+producer of, and raises as failures only the kinds ``gate.json`` beside the model trusts (measured
+precision); any other kind's confidence is scaled below 0.5, so it is reported as a signal and
+drives no repair (``details.gated`` says why). No ``gate.json`` → every reported kind may fail.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+from model.core.errors import NotFittedError
+from model.core.findings import Finding
+from model.core.kinds import FailureKind
+from model.core.paths import ARTIFACTS
+from model.core.schema import Trace
+from model.detectors.base import register_trace_detector
+from model.scoring.classifier.representation import clip
+from model.training.classifier.gate import GATE_FILE, REPORTED_KINDS
+
+DEFAULT_ARTIFACTS = ARTIFACTS
+
+
+def relative_confidence(p: float, threshold: float) -> float:
+    """Map probability ``p`` so that ``threshold`` becomes 0.5 (monotone, 0 → 0, 1 → 1).
+
+    >>> relative_confidence(0.3, 0.3), relative_confidence(0.65, 0.3)
+    (0.5, 0.75)
+    """
+    t = min(max(threshold, 1e-6), 1 - 1e-6)
+    out = 0.5 * p / t if p < t else 0.5 + 0.5 * (p - t) / (1 - t)
+    return float(min(1.0, max(0.0, out)))
+
+
+@register_trace_detector
+class ClassifierDetector:
+    """Per-step failure classifier (onnxruntime), as a trace detector.
+
+    Parameters
+    ----------
+    path:
+        Folder holding ``classifier.onnx`` and ``tokenizer.json`` (default: the shipped model).
+    threads:
+        onnxruntime threads.
+    max_steps:
+        Score at most the last ``max_steps`` steps of a trace.
+    signal_ratio:
+        Report (as a signal) a kind from ``signal_ratio × threshold`` on; 1.0 reports failures only.
+
+    Examples
+    --------
+    >>> det = ClassifierDetector(path="model/artifacts")   # loads nothing yet
+    >>> det.get_params()["max_steps"]
+    512
+    """
+
+    name: ClassVar[str] = "classifier"
+    version: ClassVar[str] = "1"
+    kinds: ClassVar[tuple[FailureKind, ...]] = REPORTED_KINDS
+
+    def __init__(self, *, path: str | Path | None = None, threads: int = 2, max_steps: int = 512,
+                 signal_ratio: float = 0.5) -> None:
+        self.path = path
+        self.threads = threads
+        self.max_steps = max_steps
+        self.signal_ratio = signal_ratio
+        self.runtime_: Any = None
+        self.gate_: dict[str, Any] | None = None
+
+    def get_params(self) -> dict[str, Any]:
+        return {"path": self.path, "threads": self.threads, "max_steps": self.max_steps,
+                "signal_ratio": self.signal_ratio}
+
+    def load(self) -> Any:
+        """Load the artefact now (the service calls this at start-up); returns the runtime."""
+        if self.runtime_ is None:
+            from model.scoring.classifier.runtime import ClassifierRuntime
+
+            self.runtime_ = ClassifierRuntime.load(self.path or DEFAULT_ARTIFACTS, threads=self.threads)
+            gate_path = Path(self.path or DEFAULT_ARTIFACTS) / GATE_FILE
+            self.gate_ = json.loads(gate_path.read_text(encoding="utf-8")) if gate_path.is_file() else None
+        return self.runtime_
+
+    @property
+    def failure_kinds(self) -> frozenset[str]:
+        """Kinds this model may raise as failures (the gate's), once loaded."""
+        if self.gate_ is None:
+            return frozenset(k.value for k in REPORTED_KINDS)
+        return frozenset(self.gate_.get("failure_kinds", []))
+
+    def available(self) -> bool:
+        """Whether the artefact's files exist (the service serves rules only when they don't)."""
+        from model.scoring.classifier.runtime import MODEL_FILE, TOKENIZER_FILE
+
+        folder = Path(self.path or DEFAULT_ARTIFACTS)
+        return (folder / MODEL_FILE).is_file() and (folder / TOKENIZER_FILE).is_file()
+
+    @property
+    def model_version(self) -> str | None:
+        """The loaded model's version (``None`` before :meth:`load`)."""
+        return None if self.runtime_ is None else str(self.runtime_.meta.model_version)
+
+    @property
+    def runtime(self) -> Any:
+        if self.runtime_ is None:
+            raise NotFittedError("the classifier is not loaded yet; call load() or inspect() first")
+        return self.runtime_
+
+    def inspect(self, trace: Trace) -> list[Finding]:
+        rt = self.load()
+        start = max(0, len(trace.steps) - self.max_steps)
+        if start >= len(trace.steps):
+            return []
+        probs = rt.score_trace(trace, start=start)
+        return self._findings(trace, probs, start)
+
+    def inspect_step(self, trace: Trace, index: int) -> list[Finding]:
+        """Findings for one step only (the real-time path: a new step appended to a session)."""
+        rt = self.load()
+        return self._findings(trace, rt.score_step(trace, index)[None, :], index)
+
+    def _findings(self, trace: Trace, probs: Any, start: int) -> list[Finding]:
+        rt = self.runtime_
+        reported = {k.value for k in REPORTED_KINDS}
+        trusted = self.failure_kinds
+        out: list[Finding] = []
+        for row, i in enumerate(range(start, start + probs.shape[0])):
+            step = trace.steps[i]
+            for j, label in enumerate(rt.labels):
+                try:
+                    kind = FailureKind(label)
+                except ValueError:  # "healthy"
+                    continue
+                if label not in reported:  # a kind the rules own (tool_error, loop, …)
+                    continue
+                p, t = float(probs[row, j]), float(rt.thresholds[j])
+                if p < self.signal_ratio * t:
+                    continue
+                confidence = round(relative_confidence(p, t), 4)
+                details: dict[str, Any] = {"probability": round(p, 4), "threshold": round(t, 4),
+                                           "model_version": rt.meta.model_version}
+                if label not in trusted:
+                    # Below the failure threshold whatever p is: a signal, not a repair trigger.
+                    confidence = round(0.49 * confidence, 4)
+                    details["gated"] = "precision below the gate in gate.json: reported as a signal"
+                out.append(Finding(
+                    detector=self.name,
+                    kind=kind,
+                    confidence=confidence,
+                    step=i,
+                    source_index=step.source_index,
+                    span_id=step.span_id,
+                    evidence=f"{kind.value} p={p:.2f} (threshold {t:.2f}) at step {i} "
+                             f"({step.kind.value}): {clip(step.content, 120)!r}",
+                    details=details,
+                ))
+        return out
+
+
+__all__ = ["DEFAULT_ARTIFACTS", "ClassifierDetector", "relative_confidence"]

@@ -1,0 +1,345 @@
+"""Diagnosis: run the detectors over a trace, fuse their findings, recommend a repair.
+
+Fusion (ARCHITECTURE.md): a finding at or above its kind's threshold is a failure; below it, a
+signal (reported, not acted on). Findings of one kind on one ``source_index`` merge, keeping the
+highest confidence and every detector's evidence. The primary failure is the earliest among those
+of the highest severity: the root cause before its symptom.
+
+With a run scorer (:mod:`model.scoring.runscore`, fitted on real runs), every diagnosis also carries
+``failure_probability`` and ``attribution``; ``healthy`` is false when a failure passes its kind's
+threshold **or** ``failure_probability`` reaches the scorer's operating point. In the second case
+the primary failure sits at ``attribution.step`` (detector ``runscore``), of the most likely kind
+there (:func:`attributed_kind`), with confidence ``failure_probability``, and follows that kind's
+ladder. Without a failure, ``healthy`` is ``None`` (unknown) when an agent step's text is missing
+or only a redaction placeholder (:mod:`model.core.coverage`).
+
+>>> from model.core.schema import Step, Trace
+>>> t = Trace(steps=[Step(kind="user_input", content="2+2?"), Step(kind="final_output", content="4")])
+>>> Diagnoser().diagnose(t).healthy
+True
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from model.core.coverage import assess, verdict
+from model.core.errors import TooLargeError, UnknownDetectorError
+from model.core.findings import Attribution, DiagnosisResponse, Failure, Finding
+from model.core.kinds import CLASSIFIER_KINDS, KIND_INFO, SYMPTOM_KINDS, FailureKind
+from model.core.options import DiagnoseOptions
+from model.core.schema import StepKind, Trace
+from model.detectors import TRACE_DETECTORS, make_detector
+from model.detectors.base import TraceDetector
+from model.diagnosis.ladders import Ladders
+
+if TYPE_CHECKING:
+    from model.scoring.runscore.model import RunScorer
+
+#: The name that switches the run scorer on or off in ``options.detectors``.
+RUNSCORE = "runscore"
+
+#: A finding at or above its kind's threshold is a failure. Rules report calibrated constants; a
+#: learned detector with its own tuned thresholds reports confidences relative to them (the
+#: classifier maps its threshold to 0.5), so one threshold per kind serves every detector.
+DEFAULT_THRESHOLDS: dict[FailureKind, float] = {kind: 0.5 for kind in FailureKind}
+
+#: Detectors whose construction depends on the request: detector name → option names passed on.
+REQUEST_PARAMS: dict[str, tuple[str, ...]] = {"disallowed_tool": ("allowed_tools",)}
+
+#: Detectors left out of the default set (too slow for every request, or need an artefact);
+#: they run when named in ``options.detectors`` or passed to :class:`Diagnoser` explicitly.
+OPT_IN_DETECTORS: frozenset[str] = frozenset({"classifier"})
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("agent-triage-service")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree
+        return "0.0.0+local"
+
+
+def _merge_key(f: Finding) -> tuple[FailureKind, int | None, int | None]:
+    # Findings with no source_index (trace-level) merge by kind alone.
+    return (f.kind, f.source_index, None if f.source_index is not None else f.step)
+
+
+def fuse(
+    findings: Iterable[Finding], thresholds: Mapping[FailureKind, float] | None = None
+) -> tuple[list[Failure], list[Failure], Failure | None]:
+    """Merge findings, split them into failures and signals, and pick the primary failure.
+
+    Returns ``(failures, signals, primary)``, failures and signals ordered by step.
+    """
+    thr = dict(DEFAULT_THRESHOLDS)
+    if thresholds:
+        thr.update(thresholds)
+    merged: dict[tuple[FailureKind, int | None, int | None], list[Finding]] = {}
+    for f in findings:
+        merged.setdefault(_merge_key(f), []).append(f)
+
+    failures: list[Failure] = []
+    signals: list[Failure] = []
+    for group in merged.values():
+        best = max(group, key=lambda f: f.confidence)
+        info = KIND_INFO[best.kind]
+        detectors = list(dict.fromkeys(f.detector for f in sorted(group, key=lambda f: -f.confidence)))
+        evidence = " | ".join(dict.fromkeys(f"{f.detector}: {f.evidence}" for f in group if f.evidence))
+        details: dict[str, Any] = {}
+        for f in sorted(group, key=lambda f: f.confidence):
+            details.update(f.details)  # the most confident detector's details win on a clash
+        steps = [f.step for f in group if f.step is not None]
+        fused = Failure(
+            kind=best.kind,
+            category=info.category,
+            severity=info.severity,
+            confidence=best.confidence,
+            detector=best.detector,
+            detectors=detectors,
+            step=min(steps) if steps else None,
+            source_index=best.source_index,
+            span_id=best.span_id or next((f.span_id for f in group if f.span_id), None),
+            evidence=evidence,
+            details=details,
+        )
+        # a rule demoted on real runs (it fired on too many successful ones) only ever signals
+        demoted = bool(best.details.get("demoted"))
+        (failures if best.confidence >= thr[best.kind] and not demoted else signals).append(fused)
+
+    def order(f: Failure) -> tuple[int, int, int]:
+        step = f.step if f.step is not None else 1 << 30
+        return (step, int(f.kind in SYMPTOM_KINDS), list(FailureKind).index(f.kind))
+
+    failures.sort(key=order)
+    signals.sort(key=order)
+    primary = None
+    if failures:
+        top = max(f.severity.rank for f in failures)
+        primary = min((f for f in failures if f.severity.rank == top), key=order)
+    return failures, signals, primary
+
+
+def attributed_kind(trace: Trace, attribution: Attribution, signals: Sequence[Failure]) -> tuple[FailureKind, str]:
+    """The most likely failure kind at the attributed message, and where that came from.
+
+    The most confident signal on that message of a kind the classifier produces (the classifier's
+    most likely kind there); else by what the message is: a call → ``malformed_call``, an answer
+    after no result at all → ``off_topic``, any other answer → ``hallucination``.
+    """
+    here = [f for f in signals if f.source_index == attribution.source_index and f.kind in CLASSIFIER_KINDS]
+    if here:
+        best = max(here, key=lambda f: f.confidence)
+        return best.kind, f"signal:{best.detector}"
+    step = trace.steps[attribution.step]
+    if step.kind is StepKind.TOOL_CALL:
+        return FailureKind.MALFORMED_CALL, "step_kind"
+    grounded = any(s.kind is StepKind.TOOL_RESULT for s in trace.steps[: attribution.step])
+    return (FailureKind.HALLUCINATION if grounded else FailureKind.OFF_TOPIC), "step_kind"
+
+
+def run_failure(trace: Trace, attribution: Attribution, probability: float, threshold: float,
+                signals: Sequence[Failure]) -> Failure:
+    """The failure a run-level verdict raises: at the attributed message, confidence = the probability."""
+    kind, kind_from = attributed_kind(trace, attribution, signals)
+    info = KIND_INFO[kind]
+    step = trace.steps[attribution.step]
+    return Failure(
+        kind=kind, category=info.category, severity=info.severity, confidence=probability,
+        detector=RUNSCORE, detectors=[RUNSCORE], step=attribution.step, source_index=attribution.source_index,
+        span_id=step.span_id,
+        evidence=(f"{RUNSCORE}: failure_probability {probability:.2f} ≥ operating point {threshold:.2f}; "
+                  f"most likely at message {attribution.source_index} (p={attribution.probability:.2f})"),
+        details={"failure_probability": probability, "threshold": threshold,
+                 "attribution_probability": attribution.probability, "kind_from": kind_from},
+    )
+
+
+class Diagnoser:
+    """Runs detectors and the repair policy. Build once (it holds the detectors), call per trace.
+
+    Parameters
+    ----------
+    detectors:
+        Pre-built trace detectors to use by default (e.g. the classifier, loaded once at start-up).
+        Default: every registered trace detector except the opt-in ones.
+    ladders:
+        The repair ladders; default :meth:`Ladders.load`.
+    max_steps:
+        Traces longer than this raise :class:`~model.core.errors.TooLargeError`.
+    model_version:
+        Reported in every response; default the classifier's version when one is among the
+        detectors, else ``rules-<package version>`` (``+<run scorer version>`` with a run scorer).
+    runscorer:
+        The run scorer (``failure_probability``, ``attribution``); ``None``: neither is reported.
+    """
+
+    def __init__(
+        self,
+        detectors: Sequence[TraceDetector] | None = None,
+        *,
+        ladders: Ladders | None = None,
+        max_steps: int = 5000,
+        model_version: str | None = None,
+        runscorer: RunScorer | None = None,
+    ) -> None:
+        if detectors is None:
+            detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
+        self.detectors: dict[str, TraceDetector] = {d.name: d for d in detectors}
+        self.ladders = ladders or Ladders.load()
+        self.max_steps = max_steps
+        if model_version is None:
+            clf = self.detectors.get("classifier")
+            model_version = str(getattr(clf, "model_version", None) or f"rules-{package_version()}")
+            if runscorer is not None:
+                model_version += f"+{runscorer.version}"
+        self.model_version = model_version
+        self.runscorer = runscorer
+
+    @classmethod
+    def with_shipped_models(
+        cls,
+        *,
+        classifier: bool = True,
+        runscore: bool = True,
+        path: str | Path | None = None,
+        threads: int = 2,
+        runscorer: RunScorer | None = None,
+        **kwargs: Any,
+    ) -> Diagnoser:
+        """Every rule, plus the shipped classifier and run scorer when their artefacts are present
+        (what the service and ``triage diagnose`` run). ``path``: a folder holding them instead of
+        ``model/artifacts``; ``runscorer``: a fitted one instead of the shipped file."""
+        from model.scoring.runscore.model import ARTIFACT, RunScorer
+
+        detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
+        if classifier and "classifier" in TRACE_DETECTORS:
+            params: dict[str, Any] = {"threads": threads}
+            if path is not None:
+                params["path"] = path
+            det = make_detector("classifier", **params)
+            available = getattr(det, "available", None)
+            if not callable(available) or available():
+                load = getattr(det, "load", None)
+                if callable(load):
+                    load()
+                detectors.append(det)
+        if runscorer is None and runscore:
+            file = Path(path) / ARTIFACT.name if path is not None else ARTIFACT
+            runscorer = RunScorer.load(file) if file.is_file() else None
+        return cls(detectors, runscorer=runscorer if runscore else None, **kwargs)
+
+    def _detectors_for(self, options: DiagnoseOptions) -> list[TraceDetector]:
+        names = list(self.detectors) if options.detectors is None else [
+            n for n in options.detectors if n != RUNSCORE]
+        chosen: list[TraceDetector] = []
+        for name in dict.fromkeys(names):
+            if name not in self.detectors and name not in TRACE_DETECTORS:
+                valid = ", ".join(sorted(set(self.detectors) | set(TRACE_DETECTORS) | {RUNSCORE}))
+                raise UnknownDetectorError(
+                    f"unknown detector {name!r}; valid names: {valid}", path="options.detectors"
+                )
+            request_params = {
+                p: getattr(options, p) for p in REQUEST_PARAMS.get(name, ()) if getattr(options, p) is not None
+            }
+            if request_params:
+                chosen.append(make_detector(name, **request_params))
+            elif name in self.detectors:
+                chosen.append(self.detectors[name])
+            else:
+                det = make_detector(name)
+                self.detectors[name] = det  # built on first use, then kept (e.g. the classifier)
+                chosen.append(det)
+        return chosen
+
+    def _measured(self, f: Finding) -> Finding:
+        """A rule's finding with its confidence estimated on real runs (P(run failed | it fired),
+        ``details.p_run_failed``; a demoted rule's finding only signals):
+        :meth:`model.scoring.runscore.model.RunScorer.rule_confidence`."""
+        assert self.runscorer is not None
+        if f.confidence < DEFAULT_THRESHOLDS[f.kind]:
+            return f  # a signal: the rule's precision was measured on its failures only
+        conf, extra = self.runscorer.rule_confidence(f.detector, f.confidence)
+        if not extra:
+            return f
+        return f.model_copy(update={"confidence": conf, "details": {**f.details, **extra}})
+
+    def findings(self, trace: Trace, options: DiagnoseOptions | None = None) -> list[Finding]:
+        """Every detector's raw findings, in detector order."""
+        return self._run(trace, self._detectors_for(options or DiagnoseOptions()))
+
+    def _run(self, trace: Trace, detectors: Sequence[TraceDetector]) -> list[Finding]:
+        if len(trace.steps) > self.max_steps:
+            raise TooLargeError(
+                f"trace has {len(trace.steps)} steps; the limit is {self.max_steps}", path="trace.steps"
+            )
+        out: list[Finding] = []
+        for det in detectors:
+            out.extend(det.inspect(trace))
+        return out
+
+    def diagnose(
+        self,
+        trace: Trace,
+        options: DiagnoseOptions | None = None,
+        *,
+        extra_findings: Iterable[Finding] = (),
+        run_threshold: float | None = None,
+        run_verdict: bool = True,
+    ) -> DiagnosisResponse:
+        """Diagnose ``trace`` and recommend the first rung of the primary failure's ladder.
+
+        ``extra_findings`` come from outside the trace detectors (e.g. a stream's ``degradation``);
+        ``run_threshold`` replaces the run scorer's operating point (the service passes one relative
+        to the agent's own recent runs) — zero-shot (no tenant head) only where it is higher; ``run_verdict=False`` reports ``failure_probability`` and
+        ``attribution`` without letting them decide ``healthy`` (a running session: its run is not over).
+        """
+        options = options or DiagnoseOptions()
+        dets = self._detectors_for(options)
+        findings = self._run(trace, dets)
+        use_runscore = self.runscorer is not None and (options.detectors is None or RUNSCORE in options.detectors)
+        if use_runscore and self.runscorer is not None and self.runscorer.rule_stats_:
+            findings = [self._measured(f) for f in findings]
+        findings.extend(extra_findings)
+        failures, signals, primary = fuse(findings)
+        versions = {d.name: d.version for d in dets}
+        probability: float | None = None
+        attribution: Attribution | None = None
+        if use_runscore and self.runscorer is not None:
+            scored = self.runscorer.score(trace)
+            probability = scored.failure_probability
+            attribution = Attribution(**scored.attribution) if scored.attribution else None
+            versions[RUNSCORE] = self.runscorer.version
+            thr = self.runscorer.threshold
+            if run_threshold is not None:
+                # zero-shot, the probability turns `healthy` false only at the fixed low-false-alarm
+                # operating point or above it (issue 20, item 7): a caller's point relative to the
+                # agent's own runs flags its top decile by construction (≈ 10 % of its successful
+                # runs), so it may raise the bar, never lower it
+                thr = max(thr, run_threshold)
+            if run_verdict and not failures and probability is not None and attribution is not None \
+                    and probability >= thr:
+                primary = run_failure(trace, attribution, probability, thr, signals)
+                failures = [primary]
+        recommendation = self.ladders.recommend(trace, primary, options=options)
+        coverage, warnings = assess(trace)
+        return DiagnosisResponse(
+            trace_id=trace.id,
+            model_version=self.model_version,
+            detector_versions=versions,
+            healthy=verdict(coverage, failures=len(failures)),
+            failure_probability=probability,
+            attribution=attribution,
+            failures=failures,
+            signals=signals,
+            primary=primary,
+            recommendation=recommendation,
+            steps=len(trace.steps),
+            coverage=coverage,
+            warnings=warnings,
+        )
+
+
+__all__ = ["DEFAULT_THRESHOLDS", "RUNSCORE", "Diagnoser", "attributed_kind", "fuse", "package_version", "run_failure"]

@@ -1,0 +1,252 @@
+"""Incremental diagnosis of a running session: an append costs the same at step 4,000 as at step 10.
+
+A session grows one append at a time. Re-running every detector over the whole trace on each
+append makes the *n*-th append cost O(*n*); here the detectors read a **window** instead: the last
+``window`` steps, preceded by the session's context (its system messages and the user message that
+set the current task). What the window finds on its own steps replaces what the previous append
+found there; findings on steps that have slid out of the window are **frozen**: kept, as the last
+window that still held them saw them. The classifier scores each new step once, on the same
+window, and its findings are kept too. A rule finding is frozen half a window after it left
+the window's newest half, so it was last computed with half a window on either side of it. The state is a JSON dict stored in the session (any worker
+can continue it).
+
+- A session of at most ``window`` steps is diagnosed exactly as the whole trace would be (the
+  window is the whole trace).
+- Beyond that, what lies further apart than about half a window is not seen together: an error
+  ignored more than that later, a loop whose repeats are further apart, a tool error recovered
+  later than that (it stays reported as not recovered), the classifier's repeat counts and
+  grounding from steps out of the window. A recovered failure's ``recovered_by_step`` names the
+  recovery the window saw (the whole trace names the tool's last success, wherever it is).
+- The run scorer's ``failure_probability`` and ``attribution`` are those of the window (it reads
+  every message it is given); in a session they decide nothing.
+- Findings are renumbered from the window to the session (``step``, every ``*_step`` /
+  ``*_steps`` detail, "step N" in the evidence).
+
+>>> from model.data.builder import make_trace
+>>> from model.diagnosis.diagnoser import Diagnoser
+>>> from model.core.kinds import FailureKind
+>>> t = make_trace(FailureKind.TOOL_ERROR, seed=1)
+>>> state: dict = {}
+>>> inc = IncrementalDiagnoser(Diagnoser(), window=64)
+>>> inc.diagnose(t, state).primary.kind == Diagnoser().diagnose(t).primary.kind
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from model.core.findings import Attribution, DiagnosisResponse, Finding
+from model.core.options import DiagnoseOptions
+from model.core.schema import StepKind, Trace
+from model.diagnosis.diagnoser import RUNSCORE, Diagnoser
+
+#: The session's context kept in front of a window: at most this many system messages.
+MAX_CONTEXT_SYSTEM = 4
+
+_STEP_REF = re.compile(r"\bstep (\d+)")
+
+
+def window_of(
+    trace: Trace, size: int, context: dict[str, Any] | None = None
+) -> tuple[Trace, list[int], int]:
+    """The window of ``trace``: ``(window trace, index map, lo)``.
+
+    ``index map[j]`` is the session index of the window's step ``j``; the window's own steps are
+    the session's ``steps[lo:]``, after the context (system messages and the last user message
+    before ``lo``). With ``len(trace.steps) <= size`` the window is the trace itself.
+    ``context`` (JSON, kept by the caller between appends) remembers the context found so far,
+    so that only the steps that slid out of the window since are read.
+    """
+    n = len(trace.steps)
+    lo = max(0, n - size)
+    if lo == 0:
+        return trace, list(range(n)), 0
+    ctx = context if context is not None else {}
+    if int(ctx.get("upto", 0)) > lo:
+        ctx.clear()
+    system: list[int] = list(ctx.get("system", []))
+    user: int | None = ctx.get("user")
+    for i in range(int(ctx.get("upto", 0)), lo):
+        kind = trace.steps[i].kind
+        if kind is StepKind.SYSTEM and len(system) < MAX_CONTEXT_SYSTEM:
+            system.append(i)
+        elif kind is StepKind.USER_INPUT:
+            user = i
+    ctx.update(upto=lo, system=system, user=user)
+    index = [*system, *([user] if user is not None else [])]
+    index = sorted(index) + list(range(lo, n))
+    win = trace.model_copy(update={"steps": [trace.steps[i] for i in index]})
+    return win, index, lo
+
+
+def remap(finding: Finding, index: Sequence[int]) -> Finding:
+    """``finding`` on a window, renumbered to the session through ``index``."""
+    if index and index[-1] == len(index) - 1:  # the window is the whole trace
+        return finding
+
+    def at(j: int) -> int:
+        return index[j] if 0 <= j < len(index) else j
+
+    def walk(value: Any, key: str = "") -> Any:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and (key == "step" or key.endswith("_step")):
+            return at(value)
+        if isinstance(value, list):
+            if key.endswith("_steps"):
+                return [at(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {k: walk(v, k) for k, v in value.items()}
+        return value
+
+    return finding.model_copy(
+        update={
+            "step": at(finding.step) if finding.step is not None else None,
+            "details": walk(finding.details),
+            "evidence": _STEP_REF.sub(lambda m: f"step {at(int(m.group(1)))}", finding.evidence),
+        }
+    )
+
+
+class IncrementalDiagnoser:
+    """A :class:`~model.diagnosis.diagnoser.Diagnoser` that diagnoses a growing session window by window.
+
+    Parameters
+    ----------
+    diagnoser:
+        Its detectors, policy and fusion are used as they are.
+    window:
+        How many of the newest steps the detectors re-read on each append.
+    """
+
+    def __init__(self, diagnoser: Diagnoser, *, window: int = 64) -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1; got {window}")
+        self.diagnoser = diagnoser
+        self.window = window
+
+    def diagnose(
+        self,
+        trace: Trace,
+        state: dict[str, Any],
+        options: DiagnoseOptions | None = None,
+        *,
+        extra_findings: Iterable[Finding] = (),
+    ) -> DiagnosisResponse:
+        """Diagnose the session ``trace`` after an append; ``state`` (the session's) is updated.
+
+        ``options.detectors`` names the detectors as for :meth:`Diagnoser.diagnose`; a classifier
+        among them with ``inspect_step`` scores only the steps it has not scored before. The run
+        scorer (``runscore``), when the diagnoser has one, reports ``failure_probability`` and
+        ``attribution`` of the window and decides nothing (the run is not over).
+        """
+        options = options or DiagnoseOptions()
+        dets = self.diagnoser._detectors_for(options)
+        clf = next((d for d in dets if d.name == "classifier" and callable(getattr(d, "inspect_step", None))), None)
+        rules = [d for d in dets if d is not clf]
+        win, index, lo = window_of(trace, self.window, state.setdefault("context", {}))
+        found = self._rule_findings(trace, win, index, lo, rules, options, state)
+        if clf is not None:
+            found += self._classifier_findings(clf, trace, win, index, lo, state)
+        resp = self.diagnoser.diagnose(
+            trace,
+            options.model_copy(update={"detectors": []}),
+            extra_findings=[*found, *extra_findings],
+            run_verdict=False,
+        )
+        resp.detector_versions = {d.name: d.version for d in dets}
+        scorer = self.diagnoser.runscorer
+        if scorer is not None and (options.detectors is None or RUNSCORE in options.detectors):
+            # The run scorer reads every message of what it is given: the window, not the session.
+            scored = scorer.score(win)
+            resp.failure_probability = scored.failure_probability
+            if scored.attribution:
+                at = dict(scored.attribution)
+                at["step"] = index[at["step"]] if 0 <= at["step"] < len(index) else at["step"]
+                resp.attribution = Attribution(**at)
+            resp.detector_versions[RUNSCORE] = scorer.version
+        return resp
+
+    # -- rules: frozen findings before the window, the window's own ------------------------------
+    def _rule_findings(
+        self,
+        trace: Trace,
+        win: Trace,
+        index: list[int],
+        lo: int,
+        rules: Sequence[Any],
+        options: DiagnoseOptions,
+        state: dict[str, Any],
+    ) -> list[Finding]:
+        fingerprint = _fingerprint(rules, options, self.window)
+        cached = state.get("rules") or {}
+        n = len(trace.steps)
+        # Findings before ``cut`` are frozen. It trails the window's start by half a window, so a
+        # finding is last computed with half a window of steps on either side of it.
+        cut = 0 if lo == 0 else lo + self.window // 2
+        if cached.get("fingerprint") != fingerprint or not int(cached.get("cut", 0)) <= cut or int(cached.get("n", 0)) > n:
+            # New settings (or a trace replaced under the session): read the whole trace once.
+            whole = self.diagnoser._run(trace, rules)
+            frozen = [f for f in whole if f.step is not None and f.step < cut]
+        else:
+            recent = [Finding.model_validate(f) for f in cached.get("recent", [])]
+            frozen = [Finding.model_validate(f) for f in cached.get("frozen", [])]
+            frozen += [f for f in recent if f.step is not None and f.step < cut]
+        first_own = len(index) - (n - lo)  # window steps before this are the context
+        recent = []
+        for f in self.diagnoser._run(win, rules):
+            if f.step is not None and f.step < first_own:
+                continue
+            g = remap(f, index)
+            if g.step is None or g.step >= cut:
+                recent.append(g)
+        state["rules"] = {
+            "fingerprint": fingerprint,
+            "cut": cut,
+            "n": n,
+            "frozen": [f.model_dump(mode="json") for f in frozen],
+            "recent": [f.model_dump(mode="json") for f in recent],
+        }
+        return frozen + recent
+
+    # -- the classifier: each step scored once, on its window -------------------------------------
+    def _classifier_findings(
+        self, clf: Any, trace: Trace, win: Trace, index: list[int], lo: int, state: dict[str, Any]
+    ) -> list[Finding]:
+        version = f"{getattr(clf, 'model_version', None) or clf.version}@w{self.window}"
+        cached = state.get("classifier") or {}
+        n = len(trace.steps)
+        if cached.get("model_version") != version or int(cached.get("n", 0)) > n:
+            cached = {"model_version": version, "n": 0, "findings": []}
+        found = [Finding.model_validate(f) for f in cached["findings"]]
+        first_own = len(index) - (n - lo)
+        for i in range(int(cached["n"]), n):
+            if i >= lo:
+                found.extend(remap(f, index) for f in clf.inspect_step(win, first_own + i - lo))
+            else:  # a step before the window that was never scored (settings changed): its own window
+                w, idx, _ = window_of(trace.model_copy(update={"steps": trace.steps[: i + 1]}), self.window)
+                found.extend(remap(f, idx) for f in clf.inspect_step(w, len(idx) - 1))
+        state["classifier"] = {
+            "model_version": version,
+            "n": n,
+            "findings": [f.model_dump(mode="json") for f in found],
+        }
+        return found
+
+
+def _fingerprint(rules: Sequence[Any], options: DiagnoseOptions, window: int) -> str:
+    """What the cached rule findings depend on besides the steps: detectors, their settings, window."""
+    parts = {
+        "window": window,
+        "detectors": [[d.name, str(d.version), repr(getattr(d, "get_params", dict)())] for d in rules],
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+__all__ = ["IncrementalDiagnoser", "remap", "window_of"]

@@ -1,0 +1,203 @@
+"""Serving the classifier: onnxruntime + ``tokenizers`` + NumPy, nothing else (no torch).
+
+An artefact folder holds ``classifier.onnx`` and ``tokenizer.json``. The ONNX file's metadata
+carries everything needed to turn a trace into scores exactly as training did: the label order,
+the per-label thresholds, the temperature, the input-representation settings, the tokenizer's
+``max_length`` and the model version (:data:`META_KEYS`).
+
+>>> from model.scoring.classifier.runtime import ClassifierRuntime
+>>> rt = ClassifierRuntime.load("model/artifacts")          # doctest: +SKIP
+>>> rt.score_step(trace, len(trace.steps) - 1).shape        # doctest: +SKIP
+(16,)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model.core.errors import InputError, ModelLoadError
+from model.core.schema import Trace
+from model.scoring.classifier.representation import RepresentationConfig, step_text, trace_texts
+from model.training.classifier.metrics import sigmoid
+
+MODEL_FILE = "classifier.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+META_PREFIX = "triage."
+META_KEYS = (
+    "labels",
+    "thresholds",
+    "temperature",
+    "representation",
+    "tokenizer",
+    "model_version",
+    "model_name",
+)
+
+
+@dataclass(frozen=True)
+class ArtefactMeta:
+    """What the ONNX metadata says about the model."""
+
+    labels: tuple[str, ...]
+    thresholds: np.ndarray
+    temperature: float
+    representation: RepresentationConfig
+    max_length: int
+    model_version: str
+    model_name: str
+    extra: dict[str, str]
+
+    @classmethod
+    def from_map(cls, meta: dict[str, str], where: str) -> ArtefactMeta:
+        missing = [k for k in META_KEYS if META_PREFIX + k not in meta]
+        if missing:
+            raise ModelLoadError(f"{where}: ONNX metadata lacks {[META_PREFIX + k for k in missing]}")
+        try:
+            labels = tuple(json.loads(meta[META_PREFIX + "labels"]))
+            thresholds = np.asarray(json.loads(meta[META_PREFIX + "thresholds"]), dtype=np.float32)
+            temperature = float(meta[META_PREFIX + "temperature"])
+            rep = RepresentationConfig.from_dict(json.loads(meta[META_PREFIX + "representation"]))
+            tok = json.loads(meta[META_PREFIX + "tokenizer"])
+            max_length = int(tok["max_length"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ModelLoadError(f"{where}: unreadable ONNX metadata: {exc}") from exc
+        if len(thresholds) != len(labels):
+            raise ModelLoadError(f"{where}: {len(labels)} labels but {len(thresholds)} thresholds")
+        extra = {k: v for k, v in meta.items() if not k.startswith(META_PREFIX)}
+        return cls(
+            labels=labels,
+            thresholds=thresholds,
+            temperature=temperature,
+            representation=rep,
+            max_length=max_length,
+            model_version=meta[META_PREFIX + "model_version"],
+            model_name=meta[META_PREFIX + "model_name"],
+            extra=extra,
+        )
+
+
+class ClassifierRuntime:
+    """An exported classifier loaded for inference.
+
+    Parameters
+    ----------
+    model_path:
+        The ``.onnx`` file.
+    tokenizer_path:
+        The ``tokenizer.json`` beside it.
+    threads:
+        onnxruntime intra-op threads (2 on the reference machine).
+    """
+
+    def __init__(self, model_path: Path, tokenizer_path: Path, *, threads: int = 2) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.model_path = Path(model_path)
+        self.tokenizer_path = Path(tokenizer_path)
+        for p in (self.model_path, self.tokenizer_path):
+            if not p.is_file():
+                raise ModelLoadError(f"classifier artefact missing: {p}")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        # No spin-waiting between forwards: a step's forward is ~0.4 ms, and with spinning on the
+        # second thread burnt ~3.4 ms of CPU after each one (0.6 ms without; docs/benchmarks.md),
+        # CPU the service's other requests need on a 2-core machine.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        try:
+            self.session = ort.InferenceSession(
+                str(self.model_path), sess_options=opts, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
+            raise ModelLoadError(f"cannot load {self.model_path}: {exc}") from exc
+        self.meta = ArtefactMeta.from_map(
+            dict(self.session.get_modelmeta().custom_metadata_map), str(self.model_path)
+        )
+        try:
+            self.tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
+        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+            raise ModelLoadError(f"cannot load {self.tokenizer_path}: {exc}") from exc
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=self.meta.max_length)
+        self.input_names = tuple(i.name for i in self.session.get_inputs())
+        self.labels = self.meta.labels
+        self.thresholds = self.meta.thresholds
+        pad = self.tokenizer.token_to_id("[PAD]")
+        self._pad_id = 0 if pad is None else int(pad)
+
+    @classmethod
+    def load(cls, directory: str | Path, *, model_file: str = MODEL_FILE, threads: int = 2) -> ClassifierRuntime:
+        """Load ``directory/model_file`` and ``directory/tokenizer.json``."""
+        d = Path(directory)
+        return cls(d / model_file, d / TOKENIZER_FILE, threads=threads)
+
+    # -- the raw path: tokenize + forward ----------------------------------------------------
+
+    def encode(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """Token ids, attention mask and token types, padded to the longest text."""
+        encs = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
+        width = max(len(e.ids) for e in encs)
+        ids = np.full((len(encs), width), self._pad_id, dtype=np.int64)
+        mask = np.zeros((len(encs), width), dtype=np.int64)
+        for r, e in enumerate(encs):
+            ids[r, : len(e.ids)] = e.ids
+            mask[r, : len(e.ids)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return {k: v for k, v in feeds.items() if k in self.input_names}
+
+    def forward(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        out = self.session.run(["logits"], feeds)[0]
+        return np.asarray(out, dtype=np.float32)
+
+    def logits(self, texts: list[str], *, batch_size: int = 16) -> np.ndarray:
+        """Raw logits ``(len(texts), len(labels))``; batches grouped by length to pad little."""
+        if not texts:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            out[idx] = self.forward(self.encode([texts[i] for i in idx]))
+        return out
+
+    # -- our path: representation, calibration -----------------------------------------------
+
+    def predict_proba(self, texts: list[str], *, batch_size: int = 16) -> np.ndarray:
+        """Calibrated probabilities ``sigmoid(logits / T)`` per label."""
+        return sigmoid(self.logits(texts, batch_size=batch_size) / self.meta.temperature)
+
+    def score_step(self, trace: Trace, index: int) -> np.ndarray:
+        """Probabilities for one step (the real-time path: only the new step is encoded)."""
+        text = step_text(trace, index, self.meta.representation)
+        feeds = self.encode([text])
+        return sigmoid(self.forward(feeds)[0] / self.meta.temperature)
+
+    def score_trace(self, trace: Trace, *, start: int = 0) -> np.ndarray:
+        """Probabilities ``(len(steps) - start, len(labels))`` for the steps from ``start`` on."""
+        if start < 0 or start > len(trace.steps):
+            raise InputError(f"start {start} is outside a trace of {len(trace.steps)} steps", path="start")
+        texts = trace_texts(trace, self.meta.representation, start=start)
+        return self.predict_proba(texts)
+
+    def token_count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text).ids)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model_name": self.meta.model_name,
+            "model_version": self.meta.model_version,
+            "labels": list(self.labels),
+            "max_length": self.meta.max_length,
+            "representation": self.meta.representation.to_dict(),
+            "path": str(self.model_path),
+        }
+
+
+__all__ = ["MODEL_FILE", "TOKENIZER_FILE", "ArtefactMeta", "ClassifierRuntime"]

@@ -1,0 +1,484 @@
+"""The run scorer: ``failure_probability`` and ``attribution`` from domain-general evidence.
+
+Two small linear models over :mod:`model.scoring.runscore.features`, fitted with scipy and served with
+numpy alone (the artefact is one JSON file, ``model/artifacts/runscore.json``):
+
+* **attribution** — a conditional logit over a run's agent messages: ``softmax(X·w)`` is the
+  probability that each message is where the run went wrong, *given that it failed*. Trained on
+  the failed runs whose set says where (AgentProcessBench, Who&When, τ-bench's derived step).
+* **run probability** — L2 logistic regression on run features (never run length:
+  :data:`LENGTH_PROXIES`), each real set weighted equally and classes balanced within a set, then
+  Platt-calibrated on the same runs with their natural class mix. Only features whose direction
+  (AUROC above or below 0.5) agrees on **every** training set are kept: a cue that means "failed"
+  on one agent and "fine" on another is left out rather than averaged (a hedge is a failure for a
+  search agent and a policy-required "no" for a customer-service agent).
+* **operating point** — the lowest threshold at which each training set's successful runs raise a
+  false alarm at most ``target_false_alarm`` of the time.
+
+Selection, thresholds and the operating point come from real runs only
+(``model.training.runscore.evaluate`` reports them leave-one-source-out).
+
+>>> scorer = RunScorer.load()                                   # doctest: +SKIP
+>>> scorer.score(trace).failure_probability                     # doctest: +SKIP
+0.31
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.stats import rankdata
+
+from model.core.errors import InputError, NotFittedError
+from model.core.paths import ARTIFACTS
+from model.core.schema import Trace
+from model.scoring.runscore.features import (
+    MESSAGE_FEATURES,
+    RUN_FEATURES,
+    MessageUnit,
+    message_features,
+    run_features,
+)
+
+ARTIFACT = ARTIFACTS / "runscore.json"
+FORMAT_VERSION = 1
+
+#: Run features the scorer may use: every run feature but the bias. (The attribution model's best
+#: message score was a candidate too; leave-one-source-out it lowered the AUROC on SWE from 0.622 to
+#: 0.548 and on AgentProcessBench from 0.663 to 0.649: what makes a message look wrong is learned
+#: per agent, so it is left to the attribution.)
+#: Run length is a baseline, not evidence: on the three sets here longer runs fail more often
+#: (messages: AUROC 0.62–0.68), but on other agents' real runs the failed ones are the *shorter* ones
+#: (the agent answers too early; AUROC 0.2–0.25, ../shared/MEASUREMENTS.md "Real runs"). A model that
+#: leans on length scores those runs backwards, so the run model never sees it.
+LENGTH_PROXIES: frozenset[str] = frozenset({"messages_log", "calls_log", "user_turns_log"})
+CANDIDATE_FEATURES: tuple[str, ...] = tuple(f for f in RUN_FEATURES[1:] if f not in LENGTH_PROXIES)
+
+
+_CANDIDATE_COLUMNS = [RUN_FEATURES.index(f) for f in CANDIDATE_FEATURES]
+
+#: The message features the attribution may use (``RunScorer(attribution=…)``). ``"position"``: where
+#: the message sits in the run, nothing of its content. Leave-one-source-out, the content cues made
+#: "where did it go wrong?" worse on every set (exact τ-airline 0.29 → 0.01, AgentProcessBench
+#: 0.76 → 0.21, Who&When 0.05 either way; docs/classifier.md): which message looks wrong is learned
+#: per agent, so the shipped attribution is a position model, and content is the retraining's.
+ATTRIBUTION_FEATURES: dict[str, tuple[str, ...]] = {
+    "position": ("rel_position", "first_agent_message", "last_agent_message", "agent_ordinal_log"),
+    "all": MESSAGE_FEATURES[1:],
+}
+
+
+@dataclass
+class ScoredRun:
+    """What the scorer says of one trace."""
+
+    failure_probability: float | None
+    attribution: dict[str, Any] | None
+    units: list[MessageUnit] = field(default_factory=list)
+    message_probabilities: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Example:
+    """One labelled run as the scorer trains on it (features computed once)."""
+
+    source: str
+    group: str
+    failed: bool
+    fail_source_index: int | None
+    units: list[MessageUnit]
+    X: np.ndarray
+    run: np.ndarray
+    messages: int
+    rules: tuple[str, ...] = ()  # the rule detectors that raised a failure on this run
+
+    @classmethod
+    def from_trace(cls, trace: Trace, source: str, group: str, rules: tuple[str, ...] = ()) -> Example:
+        labels = trace.labels
+        if labels is None or labels.failed is None:
+            raise InputError(f"trace {trace.id}: no run-level label (labels.failed)", path="labels.failed")
+        units, X = message_features(trace)
+        fail = labels.failures[0].source_index if labels.failures else None
+        msgs = (max(s.source_index for s in trace.steps) + 1) if trace.steps else 0
+        return cls(source, group, bool(labels.failed), fail, units, X, run_features(trace, units, X), msgs,
+                   tuple(sorted(set(rules))))
+
+    @property
+    def target(self) -> int | None:
+        """The labelled message's row among the units (``None`` when unknown or not an agent's)."""
+        if not self.failed or self.fail_source_index is None:
+            return None
+        for k, u in enumerate(self.units):
+            if u.source_index == self.fail_source_index:
+                return k
+        return None
+
+
+def auroc(y: np.ndarray, s: np.ndarray) -> float:
+    """Mann-Whitney AUROC of scores ``s`` for labels ``y`` (ties count half); NaN when a class is missing.
+
+    >>> auroc(np.array([1, 0, 1, 0]), np.array([0.9, 0.1, 0.5, 0.5]))
+    0.875
+    """
+    y, s = np.asarray(y), np.asarray(s, dtype=np.float64)
+    n_pos, n_neg = int((y == 1).sum()), int((y == 0).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(s)  # average ranks over ties
+    return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def fit_message_model(examples: Sequence[Example], l2: float = 1.0,
+                      features: Sequence[str] = MESSAGE_FEATURES[1:]) -> np.ndarray:
+    """Conditional-logit weights over :data:`MESSAGE_FEATURES` (the bias cancels in the softmax);
+    the columns not in ``features`` get weight 0."""
+    rows = [(e.X, e.target) for e in examples if e.target is not None and len(e.units) > 1]
+    d = len(MESSAGE_FEATURES)
+    if not rows:
+        return np.zeros(d)
+    mask = np.array([name in features for name in MESSAGE_FEATURES], dtype=np.float64)
+    X = np.concatenate([x for x, _ in rows]).astype(np.float64) * mask
+    sizes = np.array([len(x) for x, _ in rows])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    target_rows = starts + np.array([t for _, t in rows])
+    group = np.repeat(np.arange(len(rows)), sizes)
+    # each set weighs the same, whatever its number of labelled runs
+    src = [e.source for e in examples if e.target is not None and len(e.units) > 1]
+    counts = {s: src.count(s) for s in set(src)}
+    wrun = np.array([len(src) / (len(counts) * counts[s]) for s in src])
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        z = X @ w
+        zmax = np.maximum.reduceat(z, starts)
+        e = np.exp(z - zmax[group])
+        den = np.add.reduceat(e, starts)
+        logp = z[target_rows] - zmax - np.log(den)
+        p = e / den[group]
+        grad_rows = -X[target_rows] * wrun[:, None]
+        grad = grad_rows.sum(0) + ((p * wrun[group])[:, None] * X).sum(0)
+        val = -(logp * wrun).sum() + 0.5 * l2 * float(w @ w)
+        return float(val), grad + l2 * w
+
+    res = minimize(loss, np.zeros(d), jac=True, method="L-BFGS-B", options={"maxiter": 500})
+    w: np.ndarray = res.x * mask
+    return w
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max())
+    out: np.ndarray = e / e.sum()
+    return out
+
+
+def _fit_logistic(X: np.ndarray, y: np.ndarray, sw: np.ndarray, l2: float) -> np.ndarray:
+    Xb = np.hstack([np.ones((len(X), 1)), X])
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        z = Xb @ w
+        p = 1 / (1 + np.exp(-z))
+        eps = 1e-12
+        val = -(sw * (y * np.log(p + eps) + (1 - y) * np.log(1 - p + eps))).sum()
+        reg = 0.5 * l2 * float(w[1:] @ w[1:])
+        g = Xb.T @ (sw * (p - y))
+        g[1:] += l2 * w[1:]
+        return float(val + reg), g
+
+    w: np.ndarray = minimize(loss, np.zeros(Xb.shape[1]), jac=True, method="L-BFGS-B").x
+    return w
+
+
+#: A rule that raises a failure on more than this share of any training set's successful runs is a
+#: defect (issue "Right on real agent runs"): its findings become signals (``details.demoted``).
+MAX_FALSE_ALARM_RATE = 0.10
+#: Pseudo-runs of the prior when a rule's confidence is estimated: the rule's own confidence (what
+#: it was designed and tested to claim) counts as this many firings, so a rule seen firing twice on
+#: real runs moves a little and one seen 100 times is mostly its measurement.
+PRIOR_RUNS = 10
+
+
+def rule_precision(per_set: dict[str, dict[str, int]]) -> tuple[int, float | None]:
+    """``(firings, P(run failed | fired))`` from a rule's per-set counts, each training set weighted
+    equally (so the biggest set does not decide); ``None`` when it never fired."""
+    num = den = 0.0
+    fired = 0
+    for v in per_set.values():
+        n = v["successful"] + v["failed"]
+        fired += v["fired_on_successful"] + v["fired_on_failed"]
+        w = 1.0 / max(1, n)
+        num += w * v["fired_on_failed"]
+        den += w * (v["fired_on_successful"] + v["fired_on_failed"])
+    return fired, (num / den if den else None)
+
+
+def rule_stats(examples: Sequence[Example], sets: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per rule, on each training set: how often it raised a failure on successful and on failed
+    runs; its measured precision P(run failed | it fired) (sets weighted equally, unsmoothed:
+    :func:`rule_precision`) and whether it is demoted (it fired on more than
+    :data:`MAX_FALSE_ALARM_RATE` of a set's successful runs)."""
+    out: dict[str, dict[str, Any]] = {}
+    names = sorted({r for e in examples for r in e.rules})
+    for name in names:
+        per: dict[str, dict[str, int]] = {}
+        for s in sets:
+            sub = [e for e in examples if e.source == s]
+            ok = [e for e in sub if not e.failed]
+            bad = [e for e in sub if e.failed]
+            f_ok = sum(name in e.rules for e in ok)
+            f_bad = sum(name in e.rules for e in bad)
+            per[s] = {"successful": len(ok), "fired_on_successful": f_ok, "failed": len(bad), "fired_on_failed": f_bad}
+        fired, precision = rule_precision(per)
+        worst = max((v["fired_on_successful"] / v["successful"] for v in per.values() if v["successful"]), default=0.0)
+        out[name] = {"sets": per, "fired": fired, "precision": None if precision is None else round(precision, 4),
+                     "max_false_alarm_rate": round(worst, 4), "demoted": worst > MAX_FALSE_ALARM_RATE}
+    return out
+
+
+class RunScorer:
+    """Fit on labelled real runs; score any trace.
+
+    Parameters
+    ----------
+    l2_message, l2_run:
+        L2 strengths of the two models.
+    target_false_alarm:
+        The operating point: at most this share of each training set's successful runs flagged.
+    min_direction:
+        A run feature is kept only if its AUROC differs from 0.5 by at least this much, in the
+        same direction, on every training set.
+    attribution:
+        The message features the attribution uses: a key of :data:`ATTRIBUTION_FEATURES`.
+    """
+
+    def __init__(self, *, l2_message: float = 1.0, l2_run: float = 1.0, target_false_alarm: float = 0.1,
+                 min_direction: float = 0.02, attribution: str = "position") -> None:
+        if attribution not in ATTRIBUTION_FEATURES:
+            raise InputError(f"attribution {attribution!r}: one of {sorted(ATTRIBUTION_FEATURES)}",
+                             path="attribution")
+        self.attribution = attribution
+        self.l2_message = l2_message
+        self.l2_run = l2_run
+        self.target_false_alarm = target_false_alarm
+        self.min_direction = min_direction
+        self.message_weights_: np.ndarray | None = None
+        self.features_: list[str] = []
+        self.mean_: np.ndarray | None = None
+        self.scale_: np.ndarray | None = None
+        self.run_weights_: np.ndarray | None = None
+        self.platt_: tuple[float, float] = (1.0, 0.0)
+        self.threshold_: float = 0.5
+        self.rule_stats_: dict[str, dict[str, Any]] = {}
+        self.meta_: dict[str, Any] = {}
+
+    # ---- features ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _candidates(e: Example) -> np.ndarray:
+        return e.run[_CANDIDATE_COLUMNS].astype(np.float64)
+
+    # ---- fit ------------------------------------------------------------------------------
+
+    def fit(self, examples: Sequence[Example]) -> RunScorer:
+        """Fit both models and the operating point on ``examples`` (real labelled runs)."""
+        self.message_weights_ = fit_message_model(examples, self.l2_message, ATTRIBUTION_FEATURES[self.attribution])
+        outcomes = {(e.source, e.failed) for e in examples}
+        run_sets = sorted({s for s, _ in outcomes if (s, True) in outcomes and (s, False) in outcomes})
+        if not run_sets:
+            raise InputError("no training set holds both failed and successful runs", path="examples")
+        ex = [e for e in examples if e.source in run_sets]
+        F = np.array([self._candidates(e) for e in ex])
+        y = np.array([int(e.failed) for e in ex], dtype=np.float64)
+        src = np.array([e.source for e in ex])
+        keep = []
+        directions: dict[str, list[float]] = {}
+        for j, name in enumerate(CANDIDATE_FEATURES):
+            aucs = [auroc(y[src == s], F[src == s, j]) for s in run_sets]
+            directions[name] = [round(a, 4) for a in aucs]
+            d = np.array(aucs) - 0.5
+            if np.all(d >= self.min_direction) or np.all(d <= -self.min_direction):
+                keep.append(j)
+        if not keep:
+            keep = [CANDIDATE_FEATURES.index("final_novel_word_ratio")]
+        self.features_ = [CANDIDATE_FEATURES[j] for j in keep]
+        Fk = F[:, keep]
+        self.mean_, self.scale_ = Fk.mean(0), Fk.std(0) + 1e-6
+        Z = (Fk - self.mean_) / self.scale_
+        # each set weighs the same; classes balanced within a set
+        sw = np.zeros(len(ex))
+        for s in run_sets:
+            for c in (0, 1):
+                m = (src == s) & (y == c)
+                sw[m] = 1.0 / (len(run_sets) * 2 * max(1, m.sum()))
+        self.run_weights_ = _fit_logistic(Z, y, sw * len(ex), self.l2_run)
+        raw = self._raw(Z)
+        # Platt on the natural class mix of each set, sets weighted equally
+        natural = np.array([1.0 / (len(run_sets) * (src == s).sum()) for s in src]) * len(ex)
+        a_b = _fit_logistic(raw[:, None], y, natural, 0.0)
+        self.platt_ = (float(a_b[1]), float(a_b[0]))
+        p = self._calibrated(raw)
+        thr = [float(np.quantile(p[(src == s) & (y == 0)], 1 - self.target_false_alarm, method="higher"))
+               for s in run_sets]
+        self.threshold_ = float(min(1.0, max(thr) + 1e-6))
+        self.rule_stats_ = rule_stats(ex, run_sets)
+        self.meta_ = {"trained_on": run_sets, "attribution_trained_on": sorted(
+            {e.source for e in examples if e.target is not None}), "directions": directions,
+            "runs": len(examples)}
+        return self
+
+    def _raw(self, Z: np.ndarray) -> np.ndarray:
+        assert self.run_weights_ is not None
+        out: np.ndarray = self.run_weights_[0] + Z @ self.run_weights_[1:]
+        return out
+
+    def _calibrated(self, raw: np.ndarray) -> np.ndarray:
+        a, b = self.platt_
+        out: np.ndarray = 1 / (1 + np.exp(-(a * raw + b)))
+        return out
+
+    # ---- predict --------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self.message_weights_ is None or self.run_weights_ is None:
+            raise NotFittedError("this RunScorer is not fitted; call fit() or RunScorer.load()")
+
+    def base_logit(self, e: Example) -> float:
+        """The run model's raw logit of a prepared example (before Platt)."""
+        self._check()
+        assert self.mean_ is not None and self.scale_ is not None
+        cand = self._candidates(e)
+        idx = [CANDIDATE_FEATURES.index(f) for f in self.features_]
+        z = (cand[idx] - self.mean_) / self.scale_
+        return float(self._raw(z[None, :])[0])
+
+    def score_example(self, e: Example) -> tuple[float, np.ndarray]:
+        """(failure probability, message probabilities) of a prepared example."""
+        self._check()
+        assert self.message_weights_ is not None
+        raw = self.base_logit(e)
+        p = float(self._calibrated(np.array([raw]))[0])
+        probs = _softmax(e.X.astype(np.float64) @ self.message_weights_) if len(e.units) else np.zeros(0)
+        return p, probs
+
+    def score(self, trace: Trace) -> ScoredRun:
+        """``failure_probability`` and ``attribution`` of one trace (no labels needed)."""
+        self._check()
+        units, X = message_features(trace)
+        if not units:
+            return ScoredRun(None, None)
+        msgs = max(s.source_index for s in trace.steps) + 1
+        e = Example("", "", False, None, units, X, run_features(trace, units, X), msgs)
+        p, probs = self.score_example(e)
+        k = int(np.argmax(probs))
+        u = units[k]
+        attribution = {"step": u.steps[0], "source_index": u.source_index, "speaker": u.speaker,
+                       "probability": round(float(probs[k]), 4)}
+        return ScoredRun(round(p, 4), attribution, units, [float(x) for x in probs])
+
+    @property
+    def threshold(self) -> float:
+        return self.threshold_
+
+    def rule_confidence(self, rule: str, confidence: float) -> tuple[float, dict[str, Any]]:
+        """A rule finding's confidence as P(run failed | it fired), estimated on the training sets,
+        and what to add to its details.
+
+        The estimate is the mean of a Beta posterior: the finding's own ``confidence`` as the
+        prior, worth :data:`PRIOR_RUNS` firings, updated by the rule's firings on the training sets'
+        runs (:func:`rule_precision`): ``(n·precision + PRIOR_RUNS·confidence) / (n + PRIOR_RUNS)``.
+        Details gain ``p_run_failed`` (the estimate) and ``measured`` (``fired``, ``precision``); a
+        demoted rule's also ``demoted``, and :func:`model.diagnosis.diagnoser.fuse` keeps such a finding a
+        signal whatever its confidence. A rule never seen on a training set keeps its confidence.
+        """
+        st = self.rule_stats_.get(rule)
+        if st is None:
+            return confidence, {}
+        fired, precision = rule_precision(st["sets"])
+        estimate = confidence if precision is None else (fired * precision + PRIOR_RUNS * confidence) / (
+            fired + PRIOR_RUNS)
+        estimate = round(float(estimate), 4)
+        extra: dict[str, Any] = {"p_run_failed": estimate, "measured": {
+            "fired": fired, "precision": None if precision is None else round(precision, 4), "prior": confidence}}
+        if st["demoted"]:
+            extra["demoted"] = {"max_false_alarm_rate": st["max_false_alarm_rate"]}
+        return estimate, extra
+
+    def rule_raises(self, rule: str, confidence: float, threshold: float = 0.5) -> bool:
+        """Whether a finding of ``rule`` at ``confidence`` is still a failure after the estimate
+        (:meth:`rule_confidence`: at or above ``threshold``, and the rule not demoted)."""
+        estimate, extra = self.rule_confidence(rule, confidence)
+        return estimate >= threshold and "demoted" not in extra
+
+    # ---- persistence ----------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        self._check()
+        assert self.message_weights_ is not None and self.run_weights_ is not None
+        assert self.mean_ is not None and self.scale_ is not None
+        return {
+            "format_version": FORMAT_VERSION,
+            "message_features": list(MESSAGE_FEATURES),
+            "message_weights": [round(float(x), 6) for x in self.message_weights_],
+            "run_features": self.features_,
+            "run_mean": [float(x) for x in self.mean_],
+            "run_scale": [float(x) for x in self.scale_],
+            "run_weights": [float(x) for x in self.run_weights_],
+            "platt": list(self.platt_),
+            "threshold": self.threshold_,
+            "rule_stats": self.rule_stats_,
+            "params": {"l2_message": self.l2_message, "l2_run": self.l2_run,
+                       "target_false_alarm": self.target_false_alarm, "min_direction": self.min_direction,
+                       "attribution": self.attribution},
+            "meta": self.meta_,
+        }
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+    @property
+    def version(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+        return f"runscore-{digest}"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunScorer:
+        if d.get("format_version") != FORMAT_VERSION:
+            raise InputError(f"run scorer format {d.get('format_version')!r}; this code reads {FORMAT_VERSION}",
+                             path="format_version")
+        if list(d["message_features"]) != list(MESSAGE_FEATURES):
+            raise InputError("the run scorer was fitted on other message features; refit it",
+                             path="message_features")
+        unknown = [f for f in d["run_features"] if f not in CANDIDATE_FEATURES]
+        if unknown:
+            raise InputError(f"unknown run features {unknown}; refit the run scorer", path="run_features")
+        s = cls(**d.get("params", {}))
+        s.message_weights_ = np.asarray(d["message_weights"], dtype=np.float64)
+        s.features_ = list(d["run_features"])
+        s.mean_ = np.asarray(d["run_mean"], dtype=np.float64)
+        s.scale_ = np.asarray(d["run_scale"], dtype=np.float64)
+        s.run_weights_ = np.asarray(d["run_weights"], dtype=np.float64)
+        s.platt_ = (float(d["platt"][0]), float(d["platt"][1]))
+        s.threshold_ = float(d["threshold"])
+        s.rule_stats_ = dict(d.get("rule_stats", {}))
+        s.meta_ = dict(d.get("meta", {}))
+        if d.get("head") is not None:  # a tenant head of before agent models (issue 20): not served any more
+            raise InputError("this run scorer carries a tenant head (`triage retrain` before agent models); "
+                             "tenant heads are no longer served: retrain the agent models", path="head")
+        return s
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> RunScorer:
+        p = Path(path or ARTIFACT)
+        try:
+            return cls.from_dict(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError) as exc:
+            raise InputError(f"{p}: not a run scorer ({exc})", path=str(p)) from exc
+
+
+__all__ = ["ARTIFACT", "ATTRIBUTION_FEATURES", "auroc", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "PRIOR_RUNS", "rule_precision", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]

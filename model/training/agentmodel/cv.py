@@ -1,0 +1,452 @@
+"""Grouped cross-validation of the agent model beside the two cheap learners: one estimate for the
+gate and the learning curve.
+
+Protocol (``../shared/MEASUREMENTS.md``, "In domain"): folds grouped by task (``folds`` folds,
+``draws`` shufflings of the groups); in each fold, ``K`` labelled runs drawn from the training folds
+(all of them for ``K=None``; a ``K`` larger than the training folds is skipped); AUROC on the runs of
+the held-out tasks, averaged over folds × draws. The agent model and both cheap learners are fitted
+on the *same* K runs, so their differences are paired; intervals come from a bootstrap over task
+groups (each replicate reweights the held-out runs of every fold by how often their group was drawn).
+
+The cheap learners, exactly as MEASUREMENTS specifies (scikit-learn, imported only here, at
+evaluation time — the serving install has no scikit-learn and needs none):
+
+* **length fit** — logistic regression on ``log1p(messages)``, ``log1p(characters)``;
+* **TF-IDF** — word 1–2-grams over role-prefixed words (``user_refund``, ``assistant_sorry``; system
+  messages skipped; 2,000 characters and 300 words a message) plus ``CALL_<tool>`` tokens, min_df 2,
+  sublinear tf, 50,000 features, logistic regression C = 4, class-balanced.
+
+Prefixes: at each fraction the model scores the held-out runs' prefixes; the cheap learners are fitted
+on the training runs' prefixes of the same fraction and score the same held-out prefixes.
+
+:func:`group_runs` makes the groups when runs carry no task id: near-duplicate clustering of the
+opening user request (word-shingle Jaccard), so trials of one task are never split.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from model.core.errors import InputError
+from model.core.schema import StepKind, Trace
+from model.scoring.agentmodel.features import prefix_lengths
+from model.scoring.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache
+
+N_BOOT = 1000
+METHODS = ("agent", "tfidf", "length")
+
+# ---- metrics ---------------------------------------------------------------------------------------
+
+
+def auroc(y: np.ndarray, s: np.ndarray) -> float:
+    """Area under the ROC curve (ties count half); nan when one class is missing."""
+    y = np.asarray(y) > 0.5
+    s = np.asarray(s, float)
+    pos, neg = s[y], s[~y]
+    if not len(pos) or not len(neg):
+        return float("nan")
+    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
+    allv = np.concatenate([pos, neg])[order]
+    ranks = np.empty(len(allv))
+    # average ranks of ties
+    i = 0
+    r = np.arange(1, len(allv) + 1, dtype=float)
+    while i < len(allv):
+        j = i
+        while j + 1 < len(allv) and allv[j + 1] == allv[i]:
+            j += 1
+        r[i: j + 1] = (i + j + 2) / 2.0
+        i = j + 1
+    ranks[order] = r
+    rp = ranks[: len(pos)].sum()
+    return float((rp - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def auprc(y: np.ndarray, s: np.ndarray) -> float:
+    """Average precision (sklearn's definition: Σ (R_n − R_{n−1}) P_n)."""
+    y = np.asarray(y) > 0.5
+    if not y.any():
+        return float("nan")
+    order = np.argsort(-np.asarray(s, float), kind="mergesort")
+    ys = y[order]
+    ss = np.asarray(s, float)[order]
+    tp = np.cumsum(ys)
+    # evaluate at the last index of each run of tied scores
+    last = np.r_[np.flatnonzero(np.diff(ss) != 0), len(ss) - 1]
+    prec = tp[last] / (last + 1)
+    rec = tp[last] / ys.sum()
+    return float(np.sum(np.diff(np.r_[0.0, rec]) * prec))
+
+
+def _pair_matrix(y: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """pos × neg: 1 where the failed run scores higher, ½ on ties."""
+    p, n = s[y > 0.5], s[y <= 0.5]
+    return np.asarray((p[:, None] > n[None, :]).astype(float) + 0.5 * (p[:, None] == n[None, :]), dtype=float)
+
+
+def group_bootstrap_interval(y: np.ndarray, s: np.ndarray, groups: Sequence[str], *, seed: int = 0,
+                             n_boot: int = N_BOOT, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the AUROC over task groups resampled with replacement."""
+    unit = _Unit.make(np.asarray(y, float), {"m": np.asarray(s, float)}, list(groups))
+    reps = unit.replicates(_boot_weights([unit], seed, n_boot)[0])["m"]
+    reps = reps[~np.isnan(reps)]
+    a = (1 - level) / 2
+    return float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
+
+
+@dataclass
+class _Unit:
+    """One held-out fold of one draw: labels, each method's scores, the rows' groups."""
+
+    y: np.ndarray
+    mats: dict[str, np.ndarray]
+    gpos: np.ndarray  # group index of each positive row
+    gneg: np.ndarray
+    groups: list[str]
+
+    @classmethod
+    def make(cls, y: np.ndarray, scores: dict[str, np.ndarray], groups: list[str]) -> _Unit:
+        uniq = sorted(set(groups))
+        gi = np.array([uniq.index(g) for g in groups])
+        return cls(y, {k: _pair_matrix(y, v) for k, v in scores.items()}, gi[y > 0.5], gi[y <= 0.5], uniq)
+
+    def replicates(self, gw: np.ndarray) -> dict[str, np.ndarray]:
+        """AUROC of each method under each replicate's group weights ``gw`` (R × groups)."""
+        wp, wn = gw[:, self.gpos], gw[:, self.gneg]
+        den = wp.sum(1) * wn.sum(1)
+        out = {}
+        for k, m in self.mats.items():
+            num = np.einsum("rp,pn,rn->r", wp, m, wn)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[k] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+        return out
+
+    def point(self) -> dict[str, float]:
+        return {k: float(m.mean()) for k, m in self.mats.items()}
+
+
+def _boot_weights(units: Sequence[_Unit], seed: int, n_boot: int) -> list[np.ndarray]:
+    """Group-level bootstrap weights, one resample of the set's groups shared by every unit (paired)."""
+    allg = sorted({g for u in units for g in u.groups})
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(allg), size=(n_boot, len(allg)))
+    counts = np.zeros((n_boot, len(allg)))
+    np.add.at(counts, (np.repeat(np.arange(n_boot), len(allg)), draws.ravel()), 1.0)
+    pos = {g: j for j, g in enumerate(allg)}
+    return [counts[:, [pos[g] for g in u.groups]] for u in units]
+
+
+def summarise(units: Sequence[_Unit], *, seed: int = 0, n_boot: int = N_BOOT,
+              methods: Sequence[str] = METHODS) -> dict[str, Any]:
+    """Mean AUROC over folds × draws per method, its bootstrap interval, and the paired differences
+    of the agent model from each cheap learner (``replicates_*`` kept for pooling across sets)."""
+    if not units:
+        return {"folds": 0}
+    pts = {m: float(np.mean([u.point()[m] for u in units])) for m in methods}
+    reps = [u.replicates(w) for u, w in zip(units, _boot_weights(units, seed, n_boot), strict=True)]
+    with warnings.catch_warnings():  # a replicate that drew no failed (or no successful) run: nan
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rep = {m: np.nanmean(np.array([r[m] for r in reps]), axis=0) for m in methods}
+    out: dict[str, Any] = {"folds": len(units)}
+    for m in methods:
+        out[m] = {"auroc": pts[m], "interval": _pct(rep[m])}
+    for m in methods[1:]:
+        d = rep[methods[0]] - rep[m]
+        out[f"{methods[0]}_minus_{m}"] = {"diff": pts[methods[0]] - pts[m], "interval": _pct(d),
+                                          "replicates": d.tolist()}
+    return out
+
+
+def _pct(a: np.ndarray) -> list[float]:
+    a = a[~np.isnan(a)]
+    if not len(a):
+        return [float("nan"), float("nan")]
+    return [float(np.quantile(a, 0.025)), float(np.quantile(a, 0.975))]
+
+
+# ---- groups ----------------------------------------------------------------------------------------
+
+_WORDS = re.compile(r"\w+")
+
+
+def _opening(trace: Trace) -> str:
+    for s in trace.steps:
+        if s.kind == StepKind.USER_INPUT and s.content.strip():
+            return s.content
+    return ""
+
+
+def group_runs(traces: Sequence[Trace], task_ids: Sequence[str | None], *, threshold: float = 0.6) -> list[str]:
+    """A group per run: its task id where given, else a cluster of near-duplicate opening requests
+    (word-trigram shingles, Jaccard ≥ ``threshold``, single linkage), named ``req:<first run's index>``.
+
+    Real tenants rarely send task ids, and ungrouped folds inflate AUROC (trials of one task share
+    it): runs whose opening requests are near-duplicates are one group.
+    """
+    if len(traces) != len(task_ids):
+        raise InputError(f"one task id (or None) a trace; got {len(task_ids)} for {len(traces)}", path="task_ids")
+    out: list[str | None] = [None if t is None else f"task:{t}" for t in task_ids]
+    todo = [i for i, t in enumerate(task_ids) if t is None]
+    sh: list[frozenset[str]] = []
+    for i in todo:
+        w = _WORDS.findall(_opening(traces[i]).lower())
+        sh.append(frozenset(" ".join(w[k: k + 3]) for k in range(max(1, len(w) - 2))) if w else frozenset())
+    parent = list(range(len(todo)))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    exact: dict[frozenset[str], int] = {}
+    for a, s in enumerate(sh):
+        if s in exact:
+            parent[find(a)] = find(exact[s])
+        else:
+            exact[s] = a
+    reps = list(exact.items())
+    for x in range(len(reps)):
+        sa, a = reps[x]
+        if not sa:
+            continue
+        for y in range(x + 1, len(reps)):
+            sb, b = reps[y]
+            if not sb:
+                continue
+            small, big = (sa, sb) if len(sa) <= len(sb) else (sb, sa)
+            if len(small) < threshold * len(big):
+                continue
+            inter = len(sa & sb)
+            if inter / (len(sa) + len(sb) - inter) >= threshold:
+                parent[find(a)] = find(b)
+    for a, i in enumerate(todo):
+        out[i] = f"req:{todo[find(a)]}" if sh[a] else f"run:{i}"
+    return [str(g) for g in out]
+
+
+# ---- cheap learners (scikit-learn: evaluation time only) ------------------------------------------------
+
+_CHEAP_WORD = re.compile(r"[A-Za-z_]{2,}")
+_CHEAP_ROLE = {StepKind.USER_INPUT: "user", StepKind.LLM_OUTPUT: "assistant", StepKind.FINAL_OUTPUT: "assistant",
+               StepKind.TOOL_RESULT: "tool", StepKind.ERROR: "tool"}
+
+
+def cheap_view(trace: Trace, n_steps: int | None = None) -> tuple[str, int, int]:
+    """The cheap learners' view of a run (or its first ``n_steps`` steps): the TF-IDF text, messages,
+    characters — MEASUREMENTS' recipe read off a :class:`Trace` (one message per ``source_index``;
+    reasoning is not message content there, and a call's arguments are not either: ``CALL_<tool>``)."""
+    steps = trace.steps if n_steps is None else trace.steps[:n_steps]
+    msgs: dict[int, tuple[str, list[str], list[str]]] = {}
+    chars = 0
+    for s in steps:
+        role, texts, calls = msgs.setdefault(s.source_index, ("?", [], []))
+        if s.kind == StepKind.TOOL_CALL:
+            calls.append(f"CALL_{s.tool_name or ''}")
+            continue
+        if s.kind == StepKind.LLM_REASONING:
+            continue
+        chars += len(s.content)
+        r = "system" if s.kind == StepKind.SYSTEM else _CHEAP_ROLE.get(s.kind, "assistant")
+        texts.append(s.content)
+        msgs[s.source_index] = (r, texts, calls)
+    out = []
+    for _, (role, texts, calls) in sorted(msgs.items()):
+        if role == "system":
+            continue
+        if role == "?":
+            role = "assistant"
+        c = " ".join(texts)[:2000]
+        words = _CHEAP_WORD.findall(c.lower())[:300]
+        out.append(" ".join(f"{role}_{w}" for w in words) + " " + " ".join(calls))
+    return " ".join(out), len(msgs), chars
+
+
+class CheapLearners:
+    """Both cheap learners fitted on the same runs; ``score`` returns ``{"tfidf": …, "length": …}``."""
+
+    def __init__(self, texts: Sequence[str], lengths: np.ndarray, y: np.ndarray) -> None:
+        try:
+            from sklearn.feature_extraction.text import TfidfVectorizer
+            from sklearn.linear_model import LogisticRegression
+        except ImportError as exc:  # pragma: no cover - the train extra holds it
+            raise InputError("the cheap learners need scikit-learn (pip install -e '.[train]')",
+                             path="scikit-learn") from exc
+        self.vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, max_features=50000)
+        Xt = self.vec.fit_transform(texts)
+        self.tfidf = LogisticRegression(C=4.0, max_iter=2000, class_weight="balanced").fit(Xt, y)
+        self.length = LogisticRegression().fit(lengths, y)
+
+    def score(self, texts: Sequence[str], lengths: np.ndarray) -> dict[str, np.ndarray]:
+        return {"tfidf": self.tfidf.predict_proba(self.vec.transform(texts))[:, 1],
+                "length": self.length.predict_proba(lengths)[:, 1]}
+
+
+# ---- the cross-validation ------------------------------------------------------------------------------
+
+
+@dataclass
+class CVData:
+    """A set prepared once: labels, groups, cached features and cheap views at each prefix fraction."""
+
+    traces: list[Trace]
+    y: np.ndarray
+    groups: list[str]
+    fractions: tuple[float, ...]
+    prior: np.ndarray | None = None
+    cache: FeatureCache = field(default_factory=FeatureCache)
+    views: dict[float, list[tuple[str, int, int]]] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray, groups: Sequence[str],
+             fractions: Sequence[float] = (1.0,), prior: Sequence[float] | np.ndarray | None = None,
+             cache: FeatureCache | None = None) -> CVData:
+        fr = tuple(sorted({float(f) for f in fractions}))
+        d = cls(list(traces), np.array([bool(f) for f in failed], float), [str(g) for g in groups], fr,
+                None if prior is None else np.asarray(prior, float), cache if cache is not None else FeatureCache())
+        for f in fr:
+            d.views[f] = [cheap_view(t, prefix_lengths(len(t.steps), [f])[0]) for t in d.traces]
+        return d
+
+    def lengths(self, f: float, idx: np.ndarray) -> np.ndarray:
+        v = self.views[f]
+        return np.array([[np.log1p(v[i][1]), np.log1p(v[i][2])] for i in idx])
+
+    def texts(self, f: float, idx: np.ndarray) -> list[str]:
+        return [self.views[f][i][0] for i in idx]
+
+
+def draws_folds(groups: Sequence[str], folds: int, draws: int, seed: int) -> list[list[np.ndarray]]:
+    """``draws`` shufflings of the groups into ``folds`` grouped folds (sklearn's GroupKFold on
+    randomly renumbered groups, as MEASUREMENTS measured)."""
+    from sklearn.model_selection import GroupKFold
+
+    rng = random.Random(seed)
+    uniq = sorted(set(groups))
+    k = min(folds, len(uniq))
+    out = []
+    for _ in range(draws):
+        perm = {g: rng.random() for g in uniq}
+        gk = np.array([int(perm[g] * 1e6) for g in groups])
+        out.append([te for _, te in GroupKFold(n_splits=k).split(np.zeros(len(groups)), groups=gk)])
+    return out
+
+
+def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray, groups: Sequence[str], *,
+                   ks: Sequence[int | None] = (None,), fractions: Sequence[float] = (1.0,),
+                   config: AgentModelConfig | None = None, prior: Sequence[float] | None = None,
+                   folds: int = 5, draws: int = 5, seed: int = 0, n_boot: int = N_BOOT,
+                   data: CVData | None = None, methods: Sequence[str] = METHODS,
+                   prefix_ks: Sequence[int | None] | None = None,
+                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The agent model and both cheap learners on the same folds and the same K runs.
+
+    Returns ``{"runs", "failed", "groups", "results": {"K=…|f=…": summary}}`` where each summary
+    (:func:`summarise`) holds every method's mean AUROC over folds × draws with its interval, the mean
+    AUPRC, and the paired differences ``agent_minus_tfidf`` / ``agent_minus_length`` with intervals;
+    ``oof`` holds, for ``K=None`` and each draw, the out-of-fold scores of every method.
+    ``prefix_ks``: the K at which prefixes other than the largest fraction are scored (default all).
+    """
+    cfg = config or AgentModelConfig(internal_folds=0)
+    if cfg.internal_folds:
+        cfg = AgentModelConfig.from_dict({**_cfg(cfg), "internal_folds": 0})
+    d = data or CVData.make(traces, failed, groups, fractions, prior)
+    fr = tuple(sorted({float(f) for f in fractions}))
+    missing = [f for f in fr if f not in d.views]
+    if missing:
+        raise InputError(f"data prepared without fractions {missing}", path="fractions")
+    y = d.y
+    n = len(y)
+    splits = draws_folds(d.groups, folds, draws, seed)
+    rng = random.Random(seed + 1)
+    units: dict[tuple[int | None, float], list[_Unit]] = {}
+    prc: dict[tuple[int | None, float], dict[str, list[float]]] = {}
+    oof: dict[str, list[list[float]]] = {m: [] for m in methods}
+    j_of = {f: i for i, f in enumerate(cfg.prefix_fractions)}
+    for di, draw in enumerate(splits):
+        full = {m: np.full(n, np.nan) for m in methods}
+        for te in draw:
+            if y[te].min() == y[te].max():
+                continue
+            tr = np.setdiff1d(np.arange(n), te)
+            base = list(tr)
+            rng.shuffle(base)
+            for K in ks:
+                if K is not None and len(tr) < K:
+                    continue
+                idx = np.array(sorted(base if K is None else base[:K]))
+                if y[idx].min() == y[idx].max():
+                    continue
+                model = None
+                if "agent" in methods:
+                    model = AgentModel.fit([d.traces[i] for i in idx], y[idx] > 0.5, [d.groups[i] for i in idx],
+                                           config=cfg, prior=None if d.prior is None else d.prior[idx],
+                                           cache=d.cache)
+                for f in fr:
+                    if f != max(fr) and prefix_ks is not None and K not in prefix_ks:
+                        continue
+                    sc: dict[str, np.ndarray] = {}
+                    if model is not None:
+                        sc["agent"] = np.array([_score_at(model, d, i, f, j_of) for i in te])
+                    if "tfidf" in methods or "length" in methods:
+                        cl = CheapLearners(d.texts(f, idx), d.lengths(f, idx), y[idx])
+                        sc.update(cl.score(d.texts(f, te), d.lengths(f, te)))
+                    sc = {m: sc[m] for m in methods}
+                    units.setdefault((K, f), []).append(_Unit.make(y[te], sc, [d.groups[i] for i in te]))
+                    pr = prc.setdefault((K, f), {m: [] for m in methods})
+                    for m in methods:
+                        pr[m].append(auprc(y[te], sc[m]))
+                    if K is None and f == max(fr):
+                        for m in methods:
+                            full[m][te] = sc[m]
+        for m in methods:
+            oof[m].append(full[m].tolist())
+        if progress:
+            progress(f"draw {di + 1}/{len(splits)}")
+    results: dict[str, Any] = {}
+    for (K, f), us in units.items():
+        s = summarise(us, seed=seed, n_boot=n_boot, methods=methods)
+        for m in methods:
+            s[m]["auprc"] = float(np.nanmean(prc[(K, f)][m]))
+        results[key(K, f)] = s
+    return {"runs": n, "failed": int(y.sum()), "groups": len(set(d.groups)), "folds": folds, "draws": draws,
+            "results": results, "oof": oof}
+
+
+def key(K: int | None, f: float) -> str:
+    return f"K={'all' if K is None else K}|f={f:g}"
+
+
+def _cfg(c: AgentModelConfig) -> dict[str, Any]:
+    from model.scoring.agentmodel.model import _config_dict
+
+    return _config_dict(c)
+
+
+def _score_at(model: AgentModel, d: CVData, i: int, f: float, j_of: dict[float, int]) -> float:
+    p = None if d.prior is None else float(d.prior[i])
+    if f in j_of:
+        rows = d.cache.rows(d.traces[i], model.config.buckets, model.config.prefix_fractions, model.config.last_turn)
+        return float(model.score_rows(rows, prior=p)[j_of[f]])
+    t = d.traces[i]
+    return model.score(t.model_copy(update={"steps": t.steps[: prefix_lengths(len(t.steps), [f])[0]]}), prior=p)
+
+
+def attach(model: AgentModel, report: dict[str, Any]) -> AgentModel:
+    """Put the cheap learners' cross-validated AUROC (a :func:`cross_validate` report) on the card."""
+    res = report["results"].get(key(None, 1.0))
+    if res:
+        model.card_["cheap_learners"] = {m: res[m] for m in ("tfidf", "length") if m in res}
+        model.card_["cv_protocol"] = {"folds": report["folds"], "draws": report["draws"]}
+    return model
+
+
+__all__ = ["CVData", "CheapLearners", "attach", "auprc", "auroc", "cheap_view", "cross_validate", "draws_folds",
+           "group_bootstrap_interval", "group_runs", "key", "summarise"]

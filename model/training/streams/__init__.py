@@ -1,0 +1,2 @@
+"""Evaluating the stream detectors on seeded synthetic streams, and their figures.
+"""

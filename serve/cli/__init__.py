@@ -1,0 +1,2 @@
+"""The ``triage`` command line (Typer): one module per command group.
+"""

@@ -1,0 +1,291 @@
+"""``triage diagnose``, ``triage serve`` and ``triage schema``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from model.core.errors import InputError, TriageError
+from model.core.findings import DiagnosisResponse
+from model.core.options import DiagnoseOptions, DiagnoseRequest
+from model.core.schema import write_json_schema
+from model.diagnosis.diagnoser import Diagnoser
+from model.importers import FORMATS, load_traces, merge_documents, parse_documents, parse_json_text
+
+_console = Console()
+_err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    """Print a one-line reason to stderr; the caller raises the returned Exit(2)."""
+    _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def _speakers(values: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or []:
+        name, sep, role = item.partition("=")
+        if not sep or not name or not role:
+            raise InputError(f"expected NAME=ROLE, got {item!r}", path="--speaker")
+        out[name] = role
+    return out
+
+
+def _equivalents(values: list[str] | None) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for item in values or []:
+        name, sep, alts = item.partition("=")
+        if not sep or not name or not alts:
+            raise InputError(f"expected TOOL=ALT1,ALT2, got {item!r}", path="--equivalent")
+        out[name] = [a for a in alts.split(",") if a]
+    return out
+
+
+def _print_summary(resp: DiagnosisResponse, source: str) -> None:
+    if resp.healthy is None:
+        status = "[yellow]unknown: no failure found, but content is missing[/yellow]"
+    else:
+        status = "[green]healthy[/green]" if resp.healthy else f"[red]{len(resp.failures)} failure(s)[/red]"
+    _console.print(f"[bold]{escape(source)}[/bold]: {resp.steps} steps, {status}  (trace {resp.trace_id})")
+    _console.print(f"model {escape(resp.model_version)}", highlight=False)
+    if resp.failure_probability is not None:
+        where = ""
+        if resp.attribution is not None:
+            a = resp.attribution
+            who = f" ({escape(a.speaker)})" if a.speaker else ""
+            where = f"; if it failed, most likely at message {a.source_index}{who} (p={a.probability:.2f})"
+        _console.print(f"failure probability {resp.failure_probability:.2f}{where}")
+    for warning in resp.warnings:
+        _console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+    if resp.failures or resp.signals:
+        table = Table(show_lines=False)
+        for col in ("", "kind", "severity", "conf.", "step", "src", "detector"):
+            table.add_column(col, no_wrap=col != "detector")
+        evidence: list[str] = []
+        for mark, items in (("●", resp.failures), ("○", resp.signals)):
+            for f in items:
+                primary = resp.primary is not None and f is resp.primary
+                table.add_row(
+                    "★" if primary else mark,
+                    f.kind.value,
+                    f.severity.value,
+                    f"{f.confidence:.2f}",
+                    "" if f.step is None else str(f.step),
+                    "" if f.source_index is None else str(f.source_index),
+                    ",".join(f.detectors or [f.detector]),
+                )
+                text = " ".join(f.evidence.split())
+                evidence.append(f"  {f.kind.value} @ {f.step}: {text[:200] + '…' if len(text) > 200 else text}")
+        _console.print(table)
+        _console.print("[bold]evidence[/bold] (● failure, ○ signal, ★ primary):")
+        for line in evidence:
+            _console.print(escape(line), highlight=False)
+    rec = resp.recommendation
+    nxt = " → ".join(s.value for s in rec.next)
+    _console.print(f"[bold]recommendation:[/bold] {rec.strategy.value}" + (f"  (then {nxt})" if nxt else ""))
+    if rec.instruction:
+        _console.print(f"  {escape(rec.instruction)}", highlight=False)
+
+
+def diagnose(
+    file: Annotated[
+        str | None, typer.Argument(help="Trace file (JSON), or - for standard input.", show_default=False)
+    ] = None,
+    jsonl: Annotated[
+        Path | None,
+        typer.Option("--jsonl", help="Score an archive: one trace per line; one response per line out."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="With --jsonl: write responses here (default stdout).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the response model as JSON.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help=f"Input format: {', '.join(('auto', *FORMATS))}.")] = "auto",
+    allowed_tools: Annotated[
+        list[str] | None, typer.Option("--allowed-tools", help="Allow-list of tools (comma-separated).")
+    ] = None,
+    equivalent: Annotated[
+        list[str] | None, typer.Option("--equivalent", help="TOOL=ALT1,ALT2 for switch_tool (repeatable).")
+    ] = None,
+    fallback_model: Annotated[
+        list[str] | None, typer.Option("--fallback-model", help="Fallback models, in order (repeatable).")
+    ] = None,
+    detectors: Annotated[
+        list[str] | None, typer.Option("--detectors", help="Detectors to run (comma-separated; default all).")
+    ] = None,
+    speaker: Annotated[
+        list[str] | None, typer.Option("--speaker", help="NAME=ROLE for multi-agent logs (repeatable).")
+    ] = None,
+    shadow: Annotated[bool, typer.Option("--shadow", help="Observe only: recommend `continue`.")] = False,
+    session: Annotated[
+        str | None, typer.Option("--session", help="The run's session id: its spans (and those naming none) are one run.")
+    ] = None,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Refuse longer traces.")] = 5000,
+    classifier: Annotated[
+        bool, typer.Option("--classifier/--no-classifier", help="Load the shipped classifier, as the service does.")
+    ] = True,
+) -> None:
+    """Diagnose a trace (or an archive with --jsonl) with the models the service loads (rules, the
+    classifier, the run scorer). Exit 0 healthy or not; 2 on unreadable input."""
+    try:
+        options = DiagnoseOptions(
+            allowed_tools=_split(allowed_tools),
+            tool_equivalents=_equivalents(equivalent),
+            fallback_models=list(fallback_model or []),
+            detectors=_split(detectors),
+            shadow=shadow,
+            speakers=_speakers(speaker),
+            session=session,
+        )
+        diagnoser = Diagnoser.with_shipped_models(classifier=classifier, max_steps=max_steps)
+        if jsonl is not None:
+            if file is not None:
+                raise InputError("give either FILE or --jsonl, not both")
+            _diagnose_jsonl(diagnoser, jsonl, out, fmt, options, max_steps)
+            return
+        if file is None:
+            raise InputError("missing FILE (a path, or - for standard input)")
+        text = sys.stdin.buffer.read() if file == "-" else _read(Path(file))
+        # JSON, or OpenTelemetry's file-exporter JSON Lines (export batches merged by trace id)
+        data, fmt, options = _unwrap_envelope(merge_documents(parse_documents(text)), fmt, options)
+        traces = load_traces(
+            data, format=fmt, speakers=options.speakers or None, max_steps=max_steps, session=options.session
+        )
+        if not traces:
+            raise InputError("the input holds no trace")
+        responses = [diagnoser.diagnose(trace, options) for trace in traces]
+        if as_json:  # one JSON document: the response, or a list of them for a file of several traces
+            if len(responses) == 1:
+                typer.echo(responses[0].model_dump_json(indent=2))
+            else:
+                typer.echo(json.dumps([r.model_dump(mode="json") for r in responses], indent=2))
+        else:
+            for resp in responses:
+                _print_summary(resp, "stdin" if file == "-" else file)
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _unwrap_envelope(data: Any, fmt: str, options: DiagnoseOptions) -> tuple[Any, str, DiagnoseOptions]:
+    """Accept the HTTP request envelope ``{"trace", "format", "options"}`` as well as a bare trace;
+    options given on the command line win over the envelope's."""
+    if not (isinstance(data, dict) and "trace" in data and set(data) <= {"trace", "format", "options"}):
+        return data, fmt, options
+    try:
+        request = DiagnoseRequest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(err["msg"], path=".".join(str(p) for p in err["loc"])) from None
+    merged = request.options.model_copy(update=options.model_dump(exclude_defaults=True))
+    return request.trace, request.format if fmt == "auto" else fmt, merged
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("no such file", path=str(path)) from None
+    except IsADirectoryError:
+        raise InputError("is a folder; use `triage diagnose --jsonl` or one file", path=str(path)) from None
+    except OSError as exc:
+        raise InputError(exc.strerror or "cannot read", path=str(path)) from None
+
+
+def _diagnose_jsonl(
+    diagnoser: Diagnoser,
+    path: Path,
+    out: Path | None,
+    fmt: str,
+    options: DiagnoseOptions,
+    max_steps: int,
+) -> None:
+    """One response per input line; an unreadable line gets an error record, and exit 2 at the end."""
+    bad = 0
+    total = 0
+    try:
+        src = path.open("rb")
+    except OSError as exc:
+        raise InputError(exc.strerror or "cannot read", path=str(path)) from None
+    sink = out.open("w", encoding="utf-8") if out else sys.stdout
+    try:
+        with src:
+            for lineno, raw in enumerate(src, start=1):
+                if not raw.strip():
+                    continue
+                total += 1
+                record: dict[str, Any]
+                try:
+                    traces = load_traces(
+                        parse_json_text(raw), format=fmt, speakers=options.speakers or None, max_steps=max_steps,
+                        session=options.session,
+                    )
+                    for trace in traces:
+                        resp = diagnoser.diagnose(trace, options)
+                        sink.write(resp.model_dump_json() + "\n")
+                    continue
+                except InputError as exc:
+                    bad += 1
+                    exc.line = lineno
+                    record = {"line": lineno, "error": str(exc)}
+                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+    finally:
+        if out:
+            sink.close()
+    if bad:
+        raise InputError(f"{bad} of {total} lines could not be read (error records written)", path=str(path))
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (default TRIAGE_HOST or 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default TRIAGE_PORT or 8000).")] = None,
+    workers: Annotated[int | None, typer.Option(help="uvicorn worker processes.")] = None,
+) -> None:
+    """Start the HTTP service (what `make run` calls)."""
+    import uvicorn
+
+    from serve.settings import get_settings
+
+    settings = get_settings()
+    n_workers = workers or settings.workers
+    # The workers read their settings from the environment: each enforces 1/N of the rate limits.
+    os.environ["TRIAGE_WORKERS"] = str(n_workers)
+    uvicorn.run(
+        "serve.app:create_app",
+        factory=True,
+        host=host or settings.host,
+        port=port or settings.port,
+        workers=n_workers,
+        log_level="info",
+    )
+
+
+def schema(
+    path: Annotated[Path, typer.Argument(help="Where to write the Trace JSON Schema.")] = Path(
+        "docs/trace.schema.json"
+    ),
+) -> None:
+    """Write the Trace JSON Schema (docs/trace.schema.json)."""
+    write_json_schema(path)
+    typer.echo(f"wrote {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    app.command("diagnose")(diagnose)
+    app.command("serve")(serve)
+    app.command("schema")(schema)

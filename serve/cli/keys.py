@@ -1,0 +1,110 @@
+"""``triage keys create --tenant NAME [--operator]``, ``triage keys list``, ``triage keys revoke KEY_ID``,
+``triage keys local`` (the git-ignored key `make run` uses)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from model.core.errors import TriageError
+from serve.settings import get_settings
+
+keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.", no_args_is_help=True)
+_console = Console()
+_err = Console(stderr=True)
+
+
+def open_store(settings: Any) -> Any:
+    """The store, imported on use: SQLAlchemy and Alembic cost every `triage` command ~0.5 s otherwise."""
+    from serve.store import open_store as _open
+
+    return _open(settings)
+
+
+def _fail(message: str) -> typer.Exit:
+    _err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+@keys_app.command("create")
+def create(
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant the key belongs to (created when new).")],
+    label: Annotated[str, typer.Option("--label", help="A note to recognise the key by.")] = "",
+    operator: Annotated[bool, typer.Option(
+        "--operator", help="An operator key: may act on any tenant (header X-Triage-Tenant) and promote / "
+                           "roll back models over the API.")] = False,
+) -> None:
+    """Create a key and print it ONCE; only its hash is stored."""
+    try:
+        store = open_store(get_settings())
+        from serve.auth import create_key
+
+        key, key_id = create_key(store, tenant, label, operator=operator)
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(key)
+    what = "operator key" if operator else "key"
+    _err.print(
+        f"{what} id {key_id} for tenant {tenant!r}; store it now, it cannot be shown again", highlight=False
+    )
+
+
+@keys_app.command("list")
+def list_keys(
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None,
+) -> None:
+    """List keys (id, tenant, operator, label, created, revoked); never the keys themselves."""
+    try:
+        rows = open_store(get_settings()).list_api_keys(tenant)
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+    table = Table()
+    for col in ("id", "tenant", "operator", "label", "created", "revoked"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.id,
+            r.tenant_id,
+            "yes" if r.operator else "",
+            r.label,
+            r.created_at.isoformat(timespec="seconds"),
+            r.revoked_at.isoformat(timespec="seconds") if r.revoked_at else "",
+        )
+    _console.print(table)
+
+
+@keys_app.command("revoke")
+def revoke(key_id: Annotated[str, typer.Argument(help="The key's id (from `triage keys list`).")]) -> None:
+    """Revoke a key: calls with it get 401 (within TRIAGE_AUTH_CACHE_S on running workers)."""
+    try:
+        ok = open_store(get_settings()).revoke_api_key(key_id)
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+    if not ok:
+        raise _fail(f"no active key with id {key_id!r}")
+    typer.echo(f"revoked {key_id}")
+
+
+@keys_app.command("local")
+def local() -> None:
+    """Create the local key on first use (git-ignored file) and print it with the database location."""
+    settings = get_settings()
+    try:
+        store = open_store(settings)
+        from serve.auth import ensure_local_key
+
+        key, created = ensure_local_key(store, settings.resolved_key_file)
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+    url = store.engine.url.render_as_string(hide_password=True)
+    typer.echo(f"database: {url}")
+    typer.echo(f"API key ({'new' if created else 'kept'} in {settings.resolved_key_file}): {key}")
+    typer.echo(f"try:  curl -H 'Authorization: Bearer {key}' http://{settings.host}:{settings.port}/v1/traces")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    app.add_typer(keys_app, name="keys")

@@ -1,0 +1,167 @@
+"""``triage retrain [--tenant T] [--agent A]`` and ``triage model list | promote V | rollback [--tenant T] --agent A``.
+
+Runs on the serving install (numpy, scipy, scikit-learn for the gate's cheap learners; no torch). The
+registry root is the setting ``TRIAGE_MODEL_REGISTRY`` (default ``<data_dir>/models``); the active
+version per (tenant, agent) is in the store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from model.core.errors import TriageError
+
+model_app = typer.Typer(help="The agent-model registry: list, promote, rollback.", no_args_is_help=True)
+_err = Console(stderr=True)
+
+Tenant = Annotated[str, typer.Option("--tenant", help="The tenant (`local`: make run's key and TRIAGE_AUTH=off).")]
+Agent = Annotated[str, typer.Option("--agent", help="The agent (its name; `_pooled`: the tenant's pooled model).")]
+
+
+def _fail(message: str) -> typer.Exit:
+    _err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=2)
+
+
+def _open() -> tuple[Any, Any, Any]:
+    from model.scoring.agent_registry import Registry
+    from serve.settings import get_settings
+    from serve.store import open_store
+
+    settings = get_settings()
+    return settings, open_store(settings), Registry(settings.resolved_model_registry)
+
+
+@model_app.command("list")
+def list_cmd(tenant: Tenant = "local") -> None:
+    """Every agent's registered versions (the active one marked), their gate figures, and the activations."""
+    from model.scoring.agent_registry import ZERO_SHOT
+
+    try:
+        _, store, registry = _open()
+        agents = registry.agents(tenant)
+        active = store.active_models(tenant)
+        history = store.model_history(tenant)
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"tenant {tenant}: agent models under {registry.root} (* = active)")
+    for agent in agents:
+        on = active.get(agent, ZERO_SHOT)
+        typer.echo(f"agent {agent}: {'zero-shot (active)' if on == ZERO_SHOT else 'active ' + on}")
+        typer.echo(f"  {'':1} {'version':<22} {'created':<21} {'runs':>5} {'CV AUROC':>8} {'TF-IDF':>7} "
+                   f"{'length':>7} {'zero-shot':>9} gate")
+        for v in registry.versions(tenant, agent):
+            g = v.summary.get("gate", {})
+            e = g.get("estimate", {})
+
+            def a(m: str, e: dict[str, Any] = e) -> str:
+                x = (e.get(m) or {}).get("auroc")
+                return "-" if x is None else f"{x:.3f}"
+
+            typer.echo(f"  {'*' if v.version == on else '':1} {v.version:<22} {v.created_at:<21} {e.get('runs', '-'):>5} "
+                       f"{a('agent'):>8} {a('tfidf'):>7} {a('length'):>7} {a('zero-shot'):>9} "
+                       f"{'passed' if g.get('promote') else 'failed'}")
+    if history:
+        typer.echo("activations, newest first:")
+    for h in history:
+        who = h["agent"] if h["agent"] is not None else "(tenant run scorer, before agent models)"
+        typer.echo(f"  {h['activated_at']:%Y-%m-%d %H:%M:%S} {h['action']:<8} {who} {h['version']} by {h['actor']}")
+
+
+@model_app.command("promote")
+def promote_cmd(version: Annotated[str, typer.Argument(help="A version `triage model list` shows.")],
+                agent: Agent, tenant: Tenant = "local",
+                actor: Annotated[str, typer.Option("--actor", help="Who promotes (recorded).")] = "cli") -> None:
+    """Serve VERSION for the agent from now on (it is loaded and smoke-checked first)."""
+    from serve.services.retrain import promote_version
+
+    try:
+        _, store, registry = _open()
+        promote_version(store, registry, tenant, agent, version, actor=actor)
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"tenant {tenant} agent {agent}: {version} is active")
+
+
+@model_app.command("rollback")
+def rollback_cmd(agent: Agent, tenant: Tenant = "local",
+                 actor: Annotated[str, typer.Option("--actor", help="Who rolls back (recorded).")] = "cli") -> None:
+    """Serve the version that was active before the current one (promotions stack; rollbacks pop;
+    past the first one: zero-shot)."""
+    from model.scoring.agent_registry import ZERO_SHOT
+    from serve.services.retrain import rollback_version
+
+    try:
+        _, store, registry = _open()
+        target = rollback_version(store, registry, tenant, agent, actor=actor)
+    except TriageError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"tenant {tenant} agent {agent}: rolled back to {target or ZERO_SHOT}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``retrain`` and the ``model`` group to ``app``."""
+
+    @app.command("retrain")
+    def retrain_cmd(
+        tenant: Tenant = "local",
+        agent: Annotated[list[str] | None, typer.Option(
+            "--agent", help="Retrain this agent only (repeatable; `_pooled`: the pooled model).")] = None,
+        no_promote: Annotated[bool, typer.Option("--no-promote", help="Register the challengers only.")] = False,
+        params: Annotated[Path, typer.Option("--params", help="params.yaml (section learning_curve).")]
+        = Path("params.yaml"),
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the folds and the bootstrap.")] = 0,
+    ) -> None:
+        """Fit an agent model per agent with enough labelled runs (and a pooled one for the rest); promote
+        each that beats its champion and both cheap learners in grouped cross-validation.
+        Exit 0: every model promoted (or registered with --no-promote); 1: a gate kept a champion; 2: error."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from serve.services.retrain import retrain
+
+        try:
+            settings, store, _ = _open()
+            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=_err, transient=True) as bar:
+                tasks: dict[str, Any] = {}
+
+                def tick(stage: str, done: int, total: int) -> None:
+                    if stage not in tasks:
+                        tasks[stage] = bar.add_task(stage, total=total)
+                    bar.update(tasks[stage], total=total, completed=done)
+
+                res = retrain(store, settings, tenant, promote=not no_promote, params=params, seed=seed,
+                              progress=tick, only=agent or None)
+        except TriageError as exc:
+            raise _fail(str(exc)) from None
+        kept = False
+        for r in res.agents:
+            who = f"pooled ({', '.join(r.members)})" if r.members else r.agent
+            typer.echo(f"agent {who}: {r.runs} labelled runs ({r.failed} failed, {r.groups} task groups); "
+                       f"registered {r.version.version} ({r.version.path}) over {r.champion}")
+            for comp in r.gate.comparisons:
+                typer.echo("  " + comp.line())
+            if r.promoted:
+                typer.echo(f"  promoted {r.version.version}: {r.gate.reason()}")
+            elif no_promote:
+                typer.echo(f"  not promoted (--no-promote); the gate says: "
+                           f"{'pass' if r.gate.promote else 'keep the champion'}: {r.gate.reason()}")
+            else:
+                kept = True
+                typer.echo(f"  kept the champion {r.champion}: {r.gate.reason()}")
+        for a, why in res.skipped.items():
+            if why != "pooled":
+                typer.echo(f"agent {a}: no model ({why})")
+        typer.echo(f"{res.seconds:.1f} s; zero-shot prior: {res.cache['zero_shot_hits']} cached, "
+                   f"{res.cache['zero_shot_computed']} computed")
+        if kept:
+            raise typer.Exit(code=1)
+
+    app.add_typer(model_app, name="model")
+
+
+__all__ = ["model_app", "register"]

@@ -1,0 +1,358 @@
+"""Request and response bodies of the stateful endpoints (sessions, outcomes, traces, streams).
+
+``/v1/diagnose`` keeps :class:`model.core.findings.DiagnosisResponse`; a session step answers with
+:class:`SessionStepResponse`, which is that model plus the session's fields (responses change only
+by adding fields). Every response carries ``model_version`` and ``detector_versions``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, model_validator
+
+from model.core.errors import InputError
+from model.core.findings import RESPONSE_SCHEMA_VERSION, DiagnosisResponse, Recommendation
+from model.core.kinds import FailureKind
+from model.core.options import AgentName, DiagnoseOptions
+from model.core.schema import ToolDefinition
+from serve.validation import TEXT_PARAM_PATTERN
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Versioned(BaseModel):
+    schema_version: str = RESPONSE_SCHEMA_VERSION
+    model_version: str = Field(
+        description="The models that answered: `<classifier version>+<run-scorer version>`; the classifier's "
+        "`model_version` (`rules-<package version>` without one), then the tenant's active run-scorer "
+        "version in the model registry (`v<N>-<YYYYMMDDTHHMMSSZ>`) or `shipped-<hash>` for the shipped one (no `+…` without a run scorer).",
+    )
+    detector_versions: dict[str, str] = Field(default_factory=dict)
+
+
+class AppendStepsRequest(_Strict):
+    """One or more steps the agent just took: OpenAI chat messages or native steps (not both).
+
+    Indices continue across calls: the first message of this call gets the next ``source_index``
+    of the session. Native steps keep their ``source_index`` relative to this call (all 0 = one
+    input element per step).
+    """
+
+    messages: list[Any] | None = Field(default=None, description="OpenAI chat messages, in order.")
+    steps: list[Any] | None = Field(default=None, description="Native steps (see the Trace JSON Schema).")
+    options: DiagnoseOptions = Field(default_factory=DiagnoseOptions)
+    task_type: str | None = Field(default=None, max_length=200, description="Stream key; kept per session.")
+    agent: AgentName | None = Field(
+        default=None,
+        description="The agent running the session (as `options.agent`; either may name it): the key of its "
+        "agent model and metric streams; kept per session (the latest named wins). Default: the root agent "
+        "span's name, else the task type, else the tenant's pool.",
+    )
+    language: Literal["en", "zh"] | None = Field(default=None, description="Language of injected messages.")
+    tools: list[ToolDefinition] | None = Field(default=None, description="Tool definitions (once is enough).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AppendStepsRequest:
+        if (self.messages is None) == (self.steps is None):
+            raise ValueError("give exactly one of `messages` or `steps`")
+        if not (self.messages or self.steps):
+            raise ValueError("`messages` / `steps` is empty: append at least one step")
+        return self
+
+
+class SessionStepResponse(DiagnosisResponse):
+    """The incremental diagnosis after an append: the whole session so far, plus where it stands."""
+
+    session_id: str
+    appended: list[int] = Field(default_factory=list, description="Step indices this call added.")
+    source_indices: list[int] = Field(
+        default_factory=list,
+        description="The `source_index` of each input element (message / step) this call added, in order.",
+    )
+    session_steps: int = 0
+
+
+class FailureState(BaseModel):
+    key: str
+    kind: FailureKind
+    source_index: int | None
+    step: int | None
+    status: Literal["open", "resolved", "handoff"]
+    rung: int
+    attempt: int
+    recommendation: Recommendation | None
+
+
+class SessionView(Versioned):
+    session_id: str
+    trace_id: str
+    agent: str = Field(default="_pool", description="The session's agent (model/core/agents.py).")
+    created_at: datetime
+    updated_at: datetime
+    steps: int
+    next_source_index: int
+    failures: list[FailureState]
+    replan_global_used: int = 0
+    last: DiagnosisResponse | None = None
+
+
+StrictFloat = Annotated[float, Strict()]  # an int is a float; True and "1.5" are not
+
+
+class OutcomeRequest(_Strict):
+    """What happened when the agent carried out recommendation ``recommendation_id``."""
+
+    recommendation_id: str = Field(min_length=1, max_length=64)
+    success: StrictBool
+    duration_s: StrictFloat | None = Field(default=None, ge=0, le=1e7, allow_inf_nan=False)
+    cost: StrictFloat | None = Field(default=None, ge=0, le=1e9, allow_inf_nan=False)
+    note: str = Field(default="", max_length=4000)
+    label: FailureKind | Literal["healthy"] | None = Field(
+        default=None, description="A human label for the failure this recommendation addressed."
+    )
+
+
+class LabelRequest(_Strict):
+    """A label for a stored trace: the run-level verdict (``failed``, a task checker's or a
+    reviewer's), and, when known, what went wrong (``kind``) and where (``step`` or
+    ``source_index``). ``kind`` alone implies ``failed`` (a failure kind: true; ``healthy``: false).
+    """
+
+    failed: StrictBool | None = Field(default=None, description="Did the run fail (its task not done)?")
+    kind: FailureKind | Literal["healthy"] | None = Field(
+        default=None, description="What went wrong (with `failed: true`), or `healthy`."
+    )
+    step: StrictInt | None = Field(default=None, ge=0, le=2**31 - 1, description="Index into the trace's steps.")
+    source_index: StrictInt | None = Field(
+        default=None, ge=0, le=2**31 - 1, description="Index into the input the trace came from (a message)."
+    )
+    author: str = Field(default="", max_length=200, description="Who says so; default: the API key (`key:<id>`).")
+    author_type: Literal["human", "checker"] = Field(
+        default="human",
+        description="`checker`: an automatic task checker. An author's newest label wins; a human's outranks a checker's.",
+    )
+
+    def verdict(self) -> bool:
+        """``failed`` as the request says it, or as ``kind`` implies; an :class:`InputError` naming
+        the field when the fields disagree or say nothing."""
+        if self.failed is None and self.kind is None:
+            raise InputError("say whether the run failed (`failed`: true or false) or give a failure `kind`", path="failed")
+        failed = self.failed if self.failed is not None else self.kind != "healthy"
+        if failed and self.kind == "healthy":
+            raise InputError("`kind` is `healthy` but `failed` is true", path="kind")
+        if not failed and self.kind not in (None, "healthy"):
+            raise InputError(f"`failed` is false but `kind` is the failure kind {self.kind!s}", path="kind")
+        if not failed and (self.step is not None or self.source_index is not None):
+            where = "step" if self.step is not None else "source_index"
+            raise InputError(f"`{where}` says where the run went wrong, but `failed` is false", path=where)
+        if self.step is not None and self.source_index is not None:
+            raise InputError("give `step` or `source_index`, not both", path="source_index")
+        return failed
+
+
+class LocatedFailureOut(BaseModel):
+    kind: str | None = Field(description="The failure kind; null when only where is known.")
+    step: int | None
+    source_index: int | None
+
+
+class RunLabelOut(BaseModel):
+    """The trace's effective run-level label: per author the newest label, a human's over a checker's."""
+
+    failed: bool
+    author: str
+    author_type: Literal["human", "checker"]
+    created_at: datetime
+    failures: list[LocatedFailureOut] = Field(description="What went wrong and where, when labelled.")
+    labels: int = Field(description="Labels the trace has, every author.")
+
+
+class LabelResponse(Versioned):
+    trace_id: str
+    labels: int = Field(description="Labels the trace now has, every author.")
+    label: RunLabelOut = Field(description="The effective label after this one.")
+
+
+class UndoLabelRequest(_Strict):
+    """Withdraw the caller's newest label (``POST /v1/labels/undo``): the author's, on any trace of the
+    tenant, or on ``trace_id`` only."""
+
+    author: str = Field(default="", max_length=200, description="Whose label; default: the API key (`key:<id>`).")
+    trace_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._:@\-]{1,128}$",
+                                 description="Only a label on this trace.")
+
+
+class WithdrawnLabelOut(BaseModel):
+    failed: bool | None
+    kind: str | None
+    step: int | None
+    source_index: int | None
+    author: str
+    author_type: str
+    created_at: datetime
+    withdrawn_at: datetime
+
+
+class UndoLabelResponse(Versioned):
+    trace_id: str
+    withdrawn: WithdrawnLabelOut = Field(description="The label withdrawn (kept in the store, no longer counted).")
+    labels: int = Field(description="Labels the trace still counts, every author.")
+    label: RunLabelOut | None = Field(description="The effective label now; null when none is left.")
+
+
+class OutcomeResponse(Versioned):
+    recommendation_id: str
+    recorded: bool = Field(default=True, description="False when this outcome repeats the recorded one.")
+    note: str | None = Field(default=None, description="Why nothing was recorded, when it wasn't.")
+    escalated: bool = Field(description="True when the failure moved up (a new recommendation).")
+    next: Recommendation | None = Field(default=None, description="The recommendation to carry out now.")
+    session_id: str | None = None
+
+
+class OutcomeOut(BaseModel):
+    recommendation_id: str
+    strategy: str
+    success: bool
+    duration_s: float | None
+    cost: float | None
+    note: str
+    created_at: datetime
+
+
+class RecommendationOut(BaseModel):
+    id: str
+    strategy: str
+    kind: str | None
+    rung: int
+    attempt: int
+    created_at: datetime
+    body: dict[str, Any]
+
+
+class TraceSummary(BaseModel):
+    id: str
+    session_id: str | None
+    task_type: str | None
+    created_at: datetime
+    updated_at: datetime
+    steps: int
+    healthy: bool
+    primary_kind: str | None
+    shadow: bool
+    agent: str = Field(default="_pool", description="The run's agent (model/core/agents.py): the key of its agent model.")
+
+
+class TracePageOut(Versioned):
+    items: list[TraceSummary]
+    next_cursor: str | None = Field(default=None, description="Pass as `cursor` for the next page.")
+
+
+class TraceDetail(TraceSummary, Versioned):
+    trace: dict[str, Any] = Field(description="The stored (redacted) trace, native JSON.")
+    diagnosis: dict[str, Any] = Field(description="The latest diagnosis (DiagnosisResponse), redacted.")
+    recommendations: list[RecommendationOut]
+    outcomes: list[OutcomeOut]
+    label: RunLabelOut | None = Field(default=None, description="The effective run-level label, when labelled.")
+
+
+class GraphOut(Versioned):
+    trace_id: str
+    graph: dict[str, Any] | None = None
+    mermaid: str | None = None
+
+
+Observation = Annotated[float, Strict(), Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
+
+
+class ObservationsRequest(_Strict):
+    values: list[Observation] = Field(
+        min_length=1, max_length=10_000, description="Finite values, |x| ≤ 1e12, oldest first."
+    )
+    agent: str | None = Field(
+        default=None,
+        max_length=200,
+        pattern=TEXT_PARAM_PATTERN,
+        description="The agent whose stream this is (a run's agent: `options.agent`, else its root agent "
+        "span's `gen_ai.agent.name`, else its task type, else `_pool`); its alarms are `degradation` on that "
+        "agent's runs. `\"\"`: every agent of the tenant (signals only). Default: `task_type`.",
+    )
+    task_type: str = Field(
+        default="",
+        max_length=200,
+        pattern=TEXT_PARAM_PATTERN,
+        description="Before streams were keyed by agent: the task type, which is the agent of runs that "
+        "name none. Used when `agent` is not given.",
+    )
+    params: dict[str, Any] | None = Field(
+        default=None, description="CUSUM settings (shift, arl0, warmup, mean, std…), set on first use."
+    )
+    rebaseline: StrictBool = Field(default=False, description="Close an open alarm and re-estimate the baseline.")
+
+
+class AlarmOut(BaseModel):
+    index: int = Field(description="Observation that raised the alarm (0-based in the stream).")
+    direction: str
+    start: int = Field(description="Where the shift most likely began.")
+    statistic: float
+    mean: float = Field(description="The in-control baseline the alarm was measured against.")
+    std: float
+    bound: float = Field(
+        description="mean ± shift · std of the agent's baseline in the alarm's direction: a run of that "
+        "agent whose own value lies beyond it gets `degradation` as a failure; its other runs a signal."
+    )
+
+
+class ObservationsResponse(Versioned):
+    stream: str
+    agent: str = Field(description="The agent the stream belongs to (`\"\"`: every agent).")
+    task_type: str = Field(description="The same as `agent` (streams were keyed by task type before).")
+    n: int = Field(description="Observations in the stream after this call.")
+    alarms: list[AlarmOut]
+    alarm_open: bool
+    monitoring: bool
+
+
+class SegmentOut(BaseModel):
+    start: int
+    end: int
+    mean: float
+
+
+class ChangepointsResponse(Versioned):
+    stream: str
+    agent: str = Field(description="The agent the stream belongs to (`\"\"`: every agent).")
+    task_type: str = Field(description="The same as `agent` (streams were keyed by task type before).")
+    n: int
+    changepoints: list[int]
+    segments: list[SegmentOut]
+    method: str
+
+
+__all__ = [
+    "AlarmOut",
+    "AppendStepsRequest",
+    "ChangepointsResponse",
+    "FailureState",
+    "GraphOut",
+    "LabelRequest",
+    "LabelResponse",
+    "LocatedFailureOut",
+    "RunLabelOut",
+    "ObservationsRequest",
+    "ObservationsResponse",
+    "OutcomeOut",
+    "OutcomeRequest",
+    "OutcomeResponse",
+    "RecommendationOut",
+    "SegmentOut",
+    "SessionStepResponse",
+    "SessionView",
+    "TraceDetail",
+    "TracePageOut",
+    "TraceSummary",
+    "Versioned",
+]

@@ -1,0 +1,2 @@
+"""The service layer: one small service per resource, each calling the store.
+"""

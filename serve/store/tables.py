@@ -1,0 +1,348 @@
+"""The failure-history tables (SQLAlchemy 2, declarative, typed).
+
+Every row is keyed by tenant; every read in :mod:`serve.store.repository` filters on it. Trace
+text is stored only after redaction (:mod:`serve.redaction`). The Alembic migrations in
+``serve/migrations`` create exactly these tables; a test compares the two.
+
+Tables::
+
+    tenants          a name per tenant
+    api_keys         sha256 of each key (never the key), its prefix for display, revoked_at, operator
+    traces           one diagnosed trace (redacted JSON) and its latest response
+    trace_steps      the steps of a session's trace, one row each (appends insert only)
+    usage            steps imported per tenant and UTC day (the daily quota)
+    failures         the failures and signals of a trace's latest diagnosis (for filtering/export)
+    sessions         real-time sessions: step counters and the repair engine's state (JSON)
+    recommendations  every recommendation given, with its rung, attempt and status
+    outcomes         what the agent reported after carrying out a recommendation
+    labels           human labels on a trace (for the dataset export)
+    streams          stream-detector state per (tenant, agent, stream)
+    observations     the values posted to / fed into a stream, with alarms
+    model_activations which registry version of the run scorer each tenant serves (newest row wins)
+    ui_sessions      the console's signed-in sessions: sha256 of the cookie's token (never the token)
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stored as naive UTC (SQLite keeps no offset), always read back as aware UTC; a naive value
+    given to the store is taken as UTC."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:  # a naive time (e.g. `since=2026-11-29T10:00` from a caller) is UTC
+            return value
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # the key's public prefix
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    label: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # an operator key may act on any tenant (serve/auth.py) and promote / roll back models
+    operator: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class TraceRow(Base):
+    __tablename__ = "traces"
+    __table_args__ = (
+        Index("ix_traces_tenant_created", "tenant_id", "created_at"),
+        Index("ix_traces_tenant_session", "tenant_id", "session_id"),
+        Index("ix_traces_tenant_arm", "tenant_id", "arm"),
+        Index("ix_traces_tenant_agent", "tenant_id", "agent"),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    session_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    task_type: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    n_steps: Mapped[int] = mapped_column(Integer, default=0)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    primary_kind: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    model_version: Mapped[str] = mapped_column(String(100), default="")
+    shadow: Mapped[bool] = mapped_column(Boolean, default=False)
+    trace: Mapped[dict[str, Any]] = mapped_column(JSON)  # redacted native Trace JSON
+    response: Mapped[dict[str, Any]] = mapped_column(JSON)  # the latest DiagnosisResponse
+    # The repair policy's state of a trace sent without a session id (sessions keep theirs).
+    policy_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # A session's trace keeps its steps in trace_steps (an append writes only the new ones); the
+    # ``trace`` column then holds everything else, with ``"steps": []``.
+    steps_in_rows: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The canary arm of the run (serve/services/canary.py): "repair" / "shadow"; NULL when the caller chose
+    # shadow itself. failed_at: when a diagnosis of this run first found a failure (kept).
+    arm: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # The agent that ran it (model/core/agents.py): the key of its agent model. Rows stored before
+    # revision 0007 got their task type, else "_pool" (what the resolution gives them).
+    agent: Mapped[str] = mapped_column(String(200), default="_pool", server_default="_pool")
+
+
+class TraceStepRow(Base):
+    """One (redacted) step of a session's trace: appends insert rows, never rewrite the trace."""
+
+    __tablename__ = "trace_steps"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class UsageRow(Base):
+    """Steps a tenant imported on a UTC day (the daily quota, shared by every worker)."""
+
+    __tablename__ = "usage"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    day: Mapped[str] = mapped_column(String(10), primary_key=True)  # YYYY-MM-DD
+    steps: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class FailureRow(Base):
+    __tablename__ = "failures"
+    __table_args__ = (
+        Index("ix_failures_trace", "tenant_id", "trace_id"),
+        Index("ix_failures_tenant_kind", "tenant_id", "kind"),
+        Index("ix_failures_tenant_created", "tenant_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(64))
+    is_signal: Mapped[bool] = mapped_column(Boolean, default=False)
+    severity: Mapped[str] = mapped_column(String(16))
+    confidence: Mapped[float] = mapped_column(Float)
+    detector: Mapped[str] = mapped_column(String(100))
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    source_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    evidence: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # the tool the failure concerns (details.tool, else the tool at its step); "" none; NULL: a row
+    # written before the column (model/diagnosis/patterns.py reads those from the trace)
+    tool: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # the trace's created_at and agent (traces.agent, the run's resolved agent), copied so that the
+    # patterns of a window read this table alone (NULL: rows written before the columns, filled by
+    # migration 0010)
+    created_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    agent: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+
+class SessionRow(Base):
+    __tablename__ = "sessions"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    n_steps: Mapped[int] = mapped_column(Integer, default=0)
+    next_source_index: Mapped[int] = mapped_column(Integer, default=0)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the repair engine's state
+
+
+class RecommendationRow(Base):
+    __tablename__ = "recommendations"
+    __table_args__ = (
+        Index("ix_recs_tenant_session", "tenant_id", "session_id"),
+        Index("ix_recs_tenant_created", "tenant_id", "created_at"),
+        Index("ix_recs_tenant_trace", "tenant_id", "trace_id"),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(128))
+    session_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    failure_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    strategy: Mapped[str] = mapped_column(String(64))
+    rung: Mapped[int] = mapped_column(Integer, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)  # the Recommendation as given
+
+
+class OutcomeRow(Base):
+    __tablename__ = "outcomes"
+    __table_args__ = (Index("ix_outcomes_tenant_rec", "tenant_id", "recommendation_id"),
+                      Index("ix_outcomes_tenant_trace", "tenant_id", "trace_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    recommendation_id: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str] = mapped_column(String(128))
+    strategy: Mapped[str] = mapped_column(String(64))
+    success: Mapped[bool] = mapped_column(Boolean)
+    duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+    note: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LabelRow(Base):
+    __tablename__ = "labels"
+    __table_args__ = (Index("ix_labels_trace", "tenant_id", "trace_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None: no failure kind said
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    source_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    author: Mapped[str] = mapped_column(String(200), default="")
+    # the run-level verdict (True: the run failed); NULL only in rows no code writes any more
+    failed: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    author_type: Mapped[str] = mapped_column(String(16), default="human", server_default="human")  # or "checker"
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # set when its author withdrew it (undo): kept, but no reader counts it any more
+    withdrawn_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class StreamRow(Base):
+    __tablename__ = "streams"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    # The agent whose runs feed it (model/core/agents.py); "" = every agent of the tenant (posted values).
+    # Rows stored before revision 0008 were keyed by task type: that task type, "default" → "_pool".
+    agent: Mapped[str] = mapped_column(String(200), primary_key=True)
+    detector: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    n: Mapped[int] = mapped_column(Integer, default=0)
+    alarm_open: Mapped[bool] = mapped_column(Boolean, default=False)
+    alarm: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ObservationRow(Base):
+    __tablename__ = "observations"
+    __table_args__ = (
+        Index("ix_obs_stream", "tenant_id", "stream", "agent", "seq"),
+        UniqueConstraint("tenant_id", "stream", "agent", "seq", name="uq_obs_seq"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    stream: Mapped[str] = mapped_column(String(200))
+    agent: Mapped[str] = mapped_column(String(200))
+    seq: Mapped[int] = mapped_column(Integer)  # 0-based index within the stream
+    value: Mapped[float] = mapped_column(Float)
+    trace_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    alarm: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ModelActivationRow(Base):
+    """One promotion or rollback of a tenant's agent model (``model/scoring/agent_registry.py`` holds the artefacts).
+
+    ``agent`` NULL: an activation of a tenant-wide run scorer recorded before revision 0007; kept as
+    history, no longer served (agent models replaced it)."""
+
+    __tablename__ = "model_activations"
+    __table_args__ = (
+        Index("ix_model_activations_tenant", "tenant_id", "id"),
+        Index("ix_model_activations_agent", "tenant_id", "agent", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    agent: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    version: Mapped[str] = mapped_column(String(128))
+    activated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    actor: Mapped[str] = mapped_column(String(200), default="")
+    action: Mapped[str] = mapped_column(String(16))  # "promote" or "rollback"
+
+
+class UISessionRow(Base):
+    """One console sign-in (serve/auth.py): the browser holds a random token in a cookie; the
+    store keeps its sha256, the API key it was opened with (revoking the key ends the session) and
+    the session's CSRF token."""
+
+    __tablename__ = "ui_sessions"
+    __table_args__ = (Index("ix_ui_sessions_key", "key_id"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the cookie's token
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(32))
+    csrf: Mapped[str] = mapped_column(String(64))
+    # an operator's session acting on another tenant (None: the key's own)
+    acting_tenant: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+__all__ = [
+    "ApiKey",
+    "Base",
+    "FailureRow",
+    "LabelRow",
+    "ModelActivationRow",
+    "ObservationRow",
+    "OutcomeRow",
+    "RecommendationRow",
+    "SessionRow",
+    "StreamRow",
+    "Tenant",
+    "TraceRow",
+    "TraceStepRow",
+    "UISessionRow",
+    "UsageRow",
+    "utcnow",
+]
