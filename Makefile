@@ -36,6 +36,7 @@ run: install-serve
 
 lint: install
 	$(VENV)/bin/ruff check model serve tests bench client
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	$(VENV)/bin/mypy model serve
