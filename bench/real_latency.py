@@ -207,9 +207,9 @@ def profile(traces: dict[str, list[Trace]], ort_threads: int, top: int) -> None:
     """The same appends and diagnoses in process (no HTTP) under cProfile: the top functions."""
     from model.core.options import DiagnoseOptions
     from model.importers import load_trace
-    from serve.app import build_diagnoser, build_service
     from serve.schemas import AppendStepsRequest
     from serve.settings import Settings
+    from serve.wiring import build_diagnoser, build_service
 
     with tempfile.TemporaryDirectory(prefix="triage-prof-") as tmp:
         settings = Settings(data_dir=Path(tmp), ort_threads=ort_threads)

@@ -148,10 +148,10 @@ def timing(data: Path, n: int) -> dict[str, Any]:
     from model.core.options import DiagnoseOptions
     from model.data.realdata import load_source
     from model.diagnosis.diagnoser import Diagnoser
-    from serve.app import build_service
     from serve.schemas import LabelRequest
     from serve.services.retrain import retrain
     from serve.settings import Settings
+    from serve.wiring import build_service
 
     settings = Settings(data_dir=data / "timing")
     svc = build_service(settings, Diagnoser())

@@ -4,7 +4,7 @@ Issue 11, item 6: after τ-bench airline runs had filled the default tenant's au
 57 of 58 later multi-agent runs came back unhealthy with only ``degradation``. This replays that
 with the vendored sets (``model.data.realdata``): the 200 τ-bench airline runs, then the 126 Who&When
 algorithm-generated runs, all through ``TriageService.diagnose`` with the diagnoser as shipped
-(``serve.app.build_diagnoser``: rules, classifier and run scorer when their artefacts are here),
+(``serve.wiring.build_diagnoser``: rules, classifier and run scorer when their artefacts are here),
 the default auto-feed, a fresh SQLite store, and no task type (as a user who sends none: every
 run is ``default``). It counts what the later runs get from the streams — ``degradation`` as a
 failure (their own metric beyond the alarm's bound) or as a signal — and how many are unhealthy
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from model.core.options import DiagnoseOptions  # noqa: E402
 from model.core.schema import Trace  # noqa: E402
 from model.data.realdata import load_source  # noqa: E402
-from serve.app import build_diagnoser, build_service  # noqa: E402
 from serve.schemas import ObservationsRequest  # noqa: E402
 from serve.settings import Settings  # noqa: E402
+from serve.wiring import build_diagnoser, build_service  # noqa: E402
 
 
 def unlabelled(source: str) -> list[Trace]:

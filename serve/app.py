@@ -7,24 +7,16 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import Depends, FastAPI
 
-from model.detectors import TRACE_DETECTORS, make_detector
-from model.detectors.base import TraceDetector
-from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser, package_version
-from model.diagnosis.ladders import Ladders
-from model.diagnosis.repair_engine import RepairEngine, load_budgets
-from model.scoring.runscore.model import ARTIFACT as RUNSCORE_FILE
-from model.scoring.runscore.model import RunScorer
+from model.diagnosis.diagnoser import package_version
 from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
 from serve.errors import install_error_handlers
 from serve.heavy import HeavyLane
 from serve.limits import BodySizeLimit
-from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimiter, RateLimitMiddleware, rate_limit
-from serve.redaction import Redactor
+from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimitMiddleware, rate_limit
 from serve.routers import (
     diagnose,
     health,
@@ -39,64 +31,13 @@ from serve.routers import (
 )
 from serve.routers import metrics as metrics_router
 from serve.routers.ui import install_ui
-from serve.services.agent_models import build_models
 from serve.services.metrics import LatencyMiddleware, Metrics
-from serve.services.otel_export import EvaluationExporter, parse_headers
 from serve.services.triage import TriageService
 from serve.settings import Settings, get_settings
-from serve.store import open_store
 from serve.supervise import watch_master
+from serve.wiring import build_diagnoser, build_service
 
 log = logging.getLogger("triage.serve")
-
-
-def load_classifier(settings: Settings) -> TraceDetector | None:
-    """The classifier detector, when enabled and its artefact is present; else ``None`` (rules only)."""
-    if not settings.classifier or "classifier" not in TRACE_DETECTORS:
-        return None
-    params: dict[str, Any] = {"threads": settings.ort_threads}
-    if settings.model_path is not None:
-        params["path"] = settings.model_path
-    det = make_detector("classifier", **params)
-    available = getattr(det, "available", None)
-    if callable(available) and not available():
-        log.warning("classifier artefact not found; serving with rules only")
-        return None
-    load = getattr(det, "load", None)
-    if callable(load):
-        load()
-    return det
-
-
-def build_diagnoser(settings: Settings) -> tuple[Diagnoser, dict[str, Any]]:
-    """The detectors and policy the app serves with, and its readiness checks."""
-    detectors: list[TraceDetector] = [
-        make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS
-    ]
-    classifier = load_classifier(settings)
-    if classifier is not None:
-        detectors.append(classifier)
-    runscorer = load_runscorer(settings)
-    diagnoser = Diagnoser(
-        detectors, ladders=Ladders.load(settings.policy_path), max_steps=settings.max_steps, runscorer=runscorer
-    )
-    readiness: dict[str, Any] = {"rules": True}
-    if settings.classifier:
-        readiness["classifier"] = classifier is not None
-    if settings.runscore:
-        readiness["runscore"] = runscorer is not None
-    return diagnoser, readiness
-
-
-def load_runscorer(settings: Settings) -> RunScorer | None:
-    """The run scorer, when enabled and ``runscore.json`` is in the model folder; else ``None``."""
-    if not settings.runscore:
-        return None
-    path = (settings.model_path / RUNSCORE_FILE.name) if settings.model_path is not None else RUNSCORE_FILE
-    if not path.is_file():
-        log.warning("run scorer %s not found; serving without failure_probability", path)
-        return None
-    return RunScorer.load(path)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -170,34 +111,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
-    """The stateful service: store (migrated), repair engine with budgets, redaction."""
-    store = open_store(settings)
-    engine = RepairEngine(diagnoser.ladders, load_budgets(settings.policy_path))
-    redactor = Redactor.from_names(settings.redact.split(","), mode=settings.redact_mode, salt=settings.redact_salt)
-    exporter = None
-    if settings.eval_export_endpoint:
-        exporter = EvaluationExporter(settings.eval_export_endpoint, headers=parse_headers(settings.eval_export_headers),
-                                      timeout_s=settings.eval_export_timeout_s)
-    return TriageService(
-        store,
-        diagnoser,
-        engine,
-        redactor,
-        exporter=exporter,
-        max_steps=settings.max_steps,
-        session_exclude=[n.strip() for n in settings.session_detectors_exclude.split(",") if n.strip()],
-        stream_detector=settings.stream_detector,
-        stream_autofeed=[n.strip() for n in settings.stream_autofeed.split(",") if n.strip()],
-        relative_min_runs=settings.runscore_relative_min_runs,
-        limiter=RateLimiter.from_settings(settings),
-        session_window=settings.session_window_steps,
-        canary_percent=settings.repair_canary_percent,
-        models=build_models(settings, store),
-        recentre_ttl_s=settings.zero_shot_recentre_ttl_s,
-    )
-
-
 async def _retention_loop(service: TriageService, settings: Settings) -> None:
     """Retention: purge history older than ``retention_days`` at start-up, then hourly."""
     from datetime import timedelta
@@ -212,4 +125,4 @@ async def _retention_loop(service: TriageService, settings: Settings) -> None:
         await asyncio.sleep(3600)
 
 
-__all__ = ["build_diagnoser", "build_service", "create_app", "load_classifier", "load_runscorer"]
+__all__ = ["create_app"]

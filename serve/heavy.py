@@ -40,9 +40,9 @@ HELPER_NICE = 10
 
 def _init(settings_data: dict[str, Any]) -> None:  # pragma: no cover - runs in the helper process
     global _SERVICE, _MAX_STEPS
-    from serve.app import build_diagnoser, build_service
     from serve.settings import Settings
     from serve.supervise import watch_master
+    from serve.wiring import build_diagnoser, build_service
 
     watch_master()
     with contextlib.suppress(OSError, AttributeError):  # not on every platform

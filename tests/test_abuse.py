@@ -18,12 +18,13 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
-from serve.app import build_service, create_app
+from serve.app import create_app
 from serve.auth import create_key
 from serve.routers.diagnose import feed_streams_safely
 from serve.services.metrics import Metrics
 from serve.settings import Settings
 from serve.store import Store
+from serve.wiring import build_service
 from tests.secret_corpus import LOOKALIKES, SECRETS
 from tests.storefix import db_url  # noqa: F401  (fixture)
 from tests.test_redaction import leaked

@@ -18,12 +18,12 @@ from model.data.realdata import load_source
 from model.diagnosis.diagnoser import Diagnoser
 from model.scoring.agent_registry import POOLED, Registry
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
-from serve.app import build_service
 from serve.schemas import AppendStepsRequest, LabelRequest
 from serve.services.agent_models import SmokeCheckError, build_models, check_model, recentre_offset
 from serve.services.retrain import ZeroShotCache, plan
 from serve.services.triage import TriageService
 from serve.settings import Settings
+from serve.wiring import build_service
 
 AGENT = "airline"
 

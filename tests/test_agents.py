@@ -16,12 +16,12 @@ from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, Trace
 from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_trace
-from serve.app import build_service
 from serve.schemas import AppendStepsRequest
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.store import Store
 from serve.store.migrate import current_revision, upgrade
+from serve.wiring import build_service
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 

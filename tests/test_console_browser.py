@@ -65,10 +65,10 @@ def seeded() -> Iterator[dict[str, Any]]:
     """A store with tenant acme's replayed history (generated + real runs) and tenant other's runs."""
     _need_browser()
     from model.diagnosis.diagnoser import Diagnoser
-    from serve.app import build_service, load_runscorer
     from serve.auth import create_key
     from serve.offline.history_replay import OutcomeModel, Phase, generated_runs, replay, replay_into
     from serve.settings import Settings
+    from serve.wiring import build_service, load_runscorer
 
     work = Path(tempfile.mkdtemp(prefix="console-"))
     _, summary = replay_into(work, runs=40, real_groups=1, seed=3, tenant="acme")

@@ -13,10 +13,10 @@ from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_trace
-from serve.app import build_service
 from serve.examples import HEALTHY, OPENAI_IGNORED_ERROR, OPENAI_LOOP
 from serve.schemas import OutcomeRequest
 from serve.settings import Settings, get_settings
+from serve.wiring import build_service
 from tests.conftest import FIXTURES
 
 

@@ -15,10 +15,10 @@ from model.core.schema import Step, StepKind, Trace
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
 from model.diagnosis.incremental import IncrementalDiagnoser, remap, window_of
-from serve.app import build_service
 from serve.schemas import AppendStepsRequest
 from serve.settings import Settings
 from serve.store.tables import TraceStepRow
+from serve.wiring import build_service
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 RULES = DiagnoseOptions(detectors=sorted(n for n in Diagnoser().detectors if n != "incomplete"))

@@ -18,11 +18,11 @@ import pytest
 from model.core.options import DiagnoseOptions
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
-from serve.app import build_service, load_runscorer
 from serve.offline.label_review import _agree, margin, review_queue
 from serve.schemas import LabelRequest
 from serve.services.triage import TriageService
 from serve.settings import Settings
+from serve.wiring import build_service, load_runscorer
 from tests.conftest import ROOT, LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
 

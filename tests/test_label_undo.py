@@ -16,15 +16,15 @@ from sqlalchemy import text
 from model.core.options import DiagnoseOptions
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
-from serve.app import build_service
 from serve.auth import create_key
-from serve.cli.export import labels_for
 from serve.offline.label_review import TerminalKeys, review_queue, run_review
 from serve.schemas import LabelRequest, UndoLabelRequest
 from serve.services.retrain import labelled_runs
+from serve.services.run_labels import labels_for
 from serve.services.triage import NotFoundError, TriageService
 from serve.settings import Settings
 from serve.store import Store
+from serve.wiring import build_service
 from tests.conftest import LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
 

@@ -13,12 +13,11 @@ from model.core.options import DiagnoseOptions
 from model.core.schema import LabelSource
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
-from serve.app import build_service
-from serve.cli.export import labels_for
 from serve.schemas import LabelRequest, OutcomeRequest
-from serve.services.run_labels import addressed_place
+from serve.services.run_labels import addressed_place, labels_for
 from serve.services.triage import TriageService
 from serve.settings import Settings
+from serve.wiring import build_service
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 

@@ -21,13 +21,13 @@ from model.data.builder import make_trace
 from model.data.realdata import load_source
 from model.diagnosis.diagnoser import Diagnoser
 from model.diagnosis.patterns import PROBABILITY_SIGNATURE, Occurrence, RepairEvent, group_patterns, signature
-from serve.app import build_service
 from serve.auth import create_key
 from serve.cli.main import app as cli_app
 from serve.services.patterns import tenant_patterns, window
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.store import Store
+from serve.wiring import build_service
 from tests.conftest import LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
 

@@ -174,10 +174,10 @@ def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -
     from model.core.options import DiagnoseOptions
     from model.data.builder import make_trace
     from model.diagnosis.diagnoser import Diagnoser
-    from serve.app import build_service, load_runscorer
     from serve.offline.label_review import review_queue
     from serve.schemas import LabelRequest
     from serve.settings import Settings
+    from serve.wiring import build_service, load_runscorer
 
     settings = Settings(database_url=db_url, data_dir=tmp_path / "data")
     service = build_service(settings, Diagnoser(runscorer=load_runscorer(settings)))

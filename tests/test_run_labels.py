@@ -16,15 +16,14 @@ from model.core.errors import InputError
 from model.core.options import DiagnoseOptions
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
-from serve.app import build_service
-from serve.cli.export import labels_for
 from serve.examples import OPENAI_LOOP
 from serve.schemas import LabelRequest
-from serve.services.run_labels import effective_label
+from serve.services.run_labels import effective_label, labels_for
 from serve.services.triage import NotFoundError, TriageService
 from serve.settings import Settings
 from serve.store import Store
 from serve.store.migrate import upgrade as migrate_to
+from serve.wiring import build_service
 from tests.conftest import LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
 

@@ -352,8 +352,8 @@ def _answer_run(i: int, answer: str) -> Trace:
 def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: Path) -> None:
     """After 50 auto-fed runs of a task type the service reads that agent's upper percentile; zero-shot
     (issue 20, item 7) it may raise the fixed low-false-alarm point, never lower it."""
-    from serve.app import build_service
     from serve.settings import Settings
+    from serve.wiring import build_service
 
     grounded = "Oslo: 4 C, light rain."
     novel = "Expect thunderstorms, heavy hail and strong northerly gales tomorrow."

@@ -12,9 +12,9 @@ from model.data.builder import make_trace
 from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.classifier import DEFAULT_ARTIFACTS, ClassifierDetector
 from model.diagnosis.diagnoser import Diagnoser
-from serve.app import build_service
 from serve.schemas import AppendStepsRequest
 from serve.settings import Settings
+from serve.wiring import build_service
 
 MODEL = Path(os.environ.get("TRIAGE_TEST_MODEL_PATH") or DEFAULT_ARTIFACTS)
 pytestmark = pytest.mark.skipif(not (MODEL / "classifier.onnx").exists(), reason="no classifier artefact yet")

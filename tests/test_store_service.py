@@ -13,10 +13,10 @@ from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, Trace
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
-from serve.app import build_service
 from serve.schemas import AppendStepsRequest, ObservationsRequest, OutcomeRequest
 from serve.services.triage import NotFoundError, TriageService
 from serve.settings import Settings
+from serve.wiring import build_service
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 

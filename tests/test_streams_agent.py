@@ -20,13 +20,13 @@ from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, Trace
 from model.diagnosis.diagnoser import Diagnoser
 from model.streams import Cusum
-from serve.app import build_service
 from serve.schemas import AppendStepsRequest, ObservationsRequest
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.store import Store
 from serve.store.migrate import alembic_config, downgrade
 from serve.store.migrate import upgrade as migrate_to
+from serve.wiring import build_service
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 _WORDS = "The refund for order 4411 was issued to the original card today. " * 80

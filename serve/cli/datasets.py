@@ -260,10 +260,10 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
     import getpass
 
     from model.diagnosis.diagnoser import Diagnoser
-    from serve.app import build_service, load_runscorer
     from serve.offline.label_review import DEFAULT_ORDER, TerminalKeys, review_queue, run_review
     from serve.settings import get_settings
     from serve.store import check_tenant_name
+    from serve.wiring import build_service, load_runscorer
 
     settings = get_settings()
     if store_url:

@@ -25,92 +25,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from model.core.errors import TriageError
-from model.core.kinds import FailureKind
-from model.core.schema import FailureLabel, LabelSource, Trace, TraceLabels
-from serve.services.run_labels import effective_label
+from model.core.schema import Trace
+from serve.services.run_labels import labels_for
 from serve.settings import get_settings
 
 _console = Console(stderr=True)
-_KINDS = {k.value for k in FailureKind}
 
 
 def _fail(message: str) -> typer.Exit:
     _console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
-
-
-def labels_for(record: dict[str, Any], *, include_unconfirmed: bool) -> TraceLabels | None:
-    """The labels of one stored trace (see the module docstring), or None when nothing is known."""
-    label = effective_label(record["labels"])
-    if label is not None:
-        source = LabelSource.CHECKER if label.author_type == "checker" else LabelSource.HUMAN
-        failures = [
-            FailureLabel(
-                kind=FailureKind(f.kind) if f.kind in _KINDS else None,
-                step=f.step,
-                source_index=f.source_index,
-                source=source,
-            )
-            for f in label.failures
-            if f.kind in _KINDS or f.step is not None
-        ]
-        return TraceLabels(
-            failed=label.failed, failures=failures, source=source, first_failing_step=_first(failures)
-        )
-    response = record["response"] or {}
-    failures_by_key = {
-        f"{f['kind']}@{'-' if f.get('source_index') is None else f['source_index']}": f
-        for f in response.get("failures") or []
-    }
-    outcomes_by_rec: dict[str, list[bool]] = {}
-    for o in record["outcomes"]:
-        outcomes_by_rec.setdefault(o["recommendation_id"], []).append(bool(o["success"]))
-    confirmed: dict[str, FailureLabel] = {}
-    for rec in record["recommendations"]:
-        key = rec.get("failure_key")
-        results = outcomes_by_rec.get(rec["id"])
-        if not key or not results or key not in failures_by_key:
-            continue
-        f = failures_by_key[key]
-        conf = 0.9 if any(results) else 0.6
-        prev = confirmed.get(key)
-        if prev is None or prev.confidence < conf:
-            confirmed[key] = FailureLabel(
-                kind=FailureKind(f["kind"]),
-                step=f.get("step"),
-                source_index=f.get("source_index"),
-                source=LabelSource.REPAIR_OUTCOME,
-                confidence=conf,
-            )
-    if confirmed:
-        failures = sorted(confirmed.values(), key=lambda x: x.step if x.step is not None else 1 << 30)
-        return TraceLabels(
-            failures=failures, source=LabelSource.REPAIR_OUTCOME, first_failing_step=_first(failures)
-        )
-    if not include_unconfirmed or response.get("healthy", False) is None:
-        return None  # a verdict of "unknown" (content not recorded) is no label, not "healthy"
-    weak = [
-        FailureLabel(
-            kind=FailureKind(f["kind"]),
-            step=f.get("step"),
-            source_index=f.get("source_index"),
-            source=LabelSource.RULE_VOTE,
-            confidence=float(f["confidence"]),
-        )
-        for f in failures_by_key.values()
-    ]
-    return TraceLabels(failures=weak, source=LabelSource.RULE_VOTE, first_failing_step=_first(weak))
-
-
-def _first(failures: list[FailureLabel]) -> int | None:
-    steps = [f.step for f in failures if f.step is not None]
-    return min(steps) if steps else None
 
 
 def export(

@@ -245,8 +245,8 @@ def replay_into(
     built as ``triage serve`` builds it (shipped run scorer, rules; the classifier only when
     ``diagnoser`` brings it).
     """
-    from serve.app import build_service, load_runscorer
     from serve.settings import Settings
+    from serve.wiring import build_service, load_runscorer
 
     data_dir.mkdir(parents=True, exist_ok=True)
     db = data_dir / "triage.db"

@@ -44,7 +44,7 @@ from model.core.agents import POOL_AGENT
 from model.core.errors import InputError
 from model.core.schema import Trace
 from model.scoring.agent_registry import POOLED, ModelVersion, Registry
-from serve.cli.export import labels_for
+from serve.services.run_labels import labels_for
 from serve.settings import Settings
 from serve.store import Store
 

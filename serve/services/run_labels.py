@@ -29,7 +29,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from model.core.kinds import FailureKind
+from model.core.schema import FailureLabel, LabelSource, TraceLabels
+
 AUTHOR_TYPES = ("human", "checker")
+_KINDS = {k.value for k in FailureKind}
 
 
 @dataclass(frozen=True)
@@ -103,3 +107,73 @@ def effective_label(rows: list[dict[str, Any]]) -> EffectiveLabel | None:
         failures=failures,
         labels=len(rows),
     )
+
+
+def labels_for(record: dict[str, Any], *, include_unconfirmed: bool) -> TraceLabels | None:
+    """The labels of one stored trace (``triage datasets export --from-store``, serve/cli/export.py: its
+    effective label, else its repair outcomes, else with ``include_unconfirmed`` the diagnosis as weak
+    rule votes), or None when nothing is known."""
+    label = effective_label(record["labels"])
+    if label is not None:
+        source = LabelSource.CHECKER if label.author_type == "checker" else LabelSource.HUMAN
+        failures = [
+            FailureLabel(
+                kind=FailureKind(f.kind) if f.kind in _KINDS else None,
+                step=f.step,
+                source_index=f.source_index,
+                source=source,
+            )
+            for f in label.failures
+            if f.kind in _KINDS or f.step is not None
+        ]
+        return TraceLabels(
+            failed=label.failed, failures=failures, source=source, first_failing_step=_first(failures)
+        )
+    response = record["response"] or {}
+    failures_by_key = {
+        f"{f['kind']}@{'-' if f.get('source_index') is None else f['source_index']}": f
+        for f in response.get("failures") or []
+    }
+    outcomes_by_rec: dict[str, list[bool]] = {}
+    for o in record["outcomes"]:
+        outcomes_by_rec.setdefault(o["recommendation_id"], []).append(bool(o["success"]))
+    confirmed: dict[str, FailureLabel] = {}
+    for rec in record["recommendations"]:
+        key = rec.get("failure_key")
+        results = outcomes_by_rec.get(rec["id"])
+        if not key or not results or key not in failures_by_key:
+            continue
+        f = failures_by_key[key]
+        conf = 0.9 if any(results) else 0.6
+        prev = confirmed.get(key)
+        if prev is None or prev.confidence < conf:
+            confirmed[key] = FailureLabel(
+                kind=FailureKind(f["kind"]),
+                step=f.get("step"),
+                source_index=f.get("source_index"),
+                source=LabelSource.REPAIR_OUTCOME,
+                confidence=conf,
+            )
+    if confirmed:
+        failures = sorted(confirmed.values(), key=lambda x: x.step if x.step is not None else 1 << 30)
+        return TraceLabels(
+            failures=failures, source=LabelSource.REPAIR_OUTCOME, first_failing_step=_first(failures)
+        )
+    if not include_unconfirmed or response.get("healthy", False) is None:
+        return None  # a verdict of "unknown" (content not recorded) is no label, not "healthy"
+    weak = [
+        FailureLabel(
+            kind=FailureKind(f["kind"]),
+            step=f.get("step"),
+            source_index=f.get("source_index"),
+            source=LabelSource.RULE_VOTE,
+            confidence=float(f["confidence"]),
+        )
+        for f in failures_by_key.values()
+    ]
+    return TraceLabels(failures=weak, source=LabelSource.RULE_VOTE, first_failing_step=_first(weak))
+
+
+def _first(failures: list[FailureLabel]) -> int | None:
+    steps = [f.step for f in failures if f.step is not None]
+    return min(steps) if steps else None

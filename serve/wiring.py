@@ -1,0 +1,108 @@
+"""The app's wiring: the diagnoser and the stateful service, built from :class:`~serve.settings.Settings`.
+
+``serve.app`` builds them in its lifespan; the heavy lane's helper process, the CLI, the offline
+tools, the benchmarks and the tests build them here too, without importing the app.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from model.detectors import TRACE_DETECTORS, make_detector
+from model.detectors.base import TraceDetector
+from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
+from model.diagnosis.ladders import Ladders
+from model.diagnosis.repair_engine import RepairEngine, load_budgets
+from model.scoring.runscore.model import ARTIFACT as RUNSCORE_FILE
+from model.scoring.runscore.model import RunScorer
+from serve.ratelimit import RateLimiter
+from serve.redaction import Redactor
+from serve.services.agent_models import build_models
+from serve.services.otel_export import EvaluationExporter, parse_headers
+from serve.services.triage import TriageService
+from serve.settings import Settings
+from serve.store import open_store
+
+log = logging.getLogger("triage.serve")
+
+
+def load_classifier(settings: Settings) -> TraceDetector | None:
+    """The classifier detector, when enabled and its artefact is present; else ``None`` (rules only)."""
+    if not settings.classifier or "classifier" not in TRACE_DETECTORS:
+        return None
+    params: dict[str, Any] = {"threads": settings.ort_threads}
+    if settings.model_path is not None:
+        params["path"] = settings.model_path
+    det = make_detector("classifier", **params)
+    available = getattr(det, "available", None)
+    if callable(available) and not available():
+        log.warning("classifier artefact not found; serving with rules only")
+        return None
+    load = getattr(det, "load", None)
+    if callable(load):
+        load()
+    return det
+
+
+def build_diagnoser(settings: Settings) -> tuple[Diagnoser, dict[str, Any]]:
+    """The detectors and policy the app serves with, and its readiness checks."""
+    detectors: list[TraceDetector] = [
+        make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS
+    ]
+    classifier = load_classifier(settings)
+    if classifier is not None:
+        detectors.append(classifier)
+    runscorer = load_runscorer(settings)
+    diagnoser = Diagnoser(
+        detectors, ladders=Ladders.load(settings.policy_path), max_steps=settings.max_steps, runscorer=runscorer
+    )
+    readiness: dict[str, Any] = {"rules": True}
+    if settings.classifier:
+        readiness["classifier"] = classifier is not None
+    if settings.runscore:
+        readiness["runscore"] = runscorer is not None
+    return diagnoser, readiness
+
+
+def load_runscorer(settings: Settings) -> RunScorer | None:
+    """The run scorer, when enabled and ``runscore.json`` is in the model folder; else ``None``."""
+    if not settings.runscore:
+        return None
+    path = (settings.model_path / RUNSCORE_FILE.name) if settings.model_path is not None else RUNSCORE_FILE
+    if not path.is_file():
+        log.warning("run scorer %s not found; serving without failure_probability", path)
+        return None
+    return RunScorer.load(path)
+
+
+def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
+    """The stateful service: store (migrated), repair engine with budgets, redaction."""
+    store = open_store(settings)
+    engine = RepairEngine(diagnoser.ladders, load_budgets(settings.policy_path))
+    redactor = Redactor.from_names(settings.redact.split(","), mode=settings.redact_mode, salt=settings.redact_salt)
+    exporter = None
+    if settings.eval_export_endpoint:
+        exporter = EvaluationExporter(settings.eval_export_endpoint, headers=parse_headers(settings.eval_export_headers),
+                                      timeout_s=settings.eval_export_timeout_s)
+    return TriageService(
+        store,
+        diagnoser,
+        engine,
+        redactor,
+        exporter=exporter,
+        max_steps=settings.max_steps,
+        session_exclude=[n.strip() for n in settings.session_detectors_exclude.split(",") if n.strip()],
+        stream_detector=settings.stream_detector,
+        stream_autofeed=[n.strip() for n in settings.stream_autofeed.split(",") if n.strip()],
+        relative_min_runs=settings.runscore_relative_min_runs,
+        limiter=RateLimiter.from_settings(settings),
+        session_window=settings.session_window_steps,
+        canary_percent=settings.repair_canary_percent,
+        models=build_models(settings, store),
+        recentre_ttl_s=settings.zero_shot_recentre_ttl_s,
+    )
+
+
+
+__all__ = ["build_diagnoser", "build_service", "load_classifier", "load_runscorer"]
