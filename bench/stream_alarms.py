@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         diagnoser, ready = build_diagnoser(settings)
         svc = build_service(settings, diagnoser)
         print(f"diagnoser: {ready}; model {diagnoser.model_version}")
-        print(f"auto-fed streams: {', '.join(svc.stream_autofeed)}; detector {svc.stream_detector}")
+        print(f"auto-fed streams: {', '.join(svc.streams.autofeed)}; detector {svc.streams.detector}")
 
         def open_alarms() -> str:
             found = svc.store.open_alarms("default", "_pool")  # runs naming no agent, no task type: the pool

@@ -1,4 +1,5 @@
-"""``Annotated`` dependency aliases: routes receive settings and the loaded model through these."""
+"""``Annotated`` dependency aliases: routes receive settings, the loaded model and the service they
+need through these (each built once, in the app's lifespan)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from model.diagnosis.diagnoser import Diagnoser
+from serve.services.history import History
+from serve.services.outcomes import Outcomes
+from serve.services.sessions import Sessions
+from serve.services.streams import Streams
+from serve.services.triage import TriageService
 from serve.settings import Settings, get_settings
+from serve.store import Store
 
 
 def get_diagnoser(request: Request) -> Diagnoser:
@@ -16,5 +23,39 @@ def get_diagnoser(request: Request) -> Diagnoser:
     return diagnoser
 
 
+def get_service(request: Request) -> TriageService:
+    """The worker's services (:class:`~serve.services.triage.TriageService`), built in the lifespan."""
+    service: TriageService = request.app.state.service
+    return service
+
+
+def get_sessions(service: Annotated[TriageService, Depends(get_service)]) -> Sessions:
+    return service.sessions
+
+
+def get_outcomes(service: Annotated[TriageService, Depends(get_service)]) -> Outcomes:
+    return service.outcomes
+
+
+def get_history(service: Annotated[TriageService, Depends(get_service)]) -> History:
+    return service.history
+
+
+def get_streams(service: Annotated[TriageService, Depends(get_service)]) -> Streams:
+    return service.streams
+
+
+def get_store(request: Request) -> Store:
+    """The failure-history store the lifespan opened."""
+    store: Store = request.app.state.store
+    return store
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DiagnoserDep = Annotated[Diagnoser, Depends(get_diagnoser)]
+ServiceDep = Annotated[TriageService, Depends(get_service)]
+SessionsDep = Annotated[Sessions, Depends(get_sessions)]
+OutcomesDep = Annotated[Outcomes, Depends(get_outcomes)]
+HistoryDep = Annotated[History, Depends(get_history)]
+StreamsDep = Annotated[Streams, Depends(get_streams)]
+StoreDep = Annotated[Store, Depends(get_store)]

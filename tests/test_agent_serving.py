@@ -43,7 +43,7 @@ def fitted() -> tuple[AgentModel, list[Any]]:
 def service(tmp_path: Path, fitted: tuple[AgentModel, list[Any]]) -> Iterator[TriageService]:
     settings = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 't.db'}")
     svc = build_service(settings, Diagnoser.with_shipped_models(classifier=False))
-    svc.models = build_models(settings, svc.store)
+    svc.diagnoses.models = build_models(settings, svc.store)
     reg = Registry(settings.resolved_model_registry)
     mv = reg.save("acme", AGENT, fitted[0], parent=None, card="test", report={}, data={})
     svc.store.activate_model("acme", mv.version, actor="test", agent=AGENT)
@@ -90,7 +90,7 @@ def test_a_session_gets_the_prefix_score_and_at_risk_where_it_first_crossed(
                 steps=[st.model_dump(mode="json", exclude_none=True)], agent=AGENT))
             assert last.failure_probability_basis is not None and last.failure_probability_basis.model == "agent"
         assert last is not None
-        stored = service.stored_trace("acme", service.get_session("acme", sid).trace_id)
+        stored = service.stored_trace("acme", service.sessions.get_session("acme", sid).trace_id)
         # the prefix state kept between appends gives what a fresh read of the whole session gives
         assert last.failure_probability == pytest.approx(
             model.score(stored, prior=last.failure_probability_basis.zero_shot_probability), abs=1e-9)
@@ -108,7 +108,7 @@ def test_a_corrupt_or_broken_model_is_refused_and_zero_shot_stays(tmp_path: Path
     settings = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 't.db'}")
     svc = build_service(settings, Diagnoser.with_shipped_models(classifier=False))
     try:
-        svc.models = build_models(settings, svc.store)
+        svc.diagnoses.models = build_models(settings, svc.store)
         reg = Registry(settings.resolved_model_registry)
         mv = reg.save("acme", AGENT, fitted[0], parent=None, card="", report={}, data={})
         (mv.path / "agentmodel.json").write_text("{}")  # edited after save: sha256 differs
@@ -155,7 +155,7 @@ def test_zero_shot_is_recentred_on_the_agents_observed_rate(service: TriageServi
         t = _bare(r.trace)
         service.diagnose("acme", t, DiagnoseOptions(agent="hotel"))
         service.add_label("acme", t.id, LabelRequest(failed=True, author="qa"))
-    service.recentring.ttl_s = 0.0
+    service.diagnoses.recentring.ttl_s = 0.0
     again = service.diagnose("acme", _bare(rest[0].trace), DiagnoseOptions(agent="hotel"))
     basis = again.failure_probability_basis
     assert basis is not None and basis.model == "zero-shot" and basis.labelled_runs == 12

@@ -102,7 +102,7 @@ def test_the_service_stores_each_runs_agent(service: TriageService) -> None:
 def test_otlp_sessions_take_the_root_agent_span(service: TriageService) -> None:
     spans = _spans()
     (key,) = service.append_spans("t", {"spans": spans[:1]})  # the LLM call ends first: no agent yet
-    session = service.get_session("t", key)
+    session = service.sessions.get_session("t", key)
     assert _agent_of(service, "t", session.trace_id) == POOL_AGENT
     assert service.append_spans("t", {"spans": spans[1:]}) == {key: None}  # the agent spans: no step
     later = {**spans[0], "span_id": "d" * 16, "start_time_unix_nano": 5}

@@ -212,7 +212,7 @@ def test_session_steps_are_rows_and_two_workers_continue_each_other(db_url: str)
         whole.steps = whole.steps[:5]
         a.diagnose("t", whole, DiagnoseOptions())
         assert len(a.stored_trace("t", last.trace_id).steps) == 5
-        a.delete_session("t", "sess")
+        a.sessions.delete_session("t", "sess")
         with a.store.read() as db:
             assert db.query(TraceStepRow).filter_by(tenant_id="t").count() == 0
     finally:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from model.core.errors import NotFoundError
 from model.core.options import DiagnoseOptions
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
@@ -21,7 +22,7 @@ from serve.offline.label_review import TerminalKeys, review_queue, run_review
 from serve.schemas import LabelRequest, UndoLabelRequest
 from serve.services.retrain import labelled_runs
 from serve.services.run_labels import labels_for
-from serve.services.triage import NotFoundError, TriageService
+from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.store import Store
 from serve.wiring import build_service

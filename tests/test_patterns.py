@@ -306,7 +306,7 @@ def test_cache_answers_until_the_data_changes(payment_runs: list[Trace], tmp_pat
         service.diagnose("acme", payment_runs[2], DiagnoseOptions())  # a write changes the data version
         after = tenant_patterns(service.store, "acme", since=since, until=until)
         assert after is not first and after.runs == first.runs + 1
-        service.delete_trace("acme", payment_runs[2].id)
+        service.history.delete_trace("acme", payment_runs[2].id)
         assert tenant_patterns(service.store, "acme", since=since, until=until).runs == first.runs
     finally:
         service.store.dispose()

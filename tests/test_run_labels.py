@@ -12,14 +12,14 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from model.core.errors import InputError
+from model.core.errors import InputError, NotFoundError
 from model.core.options import DiagnoseOptions
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
 from serve.examples import OPENAI_LOOP
 from serve.schemas import LabelRequest
 from serve.services.run_labels import effective_label, labels_for
-from serve.services.triage import NotFoundError, TriageService
+from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.store import Store
 from serve.store.migrate import upgrade as migrate_to

@@ -9,12 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from model.core.errors import NotFoundError
 from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, Trace
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
 from serve.schemas import AppendStepsRequest, ObservationsRequest, OutcomeRequest
-from serve.services.triage import NotFoundError, TriageService
+from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.wiring import build_service
 from tests.storefix import db_url  # noqa: F401  (fixture)
@@ -54,10 +55,10 @@ def test_session_flow_and_outcomes(service: TriageService) -> None:
     assert out.escalated and out.next is not None and out.next.strategy == "replan_global"
     again = service.report_outcome("t", OutcomeRequest(recommendation_id=r.recommendation.id, success=False))
     assert not again.escalated
-    view = service.get_session("t", "s")
+    view = service.sessions.get_session("t", "s")
     assert [(f.key, f.rung) for f in view.failures] == [("loop@6", 1)]
     with pytest.raises(NotFoundError):
-        service.get_session("other-tenant", "s")
+        service.sessions.get_session("other-tenant", "s")
 
 
 def test_sessionless_diagnose_keeps_state_on_the_trace(service: TriageService) -> None:
@@ -83,7 +84,7 @@ def test_concurrent_appends_lose_no_step(service: TriageService) -> None:
     with ThreadPoolExecutor(max_workers=6) as pool:
         got = [i for a in pool.map(append, range(18)) for i in a]
     assert sorted(got) == list(range(18))
-    view = service.get_session("t", "race")
+    view = service.sessions.get_session("t", "race")
     assert view.steps == 18 and view.next_source_index == 18
 
 

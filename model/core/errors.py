@@ -9,6 +9,8 @@ Hierarchy::
     │   │                            ``line`` the 1-based line of a JSONL file when known
     │   ├── TooLargeError            more steps (or bytes) than the configured limit
     │   └── UnknownDetectorError     a detector name not in the registry
+    ├── NotFoundError                the tenant has no such session, trace, recommendation or stream (→ 404)
+    ├── ConflictError                an outcome contradicting the recorded one, or a success after a handoff (→ 409)
     ├── NotFittedError               a model or detector used before it was fitted / loaded
     ├── ModelLoadError               an artefact is missing or unreadable (onnxruntime errors wrapped)
     └── StoreError                   the failure-history store failed (SQL errors wrapped; → 500)
@@ -69,6 +71,15 @@ class UnknownDetectorError(InputError, KeyError):
         return InputError.__str__(self)
 
 
+class NotFoundError(TriageError, LookupError):
+    """The tenant has no such session / trace / recommendation / stream (→ 404)."""
+
+
+class ConflictError(TriageError):
+    """An outcome that contradicts the one already recorded, or a success reported after the
+    failure was handed off to a human (→ 409)."""
+
+
 class NotFittedError(TriageError, RuntimeError):
     """Something was used before it was fitted or loaded; the message says what to call."""
 
@@ -90,9 +101,11 @@ class StoreValueError(StoreError):
 
 
 __all__ = [
+    "ConflictError",
     "InputError",
     "ModelLoadError",
     "NotFittedError",
+    "NotFoundError",
     "StoreError",
     "StoreUnavailableError",
     "StoreValueError",

@@ -1,27 +1,19 @@
-"""What the stateful routers share: the service dependency, 404 mapping, the error responses."""
+"""What the stateful routers share: the thread-pool call with its 404 / 409 mapping, the error responses."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from fastapi import Depends, HTTPException, Request, Response
+from fastapi import HTTPException, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from model.core.errors import ConflictError, NotFoundError
 from serve.auth import UNAUTHORIZED_RESPONSES
-from serve.services.triage import ConflictError, NotFoundError, TriageService
 
 T = TypeVar("T")
 
-
-def get_service(request: Request) -> TriageService:
-    """The :class:`TriageService` built once in the app's lifespan."""
-    service: TriageService = request.app.state.service
-    return service
-
-
-ServiceDep = Annotated[TriageService, Depends(get_service)]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     **UNAUTHORIZED_RESPONSES,

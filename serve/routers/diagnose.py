@@ -15,10 +15,10 @@ from model.core.schema import Trace
 from model.importers import load_trace, merge_documents, parse_documents
 from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi, validate_body
-from serve.deps import SettingsDep
+from serve.deps import ServiceDep, SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
 from serve.heavy import HeavyLane
-from serve.routers._common import ServiceDep, call, json_response
+from serve.routers._common import call, json_response
 from serve.services.triage import TriageService
 
 log = logging.getLogger("triage.serve")

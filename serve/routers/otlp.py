@@ -19,8 +19,8 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from model.core.errors import InputError, TooLargeError
 from model.importers.otlp import decode_export, encode_response
 from serve.auth import PrincipalDep
-from serve.deps import SettingsDep
-from serve.routers._common import ERRORS, TOO_LARGE, ServiceDep, call
+from serve.deps import ServiceDep, SettingsDep
+from serve.routers._common import ERRORS, TOO_LARGE, call
 
 router = APIRouter(prefix="/otlp/v1", tags=["otlp"])
 

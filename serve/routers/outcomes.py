@@ -6,8 +6,9 @@ from fastapi import APIRouter, Request
 
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
+from serve.deps import OutcomesDep
 from serve.examples_service import OUTCOME_EXAMPLES
-from serve.routers._common import CONFLICT, ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
+from serve.routers._common import CONFLICT, ERRORS, NOT_FOUND, TOO_LARGE, call
 from serve.schemas import OutcomeRequest, OutcomeResponse
 
 router = APIRouter(prefix="/v1", tags=["outcomes"])
@@ -23,7 +24,7 @@ router = APIRouter(prefix="/v1", tags=["outcomes"])
 async def report_outcome(
     request: Request,
     principal: PrincipalDep,
-    service: ServiceDep,
+    outcomes: OutcomesDep,
 ) -> OutcomeResponse:
     """A failed outcome moves that failure one rung up its ladder (or to the next attempt of a
     retry) and returns the recommendation to carry out now in `next`; a spent budget gives
@@ -33,4 +34,4 @@ async def report_outcome(
     failure history (see `triage datasets export --from-store`).
     """
     body = await parse_body(request, OutcomeRequest)
-    return await call(service.report_outcome, principal.tenant, body)
+    return await call(outcomes.report_outcome, principal.tenant, body)

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Path, Request, Response
 
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
+from serve.deps import SessionsDep
 from serve.examples_service import APPEND_EXAMPLES
-from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call, json_response
+from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, call, json_response
 from serve.schemas import AppendStepsRequest, SessionStepResponse, SessionView
 from serve.validation import ID_PATTERN
 
@@ -31,7 +32,7 @@ async def append_steps(
     session_id: SessionId,
     request: Request,
     principal: PrincipalDep,
-    service: ServiceDep,
+    sessions: SessionsDep,
 ) -> Response:
     """Append one or more steps (OpenAI messages or native steps) as the agent takes them; the
     first append creates the session. The answer diagnoses the session so far: a loop is caught on
@@ -40,7 +41,7 @@ async def append_steps(
     """
     async with request.app.state.gate.slot(principal.tenant):  # CPU work, shared fairly by tenants
         body = await parse_body(request, AppendStepsRequest)
-        return json_response(await call(service.append_steps, principal.tenant, session_id, body))
+        return json_response(await call(sessions.append_steps, principal.tenant, session_id, body))
 
 
 @router.get(
@@ -49,9 +50,9 @@ async def append_steps(
     summary="A session's state",
     responses={**ERRORS, **NOT_FOUND},
 )
-async def get_session(session_id: SessionId, principal: PrincipalDep, service: ServiceDep) -> SessionView:
+async def get_session(session_id: SessionId, principal: PrincipalDep, sessions: SessionsDep) -> SessionView:
     """Step counters, every failure with its rung and standing recommendation, the last diagnosis."""
-    return await call(service.get_session, principal.tenant, session_id)
+    return await call(sessions.get_session, principal.tenant, session_id)
 
 
 @router.delete(
@@ -60,7 +61,7 @@ async def get_session(session_id: SessionId, principal: PrincipalDep, service: S
     summary="Delete a session and its traces",
     responses={**ERRORS, **NOT_FOUND},
 )
-async def delete_session(session_id: SessionId, principal: PrincipalDep, service: ServiceDep) -> Response:
+async def delete_session(session_id: SessionId, principal: PrincipalDep, sessions: SessionsDep) -> Response:
     """Delete the session, its repair state and every trace recorded under it (retention on demand)."""
-    await call(service.delete_session, principal.tenant, session_id)
+    await call(sessions.delete_session, principal.tenant, session_id)
     return Response(status_code=204)

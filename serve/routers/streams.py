@@ -8,8 +8,9 @@ from fastapi import APIRouter, Path, Query, Request
 
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
+from serve.deps import StreamsDep
 from serve.examples_service import OBSERVATION_EXAMPLES
-from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, ServiceDep, call
+from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, call
 from serve.schemas import ChangepointsResponse, ObservationsRequest, ObservationsResponse
 from serve.validation import TEXT_PARAM_PATTERN
 
@@ -29,7 +30,7 @@ async def observe(
     name: StreamName,
     request: Request,
     principal: PrincipalDep,
-    service: ServiceDep,
+    streams: StreamsDep,
 ) -> ObservationsResponse:
     """Values go through the stream's CUSUM, keyed by (tenant, agent, stream), its state kept in
     the store. One alarm per change: it opens an episode that closes on `rebaseline: true` or when
@@ -38,7 +39,7 @@ async def observe(
     every agent, `agent: ""`, gives signals only) and a `triage_stream_alarm_open` gauge in
     `/metrics`."""
     body = await parse_body(request, ObservationsRequest)
-    return await call(service.observe, principal.tenant, name, body)
+    return await call(streams.observe, principal.tenant, name, body)
 
 
 @router.get(
@@ -50,7 +51,7 @@ async def observe(
 async def changepoints(
     name: StreamName,
     principal: PrincipalDep,
-    service: ServiceDep,
+    streams: StreamsDep,
     agent: Annotated[str | None, Query(max_length=200, pattern=TEXT_PARAM_PATTERN)] = None,
     task_type: Annotated[str, Query(max_length=200, pattern=TEXT_PARAM_PATTERN)] = "",
     method: Annotated[Literal["binseg", "window", "pelt"] | None, Query()] = None,
@@ -58,4 +59,4 @@ async def changepoints(
     """ruptures (l2 cost, BIC-style penalty from the noise level) over the last 2,000 observations
     of the agent's stream (`agent`; else `task_type`, the agent of runs that name none; else `""`,
     the stream posted for every agent)."""
-    return await call(service.changepoints, principal.tenant, name, agent, method, task_type=task_type)
+    return await call(streams.changepoints, principal.tenant, name, agent, method, task_type=task_type)

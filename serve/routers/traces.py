@@ -12,7 +12,8 @@ from model.core.graph import ExecutionGraph
 from model.core.kinds import FailureKind
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
-from serve.routers._common import ERRORS, NOT_FOUND, ServiceDep, call
+from serve.deps import HistoryDep
+from serve.routers._common import ERRORS, NOT_FOUND, call
 from serve.schemas import GraphOut, LabelRequest, LabelResponse, TraceDetail, TracePageOut
 from serve.validation import ID_PATTERN, TEXT_PARAM_PATTERN, iso_datetime_text
 
@@ -24,7 +25,7 @@ TraceId = Annotated[str, Path(pattern=ID_PATTERN, description="`[A-Za-z0-9._:@-]
 @router.get("", response_model=TracePageOut, summary="List stored traces", responses=ERRORS)
 async def list_traces(
     principal: PrincipalDep,
-    service: ServiceDep,
+    history: HistoryDep,
     kind: Annotated[FailureKind | None, Query(description="Only traces with a failure of this kind.")] = None,
     since: Annotated[
         datetime | None,
@@ -40,7 +41,7 @@ async def list_traces(
 ) -> TracePageOut:
     """Newest first, this tenant's only; page with `cursor`."""
     return await call(
-        service.list_traces,
+        history.list_traces,
         principal.tenant,
         kind=kind,
         since=since,
@@ -56,15 +57,15 @@ async def list_traces(
     summary="One trace with its history",
     responses={**ERRORS, **NOT_FOUND},
 )
-async def get_trace(trace_id: TraceId, principal: PrincipalDep, service: ServiceDep) -> TraceDetail:
+async def get_trace(trace_id: TraceId, principal: PrincipalDep, history: HistoryDep) -> TraceDetail:
     """The stored (redacted) trace, its latest diagnosis, the recommendations given and the outcomes."""
-    return await call(service.get_trace, principal.tenant, trace_id)
+    return await call(history.get_trace, principal.tenant, trace_id)
 
 
 @router.delete("/{trace_id}", status_code=204, summary="Delete a trace", responses={**ERRORS, **NOT_FOUND})
-async def delete_trace(trace_id: TraceId, principal: PrincipalDep, service: ServiceDep) -> Response:
+async def delete_trace(trace_id: TraceId, principal: PrincipalDep, history: HistoryDep) -> Response:
     """Delete the trace with its diagnosis, recommendations, outcomes and labels."""
-    await call(service.delete_trace, principal.tenant, trace_id)
+    await call(history.delete_trace, principal.tenant, trace_id)
     return Response(status_code=204)
 
 
@@ -77,16 +78,16 @@ async def delete_trace(trace_id: TraceId, principal: PrincipalDep, service: Serv
 async def get_graph(
     trace_id: TraceId,
     principal: PrincipalDep,
-    service: ServiceDep,
+    history: HistoryDep,
     format: Annotated[Literal["json", "mermaid", "both"], Query(description="What to return.")] = "both",
 ) -> GraphOut:
     """Nodes are steps; edges `followed_by`, `result_of`, `retry_of`, `uses_result_of`. `mermaid` is
     text to paste into any Mermaid renderer."""
-    trace = await call(service.stored_trace, principal.tenant, trace_id)
+    trace = await call(history.stored_trace, principal.tenant, trace_id)
     graph = ExecutionGraph.from_trace(trace)
     return GraphOut(
-        model_version=service.model_version(principal.tenant),
-        detector_versions=service.detector_versions(),
+        model_version=history.diagnoses.model_version(principal.tenant),
+        detector_versions=history.diagnoses.detector_versions(),
         trace_id=trace_id,
         graph=graph.to_json() if format in ("json", "both") else None,
         mermaid=graph.to_mermaid() if format in ("mermaid", "both") else None,
@@ -117,7 +118,7 @@ _LABEL_EXAMPLES = {
     openapi_extra=body_openapi(LabelRequest, _LABEL_EXAMPLES),
 )
 async def add_label(
-    trace_id: TraceId, request: Request, principal: PrincipalDep, service: ServiceDep
+    trace_id: TraceId, request: Request, principal: PrincipalDep, history: HistoryDep
 ) -> LabelResponse:
     """One author's verdict on the run: `failed` (a task checker's or a reviewer's), optionally the
     failure `kind` and its `step` or `source_index`. Per author the newest label wins; a human's
@@ -126,4 +127,4 @@ async def add_label(
     ahead of repair outcomes and rule votes. Without `author`, the author is the API key
     (`key:<key id>`)."""
     body = await parse_body(request, LabelRequest)
-    return await call(service.add_label, principal.tenant, trace_id, body, key_id=principal.key_id)
+    return await call(history.add_label, principal.tenant, trace_id, body, key_id=principal.key_id)

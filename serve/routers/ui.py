@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from model.core.agents import MAX_AGENT_LENGTH, POOL_AGENT, clean_agent_name
-from model.core.errors import InputError, ModelLoadError
+from model.core.errors import InputError, ModelLoadError, NotFoundError
 from model.core.graph import ExecutionGraph
 from model.core.kinds import FailureKind
 from model.core.schema import Trace
@@ -47,7 +47,7 @@ from serve.schemas import LabelRequest, UndoLabelRequest
 from serve.services.patterns import tenant_patterns
 from serve.services.patterns import window as patterns_window
 from serve.services.retrain import learning_curve, promote_version, rollback_version
-from serve.services.triage import NotFoundError, TriageService
+from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.ui import data
 from serve.validation import ID_PATTERN

@@ -398,6 +398,13 @@ class Store:
         ).all()
         return {**row.trace, "steps": list(steps)}
 
+    def read_trace(self, db: Session, tenant: str, trace_id: str) -> tuple[dict[str, Any], bool] | None:
+        """In transaction ``db``: the whole stored trace and whether its steps are kept as rows, or None."""
+        row = db.get(TraceRow, (tenant, trace_id))
+        if row is None:
+            return None
+        return self.trace_json(db, row), row.steps_in_rows
+
     def get_trace_json(self, tenant: str, trace_id: str) -> tuple[TraceRow, dict[str, Any]] | None:
         """The trace row and its whole stored trace, or None."""
         with self.read() as db:
@@ -561,6 +568,20 @@ class Store:
             q = q.with_for_update()
         return db.scalar(q.execution_options(populate_existing=True))
 
+    @staticmethod
+    def save_session_state(
+        row: SessionRow, state: dict[str, Any], *, n_steps: int | None = None, next_source_index: int | None = None
+    ) -> int:
+        """Write a locked session's new repair state (and counters) in its transaction; its new version."""
+        row.state = state
+        if n_steps is not None:
+            row.n_steps = n_steps
+        if next_source_index is not None:
+            row.next_source_index = next_source_index
+        row.updated_at = utcnow()
+        row.version += 1
+        return row.version
+
     def get_session(self, tenant: str, session_id: str) -> SessionRow | None:
         with self.read() as db:
             return db.get(SessionRow, (tenant, session_id))
@@ -606,6 +627,11 @@ class Store:
         return db.get(RecommendationRow, (tenant, rec_id))
 
     @staticmethod
+    def refresh(db: Session, row: Any) -> None:
+        """Re-read ``row`` in transaction ``db`` (its values as of the locks taken since it was read)."""
+        db.refresh(row)
+
+    @staticmethod
     def add_outcome(
         db: Session,
         *,
@@ -628,6 +654,16 @@ class Store:
         )
         db.add(row)
         return row
+
+    @staticmethod
+    def add_outcome_label(
+        db: Session, *, tenant: str, trace_id: str, failed: bool, kind: str | None, step: int | None,
+        source_index: int | None,
+    ) -> None:
+        """In transaction ``db``: the label an outcome posted with ``label`` gives its run (author
+        ``outcome``, a human's)."""
+        db.add(LabelRow(tenant_id=tenant, trace_id=trace_id, failed=failed, kind=kind, step=step,
+                        source_index=source_index, author="outcome", author_type="human"))
 
     def add_label(
         self,
@@ -960,6 +996,12 @@ class Store:
             )
             rows = {r.name: dict(r._mapping) for r in db.execute(q)}
         return rows
+
+    @staticmethod
+    def add_observations(db: Session, rows: list[dict[str, Any]]) -> None:
+        """In transaction ``db``: observations of locked streams (one executemany)."""
+        if rows:
+            db.execute(insert(ObservationRow), rows)
 
     @functools.cached_property
     def _stream_update_stmt(self) -> Any:

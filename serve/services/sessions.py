@@ -1,0 +1,440 @@
+"""Real-time sessions: steps (or OTLP spans) appended as the agent takes them, each append diagnosed
+through the pipeline of :mod:`serve.services.diagnoses` on the session so far.
+
+The cost of an append does not grow with the session: the new steps are written as rows of their
+own, the session's trace stays in this worker's cache (re-read from the store only when another
+worker appended meanwhile), and the detectors read a window of the newest steps
+(:mod:`model.diagnosis.incremental`).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from model.core.agents import AGENT_METADATA_KEY, POOL_AGENT, resolve_agent
+from model.core.errors import InputError, NotFoundError, TooLargeError, TraceImportError
+from model.core.findings import DiagnosisResponse, Finding
+from model.core.kinds import FailureKind
+from model.core.options import DiagnoseOptions
+from model.core.schema import Step, StepKind, ToolDefinition, Trace
+from model.diagnosis.diagnoser import RUNSCORE
+from model.diagnosis.incremental import IncrementalDiagnoser
+from model.importers import genai, load_trace, openinference
+from model.importers.spans import collect_spans, group_runs, import_spans, uses_openinference
+from serve.schemas import AppendStepsRequest, FailureState, SessionStepResponse, SessionView
+from serve.services.agent_models import (
+    ServedAgent,
+    add_failure,
+    at_risk_failure,
+    relabel_final_outputs,
+    score_prefixes,
+)
+from serve.services.diagnoses import Diagnoses
+from serve.store.tables import SessionRow
+from serve.validation import check_id, check_index
+
+#: Agent-model prefix states a worker keeps between appends (a session whose state was dropped reads
+#: its steps once on its next append).
+MAX_PREFIX_STATES = 20_000
+_FINAL_BLOCKERS = {StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.USER_INPUT, StepKind.ERROR}
+#: Importer of an append: ``(session state, first source index) → (new steps, next source index)``.
+Importer = Callable[[dict[str, Any], int], tuple[list[Step], int]]
+
+
+class Sessions:
+    """Appends, reads and deletes sessions. ``session_exclude`` names detectors that make no sense on
+    a run still going (``incomplete``: the run has not ended yet); ``window``: the steps the
+    detectors read per append."""
+
+    def __init__(self, diagnoses: Diagnoses, *, max_steps: int = 5000,
+                 session_exclude: Sequence[str] = ("incomplete",), window: int = 64) -> None:
+        self.diagnoses = diagnoses
+        self.store = diagnoses.store
+        self.redactor = diagnoses.redactor
+        self.max_steps = max_steps
+        self.session_exclude = frozenset(session_exclude)
+        self.incremental = IncrementalDiagnoser(diagnoses.diagnoser, window=window)
+        # This worker's agent-model prefix state per session: (tenant, session) → (model, steps, state);
+        # taken out for an append's transaction and put back after its commit (as the session cache).
+        self._prefix: dict[tuple[str, str], tuple[str, int, Any]] = {}
+        self._prefix_lock = threading.Lock()
+        self._cache = SessionCache()
+
+    def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
+        """Append steps to session ``session_id`` (created on first use) and diagnose it so far."""
+        resp = self._append(
+            tenant, session_id, req.options, lambda state, offset: self._import_steps(req, offset=offset),
+            field="steps" if req.steps is not None else "messages",
+            task_type=req.task_type, language=req.language, tools=req.tools, agent=req.agent or req.options.agent,
+        )
+        assert resp is not None  # _import_steps never returns no steps
+        return resp
+
+    def append_spans(self, tenant: str, document: dict[str, Any]) -> dict[str, SessionStepResponse | None]:
+        """Feed OTLP/JSON spans (the OTLP receiver) into live sessions: one per run, keyed by
+        ``gen_ai.conversation.id`` / ``session.id`` (else the trace id; a trace whose first spans
+        named no session stays in the trace id's session). Spans are numbered in
+        arrival order (within one export, by start time); each session keeps its spans (redacted)
+        so that chat spans repeating the conversation add only what is new. Runs without GenAI or
+        OpenInference spans are left out. Returns session id → its diagnosis (``None`` when the
+        export added spans but no step, e.g. a parent agent span)."""
+        out: dict[str, SessionStepResponse | None] = {}
+        for trace_id, session, group in group_runs(collect_spans(document)):
+            if not any(genai.is_genai(sp) or openinference.KIND in sp.attrs for sp in group):
+                continue
+            group.sort(key=lambda sp: (sp.start_ns is None, sp.start_ns or 0, sp.span_id or ""))
+            payload = [self.redactor.redact(sp.to_json()) for sp in group]
+            # a session id from the spans, made a valid id (GET /v1/sessions/{id} reads it back)
+            key = re.sub(r"[^A-Za-z0-9._:@\-]", "_", session or trace_id)[:128]
+            if session is not None:
+                # spans of a trace that arrived before any of them named the session (children end
+                # before the parent that carries the conversation id) stay in that trace's session
+                for tid in dict.fromkeys(sp.trace_id for sp in group):
+                    tid_key = re.sub(r"[^A-Za-z0-9._:@\-]", "_", tid)[:128]
+                    if self.store.get_session(tenant, tid_key) is not None:
+                        key = tid_key
+                        break
+            out[key] = self._append(
+                tenant, key, DiagnoseOptions(), functools.partial(self._import_spans, payload), field="spans",
+            )
+        return out
+
+    def get_session(self, tenant: str, session_id: str) -> SessionView:
+        row = self.store.get_session(tenant, session_id)
+        if row is None:
+            raise NotFoundError(f"no session {session_id!r} for this tenant")
+        trace_row = self.store.get_trace(tenant, row.trace_id)
+        last = DiagnosisResponse.model_validate(trace_row.response) if trace_row is not None else None
+        return SessionView(
+            model_version=self.diagnoses.model_version(tenant),
+            detector_versions=self.diagnoses.detector_versions(),
+            session_id=row.id,
+            trace_id=row.trace_id,
+            agent=trace_row.agent if trace_row is not None else POOL_AGENT,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            steps=row.n_steps,
+            next_source_index=row.next_source_index,
+            failures=_failure_states(row),
+            replan_global_used=int((row.state or {}).get("replan_global", 0)),
+            last=last,
+        )
+
+    def delete_session(self, tenant: str, session_id: str) -> None:
+        self._cache.drop(tenant, session_id)
+        if not self.store.delete_session(tenant, session_id):
+            raise NotFoundError(f"no session {session_id!r} for this tenant")
+
+    # -- an append -------------------------------------------------------------------------------
+    def _append(
+        self,
+        tenant: str,
+        session_id: str,
+        options: DiagnoseOptions,
+        importer: Importer,
+        *,
+        field: str,
+        task_type: str | None = None,
+        language: str | None = None,
+        tools: list[ToolDefinition] | None = None,
+        agent: str | None = None,
+    ) -> SessionStepResponse | None:
+        """Lock the session, import the new steps (``importer(state, offset)``), diagnose, store.
+
+        ``agent``: the agent this append names (the session keeps the latest named;
+        :func:`model.core.agents.resolve_agent` falls back on the spans, the task type, the pool).
+        """
+        check_id(session_id, path="path.session_id")
+        diagnoses = self.diagnoses
+        diagnoser = diagnoses.diagnoser
+        wanted = [n for n in (options.detectors or list(diagnoser.detectors)) if n not in self.session_exclude]
+        if options.detectors is None and diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
+            wanted.append(RUNSCORE)  # failure_probability and attribution so far (they decide nothing mid-run)
+        run_options = options.model_copy(update={"detectors": wanted})
+        with self.store.write() as db:
+            row = self.store.lock_session(db, tenant, session_id, create_trace_id=uuid.uuid4().hex)
+            assert row is not None
+            # Taken out of the cache for the transaction: put back only once it has committed.
+            trace, in_rows = self._cache.take(tenant, session_id, row.trace_id, row.version)
+            if trace is None:
+                stored = self.store.read_trace(db, tenant, row.trace_id)
+                if stored is not None:
+                    trace, in_rows = Trace.model_validate(stored[0]), stored[1]
+                else:
+                    trace, in_rows = Trace(id=row.trace_id, session_id=session_id), True
+            # (a session first seen through /v1/diagnose has a whole trace but no counters yet)
+            offset = max(row.next_source_index, max((st.source_index + 1 for st in trace.steps[-1:]), default=0))
+            state = copy.deepcopy(row.state or {})
+            new_steps, next_source = importer(state, offset)
+            check_index(next_source, path=field)
+            if len(trace.steps) + len(new_steps) > self.max_steps:
+                raise TooLargeError(
+                    f"session would have {len(trace.steps) + len(new_steps)} steps; the limit is {self.max_steps}",
+                    path=field,
+                )
+            if not new_steps:  # nothing to diagnose yet; keep what the importer kept
+                self.store.save_session_state(row, state, next_source_index=next_source)
+                return None
+            diagnoses.spend_steps(db, tenant, len(new_steps))
+            first = len(trace.steps)
+            trace.steps.extend(new_steps)
+            changed = _link_across_calls(trace.steps, first)
+            if task_type:
+                trace.task_type = task_type
+            if language:
+                trace.language = language
+            if tools:
+                known = {t.name for t in trace.tools}
+                trace.tools.extend(t for t in tools if t.name not in known)
+            if agent:
+                state["agent"] = agent
+            if state.get("span_agent"):
+                trace.metadata[AGENT_METADATA_KEY] = state["span_agent"]
+            session_agent = resolve_agent(trace, state.get("agent"))
+            prefix: tuple[str, int, Any] | None = None
+
+            def score(extra: list[Finding], served: ServedAgent | None) -> DiagnosisResponse:
+                nonlocal prefix
+                diag = self.incremental.diagnose(trace, state, run_options, extra_findings=extra)
+                prefix = self._session_prefix(tenant, session_id, trace, first, changed, diag, state, served)
+                return diag
+
+            diag = diagnoses.assess(tenant, trace, session_agent, score)
+            decision, stored_arm, options = diagnoses.decide(state, tenant, session_id, trace, diag, options)
+            state = self.redactor.redact(state)
+            resp = SessionStepResponse(
+                **diag.model_dump(),
+                session_id=session_id,
+                appended=list(range(first, len(trace.steps))),
+                source_indices=list(range(offset, next_source)),
+                session_steps=len(trace.steps),
+            )
+            # Only the new steps, and the earlier ones the append re-linked, are written.
+            written = range(len(trace.steps)) if not in_rows else [*sorted(changed), *range(first, len(trace.steps))]
+            self.store.put_steps(
+                db, tenant, trace.id, {i: trace.steps[i].model_dump(mode="json", exclude_none=True) for i in written}
+            )
+            self.store.put_trace(
+                db,
+                tenant=tenant,
+                trace_id=trace.id,
+                # steps already redacted; the header only (its steps are rows of their own)
+                trace=trace.model_dump(mode="json", exclude_none=True, exclude={"steps"}) | {"steps": []},
+                response=self.redactor.redact(diag.model_dump(mode="json")),
+                session_id=session_id,
+                task_type=trace.task_type,
+                shadow=options.shadow,
+                n_steps=len(trace.steps),
+                steps_in_rows=True,
+                arm=stored_arm,
+                agent=session_agent,
+                step_tools=[s.tool_name for s in trace.steps],
+            )
+            diagnoses.record_recommendation(db, tenant, decision, trace.id, session_id)
+            version = self.store.save_session_state(
+                row, state, n_steps=len(trace.steps), next_source_index=next_source
+            )
+        self._cache.put(tenant, session_id, trace, version)
+        if prefix is not None:
+            with self._prefix_lock:
+                self._prefix[(tenant, session_id)] = prefix
+                while len(self._prefix) > MAX_PREFIX_STATES:  # the oldest sessions' go first (rebuilt if needed)
+                    self._prefix.pop(next(iter(self._prefix)))
+        diagnoses.export(trace, resp)
+        return resp
+
+    def _session_prefix(self, tenant: str, session_id: str, trace: Trace, first: int, changed: list[int],
+                        diag: DiagnosisResponse, state: dict[str, Any], served: ServedAgent | None) -> Any:
+        """The session's prefix score under its agent model (O(1) per new step: the prefix state stays
+        in this worker between appends, rebuilt from the steps only after another worker appended or
+        the model changed); ``at_risk`` from the step where it first reached the early-warning point.
+        Returns what to keep for the next append (``None``: no agent model)."""
+        with self._prefix_lock:
+            kept = self._prefix.pop((tenant, session_id), None)
+        if served is None:
+            state.pop("agent_model", None)
+            return None
+        mine = state.get("agent_model") or {}
+        if mine.get("model") != served.tag:
+            mine = {"model": served.tag, "crossed": None, "p": None}
+        p0 = diag.failure_probability
+        if kept is not None and kept[0] == served.tag and kept[1] == first:
+            relabel_final_outputs(kept[2], sum(1 for i in changed if i < first))
+            st, crossed, at = score_prefixes(served.model, trace.steps[first:], p0, kept[2], first, mine["crossed"])
+        else:  # another worker appended meanwhile, or a new model: read the session once
+            st, crossed, at = score_prefixes(served.model, trace.steps, p0, None, 0, mine["crossed"])
+        if mine["crossed"] is None and crossed is not None:
+            mine.update(crossed=crossed, p=at)
+        state["agent_model"] = mine
+        self.diagnoses.agent_answer(diag, served, served.model.score_state(st, prior=p0))
+        if mine["crossed"] is not None and mine["crossed"] < len(trace.steps):
+            add_failure(diag, at_risk_failure(trace, int(mine["crossed"]), float(mine["p"]), served))
+        return (served.tag, len(trace.steps), st)
+
+    # -- importers -------------------------------------------------------------------------------
+    def _import_steps(self, req: AppendStepsRequest, *, offset: int) -> tuple[list[Step], int]:
+        if req.messages is not None:
+            field = "messages"
+            try:
+                part = load_trace(
+                    {"messages": req.messages},
+                    format="openai",
+                    speakers=req.options.speakers or None,
+                    max_steps=self.max_steps,
+                )
+            except InputError as exc:
+                if exc.path and exc.path.split(".")[0] == "speakers":  # an option, not a message
+                    exc.path = f"options.{exc.path}"
+                raise
+            steps = part.steps
+            for s in steps:
+                s.source_index += offset
+            count = len(req.messages)
+        else:
+            field = "steps"
+            part = load_trace({"steps": req.steps}, format="native", max_steps=self.max_steps)
+            steps = part.steps
+            one_each = len(steps) > 1 and all(s.source_index == 0 for s in steps)
+            for i, s in enumerate(steps):
+                s.source_index = offset + (i if one_each else s.source_index)
+            count = (max(s.source_index for s in steps) - offset + 1) if steps else 0
+        if not steps:
+            raise InputError("these messages make no steps", path=field)
+        return self.redactor.redact_steps(steps), offset + count
+
+    def _import_spans(
+        self, payload: list[dict[str, Any]], state: dict[str, Any], offset: int
+    ) -> tuple[list[Step], int]:
+        """The steps the new spans add to the session's run (rebuilt from every span it has)."""
+        log = state.setdefault("otlp", {"spans": [], "steps": 0, "base": offset})
+        log["spans"].extend(payload)
+        if len(log["spans"]) > self.max_steps:
+            raise TooLargeError(
+                f"session would have {len(log['spans'])} spans; the limit is {self.max_steps}", path="spans"
+            )
+        fmt = "openinference" if uses_openinference(log["spans"]) else "otel"
+        try:
+            runs = import_spans(log["spans"], fmt=fmt, max_steps=self.max_steps, in_order=True)
+        except TraceImportError as exc:
+            if "none of its" in exc.message:  # no readable span yet (e.g. only an agent span)
+                return [], log["base"] + len(log["spans"])
+            raise
+        assert len(runs) == 1  # the log holds one session's (or one trace's) spans
+        steps = runs[0].steps
+        root_agent = runs[0].metadata.get(AGENT_METADATA_KEY)
+        if root_agent:  # the session's root agent span: its agent (model/core/agents.py)
+            state["span_agent"] = root_agent
+        new = steps[log["steps"]:]
+        log["steps"] = len(steps)
+        by_span = runs[0].metadata.get("span_trace_ids") or {}
+        for st in new:
+            st.source_index += log["base"]
+            # the span's own trace id, for gen_ai.evaluation.result events parented to it
+            st.metadata["otel.trace_id"] = by_span.get(st.span_id, runs[0].id)
+        return new, log["base"] + len(log["spans"])
+
+
+class SessionCache:
+    """This worker's sessions as last written: ``(tenant, session) → (trace id, version, Trace)``.
+
+    An entry is used only when the session row's ``version`` is the one this worker wrote (no other
+    worker appended since); an append takes it out for its transaction and puts it back after the
+    commit, so a rolled-back append leaves nothing behind. At most ``max_steps`` steps are kept
+    (least recently used sessions go first).
+    """
+
+    def __init__(self, max_steps: int = 200_000) -> None:
+        self.max_steps = max_steps
+        self._entries: OrderedDict[tuple[str, str], tuple[str, int, Trace]] = OrderedDict()
+        self._steps = 0
+        self._lock = threading.Lock()
+
+    def take(self, tenant: str, session_id: str, trace_id: str, version: int) -> tuple[Trace | None, bool]:
+        """The cached trace when current (and ``True``: its steps are in rows), else ``(None, False)``."""
+        with self._lock:
+            hit = self._entries.pop((tenant, session_id), None)
+            if hit is not None:
+                self._steps -= len(hit[2].steps)
+        if hit is None or hit[0] != trace_id or hit[1] != version:
+            return None, False
+        return hit[2], True
+
+    def put(self, tenant: str, session_id: str, trace: Trace, version: int) -> None:
+        with self._lock:
+            old = self._entries.pop((tenant, session_id), None)
+            if old is not None:
+                self._steps -= len(old[2].steps)
+            self._entries[(tenant, session_id)] = (trace.id, version, trace)
+            self._steps += len(trace.steps)
+            while self._steps > self.max_steps and len(self._entries) > 1:
+                _, (_, _, gone) = self._entries.popitem(last=False)
+                self._steps -= len(gone.steps)
+
+    def drop(self, tenant: str, session_id: str) -> None:
+        with self._lock:
+            old = self._entries.pop((tenant, session_id), None)
+            if old is not None:
+                self._steps -= len(old[2].steps)
+
+
+def _link_across_calls(steps: list[Step], first: int) -> list[int]:
+    """Join what one call appended (``steps[first:]``) to what earlier calls did; the indices of
+    earlier steps it changed.
+
+    A tool result naming a call made in an earlier append gets that call's tool name; an earlier
+    ``final_output`` that more work now follows is an ``llm_output`` again (the importer marked
+    it final only because its batch ended there). Reads back only as far as it has to: to the
+    named call, and to the last step that already had work after it when earlier appends ran.
+    """
+    calls: dict[str, str | None] = {}
+    back = first - 1
+    for s in steps[first:]:
+        if s.kind == StepKind.TOOL_RESULT and s.tool_name is None and s.call_id:
+            while s.call_id not in calls and back >= 0:
+                b = steps[back]
+                if b.kind == StepKind.TOOL_CALL and b.call_id and b.call_id not in calls:
+                    calls[b.call_id] = b.tool_name
+                back -= 1
+            s.tool_name = calls.get(s.call_id)
+        elif s.kind == StepKind.TOOL_CALL and s.call_id:
+            calls[s.call_id] = s.tool_name
+    changed = []
+    later_blocker = False
+    for i in range(len(steps) - 1, -1, -1):
+        if steps[i].kind == StepKind.FINAL_OUTPUT and later_blocker:
+            steps[i].kind = StepKind.LLM_OUTPUT
+            if i < first:
+                changed.append(i)
+        if steps[i].kind in _FINAL_BLOCKERS:
+            if i < first and later_blocker:
+                break  # earlier appends already re-marked everything before this step
+            later_blocker = True
+    return changed
+
+
+def _failure_states(row: SessionRow) -> list[FailureState]:
+    out = []
+    for key, fs in ((row.state or {}).get("failures") or {}).items():
+        out.append(
+            FailureState(
+                key=key,
+                kind=FailureKind(fs["kind"]),
+                source_index=fs.get("source_index"),
+                step=fs.get("step"),
+                status=fs["status"],
+                rung=int(fs.get("rung", 0)),
+                attempt=int(fs.get("attempt", 1)),
+                recommendation=fs.get("rec"),
+            )
+        )
+    return out
+
+
+__all__ = ["MAX_PREFIX_STATES", "SessionCache", "Sessions"]

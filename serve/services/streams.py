@@ -1,0 +1,303 @@
+"""Metric streams: posted observations, offline change points, the per-agent autofeed and the
+``degradation`` findings its open alarms give the agent's runs (ARCHITECTURE.md, "Streams").
+
+A stream is keyed (tenant, agent, name); its detector's state lives in the ``streams`` row, locked
+for the transaction that feeds it, so concurrent feeds run one after the other.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from model.core.agents import clean_agent_name, resolve_agent
+from model.core.errors import InputError, NotFoundError
+from model.core.findings import DiagnosisResponse, Finding
+from model.core.kinds import FailureKind
+from model.core.options import DiagnoseOptions
+from model.core.schema import Trace
+from model.detectors import make_stream_detector
+from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS, Diagnoser
+from model.streams import Alarm, detect_changepoints
+from model.streams.metrics import extract_metrics
+from serve.redaction import Redactor
+from serve.schemas import (
+    AlarmOut,
+    ChangepointsResponse,
+    ObservationsRequest,
+    ObservationsResponse,
+    SegmentOut,
+)
+from serve.store import Store
+from serve.store.tables import utcnow
+
+#: Observations looked at by ``GET /v1/streams/{name}/changepoints`` (MEASUREMENTS.md: Binseg l2
+#: on 2,000 points ≈ 80 ms).
+CHANGEPOINT_WINDOW = 2000
+_RUPTURES_VERSION = importlib.metadata.version("ruptures")
+#: Confidence of a stream alarm on a trace whose own value is not out of band: a signal (half the
+#: ``degradation`` threshold), reported and not acted on.
+DEGRADATION_SIGNAL_CONFIDENCE = 0.5 * DEFAULT_THRESHOLDS[FailureKind.DEGRADATION]
+
+
+class Streams:
+    """The tenant's metric streams.
+
+    Parameters
+    ----------
+    store, redactor, diagnoser:
+        The store; the redactor :meth:`feed_streams` resolves a run's agent through (as diagnose did);
+        the diagnoser whose ``model_version`` the answers name.
+    detector:
+        The stream detector's registry name (``TRIAGE_STREAM_DETECTOR``).
+    autofeed:
+        Per-trace metrics fed into the agent's streams as its runs are diagnosed.
+    """
+
+    def __init__(self, store: Store, redactor: Redactor, diagnoser: Diagnoser, *, detector: str = "cusum",
+                 autofeed: Sequence[str] = ()) -> None:
+        self.store = store
+        self.redactor = redactor
+        self.diagnoser = diagnoser
+        self.detector = detector
+        self.autofeed = tuple(sorted(set(autofeed)))  # sorted: one lock order
+
+    # -- posted observations ---------------------------------------------------------------------
+    def observe(self, tenant: str, stream: str, req: ObservationsRequest) -> ObservationsResponse:
+        """Feed values to the stream's detector (state in the store); alarms are returned and kept.
+
+        The stream is keyed (tenant, agent, name): ``req.agent``, else ``req.task_type`` (what a
+        run that names no agent resolves to), else ``""`` (every agent of the tenant).
+        """
+        _check_stream_name(stream)
+        agent = _stream_agent(req.agent, req.task_type)
+        params = dict(req.params or {})
+        # Validate the parameters before touching the store (a bad one is the caller's error).
+        try:
+            make_stream_detector(self.detector, **params)
+        except InputError as exc:
+            exc.path = f"params.{exc.path}" if exc.path and exc.path != "detectors" else "params"
+            raise
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"not a setting of the {self.detector} detector: {exc}", path="params") from None
+        except ArithmeticError as exc:  # e.g. an ARL0 so large that the decision interval overflows
+            raise InputError(
+                f"these {self.detector} settings can't be computed ({exc}); use a smaller arl0 / shift",
+                path="params",
+            ) from None
+        alarms: list[Alarm] = []
+        with self.store.write() as db:
+            row = self.store.lock_stream(db, tenant, stream, agent, detector=self.detector, params=params)
+            if req.params is not None and row.n > 0 and req.params != row.params:
+                raise InputError(
+                    f"stream {stream!r} already runs with params {row.params}; its settings are fixed "
+                    "once it has observations",
+                    path="params",
+                )
+            det = make_stream_detector(row.detector, **row.params)
+            if row.state:
+                det.set_state(row.state)
+            if req.rebaseline:
+                history = [v for _, v in self.store.stream_values(tenant, stream, agent, last=CHANGEPOINT_WINDOW)]
+                start = int((row.alarm or {}).get("start", 0))
+                window = history[max(0, start - (row.n - len(history))) :] if row.alarm_open else history
+                det.rebaseline(values=window or None)  # type: ignore[attr-defined]
+                row.alarm_open = False
+            observations = []
+            for i, v in enumerate(req.values):
+                a = det.update(float(v))
+                if a is not None:
+                    alarms.append(a)
+                observations.append({"tenant_id": tenant, "stream": stream, "agent": agent, "seq": row.n + i,
+                                     "value": float(v), "alarm": a is not None})
+            self.store.add_observations(db, observations)
+            row.n += len(req.values)
+            row.state = det.get_state()
+            row.alarm_open = _episode_open(det, row.alarm_open or bool(alarms))
+            if alarms:
+                row.alarm = alarms[-1].model_dump()
+            row.updated_at = utcnow()
+            n, alarm_open = row.n, row.alarm_open
+            monitoring = bool(getattr(det, "monitoring", True))
+        return ObservationsResponse(
+            model_version=self.diagnoser.model_version,
+            detector_versions={det.name: det.version},
+            stream=stream,
+            agent=agent,
+            task_type=agent,
+            n=n,
+            alarms=[AlarmOut(**a.model_dump()) for a in alarms],
+            alarm_open=alarm_open,
+            monitoring=monitoring,
+        )
+
+    def changepoints(
+        self, tenant: str, stream: str, agent: str | None, method: str | None, *, task_type: str = ""
+    ) -> ChangepointsResponse:
+        """Offline change points (ruptures, l2) over the stream's last observations (its agent as
+        in :meth:`observe`)."""
+        agent = _stream_agent(agent, task_type, where="query.")
+        row = self.store.get_stream(tenant, stream, agent)
+        if row is None:
+            raise NotFoundError(f"no stream {stream!r} of agent {agent!r} for this tenant")
+        pairs = self.store.stream_values(tenant, stream, agent, last=CHANGEPOINT_WINDOW)
+        offset = pairs[0][0] if pairs else 0
+        values = [v for _, v in pairs]
+        if len(values) < 10:
+            cps: list[int] = []
+            segments = [SegmentOut(start=offset, end=offset + len(values), mean=_mean(values))] if values else []
+            used = method or "binseg"
+        else:
+            found = detect_changepoints(values, method=method, max_points=None)  # type: ignore[arg-type]
+            cps = [c + offset for c in found.changepoints]
+            segments = [SegmentOut(start=s.start + offset, end=s.end + offset, mean=s.mean) for s in found.segments]
+            used = found.method
+        return ChangepointsResponse(
+            model_version=self.diagnoser.model_version,
+            detector_versions={"ruptures": _RUPTURES_VERSION},
+            stream=stream,
+            agent=agent,
+            task_type=agent,
+            n=row.n,
+            changepoints=cps,
+            segments=segments,
+            method=used,
+        )
+
+    # -- the autofeed ----------------------------------------------------------------------------
+    def feed_streams(self, tenant: str, trace: Trace, resp: DiagnosisResponse, options: DiagnoseOptions) -> None:
+        """Feed a diagnosed trace's metrics into its agent's streams, in a transaction of its own
+        (``trace`` and ``options`` as diagnose got them)."""
+        if not self.autofeed:
+            return
+        # the agent as diagnose() resolved it: from the redacted trace (its task type and metadata)
+        agent = resolve_agent(self.redactor.redact_trace(trace), options.agent)
+        with self.store.write() as db:
+            self.feed(db, tenant, trace, resp, agent)
+
+    def feed(self, db: Any, tenant: str, trace: Trace, resp: DiagnosisResponse, agent: str) -> None:
+        """Feed this trace's per-trace metrics into the streams of its agent (transaction ``db``).
+
+        Keyed (tenant, agent, stream): each agent warms up a baseline of its own, so that one
+        agent's runs are never judged against another's. Alarms raised here show up as
+        ``degradation`` in the agent's next diagnoses, not this one.
+        """
+        prob = resp.failure_probability
+        if prob is None and "classifier" in resp.detector_versions:
+            scores = [
+                f.confidence for f in [*resp.failures, *resp.signals] if "classifier" in (f.detectors or [f.detector])
+            ]
+            prob = max(scores, default=0.0)
+        metrics = extract_metrics(trace, failure_prob=prob)
+        values = {}
+        for name in self.autofeed:
+            value = metrics.per_trace.get(name)
+            if value is not None and math.isfinite(value) and abs(value) <= 1e12:
+                values[name] = float(value)
+        if not values:
+            return
+        rows = self.store.lock_streams(db, tenant, agent, sorted(values), detector=self.detector)
+        now = utcnow()
+        observations = []
+        changes = []
+        for name, value in sorted(values.items()):
+            row = rows[name]
+            det = make_stream_detector(row["detector"], **row["params"])
+            if row["state"]:
+                det.set_state(row["state"])
+            alarm = det.update(value)
+            observations.append({"tenant_id": tenant, "stream": name, "agent": agent, "seq": row["n"],
+                                 "value": value, "trace_id": trace.id, "alarm": alarm is not None, "created_at": now})
+            changes.append({
+                "name": name,
+                "n": row["n"] + 1,
+                "state": det.get_state(),
+                "alarm_open": _episode_open(det, bool(row["alarm_open"]) or alarm is not None),
+                "alarm": alarm.model_dump() if alarm is not None else row["alarm"],
+            })
+        self.store.add_observations(db, observations)
+        self.store.update_streams(db, tenant, agent, changes)
+
+    def degradation_findings(self, tenant: str, trace: Trace, agent: str) -> list[Finding]:
+        """Open stream alarms of this tenant, of the run's ``agent`` or of every agent, as findings.
+
+        An alarm is about the agent: a ``degradation`` *signal* on each of its runs while the
+        episode is open. It is a failure of this run only when the alarm is on this agent's own
+        stream and the run's own value for it (its per-trace metric of that name, e.g.
+        ``latency_ms`` or ``meta.<key>``) lies beyond the alarm's bound, the agent's baseline
+        ``mean ± shift · std`` in the alarm's direction. A stream posted for every agent (``""``)
+        has no baseline of this agent's: a signal at most.
+        """
+        alarms = self.store.open_alarms(tenant, agent)
+        if not alarms:
+            return []
+        own: dict[str, float | None] = {}
+        if any((s["alarm"] or {}).get("bound") is not None for s in alarms):
+            own = extract_metrics(trace).per_trace  # failure_probability: not known yet (None)
+        out = []
+        for s in alarms:
+            alarm = s["alarm"] or {}
+            mine = s["agent"] == agent
+            value = own.get(s["name"])
+            beyond, note = _own_value(alarm, value)
+            direction = alarm.get("direction", "?")
+            where = f" of agent {s['agent']!r}" if mine else " of every agent"
+            out.append(
+                Finding(
+                    detector=f"stream:{s['detector']}",
+                    kind=FailureKind.DEGRADATION,
+                    confidence=1.0 if beyond and mine else DEGRADATION_SIGNAL_CONFIDENCE,
+                    evidence=f"stream {s['name']!r}{where} drifted {direction} from observation "
+                    f"{alarm.get('start', '?')} (alarm at {alarm.get('index', '?')}){note}",
+                    details={"stream": s["name"], "agent": s["agent"], "alarm": alarm, "value": value,
+                             "beyond": beyond},
+                )
+            )
+        return out
+
+
+def _own_value(alarm: dict[str, Any], value: float | None) -> tuple[bool, str]:
+    """Whether a trace's own ``value`` is beyond the alarm's bound in its direction, and a note."""
+    bound = alarm.get("bound")
+    if value is None or not isinstance(bound, int | float):
+        return False, ""
+    beyond = value > bound if alarm.get("direction") == "up" else value < bound
+    return beyond, f"; this trace's {value:g} is {'beyond' if beyond else 'within'} its bound {bound:g}"
+
+
+def _episode_open(det: Any, fallback: bool) -> bool:
+    """The detector's own word on whether its alarm episode is still open (a detector without
+    episodes: open from its first alarm until a re-baseline)."""
+    value = getattr(det, "alarm_open", None)
+    return bool(value) if isinstance(value, bool) else fallback
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _stream_agent(agent: str | None, task_type: str, *, where: str = "") -> str:
+    """The agent a posted stream belongs to: ``agent``; else ``task_type`` (streams were keyed by
+    it before, and a run naming no agent resolves to its task type); else ``""``, every agent.
+    Names are cleaned as a run's are (:func:`model.core.agents.clean_agent_name`: outer blanks off).
+    Both given and different: an :class:`InputError` naming ``task_type`` (``where``: its prefix)."""
+    task = clean_agent_name(task_type) or ""
+    if agent is None:
+        return task
+    name = clean_agent_name(agent) or ""
+    if task and task != name:
+        raise InputError(
+            f"agent {agent!r} and task_type {task_type!r} name two streams; give the agent only",
+            path=f"{where}task_type",
+        )
+    return name
+
+
+def _check_stream_name(name: str) -> None:
+    if not name or len(name) > 200 or not name.isprintable():
+        raise InputError("a stream name is 1-200 printable characters", path="path.name")
+
+
+__all__ = ["CHANGEPOINT_WINDOW", "DEGRADATION_SIGNAL_CONFIDENCE", "Streams"]
