@@ -33,7 +33,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from serve.store.repository import Store
+from serve.store import Store
 
 log = logging.getLogger("triage.auth")
 

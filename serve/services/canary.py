@@ -45,11 +45,9 @@ from typing import Any, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import case, func, select
 
 from serve.services.run_labels import effective_label
 from serve.store import Store
-from serve.store.tables import LabelRow, TraceRow
 
 Arm = Literal["repair", "shadow"]
 ARMS: tuple[Arm, ...] = ("repair", "shadow")
@@ -57,9 +55,6 @@ BUCKETS = 10_000
 #: Where a run's arm is kept in its repair state (sessions: the ``sessions`` row; sessionless
 #: traces: the trace's own policy state).
 STATE_KEY = "canary_arm"
-#: The label columns :func:`serve.services.run_labels.effective_label` reads (plain rows, not ORM objects).
-_LABEL_KEYS = ("id", "tenant_id", "trace_id", "kind", "step", "source_index", "author", "failed", "author_type",
-               "created_at")
 
 
 def bucket(tenant: str, session_key: str) -> int:
@@ -98,35 +93,11 @@ def snapshot(store: Store, tenant: str | None = None) -> dict[str, dict[str, int
     latest diagnosis is healthy), ``labelled`` and ``succeeded`` (effective run label ``failed:
     false``). ``tenant=None``: every tenant's runs."""
     out: dict[str, dict[str, int]] = {arm: {"runs": 0, "failed": 0, "recovered": 0, "labelled": 0, "succeeded": 0} for arm in ARMS}
-    failed = TraceRow.failed_at.is_not(None)
-    with store.read() as db:
-        q = (
-            select(
-                TraceRow.arm,
-                func.count(),
-                func.sum(case((failed, 1), else_=0)),
-                func.sum(case((failed & TraceRow.healthy.is_(True), 1), else_=0)),
-            )
-            .where(TraceRow.arm.is_not(None))
-            .group_by(TraceRow.arm)
-        )
-        if tenant is not None:
-            q = q.where(TraceRow.tenant_id == tenant)
-        for arm, runs, n_failed, n_recovered in db.execute(q).all():
-            if arm in out:
-                out[arm].update(runs=int(runs), failed=int(n_failed or 0), recovered=int(n_recovered or 0))
-        # Labels of runs in an arm (few next to traces): the effective label is decided per run.
-        cols = [c for c in LabelRow.__table__.columns if c.key in _LABEL_KEYS]
-        lq = (
-            select(TraceRow.arm, *cols)
-            .join(TraceRow, (TraceRow.tenant_id == LabelRow.tenant_id) & (TraceRow.id == LabelRow.trace_id))
-            .where(TraceRow.arm.is_not(None), LabelRow.withdrawn_at.is_(None))
-        )
-        if tenant is not None:
-            lq = lq.where(LabelRow.tenant_id == tenant)
-        by_run: dict[tuple[str | None, str, str], list[dict[str, Any]]] = {}
-        for row in db.execute(lq).mappings():
-            by_run.setdefault((row["arm"], row["tenant_id"], row["trace_id"]), []).append(dict(row))
+    counts, by_run = store.arm_runs(tenant)
+    for arm, runs, n_failed, n_recovered in counts:
+        if arm in out:
+            out[arm].update(runs=runs, failed=n_failed, recovered=n_recovered)
+    # the effective label is decided per run
     for (arm, _, _), rows in by_run.items():
         eff = effective_label(rows)
         if eff is None or arm is None or arm not in out:

@@ -16,29 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import and_, exists, func, select
-
 from model.core.agents import POOL_AGENT
 from serve.services.run_labels import effective_label
 from serve.store import Store
-from serve.store.tables import (
-    FailureRow,
-    LabelRow,
-    ObservationRow,
-    OutcomeRow,
-    RecommendationRow,
-    StreamRow,
-    TraceRow,
-)
 
 POOL = POOL_AGENT
 Verdict = Literal["failed", "healthy", "unknown"]
 
-_HEALTHY = TraceRow.response["healthy"].as_boolean()
-_PROBABILITY = TraceRow.response["failure_probability"].as_float()
-_BASIS = TraceRow.response["failure_probability_basis"]
-#: the run's agent as SQL (see the module docstring)
-agent_sql = TraceRow.agent
 
 
 def verdict(healthy: bool | None) -> Verdict:
@@ -51,33 +35,10 @@ def window(days: int, *, now: datetime | None = None) -> tuple[datetime, datetim
     return end - timedelta(days=days), end
 
 
-def _in_window(q: Any, since: datetime, until: datetime) -> Any:
-    return q.where(TraceRow.created_at >= since, TraceRow.created_at < until)
-
-
 def overview(store: Store, tenant: str, *, since: datetime, until: datetime, agent: str | None) -> dict[str, Any]:
     """Runs, verdicts, repairs and their success per agent; the failure spectrum per day; alarms."""
-    q = _in_window(select(TraceRow.id, TraceRow.created_at, agent_sql.label("agent"), _HEALTHY.label("healthy"))
-                   .where(TraceRow.tenant_id == tenant), since, until)
-    if agent is not None:
-        q = q.where(agent_sql == agent)
-    with store.read() as db:
-        runs = db.execute(q).all()
-        agent_of = {r.id: r.agent for r in runs}
-        recs = db.execute(_in_window(
-            select(RecommendationRow.id, RecommendationRow.trace_id, RecommendationRow.strategy)
-            .join(TraceRow, and_(TraceRow.tenant_id == RecommendationRow.tenant_id,
-                                 TraceRow.id == RecommendationRow.trace_id))
-            .where(RecommendationRow.tenant_id == tenant, RecommendationRow.strategy != "continue"),
-            since, until)).all()
-        outs = db.execute(_in_window(
-            select(OutcomeRow.recommendation_id, OutcomeRow.trace_id, OutcomeRow.success)
-            .join(TraceRow, and_(TraceRow.tenant_id == OutcomeRow.tenant_id, TraceRow.id == OutcomeRow.trace_id))
-            .where(OutcomeRow.tenant_id == tenant), since, until)).all()
-        kinds = db.execute(_in_window(
-            select(FailureRow.trace_id, FailureRow.kind, TraceRow.created_at).distinct()
-            .join(TraceRow, and_(TraceRow.tenant_id == FailureRow.tenant_id, TraceRow.id == FailureRow.trace_id))
-            .where(FailureRow.tenant_id == tenant, FailureRow.is_signal.is_(False)), since, until)).all()
+    runs, recs, outs, kinds = store.window_rows(tenant, since=since, until=until, agent=agent)
+    agent_of = {r.id: r.agent for r in runs}
     per: dict[str, Counter[str]] = defaultdict(Counter)
     for r in runs:
         c = per[r.agent]
@@ -133,30 +94,8 @@ class RunFilter:
 
 def runs(store: Store, tenant: str, f: RunFilter, *, page: int, per_page: int) -> dict[str, Any]:
     """One page of the tenant's runs, newest first, with their repair, outcome and effective label."""
-    q = select(TraceRow.id, TraceRow.created_at, TraceRow.n_steps, TraceRow.primary_kind, TraceRow.task_type,
-               agent_sql.label("agent"), _HEALTHY.label("healthy"), _PROBABILITY.label("p"),
-               _BASIS.label("basis")).where(TraceRow.tenant_id == tenant)
-    if f.agent is not None:
-        q = q.where(agent_sql == f.agent)
-    if f.verdict == "unknown":
-        q = q.where(_HEALTHY.is_(None))
-    elif f.verdict is not None:
-        q = q.where(_HEALTHY.is_(f.verdict == "healthy"))
-    if f.kind is not None:
-        q = q.where(exists().where(FailureRow.tenant_id == tenant, FailureRow.trace_id == TraceRow.id,
-                                   FailureRow.kind == f.kind, FailureRow.is_signal.is_(False)))
-    if f.since is not None:
-        q = q.where(TraceRow.created_at >= f.since)
-    if f.until is not None:
-        q = q.where(TraceRow.created_at < f.until)
-    if f.labelled is not None:
-        has = exists().where(LabelRow.tenant_id == tenant, LabelRow.trace_id == TraceRow.id,
-                             LabelRow.withdrawn_at.is_(None))
-        q = q.where(has if f.labelled else ~has)
-    with store.read() as db:
-        total = int(db.scalar(select(func.count()).select_from(q.subquery())) or 0)
-        rows = db.execute(q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
-                          .offset((page - 1) * per_page).limit(per_page)).all()
+    total, rows = store.run_page(tenant, agent=f.agent, verdict=f.verdict, kind=f.kind, since=f.since, until=f.until,
+                                 labelled=f.labelled, page=page, per_page=per_page)
     records = store.records_of(tenant, [r.id for r in rows])
     items = []
     for r in rows:
@@ -191,40 +130,25 @@ def basis_of(basis: Any, probability: float | None) -> dict[str, Any] | None:
 
 def agents(store: Store, tenant: str) -> list[str]:
     """The tenant's agents (for the filters), by name."""
-    with store.read() as db:
-        return sorted(str(a) for a in db.scalars(select(agent_sql).where(TraceRow.tenant_id == tenant).distinct()))
+    return store.agent_names(tenant)
 
 
 def labelled_count(store: Store, tenant: str, agent: str | None) -> int:
     """Runs of this agent (``None``: every run) that carry a label."""
-    q = select(func.count(func.distinct(LabelRow.trace_id))).where(LabelRow.tenant_id == tenant,
-                                                                  LabelRow.withdrawn_at.is_(None))
-    if agent is not None:
-        q = q.join(TraceRow, and_(TraceRow.tenant_id == LabelRow.tenant_id, TraceRow.id == LabelRow.trace_id)) \
-            .where(TraceRow.agent == agent)
-    with store.read() as db:
-        return int(db.scalar(q) or 0)
+    return store.labelled_count(tenant, agent)
 
 
 def streams(store: Store, tenant: str) -> list[dict[str, Any]]:
     """The tenant's streams: name, agent (``""``: posted for every agent), observations, whether an
     alarm is open."""
-    with store.read() as db:
-        rows = db.execute(select(StreamRow.name, StreamRow.agent, StreamRow.detector, StreamRow.n,
-                                 StreamRow.alarm_open).where(StreamRow.tenant_id == tenant)
-                          .order_by(StreamRow.name, StreamRow.agent)).all()
+    rows = store.stream_list(tenant)
     return [{"stream": r.name, "agent": r.agent, "detector": r.detector, "n": r.n,
              "alarm_open": bool(r.alarm_open)} for r in rows]
 
 
 def stream_series(store: Store, tenant: str, stream: str, agent: str, *, last: int = 2000) -> dict[str, Any]:
     """The stream's last ``last`` observations (seq, value) and the seqs where its detector alarmed."""
-    with store.read() as db:
-        rows = db.execute(select(ObservationRow.seq, ObservationRow.value, ObservationRow.alarm)
-                          .where(ObservationRow.tenant_id == tenant, ObservationRow.stream == stream,
-                                 ObservationRow.agent == agent)
-                          .order_by(ObservationRow.seq.desc()).limit(last)).all()
-    rows = list(reversed(rows))
+    rows = store.stream_observations(tenant, stream, agent, last=last)
     return {"seq": [int(r.seq) for r in rows], "values": [float(r.value) for r in rows],
             "alarms": [int(r.seq) for r in rows if r.alarm]}
 
@@ -233,5 +157,5 @@ def day_start(d: date) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=UTC)
 
 
-__all__ = ["POOL", "agent_sql", "RunFilter", "agents", "basis_of", "day_start", "labelled_count", "overview", "runs", "stream_series",
+__all__ = ["POOL", "RunFilter", "agents", "basis_of", "day_start", "labelled_count", "overview", "runs", "stream_series",
            "streams", "verdict", "window"]

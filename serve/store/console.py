@@ -1,0 +1,130 @@
+"""What the console's pages read (serve/ui/data.py shapes it): runs in a window with their repairs,
+outcomes and failure kinds; a filtered page of runs; the tenant's agents and streams."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, exists, func, select
+
+from serve.store.base import StoreBase
+from serve.store.tables import (
+    FailureRow,
+    LabelRow,
+    ObservationRow,
+    OutcomeRow,
+    RecommendationRow,
+    StreamRow,
+    TraceRow,
+)
+
+_HEALTHY = TraceRow.response["healthy"].as_boolean()
+_PROBABILITY = TraceRow.response["failure_probability"].as_float()
+_BASIS = TraceRow.response["failure_probability_basis"]
+
+
+def _in_window(q: Any, since: datetime, until: datetime) -> Any:
+    return q.where(TraceRow.created_at >= since, TraceRow.created_at < until)
+
+
+class Console(StoreBase):
+    """Reads of the console (tenant-scoped); rows come back as named tuples."""
+
+    def window_rows(
+        self, tenant: str, *, since: datetime, until: datetime, agent: str | None
+    ) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+        """The runs created in ``[since, until)`` (of ``agent``; ``None``: every agent's) as ``id,
+        created_at, agent, healthy``; and of the tenant's runs in the window, the repairs given (``id,
+        trace_id, strategy``; ``continue`` left out), the outcomes (``recommendation_id, trace_id,
+        success``) and the failure kinds (``trace_id, kind, created_at``; signals left out)."""
+        q = _in_window(select(TraceRow.id, TraceRow.created_at, TraceRow.agent.label("agent"),
+                              _HEALTHY.label("healthy")).where(TraceRow.tenant_id == tenant), since, until)
+        if agent is not None:
+            q = q.where(TraceRow.agent == agent)
+        with self.read() as db:
+            runs = list(db.execute(q).all())
+            recs = list(db.execute(_in_window(
+                select(RecommendationRow.id, RecommendationRow.trace_id, RecommendationRow.strategy)
+                .join(TraceRow, and_(TraceRow.tenant_id == RecommendationRow.tenant_id,
+                                     TraceRow.id == RecommendationRow.trace_id))
+                .where(RecommendationRow.tenant_id == tenant, RecommendationRow.strategy != "continue"),
+                since, until)).all())
+            outs = list(db.execute(_in_window(
+                select(OutcomeRow.recommendation_id, OutcomeRow.trace_id, OutcomeRow.success)
+                .join(TraceRow, and_(TraceRow.tenant_id == OutcomeRow.tenant_id, TraceRow.id == OutcomeRow.trace_id))
+                .where(OutcomeRow.tenant_id == tenant), since, until)).all())
+            kinds = list(db.execute(_in_window(
+                select(FailureRow.trace_id, FailureRow.kind, TraceRow.created_at).distinct()
+                .join(TraceRow, and_(TraceRow.tenant_id == FailureRow.tenant_id, TraceRow.id == FailureRow.trace_id))
+                .where(FailureRow.tenant_id == tenant, FailureRow.is_signal.is_(False)), since, until)).all())
+        return runs, recs, outs, kinds
+
+    def run_page(
+        self, tenant: str, *, agent: str | None = None, verdict: str | None = None, kind: str | None = None,
+        since: datetime | None = None, until: datetime | None = None, labelled: bool | None = None,
+        page: int, per_page: int,
+    ) -> tuple[int, list[Any]]:
+        """How many runs pass the filters (each ``None``: any; ``verdict``: ``failed``, ``healthy`` or
+        ``unknown``), and page ``page`` of them, newest first, as ``id, created_at, n_steps,
+        primary_kind, task_type, agent, healthy, p, basis``."""
+        q = select(TraceRow.id, TraceRow.created_at, TraceRow.n_steps, TraceRow.primary_kind, TraceRow.task_type,
+                   TraceRow.agent.label("agent"), _HEALTHY.label("healthy"), _PROBABILITY.label("p"),
+                   _BASIS.label("basis")).where(TraceRow.tenant_id == tenant)
+        if agent is not None:
+            q = q.where(TraceRow.agent == agent)
+        if verdict == "unknown":
+            q = q.where(_HEALTHY.is_(None))
+        elif verdict is not None:
+            q = q.where(_HEALTHY.is_(verdict == "healthy"))
+        if kind is not None:
+            q = q.where(exists().where(FailureRow.tenant_id == tenant, FailureRow.trace_id == TraceRow.id,
+                                       FailureRow.kind == kind, FailureRow.is_signal.is_(False)))
+        if since is not None:
+            q = q.where(TraceRow.created_at >= since)
+        if until is not None:
+            q = q.where(TraceRow.created_at < until)
+        if labelled is not None:
+            has = exists().where(LabelRow.tenant_id == tenant, LabelRow.trace_id == TraceRow.id,
+                                 LabelRow.withdrawn_at.is_(None))
+            q = q.where(has if labelled else ~has)
+        with self.read() as db:
+            total = int(db.scalar(select(func.count()).select_from(q.subquery())) or 0)
+            rows = list(db.execute(q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
+                                   .offset((page - 1) * per_page).limit(per_page)).all())
+        return total, rows
+
+    def agent_names(self, tenant: str) -> list[str]:
+        """The agents the tenant's runs resolved to, by name."""
+        with self.read() as db:
+            q = select(TraceRow.agent).where(TraceRow.tenant_id == tenant).distinct()
+            return sorted(str(a) for a in db.scalars(q))
+
+    def labelled_count(self, tenant: str, agent: str | None) -> int:
+        """Runs of this agent (``None``: every run) that carry a label (not withdrawn)."""
+        q = select(func.count(func.distinct(LabelRow.trace_id))).where(LabelRow.tenant_id == tenant,
+                                                                      LabelRow.withdrawn_at.is_(None))
+        if agent is not None:
+            q = q.join(TraceRow, and_(TraceRow.tenant_id == LabelRow.tenant_id, TraceRow.id == LabelRow.trace_id)) \
+                .where(TraceRow.agent == agent)
+        with self.read() as db:
+            return int(db.scalar(q) or 0)
+
+    def stream_list(self, tenant: str) -> list[Any]:
+        """The tenant's streams as ``name, agent, detector, n, alarm_open``, by name and agent."""
+        with self.read() as db:
+            return list(db.execute(select(StreamRow.name, StreamRow.agent, StreamRow.detector, StreamRow.n,
+                                          StreamRow.alarm_open).where(StreamRow.tenant_id == tenant)
+                                   .order_by(StreamRow.name, StreamRow.agent)).all())
+
+    def stream_observations(self, tenant: str, stream: str, agent: str, *, last: int) -> list[Any]:
+        """The stream's last ``last`` observations as ``seq, value, alarm``, oldest first."""
+        with self.read() as db:
+            rows = db.execute(select(ObservationRow.seq, ObservationRow.value, ObservationRow.alarm)
+                              .where(ObservationRow.tenant_id == tenant, ObservationRow.stream == stream,
+                                     ObservationRow.agent == agent)
+                              .order_by(ObservationRow.seq.desc()).limit(last)).all()
+        return list(reversed(rows))
+
+
+__all__ = ["Console"]

@@ -1,0 +1,164 @@
+"""Labels posted on runs, and the history as training and export read it (runs with their
+recommendations, outcomes and labels)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+
+from model.core.errors import InputError
+from serve.store.base import group_rows
+from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, TraceRow, utcnow
+from serve.store.traces import Traces, trace_json
+
+
+class Labels(Traces):
+    """The ``labels`` table, and whole runs with everything recorded on them."""
+
+    def add_label(
+        self,
+        tenant: str,
+        trace_id: str,
+        *,
+        failed: bool,
+        kind: str | None = None,
+        step: int | None = None,
+        source_index: int | None = None,
+        author: str = "",
+        author_type: str = "human",
+    ) -> list[dict[str, Any]] | None:
+        """Add a label (one author's verdict on the run); returns the trace's labels, oldest first,
+        or None when there is no such trace. ``source_index`` locates the label at the first step
+        of that input element; ``step`` at that step."""
+        with self.write() as db:
+            trace = db.get(TraceRow, (tenant, trace_id))
+            if trace is None:
+                return None
+            if step is not None and step >= trace.n_steps:
+                raise InputError(
+                    f"step {step} is past the trace's last step ({trace.n_steps - 1})", path="step"
+                )
+            if step is not None or source_index is not None:
+                steps = trace_json(db, trace).get("steps") or []
+                if step is not None:
+                    source_index = int(steps[step].get("source_index", 0))
+                else:
+                    step = next((i for i, s in enumerate(steps) if s.get("source_index", 0) == source_index), None)
+                    if step is None:
+                        last = max((int(s.get("source_index", 0)) for s in steps), default=0)
+                        raise InputError(
+                            f"no step of the trace has source_index {source_index} (the last is {last})",
+                            path="source_index",
+                        )
+            db.add(
+                LabelRow(
+                    tenant_id=tenant,
+                    trace_id=trace_id,
+                    failed=failed,
+                    kind=kind,
+                    step=step,
+                    source_index=source_index,
+                    author=author,
+                    author_type=author_type,
+                )
+            )
+            db.flush()
+            return group_rows(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
+
+    def withdraw_label(
+        self, tenant: str, author: str, *, trace_id: str | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """Withdraw ``author``'s newest label (on ``trace_id`` only, when given): the row stays,
+        marked ``withdrawn_at``, and no reader counts it any more. Returns the withdrawn row and the
+        trace's labels still counted, or None when the author has no label left to withdraw."""
+        with self.write() as db:
+            q = select(LabelRow).where(LabelRow.tenant_id == tenant, LabelRow.author == author,
+                                       LabelRow.withdrawn_at.is_(None))
+            if trace_id is not None:
+                q = q.where(LabelRow.trace_id == trace_id)
+            row = db.scalars(q.order_by(LabelRow.created_at.desc(), LabelRow.id.desc()).limit(1)).first()
+            if row is None:
+                return None
+            row.withdrawn_at = utcnow()
+            db.flush()
+            withdrawn = {c.key: getattr(row, c.key) for c in LabelRow.__table__.columns}
+            return withdrawn, group_rows(db, LabelRow, [(tenant, row.trace_id)]).get((tenant, row.trace_id), [])
+
+    def trace_labels(self, tenant: str, trace_id: str) -> list[dict[str, Any]]:
+        """The trace's labels (those not withdrawn), oldest first."""
+        with self.read() as db:
+            return group_rows(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
+
+    def records_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """The recommendations, outcomes and labels of these traces (one query each), by trace id."""
+        keys = [(tenant, t) for t in trace_ids]
+        out: dict[str, dict[str, list[dict[str, Any]]]] = {
+            t: {"recommendations": [], "outcomes": [], "labels": []} for t in trace_ids}
+        if not keys:
+            return out
+        with self.read() as db:
+            for name, table in (("recommendations", RecommendationRow), ("outcomes", OutcomeRow),
+                                ("labels", LabelRow)):
+                for (_, tid), rows in group_rows(db, table, keys).items():
+                    out[tid][name] = rows
+        return out
+
+    def iter_history(self, tenant: str | None = None, batch: int = 500) -> Iterator[dict[str, Any]]:
+        """Every stored trace with its recommendations, outcomes and labels (not withdrawn; for export)."""
+        last: tuple[str, str] = ("", "")
+        while True:
+            with self.read() as db:
+                q = select(TraceRow).where(
+                    or_(
+                        TraceRow.tenant_id > last[0],
+                        and_(TraceRow.tenant_id == last[0], TraceRow.id > last[1]),
+                    )
+                )
+                if tenant is not None:
+                    q = q.where(TraceRow.tenant_id == tenant)
+                rows = list(db.scalars(q.order_by(TraceRow.tenant_id, TraceRow.id).limit(batch)))
+                if not rows:
+                    return
+                keys = [(r.tenant_id, r.id) for r in rows]
+                traces = {(r.tenant_id, r.id): trace_json(db, r) for r in rows}
+                recs = group_rows(db, RecommendationRow, keys)
+                outs = group_rows(db, OutcomeRow, keys)
+                labels = group_rows(db, LabelRow, keys)
+            for r in rows:
+                k = (r.tenant_id, r.id)
+                yield {
+                    "tenant": r.tenant_id,
+                    "agent": r.agent,
+                    "trace": traces[k],
+                    "response": r.response,
+                    "created_at": r.created_at,
+                    "recommendations": recs.get(k, []),
+                    "outcomes": outs.get(k, []),
+                    "labels": labels.get(k, []),
+                }
+            last = keys[-1]
+
+    def agent_labels(self, tenant: str, agent: str, *, limit: int = 2000) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """The agent's newest labelled traces (at most ``limit``): each trace's stored response and its
+        label rows, oldest first (the zero-shot re-centring reads them; serve/services/agent_models.py)."""
+        with self.read() as db:
+            ids = list(db.scalars(
+                select(LabelRow.trace_id)
+                .join(TraceRow, and_(TraceRow.tenant_id == LabelRow.tenant_id, TraceRow.id == LabelRow.trace_id))
+                .where(LabelRow.tenant_id == tenant, TraceRow.agent == agent)
+                .group_by(LabelRow.trace_id)
+                .order_by(func.max(LabelRow.id).desc())
+                .limit(limit)
+            ))
+            if not ids:
+                return []
+            responses: dict[str, Any] = dict(db.execute(
+                select(TraceRow.id, TraceRow.response).where(TraceRow.tenant_id == tenant, TraceRow.id.in_(ids))
+            ).all())
+            labels = group_rows(db, LabelRow, [(tenant, i) for i in ids])
+        return [(responses.get(i) or {}, labels.get((tenant, i), [])) for i in ids]
+
+
+__all__ = ["Labels"]

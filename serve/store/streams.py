@@ -1,0 +1,186 @@
+"""Metric streams: each (tenant, agent, stream)'s detector row and its observations."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from serve.store.base import StoreBase, store_error
+from serve.store.tables import ObservationRow, StreamRow, utcnow
+
+
+class Streams(StoreBase):
+    """The ``streams`` and ``observations`` tables."""
+
+    # -- streams -------------------------------------------------------------------------------
+    def lock_stream(
+        self, db: Session, tenant: str, stream: str, agent: str, *, detector: str, params: dict[str, Any]
+    ) -> StreamRow:
+        """The stream's detector row, created on first use, locked for this transaction."""
+        ins = (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(StreamRow)
+        db.execute(
+            ins.values(
+                tenant_id=tenant,
+                name=stream,
+                agent=agent,
+                detector=detector,
+                params=params,
+                state={},
+                n=0,
+                alarm_open=False,
+                updated_at=utcnow(),
+            ).on_conflict_do_nothing()
+        )
+        q = select(StreamRow).where(
+            StreamRow.tenant_id == tenant, StreamRow.name == stream, StreamRow.agent == agent
+        )
+        if self.dialect == "postgresql":
+            q = q.with_for_update()
+        row = db.scalar(q.execution_options(populate_existing=True))
+        assert row is not None
+        return row
+
+    def lock_streams(
+        self, db: Session, tenant: str, agent: str, names: Sequence[str], *, detector: str
+    ) -> dict[str, dict[str, Any]]:
+        """Several streams of one (tenant, agent) at once, created when new, locked; as dicts
+        (``name, detector, params, state, n``).
+
+        Callers pass names in one (sorted) order, so that concurrent transactions lock alike.
+        """
+        cols = (
+            StreamRow.name,
+            StreamRow.detector,
+            StreamRow.params,
+            StreamRow.state,
+            StreamRow.n,
+            StreamRow.alarm_open,
+            StreamRow.alarm,
+        )
+        q = select(*cols).where(
+            StreamRow.tenant_id == tenant, StreamRow.agent == agent, StreamRow.name.in_(names)
+        )
+        if self.dialect == "postgresql":
+            q = q.order_by(StreamRow.name).with_for_update()
+        rows = {r.name: dict(r._mapping) for r in db.execute(q)}
+        missing = [n for n in names if n not in rows]
+        if missing:
+            now = utcnow()
+            db.execute(
+                self._insert(StreamRow).on_conflict_do_nothing(),
+                [
+                    {
+                        "tenant_id": tenant,
+                        "name": n,
+                        "agent": agent,
+                        "detector": detector,
+                        "params": {},
+                        "state": {},
+                        "n": 0,
+                        "alarm_open": False,
+                        "updated_at": now,
+                    }
+                    for n in missing
+                ],
+            )
+            rows = {r.name: dict(r._mapping) for r in db.execute(q)}
+        return rows
+
+    @staticmethod
+    def add_observations(db: Session, rows: list[dict[str, Any]]) -> None:
+        """In transaction ``db``: observations of locked streams (one executemany)."""
+        if rows:
+            db.execute(insert(ObservationRow), rows)
+
+    @functools.cached_property
+    def _stream_update_stmt(self) -> Any:
+        return (
+            update(StreamRow)
+            .where(
+                StreamRow.tenant_id == bindparam("k_tenant"),
+                StreamRow.agent == bindparam("k_agent"),
+                StreamRow.name == bindparam("k_name"),
+            )
+            .values(
+                n=bindparam("n"),
+                state=bindparam("state"),
+                alarm_open=bindparam("alarm_open"),
+                alarm=bindparam("alarm"),
+                updated_at=bindparam("updated_at"),
+            )
+        )
+
+    def update_streams(self, db: Session, tenant: str, agent: str, changes: list[dict[str, Any]]) -> None:
+        """Write back ``name, n, state, alarm_open, alarm`` of locked streams (one executemany)."""
+        now = utcnow()
+        db.connection().execute(
+            self._stream_update_stmt,
+            [
+                {
+                    "k_tenant": tenant,
+                    "k_agent": agent,
+                    "k_name": c["name"],
+                    "n": c["n"],
+                    "state": c["state"],
+                    "alarm_open": c["alarm_open"],
+                    "alarm": c["alarm"],
+                    "updated_at": now,
+                }
+                for c in changes
+            ],
+        )
+
+    def get_stream(self, tenant: str, stream: str, agent: str) -> StreamRow | None:
+        with self.read() as db:
+            return db.get(StreamRow, (tenant, stream, agent))
+
+    def open_alarms(self, tenant: str, agent: str) -> list[dict[str, Any]]:
+        """Streams of this tenant with an open alarm, of ``agent`` or of every agent (``""``)."""
+        q = select(StreamRow.name, StreamRow.agent, StreamRow.detector, StreamRow.alarm).where(
+            StreamRow.tenant_id == tenant,
+            StreamRow.alarm_open.is_(True),
+            StreamRow.agent.in_([agent, ""]),
+        )
+        try:
+            with self.engine.connect() as conn:
+                return [dict(r._mapping) for r in conn.execute(q)]
+        except SQLAlchemyError as exc:
+            raise store_error(exc, "reading") from exc
+
+    def all_open_alarms(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Streams with an open alarm episode, of ``tenant`` or (``None``) every tenant (``/metrics``)."""
+        q = (
+            select(StreamRow.tenant_id, StreamRow.name, StreamRow.agent, StreamRow.alarm)
+            .where(StreamRow.alarm_open.is_(True))
+            .order_by(StreamRow.tenant_id, StreamRow.name, StreamRow.agent)
+        )
+        if tenant is not None:
+            q = q.where(StreamRow.tenant_id == tenant)
+        with self.read() as db:
+            return [dict(r._mapping) for r in db.execute(q)]
+
+    def stream_values(
+        self, tenant: str, stream: str, agent: str, *, last: int
+    ) -> list[tuple[int, float]]:
+        """The last ``last`` observations as (seq, value), oldest first."""
+        with self.read() as db:
+            rows = db.execute(
+                select(ObservationRow.seq, ObservationRow.value)
+                .where(
+                    ObservationRow.tenant_id == tenant,
+                    ObservationRow.stream == stream,
+                    ObservationRow.agent == agent,
+                )
+                .order_by(ObservationRow.seq.desc())
+                .limit(last)
+            ).all()
+        return [(int(s), float(v)) for s, v in reversed(rows)]
+
+
+__all__ = ["Streams"]

@@ -1,0 +1,349 @@
+"""Stored traces: the diagnosed runs, their steps, their repair state without a session, the daily
+usage, the history's pages and its retention."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy.orm import Session
+
+from model.core.agents import POOL_AGENT
+from model.core.errors import InputError
+from serve.store.base import StoreBase, rowcount
+from serve.store.tables import (
+    FailureRow,
+    LabelRow,
+    ObservationRow,
+    OutcomeRow,
+    RecommendationRow,
+    SessionRow,
+    TraceRow,
+    TraceStepRow,
+    UsageRow,
+    utcnow,
+)
+
+
+@dataclass(frozen=True)
+class TracePage:
+    items: list[TraceRow]
+    next_cursor: str | None
+
+
+class Traces(StoreBase):
+    """The ``traces``, ``trace_steps``, ``failures`` and ``usage`` tables."""
+
+    @functools.cached_property
+    def _trace_upsert_stmt(self) -> Any:
+        # Built once, executed with a parameter dict: SQLAlchemy then reuses its compiled form.
+        ins = self._insert(TraceRow)
+        keep = ("tenant_id", "id", "created_at", "failed_at")
+        return ins.on_conflict_do_update(
+            index_elements=["tenant_id", "id"],
+            set_={
+                **{c.key: getattr(ins.excluded, c.key) for c in TraceRow.__table__.columns if c.key not in keep},
+                # the run's first failure stays the first one (serve/services/canary.py: failure and recovery rates)
+                "failed_at": func.coalesce(TraceRow.__table__.c.failed_at, ins.excluded.failed_at),
+            },
+        ).returning(TraceRow.__table__.c.created_at)  # the kept one: the failure rows carry it
+
+    def _trace_upsert(self) -> Any:
+        return self._trace_upsert_stmt
+
+    def put_trace(
+        self,
+        db: Session,
+        *,
+        tenant: str,
+        trace_id: str,
+        trace: dict[str, Any],
+        response: dict[str, Any],
+        session_id: str | None,
+        task_type: str | None,
+        shadow: bool = False,
+        policy_state: dict[str, Any] | None = None,
+        n_steps: int | None = None,
+        steps_in_rows: bool = False,
+        arm: str | None = None,
+        agent: str = POOL_AGENT,
+        step_tools: Sequence[str | None] | None = None,
+    ) -> None:
+        """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
+
+        Core statements (an upsert, a delete, one executemany): this is the hot path of
+        ``/v1/diagnose``. ``steps_in_rows``: the trace's steps are kept in ``trace_steps``
+        (:meth:`put_steps`) and ``trace`` holds the rest; ``n_steps`` then counts them. A whole
+        trace stored over one kept in rows replaces it. ``arm``: the run's canary arm
+        (:mod:`serve.services.canary`); when a diagnosis of the run first found a failure is kept.
+        ``agent``: the run's agent (:func:`model.core.agents.resolve_agent`).
+        ``step_tools``: the tool name of each step, when ``trace`` does not hold the steps; a
+        failure row keeps the tool it concerns (``details.tool``, else its step's).
+        """
+        now = utcnow()
+        if step_tools is None:
+            step_tools = [s.get("tool_name") if isinstance(s, dict) else None for s in trace.get("steps") or []]
+        primary = response.get("primary") or {}
+        values = {
+            "tenant_id": tenant,
+            "id": trace_id,
+            "session_id": session_id,
+            "task_type": task_type,
+            "created_at": now,
+            "updated_at": now,
+            "n_steps": n_steps if n_steps is not None else len(trace.get("steps") or []),
+            "healthy": response.get("healthy") is not False,  # null (unknown) = no failure found
+            "arm": arm,
+            "failed_at": now if response.get("failures") else None,
+            "primary_kind": primary.get("kind"),
+            "model_version": str(response.get("model_version", "")),
+            "shadow": shadow,
+            "trace": trace,
+            "response": response,
+            "policy_state": policy_state,
+            "steps_in_rows": steps_in_rows,
+            "agent": agent,
+        }
+        prev = db.execute(
+            select(TraceRow.steps_in_rows).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+        ).scalar_one_or_none() if not steps_in_rows else None
+        if prev:  # a whole trace replaces one whose steps were kept in rows
+            db.execute(delete(TraceStepRow).where(TraceStepRow.tenant_id == tenant, TraceStepRow.trace_id == trace_id))
+        created = db.execute(self._trace_upsert(), values).scalar_one()
+        db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
+        rows = [
+            {
+                "tenant_id": tenant,
+                "trace_id": trace_id,
+                "kind": f["kind"],
+                "is_signal": is_signal,
+                "severity": f["severity"],
+                "confidence": float(f["confidence"]),
+                "detector": f.get("detector", ""),
+                "step": f.get("step"),
+                "source_index": f.get("source_index"),
+                "evidence": f.get("evidence", ""),
+                "details": f.get("details") or {},
+                "tool": _failure_tool(f, step_tools),
+                "created_at": created,
+                "agent": agent,
+            }
+            for key, is_signal in (("failures", False), ("signals", True))
+            for f in response.get(key) or []
+        ]
+        if rows:
+            db.execute(insert(FailureRow), rows)
+
+    def put_steps(self, db: Session, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
+        """Insert or replace steps of a trace kept in rows (index → step JSON), inside ``db``."""
+        if not steps:
+            return
+        db.execute(
+            delete(TraceStepRow).where(
+                TraceStepRow.tenant_id == tenant,
+                TraceStepRow.trace_id == trace_id,
+                TraceStepRow.idx.in_(sorted(steps)),
+            )
+        )
+        db.execute(
+            insert(TraceStepRow),
+            [{"tenant_id": tenant, "trace_id": trace_id, "idx": i, "step": st} for i, st in sorted(steps.items())],
+        )
+
+    def read_trace(self, db: Session, tenant: str, trace_id: str) -> tuple[dict[str, Any], bool] | None:
+        """In transaction ``db``: the whole stored trace and whether its steps are kept as rows, or None."""
+        row = db.get(TraceRow, (tenant, trace_id))
+        if row is None:
+            return None
+        return trace_json(db, row), row.steps_in_rows
+
+    def get_trace_json(self, tenant: str, trace_id: str) -> tuple[TraceRow, dict[str, Any]] | None:
+        """The trace row and its whole stored trace, or None."""
+        with self.read() as db:
+            row = db.get(TraceRow, (tenant, trace_id))
+            return None if row is None else (row, trace_json(db, row))
+
+    def add_usage(self, db: Session, tenant: str, day: str, steps: int) -> int:
+        """Add ``steps`` to the tenant's usage of ``day`` (inside ``db``); the new total."""
+        ins = self._insert(UsageRow).values(tenant_id=tenant, day=day, steps=steps)
+        stmt = ins.on_conflict_do_update(
+            index_elements=["tenant_id", "day"], set_={"steps": UsageRow.steps + ins.excluded.steps}
+        ).returning(UsageRow.steps)
+        return int(db.execute(stmt).scalar_one())
+
+    def usage(self, tenant: str, day: str) -> int:
+        with self.read() as db:
+            return int(db.scalar(select(UsageRow.steps).where(UsageRow.tenant_id == tenant, UsageRow.day == day)) or 0)
+
+    def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
+        """The policy state of a session-less trace, locked for this transaction (None if new)."""
+        q = select(TraceRow.policy_state).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+        if self.dialect == "postgresql":
+            q = q.with_for_update()
+        state: dict[str, Any] | None = db.execute(q).scalar_one_or_none()
+        return state
+
+    def set_trace_state(self, db: Session, tenant: str, trace_id: str, state: dict[str, Any]) -> None:
+        db.execute(
+            update(TraceRow)
+            .where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+            .values(policy_state=state, updated_at=utcnow())
+        )
+
+    def get_trace(self, tenant: str, trace_id: str) -> TraceRow | None:
+        with self.read() as db:
+            return db.get(TraceRow, (tenant, trace_id))
+
+    def list_traces(
+        self,
+        tenant: str,
+        *,
+        kind: str | None = None,
+        since: datetime | None = None,
+        session: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> TracePage:
+        """Newest first; ``cursor`` is the opaque ``next_cursor`` of the previous page."""
+        q: Select[TraceRow] = select(TraceRow).where(TraceRow.tenant_id == tenant)
+        if kind is not None:
+            q = q.where(
+                exists().where(
+                    FailureRow.tenant_id == tenant,
+                    FailureRow.trace_id == TraceRow.id,
+                    FailureRow.kind == kind,
+                    FailureRow.is_signal.is_(False),
+                )
+            )
+        if since is not None:
+            q = q.where(TraceRow.created_at >= since)
+        if session is not None:
+            q = q.where(TraceRow.session_id == session)
+        if cursor:
+            ts, tid = _decode_cursor(cursor)
+            q = q.where(or_(TraceRow.created_at < ts, and_(TraceRow.created_at == ts, TraceRow.id < tid)))
+        q = q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc()).limit(limit + 1)
+        with self.read() as db:
+            rows = list(db.scalars(q))
+        nxt = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            nxt = _encode_cursor(rows[-1].created_at, rows[-1].id)
+        return TracePage(rows, nxt)
+
+    def trace_history(self, tenant: str, trace_id: str) -> tuple[list[RecommendationRow], list[OutcomeRow]]:
+        with self.read() as db:
+            recs = list(
+                db.scalars(
+                    select(RecommendationRow)
+                    .where(RecommendationRow.tenant_id == tenant, RecommendationRow.trace_id == trace_id)
+                    .order_by(RecommendationRow.created_at)
+                )
+            )
+            outs = list(
+                db.scalars(
+                    select(OutcomeRow)
+                    .where(OutcomeRow.tenant_id == tenant, OutcomeRow.trace_id == trace_id)
+                    .order_by(OutcomeRow.created_at, OutcomeRow.id)
+                )
+            )
+        return recs, outs
+
+    def delete_trace(self, tenant: str, trace_id: str) -> bool:
+        with self.write() as db:
+            n = _delete_traces(db, tenant, [trace_id])
+        return n > 0
+
+    def delete_session(self, tenant: str, session_id: str) -> bool:
+        """Delete a session, its policy state and every trace recorded under it.
+
+        Returns False when neither the session nor any trace of it existed.
+        """
+        with self.write() as db:
+            ids = list(
+                db.scalars(
+                    select(TraceRow.id).where(TraceRow.tenant_id == tenant, TraceRow.session_id == session_id)
+                )
+            )
+            n = _delete_traces(db, tenant, ids)
+            db.execute(
+                delete(RecommendationRow).where(
+                    RecommendationRow.tenant_id == tenant, RecommendationRow.session_id == session_id
+                )
+            )
+            gone = db.execute(
+                delete(SessionRow).where(SessionRow.tenant_id == tenant, SessionRow.id == session_id)
+            )
+            return n > 0 or rowcount(gone) > 0
+
+    def purge_older_than(self, ttl: timedelta, *, now: datetime | None = None) -> int:
+        """Retention: delete traces (and their history) not updated within ``ttl``; returns count."""
+        cutoff = (now or utcnow()) - ttl
+        with self.write() as db:
+            old = db.execute(
+                select(TraceRow.tenant_id, TraceRow.id).where(TraceRow.updated_at < cutoff)
+            ).all()
+            by_tenant: dict[str, list[str]] = {}
+            for t, i in old:
+                by_tenant.setdefault(t, []).append(i)
+            n = sum(_delete_traces(db, t, ids) for t, ids in by_tenant.items())
+            db.execute(delete(SessionRow).where(SessionRow.updated_at < cutoff))
+            db.execute(delete(ObservationRow).where(ObservationRow.created_at < cutoff))
+        return n
+
+
+def trace_json(db: Session, row: TraceRow) -> dict[str, Any]:
+    """The stored trace of ``row`` as one JSON dict (steps read from ``trace_steps`` when kept there)."""
+    if not row.steps_in_rows:
+        return row.trace
+    steps = db.scalars(
+        select(TraceStepRow.step)
+        .where(TraceStepRow.tenant_id == row.tenant_id, TraceStepRow.trace_id == row.id)
+        .order_by(TraceStepRow.idx)
+    ).all()
+    return {**row.trace, "steps": list(steps)}
+
+
+def _failure_tool(failure: dict[str, Any], step_tools: Sequence[str | None]) -> str:
+    """The tool a failure concerns: ``details.tool``, else the tool of its step; "" when none."""
+    tool = (failure.get("details") or {}).get("tool")
+    if not isinstance(tool, str) or not tool:
+        step = failure.get("step")
+        tool = step_tools[step] if isinstance(step, int) and 0 <= step < len(step_tools) else None
+    return str(tool or "")[:200]
+
+
+
+def _delete_traces(db: Session, tenant: str, ids: Sequence[str]) -> int:
+    if not ids:
+        return 0
+    ids = list(ids)
+    for table in (FailureRow, OutcomeRow, LabelRow, TraceStepRow):
+        db.execute(delete(table).where(table.tenant_id == tenant, table.trace_id.in_(ids)))
+    db.execute(
+        delete(RecommendationRow).where(
+            RecommendationRow.tenant_id == tenant, RecommendationRow.trace_id.in_(ids)
+        )
+    )
+    res = db.execute(delete(TraceRow).where(TraceRow.tenant_id == tenant, TraceRow.id.in_(ids)))
+    return rowcount(res)
+
+
+
+def _encode_cursor(ts: datetime, trace_id: str) -> str:
+    return f"{ts.isoformat()}|{trace_id}"
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        ts, tid = cursor.split("|", 1)
+        return datetime.fromisoformat(ts), tid
+    except ValueError:
+        raise InputError(f"not a cursor this API returned: {cursor[:60]!r}", path="query.cursor") from None
+
+
+__all__ = ["TracePage", "Traces", "trace_json"]
