@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 from model.diagnosis.diagnoser import package_version
 from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
-from serve.errors import install_error_handlers
+from serve.error_handlers import install_error_handlers
 from serve.heavy import HeavyLane
 from serve.limits import BodySizeLimit
 from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimitMiddleware, rate_limit

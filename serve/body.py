@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from model.core.errors import InputError, TraceImportError
 from model.importers import parse_json_text
-from serve.errors import loc_from_path
+from serve.error_handlers import loc_from_path
 from serve.validation import check_json
 
 M = TypeVar("M", bound=BaseModel)

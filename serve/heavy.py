@@ -119,7 +119,7 @@ class HeavyLane:
             err_cls = cls if isinstance(cls, type) and issubclass(cls, InputError) else InputError
             raise err_cls(message, path=extra)
         if name == "RateLimitedError":
-            from serve.ratelimit import RateLimitedError
+            from model.core.errors import RateLimitedError
 
             raise RateLimitedError(message, scope="quota", retry_after=float(extra or 1))
         if isinstance(cls, type) and issubclass(cls, TriageError):

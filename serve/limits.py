@@ -6,9 +6,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-
-class _BodyTooLarge(Exception):
-    pass
+from model.core.errors import BodyTooLarge
 
 
 class BodySizeLimit:
@@ -40,7 +38,7 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise BodyTooLarge
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -51,7 +49,7 @@ class BodySizeLimit:
 
         try:
             await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
+        except BodyTooLarge:
             if not started:
                 await self._refuse(send, received)
 

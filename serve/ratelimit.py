@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 import threading
 import time
@@ -46,26 +45,12 @@ from fastapi import Request
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from model.core.errors import TriageError
+from model.core.errors import RateLimitedError
 from serve.auth import KEY_PREFIX, LOCAL_TENANT, KeyCache, Principal, PrincipalDep
 
 #: Buckets kept per worker; the least recently used beyond this are dropped (a dropped bucket
 #: comes back full, which only ever favours the caller).
 MAX_BUCKETS = 100_000
-
-
-class RateLimitedError(TriageError):
-    """A limit is spent (→ 429 with ``Retry-After``). ``scope`` is ``key``, ``tenant`` or ``quota``."""
-
-    def __init__(self, message: str, *, scope: str, retry_after: float) -> None:
-        super().__init__(message)
-        self.message = message
-        self.scope = scope
-        self.retry_after = retry_after
-
-    @property
-    def retry_after_header(self) -> str:
-        return str(max(1, math.ceil(self.retry_after)))
 
 
 @dataclass
@@ -430,4 +415,4 @@ RATE_LIMITED_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-__all__ = ["RATE_LIMITED_RESPONSES", "FairGate", "FairLock", "RateLimitMiddleware", "RateLimitedError", "rate_limit", "RateLimiter", "TokenBuckets", "seconds_to_midnight", "utc_day"]
+__all__ = ["RATE_LIMITED_RESPONSES", "FairGate", "FairLock", "RateLimitMiddleware", "rate_limit", "RateLimiter", "TokenBuckets", "seconds_to_midnight", "utc_day"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from model.core.errors import SmokeCheckError
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.data.realdata import load_source
@@ -19,7 +20,7 @@ from model.diagnosis.diagnoser import Diagnoser
 from model.scoring.agent_registry import POOLED, Registry
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.schemas import AppendStepsRequest, LabelRequest
-from serve.services.agent_models import SmokeCheckError, build_models, check_model, recentre_offset
+from serve.services.agent_models import build_models, check_model, recentre_offset
 from serve.services.retrain import ZeroShotCache, plan
 from serve.services.triage import TriageService
 from serve.settings import Settings

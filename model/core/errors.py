@@ -11,17 +11,27 @@ Hierarchy::
     │   └── UnknownDetectorError     a detector name not in the registry
     ├── NotFoundError                the tenant has no such session, trace, recommendation or stream (→ 404)
     ├── ConflictError                an outcome contradicting the recorded one, or a success after a handoff (→ 409)
+    ├── RateLimitedError             a rate limit or the daily step quota is spent (→ 429 with Retry-After)
+    ├── SmokeCheckError              an agent model loaded but did not score the smoke trace sensibly (refused)
     ├── NotFittedError               a model or detector used before it was fitted / loaded
     ├── ModelLoadError               an artefact is missing or unreadable (onnxruntime errors wrapped)
     └── StoreError                   the failure-history store failed (SQL errors wrapped; → 500)
         ├── StoreUnavailableError    it can't be reached, or stayed locked past its timeout (→ 503)
         └── StoreValueError          it refused a value of the request (→ 422; validation missed it)
 
+Outside the hierarchy, control flow that never reaches a caller as an error::
+
+    SignInRequired                   no live console session: the page redirects to sign-in, JSON answers 401
+    EndOfInput                       ``triage label review``'s scripted input ran out (treated as quit)
+    BodyTooLarge                     a streamed request body passed the size limit (serve/limits.py → 413)
+
 Foreign errors (pydantic, onnxruntime, SQLAlchemy) are translated where they cross into our code,
-with ``raise ... from exc``; only ``serve/`` turns these into HTTP responses.
+with ``raise ... from exc``; only ``serve/`` turns these into HTTP responses (serve/error_handlers.py).
 """
 
 from __future__ import annotations
+
+import math
 
 
 class TriageError(Exception):
@@ -80,6 +90,24 @@ class ConflictError(TriageError):
     failure was handed off to a human (→ 409)."""
 
 
+class RateLimitedError(TriageError):
+    """A limit is spent (→ 429 with ``Retry-After``). ``scope`` is ``key``, ``tenant`` or ``quota``."""
+
+    def __init__(self, message: str, *, scope: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.message = message
+        self.scope = scope
+        self.retry_after = retry_after
+
+    @property
+    def retry_after_header(self) -> str:
+        return str(max(1, math.ceil(self.retry_after)))
+
+
+class SmokeCheckError(TriageError):
+    """A model that loaded but did not score the smoke trace sensibly (it is refused)."""
+
+
 class NotFittedError(TriageError, RuntimeError):
     """Something was used before it was fitted or loaded; the message says what to call."""
 
@@ -100,12 +128,33 @@ class StoreValueError(StoreError):
     """The store refused a value of the request (out of range, not storable text): retrying won't help."""
 
 
+class SignInRequired(Exception):
+    """No live console session: pages redirect to the sign-in form, JSON twins answer 401."""
+
+    def __init__(self, json_wanted: bool, next_url: str) -> None:
+        self.json_wanted = json_wanted
+        self.next_url = next_url
+
+
+class EndOfInput(Exception):
+    """The scripted input ran out (treated as quit: progress is saved)."""
+
+
+class BodyTooLarge(Exception):
+    """A request body grew past the size limit while streaming (the middleware answers 413)."""
+
+
 __all__ = [
+    "BodyTooLarge",
     "ConflictError",
+    "EndOfInput",
     "InputError",
     "ModelLoadError",
     "NotFittedError",
     "NotFoundError",
+    "RateLimitedError",
+    "SignInRequired",
+    "SmokeCheckError",
     "StoreError",
     "StoreUnavailableError",
     "StoreValueError",

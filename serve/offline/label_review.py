@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TextIO
 
-from model.core.errors import InputError
+from model.core.errors import EndOfInput, InputError
 from model.core.kinds import FailureKind
 from model.core.schema import Trace
 from model.data.labelling.review import KIND_KEYS, compact, legend
@@ -202,10 +202,6 @@ def render(trace: Trace, c: Candidate, *, width: int = 110, max_steps: int = 24)
             last = i
         steps = shown
     return "\n".join(lines + ["steps (* = a failure or the attribution):"] + steps)
-
-
-class EndOfInput(Exception):
-    """The scripted input ran out (treated as quit: progress is saved)."""
 
 
 class Keys(Protocol):
@@ -418,4 +414,4 @@ def _undo(service: LabelSink, tenant: str, author: str, queue: list[Candidate], 
     return None
 
 
-__all__ = ["DEFAULT_ORDER", "ORDERS", "Candidate", "EndOfInput", "Keys", "TerminalKeys", "margin", "render", "review_queue", "run_review"]
+__all__ = ["DEFAULT_ORDER", "ORDERS", "Candidate", "Keys", "TerminalKeys", "margin", "render", "review_queue", "run_review"]

@@ -1,15 +1,14 @@
-"""What the stateful routers share: the thread-pool call with its 404 / 409 mapping, the error responses."""
+"""What the stateful routers share: the thread-pool call, the error responses they document."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fastapi import HTTPException, Response
+from fastapi import Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from model.core.errors import ConflictError, NotFoundError
 from serve.auth import UNAUTHORIZED_RESPONSES
 
 T = TypeVar("T")
@@ -30,17 +29,9 @@ TOO_LARGE: dict[int | str, dict[str, Any]] = {
 
 
 async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a (blocking: SQL, onnxruntime) service call in the thread pool; NotFound → 404."""
-    try:
-        return await run_in_threadpool(fn, *args, **kwargs)
-    except NotFoundError as exc:
-        raise HTTPException(
-            status_code=404, detail=[{"loc": ["path"], "msg": str(exc), "type": "not_found"}]
-        ) from None
-    except ConflictError as exc:
-        raise HTTPException(
-            status_code=409, detail=[{"loc": ["body"], "msg": str(exc), "type": "conflict"}]
-        ) from None
+    """Run a (blocking: SQL, onnxruntime) service call in the thread pool (its errors become
+    responses in serve/error_handlers.py: NotFoundError → 404, ConflictError → 409, …)."""
+    return await run_in_threadpool(fn, *args, **kwargs)
 
 
 def json_response(model: BaseModel) -> Response:

@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from model.core.agents import MAX_AGENT_LENGTH, POOL_AGENT, clean_agent_name
-from model.core.errors import InputError, ModelLoadError, NotFoundError
+from model.core.errors import InputError, ModelLoadError, NotFoundError, SignInRequired
 from model.core.graph import ExecutionGraph
 from model.core.kinds import FailureKind
 from model.core.schema import Trace
@@ -76,14 +76,6 @@ DaysQ = Annotated[int, Query(ge=1, le=366, description="The window: the last thi
 
 NAV = [("overview", "Overview"), ("patterns", "Patterns"), ("runs", "Runs"), ("queue", "Label queue"),
        ("models", "Models"), ("streams", "Streams")]
-
-
-class SignInRequired(Exception):
-    """No live console session: pages redirect to the sign-in form, JSON twins answer 401."""
-
-    def __init__(self, json_wanted: bool, next_url: str) -> None:
-        self.json_wanted = json_wanted
-        self.next_url = next_url
 
 
 # -- plumbing ------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from model.core.agents import POOL_AGENT
-from model.core.errors import TriageError
+from model.core.errors import SmokeCheckError
 from model.core.findings import DiagnosisResponse, Failure
 from model.core.kinds import KIND_INFO, FailureKind
 from model.core.schema import Trace
@@ -94,10 +94,6 @@ def smoke_trace() -> Trace:
         },
         format="openai",
     )
-
-
-class SmokeCheckError(TriageError):
-    """A model that loaded but did not score the smoke trace sensibly (it is refused)."""
 
 
 @dataclass(frozen=True)
@@ -493,7 +489,6 @@ __all__ = [
     "ModelCollector",
     "Recentring",
     "ServedAgent",
-    "SmokeCheckError",
     "add_failure",
     "at_risk_failure",
     "build_models",

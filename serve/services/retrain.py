@@ -479,7 +479,8 @@ def rollback_target(history: list[dict[str, Any]]) -> str | None:
 def load_checked(registry: Registry, tenant: str, agent: str, version: str) -> Any:
     """Load ``version`` and run the service's own smoke check on it (:func:`serve.services.agent_models.check_model`,
     what every worker runs before it swaps a version in), so a promotion refuses what a worker would."""
-    from serve.services.agent_models import SmokeCheckError, check_model
+    from model.core.errors import SmokeCheckError
+    from serve.services.agent_models import check_model
 
     model = registry.load(tenant, agent, version)
     try:

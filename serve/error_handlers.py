@@ -12,14 +12,16 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from model.core.errors import (
+    ConflictError,
     InputError,
     ModelLoadError,
+    NotFoundError,
+    RateLimitedError,
     StoreError,
     StoreUnavailableError,
     StoreValueError,
     TooLargeError,
 )
-from serve.ratelimit import RateLimitedError
 
 _PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
@@ -51,6 +53,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             status_code=422, content=error_body(loc_from_path(exc.path), exc.message, "invalid_input")
         )
+
+    @app.exception_handler(NotFoundError)
+    async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
+        return JSONResponse(status_code=404, content=error_body(["path"], str(exc), "not_found"))
+
+    @app.exception_handler(ConflictError)
+    async def _conflict(_: Request, exc: ConflictError) -> JSONResponse:
+        return JSONResponse(status_code=409, content=error_body(["body"], str(exc), "conflict"))
 
     @app.exception_handler(RecursionError)
     async def _deep(_: Request, exc: RecursionError) -> JSONResponse:
