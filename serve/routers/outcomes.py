@@ -34,4 +34,15 @@ async def report_outcome(
     failure history (see `triage datasets export --from-store`).
     """
     body = await parse_body(request, OutcomeRequest)
-    return await call(outcomes.report_outcome, principal.tenant, body)
+    done = await call(outcomes.report_outcome, principal.tenant, body)
+    versions = outcomes.diagnoses
+    return OutcomeResponse(
+        model_version=versions.model_version(principal.tenant),
+        detector_versions=versions.detector_versions(),
+        recommendation_id=done.recommendation_id,
+        recorded=done.recorded,
+        note=done.note,
+        escalated=done.escalated,
+        next=done.next,
+        session_id=done.session_id,
+    )

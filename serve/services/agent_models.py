@@ -455,7 +455,7 @@ def add_failure(resp: DiagnosisResponse, failure: Failure) -> None:
 
 def relabel_final_outputs(state: Any, n: int) -> None:
     """``n`` steps the prefix state counted as final answers are answers no more (more work followed
-    them: :func:`serve.services.triage._link_across_calls` re-marks them ``llm_output``); the state counts them
+    them: :func:`serve.services.sessions._link_across_calls` re-marks them ``llm_output``); the state counts them
     so, as a fresh read of the session would."""
     if n:
         from model.scoring.agentmodel.features import SHAPE_FEATURES

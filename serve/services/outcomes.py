@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from model.core.errors import ConflictError, NotFoundError
+from model.core.findings import Recommendation
 from model.core.kinds import Strategy
 from model.core.schema import Trace
-from serve.schemas import OutcomeRequest, OutcomeResponse
+from serve.schemas import OutcomeRequest
 from serve.services.diagnoses import Diagnoses
 from serve.services.run_labels import addressed_place
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What reporting an outcome did (``POST /v1/outcomes`` answers it with the versions)."""
+
+    recommendation_id: str
+    escalated: bool
+    session_id: str | None
+    next: Recommendation | None = None
+    recorded: bool = True
+    note: str | None = None
 
 
 class Outcomes:
@@ -26,7 +40,7 @@ class Outcomes:
         self.diagnoses = diagnoses
         self.store = diagnoses.store
 
-    def report_outcome(self, tenant: str, req: OutcomeRequest) -> OutcomeResponse:
+    def report_outcome(self, tenant: str, req: OutcomeRequest) -> Outcome:
         """Record an outcome; a failed one moves its failure up and returns the next recommendation."""
         diagnoses, store = self.diagnoses, self.store
         with store.write() as db:
@@ -44,15 +58,8 @@ class Outcomes:
             store.refresh(db, rec)  # its status as of the lock: a concurrent outcome may have set it
             repeat = _repeated_outcome(rec, raw_state, req.success)
             if repeat is not None:
-                return OutcomeResponse(
-                    model_version=diagnoses.model_version(tenant),
-                    detector_versions=diagnoses.detector_versions(),
-                    recommendation_id=req.recommendation_id,
-                    recorded=False,
-                    escalated=False,
-                    session_id=rec.session_id,
-                    note=repeat,
-                )
+                return Outcome(recommendation_id=req.recommendation_id, recorded=False, escalated=False,
+                               session_id=rec.session_id, note=repeat)
             stored = store.read_trace(db, tenant, rec.trace_id)
             if raw_state is not None and stored is not None:
                 trace = Trace.model_validate(stored[0])
@@ -84,9 +91,7 @@ class Outcomes:
                 store.add_outcome_label(db, tenant=tenant, trace_id=rec.trace_id, failed=failed,
                                         kind=str(req.label) if failed else None, step=step,
                                         source_index=source_index)
-        return OutcomeResponse(
-            model_version=diagnoses.model_version(tenant),
-            detector_versions=diagnoses.detector_versions(),
+        return Outcome(
             recommendation_id=req.recommendation_id,
             escalated=decision is not None,
             next=decision.recommendation if decision is not None else None,
@@ -113,4 +118,4 @@ def _repeated_outcome(rec: Any, state: dict[str, Any] | None, success: bool) -> 
     return None
 
 
-__all__ = ["Outcomes"]
+__all__ = ["Outcome", "Outcomes"]

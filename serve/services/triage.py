@@ -37,7 +37,6 @@ from serve.schemas import (
     ObservationsRequest,
     ObservationsResponse,
     OutcomeRequest,
-    OutcomeResponse,
     SessionStepResponse,
     TraceDetail,
     UndoLabelRequest,
@@ -47,7 +46,7 @@ from serve.services.agent_models import AgentModels
 from serve.services.diagnoses import Diagnoses
 from serve.services.history import History
 from serve.services.otel_export import EvaluationExporter
-from serve.services.outcomes import Outcomes
+from serve.services.outcomes import Outcome, Outcomes
 from serve.services.sessions import Sessions
 from serve.services.streams import Streams
 from serve.store import Store
@@ -139,7 +138,7 @@ class TriageService:
         """:meth:`serve.services.sessions.Sessions.append_spans`."""
         return self.sessions.append_spans(tenant, document)
 
-    def report_outcome(self, tenant: str, req: OutcomeRequest) -> OutcomeResponse:
+    def report_outcome(self, tenant: str, req: OutcomeRequest) -> Outcome:
         """:meth:`serve.services.outcomes.Outcomes.report_outcome`."""
         return self.outcomes.report_outcome(tenant, req)
 
