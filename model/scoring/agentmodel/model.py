@@ -53,6 +53,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from model.core.errors import InputError, NotFittedError
+from model.core.metrics import auroc, group_bootstrap_interval, logistic, logit
 from model.core.schema import Step, Trace
 from model.scoring.agentmodel.features import (
     SHAPE_FEATURES,
@@ -192,15 +193,6 @@ class FeatureCache:
 
     def __len__(self) -> int:
         return len(self._d)
-
-
-def _logit(p: float) -> float:
-    p = min(max(p, 1e-6), 1 - 1e-6)
-    return math.log(p / (1 - p))
-
-
-def _sigmoid(z: float) -> float:
-    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
 
 def balanced_weights(y: np.ndarray) -> np.ndarray:
@@ -348,8 +340,6 @@ class AgentModel:
         ok = ~np.isnan(oof[:, j_full])
         if ok.sum() < 4 or y[ok].min() == y[ok].max():
             return
-        from model.training.agentmodel.cv import auroc, group_bootstrap_interval  # numpy only
-
         a = auroc(y[ok], oof[ok, j_full])
         lo, hi = group_bootstrap_interval(y[ok], oof[ok, j_full], [groups[i] for i in np.flatnonzero(ok)],
                                           seed=cfg.seed)
@@ -392,8 +382,8 @@ class AgentModel:
         if state.sq > 0:
             z += state.dot / math.sqrt(state.sq)
         if f.w_prior is not None:
-            z += f.w_prior * _logit(0.5 if prior is None else prior)
-        return _sigmoid(z)
+            z += f.w_prior * logit(0.5 if prior is None else prior)
+        return logistic(z)
 
     def score(self, trace: Trace, *, prior: float | None = None) -> float:
         """P(failed) of a whole run."""
@@ -564,7 +554,7 @@ def _stack_weights(runs: list[RunRows], y: np.ndarray, groups: list[str], prior:
     if ok.sum() < 4 or yy[ok].min() == yy[ok].max():
         return np.array([0.5, 0.5]), 0.0, None
     sw = (np.repeat(balanced_weights(y), F) / F)[ok]
-    lp = None if prior is None else np.repeat([_logit(float(p)) for p in prior], F)[ok]
+    lp = None if prior is None else np.repeat([logit(float(p)) for p in prior], F)[ok]
     return fit_logistic(sp.csr_matrix(oof[ok]), yy[ok], sw, 1.0, lp, cfg.prior_l2, cfg.prior_weight)
 
 
@@ -593,7 +583,7 @@ def _fit_joint(runs: list[RunRows], y: np.ndarray, prior: np.ndarray | None, cfg
         idf = (np.log((1 + n) / (1 + df[bk])) + 1.0).astype("<f4").astype(float)
         blocks.append(_ngram_block(G, bk, idf) * cfg.ngram_weight)
     X = sp.hstack(blocks, format="csr")
-    lp = None if prior is None else np.repeat([_logit(float(p)) for p in prior], len(fr))
+    lp = None if prior is None else np.repeat([logit(float(p)) for p in prior], len(fr))
     w, b, g = fit_logistic(X, yy, sw, l2, lp, cfg.prior_l2, cfg.prior_weight)
     k = S.shape[1] if cfg.shape_weight > 0 else 0
     w_shape = w[:k] * cfg.shape_weight
@@ -697,7 +687,7 @@ def score_rows(f: _Fitted, rows: RunRows, prior: float | None) -> np.ndarray:
         sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
         z += np.where(sq > 0, dot / np.sqrt(np.where(sq > 0, sq, 1.0)), 0.0)
     if f.w_prior is not None:
-        z += f.w_prior * _logit(0.5 if prior is None else prior)
+        z += f.w_prior * logit(0.5 if prior is None else prior)
     return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 

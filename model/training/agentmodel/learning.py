@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from model.core.errors import InputError
+from model.core.metrics import auroc, group_bootstrap_interval
 from model.scoring.agentmodel.model import AgentModelConfig, _config_dict
-from model.training.agentmodel.cv import CVData, auroc, cross_validate, group_bootstrap_interval, key
+from model.training.agentmodel.cv import CVData, cross_validate, key
 
 #: MEASUREMENTS.md "In domain" (measured 2026-12-04, 5 folds × 3 draws): the cheap learners' AUROC
 #: at K = 25 / 50 / 100 / all, the figures this report must first reproduce within ±0.02.

@@ -35,9 +35,8 @@ once the agent's own labelled history trains the scorer (the retraining issue's 
 from __future__ import annotations
 
 import json
-import math
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,13 +44,13 @@ from typing import Any
 
 import numpy as np
 
+from model.core.metrics import auroc, ece, group_resamples, percentile_interval, reliability_bins
 from model.data.realdata import RUN_LEVEL_SOURCES, SOURCES, RealRun, first_groups, load_all, loso_family
 from model.scoring.runscore.features import MESSAGE_FEATURES
-from model.scoring.runscore.model import Example, RunScorer, auroc
+from model.scoring.runscore.model import Example, RunScorer
 from model.training.semantic import wilson
 
 LOCALISATION_SOURCES = ("whowhen", "agentprocessbench", "tau_airline")
-N_BOOT = 1000
 
 
 @dataclass
@@ -104,24 +103,8 @@ def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None
 # ---- statistics ---------------------------------------------------------------------------------
 
 
-def _group_boot(groups: Sequence[str], rng: np.random.Generator, n: int = N_BOOT) -> list[np.ndarray]:
-    """Bootstrap resamples of row indices, drawing whole groups (tasks) with replacement."""
-    by: dict[str, list[int]] = defaultdict(list)
-    for i, g in enumerate(groups):
-        by[g].append(i)
-    keys = list(by)
-    out = []
-    for _ in range(n):
-        pick = rng.integers(0, len(keys), len(keys))
-        out.append(np.array([i for k in pick for i in by[keys[k]]]))
-    return out
-
-
 def _ci(values: Sequence[float]) -> list[float]:
-    v = np.asarray([x for x in values if not math.isnan(x)])
-    if not len(v):
-        return [float("nan"), float("nan")]
-    return [round(float(np.quantile(v, 0.025)), 4), round(float(np.quantile(v, 0.975)), 4)]
+    return [round(v, 4) for v in percentile_interval(values)]
 
 
 def auroc_with_ci(y: np.ndarray, s: np.ndarray, boots: list[np.ndarray]) -> dict[str, Any]:
@@ -140,20 +123,6 @@ def rate_ci(hits: int, n: int) -> dict[str, Any]:
         return {"rate": None, "n": 0, "ci": [None, None]}
     lo, hi = wilson(hits, n, z=1.96)
     return {"rate": round(hits / n, 4), "n": n, "hits": hits, "ci": [round(lo, 4), round(hi, 4)]}
-
-
-def ece(y: np.ndarray, p: np.ndarray, bins: int = 10) -> tuple[float, list[dict[str, Any]]]:
-    """Expected calibration error and the reliability bins (equal width)."""
-    edges = np.linspace(0, 1, bins + 1)
-    rows, total = [], 0.0
-    for k in range(bins):
-        m = (p >= edges[k]) & ((p < edges[k + 1]) if k < bins - 1 else (p <= 1))
-        if m.sum():
-            conf, acc = float(p[m].mean()), float(y[m].mean())
-            total += m.sum() / len(p) * abs(conf - acc)
-            rows.append({"bin": [round(edges[k], 2), round(edges[k + 1], 2)], "n": int(m.sum()),
-                         "mean_p": round(conf, 4), "failed_rate": round(acc, 4)})
-    return round(total, 4), rows
 
 
 def relative_thresholds(probs: np.ndarray, groups: Sequence[str], false_alarm: float) -> np.ndarray:
@@ -301,7 +270,7 @@ def evaluate_real(
         probs = np.array([s[0] for s in scored])
         y = np.array([int(e.failed) for e in test])
         groups = [e.group for e in test]
-        boots = _group_boot(groups, rng)
+        boots = group_resamples(groups, rng)
         entry: dict[str, Any] = {"runs": len(test), "failed": int(y.sum()), "groups": len(set(groups)),
                                  "model": {"features": scorer.features_, "threshold": round(scorer.threshold, 4),
                                            "trained_on": scorer.meta_.get("trained_on"),
@@ -345,8 +314,7 @@ def evaluate_real(
                 "rules_only": {"false_alarms": rate_ci(int(rule_fail[y == 0].sum()), int((y == 0).sum())),
                                "recall": rate_ci(int(rule_fail[y == 1].sum()), int((y == 1).sum()))},
             }
-            e_val, bins = ece(y.astype(float), probs)
-            entry["calibration"] = {"ece": e_val, "bins": bins}
+            entry["calibration"] = {"ece": round(ece(y, probs), 4), "bins": reliability_bins(y, probs)}
         else:
             entry["flagged"] = rate_ci(int((rule_fail | (probs >= scorer.threshold)).sum()), len(y))
         # localisation
@@ -361,7 +329,7 @@ def evaluate_real(
             base_preds = localisation_baselines([e for _, e in loc], train)
             rates = {name: _loc_rates(p, tr) for name, p in base_preds.items()}
             best = max(rates, key=lambda n: (rates[n]["exact"], rates[n]["within_3"]))
-            lboots = _group_boot([e.group for _, e in loc], rng)
+            lboots = group_resamples([e.group for _, e in loc], rng)
             t_arr, o_arr, b_arr = np.asarray(tr), np.asarray(ours), np.asarray(base_preds[best])
             diffs = [float(np.mean(o_arr[b] == t_arr[b]) - np.mean(b_arr[b] == t_arr[b])) for b in lboots]
             ours_rates = _loc_rates(ours, tr)
@@ -427,7 +395,7 @@ def _in_domain(test: Sequence[Example], params: dict[str, Any], folds: int, rng:
     y = np.array([int(e.failed) for e in test])
     out: dict[str, Any] = {"folds": folds}
     if 0 < y.sum() < len(y):
-        boots = _group_boot([e.group for e in test], rng, n=500)
+        boots = group_resamples([e.group for e in test], rng, n=500)
         L = np.array([e.messages for e in test], dtype=float)
         out.update({"auroc": auroc_with_ci(y, probs, boots), "messages_baseline": auroc_with_ci(y, L, boots),
                     "vs_messages": paired_diff(y, probs, L, boots)})
