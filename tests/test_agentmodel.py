@@ -15,8 +15,16 @@ import pytest
 from model.core.errors import InputError, NotFittedError
 from model.core.metrics import auroc
 from model.core.schema import Step, StepKind, StepStatus, Trace
-from model.scoring.agentmodel.features import SHAPE_FEATURES, RunCounts, bucket, last_tokens, prefix_lengths
-from model.scoring.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache, fit_logistic
+from model.scoring.agentmodel.features import (
+    SHAPE_FEATURES,
+    FeatureCache,
+    RunCounts,
+    bucket,
+    last_tokens,
+    prefix_lengths,
+)
+from model.scoring.agentmodel.logistic import fit_logistic
+from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from model.training.agentmodel.cv import cross_validate, group_runs
 
 TOOLS = ("search_flights", "get_booking", "update_booking", "send_email")

@@ -278,7 +278,7 @@ def gate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str],
          champion: Any | None = None, champion_record: ModelVersion | None = None,
          seen: set[str] | None = None, cache: Any | None = None) -> Gate:
     """The grouped cross-validated estimate and the comparisons (see the module docstring). ``cache``:
-    a :class:`~model.scoring.agentmodel.model.FeatureCache` the final fit shares (each run counted once)."""
+    a :class:`~model.scoring.agentmodel.features.FeatureCache` the final fit shares (each run counted once)."""
     from model.core.metrics import AurocUnit, auroc
     from model.training.agentmodel.cv import CVData, cross_validate, draws_folds, summarise
 
@@ -390,7 +390,8 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
     :data:`~model.scoring.agent_registry.POOLED` for the pooled model) and no other."""
     import time
 
-    from model.scoring.agentmodel.model import AgentModel, FeatureCache
+    from model.scoring.agentmodel.features import FeatureCache
+    from model.scoring.agentmodel.model import AgentModel
     from model.training.agentmodel.cv import group_runs
 
     start = time.perf_counter()

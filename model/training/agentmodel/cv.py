@@ -37,8 +37,8 @@ import numpy as np
 from model.core.errors import InputError
 from model.core.metrics import N_BOOT, AurocUnit, auprc, group_bootstrap_weights, percentile_interval
 from model.core.schema import StepKind, Trace
-from model.scoring.agentmodel.features import prefix_lengths
-from model.scoring.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache
+from model.scoring.agentmodel.features import FeatureCache, prefix_lengths
+from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 
 METHODS = ("agent", "tfidf", "length")
 
@@ -249,7 +249,7 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
     """
     cfg = config or AgentModelConfig(internal_folds=0)
     if cfg.internal_folds:
-        cfg = AgentModelConfig.from_dict({**_cfg(cfg), "internal_folds": 0})
+        cfg = AgentModelConfig.from_dict({**cfg.to_dict(), "internal_folds": 0})
     d = data or CVData.make(traces, failed, groups, fractions, prior)
     fr = tuple(sorted({float(f) for f in fractions}))
     missing = [f for f in fr if f not in d.views]
@@ -315,12 +315,6 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
 
 def key(K: int | None, f: float) -> str:
     return f"K={'all' if K is None else K}|f={f:g}"
-
-
-def _cfg(c: AgentModelConfig) -> dict[str, Any]:
-    from model.scoring.agentmodel.model import _config_dict
-
-    return _config_dict(c)
 
 
 def _score_at(model: AgentModel, d: CVData, i: int, f: float, j_of: dict[float, int]) -> float:

@@ -33,7 +33,7 @@ import numpy as np
 
 from model.core.errors import InputError
 from model.core.metrics import auroc, group_bootstrap_interval
-from model.scoring.agentmodel.model import AgentModelConfig, _config_dict
+from model.scoring.agentmodel.model import AgentModelConfig
 from model.training.agentmodel.cv import CVData, cross_validate, key
 
 #: MEASUREMENTS.md "In domain" (measured 2026-12-04, 5 folds × 3 draws): the cheap learners' AUROC
@@ -209,7 +209,7 @@ def run(cfg: LearningConfig, root: Path | None = None,
         msgs = np.array([v[1] for v in d.views[max(cfg.fractions)]], float)
         per_set[s] = {
             "runs": rep["runs"], "failed": rep["failed"], "groups": rep["groups"],
-            "config": {"candidate": chosen[s], "model": _config_dict(mcfg), "prior": use_prior,
+            "config": {"candidate": chosen[s], "model": mcfg.to_dict(), "prior": use_prior,
                        "selection_auroc": sel[s]},
             "zero_shot": zs, "run_length_no_fit": auroc(d.y, msgs),
             "results": {k: _strip(v) for k, v in rep["results"].items()},

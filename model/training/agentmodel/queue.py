@@ -275,8 +275,9 @@ def queue_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
 def agent_model_learner(traces: Sequence[Trace], config: AgentModelConfig | None = None) -> Learner:
     """:class:`model.scoring.agentmodel.model.AgentModel` as the experiment's learner: its defaults, with
     its own internal CV off (the experiment needs its scores only); each run's features computed
-    once (:class:`~model.scoring.agentmodel.model.FeatureCache`), runs scored whole by the cached fast path."""
-    from model.scoring.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache
+    once (:class:`~model.scoring.agentmodel.features.FeatureCache`), runs scored whole by the cached fast path."""
+    from model.scoring.agentmodel.features import FeatureCache
+    from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 
     cfg = config or AgentModelConfig(internal_folds=0)
     if 1.0 not in cfg.prefix_fractions:
