@@ -2,7 +2,7 @@
 
 A task family writes a healthy scenario (goal, tool calls with realistic payloads, the answer);
 failure recipes (:mod:`model.data.datagen.inject`) edit the beats and mark the ones that fail; the
-renderer turns beats into a :class:`model.core.schema.Trace` through :class:`model.data.builder.TraceBuilder`,
+renderer turns beats into a :class:`model.core.schema.Trace` through :class:`model.data.tracebuilder.TraceBuilder`,
 which owns the bookkeeping of step indices, ``source_index`` and call ids.
 """
 
