@@ -30,15 +30,10 @@ from typing import Any
 from model.core.errors import InputError
 from model.core.schema import Trace
 from model.data.datagen.families import FAMILIES
-from model.data.datagen.inject import (
-    DISALLOWED,
-    HEALTHY_VARIANTS,
-    MIDRUN,
-    failure_recipes,
-    give_tool,
-    long_productive,
-)
+from model.data.datagen.healthy import HEALTHY_VARIANTS, long_productive
+from model.data.datagen.inject import MIDRUN, failure_recipes
 from model.data.datagen.lexicon import MODELS, Lexicon
+from model.data.datagen.payloads import DISALLOWED, give_tool
 from model.data.datagen.scenario import Beat, Scenario, dump
 from model.data.tracebuilder import TraceBuilder
 
