@@ -5,8 +5,8 @@ kinds to ``beat.fails`` of the beat where the failure happens; it returns ``Fals
 not apply to this scenario (no constraint to forget, no call to repeat …), and the generator then
 picks another. The same answer templates end healthy and failing runs, so what separates them is
 the context (an empty result before a confident answer, an error before "done"), never a word
-that only failures use. The texts and payloads are :mod:`model.data.datagen.payloads`'; the healthy
-variants (hard negatives) are :mod:`model.data.datagen.healthy`.
+that only failures use. The texts and payloads are in :mod:`model.data.datagen.payloads`; the healthy
+variants (hard negatives) in :mod:`model.data.datagen.healthy`.
 
 Where a failure happens (the step its label points at), matching the rule detectors:
 
