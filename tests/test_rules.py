@@ -8,7 +8,8 @@ from model.core.errors import InputError
 from model.core.findings import Finding
 from model.core.kinds import FailureKind
 from model.core.schema import Step, ToolDefinition, Trace
-from model.data.builder import RECIPE_KINDS, TOOLS, TRAP_NAMES, TraceBuilder, make_trace, make_trap
+from model.data.builder import RECIPE_KINDS, TOOLS, TRAP_NAMES, make_trace, make_trap
+from model.data.tracebuilder import TraceBuilder
 from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.rules import (
     RECOVERED_CONFIDENCE,

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from model.core.errors import InputError
+from model.core.metrics import sigmoid
 from model.scoring.classifier.representation import DEFAULT_CONFIG
 from model.training.classifier.config import DistillConfig
 from model.training.classifier.data import LABELS, load_traces, sample_examples, targets_matrix
-from model.training.classifier.metrics import sigmoid
 from model.training.classifier.train import (
     BEST,
     CALIBRATION,

@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from model.core.metrics import sigmoid
 from model.scoring.classifier.representation import DEFAULT_CONFIG
 from model.training.classifier.config import TrainConfig
 from model.training.classifier.data import LABELS, StepExample, load_traces, sample_examples, targets_matrix
-from model.training.classifier.metrics import fit_temperature, macro_f1, prf, sigmoid, tune_thresholds
+from model.training.classifier.metrics import fit_temperature, macro_f1, prf, tune_thresholds
 
 log = logging.getLogger("model.training.classifier.train")
 
