@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model.streams.cusum import episodes  # noqa: E402
+from model.streams.batch import episodes  # noqa: E402
 from model.training.streams.evaluation import (  # noqa: E402
     EpisodeScore,
     compare_peers,

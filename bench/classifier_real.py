@@ -87,8 +87,8 @@ def _run_record(rt: Any, trace: Any, reported: Sequence[str], trusted: frozenset
 def score(artifacts: Path, out: Path, *, threads: int, limit_groups: int | None) -> None:
     from model.data.realdata import first_groups, load_source
     from model.importers import load_trace
+    from model.scoring.classifier.gate import GATE_FILE, REPORTED_KINDS
     from model.scoring.classifier.runtime import ClassifierRuntime
-    from model.training.classifier.gate import GATE_FILE, REPORTED_KINDS
     from model.training.semantic import DEFAULT_CASES, load_cases
 
     rt = ClassifierRuntime.load(artifacts, threads=threads)
