@@ -99,6 +99,7 @@ class Rule:
     def inspect(self, trace: Trace) -> list[Finding]:  # pragma: no cover - overridden
         raise NotImplementedError
 
+
 def step_text(s: Step) -> str:
     if s.kind is StepKind.TOOL_CALL:
         if s.tool_args is not None:
