@@ -3,7 +3,7 @@
 The classifier is trained on generated traces only, so every real set (``model.data.realdata``:
 τ-bench airline, AgentProcessBench HotpotQA, mini-SWE-agent, Who&When) and the semantic cases
 (``datasets/semantic/cases.jsonl``) are unseen by it. The classifier is read **alone** (no rules, no
-run scorer), over the kinds it reports (``model.training.classifier.gate.REPORTED_KINDS``):
+run scorer), over the kinds it reports (``model.scoring.classifier.gate.REPORTED_KINDS``):
 
 * a step's confidence is ``relative_confidence(p, t)`` of its most confident kind (the detector's
   mapping: the kind's threshold lands on 0.5), the run's score the highest over its steps;
