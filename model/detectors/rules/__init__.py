@@ -5,18 +5,14 @@ Each rule is a trace detector (``inspect(trace) -> list[Finding]``, named in
 into ``Trace.steps``), its ``source_index`` and ``span_id``, an evidence excerpt and structured
 ``details``.
 
-======================================  ==============================================================
-module                                  rules
-======================================  ==============================================================
-:mod:`~model.detectors.rules.answer`      ``empty_response``, ``incomplete``
-:mod:`~model.detectors.rules.failed`      ``tool_error``, ``timeout``, ``rate_limited``,
-                                        ``provider_error``, ``ignored_error``
-:mod:`~model.detectors.rules.refusal`     ``refusal``
-:mod:`~model.detectors.rules.calls`       ``malformed_call``, ``disallowed_tool``
-:mod:`~model.detectors.rules.loop`        ``loop``
-:mod:`~model.detectors.rules.assumption`  ``assumption_violated``
-:mod:`~model.detectors.rules.common`      what they share: the ``Rule`` base, findings, the final answer
-======================================  ==============================================================
+- :mod:`~model.detectors.rules.answer`: ``empty_response``, ``incomplete``;
+- :mod:`~model.detectors.rules.failed`: ``tool_error``, ``timeout``, ``rate_limited``,
+  ``provider_error``, ``ignored_error``;
+- :mod:`~model.detectors.rules.refusal`: ``refusal``;
+- :mod:`~model.detectors.rules.calls`: ``malformed_call``, ``disallowed_tool``;
+- :mod:`~model.detectors.rules.loop`: ``loop``;
+- :mod:`~model.detectors.rules.assumption`: ``assumption_violated``;
+- :mod:`~model.detectors.rules.common`: what they share (the ``Rule`` base, findings, the final answer).
 
 Confidences are fixed per kind of evidence, highest where the trace says so explicitly:
 
