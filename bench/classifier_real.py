@@ -3,7 +3,7 @@
 The classifier is trained on generated traces only, so every real set (``model.data.realdata``:
 τ-bench airline, AgentProcessBench HotpotQA, mini-SWE-agent, Who&When) and the semantic cases
 (``datasets/semantic/cases.jsonl``) are unseen by it. The classifier is read **alone** (no rules, no
-run scorer), over the kinds it reports (``model.training.classifier.gate.REPORTED_KINDS``):
+run scorer), over the kinds it reports (``model.scoring.classifier.gate.REPORTED_KINDS``):
 
 * a step's confidence is ``relative_confidence(p, t)`` of its most confident kind (the detector's
   mapping: the kind's threshold lands on 0.5), the run's score the highest over its steps;
@@ -87,8 +87,8 @@ def _run_record(rt: Any, trace: Any, reported: Sequence[str], trusted: frozenset
 def score(artifacts: Path, out: Path, *, threads: int, limit_groups: int | None) -> None:
     from model.data.realdata import first_groups, load_source
     from model.importers import load_trace
+    from model.scoring.classifier.gate import GATE_FILE, REPORTED_KINDS
     from model.scoring.classifier.runtime import ClassifierRuntime
-    from model.training.classifier.gate import GATE_FILE, REPORTED_KINDS
     from model.training.semantic import DEFAULT_CASES, load_cases
 
     rt = ClassifierRuntime.load(artifacts, threads=threads)

@@ -11,8 +11,8 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
-from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
+from model.detectors.catalog import TRACE_DETECTORS, make_detector
 from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser, package_version
 from model.diagnosis.ladders import Ladders
 from model.diagnosis.repair_engine import RepairEngine, load_budgets

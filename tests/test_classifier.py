@@ -245,7 +245,7 @@ def test_onnx_without_metadata_is_rejected(tmp_path: Path) -> None:
 
 
 def test_detector_is_registered_and_lazy(tmp_path: Path) -> None:
-    from model.detectors import make_detector
+    from model.detectors.catalog import make_detector
     from model.detectors.classifier import ClassifierDetector, relative_confidence
 
     det = make_detector("classifier", path=tmp_path)

@@ -314,7 +314,7 @@ def test_rule_precision_is_measured_and_a_noisy_rule_is_demoted() -> None:
 
 
 def test_a_demoted_rule_only_signals_and_a_measured_one_carries_its_estimate() -> None:
-    from model.detectors.base import make_detector
+    from model.detectors.catalog import make_detector
     from model.diagnosis.diagnoser import Diagnoser
 
     t = chat({"role": "user", "content": "Weather in Oslo?"},

@@ -40,7 +40,6 @@ from model.core.findings import DiagnosisResponse, Finding, ProbabilityBasis
 from model.core.kinds import FailureKind, Strategy
 from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, ToolDefinition, Trace
-from model.detectors import make_stream_detector
 from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS, RUNSCORE, Diagnoser
 from model.diagnosis.incremental import IncrementalDiagnoser
 from model.diagnosis.otel_events import evaluation_events
@@ -49,6 +48,7 @@ from model.importers import genai, load_trace, openinference
 from model.importers.spans import collect_spans, group_runs, import_spans, uses_openinference
 from model.scoring.runscore.model import RunScorer
 from model.streams import Alarm, detect_changepoints
+from model.streams.catalog import make_stream_detector
 from model.streams.metrics import extract_metrics
 from serve.ratelimit import FairLock, RateLimiter, utc_day
 from serve.redaction import Redactor

@@ -56,7 +56,7 @@ def recalibrate_torch(model_dir: Path, splits: Path, n_traces: int, seed: int = 
     import random
 
     from model.core.metrics import sigmoid
-    from model.training.classifier.train import load_classifier, load_tokenizer, predict_logits
+    from model.training.classifier.checkpoint import load_classifier, load_tokenizer, predict_logits
 
     path = model_dir / "calibration.json"
     info: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
