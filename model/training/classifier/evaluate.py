@@ -392,7 +392,7 @@ def run(cfg: EvaluateConfig, splits: Path, build: Path, reports: Path,
     (reports / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     write_eval_md(metrics, reports / "eval.md")
     if artifacts is not None and shipped:
-        from model.training.classifier.card import write_model_card
+        from model.training.card import write_model_card
 
         write_model_card(metrics, build, artifacts / "MODEL_CARD.md")
     return metrics

@@ -220,7 +220,7 @@ def write_reports(report: dict[str, Any], reports: Path, card: Path | None = Non
     plot_reliability(report, figs[0])
     plot_localisation(report, figs[1])
     if card is not None:
-        from model.training.runscore.card import write_real_block
+        from model.training.card import write_real_block
 
         write_real_block(report, card)
     return [reports / "real.json", reports / "real.md", *figs]
