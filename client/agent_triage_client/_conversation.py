@@ -28,18 +28,11 @@ class _Pending:
 
 
 
-def _latest_index(f: Failure) -> int:
-    """The latest source_index a failure's evidence reaches (a loop's last repeat)."""
-    latest = f.source_index if f.source_index is not None else -1
-    repeats = f.details.get("repeats")
-    if isinstance(repeats, list):
-        for r in repeats:
-            if isinstance(r, dict):
-                for k in ("result_source_index", "call_source_index", "source_index"):
-                    v = r.get(k)
-                    if isinstance(v, int) and v > latest:
-                        latest = v
-    return latest
+def _reach(f: Failure) -> int:
+    """The latest message a failure's evidence reaches (a loop: its last repeat), as the service
+    says (``reach_source_index``); its own message from a service that does not say; -1: none."""
+    reach = f.reach_source_index if f.reach_source_index is not None else f.source_index
+    return reach if reach is not None else -1
 
 
 def _schema_of(tool: Mapping[str, Any]) -> tuple[str, Any]:
@@ -178,15 +171,15 @@ class Conversation:
         for p in list(self.pending):
             # signals too: a repeat the service reports below its threshold is still the agent not
             # following the instruction (an empty result used anyway shows up as a signal only)
-            recurred = next((f for f in [*r.failures, *r.signals] if f.kind == p.kind and _latest_index(f) >= p.mark
-                             and _latest_index(f) not in self._injected), None)
+            recurred = next((f for f in [*r.failures, *r.signals] if f.kind == p.kind and _reach(f) >= p.mark
+                             and _reach(f) not in self._injected), None)
             gave_up = final and next((f for f in [*r.failures, *r.signals]
                                       if f.kind == p.kind and f.details.get("handled") == "told_user"), None)
             p.turns += assistants
             if recurred is not None or gave_up:
                 self.pending.remove(p)
                 if recurred is not None:
-                    note = (f"{p.kind} again at message {_latest_index(recurred)} after {p.rec.strategy} "
+                    note = (f"{p.kind} again at message {_reach(recurred)} after {p.rec.strategy} "
                             f"(carried out before message {p.mark})")
                 else:
                     note = f"after {p.rec.strategy} the agent gave up on the {p.kind} and told the user"

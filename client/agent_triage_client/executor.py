@@ -87,8 +87,8 @@ Rollback and the service's session
 ----------------------------------
 The session keeps every step it was sent: indices go on across a rollback, the undone messages
 stay in its history (and in what its detectors read). A loop's later repeats therefore extend the
-same finding (its ``details.repeats`` grows), which is how ``add`` sees that a rollback did not
-hold. The executor's ``messages`` are what the agent's LLM sees: the undone messages are gone.
+same finding (its ``details.repeats`` grows, and with it the ``reach_source_index`` the service
+sends), which is how ``add`` sees that a rollback did not hold. The executor's ``messages`` are what the agent's LLM sees: the undone messages are gone.
 
 The conversation half (messages, snapshots, the session, outcomes that wait) is
 :class:`agent_triage_client._conversation.Conversation`; what a repair gets and gives

@@ -38,6 +38,10 @@ class Failure(_Open):
     span_id: str | None = None
     evidence: str = ""
     details: dict[str, Any] = Field(default_factory=dict)
+    # how far its evidence reaches (a loop: its last repeat), the service's word on it; in a
+    # session step's answer only (None in /v1/diagnose's and from services before it)
+    reach_step: int | None = None
+    reach_source_index: int | None = None
 
 
 class Recommendation(_Open):
