@@ -27,9 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_triage_client import models
-from agent_triage_client._client import TriageClient
-from agent_triage_client._errors import TriageAPIError
+from agent_triage_client import TriageAPIError, TriageClient, models
 from pydantic import BaseModel
 
 from serve.app import create_app
