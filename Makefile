@@ -10,7 +10,7 @@ PORT   ?= 8000
 
 PG_DIR ?= /tmp/agent-triage-pg
 
-.PHONY: browser run test install install-serve lint typecheck pytest client-test client-extras-test integrations schema clean-venv pg-start pg-stop
+.PHONY: browser run test install install-serve lint typecheck pytest client-test client-extras-test integrations schema readme clean-venv pg-start pg-stop
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,10 @@ test: lint typecheck browser pytest
 
 schema: install-serve
 	$(VENV)/bin/triage schema docs/trace.schema.json
+
+# The README's request / answer pair, regenerated from the service (tests/test_readme.py checks it).
+readme: install-serve
+	$(PY) -m tests.test_readme --write
 
 # Integration fixtures: each library records the stub agent's trace (tests/integrations/agent.py,
 # against the local OpenAI-compatible stub model tests/integrations/stub_openai.py) in a venv of

@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from model.data.realdata import load_source
-from model.scoring.agentmodel.model import AgentModel, FeatureCache
+from model.scoring.agentmodel.features import FeatureCache
+from model.scoring.agentmodel.model import AgentModel
 from serve.services.retrain import model_config
 
 

@@ -26,15 +26,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model.streams.cusum import episodes  # noqa: E402
-from model.training.streams.evaluation import (  # noqa: E402
-    EpisodeScore,
-    compare_peers,
-    score_episodes,
-    shifted_streams,
-    theory_vs_measured,
-    warmup_effect,
-)
+from model.streams.batch import episodes  # noqa: E402
+from model.training.streams.episodes import EpisodeScore, score_episodes, shifted_streams  # noqa: E402
+from model.training.streams.evaluation import compare_peers, theory_vs_measured, warmup_effect  # noqa: E402
 
 
 def machine() -> str:

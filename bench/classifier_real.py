@@ -3,7 +3,7 @@
 The classifier is trained on generated traces only, so every real set (``model.data.realdata``:
 τ-bench airline, AgentProcessBench HotpotQA, mini-SWE-agent, Who&When) and the semantic cases
 (``datasets/semantic/cases.jsonl``) are unseen by it. The classifier is read **alone** (no rules, no
-run scorer), over the kinds it reports (``model.training.classifier.gate.REPORTED_KINDS``):
+run scorer), over the kinds it reports (``model.scoring.classifier.gate.REPORTED_KINDS``):
 
 * a step's confidence is ``relative_confidence(p, t)`` of its most confident kind (the detector's
   mapping: the kind's threshold lands on 0.5), the run's score the highest over its steps;
@@ -14,7 +14,7 @@ run scorer), over the kinds it reports (``model.training.classifier.gate.REPORTE
 * semantic cases: **caught at index** (a step at the expected ``source_index`` passes its kind's
   threshold), **false alarms** (a healthy look-alike has a step that passes one).
 
-Intervals: bootstrap over task groups (``model.training.runscore.evaluate._group_boot``, 1,000 resamples,
+Intervals: bootstrap over task groups (``model.core.metrics.group_resamples``, 1,000 resamples,
 the same resamples for both models, so differences are paired); semantic cases resample case
 pairs (a failing case with its look-alikes).
 
@@ -87,8 +87,8 @@ def _run_record(rt: Any, trace: Any, reported: Sequence[str], trusted: frozenset
 def score(artifacts: Path, out: Path, *, threads: int, limit_groups: int | None) -> None:
     from model.data.realdata import first_groups, load_source
     from model.importers import load_trace
+    from model.scoring.classifier.gate import GATE_FILE, REPORTED_KINDS
     from model.scoring.classifier.runtime import ClassifierRuntime
-    from model.training.classifier.gate import GATE_FILE, REPORTED_KINDS
     from model.training.semantic import DEFAULT_CASES, load_cases
 
     rt = ClassifierRuntime.load(artifacts, threads=threads)
@@ -172,29 +172,14 @@ def pieces(limit_groups: int | None) -> str:
 # ---- compare --------------------------------------------------------------------------------------
 
 
-def _auroc(y: np.ndarray, s: np.ndarray) -> float:
-    from model.scoring.runscore.model import auroc
-
-    return float(auroc(y, s)) if 0 < y.sum() < len(y) else float("nan")
-
-
-def _q(values: Sequence[float]) -> tuple[float, float]:
-    v = np.asarray([x for x in values if not np.isnan(x)])
-    return (float(np.quantile(v, 0.025)), float(np.quantile(v, 0.975))) if len(v) else (float("nan"), float("nan"))
-
-
-def _boots(groups: Sequence[str], seed: int, n: int = 1000) -> list[np.ndarray]:
-    from model.training.runscore.evaluate import _group_boot
-
-    return _group_boot(groups, np.random.default_rng(seed), n)
-
-
 def _mean(x: np.ndarray, idx: np.ndarray) -> float:
     return float(x[idx].mean()) if len(idx) else float("nan")
 
 
 def _rate_row(a: np.ndarray, b: np.ndarray, mask: np.ndarray, boots: list[np.ndarray]) -> str:
     """``a → b (Δ [95 %])`` for two 0/1 arrays over the rows in ``mask``, paired over ``boots``."""
+    from model.core.metrics import percentile_interval
+
     if not mask.any():
         return "–"
     rows = np.flatnonzero(mask)
@@ -202,13 +187,15 @@ def _rate_row(a: np.ndarray, b: np.ndarray, mask: np.ndarray, boots: list[np.nda
     for bt in boots:
         sel = bt[mask[bt]]
         diffs.append(_mean(b, sel) - _mean(a, sel))
-    lo, hi = _q(diffs)
+    lo, hi = percentile_interval(diffs)
     ra, rb = a[rows].mean(), b[rows].mean()
     return f"{ra:.1%} → {rb:.1%} ({rb - ra:+.1%} [{lo:+.1%}, {hi:+.1%}])"
 
 
 def compare(old: dict[str, Any], new: dict[str, Any], *, seed: int = 0) -> str:
     """The markdown tables of ``old`` vs ``new`` (records written by :func:`score`)."""
+    from model.core.metrics import auroc, group_resamples, percentile_interval
+
     ma, mb = old["meta"], new["meta"]
     key = {(r["source"], r["run_id"]): r for r in new["runs"]}
     pairs = [(r, key[(r["source"], r["run_id"])]) for r in old["runs"] if (r["source"], r["run_id"]) in key]
@@ -226,11 +213,11 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, seed: int = 0) -> str:
         y = np.array([a["failed"] for a, _ in ps], dtype=int)
         sa = np.array([a["top"] for a, _ in ps])
         sb = np.array([b["top"] for _, b in ps])
-        boots = _boots([a["group"] for a, _ in ps], seed)
+        boots = group_resamples([a["group"] for a, _ in ps], np.random.default_rng(seed))
         if 0 < y.sum() < len(y):
-            d = [_auroc(y[bt], sb[bt]) - _auroc(y[bt], sa[bt]) for bt in boots]
-            lo, hi = _q(d)
-            auc = f"{_auroc(y, sa):.3f} → {_auroc(y, sb):.3f} ({_auroc(y, sb) - _auroc(y, sa):+.3f} [{lo:+.3f}, {hi:+.3f}])"
+            d = [auroc(y[bt], sb[bt]) - auroc(y[bt], sa[bt]) for bt in boots]
+            lo, hi = percentile_interval(d)
+            auc = f"{auroc(y, sa):.3f} → {auroc(y, sb):.3f} ({auroc(y, sb) - auroc(y, sa):+.3f} [{lo:+.3f}, {hi:+.3f}])"
         else:
             auc = "– (all failed)"
         ra = np.array([bool(a["raised"]) for a, _ in ps], dtype=float)
@@ -263,7 +250,7 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, seed: int = 0) -> str:
     ckey = {c["id"]: c for c in new["cases"]}
     cpairs = [(c, ckey[c["id"]]) for c in old["cases"] if c["id"] in ckey]
     family = [c["lookalike_of"] or c["id"] for c, _ in cpairs]
-    boots = _boots(family, seed)
+    boots = group_resamples(family, np.random.default_rng(seed))
     failing = np.array([c["lookalike_of"] is None for c, _ in cpairs])
     lines += ["", "Semantic cases (never trained on): caught = a step at the expected `source_index` passes its "
               "kind's threshold; false alarm = a look-alike has a step that passes one.", "",

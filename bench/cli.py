@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from model.data.builder import TraceBuilder
+from model.data.tracebuilder import TraceBuilder
 from model.diagnosis.diagnoser import Diagnoser
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -83,10 +83,10 @@ def _post(client: Any, runs: list[Any], agent: str, task_ids: bool) -> None:
 def one_set(server: Server, data: Path, name: str, k: int, held_max: int, seed: int, task_ids: bool) -> dict[str, Any]:
     import httpx
 
+    from model.core.metrics import auroc
     from model.core.schema import Trace
     from model.data.realdata import load_source
     from model.scoring.agent_registry import Registry
-    from model.training.agentmodel.cv import auroc
 
     runs = load_source(name)
     train, held = _draw(runs, k, seed)

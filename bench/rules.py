@@ -15,8 +15,9 @@ from functools import partial
 
 from model.core.graph import ExecutionGraph
 from model.core.schema import Trace
-from model.data.builder import TOOLS, TraceBuilder
-from model.detectors import TRACE_DETECTORS, make_detector
+from model.data.builder import TOOLS
+from model.data.tracebuilder import TraceBuilder
+from model.detectors.catalog import TRACE_DETECTORS, make_detector
 from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
 
 RULES = [n for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]

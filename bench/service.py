@@ -62,7 +62,7 @@ def _trace(n_steps: int, seed: int) -> dict[str, Any]:
 
 
 def _rule_names() -> list[str]:
-    from model.detectors import TRACE_DETECTORS
+    from model.detectors.catalog import TRACE_DETECTORS
 
     return sorted(n for n in TRACE_DETECTORS if n != "classifier")
 

@@ -10,13 +10,23 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StrictInt,
+    computed_field,
+    model_validator,
+)
 
 from model.core.errors import InputError
-from model.core.findings import RESPONSE_SCHEMA_VERSION, DiagnosisResponse, Recommendation
+from model.core.findings import RESPONSE_SCHEMA_VERSION, DiagnosisResponse, Failure, Recommendation
 from model.core.kinds import FailureKind
 from model.core.options import AgentName, DiagnoseOptions
 from model.core.schema import ToolDefinition
+from model.diagnosis.repair_engine import reach
 from serve.validation import TEXT_PARAM_PATTERN
 
 
@@ -64,9 +74,30 @@ class AppendStepsRequest(_Strict):
         return self
 
 
+class SessionFailure(Failure):
+    """A failure as a session step reports it: with how far its evidence reaches
+    (:func:`model.diagnosis.repair_engine.reach`), which an executor judging a repair reads."""
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="The latest step the failure's evidence reaches: its own, or a loop's last repeat."
+    )
+    @property
+    def reach_step(self) -> int | None:
+        return reach(self).step
+
+    @computed_field(description="The input position (`source_index`) of that latest evidence.")  # type: ignore[prop-decorator]
+    @property
+    def reach_source_index(self) -> int | None:
+        return reach(self).source_index
+
+
 class SessionStepResponse(DiagnosisResponse):
     """The incremental diagnosis after an append: the whole session so far, plus where it stands."""
 
+    # the diagnosis's failures, each with its reach (the response is built from the diagnosis's dump)
+    failures: list[SessionFailure] = Field(default_factory=list)  # type: ignore[assignment]
+    signals: list[SessionFailure] = Field(default_factory=list)  # type: ignore[assignment]
+    primary: SessionFailure | None = None
     session_id: str
     appended: list[int] = Field(default_factory=list, description="Step indices this call added.")
     source_indices: list[int] = Field(
@@ -349,6 +380,7 @@ __all__ = [
     "OutcomeResponse",
     "RecommendationOut",
     "SegmentOut",
+    "SessionFailure",
     "SessionStepResponse",
     "SessionView",
     "TraceDetail",

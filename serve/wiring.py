@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
+from model.detectors.catalog import TRACE_DETECTORS, make_detector
 from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
 from model.diagnosis.ladders import Ladders
 from model.diagnosis.repair_engine import RepairEngine, load_budgets

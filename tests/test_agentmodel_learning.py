@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from model.training.agentmodel.learning import done_when, render_markdown
+from model.training.agentmodel.learning_report import done_when, render_markdown
 
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")

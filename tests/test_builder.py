@@ -6,7 +6,8 @@ import pytest
 
 from model.core.kinds import FailureKind
 from model.core.schema import StepKind, StepStatus
-from model.data.builder import RECIPE_KINDS, TRAP_NAMES, TraceBuilder, make_trace, make_trap
+from model.data.builder import RECIPE_KINDS, TRAP_NAMES, make_trace, make_trap
+from model.data.tracebuilder import TraceBuilder
 
 # The step kind each recipe's label of its own kind sits on.
 LABEL_STEP_KIND = {
@@ -154,3 +155,14 @@ def test_bad_uses_say_what_is_wrong() -> None:
 def test_chinese_refusal_recipe() -> None:
     t = make_trace(FailureKind.REFUSAL, seed=0, language="zh")
     assert t.language == "zh" and "不能提供" in t.steps[-1].content
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import model.data.builder
+    import model.data.tracebuilder
+
+    for mod in (model.data.builder, model.data.tracebuilder):
+        result = doctest.testmod(mod)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__

@@ -129,3 +129,14 @@ def test_confirm_needs_history_reaching_the_alarm() -> None:
 def test_docstring_examples() -> None:
     result = doctest.testmod(changepoints_module)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_episode_scoring() -> None:
+    """model/training/streams/episodes.py: its docstring example, and the streams shift where told."""
+    import model.training.streams.episodes as episodes_module
+
+    result = doctest.testmod(episodes_module)
+    assert result.attempted > 0 and result.failed == 0
+    streams = episodes_module.shifted_streams(3, warmup=5, in_control=10, shifted=4, shift=100.0, seed=0)
+    assert [len(x) for x in streams] == [19, 19, 19]
+    assert all((x[:15] < 50).all() and (x[15:] > 50).all() for x in streams)

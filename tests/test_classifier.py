@@ -16,6 +16,7 @@ import pytest
 
 from model.core.errors import InputError, ModelLoadError
 from model.core.kinds import CLASSIFIER_KINDS
+from model.core.metrics import ece, sigmoid
 from model.core.schema import FailureLabel, Step, ToolDefinition, Trace, TraceLabels
 from model.data.builder import make_trace
 from model.scoring.classifier.representation import (
@@ -33,7 +34,7 @@ from model.training.classifier.data import (
     step_targets,
     trace_kinds,
 )
-from model.training.classifier.metrics import ece, fit_temperature, sigmoid, trace_verdict, tune_thresholds
+from model.training.classifier.metrics import fit_temperature, trace_verdict, tune_thresholds
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "model" / "artifacts"
@@ -194,8 +195,8 @@ def test_fit_temperature_recovers_a_known_temperature() -> None:
     z = rng.normal(0, 3, size=(4000, 3))
     y = (rng.random(z.shape) < sigmoid(z)).astype(float)
     assert fit_temperature(z * 2.5, y) == pytest.approx(2.5, rel=0.1)
-    assert ece(sigmoid(z), y) < 0.02
-    assert ece(sigmoid(z * 2.5), y) > 0.05
+    assert ece(y, sigmoid(z), bins=15) < 0.02
+    assert ece(y, sigmoid(z * 2.5), bins=15) > 0.05
 
 
 def test_tune_thresholds_and_trace_verdict() -> None:
@@ -244,7 +245,7 @@ def test_onnx_without_metadata_is_rejected(tmp_path: Path) -> None:
 
 
 def test_detector_is_registered_and_lazy(tmp_path: Path) -> None:
-    from model.detectors import make_detector
+    from model.detectors.catalog import make_detector
     from model.detectors.classifier import ClassifierDetector, relative_confidence
 
     det = make_detector("classifier", path=tmp_path)

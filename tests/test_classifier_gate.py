@@ -10,10 +10,11 @@ import pytest
 
 from model.core.kinds import FailureKind
 from model.data.builder import TRAP_NAMES, make_trap
-from model.detectors import TRACE_DETECTORS, make_detector
+from model.detectors.catalog import TRACE_DETECTORS, make_detector
 from model.detectors.classifier import DEFAULT_ARTIFACTS, ClassifierDetector
 from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
-from model.training.classifier.gate import REPORTED_KINDS, decide, gate_from_metrics
+from model.scoring.classifier.gate import REPORTED_KINDS
+from model.training.classifier.gate import decide, gate_from_metrics
 
 SHIPPED = DEFAULT_ARTIFACTS
 needs_model = pytest.mark.skipif(not (SHIPPED / "classifier.onnx").is_file(), reason="no shipped classifier")

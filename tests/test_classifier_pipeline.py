@@ -107,7 +107,7 @@ def test_tiny_pipeline_end_to_end(tmp_path: Path) -> None:
     np.testing.assert_allclose(fp32.score_step(t, 5), p32[5], atol=1e-5)
     assert float(np.max(np.abs(rt.score_step(t, 5) - p8[5]))) < 0.05
 
-    from model.training.classifier.gate import REPORTED_KINDS
+    from model.scoring.classifier.gate import REPORTED_KINDS
 
     det = ClassifierDetector(path=tmp_path / "artifacts", signal_ratio=0.0)
     found = det.inspect(t)
@@ -176,8 +176,8 @@ def test_ngram_student_trains_saves_and_reloads(tmp_path: Path) -> None:
     """distill.run with arch ngram: trains on tiny data, and the saved folder reloads with the same
     line markers (they are config, not a buffer from_pretrained would leave uninitialised)."""
     from model.training.classifier import distill
+    from model.training.classifier.checkpoint import load_classifier
     from model.training.classifier.config import DistillConfig
-    from model.training.classifier.train import load_classifier
     from model.training.classifier.vocab import MARKERS
 
     splits = _write_splits(tmp_path / "splits", 30)
@@ -206,9 +206,9 @@ def test_ngram_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
     import onnxruntime as ort
 
     from model.training.classifier import distill
+    from model.training.classifier.checkpoint import load_classifier
     from model.training.classifier.config import DistillConfig
     from model.training.classifier.export import to_onnx
-    from model.training.classifier.train import load_classifier
 
     splits = _write_splits(tmp_path / "splits", 30)
     cfg = DistillConfig.from_dict({

@@ -10,10 +10,11 @@ import pytest
 
 import model.streams as streams_package
 import model.streams.arl as arl_module
+import model.streams.baseline as baseline_module
+import model.streams.batch as batch_module
 import model.streams.cusum as cusum_module
 import model.streams.simulate as simulate_module
 from model.core.errors import InputError
-from model.detectors import STREAM_DETECTORS, make_stream_detector
 from model.streams import (
     Alarm,
     Cusum,
@@ -24,7 +25,9 @@ from model.streams import (
     siegmund_arl,
     simulate_run_lengths,
 )
-from model.streams.cusum import EPISODE_CAP, episodes
+from model.streams.batch import episodes
+from model.streams.catalog import STREAM_DETECTORS, make_stream_detector
+from model.streams.cusum import EPISODE_CAP
 
 
 def _alarms(alarms: list[Alarm]) -> list[tuple[int, str, int]]:
@@ -333,7 +336,8 @@ def test_registered_contract() -> None:
     assert Cusum().get_params() == Cusum().get_params()
 
 
-@pytest.mark.parametrize("module", [arl_module, cusum_module, streams_package, simulate_module])
+@pytest.mark.parametrize("module", [arl_module, baseline_module, batch_module, cusum_module, streams_package,
+                                    simulate_module])
 def test_docstring_examples(module: object) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert result.attempted > 0 and result.failed == 0

@@ -13,7 +13,7 @@ from model.core.errors import InputError
 from model.core.kinds import FailureKind
 from model.core.schema import StepKind, Trace
 from model.data.datagen import FAMILIES, GenerateConfig, generate, make_one, read_jsonl, summary, write_jsonl
-from model.detectors import make_detector
+from model.detectors.catalog import make_detector
 from model.importers import read_path
 
 

@@ -1,17 +1,44 @@
-"""One contract test over every registered trace detector (STYLE.md: parametrised over the registry)."""
+"""One contract test over every detector in the catalogs (STYLE.md: parametrised over the registry):
+the trace detectors of :mod:`model.detectors.catalog`, the stream detectors of :mod:`model.streams.catalog`."""
 
 from __future__ import annotations
 
+import doctest
 import inspect as pyinspect
+import json
 from typing import Any
 
 import pytest
 
+import model.core.json_schema as json_schema
+import model.detectors.base as detectors_base
+import model.detectors.catalog as detectors_catalog
+import model.detectors.rules.answer
+import model.detectors.rules.assumption
+import model.detectors.rules.calls
+import model.detectors.rules.common
+import model.detectors.rules.failed
+import model.detectors.rules.loop
+import model.detectors.rules.refusal
+import model.streams.catalog as streams_catalog
+from model.core.errors import UnknownDetectorError
 from model.core.findings import Finding
 from model.core.kinds import FailureKind
 from model.core.schema import Trace
 from model.data.builder import RECIPE_KINDS, TRAP_NAMES, make_trace, make_trap
-from model.detectors import TRACE_DETECTORS, TraceDetector
+from model.detectors.base import StreamDetector, TraceDetector
+from model.detectors.catalog import TRACE_DETECTORS, make_detector, trace_detector_names
+from model.streams.catalog import STREAM_DETECTORS, make_stream_detector, stream_detector_names
+
+RULE_MODULES = [
+    model.detectors.rules.answer,
+    model.detectors.rules.assumption,
+    model.detectors.rules.calls,
+    model.detectors.rules.common,
+    model.detectors.rules.failed,
+    model.detectors.rules.loop,
+    model.detectors.rules.refusal,
+]
 
 NAMES = sorted(TRACE_DETECTORS)
 
@@ -109,7 +136,7 @@ def test_inspect_is_valid_pure_and_deterministic(cls: type[Any]) -> None:
 
 def test_healthy_traces_give_valid_findings_and_no_rule_failures(cls: type[Any]) -> None:
     det = _usable(cls())
-    is_rule = cls.__module__ == "model.detectors.rules"
+    is_rule = cls.__module__.startswith("model.detectors.rules.")
     for trace in [make_trace(None, seed=s, n_steps=16) for s in range(4)]:
         found = det.inspect(trace)
         _check_findings(det, trace, found)
@@ -126,3 +153,77 @@ def test_inspect_with_non_default_params_where_there_are_some() -> None:
         assert cls(**det.get_params()).get_params() == params
         for trace in TRACES:
             _check_findings(det, trace, det.inspect(trace))
+
+
+@pytest.mark.parametrize("make, catalog, shape", [(make_detector, TRACE_DETECTORS, "trace"),
+                                                   (make_stream_detector, STREAM_DETECTORS, "stream")])
+def test_an_unknown_name_is_an_error_that_lists_the_valid_ones(make: Any, catalog: dict[str, Any], shape: str) -> None:
+    with pytest.raises(UnknownDetectorError) as e:
+        make("no_such_detector")
+    assert f"unknown {shape} detector 'no_such_detector'; valid names: {', '.join(sorted(catalog))}" in str(e.value)
+
+
+def test_the_catalogs_name_each_class_by_its_name() -> None:
+    assert trace_detector_names() == sorted(TRACE_DETECTORS) == NAMES
+    assert stream_detector_names() == sorted(STREAM_DETECTORS)
+    for catalog in (TRACE_DETECTORS, STREAM_DETECTORS):
+        assert all(cls.name == name for name, cls in catalog.items())
+
+
+# ------------------------------------------------------------------ stream detectors (update(x) -> Alarm | None)
+
+STREAM = [10.0 + (i % 5) * 0.3 for i in range(150)] + [14.0 + (i % 3) * 0.2 for i in range(60)]
+
+
+@pytest.fixture(params=sorted(STREAM_DETECTORS))
+def stream_cls(request: pytest.FixtureRequest) -> type[Any]:
+    return STREAM_DETECTORS[request.param]
+
+
+def test_stream_identity(stream_cls: type[Any]) -> None:
+    assert STREAM_DETECTORS[stream_cls.name] is stream_cls
+    assert isinstance(stream_cls.version, str) and stream_cls.version
+    assert isinstance(stream_cls(), StreamDetector)
+
+
+def test_stream_constructor_takes_keyword_only_params_with_immutable_defaults(stream_cls: type[Any]) -> None:
+    params = [p for p in pyinspect.signature(stream_cls.__init__).parameters.values() if p.name != "self"]
+    for p in params:
+        assert p.kind is pyinspect.Parameter.KEYWORD_ONLY, p.name
+        assert p.default is not pyinspect.Parameter.empty, p.name
+        assert not isinstance(p.default, list | dict | set | bytearray), p.name
+    det = stream_cls()
+    assert set(det.get_params()) == {p.name for p in params}
+    assert stream_cls(**det.get_params()).get_params() == det.get_params()
+
+
+def test_stream_reset_is_idempotent(stream_cls: type[Any]) -> None:
+    det = stream_cls()
+    fresh = det.get_state()
+    alarms = [a for x in STREAM if (a := det.update(x)) is not None]
+    assert alarms, "the stream's shift raises an alarm"
+    det.reset()
+    assert det.get_state() == fresh
+    det.reset()
+    assert det.get_state() == fresh
+    assert [a for x in STREAM if (a := det.update(x)) is not None] == alarms
+
+
+def test_stream_state_round_trips_through_json(stream_cls: type[Any]) -> None:
+    det = stream_cls()
+    half = len(STREAM) // 2 + 20
+    for x in STREAM[:half]:
+        det.update(x)
+    other = stream_cls(**det.get_params())
+    other.set_state(json.loads(json.dumps(det.get_state())))
+    assert other.get_state() == det.get_state()
+    rest = STREAM[half:]
+    assert [other.update(x) for x in rest] == [det.update(x) for x in rest]
+    assert other.get_state() == det.get_state()
+
+
+@pytest.mark.parametrize("module", [detectors_base, detectors_catalog, streams_catalog, json_schema,
+                                    *RULE_MODULES])
+def test_docstring_examples(module: object) -> None:
+    result = doctest.testmod(module)  # type: ignore[arg-type]
+    assert result.failed == 0

@@ -9,7 +9,8 @@ import pytest
 from model.core.graph import EdgeKind, ExecutionGraph, retry_after_seconds, step_failure
 from model.core.kinds import FailureKind
 from model.core.schema import Step, StepKind, Trace
-from model.data.builder import TraceBuilder, make_trace, make_trap
+from model.data.builder import make_trace, make_trap
+from model.data.tracebuilder import TraceBuilder
 
 
 def pairs(g: ExecutionGraph, kind: EdgeKind) -> list[tuple[int, int]]:

@@ -1,6 +1,6 @@
 """Outcomes as evidence: an outcome's `label` is a human label by author `outcome`, placed at the
 failure its recommendation addressed; without one, the export keeps outcomes as evidence about the
-diagnosed failure and leaves `labels.failed` unset (README, "Recorded outcomes as evidence")."""
+diagnosed failure and leaves `labels.failed` unset (docs/service.md, "Recorded outcomes as evidence")."""
 
 from __future__ import annotations
 

@@ -213,7 +213,7 @@ def test_agent_model_learner_learns_the_planted_word() -> None:
     fit = agent_model_learner(traces)
     train, test = list(range(0, 60)), list(range(60, 80))
     s = fit(train, y[train], [runs[i].group for i in train])(test)
-    from model.scoring.runscore.model import auroc
+    from model.core.metrics import auroc
 
     assert s.shape == (20,) and ((s >= 0) & (s <= 1)).all()
     assert auroc(y[test], s) > 0.7  # "oops" says failed 3 times out of 4

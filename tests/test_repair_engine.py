@@ -13,7 +13,15 @@ from model.core.findings import Failure
 from model.core.kinds import KIND_INFO, FailureKind, Strategy
 from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepStatus, Trace
-from model.diagnosis.repair_engine import Budgets, RepairEngine, failure_key, load_budgets, task_key
+from model.diagnosis.repair_engine import (
+    Budgets,
+    Reach,
+    RepairEngine,
+    failure_key,
+    load_budgets,
+    reach,
+    task_key,
+)
 
 
 def _trace(lang_text: str = "find the weather") -> Trace:
@@ -317,6 +325,28 @@ def test_a_loop_that_repeats_after_a_successful_rollback_reopens_one_rung_up() -
     assert d.recommendation.strategy == Strategy.REPLAN_GLOBAL and d.rung == 1 and d.new
     assert state["failures"]["loop@6"]["status"] == "open"
     assert engine.recommend(state, four, [grown], session_key="s", now=4).recommendation.id == d.recommendation.id
+
+
+def test_reach_is_a_findings_latest_evidence_its_own_or_a_loops_last_repeat() -> None:
+    """The one loop-reach rule: the engine reopens by its step, a session step sends both indices
+    with each failure (serve.schemas.SessionFailure), the client's executor judges by its source_index."""
+    from serve.schemas import SessionStepResponse
+
+    repeats = [{"call_step": 1 + 2 * i, "call_source_index": 10 + 2 * i, "result_step": 2 + 2 * i,
+                "result_source_index": 11 + 2 * i} for i in range(4)]
+    loop = _failure("loop", 6, repeats=repeats)
+    assert reach(loop) == Reach(step=8, source_index=17)
+    assert reach(_failure("timeout", 5)) == Reach(step=5, source_index=5)
+    assert reach(_failure("loop", 2, repeats=[{"step": 1}, "not a repeat", {"call_step": True}])) == Reach(2, 2)
+    assert reach(Failure(kind=FailureKind.LOOP, category="logical", severity="high", confidence=0.9, detector="loop",
+                         details={"repeats": [{"step": 3, "source_index": 4}]})) == Reach(3, 4)
+    answer = SessionStepResponse(trace_id="t", model_version="m", healthy=False, session_id="s",
+                                 failures=[loop.model_dump()], signals=[_failure("timeout", 5).model_dump()],
+                                 primary=loop.model_dump(), recommendation={"id": "r", "strategy": "rollback"})
+    sent = answer.model_dump(mode="json")
+    assert [(f["reach_step"], f["reach_source_index"]) for f in sent["failures"]] == [(8, 17)]
+    assert [(f["reach_step"], f["reach_source_index"]) for f in sent["signals"]] == [(5, 5)]
+    assert (sent["primary"]["reach_step"], sent["primary"]["reach_source_index"]) == (8, 17)
 
 
 def test_a_failed_outcome_reopens_a_failure_later_steps_resolved() -> None:

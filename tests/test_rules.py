@@ -8,25 +8,22 @@ from model.core.errors import InputError
 from model.core.findings import Finding
 from model.core.kinds import FailureKind
 from model.core.schema import Step, ToolDefinition, Trace
-from model.data.builder import RECIPE_KINDS, TOOLS, TRAP_NAMES, TraceBuilder, make_trace, make_trap
-from model.detectors import TRACE_DETECTORS, make_detector
-from model.detectors.rules import (
-    RECOVERED_CONFIDENCE,
-    AssumptionViolatedRule,
-    DisallowedToolRule,
-    EmptyResponseRule,
+from model.data.builder import RECIPE_KINDS, TOOLS, TRAP_NAMES, make_trace, make_trap
+from model.data.tracebuilder import TraceBuilder
+from model.detectors.catalog import TRACE_DETECTORS, make_detector
+from model.detectors.rules.answer import EmptyResponseRule, IncompleteRule
+from model.detectors.rules.assumption import AssumptionViolatedRule, is_empty_result
+from model.detectors.rules.calls import DisallowedToolRule, MalformedCallRule
+from model.detectors.rules.common import RECOVERED_CONFIDENCE, final_answer_step
+from model.detectors.rules.failed import (
     IgnoredErrorRule,
-    IncompleteRule,
-    LoopRule,
-    MalformedCallRule,
     ProviderErrorRule,
     RateLimitedRule,
-    RefusalRule,
     TimeoutRule,
     ToolErrorRule,
-    final_answer_step,
-    is_empty_result,
 )
+from model.detectors.rules.loop import LoopRule
+from model.detectors.rules.refusal import RefusalRule
 
 THRESHOLD = 0.5  # model.diagnosis.diagnoser.DEFAULT_THRESHOLDS: at or above = failure
 RULE_NAMES = [
@@ -773,7 +770,7 @@ def test_final_answer_behind_a_terminate_control_word() -> None:
 def test_empty_response_skips_content_not_recorded() -> None:
     """OTel spans without content capture are unknown, not empty (importer marks them)."""
     from model.core.schema import Step, StepKind, Trace
-    from model.detectors import make_detector
+    from model.detectors.catalog import make_detector
 
     unrecorded = Step(kind=StepKind.FINAL_OUTPUT, content="", source_index=1, metadata={"content_recorded": False})
     blank = Step(kind=StepKind.FINAL_OUTPUT, content="", source_index=1)

@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from model.core.errors import InputError, NotFittedError
+from model.core.metrics import auroc
 from model.core.schema import FailureLabel, Trace, TraceLabels
 from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_trace
 from model.scoring.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, message_features, run_features
-from model.scoring.runscore.model import ARTIFACT, CANDIDATE_FEATURES, Example, RunScorer, auroc
-from model.training.runscore.evaluate import evaluate_real, prepare, relative_thresholds, render_markdown
+from model.scoring.runscore.model import ARTIFACT, CANDIDATE_FEATURES, Example, RunScorer
+from model.training.runscore.evaluate import evaluate_real, prepare, relative_thresholds
+from model.training.runscore.report import render_markdown
 from tests.conftest import ROOT
 
 
@@ -312,7 +314,7 @@ def test_rule_precision_is_measured_and_a_noisy_rule_is_demoted() -> None:
 
 
 def test_a_demoted_rule_only_signals_and_a_measured_one_carries_its_estimate() -> None:
-    from model.detectors.base import make_detector
+    from model.detectors.catalog import make_detector
     from model.diagnosis.diagnoser import Diagnoser
 
     t = chat({"role": "user", "content": "Weather in Oslo?"},

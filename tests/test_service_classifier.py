@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from model.data.builder import make_trace
-from model.detectors import TRACE_DETECTORS, make_detector
+from model.detectors.catalog import TRACE_DETECTORS, make_detector
 from model.detectors.classifier import DEFAULT_ARTIFACTS, ClassifierDetector
 from model.diagnosis.diagnoser import Diagnoser
 from serve.schemas import AppendStepsRequest

@@ -27,7 +27,7 @@ import asyncio
 import email.utils
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -68,6 +68,24 @@ class _Call:
     params: Mapping[str, Any] | None = None
     idempotent: bool = True
     fallback: Callable[[str], BaseModel] | None = None  # set on the fail-open (hot-path) calls
+
+
+@dataclass(frozen=True)
+class _Request:
+    """The retry plan asks: send the call once, waiting at most ``timeout_s``."""
+
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class _Sleep:
+    """The retry plan asks: wait before the next attempt."""
+
+    seconds: float
+
+
+#: The retry loop as a generator (see :meth:`_Base._plan`); the sync and async clients drive it.
+_Plan = Generator[_Request | _Sleep, httpx.Response | httpx.HTTPError | None, Any]
 
 
 class _Retry:
@@ -123,7 +141,8 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Base:
-    """Request building and the retry plan, shared by the sync and async clients."""
+    """Request building and the retry plan (:meth:`_plan`, written once), shared by the sync and async
+    clients: each only sends the requests and sleeps the waits the plan asks for."""
 
     def __init__(
         self,
@@ -176,6 +195,38 @@ class _Base:
         if call.idempotent:
             return isinstance(exc, httpx.TransportError)
         return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+
+    def _plan(self, call: _Call) -> _Plan:
+        """The retry loop, without I/O: yields a :class:`_Request` (and is sent the response, or
+        the transport error) or a :class:`_Sleep`; returns the parsed result or the fallback."""
+        deadline = time.monotonic() + self.budget_s
+        attempts, status, reason = 0, None, "no attempt fitted in the budget"
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._give_up(call, reason, attempts, status)
+            attempts += 1
+            wait: float | None = None
+            answer = yield _Request(min(self.timeout_s, remaining))
+            if isinstance(answer, httpx.HTTPError):
+                reason = f"{type(answer).__name__}: {answer}" if str(answer) else type(answer).__name__
+                if not self._transport_retryable(call, answer):
+                    return self._give_up(call, reason, attempts, status)
+            else:
+                assert answer is not None, "a _Request is answered with a response or an httpx error"
+                result, wait, retryable = self._outcome(call, answer)
+                if result is not _RETRY:
+                    return result
+                status, reason = answer.status_code, f"the service answered {answer.status_code}"
+                if not retryable:  # the service may have taken a non-idempotent call
+                    return self._give_up(call, reason, attempts, status)
+            if attempts > self.retries:
+                return self._give_up(call, reason, attempts, status)
+            delay = wait if wait is not None else self._backoff(attempts)
+            if time.monotonic() + delay >= deadline:
+                return self._give_up(call, f"{reason}; the next try (in {delay:.2f} s) would overrun the budget",
+                                     attempts, status)
+            yield _Sleep(delay)
 
     def _give_up(self, call: _Call, reason: str, attempts: int, status: int | None) -> Any:
         exc = TriageUnavailable(
@@ -305,35 +356,22 @@ class TriageClient(_Base):
         self._http.close()
 
     def _send(self, call: _Call) -> Any:
-        deadline = time.monotonic() + self.budget_s
-        attempts, status, reason = 0, None, "no attempt fitted in the budget"
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return self._give_up(call, reason, attempts, status)
-            attempts += 1
-            wait: float | None = None
-            try:
-                resp = self._http.request(call.method, call.path, json=call.json, params=call.params,
-                                          timeout=min(self.timeout_s, remaining))
-            except httpx.HTTPError as exc:
-                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                if not self._transport_retryable(call, exc):
-                    return self._give_up(call, reason, attempts, status)
-            else:
-                result, wait, retryable = self._outcome(call, resp)
-                if result is not _RETRY:
-                    return result
-                status, reason = resp.status_code, f"the service answered {resp.status_code}"
-                if not retryable:  # the service may have taken a non-idempotent call
-                    return self._give_up(call, reason, attempts, status)
-            if attempts > self.retries:
-                return self._give_up(call, reason, attempts, status)
-            delay = wait if wait is not None else self._backoff(attempts)
-            if time.monotonic() + delay >= deadline:
-                return self._give_up(call, f"{reason}; the next try (in {delay:.2f} s) would overrun the budget",
-                                     attempts, status)
-            time.sleep(delay)
+        plan = self._plan(call)
+        answer: httpx.Response | httpx.HTTPError | None = None
+        try:
+            while True:
+                step = plan.send(answer)
+                answer = None
+                if isinstance(step, _Sleep):
+                    time.sleep(step.seconds)
+                    continue
+                try:
+                    answer = self._http.request(call.method, call.path, json=call.json, params=call.params,
+                                                timeout=step.timeout_s)
+                except httpx.HTTPError as exc:
+                    answer = exc
+        except StopIteration as done:
+            return done.value
 
     # -- the API -----------------------------------------------------------------------------------
     def health(self) -> bool:
@@ -445,35 +483,22 @@ class AsyncTriageClient(_Base):
         await self._http.aclose()
 
     async def _send(self, call: _Call) -> Any:
-        deadline = time.monotonic() + self.budget_s
-        attempts, status, reason = 0, None, "no attempt fitted in the budget"
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return self._give_up(call, reason, attempts, status)
-            attempts += 1
-            wait: float | None = None
-            try:
-                resp = await self._http.request(call.method, call.path, json=call.json, params=call.params,
-                                                timeout=min(self.timeout_s, remaining))
-            except httpx.HTTPError as exc:
-                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                if not self._transport_retryable(call, exc):
-                    return self._give_up(call, reason, attempts, status)
-            else:
-                result, wait, retryable = self._outcome(call, resp)
-                if result is not _RETRY:
-                    return result
-                status, reason = resp.status_code, f"the service answered {resp.status_code}"
-                if not retryable:  # the service may have taken a non-idempotent call
-                    return self._give_up(call, reason, attempts, status)
-            if attempts > self.retries:
-                return self._give_up(call, reason, attempts, status)
-            delay = wait if wait is not None else self._backoff(attempts)
-            if time.monotonic() + delay >= deadline:
-                return self._give_up(call, f"{reason}; the next try (in {delay:.2f} s) would overrun the budget",
-                                     attempts, status)
-            await asyncio.sleep(delay)
+        plan = self._plan(call)
+        answer: httpx.Response | httpx.HTTPError | None = None
+        try:
+            while True:
+                step = plan.send(answer)
+                answer = None
+                if isinstance(step, _Sleep):
+                    await asyncio.sleep(step.seconds)
+                    continue
+                try:
+                    answer = await self._http.request(call.method, call.path, json=call.json, params=call.params,
+                                                      timeout=step.timeout_s)
+                except httpx.HTTPError as exc:
+                    answer = exc
+        except StopIteration as done:
+            return done.value
 
     async def health(self) -> bool:
         try:

@@ -87,8 +87,13 @@ Rollback and the service's session
 ----------------------------------
 The session keeps every step it was sent: indices go on across a rollback, the undone messages
 stay in its history (and in what its detectors read). A loop's later repeats therefore extend the
-same finding (its ``details.repeats`` grows), which is how ``add`` sees that a rollback did not
-hold. The executor's ``messages`` are what the agent's LLM sees: the undone messages are gone.
+same finding (its ``details.repeats`` grows, and with it the ``reach_source_index`` the service
+sends), which is how ``add`` sees that a rollback did not hold. The executor's ``messages`` are what the agent's LLM sees: the undone messages are gone.
+
+The conversation half (messages, snapshots, the session, outcomes that wait) is
+:class:`agent_triage_client._conversation.Conversation`; what a repair gets and gives
+(:class:`RepairContext`, :class:`RepairResult`, …) is defined in ``agent_triage_client._repair_types``
+and exported from here.
 
 >>> from agent_triage_client import TriageClient
 >>> ex = RepairExecutor(TriageClient("http://127.0.0.1:9", budget_s=0.2), "s1")  # nothing listens
@@ -103,204 +108,35 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent_triage_client._client import TriageClient
-from agent_triage_client._errors import TriageAPIError
-from agent_triage_client.models import Failure, Outcome, Recommendation, SessionStep
+from agent_triage_client._conversation import Conversation
+from agent_triage_client._repair_types import (
+    BLOCKED,
+    DEFERRED,
+    LLM,
+    PAGE_KEYS,
+    SUMMARY_PROMPT,
+    Handoff,
+    HandoffCallback,
+    Message,
+    RepairContext,
+    RepairResult,
+    RepeatFailed,
+    Replan,
+    ReplanCallback,
+    Status,
+    _budget_reason,
+    _number,
+    error_text,
+    tool_message,
+)
+from agent_triage_client.models import Recommendation
 from agent_triage_client.snapshots import Snapshots
 
-#: What a blocked message's content becomes.
-BLOCKED = "[withheld by triage: this content was blocked]"
 
-#: Argument names read as a page size by ``adjust_parameters``.
-PAGE_KEYS = ("limit", "page_size", "per_page", "max_results", "top_k", "k", "n", "count", "size")
-
-#: Strategies whose outcome waits for what the agent does next.
-DEFERRED = frozenset({"self_correct", "clarify", "refresh_context", "rollback", "replan_local", "replan_global"})
-
-#: The instruction the agent's LLM gets to write a context refresh's summary.
-SUMMARY_PROMPT = (
-    "Summarise, for yourself, the user's goal and every constraint, preference and fact stated so far in "
-    "this conversation, as a short list. Leave nothing out that still applies."
-)
-
-Status = Literal["recovered", "failed", "pending", "stopped", "skipped"]
-Message = dict[str, Any]
-#: An LLM: ``llm(messages, **params)`` → an assistant message in OpenAI shape
-#: (``{"role": "assistant", "content": …, "tool_calls": [...]}``); it raises when the call fails.
-LLM = Callable[..., Mapping[str, Any]]
-
-
-class RepeatFailed(Exception):
-    """A repeated call returned, but ``RepairContext.check`` rejected its value."""
-
-
-@dataclass(frozen=True)
-class Replan:
-    """What ``on_replan`` gets: ``scope`` is ``"local"`` (the current sub-task) or ``"global"``."""
-
-    scope: Literal["local", "global"]
-    recommendation: Recommendation
-    instruction: str
-    messages: list[Message]
-    state: Any
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """What ``on_handoff`` gets. ``blocked``: the offending content was withheld (``params.block``)."""
-
-    recommendation: Recommendation
-    reason: str
-    blocked: bool
-    messages: list[Message]
-    state: Any
-    failure: Failure | None = None
-
-
-#: ``on_replan(Replan)`` → messages to inject, a text (a system message), or ``None`` (the instruction).
-ReplanCallback = Callable[[Replan], "Sequence[Message] | str | None"]
-#: ``on_handoff(Handoff)`` → the person's reply (a user message; the run may go on) or ``None`` (stop).
-HandoffCallback = Callable[[Handoff], "str | None"]
-
-
-@dataclass
-class RepairContext:
-    """What the agent gives a repair to work with; every field is optional (a strategy that needs
-    a missing one fails, and its outcome says why).
-
-    ``call_tool(name, arguments)`` and ``call_llm(model, params)`` repeat a step (``model=None``:
-    the current one) and raise on failure; ``llm`` is the agent's LLM itself (a context refresh
-    asks it for the summary); ``llm_params`` its current parameters (``temperature``,
-    ``max_tokens``, ``timeout``); ``failure`` the response's ``primary`` (where to block);
-    ``call_id`` the failed tool call's id (a repeated call's result answers it); ``check(value)``
-    says why a repeated call's value is a failure all the same (an empty answer again), else ``None``.
-    """
-
-    tool: str | None = None
-    arguments: dict[str, Any] | None = None
-    call_id: str | None = None
-    check: Callable[[Any], str | None] | None = None
-    error: BaseException | None = None
-    call_tool: Callable[[str, dict[str, Any]], Any] | None = None
-    call_llm: Callable[[str | None, dict[str, Any]], Any] | None = None
-    llm: LLM | None = None
-    llm_params: dict[str, Any] = field(default_factory=dict)
-    failure: Failure | None = None
-
-
-@dataclass
-class RepairResult:
-    """What carrying out one recommendation did.
-
-    ``status``: ``recovered`` (a repeated call worked: ``value`` is its result — a tool's return
-    value or an assistant message — or an instruction waiting was judged to have worked),
-    ``failed`` (``error`` / ``note`` say why; ``next`` is the ladder's next rung, ``None`` when the
-    service is down or had none), ``pending`` (carried out; the outcome waits for the agent's next
-    turn), ``stopped`` (handed off: the run stops), ``skipped`` (``continue``, or a standing
-    recommendation already carried out). ``injected``: the messages this repair added to the
-    conversation (an adapter copies them into its framework's list); ``rolled_back_to``: the
-    message index the conversation was cut back to. ``llm_calls`` / ``tool_calls``: the calls the
-    repair made itself (the extra calls). ``served``: ``False`` when triage could not be reached.
-    """
-
-    strategy: str
-    status: Status
-    recommendation_id: str = ""
-    value: Any = None
-    error: BaseException | None = None
-    attempts: int = 0
-    waited_s: float = 0.0
-    next: Recommendation | None = None
-    served: bool = True
-    note: str = ""
-    injected: list[Message] = field(default_factory=list)
-    rolled_back_to: int | None = None
-    llm_params: dict[str, Any] | None = None
-    arguments: dict[str, Any] | None = None
-    tool: str | None = None
-    model: str | None = None
-    reply: str | None = None
-    blocked: bool = False
-    budget: str | None = None
-    llm_calls: int = 0
-    tool_calls: int = 0
-
-    @property
-    def recovered(self) -> bool:
-        return self.status == "recovered"
-
-
-@dataclass
-class _Pending:
-    rec: Recommendation
-    kind: str | None
-    mark: int  # the first source_index sent after the repair
-    turns: int = 0
-    started: float = 0.0
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _latest_index(f: Failure) -> int:
-    """The latest source_index a failure's evidence reaches (a loop's last repeat)."""
-    latest = f.source_index if f.source_index is not None else -1
-    repeats = f.details.get("repeats")
-    if isinstance(repeats, list):
-        for r in repeats:
-            if isinstance(r, dict):
-                for k in ("result_source_index", "call_source_index", "source_index"):
-                    v = r.get(k)
-                    if isinstance(v, int) and v > latest:
-                        latest = v
-    return latest
-
-
-def _schema_of(tool: Mapping[str, Any]) -> tuple[str, Any]:
-    """``(name, parameters)`` of a tool definition, flat or OpenAI's ``{"type": "function", "function": …}``."""
-    inner = tool.get("function")
-    fn: Mapping[str, Any] = inner if isinstance(inner, Mapping) else tool
-    return str(fn.get("name") or ""), fn.get("parameters")
-
-
-def error_text(exc: BaseException) -> str:
-    r"""An exception as the service reads a failed call: ``Error: …``, ``HTTP <status>``,
-    ``Retry-After: <s>`` (from the exception's ``status`` / ``status_code`` / ``retry_after``).
-
-    >>> e = RuntimeError("Too Many Requests"); e.status = 429; e.retry_after = 2
-    >>> error_text(e)
-    'Error: Too Many Requests (HTTP 429)\nRetry-After: 2'
-    """
-    text = f"Error: {exc}" if str(exc) else f"Error: {type(exc).__name__}"
-    status = getattr(exc, "status", None) or getattr(exc, "status_code", None)
-    if isinstance(status, int) and f"{status}" not in text:
-        text += f" (HTTP {status})"
-    after = getattr(exc, "retry_after", None)
-    if isinstance(after, int | float) and not isinstance(after, bool):
-        text += f"\nRetry-After: {after:g}"
-    return text
-
-
-def tool_message(call_id: Any, content: str, *, error: bool = False) -> Message:
-    """A ``role: tool`` message; ``error=True`` adds ``status: "error"`` (a failed call)."""
-    msg: Message = {"role": "tool", "tool_call_id": call_id, "content": content}
-    if error:
-        msg["status"] = "error"
-    return msg
-
-
-def _budget_reason(rec: Recommendation | None) -> str | None:
-    if rec is None or rec.strategy != "human_handoff":
-        return None
-    reason = rec.params.get("reason")
-    return reason if isinstance(reason, str) and "budget" in reason else None
-
-
-class RepairExecutor:
+class RepairExecutor(Conversation):
     """Keeps an agent's messages and state, streams them to a triage session, carries out repairs.
 
     Parameters
@@ -365,16 +201,9 @@ class RepairExecutor:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
-        self.client = client
-        self.session_id = session_id
-        self.messages: list[Message] = []
-        self.state = state
-        self.snapshots = Snapshots()
-        self.equivalents = {k: list(v) for k, v in (equivalents or {}).items()}
-        self.fallback_models = list(fallback_models)
-        self.allowed_tools = list(allowed_tools) if allowed_tools is not None else None
-        self.extra_options = dict(options or {})
-        self.agent = agent
+        super().__init__(client, session_id, state=state, tools=tools, language=language, task_type=task_type,
+                         agent=agent, equivalents=equivalents, fallback_models=fallback_models,
+                         allowed_tools=allowed_tools, options=options, clock=clock)
         self.on_replan = on_replan
         self.on_handoff = on_handoff
         self.backoff_s = backoff_s
@@ -383,192 +212,7 @@ class RepairExecutor:
         self.max_repairs = max_repairs
         self.shadow = shadow
         self._sleep = sleep
-        self._clock = clock
         self._rng = rng or random.Random()
-        self._first: dict[str, Any] = {"tools": tools, "language": language, "task_type": task_type}
-        self._position: dict[int, int] = {}  # the service's source_index → position in self.messages
-        self._next_source: int | None = None  # the next source_index the service will give
-        self._tool_schemas = {name: schema for name, schema in map(_schema_of, tools or []) if name}
-        #: failed tool → the equivalent that replaced it (``switch_tool``)
-        self.routes: dict[str, str] = {}
-        #: the model in use after a ``fallback_model`` (``None``: the agent's own)
-        self.model: str | None = None
-        #: repairs carried out whose outcome waits for the agent's next turn
-        self.pending: list[_Pending] = []
-        #: every repair carried out or judged, in order
-        self.history: list[RepairResult] = []
-        self.last: SessionStep | None = None
-        self.served = True  # False once any call to triage fell back
-        self._reported: set[str] = set()  # recommendation ids whose outcome was reported (never twice)
-        self._injected: set[int] = set()  # source indices of the messages repairs wrote
-        #: a person took the run over (``on_handoff`` replied): nothing more is carried out
-        self.handed_off = False
-        self._blocked: list[Message] = []  # messages withheld, as they were (kept out of restores too)
-
-    # -- messages ----------------------------------------------------------------------------------
-    def options(self) -> dict[str, Any]:
-        """The request options sent with every append: ``options=`` with the agent, the equivalents,
-        the fallback models and the allowed tools laid over it."""
-        out: dict[str, Any] = dict(self.extra_options)
-        if self.agent is not None:
-            out["agent"] = self.agent
-        if self.allowed_tools is not None:
-            out["allowed_tools"] = self.allowed_tools
-        if self.equivalents:
-            out["tool_equivalents"] = self.equivalents
-        if self.fallback_models:
-            out["fallback_models"] = self.fallback_models
-        return out
-
-    def _inject(self, *messages: Mapping[str, Any]) -> SessionStep:
-        """Add messages a repair wrote; a failure the service finds in them (an instruction that
-        quotes the failure's evidence) is not the agent's, so it judges no repair."""
-        if self._next_source is not None:  # known before the append is judged
-            self._injected.update(range(self._next_source, self._next_source + len(messages)))
-        r = self.add(*messages)
-        if r.served:
-            self._injected.update(r.source_indices)
-        return r
-
-    def add(self, *messages: Mapping[str, Any]) -> SessionStep:
-        """Append ``messages`` (snapshotting messages and state before each), send them to the
-        session, judge the repairs waiting for their outcome, and return the session's diagnosis
-        (a ``continue`` fallback when triage is down). When a waiting repair failed, the returned
-        recommendation is the next rung the service gave for it."""
-        start = len(self.messages)
-        for m in messages:
-            self.snapshots.take(len(self.messages), {"messages": self.messages, "state": self.state})
-            self.messages.append(copy.deepcopy(dict(m)))
-        first: dict[str, Any] = {k: v for k, v in self._first.items() if v is not None}
-        r = self.client.append_steps(self.session_id, messages=[dict(m) for m in messages],
-                                     options=self.options(), **first)
-        positions = list(range(start, start + len(messages)))
-        self._note(r, positions)
-        assistants = [m for m in messages if m.get("role") == "assistant"]
-        final = any(not m.get("tool_calls") for m in assistants)
-        return self._judge(r, len(assistants), final)
-
-    def add_error(self, content: str, *, error_type: str | None = None, tool: str | None = None) -> SessionStep:
-        """Send a failed call that is no message of the conversation (the LLM call itself failed)
-        as a native ``error`` step; a rollback to it keeps every message."""
-        step: dict[str, Any] = {"kind": "error", "content": content, "status": "error"}
-        if error_type:
-            step["error_type"] = error_type
-        if tool:
-            step["tool_name"] = tool
-        first: dict[str, Any] = {k: v for k, v in self._first.items() if v is not None}
-        r = self.client.append_steps(self.session_id, steps=[step], options=self.options(), **first)
-        self._note(r, [len(self.messages)])
-        return self._judge(r, 0, False)
-
-    def _note(self, r: SessionStep, positions: list[int]) -> None:
-        self.last = r
-        if not r.served:
-            self.served = False
-            return
-        self._first = {}
-        indices = list(r.source_indices)
-        if not indices:  # an older service: count from where it stands
-            base = self._next_source if self._next_source is not None else 0
-            indices = list(range(base, base + len(positions)))
-        self._position.update(zip(indices, positions, strict=False))
-        if indices:
-            self._next_source = indices[-1] + 1
-
-    def _judge(self, r: SessionStep, assistants: int, final: bool) -> SessionStep:
-        if not r.served or not self.pending:
-            return r
-        replaced: Recommendation | None = None
-        for p in list(self.pending):
-            # signals too: a repeat the service reports below its threshold is still the agent not
-            # following the instruction (an empty result used anyway shows up as a signal only)
-            recurred = next((f for f in [*r.failures, *r.signals] if f.kind == p.kind and _latest_index(f) >= p.mark
-                             and _latest_index(f) not in self._injected), None)
-            gave_up = final and next((f for f in [*r.failures, *r.signals]
-                                      if f.kind == p.kind and f.details.get("handled") == "told_user"), None)
-            p.turns += assistants
-            if recurred is not None or gave_up:
-                self.pending.remove(p)
-                if recurred is not None:
-                    note = (f"{p.kind} again at message {_latest_index(recurred)} after {p.rec.strategy} "
-                            f"(carried out before message {p.mark})")
-                else:
-                    note = f"after {p.rec.strategy} the agent gave up on the {p.kind} and told the user"
-                out = self.report(p.rec.id, False, duration_s=self._clock() - p.started, note=note)
-                self.history.append(RepairResult(p.rec.strategy, "failed", p.rec.id, next=out.next,
-                                                 served=out.served, note=note, budget=_budget_reason(out.next)))
-                if out.next is not None:
-                    replaced = out.next
-            elif p.turns >= 2 or (final and p.turns >= 1):
-                self.pending.remove(p)
-                out = self.report(p.rec.id, True, duration_s=self._clock() - p.started,
-                                  note=f"no {p.kind} after {p.rec.strategy} for a whole turn")
-                self.history.append(RepairResult(p.rec.strategy, "recovered", p.rec.id, served=out.served,
-                                                 note="held for a whole turn"))
-        if replaced is not None:
-            r = r.model_copy(update={"recommendation": replaced})
-            self.last = r
-        return r
-
-    def _mark(self) -> int:
-        return self._next_source if self._next_source is not None else 0
-
-    def _kind(self, rec: Recommendation, ctx: RepairContext) -> str | None:
-        """The failure kind ``rec`` repairs: its rationale starts with it (``"loop (high) at …"``)."""
-        head = rec.rationale.split(" ", 1)[0] if rec.rationale else ""
-        known = {f.kind for f in (self.last.failures if self.last else [])}
-        if ctx.failure is not None:
-            known.add(ctx.failure.kind)
-        if head in known:
-            return head
-        if ctx.failure is not None:
-            return ctx.failure.kind
-        return self.last.primary.kind if self.last and self.last.primary else None
-
-    def _defer(self, rec: Recommendation, ctx: RepairContext, result: RepairResult) -> RepairResult:
-        kind = self._kind(rec, ctx)
-        if rec.id != "unavailable":
-            self.pending.append(_Pending(rec, kind, self._mark(), started=self._clock()))
-        return result
-
-    def report(self, rec_id: str, success: bool, *, duration_s: float | None = None, note: str = "") -> Outcome:
-        """Report an outcome once per recommendation (a second report of one id is not sent)."""
-        if rec_id in self._reported or rec_id == "unavailable":
-            return Outcome(recommendation_id=rec_id, recorded=False, served=self.served)
-        try:
-            out = self.client.report_outcome(rec_id, success, duration_s=duration_s, note=note[:500])
-        except TriageAPIError as exc:  # 404 / 409: the service will not take it; the run goes on
-            self._reported.add(rec_id)
-            return Outcome(recommendation_id=rec_id, recorded=False, client_error=str(exc))
-        if out.served:
-            self._reported.add(rec_id)
-        else:
-            self.served = False
-        return out
-
-    def finish(self, success: bool, note: str = "") -> None:
-        """The run ended: report every repair still waiting for its outcome (``success``: the run
-        ended with an answer the repairs got to)."""
-        for p in list(self.pending):
-            self.pending.remove(p)
-            self.report(p.rec.id, success, duration_s=self._clock() - p.started,
-                        note=note or ("the run ended with an answer" if success else "the run ended without one"))
-            self.history.append(RepairResult(p.rec.strategy, "recovered" if success else "failed", p.rec.id,
-                                             note="judged at the end of the run"))
-
-    def _failed(self, rec: Recommendation, note: str, error: BaseException | None = None,
-                attempts: int = 0, waited: float = 0.0, **extra: Any) -> RepairResult:
-        out = self.report(rec.id, False, note=note)
-        if not out.served:
-            self.served = False
-        budget = extra.pop("budget", None) or _budget_reason(out.next)
-        return RepairResult(rec.strategy, "failed", rec.id, error=error, attempts=attempts, waited_s=waited,
-                            next=out.next, served=out.served, note=note, budget=budget, **extra)
-
-    def _succeeded(self, rec: Recommendation, value: Any, duration_s: float, note: str = "",
-                   **extra: Any) -> RepairResult:
-        out = self.report(rec.id, True, duration_s=duration_s, note=note)
-        return RepairResult(rec.strategy, "recovered", rec.id, value=value, served=out.served, note=note, **extra)
 
     # -- dispatch ----------------------------------------------------------------------------------
     def handle(self, rec: Recommendation, context: RepairContext | None = None) -> RepairResult:
@@ -794,19 +438,6 @@ class RepairExecutor:
         return self._succeeded(rec, value, self._clock() - t0, f"switched {failed} → {target}", tool=target,
                                attempts=1, tool_calls=1)
 
-    def position(self, source_index: int) -> int | None:
-        """Where the message the service numbers ``source_index`` is in :attr:`messages` (``None``:
-        unknown, or undone by a rollback)."""
-        return self._position.get(source_index)
-
-    def route(self, tool: str) -> str:
-        """The tool to call for ``tool`` (after a ``switch_tool``, its replacement)."""
-        seen = {tool}
-        while tool in self.routes and self.routes[tool] not in seen:
-            tool = self.routes[tool]
-            seen.add(tool)
-        return tool
-
     # -- injected instructions ---------------------------------------------------------------------
     def inject(self, rec: Recommendation, ctx: RepairContext) -> RepairResult:
         """``self_correct`` / ``clarify`` / ``refresh_context``: the instruction as a system message
@@ -912,22 +543,6 @@ class RepairExecutor:
                                llm_calls=1)
 
     # -- human_handoff -----------------------------------------------------------------------------
-    def block(self, source_index: int | None) -> bool:
-        """Withhold message ``source_index``: its content becomes :data:`BLOCKED` and its tool calls
-        are dropped (they are not made), also in what a later rollback restores. ``False`` when the
-        executor does not hold that message."""
-        position = self._position.get(source_index) if source_index is not None else None
-        if position is None or position >= len(self.messages):
-            return False
-        self._blocked.append(copy.deepcopy(self.messages[position]))
-        self.messages[position] = self._withheld(self.messages[position])
-        return True
-
-    @staticmethod
-    def _withheld(message: Message) -> Message:
-        kept = {k: v for k, v in message.items() if k != "tool_calls"}  # a blocked call is not made either
-        return {**kept, "content": BLOCKED}
-
     def human_handoff(self, rec: Recommendation, ctx: RepairContext) -> RepairResult:
         """Hand the run to a person through ``on_handoff`` (it may block); ``params.block``
         withholds the offending content first. The reply, if any, is added as a user message."""
@@ -965,11 +580,13 @@ class RepairExecutor:
 
 __all__ = [
     "BLOCKED",
-    "error_text",
-    "tool_message",
+    "DEFERRED",
     "LLM",
+    "PAGE_KEYS",
+    "SUMMARY_PROMPT",
     "Handoff",
     "HandoffCallback",
+    "Message",
     "RepairContext",
     "RepairExecutor",
     "RepairResult",
@@ -977,4 +594,7 @@ __all__ = [
     "Replan",
     "ReplanCallback",
     "Snapshots",
+    "Status",
+    "error_text",
+    "tool_message",
 ]

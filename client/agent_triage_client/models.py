@@ -1,17 +1,31 @@
 """The service's responses as the client reads them.
 
-Lenient on purpose: unknown fields are kept (``extra="allow"``) and kinds / strategies are plain
-strings, so a newer service (responses change only by adding fields) never breaks an older
-client. ``served`` is the client's own field: ``False`` on a fail-open fallback, which also
-carries the reason in ``client_error``.
+Lenient on purpose: unknown fields are kept (``extra="allow"``) and the service's enums (kinds,
+strategies, …) are open: ``Literal[<the values known today>] | str``, so a newer service (responses
+change only by adding fields and values) never breaks an older client. ``served`` is the client's
+own field: ``False`` on a fail-open fallback, which also carries the reason in ``client_error``.
+``tests/test_client_schema.py`` checks every model here against the service's OpenAPI schema
+(field names, required-ness, types, enum values).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
+
+FailureKind: TypeAlias = Literal[
+    "tool_error", "timeout", "rate_limited", "provider_error", "malformed_call", "empty_response", "incomplete",
+    "refusal", "loop", "ignored_error", "hallucination", "off_topic", "context_loss", "assumption_violated",
+    "disallowed_tool", "unsafe_output", "degradation", "at_risk",
+] | str
+Category: TypeAlias = Literal["technical", "logical"] | str
+Severity: TypeAlias = Literal["low", "medium", "high", "critical"] | str
+Strategy: TypeAlias = Literal[
+    "retry", "adjust_parameters", "switch_tool", "self_correct", "clarify", "refresh_context", "rollback",
+    "replan_local", "replan_global", "fallback_model", "human_handoff", "continue",
+] | str
 
 
 class _Open(BaseModel):
@@ -27,9 +41,9 @@ class Versioned(_Open):
 
 
 class Failure(_Open):
-    kind: str
-    category: str = ""
-    severity: str = ""
+    kind: FailureKind
+    category: Category = ""
+    severity: Severity = ""
     confidence: float = 0.0
     detector: str = ""
     detectors: list[str] = Field(default_factory=list)
@@ -38,15 +52,19 @@ class Failure(_Open):
     span_id: str | None = None
     evidence: str = ""
     details: dict[str, Any] = Field(default_factory=dict)
+    # how far its evidence reaches (a loop: its last repeat), the service's word on it; in a
+    # session step's answer only (None in /v1/diagnose's and from services before it)
+    reach_step: int | None = None
+    reach_source_index: int | None = None
 
 
 class Recommendation(_Open):
     id: str
-    strategy: str
+    strategy: Strategy
     params: dict[str, Any] = Field(default_factory=dict)
     instruction: str = ""
     rationale: str = ""
-    next: list[str] = Field(default_factory=list)
+    next: list[Strategy] = Field(default_factory=list)
     budgets: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -54,18 +72,29 @@ class Coverage(_Open):
     steps: int = 0
     without_content: int = 0
     redacted: int = 0
+    unreadable_agent_steps: list[int] = Field(default_factory=list)  # empty from older services
 
 
 class ProbabilityBasis(_Open):
     """Which model gave ``failure_probability`` (schema 1.3): ``agent`` (the agent's own model) or
     ``zero-shot``, the agent, its labelled runs, its cross-validated AUROC."""
 
-    model: str = ""
+    model: Literal["zero-shot", "agent"] | str = ""
     agent: str = ""
     labelled_runs: int = 0
     cv_auroc: float | None = None
     version: str | None = None
     zero_shot_probability: float | None = None
+
+
+class Attribution(_Open):
+    """Where the run most likely went wrong, given that it failed (schema 1.1): an agent message,
+    and the probability that it is the one."""
+
+    step: int
+    source_index: int
+    speaker: str | None = None
+    probability: float
 
 
 class Diagnosis(Versioned):
@@ -75,6 +104,7 @@ class Diagnosis(Versioned):
     healthy: bool | None = None
     failure_probability: float | None = None
     failure_probability_basis: ProbabilityBasis | None = None  # None from services before 1.3
+    attribution: Attribution | None = None
     failures: list[Failure] = Field(default_factory=list)
     signals: list[Failure] = Field(default_factory=list)
     primary: Failure | None = None
@@ -82,7 +112,7 @@ class Diagnosis(Versioned):
     steps: int = 0
     coverage: Coverage = Field(default_factory=Coverage)
     warnings: list[str] = Field(default_factory=list)
-    arm: str | None = None  # "repair" / "shadow" (the service's canary share); None from older services
+    arm: Literal["repair", "shadow"] | str | None = None  # "repair" / "shadow" (the service's canary share); None from older services
 
 
 class SessionStep(Diagnosis):
@@ -96,10 +126,10 @@ class SessionStep(Diagnosis):
 
 class FailureState(_Open):
     key: str
-    kind: str
+    kind: FailureKind
     source_index: int | None = None
     step: int | None = None
-    status: str
+    status: Literal["open", "resolved", "handoff"] | str
     rung: int = 0
     attempt: int = 0
     recommendation: Recommendation | None = None
@@ -121,6 +151,7 @@ class SessionView(Versioned):
 class Outcome(Versioned):
     recommendation_id: str
     recorded: bool = True
+    note: str | None = None  # why nothing was recorded, when it wasn't
     escalated: bool = False
     next: Recommendation | None = None
     session_id: str | None = None
@@ -179,7 +210,7 @@ class RunLabel(_Open):
 
     failed: bool
     author: str = ""
-    author_type: str = "human"
+    author_type: Literal["human", "checker"] | str = "human"
     created_at: datetime | None = None
     failures: list[LocatedFailure] = Field(default_factory=list)
     labels: int = 0
@@ -210,6 +241,11 @@ class Alarm(_Open):
     direction: str
     start: int
     statistic: float
+    # the baseline the alarm was measured against, and the bound a run's own value is judged by
+    # (None from services before them)
+    mean: float | None = None
+    std: float | None = None
+    bound: float | None = None
 
 
 class Observations(Versioned):
@@ -250,21 +286,29 @@ def fallback_recommendation(reason: str) -> Recommendation:
 
 __all__ = [
     "Alarm",
+    "Attribution",
+    "Category",
     "Changepoints",
     "Coverage",
     "Diagnosis",
     "Failure",
+    "FailureKind",
     "FailureState",
     "GivenRecommendation",
     "Graph",
     "Label",
+    "LocatedFailure",
     "Observations",
     "Outcome",
+    "ProbabilityBasis",
     "Recommendation",
     "ReportedOutcome",
+    "RunLabel",
     "Segment",
     "SessionStep",
     "SessionView",
+    "Severity",
+    "Strategy",
     "TraceDetail",
     "TracePage",
     "TraceSummary",

@@ -289,6 +289,24 @@ def test_retries_honour_retry_after(flaky: tuple[str, _Script]) -> None:
     assert d.served and script.hits == 3 and elapsed >= 0.6
 
 
+def test_the_async_client_retries_by_the_same_plan(flaky: tuple[str, _Script]) -> None:
+    """One retry loop (``_Base._plan``) for both clients: the async one waits the same
+    ``Retry-After`` and gives up non-idempotent appends the same way."""
+    url, script = flaky
+    script.answers = [(503, {"Retry-After": "0.3"}, 0.0), (429, {"Retry-After": "0.3"}, 0.0), (200, {}, 0.0)]
+
+    async def run() -> None:
+        async with AsyncTriageClient(url, budget_s=5.0, retries=2) as c:
+            t0 = time.monotonic()
+            d = await c.diagnose(LOOP)
+            assert d.served and script.hits == 3 and time.monotonic() - t0 >= 0.6
+            script.hits, script.answers = 0, [(500, {}, 0.0), (200, {}, 0.0)]
+            r = await c.append_steps("s", messages=[{"role": "user", "content": "hi"}])
+            assert not r.served and script.hits == 1 and "answered 500" in (r.client_error or "")
+
+    asyncio.run(run())
+
+
 def test_a_retry_after_past_the_budget_ends_the_call_at_once(flaky: tuple[str, _Script]) -> None:
     url, script = flaky
     script.answers = [(503, {"Retry-After": "30"}, 0.0)]

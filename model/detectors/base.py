@@ -1,4 +1,4 @@
-"""The two detector protocols and their explicit registries (name → class).
+"""The two detector protocols; the catalogs that name the plug-ins build them through :func:`make_from`.
 
 A trace detector is stateless: ``inspect(trace) -> list[Finding]``. A stream detector keeps running
 state: ``update(x) -> Alarm | None``, ``reset()``, and ``get_state()`` / ``set_state()`` so that the
@@ -10,7 +10,7 @@ state is set in ``reset()``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from model.core.errors import UnknownDetectorError
@@ -50,59 +50,28 @@ class StreamDetector(Protocol):
     def get_params(self) -> dict[str, Any]: ...
 
 
-TRACE_DETECTORS: dict[str, type[Any]] = {}
-STREAM_DETECTORS: dict[str, type[Any]] = {}
-
-T = TypeVar("T")
+D = TypeVar("D")
 
 
-def register_trace_detector(cls: type[T]) -> type[T]:
-    """Class decorator: register a trace detector under its ``name``."""
-    name = cls.name  # type: ignore[attr-defined]
-    if name in TRACE_DETECTORS and TRACE_DETECTORS[name] is not cls:
-        raise ValueError(f"trace detector {name!r} is already registered")
-    TRACE_DETECTORS[name] = cls
-    return cls
+def make_from(catalog: Mapping[str, type[D]], shape: str, name: str, params: dict[str, Any]) -> D:
+    """Build ``catalog[name](**params)``; an unknown name is an error that lists the valid ones.
 
+    The catalogs (:mod:`model.detectors.catalog`, :mod:`model.streams.catalog`) call this; a plug-in
+    never does.
 
-def register_stream_detector(cls: type[T]) -> type[T]:
-    """Class decorator: register a stream detector under its ``name``."""
-    name = cls.name  # type: ignore[attr-defined]
-    if name in STREAM_DETECTORS and STREAM_DETECTORS[name] is not cls:
-        raise ValueError(f"stream detector {name!r} is already registered")
-    STREAM_DETECTORS[name] = cls
-    return cls
-
-
-def trace_detector_names() -> list[str]:
-    return sorted(TRACE_DETECTORS)
-
-
-def stream_detector_names() -> list[str]:
-    return sorted(STREAM_DETECTORS)
-
-
-def _make(registry: dict[str, type[Any]], what: str, name: str, params: dict[str, Any]) -> Any:
+    Raises
+    ------
+    UnknownDetectorError
+        ``name`` is not in ``catalog``.
+    """
     try:
-        cls = registry[name]
+        cls = catalog[name]
     except KeyError:
-        valid = ", ".join(sorted(registry)) or "(none registered)"
+        valid = ", ".join(sorted(catalog)) or "(none)"
         raise UnknownDetectorError(
-            f"unknown {what} detector {name!r}; valid names: {valid}", path="detectors"
+            f"unknown {shape} detector {name!r}; valid names: {valid}", path="detectors"
         ) from None
     return cls(**params)
 
 
-def make_detector(name: str, **params: Any) -> TraceDetector:
-    """Build the trace detector registered as ``name``; the error lists the valid names."""
-    det: TraceDetector = _make(TRACE_DETECTORS, "trace", name, params)
-    return det
-
-
-def make_stream_detector(name: str, **params: Any) -> StreamDetector:
-    """Build the stream detector registered as ``name``; the error lists the valid names."""
-    det: StreamDetector = _make(STREAM_DETECTORS, "stream", name, params)
-    return det
-
-
-DetectorFactory = Callable[..., TraceDetector]
+__all__ = ["StreamDetector", "TraceDetector", "make_from"]

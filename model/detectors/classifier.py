@@ -10,7 +10,7 @@ with one threshold per kind shared with the rules (0.5 by default). So the calib
 ``p`` is mapped piecewise-linearly so that the kind's threshold ``t`` lands on 0.5
 (``0.5·p/t`` below it, ``0.5 + 0.5·(p − t)/(1 − t)`` above it); ``details`` keeps ``p`` and ``t``.
 
-Gate (:mod:`model.training.classifier.gate`): the detector reports only the kinds the classifier is a
+Gate (:mod:`model.scoring.classifier.gate`): the detector reports only the kinds the classifier is a
 producer of, and raises as failures only the kinds ``gate.json`` beside the model trusts (measured
 precision); any other kind's confidence is scaled below 0.5, so it is reported as a signal and
 drives no repair (``details.gated`` says why). No ``gate.json`` → every reported kind may fail.
@@ -18,7 +18,6 @@ drives no repair (``details.gated`` says why). No ``gate.json`` → every report
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,9 +26,8 @@ from model.core.findings import Finding
 from model.core.kinds import FailureKind
 from model.core.paths import ARTIFACTS
 from model.core.schema import Trace
-from model.detectors.base import register_trace_detector
+from model.scoring.classifier.gate import REPORTED_KINDS, failure_kinds, read_gate
 from model.scoring.classifier.representation import clip
-from model.training.classifier.gate import GATE_FILE, REPORTED_KINDS
 
 DEFAULT_ARTIFACTS = ARTIFACTS
 
@@ -45,7 +43,6 @@ def relative_confidence(p: float, threshold: float) -> float:
     return float(min(1.0, max(0.0, out)))
 
 
-@register_trace_detector
 class ClassifierDetector:
     """Per-step failure classifier (onnxruntime), as a trace detector.
 
@@ -90,16 +87,13 @@ class ClassifierDetector:
             from model.scoring.classifier.runtime import ClassifierRuntime
 
             self.runtime_ = ClassifierRuntime.load(self.path or DEFAULT_ARTIFACTS, threads=self.threads)
-            gate_path = Path(self.path or DEFAULT_ARTIFACTS) / GATE_FILE
-            self.gate_ = json.loads(gate_path.read_text(encoding="utf-8")) if gate_path.is_file() else None
+            self.gate_ = read_gate(self.path or DEFAULT_ARTIFACTS)
         return self.runtime_
 
     @property
     def failure_kinds(self) -> frozenset[str]:
         """Kinds this model may raise as failures (the gate's), once loaded."""
-        if self.gate_ is None:
-            return frozenset(k.value for k in REPORTED_KINDS)
-        return frozenset(self.gate_.get("failure_kinds", []))
+        return failure_kinds(self.gate_)
 
     def available(self) -> bool:
         """Whether the artefact's files exist (the service serves rules only when they don't)."""

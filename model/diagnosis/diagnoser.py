@@ -32,8 +32,8 @@ from model.core.findings import Attribution, DiagnosisResponse, Failure, Finding
 from model.core.kinds import CLASSIFIER_KINDS, KIND_INFO, SYMPTOM_KINDS, FailureKind
 from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
-from model.detectors import TRACE_DETECTORS, make_detector
 from model.detectors.base import TraceDetector
+from model.detectors.catalog import TRACE_DETECTORS, make_detector
 from model.diagnosis.ladders import Ladders
 
 if TYPE_CHECKING:

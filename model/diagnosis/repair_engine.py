@@ -41,7 +41,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -172,17 +172,41 @@ def resolved_by_later_steps(trace: Trace, failure: Failure) -> bool:
     return False
 
 
-def _latest_step(f: Failure) -> int:
-    """The latest step a finding's evidence reaches: its step, or a loop's last repeat."""
-    latest = f.step if f.step is not None else -1
+class Reach(NamedTuple):
+    """How far a finding's evidence reaches: the step and the input position (``source_index``)
+    of its latest evidence, ``None`` where it has none."""
+
+    step: int | None
+    source_index: int | None
+
+
+def reach(f: Failure) -> Reach:
+    """How far ``f``'s evidence reaches: its own step, or a loop's last repeat (``details.repeats``
+    lists each repeated call and its result). The one rule: the engine reopens a resolved failure
+    whose finding reaches past the outcome's step; a session step sends it with each failure
+    (``reach_step``, ``reach_source_index``), and the client's executor judges a repair by it.
+
+    >>> f = Failure(kind="loop", category="logical", severity="high", confidence=0.9, detector="loop",
+    ...             step=4, source_index=4, details={"repeats": [{"call_step": 5, "result_step": 6,
+    ...                                                           "call_source_index": 5, "result_source_index": 6}]})
+    >>> reach(f)
+    Reach(step=6, source_index=6)
+    """
+    step, source_index = f.step, f.source_index
     repeats = f.details.get("repeats")
     for r in repeats if isinstance(repeats, list) else []:
         if isinstance(r, dict):
-            for k in ("result_step", "call_step", "step"):
-                v = r.get(k)
-                if isinstance(v, int) and v > latest:
-                    latest = v
-    return latest
+            step = _latest(step, [r.get(k) for k in ("result_step", "call_step", "step")])
+            source_index = _latest(source_index, [r.get(k) for k in ("result_source_index", "call_source_index",
+                                                                     "source_index")])
+    return Reach(step, source_index)
+
+
+def _latest(current: int | None, values: list[Any]) -> int | None:
+    for v in values:
+        if isinstance(v, int) and v > (current if current is not None else -1):
+            current = v
+    return current
 
 
 def _order(f: Failure) -> tuple[int, int, int]:
@@ -349,7 +373,8 @@ class RepairEngine:
             fs = fstates.get(key)
             if key not in present or fs is None or fs["status"] != RESOLVED or "resolved_at_step" not in fs:
                 continue
-            if _latest_step(f) >= int(fs["resolved_at_step"]):
+            reached = reach(f).step
+            if reached is not None and reached >= int(fs["resolved_at_step"]):
                 fs["status"] = OPEN
                 fs["rung"] += 1
                 fs["attempt"] = 1
@@ -480,4 +505,4 @@ class RepairEngine:
         return Decision(rec, new=True, failure_key=key, rung=rung_idx, attempt=fs["attempt"])
 
 
-__all__ = ["Budgets", "Decision", "RepairEngine", "failure_key", "load_budgets", "task_key"]
+__all__ = ["Budgets", "Decision", "Reach", "RepairEngine", "failure_key", "load_budgets", "reach", "task_key"]

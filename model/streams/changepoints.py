@@ -32,7 +32,8 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
 from model.core.errors import InputError
-from model.streams.cusum import MAD_TO_SIGMA, Alarm, Cusum
+from model.streams.baseline import MAD_TO_SIGMA
+from model.streams.cusum import Alarm, Cusum
 
 Method = Literal["pelt", "binseg", "window"]
 METHODS: tuple[str, ...] = ("pelt", "binseg", "window")
@@ -259,7 +260,7 @@ def confirm(
     values from the dated start on (:meth:`Cusum.rebaseline`).
 
     >>> import numpy as np
-    >>> from model.streams.cusum import detect
+    >>> from model.streams.batch import detect
     >>> rng = np.random.default_rng(3)
     >>> x = np.r_[rng.normal(0, 1, 200), rng.normal(1.5, 1, 40)]
     >>> alarm = detect(x, mean=0.0, std=1.0, arl0=500.0)[0]

@@ -1,4 +1,4 @@
-"""Two-sided tabular CUSUM as a stream detector (registry name ``"cusum"``), self-starting.
+"""Two-sided tabular CUSUM as a stream detector (catalog name ``"cusum"``), self-starting.
 
 Values are standardised against a baseline ``mu0, sigma`` (given, or learnt from the stream),
 then
@@ -43,7 +43,6 @@ frozen while an episode is open. With it the t mapping is approximate.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, ClassVar, Literal
 
@@ -51,18 +50,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from model.core.errors import InputError
-from model.detectors.base import register_stream_detector
 from model.streams.arl import Direction, h_for_arl0
-
-MAD_TO_SIGMA = 1.4826
-"""Scale factor from the median absolute deviation to sigma for Gaussian data."""
+from model.streams.baseline import t_to_normal
 
 EPISODE_CAP = 3.0
 """While an episode is open a statistic is held at most at this many ``h`` (see the module doc)."""
-
-_Z_MAX = 37.0
-"""|z| when Student's t tail underflows (``Phi^-1`` of the smallest double is about -37.5)."""
-
 
 class Alarm(BaseModel):
     """A CUSUM alarm: the opening of an episode.
@@ -104,41 +96,6 @@ class Alarm(BaseModel):
         return value > self.bound if self.direction == "up" else value < self.bound
 
 
-def robust_location_scale(values: Any) -> tuple[float, float]:
-    """Median and ``1.4826 * MAD`` of ``values`` (falls back to the standard deviation if MAD is 0).
-
-    >>> robust_location_scale([1.0, 2.0, 3.0, 4.0, 100.0])
-    (3.0, 1.4826)
-    """
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size == 0:
-        raise InputError("cannot estimate a baseline from no values")
-    if not np.all(np.isfinite(arr)):
-        raise InputError("baseline values must be finite numbers")
-    med = float(np.median(arr))
-    scale = MAD_TO_SIGMA * float(np.median(np.abs(arr - med)))
-    if scale == 0.0:  # e.g. a 0/1 indicator that was constant: MAD says nothing
-        scale = float(np.std(arr))
-    return med, scale
-
-
-@functools.cache
-def _special() -> Any:
-    from scipy import special  # imported when first needed
-
-    return special
-
-
-def _t_to_normal(t: float, df: float) -> float:
-    """The normal score with the same tail probability as ``t`` under Student's t(``df``)."""
-    if df > 1e7:
-        return t
-    special = _special()
-    p = float(special.stdtr(df, -abs(t)))  # the small tail, computed without cancellation
-    z = _Z_MAX if p <= 0.0 else -float(special.ndtri(p))
-    return math.copysign(min(z, _Z_MAX), t)
-
-
 _STATE_KEYS = (
     "n",
     "base_n",
@@ -157,7 +114,6 @@ _STATE_KEYS = (
 )
 
 
-@register_stream_detector
 class Cusum:
     """Two-sided self-starting tabular CUSUM; one alarm per change.
 
@@ -349,8 +305,8 @@ class Cusum:
         if self.fixed_std_ is not None:  # only the mean is estimated: exactly normal
             return (x - loc) / (scale * math.sqrt(1.0 + 1.0 / n))
         if self.fixed_mean_ is not None:
-            return _t_to_normal((x - loc) / scale, float(n))
-        return _t_to_normal((x - loc) / (scale * math.sqrt(1.0 + 1.0 / n)), float(n - 1))
+            return t_to_normal((x - loc) / scale, float(n))
+        return t_to_normal((x - loc) / (scale * math.sqrt(1.0 + 1.0 / n)), float(n - 1))
 
     def _learn(self, x: float) -> None:
         if self._known():
@@ -604,77 +560,4 @@ class Cusum:
         return det
 
 
-def detect(values: Any, **params: Any) -> list[Alarm]:
-    """Run a fresh :class:`Cusum` over ``values`` and return every alarm.
-
-    >>> detect([0.0, 0.0, 5.0, 5.0, 5.0], mean=0.0, std=1.0, h=4.0)[0].index
-    2
-    """
-    det = Cusum(**params)
-    alarms: list[Alarm] = []
-    for x in np.asarray(values, dtype=np.float64).tolist():
-        alarm = det.update(x)
-        if alarm is not None:
-            alarms.append(alarm)
-    return alarms
-
-
-def episodes(values: Any, **params: Any) -> list[tuple[Alarm, int | None]]:
-    """Run a fresh :class:`Cusum` over ``values``: each alarm with the index at which its episode
-    closed (its side's statistic back at 0), ``None`` while still open at the end.
-
-    >>> [(a.index, closed) for a, closed in episodes([0.0] * 3 + [3.0] * 3 + [0.0] * 16, mean=0.0, std=1.0, h=4.0)]
-    [(4, 20)]
-    """
-    det = Cusum(**params)
-    out: list[tuple[Alarm, int | None]] = []
-    still_open: dict[str, list[int]] = {"up": [], "down": []}  # positions in ``out``, per side
-    for i, x in enumerate(np.asarray(values, dtype=np.float64).tolist()):
-        was = {"up": det.open_hi_, "down": det.open_lo_}
-        alarm = det.update(x)
-        now = {"up": det.open_hi_, "down": det.open_lo_}
-        for side, positions in still_open.items():
-            if was[side] and not now[side]:
-                for j in positions:
-                    out[j] = (out[j][0], i)
-                positions.clear()
-        if alarm is not None:
-            still_open[alarm.direction].append(len(out))
-            out.append((alarm, None))
-    return out
-
-
-def detect_with_statistics(values: Any, **params: Any) -> tuple[list[Alarm], Any, Any]:
-    """Like :func:`detect`, and also the statistics ``S+`` and ``S-`` after each observation
-    (NaN during the warm-up).
-
-    >>> alarms, s_hi, s_lo = detect_with_statistics([0.0, 2.0, 2.0, 2.0, 2.0], mean=0.0, std=1.0, h=4.0)
-    >>> s_hi.tolist(), [a.index for a in alarms]
-    ([0.0, 1.5, 3.0, 4.5, 6.0], [3])
-    """
-    det = Cusum(**params)
-    arr = np.asarray(values, dtype=np.float64)
-    s_hi = np.full(arr.size, np.nan)
-    s_lo = np.full(arr.size, np.nan)
-    alarms: list[Alarm] = []
-    for i, x in enumerate(arr.tolist()):
-        was_monitoring = det.monitoring
-        alarm = det.update(x)
-        if was_monitoring:
-            s_hi[i] = det.s_hi_
-            s_lo[i] = det.s_lo_
-        if alarm is not None:
-            alarms.append(alarm)
-    return alarms, s_hi, s_lo
-
-
-__all__ = [
-    "EPISODE_CAP",
-    "MAD_TO_SIGMA",
-    "Alarm",
-    "Cusum",
-    "detect",
-    "detect_with_statistics",
-    "episodes",
-    "robust_location_scale",
-]
+__all__ = ["EPISODE_CAP", "Alarm", "Cusum"]

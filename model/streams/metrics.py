@@ -167,10 +167,10 @@ def _is_llm_step(step: Step) -> bool:
 
 
 def _refusal_steps(trace: Trace, detector_name: str, threshold: float) -> set[int] | None:
-    """Steps the registered refusal detector flags, or ``None`` when it is not registered."""
-    # Looked up when called, not imported: the rule detectors register themselves on import of
-    # model.detectors, and this module must not depend on them being there.
-    from model.detectors import TRACE_DETECTORS
+    """Steps the refusal detector flags, or ``None`` when the catalog has no detector of that name."""
+    # Imported when called: the catalog brings every trace detector (the classifier's runtime too),
+    # which extracting metrics without refusals does not need.
+    from model.detectors.catalog import TRACE_DETECTORS
 
     cls = TRACE_DETECTORS.get(detector_name)
     if cls is None:

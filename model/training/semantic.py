@@ -48,8 +48,8 @@ import numpy as np
 from model.core.errors import InputError
 from model.core.findings import DiagnosisResponse
 from model.core.kinds import FailureKind
+from model.core.metrics import auroc
 from model.core.paths import REPO_ROOT
-from model.scoring.runscore.model import auroc
 
 GROUPS: tuple[str, ...] = ("off_topic", "goal_drift", "hallucination", "context_loss")
 """The failing groups, in report order (``goal_drift`` is ``off_topic`` with that subtype)."""

@@ -45,6 +45,7 @@ from model.core.agents import POOL_AGENT
 from model.core.errors import SmokeCheckError
 from model.core.findings import DiagnosisResponse, Failure
 from model.core.kinds import KIND_INFO, FailureKind
+from model.core.metrics import logistic, logit
 from model.core.schema import Trace
 from model.importers import load_trace
 from model.scoring.agent_registry import POOLED, ZERO_SHOT, Registry
@@ -362,28 +363,19 @@ AGENT_MODEL_DETECTOR = "agent_model"
 RECENTRE_PSEUDO_RUNS = 10.0
 
 
-def _logit(p: float) -> float:
-    p = min(max(p, 1e-6), 1 - 1e-6)
-    return math.log(p / (1 - p))
-
-
-def _sigmoid(z: float) -> float:
-    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
-
-
 def recentre_offset(probabilities: list[float], failed: list[bool]) -> float:
     """The logit shift that makes the mean of the shifted zero-shot probabilities equal the agent's
     observed failure rate, shrunk towards their own mean by :data:`RECENTRE_PSEUDO_RUNS` pseudo-runs
     (a few labels move it a little; many, to the observed rate). Bisection on a monotone function."""
     if not probabilities:
         return 0.0
-    logits = [_logit(p) for p in probabilities]
+    logits = [logit(p) for p in probabilities]
     mean_p = sum(probabilities) / len(probabilities)
     target = (sum(failed) + RECENTRE_PSEUDO_RUNS * mean_p) / (len(failed) + RECENTRE_PSEUDO_RUNS)
     lo, hi = -20.0, 20.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        if sum(_sigmoid(z + mid) for z in logits) / len(logits) < target:
+        if sum(logistic(z + mid) for z in logits) / len(logits) < target:
             lo = mid
         else:
             hi = mid

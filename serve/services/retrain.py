@@ -257,7 +257,7 @@ def model_config(params: Path) -> tuple[Any, bool]:
 
 def _paired_boot(y: np.ndarray, a: np.ndarray, b: np.ndarray, groups: Sequence[str], seed: int) -> tuple[float, float]:
     """95 % interval of AUROC(a) − AUROC(b) over task groups resampled with replacement."""
-    from model.training.agentmodel.cv import auroc
+    from model.core.metrics import auroc
 
     uniq = sorted(set(groups))
     rows = {g: np.flatnonzero(np.asarray(groups) == g) for g in uniq}
@@ -278,8 +278,9 @@ def gate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str],
          champion: Any | None = None, champion_record: ModelVersion | None = None,
          seen: set[str] | None = None, cache: Any | None = None) -> Gate:
     """The grouped cross-validated estimate and the comparisons (see the module docstring). ``cache``:
-    a :class:`~model.scoring.agentmodel.model.FeatureCache` the final fit shares (each run counted once)."""
-    from model.training.agentmodel.cv import CVData, _Unit, auroc, cross_validate, draws_folds, summarise
+    a :class:`~model.scoring.agentmodel.features.FeatureCache` the final fit shares (each run counted once)."""
+    from model.core.metrics import AurocUnit, auroc
+    from model.training.agentmodel.cv import CVData, cross_validate, draws_folds, summarise
 
     data = CVData.make(traces, failed, groups, (1.0,), prior, cache)
     report = cross_validate(traces, failed, groups, ks=(None,), fractions=(1.0,), config=config, prior=prior,
@@ -293,7 +294,7 @@ def gate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str],
             sc = {m: oof[m][di][te] for m in ("agent", "tfidf", "length")}
             if y[te].min() == y[te].max() or any(np.isnan(v).any() for v in sc.values()):
                 continue
-            units.append(_Unit.make(y[te], {"agent": sc["agent"], "zero-shot": zs[te], **{k: sc[k] for k in
+            units.append(AurocUnit.make(y[te], {"agent": sc["agent"], "zero-shot": zs[te], **{k: sc[k] for k in
                                                                                          ("tfidf", "length")}},
                                     [groups[i] for i in te]))
     if not units:
@@ -389,7 +390,8 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
     :data:`~model.scoring.agent_registry.POOLED` for the pooled model) and no other."""
     import time
 
-    from model.scoring.agentmodel.model import AgentModel, FeatureCache
+    from model.scoring.agentmodel.features import FeatureCache
+    from model.scoring.agentmodel.model import AgentModel
     from model.training.agentmodel.cv import group_runs
 
     start = time.perf_counter()

@@ -18,9 +18,9 @@ from model.core.findings import DiagnosisResponse, Finding
 from model.core.kinds import FailureKind
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
-from model.detectors import make_stream_detector
 from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS, Diagnoser
 from model.streams import Alarm, detect_changepoints
+from model.streams.catalog import make_stream_detector
 from model.streams.metrics import extract_metrics
 from serve.redaction import Redactor
 from serve.schemas import (

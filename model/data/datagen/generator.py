@@ -9,7 +9,7 @@
    fair share) and one of its recipes (:mod:`model.data.datagen.inject`), plus, sometimes, a second
    mid-run failure; otherwise a healthy variant, many of them hard negatives (retry-free polling,
    honest "nothing found", self-correction, long productive searches, polite apologies);
-3. is rendered through :class:`model.data.builder.TraceBuilder`, which keeps step indices,
+3. is rendered through :class:`model.data.tracebuilder.TraceBuilder`, which keeps step indices,
    ``source_index`` and call ids consistent and records each label at its step.
 
 >>> cfg = GenerateConfig(n_traces=3, seed=7)
@@ -29,18 +29,13 @@ from typing import Any
 
 from model.core.errors import InputError
 from model.core.schema import Trace
-from model.data.builder import TraceBuilder
 from model.data.datagen.families import FAMILIES
-from model.data.datagen.inject import (
-    DISALLOWED,
-    HEALTHY_VARIANTS,
-    MIDRUN,
-    failure_recipes,
-    give_tool,
-    long_productive,
-)
+from model.data.datagen.healthy import HEALTHY_VARIANTS, long_productive
+from model.data.datagen.inject import MIDRUN, failure_recipes
 from model.data.datagen.lexicon import MODELS, Lexicon
+from model.data.datagen.payloads import DISALLOWED, give_tool
 from model.data.datagen.scenario import Beat, Scenario, dump
+from model.data.tracebuilder import TraceBuilder
 
 GENERATOR_VERSION = "1"
 

@@ -2,7 +2,7 @@
 
 A task family writes a healthy scenario (goal, tool calls with realistic payloads, the answer);
 failure recipes (:mod:`model.data.datagen.inject`) edit the beats and mark the ones that fail; the
-renderer turns beats into a :class:`model.core.schema.Trace` through :class:`model.data.builder.TraceBuilder`,
+renderer turns beats into a :class:`model.core.schema.Trace` through :class:`model.data.tracebuilder.TraceBuilder`,
 which owns the bookkeeping of step indices, ``source_index`` and call ids.
 """
 
@@ -158,6 +158,34 @@ class Scenario:
 
     def results(self) -> list[Beat]:
         return [b for b in self.beats if b.kind == "result"]
+
+    # ---- what the recipes look up and edit
+    def index_of(self, b: Beat) -> int:
+        """Position of beat ``b`` (by identity)."""
+        return next(i for i, x in enumerate(self.beats) if x is b)
+
+    def pair(self, call_no: int) -> tuple[int, int]:
+        """Positions of call ``call_no`` and its result."""
+        ci = next(i for i, b in enumerate(self.beats) if b.kind == "call" and b.call_no == call_no)
+        ri = next(i for i, b in enumerate(self.beats) if b.kind == "result" and b.call_no == call_no)
+        return ci, ri
+
+    def final_beat(self) -> Beat:
+        return next(b for b in reversed(self.beats) if b.kind == "final")
+
+    def key_result(self) -> Beat | None:
+        """The first key result that has an empty variant (what hallucination recipes empty)."""
+        ks = [b for b in self.beats if b.kind == "result" and b.key and b.empty_payload is not None]
+        return ks[0] if ks else None
+
+    def new_call_no(self) -> int:
+        self.n_calls += 1
+        return self.n_calls - 1
+
+    def truncate_after(self, ri: int) -> None:
+        """Drop the beats after ``ri`` (calls that depended on a failed one), keeping the final."""
+        fin = self.final_beat()
+        self.beats = self.beats[: ri + 1] + [fin]
 
 
 def dump(payload: Any) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from model.core.kinds import FailureKind
 from model.core.schema import StepKind, StepStatus, Trace
-from model.detectors import TRACE_DETECTORS, make_detector
+from model.detectors.catalog import TRACE_DETECTORS, make_detector
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ HEURISTIC_LFS: dict[str, Callable[[Trace], list[Vote]]] = {
 
 
 #: LF settings that vote on step-level facts rather than the diagnosis's judgement of the run:
-#: any identical repeat (the diagnosis counts only short cycles, model.detectors.rules.LoopRule).
+#: any identical repeat (the diagnosis counts only short cycles, model.detectors.rules.loop.LoopRule).
 STEP_LEVEL_PARAMS: dict[str, dict[str, Any]] = {"loop": {"cycle": 1 << 30}}
 
 

@@ -16,6 +16,9 @@ The n-gram vector of a run is TF-IDF-like: ``idf[b] · log1p(count[b])``, L2-nor
 state keeps the counts, the running dot product with the weights and the running squared norm, so a
 step changes only the buckets it touches.
 
+:class:`FeatureCache` keeps each run's prefix rows (:class:`RunRows`) by content hash, so refits and
+the learning curve count a run's steps once.
+
 >>> from model.core.schema import Step, StepKind
 >>> st = RunCounts.empty()
 >>> st.add(Step(kind=StepKind.USER_INPUT, content="Cancel my flight", source_index=0), 1 << 12)
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import zlib
 from collections.abc import Sequence
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from model.core.schema import Step, StepKind, StepStatus, Trace
 
@@ -254,5 +259,69 @@ def from_state(d: dict[str, Any]) -> RunCounts:
                      first_time=d["first_time"], last_time=d["last_time"], last=[int(b) for b in d.get("last", [])])
 
 
-__all__ = ["MAX_CHARS", "MAX_WORDS", "SHAPE_FEATURES", "RunCounts", "bucket", "count_prefixes", "from_state",
+@dataclass
+class RunRows:
+    """One run's cached features at each prefix fraction: counts, shape rows, log1p bucket counts."""
+
+    counts: list[RunCounts]
+    shape: np.ndarray  # fractions × shape features (raw counts)
+    grams: sp.csr_matrix  # fractions × buckets, log1p(count)
+
+
+#: The prefixes every first count of a run snapshots as well (the model's own CV reads them at the
+#: early-warning point): one pass over a run's steps serves every later request.
+SNAPSHOT_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+
+
+class FeatureCache:
+    """Each run's prefix features, keyed by the trace's content hash (a warm cache makes a refit cost
+    only the optimisation). A run's steps are counted once: the snapshots at every fraction asked
+    for so far (and :data:`SNAPSHOT_FRACTIONS`) are kept, and each fractions tuple's rows built from them."""
+
+    def __init__(self) -> None:
+        self._d: dict[tuple[str, int, tuple[float, ...], bool], RunRows] = {}
+        self._snaps: dict[tuple[str, int, bool], dict[float, RunCounts]] = {}
+        self._keys: dict[int, tuple[Trace, str]] = {}
+
+    def _key(self, trace: Trace) -> str:
+        hit = self._keys.get(id(trace))
+        if hit is not None and hit[0] is trace:
+            return hit[1]
+        k = trace_key(trace)
+        self._keys[id(trace)] = (trace, k)
+        return k
+
+    def rows(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False) -> RunRows:
+        tk = self._key(trace)
+        key = (tk, buckets, fractions, last_turn)
+        hit = self._d.get(key)
+        if hit is None:
+            snaps = self._snaps.setdefault((tk, buckets, last_turn), {})
+            if any(f not in snaps for f in fractions):
+                want = tuple(sorted({*fractions, *SNAPSHOT_FRACTIONS, *snaps}))
+                for f, c in zip(want, count_prefixes(trace, buckets, want, last_turn), strict=True):
+                    snaps.setdefault(f, c)
+            counts = [snaps[f] for f in fractions]
+            indptr = [0]
+            ind: list[int] = []
+            val: list[float] = []
+            for c in counts:
+                for b, k in sorted(c.counts.items()):
+                    ind.append(b)
+                    val.append(math.log1p(k))
+                indptr.append(len(ind))
+            grams = sp.csr_matrix((np.asarray(val, float), np.asarray(ind, np.int64), np.asarray(indptr, np.int64)),
+                                  shape=(len(counts), buckets))
+            hit = RunRows(counts, np.array([c.shape for c in counts]), grams)
+            self._d[key] = hit
+        return hit
+
+    def get(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False) -> list[RunCounts]:
+        return self.rows(trace, buckets, fractions, last_turn).counts
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+__all__ = ["MAX_CHARS", "MAX_WORDS", "SHAPE_FEATURES", "SNAPSHOT_FRACTIONS", "FeatureCache", "RunCounts", "RunRows", "bucket", "count_prefixes", "from_state",
            "is_error", "last_tokens", "prefix_lengths", "shape_row", "step_buckets", "step_tokens", "to_state", "token_buckets", "trace_key"]

@@ -44,7 +44,7 @@ import base64
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -53,16 +53,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from model.core.errors import InputError, NotFittedError
+from model.core.metrics import auroc, group_bootstrap_interval, logistic, logit
 from model.core.schema import Step, Trace
 from model.scoring.agentmodel.features import (
     SHAPE_FEATURES,
+    FeatureCache,
     RunCounts,
-    count_prefixes,
+    RunRows,
     from_state,
     shape_row,
     to_state,
-    trace_key,
 )
+from model.scoring.agentmodel.logistic import balanced_weights, fit_logistic, group_folds
 
 FORMAT = "agentmodel/1"
 
@@ -129,86 +131,11 @@ class AgentModelConfig:
             d["prefix_fractions"] = tuple(d["prefix_fractions"])
         return cls(**d)
 
-
-@dataclass
-class RunRows:
-    """One run's cached features at each prefix fraction: counts, shape rows, log1p bucket counts."""
-
-    counts: list[RunCounts]
-    shape: np.ndarray  # fractions × shape features (raw counts)
-    grams: sp.csr_matrix  # fractions × buckets, log1p(count)
-
-
-#: The prefixes every first count of a run snapshots as well (the model's own CV reads them at the
-#: early-warning point): one pass over a run's steps serves every later request.
-SNAPSHOT_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
-
-
-class FeatureCache:
-    """Each run's prefix features, keyed by the trace's content hash (a warm cache makes a refit cost
-    only the optimisation). A run's steps are counted once: the snapshots at every fraction asked
-    for so far (and :data:`SNAPSHOT_FRACTIONS`) are kept, and each fractions tuple's rows built from them."""
-
-    def __init__(self) -> None:
-        self._d: dict[tuple[str, int, tuple[float, ...], bool], RunRows] = {}
-        self._snaps: dict[tuple[str, int, bool], dict[float, RunCounts]] = {}
-        self._keys: dict[int, tuple[Trace, str]] = {}
-
-    def _key(self, trace: Trace) -> str:
-        hit = self._keys.get(id(trace))
-        if hit is not None and hit[0] is trace:
-            return hit[1]
-        k = trace_key(trace)
-        self._keys[id(trace)] = (trace, k)
-        return k
-
-    def rows(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False) -> RunRows:
-        tk = self._key(trace)
-        key = (tk, buckets, fractions, last_turn)
-        hit = self._d.get(key)
-        if hit is None:
-            snaps = self._snaps.setdefault((tk, buckets, last_turn), {})
-            if any(f not in snaps for f in fractions):
-                want = tuple(sorted({*fractions, *SNAPSHOT_FRACTIONS, *snaps}))
-                for f, c in zip(want, count_prefixes(trace, buckets, want, last_turn), strict=True):
-                    snaps.setdefault(f, c)
-            counts = [snaps[f] for f in fractions]
-            indptr = [0]
-            ind: list[int] = []
-            val: list[float] = []
-            for c in counts:
-                for b, k in sorted(c.counts.items()):
-                    ind.append(b)
-                    val.append(math.log1p(k))
-                indptr.append(len(ind))
-            grams = sp.csr_matrix((np.asarray(val, float), np.asarray(ind, np.int64), np.asarray(indptr, np.int64)),
-                                  shape=(len(counts), buckets))
-            hit = RunRows(counts, np.array([c.shape for c in counts]), grams)
-            self._d[key] = hit
-        return hit
-
-    def get(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False) -> list[RunCounts]:
-        return self.rows(trace, buckets, fractions, last_turn).counts
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-
-def _logit(p: float) -> float:
-    p = min(max(p, 1e-6), 1 - 1e-6)
-    return math.log(p / (1 - p))
-
-
-def _sigmoid(z: float) -> float:
-    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
-
-
-def balanced_weights(y: np.ndarray) -> np.ndarray:
-    """sklearn's ``class_weight="balanced"``: ``n / (2 · n_class)`` per row."""
-    n = len(y)
-    pos = float(y.sum())
-    neg = n - pos
-    return np.where(y > 0.5, n / (2 * max(pos, 1.0)), n / (2 * max(neg, 1.0)))
+    def to_dict(self) -> dict[str, Any]:
+        """The options as JSON values (what :meth:`from_dict` reads back)."""
+        d = asdict(self)
+        d["prefix_fractions"] = list(self.prefix_fractions)
+        return d
 
 
 class PrefixState:
@@ -348,8 +275,6 @@ class AgentModel:
         ok = ~np.isnan(oof[:, j_full])
         if ok.sum() < 4 or y[ok].min() == y[ok].max():
             return
-        from model.training.agentmodel.cv import auroc, group_bootstrap_interval  # numpy only
-
         a = auroc(y[ok], oof[ok, j_full])
         lo, hi = group_bootstrap_interval(y[ok], oof[ok, j_full], [groups[i] for i in np.flatnonzero(ok)],
                                           seed=cfg.seed)
@@ -392,8 +317,8 @@ class AgentModel:
         if state.sq > 0:
             z += state.dot / math.sqrt(state.sq)
         if f.w_prior is not None:
-            z += f.w_prior * _logit(0.5 if prior is None else prior)
-        return _sigmoid(z)
+            z += f.w_prior * logit(0.5 if prior is None else prior)
+        return logistic(z)
 
     def score(self, trace: Trace, *, prior: float | None = None) -> float:
         """P(failed) of a whole run."""
@@ -421,13 +346,13 @@ class AgentModel:
         learners' (when :func:`model.training.agentmodel.cv.cross_validate` attached them), the curve so far."""
         self._check()
         return {**self.card_, "at_risk_threshold": self.at_risk_threshold, "version": self.version,
-                "config": _config_dict(self.config)}
+                "config": self.config.to_dict()}
 
     def to_dict(self) -> dict[str, Any]:
         f = self._check()
         return {
             "format": FORMAT,
-            "config": _config_dict(self.config),
+            "config": self.config.to_dict(),
             "shape_features": list(SHAPE_FEATURES),
             "tokens": "features.step_tokens: role-prefixed [a-z_]{2,} words of content[:2000] (300 words) + "
                       "within-step bigrams + CALL:/ERR:<tool>; CRC-32 mod buckets",
@@ -495,12 +420,6 @@ def _unb64(s: str, dtype: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(s), dtype=dtype).copy()
 
 
-def _config_dict(c: AgentModelConfig) -> dict[str, Any]:
-    d = asdict(c)
-    d["prefix_fractions"] = list(c.prefix_fractions)
-    return d
-
-
 def _ngram_block(grams: sp.csr_matrix, bk: np.ndarray, idf: np.ndarray) -> sp.csr_matrix:
     """Rows of log1p counts → the model's n-gram block: learned buckets only, × idf, L2-normalised."""
     X = sp.csr_matrix(grams[:, bk] @ sp.diags(idf))
@@ -564,7 +483,7 @@ def _stack_weights(runs: list[RunRows], y: np.ndarray, groups: list[str], prior:
     if ok.sum() < 4 or yy[ok].min() == yy[ok].max():
         return np.array([0.5, 0.5]), 0.0, None
     sw = (np.repeat(balanced_weights(y), F) / F)[ok]
-    lp = None if prior is None else np.repeat([_logit(float(p)) for p in prior], F)[ok]
+    lp = None if prior is None else np.repeat([logit(float(p)) for p in prior], F)[ok]
     return fit_logistic(sp.csr_matrix(oof[ok]), yy[ok], sw, 1.0, lp, cfg.prior_l2, cfg.prior_weight)
 
 
@@ -593,97 +512,13 @@ def _fit_joint(runs: list[RunRows], y: np.ndarray, prior: np.ndarray | None, cfg
         idf = (np.log((1 + n) / (1 + df[bk])) + 1.0).astype("<f4").astype(float)
         blocks.append(_ngram_block(G, bk, idf) * cfg.ngram_weight)
     X = sp.hstack(blocks, format="csr")
-    lp = None if prior is None else np.repeat([_logit(float(p)) for p in prior], len(fr))
+    lp = None if prior is None else np.repeat([logit(float(p)) for p in prior], len(fr))
     w, b, g = fit_logistic(X, yy, sw, l2, lp, cfg.prior_l2, cfg.prior_weight)
     k = S.shape[1] if cfg.shape_weight > 0 else 0
     w_shape = w[:k] * cfg.shape_weight
     w_ngram = (w[k:] * cfg.ngram_weight).astype("<f4").astype(float)
     return _Fitted(mean=mean, scale=scale, w_shape=w_shape, buckets=bk, idf=idf, w_ngram=w_ngram,
                    w_prior=g, bias=b)
-
-
-def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *, memory: int = 10,
-          max_iter: int = 500, gtol: float = 1e-5) -> np.ndarray:
-    """Minimise a smooth convex function: L-BFGS (two-loop recursion) with a backtracking Armijo line
-    search, in numpy. (scipy 1.17's L-BFGS-B spends ≈ 0.1–0.3 s an iteration in its own bookkeeping
-    at 10^5 variables; this costs a few vector operations.)"""
-    x = x0.astype(float).copy()
-    f, g = fun(x)
-    S: list[np.ndarray] = []
-    Y: list[np.ndarray] = []
-    scale = max(1.0, float(np.abs(g).max()))
-    for _ in range(max_iter):
-        if float(np.abs(g).max()) <= gtol * scale:
-            break
-        q = g.copy()
-        alphas = []
-        for s_, y_ in zip(reversed(S), reversed(Y), strict=True):
-            rho = 1.0 / float(y_ @ s_)
-            a_ = rho * float(s_ @ q)
-            alphas.append((rho, a_))
-            q -= a_ * y_
-        gamma = float(S[-1] @ Y[-1]) / float(Y[-1] @ Y[-1]) if S else 1.0 / max(1.0, float(np.linalg.norm(g)))
-        r = gamma * q
-        for (s_, y_), (rho, a_) in zip(zip(S, Y, strict=True), reversed(alphas), strict=True):
-            b_ = rho * float(y_ @ r)
-            r += s_ * (a_ - b_)
-        d = -r
-        gd = float(g @ d)
-        if gd >= 0:  # not a descent direction: restart from the gradient
-            S.clear()
-            Y.clear()
-            d = -g
-            gd = -float(g @ g)
-        t = 1.0
-        while True:
-            xn = x + t * d
-            fn, gn = fun(xn)
-            if fn <= f + 1e-4 * t * gd or t < 1e-10:
-                break
-            t *= 0.5
-        s_, y_ = xn - x, gn - g
-        if float(s_ @ y_) > 1e-12:
-            S.append(s_)
-            Y.append(y_)
-            if len(S) > memory:
-                S.pop(0)
-                Y.pop(0)
-        if abs(f - fn) <= 1e-10 * max(1.0, abs(f)):
-            x, f, g = xn, fn, gn
-            break
-        x, f, g = xn, fn, gn
-    return x
-
-
-def fit_logistic(X: sp.csr_matrix, y: np.ndarray, sw: np.ndarray, l2: float, lp: np.ndarray | None,
-                 prior_l2: float, prior_centre: float) -> tuple[np.ndarray, float, float | None]:
-    """Weighted L2 logistic regression: minimise ``Σ sw·logloss(z) + ½·l2·‖w‖² + ½·prior_l2·(γ − c)²``
-    with ``z = X w + b + γ·lp`` (no γ when ``lp`` is None; the bias is not penalised).
-    Returns ``(w, b, γ)``; deterministic."""
-    n, d = X.shape
-    has_p = lp is not None
-    lpv = lp if lp is not None else np.zeros(n)
-    XT = sp.csr_matrix(X.T)
-
-    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        w, b = theta[:d], theta[d]
-        g = theta[d + 1] if has_p else 0.0
-        z = X @ w + b + g * lpv
-        val = float(np.sum(sw * (np.logaddexp(0.0, z) - y * z))) + 0.5 * l2 * float(w @ w)
-        r = sw * (1.0 / (1.0 + np.exp(-z)) - y)
-        grad = np.empty_like(theta)
-        grad[:d] = XT @ r + l2 * w
-        grad[d] = float(r.sum())
-        if has_p:
-            val += 0.5 * prior_l2 * (g - prior_centre) ** 2
-            grad[d + 1] = float(lpv @ r) + prior_l2 * (g - prior_centre)
-        return val, grad
-
-    theta0 = np.zeros(d + 1 + int(has_p))
-    if has_p:
-        theta0[d + 1] = prior_centre
-    x = lbfgs(loss, theta0)
-    return x[:d], float(x[d]), (float(x[d + 1]) if has_p else None)
 
 
 def score_rows(f: _Fitted, rows: RunRows, prior: float | None) -> np.ndarray:
@@ -697,31 +532,8 @@ def score_rows(f: _Fitted, rows: RunRows, prior: float | None) -> np.ndarray:
         sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
         z += np.where(sq > 0, dot / np.sqrt(np.where(sq > 0, sq, 1.0)), 0.0)
     if f.w_prior is not None:
-        z += f.w_prior * _logit(0.5 if prior is None else prior)
+        z += f.w_prior * logit(0.5 if prior is None else prior)
     return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
-def group_folds(groups: Sequence[str], k: int, *, seed: int = 0) -> list[np.ndarray]:
-    """``k`` folds of row indices, each group in one fold (groups shuffled by ``seed``, then dealt to
-    the currently smallest fold, largest groups first: GroupKFold's balancing)."""
-    rng = np.random.default_rng(seed)
-    uniq = sorted(set(groups))
-    rng.shuffle(uniq)
-    size = {g: 0 for g in uniq}
-    for g in groups:
-        size[g] += 1
-    order = sorted(uniq, key=lambda g: -size[g])  # stable: shuffled order breaks ties
-    k = max(1, min(k, len(uniq)))
-    load = [0] * k
-    where: dict[str, int] = {}
-    for g in order:
-        j = int(np.argmin(load))
-        where[g] = j
-        load[j] += size[g]
-    idx = np.array([where[g] for g in groups])
-    return [np.flatnonzero(idx == j) for j in range(k)]
-
-
-__all__ = ["AgentModel", "AgentModelConfig", "FeatureCache", "PrefixState", "RunRows", "balanced_weights",
-           "fit_logistic", "lbfgs", "score_rows",
-           "group_folds"]
+__all__ = ["AgentModel", "AgentModelConfig", "PrefixState", "score_rows"]

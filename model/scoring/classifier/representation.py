@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from model.core.errors import InputError
+from model.core.json_schema import schema_problems
 from model.core.schema import Step, StepKind, StepStatus, ToolDefinition, Trace
 
 REPRESENTATION_VERSION = "rep-v4"
@@ -353,8 +354,6 @@ def _args_check(step: Step, tools: dict[str, ToolDefinition]) -> str:
         return "args: unknown tool" if tools else "args: no schema"
     if not tool.parameters:
         return "args: no schema"
-    from model.detectors.rules import schema_problems
-
     problems = schema_problems(args, tool.parameters)
     return "args: fit schema" if not problems else "args: " + clip("; ".join(problems), 100)
 

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from model.core.errors import InputError, ModelLoadError
+from model.core.metrics import sigmoid
 from model.core.schema import Trace
 from model.scoring.classifier.representation import RepresentationConfig, step_text, trace_texts
-from model.training.classifier.metrics import sigmoid
 
 MODEL_FILE = "classifier.onnx"
 TOKENIZER_FILE = "tokenizer.json"

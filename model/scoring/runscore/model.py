@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.stats import rankdata
 
 from model.core.errors import InputError, NotFittedError
+from model.core.metrics import auroc
 from model.core.paths import ARTIFACTS
 from model.core.schema import Trace
 from model.scoring.runscore.features import (
@@ -119,20 +119,6 @@ class Example:
             if u.source_index == self.fail_source_index:
                 return k
         return None
-
-
-def auroc(y: np.ndarray, s: np.ndarray) -> float:
-    """Mann-Whitney AUROC of scores ``s`` for labels ``y`` (ties count half); NaN when a class is missing.
-
-    >>> auroc(np.array([1, 0, 1, 0]), np.array([0.9, 0.1, 0.5, 0.5]))
-    0.875
-    """
-    y, s = np.asarray(y), np.asarray(s, dtype=np.float64)
-    n_pos, n_neg = int((y == 1).sum()), int((y == 0).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    ranks = rankdata(s)  # average ranks over ties
-    return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def fit_message_model(examples: Sequence[Example], l2: float = 1.0,
@@ -481,4 +467,4 @@ class RunScorer:
             raise InputError(f"{p}: not a run scorer ({exc})", path=str(p)) from exc
 
 
-__all__ = ["ARTIFACT", "ATTRIBUTION_FEATURES", "auroc", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "PRIOR_RUNS", "rule_precision", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
+__all__ = ["ARTIFACT", "ATTRIBUTION_FEATURES", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "PRIOR_RUNS", "rule_precision", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]

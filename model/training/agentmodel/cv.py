@@ -35,140 +35,33 @@ from typing import Any
 import numpy as np
 
 from model.core.errors import InputError
+from model.core.metrics import N_BOOT, AurocUnit, auprc, group_bootstrap_weights, percentile_interval
 from model.core.schema import StepKind, Trace
-from model.scoring.agentmodel.features import prefix_lengths
-from model.scoring.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache
+from model.scoring.agentmodel.features import FeatureCache, prefix_lengths
+from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 
-N_BOOT = 1000
 METHODS = ("agent", "tfidf", "length")
 
-# ---- metrics ---------------------------------------------------------------------------------------
 
-
-def auroc(y: np.ndarray, s: np.ndarray) -> float:
-    """Area under the ROC curve (ties count half); nan when one class is missing."""
-    y = np.asarray(y) > 0.5
-    s = np.asarray(s, float)
-    pos, neg = s[y], s[~y]
-    if not len(pos) or not len(neg):
-        return float("nan")
-    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
-    allv = np.concatenate([pos, neg])[order]
-    ranks = np.empty(len(allv))
-    # average ranks of ties
-    i = 0
-    r = np.arange(1, len(allv) + 1, dtype=float)
-    while i < len(allv):
-        j = i
-        while j + 1 < len(allv) and allv[j + 1] == allv[i]:
-            j += 1
-        r[i: j + 1] = (i + j + 2) / 2.0
-        i = j + 1
-    ranks[order] = r
-    rp = ranks[: len(pos)].sum()
-    return float((rp - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
-
-
-def auprc(y: np.ndarray, s: np.ndarray) -> float:
-    """Average precision (sklearn's definition: Σ (R_n − R_{n−1}) P_n)."""
-    y = np.asarray(y) > 0.5
-    if not y.any():
-        return float("nan")
-    order = np.argsort(-np.asarray(s, float), kind="mergesort")
-    ys = y[order]
-    ss = np.asarray(s, float)[order]
-    tp = np.cumsum(ys)
-    # evaluate at the last index of each run of tied scores
-    last = np.r_[np.flatnonzero(np.diff(ss) != 0), len(ss) - 1]
-    prec = tp[last] / (last + 1)
-    rec = tp[last] / ys.sum()
-    return float(np.sum(np.diff(np.r_[0.0, rec]) * prec))
-
-
-def _pair_matrix(y: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """pos × neg: 1 where the failed run scores higher, ½ on ties."""
-    p, n = s[y > 0.5], s[y <= 0.5]
-    return np.asarray((p[:, None] > n[None, :]).astype(float) + 0.5 * (p[:, None] == n[None, :]), dtype=float)
-
-
-def group_bootstrap_interval(y: np.ndarray, s: np.ndarray, groups: Sequence[str], *, seed: int = 0,
-                             n_boot: int = N_BOOT, level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of the AUROC over task groups resampled with replacement."""
-    unit = _Unit.make(np.asarray(y, float), {"m": np.asarray(s, float)}, list(groups))
-    reps = unit.replicates(_boot_weights([unit], seed, n_boot)[0])["m"]
-    reps = reps[~np.isnan(reps)]
-    a = (1 - level) / 2
-    return float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
-
-
-@dataclass
-class _Unit:
-    """One held-out fold of one draw: labels, each method's scores, the rows' groups."""
-
-    y: np.ndarray
-    mats: dict[str, np.ndarray]
-    gpos: np.ndarray  # group index of each positive row
-    gneg: np.ndarray
-    groups: list[str]
-
-    @classmethod
-    def make(cls, y: np.ndarray, scores: dict[str, np.ndarray], groups: list[str]) -> _Unit:
-        uniq = sorted(set(groups))
-        gi = np.array([uniq.index(g) for g in groups])
-        return cls(y, {k: _pair_matrix(y, v) for k, v in scores.items()}, gi[y > 0.5], gi[y <= 0.5], uniq)
-
-    def replicates(self, gw: np.ndarray) -> dict[str, np.ndarray]:
-        """AUROC of each method under each replicate's group weights ``gw`` (R × groups)."""
-        wp, wn = gw[:, self.gpos], gw[:, self.gneg]
-        den = wp.sum(1) * wn.sum(1)
-        out = {}
-        for k, m in self.mats.items():
-            num = np.einsum("rp,pn,rn->r", wp, m, wn)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out[k] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
-        return out
-
-    def point(self) -> dict[str, float]:
-        return {k: float(m.mean()) for k, m in self.mats.items()}
-
-
-def _boot_weights(units: Sequence[_Unit], seed: int, n_boot: int) -> list[np.ndarray]:
-    """Group-level bootstrap weights, one resample of the set's groups shared by every unit (paired)."""
-    allg = sorted({g for u in units for g in u.groups})
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(allg), size=(n_boot, len(allg)))
-    counts = np.zeros((n_boot, len(allg)))
-    np.add.at(counts, (np.repeat(np.arange(n_boot), len(allg)), draws.ravel()), 1.0)
-    pos = {g: j for j, g in enumerate(allg)}
-    return [counts[:, [pos[g] for g in u.groups]] for u in units]
-
-
-def summarise(units: Sequence[_Unit], *, seed: int = 0, n_boot: int = N_BOOT,
+def summarise(units: Sequence[AurocUnit], *, seed: int = 0, n_boot: int = N_BOOT,
               methods: Sequence[str] = METHODS) -> dict[str, Any]:
     """Mean AUROC over folds × draws per method, its bootstrap interval, and the paired differences
     of the agent model from each cheap learner (``replicates_*`` kept for pooling across sets)."""
     if not units:
         return {"folds": 0}
     pts = {m: float(np.mean([u.point()[m] for u in units])) for m in methods}
-    reps = [u.replicates(w) for u, w in zip(units, _boot_weights(units, seed, n_boot), strict=True)]
+    reps = [u.replicates(w) for u, w in zip(units, group_bootstrap_weights(units, seed, n_boot), strict=True)]
     with warnings.catch_warnings():  # a replicate that drew no failed (or no successful) run: nan
         warnings.simplefilter("ignore", RuntimeWarning)
         rep = {m: np.nanmean(np.array([r[m] for r in reps]), axis=0) for m in methods}
     out: dict[str, Any] = {"folds": len(units)}
     for m in methods:
-        out[m] = {"auroc": pts[m], "interval": _pct(rep[m])}
+        out[m] = {"auroc": pts[m], "interval": list(percentile_interval(rep[m]))}
     for m in methods[1:]:
         d = rep[methods[0]] - rep[m]
-        out[f"{methods[0]}_minus_{m}"] = {"diff": pts[methods[0]] - pts[m], "interval": _pct(d),
+        out[f"{methods[0]}_minus_{m}"] = {"diff": pts[methods[0]] - pts[m], "interval": list(percentile_interval(d)),
                                           "replicates": d.tolist()}
     return out
-
-
-def _pct(a: np.ndarray) -> list[float]:
-    a = a[~np.isnan(a)]
-    if not len(a):
-        return [float("nan"), float("nan")]
-    return [float(np.quantile(a, 0.025)), float(np.quantile(a, 0.975))]
 
 
 # ---- groups ----------------------------------------------------------------------------------------
@@ -356,7 +249,7 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
     """
     cfg = config or AgentModelConfig(internal_folds=0)
     if cfg.internal_folds:
-        cfg = AgentModelConfig.from_dict({**_cfg(cfg), "internal_folds": 0})
+        cfg = AgentModelConfig.from_dict({**cfg.to_dict(), "internal_folds": 0})
     d = data or CVData.make(traces, failed, groups, fractions, prior)
     fr = tuple(sorted({float(f) for f in fractions}))
     missing = [f for f in fr if f not in d.views]
@@ -366,7 +259,7 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
     n = len(y)
     splits = draws_folds(d.groups, folds, draws, seed)
     rng = random.Random(seed + 1)
-    units: dict[tuple[int | None, float], list[_Unit]] = {}
+    units: dict[tuple[int | None, float], list[AurocUnit]] = {}
     prc: dict[tuple[int | None, float], dict[str, list[float]]] = {}
     oof: dict[str, list[list[float]]] = {m: [] for m in methods}
     j_of = {f: i for i, f in enumerate(cfg.prefix_fractions)}
@@ -399,7 +292,7 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
                         cl = CheapLearners(d.texts(f, idx), d.lengths(f, idx), y[idx])
                         sc.update(cl.score(d.texts(f, te), d.lengths(f, te)))
                     sc = {m: sc[m] for m in methods}
-                    units.setdefault((K, f), []).append(_Unit.make(y[te], sc, [d.groups[i] for i in te]))
+                    units.setdefault((K, f), []).append(AurocUnit.make(y[te], sc, [d.groups[i] for i in te]))
                     pr = prc.setdefault((K, f), {m: [] for m in methods})
                     for m in methods:
                         pr[m].append(auprc(y[te], sc[m]))
@@ -424,12 +317,6 @@ def key(K: int | None, f: float) -> str:
     return f"K={'all' if K is None else K}|f={f:g}"
 
 
-def _cfg(c: AgentModelConfig) -> dict[str, Any]:
-    from model.scoring.agentmodel.model import _config_dict
-
-    return _config_dict(c)
-
-
 def _score_at(model: AgentModel, d: CVData, i: int, f: float, j_of: dict[float, int]) -> float:
     p = None if d.prior is None else float(d.prior[i])
     if f in j_of:
@@ -448,5 +335,5 @@ def attach(model: AgentModel, report: dict[str, Any]) -> AgentModel:
     return model
 
 
-__all__ = ["CVData", "CheapLearners", "attach", "auprc", "auroc", "cheap_view", "cross_validate", "draws_folds",
-           "group_bootstrap_interval", "group_runs", "key", "summarise"]
+__all__ = ["CVData", "CheapLearners", "attach", "cheap_view", "cross_validate", "draws_folds", "group_runs", "key",
+           "summarise"]

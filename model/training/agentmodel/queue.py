@@ -122,12 +122,6 @@ class Learner(Protocol):
     def __call__(self, idx: Sequence[int], failed: np.ndarray, groups: Sequence[str]) -> Scorer: ...
 
 
-def _auroc(y: np.ndarray, s: np.ndarray) -> float:
-    from model.scoring.runscore.model import auroc
-
-    return auroc(y, s)
-
-
 def _opening_clusters(traces: Sequence[Trace]) -> list[str]:
     from model.training.agentmodel.cv import group_runs
 
@@ -174,6 +168,8 @@ def queue_vs_random(runs: Sequence[Any], ks: Sequence[int] = (25, 50), draws: in
     (features computed once); default: :func:`agent_model_learner`. ``clusters``: the queue's
     near-duplicate cluster of each run (default: its opening request's, module docstring).
     """
+    from model.core.metrics import auroc
+
     if draws < 1 or folds < 2 or seed_labels < 2 or batch < 1:
         raise InputError(f"draws ≥ 1, folds ≥ 2, seed_labels ≥ 2, batch ≥ 1; got {draws}, {folds}, "
                          f"{seed_labels}, {batch}", path="draws")
@@ -202,7 +198,7 @@ def queue_vs_random(runs: Sequence[Any], ks: Sequence[int] = (25, 50), draws: in
                         unit[f"{arm}@{k}"] = 0.5  # one class only: no model, no ranking
                         continue
                     s = learner(idx, y[idx], [groups[i] for i in idx])([int(i) for i in test])
-                    unit[f"{arm}@{k}"] = _auroc(y[test], s)
+                    unit[f"{arm}@{k}"] = auroc(y[test], s)
                 unit[f"queue_failed_share@{k}"] = float(y[arms["queue"][:k]].mean())
                 unit[f"queue_tasks@{k}"] = len({groups[i] for i in arms["queue"][:k]})
                 unit[f"random_tasks@{k}"] = len({groups[i] for i in arms["random"][:k]})
@@ -279,8 +275,9 @@ def queue_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
 def agent_model_learner(traces: Sequence[Trace], config: AgentModelConfig | None = None) -> Learner:
     """:class:`model.scoring.agentmodel.model.AgentModel` as the experiment's learner: its defaults, with
     its own internal CV off (the experiment needs its scores only); each run's features computed
-    once (:class:`~model.scoring.agentmodel.model.FeatureCache`), runs scored whole by the cached fast path."""
-    from model.scoring.agentmodel.model import AgentModel, AgentModelConfig, FeatureCache
+    once (:class:`~model.scoring.agentmodel.features.FeatureCache`), runs scored whole by the cached fast path."""
+    from model.scoring.agentmodel.features import FeatureCache
+    from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 
     cfg = config or AgentModelConfig(internal_folds=0)
     if 1.0 not in cfg.prefix_fractions:

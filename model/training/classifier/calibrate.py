@@ -55,8 +55,8 @@ def recalibrate_torch(model_dir: Path, splits: Path, n_traces: int, seed: int = 
     """Re-tune a trained torch classifier's thresholds on whole validation traces, in place."""
     import random
 
-    from model.training.classifier.metrics import sigmoid
-    from model.training.classifier.train import load_classifier, load_tokenizer, predict_logits
+    from model.core.metrics import sigmoid
+    from model.training.classifier.checkpoint import load_classifier, load_tokenizer, predict_logits
 
     path = model_dir / "calibration.json"
     info: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))

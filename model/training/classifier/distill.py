@@ -29,10 +29,16 @@ from typing import Any
 import numpy as np
 
 from model.core.errors import InputError
+from model.core.metrics import sigmoid
 from model.scoring.classifier.representation import DEFAULT_CONFIG
+from model.training.classifier.checkpoint import (
+    load_classifier,
+    load_tokenizer,
+    predict_logits,
+    save_tokenizer,
+)
 from model.training.classifier.config import DistillConfig
 from model.training.classifier.data import LABELS, load_traces, sample_examples, targets_matrix
-from model.training.classifier.metrics import sigmoid
 from model.training.classifier.train import (
     BEST,
     CALIBRATION,
@@ -40,10 +46,6 @@ from model.training.classifier.train import (
     calibrate,
     finish_candidate,
     fit,
-    load_classifier,
-    load_tokenizer,
-    predict_logits,
-    save_tokenizer,
     setup_logging,
 )
 from model.training.classifier.vocab import MARKERS, train_wordpiece, unk_rate

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from model.core.metrics import ece, sigmoid
 from model.core.schema import Trace
 from model.scoring.classifier.representation import DEFAULT_CONFIG, RepresentationConfig, trace_texts
 from model.scoring.classifier.runtime import MODEL_FILE, ClassifierRuntime
@@ -48,7 +49,7 @@ from model.training.classifier.data import (
     step_targets,
     trace_kinds,
 )
-from model.training.classifier.metrics import confusion, ece, macro_f1, prf, rounded, sigmoid, trace_verdict
+from model.training.classifier.metrics import confusion, macro_f1, prf, rounded, trace_verdict
 
 log = logging.getLogger("model.training.classifier.evaluate")
 
@@ -174,9 +175,9 @@ def split_metrics(scores: SplitScores, thresholds: np.ndarray) -> dict[str, Any]
     sp = np.asarray(step_p, dtype=bool).reshape(-1, len(LABELS))
     sprob = np.asarray(step_prob, dtype=np.float64).reshape(-1, len(LABELS))
     step_per = prf(st > 0.5, sp, LABELS)
-    calib = {"ece": ece(sprob, st)}
+    calib = {"ece": ece(st, sprob, bins=15)}
     if step_raw:
-        calib["ece_before_temperature"] = ece(np.asarray(step_raw), st)
+        calib["ece_before_temperature"] = ece(st, np.asarray(step_raw), bins=15)
     return {
         "traces": n,
         "steps": int(st.shape[0]),
@@ -391,7 +392,7 @@ def run(cfg: EvaluateConfig, splits: Path, build: Path, reports: Path,
     (reports / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     write_eval_md(metrics, reports / "eval.md")
     if artifacts is not None and shipped:
-        from model.training.classifier.card import write_model_card
+        from model.training.card import write_model_card
 
         write_model_card(metrics, build, artifacts / "MODEL_CARD.md")
     return metrics

@@ -124,7 +124,7 @@ def export_model(model_dir: Path, out_dir: Path, *, quantise: bool = True, fuse_
 
     With ``quantise=False`` the shipped ``classifier.onnx`` is the fp32 (fused) graph.
     """
-    from model.training.classifier.train import load_classifier
+    from model.training.classifier.checkpoint import load_classifier
 
     info = json.loads((model_dir / CALIBRATION).read_text(encoding="utf-8"))
     out_dir.mkdir(parents=True, exist_ok=True)

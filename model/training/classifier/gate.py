@@ -28,7 +28,8 @@ needless repairs, so the service trusts the classifier only where the evaluation
 Every other kind is capped below the failure threshold (a signal).
 
 ``python -m model.training.classifier.gate`` writes ``model/artifacts/gate.json`` from the report (the DVC
-stage ``gate``); :class:`~model.detectors.classifier.ClassifierDetector` reads it.
+stage ``gate``); :mod:`model.scoring.classifier.gate` reads it, for
+:class:`~model.detectors.classifier.ClassifierDetector`.
 
 >>> figures = {"precision": 0.9, "support": 20}
 >>> decide({"test": {"refusal": figures, "off_topic": figures},
@@ -45,15 +46,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from model.core.kinds import KIND_INFO, FailureKind, Producer
+from model.core.kinds import KIND_INFO, Producer
+from model.scoring.classifier.gate import GATE_FILE, REPORTED_KINDS
+from model.training.semantic import wilson
 
-GATE_FILE = "gate.json"
 SPLITS = ("test", "heldout_families")
-
-#: Kinds the classifier may report at all: those ARCHITECTURE.md lists it as a producer of.
-REPORTED_KINDS: tuple[FailureKind, ...] = tuple(
-    k for k, info in KIND_INFO.items() if Producer.CLASSIFIER in info.producers
-)
 
 
 #: Zero-shot bar on the real runs (issue 20, item 7).
@@ -72,10 +69,6 @@ def real_check(
     real sets with successful runs; ``lookalikes``: ``{"n": look-alike cases, "fired": kind → cases
     it fired on}``.
     """
-    from model.training.semantic import (
-        wilson,  # (imported here: model.training.semantic reaches the detectors)
-    )
-
     row = (real or {}).get(kind) or {"fired": 0, "failed": 0}
     fired, failed = int(row["fired"]), int(row["failed"])
     n_alike = int((lookalikes or {}).get("n", 0))

@@ -1,4 +1,5 @@
-"""Calibration, thresholds and the metrics of the evaluation (NumPy only).
+"""Calibration, thresholds and the metrics of the classifier's evaluation (NumPy only; AUROC, ECE and
+``sigmoid`` are in :mod:`model.core.metrics`).
 
 Step probabilities are ``sigmoid(logits / T)`` with one temperature ``T`` fitted on validation
 (:func:`fit_temperature`); a kind is predicted when its probability reaches its own threshold
@@ -19,10 +20,7 @@ from typing import Any
 
 import numpy as np
 
-
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    out: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(x, -40.0, 40.0)))
-    return out
+from model.core.metrics import sigmoid
 
 
 def bce(probs: np.ndarray, targets: np.ndarray) -> float:
@@ -57,22 +55,6 @@ def tune_thresholds(probs: np.ndarray, targets: np.ndarray, *, default: float = 
                 best, best_f1 = float(t), f1
         out[j] = best
     return out
-
-
-def ece(probs: np.ndarray, targets: np.ndarray, *, bins: int = 15) -> float:
-    """Expected calibration error over every (example, label) probability, equal-width bins."""
-    p = probs.ravel()
-    y = targets.ravel()
-    if p.size == 0:
-        return 0.0
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    idx = np.clip(np.digitize(p, edges[1:-1]), 0, bins - 1)
-    total = 0.0
-    for b in range(bins):
-        m = idx == b
-        if m.any():
-            total += float(m.sum()) * abs(float(p[m].mean()) - float(y[m].mean()))
-    return total / float(p.size)
 
 
 def prf(y_true: np.ndarray, y_pred: np.ndarray, names: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -127,12 +109,10 @@ def rounded(obj: Any, digits: int = 4) -> Any:
 __all__ = [
     "bce",
     "confusion",
-    "ece",
     "fit_temperature",
     "macro_f1",
     "prf",
     "rounded",
-    "sigmoid",
     "trace_verdict",
     "tune_thresholds",
     "tune_trace_thresholds",

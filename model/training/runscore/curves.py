@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from model.core.errors import InputError
+from model.core.metrics import auroc
 from model.data.realdata import first_groups, loso_family
-from model.scoring.runscore.model import Example, RunScorer, auroc
+from model.scoring.runscore.model import Example, RunScorer
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

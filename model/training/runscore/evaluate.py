@@ -1,7 +1,8 @@
 """The real-run evaluation that decides: leave-one-source-out, with intervals, beside baselines.
 
 ``triage evaluate --real`` (and the DVC stage ``evaluate_real``) runs :func:`evaluate_real` and
-writes ``reports/real.json``, ``reports/real.md`` and the figures under ``reports/real-figures/``.
+writes ``reports/real.json``, ``reports/real.md`` and the figures under ``reports/real-figures/``
+(:mod:`model.training.runscore.report`).
 
 For each real set S the run scorer is **fitted without S** (models, feature choice, calibration
 and operating point) and scored on S — what a new user's unseen agent gets:
@@ -35,9 +36,8 @@ once the agent's own labelled history trains the scorer (the retraining issue's 
 from __future__ import annotations
 
 import json
-import math
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,13 +45,13 @@ from typing import Any
 
 import numpy as np
 
+from model.core.metrics import auroc, ece, group_resamples, percentile_interval, reliability_bins
 from model.data.realdata import RUN_LEVEL_SOURCES, SOURCES, RealRun, first_groups, load_all, loso_family
-from model.scoring.runscore.features import MESSAGE_FEATURES
-from model.scoring.runscore.model import Example, RunScorer, auroc
+from model.scoring.runscore.model import Example, RunScorer
+from model.training.runscore.report import write_reports
 from model.training.semantic import wilson
 
 LOCALISATION_SOURCES = ("whowhen", "agentprocessbench", "tau_airline")
-N_BOOT = 1000
 
 
 @dataclass
@@ -104,24 +104,8 @@ def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None
 # ---- statistics ---------------------------------------------------------------------------------
 
 
-def _group_boot(groups: Sequence[str], rng: np.random.Generator, n: int = N_BOOT) -> list[np.ndarray]:
-    """Bootstrap resamples of row indices, drawing whole groups (tasks) with replacement."""
-    by: dict[str, list[int]] = defaultdict(list)
-    for i, g in enumerate(groups):
-        by[g].append(i)
-    keys = list(by)
-    out = []
-    for _ in range(n):
-        pick = rng.integers(0, len(keys), len(keys))
-        out.append(np.array([i for k in pick for i in by[keys[k]]]))
-    return out
-
-
 def _ci(values: Sequence[float]) -> list[float]:
-    v = np.asarray([x for x in values if not math.isnan(x)])
-    if not len(v):
-        return [float("nan"), float("nan")]
-    return [round(float(np.quantile(v, 0.025)), 4), round(float(np.quantile(v, 0.975)), 4)]
+    return [round(v, 4) for v in percentile_interval(values)]
 
 
 def auroc_with_ci(y: np.ndarray, s: np.ndarray, boots: list[np.ndarray]) -> dict[str, Any]:
@@ -140,20 +124,6 @@ def rate_ci(hits: int, n: int) -> dict[str, Any]:
         return {"rate": None, "n": 0, "ci": [None, None]}
     lo, hi = wilson(hits, n, z=1.96)
     return {"rate": round(hits / n, 4), "n": n, "hits": hits, "ci": [round(lo, 4), round(hi, 4)]}
-
-
-def ece(y: np.ndarray, p: np.ndarray, bins: int = 10) -> tuple[float, list[dict[str, Any]]]:
-    """Expected calibration error and the reliability bins (equal width)."""
-    edges = np.linspace(0, 1, bins + 1)
-    rows, total = [], 0.0
-    for k in range(bins):
-        m = (p >= edges[k]) & ((p < edges[k + 1]) if k < bins - 1 else (p <= 1))
-        if m.sum():
-            conf, acc = float(p[m].mean()), float(y[m].mean())
-            total += m.sum() / len(p) * abs(conf - acc)
-            rows.append({"bin": [round(edges[k], 2), round(edges[k + 1], 2)], "n": int(m.sum()),
-                         "mean_p": round(conf, 4), "failed_rate": round(acc, 4)})
-    return round(total, 4), rows
 
 
 def relative_thresholds(probs: np.ndarray, groups: Sequence[str], false_alarm: float) -> np.ndarray:
@@ -301,7 +271,7 @@ def evaluate_real(
         probs = np.array([s[0] for s in scored])
         y = np.array([int(e.failed) for e in test])
         groups = [e.group for e in test]
-        boots = _group_boot(groups, rng)
+        boots = group_resamples(groups, rng)
         entry: dict[str, Any] = {"runs": len(test), "failed": int(y.sum()), "groups": len(set(groups)),
                                  "model": {"features": scorer.features_, "threshold": round(scorer.threshold, 4),
                                            "trained_on": scorer.meta_.get("trained_on"),
@@ -345,8 +315,7 @@ def evaluate_real(
                 "rules_only": {"false_alarms": rate_ci(int(rule_fail[y == 0].sum()), int((y == 0).sum())),
                                "recall": rate_ci(int(rule_fail[y == 1].sum()), int((y == 1).sum()))},
             }
-            e_val, bins = ece(y.astype(float), probs)
-            entry["calibration"] = {"ece": e_val, "bins": bins}
+            entry["calibration"] = {"ece": round(ece(y, probs), 4), "bins": reliability_bins(y, probs)}
         else:
             entry["flagged"] = rate_ci(int((rule_fail | (probs >= scorer.threshold)).sum()), len(y))
         # localisation
@@ -361,7 +330,7 @@ def evaluate_real(
             base_preds = localisation_baselines([e for _, e in loc], train)
             rates = {name: _loc_rates(p, tr) for name, p in base_preds.items()}
             best = max(rates, key=lambda n: (rates[n]["exact"], rates[n]["within_3"]))
-            lboots = _group_boot([e.group for _, e in loc], rng)
+            lboots = group_resamples([e.group for _, e in loc], rng)
             t_arr, o_arr, b_arr = np.asarray(tr), np.asarray(ours), np.asarray(base_preds[best])
             diffs = [float(np.mean(o_arr[b] == t_arr[b]) - np.mean(b_arr[b] == t_arr[b])) for b in lboots]
             ours_rates = _loc_rates(ours, tr)
@@ -427,7 +396,7 @@ def _in_domain(test: Sequence[Example], params: dict[str, Any], folds: int, rng:
     y = np.array([int(e.failed) for e in test])
     out: dict[str, Any] = {"folds": folds}
     if 0 < y.sum() < len(y):
-        boots = _group_boot([e.group for e in test], rng, n=500)
+        boots = group_resamples([e.group for e in test], rng, n=500)
         L = np.array([e.messages for e in test], dtype=float)
         out.update({"auroc": auroc_with_ci(y, probs, boots), "messages_baseline": auroc_with_ci(y, L, boots),
                     "vs_messages": paired_diff(y, probs, L, boots)})
@@ -436,223 +405,6 @@ def _in_domain(test: Sequence[Example], params: dict[str, Any], folds: int, rng:
         truth = [int(test[i].fail_source_index or 0) for i in idx]
         out["localisation"] = {k: round(v, 4) for k, v in _loc_rates([picks[i] for i in idx], truth).items()}
     return out
-
-
-# ---- report -----------------------------------------------------------------------------------
-
-
-def _fmt_ci(d: dict[str, Any], key: str = "auroc") -> str:
-    lo, hi = d["ci"]
-    return f"{d[key]:.3f} [{lo:.3f}, {hi:.3f}]"
-
-
-def _fmt_rate(d: dict[str, Any]) -> str:
-    if d.get("rate") is None:
-        return "–"
-    lo, hi = d["ci"]
-    return f"{100 * d['rate']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] ({d['hits']}/{d['n']})"
-
-
-def classifier_markdown(report: dict[str, Any]) -> list[str]:
-    """The step classifier's zero-shot gate: per kind, the real-run and look-alike evidence."""
-    gate = report.get("classifier_gate")
-    if not gate:
-        return []
-    dec = gate["decision"]
-    alike = gate.get("lookalikes") or {"n": 0}
-    lines = ["", "## Step classifier, zero-shot: which kinds may raise a failure", "",
-             "A kind raises a failure only where the runs it fired on (some step at p ≥ its threshold) failed",
-             f"≥ {dec['min_p_failed']:.0%} of the time over the sets with successful runs ({', '.join(gate['sets'])}),",
-             f"on ≥ {dec['min_fires']} runs, and it fires on ≤ {dec['max_lookalike_rate']:.0%} of the "
-             f"{alike.get('n', 0)} frozen healthy look-alikes,",
-             f"besides its precision on generated traces (≥ {dec['min_precision']}, both splits) and no rule producing",
-             "the kind (`model.training.classifier.gate.decide`; the DVC stage `gate` writes `gate.json` from this). "
-             "Otherwise it is a signal.", "",
-             "| kind | fired on real runs | P(run failed | fired) [Wilson 95 % lower] | look-alikes fired | verdict |",
-             "| --- | --- | --- | --- | --- |"]
-    for kind, ev in dec["evidence"].items():
-        r = ev.get("real") or {}
-        pf = "–" if r.get("p_failed") is None else f"{r['p_failed']:.2f} [{r['wilson_lower']:.2f}]"
-        alike_s = f"{r.get('lookalikes_fired', 0)}/{r.get('lookalikes', 0)}"
-        why = "failure" if kind in dec["failure_kinds"] else f"signal: {ev.get('signal_because') or r.get('signal_because', '')}"
-        if ev.get("signal_because") and r.get("signal_because"):
-            why = f"signal: {ev['signal_because']}; {r['signal_because']}"
-        lines.append(f"| {kind} | {r.get('fired', 0)} ({r.get('failed', 0)} failed) | {pf} | {alike_s} | {why} |")
-    rows = [(s, k, v) for s, kinds in report.get("classifier", {}).items() for k, v in kinds.items()]
-    if rows:
-        lines += ["", "Where each kind fires (before any gate), per set:", "",
-                  "| set | kind | successful runs | failed runs |", "| --- | --- | --- | --- |"]
-        lines += [f"| {s} | {k} | {_fmt_rate(v['fires_on_successful'])} | {_fmt_rate(v['fires_on_failed'])} |"
-                  for s, k, v in rows]
-    loso = {s: e["model"].get("classifier_failure_kinds", []) for s, e in report["sets"].items()}
-    lines += ["", "Leave-one-source-out, each set's verdict used the gate decided without its family: "
-              + ", ".join(f"{s} {', '.join(v) or 'none'}" for s, v in loso.items()) + "."]
-    return lines
-
-
-def render_markdown(report: dict[str, Any]) -> str:
-    lines = ["# Real runs: leave-one-source-out evaluation", "",
-             "Generated by `triage evaluate --real` (DVC stage `evaluate_real`). For each set the run scorer",
-             "was fitted **without** that set (features, calibration and operating point too): what a new",
-             "user's unseen agent gets. Intervals: bootstrap 95 % over the set's task groups (paired for",
-             "differences); rates: Wilson 95 %.", "",
-             "## Did the run fail? (AUROC of `failure_probability`)", "",
-             "| set | runs (failed) | ours | messages | tool calls | characters | ours − best baseline |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for s, e in report["sets"].items():
-        if "auroc" not in e:
-            continue
-        b = e["baselines"]
-        v = e["vs_best_baseline"]
-        lines.append(f"| {s} | {e['runs']} ({e['failed']}) | {_fmt_ci(e['auroc'])} | {_fmt_ci(b['messages'])} | "
-                     f"{_fmt_ci(b['tool calls'])} | {_fmt_ci(b['characters'])} | "
-                     f"{v['diff']:+.3f} [{v['ci'][0]:+.3f}, {v['ci'][1]:+.3f}] vs {v['baseline']} |")
-    lines += ["", "## At the operating point", "",
-              "`healthy` is false when a rule (or a trusted step-classifier kind) raises a failure or",
-              "`failure_probability` reaches the fixed operating point (set on the training sets: at most",
-              f"{100 * float(report['params'].get('target_false_alarm', 0.1)):.0f} % of each one's successful runs "
-              "flagged). Target: ≤ 5 % false alarms on each unseen set.", "",
-              "| set | threshold | false alarms (successful runs) | recall (failed runs) | probability alone: FA / recall | rules and trusted classifier kinds alone: FA / recall |",
-              "| --- | --- | --- | --- | --- | --- |"]
-    rel_lines = ["", "With the service's point relative to the agent's own runs (once it has seen 50 runs of a task",
-                 "type: the upper percentile of that agent's recent `failure_probability`; here the percentile of",
-                 "the set's runs of other tasks, no labels used), which zero-shot may only raise the fixed point:", "",
-                 "| set | false alarms (successful runs) | recall (failed runs) |", "| --- | --- | --- |"]
-    for s, e in report["sets"].items():
-        if "operating_point_relative" in e:
-            r = e["operating_point_relative"]
-            rel_lines.append(f"| {s} | {_fmt_rate(r['false_alarms'])} | {_fmt_rate(r['recall'])} |")
-    for s, e in report["sets"].items():
-        if "operating_point" in e:
-            op = e["operating_point"]
-            po, ro = op["probability_only"], op["rules_only"]
-            lines.append(f"| {s} | {op['threshold']:.3f} | {_fmt_rate(op['false_alarms'])} | {_fmt_rate(op['recall'])} | "
-                         f"{_fmt_rate(po['false_alarms'])} / {_fmt_rate(po['recall'])} | "
-                         f"{_fmt_rate(ro['false_alarms'])} / {_fmt_rate(ro['recall'])} |")
-        elif "flagged" in e:
-            lines.append(f"| {s} (all failed) | {e['model']['threshold']:.3f} | – | {_fmt_rate(e['flagged'])} | – | – |")
-    lines += rel_lines
-    lines += ["", "Calibration (ECE, 10 bins) of `failure_probability` on each unseen set: " + ", ".join(
-        f"{s} {e['calibration']['ece']:.3f}" for s, e in report["sets"].items() if "calibration" in e)
-        + " (reliability diagram: `reports/real-figures/reliability.png`).", ""]
-    lines += ["## Where did it go wrong? (localisation on `source_index`, failed runs with a step label)", "",
-              "| set | runs | ours exact [95 %] | ±1 | ±3 | best baseline (exact, ±3) | ours − best, exact | uniform exact | position prior exact |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for s, e in report["sets"].items():
-        loc = e.get("localisation")
-        if not loc:
-            continue
-        o, b = loc["ours"], loc["baselines"][loc["best_baseline"]]
-        d = loc["exact_vs_best"]
-        lines.append(f"| {s} | {loc['runs']} | {o['exact']:.3f} [{loc['ours_exact_ci'][0]:.3f}, {loc['ours_exact_ci'][1]:.3f}] | "
-                     f"{o['within_1']:.3f} | {o['within_3']:.3f} | {loc['best_baseline']} ({b['exact']:.3f}, {b['within_3']:.3f}) | "
-                     f"{d['diff']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] | {loc['uniform']['exact']:.3f} | "
-                     f"{loc['baselines']['position prior (training folds)']['exact']:.3f} |")
-    for s, e in report["sets"].items():
-        ag = (e.get("localisation") or {}).get("agent")
-        if ag:
-            lines.append("")
-            lines.append(f"Blamed agent on {s}: " + ", ".join(f"{k} {v:.3f}" for k, v in ag.items()) + ".")
-    lines += classifier_markdown(report)
-    lines += ["", "## Rules on real runs (a failure raised, share of runs)", "",
-              "| set | rule | successful runs | failed runs | P(failed | fired) |", "| --- | --- | --- | --- | --- |"]
-    for s, rules in report["rules"].items():
-        for name, r in rules.items():
-            pf = "–" if r["p_failed_given_fired"] is None else f"{r['p_failed_given_fired']:.2f}"
-            lines.append(f"| {s} | {name} | {_fmt_rate(r['fires_on_successful'])} | {_fmt_rate(r['fires_on_failed'])} | {pf} |")
-    if report.get("in_domain"):
-        lines += ["", "## In domain, for comparison (folds grouped by task within the set)", "",
-                  "What the scorer reaches once an agent's own labelled runs train it (not what a new user gets).", "",
-                  "| set | AUROC ours | messages | ours − messages | localisation exact / ±3 |",
-                  "| --- | --- | --- | --- | --- |"]
-        for s, e in report["in_domain"].items():
-            loc = e.get("localisation")
-            loc_s = f"{loc['exact']:.3f} / {loc['within_3']:.3f}" if loc else "–"
-            if "auroc" in e:
-                v = e["vs_messages"]
-                lines.append(f"| {s} | {_fmt_ci(e['auroc'])} | {_fmt_ci(e['messages_baseline'])} | "
-                             f"{v['diff']:+.3f} [{v['ci'][0]:+.3f}, {v['ci'][1]:+.3f}] | {loc_s} |")
-            else:
-                lines.append(f"| {s} | – | – | – | {loc_s} |")
-    if report.get("semantic"):
-        lines += ["", "## Frozen semantic cases (never trained on)", "", report["semantic"]]
-    lines += ["", f"Message features: {', '.join(MESSAGE_FEATURES)}.", ""]
-    return "\n".join(lines)
-
-
-def plot_reliability(report: dict[str, Any], path: Path) -> None:
-    """One reliability diagram per set (scorer fitted without the set's family), runs per bin marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sets = [(s, e) for s, e in report["sets"].items() if "calibration" in e]
-    cols = min(3, max(1, len(sets)))
-    rows = max(1, -(-len(sets) // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.6 * rows), squeeze=False)
-    for ax in axes.flat[len(sets):]:
-        ax.axis("off")
-    for ax, (s, e) in zip(axes.flat, sets, strict=False):
-        bins = e["calibration"]["bins"]
-        ax.plot([0, 1], [0, 1], "k--", lw=1)
-        ax.plot([b["mean_p"] for b in bins], [b["failed_rate"] for b in bins], "o-", color="C0")
-        for b in bins:  # how many runs each point stands for
-            ax.annotate(str(b["n"]), (b["mean_p"], b["failed_rate"]), fontsize=7, color="C0",
-                        xytext=(3, 3), textcoords="offset points")
-        rate = e["failed"] / e["runs"]
-        ax.axhline(rate, color="C1", lw=1, ls=":")
-        ax.set_title(f"{s}: ECE {e['calibration']['ece']:.2f} (failed {rate:.0%})", fontsize=9)
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("failure_probability", fontsize=8)
-        ax.set_ylabel("share failed", fontsize=8)
-    fig.suptitle("Reliability on unseen agents (leave-one-source-out; dotted: the set's failure rate)", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_localisation(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sets = [s for s, e in report["sets"].items() if e.get("localisation")]
-    fig, axes = plt.subplots(1, max(1, len(sets)), figsize=(4.5 * max(1, len(sets)), 3.6), squeeze=False)
-    for ax, s in zip(axes[0], sets, strict=False):
-        loc = report["sets"][s]["localisation"]
-        rows = {"ours": loc["ours"]["exact"]}
-        for name in (loc["best_baseline"], "last agent message", "position prior (training folds)"):
-            rows.setdefault(name, loc["baselines"][name]["exact"])  # the best may be one of the others
-        rows["uniform"] = loc["uniform"]["exact"]
-        names, vals = list(rows), list(rows.values())
-        ax.barh(range(len(names)), vals, color=["C0", "C1", "C2", "C3", "C7"][: len(names)])
-        ax.set_yticks(range(len(names)), [n.replace(" (training folds)", "\n(training folds)") for n in names],
-                      fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlim(0, 1)
-        ax.set_title(f"{s}: exact localisation", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write_reports(report: dict[str, Any], reports: Path, card: Path | None = None) -> list[Path]:
-    reports.mkdir(parents=True, exist_ok=True)
-    (reports / "real.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    (reports / "real.md").write_text(render_markdown(report), encoding="utf-8")
-    figs = [reports / "real-figures" / "reliability.png", reports / "real-figures" / "localisation.png"]
-    plot_reliability(report, figs[0])
-    plot_localisation(report, figs[1])
-    if card is not None:
-        from model.training.runscore.card import write_real_block
-
-        write_real_block(report, card)
-    return [reports / "real.json", reports / "real.md", *figs]
 
 
 def run(root: Path | None = None, reports: Path = Path("reports"), params: dict[str, Any] | None = None,
@@ -693,5 +445,5 @@ def semantic_table(path: Path, prepared: Sequence[Prepared], params: dict[str, A
     return str(sem.render_markdown(result))
 
 
-__all__ = ["LosoFit", "Prepared", "classifier_evidence", "classifier_markdown", "evaluate_real", "lookalike_fires",
-           "loso_fits", "prepare", "render_markdown", "run", "write_reports"]
+__all__ = ["LosoFit", "Prepared", "classifier_evidence", "evaluate_real", "lookalike_fires", "loso_fits", "prepare",
+           "run"]
