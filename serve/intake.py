@@ -11,7 +11,8 @@ too) read their input here, so they accept and refuse the same inputs with the s
   query parameters, the CLI's flags). With ``override`` (the CLI) those win over an envelope's;
   without (the HTTP route) an envelope's own are kept;
 - the envelope is checked for what no store keeps (:func:`serve.validation.check_json`) and
-  validated; the trace is imported with its options (the step limit of the door).
+  validated; the trace is imported with its options (the step limit of the door), and its runs'
+  ids checked as the store checks them (:func:`serve.validation.check_trace_fields`).
 
 Spans of several traces that name no session are one run, in time order (what an agent writes
 when only its LLM client is instrumented: one trace per call): the response says so, naming
@@ -41,6 +42,7 @@ from model.core.schema import Trace
 from model.importers import load_traces, merge_documents, only_run, parse_documents
 from model.importers.spans import unkeyed_warning
 from serve.body import validate_body
+from serve.validation import check_trace_fields
 
 
 def read_request(
@@ -70,7 +72,7 @@ def read_request(
 def runs(request: DiagnoseRequest, *, max_steps: int) -> list[Trace]:
     """The runs of the request's trace; an importer's error names its place in the envelope."""
     try:
-        return load_traces(
+        traces = load_traces(
             request.trace,
             format=request.format,
             speakers=request.options.speakers or None,
@@ -81,6 +83,9 @@ def runs(request: DiagnoseRequest, *, max_steps: int) -> list[Trace]:
     except InputError as exc:
         exc.path = _body_path(exc.path)
         raise
+    for trace in traces:
+        check_trace_fields(trace)  # what the store keeps: every door refuses what it would not
+    return traces
 
 
 def take(

@@ -214,7 +214,7 @@ def _diagnose_jsonl(
                 total += 1
                 try:
                     try:
-                        request = read(raw)
+                        request = read(raw.rstrip(b"\r\n"))  # the line, as a body
                     except RequestValidationError as exc:
                         raise as_input_error(exc) from None
                     for trace in runs(request, max_steps=max_steps):
