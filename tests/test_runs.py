@@ -14,6 +14,7 @@ import pytest
 
 from model.core.errors import TraceImportError
 from model.importers import load_text, load_trace, load_traces, read_path
+from model.importers.spans import unkeyed_warning
 from serve.examples import OPENAI_LOOP
 from tests.conftest import ROOT, LiveServer
 from tests.spanfix import otlp, span
@@ -53,13 +54,31 @@ def test_per_call_traces_of_one_session_are_one_run() -> None:
         ("user_input", 0), ("tool_call", 0), ("tool_result", 1), ("final_output", 1)]
 
 
-def test_without_a_session_each_call_is_a_run_and_the_option_merges_them() -> None:
-    spans = otlp(_two_calls(None))
+def test_without_a_session_the_calls_of_one_input_are_one_run_with_a_warning() -> None:
+    """Traces that name no session, read as one run (a whole-trace request): one run, spans in time
+    order, and a warning naming the attributes that would separate runs; read apart (the live
+    receiver's way) each is a run; ``session`` names the run; input still holding several runs
+    (one session and traces naming none) is refused, the runs listed."""
+    calls = _two_calls(None)
+    spans = otlp(calls)
     assert len(load_traces(spans)) == 2
-    with pytest.raises(TraceImportError, match=r"expected one run, got 2.*options\.session"):
-        load_trace(spans)
+    one = load_trace(spans)
+    assert one.id == "1" * 32 and one.session_id is None
+    assert one.metadata["trace_ids"] == ["1" * 32, "2" * 32]
+    assert [(s.kind.value, s.source_index) for s in one.steps] == [
+        ("user_input", 0), ("tool_call", 0), ("tool_result", 1), ("final_output", 1)]
+    warning = unkeyed_warning(one)
+    assert warning is not None and "gen_ai.conversation.id" in warning and "session.id" in warning
+    backwards = load_trace(otlp(calls[::-1]))  # time order, not the order given
+    assert [(s.kind.value, s.source_index) for s in backwards.steps] == [
+        (s.kind.value, s.source_index) for s in one.steps]
     merged = load_trace(spans, session="mine")
-    assert merged.session_id == "mine" and len(merged.steps) == 4
+    assert merged.session_id == "mine" and len(merged.steps) == 4 and unkeyed_warning(merged) is None
+    keyed = load_trace(otlp(_two_calls("conv-7")))
+    assert unkeyed_warning(keyed) is None
+    mixed = otlp(_two_calls("conv-a") + [_call("3" * 32, "3" * 16, 102.0, None, ANSWER, [USER])])
+    with pytest.raises(TraceImportError, match=r"expected one run, got 2.*options\.session"):
+        load_trace(mixed)
 
 
 def test_the_session_option_picks_its_run_and_names_the_others() -> None:
@@ -129,7 +148,12 @@ def test_http_bare_trace_jsonl_and_session(live_server: LiveServer) -> None:
     assert r.status_code == 200, r.text
     assert r.json()["steps"] == 4 and _rule_failures(r.json()) == []
     two = json.dumps(otlp(_two_calls(None))).encode()
-    r = _post(live_server, two)
+    r = _post(live_server, two)  # several traces naming no session: one run, and a warning
+    assert r.status_code == 200, r.text
+    assert r.json()["steps"] == 4 and _rule_failures(r.json()) == []
+    assert "gen_ai.conversation.id" in r.json()["warnings"][0]
+    mixed = otlp(_two_calls("conv-a") + [_call("3" * 32, "3" * 16, 102.0, None, ANSWER, [USER])])
+    r = _post(live_server, json.dumps(mixed).encode())
     assert r.status_code == 422 and "options.session" in r.json()["detail"][0]["msg"]
     r = _post(live_server, two, session="conv-q")
     assert r.status_code == 200, r.text

@@ -186,6 +186,7 @@ def load_traces(
     speakers: dict[str, str] | None = None,
     max_steps: int | None = None,
     session: str | None = None,
+    join_unkeyed: bool = False,
 ) -> list[Trace]:
     """Parsed JSON → traces (OTLP/JSON and span lists give one per run; messages give one).
 
@@ -206,6 +207,9 @@ def load_traces(
     session:
         The session the input's steps belong to: spans of that session (and those naming none)
         form one run; other formats get it as their ``session_id``.
+    join_unkeyed:
+        Spans of several traces that name no session form one run (in time order), not one run
+        each (:func:`model.importers.spans.unkeyed_warning` says so on the trace).
 
     Raises
     ------
@@ -217,10 +221,11 @@ def load_traces(
     _check_options(format, max_steps)
     try:
         if format in ("auto", "otel") and is_agents_export(data):  # the Agents SDK's native trace export
-            return import_spans(to_spans(data), fmt="otel", max_steps=max_steps, session=session)
+            return import_spans(to_spans(data), fmt="otel", max_steps=max_steps, session=session,
+                                join_unkeyed=join_unkeyed)
         fmt = detect_format(data) if format == "auto" else format
         if fmt in ("otel", "openinference"):
-            return import_spans(data, fmt=fmt, max_steps=max_steps, session=session)
+            return import_spans(data, fmt=fmt, max_steps=max_steps, session=session, join_unkeyed=join_unkeyed)
         if fmt == "native":
             if isinstance(data, list):
                 if not data:
@@ -246,8 +251,16 @@ def load_trace(
     max_steps: int | None = None,
     session: str | None = None,
 ) -> Trace:
-    """Like :func:`load_traces`, for input that must hold exactly one run."""
-    traces = load_traces(data, format=format, speakers=speakers, max_steps=max_steps, session=session)
+    """Like :func:`load_traces`, for input that must hold exactly one run: spans of several
+    traces that name no session are that run (``join_unkeyed``)."""
+    traces = load_traces(data, format=format, speakers=speakers, max_steps=max_steps, session=session,
+                         join_unkeyed=True)
+    return only_run(traces)
+
+
+def only_run(traces: list[Trace]) -> Trace:
+    """The one run of ``traces``; several raise :class:`TraceImportError` listing them and saying
+    how to name the one wanted."""
     if len(traces) != 1:
         runs = ", ".join(f"trace {t.id}" + (f" (session {t.session_id})" if t.session_id else "") for t in traces[:5])
         raise TraceImportError(
@@ -404,6 +417,7 @@ __all__ = [
     "load_trace",
     "load_traces",
     "merge_documents",
+    "only_run",
     "parse_documents",
     "parse_json_text",
     "read_path",

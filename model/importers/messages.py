@@ -224,9 +224,11 @@ def import_messages(
             if k in ("tools", "functions"):
                 tools.extend(_tools(v, k))
             elif k in ("id", "trace_id") and isinstance(v, str | int):
-                trace_fields["id"] = str(v)
+                if str(v):  # an empty id (LiteLLM's logging payload) names none
+                    trace_fields["id"] = str(v)
             elif k in ("session_id", "conversation_id") and isinstance(v, str | int):
-                trace_fields["session_id"] = str(v)
+                if str(v):
+                    trace_fields["session_id"] = str(v)
             else:
                 metadata[k] = v
     else:

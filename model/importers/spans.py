@@ -16,7 +16,8 @@ Inputs:
 
 One trace per run, in order of first appearance: a run is a trace id, or every trace id whose
 spans name one session (``gen_ai.conversation.id`` or ``session.id``, on a span or its resource;
-:func:`group_runs`); ``Trace.id`` is its first trace id and ``metadata["trace_ids"]`` lists them
+:func:`group_runs`), or — for input read as one run — every trace id naming none
+(:func:`unkeyed_warning` says so); ``Trace.id`` is its first trace id and ``metadata["trace_ids"]`` lists them
 all when there are several. Within a run, spans are ordered by start time, then span id (spans
 without a start time last); a span's position in that order is the ``source_index`` of every
 step made from it. Each span is read with OpenInference when it carries
@@ -296,7 +297,9 @@ def _session_of(spans: list[Span]) -> str | None:
     return None
 
 
-def group_runs(spans: list[Span], *, session: str | None = None) -> list[tuple[str, str | None, list[Span]]]:
+def group_runs(
+    spans: list[Span], *, session: str | None = None, join_unkeyed: bool = False
+) -> list[tuple[str, str | None, list[Span]]]:
     """Spans → runs ``(trace id, session id, spans)``, in order of first appearance.
 
     Spans group by trace id; traces whose spans name the same session (``gen_ai.conversation.id``
@@ -304,7 +307,8 @@ def group_runs(spans: list[Span], *, session: str | None = None) -> list[tuple[s
     trace of its own), with the first trace's id. ``session`` (the request's option) names the
     run wanted: the traces of that session and those naming none form one run with that id;
     traces of other sessions are left out, and when nothing is left the error lists the
-    sessions the input holds.
+    sessions the input holds. ``join_unkeyed``: the traces naming no session form one run too
+    (no session id; what a whole-trace request that names none means), not one run each.
     """
     by_trace: dict[str, list[Span]] = {}
     for s in spans:
@@ -318,7 +322,7 @@ def group_runs(spans: list[Span], *, session: str | None = None) -> list[tuple[s
                 others.append(sid)
                 continue
             sid = session
-        key = f"session:{sid}" if sid is not None else f"trace:{tid}"
+        key = f"session:{sid}" if sid is not None else "unkeyed" if join_unkeyed else f"trace:{tid}"
         if key in runs:
             runs[key][2].extend(group)
         else:
@@ -330,7 +334,8 @@ def group_runs(spans: list[Span], *, session: str | None = None) -> list[tuple[s
 
 
 def import_spans(
-    data: Any, *, fmt: str, max_steps: int | None = None, session: str | None = None, in_order: bool = False
+    data: Any, *, fmt: str, max_steps: int | None = None, session: str | None = None, in_order: bool = False,
+    join_unkeyed: bool = False,
 ) -> list[Trace]:
     """Build one Trace per run from OTLP/JSON or a span list (see :func:`group_runs`).
 
@@ -342,7 +347,7 @@ def import_spans(
         fail("resourceSpans" if isinstance(data, dict) and "resourceSpans" in data else "",
              "no spans: the trace is empty")
     traces = []
-    for tid, sid, group in group_runs(spans, session=session):
+    for tid, sid, group in group_runs(spans, session=session, join_unkeyed=join_unkeyed):
         trace = _build(tid, group, max_steps, fmt, in_order)
         trace.session_id = sid
         ids = list(dict.fromkeys(s.trace_id for s in group))
@@ -353,4 +358,16 @@ def import_spans(
     return traces
 
 
-__all__ = ["any_value", "collect_spans", "group_runs", "import_spans", "key_values", "uses_openinference"]
+def unkeyed_warning(trace: Trace) -> str | None:
+    """What to say about a run joined from several traces that name no session (``None`` for any
+    other run): nothing told them apart, so they were read as one."""
+    ids = trace.metadata.get("trace_ids")
+    if trace.session_id is not None or not isinstance(ids, list) or len(ids) < 2:
+        return None
+    return (f"the input holds {len(ids)} traces and none names a session, so they were diagnosed as one run "
+            f"(spans in time order); if they are separate runs, put the run's id on every span as "
+            f"{' or '.join(_SESSION_KEYS)} (or send them one run a request)")
+
+
+__all__ = ["any_value", "collect_spans", "group_runs", "import_spans", "key_values", "unkeyed_warning",
+           "uses_openinference"]

@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
+from fastapi.exceptions import RequestValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from model.core.errors import InputError, TriageError
 from model.core.findings import DiagnosisResponse
-from model.core.options import DiagnoseOptions, DiagnoseRequest
+from model.core.options import DiagnoseRequest
 from model.core.schema import write_json_schema
 from model.diagnosis.diagnoser import Diagnoser
-from model.importers import FORMATS, load_traces, merge_documents, parse_documents, parse_json_text
+from model.importers import FORMATS
+from serve.intake import as_input_error, read_request, runs, warn
 
 _console = Console()
 _err = Console(stderr=True)
@@ -141,35 +144,32 @@ def diagnose(
     ] = True,
 ) -> None:
     """Diagnose a trace (or an archive with --jsonl) with the models the service loads (rules, the
-    classifier, the run scorer). Exit 0 healthy or not; 2 on unreadable input."""
+    classifier, the run scorer). The input is read as ``POST /v1/diagnose`` reads its body
+    (:mod:`serve.intake`), flags winning over an envelope's options; a file of several runs gets a
+    response each. Exit 0 healthy or not; 2 on unreadable input."""
     try:
-        options = DiagnoseOptions(
-            allowed_tools=_split(allowed_tools),
-            tool_equivalents=_equivalents(equivalent),
-            fallback_models=list(fallback_model or []),
-            detectors=_split(detectors),
-            shadow=shadow,
-            speakers=_speakers(speaker),
-            session=session,
-        )
+        given: dict[str, Any] = {
+            "allowed_tools": _split(allowed_tools), "tool_equivalents": _equivalents(equivalent),
+            "fallback_models": list(fallback_model or []), "detectors": _split(detectors), "shadow": shadow,
+            "speakers": _speakers(speaker), "session": session,
+        }
+        options = {k: v for k, v in given.items() if v not in (None, False, [], {})}  # the flags given
+        read = functools.partial(read_request, format=None if fmt == "auto" else fmt, options=options, override=True)
         diagnoser = Diagnoser.with_shipped_models(classifier=classifier, max_steps=max_steps)
         if jsonl is not None:
             if file is not None:
                 raise InputError("give either FILE or --jsonl, not both")
-            _diagnose_jsonl(diagnoser, jsonl, out, fmt, options, max_steps)
+            _diagnose_jsonl(diagnoser, jsonl, out, read, max_steps)
             return
         if file is None:
             raise InputError("missing FILE (a path, or - for standard input)")
         text = sys.stdin.buffer.read() if file == "-" else _read(Path(file))
-        # JSON, or OpenTelemetry's file-exporter JSON Lines (export batches merged by trace id)
-        data, fmt, options = _unwrap_envelope(merge_documents(parse_documents(text)), fmt, options)
-        traces = load_traces(
-            data, format=fmt, speakers=options.speakers or None, max_steps=max_steps, session=options.session
-        )
+        request = read(text)
+        traces = runs(request, max_steps=max_steps)
         if not traces:
             raise InputError("the input holds no trace")
-        responses = [diagnoser.diagnose(trace, options) for trace in traces]
-        if as_json:  # one JSON document: the response, or a list of them for a file of several traces
+        responses = [warn(diagnoser.diagnose(trace, request.options), trace) for trace in traces]
+        if as_json:  # one JSON document: the response, or a list of them for a file of several runs
             if len(responses) == 1:
                 typer.echo(responses[0].model_dump_json(indent=2))
             else:
@@ -177,22 +177,10 @@ def diagnose(
         else:
             for resp in responses:
                 _print_summary(resp, "stdin" if file == "-" else file)
+    except RequestValidationError as exc:
+        raise _fail(str(as_input_error(exc))) from None
     except TriageError as exc:
         raise _fail(str(exc)) from None
-
-
-def _unwrap_envelope(data: Any, fmt: str, options: DiagnoseOptions) -> tuple[Any, str, DiagnoseOptions]:
-    """Accept the HTTP request envelope ``{"trace", "format", "options"}`` as well as a bare trace;
-    options given on the command line win over the envelope's."""
-    if not (isinstance(data, dict) and "trace" in data and set(data) <= {"trace", "format", "options"}):
-        return data, fmt, options
-    try:
-        request = DiagnoseRequest.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise InputError(err["msg"], path=".".join(str(p) for p in err["loc"])) from None
-    merged = request.options.model_copy(update=options.model_dump(exclude_defaults=True))
-    return request.trace, request.format if fmt == "auto" else fmt, merged
 
 
 def _read(path: Path) -> bytes:
@@ -207,14 +195,10 @@ def _read(path: Path) -> bytes:
 
 
 def _diagnose_jsonl(
-    diagnoser: Diagnoser,
-    path: Path,
-    out: Path | None,
-    fmt: str,
-    options: DiagnoseOptions,
-    max_steps: int,
+    diagnoser: Diagnoser, path: Path, out: Path | None, read: Callable[[bytes], DiagnoseRequest], max_steps: int
 ) -> None:
-    """One response per input line; an unreadable line gets an error record, and exit 2 at the end."""
+    """One response per run of each input line (each line read as a body, :mod:`serve.intake`); an
+    unreadable line gets an error record, and exit 2 at the end."""
     bad = 0
     total = 0
     try:
@@ -228,21 +212,18 @@ def _diagnose_jsonl(
                 if not raw.strip():
                     continue
                 total += 1
-                record: dict[str, Any]
                 try:
-                    traces = load_traces(
-                        parse_json_text(raw), format=fmt, speakers=options.speakers or None, max_steps=max_steps,
-                        session=options.session,
-                    )
-                    for trace in traces:
-                        resp = diagnoser.diagnose(trace, options)
+                    try:
+                        request = read(raw.rstrip(b"\r\n"))  # the line, as a body
+                    except RequestValidationError as exc:
+                        raise as_input_error(exc) from None
+                    for trace in runs(request, max_steps=max_steps):
+                        resp = warn(diagnoser.diagnose(trace, request.options), trace)
                         sink.write(resp.model_dump_json() + "\n")
-                    continue
                 except InputError as exc:
                     bad += 1
                     exc.line = lineno
-                    record = {"line": lineno, "error": str(exc)}
-                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    sink.write(json.dumps({"line": lineno, "error": str(exc)}, ensure_ascii=False) + "\n")
     finally:
         if out:
             sink.close()

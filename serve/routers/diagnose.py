@@ -6,18 +6,16 @@ import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
 
-from model.core.errors import InputError, TraceImportError
 from model.core.findings import DiagnosisResponse
 from model.core.options import DiagnoseOptions, DiagnoseRequest
 from model.core.schema import Trace
-from model.importers import load_trace, merge_documents, parse_documents
 from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
-from serve.body import body_openapi, validate_body
+from serve.body import body_openapi
 from serve.deps import ServiceDep, SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
 from serve.heavy import HeavyLane
+from serve.intake import take, warn
 from serve.routers._common import call, json_response
 from serve.services.triage import TriageService
 
@@ -61,7 +59,8 @@ async def diagnose(
     Body: `DiagnoseRequest` — `{"trace": …, "format": "auto", "options": {…}}` — or the bare trace
     (any body without a `trace` key), including OpenTelemetry's file-exporter JSON Lines (one
     export batch a line, merged by trace id). Spans group into one run by `session.id` /
-    `gen_ai.conversation.id`, or by `options.session`.
+    `gen_ai.conversation.id`, or by `options.session`; the spans of several traces that name no
+    session are one run (in time order), and a warning says so.
     """
     raw = await request.body()
     heavy: HeavyLane = request.app.state.heavy
@@ -69,40 +68,14 @@ async def diagnose(
         content = await heavy.diagnose(principal.tenant, raw, format, session)
         return Response(content=content, media_type="application/json")
     async with request.app.state.gate.slot(principal.tenant):  # CPU work, shared fairly by tenants
-        body, trace = await call(prepare, raw, format, session, settings.max_steps)
+        body, trace = await call(
+            take, raw, max_steps=settings.max_steps, format=format, options=None if session is None else {"session": session}
+        )
         # Budgets and open failures come from the session's state; the trace is stored redacted. Its
         # metrics feed the tenant's streams after the answer is sent (alarms show in later diagnoses).
         resp = await call(service.diagnose, principal.tenant, trace, body.options, feed_streams=False)
     background.add_task(feed_streams_safely, request, service, principal.tenant, trace, resp, body.options)
-    return json_response(resp)
-
-
-def prepare(raw: bytes, format: str | None, session: str | None, max_steps: int) -> tuple[DiagnoseRequest, Trace]:
-    """The request and its trace from the body (blocking: the thread pool, or the heavy lane)."""
-    try:
-        data = merge_documents(parse_documents(raw))
-    except TraceImportError as exc:
-        raise RequestValidationError([{"loc": ("body",), "msg": str(exc), "type": "json_invalid"}]) from None
-    if not (isinstance(data, dict) and "trace" in data):
-        envelope: dict[str, object] = {"trace": data}  # a bare trace, as the CLI takes it
-        if format is not None:
-            envelope["format"] = format
-        if session is not None:
-            envelope["options"] = {"session": session}
-        data = envelope
-    body = validate_body(data, DiagnoseRequest)
-    try:
-        trace = load_trace(
-            body.trace,
-            format=body.format,
-            speakers=body.options.speakers or None,
-            max_steps=max_steps,
-            session=body.options.session,
-        )
-    except InputError as exc:
-        exc.path = _body_path(exc.path)
-        raise
-    return body, trace
+    return json_response(warn(resp, trace))
 
 
 def feed_streams_safely(
@@ -118,12 +91,3 @@ def feed_streams_safely(
         log.exception("feeding the streams of trace %r (tenant %r) failed: its observations are lost", trace.id, tenant)
         request.app.state.metrics.lost_observations.inc()
 
-
-def _body_path(path: str | None) -> str:
-    """Where an importer's error is in the request body: the ``speakers`` option lives under
-    ``options`` (``options.session`` names itself); everything else is inside ``trace``."""
-    if path and path.startswith("options."):
-        return path
-    if path and (path == "speakers" or path.startswith("speakers.")):
-        return f"options.{path}"
-    return f"trace.{path}" if path else "trace"
