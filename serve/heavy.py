@@ -57,13 +57,13 @@ def _init(settings_data: dict[str, Any]) -> None:  # pragma: no cover - runs in 
 def _diagnose(tenant: str, raw: bytes, format: str | None, session: str | None) -> tuple[str, Any]:  # pragma: no cover
     """Parse, import, diagnose and store (the helper process); ``("ok", response JSON)`` or an
     error to re-raise in the worker."""
-    from serve.intake import take, warn
+    from serve.intake import take
 
     try:
         body, trace = take(raw, max_steps=_MAX_STEPS, format=format,
                            options=None if session is None else {"session": session})
         resp = _SERVICE.diagnose(tenant, trace, body.options, feed_streams=True)
-        return "ok", warn(resp, trace).model_dump_json()
+        return "ok", resp.model_dump_json()
     except RequestValidationError as exc:
         return "validation", list(exc.errors())
     except InputError as exc:

@@ -16,7 +16,8 @@ too) read their input here, so they accept and refuse the same inputs with the s
 
 Spans of several traces that name no session are one run, in time order (what an agent writes
 when only its LLM client is instrumented: one trace per call): the response says so, naming
-the attributes that would separate runs, and each door adds it to the response (:func:`warn`).
+the attributes that would separate runs (the diagnoser's first warning,
+:func:`model.importers.spans.unkeyed_warning`, so it is stored with the diagnosis too).
 
 Errors: an unreadable or invalid body raises :class:`~fastapi.exceptions.RequestValidationError`
 (``loc`` from ``body``; a JSON error keeps the importer's error as its cause), the importer's
@@ -36,11 +37,9 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 
 from model.core.errors import InputError, TraceImportError
-from model.core.findings import DiagnosisResponse
 from model.core.options import DiagnoseRequest
 from model.core.schema import Trace
 from model.importers import load_traces, merge_documents, only_run, parse_documents
-from model.importers.spans import unkeyed_warning
 from serve.body import validate_body
 from serve.validation import check_trace_fields
 
@@ -98,15 +97,6 @@ def take(
     return request, only_run(runs(request, max_steps=max_steps))
 
 
-def warn(resp: DiagnosisResponse, trace: Trace) -> DiagnosisResponse:
-    """``resp`` with what the intake has to say about ``trace`` (a run joined from traces that
-    name no session: :func:`model.importers.spans.unkeyed_warning`) first among its warnings."""
-    said = unkeyed_warning(trace)
-    if said:
-        resp.warnings.insert(0, said)
-    return resp
-
-
 def as_input_error(exc: RequestValidationError) -> InputError:
     """A body error as the importer's :class:`InputError` (what the CLI prints): the JSON error it
     came from, else its first error with the field's path (``options.detectors``)."""
@@ -127,4 +117,4 @@ def _body_path(path: str | None) -> str:
     return f"trace.{path}" if path else "trace"
 
 
-__all__ = ["as_input_error", "read_request", "runs", "take", "warn"]
+__all__ = ["as_input_error", "read_request", "runs", "take"]

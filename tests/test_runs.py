@@ -152,6 +152,9 @@ def test_http_bare_trace_jsonl_and_session(live_server: LiveServer) -> None:
     assert r.status_code == 200, r.text
     assert r.json()["steps"] == 4 and _rule_failures(r.json()) == []
     assert "gen_ai.conversation.id" in r.json()["warnings"][0]
+    stored = httpx.get(f"{live_server.url}/v1/traces/{r.json()['trace_id']}", timeout=60)
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["diagnosis"]["warnings"][0] == r.json()["warnings"][0]  # kept with the diagnosis
     mixed = otlp(_two_calls("conv-a") + [_call("3" * 32, "3" * 16, 102.0, None, ANSWER, [USER])])
     r = _post(live_server, json.dumps(mixed).encode())
     assert r.status_code == 422 and "options.session" in r.json()["detail"][0]["msg"]

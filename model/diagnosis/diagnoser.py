@@ -35,6 +35,7 @@ from model.core.schema import StepKind, Trace
 from model.detectors.base import TraceDetector
 from model.detectors.catalog import TRACE_DETECTORS, make_detector
 from model.diagnosis.ladders import Ladders
+from model.importers.spans import unkeyed_warning
 
 if TYPE_CHECKING:
     from model.scoring.runscore.model import RunScorer
@@ -325,6 +326,9 @@ class Diagnoser:
                 failures = [primary]
         recommendation = self.ladders.recommend(trace, primary, options=options)
         coverage, warnings = assess(trace)
+        joined = unkeyed_warning(trace)  # a run read from traces naming no session: say so first
+        if joined:
+            warnings.insert(0, joined)
         return DiagnosisResponse(
             trace_id=trace.id,
             model_version=self.model_version,

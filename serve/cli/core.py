@@ -22,7 +22,7 @@ from model.core.options import DiagnoseRequest
 from model.core.schema import write_json_schema
 from model.diagnosis.diagnoser import Diagnoser
 from model.importers import FORMATS
-from serve.intake import as_input_error, read_request, runs, warn
+from serve.intake import as_input_error, read_request, runs
 
 _console = Console()
 _err = Console(stderr=True)
@@ -168,7 +168,7 @@ def diagnose(
         traces = runs(request, max_steps=max_steps)
         if not traces:
             raise InputError("the input holds no trace")
-        responses = [warn(diagnoser.diagnose(trace, request.options), trace) for trace in traces]
+        responses = [diagnoser.diagnose(trace, request.options) for trace in traces]
         if as_json:  # one JSON document: the response, or a list of them for a file of several runs
             if len(responses) == 1:
                 typer.echo(responses[0].model_dump_json(indent=2))
@@ -218,7 +218,7 @@ def _diagnose_jsonl(
                     except RequestValidationError as exc:
                         raise as_input_error(exc) from None
                     for trace in runs(request, max_steps=max_steps):
-                        resp = warn(diagnoser.diagnose(trace, request.options), trace)
+                        resp = diagnoser.diagnose(trace, request.options)
                         sink.write(resp.model_dump_json() + "\n")
                 except InputError as exc:
                     bad += 1

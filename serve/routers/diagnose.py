@@ -15,7 +15,7 @@ from serve.body import body_openapi
 from serve.deps import ServiceDep, SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
 from serve.heavy import HeavyLane
-from serve.intake import take, warn
+from serve.intake import take
 from serve.routers._common import call, json_response
 from serve.services.triage import TriageService
 
@@ -75,7 +75,7 @@ async def diagnose(
         # metrics feed the tenant's streams after the answer is sent (alarms show in later diagnoses).
         resp = await call(service.diagnose, principal.tenant, trace, body.options, feed_streams=False)
     background.add_task(feed_streams_safely, request, service, principal.tenant, trace, resp, body.options)
-    return json_response(warn(resp, trace))
+    return json_response(resp)
 
 
 def feed_streams_safely(
