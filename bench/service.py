@@ -130,7 +130,10 @@ async def _connection(
     session_n = 0
     try:
         while time.perf_counter() < deadline:
-            if scenario == "session_step_clf":
+            method = "POST"
+            if scenario == "healthz":  # the HTTP floor: every figure is also printed as a ratio to its p50
+                method, path, body = "GET", "/healthz", b""
+            elif scenario == "session_step_clf":
                 if i % SESSION_LEN == 0:
                     session_n += 1
                 path = f"/v1/sessions/bench-{os.getpid()}-{conn_id}-{session_n}/steps"
@@ -140,7 +143,7 @@ async def _connection(
                 body = bodies[(conn_id * 7919 + i) % len(bodies)]
             i += 1
             head = (
-                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+                f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             ).encode()
             t0 = time.perf_counter()
@@ -164,7 +167,7 @@ async def _connection(
 
 
 async def _load(host: str, port: int, key: str, scenario: str, conns: int, duration: float) -> dict[str, Any]:
-    bodies = [] if scenario == "session_step_clf" else _bodies(scenario, 200)
+    bodies = [] if scenario in ("session_step_clf", "healthz") else _bodies(scenario, 200)
     lat: list[float] = []
     errors: list[str] = []
     # warm-up: one request per connection's worth, not timed
@@ -379,16 +382,22 @@ def main() -> None:
                             f"# {workers} worker(s): no classifier artefact loaded; skipping {', '.join(dropped)}"
                         )
                     scenarios = [s for s in scenarios if "clf" not in s]
+                floor = run_load(server.url, server.key, "healthz", 1, min(args.duration, 4.0))
+                floor.update(workers=workers, classifier=clf)
+                results.append(floor)
+                print(f"workers={workers} {'healthz (floor)':18s} conns=1  {floor['rps']:8.1f} req/s  "
+                      f"p50 {floor['p50_ms']:7.2f} ms  p99 {floor['p99_ms']:7.2f} ms", flush=True)
                 for scenario in scenarios:
                     for conns in args.conns:
                         r = run_load(server.url, server.key, scenario, conns, args.duration)
                         r["workers"] = workers
                         r["classifier"] = clf
+                        r["floor_ratio"] = r["p50_ms"] / floor["p50_ms"]
                         results.append(r)
                         print(
                             f"workers={workers} {scenario:18s} conns={conns}  {r['rps']:8.1f} req/s  "
-                            f"p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}"
-                            + (f"  first: {r['first_error']}" if r["first_error"] else ""),
+                            f"p50 {r['p50_ms']:7.2f} ms ({r['floor_ratio']:5.1f}x floor)  p99 {r['p99_ms']:7.2f} ms  "
+                            f"errors {r['errors']}" + (f"  first: {r['first_error']}" if r["first_error"] else ""),
                             flush=True,
                         )
                 rss[workers] = server.worker_rss_mb()

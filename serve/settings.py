@@ -82,6 +82,11 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Delete history not updated for this long (checked at start-up)."
     )
     stream_detector: str = Field(default="cusum", description="Stream detector for observations.")
+    alarm_cache_s: float = Field(
+        default=1.0, ge=0,
+        description="Seconds a worker reuses the open stream alarms it read for a diagnosis (one query per "
+        "(tenant, agent) per period instead of one per request; its own feeds refresh them at once).",
+    )
     stream_autofeed: str = Field(
         default="latency_ms,tokens_out,output_chars,failure_probability",
         description="Per-trace metrics every /v1/diagnose feeds into the tenant's streams "

@@ -35,6 +35,9 @@ def _keys(data_dir: Path, *tenants: str) -> dict[str, str]:
     return keys
 
 
+#: TRIAGE_ALARM_CACHE_S of the two-worker server.
+ALARM_CACHE_S = 0.3
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
     """Two uvicorn workers sharing one SQLite store: any worker may take any step."""
@@ -46,6 +49,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
             "TRIAGE_AUTH": "on",
             "TRIAGE_AUTH_CACHE_S": "0",
             "TRIAGE_OPERATOR_TENANTS": "acme",  # acme's key sees every tenant in /metrics
+            # a worker reuses the open alarms it read for this long (another worker's change shows after it)
+            "TRIAGE_ALARM_CACHE_S": str(ALARM_CACHE_S),
         },
         args=["--workers", "2"],
     ).wait_ready()
@@ -416,6 +421,7 @@ def test_stream_alarm_is_a_fleet_signal_a_failure_out_of_band_until_rebaselined(
             headers=h,
         )
         assert r.status_code == 200 and r.json()["alarm_open"] is False
+        time.sleep(ALARM_CACHE_S)  # the worker that answers next may have read the alarm just before
         assert not _degradation(c.diagnose(native(2.5)))
     assert 'stream="meta.quality"' not in httpx.get(f"{srv.url}/metrics", headers=h).text
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -124,11 +124,6 @@ class Metrics:
             "HTTP request latency (this worker)",
             labelnames=["method", "route", "status"],
             buckets=_BUCKETS,
-            registry=self.registry,
-        )
-        self.lost_observations = Counter(
-            "triage_stream_observations_lost",
-            "Diagnosed traces whose stream observations could not be recorded (this worker; logged)",
             registry=self.registry,
         )
         self._store: StoreCollector | None = None

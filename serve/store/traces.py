@@ -7,7 +7,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -27,6 +27,13 @@ from serve.store.tables import (
     UsageRow,
     utcnow,
 )
+
+
+class TracePrior(NamedTuple):
+    """What :meth:`Traces.lock_trace` read of a stored trace."""
+
+    policy_state: dict[str, Any] | None
+    steps_in_rows: bool
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class Traces(StoreBase):
         arm: str | None = None,
         agent: str = POOL_AGENT,
         step_tools: Sequence[str | None] | None = None,
+        prior: TracePrior | None | bool = True,
     ) -> None:
         """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
 
@@ -83,6 +91,8 @@ class Traces(StoreBase):
         ``agent``: the run's agent (:func:`model.core.agents.resolve_agent`).
         ``step_tools``: the tool name of each step, when ``trace`` does not hold the steps; a
         failure row keeps the tool it concerns (``details.tool``, else its step's).
+        ``prior``: what :meth:`lock_trace` read of the row in this transaction (``None``: no row),
+        which saves reading it again; ``True``: not read yet.
         """
         now = utcnow()
         if step_tools is None:
@@ -108,13 +118,19 @@ class Traces(StoreBase):
             "steps_in_rows": steps_in_rows,
             "agent": agent,
         }
-        prev = db.execute(
-            select(TraceRow.steps_in_rows).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
-        ).scalar_one_or_none() if not steps_in_rows else None
-        if prev:  # a whole trace replaces one whose steps were kept in rows
+        if prior is True:
+            prev = db.execute(
+                select(TraceRow.steps_in_rows).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+            ).scalar_one_or_none() if not steps_in_rows else None
+        else:
+            prev = prior.steps_in_rows if isinstance(prior, TracePrior) else None
+        if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
             db.execute(delete(TraceStepRow).where(TraceStepRow.tenant_id == tenant, TraceStepRow.trace_id == trace_id))
         created = db.execute(self._trace_upsert(), values).scalar_one()
-        db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
+        # a new row has no failures to replace (known for sure on SQLite, whose writers take turns;
+        # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
+        if prior is not None or self.dialect != "sqlite":
+            db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
         rows = [
             {
                 "tenant_id": tenant,
@@ -179,13 +195,20 @@ class Traces(StoreBase):
         with self.read() as db:
             return int(db.scalar(select(UsageRow.steps).where(UsageRow.tenant_id == tenant, UsageRow.day == day)) or 0)
 
-    def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
-        """The policy state of a session-less trace, locked for this transaction (None if new)."""
-        q = select(TraceRow.policy_state).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+    def lock_trace(self, db: Session, tenant: str, trace_id: str) -> TracePrior | None:
+        """The trace's policy state and where its steps are, locked for this transaction (None if new)."""
+        q = select(TraceRow.policy_state, TraceRow.steps_in_rows).where(
+            TraceRow.tenant_id == tenant, TraceRow.id == trace_id
+        )
         if self.dialect == "postgresql":
             q = q.with_for_update()
-        state: dict[str, Any] | None = db.execute(q).scalar_one_or_none()
-        return state
+        row = db.execute(q).one_or_none()
+        return None if row is None else TracePrior(row[0], bool(row[1]))
+
+    def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
+        """The policy state of a session-less trace, locked for this transaction (None if new)."""
+        prior = self.lock_trace(db, tenant, trace_id)
+        return None if prior is None else prior.policy_state
 
     def set_trace_state(self, db: Session, tenant: str, trace_id: str, state: dict[str, Any]) -> None:
         db.execute(
