@@ -145,7 +145,6 @@ class Diagnoses:
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         response = self.redactor.redact(resp.model_dump(mode="json"))
         with self.store.write() as db:
-            self.spend_steps(db, tenant, len(trace.steps))
             row = None
             prior: TracePrior | None | bool = True
             if trace.session_id:  # the session's repair state
@@ -176,8 +175,11 @@ class Diagnoses:
             self.record_recommendation(db, tenant, decision, trace.id, trace.session_id)
             if row is not None:
                 self.store.save_session_state(row, state)
+            # The rows every request of the tenant (usage) or of the agent (its streams) updates come
+            # last: on PostgreSQL their locks are held from here to the commit only.
             if self.streams.autofeed:  # shadow mode observes too
                 self.streams.feed(db, tenant, trace, resp, agent)
+            self.spend_steps(db, tenant, len(trace.steps))
         self.export(trace, resp)
         return resp
 

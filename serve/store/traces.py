@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from model.core.agents import POOL_AGENT
 from model.core.errors import InputError
-from serve.store.base import StoreBase, rowcount
+from serve.store.base import StoreBase, core, rowcount
 from serve.store.tables import (
     FailureRow,
     LabelRow,
@@ -48,16 +48,16 @@ class Traces(StoreBase):
     @functools.cached_property
     def _trace_upsert_stmt(self) -> Any:
         # Built once, executed with a parameter dict: SQLAlchemy then reuses its compiled form.
-        ins = self._insert(TraceRow)
+        ins = self._insert(core(TraceRow))  # Core, not the ORM's bulk path: this runs per request
         keep = ("tenant_id", "id", "created_at", "failed_at")
         return ins.on_conflict_do_update(
             index_elements=["tenant_id", "id"],
             set_={
-                **{c.key: getattr(ins.excluded, c.key) for c in TraceRow.__table__.columns if c.key not in keep},
+                **{c.key: getattr(ins.excluded, c.key) for c in core(TraceRow).columns if c.key not in keep},
                 # the run's first failure stays the first one (serve/services/canary.py: failure and recovery rates)
-                "failed_at": func.coalesce(TraceRow.__table__.c.failed_at, ins.excluded.failed_at),
+                "failed_at": func.coalesce(core(TraceRow).c.failed_at, ins.excluded.failed_at),
             },
-        ).returning(TraceRow.__table__.c.created_at)  # the kept one: the failure rows carry it
+        ).returning(core(TraceRow).c.created_at)  # the kept one: the failure rows carry it
 
     def _trace_upsert(self) -> Any:
         return self._trace_upsert_stmt
@@ -152,7 +152,7 @@ class Traces(StoreBase):
             for f in response.get(key) or []
         ]
         if rows:
-            db.execute(insert(FailureRow), rows)
+            db.execute(insert(core(FailureRow)), rows)
 
     def put_steps(self, db: Session, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
         """Insert or replace steps of a trace kept in rows (index → step JSON), inside ``db``."""
@@ -185,10 +185,11 @@ class Traces(StoreBase):
 
     def add_usage(self, db: Session, tenant: str, day: str, steps: int) -> int:
         """Add ``steps`` to the tenant's usage of ``day`` (inside ``db``); the new total."""
-        ins = self._insert(UsageRow).values(tenant_id=tenant, day=day, steps=steps)
+        table = core(UsageRow)
+        ins = self._insert(table).values(tenant_id=tenant, day=day, steps=steps)
         stmt = ins.on_conflict_do_update(
-            index_elements=["tenant_id", "day"], set_={"steps": UsageRow.steps + ins.excluded.steps}
-        ).returning(UsageRow.steps)
+            index_elements=["tenant_id", "day"], set_={"steps": table.c.steps + ins.excluded.steps}
+        ).returning(table.c.steps)
         return int(db.execute(stmt).scalar_one())
 
     def usage(self, tenant: str, day: str) -> int:
@@ -197,9 +198,8 @@ class Traces(StoreBase):
 
     def lock_trace(self, db: Session, tenant: str, trace_id: str) -> TracePrior | None:
         """The trace's policy state and where its steps are, locked for this transaction (None if new)."""
-        q = select(TraceRow.policy_state, TraceRow.steps_in_rows).where(
-            TraceRow.tenant_id == tenant, TraceRow.id == trace_id
-        )
+        t = core(TraceRow).c
+        q = select(t.policy_state, t.steps_in_rows).where(t.tenant_id == tenant, t.id == trace_id)
         if self.dialect == "postgresql":
             q = q.with_for_update()
         row = db.execute(q).one_or_none()
