@@ -281,9 +281,12 @@ def test_bad_input_and_unknown_ids(server: tuple[LiveServer, dict[str, str]]) ->
 
 
 def test_sigkill_mid_load_loses_no_acknowledged_trace(tmp_path: Path) -> None:
+    """Two workers under load, the master SIGKILLed: every acknowledged trace is stored, and each
+    stored trace's stream observations were applied exactly once, in order (the agent's streams
+    count them with no gap and no repeat), whichever worker took it."""
     keys = _keys(tmp_path, "acme")
     env = {"TRIAGE_DATA_DIR": str(tmp_path), "TRIAGE_AUTH": "on", "TRIAGE_CLASSIFIER": "false"}
-    srv = LiveServer(env=env).wait_ready()
+    srv = LiveServer(env=env, args=["--workers", "2"]).wait_ready()
     acked: list[str] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -339,6 +342,19 @@ def test_sigkill_mid_load_loses_no_acknowledged_trace(tmp_path: Path) -> None:
         assert set(acked) <= stored
     finally:
         restarted.stop()
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'triage.db'}")
+    with engine.connect() as conn:
+        streams = {r.name: r.n for r in conn.execute(text("SELECT name, n FROM streams WHERE tenant_id = 'acme'"))}
+        obs = conn.execute(text("SELECT stream, seq, trace_id FROM observations WHERE tenant_id = 'acme'")).all()
+    engine.dispose()
+    assert {"output_chars", "failure_probability"} <= set(streams)
+    for name, n in streams.items():
+        mine = [o for o in obs if o.stream == name]
+        assert sorted(o.seq for o in mine) == list(range(n))  # each applied once, in one order
+        fed = [o.trace_id for o in mine]
+        assert len(fed) == len(set(fed)) and set(fed) == stored  # one per stored trace, none of a lost one
 
 
 def _degradation(resp: Any) -> list[tuple[str, str, bool]]:
