@@ -204,11 +204,11 @@ def test_canary_arms_end_to_end(db_url: str, tmp_path: Any) -> None:  # noqa: F8
         m = acme.metrics()
         extra = {"repair": 1, "shadow": 0} if whole_arm == "repair" else {"repair": 0, "shadow": 1}
         assert m["triage_repair_canary_percent"] == {"": 40.0}
-        assert m["triage_canary_runs_total"] == {"repair": 2 + extra["repair"], "shadow": 3 + extra["shadow"]}
-        assert m["triage_canary_failed_runs_total"] == {"repair": 2 + extra["repair"], "shadow": 2 + extra["shadow"]}
-        assert m["triage_canary_recovered_runs_total"] == {"repair": 1, "shadow": 1}
-        assert m["triage_canary_labelled_runs_total"] == {"repair": 2, "shadow": 2}
-        assert m["triage_canary_succeeded_runs_total"] == {"repair": 1, "shadow": 1}
+        assert m["triage_canary_runs"] == {"repair": 2 + extra["repair"], "shadow": 3 + extra["shadow"]}
+        assert m["triage_canary_failed_runs"] == {"repair": 2 + extra["repair"], "shadow": 2 + extra["shadow"]}
+        assert m["triage_canary_recovered_runs"] == {"repair": 1, "shadow": 1}
+        assert m["triage_canary_labelled_runs"] == {"repair": 2, "shadow": 2}
+        assert m["triage_canary_succeeded_runs"] == {"repair": 1, "shadow": 1}
         assert m["triage_canary_task_success_ratio"] == {"repair": 0.5, "shadow": 0.5}
         assert m["triage_canary_recovery_ratio"] == {
             "repair": 1 / (2 + extra["repair"]), "shadow": 1 / (2 + extra["shadow"])
@@ -217,10 +217,10 @@ def test_canary_arms_end_to_end(db_url: str, tmp_path: Any) -> None:  # noqa: F8
         # scoped as the other metrics: globex sees its own run only, the operator every tenant's
         g = globex.metrics()
         g_arm = assign_arm("globex", "g-1", 40.0)
-        assert g["triage_canary_runs_total"] == {g_arm: 1, ("shadow" if g_arm == "repair" else "repair"): 0}
+        assert g["triage_canary_runs"] == {g_arm: 1, ("shadow" if g_arm == "repair" else "repair"): 0}
         assert g["triage_canary_recovery_ratio"] == {g_arm: 0.0}  # no runs in the other arm: no rate
         o = ops.metrics()
-        assert sum(o["triage_canary_runs_total"].values()) == 7  # acme 6, globex 1
+        assert sum(o["triage_canary_runs"].values()) == 7  # acme 6, globex 1
     finally:
         srv.stop()
 
