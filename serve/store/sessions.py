@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from serve.store.base import StoreBase, rowcount
+from serve.store.base import StoreBase
 from serve.store.counters import count_labels, count_outcome, count_recommendation
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, SessionRow, utcnow
 
@@ -96,9 +96,9 @@ class Sessions(StoreBase):
                 status=status,
                 created_at=utcnow(),
                 body=rec,
-            ).on_conflict_do_nothing()
+            ).on_conflict_do_nothing().returning(RecommendationRow.id)
         )
-        count_recommendation(db, tenant, rec["strategy"], rowcount(res))
+        count_recommendation(db, tenant, rec["strategy"], len(res.all()))  # 0: it was there
 
     @staticmethod
     def get_recommendation(db: Session, tenant: str, rec_id: str) -> RecommendationRow | None:
