@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -89,11 +89,41 @@ def _run_of(row: Any) -> _Run:
                 {str(k): int(v) for k, v in (kinds or {}).items()})
 
 
+# Built once and executed with parameters: SQLAlchemy reuses their compiled forms (the write path is hot).
+_RUNS = cast(Table, RunMetricRow.__table__)
+_SELECT_RUN = select(*_RUN_COLS).where(RunMetricRow.tenant_id == bindparam("t"), RunMetricRow.trace_id == bindparam("i"))
+_LOCK_RUN = _SELECT_RUN.with_for_update()
+_INSERT_RUN = insert(_RUNS)
+_UPDATE_RUN = update(_RUNS).where(_RUNS.c.tenant_id == bindparam("t"), _RUNS.c.trace_id == bindparam("i"))
+_SELECT_LABELS = select(LabelRow.id, LabelRow.created_at, LabelRow.author_type, LabelRow.failed, LabelRow.kind).where(
+    LabelRow.tenant_id == bindparam("t"), LabelRow.trace_id == bindparam("i"), LabelRow.withdrawn_at.is_(None))
+_FIRST_REC = select(func.min(RecommendationRow.created_at)).where(
+    RecommendationRow.tenant_id == bindparam("t"), RecommendationRow.trace_id == bindparam("i"),
+    RecommendationRow.failure_key == bindparam("k"))
+
+
+def _upserts(dialect: str) -> tuple[Any, Any]:
+    """``n = n + excluded.n`` upserts of ``canary_counts`` and ``metric_totals`` (per dialect, built once)."""
+    got = _UPSERTS.get(dialect)
+    if got is None:
+        ins_of = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        canary, totals = cast(Table, CanaryCountRow.__table__), cast(Table, MetricTotalRow.__table__)
+        ci, ti = ins_of(canary), ins_of(totals)
+        got = _UPSERTS[dialect] = (
+            ci.on_conflict_do_update(index_elements=["tenant_id", "hour", "arm"],
+                                     set_={f: canary.c[f] + ci.excluded[f] for f in CANARY_FIELDS}),
+            ti.on_conflict_do_update(index_elements=["tenant_id", "name", "key"],
+                                     set_={"n": totals.c.n + ti.excluded.n, "total": totals.c.total + ti.excluded.total}),
+        )
+    return got
+
+
+_UPSERTS: dict[str, tuple[Any, Any]] = {}
+
+
 def _lock_run(db: Session, tenant: str, trace_id: str) -> _Run | None:
-    q = select(*_RUN_COLS).where(RunMetricRow.tenant_id == tenant, RunMetricRow.trace_id == trace_id)
-    if db.get_bind().dialect.name == "postgresql":
-        q = q.with_for_update()
-    row = db.execute(q).one_or_none()
+    q = _LOCK_RUN if db.get_bind().dialect.name == "postgresql" else _SELECT_RUN
+    row = db.execute(q, {"t": tenant, "i": trace_id}).one_or_none()
     return None if row is None else _run_of(row)
 
 
@@ -130,10 +160,9 @@ def _save(db: Session, tenant: str, trace_id: str, old: _Run | None, new: _Run) 
               "recovery_s": new.recovery_s, "labelled": new.labelled, "succeeded": new.succeeded,
               "kinds": new.kinds}
     if old is None:
-        db.execute(insert(RunMetricRow).values(tenant_id=tenant, trace_id=trace_id, **values))
+        db.execute(_INSERT_RUN, {"tenant_id": tenant, "trace_id": trace_id, **values})
     else:
-        db.execute(update(RunMetricRow).where(RunMetricRow.tenant_id == tenant, RunMetricRow.trace_id == trace_id)
-                   .values(**values))
+        db.execute(_UPDATE_RUN, {"t": tenant, "i": trace_id, **values})
 
 
 # -- the writes that change a count -----------------------------------------------------------------
@@ -165,10 +194,7 @@ def count_labels(db: Session, tenant: str, trace_id: str) -> None:
     old = _lock_run(db, tenant, trace_id)
     if old is None:  # no such run (labels need one)
         return
-    rows = db.execute(
-        select(LabelRow.id, LabelRow.created_at, LabelRow.author_type, LabelRow.failed, LabelRow.kind)
-        .where(LabelRow.tenant_id == tenant, LabelRow.trace_id == trace_id, LabelRow.withdrawn_at.is_(None))
-    ).mappings().all()
+    rows = db.execute(_SELECT_LABELS, {"t": tenant, "i": trace_id}).mappings().all()
     decider = deciding_label([dict(r) for r in rows])
     labelled = decider is not None
     succeeded = decider is not None and not label_failed(decider)
@@ -189,9 +215,7 @@ def count_outcome(
     from the first recommendation for that failure in that run to ``at``."""
     _total(db, tenant, "outcomes_ok" if success else "outcomes_failed", strategy, 1)
     if success and failure_key is not None:
-        first = db.execute(select(func.min(RecommendationRow.created_at)).where(
-            RecommendationRow.tenant_id == tenant, RecommendationRow.trace_id == trace_id,
-            RecommendationRow.failure_key == failure_key)).scalar()
+        first = db.execute(_FIRST_REC, {"t": tenant, "i": trace_id, "k": failure_key}).scalar()
         if first is not None:
             _total(db, tenant, "recoveries", "", 1, _seconds(first, at))
 
@@ -261,24 +285,16 @@ def flush_counts(db: Session) -> None:
     if not pending:
         return
     canary, totals = pending
-    ins_of = postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert
-    rows = []
-    for (tenant, hour, arm), c in sorted(canary.items()):
-        if any(c.values()):
-            rows.append({"tenant_id": tenant, "hour": hour, "arm": arm,
-                         **{f: (c[f] if f == "recovery_s" else int(round(c[f]))) for f in CANARY_FIELDS}})
+    upsert_canary, upsert_totals = _upserts(db.get_bind().dialect.name)
+    rows = [{"tenant_id": tenant, "hour": hour, "arm": arm,
+             **{f: (c[f] if f == "recovery_s" else int(round(c[f]))) for f in CANARY_FIELDS}}
+            for (tenant, hour, arm), c in sorted(canary.items()) if any(c.values())]
     if rows:
-        ins = ins_of(CanaryCountRow).values(rows)
-        db.execute(ins.on_conflict_do_update(
-            index_elements=["tenant_id", "hour", "arm"],
-            set_={f: getattr(CanaryCountRow, f) + getattr(ins.excluded, f) for f in CANARY_FIELDS}))
+        db.execute(upsert_canary, rows)
     trows = [{"tenant_id": t, "name": name, "key": key, "n": int(round(n)), "total": total}
              for (t, name, key), (n, total) in sorted(totals.items()) if n or total]
     if trows:
-        ins = ins_of(MetricTotalRow).values(trows)
-        db.execute(ins.on_conflict_do_update(
-            index_elements=["tenant_id", "name", "key"],
-            set_={"n": MetricTotalRow.n + ins.excluded.n, "total": MetricTotalRow.total + ins.excluded.total}))
+        db.execute(upsert_totals, trows)
 
 
 __all__ = ["CANARY_FIELDS", "HOUR_S", "count_labels", "count_outcome", "count_recommendation", "count_run",
