@@ -6,12 +6,16 @@ cached :func:`get_settings` dependency, which tests override).
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class Settings(BaseSettings):
@@ -152,6 +156,27 @@ class Settings(BaseSettings):
         "are shadow: diagnosed and recorded, recommended `continue`. /metrics compares the arms. Default "
         "100: repair for all, as before the canary (a lower value withholds repairs from agents that use them).",
     )
+    canary_window: timedelta = Field(
+        default=timedelta(days=7),
+        description="/metrics' canary figures count the runs started within this window (to the top of the hour "
+        "it began in): `7d`, `12h`, `90m`, seconds, or ISO 8601 (`P7D`); at least 1h. Default 7d.",
+    )
+
+    @field_validator("canary_window", mode="before")
+    @classmethod
+    def _window(cls, v: object) -> object:
+        if isinstance(v, str):
+            m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", v.lower())
+            if m:
+                return timedelta(seconds=float(m[1]) * _UNIT_S[m[2]])
+        return v
+
+    @field_validator("canary_window")
+    @classmethod
+    def _window_at_least_an_hour(cls, v: timedelta) -> timedelta:
+        if v < timedelta(hours=1):
+            raise ValueError(f"the canary window is at least 1h (its counts are kept per hour); got {v}")
+        return v
 
     # -- agent models: retraining and the registry (issue 20; model/scoring/agent_registry.py, serve/services/retrain.py) ----
     model_registry: Path | None = Field(

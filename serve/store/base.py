@@ -28,6 +28,7 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
 from model.core.errors import InputError, StoreError, StoreUnavailableError, StoreValueError
+from serve.store.counters import flush_counts
 from serve.store.engine import SQLITE_BEGIN, make_engine
 from serve.store.migrate import upgrade as _upgrade
 from serve.store.tables import LabelRow
@@ -110,11 +111,13 @@ class StoreBase:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A write unit of work, committed at the end (``BEGIN IMMEDIATE`` on SQLite)."""
+        """A write unit of work, committed at the end (``BEGIN IMMEDIATE`` on SQLite), with the
+        counts its writes changed (:func:`serve.store.counters.flush_counts`)."""
         mutex = self._write_mutex or contextlib.nullcontext()
         try:
             with mutex, self._write() as db, db.begin():
                 yield db
+                flush_counts(db)
         except (SQLAlchemyError, OverflowError, UnicodeEncodeError) as exc:
             raise store_error(exc, "writing") from exc
 

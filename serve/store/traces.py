@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from model.core.agents import POOL_AGENT
 from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
+from serve.store.counters import count_run, uncount_runs
 from serve.store.tables import (
     FailureRow,
     LabelRow,
@@ -80,6 +81,7 @@ class Traces(StoreBase):
         agent: str = POOL_AGENT,
         step_tools: Sequence[str | None] | None = None,
         prior: TracePrior | None | bool = True,
+        now: datetime | None = None,
     ) -> None:
         """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
 
@@ -93,8 +95,9 @@ class Traces(StoreBase):
         failure row keeps the tool it concerns (``details.tool``, else its step's).
         ``prior``: what :meth:`lock_trace` read of the row in this transaction (``None``: no row),
         which saves reading it again; ``True``: not read yet.
+        ``now``: the time of this diagnosis (default: the clock's; a bench or a test places runs in time).
         """
-        now = utcnow()
+        now = now or utcnow()
         if step_tools is None:
             step_tools = [s.get("tool_name") if isinstance(s, dict) else None for s in trace.get("steps") or []]
         primary = response.get("primary") or {}
@@ -127,6 +130,7 @@ class Traces(StoreBase):
         if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
             db.execute(delete(TraceStepRow).where(TraceStepRow.tenant_id == tenant, TraceStepRow.trace_id == trace_id))
         created = db.execute(self._trace_upsert(), values).scalar_one()
+        count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response)
         # a new row has no failures to replace (known for sure on SQLite, whose writers take turns;
         # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
         if prior is not None or self.dialect != "sqlite":
@@ -292,7 +296,7 @@ class Traces(StoreBase):
                     select(TraceRow.id).where(TraceRow.tenant_id == tenant, TraceRow.session_id == session_id)
                 )
             )
-            n = _delete_traces(db, tenant, ids)
+            n = _delete_traces(db, tenant, ids, session_id=session_id)
             db.execute(
                 delete(RecommendationRow).where(
                     RecommendationRow.tenant_id == tenant, RecommendationRow.session_id == session_id
@@ -341,10 +345,13 @@ def _failure_tool(failure: dict[str, Any], step_tools: Sequence[str | None]) -> 
 
 
 
-def _delete_traces(db: Session, tenant: str, ids: Sequence[str]) -> int:
+def _delete_traces(db: Session, tenant: str, ids: Sequence[str], session_id: str | None = None) -> int:
+    """Delete these traces and everything recorded on them (and take them out of the counters;
+    ``session_id``: the session whose recommendations the caller deletes too)."""
     if not ids:
         return 0
     ids = list(ids)
+    uncount_runs(db, tenant, ids, session_id)
     for table in (FailureRow, OutcomeRow, LabelRow, TraceStepRow):
         db.execute(delete(table).where(table.tenant_id == tenant, table.trace_id.in_(ids)))
     db.execute(
