@@ -168,9 +168,7 @@ def _sign_in(driver: Any, base: str, key: str) -> None:
     field.send_keys(key)
     button = _css(driver, "#signin")[0]
     button.click()
-    from selenium.webdriver.support import expected_conditions as ec
-
-    _wait(driver, ec.staleness_of(button))  # the answer's page, not the form it was posted from
+    _wait(driver, _gone(button))  # the answer's page, not the form it was posted from
     _ready(driver)
 
 
