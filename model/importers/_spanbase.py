@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,15 +86,28 @@ class Span:
         return status, error_type, message
 
 
+def _same(fingerprint: tuple[Any, ...]) -> Any:
+    return fingerprint
+
+
 @dataclass
 class SpanBuilder:
-    """Collects the steps of one trace while its spans are visited in order."""
+    """Collects the steps of one trace while its spans are visited in order.
+
+    A run read export by export (:mod:`model.importers.live`) gives the builder what the earlier
+    exports left: ``key`` (how a message fingerprint is remembered: a short digest there),
+    ``_seen``, ``_pending`` and ``_earlier`` (tool calls without an id that earlier exports
+    made and no later input has given an id yet, by tool name); its ``sink`` then holds only the
+    new spans' steps.
+    """
 
     sink: StepSink
     tools: dict[str, ToolDefinition] = field(default_factory=dict)
-    _seen: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    key: Callable[[tuple[Any, ...]], Any] = _same
+    _seen: Counter[Any] = field(default_factory=Counter)
     # tool calls made by an LLM span and not yet answered, by tool name (for tool spans without ids)
     _pending: dict[str, list[str | None]] = field(default_factory=dict)
+    _earlier: Counter[str] = field(default_factory=Counter)
 
     def _common(self, span: Span, source_index: int) -> dict[str, Any]:
         return {
@@ -104,11 +118,14 @@ class SpanBuilder:
 
     def inputs(self, span: Span, source_index: int, msgs: list[Msg], path: str) -> None:
         """Import the messages of an LLM span's input that were not imported before."""
-        budget = Counter(self._seen)
+        # each message seen before this span can stand for one repeat: what _seen held when the
+        # span began, less the repeats it already stood for (counted, not copied: the run is long)
+        used: Counter[Any] = Counter()
+        added: Counter[Any] = Counter()
         for msg in msgs:
-            fp = msg.fingerprint()
-            if budget[fp] > 0:
-                budget[fp] -= 1
+            fp = self.key(msg.fingerprint())
+            if self._seen[fp] - added[fp] - used[fp] > 0:
+                used[fp] += 1
                 continue
             if msg.role == "tool" and msg.tool_call_id is not None and msg.tool_call_id in self.sink.results_seen:
                 continue
@@ -119,6 +136,7 @@ class SpanBuilder:
             ):
                 continue
             self._seen[fp] += 1
+            added[fp] += 1
             self._emit(msg, span, source_index, path, {})
 
     def _backfill_ids(self, msg: Msg) -> None:
@@ -131,11 +149,14 @@ class SpanBuilder:
             pending = self._pending.get(call.name, [])
             if None not in pending:
                 continue
-            step = next((s for s in self.sink.steps if s.kind == StepKind.TOOL_CALL
-                         and s.tool_name == call.name and s.call_id is None), None)
-            if step is None:
-                continue
-            step.call_id = call.call_id
+            if self._earlier[call.name] > 0:  # the first such call is an earlier export's (its step is stored)
+                self._earlier[call.name] -= 1
+            else:
+                step = next((s for s in self.sink.steps if s.kind == StepKind.TOOL_CALL
+                             and s.tool_name == call.name and s.call_id is None), None)
+                if step is None:
+                    continue
+                step.call_id = call.call_id
             pending[pending.index(None)] = call.call_id
             self.sink.calls_seen.add(call.call_id)
             self.sink.call_names[call.call_id] = call.name
@@ -146,7 +167,7 @@ class SpanBuilder:
         """Import an LLM span's output; usage and latency go on its first step only."""
         made: list[Step] = []
         for msg in msgs:
-            self._seen[msg.fingerprint()] += 1
+            self._seen[self.key(msg.fingerprint())] += 1
             made.extend(self._emit(msg, span, source_index, path, llm))
         if made:
             first = made[0]

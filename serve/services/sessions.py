@@ -9,7 +9,6 @@ worker appended meanwhile), and the detectors read a window of the newest steps
 
 from __future__ import annotations
 
-import copy
 import functools
 import re
 import threading
@@ -19,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from model.core.agents import AGENT_METADATA_KEY, POOL_AGENT, resolve_agent
-from model.core.errors import InputError, NotFoundError, TooLargeError, TraceImportError
+from model.core.errors import InputError, NotFoundError, TooLargeError
 from model.core.findings import DiagnosisResponse, Finding
 from model.core.kinds import FailureKind
 from model.core.options import DiagnoseOptions
@@ -27,7 +26,8 @@ from model.core.schema import Step, StepKind, ToolDefinition, Trace
 from model.diagnosis.diagnoser import RUNSCORE
 from model.diagnosis.incremental import IncrementalDiagnoser
 from model.importers import genai, load_trace, openinference
-from model.importers.spans import collect_spans, group_runs, import_spans, uses_openinference
+from model.importers.live import LiveSpans
+from model.importers.spans import collect_spans, group_runs
 from serve.schemas import AppendStepsRequest, FailureState, SessionStepResponse, SessionView
 from serve.services.agent_models import (
     ServedAgent,
@@ -81,8 +81,10 @@ class Sessions:
         """Feed OTLP/JSON spans (the OTLP receiver) into live sessions: one per run, keyed by
         ``gen_ai.conversation.id`` / ``session.id`` (else the trace id; a trace whose first spans
         named no session stays in the trace id's session). Spans are numbered in
-        arrival order (within one export, by start time); each session keeps its spans (redacted)
-        so that chat spans repeating the conversation add only what is new. Runs without GenAI or
+        arrival order (within one export, by start time); each session keeps what the import needs
+        to go on (:mod:`model.importers.live`: the span tree's links, the conversation's fingerprints,
+        the tool calls), not the spans, so an export costs only its own spans and chat spans repeating
+        the conversation add only what is new. Runs without GenAI or
         OpenInference spans are left out. Returns session id → its diagnosis (``None`` when the
         export added spans but no step, e.g. a parent agent span)."""
         out: dict[str, SessionStepResponse | None] = {}
@@ -171,7 +173,7 @@ class Sessions:
                     trace, in_rows = Trace(id=row.trace_id, session_id=session_id), True
             # (a session first seen through /v1/diagnose has a whole trace but no counters yet)
             offset = max(row.next_source_index, max((st.source_index + 1 for st in trace.steps[-1:]), default=0))
-            state = copy.deepcopy(row.state or {})
+            state = row.state or {}  # this transaction's row: changed in place, written whole (or rolled back)
             new_steps, next_source = importer(state, offset)
             check_index(next_source, path=field)
             if len(trace.steps) + len(new_steps) > self.max_steps:
@@ -208,7 +210,10 @@ class Sessions:
 
             diag = diagnoses.assess(tenant, trace, session_agent, score)
             decision, stored_arm, options = diagnoses.decide(state, tenant, session_id, trace, diag, options)
+            otlp = state.pop("otlp", None)  # read from spans already redacted (append_spans), ids and digests
             state = self.redactor.redact(state)
+            if otlp is not None:
+                state["otlp"] = otlp
             resp = SessionStepResponse(
                 **diag.model_dump(),
                 session_id=session_id,
@@ -312,33 +317,18 @@ class Sessions:
     def _import_spans(
         self, payload: list[dict[str, Any]], state: dict[str, Any], offset: int
     ) -> tuple[list[Step], int]:
-        """The steps the new spans add to the session's run (rebuilt from every span it has)."""
-        log = state.setdefault("otlp", {"spans": [], "steps": 0, "base": offset})
-        log["spans"].extend(payload)
-        if len(log["spans"]) > self.max_steps:
+        """The steps the new spans add to the session's run: the import continues from what the
+        session keeps of its earlier spans (:mod:`model.importers.live`), reading only these."""
+        live = LiveSpans(state.get("otlp"), base=offset)
+        if live.spans + len(payload) > self.max_steps:
             raise TooLargeError(
-                f"session would have {len(log['spans'])} spans; the limit is {self.max_steps}", path="spans"
+                f"session would have {live.spans + len(payload)} spans; the limit is {self.max_steps}", path="spans"
             )
-        fmt = "openinference" if uses_openinference(log["spans"]) else "otel"
-        try:
-            runs = import_spans(log["spans"], fmt=fmt, max_steps=self.max_steps, in_order=True)
-        except TraceImportError as exc:
-            if "none of its" in exc.message:  # no readable span yet (e.g. only an agent span)
-                return [], log["base"] + len(log["spans"])
-            raise
-        assert len(runs) == 1  # the log holds one session's (or one trace's) spans
-        steps = runs[0].steps
-        root_agent = runs[0].metadata.get(AGENT_METADATA_KEY)
-        if root_agent:  # the session's root agent span: its agent (model/core/agents.py)
-            state["span_agent"] = root_agent
-        new = steps[log["steps"]:]
-        log["steps"] = len(steps)
-        by_span = runs[0].metadata.get("span_trace_ids") or {}
-        for st in new:
-            st.source_index += log["base"]
-            # the span's own trace id, for gen_ai.evaluation.result events parented to it
-            st.metadata["otel.trace_id"] = by_span.get(st.span_id, runs[0].id)
-        return new, log["base"] + len(log["spans"])
+        new = live.add(payload, max_steps=self.max_steps)
+        state["otlp"] = live.state()
+        if live.root_agent and live.steps:  # the session's root agent span: its agent (model/core/agents.py)
+            state["span_agent"] = live.root_agent
+        return new, live.next_source_index
 
 
 class SessionCache:
