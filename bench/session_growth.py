@@ -3,8 +3,10 @@
 A real `triage serve` on 127.0.0.1 (rules + the shipped classifier when present, SQLite). One long
 session is filled to ``--long`` steps in batches of 50 messages (untimed); then, alternately, one
 message is appended to the long session and one to a short session (a new short session every 40
-steps, so they stay around step 10–40), each timed, ``--samples`` times. Alternating keeps the
-machine's noise out of the ratio. Prints the median (and p90) of both and their ratio.
+steps, so they stay around step 10–40) and one to a mid session (steps 200–229, the detectors'
+window full), each timed, ``--samples`` times. Taking turns keeps the machine's noise out of the
+ratios. Prints the median (and p90) of each and the ratios long/short (the issue's target) and
+long/mid (what grows with the session beyond the window).
 
 The messages are an agent's: a user turn, then assistant tool calls and their results, now and
 then an assistant text, in rounds of ten (OpenAI chat messages, ``POST /v1/sessions/{id}/steps``).
@@ -32,6 +34,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 SHORT_LEN = 40
+MID = 200  # past the detectors' window (64 steps): what grows with the session, not the window
 
 
 def _port() -> int:
@@ -96,25 +99,30 @@ def main() -> None:
                 for i in range(20):  # warm-up, untimed
                     append("warm", [_message(i)])
                 short_lat: list[float] = []
+                mid_lat: list[float] = []
                 long_lat: list[float] = []
                 for k in range(args.samples):
-                    j = 10 + k % (SHORT_LEN - 10)  # short sessions: steps 10 .. SHORT_LEN
-                    short = f"short-{k // (SHORT_LEN - 10)}"
-                    if j == 10:
+                    j = k % (SHORT_LEN - 10)
+                    short, mid = f"short-{k // (SHORT_LEN - 10)}", f"mid-{k // (SHORT_LEN - 10)}"
+                    if j == 0:
                         append(short, _messages(0, 10))
-                    short_lat.append(append(short, [_message(j)]))
+                        append(mid, _messages(0, 50))
+                        append(mid, _messages(50, MID))
+                    short_lat.append(append(short, [_message(10 + j)]))
+                    mid_lat.append(append(mid, [_message(MID + j)]))
                     long_lat.append(append("long", [_message(n)]))
                     n += 1
                 view = c.get("/v1/sessions/long").json()
             assert view["steps"] == n, (view["steps"], n)
-            s_med, l_med = statistics.median(short_lat), statistics.median(long_lat)
             q = statistics.quantiles
-            print(f"Session appends, one message each, alternating; long session {args.long}–{n} steps, "
-                  f"short sessions 10–{SHORT_LEN}; {args.samples} each; model {view['model_version']}")
-            print("session            median ms   p90 ms")
-            print(f"short (step 10–{SHORT_LEN})   {s_med:8.1f}   {q(short_lat, n=10)[8]:7.1f}")
-            print(f"long (step {args.long}+)   {l_med:8.1f}   {q(long_lat, n=10)[8]:7.1f}")
-            print(f"ratio long/short (medians): {l_med / s_med:.2f}")
+            print(f"Session appends, one message each, in turn; {args.samples} each; model {view['model_version']}")
+            print("session                       median ms   p90 ms")
+            for name, lat in ((f"short (steps 10–{SHORT_LEN - 1})", short_lat),
+                              (f"mid (steps {MID}–{MID + SHORT_LEN - 11})", mid_lat),
+                              (f"long (steps {args.long}–{n - 1})", long_lat)):
+                print(f"{name:28}  {statistics.median(lat):8.1f}   {q(lat, n=10)[8]:7.1f}")
+            s_med, m_med, l_med = (statistics.median(x) for x in (short_lat, mid_lat, long_lat))
+            print(f"ratio long/short (medians): {l_med / s_med:.2f}; long/mid: {l_med / m_med:.2f}")
         finally:
             proc.terminate()
             proc.wait(timeout=30)

@@ -40,6 +40,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from model.core.coverage import assess_more
 from model.core.findings import Attribution, DiagnosisResponse, Finding
 from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
@@ -159,6 +160,7 @@ class IncrementalDiagnoser:
             options.model_copy(update={"detectors": []}),
             extra_findings=[*found, *extra_findings],
             run_verdict=False,
+            assessed=assess_more(trace, state.setdefault("coverage", {})),  # the new steps only
         )
         resp.detector_versions = {d.name: d.version for d in dets}
         scorer = self.diagnoser.runscorer

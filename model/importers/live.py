@@ -142,7 +142,7 @@ class LiveSpans:
                     self._tree.pop(sp.span_id, None)
         self._find_root(spans, first)
         b = self._builder
-        kept, b.sink = b.sink, StepSink(None if max_steps is None else max_steps - self.steps)  # only the new steps
+        kept, b.sink = b.sink, StepSink(max_steps, before=self.steps)  # it holds only the new steps
         b.sink.call_names, b.sink.calls_seen, b.sink.results_seen = kept.call_names, kept.calls_seen, kept.results_seen
         for i, sp in enumerate(spans):
             start = len(b.sink.steps)

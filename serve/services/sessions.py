@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 from model.core.agents import AGENT_METADATA_KEY, POOL_AGENT, resolve_agent
 from model.core.errors import InputError, NotFoundError, TooLargeError
@@ -240,7 +240,7 @@ class Sessions:
                 steps_in_rows=True,
                 arm=stored_arm,
                 agent=session_agent,
-                step_tools=[s.tool_name for s in trace.steps],
+                step_tools=StepTools(trace.steps),
             )
             diagnoses.record_recommendation(db, tenant, decision, trace.id, session_id)
             version = self.store.save_session_state(
@@ -372,6 +372,28 @@ class SessionCache:
             old = self._entries.pop((tenant, session_id), None)
             if old is not None:
                 self._steps -= len(old[2].steps)
+
+
+class StepTools(Sequence[str | None]):
+    """Each step's tool name, read when asked (the store reads those of the steps failures name),
+    so that storing a diagnosis does not walk the whole session."""
+
+    def __init__(self, steps: list[Step]) -> None:
+        self._steps = steps
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    @overload
+    def __getitem__(self, i: int) -> str | None: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str | None]: ...
+
+    def __getitem__(self, i: int | slice) -> str | None | list[str | None]:
+        if isinstance(i, slice):
+            return [s.tool_name for s in self._steps[i]]
+        return self._steps[i].tool_name
 
 
 def _link_across_calls(steps: list[Step], first: int) -> list[int]:
