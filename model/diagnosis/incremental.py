@@ -45,6 +45,7 @@ from model.core.findings import Attribution, DiagnosisResponse, Finding
 from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
 from model.diagnosis.diagnoser import RUNSCORE, Diagnoser
+from model.diagnosis.ladders import language_more
 
 #: The session's context kept in front of a window: at most this many system messages.
 MAX_CONTEXT_SYSTEM = 4
@@ -155,8 +156,10 @@ class IncrementalDiagnoser:
         found = self._rule_findings(trace, win, index, lo, rules, options, state)
         if clf is not None:
             found += self._classifier_findings(clf, trace, win, index, lo, state)
+        # the recommendation's language from the user's words, read once (not the whole session's)
+        lang = language_more(trace, state.setdefault("language", {}))
         resp = self.diagnoser.diagnose(
-            trace,
+            trace if trace.language else trace.model_copy(update={"language": lang}),
             options.model_copy(update={"detectors": []}),
             extra_findings=[*found, *extra_findings],
             run_verdict=False,

@@ -10,6 +10,7 @@ worker appended meanwhile), and the detectors read a window of the newest steps
 from __future__ import annotations
 
 import functools
+import json
 import re
 import threading
 import uuid
@@ -25,6 +26,7 @@ from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, ToolDefinition, Trace
 from model.diagnosis.diagnoser import RUNSCORE
 from model.diagnosis.incremental import IncrementalDiagnoser
+from model.diagnosis.ladders import language_more
 from model.importers import genai, load_trace, openinference
 from model.importers.live import LiveSpans
 from model.importers.spans import collect_spans, group_runs
@@ -66,6 +68,7 @@ class Sessions:
         self._prefix: dict[tuple[str, str], tuple[str, int, Any]] = {}
         self._prefix_lock = threading.Lock()
         self._cache = SessionCache()
+        self._redacted = RedactedFindings(self.redactor)
 
     def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
         """Append steps to session ``session_id`` (created on first use) and diagnose it so far."""
@@ -209,11 +212,11 @@ class Sessions:
                 return diag
 
             diag = diagnoses.assess(tenant, trace, session_agent, score)
-            decision, stored_arm, options = diagnoses.decide(state, tenant, session_id, trace, diag, options)
-            otlp = state.pop("otlp", None)  # read from spans already redacted (append_spans), ids and digests
-            state = self.redactor.redact(state)
-            if otlp is not None:
-                state["otlp"] = otlp
+            # the language the recommendations speak, as the diagnosis read it (not again from step 0)
+            view = trace if trace.language else trace.model_copy(
+                update={"language": language_more(trace, state.setdefault("language", {}))})
+            decision, stored_arm, options = diagnoses.decide(state, tenant, session_id, view, diag, options)
+            state = self._redacted.state(state)
             resp = SessionStepResponse(
                 **diag.model_dump(),
                 session_id=session_id,
@@ -232,7 +235,7 @@ class Sessions:
                 trace_id=trace.id,
                 # steps already redacted; the header only (its steps are rows of their own)
                 trace=trace.model_dump(mode="json", exclude_none=True, exclude={"steps"}) | {"steps": []},
-                response=self.redactor.redact(diag.model_dump(mode="json")),
+                response=self._redacted.response(diag.model_dump(mode="json")),
                 session_id=session_id,
                 task_type=trace.task_type,
                 shadow=options.shadow,
@@ -372,6 +375,61 @@ class SessionCache:
             old = self._entries.pop((tenant, session_id), None)
             if old is not None:
                 self._steps -= len(old[2].steps)
+
+
+class RedactedFindings:
+    """What an append stores, redacted, with each finding redacted once per worker: a session's
+    findings are mostly those earlier appends found (frozen, or the classifier's), so the redactor's
+    output is remembered by the finding's JSON (at most ``size`` of them, the oldest forgotten)."""
+
+    _FINDINGS = ("failures", "signals", "findings", "frozen", "recent")
+
+    def __init__(self, redactor: Any, size: int = 20_000) -> None:
+        self.redactor = redactor
+        self.size = size
+        self._memo: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def response(self, resp: dict[str, Any]) -> dict[str, Any]:
+        """A diagnosis (JSON) as stored."""
+        return self._dict(resp)
+
+    def state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A session's state as stored: ``otlp`` as it is (read from spans already redacted in
+        :meth:`Sessions.append_spans`: ids, digests), the detectors' findings through the memo."""
+        otlp = state.get("otlp")
+        out = self._dict({k: v for k, v in state.items() if k != "otlp"}, deep=("classifier", "rules"))
+        if otlp is not None:
+            out["otlp"] = otlp
+        return out
+
+    def _dict(self, value: dict[str, Any], deep: tuple[str, ...] = ()) -> dict[str, Any]:
+        plain = self.redactor.redact({k: v for k, v in value.items() if k not in self._FINDINGS and k not in deep})
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if k in deep and isinstance(v, dict):
+                out[k] = self._dict(v)
+            elif k in self._FINDINGS and isinstance(v, list):
+                out[k] = [self._finding(f) for f in v]
+            elif k in self._FINDINGS or k in deep:
+                out[k] = self.redactor.redact({k: v})[k]
+            else:
+                out[k] = plain[k]
+        return out
+
+    def _finding(self, finding: Any) -> Any:
+        key = json.dumps(finding, default=str)
+        with self._lock:
+            done = self._memo.get(key)
+            if done is not None:
+                self._memo.move_to_end(key)
+        if done is None:
+            done = json.dumps(self.redactor.redact(finding))
+            with self._lock:
+                self._memo[key] = done
+                while len(self._memo) > self.size:
+                    self._memo.popitem(last=False)
+        return json.loads(done)
 
 
 class StepTools(Sequence[str | None]):
