@@ -51,12 +51,15 @@ def _reference(exports: Exports) -> list[tuple[list[Step], str | None]]:
     return out
 
 
-def _live(exports: Exports) -> list[tuple[list[Step], str | None]]:
+def _live(exports: Exports, keep_last: bool = True) -> list[tuple[list[Step], str | None]]:
+    """``keep_last``: hand each export the last chat input read (as a worker does), else not (as
+    another worker, or one that forgot it)."""
     state: dict[str, Any] | None = None
-    root, out = None, []
+    root, out, last = None, [], None
     for payload in exports:
-        live = LiveSpans(state)
+        live = LiveSpans(state, last=last if keep_last else None)
         new = live.add(payload, max_steps=5000)
+        last = live.last
         state = json.loads(json.dumps(live.state()))  # as a session stores it
         if live.steps:  # (the re-import names no root agent while no span made a step)
             root = live.root_agent or root
@@ -156,10 +159,12 @@ def test_each_export_adds_what_the_whole_reimport_added(name: str) -> None:
         spans = _ordered(RUNS[name], order)
         for batch in (1, 3, len(spans)):
             exports = [spans[i:i + batch] for i in range(0, len(spans), batch)]
-            ref, got = _reference(exports), _live(exports)
-            for k, ((want, want_root), (have, have_root)) in enumerate(zip(ref, got, strict=True)):
-                assert _dump(have) == _dump(want), (order, batch, k)
-                assert have_root == want_root, (order, batch, k)
+            ref = _reference(exports)
+            for keep in (True, False):
+                got = _live(exports, keep_last=keep)
+                for k, ((want, want_root), (have, have_root)) in enumerate(zip(ref, got, strict=True)):
+                    assert _dump(have) == _dump(want), (order, batch, keep, k)
+                    assert have_root == want_root, (order, batch, keep, k)
     assert sum(len(steps) for steps, _ in _reference([RUNS[name]])) > 0
 
 

@@ -61,11 +61,14 @@ def opt_str(value: Any, path: str) -> str | None:
     fail(path, f"expected a string or null, got {type_name(value)}")
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def join(path: str, key: str | int) -> str:
     """``join("messages", 3) == "messages[3]"``, ``join("messages[3]", "role") == "messages[3].role"``."""
     if isinstance(key, int):
         return f"{path}[{key}]"
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+    if not _NAME.fullmatch(key):
         return f'{path}["{key}"]'
     return f"{path}.{key}" if path else key
 

@@ -13,6 +13,11 @@ spans themselves:
   the tool calls made, answered and still pending, so that chat spans repeating the conversation
   add only what is new.
 
+A chat span repeats the whole conversation in its input: the caller may keep :attr:`LiveSpans.last`
+(the last input's messages and a record of each: fingerprint, call ids) in memory and hand it to
+the next export, whose chat input then reads only the messages past those (the repeat is compared,
+not read, and each repeated message is skipped as it would be when read).
+
 The steps an export adds are those that importing every span of the run so far (in arrival order)
 adds after the steps of the earlier spans: the same speakers (the agent each span runs under), the
 same root agent, a span with children being no leaf, messages repeated from earlier spans skipped,
@@ -60,10 +65,12 @@ class LiveSpans:
 
     ``state``: what :meth:`state` returned after the previous export (``None``: a new run, whose
     first span gets ``source_index`` ``base``). A state of a session that kept its spans whole
-    (``{"spans", "steps", "base"}``) is read again once, its spans' steps left out.
+    (``{"spans", "steps", "base"}``) is read again once, its spans' steps left out. ``last``: what
+    :attr:`last` said after an earlier export of the run, if the caller kept it (any earlier
+    export's will do: it stands for the messages it holds, whatever came after).
     """
 
-    def __init__(self, state: dict[str, Any] | None = None, *, base: int = 0) -> None:
+    def __init__(self, state: dict[str, Any] | None = None, *, base: int = 0, last: Any = None) -> None:
         s = state or {}
         self.base = int(s.get("base", base))
         self.spans = 0  # spans read so far
@@ -74,7 +81,8 @@ class LiveSpans:
         self._parents: dict[str, None] = {}  # parent ids seen (an ordered set)
         self._waiting: dict[str, int] = {}  # missing parent -> first span below it with no agent yet
         self._root: list[Any] | None = None  # [position, missing parent above it or None]
-        self._builder = SpanBuilder(StepSink(None), key=_digest)
+        self._builder = SpanBuilder(StepSink(None), key=_digest, remember=True)
+        self._builder._last = last
         if "spans" in s and "v" not in s:  # the old shape: read its spans again, keep no step
             self.add(s["spans"], max_steps=None)
             return
@@ -114,6 +122,12 @@ class LiveSpans:
             "calls": b.sink.call_names,
             "results": sorted(b.sink.results_seen),
         }
+
+    @property
+    def last(self) -> Any:
+        """The last chat input read and its messages' records, for the next export's ``last``
+        (the worker keeps it: a chat input whose messages start with it reads only the rest)."""
+        return self._builder._last
 
     @property
     def next_source_index(self) -> int:

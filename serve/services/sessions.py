@@ -45,6 +45,9 @@ from serve.validation import check_id, check_index
 #: Agent-model prefix states a worker keeps between appends (a session whose state was dropped reads
 #: its steps once on its next append).
 MAX_PREFIX_STATES = 20_000
+#: OTLP sessions whose last chat input a worker keeps (the least recently fed go first).
+MAX_CONVERSATIONS = 1_000
+MAX_CONVERSATION_MESSAGES = 200_000
 _FINAL_BLOCKERS = {StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.USER_INPUT, StepKind.ERROR}
 #: Importer of an append: ``(session state, first source index) → (new steps, next source index)``.
 Importer = Callable[[dict[str, Any], int], tuple[list[Step], int]]
@@ -69,6 +72,8 @@ class Sessions:
         self._prefix_lock = threading.Lock()
         self._cache = SessionCache()
         self._redacted = RedactedFindings(self.redactor)
+        # OTLP sessions: the last chat input each read (model.importers.live.LiveSpans.last)
+        self._conversations: dict[tuple[str, str], Any] = {}
 
     def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
         """Append steps to session ``session_id`` (created on first use) and diagnose it so far."""
@@ -107,7 +112,7 @@ class Sessions:
                         key = tid_key
                         break
             out[key] = self._append(
-                tenant, key, DiagnoseOptions(), functools.partial(self._import_spans, payload), field="spans",
+                tenant, key, DiagnoseOptions(), functools.partial(self._import_spans, (tenant, key), payload), field="spans",
             )
         return out
 
@@ -134,6 +139,8 @@ class Sessions:
 
     def delete_session(self, tenant: str, session_id: str) -> None:
         self._cache.drop(tenant, session_id)
+        with self._prefix_lock:
+            self._conversations.pop((tenant, session_id), None)
         if not self.store.delete_session(tenant, session_id):
             raise NotFoundError(f"no session {session_id!r} for this tenant")
 
@@ -318,17 +325,25 @@ class Sessions:
         return self.redactor.redact_steps(steps), offset + count
 
     def _import_spans(
-        self, payload: list[dict[str, Any]], state: dict[str, Any], offset: int
+        self, session_key: tuple[str, str], payload: list[dict[str, Any]], state: dict[str, Any], offset: int
     ) -> tuple[list[Step], int]:
         """The steps the new spans add to the session's run: the import continues from what the
         session keeps of its earlier spans (:mod:`model.importers.live`), reading only these."""
-        live = LiveSpans(state.get("otlp"), base=offset)
+        with self._prefix_lock:
+            last = self._conversations.pop(session_key, None)
+        live = LiveSpans(state.get("otlp"), base=offset, last=last)
         if live.spans + len(payload) > self.max_steps:
             raise TooLargeError(
                 f"session would have {live.spans + len(payload)} spans; the limit is {self.max_steps}", path="spans"
             )
         new = live.add(payload, max_steps=self.max_steps)
         state["otlp"] = live.state()
+        if live.last is not None:  # kept even if this append rolls back: it stands for its messages only
+            with self._prefix_lock:
+                self._conversations[session_key] = live.last
+                held = sum(len(c[0]) for c in self._conversations.values())
+                while held > MAX_CONVERSATION_MESSAGES or len(self._conversations) > MAX_CONVERSATIONS:
+                    held -= len(self._conversations.pop(next(iter(self._conversations)))[0])
         if live.root_agent and live.steps:  # the session's root agent span: its agent (model/core/agents.py)
             state["span_agent"] = live.root_agent
         return new, live.next_source_index
@@ -507,4 +522,4 @@ def _failure_states(row: SessionRow) -> list[FailureState]:
     return out
 
 
-__all__ = ["MAX_PREFIX_STATES", "SessionCache", "Sessions"]
+__all__ = ["MAX_CONVERSATIONS", "MAX_PREFIX_STATES", "SessionCache", "Sessions"]
