@@ -130,7 +130,10 @@ async def _connection(
     session_n = 0
     try:
         while time.perf_counter() < deadline:
-            if scenario == "session_step_clf":
+            method = "POST"
+            if scenario == "healthz":  # the HTTP floor: every figure is also printed as a ratio to its p50
+                method, path, body = "GET", "/healthz", b""
+            elif scenario == "session_step_clf":
                 if i % SESSION_LEN == 0:
                     session_n += 1
                 path = f"/v1/sessions/bench-{os.getpid()}-{conn_id}-{session_n}/steps"
@@ -140,7 +143,7 @@ async def _connection(
                 body = bodies[(conn_id * 7919 + i) % len(bodies)]
             i += 1
             head = (
-                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+                f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             ).encode()
             t0 = time.perf_counter()
@@ -164,7 +167,7 @@ async def _connection(
 
 
 async def _load(host: str, port: int, key: str, scenario: str, conns: int, duration: float) -> dict[str, Any]:
-    bodies = [] if scenario == "session_step_clf" else _bodies(scenario, 200)
+    bodies = [] if scenario in ("session_step_clf", "healthz") else _bodies(scenario, 200)
     lat: list[float] = []
     errors: list[str] = []
     # warm-up: one request per connection's worth, not timed
@@ -258,13 +261,14 @@ class Server:
     def __init__(
         self, workers: int, data: Path, model_path: str | None = None, ort_threads: int | None = None, *,
         tenants: tuple[str, ...] = ("bench",), limits: str = "off", extra_env: list[str] | None = None,
+        database_url: str | None = None,
     ) -> None:
         import httpx
 
         from serve.auth import create_key
         from serve.store import Store
 
-        store = Store(f"sqlite:///{data / 'triage.db'}")
+        store = Store(database_url or f"sqlite:///{data / 'triage.db'}")
         store.upgrade()
         self.keys = {t: create_key(store, t)[0] for t in tenants}
         self.key = self.keys[tenants[0]]
@@ -278,6 +282,8 @@ class Server:
             "TRIAGE_ORT_THREADS": str(ort_threads or (2 if workers == 1 else 1)),
             "HF_HUB_OFFLINE": "1",
         }
+        if database_url:
+            env["TRIAGE_DATABASE_URL"] = database_url
         if limits == "off":
             # throughput is measured here: the per-key limits (bench/abuse.py measures them) are off
             env.update({"TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"})
@@ -331,6 +337,31 @@ class Server:
         self.log.close()
 
 
+def _empty(url: str) -> None:
+    """Drop every table of the bench database (each worker count starts from an empty store)."""
+    from sqlalchemy import MetaData, create_engine
+
+    engine = create_engine(url)
+    meta = MetaData()
+    meta.reflect(engine)
+    meta.drop_all(engine)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
+    engine.dispose()
+
+
+def _efficiency(results: list[dict[str, Any]]) -> None:
+    """Throughput of N workers against N × one worker's, per scenario and connection count."""
+    one = {(r["scenario"], r["conns"]): r["rps"] for r in results if r["workers"] == 1 and not r.get("sustained")}
+    rows = [r for r in results if r["workers"] > 1 and not r.get("sustained") and (r["scenario"], r["conns"]) in one]
+    if rows:
+        print("scaling against linear (N workers' req/s ÷ (N × one worker's)):")
+    for r in rows:
+        base = one[(r["scenario"], r["conns"])]
+        print(f"  workers={r['workers']} {r['scenario']:18s} conns={r['conns']}: {r['rps'] / base:4.2f}x one worker, "
+              f"efficiency {r['rps'] / (base * r['workers']):4.0%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=8.0, help="seconds per measured run")
@@ -342,6 +373,9 @@ def main() -> None:
         "--model-path", default=None, help="classifier artefact folder (default: the shipped one)"
     )
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--database-url", default=None,
+                    help="an empty PostgreSQL database (default: SQLite in a temporary folder); its tables are emptied "
+                    "between worker counts")
     ap.add_argument("--ort-threads", type=int, default=None, help="TRIAGE_ORT_THREADS (default: 2 / workers)")
     # load-generator mode
     ap.add_argument("--load", default=None, help=argparse.SUPPRESS)
@@ -362,7 +396,9 @@ def main() -> None:
     rss: dict[int, list[float]] = {}
     for workers in args.workers:
         with tempfile.TemporaryDirectory(prefix="triage-bench-") as tmp:
-            server = Server(workers, Path(tmp), args.model_path, args.ort_threads)
+            if args.database_url:
+                _empty(args.database_url)
+            server = Server(workers, Path(tmp), args.model_path, args.ort_threads, database_url=args.database_url)
             try:
                 clf = bool(server.ready.get("checks", {}).get("classifier"))
                 scenarios = args.scenarios or [
@@ -379,16 +415,22 @@ def main() -> None:
                             f"# {workers} worker(s): no classifier artefact loaded; skipping {', '.join(dropped)}"
                         )
                     scenarios = [s for s in scenarios if "clf" not in s]
+                floor = run_load(server.url, server.key, "healthz", 1, min(args.duration, 4.0))
+                floor.update(workers=workers, classifier=clf)
+                results.append(floor)
+                print(f"workers={workers} {'healthz (floor)':18s} conns=1  {floor['rps']:8.1f} req/s  "
+                      f"p50 {floor['p50_ms']:7.2f} ms  p99 {floor['p99_ms']:7.2f} ms", flush=True)
                 for scenario in scenarios:
                     for conns in args.conns:
                         r = run_load(server.url, server.key, scenario, conns, args.duration)
                         r["workers"] = workers
                         r["classifier"] = clf
+                        r["floor_ratio"] = r["p50_ms"] / floor["p50_ms"]
                         results.append(r)
                         print(
                             f"workers={workers} {scenario:18s} conns={conns}  {r['rps']:8.1f} req/s  "
-                            f"p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}"
-                            + (f"  first: {r['first_error']}" if r["first_error"] else ""),
+                            f"p50 {r['p50_ms']:7.2f} ms ({r['floor_ratio']:5.1f}x floor)  p99 {r['p99_ms']:7.2f} ms  "
+                            f"errors {r['errors']}" + (f"  first: {r['first_error']}" if r["first_error"] else ""),
                             flush=True,
                         )
                 rss[workers] = server.worker_rss_mb()
@@ -409,6 +451,7 @@ def main() -> None:
                     )
             finally:
                 server.stop()
+    _efficiency(results)
     if args.json:
         args.json.write_text(json.dumps({"results": results, "rss_mb": rss}, indent=2) + "\n")
 

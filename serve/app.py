@@ -60,7 +60,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.heavy = HeavyLane(settings)
         app.state.gate = FairGate(settings.cpu_slots)
         metrics.attach_limiter(service.limiter)
-        metrics.attach_store(service.store, canary_percent=settings.repair_canary_percent)
+        metrics.attach_store(service.store, canary_percent=settings.repair_canary_percent,
+                             canary_window=settings.canary_window)
         metrics.attach_models(service.models)
         service.models.start()  # follow promotions / rollbacks of the tenants this worker serves
         if not app.state.auth_enabled:

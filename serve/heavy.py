@@ -62,7 +62,7 @@ def _diagnose(tenant: str, raw: bytes, format: str | None, session: str | None) 
     try:
         body, trace = take(raw, max_steps=_MAX_STEPS, format=format,
                            options=None if session is None else {"session": session})
-        resp = _SERVICE.diagnose(tenant, trace, body.options, feed_streams=True)
+        resp = _SERVICE.diagnose(tenant, trace, body.options)
         return "ok", resp.model_dump_json()
     except RequestValidationError as exc:
         return "validation", list(exc.errors())

@@ -6,12 +6,16 @@ cached :func:`get_settings` dependency, which tests override).
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class Settings(BaseSettings):
@@ -82,6 +86,11 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Delete history not updated for this long (checked at start-up)."
     )
     stream_detector: str = Field(default="cusum", description="Stream detector for observations.")
+    alarm_cache_s: float = Field(
+        default=1.0, ge=0,
+        description="Seconds a worker reuses the open stream alarms it read for a diagnosis (one query per "
+        "(tenant, agent) per period instead of one per request; its own feeds refresh them at once).",
+    )
     stream_autofeed: str = Field(
         default="latency_ms,tokens_out,output_chars,failure_probability",
         description="Per-trace metrics every /v1/diagnose feeds into the tenant's streams "
@@ -147,6 +156,27 @@ class Settings(BaseSettings):
         "are shadow: diagnosed and recorded, recommended `continue`. /metrics compares the arms. Default "
         "100: repair for all, as before the canary (a lower value withholds repairs from agents that use them).",
     )
+    canary_window: timedelta = Field(
+        default=timedelta(days=7),
+        description="/metrics' canary figures count the runs started within this window (to the top of the hour "
+        "it began in): `7d`, `12h`, `90m`, seconds, or ISO 8601 (`P7D`); at least 1h. Default 7d.",
+    )
+
+    @field_validator("canary_window", mode="before")
+    @classmethod
+    def _window(cls, v: object) -> object:
+        if isinstance(v, str):
+            m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", v.lower())
+            if m:
+                return timedelta(seconds=float(m[1]) * _UNIT_S[m[2]])
+        return v
+
+    @field_validator("canary_window")
+    @classmethod
+    def _window_at_least_an_hour(cls, v: timedelta) -> timedelta:
+        if v < timedelta(hours=1):
+            raise ValueError(f"the canary window is at least 1h (its counts are kept per hour); got {v}")
+        return v
 
     # -- agent models: retraining and the registry (issue 20; model/scoring/agent_registry.py, serve/services/retrain.py) ----
     model_registry: Path | None = Field(

@@ -6,10 +6,8 @@ bodies. The app is the real one (store, migrations, auth), driven in-process."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,11 +18,8 @@ from sqlalchemy import create_engine, text
 
 from serve.app import create_app
 from serve.auth import create_key
-from serve.routers.diagnose import feed_streams_safely
-from serve.services.metrics import Metrics
 from serve.settings import Settings
 from serve.store import Store
-from serve.wiring import build_service
 from tests.secret_corpus import LOOKALIKES, SECRETS
 from tests.storefix import db_url  # noqa: F401  (fixture)
 from tests.test_redaction import leaked
@@ -244,25 +239,6 @@ def test_success_after_a_handoff_is_a_conflict(api: Api) -> None:
     assert late.status_code == 409
     ok = api.call("POST", "/v1/outcomes", body={"recommendation_id": rec["id"], "success": True})
     assert ok.status_code == 200 and ok.json()["recorded"]
-
-
-def test_a_failing_stream_feed_is_logged_and_counted(tmp_path: Path) -> None:
-    """After the answer, a store that is gone must not raise into the server: the lost
-    observations are counted in /metrics."""
-    from model.core.options import DiagnoseOptions
-    from model.data.builder import make_trace
-    from model.diagnosis.diagnoser import Diagnoser
-
-    data = tmp_path / "store"
-    service = build_service(Settings(data_dir=data, classifier=False), Diagnoser())
-    trace = make_trace("timeout", seed=3, n_steps=6)
-    resp = service.diagnose("t", trace, DiagnoseOptions(), feed_streams=False)
-    service.store.dispose()
-    shutil.rmtree(data)  # the store's folder is gone: its next connection fails
-    metrics = Metrics()
-    carrier = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(metrics=metrics)))
-    feed_streams_safely(carrier, service, "t", trace, resp, DiagnoseOptions())  # type: ignore[arg-type]
-    assert "triage_stream_observations_lost_total 1.0" in metrics.render()[0].decode()
 
 
 _json = st.recursive(

@@ -4,8 +4,10 @@ scoped per tenant — against real ``triage serve`` processes on SQLite and on P
 
 from __future__ import annotations
 
+import doctest
 import subprocess
 import sys
+from datetime import timedelta
 from itertools import count
 from typing import Any
 
@@ -14,8 +16,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
+import serve.services.canary as canary_module
+import serve.store.verdict as verdict_module
 from serve.auth import create_key
-from serve.services.canary import BUCKETS, assign_arm, bucket
+from serve.services.canary import BUCKETS, assign_arm, bucket, median_recovery_s
 from serve.settings import Settings
 from serve.store import Store
 from tests.conftest import ROOT, LiveServer
@@ -60,6 +64,19 @@ def test_the_setting_is_a_percent() -> None:
     for bad in (-1, 100.5):
         with pytest.raises(ValidationError, match="repair_canary_percent"):
             Settings(repair_canary_percent=bad)
+
+
+def test_the_window_setting_and_the_median() -> None:
+    assert Settings().canary_window == timedelta(days=7)
+    assert Settings(canary_window="36h").canary_window == timedelta(hours=36)
+    assert Settings(canary_window="P2D").canary_window == timedelta(days=2)
+    for bad in ("30m", "soon"):
+        with pytest.raises(ValidationError, match="canary_window"):
+            Settings(canary_window=bad)
+    for module in (canary_module, verdict_module):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0
+    assert median_recovery_s([1, 1, 1, 1, 1, 1, 1, 1], 3) == 86400.0  # beyond the last bound: the last bound
 
 
 # -- end to end -----------------------------------------------------------------------------------
@@ -204,23 +221,28 @@ def test_canary_arms_end_to_end(db_url: str, tmp_path: Any) -> None:  # noqa: F8
         m = acme.metrics()
         extra = {"repair": 1, "shadow": 0} if whole_arm == "repair" else {"repair": 0, "shadow": 1}
         assert m["triage_repair_canary_percent"] == {"": 40.0}
-        assert m["triage_canary_runs_total"] == {"repair": 2 + extra["repair"], "shadow": 3 + extra["shadow"]}
-        assert m["triage_canary_failed_runs_total"] == {"repair": 2 + extra["repair"], "shadow": 2 + extra["shadow"]}
-        assert m["triage_canary_recovered_runs_total"] == {"repair": 1, "shadow": 1}
-        assert m["triage_canary_labelled_runs_total"] == {"repair": 2, "shadow": 2}
-        assert m["triage_canary_succeeded_runs_total"] == {"repair": 1, "shadow": 1}
+        assert m["triage_canary_runs"] == {"repair": 2 + extra["repair"], "shadow": 3 + extra["shadow"]}
+        assert m["triage_canary_failed_runs"] == {"repair": 2 + extra["repair"], "shadow": 2 + extra["shadow"]}
+        assert m["triage_canary_recovered_runs"] == {"repair": 1, "shadow": 1}
+        assert m["triage_canary_labelled_runs"] == {"repair": 2, "shadow": 2}
+        assert m["triage_canary_succeeded_runs"] == {"repair": 1, "shadow": 1}
         assert m["triage_canary_task_success_ratio"] == {"repair": 0.5, "shadow": 0.5}
         assert m["triage_canary_recovery_ratio"] == {
             "repair": 1 / (2 + extra["repair"]), "shadow": 1 / (2 + extra["shadow"])
         }
         assert m["triage_canary_failure_ratio"]["shadow"] == pytest.approx((2 + extra["shadow"]) / (3 + extra["shadow"]))
+        # over the default window; the time to recovery of the two recovered runs (a few seconds each)
+        assert m["triage_canary_window_seconds"] == {"": 7 * 86400.0}
+        assert m["triage_canary_recovery_seconds_count"] == {"repair": 1, "shadow": 1}
+        assert all(0 < v <= 10 for v in m["triage_canary_median_recovery_seconds"].values())
+        assert len(m["triage_canary_median_recovery_seconds"]) == 2
         # scoped as the other metrics: globex sees its own run only, the operator every tenant's
         g = globex.metrics()
         g_arm = assign_arm("globex", "g-1", 40.0)
-        assert g["triage_canary_runs_total"] == {g_arm: 1, ("shadow" if g_arm == "repair" else "repair"): 0}
+        assert g["triage_canary_runs"] == {g_arm: 1, ("shadow" if g_arm == "repair" else "repair"): 0}
         assert g["triage_canary_recovery_ratio"] == {g_arm: 0.0}  # no runs in the other arm: no rate
         o = ops.metrics()
-        assert sum(o["triage_canary_runs_total"].values()) == 7  # acme 6, globex 1
+        assert sum(o["triage_canary_runs"].values()) == 7  # acme 6, globex 1
     finally:
         srv.stop()
 

@@ -21,6 +21,7 @@ from the first observation).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
@@ -83,10 +84,12 @@ def siegmund_arl(k: float, h: float, shift: float = 0.0, *, direction: Direction
     return 1.0 / (1.0 / up + 1.0 / down)
 
 
+@functools.lru_cache(maxsize=1024)
 def h_for_arl0(arl0: float, k: float, *, direction: Direction = "both") -> float:
     """The decision interval ``h`` whose in-control ARL (Siegmund) equals ``arl0``.
 
-    Solved numerically (Brent's method); ARL0 grows monotonically with ``h``.
+    Solved numerically (Brent's method); ARL0 grows monotonically with ``h``. Remembered per
+    arguments: a stream's detector is rebuilt from its stored state at every observation.
 
     Raises
     ------

@@ -22,6 +22,9 @@ RedactionMode = Literal["mask", "hash"]
 #: asked which anchors they hold in one pass of RE2's DFA; shorter ones take the exact path
 #: (:mod:`serve.redaction.scan`), a substring test per anchor (cheap there, no per-call overhead).
 _LONG = 65536
+#: Texts up to this long that held no secret are remembered (at most :data:`_CLEAN_ENTRIES`).
+_CACHED = 64
+_CLEAN_ENTRIES = 8192
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class Redactor:
     rules: frozenset[str] = field(default_factory=lambda: frozenset(RULES))
     mode: RedactionMode = "mask"
     salt: str = ""
+    # Short texts found clean (field names, kinds, tool names repeat in every request): answered
+    # from here. Only clean ones: no secret is kept in memory longer than its request.
+    _clean: dict[str, None] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.rules) - set(RULES)
@@ -67,6 +73,18 @@ class Redactor:
         """``text`` with every enabled rule's matches replaced (overlapping matches merge)."""
         if len(text) < _SHORTEST or not self.rules:
             return text
+        if len(text) > _CACHED:
+            return self._redact_text(text)
+        if text in self._clean:
+            return text
+        out = self._redact_text(text)
+        if out == text:
+            if len(self._clean) >= _CLEAN_ENTRIES:
+                self._clean.clear()
+            self._clean[text] = None
+        return out
+
+    def _redact_text(self, text: str) -> str:
         if len(text) > _LONG:
             b_starts, b_ends, prios = _merge_bulk(*_find_spans_bulk(text, self.rules))
             if self.mode == "mask" and len(b_starts) > _FEW:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, BackgroundTasks, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from model.core.findings import DiagnosisResponse
-from model.core.options import DiagnoseOptions, DiagnoseRequest
-from model.core.schema import Trace
+from model.core.options import DiagnoseRequest
 from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi
 from serve.deps import ServiceDep, SettingsDep
@@ -43,7 +42,6 @@ async def diagnose(
     settings: SettingsDep,
     principal: PrincipalDep,
     service: ServiceDep,
-    background: BackgroundTasks,
     format: Annotated[
         Literal["auto", "native", "openai", "otel", "openinference"] | None,
         Query(description="For a bare trace body: its format (the envelope's `format` otherwise)."),
@@ -68,26 +66,14 @@ async def diagnose(
         content = await heavy.diagnose(principal.tenant, raw, format, session)
         return Response(content=content, media_type="application/json")
     async with request.app.state.gate.slot(principal.tenant):  # CPU work, shared fairly by tenants
-        body, trace = await call(
-            take, raw, max_steps=settings.max_steps, format=format, options=None if session is None else {"session": session}
-        )
-        # Budgets and open failures come from the session's state; the trace is stored redacted. Its
-        # metrics feed the tenant's streams after the answer is sent (alarms show in later diagnoses).
-        resp = await call(service.diagnose, principal.tenant, trace, body.options, feed_streams=False)
-    background.add_task(feed_streams_safely, request, service, principal.tenant, trace, resp, body.options)
+        # One trip to the thread pool: read the body, diagnose, store (the trace redacted, its
+        # metrics fed into the agent's streams in the same transaction: alarms show in later diagnoses).
+        resp = await call(_diagnose, service, principal.tenant, raw, settings.max_steps, format, session)
     return json_response(resp)
 
 
-def feed_streams_safely(
-    request: Request, service: TriageService, tenant: str, trace: Trace, resp: DiagnosisResponse,
-    options: DiagnoseOptions,
-) -> None:
-    """Feed the tenant's streams after the answer went out. A failure here must not reach the
-    server (it would reset the client's keep-alive connection): it is logged and counted in
-    ``triage_stream_observations_lost_total``."""
-    try:
-        service.feed_streams(tenant, trace, resp, options)
-    except Exception:
-        log.exception("feeding the streams of trace %r (tenant %r) failed: its observations are lost", trace.id, tenant)
-        request.app.state.metrics.lost_observations.inc()
-
+def _diagnose(
+    service: TriageService, tenant: str, raw: bytes, max_steps: int, format: str | None, session: str | None
+) -> DiagnosisResponse:
+    body, trace = take(raw, max_steps=max_steps, format=format, options=None if session is None else {"session": session})
+    return service.diagnose(tenant, trace, body.options)

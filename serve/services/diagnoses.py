@@ -52,6 +52,7 @@ from serve.services.canary import Arm, session_arm
 from serve.services.otel_export import EvaluationExporter
 from serve.services.streams import Streams
 from serve.store import Store
+from serve.store.traces import TracePrior
 from serve.validation import check_trace_fields
 
 #: Recent runs the relative operating point reads, and how long a worker trusts its value.
@@ -118,13 +119,10 @@ class Diagnoses:
 
     # -- a whole trace ---------------------------------------------------------------------------
     def diagnose(
-        self, tenant: str, trace: Trace, options: DiagnoseOptions, *, feed_streams: bool = True
+        self, tenant: str, trace: Trace, options: DiagnoseOptions
     ) -> DiagnosisResponse:
-        """Diagnose a whole trace, apply the session's repair state, record it; return the response.
-
-        ``feed_streams=False`` leaves feeding the tenant's metric streams to the caller
-        (:meth:`serve.services.streams.Streams.feed_streams`; the HTTP route does it after answering).
-        """
+        """Diagnose a whole trace, apply the session's repair state, record it and feed its metrics
+        into the agent's streams, in one transaction; return the response."""
         check_trace_fields(trace)
         # Redact first, then diagnose: evidence is cut from redacted text, so no cut secret (a key's
         # prefix) reaches the response, the store or the repair state.
@@ -147,14 +145,15 @@ class Diagnoses:
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         response = self.redactor.redact(resp.model_dump(mode="json"))
         with self.store.write() as db:
-            self.spend_steps(db, tenant, len(trace.steps))
             row = None
+            prior: TracePrior | None | bool = True
             if trace.session_id:  # the session's repair state
                 row = self.store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
                 assert row is not None
                 state = copy.deepcopy(row.state or {})
             else:  # the trace's own
-                state = copy.deepcopy(self.store.lock_trace_state(db, tenant, trace.id) or {})
+                prior = self.store.lock_trace(db, tenant, trace.id)
+                state = copy.deepcopy(prior.policy_state or {}) if prior is not None else {}
             decision, stored_arm, options = self.decide(state, tenant, session_key, trace, resp, options)
             response["arm"] = resp.arm
             response["recommendation"] = self.redactor.redact(decision.recommendation.model_dump(mode="json"))
@@ -171,12 +170,16 @@ class Diagnoses:
                 policy_state=None if row is not None else state,
                 arm=stored_arm,
                 agent=agent,
+                prior=prior,
             )
             self.record_recommendation(db, tenant, decision, trace.id, trace.session_id)
             if row is not None:
                 self.store.save_session_state(row, state)
-            if self.streams.autofeed and feed_streams:  # shadow mode observes too
+            # The rows every request of the tenant (usage) or of the agent (its streams) updates come
+            # last: on PostgreSQL their locks are held from here to the commit only.
+            if self.streams.autofeed:  # shadow mode observes too
                 self.streams.feed(db, tenant, trace, resp, agent)
+            self.spend_steps(db, tenant, len(trace.steps))
         self.export(trace, resp)
         return resp
 

@@ -10,24 +10,28 @@ Who sees what: a tenant's key sees its own history only; an operator (a key of a
 ``TRIAGE_OPERATOR_TENANTS``, any caller under ``TRIAGE_AUTH=off`` or ``TRIAGE_METRICS_PUBLIC=true``)
 sees every tenant's and the worker's figures.
 
-Mean time to recovery: for each failure whose repair succeeded, the time from its first
-recommendation to the successful outcome; averaged over the last 10,000 recoveries.
+Mean time to recovery: for each successful outcome of a failure's recommendation, the time from the
+first recommendation for that failure in its run to the outcome; averaged over the whole history.
+
+Every figure read from the store is a count kept on write (:mod:`serve.store.counters`): a scrape
+reads a few rows per tenant (and per hour of the canary's window), whatever the history's size.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.ratelimit import RateLimiter
 from serve.services.agent_models import AgentModels, ModelCollector
-from serve.services.canary import CanaryCollector
+from serve.services.canary import DEFAULT_WINDOW, CanaryCollector
 from serve.store import Store
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -76,7 +80,8 @@ class StoreCollector(Collector):
         yield outcomes
         yield rate
         mttr = GaugeMetricFamily(
-            "triage_mean_time_to_recovery_seconds", "First recommendation → successful outcome, mean"
+            "triage_mean_time_to_recovery_seconds",
+            "First recommendation for a failure in its run → successful outcome, mean over the history"
         )
         if snap["mttr_s"] is not None:
             mttr.add_metric([], snap["mttr_s"])
@@ -126,23 +131,20 @@ class Metrics:
             buckets=_BUCKETS,
             registry=self.registry,
         )
-        self.lost_observations = Counter(
-            "triage_stream_observations_lost",
-            "Diagnosed traces whose stream observations could not be recorded (this worker; logged)",
-            registry=self.registry,
-        )
         self._store: StoreCollector | None = None
         self._canary: CanaryCollector | None = None
         self._limiter: LimiterCollector | None = None
         self._models: ModelCollector | None = None
 
-    def attach_store(self, store: Store, *, canary_percent: float | None = None) -> None:
+    def attach_store(
+        self, store: Store, *, canary_percent: float | None = None, canary_window: timedelta = DEFAULT_WINDOW
+    ) -> None:
         if self._store is not None:
             self.registry.unregister(self._store)
         if self._canary is not None:
             self.registry.unregister(self._canary)
         self._store = StoreCollector(store)
-        self._canary = CanaryCollector(store, percent=canary_percent)
+        self._canary = CanaryCollector(store, percent=canary_percent, window=canary_window)
         self.registry.register(self._store)
         self.registry.register(self._canary)
 
@@ -169,7 +171,7 @@ class Metrics:
         if self._store is not None:
             registry.register(StoreCollector(self._store.store, tenant))
         if self._canary is not None:
-            registry.register(CanaryCollector(self._canary.store, tenant, self._canary.percent))
+            registry.register(CanaryCollector(self._canary.store, tenant, self._canary.percent, self._canary.window))
         if self._limiter is not None:
             registry.register(LimiterCollector(self._limiter.limiter, tenant))
         if self._models is not None:

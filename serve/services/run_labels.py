@@ -31,6 +31,7 @@ from typing import Any
 
 from model.core.kinds import FailureKind
 from model.core.schema import FailureLabel, LabelSource, TraceLabels
+from serve.store.verdict import deciding_label, label_failed
 
 AUTHOR_TYPES = ("human", "checker")
 _KINDS = {k.value for k in FailureKind}
@@ -66,11 +67,6 @@ def addressed_place(failure_key: str | None, state: dict[str, Any] | None) -> tu
     return (step if isinstance(step, int) else None), (source if isinstance(source, int) else None)
 
 
-def _failed(row: dict[str, Any]) -> bool:
-    f = row.get("failed")
-    return bool(f) if f is not None else row.get("kind") is not None
-
-
 def effective_label(rows: list[dict[str, Any]]) -> EffectiveLabel | None:
     """The trace's effective label (see the module docstring), or None when it has no labels."""
     rows = [r for r in rows if r.get("withdrawn_at") is None]
@@ -80,17 +76,18 @@ def effective_label(rows: list[dict[str, Any]]) -> EffectiveLabel | None:
     by_author: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in ordered:
         by_author.setdefault((r.get("author_type") or "human", r.get("author") or ""), []).append(r)
-    tier = "human" if any(t == "human" for t, _ in by_author) else "checker"
+    newest = deciding_label(rows)  # the rule the store's counts keep too (serve/store/verdict.py)
+    assert newest is not None
+    tier = newest.get("author_type") or "human"
     authors = {k: v for k, v in by_author.items() if k[0] == tier}
-    newest = max((v[-1] for v in authors.values()), key=lambda r: (r["created_at"], r.get("id") or 0))
-    failed = _failed(newest)
+    failed = label_failed(newest)
     failures: list[LocatedFailure] = []
     if failed:
         seen: set[LocatedFailure] = set()
         for own in authors.values():
-            if not _failed(own[-1]):
+            if not label_failed(own[-1]):
                 continue
-            cleared = max((i for i, r in enumerate(own) if not _failed(r)), default=-1)
+            cleared = max((i for i, r in enumerate(own) if not label_failed(r)), default=-1)
             for r in own[cleared + 1 :]:
                 if r.get("kind") is None and r.get("step") is None:
                     continue  # "it failed", no more said

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from model.core.agents import clean_agent_name, resolve_agent
+from model.core.agents import clean_agent_name
 from model.core.errors import InputError, NotFoundError
 from model.core.findings import DiagnosisResponse, Finding
 from model.core.kinds import FailureKind
-from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS, Diagnoser
 from model.streams import Alarm, detect_changepoints
 from model.streams.catalog import make_stream_detector
 from model.streams.metrics import extract_metrics
-from serve.redaction import Redactor
 from serve.schemas import (
     AlarmOut,
     ChangepointsResponse,
@@ -40,6 +39,8 @@ _RUPTURES_VERSION = importlib.metadata.version("ruptures")
 #: Confidence of a stream alarm on a trace whose own value is not out of band: a signal (half the
 #: ``degradation`` threshold), reported and not acted on.
 DEGRADATION_SIGNAL_CONFIDENCE = 0.5 * DEFAULT_THRESHOLDS[FailureKind.DEGRADATION]
+#: (tenant, agent) pairs whose open alarms a worker keeps (all dropped past it, then read again).
+MAX_ALARM_ENTRIES = 10_000
 
 
 class Streams:
@@ -47,19 +48,22 @@ class Streams:
 
     Parameters
     ----------
-    store, redactor, diagnoser:
-        The store; the redactor :meth:`feed_streams` resolves a run's agent through (as diagnose did);
-        the diagnoser whose ``model_version`` the answers name.
+    store, diagnoser:
+        The store; the diagnoser whose ``model_version`` the answers name.
     detector:
         The stream detector's registry name (``TRIAGE_STREAM_DETECTOR``).
     autofeed:
         Per-trace metrics fed into the agent's streams as its runs are diagnosed.
     """
 
-    def __init__(self, store: Store, redactor: Redactor, diagnoser: Diagnoser, *, detector: str = "cusum",
-                 autofeed: Sequence[str] = ()) -> None:
+    def __init__(self, store: Store, diagnoser: Diagnoser, *, detector: str = "cusum",
+                 autofeed: Sequence[str] = (), alarm_ttl_s: float = 1.0) -> None:
         self.store = store
-        self.redactor = redactor
+        # The open alarms each (tenant, agent) last read, and when: a diagnosis reads them from here
+        # (no query) for ``alarm_ttl_s``; this worker's own feeds and posts that open or close an
+        # episode drop the tenant's entries at once (another worker's show within the TTL).
+        self.alarm_ttl_s = alarm_ttl_s
+        self._alarms: dict[tuple[str, str], tuple[float, list[dict[str, Any]]]] = {}
         self.diagnoser = diagnoser
         self.detector = detector
         self.autofeed = tuple(sorted(set(autofeed)))  # sorted: one lock order
@@ -121,6 +125,7 @@ class Streams:
             row.updated_at = utcnow()
             n, alarm_open = row.n, row.alarm_open
             monitoring = bool(getattr(det, "monitoring", True))
+        self.forget_alarms(tenant)  # posted values may have opened or closed an episode
         return ObservationsResponse(
             model_version=self.diagnoser.model_version,
             detector_versions={det.name: det.version},
@@ -167,16 +172,6 @@ class Streams:
         )
 
     # -- the autofeed ----------------------------------------------------------------------------
-    def feed_streams(self, tenant: str, trace: Trace, resp: DiagnosisResponse, options: DiagnoseOptions) -> None:
-        """Feed a diagnosed trace's metrics into its agent's streams, in a transaction of its own
-        (``trace`` and ``options`` as diagnose got them)."""
-        if not self.autofeed:
-            return
-        # the agent as diagnose() resolved it: from the redacted trace (its task type and metadata)
-        agent = resolve_agent(self.redactor.redact_trace(trace), options.agent)
-        with self.store.write() as db:
-            self.feed(db, tenant, trace, resp, agent)
-
     def feed(self, db: Any, tenant: str, trace: Trace, resp: DiagnosisResponse, agent: str) -> None:
         """Feed this trace's per-trace metrics into the streams of its agent (transaction ``db``).
 
@@ -219,6 +214,27 @@ class Streams:
             })
         self.store.add_observations(db, observations)
         self.store.update_streams(db, tenant, agent, changes)
+        if any(c["alarm_open"] != bool(rows[c["name"]]["alarm_open"]) or c["alarm"] is not rows[c["name"]]["alarm"]
+               for c in changes):
+            self.forget_alarms(tenant)
+
+    def open_alarms(self, tenant: str, agent: str) -> list[dict[str, Any]]:
+        """The open alarms of ``agent``'s streams and of every agent's (``""``), at most
+        ``alarm_ttl_s`` old (:meth:`forget_alarms` drops them)."""
+        now = time.monotonic()
+        hit = self._alarms.get((tenant, agent))
+        if hit is not None and now - hit[0] < self.alarm_ttl_s:
+            return hit[1]
+        alarms = self.store.open_alarms(tenant, agent)
+        if len(self._alarms) >= MAX_ALARM_ENTRIES:
+            self._alarms.clear()
+        self._alarms[(tenant, agent)] = (now, alarms)
+        return alarms
+
+    def forget_alarms(self, tenant: str) -> None:
+        """Drop this worker's cached open alarms of ``tenant`` (an episode opened or closed here)."""
+        for key in [k for k in self._alarms if k[0] == tenant]:
+            self._alarms.pop(key, None)
 
     def degradation_findings(self, tenant: str, trace: Trace, agent: str) -> list[Finding]:
         """Open stream alarms of this tenant, of the run's ``agent`` or of every agent, as findings.
@@ -230,7 +246,7 @@ class Streams:
         ``mean ± shift · std`` in the alarm's direction. A stream posted for every agent (``""``)
         has no baseline of this agent's: a signal at most.
         """
-        alarms = self.store.open_alarms(tenant, agent)
+        alarms = self.open_alarms(tenant, agent)
         if not alarms:
             return []
         own: dict[str, float | None] = {}

@@ -73,6 +73,7 @@ class TriageService:
         session_exclude: Sequence[str] = ("incomplete",),
         stream_detector: str = "cusum",
         stream_autofeed: Sequence[str] = (),
+        alarm_cache_s: float = 1.0,
         relative_min_runs: int = 50,
         exporter: EvaluationExporter | None = None,
         limiter: RateLimiter | None = None,
@@ -82,7 +83,8 @@ class TriageService:
         recentre_ttl_s: float = 60.0,
     ) -> None:
         self.store = store
-        self.streams = Streams(store, redactor, diagnoser, detector=stream_detector, autofeed=stream_autofeed)
+        self.streams = Streams(store, diagnoser, detector=stream_detector, autofeed=stream_autofeed,
+                               alarm_ttl_s=alarm_cache_s)
         self.diagnoses = Diagnoses(
             store, diagnoser, engine, redactor, self.streams, relative_min_runs=relative_min_runs,
             exporter=exporter, limiter=limiter, canary_percent=canary_percent, models=models,
@@ -117,14 +119,10 @@ class TriageService:
 
     # -- what callers holding the one object use -------------------------------------------------
     def diagnose(
-        self, tenant: str, trace: Trace, options: DiagnoseOptions, *, feed_streams: bool = True
+        self, tenant: str, trace: Trace, options: DiagnoseOptions
     ) -> DiagnosisResponse:
         """:meth:`serve.services.diagnoses.Diagnoses.diagnose`."""
-        return self.diagnoses.diagnose(tenant, trace, options, feed_streams=feed_streams)
-
-    def feed_streams(self, tenant: str, trace: Trace, resp: DiagnosisResponse, options: DiagnoseOptions) -> None:
-        """:meth:`serve.services.streams.Streams.feed_streams`."""
-        self.streams.feed_streams(tenant, trace, resp, options)
+        return self.diagnoses.diagnose(tenant, trace, options)
 
     def relative_threshold(self, tenant: str, agent: str, scorer: RunScorer | None) -> float | None:
         """:meth:`serve.services.diagnoses.Diagnoses.relative_threshold`."""

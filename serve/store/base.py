@@ -12,9 +12,9 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, text
+from sqlalchemy import Table, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import (
     DataError,
@@ -28,6 +28,7 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
 from model.core.errors import InputError, StoreError, StoreUnavailableError, StoreValueError
+from serve.store.counters import flush_counts
 from serve.store.engine import SQLITE_BEGIN, make_engine
 from serve.store.migrate import upgrade as _upgrade
 from serve.store.tables import LabelRow
@@ -110,17 +111,25 @@ class StoreBase:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A write unit of work, committed at the end (``BEGIN IMMEDIATE`` on SQLite)."""
+        """A write unit of work, committed at the end (``BEGIN IMMEDIATE`` on SQLite), with the
+        counts its writes changed (:func:`serve.store.counters.flush_counts`)."""
         mutex = self._write_mutex or contextlib.nullcontext()
         try:
             with mutex, self._write() as db, db.begin():
                 yield db
+                flush_counts(db)
         except (SQLAlchemyError, OverflowError, UnicodeEncodeError) as exc:
             raise store_error(exc, "writing") from exc
 
-    def _insert(self, table: type[Any]) -> Any:
+    def _insert(self, table: type[Any] | Table) -> Any:
         """An ``INSERT`` of this dialect (``ON CONFLICT`` clauses need it)."""
         return (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table)
+
+
+def core(entity: type[Any]) -> Table:
+    """The Core table of a mapped class: statements on it skip the ORM's per-statement work (the
+    request path's inserts and reads)."""
+    return cast(Table, entity.__table__)
 
 
 def rowcount(result: Any) -> int:
@@ -143,4 +152,4 @@ def group_rows(
     return out
 
 
-__all__ = ["StoreBase", "check_tenant_name", "group_rows", "rowcount", "store_error"]
+__all__ = ["StoreBase", "core", "check_tenant_name", "group_rows", "rowcount", "store_error"]

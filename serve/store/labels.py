@@ -10,6 +10,7 @@ from sqlalchemy import and_, func, or_, select
 
 from model.core.errors import InputError
 from serve.store.base import group_rows
+from serve.store.counters import count_labels
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, TraceRow, utcnow
 from serve.store.traces import Traces, trace_json
 
@@ -65,6 +66,7 @@ class Labels(Traces):
                 )
             )
             db.flush()
+            count_labels(db, tenant, trace_id)
             return group_rows(db, LabelRow, [(tenant, trace_id)]).get((tenant, trace_id), [])
 
     def withdraw_label(
@@ -83,6 +85,7 @@ class Labels(Traces):
                 return None
             row.withdrawn_at = utcnow()
             db.flush()
+            count_labels(db, tenant, row.trace_id)
             withdrawn = {c.key: getattr(row, c.key) for c in LabelRow.__table__.columns}
             return withdrawn, group_rows(db, LabelRow, [(tenant, row.trace_id)]).get((tenant, row.trace_id), [])
 

@@ -5,19 +5,23 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, func, select, true
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from model.core.agents import POOL_AGENT
 from model.diagnosis.patterns import Occurrence, RepairEvent
 from serve.store.base import store_error
+from serve.store.counters import CANARY_FIELDS, hour_of
 from serve.store.streams import Streams
-from serve.store.tables import FailureRow, LabelRow, OutcomeRow, RecommendationRow, TraceRow
+from serve.store.tables import (
+    CanaryCountRow,
+    FailureRow,
+    MetricTotalRow,
+    OutcomeRow,
+    RecommendationRow,
+    TraceRow,
+)
 from serve.store.traces import trace_json
-
-#: The label columns :func:`serve.services.run_labels.effective_label` reads (plain rows, not ORM objects).
-_LABEL_KEYS = ("id", "tenant_id", "trace_id", "kind", "step", "source_index", "author", "failed", "author_type",
-               "created_at")
 
 
 class Reports(Streams):
@@ -93,86 +97,28 @@ class Reports(Streams):
 
     def metrics_snapshot(self, tenant: str | None = None) -> dict[str, Any]:
         """Aggregates for ``/metrics``, read from the store so that every worker reports the same;
-        ``tenant``: that tenant's only (``None``: every tenant's)."""
-
-        def mine(q: Any, table: Any) -> Any:
-            return q if tenant is None else q.where(table.tenant_id == tenant)
-
+        ``tenant``: that tenant's only (``None``: every tenant's). The counts are kept on write
+        (:mod:`serve.store.counters`): a few rows per tenant, whatever the history's size."""
+        q = select(MetricTotalRow.name, MetricTotalRow.key, func.sum(MetricTotalRow.n), func.sum(MetricTotalRow.total))
+        if tenant is not None:
+            q = q.where(MetricTotalRow.tenant_id == tenant)
         with self.read() as db:
-            traces = int(db.scalar(mine(select(func.count()).select_from(TraceRow), TraceRow)) or 0)
-            failures = dict(
-                db.execute(
-                    mine(select(FailureRow.kind, func.count()), FailureRow)
-                    .where(FailureRow.is_signal.is_(False))
-                    .group_by(FailureRow.kind)
-                ).all()
-            )
-            recs = dict(
-                db.execute(
-                    mine(select(RecommendationRow.strategy, func.count()), RecommendationRow).group_by(
-                        RecommendationRow.strategy
-                    )
-                ).all()
-            )
-            outcomes: dict[tuple[str, bool], int] = {
-                (s, bool(ok)): int(n)
-                for s, ok, n in db.execute(
-                    mine(select(OutcomeRow.strategy, OutcomeRow.success, func.count()), OutcomeRow).group_by(
-                        OutcomeRow.strategy, OutcomeRow.success
-                    )
-                ).all()
-            }
-            first = {
-                (t, sid, fk): ts
-                for t, sid, fk, ts in db.execute(
-                    select(
-                        RecommendationRow.tenant_id,
-                        RecommendationRow.session_id,
-                        RecommendationRow.failure_key,
-                        func.min(RecommendationRow.created_at),
-                    )
-                    .where(RecommendationRow.failure_key.is_not(None))
-                    .where(true() if tenant is None else RecommendationRow.tenant_id == tenant)
-                    .group_by(
-                        RecommendationRow.tenant_id,
-                        RecommendationRow.session_id,
-                        RecommendationRow.failure_key,
-                    )
-                ).all()
-            }
-            recovered = db.execute(
-                select(
-                    OutcomeRow.created_at,
-                    RecommendationRow.tenant_id,
-                    RecommendationRow.session_id,
-                    RecommendationRow.failure_key,
-                )
-                .join(
-                    RecommendationRow,
-                    and_(
-                        RecommendationRow.tenant_id == OutcomeRow.tenant_id,
-                        RecommendationRow.id == OutcomeRow.recommendation_id,
-                    ),
-                )
-                .where(OutcomeRow.success.is_(True), RecommendationRow.failure_key.is_not(None))
-                .where(true() if tenant is None else OutcomeRow.tenant_id == tenant)
-                .order_by(OutcomeRow.id.desc())
-                .limit(10_000)
-            ).all()
-        durations = []
-        for done, t, sid, fk in recovered:
-            start = first.get((t, sid, fk))
-            if start is not None:
-                start = start if start.tzinfo else start.replace(tzinfo=done.tzinfo)
-                durations.append(max(0.0, (done - start).total_seconds()))
+            rows = db.execute(q.group_by(MetricTotalRow.name, MetricTotalRow.key)).all()
+        by: dict[str, dict[str, tuple[int, float]]] = {}
+        for name, key, n, total in rows:
+            if n:
+                by.setdefault(str(name), {})[str(key)] = (int(n), float(total or 0.0))
+        outcomes = {(s, ok): n for ok, name in ((True, "outcomes_ok"), (False, "outcomes_failed"))
+                    for s, (n, _) in by.get(name, {}).items()}
+        n_rec, secs = by.get("recoveries", {}).get("", (0, 0.0))
         return {
-            "traces": traces,
+            "traces": by.get("traces", {}).get("", (0, 0.0))[0],
             "open_alarms": self.all_open_alarms(tenant),
-            "failures": {str(k): int(v) for k, v in failures.items()},
-            "recommendations": {str(k): int(v) for k, v in recs.items()},
+            "failures": {k: n for k, (n, _) in by.get("failures", {}).items()},
+            "recommendations": {k: n for k, (n, _) in by.get("recommendations", {}).items()},
             "outcomes": outcomes,
-            "recoveries": len(durations),
-            "mttr_s": (sum(durations) / len(durations)) if durations else None,
+            "recoveries": n_rec,
+            "mttr_s": secs / n_rec if n_rec else None,
         }
 
     def count_rows(self, table: type[Any], tenant: str | None = None) -> int:
@@ -182,42 +128,18 @@ class Reports(Streams):
                 q = q.where(table.tenant_id == tenant)
             return int(db.scalar(q) or 0)
 
-    def arm_runs(
-        self, tenant: str | None = None
-    ) -> tuple[list[tuple[str | None, int, int, int]], dict[tuple[str | None, str, str], list[dict[str, Any]]]]:
-        """The canary's inputs (serve/services/canary.py), in one read: per arm, its runs, those some
-        diagnosis found failed and those of them whose latest diagnosis is healthy; and the labels (not
-        withdrawn; the columns :func:`serve.services.run_labels.effective_label` reads) of runs in an
-        arm by (arm, tenant, trace). ``tenant=None``: every tenant's runs."""
-        failed = TraceRow.failed_at.is_not(None)
+    def canary_counts(self, tenant: str | None, since: datetime) -> dict[str, dict[str, float]]:
+        """The canary's counts per arm (:data:`serve.store.counters.CANARY_FIELDS`) of the runs started
+        since the top of the hour of ``since`` (kept on write per hour: at most one row per hour of the
+        window and arm); ``tenant=None``: every tenant's runs."""
+        cols = [func.sum(getattr(CanaryCountRow, f)) for f in CANARY_FIELDS]
+        q = select(CanaryCountRow.arm, *cols).where(CanaryCountRow.hour >= hour_of(since))
+        if tenant is not None:
+            q = q.where(CanaryCountRow.tenant_id == tenant)
         with self.read() as db:
-            q = (
-                select(
-                    TraceRow.arm,
-                    func.count(),
-                    func.sum(case((failed, 1), else_=0)),
-                    func.sum(case((failed & TraceRow.healthy.is_(True), 1), else_=0)),
-                )
-                .where(TraceRow.arm.is_not(None))
-                .group_by(TraceRow.arm)
-            )
-            if tenant is not None:
-                q = q.where(TraceRow.tenant_id == tenant)
-            counts = [(arm, int(runs), int(n_failed or 0), int(n_recovered or 0))
-                      for arm, runs, n_failed, n_recovered in db.execute(q).all()]
-            # Labels of runs in an arm (few next to traces): the effective label is decided per run.
-            cols = [c for c in LabelRow.__table__.columns if c.key in _LABEL_KEYS]
-            lq = (
-                select(TraceRow.arm, *cols)
-                .join(TraceRow, (TraceRow.tenant_id == LabelRow.tenant_id) & (TraceRow.id == LabelRow.trace_id))
-                .where(TraceRow.arm.is_not(None), LabelRow.withdrawn_at.is_(None))
-            )
-            if tenant is not None:
-                lq = lq.where(LabelRow.tenant_id == tenant)
-            by_run: dict[tuple[str | None, str, str], list[dict[str, Any]]] = {}
-            for row in db.execute(lq).mappings():
-                by_run.setdefault((row["arm"], row["tenant_id"], row["trace_id"]), []).append(dict(row))
-        return counts, by_run
+            rows = db.execute(q.group_by(CanaryCountRow.arm)).all()
+        return {str(arm): {f: float(v or 0) for f, v in zip(CANARY_FIELDS, vals, strict=True)}
+                for arm, *vals in rows}
 
 
 __all__ = ["Reports"]

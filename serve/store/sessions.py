@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
 from serve.store.base import StoreBase
+from serve.store.counters import count_labels, count_outcome, count_recommendation
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, SessionRow, utcnow
 
 
@@ -86,7 +87,7 @@ class Sessions(StoreBase):
         ins = (postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert)(
             RecommendationRow
         )
-        db.execute(
+        res = db.execute(
             ins.values(
                 tenant_id=tenant,
                 id=rec["id"],
@@ -100,8 +101,9 @@ class Sessions(StoreBase):
                 status=status,
                 created_at=utcnow(),
                 body=rec,
-            ).on_conflict_do_nothing()
+            ).on_conflict_do_nothing().returning(RecommendationRow.id)
         )
+        count_recommendation(db, tenant, rec["strategy"], len(res.all()))  # 0: it was there
 
     @staticmethod
     def get_recommendation(db: Session, tenant: str, rec_id: str) -> RecommendationRow | None:
@@ -123,6 +125,7 @@ class Sessions(StoreBase):
         cost: float | None,
         note: str,
     ) -> OutcomeRow:
+        now = utcnow()
         row = OutcomeRow(
             tenant_id=tenant,
             recommendation_id=rec.id,
@@ -132,8 +135,11 @@ class Sessions(StoreBase):
             duration_s=duration_s,
             cost=cost,
             note=note,
+            created_at=now,
         )
         db.add(row)
+        count_outcome(db, tenant=tenant, trace_id=rec.trace_id, strategy=rec.strategy, success=success,
+                      failure_key=rec.failure_key, at=now)
         return row
 
     @staticmethod
@@ -145,6 +151,7 @@ class Sessions(StoreBase):
         ``outcome``, a human's)."""
         db.add(LabelRow(tenant_id=tenant, trace_id=trace_id, failed=failed, kind=kind, step=step,
                         source_index=source_index, author="outcome", author_type="human"))
+        count_labels(db, tenant, trace_id)
 
 
 __all__ = ["Sessions"]

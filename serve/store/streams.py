@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from serve.store.base import StoreBase, store_error
+from serve.store.base import StoreBase, core, store_error
 from serve.store.tables import ObservationRow, StreamRow, utcnow
 
 
@@ -54,20 +54,12 @@ class Streams(StoreBase):
 
         Callers pass names in one (sorted) order, so that concurrent transactions lock alike.
         """
-        cols = (
-            StreamRow.name,
-            StreamRow.detector,
-            StreamRow.params,
-            StreamRow.state,
-            StreamRow.n,
-            StreamRow.alarm_open,
-            StreamRow.alarm,
-        )
-        q = select(*cols).where(
-            StreamRow.tenant_id == tenant, StreamRow.agent == agent, StreamRow.name.in_(names)
+        t = core(StreamRow).c  # Core columns: no ORM work per request
+        q = select(t.name, t.detector, t.params, t.state, t.n, t.alarm_open, t.alarm).where(
+            t.tenant_id == tenant, t.agent == agent, t.name.in_(names)
         )
         if self.dialect == "postgresql":
-            q = q.order_by(StreamRow.name).with_for_update()
+            q = q.order_by(t.name).with_for_update()
         rows = {r.name: dict(r._mapping) for r in db.execute(q)}
         missing = [n for n in names if n not in rows]
         if missing:
@@ -96,7 +88,7 @@ class Streams(StoreBase):
     def add_observations(db: Session, rows: list[dict[str, Any]]) -> None:
         """In transaction ``db``: observations of locked streams (one executemany)."""
         if rows:
-            db.execute(insert(ObservationRow), rows)
+            db.execute(insert(core(ObservationRow)), rows)
 
     @functools.cached_property
     def _stream_update_stmt(self) -> Any:

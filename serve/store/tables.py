@@ -20,6 +20,9 @@ Tables::
     observations     the values posted to / fed into a stream, with alarms
     model_activations which registry version of the run scorer each tenant serves (newest row wins)
     ui_sessions      the console's signed-in sessions: sha256 of the cookie's token (never the token)
+    run_metrics      what each run adds to the counters below (serve/store/counters.py)
+    canary_counts    the canary's figures per (tenant, hour the runs started, arm), kept on write
+    metric_totals    /metrics' whole-history counts per tenant (traces, failures, recommendations…), kept on write
 """
 
 from __future__ import annotations
@@ -328,15 +331,85 @@ class UISessionRow(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
+#: The bounds (seconds) of the canary's time-to-recovery histogram: ``canary_counts.rec_le_<bound>``
+#: counts the recovered runs whose recovery took at most that long (cumulative, as Prometheus' ``le``).
+RECOVERY_BOUNDS: tuple[int, ...] = (10, 30, 60, 300, 900, 3600, 14400, 86400)
+
+
+class RunMetricRow(Base):
+    """What one run (a stored trace) adds to ``canary_counts`` and ``metric_totals``
+    (:mod:`serve.store.counters`): each write that changes the run changes the counters by the
+    difference. One row per trace, written with it and deleted with it (revision 0012 filled the rows
+    of traces stored before)."""
+
+    __tablename__ = "run_metrics"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    hour: Mapped[int] = mapped_column(Integer)  # the run's created_at, in whole hours since 1970 (UTC)
+    arm: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)  # = traces.failed_at
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)  # = traces.healthy
+    # failed and healthy again: seconds from failed_at to the diagnosis that found it healthy
+    recovery_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    labelled: Mapped[bool] = mapped_column(Boolean, default=False)  # has an effective run-level label
+    succeeded: Mapped[bool] = mapped_column(Boolean, default=False)  # … which says failed: false
+    kinds: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # failures (not signals) by kind
+
+
+class CanaryCountRow(Base):
+    """The canary's figures (:mod:`serve.services.canary`) of the runs a tenant started in one hour, per
+    arm; incremented in the transaction of each write that changes them (``n = n + delta``)."""
+
+    __tablename__ = "canary_counts"
+    __table_args__ = (Index("ix_canary_counts_hour", "hour"),)
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    hour: Mapped[int] = mapped_column(Integer, primary_key=True)
+    arm: Mapped[str] = mapped_column(String(8), primary_key=True)
+    runs: Mapped[int] = mapped_column(BigInteger, default=0)
+    failed: Mapped[int] = mapped_column(BigInteger, default=0)
+    recovered: Mapped[int] = mapped_column(BigInteger, default=0)
+    labelled: Mapped[int] = mapped_column(BigInteger, default=0)
+    succeeded: Mapped[int] = mapped_column(BigInteger, default=0)
+    recovery_s: Mapped[float] = mapped_column(Float, default=0.0)  # sum over the recovered runs
+    rec_le_10: Mapped[int] = mapped_column(BigInteger, default=0)
+    rec_le_30: Mapped[int] = mapped_column(BigInteger, default=0)
+    rec_le_60: Mapped[int] = mapped_column(BigInteger, default=0)
+    rec_le_300: Mapped[int] = mapped_column(BigInteger, default=0)
+    rec_le_900: Mapped[int] = mapped_column(BigInteger, default=0)
+    rec_le_3600: Mapped[int] = mapped_column(BigInteger, default=0)
+    rec_le_14400: Mapped[int] = mapped_column(BigInteger, default=0)
+    rec_le_86400: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class MetricTotalRow(Base):
+    """A whole-history count of ``/metrics`` per tenant (``name``: traces, failures, recommendations,
+    outcomes_ok, outcomes_failed, recoveries; ``key``: the kind or strategy, "" for none), kept on
+    write; ``total``: a sum that goes with it (the recoveries' seconds)."""
+
+    __tablename__ = "metric_totals"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    n: Mapped[int] = mapped_column(BigInteger, default=0)
+    total: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 __all__ = [
+    "RECOVERY_BOUNDS",
     "ApiKey",
     "Base",
+    "CanaryCountRow",
     "FailureRow",
     "LabelRow",
+    "MetricTotalRow",
     "ModelActivationRow",
     "ObservationRow",
     "OutcomeRow",
     "RecommendationRow",
+    "RunMetricRow",
     "SessionRow",
     "StreamRow",
     "Tenant",

@@ -7,14 +7,15 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from model.core.agents import POOL_AGENT
 from model.core.errors import InputError
-from serve.store.base import StoreBase, rowcount
+from serve.store.base import StoreBase, core, rowcount
+from serve.store.counters import count_run, uncount_runs
 from serve.store.tables import (
     FailureRow,
     LabelRow,
@@ -29,6 +30,13 @@ from serve.store.tables import (
 )
 
 
+class TracePrior(NamedTuple):
+    """What :meth:`Traces.lock_trace` read of a stored trace."""
+
+    policy_state: dict[str, Any] | None
+    steps_in_rows: bool
+
+
 @dataclass(frozen=True)
 class TracePage:
     items: list[TraceRow]
@@ -41,16 +49,16 @@ class Traces(StoreBase):
     @functools.cached_property
     def _trace_upsert_stmt(self) -> Any:
         # Built once, executed with a parameter dict: SQLAlchemy then reuses its compiled form.
-        ins = self._insert(TraceRow)
+        ins = self._insert(core(TraceRow))  # Core, not the ORM's bulk path: this runs per request
         keep = ("tenant_id", "id", "created_at", "failed_at")
         return ins.on_conflict_do_update(
             index_elements=["tenant_id", "id"],
             set_={
-                **{c.key: getattr(ins.excluded, c.key) for c in TraceRow.__table__.columns if c.key not in keep},
+                **{c.key: getattr(ins.excluded, c.key) for c in core(TraceRow).columns if c.key not in keep},
                 # the run's first failure stays the first one (serve/services/canary.py: failure and recovery rates)
-                "failed_at": func.coalesce(TraceRow.__table__.c.failed_at, ins.excluded.failed_at),
+                "failed_at": func.coalesce(core(TraceRow).c.failed_at, ins.excluded.failed_at),
             },
-        ).returning(TraceRow.__table__.c.created_at)  # the kept one: the failure rows carry it
+        ).returning(core(TraceRow).c.created_at)  # the kept one: the failure rows carry it
 
     def _trace_upsert(self) -> Any:
         return self._trace_upsert_stmt
@@ -72,6 +80,8 @@ class Traces(StoreBase):
         arm: str | None = None,
         agent: str = POOL_AGENT,
         step_tools: Sequence[str | None] | None = None,
+        prior: TracePrior | None | bool = True,
+        now: datetime | None = None,
     ) -> None:
         """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
 
@@ -83,8 +93,11 @@ class Traces(StoreBase):
         ``agent``: the run's agent (:func:`model.core.agents.resolve_agent`).
         ``step_tools``: the tool name of each step, when ``trace`` does not hold the steps; a
         failure row keeps the tool it concerns (``details.tool``, else its step's).
+        ``prior``: what :meth:`lock_trace` read of the row in this transaction (``None``: no row),
+        which saves reading it again; ``True``: not read yet.
+        ``now``: the time of this diagnosis (default: the clock's; a bench or a test places runs in time).
         """
-        now = utcnow()
+        now = now or utcnow()
         if step_tools is None:
             step_tools = [s.get("tool_name") if isinstance(s, dict) else None for s in trace.get("steps") or []]
         primary = response.get("primary") or {}
@@ -108,13 +121,20 @@ class Traces(StoreBase):
             "steps_in_rows": steps_in_rows,
             "agent": agent,
         }
-        prev = db.execute(
-            select(TraceRow.steps_in_rows).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
-        ).scalar_one_or_none() if not steps_in_rows else None
-        if prev:  # a whole trace replaces one whose steps were kept in rows
+        if prior is True:
+            prev = db.execute(
+                select(TraceRow.steps_in_rows).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+            ).scalar_one_or_none() if not steps_in_rows else None
+        else:
+            prev = prior.steps_in_rows if isinstance(prior, TracePrior) else None
+        if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
             db.execute(delete(TraceStepRow).where(TraceStepRow.tenant_id == tenant, TraceStepRow.trace_id == trace_id))
         created = db.execute(self._trace_upsert(), values).scalar_one()
-        db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
+        count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response)
+        # a new row has no failures to replace (known for sure on SQLite, whose writers take turns;
+        # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
+        if prior is not None or self.dialect != "sqlite":
+            db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
         rows = [
             {
                 "tenant_id": tenant,
@@ -136,7 +156,7 @@ class Traces(StoreBase):
             for f in response.get(key) or []
         ]
         if rows:
-            db.execute(insert(FailureRow), rows)
+            db.execute(insert(core(FailureRow)), rows)
 
     def put_steps(self, db: Session, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
         """Insert or replace steps of a trace kept in rows (index → step JSON), inside ``db``."""
@@ -169,23 +189,30 @@ class Traces(StoreBase):
 
     def add_usage(self, db: Session, tenant: str, day: str, steps: int) -> int:
         """Add ``steps`` to the tenant's usage of ``day`` (inside ``db``); the new total."""
-        ins = self._insert(UsageRow).values(tenant_id=tenant, day=day, steps=steps)
+        table = core(UsageRow)
+        ins = self._insert(table).values(tenant_id=tenant, day=day, steps=steps)
         stmt = ins.on_conflict_do_update(
-            index_elements=["tenant_id", "day"], set_={"steps": UsageRow.steps + ins.excluded.steps}
-        ).returning(UsageRow.steps)
+            index_elements=["tenant_id", "day"], set_={"steps": table.c.steps + ins.excluded.steps}
+        ).returning(table.c.steps)
         return int(db.execute(stmt).scalar_one())
 
     def usage(self, tenant: str, day: str) -> int:
         with self.read() as db:
             return int(db.scalar(select(UsageRow.steps).where(UsageRow.tenant_id == tenant, UsageRow.day == day)) or 0)
 
-    def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
-        """The policy state of a session-less trace, locked for this transaction (None if new)."""
-        q = select(TraceRow.policy_state).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
+    def lock_trace(self, db: Session, tenant: str, trace_id: str) -> TracePrior | None:
+        """The trace's policy state and where its steps are, locked for this transaction (None if new)."""
+        t = core(TraceRow).c
+        q = select(t.policy_state, t.steps_in_rows).where(t.tenant_id == tenant, t.id == trace_id)
         if self.dialect == "postgresql":
             q = q.with_for_update()
-        state: dict[str, Any] | None = db.execute(q).scalar_one_or_none()
-        return state
+        row = db.execute(q).one_or_none()
+        return None if row is None else TracePrior(row[0], bool(row[1]))
+
+    def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
+        """The policy state of a session-less trace, locked for this transaction (None if new)."""
+        prior = self.lock_trace(db, tenant, trace_id)
+        return None if prior is None else prior.policy_state
 
     def set_trace_state(self, db: Session, tenant: str, trace_id: str, state: dict[str, Any]) -> None:
         db.execute(
@@ -269,7 +296,7 @@ class Traces(StoreBase):
                     select(TraceRow.id).where(TraceRow.tenant_id == tenant, TraceRow.session_id == session_id)
                 )
             )
-            n = _delete_traces(db, tenant, ids)
+            n = _delete_traces(db, tenant, ids, session_id=session_id)
             db.execute(
                 delete(RecommendationRow).where(
                     RecommendationRow.tenant_id == tenant, RecommendationRow.session_id == session_id
@@ -318,10 +345,13 @@ def _failure_tool(failure: dict[str, Any], step_tools: Sequence[str | None]) -> 
 
 
 
-def _delete_traces(db: Session, tenant: str, ids: Sequence[str]) -> int:
+def _delete_traces(db: Session, tenant: str, ids: Sequence[str], session_id: str | None = None) -> int:
+    """Delete these traces and everything recorded on them (and take them out of the counters;
+    ``session_id``: the session whose recommendations the caller deletes too)."""
     if not ids:
         return 0
     ids = list(ids)
+    uncount_runs(db, tenant, ids, session_id)
     for table in (FailureRow, OutcomeRow, LabelRow, TraceStepRow):
         db.execute(delete(table).where(table.tenant_id == tenant, table.trace_id.in_(ids)))
     db.execute(

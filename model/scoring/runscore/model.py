@@ -429,8 +429,15 @@ class RunScorer:
 
     @property
     def version(self) -> str:
-        digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-        return f"runscore-{digest}"
+        """``runscore-`` and 8 hex digits of the model's JSON: computed again only when an attribute
+        is assigned (fit, load), not at each of a request's reads."""
+        key = tuple(id(v) for k, v in vars(self).items() if k != "_version")
+        cached: tuple[tuple[int, ...], str] | None = self.__dict__.get("_version")
+        if cached is None or cached[0] != key:
+            digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+            cached = (key, f"runscore-{digest}")
+            self.__dict__["_version"] = cached
+        return cached[1]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunScorer:

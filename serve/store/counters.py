@@ -1,0 +1,301 @@
+"""``/metrics``' counts, kept on write so that a scrape reads a few rows whatever the history's size.
+
+Each write that changes a figure changes its count in the same transaction:
+
+- :func:`count_run` (from :meth:`~serve.store.traces.Traces.put_trace`): the run's canary arm, whether
+  some diagnosis found a failure, whether the latest is healthy again (and how long that took), its
+  failures by kind; :func:`count_labels` (every label write and undo): its effective label;
+  :func:`count_recommendation`, :func:`count_outcome`; :func:`uncount_runs` (deletions, retention).
+- What a run adds is kept in its ``run_metrics`` row, so a write changes the counters by the
+  difference between the run's old and new contribution: a re-diagnosis, a label, an undo or a
+  deletion moves each count exactly as a full read of the tables would see it move.
+- The differences gather in the transaction (``db.info``) and :func:`flush_counts` writes them as it
+  commits (:meth:`serve.store.base.StoreBase.write`): one upsert per table, ``n = n + delta`` in SQL,
+  rows in key order. Concurrent writers of several workers add up (none reads a count to write it)
+  and take the counters' row locks in one order, for the commit only.
+
+The canary's counts (``canary_counts``) are kept per hour in which the runs started, so its window
+(``TRIAGE_CANARY_WINDOW``) reads the hours inside it; ``/metrics``' other counts (``metric_totals``)
+are the tenant's whole history.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from serve.store.tables import (
+    RECOVERY_BOUNDS,
+    CanaryCountRow,
+    LabelRow,
+    MetricTotalRow,
+    OutcomeRow,
+    RecommendationRow,
+    RunMetricRow,
+)
+from serve.store.verdict import deciding_label, label_failed
+
+HOUR_S = 3600
+#: The count columns of ``canary_counts`` (``recovery_s``: the sum of the recovered runs' seconds).
+CANARY_FIELDS: tuple[str, ...] = ("runs", "failed", "recovered", "labelled", "succeeded", "recovery_s",
+                                  *(f"rec_le_{b}" for b in RECOVERY_BOUNDS))
+_PENDING = "triage.counts"
+_CHUNK = 500
+
+
+def hour_of(t: datetime) -> int:
+    """Whole hours from 1970-01-01 UTC to ``t`` (a naive ``t`` is UTC)."""
+    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t
+    return int(t.timestamp() // HOUR_S)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What one run adds to the counters (a ``run_metrics`` row)."""
+
+    hour: int
+    arm: str | None
+    failed_at: datetime | None
+    healthy: bool
+    recovery_s: float | None
+    labelled: bool = False
+    succeeded: bool = False
+    kinds: dict[str, int] = field(default_factory=dict)
+
+    def canary(self) -> dict[str, float]:
+        recovered = self.failed_at is not None and self.healthy
+        secs = (self.recovery_s or 0.0) if recovered else 0.0
+        out = {"runs": 1.0, "failed": float(self.failed_at is not None), "recovered": float(recovered),
+               "labelled": float(self.labelled), "succeeded": float(self.labelled and self.succeeded),
+               "recovery_s": secs}
+        for b in RECOVERY_BOUNDS:
+            out[f"rec_le_{b}"] = float(recovered and secs <= b)
+        return out
+
+
+_RUN_COLS = (RunMetricRow.hour, RunMetricRow.arm, RunMetricRow.failed_at, RunMetricRow.healthy,
+             RunMetricRow.recovery_s, RunMetricRow.labelled, RunMetricRow.succeeded, RunMetricRow.kinds)
+
+
+def _run_of(row: Any) -> _Run:
+    hour, arm, failed_at, healthy, recovery_s, labelled, succeeded, kinds = row
+    return _Run(int(hour), arm, failed_at, bool(healthy), recovery_s, bool(labelled), bool(succeeded),
+                {str(k): int(v) for k, v in (kinds or {}).items()})
+
+
+# Built once and executed with parameters: SQLAlchemy reuses their compiled forms (the write path is hot).
+_RUNS = cast(Table, RunMetricRow.__table__)
+_SELECT_RUN = select(*_RUN_COLS).where(RunMetricRow.tenant_id == bindparam("t"), RunMetricRow.trace_id == bindparam("i"))
+_LOCK_RUN = _SELECT_RUN.with_for_update()
+_INSERT_RUN = insert(_RUNS)
+_UPDATE_RUN = update(_RUNS).where(_RUNS.c.tenant_id == bindparam("t"), _RUNS.c.trace_id == bindparam("i"))
+_SELECT_LABELS = select(LabelRow.id, LabelRow.created_at, LabelRow.author_type, LabelRow.failed, LabelRow.kind).where(
+    LabelRow.tenant_id == bindparam("t"), LabelRow.trace_id == bindparam("i"), LabelRow.withdrawn_at.is_(None))
+_FIRST_REC = select(func.min(RecommendationRow.created_at)).where(
+    RecommendationRow.tenant_id == bindparam("t"), RecommendationRow.trace_id == bindparam("i"),
+    RecommendationRow.failure_key == bindparam("k"))
+
+
+def _upserts(dialect: str) -> tuple[Any, Any]:
+    """``n = n + excluded.n`` upserts of ``canary_counts`` and ``metric_totals`` (per dialect, built once)."""
+    got = _UPSERTS.get(dialect)
+    if got is None:
+        ins_of = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        canary, totals = cast(Table, CanaryCountRow.__table__), cast(Table, MetricTotalRow.__table__)
+        ci, ti = ins_of(canary), ins_of(totals)
+        got = _UPSERTS[dialect] = (
+            ci.on_conflict_do_update(index_elements=["tenant_id", "hour", "arm"],
+                                     set_={f: canary.c[f] + ci.excluded[f] for f in CANARY_FIELDS}),
+            ti.on_conflict_do_update(index_elements=["tenant_id", "name", "key"],
+                                     set_={"n": totals.c.n + ti.excluded.n, "total": totals.c.total + ti.excluded.total}),
+        )
+    return got
+
+
+_UPSERTS: dict[str, tuple[Any, Any]] = {}
+
+
+def _lock_run(db: Session, tenant: str, trace_id: str) -> _Run | None:
+    q = _LOCK_RUN if db.get_bind().dialect.name == "postgresql" else _SELECT_RUN
+    row = db.execute(q, {"t": tenant, "i": trace_id}).one_or_none()
+    return None if row is None else _run_of(row)
+
+
+def _pending(db: Session) -> tuple[dict[tuple[str, int, str], dict[str, float]], dict[tuple[str, str, str], list[float]]]:
+    p = db.info.setdefault(_PENDING, ({}, {}))
+    return p  # type: ignore[no-any-return]
+
+
+def _add(db: Session, tenant: str, run: _Run, sign: int) -> None:
+    canary, totals = _pending(db)
+    if run.arm is not None:
+        c = canary.setdefault((tenant, run.hour, run.arm), dict.fromkeys(CANARY_FIELDS, 0.0))
+        for k, v in run.canary().items():
+            c[k] += sign * v
+    _total(db, tenant, "traces", "", sign)
+    for kind, n in run.kinds.items():
+        _total(db, tenant, "failures", kind, sign * n)
+
+
+def _total(db: Session, tenant: str, name: str, key: str, n: float, total: float = 0.0) -> None:
+    t = _pending(db)[1].setdefault((tenant, name, key), [0.0, 0.0])
+    t[0] += n
+    t[1] += total
+
+
+def _save(db: Session, tenant: str, trace_id: str, old: _Run | None, new: _Run) -> None:
+    """Move the counters from ``old`` to ``new`` and keep ``new`` as the run's row."""
+    if old == new:
+        return
+    if old is not None:
+        _add(db, tenant, old, -1)
+    _add(db, tenant, new, +1)
+    values = {"hour": new.hour, "arm": new.arm, "failed_at": new.failed_at, "healthy": new.healthy,
+              "recovery_s": new.recovery_s, "labelled": new.labelled, "succeeded": new.succeeded,
+              "kinds": new.kinds}
+    if old is None:
+        db.execute(_INSERT_RUN, {"tenant_id": tenant, "trace_id": trace_id, **values})
+    else:
+        db.execute(_UPDATE_RUN, {"t": tenant, "i": trace_id, **values})
+
+
+# -- the writes that change a count -----------------------------------------------------------------
+def count_run(
+    db: Session, *, tenant: str, trace_id: str, created: datetime, now: datetime, arm: str | None,
+    response: dict[str, Any],
+) -> None:
+    """A diagnosis of the run was stored (``put_trace``, after its upsert: the trace's row is locked,
+    ``created`` is its kept ``created_at``). Its failure is its first one's time, kept (as
+    ``traces.failed_at``); it is recovered when the latest diagnosis is healthy again, after
+    ``now − failed_at`` seconds (kept while it stays healthy)."""
+    old = _lock_run(db, tenant, trace_id)
+    failures = response.get("failures") or []
+    failed_at = old.failed_at if old is not None and old.failed_at is not None else (now if failures else None)
+    healthy = response.get("healthy") is not False  # as traces.healthy: null (unknown) = no failure found
+    recovery_s = None
+    if failed_at is not None and healthy:
+        was = old is not None and old.failed_at is not None and old.healthy and old.recovery_s is not None
+        recovery_s = old.recovery_s if was and old is not None else max(0.0, (now - failed_at).total_seconds())
+    kinds = dict(Counter(str(f["kind"]) for f in failures))
+    base = old or _Run(hour_of(created), arm, None, True, None)
+    new = replace(base, hour=hour_of(created), arm=arm, failed_at=failed_at, healthy=healthy,
+                  recovery_s=recovery_s, kinds=kinds)
+    _save(db, tenant, trace_id, old, new)
+
+
+def count_labels(db: Session, tenant: str, trace_id: str) -> None:
+    """The run's labels changed (a label added or withdrawn, in ``db``): its effective label, again."""
+    old = _lock_run(db, tenant, trace_id)
+    if old is None:  # no such run (labels need one)
+        return
+    rows = db.execute(_SELECT_LABELS, {"t": tenant, "i": trace_id}).mappings().all()
+    decider = deciding_label([dict(r) for r in rows])
+    labelled = decider is not None
+    succeeded = decider is not None and not label_failed(decider)
+    _save(db, tenant, trace_id, old, replace(old, labelled=labelled, succeeded=succeeded))
+
+
+def count_recommendation(db: Session, tenant: str, strategy: str, n: int) -> None:
+    """``n`` recommendations of ``strategy`` were stored (0: the insert found it there)."""
+    if n:
+        _total(db, tenant, "recommendations", strategy, n)
+
+
+def count_outcome(
+    db: Session, *, tenant: str, trace_id: str, strategy: str, success: bool, failure_key: str | None,
+    at: datetime,
+) -> None:
+    """An outcome was stored at ``at``. A successful one of a failure's recommendation is a recovery:
+    from the first recommendation for that failure in that run to ``at``."""
+    _total(db, tenant, "outcomes_ok" if success else "outcomes_failed", strategy, 1)
+    if success and failure_key is not None:
+        first = db.execute(_FIRST_REC, {"t": tenant, "i": trace_id, "k": failure_key}).scalar()
+        if first is not None:
+            _total(db, tenant, "recoveries", "", 1, _seconds(first, at))
+
+
+def uncount_runs(db: Session, tenant: str, ids: list[str], session_id: str | None = None) -> None:
+    """These runs (and ``session_id``'s recommendations) are about to be deleted, in ``db``: take
+    what they added out of the counters."""
+    for i in range(0, len(ids), _CHUNK):
+        chunk = ids[i : i + _CHUNK]
+        runs = db.execute(select(RunMetricRow.trace_id, *_RUN_COLS)
+                          .where(RunMetricRow.tenant_id == tenant, RunMetricRow.trace_id.in_(chunk))).all()
+        for row in runs:
+            _add(db, tenant, _run_of(row[1:]), -1)
+        db.execute(delete(RunMetricRow).where(RunMetricRow.tenant_id == tenant, RunMetricRow.trace_id.in_(chunk)))
+        mine: Any = RecommendationRow.trace_id.in_(chunk)
+        if session_id is not None:  # the session's own: once, below
+            mine = and_(mine, or_(RecommendationRow.session_id.is_(None), RecommendationRow.session_id != session_id))
+        _uncount_recommendations(db, tenant, mine)
+        for strategy, ok, n in db.execute(select(OutcomeRow.strategy, OutcomeRow.success, func.count())
+                                          .where(OutcomeRow.tenant_id == tenant, OutcomeRow.trace_id.in_(chunk))
+                                          .group_by(OutcomeRow.strategy, OutcomeRow.success)).all():
+            _total(db, tenant, "outcomes_ok" if ok else "outcomes_failed", strategy, -int(n))
+        for secs in recovery_seconds(db, tenant, chunk):
+            _total(db, tenant, "recoveries", "", -1, -secs)
+    if session_id is not None:
+        _uncount_recommendations(db, tenant, RecommendationRow.session_id == session_id)
+
+
+def _uncount_recommendations(db: Session, tenant: str, where: Any) -> None:
+    for strategy, n in db.execute(select(RecommendationRow.strategy, func.count())
+                                  .where(RecommendationRow.tenant_id == tenant, where)
+                                  .group_by(RecommendationRow.strategy)).all():
+        _total(db, tenant, "recommendations", strategy, -int(n))
+
+
+def recovery_seconds(db: Session, tenant: str, trace_ids: list[str]) -> list[float]:
+    """The recoveries of these runs (as :func:`count_outcome` counted them): seconds from the first
+    recommendation for a failure in its run to each successful outcome of one of its recommendations."""
+    firsts = {
+        (tid, fk): ts
+        for tid, fk, ts in db.execute(
+            select(RecommendationRow.trace_id, RecommendationRow.failure_key, func.min(RecommendationRow.created_at))
+            .where(RecommendationRow.tenant_id == tenant, RecommendationRow.trace_id.in_(trace_ids),
+                   RecommendationRow.failure_key.is_not(None))
+            .group_by(RecommendationRow.trace_id, RecommendationRow.failure_key))
+    }
+    done = db.execute(
+        select(OutcomeRow.created_at, RecommendationRow.trace_id, RecommendationRow.failure_key)
+        .join(RecommendationRow, and_(RecommendationRow.tenant_id == OutcomeRow.tenant_id,
+                                      RecommendationRow.id == OutcomeRow.recommendation_id))
+        .where(OutcomeRow.tenant_id == tenant, OutcomeRow.success.is_(True), RecommendationRow.trace_id.in_(trace_ids),
+               RecommendationRow.failure_key.is_not(None))
+    ).all()
+    return [_seconds(firsts[(tid, fk)], at) for at, tid, fk in done if (tid, fk) in firsts]
+
+
+def _seconds(start: datetime, end: datetime) -> float:
+    start = start.replace(tzinfo=UTC) if start.tzinfo is None else start
+    end = end.replace(tzinfo=UTC) if end.tzinfo is None else end
+    return max(0.0, (end - start).total_seconds())
+
+
+def flush_counts(db: Session) -> None:
+    """Write the transaction's differences (``n = n + delta``, one upsert per table, in key order);
+    :meth:`serve.store.base.StoreBase.write` calls it before committing."""
+    pending = db.info.pop(_PENDING, None)
+    if not pending:
+        return
+    canary, totals = pending
+    upsert_canary, upsert_totals = _upserts(db.get_bind().dialect.name)
+    rows = [{"tenant_id": tenant, "hour": hour, "arm": arm,
+             **{f: (c[f] if f == "recovery_s" else int(round(c[f]))) for f in CANARY_FIELDS}}
+            for (tenant, hour, arm), c in sorted(canary.items()) if any(c.values())]
+    if rows:
+        db.execute(upsert_canary, rows)
+    trows = [{"tenant_id": t, "name": name, "key": key, "n": int(round(n)), "total": total}
+             for (t, name, key), (n, total) in sorted(totals.items()) if n or total]
+    if trows:
+        db.execute(upsert_totals, trows)
+
+
+__all__ = ["CANARY_FIELDS", "HOUR_S", "count_labels", "count_outcome", "count_recommendation", "count_run",
+           "flush_counts", "hour_of", "recovery_seconds", "uncount_runs"]
