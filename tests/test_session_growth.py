@@ -1,7 +1,7 @@
 """What a session append reads only the new steps for gives what reading the whole session gave:
 coverage (assess_more), the recommendation's language (language_more), the task key, the tool names
-handed to the store, each finding's redaction (RedactedFindings); and a session's stored state and
-answers are those of the whole re-read, append after append."""
+handed to the store, each finding's redaction (RedactedFindings); the docstring examples (one graph
+per trace inside shared_graphs among them)."""
 
 from __future__ import annotations
 
@@ -68,3 +68,15 @@ def test_each_finding_redacted_once_is_redacted_as_the_whole() -> None:
             want = redactor.redact({k: v for k, v in state.items() if k != "otlp"}) | {"otlp": state["otlp"]}
             assert memo.state(state) == want
         assert "bob0@example.com" not in str(memo.response(resp)) or not redactor.rules
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import model.core.coverage
+    import model.core.shared_graphs
+    import model.diagnosis.ladders
+
+    for mod in (model.core.coverage, model.core.shared_graphs, model.diagnosis.ladders):
+        result = doctest.testmod(mod)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__

@@ -44,6 +44,7 @@ from model.core.coverage import assess_more
 from model.core.findings import Attribution, DiagnosisResponse, Finding
 from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
+from model.core.shared_graphs import shared_graphs
 from model.diagnosis.diagnoser import RUNSCORE, Diagnoser
 from model.diagnosis.ladders import language_more
 
@@ -197,7 +198,8 @@ class IncrementalDiagnoser:
         cut = 0 if lo == 0 else lo + self.window // 2
         if cached.get("fingerprint") != fingerprint or not int(cached.get("cut", 0)) <= cut or int(cached.get("n", 0)) > n:
             # New settings (or a trace replaced under the session): read the whole trace once.
-            whole = self.diagnoser._run(trace, rules)
+            with shared_graphs():
+                whole = self.diagnoser._run(trace, rules)
             frozen = [f for f in whole if f.step is not None and f.step < cut]
         else:
             recent = [Finding.model_validate(f) for f in cached.get("recent", [])]
@@ -205,7 +207,9 @@ class IncrementalDiagnoser:
             frozen += [f for f in recent if f.step is not None and f.step < cut]
         first_own = len(index) - (n - lo)  # window steps before this are the context
         recent = []
-        for f in self.diagnoser._run(win, rules):
+        with shared_graphs():  # the window's graph built once, not by each rule
+            found = self.diagnoser._run(win, rules)
+        for f in found:
             if f.step is not None and f.step < first_own:
                 continue
             g = remap(f, index)
