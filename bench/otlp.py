@@ -4,9 +4,14 @@ live session; latency per export by how many spans the session already holds.
 
 Each export is a protobuf ``ExportTraceServiceRequest`` with one GenAI span (chat spans repeat
 the whole conversation in ``gen_ai.input.messages``, as instrumentations do); the receiver
-re-imports the session's spans on every export, so the cost grows with the session.
+continues the session's import from what it keeps of the earlier spans
+(:mod:`model.importers.live`), so an export reads only its own span.
 
-Run (about a minute)::
+Then the ratio, with the machine's noise kept out of it: exports alternate between the long
+session (``--spans`` spans and on) and short ones (10–30 spans held), ``--samples`` each; the
+medians and their ratio are printed.
+
+Run (under a minute)::
 
     .venv/bin/python bench/otlp.py --spans 300
 """
@@ -73,6 +78,7 @@ def _export(i: int, history: list[dict[str, Any]], conv: str) -> bytes:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spans", type=int, default=300)
+    ap.add_argument("--samples", type=int, default=60, help="alternating exports timed for the ratio")
     args = ap.parse_args()
     port = _port()
     with tempfile.TemporaryDirectory() as data:
@@ -89,16 +95,35 @@ def main() -> None:
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.1)
-            history: list[dict[str, Any]] = [{"role": "user", "parts": [{"type": "text", "content": "Research."}]}]
-            lat: list[float] = []
+            def user() -> list[dict[str, Any]]:
+                return [{"role": "user", "parts": [{"type": "text", "content": "Research."}]}]
+
+            histories: dict[str, list[dict[str, Any]]] = {}
+            counts: dict[str, int] = {}
             with httpx.Client(base_url=url, headers={"Content-Type": "application/x-protobuf"}) as c:
-                for i in range(args.spans):
-                    body = _export(i, history, "bench-conv")
+
+                def send(conv: str) -> float:
+                    i = counts.get(conv, 0)
+                    body = _export(i, histories.setdefault(conv, user()), conv)
                     t0 = time.perf_counter()
                     r = c.post("/otlp/v1/traces", content=body)
-                    lat.append((time.perf_counter() - t0) * 1000)
+                    took = (time.perf_counter() - t0) * 1000
                     assert r.status_code == 200, r.text
+                    counts[conv] = i + 1
+                    return took
+
+                for _ in range(20):  # warm-up, untimed
+                    send("bench-warm")
+                lat = [send("bench-conv") for _ in range(args.spans)]
                 view = c.get("/v1/sessions/bench-conv").json()
+                short_lat: list[float] = []
+                long_lat: list[float] = []
+                for k in range(args.samples):
+                    short = f"bench-short-{k // 20}"
+                    while counts.get(short, 0) < 10:  # short sessions: 10-29 spans held
+                        send(short)
+                    short_lat.append(send(short))
+                    long_lat.append(send("bench-conv"))
             assert view["next_source_index"] == args.spans, view["next_source_index"]
             print(f"OTLP receiver, one span per export, one session of {args.spans} spans "
                   f"({view['steps']} steps); model {view['model_version']}")
@@ -108,6 +133,10 @@ def main() -> None:
                 if len(window) < 10:
                     continue
                 print(f"{lo:>5}–{lo + 9:<5}          {statistics.median(window):8.1f}   {window[8]:7.1f}")
+            s_med, l_med = statistics.median(short_lat), statistics.median(long_lat)
+            print(f"alternating, {args.samples} exports each: short sessions (10–29 spans held) {s_med:.1f} ms, "
+                  f"the long one ({args.spans}–{args.spans + args.samples - 1}) {l_med:.1f} ms; "
+                  f"ratio long/short (medians): {l_med / s_med:.2f}")
         finally:
             proc.terminate()
             proc.wait(timeout=30)

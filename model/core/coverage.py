@@ -29,6 +29,7 @@ True
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -80,13 +81,57 @@ def _without_content(step: Step, with_calls: set[int]) -> bool:
 def assess(trace: Trace) -> tuple[Coverage, list[str]]:
     """Count the steps without content or redacted, and say which setting would record them."""
     with_calls = {s.source_index for s in trace.steps if s.kind is StepKind.TOOL_CALL}
+    missing, redacted = _tally(trace.steps, 0, with_calls)
+    return _report(trace, missing, redacted, any(s.kind is StepKind.USER_INPUT for s in trace.steps))
+
+
+def assess_more(trace: Trace, memo: dict[str, Any]) -> tuple[Coverage, list[str]]:
+    """:func:`assess` of a trace that grew since the last call, reading only its new steps.
+
+    ``memo`` (JSON, kept by the caller between calls; updated) holds what the steps read so far
+    gave. A step's count depends on itself and on whether its input element made a tool call, so
+    the new steps are read alone while their ``source_index`` lies past every earlier step's (a
+    session's appends); otherwise, or when the trace is shorter than what was read, the whole
+    trace is read again.
+
+    >>> from model.core.schema import Step
+    >>> t, memo = Trace(steps=[Step(kind="user_input", content="hi", source_index=0)]), {}
+    >>> _ = assess_more(t, memo)
+    >>> t.steps.append(Step(kind="llm_output", content="", source_index=1))
+    >>> assess_more(t, memo) == assess(t)
+    True
+    """
+    n = len(trace.steps)
+    upto, hi = int(memo.get("upto", 0)), int(memo.get("hi", -1))
+    new = trace.steps[upto:] if upto <= n else trace.steps
+    if upto > n or any(s.source_index <= hi for s in new):
+        upto, hi, new = 0, -1, trace.steps
+        memo.clear()
+    with_calls = {s.source_index for s in new if s.kind is StepKind.TOOL_CALL}
+    missing, redacted = _tally(new, upto, with_calls)
+    memo.update(
+        upto=n,
+        hi=max([hi, *(s.source_index for s in new)]),
+        missing=[*memo.get("missing", []), *missing],
+        redacted=[*memo.get("redacted", []), *redacted],
+        user=bool(memo.get("user")) or any(s.kind is StepKind.USER_INPUT for s in new),
+    )
+    return _report(trace, memo["missing"], memo["redacted"], memo["user"])
+
+
+def _tally(steps: list[Step], first: int, with_calls: set[int]) -> tuple[list[int], list[int]]:
+    """The indices (``first`` is the first step's) of the steps without content, and redacted."""
     missing: list[int] = []
     redacted: list[int] = []
-    for i, s in enumerate(trace.steps):
+    for i, s in enumerate(steps, first):
         if _without_content(s, with_calls):
             missing.append(i)
         elif is_placeholder(s.content) or (s.tool_args_raw is not None and is_placeholder(s.tool_args_raw)):
             redacted.append(i)
+    return missing, redacted
+
+
+def _report(trace: Trace, missing: list[int], redacted: list[int], has_user: bool) -> tuple[Coverage, list[str]]:
     unreadable = sorted(i for i in {*missing, *redacted} if trace.steps[i].kind in AGENT_KINDS)
     cov = Coverage(
         steps=len(trace.steps), without_content=len(missing), redacted=len(redacted),
@@ -110,7 +155,7 @@ def assess(trace: Trace) -> tuple[Coverage, list[str]]:
                 "OPENINFERENCE_HIDE_OUTPUT_MESSAGES=false)" if fmt in ("openinference", "")
                 else "turn off the instrumentation's masking of message content")
         warnings.append(f"{where}; the detectors read the placeholder, not the text: {hint}")
-    if trace.steps and (missing or redacted) and not any(s.kind is StepKind.USER_INPUT for s in trace.steps):
+    if trace.steps and (missing or redacted) and not has_user:
         warnings.append("the trace holds no user input, so checks against the user's request cannot run")
     return cov, warnings
 
@@ -127,4 +172,4 @@ def _list(indices: list[int], limit: int = 8) -> str:
     return text + (", …" if len(indices) > limit else "")
 
 
-__all__ = ["AGENT_KINDS", "PLACEHOLDERS", "Coverage", "assess", "is_placeholder", "verdict"]
+__all__ = ["AGENT_KINDS", "PLACEHOLDERS", "Coverage", "assess", "assess_more", "is_placeholder", "verdict"]

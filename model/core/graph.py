@@ -38,6 +38,7 @@ from typing import Any
 
 from model.core.kinds import FailureKind
 from model.core.schema import Step, StepKind, StepStatus, Trace
+from model.core.shared_graphs import GRAPHS
 
 # ---------------------------------------------------------------------- step outcomes
 
@@ -441,9 +442,16 @@ class ExecutionGraph:
 
     @classmethod
     def from_trace(cls, trace: Trace, *, data_flow: bool = True) -> ExecutionGraph:
-        """Build the graph of ``trace`` in one pass (``data_flow=False`` skips ``uses_result_of``)."""
+        """Build the graph of ``trace`` in one pass (``data_flow=False`` skips ``uses_result_of``);
+        once per trace inside :func:`model.core.shared_graphs.shared_graphs`."""
+        shared = GRAPHS.get()
+        hit = shared.get((id(trace), data_flow)) if shared is not None else None
+        if hit is not None and hit[0] is trace:
+            return hit[1]  # type: ignore[no-any-return]
         steps = trace.steps
         g = cls([], [])
+        if shared is not None:
+            shared[(id(trace), data_flow)] = (trace, g)
         failures = g.failures
         for i, s in enumerate(steps):
             f = step_failure(s)

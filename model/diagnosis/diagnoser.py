@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from model.core.coverage import assess, verdict
+from model.core.coverage import Coverage, assess, verdict
 from model.core.errors import TooLargeError, UnknownDetectorError
 from model.core.findings import Attribution, DiagnosisResponse, Failure, Finding
 from model.core.kinds import CLASSIFIER_KINDS, KIND_INFO, SYMPTOM_KINDS, FailureKind
@@ -289,13 +289,16 @@ class Diagnoser:
         extra_findings: Iterable[Finding] = (),
         run_threshold: float | None = None,
         run_verdict: bool = True,
+        assessed: tuple[Coverage, list[str]] | None = None,
     ) -> DiagnosisResponse:
         """Diagnose ``trace`` and recommend the first rung of the primary failure's ladder.
 
         ``extra_findings`` come from outside the trace detectors (e.g. a stream's ``degradation``);
         ``run_threshold`` replaces the run scorer's operating point (the service passes one relative
         to the agent's own recent runs) — zero-shot (no tenant head) only where it is higher; ``run_verdict=False`` reports ``failure_probability`` and
-        ``attribution`` without letting them decide ``healthy`` (a running session: its run is not over).
+        ``attribution`` without letting them decide ``healthy`` (a running session: its run is not over);
+        ``assessed``: :func:`model.core.coverage.assess` of ``trace`` when the caller has it (a session
+        counts only its new steps: :func:`model.core.coverage.assess_more`).
         """
         options = options or DiagnoseOptions()
         dets = self._detectors_for(options)
@@ -325,7 +328,7 @@ class Diagnoser:
                 primary = run_failure(trace, attribution, probability, thr, signals)
                 failures = [primary]
         recommendation = self.ladders.recommend(trace, primary, options=options)
-        coverage, warnings = assess(trace)
+        coverage, warnings = assess(trace) if assessed is None else (assessed[0], list(assessed[1]))
         joined = unkeyed_warning(trace)  # a run read from traces naming no session: say so first
         if joined:
             warnings.insert(0, joined)

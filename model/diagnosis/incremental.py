@@ -40,10 +40,13 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from model.core.coverage import assess_more
 from model.core.findings import Attribution, DiagnosisResponse, Finding
 from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
+from model.core.shared_graphs import shared_graphs
 from model.diagnosis.diagnoser import RUNSCORE, Diagnoser
+from model.diagnosis.ladders import language_more
 
 #: The session's context kept in front of a window: at most this many system messages.
 MAX_CONTEXT_SYSTEM = 4
@@ -154,11 +157,14 @@ class IncrementalDiagnoser:
         found = self._rule_findings(trace, win, index, lo, rules, options, state)
         if clf is not None:
             found += self._classifier_findings(clf, trace, win, index, lo, state)
+        # the recommendation's language from the user's words, read once (not the whole session's)
+        lang = language_more(trace, state.setdefault("language", {}))
         resp = self.diagnoser.diagnose(
-            trace,
+            trace if trace.language else trace.model_copy(update={"language": lang}),
             options.model_copy(update={"detectors": []}),
             extra_findings=[*found, *extra_findings],
             run_verdict=False,
+            assessed=assess_more(trace, state.setdefault("coverage", {})),  # the new steps only
         )
         resp.detector_versions = {d.name: d.version for d in dets}
         scorer = self.diagnoser.runscorer
@@ -192,7 +198,8 @@ class IncrementalDiagnoser:
         cut = 0 if lo == 0 else lo + self.window // 2
         if cached.get("fingerprint") != fingerprint or not int(cached.get("cut", 0)) <= cut or int(cached.get("n", 0)) > n:
             # New settings (or a trace replaced under the session): read the whole trace once.
-            whole = self.diagnoser._run(trace, rules)
+            with shared_graphs():
+                whole = self.diagnoser._run(trace, rules)
             frozen = [f for f in whole if f.step is not None and f.step < cut]
         else:
             recent = [Finding.model_validate(f) for f in cached.get("recent", [])]
@@ -200,7 +207,9 @@ class IncrementalDiagnoser:
             frozen += [f for f in recent if f.step is not None and f.step < cut]
         first_own = len(index) - (n - lo)  # window steps before this are the context
         recent = []
-        for f in self.diagnoser._run(win, rules):
+        with shared_graphs():  # the window's graph built once, not by each rule
+            found = self.diagnoser._run(win, rules)
+        for f in found:
             if f.step is not None and f.step < first_own:
                 continue
             g = remap(f, index)

@@ -95,7 +95,43 @@ def trace_language(trace: Trace) -> str:
             size += len(s.content) + 1
             if size > 2000:
                 break
-    text = " ".join(parts)[:2000]
+    return _language_of(" ".join(parts)[:2000])
+
+
+def language_more(trace: Trace, memo: dict[str, Any]) -> str:
+    """:func:`trace_language` of a trace that grew since the last call, reading only its new steps.
+
+    ``memo`` (JSON, kept by the caller between calls; updated): the user's words read so far (the
+    first 2,000 characters, where :func:`trace_language` stops). A trace shorter than what was
+    read is read again.
+
+    >>> from model.core.schema import Step
+    >>> t, memo = Trace(steps=[Step(kind="user_input", content="hi")]), {}
+    >>> language_more(t, memo), memo["upto"]
+    ('en', 1)
+    >>> t.steps.append(Step(kind="user_input", content="你好，请帮我订一张去北京的机票"))
+    >>> language_more(t, memo) == trace_language(t) == "zh"
+    True
+    """
+    if trace.language:
+        return trace.language
+    n = len(trace.steps)
+    if int(memo.get("upto", 0)) > n:
+        memo.clear()
+    text, size, parts = str(memo.get("text", "")), int(memo.get("size", 0)), int(memo.get("parts", 0))
+    i = int(memo.get("upto", 0))
+    while size <= 2000 and i < n:
+        s = trace.steps[i]
+        if s.kind == StepKind.USER_INPUT:
+            text = (f"{text} {s.content}" if parts else s.content)[:2000]  # (shorter than 2,000 until the end)
+            parts += 1
+            size += len(s.content) + 1
+        i += 1
+    memo.update(upto=n if size <= 2000 else i, text=text, size=size, parts=parts)
+    return _language_of(text)
+
+
+def _language_of(text: str) -> str:
     if text and len(_CJK.findall(text)) >= max(2, len(text) // 10):
         return "zh"
     return "en"

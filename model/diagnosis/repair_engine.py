@@ -123,12 +123,11 @@ def failure_key(f: Failure) -> str:
 
 def task_key(trace: Trace, step: int | None) -> str:
     """The task a step belongs to: the index of the last ``user_input`` at or before it."""
-    last = -1
     stop = len(trace.steps) if step is None else min(step + 1, len(trace.steps))
-    for i in range(stop):
+    for i in range(stop - 1, -1, -1):  # back from the step: a long session's task began lately
         if trace.steps[i].kind == StepKind.USER_INPUT:
-            last = i
-    return f"u{last}"
+            return f"u{i}"
+    return "u-1"
 
 
 #: Failures that a later successful step of the same kind can show resolved (a transient error

@@ -61,11 +61,14 @@ def opt_str(value: Any, path: str) -> str | None:
     fail(path, f"expected a string or null, got {type_name(value)}")
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def join(path: str, key: str | int) -> str:
     """``join("messages", 3) == "messages[3]"``, ``join("messages[3]", "role") == "messages[3].role"``."""
     if isinstance(key, int):
         return f"{path}[{key}]"
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+    if not _NAME.fullmatch(key):
         return f'{path}["{key}"]'
     return f"{path}.{key}" if path else key
 
@@ -208,8 +211,9 @@ def terminal_status(text: str) -> StepStatus | None:
 class StepSink:
     """Collects steps, enforcing ``max_steps`` as they are made (never after the fact)."""
 
-    def __init__(self, max_steps: int | None) -> None:
+    def __init__(self, max_steps: int | None, *, before: int = 0) -> None:
         self.max_steps = max_steps
+        self.before = before  # the run's steps made before these (a live run's earlier exports)
         self.steps: list[Step] = []
         # call id -> tool name, for tool results that only carry the id
         self.call_names: dict[str, str] = {}
@@ -217,7 +221,7 @@ class StepSink:
         self.results_seen: set[str] = set()
 
     def add(self, path: str, **fields: Any) -> Step:
-        if self.max_steps is not None and len(self.steps) >= self.max_steps:
+        if self.max_steps is not None and self.before + len(self.steps) >= self.max_steps:
             raise TooLargeError(
                 f"the trace has more than {self.max_steps} steps (the limit); raise max_steps to import it"
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,15 +86,59 @@ class Span:
         return status, error_type, message
 
 
+def _same(fingerprint: tuple[Any, ...]) -> Any:
+    return fingerprint
+
+
+#: What skipping a message again needs: its fingerprint (as kept), the call id of a tool result,
+#: the call ids of an assistant message that is only calls (all with ids).
+Record = tuple[Any, "str | None", "tuple[str, ...] | None"]
+
+
+def _record(msg: Msg, fp: Any) -> Record:
+    result_id = msg.tool_call_id if msg.role == "tool" else None
+    calls = None
+    if msg.role == "assistant" and msg.calls and not msg.text and all(c.call_id is not None for c in msg.calls):
+        calls = tuple(str(c.call_id) for c in msg.calls)
+    return (fp, result_id, calls)
+
+
+_NONE: Record = (None, None, None)
+
+
+@dataclass
+class Conversation:
+    """A chat input's message list, not read yet (``read(messages, first index)`` reads it); its
+    first ``repeat`` messages are the last input's, whose records are ``records``
+    (:meth:`SpanBuilder.repeated`)."""
+
+    messages: list[Any]
+    repeat: int
+    records: list[Record]
+    read: Callable[[list[Any], int], list[Msg]]
+
+
 @dataclass
 class SpanBuilder:
-    """Collects the steps of one trace while its spans are visited in order."""
+    """Collects the steps of one trace while its spans are visited in order.
+
+    A run read export by export (:mod:`model.importers.live`) gives the builder what the earlier
+    exports left: ``key`` (how a message fingerprint is remembered: a short digest there),
+    ``_seen``, ``_pending`` and ``_earlier`` (tool calls without an id that earlier exports
+    made and no later input has given an id yet, by tool name); its ``sink`` then holds only the
+    new spans' steps.
+    """
 
     sink: StepSink
     tools: dict[str, ToolDefinition] = field(default_factory=dict)
-    _seen: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    key: Callable[[tuple[Any, ...]], Any] = _same
+    _seen: Counter[Any] = field(default_factory=Counter)
     # tool calls made by an LLM span and not yet answered, by tool name (for tool spans without ids)
     _pending: dict[str, list[str | None]] = field(default_factory=dict)
+    _earlier: Counter[str] = field(default_factory=Counter)
+    #: remember the last chat input's messages (a live run: each chat span repeats the conversation)
+    remember: bool = False
+    _last: tuple[list[Any], list[Record]] | None = None
 
     def _common(self, span: Span, source_index: int) -> dict[str, Any]:
         return {
@@ -102,24 +147,73 @@ class SpanBuilder:
             "timestamp": ns_to_datetime(span.start_ns) if span.start_ns is not None else None,
         }
 
-    def inputs(self, span: Span, source_index: int, msgs: list[Msg], path: str) -> None:
-        """Import the messages of an LLM span's input that were not imported before."""
-        budget = Counter(self._seen)
+    def inputs(
+        self, span: Span, source_index: int, msgs: list[Msg], path: str, *,
+        conversation: Conversation | None = None,
+    ) -> None:
+        """Import the messages of an LLM span's input that were not imported before: ``msgs``,
+        then ``conversation``'s (a builder that remembers inputs: the input's message list, read
+        here; those the last input held too are skipped unread when each would be skipped anyway)."""
+        # each message seen before this span can stand for one repeat: what _seen held when the
+        # span began, less the repeats it already stood for (counted, not copied: the run is long)
+        used: Counter[Any] = Counter()
+        added: Counter[Any] = Counter()
         for msg in msgs:
-            fp = msg.fingerprint()
-            if budget[fp] > 0:
-                budget[fp] -= 1
+            self._input(msg, span, source_index, path, used, added)
+        if conversation is None:
+            return
+        c = conversation
+        if c.records and self._skips(c.records, used, added):
+            records, tail = list(c.records), c.read(c.messages[c.repeat:], c.repeat)
+        else:  # one of them would be imported now: read them all, as usual
+            records, tail = [], c.read(c.messages, 0)
+        records += [self._input(msg, span, source_index, path, used, added) for msg in tail]
+        self._last = (c.messages, records)
+
+    def repeated(self, messages: Any) -> tuple[int, list[Record]]:
+        """How many messages ``messages`` (an input's message list) starts with that the last input
+        read held (all of its), and their records; ``(0, [])`` when it does not start so, or when the
+        builder does not remember inputs."""
+        if not self.remember or self._last is None or not isinstance(messages, list):
+            return 0, []
+        last, records = self._last
+        if last and messages[: len(last)] == last:
+            return len(last), records
+        return 0, []
+
+    def _input(self, msg: Msg, span: Span, source_index: int, path: str, used: Counter[Any],
+               added: Counter[Any]) -> Record:
+        fp = self.key(msg.fingerprint())
+        record = _record(msg, fp) if self.remember else _NONE
+        if self._seen[fp] - added[fp] - used[fp] > 0:
+            used[fp] += 1
+            return record
+        if msg.role == "tool" and msg.tool_call_id is not None and msg.tool_call_id in self.sink.results_seen:
+            return record
+        if msg.role == "assistant" and msg.calls:
+            self._backfill_ids(msg)
+        if msg.role == "assistant" and msg.calls and not msg.text and all(
+            c.call_id is not None and c.call_id in self.sink.calls_seen for c in msg.calls
+        ):
+            return record
+        self._seen[fp] += 1
+        added[fp] += 1
+        self._emit(msg, span, source_index, path, {})
+        return record
+
+    def _skips(self, records: list[Record], used: Counter[Any], added: Counter[Any]) -> bool:
+        """Whether :meth:`_input` would skip every message these records stand for (``used``
+        updated then); a tool result or a call whose id is known is skipped whatever its count."""
+        mine: Counter[Any] = Counter()
+        for fp, result_id, call_ids in records:
+            if self._seen[fp] - added[fp] - used[fp] - mine[fp] > 0:
+                mine[fp] += 1
+            elif result_id is not None and result_id in self.sink.results_seen:
                 continue
-            if msg.role == "tool" and msg.tool_call_id is not None and msg.tool_call_id in self.sink.results_seen:
-                continue
-            if msg.role == "assistant" and msg.calls:
-                self._backfill_ids(msg)
-            if msg.role == "assistant" and msg.calls and not msg.text and all(
-                c.call_id is not None and c.call_id in self.sink.calls_seen for c in msg.calls
-            ):
-                continue
-            self._seen[fp] += 1
-            self._emit(msg, span, source_index, path, {})
+            elif call_ids is None or not all(c in self.sink.calls_seen for c in call_ids):
+                return False
+        used.update(mine)
+        return True
 
     def _backfill_ids(self, msg: Msg) -> None:
         """A call repeated in a later input with its id, made earlier without one (LiteLLM's
@@ -131,11 +225,14 @@ class SpanBuilder:
             pending = self._pending.get(call.name, [])
             if None not in pending:
                 continue
-            step = next((s for s in self.sink.steps if s.kind == StepKind.TOOL_CALL
-                         and s.tool_name == call.name and s.call_id is None), None)
-            if step is None:
-                continue
-            step.call_id = call.call_id
+            if self._earlier[call.name] > 0:  # the first such call is an earlier export's (its step is stored)
+                self._earlier[call.name] -= 1
+            else:
+                step = next((s for s in self.sink.steps if s.kind == StepKind.TOOL_CALL
+                             and s.tool_name == call.name and s.call_id is None), None)
+                if step is None:
+                    continue
+                step.call_id = call.call_id
             pending[pending.index(None)] = call.call_id
             self.sink.calls_seen.add(call.call_id)
             self.sink.call_names[call.call_id] = call.name
@@ -146,7 +243,7 @@ class SpanBuilder:
         """Import an LLM span's output; usage and latency go on its first step only."""
         made: list[Step] = []
         for msg in msgs:
-            self._seen[msg.fingerprint()] += 1
+            self._seen[self.key(msg.fingerprint())] += 1
             made.extend(self._emit(msg, span, source_index, path, llm))
         if made:
             first = made[0]

@@ -32,7 +32,7 @@ from typing import Any
 
 from model.core.schema import ToolDefinition
 from model.importers._common import Call, Msg, fail, join, type_name
-from model.importers._spanbase import Span, SpanBuilder, indexed_rows
+from model.importers._spanbase import Conversation, Span, SpanBuilder, indexed_rows
 
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "completion"}
 AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
@@ -119,12 +119,13 @@ def llm_fields(span: Span) -> dict[str, Any]:
     }
 
 
-def _parts_messages(value: Any, path: str) -> list[Msg]:
-    """``[{role, parts: [...], name?}]`` → messages (a tool_call_response part is its own message)."""
+def _parts_messages(value: Any, path: str, start: int = 0) -> list[Msg]:
+    """``[{role, parts: [...], name?}]`` → messages (a tool_call_response part is its own message);
+    ``start``: the index of ``value``'s first message in its list (for error paths)."""
     if not isinstance(value, list):
         fail(path, f"expected a list of messages, got {type_name(value)}")
     out: list[Msg] = []
-    for i, m in enumerate(value):
+    for i, m in enumerate(value, start):
         mp = join(path, i)
         if not isinstance(m, dict):
             fail(mp, f"expected a message object, got {type_name(m)}")
@@ -313,9 +314,16 @@ def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | N
     offered_tools(span, builder)
     llm = llm_fields(span)
     inputs = _system_instructions(span)
+    conversation = None
     if "gen_ai.input.messages" in span.attrs:
-        inputs += _parts_messages(_json_attr(span, "gen_ai.input.messages"),
-                                  span.attr_path("gen_ai.input.messages"))
+        key = "gen_ai.input.messages"
+        value = _json_attr(span, key)
+        repeat, records = builder.repeated(value)
+        if builder.remember and isinstance(value, list):  # read in builder.inputs, the repeat maybe not
+            conversation = Conversation(value, repeat, records,
+                                        lambda part, first: _parts_messages(part, span.attr_path(key), first))
+        else:
+            inputs += _parts_messages(value, span.attr_path(key))
     else:
         inputs += _flat_messages(span, "prompt")
     recorded = True
@@ -332,7 +340,7 @@ def handle(span: Span, source_index: int, builder: SpanBuilder, speaker: str | N
     for msg in outputs:
         if msg.role == "assistant" and msg.speaker is None:
             msg.speaker = speaker
-    builder.inputs(span, source_index, inputs, path)
+    builder.inputs(span, source_index, inputs, path, conversation=conversation)
     status, error_type, _ = span.failure()
     if not outputs:
         if status is not None:

@@ -9,25 +9,27 @@ worker appended meanwhile), and the detectors read a window of the newest steps
 
 from __future__ import annotations
 
-import copy
 import functools
+import json
 import re
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 from model.core.agents import AGENT_METADATA_KEY, POOL_AGENT, resolve_agent
-from model.core.errors import InputError, NotFoundError, TooLargeError, TraceImportError
+from model.core.errors import InputError, NotFoundError, TooLargeError
 from model.core.findings import DiagnosisResponse, Finding
 from model.core.kinds import FailureKind
 from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, ToolDefinition, Trace
 from model.diagnosis.diagnoser import RUNSCORE
 from model.diagnosis.incremental import IncrementalDiagnoser
+from model.diagnosis.ladders import language_more
 from model.importers import genai, load_trace, openinference
-from model.importers.spans import collect_spans, group_runs, import_spans, uses_openinference
+from model.importers.live import LiveSpans
+from model.importers.spans import collect_spans, group_runs
 from serve.schemas import AppendStepsRequest, FailureState, SessionStepResponse, SessionView
 from serve.services.agent_models import (
     ServedAgent,
@@ -43,6 +45,9 @@ from serve.validation import check_id, check_index
 #: Agent-model prefix states a worker keeps between appends (a session whose state was dropped reads
 #: its steps once on its next append).
 MAX_PREFIX_STATES = 20_000
+#: OTLP sessions whose last chat input a worker keeps (the least recently fed go first).
+MAX_CONVERSATIONS = 1_000
+MAX_CONVERSATION_MESSAGES = 200_000
 _FINAL_BLOCKERS = {StepKind.TOOL_CALL, StepKind.TOOL_RESULT, StepKind.USER_INPUT, StepKind.ERROR}
 #: Importer of an append: ``(session state, first source index) → (new steps, next source index)``.
 Importer = Callable[[dict[str, Any], int], tuple[list[Step], int]]
@@ -66,6 +71,9 @@ class Sessions:
         self._prefix: dict[tuple[str, str], tuple[str, int, Any]] = {}
         self._prefix_lock = threading.Lock()
         self._cache = SessionCache()
+        self._redacted = RedactedFindings(self.redactor)
+        # OTLP sessions: the last chat input each read (model.importers.live.LiveSpans.last)
+        self._conversations: dict[tuple[str, str], Any] = {}
 
     def append_steps(self, tenant: str, session_id: str, req: AppendStepsRequest) -> SessionStepResponse:
         """Append steps to session ``session_id`` (created on first use) and diagnose it so far."""
@@ -81,8 +89,10 @@ class Sessions:
         """Feed OTLP/JSON spans (the OTLP receiver) into live sessions: one per run, keyed by
         ``gen_ai.conversation.id`` / ``session.id`` (else the trace id; a trace whose first spans
         named no session stays in the trace id's session). Spans are numbered in
-        arrival order (within one export, by start time); each session keeps its spans (redacted)
-        so that chat spans repeating the conversation add only what is new. Runs without GenAI or
+        arrival order (within one export, by start time); each session keeps what the import needs
+        to go on (:mod:`model.importers.live`: the span tree's links, the conversation's fingerprints,
+        the tool calls), not the spans, so an export costs only its own spans and chat spans repeating
+        the conversation add only what is new. Runs without GenAI or
         OpenInference spans are left out. Returns session id → its diagnosis (``None`` when the
         export added spans but no step, e.g. a parent agent span)."""
         out: dict[str, SessionStepResponse | None] = {}
@@ -102,7 +112,7 @@ class Sessions:
                         key = tid_key
                         break
             out[key] = self._append(
-                tenant, key, DiagnoseOptions(), functools.partial(self._import_spans, payload), field="spans",
+                tenant, key, DiagnoseOptions(), functools.partial(self._import_spans, (tenant, key), payload), field="spans",
             )
         return out
 
@@ -129,6 +139,8 @@ class Sessions:
 
     def delete_session(self, tenant: str, session_id: str) -> None:
         self._cache.drop(tenant, session_id)
+        with self._prefix_lock:
+            self._conversations.pop((tenant, session_id), None)
         if not self.store.delete_session(tenant, session_id):
             raise NotFoundError(f"no session {session_id!r} for this tenant")
 
@@ -171,7 +183,7 @@ class Sessions:
                     trace, in_rows = Trace(id=row.trace_id, session_id=session_id), True
             # (a session first seen through /v1/diagnose has a whole trace but no counters yet)
             offset = max(row.next_source_index, max((st.source_index + 1 for st in trace.steps[-1:]), default=0))
-            state = copy.deepcopy(row.state or {})
+            state = row.state or {}  # this transaction's row: changed in place, written whole (or rolled back)
             new_steps, next_source = importer(state, offset)
             check_index(next_source, path=field)
             if len(trace.steps) + len(new_steps) > self.max_steps:
@@ -207,8 +219,11 @@ class Sessions:
                 return diag
 
             diag = diagnoses.assess(tenant, trace, session_agent, score)
-            decision, stored_arm, options = diagnoses.decide(state, tenant, session_id, trace, diag, options)
-            state = self.redactor.redact(state)
+            # the language the recommendations speak, as the diagnosis read it (not again from step 0)
+            view = trace if trace.language else trace.model_copy(
+                update={"language": language_more(trace, state.setdefault("language", {}))})
+            decision, stored_arm, options = diagnoses.decide(state, tenant, session_id, view, diag, options)
+            state = self._redacted.state(state)
             resp = SessionStepResponse(
                 **diag.model_dump(),
                 session_id=session_id,
@@ -227,7 +242,7 @@ class Sessions:
                 trace_id=trace.id,
                 # steps already redacted; the header only (its steps are rows of their own)
                 trace=trace.model_dump(mode="json", exclude_none=True, exclude={"steps"}) | {"steps": []},
-                response=self.redactor.redact(diag.model_dump(mode="json")),
+                response=self._redacted.response(diag.model_dump(mode="json")),
                 session_id=session_id,
                 task_type=trace.task_type,
                 shadow=options.shadow,
@@ -235,7 +250,7 @@ class Sessions:
                 steps_in_rows=True,
                 arm=stored_arm,
                 agent=session_agent,
-                step_tools=[s.tool_name for s in trace.steps],
+                step_tools=StepTools(trace.steps),
             )
             diagnoses.record_recommendation(db, tenant, decision, trace.id, session_id)
             version = self.store.save_session_state(
@@ -310,35 +325,28 @@ class Sessions:
         return self.redactor.redact_steps(steps), offset + count
 
     def _import_spans(
-        self, payload: list[dict[str, Any]], state: dict[str, Any], offset: int
+        self, session_key: tuple[str, str], payload: list[dict[str, Any]], state: dict[str, Any], offset: int
     ) -> tuple[list[Step], int]:
-        """The steps the new spans add to the session's run (rebuilt from every span it has)."""
-        log = state.setdefault("otlp", {"spans": [], "steps": 0, "base": offset})
-        log["spans"].extend(payload)
-        if len(log["spans"]) > self.max_steps:
+        """The steps the new spans add to the session's run: the import continues from what the
+        session keeps of its earlier spans (:mod:`model.importers.live`), reading only these."""
+        with self._prefix_lock:
+            last = self._conversations.pop(session_key, None)
+        live = LiveSpans(state.get("otlp"), base=offset, last=last)
+        if live.spans + len(payload) > self.max_steps:
             raise TooLargeError(
-                f"session would have {len(log['spans'])} spans; the limit is {self.max_steps}", path="spans"
+                f"session would have {live.spans + len(payload)} spans; the limit is {self.max_steps}", path="spans"
             )
-        fmt = "openinference" if uses_openinference(log["spans"]) else "otel"
-        try:
-            runs = import_spans(log["spans"], fmt=fmt, max_steps=self.max_steps, in_order=True)
-        except TraceImportError as exc:
-            if "none of its" in exc.message:  # no readable span yet (e.g. only an agent span)
-                return [], log["base"] + len(log["spans"])
-            raise
-        assert len(runs) == 1  # the log holds one session's (or one trace's) spans
-        steps = runs[0].steps
-        root_agent = runs[0].metadata.get(AGENT_METADATA_KEY)
-        if root_agent:  # the session's root agent span: its agent (model/core/agents.py)
-            state["span_agent"] = root_agent
-        new = steps[log["steps"]:]
-        log["steps"] = len(steps)
-        by_span = runs[0].metadata.get("span_trace_ids") or {}
-        for st in new:
-            st.source_index += log["base"]
-            # the span's own trace id, for gen_ai.evaluation.result events parented to it
-            st.metadata["otel.trace_id"] = by_span.get(st.span_id, runs[0].id)
-        return new, log["base"] + len(log["spans"])
+        new = live.add(payload, max_steps=self.max_steps)
+        state["otlp"] = live.state()
+        if live.last is not None:  # kept even if this append rolls back: it stands for its messages only
+            with self._prefix_lock:
+                self._conversations[session_key] = live.last
+                held = sum(len(c[0]) for c in self._conversations.values())
+                while held > MAX_CONVERSATION_MESSAGES or len(self._conversations) > MAX_CONVERSATIONS:
+                    held -= len(self._conversations.pop(next(iter(self._conversations)))[0])
+        if live.root_agent and live.steps:  # the session's root agent span: its agent (model/core/agents.py)
+            state["span_agent"] = live.root_agent
+        return new, live.next_source_index
 
 
 class SessionCache:
@@ -382,6 +390,83 @@ class SessionCache:
             old = self._entries.pop((tenant, session_id), None)
             if old is not None:
                 self._steps -= len(old[2].steps)
+
+
+class RedactedFindings:
+    """What an append stores, redacted, with each finding redacted once per worker: a session's
+    findings are mostly those earlier appends found (frozen, or the classifier's), so the redactor's
+    output is remembered by the finding's JSON (at most ``size`` of them, the oldest forgotten)."""
+
+    _FINDINGS = ("failures", "signals", "findings", "frozen", "recent")
+
+    def __init__(self, redactor: Any, size: int = 20_000) -> None:
+        self.redactor = redactor
+        self.size = size
+        self._memo: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def response(self, resp: dict[str, Any]) -> dict[str, Any]:
+        """A diagnosis (JSON) as stored."""
+        return self._dict(resp)
+
+    def state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A session's state as stored: ``otlp`` as it is (read from spans already redacted in
+        :meth:`Sessions.append_spans`: ids, digests), the detectors' findings through the memo."""
+        otlp = state.get("otlp")
+        out = self._dict({k: v for k, v in state.items() if k != "otlp"}, deep=("classifier", "rules"))
+        if otlp is not None:
+            out["otlp"] = otlp
+        return out
+
+    def _dict(self, value: dict[str, Any], deep: tuple[str, ...] = ()) -> dict[str, Any]:
+        plain = self.redactor.redact({k: v for k, v in value.items() if k not in self._FINDINGS and k not in deep})
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if k in deep and isinstance(v, dict):
+                out[k] = self._dict(v)
+            elif k in self._FINDINGS and isinstance(v, list):
+                out[k] = [self._finding(f) for f in v]
+            elif k in self._FINDINGS or k in deep:
+                out[k] = self.redactor.redact({k: v})[k]
+            else:
+                out[k] = plain[k]
+        return out
+
+    def _finding(self, finding: Any) -> Any:
+        key = json.dumps(finding, default=str)
+        with self._lock:
+            done = self._memo.get(key)
+            if done is not None:
+                self._memo.move_to_end(key)
+        if done is None:
+            done = json.dumps(self.redactor.redact(finding))
+            with self._lock:
+                self._memo[key] = done
+                while len(self._memo) > self.size:
+                    self._memo.popitem(last=False)
+        return json.loads(done)
+
+
+class StepTools(Sequence[str | None]):
+    """Each step's tool name, read when asked (the store reads those of the steps failures name),
+    so that storing a diagnosis does not walk the whole session."""
+
+    def __init__(self, steps: list[Step]) -> None:
+        self._steps = steps
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    @overload
+    def __getitem__(self, i: int) -> str | None: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str | None]: ...
+
+    def __getitem__(self, i: int | slice) -> str | None | list[str | None]:
+        if isinstance(i, slice):
+            return [s.tool_name for s in self._steps[i]]
+        return self._steps[i].tool_name
 
 
 def _link_across_calls(steps: list[Step], first: int) -> list[int]:
@@ -437,4 +522,4 @@ def _failure_states(row: SessionRow) -> list[FailureState]:
     return out
 
 
-__all__ = ["MAX_PREFIX_STATES", "SessionCache", "Sessions"]
+__all__ = ["MAX_CONVERSATIONS", "MAX_PREFIX_STATES", "SessionCache", "Sessions"]

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import flag_modified
 
 from serve.store.base import StoreBase
 from serve.store.counters import count_labels, count_outcome, count_recommendation
@@ -49,8 +50,12 @@ class Sessions(StoreBase):
     def save_session_state(
         row: SessionRow, state: dict[str, Any], *, n_steps: int | None = None, next_source_index: int | None = None
     ) -> int:
-        """Write a locked session's new repair state (and counters) in its transaction; its new version."""
+        """Write a locked session's new repair state (and counters) in its transaction; its new version.
+
+        The state is written whole even when it is the row's own dict changed in place (which the
+        ORM would not see)."""
         row.state = state
+        flag_modified(row, "state")
         if n_steps is not None:
             row.n_steps = n_steps
         if next_source_index is not None:
