@@ -242,6 +242,29 @@ async def _abuse(
     }
 
 
+async def _refusals(host: str, port: int, key: str, duration: float) -> dict[str, Any]:
+    """Closed loop from one key on 8 connections for ``duration`` s at ``GET /v1/none``: past the
+    first few (404s, cheap) every answer is a 429, so the server's CPU over the requests is what a
+    refusal costs. Each connection first authenticates the key on its worker (``/v1/traces``)."""
+    conns = [await Conn(host, port).open() for _ in range(8)]
+    for c in conns:
+        await c.request("GET", "/v1/traces?limit=1", key)
+    statuses: dict[int, int] = {}
+    deadline = time.perf_counter() + duration
+
+    async def loop(c: Conn) -> None:
+        while time.perf_counter() < deadline:
+            status, _, _ = await c.request("GET", "/v1/none", key)
+            statuses[status] = statuses.get(status, 0) + 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(loop(c) for c in conns))
+    wall = time.perf_counter() - t0
+    for c in conns:
+        c.close()
+    return {"statuses": statuses, "requests": sum(statuses.values()), "wall_s": wall}
+
+
 async def _appends(host: str, port: int, key: str, rounds: int, rps: float) -> dict[str, Any]:
     """One-step appends at step 10 (fresh sessions) and at step 4,000 (one long session), paced."""
     c = await Conn(host, port).open()
@@ -326,6 +349,8 @@ async def _phase(args: argparse.Namespace) -> dict[str, Any]:
         return {"appends": await _appends(host, p, keys["appender"], args.rounds, args.probe_rps)}
     if args.phase == "abuse_paired":
         return {"paired": await _abuse_paired(host, p, keys, args)}
+    if args.phase == "refusals":
+        return {"refusals": await _refusals(host, p, keys["abuser"], min(args.duration, 5.0))}
     stop = asyncio.Event()
     background: asyncio.Task[dict[str, Any]] | None = None
     if args.phase == "hostile":
@@ -377,7 +402,8 @@ def run_phase(url: str, keys: dict[str, str], phase: str, args: argparse.Namespa
     if out.returncode != 0:
         raise SystemExit(f"load generator failed in {phase}:\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    result["server_cpu_share"] = (_server_cpu(server_pid) - cpu0) / wall / (os.cpu_count() or 1)
+    result["server_cpu_s"] = _server_cpu(server_pid) - cpu0
+    result["server_cpu_share"] = result["server_cpu_s"] / wall / (os.cpu_count() or 1)
     return result
 
 
@@ -390,7 +416,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     # hostile last: until redaction is linear its body keeps the worker's helper process busy
     ap.add_argument(
-        "--phases", nargs="+", default=["idle", "trace_5000", "abuse", "abuse_paired", "appends", "hostile"]
+        "--phases", nargs="+",
+        default=["idle", "trace_5000", "abuse", "abuse_paired", "refusals", "appends", "hostile"],
     )
     ap.add_argument("--server-env", nargs="*", default=[], help="NAME=VALUE settings for the server")
     ap.add_argument("--window", type=float, default=2.0, help="seconds per window of abuse_paired")
@@ -429,6 +456,14 @@ def main() -> None:
                         flush=True,
                     )
                     print(f"           load: {json.dumps(a['load'])}", flush=True)
+                    continue
+                if phase == "refusals":
+                    a = r["refusals"]
+                    print(
+                        f"refusals: {a['requests']} answers in {a['wall_s']:.1f} s ({a['requests'] / a['wall_s']:.0f}/s, "
+                        f"statuses {a['statuses']}): server CPU {1e6 * r['server_cpu_s'] / a['requests']:.0f} µs an answer; {share}",
+                        flush=True,
+                    )
                     continue
                 if phase == "appends":
                     a = r["appends"]

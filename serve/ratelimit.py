@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import threading
 import time
@@ -47,20 +48,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from model.core.errors import RateLimitedError
 from serve.auth import KEY_PREFIX, LOCAL_TENANT, KeyCache, Principal, PrincipalDep
+from serve.ratetable import SharedTable
 
-#: Buckets kept per worker; the least recently used beyond this are dropped (a dropped bucket
-#: comes back full, which only ever favours the caller).
-MAX_BUCKETS = 100_000
-
-
-@dataclass
-class _Bucket:
-    tokens: float
-    stamp: float
-
+log = logging.getLogger("triage.serve")
 
 class TokenBuckets:
-    """Token buckets by name: ``rate`` tokens a second, at most ``burst``; thread-safe.
+    """Token buckets by name: ``rate`` tokens a second, at most ``burst``; thread-safe, and shared by
+    every process that maps the same ``table`` (:mod:`serve.ratetable`; default: a private one).
 
     >>> b = TokenBuckets(rate=1.0, burst=2.0)
     >>> [b.take("k", now=0.0) for _ in range(3)]
@@ -69,31 +63,15 @@ class TokenBuckets:
     0.0
     """
 
-    def __init__(self, *, rate: float, burst: float, max_buckets: int = MAX_BUCKETS) -> None:
+    def __init__(self, *, rate: float, burst: float, table: SharedTable | None = None, region: int = 0) -> None:
         self.rate = rate
         self.burst = burst
-        self.max_buckets = max_buckets
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
-        self._lock = threading.Lock()
+        self.table = table if table is not None else SharedTable.private(regions=1)
+        self.region = region
 
     def take(self, name: str, *, now: float | None = None) -> float:
         """Take one token for ``name``: 0.0 when granted, else the seconds until one is there."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            b = self._buckets.get(name)
-            if b is None:
-                b = _Bucket(tokens=self.burst, stamp=now)
-                self._buckets[name] = b
-                if len(self._buckets) > self.max_buckets:
-                    self._buckets.popitem(last=False)
-            else:
-                self._buckets.move_to_end(name)
-                b.tokens = min(self.burst, b.tokens + (now - b.stamp) * self.rate)
-                b.stamp = now
-            if b.tokens >= 1.0:
-                b.tokens -= 1.0
-                return 0.0
-            return (1.0 - b.tokens) / self.rate
+        return self.table.take(self.region, name, rate=self.rate, burst=self.burst, now=now)
 
 
 class FairLock:
@@ -205,7 +183,7 @@ def utc_day(now: datetime | None = None) -> str:
 
 
 class RateLimiter:
-    """The per-key and per-tenant buckets of one worker, and its copy of the tenants' daily usage.
+    """The per-key and per-tenant buckets a worker spends, and its copy of the tenants' daily usage.
 
     Parameters
     ----------
@@ -214,7 +192,10 @@ class RateLimiter:
     daily_steps:
         Steps a tenant may import per UTC day (0: off).
     processes:
-        How many processes share the limits (workers × replicas): each one enforces 1/N.
+        How many tables share the limits: each one enforces 1/N of the rates and bursts (the
+        replicas with a shared table; workers × replicas without one).
+    table:
+        The buckets' table; default a private one (this process only).
     """
 
     def __init__(
@@ -226,29 +207,49 @@ class RateLimiter:
         tenant_burst: float,
         daily_steps: int,
         processes: int = 1,
+        table: SharedTable | None = None,
     ) -> None:
         self.processes = max(1, processes)
         self.daily_steps = daily_steps
-        self.key = self._buckets(key_rps, key_burst)
-        self.tenant = self._buckets(tenant_rps, tenant_burst)
+        self.table = table if table is not None else SharedTable.private()
+        self.key = self._buckets(key_rps, key_burst, 0)
+        self.tenant = self._buckets(tenant_rps, tenant_burst, 1)
         self._usage: dict[str, tuple[str, int]] = {}  # tenant → (day, steps as last seen)
         self._usage_lock = threading.Lock()
         self.refused: dict[tuple[str, str], int] = {}  # (tenant, scope) → 429s given by this worker
 
-    def _buckets(self, rps: float, burst: float) -> TokenBuckets | None:
+    def _buckets(self, rps: float, burst: float, region: int) -> TokenBuckets | None:
         if rps <= 0:
             return None
-        return TokenBuckets(rate=rps / self.processes, burst=max(1.0, burst / self.processes))
+        return TokenBuckets(
+            rate=rps / self.processes, burst=max(1.0, burst / self.processes), table=self.table, region=region
+        )
 
     @classmethod
     def from_settings(cls, settings: Any) -> RateLimiter:
+        """The limiter of a worker: on the server's shared table when ``triage serve`` made one
+        (``TRIAGE_RATE_LIMIT_TABLE``), each server enforcing 1/replicas; else on a private table,
+        split over the ``TRIAGE_WORKERS`` processes too (workers started without the CLI)."""
+        table = None
+        processes = settings.workers * settings.rate_limit_replicas
+        if settings.rate_limit_table:
+            try:
+                table = SharedTable.attach(settings.rate_limit_table)
+                processes = settings.rate_limit_replicas
+            except (OSError, ValueError) as exc:
+                log.warning("rate-limit table %s not usable (%s): this worker keeps its own buckets, "
+                            "1/%d of the rates", settings.rate_limit_table, exc, processes)
+        elif settings.workers > 1:
+            log.warning("TRIAGE_WORKERS=%d without a shared rate-limit table (start the server with `triage "
+                        "serve`): each worker enforces 1/%d of the rates", settings.workers, processes)
         return cls(
             key_rps=settings.rate_limit_key_rps,
             key_burst=settings.rate_limit_key_burst,
             tenant_rps=settings.rate_limit_tenant_rps,
             tenant_burst=settings.rate_limit_tenant_burst,
             daily_steps=settings.quota_daily_steps,
-            processes=settings.workers * settings.rate_limit_replicas,
+            processes=processes,
+            table=table,
         )
 
     def check_request(self, tenant: str, caller: str) -> None:
