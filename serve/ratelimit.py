@@ -328,6 +328,7 @@ class RateLimitMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        RefusalLogFilter.install()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not str(scope.get("path", "")).startswith(("/v1/", "/otlp/")):
@@ -370,6 +371,9 @@ class _RouteLabel:
     path: str  # what the latency histogram reads from ``scope["route"]``
 
 
+_MISSING: Any = object()
+
+
 def _label_route(scope: Scope) -> None:
     """Put the route template a refused request was for into ``scope["route"]``, as routing would
     have, so that the latency histogram labels a 429 answered before routing by its route, not as
@@ -386,26 +390,69 @@ def _label_route(scope: Scope) -> None:
         ]
         state.route_templates = templates
     path, method = str(scope.get("path", "")), str(scope.get("method", ""))
-    for regex, template, methods in templates:
-        if method in methods and regex.match(path):
-            scope["route"] = _RouteLabel(template)
-            return
+    labels: dict[tuple[str, str], _RouteLabel | None] | None = getattr(state, "route_labels", None)
+    if labels is None or len(labels) >= 4096:  # paths carry ids: a bounded memo, emptied when full
+        labels = state.route_labels = {}
+    label = labels.get((method, path), _MISSING)
+    if label is _MISSING:
+        label = next((_RouteLabel(t) for regex, t, methods in templates if method in methods and regex.match(path)), None)
+        labels[(method, path)] = label
+    if label is not None:
+        scope["route"] = label
+
+
+_BODIES: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # (scope, message) → (body, its length)
 
 
 async def _send_429(send: Send, exc: RateLimitedError) -> None:
-    body = json.dumps({"detail": [{"loc": [], "msg": exc.message, "type": f"rate_limited.{exc.scope}"}]}).encode()
+    cached = _BODIES.get((exc.scope, exc.message))
+    if cached is None:  # the messages are few (one per limit and setting): encoded once
+        body = json.dumps({"detail": [{"loc": [], "msg": exc.message, "type": f"rate_limited.{exc.scope}"}]}).encode()
+        cached = (body, str(len(body)).encode())
+        if len(_BODIES) < 256:
+            _BODIES[(exc.scope, exc.message)] = cached
     await send(
         {
             "type": "http.response.start",
             "status": 429,
             "headers": [
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
+                (b"content-length", cached[1]),
                 (b"retry-after", exc.retry_after_header.encode()),
             ],
         }
     )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": cached[0]})
+
+
+class RefusalLogFilter(logging.Filter):
+    """Keeps 429s out of uvicorn's access log (``uvicorn.access``), one line a minute instead: a
+    flood of refusals would otherwise cost a formatted, written log line each (a third of a
+    refusal's CPU) and fill the log. ``triage_rate_limited_total`` counts them by tenant."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self.dropped = 0
+        self._since = time.monotonic()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not (isinstance(args, tuple) and len(args) == 5 and args[4] == 429):
+            return True
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._since >= self.every_s:
+            log.warning("%d requests answered 429 in the last %.0f s (not in the access log one by one; "
+                        "triage_rate_limited_total counts them by tenant)", self.dropped, now - self._since)
+            self.dropped, self._since = 0, now
+        return False
+
+    @classmethod
+    def install(cls) -> None:
+        access = logging.getLogger("uvicorn.access")
+        if not any(isinstance(f, cls) for f in access.filters):
+            access.addFilter(cls())
 
 
 RATE_LIMITED_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -416,4 +463,4 @@ RATE_LIMITED_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-__all__ = ["RATE_LIMITED_RESPONSES", "FairGate", "FairLock", "RateLimitMiddleware", "rate_limit", "RateLimiter", "TokenBuckets", "seconds_to_midnight", "utc_day"]
+__all__ = ["RATE_LIMITED_RESPONSES", "FairGate", "FairLock", "RateLimitMiddleware", "RefusalLogFilter", "rate_limit", "RateLimiter", "TokenBuckets", "seconds_to_midnight", "utc_day"]
