@@ -192,7 +192,8 @@ async def _heavy_traces(host: str, port: int, key: str, stop: asyncio.Event) -> 
 
 
 async def _abuse(
-    host: str, port: int, key: str, rps: float, stop: asyncio.Event, on: asyncio.Event | None = None
+    host: str, port: int, key: str, rps: float, stop: asyncio.Event, on: asyncio.Event | None = None,
+    request: str = "diagnose",
 ) -> dict[str, Any]:
     """Open loop: a request every 1/rps s, spread over 32 connections (each one in flight at most);
     with ``on``, only while it is set."""
@@ -207,7 +208,10 @@ async def _abuse(
 
     async def one(c: Conn, body: bytes) -> None:
         try:
-            status, _, _ = await c.request("POST", "/v1/diagnose", key, body)
+            if request == "list":  # admitted requests cost a store read: what is measured is the 429s
+                status, _, _ = await c.request("GET", "/v1/traces?limit=1", key)
+            else:
+                status, _, _ = await c.request("POST", "/v1/diagnose", key, body)
             statuses[status] = statuses.get(status, 0) + 1
         finally:
             free.put_nowait(c)
@@ -243,18 +247,16 @@ async def _abuse(
 
 
 async def _refusals(host: str, port: int, key: str, duration: float) -> dict[str, Any]:
-    """Closed loop from one key on 8 connections for ``duration`` s at ``GET /v1/none``: past the
-    first few (404s, cheap) every answer is a 429, so the server's CPU over the requests is what a
-    refusal costs. Each connection first authenticates the key on its worker (``/v1/traces``)."""
+    """Closed loop from one key on 8 connections for ``duration`` s at ``GET /v1/traces?limit=1``:
+    past the key's burst nearly every answer is a 429 (20 a second are admitted, a store read
+    each), so the server's CPU over the answers is about what a refusal costs."""
     conns = [await Conn(host, port).open() for _ in range(8)]
-    for c in conns:
-        await c.request("GET", "/v1/traces?limit=1", key)
     statuses: dict[int, int] = {}
     deadline = time.perf_counter() + duration
 
     async def loop(c: Conn) -> None:
         while time.perf_counter() < deadline:
-            status, _, _ = await c.request("GET", "/v1/none", key)
+            status, _, _ = await c.request("GET", "/v1/traces?limit=1", key)
             statuses[status] = statuses.get(status, 0) + 1
 
     t0 = time.perf_counter()
@@ -311,7 +313,7 @@ async def _abuse_paired(host: str, port: int, keys: dict[str, str], args: argpar
     """Windows of ``--window`` seconds, the abuser off and on in turn (the machine's own load
     drifts less within a pair than between phases); the probe's p99 in each kind of window."""
     stop, on = asyncio.Event(), asyncio.Event()
-    load = asyncio.create_task(_abuse(host, port, keys["abuser"], args.abuse_rps, stop, on))
+    load = asyncio.create_task(_abuse(host, port, keys["abuser"], args.abuse_rps, stop, on, args.abuse_request))
     quiet: list[float] = []
     loud: list[float] = []
     hz_quiet: list[float] = []
@@ -358,7 +360,7 @@ async def _phase(args: argparse.Namespace) -> dict[str, Any]:
     elif args.phase == "trace_5000":
         background = asyncio.create_task(_heavy_traces(host, p, keys["heavy"], stop))
     elif args.phase == "abuse":
-        background = asyncio.create_task(_abuse(host, p, keys["abuser"], args.abuse_rps, stop))
+        background = asyncio.create_task(_abuse(host, p, keys["abuser"], args.abuse_rps, stop, request=args.abuse_request))
     if background is not None:
         await asyncio.sleep(1.0)  # the load is on before the probe starts
     probe = await _probe(host, p, keys["victim"], args.duration, args.probe_rps)
@@ -394,7 +396,7 @@ def run_phase(url: str, keys: dict[str, str], phase: str, args: argparse.Namespa
     cmd = [
         sys.executable, __file__, "--load", url, "--keys", json.dumps(keys), "--phase", phase,
         "--duration", str(args.duration), "--probe-rps", str(args.probe_rps),
-        "--abuse-rps", str(args.abuse_rps), "--rounds", str(args.rounds), "--window", str(args.window),
+        "--abuse-rps", str(args.abuse_rps), "--abuse-request", args.abuse_request, "--rounds", str(args.rounds), "--window", str(args.window),
     ]
     cpu0, t0 = _server_cpu(server_pid), time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
@@ -412,6 +414,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=15.0, help="seconds of probe per phase")
     ap.add_argument("--probe-rps", type=float, default=12.0, help="the probe's pace (under the key limit)")
     ap.add_argument("--abuse-rps", type=float, default=500.0)
+    ap.add_argument("--abuse-request", choices=["diagnose", "list"], default="diagnose",
+                    help="what the abuser sends: small diagnoses, or GET /v1/traces (its admitted share costs little)")
     ap.add_argument("--rounds", type=int, default=40, help="append pairs measured")
     ap.add_argument("--workers", type=int, default=1)
     # hostile last: until redaction is linear its body keeps the worker's helper process busy

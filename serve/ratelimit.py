@@ -10,13 +10,20 @@ body naming the limit:
 - **steps per tenant per UTC day**: ``TRIAGE_QUOTA_DAILY_STEPS`` (steps imported by
   ``/v1/diagnose`` and session appends).
 
-How the limits hold with several workers:
+How the limits hold with several workers and servers:
 
-- the request rates are **split per worker**: each of the ``TRIAGE_WORKERS`` processes (times
-  ``TRIAGE_RATE_LIMIT_REPLICAS`` servers behind one balancer) runs its own buckets with 1/N of the
-  rate and of the burst (at least one request), so the total never exceeds the limit, whatever the
-  balancer does, and a 429 costs no query. A caller whose connections all land on one worker gets
-  that worker's share only;
+- the request rates are **shared by the workers of one server**: ``triage serve --workers N``
+  creates a table of token buckets in shared memory before uvicorn starts its workers
+  (:mod:`serve.ratetable`, a file in ``/dev/shm`` named in ``TRIAGE_RATE_LIMIT_TABLE``) and every
+  worker spends the same buckets, whichever worker a connection lands on: a key gets its rate,
+  not 1/N of it, and never more. Taking a token locks only the bucket's set of slots (an ``fcntl``
+  byte-range lock, microseconds), never the store: a request costs no query and no write for it.
+  A hash collision only makes the colliding names limited more (they share a bucket), never less;
+- with ``TRIAGE_RATE_LIMIT_REPLICAS`` servers behind one balancer, each server enforces 1/replicas
+  of the rates and bursts (at least one request), so the total never exceeds the limit;
+- a process without the table (one worker, the tests' in-process apps) keeps a private one; workers
+  started without ``triage serve`` (``TRIAGE_WORKERS`` > 1, no table) each enforce 1/workers, as
+  before, and say so in the log;
 - the daily quota is **shared through the store**: each request adds its steps to the tenant's
   row of ``usage`` in the same transaction that stores its trace, and is refused (rolled back)
   when the sum would pass the quota; a per-worker copy of the last total refuses a tenant already
@@ -24,7 +31,10 @@ How the limits hold with several workers:
 
 A limit set to 0 is off. The limits are checked after the key is authenticated, before the body is
 read; for a key the worker has authenticated within ``TRIAGE_AUTH_CACHE_S``, before routing
-(:class:`RateLimitMiddleware`): a refused request costs a hash and a dictionary lookup.
+(:class:`RateLimitMiddleware`): a refused request costs a SHA-256 of the key, a dictionary lookup,
+one bucket in the table and a 429 whose body is encoded once; it is not written to uvicorn's access
+log (:class:`RefusalLogFilter`: one summary line a minute; ``triage_rate_limited_total`` counts
+them). ``bench/abuse.py --phases refusals`` measures a refusal's CPU in the server.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ total holding with 2 real uvicorn workers."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ from fastapi.testclient import TestClient
 from model.data.builder import make_trace
 from serve.app import create_app
 from serve.auth import create_key
-from serve.ratelimit import RateLimiter, TokenBuckets, seconds_to_midnight, utc_day
+from serve.ratelimit import RateLimiter, RefusalLogFilter, TokenBuckets, seconds_to_midnight, utc_day
 from serve.settings import Settings
 from serve.store import Store
 from tests.conftest import LiveServer
@@ -234,8 +236,7 @@ def test_two_workers_spend_one_bucket_at_the_configured_rate(two_workers: tuple[
     one bucket (a bucket per worker with the whole rate would admit twice that through both; split
     per worker, one worker alone would admit half). No request writes the store."""
     srv, key, db = two_workers
-    table = [p for p in Path(os.environ.get("TMPDIR", "/dev/shm")).glob(f"triage-rate-{srv.proc.pid}-*")]
-    table += list(Path("/dev/shm").glob(f"triage-rate-{srv.proc.pid}-*")) if Path("/dev/shm").is_dir() else []
+    table = [p for d in {"/dev/shm", tempfile.gettempdir()} for p in Path(d).glob(f"triage-rate-{srv.proc.pid}-*")]
     assert table, "triage serve --workers 2 made no shared rate table"
 
     async def flood(conns: list[_Conn], seconds: float) -> tuple[int, int, float]:
@@ -344,3 +345,21 @@ def test_fair_gate_grants_slots_round_robin_and_survives_cancellation() -> None:
         return order
 
     assert asyncio.run(run()) == ["a1", "b1", "c1", "a2", "a3"]
+
+
+def test_refusals_stay_out_of_the_access_log_with_a_summary_line(caplog: pytest.LogCaptureFixture) -> None:
+    f = RefusalLogFilter(every_s=0.05)
+
+    def record(status: int) -> logging.LogRecord:
+        return logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+                                 ("127.0.0.1:5000", "GET", "/v1/traces", "1.1", status), None)
+
+    assert f.filter(record(200)) and f.filter(record(404))
+    assert not f.filter(record(429)) and not f.filter(record(429))
+    with caplog.at_level(logging.WARNING, logger="triage.serve"):
+        time.sleep(0.06)
+        assert not f.filter(record(429))
+    assert "3 requests answered 429 in the last" in caplog.text and f.dropped == 0
+    RefusalLogFilter.install()
+    RefusalLogFilter.install()
+    assert sum(isinstance(x, RefusalLogFilter) for x in logging.getLogger("uvicorn.access").filters) == 1

@@ -239,9 +239,8 @@ def serve(
     """Start the HTTP service (what `make run` calls)."""
     import uvicorn
 
-    from serve.settings import get_settings
-
     from serve.ratetable import SharedTable
+    from serve.settings import get_settings
 
     settings = get_settings()
     n_workers = workers or settings.workers
