@@ -45,8 +45,7 @@ import logging
 import re
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -84,10 +83,31 @@ class TokenBuckets:
         return self.table.take(self.region, name, rate=self.rate, burst=self.burst, now=now)
 
 
+class _Turns:
+    """Whose turn it is among the tenants waiting: the one granted least recently (a tenant never
+    granted, or not for a long time, first; ties in the order they started waiting). A tenant that
+    has just been served therefore waits behind every other tenant that waits, even one that came
+    after it: a flood of one tenant's admitted requests costs another tenant at most the request
+    in progress, not that one and the flood's next."""
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self._last: dict[str, int] = {}  # tenant → sequence number of its latest grant
+
+    def granted(self, tenant: str, waiting: Mapping[str, Any]) -> None:
+        self._seq += 1
+        if len(self._last) >= 10_000:  # forget tenants not waiting now (they count as long ago)
+            self._last = {t: n for t, n in self._last.items() if t in waiting}
+        self._last[tenant] = self._seq
+
+    def next(self, waiting: Mapping[str, Any]) -> str:
+        return min(waiting, key=lambda t: self._last.get(t, 0))
+
+
 class FairLock:
-    """A lock granted round-robin over tenants: a tenant with many requests waiting goes after
-    each other tenant that waits, not before all of them (the model's one inference at a time per
-    worker is shared fairly; within a tenant, first come first served).
+    """A lock granted over tenants in turns (:class:`_Turns`): a tenant with many requests waiting
+    goes after each other tenant that waits, not before all of them (the model's one inference at a
+    time per worker is shared fairly; within a tenant, first come first served).
 
     >>> lock = FairLock()
     >>> with lock.hold("acme"):
@@ -97,12 +117,14 @@ class FairLock:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._busy = False
-        self._queues: OrderedDict[str, list[threading.Event]] = OrderedDict()
+        self._queues: dict[str, list[threading.Event]] = {}
+        self._turns = _Turns()
 
     def acquire(self, tenant: str) -> None:
         with self._mutex:
             if not self._busy:
                 self._busy = True
+                self._turns.granted(tenant, self._queues)
                 return
             ev = threading.Event()
             self._queues.setdefault(tenant, []).append(ev)
@@ -113,11 +135,12 @@ class FairLock:
             if not self._queues:
                 self._busy = False
                 return
-            tenant, waiting = next(iter(self._queues.items()))
+            tenant = self._turns.next(self._queues)
+            waiting = self._queues[tenant]
             ev = waiting.pop(0)
-            del self._queues[tenant]
-            if waiting:
-                self._queues[tenant] = waiting  # to the back of the round
+            if not waiting:
+                del self._queues[tenant]
+            self._turns.granted(tenant, self._queues)
         ev.set()
 
     @contextmanager
@@ -130,20 +153,22 @@ class FairLock:
 
 
 class FairGate:
-    """``slots`` requests of CPU work at a time in one worker, the next slot granted round-robin
-    over the tenants waiting (asyncio; a waiting request costs nothing). A tenant's burst of
-    admitted requests then queues behind the other tenants' requests instead of sharing the
-    worker's GIL and cores with them.
+    """``slots`` requests of CPU work at a time in one worker, the next slot granted over the
+    tenants waiting in turns (:class:`_Turns`; asyncio; a waiting request costs nothing). A
+    tenant's burst of admitted requests then queues behind the other tenants' requests instead of
+    sharing the worker's GIL and cores with them.
     """
 
     def __init__(self, slots: int) -> None:
         self.slots = max(1, slots)
         self._free = self.slots
-        self._queues: OrderedDict[str, list[asyncio.Future[None]]] = OrderedDict()
+        self._queues: dict[str, list[asyncio.Future[None]]] = {}
+        self._turns = _Turns()
 
     async def acquire(self, tenant: str) -> None:
         if self._free > 0 and not self._queues:
             self._free -= 1
+            self._turns.granted(tenant, self._queues)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queues.setdefault(tenant, []).append(fut)
@@ -162,12 +187,13 @@ class FairGate:
 
     def release(self) -> None:
         while self._queues:
-            tenant, waiting = next(iter(self._queues.items()))
+            tenant = self._turns.next(self._queues)
+            waiting = self._queues[tenant]
             fut = waiting.pop(0)
-            del self._queues[tenant]
-            if waiting:
-                self._queues[tenant] = waiting  # to the back of the round
+            if not waiting:
+                del self._queues[tenant]
             if not fut.done():
+                self._turns.granted(tenant, self._queues)
                 fut.set_result(None)  # the slot passes on without being freed
                 return
         self._free += 1

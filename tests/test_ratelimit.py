@@ -347,6 +347,48 @@ def test_fair_gate_grants_slots_round_robin_and_survives_cancellation() -> None:
     assert asyncio.run(run()) == ["a1", "b1", "c1", "a2", "a3"]
 
 
+def test_fair_gate_serves_a_tenant_that_just_had_a_turn_after_one_that_waits() -> None:
+    """The abuser holds the slot and has requests queued; the victim queues after them. When the
+    abuser's request ends the victim is next (round-robin in queue order would grant the abuser's
+    queued request first: the victim would wait for two of the abuser's requests)."""
+    from serve.ratelimit import FairGate, FairLock
+
+    async def run() -> list[str]:
+        gate = FairGate(1)
+        order: list[str] = []
+        await gate.acquire("abuser")
+
+        async def one(tenant: str, name: str) -> None:
+            async with gate.slot(tenant):
+                order.append(name)
+                await asyncio.sleep(0)
+
+        tasks = []
+        for tenant, name in [("abuser", "a2"), ("abuser", "a3"), ("victim", "v1")]:
+            tasks.append(asyncio.create_task(one(tenant, name)))
+            await asyncio.sleep(0)
+        gate.release()
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(run()) == ["v1", "a2", "a3"]
+    import threading
+
+    lock, done = FairLock(), []
+    lock.acquire("abuser")
+    threads = [threading.Thread(target=lambda t=t, n=n: (lock.acquire(t), done.append(n), lock.release()))
+               for t, n in [("abuser", "a2"), ("victim", "v1")]]
+    for t in threads:
+        t.start()
+        deadline = time.monotonic() + 5
+        while sum(len(q) for q in lock._queues.values()) < threads.index(t) + 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    lock.release()
+    for t in threads:
+        t.join(timeout=5)
+    assert done == ["v1", "a2"]
+
+
 def test_refusals_stay_out_of_the_access_log_with_a_summary_line(caplog: pytest.LogCaptureFixture) -> None:
     f = RefusalLogFilter(every_s=0.05)
 
