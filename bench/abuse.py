@@ -14,13 +14,15 @@ Phases (each measures a small probe, ``POST /v1/diagnose`` of a 10-step trace by
 - ``abuse_paired``: the same abuse switched on and off every ``--window`` seconds, the probe's p99
   in the windows with it against those without (on a shared machine the background load drifts
   between phases; within a pair of windows it drifts less);
+- ``refusals``: one key over its limit, closed loop on 8 connections: the server's CPU per 429;
 - ``appends``: ``POST /v1/sessions/{id}/steps`` of one step, at step 10 of fresh sessions and at
   step 4,000 of a long one (grown by 100-step appends), interleaved; p50 of each.
 
 The load generator is this file with ``--load PHASE`` in its own process (raw asyncio sockets,
 keep-alive HTTP/1.1); its CPU share and the server's are read from ``getrusage`` / ``/proc``.
 
-Done-when (issue 15): probe p99 in ``hostile`` and ``trace_5000`` ≤ 5× idle; ``abuse`` gets 429s and
+``--abuse-request list`` makes the abuser send ``GET /v1/traces`` (its admitted share then costs
+little: what the probe feels is the 429s). Done-when (issues 15, 22): probe p99 in ``hostile`` and ``trace_5000`` ≤ 5× idle; ``abuse`` gets 429s and
 the probe's p99 ≤ 2× idle; append p50 at 4,000 ≤ 2× at 10.
 
 Run (about 3 minutes)::
