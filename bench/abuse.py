@@ -14,13 +14,15 @@ Phases (each measures a small probe, ``POST /v1/diagnose`` of a 10-step trace by
 - ``abuse_paired``: the same abuse switched on and off every ``--window`` seconds, the probe's p99
   in the windows with it against those without (on a shared machine the background load drifts
   between phases; within a pair of windows it drifts less);
+- ``refusals``: one key over its limit, closed loop on 8 connections: the server's CPU per 429;
 - ``appends``: ``POST /v1/sessions/{id}/steps`` of one step, at step 10 of fresh sessions and at
   step 4,000 of a long one (grown by 100-step appends), interleaved; p50 of each.
 
 The load generator is this file with ``--load PHASE`` in its own process (raw asyncio sockets,
 keep-alive HTTP/1.1); its CPU share and the server's are read from ``getrusage`` / ``/proc``.
 
-Done-when (issue 15): probe p99 in ``hostile`` and ``trace_5000`` ≤ 5× idle; ``abuse`` gets 429s and
+``--abuse-request list`` makes the abuser send ``GET /v1/traces`` (its admitted share then costs
+little: what the probe feels is the 429s). Done-when (issues 15, 22): probe p99 in ``hostile`` and ``trace_5000`` ≤ 5× idle; ``abuse`` gets 429s and
 the probe's p99 ≤ 2× idle; append p50 at 4,000 ≤ 2× at 10.
 
 Run (about 3 minutes)::
@@ -192,7 +194,8 @@ async def _heavy_traces(host: str, port: int, key: str, stop: asyncio.Event) -> 
 
 
 async def _abuse(
-    host: str, port: int, key: str, rps: float, stop: asyncio.Event, on: asyncio.Event | None = None
+    host: str, port: int, key: str, rps: float, stop: asyncio.Event, on: asyncio.Event | None = None,
+    request: str = "diagnose",
 ) -> dict[str, Any]:
     """Open loop: a request every 1/rps s, spread over 32 connections (each one in flight at most);
     with ``on``, only while it is set."""
@@ -207,7 +210,10 @@ async def _abuse(
 
     async def one(c: Conn, body: bytes) -> None:
         try:
-            status, _, _ = await c.request("POST", "/v1/diagnose", key, body)
+            if request == "list":  # admitted requests cost a store read: what is measured is the 429s
+                status, _, _ = await c.request("GET", "/v1/traces?limit=1", key)
+            else:
+                status, _, _ = await c.request("POST", "/v1/diagnose", key, body)
             statuses[status] = statuses.get(status, 0) + 1
         finally:
             free.put_nowait(c)
@@ -240,6 +246,27 @@ async def _abuse(
         "statuses": statuses,
         "missed_slots": missed,
     }
+
+
+async def _refusals(host: str, port: int, key: str, duration: float) -> dict[str, Any]:
+    """Closed loop from one key on 8 connections for ``duration`` s at ``GET /v1/traces?limit=1``:
+    past the key's burst nearly every answer is a 429 (20 a second are admitted, a store read
+    each), so the server's CPU over the answers is about what a refusal costs."""
+    conns = [await Conn(host, port).open() for _ in range(8)]
+    statuses: dict[int, int] = {}
+    deadline = time.perf_counter() + duration
+
+    async def loop(c: Conn) -> None:
+        while time.perf_counter() < deadline:
+            status, _, _ = await c.request("GET", "/v1/traces?limit=1", key)
+            statuses[status] = statuses.get(status, 0) + 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(loop(c) for c in conns))
+    wall = time.perf_counter() - t0
+    for c in conns:
+        c.close()
+    return {"statuses": statuses, "requests": sum(statuses.values()), "wall_s": wall}
 
 
 async def _appends(host: str, port: int, key: str, rounds: int, rps: float) -> dict[str, Any]:
@@ -288,7 +315,7 @@ async def _abuse_paired(host: str, port: int, keys: dict[str, str], args: argpar
     """Windows of ``--window`` seconds, the abuser off and on in turn (the machine's own load
     drifts less within a pair than between phases); the probe's p99 in each kind of window."""
     stop, on = asyncio.Event(), asyncio.Event()
-    load = asyncio.create_task(_abuse(host, port, keys["abuser"], args.abuse_rps, stop, on))
+    load = asyncio.create_task(_abuse(host, port, keys["abuser"], args.abuse_rps, stop, on, args.abuse_request))
     quiet: list[float] = []
     loud: list[float] = []
     hz_quiet: list[float] = []
@@ -326,6 +353,8 @@ async def _phase(args: argparse.Namespace) -> dict[str, Any]:
         return {"appends": await _appends(host, p, keys["appender"], args.rounds, args.probe_rps)}
     if args.phase == "abuse_paired":
         return {"paired": await _abuse_paired(host, p, keys, args)}
+    if args.phase == "refusals":
+        return {"refusals": await _refusals(host, p, keys["abuser"], min(args.duration, 5.0))}
     stop = asyncio.Event()
     background: asyncio.Task[dict[str, Any]] | None = None
     if args.phase == "hostile":
@@ -333,7 +362,7 @@ async def _phase(args: argparse.Namespace) -> dict[str, Any]:
     elif args.phase == "trace_5000":
         background = asyncio.create_task(_heavy_traces(host, p, keys["heavy"], stop))
     elif args.phase == "abuse":
-        background = asyncio.create_task(_abuse(host, p, keys["abuser"], args.abuse_rps, stop))
+        background = asyncio.create_task(_abuse(host, p, keys["abuser"], args.abuse_rps, stop, request=args.abuse_request))
     if background is not None:
         await asyncio.sleep(1.0)  # the load is on before the probe starts
     probe = await _probe(host, p, keys["victim"], args.duration, args.probe_rps)
@@ -369,7 +398,7 @@ def run_phase(url: str, keys: dict[str, str], phase: str, args: argparse.Namespa
     cmd = [
         sys.executable, __file__, "--load", url, "--keys", json.dumps(keys), "--phase", phase,
         "--duration", str(args.duration), "--probe-rps", str(args.probe_rps),
-        "--abuse-rps", str(args.abuse_rps), "--rounds", str(args.rounds), "--window", str(args.window),
+        "--abuse-rps", str(args.abuse_rps), "--abuse-request", args.abuse_request, "--rounds", str(args.rounds), "--window", str(args.window),
     ]
     cpu0, t0 = _server_cpu(server_pid), time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
@@ -377,7 +406,8 @@ def run_phase(url: str, keys: dict[str, str], phase: str, args: argparse.Namespa
     if out.returncode != 0:
         raise SystemExit(f"load generator failed in {phase}:\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    result["server_cpu_share"] = (_server_cpu(server_pid) - cpu0) / wall / (os.cpu_count() or 1)
+    result["server_cpu_s"] = _server_cpu(server_pid) - cpu0
+    result["server_cpu_share"] = result["server_cpu_s"] / wall / (os.cpu_count() or 1)
     return result
 
 
@@ -386,11 +416,14 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=15.0, help="seconds of probe per phase")
     ap.add_argument("--probe-rps", type=float, default=12.0, help="the probe's pace (under the key limit)")
     ap.add_argument("--abuse-rps", type=float, default=500.0)
+    ap.add_argument("--abuse-request", choices=["diagnose", "list"], default="diagnose",
+                    help="what the abuser sends: small diagnoses, or GET /v1/traces (its admitted share costs little)")
     ap.add_argument("--rounds", type=int, default=40, help="append pairs measured")
     ap.add_argument("--workers", type=int, default=1)
     # hostile last: until redaction is linear its body keeps the worker's helper process busy
     ap.add_argument(
-        "--phases", nargs="+", default=["idle", "trace_5000", "abuse", "abuse_paired", "appends", "hostile"]
+        "--phases", nargs="+",
+        default=["idle", "trace_5000", "abuse", "abuse_paired", "refusals", "appends", "hostile"],
     )
     ap.add_argument("--server-env", nargs="*", default=[], help="NAME=VALUE settings for the server")
     ap.add_argument("--window", type=float, default=2.0, help="seconds per window of abuse_paired")
@@ -429,6 +462,14 @@ def main() -> None:
                         flush=True,
                     )
                     print(f"           load: {json.dumps(a['load'])}", flush=True)
+                    continue
+                if phase == "refusals":
+                    a = r["refusals"]
+                    print(
+                        f"refusals: {a['requests']} answers in {a['wall_s']:.1f} s ({a['requests'] / a['wall_s']:.0f}/s, "
+                        f"statuses {a['statuses']}): server CPU {1e6 * r['server_cpu_s'] / a['requests']:.0f} µs an answer; {share}",
+                        flush=True,
+                    )
                     continue
                 if phase == "appends":
                     a = r["appends"]

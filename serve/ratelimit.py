@@ -10,13 +10,20 @@ body naming the limit:
 - **steps per tenant per UTC day**: ``TRIAGE_QUOTA_DAILY_STEPS`` (steps imported by
   ``/v1/diagnose`` and session appends).
 
-How the limits hold with several workers:
+How the limits hold with several workers and servers:
 
-- the request rates are **split per worker**: each of the ``TRIAGE_WORKERS`` processes (times
-  ``TRIAGE_RATE_LIMIT_REPLICAS`` servers behind one balancer) runs its own buckets with 1/N of the
-  rate and of the burst (at least one request), so the total never exceeds the limit, whatever the
-  balancer does, and a 429 costs no query. A caller whose connections all land on one worker gets
-  that worker's share only;
+- the request rates are **shared by the workers of one server**: ``triage serve --workers N``
+  creates a table of token buckets in shared memory before uvicorn starts its workers
+  (:mod:`serve.ratetable`, a file in ``/dev/shm`` named in ``TRIAGE_RATE_LIMIT_TABLE``) and every
+  worker spends the same buckets, whichever worker a connection lands on: a key gets its rate,
+  not 1/N of it, and never more. Taking a token locks only the bucket's set of slots (an ``fcntl``
+  byte-range lock, microseconds), never the store: a request costs no query and no write for it.
+  A hash collision only makes the colliding names limited more (they share a bucket), never less;
+- with ``TRIAGE_RATE_LIMIT_REPLICAS`` servers behind one balancer, each server enforces 1/replicas
+  of the rates and bursts (at least one request), so the total never exceeds the limit;
+- a process without the table (one worker, the tests' in-process apps) keeps a private one; workers
+  started without ``triage serve`` (``TRIAGE_WORKERS`` > 1, no table) each enforce 1/workers, as
+  before, and say so in the log;
 - the daily quota is **shared through the store**: each request adds its steps to the tenant's
   row of ``usage`` in the same transaction that stores its trace, and is refused (rolled back)
   when the sum would pass the quota; a per-worker copy of the last total refuses a tenant already
@@ -24,18 +31,21 @@ How the limits hold with several workers:
 
 A limit set to 0 is off. The limits are checked after the key is authenticated, before the body is
 read; for a key the worker has authenticated within ``TRIAGE_AUTH_CACHE_S``, before routing
-(:class:`RateLimitMiddleware`): a refused request costs a hash and a dictionary lookup.
+(:class:`RateLimitMiddleware`): a refused request costs a SHA-256 of the key, a dictionary lookup,
+one bucket in the table and a 429 whose body is encoded once; it is not written to uvicorn's access
+log (:class:`RefusalLogFilter`: one summary line a minute; ``triage_rate_limited_total`` counts
+them). ``bench/abuse.py --phases refusals`` measures a refusal's CPU in the server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -47,20 +57,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from model.core.errors import RateLimitedError
 from serve.auth import KEY_PREFIX, LOCAL_TENANT, KeyCache, Principal, PrincipalDep
+from serve.ratetable import SharedTable
 
-#: Buckets kept per worker; the least recently used beyond this are dropped (a dropped bucket
-#: comes back full, which only ever favours the caller).
-MAX_BUCKETS = 100_000
-
-
-@dataclass
-class _Bucket:
-    tokens: float
-    stamp: float
-
+log = logging.getLogger("triage.serve")
 
 class TokenBuckets:
-    """Token buckets by name: ``rate`` tokens a second, at most ``burst``; thread-safe.
+    """Token buckets by name: ``rate`` tokens a second, at most ``burst``; thread-safe, and shared by
+    every process that maps the same ``table`` (:mod:`serve.ratetable`; default: a private one).
 
     >>> b = TokenBuckets(rate=1.0, burst=2.0)
     >>> [b.take("k", now=0.0) for _ in range(3)]
@@ -69,37 +72,42 @@ class TokenBuckets:
     0.0
     """
 
-    def __init__(self, *, rate: float, burst: float, max_buckets: int = MAX_BUCKETS) -> None:
+    def __init__(self, *, rate: float, burst: float, table: SharedTable | None = None, region: int = 0) -> None:
         self.rate = rate
         self.burst = burst
-        self.max_buckets = max_buckets
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
-        self._lock = threading.Lock()
+        self.table = table if table is not None else SharedTable.private(regions=1)
+        self.region = region
 
     def take(self, name: str, *, now: float | None = None) -> float:
         """Take one token for ``name``: 0.0 when granted, else the seconds until one is there."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            b = self._buckets.get(name)
-            if b is None:
-                b = _Bucket(tokens=self.burst, stamp=now)
-                self._buckets[name] = b
-                if len(self._buckets) > self.max_buckets:
-                    self._buckets.popitem(last=False)
-            else:
-                self._buckets.move_to_end(name)
-                b.tokens = min(self.burst, b.tokens + (now - b.stamp) * self.rate)
-                b.stamp = now
-            if b.tokens >= 1.0:
-                b.tokens -= 1.0
-                return 0.0
-            return (1.0 - b.tokens) / self.rate
+        return self.table.take(self.region, name, rate=self.rate, burst=self.burst, now=now)
+
+
+class _Turns:
+    """Whose turn it is among the tenants waiting: the one granted least recently (a tenant never
+    granted, or not for a long time, first; ties in the order they started waiting). A tenant that
+    has just been served therefore waits behind every other tenant that waits, even one that came
+    after it: a flood of one tenant's admitted requests costs another tenant at most the request
+    in progress, not that one and the flood's next."""
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self._last: dict[str, int] = {}  # tenant → sequence number of its latest grant
+
+    def granted(self, tenant: str, waiting: Mapping[str, Any]) -> None:
+        self._seq += 1
+        if len(self._last) >= 10_000:  # forget tenants not waiting now (they count as long ago)
+            self._last = {t: n for t, n in self._last.items() if t in waiting}
+        self._last[tenant] = self._seq
+
+    def next(self, waiting: Mapping[str, Any]) -> str:
+        return min(waiting, key=lambda t: self._last.get(t, 0))
 
 
 class FairLock:
-    """A lock granted round-robin over tenants: a tenant with many requests waiting goes after
-    each other tenant that waits, not before all of them (the model's one inference at a time per
-    worker is shared fairly; within a tenant, first come first served).
+    """A lock granted over tenants in turns (:class:`_Turns`): a tenant with many requests waiting
+    goes after each other tenant that waits, not before all of them (the model's one inference at a
+    time per worker is shared fairly; within a tenant, first come first served).
 
     >>> lock = FairLock()
     >>> with lock.hold("acme"):
@@ -109,12 +117,14 @@ class FairLock:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._busy = False
-        self._queues: OrderedDict[str, list[threading.Event]] = OrderedDict()
+        self._queues: dict[str, list[threading.Event]] = {}
+        self._turns = _Turns()
 
     def acquire(self, tenant: str) -> None:
         with self._mutex:
             if not self._busy:
                 self._busy = True
+                self._turns.granted(tenant, self._queues)
                 return
             ev = threading.Event()
             self._queues.setdefault(tenant, []).append(ev)
@@ -125,11 +135,12 @@ class FairLock:
             if not self._queues:
                 self._busy = False
                 return
-            tenant, waiting = next(iter(self._queues.items()))
+            tenant = self._turns.next(self._queues)
+            waiting = self._queues[tenant]
             ev = waiting.pop(0)
-            del self._queues[tenant]
-            if waiting:
-                self._queues[tenant] = waiting  # to the back of the round
+            if not waiting:
+                del self._queues[tenant]
+            self._turns.granted(tenant, self._queues)
         ev.set()
 
     @contextmanager
@@ -142,20 +153,22 @@ class FairLock:
 
 
 class FairGate:
-    """``slots`` requests of CPU work at a time in one worker, the next slot granted round-robin
-    over the tenants waiting (asyncio; a waiting request costs nothing). A tenant's burst of
-    admitted requests then queues behind the other tenants' requests instead of sharing the
-    worker's GIL and cores with them.
+    """``slots`` requests of CPU work at a time in one worker, the next slot granted over the
+    tenants waiting in turns (:class:`_Turns`; asyncio; a waiting request costs nothing). A
+    tenant's burst of admitted requests then queues behind the other tenants' requests instead of
+    sharing the worker's GIL and cores with them.
     """
 
     def __init__(self, slots: int) -> None:
         self.slots = max(1, slots)
         self._free = self.slots
-        self._queues: OrderedDict[str, list[asyncio.Future[None]]] = OrderedDict()
+        self._queues: dict[str, list[asyncio.Future[None]]] = {}
+        self._turns = _Turns()
 
     async def acquire(self, tenant: str) -> None:
         if self._free > 0 and not self._queues:
             self._free -= 1
+            self._turns.granted(tenant, self._queues)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queues.setdefault(tenant, []).append(fut)
@@ -174,12 +187,13 @@ class FairGate:
 
     def release(self) -> None:
         while self._queues:
-            tenant, waiting = next(iter(self._queues.items()))
+            tenant = self._turns.next(self._queues)
+            waiting = self._queues[tenant]
             fut = waiting.pop(0)
-            del self._queues[tenant]
-            if waiting:
-                self._queues[tenant] = waiting  # to the back of the round
+            if not waiting:
+                del self._queues[tenant]
             if not fut.done():
+                self._turns.granted(tenant, self._queues)
                 fut.set_result(None)  # the slot passes on without being freed
                 return
         self._free += 1
@@ -205,7 +219,7 @@ def utc_day(now: datetime | None = None) -> str:
 
 
 class RateLimiter:
-    """The per-key and per-tenant buckets of one worker, and its copy of the tenants' daily usage.
+    """The per-key and per-tenant buckets a worker spends, and its copy of the tenants' daily usage.
 
     Parameters
     ----------
@@ -214,7 +228,10 @@ class RateLimiter:
     daily_steps:
         Steps a tenant may import per UTC day (0: off).
     processes:
-        How many processes share the limits (workers × replicas): each one enforces 1/N.
+        How many tables share the limits: each one enforces 1/N of the rates and bursts (the
+        replicas with a shared table; workers × replicas without one).
+    table:
+        The buckets' table; default a private one (this process only).
     """
 
     def __init__(
@@ -226,29 +243,49 @@ class RateLimiter:
         tenant_burst: float,
         daily_steps: int,
         processes: int = 1,
+        table: SharedTable | None = None,
     ) -> None:
         self.processes = max(1, processes)
         self.daily_steps = daily_steps
-        self.key = self._buckets(key_rps, key_burst)
-        self.tenant = self._buckets(tenant_rps, tenant_burst)
+        self.table = table if table is not None else SharedTable.private()
+        self.key = self._buckets(key_rps, key_burst, 0)
+        self.tenant = self._buckets(tenant_rps, tenant_burst, 1)
         self._usage: dict[str, tuple[str, int]] = {}  # tenant → (day, steps as last seen)
         self._usage_lock = threading.Lock()
         self.refused: dict[tuple[str, str], int] = {}  # (tenant, scope) → 429s given by this worker
 
-    def _buckets(self, rps: float, burst: float) -> TokenBuckets | None:
+    def _buckets(self, rps: float, burst: float, region: int) -> TokenBuckets | None:
         if rps <= 0:
             return None
-        return TokenBuckets(rate=rps / self.processes, burst=max(1.0, burst / self.processes))
+        return TokenBuckets(
+            rate=rps / self.processes, burst=max(1.0, burst / self.processes), table=self.table, region=region
+        )
 
     @classmethod
     def from_settings(cls, settings: Any) -> RateLimiter:
+        """The limiter of a worker: on the server's shared table when ``triage serve`` made one
+        (``TRIAGE_RATE_LIMIT_TABLE``), each server enforcing 1/replicas; else on a private table,
+        split over the ``TRIAGE_WORKERS`` processes too (workers started without the CLI)."""
+        table = None
+        processes = settings.workers * settings.rate_limit_replicas
+        if settings.rate_limit_table:
+            try:
+                table = SharedTable.attach(settings.rate_limit_table)
+                processes = settings.rate_limit_replicas
+            except (OSError, ValueError) as exc:
+                log.warning("rate-limit table %s not usable (%s): this worker keeps its own buckets, "
+                            "1/%d of the rates", settings.rate_limit_table, exc, processes)
+        elif settings.workers > 1:
+            log.warning("TRIAGE_WORKERS=%d without a shared rate-limit table (start the server with `triage "
+                        "serve`): each worker enforces 1/%d of the rates", settings.workers, processes)
         return cls(
             key_rps=settings.rate_limit_key_rps,
             key_burst=settings.rate_limit_key_burst,
             tenant_rps=settings.rate_limit_tenant_rps,
             tenant_burst=settings.rate_limit_tenant_burst,
             daily_steps=settings.quota_daily_steps,
-            processes=settings.workers * settings.rate_limit_replicas,
+            processes=processes,
+            table=table,
         )
 
     def check_request(self, tenant: str, caller: str) -> None:
@@ -327,6 +364,7 @@ class RateLimitMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        RefusalLogFilter.install()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not str(scope.get("path", "")).startswith(("/v1/", "/otlp/")):
@@ -369,6 +407,9 @@ class _RouteLabel:
     path: str  # what the latency histogram reads from ``scope["route"]``
 
 
+_MISSING: Any = object()
+
+
 def _label_route(scope: Scope) -> None:
     """Put the route template a refused request was for into ``scope["route"]``, as routing would
     have, so that the latency histogram labels a 429 answered before routing by its route, not as
@@ -385,26 +426,69 @@ def _label_route(scope: Scope) -> None:
         ]
         state.route_templates = templates
     path, method = str(scope.get("path", "")), str(scope.get("method", ""))
-    for regex, template, methods in templates:
-        if method in methods and regex.match(path):
-            scope["route"] = _RouteLabel(template)
-            return
+    labels: dict[tuple[str, str], _RouteLabel | None] | None = getattr(state, "route_labels", None)
+    if labels is None or len(labels) >= 4096:  # paths carry ids: a bounded memo, emptied when full
+        labels = state.route_labels = {}
+    label = labels.get((method, path), _MISSING)
+    if label is _MISSING:
+        label = next((_RouteLabel(t) for regex, t, methods in templates if method in methods and regex.match(path)), None)
+        labels[(method, path)] = label
+    if label is not None:
+        scope["route"] = label
+
+
+_BODIES: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # (scope, message) → (body, its length)
 
 
 async def _send_429(send: Send, exc: RateLimitedError) -> None:
-    body = json.dumps({"detail": [{"loc": [], "msg": exc.message, "type": f"rate_limited.{exc.scope}"}]}).encode()
+    cached = _BODIES.get((exc.scope, exc.message))
+    if cached is None:  # the messages are few (one per limit and setting): encoded once
+        body = json.dumps({"detail": [{"loc": [], "msg": exc.message, "type": f"rate_limited.{exc.scope}"}]}).encode()
+        cached = (body, str(len(body)).encode())
+        if len(_BODIES) < 256:
+            _BODIES[(exc.scope, exc.message)] = cached
     await send(
         {
             "type": "http.response.start",
             "status": 429,
             "headers": [
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
+                (b"content-length", cached[1]),
                 (b"retry-after", exc.retry_after_header.encode()),
             ],
         }
     )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": cached[0]})
+
+
+class RefusalLogFilter(logging.Filter):
+    """Keeps 429s out of uvicorn's access log (``uvicorn.access``), one line a minute instead: a
+    flood of refusals would otherwise cost a formatted, written log line each (a third of a
+    refusal's CPU) and fill the log. ``triage_rate_limited_total`` counts them by tenant."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self.dropped = 0
+        self._since = time.monotonic()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not (isinstance(args, tuple) and len(args) == 5 and args[4] == 429):
+            return True
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._since >= self.every_s:
+            log.warning("%d requests answered 429 in the last %.0f s (not in the access log one by one; "
+                        "triage_rate_limited_total counts them by tenant)", self.dropped, now - self._since)
+            self.dropped, self._since = 0, now
+        return False
+
+    @classmethod
+    def install(cls) -> None:
+        access = logging.getLogger("uvicorn.access")
+        if not any(isinstance(f, cls) for f in access.filters):
+            access.addFilter(cls())
 
 
 RATE_LIMITED_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -415,4 +499,4 @@ RATE_LIMITED_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-__all__ = ["RATE_LIMITED_RESPONSES", "FairGate", "FairLock", "RateLimitMiddleware", "rate_limit", "RateLimiter", "TokenBuckets", "seconds_to_midnight", "utc_day"]
+__all__ = ["RATE_LIMITED_RESPONSES", "FairGate", "FairLock", "RateLimitMiddleware", "RefusalLogFilter", "rate_limit", "RateLimiter", "TokenBuckets", "seconds_to_midnight", "utc_day"]

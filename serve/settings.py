@@ -122,8 +122,13 @@ class Settings(BaseSettings):
     rate_limit_replicas: int = Field(
         default=1,
         ge=1,
-        description="Servers behind one balancer: each of the workers × replicas processes enforces "
-        "1/N of the request rates.",
+        description="Servers behind one balancer: each server enforces 1/N of the request rates (its "
+        "workers share one table).",
+    )
+    rate_limit_table: str = Field(
+        default="",
+        description="Set by `triage serve --workers N` for its workers: the shared-memory file of the "
+        "request-rate buckets they all spend (serve/ratetable.py). Empty: each process keeps its own.",
     )
     quota_daily_steps: int = Field(
         default=1_000_000, ge=0, description="Steps a tenant may import per UTC day (shared through the store)."

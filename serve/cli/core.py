@@ -239,20 +239,29 @@ def serve(
     """Start the HTTP service (what `make run` calls)."""
     import uvicorn
 
+    from serve.ratetable import SharedTable
     from serve.settings import get_settings
 
     settings = get_settings()
     n_workers = workers or settings.workers
-    # The workers read their settings from the environment: each enforces 1/N of the rate limits.
+    # The workers read their settings from the environment; several workers spend the request-rate
+    # buckets of one shared table, made here before uvicorn starts them.
     os.environ["TRIAGE_WORKERS"] = str(n_workers)
-    uvicorn.run(
-        "serve.app:create_app",
-        factory=True,
-        host=host or settings.host,
-        port=port or settings.port,
-        workers=n_workers,
-        log_level="info",
-    )
+    table = SharedTable.create() if n_workers > 1 else None
+    if table is not None:
+        os.environ["TRIAGE_RATE_LIMIT_TABLE"] = table
+    try:
+        uvicorn.run(
+            "serve.app:create_app",
+            factory=True,
+            host=host or settings.host,
+            port=port or settings.port,
+            workers=n_workers,
+            log_level="info",
+        )
+    finally:
+        if table is not None:
+            SharedTable.remove(table)
 
 
 def schema(
