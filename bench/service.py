@@ -18,6 +18,13 @@ Run (about 4 minutes)::
 
     .venv/bin/python bench/service.py --duration 8 --sustained 60
 
+Every run first measures the floor, ``GET /healthz`` at one connection (``healthz`` is also a
+scenario), and prints each latency as a ratio to it; with several ``--workers`` it prints each
+count's requests a second against linear (efficiency = N workers' ÷ (N × one worker's)).
+``--database-url postgresql://…`` runs the server on PostgreSQL instead of a temporary SQLite file.
+On a shared host run the code you compare in interleaved rounds (docs/benchmarks.md): the same code
+can differ by 1.6× from one minute to the next.
+
 The load generator is this file with ``--load``: a keep-alive HTTP/1.1 client on raw asyncio
 sockets, so that the client's own cost stays far below the server's.
 """
