@@ -24,7 +24,6 @@ Run (about 2 minutes on 2 cores)::
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import subprocess
@@ -38,11 +37,14 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from serve.auth import create_key
-from serve.services.canary import ARMS, assign_arm
-from serve.settings import Settings
-from serve.store import Store
-from serve.store.counters import hour_of
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import live  # noqa: E402
+from serve.auth import create_key  # noqa: E402
+from serve.services.canary import ARMS, assign_arm  # noqa: E402
+from serve.settings import Settings  # noqa: E402
+from serve.store import Store  # noqa: E402
+from serve.store.counters import hour_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,29 +104,8 @@ def seed(store: Store, tenant: str, runs: int, *, percent: float, days: float, w
 
 
 def serve(url: str, data: Path, window: str) -> tuple[subprocess.Popen[bytes], str]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    env = {**os.environ, "TRIAGE_DATA_DIR": str(data), "TRIAGE_DATABASE_URL": url, "TRIAGE_AUTH": "on",
-           "TRIAGE_CLASSIFIER": "false", "TRIAGE_CANARY_WINDOW": window, "PYTHONPATH": str(ROOT)}
-    log = (data / "server.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {(data / 'server.log').read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.terminate()
-    raise RuntimeError("server did not start")
+    return live.start(data, {"TRIAGE_DATABASE_URL": url, "TRIAGE_AUTH": "on", "TRIAGE_CLASSIFIER": "false",
+                             "TRIAGE_CANARY_WINDOW": window})
 
 
 def scrape(client: httpx.Client) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -41,6 +40,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench import live  # noqa: E402
 
 AGENTS = ("airline", "hotpotqa", "support", "coder")
 TARGET_MS = 300.0
@@ -185,37 +186,9 @@ def time_grouping(url: str, tenant: str, days: float, failures: int) -> dict[str
     return out
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _serve(url: str, data: Path) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
-    port = _free_port()
-    env = {**os.environ, "TRIAGE_DATA_DIR": str(data), "TRIAGE_DATABASE_URL": url, "TRIAGE_AUTH": "on",
-           "TRIAGE_CLASSIFIER": "false", "TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0",
-           "PYTHONPATH": str(ROOT)}
-    log = (data / "server.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {(data / 'server.log').read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.terminate()
-    raise RuntimeError("server did not start")
+    return live.start(data, {"TRIAGE_DATABASE_URL": url, "TRIAGE_AUTH": "on", "TRIAGE_CLASSIFIER": "false",
+                             "TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"})
 
 
 def _time(client: Any, path: str, n: int) -> dict[str, Any]:

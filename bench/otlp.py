@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,12 +31,9 @@ import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from bench import live  # noqa: E402
 
 
 def _export(i: int, history: list[dict[str, Any]], conv: str) -> bytes:
@@ -80,21 +74,11 @@ def main() -> None:
     ap.add_argument("--spans", type=int, default=300)
     ap.add_argument("--samples", type=int, default=60, help="alternating exports timed for the ratio")
     args = ap.parse_args()
-    port = _port()
     with tempfile.TemporaryDirectory() as data:
-        env = {**os.environ, "TRIAGE_AUTH": "off", "TRIAGE_DATA_DIR": data,
-               "TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"}  # latency, not limits
-        proc = subprocess.Popen([sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port",
-                                 str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
+        proc, url = live.start(Path(data), {"TRIAGE_AUTH": "off", "TRIAGE_RATE_LIMIT_KEY_RPS": "0",
+                                            "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"},  # latency, not limits
+                               ready="/readyz")
         try:
-            for _ in range(600):
-                try:
-                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
             def user() -> list[dict[str, Any]]:
                 return [{"role": "user", "parts": [{"type": "text", "content": "Research."}]}]
 
@@ -138,8 +122,7 @@ def main() -> None:
                   f"the long one ({args.spans}–{args.spans + args.samples - 1}) {l_med:.1f} ms; "
                   f"ratio long/short (medians): {l_med / s_med:.2f}")
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            live.stop(proc)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,14 +30,12 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import live  # noqa: E402
+
 SHORT_LEN = 40
 MID = 200  # past the detectors' window (64 steps): what grows with the session, not the window
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _message(i: int) -> dict[str, Any]:
@@ -67,21 +62,11 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=4000, help="steps of the long session before timing")
     ap.add_argument("--samples", type=int, default=150, help="timed appends to each of the two")
     args = ap.parse_args()
-    port = _port()
     with tempfile.TemporaryDirectory() as data:
-        env = {**os.environ, "TRIAGE_AUTH": "off", "TRIAGE_DATA_DIR": data,
-               "TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"}  # latency, not limits
-        proc = subprocess.Popen([sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port",
-                                 str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
+        proc, url = live.start(Path(data), {"TRIAGE_AUTH": "off", "TRIAGE_RATE_LIMIT_KEY_RPS": "0",
+                                            "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"},  # latency, not limits
+                               ready="/readyz")
         try:
-            for _ in range(600):
-                try:
-                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
             with httpx.Client(base_url=url, timeout=60) as c:
 
                 def append(session: str, msgs: list[dict[str, Any]]) -> float:
@@ -124,8 +109,7 @@ def main() -> None:
             s_med, m_med, l_med = (statistics.median(x) for x in (short_lat, mid_lat, long_lat))
             print(f"ratio long/short (medians): {l_med / s_med:.2f}; long/mid: {l_med / m_med:.2f}")
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            live.stop(proc)
 
 
 if __name__ == "__main__":
