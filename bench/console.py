@@ -188,7 +188,7 @@ def time_grouping(url: str, tenant: str, days: float, failures: int) -> dict[str
 
 def _serve(url: str, data: Path) -> tuple[subprocess.Popen[bytes], str]:
     return live.start(data, {"TRIAGE_DATABASE_URL": url, "TRIAGE_AUTH": "on", "TRIAGE_CLASSIFIER": "false",
-                             "TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"})
+                             **live.UNLIMITED})
 
 
 def _time(client: Any, path: str, n: int) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+# Latency benches measure the request path, not the rate limits.
+UNLIMITED = {"TRIAGE_RATE_LIMIT_KEY_RPS": "0", "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"}
 
 
 def free_port() -> int:

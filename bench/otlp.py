@@ -75,9 +75,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=60, help="alternating exports timed for the ratio")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as data:
-        proc, url = live.start(Path(data), {"TRIAGE_AUTH": "off", "TRIAGE_RATE_LIMIT_KEY_RPS": "0",
-                                            "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"},  # latency, not limits
-                               ready="/readyz")
+        proc, url = live.start(Path(data), {"TRIAGE_AUTH": "off", **live.UNLIMITED}, ready="/readyz")
         try:
             def user() -> list[dict[str, Any]]:
                 return [{"role": "user", "parts": [{"type": "text", "content": "Research."}]}]

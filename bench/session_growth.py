@@ -63,9 +63,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=150, help="timed appends to each of the two")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as data:
-        proc, url = live.start(Path(data), {"TRIAGE_AUTH": "off", "TRIAGE_RATE_LIMIT_KEY_RPS": "0",
-                                            "TRIAGE_RATE_LIMIT_TENANT_RPS": "0"},  # latency, not limits
-                               ready="/readyz")
+        proc, url = live.start(Path(data), {"TRIAGE_AUTH": "off", **live.UNLIMITED}, ready="/readyz")
         try:
             with httpx.Client(base_url=url, timeout=60) as c:
 
