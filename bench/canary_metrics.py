@@ -37,7 +37,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from bench import live  # noqa: E402
 from serve.auth import create_key  # noqa: E402
@@ -45,8 +46,6 @@ from serve.services.canary import ARMS, assign_arm  # noqa: E402
 from serve.settings import Settings  # noqa: E402
 from serve.store import Store  # noqa: E402
 from serve.store.counters import hour_of  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def seed(store: Store, tenant: str, runs: int, *, percent: float, days: float, window: timedelta, labelled: float,
@@ -174,8 +173,7 @@ def main() -> None:
             for c in clients.values():
                 c.close()
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            live.stop(proc)
     med = {t: statistics.median(v) for t, v in times.items()}
     print(f"canary metrics: GET /metrics (one tenant's, figures checked) at {a.small} runs {med['small'] * 1000:.1f} ms, "
           f"at {a.large} runs {med['large'] * 1000:.1f} ms (medians of {a.repeat}): ratio "

@@ -273,11 +273,7 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) 
                 out.append(_time(ui, page, n))
                 out.append(_time(ui, f"{page}?format=json", n))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        live.stop(proc)
     return out
 
 

@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench import live  # noqa: E402
 
 SESSION_LEN = 20
 
@@ -238,12 +239,6 @@ def run_load(url: str, key: str, scenario: str, conns: int, duration: float) -> 
 
 
 # -- the server under test -----------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -280,7 +275,7 @@ class Server:
         self.keys = {t: create_key(store, t)[0] for t in tenants}
         self.key = self.keys[tenants[0]]
         store.dispose()
-        self.port = _free_port()
+        self.port = live.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
             **os.environ,
