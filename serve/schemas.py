@@ -121,7 +121,7 @@ class FailureState(BaseModel):
 class SessionView(Versioned):
     session_id: str
     trace_id: str
-    agent: str = Field(default="_pool", description="The session's agent (model/core/agents.py).")
+    agent: str | None = Field(default=None, description="The session's agent (docs/agents.md): named, or fixed at its first append.")
     created_at: datetime
     updated_at: datetime
     steps: int
@@ -274,7 +274,7 @@ class TraceSummary(BaseModel):
     healthy: bool
     primary_kind: str | None
     shadow: bool
-    agent: str = Field(default="_pool", description="The run's agent (model/core/agents.py): the key of its agent model.")
+    agent: str = Field(description="The run's agent (docs/agents.md): the key of its agent model and streams.")
 
 
 class TracePageOut(Versioned):
@@ -308,7 +308,7 @@ class ObservationsRequest(_Strict):
         max_length=200,
         pattern=TEXT_PARAM_PATTERN,
         description="The agent whose stream this is (a run's agent: `options.agent`, else its root agent "
-        "span's `gen_ai.agent.name`, else its task type, else `_pool`); its alarms are `degradation` on that "
+        "span's `gen_ai.agent.name`, else the agent inferred from the run: `GET /v1/agents`); its alarms are `degradation` on that "
         "agent's runs. `\"\"`: every agent of the tenant (signals only). Default: `task_type`.",
     )
     task_type: str = Field(

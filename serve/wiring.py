@@ -14,6 +14,7 @@ from model.detectors.catalog import TRACE_DETECTORS, make_detector
 from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
 from model.diagnosis.ladders import Ladders
 from model.diagnosis.repair_engine import RepairEngine, load_budgets
+from model.scoring.agent_registry import Registry
 from model.scoring.runscore.model import ARTIFACT as RUNSCORE_FILE
 from model.scoring.runscore.model import RunScorer
 from serve.ratelimit import RateLimiter
@@ -102,6 +103,7 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
         canary_percent=settings.repair_canary_percent,
         models=build_models(settings, store),
         recentre_ttl_s=settings.zero_shot_recentre_ttl_s,
+        registry=Registry(settings.resolved_model_registry),
     )
 
 

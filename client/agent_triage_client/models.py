@@ -113,6 +113,9 @@ class Diagnosis(Versioned):
     coverage: Coverage = Field(default_factory=Coverage)
     warnings: list[str] = Field(default_factory=list)
     arm: Literal["repair", "shadow"] | str | None = None  # "repair" / "shadow" (the service's canary share); None from older services
+    # schema 1.4: the run's agent and how it was found ("option", "span", "task_type", "inferred"); None before
+    agent: str | None = None
+    agent_source: Literal["option", "span", "task_type", "inferred"] | str | None = None
 
 
 class SessionStep(Diagnosis):

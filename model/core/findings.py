@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from model.core.coverage import Coverage
 from model.core.kinds import Category, FailureKind, Severity, Strategy
 
-RESPONSE_SCHEMA_VERSION = "1.3"  # 1.1: failure_probability, attribution; 1.2: arm; 1.3: failure_probability_basis
+RESPONSE_SCHEMA_VERSION = "1.4"  # 1.1: failure_probability, attribution; 1.2: arm; 1.3: failure_probability_basis;
+# 1.4: agent, agent_source
 
 
 class Finding(BaseModel):
@@ -132,6 +133,18 @@ class DiagnosisResponse(BaseModel):
         description="The service's arm for this run: `repair` (the recommendation is meant to be carried "
         "out) or `shadow` (diagnosed and recorded, `continue` recommended: the canary share's other arm, "
         "or `options.shadow`); absent outside the service.",
+    )
+    agent: str | None = Field(
+        default=None,
+        description="The run's agent (schema 1.4): the key its streams, agent model, labels and patterns are "
+        "kept under (model/core/agents.py, docs/agents.md); absent outside the service.",
+    )
+    agent_source: Literal["option", "span", "task_type", "inferred"] | None = Field(
+        default=None,
+        description="How the agent was found (schema 1.4): `option` (the caller named it), `span` (the root "
+        "agent span's name), `task_type` (the task type, when `options.agent_from_task_type` asked for it) or "
+        "`inferred` (matched to the tenant's agents by what the run shows: instructions template, tools, "
+        "model, `service.name`); absent outside the service.",
     )
 
 

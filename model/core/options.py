@@ -44,8 +44,14 @@ class DiagnoseOptions(BaseModel):
     agent: AgentName | None = Field(
         default=None,
         description="The agent that ran it: its agent model and metric streams are keyed by it "
-        "(per tenant). Default: the root `invoke_agent` span's `gen_ai.agent.name`, else the task type, "
-        "else the tenant's pool (`_pool`); see model/core/agents.py.",
+        "(per tenant). Default: the root `invoke_agent` span's `gen_ai.agent.name`, else the task type when "
+        "`agent_from_task_type` is set, else an agent inferred from the run (its instructions template, tools, "
+        "model, `service.name`); see model/core/agents.py and docs/agents.md.",
+    )
+    agent_from_task_type: StrictBool = Field(
+        default=False,
+        description="Let the trace's `task_type` name its agent when neither `agent` nor a root agent span "
+        "does (off by default: a task type is the caller's field, and several agents may share one).",
     )
     session: str | None = Field(
         default=None,

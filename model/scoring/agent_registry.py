@@ -211,6 +211,31 @@ class Registry:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
+    def adopt(self, tenant: str, old: str, new: str) -> list[str]:
+        """Copy ``old``'s registered versions to ``new`` (an agent renamed or merged: the store's
+        activations move to ``new``, so its versions must be found there); a version ``new``
+        already has is left as it is. Returns the versions copied. The artefacts are copied whole
+        (their sha256 still holds); ``old``'s folder stays."""
+        src = self._agent_dir(tenant, old)
+        if not src.is_dir():
+            return []
+        dst = self._agent_dir(tenant, new)
+        dst.mkdir(parents=True, exist_ok=True)
+        copied = []
+        for d in sorted(src.iterdir()):
+            if _VERSION_RE.match(d.name) and d.is_dir() and not (dst / d.name).exists():
+                tmp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=dst))
+                try:
+                    shutil.copytree(d, tmp, dirs_exist_ok=True)
+                    os.rename(tmp, dst / d.name)
+                    copied.append(d.name)
+                except OSError:
+                    continue  # another worker adopted it meanwhile
+                finally:
+                    if tmp.exists():
+                        shutil.rmtree(tmp, ignore_errors=True)
+        return copied
+
     def _agent_dir(self, tenant: str, agent: str) -> Path:
         return self.root / _tenant(tenant) / "agents" / agent_key(agent)
 

@@ -36,7 +36,7 @@ Per-trace values: ``steps``, ``llm_latency_ms`` / ``tool_latency_ms`` / ``latenc
 >>> m = extract_metrics(t)
 >>> m.per_trace["llm_latency_ms"], m.per_trace["output_chars"], m.per_trace["meta.confidence"]
 (420.0, 1.0, 0.8)
->>> m.stream_values("acme")[StreamKey("acme", "llm_latency_ms", "qa")]  # no agent named: its task type
+>>> m.stream_values("acme", "qa-bot")[StreamKey("acme", "llm_latency_ms", "qa-bot")]
 420.0
 """
 
@@ -49,7 +49,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from model.core.agents import POOL_AGENT, resolve_agent
+from model.core.agents import resolve_agent
 from model.core.errors import InputError
 from model.core.kinds import FailureKind
 from model.core.schema import Step, StepKind, StepStatus, Trace
@@ -94,7 +94,7 @@ class StreamKey:
 
     tenant: str
     name: str
-    agent: str = POOL_AGENT
+    agent: str
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.name}/{self.agent}"
@@ -117,7 +117,8 @@ class TraceMetrics(BaseModel):
 
     trace_id: str
     task_type: str | None = None
-    agent: str = Field(default=POOL_AGENT, description="The run's agent, as resolved without an explicit name.")
+    agent: str | None = Field(
+        default=None, description="The run's agent as the run names it (its root agent span); None: the service infers it.")
     per_step: dict[str, list[MetricPoint]] = Field(default_factory=dict)
     per_trace: dict[str, float | None] = Field(default_factory=dict)
 
@@ -128,11 +129,14 @@ class TraceMetrics(BaseModel):
     def stream_values(self, tenant: str, agent: str | None = None) -> dict[StreamKey, float]:
         """The per-trace values that are known, keyed for the streams of the run's agent.
 
-        ``agent``: the name the caller gave (``options.agent``); default: :attr:`agent` (the root
-        agent span's name, else the task type, else the pool).
+        ``agent``: the run's agent (``options.agent``, or the one the service resolved); default:
+        :attr:`agent` (the root agent span's name). :class:`InputError` when neither names one.
         """
+        key = agent or self.agent
+        if key is None:
+            raise InputError("this run names no agent: pass the one it was resolved to", path="agent")
         return {
-            StreamKey(tenant, name, agent or self.agent): value
+            StreamKey(tenant, name, key): value
             for name, value in self.per_trace.items()
             if value is not None
         }

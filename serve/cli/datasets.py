@@ -12,7 +12,6 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from model.core.agents import POOL_AGENT
 from model.core.errors import InputError, TriageError
 
 _console = Console()
@@ -282,9 +281,9 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
     try:
         fixed = scorer.threshold if scorer is not None else None
 
-        def threshold_for(task_type: str | None) -> float | None:
-            # the agent of a run that names none (the streams the threshold reads are the agent's)
-            rel = service.relative_threshold(tenant, task_type or POOL_AGENT, scorer)
+        def threshold_for(agent: str | None) -> float | None:
+            # the run's agent (traces.agent): the streams the threshold reads are the agent's
+            rel = service.relative_threshold(tenant, agent, scorer) if agent else None
             return rel if rel is not None else fixed
 
         how = order or DEFAULT_ORDER

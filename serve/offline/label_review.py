@@ -112,7 +112,8 @@ def review_queue(
     order: str = DEFAULT_ORDER,
 ) -> tuple[list[Candidate], int]:
     """The tenant's traces still to review by ``author``, in ``order`` (module docstring), and how
-    many that author has labelled already. ``threshold_for(task_type)`` gives the operating point."""
+    many that author has labelled already. ``threshold_for(agent)`` gives the operating point of the
+    run's agent (``traces.agent``)."""
     if order not in ORDERS:
         raise InputError(f"order must be one of {', '.join(ORDERS)}; got {order!r}", path="order")
     queue: list[Candidate] = []
@@ -127,10 +128,10 @@ def review_queue(
             done += 1
             continue
         response = record["response"] or {}
-        task_type = record["trace"].get("task_type")
-        if task_type not in cache:
-            cache[task_type] = threshold_for(task_type)
-        m, basis = margin(response, cache[task_type])
+        agent = record.get("agent")
+        if agent not in cache:
+            cache[agent] = threshold_for(agent)
+        m, basis = margin(response, cache[agent])
         queue.append(Candidate(str(record["trace"]["id"]), record["created_at"], m, basis, response))
         traces.append(record["trace"])
     order_by = sorted(range(len(queue)), key=lambda i: (queue[i].margin, -queue[i].created_at.timestamp(),

@@ -9,7 +9,6 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from model.core.agents import POOL_AGENT
 from model.core.errors import InputError, ModelLoadError, NotFoundError
 from model.data.labelling.review import KIND_KEYS
 from model.scoring.agent_registry import ZERO_SHOT, Registry
@@ -39,8 +38,8 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
     scorer = getattr(request.app.state.diagnoser, "runscorer", None)
     fixed = scorer.threshold if scorer is not None else None
 
-    def threshold_for(task_type: str | None) -> float | None:  # as `triage label review --from-store`
-        rel = service.relative_threshold(tenant, task_type or POOL_AGENT, scorer)
+    def threshold_for(agent: str | None) -> float | None:  # as `triage label review --from-store`
+        rel = service.relative_threshold(tenant, agent, scorer) if agent else None
         return rel if rel is not None else fixed
 
     queue, done = review_queue(service.store, tenant, author=_author(session), threshold_for=threshold_for)
@@ -69,7 +68,7 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
         "agent": agent, "agent_labelled": labelled, "basis_model": basis.get("model"),
         "basis_labelled": basis.get("labelled_runs"),
         "cv_auroc": cv_auroc, "retrain": f"triage retrain --tenant {tenant}" + (
-            f" --agent {agent}" if agent is not None and agent != POOL_AGENT else ""),
+            f" --agent {agent}" if agent is not None else ""),
     }
 
 

@@ -3,7 +3,7 @@
 A run's ``failure_probability`` comes from its agent's own model (:mod:`model.scoring.agentmodel`) when the
 store records an active version for the (tenant, agent) (``triage retrain`` / ``triage model
 promote``; :meth:`serve.store.Store.active_model`), else from the tenant's active **pooled** model
-when that was trained on this agent's runs (or the agent is the pool ``_pool``), else zero-shot:
+when that was trained on this agent's runs, else zero-shot:
 the shipped run scorer, re-centred on the agent's observed failure rate once it has labelled runs
 (:class:`Recentring`). The rules, the classifier and the shipped run scorer are the same for every
 tenant (one copy per worker); ``failure_probability_basis`` says which model spoke.
@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from model.core.agents import POOL_AGENT
 from model.core.errors import SmokeCheckError
 from model.core.findings import DiagnosisResponse, Failure
 from model.core.kinds import KIND_INFO, FailureKind
@@ -235,7 +234,7 @@ class AgentModels:
         served = self._resolve(tenant, agent, agent, current)
         if served is None:  # no model of its own: the tenant's pooled one, when it learned this agent
             pooled = self._resolve(tenant, agent, POOLED, current)
-            if pooled is not None and (agent == POOL_AGENT or self._members is None
+            if pooled is not None and (self._members is None
                                        or agent in self._members(tenant, pooled.version)):
                 served = pooled
         if current is not None and (served is None or served.tag != current.tag):

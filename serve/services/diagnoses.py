@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from model.core.agents import resolve_agent
 from model.core.findings import DiagnosisResponse, Finding, ProbabilityBasis
 from model.core.kinds import Strategy
 from model.core.options import DiagnoseOptions
@@ -48,6 +47,7 @@ from serve.services.agent_models import (
     at_risk_failure,
     score_prefixes,
 )
+from serve.services.agents import Agents, Resolved
 from serve.services.canary import Arm, session_arm
 from serve.services.otel_export import EvaluationExporter
 from serve.services.streams import Streams
@@ -90,6 +90,7 @@ class Diagnoses:
         canary_percent: float = 100.0,
         models: AgentModels | None = None,
         recentre_ttl_s: float = 60.0,
+        agents: Agents | None = None,
     ) -> None:
         self.store = store
         self.diagnoser = diagnoser
@@ -109,6 +110,8 @@ class Diagnoses:
         # are shared): a request takes its pair's once, at its start, and finishes on it.
         self.models = models or AgentModels()
         self.recentring = Recentring(store.agent_labels, ttl_s=recentre_ttl_s)
+        # Which agent a run belongs to (named, or inferred and matched against the tenant's agents)
+        self.agents = agents or Agents(store)
 
     def model_version(self, tenant: str) -> str:
         """What the tenant's responses name as ``model_version`` (:mod:`serve.services.agent_models`)."""
@@ -127,7 +130,8 @@ class Diagnoses:
         # Redact first, then diagnose: evidence is cut from redacted text, so no cut secret (a key's
         # prefix) reaches the response, the store or the repair state.
         trace = self.redactor.redact_trace(trace)
-        agent = resolve_agent(trace, options.agent)
+        resolved = self.agents.resolve(tenant, trace, options, fixed=lambda: self.stored_agent(tenant, trace))
+        agent = resolved.agent
         run_threshold = self.relative_threshold(tenant, agent, self.diagnoser.runscorer)
 
         def score(extra: list[Finding], served: ServedAgent | None) -> DiagnosisResponse:
@@ -141,6 +145,7 @@ class Diagnoses:
             return resp
 
         resp = self.assess(tenant, trace, agent, score)
+        self.name_agent(resp, resolved)
         session_key = trace.session_id or f"trace:{trace.id}"
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         response = self.redactor.redact(resp.model_dump(mode="json"))
@@ -151,6 +156,7 @@ class Diagnoses:
                 row = self.store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
                 assert row is not None
                 state = copy.deepcopy(row.state or {})
+                fix_session_agent(state, resolved)
             else:  # the trace's own
                 prior = self.store.lock_trace(db, tenant, trace.id)
                 state = copy.deepcopy(prior.policy_state or {}) if prior is not None else {}
@@ -175,6 +181,7 @@ class Diagnoses:
             self.record_recommendation(db, tenant, decision, trace.id, trace.session_id)
             if row is not None:
                 self.store.save_session_state(row, state)
+            self.agents.record(db, tenant, resolved)
             # The rows every request of the tenant (usage) or of the agent (its streams) updates come
             # last: on PostgreSQL their locks are held from here to the commit only.
             if self.streams.autofeed:  # shadow mode observes too
@@ -182,6 +189,22 @@ class Diagnoses:
             self.spend_steps(db, tenant, len(trace.steps))
         self.export(trace, resp)
         return resp
+
+    def stored_agent(self, tenant: str, trace: Trace) -> tuple[str, str | None] | None:
+        """The agent the run's session was given at its first append, else the one a stored run of
+        this trace id has; ``None`` when neither is stored (an unnamed run is then inferred)."""
+        if trace.session_id:
+            row = self.store.get_session(tenant, trace.session_id)
+            fixed = session_agent(row.state if row is not None else None)
+            if fixed is not None:
+                return fixed
+        return self.store.stored_agent(tenant, trace.id)
+
+    @staticmethod
+    def name_agent(resp: DiagnosisResponse, resolved: Resolved) -> None:
+        """The answer says which agent and how it was found (schema 1.4)."""
+        resp.agent = resolved.agent
+        resp.agent_source = resolved.source
 
     # -- the stages both whole traces and sessions go through ------------------------------------
     def assess(self, tenant: str, trace: Trace, agent: str, score: Scorer) -> DiagnosisResponse:
@@ -311,4 +334,16 @@ class Diagnoses:
         return "repair", "repair", options
 
 
-__all__ = ["RELATIVE_TTL_S", "RELATIVE_WINDOW", "Diagnoses"]
+def session_agent(state: dict[str, Any] | None) -> tuple[str, str | None] | None:
+    """The agent a session was given at its first append, and how (from its state), or ``None``."""
+    key = (state or {}).get("agent_key")
+    return (str(key), (state or {}).get("agent_source")) if isinstance(key, str) and key else None
+
+
+def fix_session_agent(state: dict[str, Any], resolved: Resolved) -> None:
+    """Fix the session's agent at its first diagnosis (later unnamed appends keep it)."""
+    if "agent_key" not in state:
+        state["agent_key"], state["agent_source"] = resolved.agent, resolved.source
+
+
+__all__ = ["RELATIVE_TTL_S", "RELATIVE_WINDOW", "Diagnoses", "fix_session_agent", "session_agent"]

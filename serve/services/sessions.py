@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
-from model.core.agents import AGENT_METADATA_KEY, POOL_AGENT, resolve_agent
+from model.core.agents import AGENT_METADATA_KEY
 from model.core.errors import InputError, NotFoundError, TooLargeError
 from model.core.findings import DiagnosisResponse, Finding
 from model.core.kinds import FailureKind
@@ -38,7 +38,7 @@ from serve.services.agent_models import (
     relabel_final_outputs,
     score_prefixes,
 )
-from serve.services.diagnoses import Diagnoses
+from serve.services.diagnoses import Diagnoses, fix_session_agent, session_agent
 from serve.store.tables import SessionRow
 from serve.validation import check_id, check_index
 
@@ -127,7 +127,7 @@ class Sessions:
             detector_versions=self.diagnoses.detector_versions(),
             session_id=row.id,
             trace_id=row.trace_id,
-            agent=trace_row.agent if trace_row is not None else POOL_AGENT,
+            agent=trace_row.agent if trace_row is not None else (session_agent(row.state) or (None,))[0],
             created_at=row.created_at,
             updated_at=row.updated_at,
             steps=row.n_steps,
@@ -161,7 +161,8 @@ class Sessions:
         """Lock the session, import the new steps (``importer(state, offset)``), diagnose, store.
 
         ``agent``: the agent this append names (the session keeps the latest named;
-        :func:`model.core.agents.resolve_agent` falls back on the spans, the task type, the pool).
+        :meth:`serve.services.agents.Agents.resolve` falls back on the spans, the task type when the
+        options ask, the agent fixed at the session's first append, else infers one).
         """
         check_id(session_id, path="path.session_id")
         diagnoses = self.diagnoses
@@ -209,7 +210,10 @@ class Sessions:
                 state["agent"] = agent
             if state.get("span_agent"):
                 trace.metadata[AGENT_METADATA_KEY] = state["span_agent"]
-            session_agent = resolve_agent(trace, state.get("agent"))
+            resolved = diagnoses.agents.resolve(
+                tenant, trace, options.model_copy(update={"agent": state.get("agent")}),
+                fixed=lambda: session_agent(state), db=db)
+            fix_session_agent(state, resolved)
             prefix: tuple[str, int, Any] | None = None
 
             def score(extra: list[Finding], served: ServedAgent | None) -> DiagnosisResponse:
@@ -218,7 +222,8 @@ class Sessions:
                 prefix = self._session_prefix(tenant, session_id, trace, first, changed, diag, state, served)
                 return diag
 
-            diag = diagnoses.assess(tenant, trace, session_agent, score)
+            diag = diagnoses.assess(tenant, trace, resolved.agent, score)
+            diagnoses.name_agent(diag, resolved)
             # the language the recommendations speak, as the diagnosis read it (not again from step 0)
             view = trace if trace.language else trace.model_copy(
                 update={"language": language_more(trace, state.setdefault("language", {}))})
@@ -249,10 +254,11 @@ class Sessions:
                 n_steps=len(trace.steps),
                 steps_in_rows=True,
                 arm=stored_arm,
-                agent=session_agent,
+                agent=resolved.agent,
                 step_tools=StepTools(trace.steps),
             )
             diagnoses.record_recommendation(db, tenant, decision, trace.id, session_id)
+            diagnoses.agents.record(db, tenant, resolved)
             version = self.store.save_session_state(
                 row, state, n_steps=len(trace.steps), next_source_index=next_source
             )

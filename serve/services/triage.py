@@ -12,6 +12,7 @@ service            module                                       what
 ``history``        :mod:`serve.services.history`                stored traces and their labels
 ``streams``        :mod:`serve.services.streams`                observations, change points, autofeed
 ``models``         :mod:`serve.services.agent_models`           each (tenant, agent)'s agent model
+``agents``         :mod:`serve.services.agents`                 which agent a run is; rename, merge, split
 =================  ===========================================  ====================================
 """
 
@@ -26,6 +27,7 @@ from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.diagnosis.diagnoser import Diagnoser
 from model.diagnosis.repair_engine import RepairEngine
+from model.scoring.agent_registry import Registry
 from model.scoring.runscore.model import RunScorer
 from serve.ratelimit import RateLimiter
 from serve.redaction import Redactor
@@ -43,6 +45,7 @@ from serve.schemas import (
     UndoLabelResponse,
 )
 from serve.services.agent_models import AgentModels
+from serve.services.agents import Agents
 from serve.services.diagnoses import Diagnoses
 from serve.services.history import History
 from serve.services.otel_export import EvaluationExporter
@@ -81,14 +84,16 @@ class TriageService:
         canary_percent: float = 100.0,
         models: AgentModels | None = None,
         recentre_ttl_s: float = 60.0,
+        registry: Registry | None = None,
     ) -> None:
         self.store = store
+        self.agents = Agents(store, registry)
         self.streams = Streams(store, diagnoser, detector=stream_detector, autofeed=stream_autofeed,
                                alarm_ttl_s=alarm_cache_s)
         self.diagnoses = Diagnoses(
             store, diagnoser, engine, redactor, self.streams, relative_min_runs=relative_min_runs,
             exporter=exporter, limiter=limiter, canary_percent=canary_percent, models=models,
-            recentre_ttl_s=recentre_ttl_s,
+            recentre_ttl_s=recentre_ttl_s, agents=self.agents,
         )
         self.sessions = Sessions(self.diagnoses, max_steps=max_steps, session_exclude=session_exclude,
                                  window=session_window)

@@ -4,7 +4,7 @@ and write the services make, tenant-scoped. Only this package (and the migration
 :class:`Store` owns the engine (:mod:`serve.store.base`) and gathers one class per table group:
 keys (:mod:`~serve.store.keys`), traces (:mod:`~serve.store.traces`), sessions, recommendations and
 outcomes (:mod:`~serve.store.sessions`), labels (:mod:`~serve.store.labels`), model activations
-(:mod:`~serve.store.activations`), streams (:mod:`~serve.store.streams`), read-only aggregates
+(:mod:`~serve.store.activations`), agents (:mod:`~serve.store.agents`), streams (:mod:`~serve.store.streams`), read-only aggregates
 (:mod:`~serve.store.reports`) and the console's reads (:mod:`~serve.store.console`). Simple operations open their own transaction; composed ones (a
 session step: lock the session, read its trace, write the diagnosis, the recommendation and the
 new policy state) run inside :meth:`Store.write`, which on SQLite begins with ``BEGIN IMMEDIATE``
@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from serve.store.activations import Activations
+from serve.store.agents import Agents
 from serve.store.base import check_tenant_name
 from serve.store.console import Console
 from serve.store.keys import Keys
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from serve.settings import Settings
 
 
-class Store(Keys, Labels, Sessions, Activations, Reports, Console):
+class Store(Keys, Labels, Sessions, Activations, Agents, Reports, Console):
     """The failure-history store at ``url`` (``sqlite:///path`` or ``postgresql://…``).
 
     Parameters

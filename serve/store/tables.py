@@ -23,6 +23,8 @@ Tables::
     run_metrics      what each run adds to the counters below (serve/store/counters.py)
     canary_counts    the canary's figures per (tenant, hour the runs started, arm), kept on write
     metric_totals    /metrics' whole-history counts per tenant (traces, failures, recommendations…), kept on write
+    agents           each agent of a tenant: its key, the name a person gave it, how it was found, the
+                     profile its runs are matched against (inferred agents), and aliases (old keys)
 """
 
 from __future__ import annotations
@@ -397,8 +399,33 @@ class MetricTotalRow(Base):
     total: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class AgentRow(Base):
+    """One agent of a tenant (:mod:`serve.services.agents`, docs/agents.md).
+
+    ``key`` is what every row keyed by agent holds (traces, failures, streams, observations, model
+    activations). ``alias_of`` set: an old key (renamed or merged away) whose later runs and cached
+    references follow to that key; it has no runs of its own any more. ``profile``: what the agent's
+    runs show (:class:`model.core.identity.AgentProfile` JSON), matched against runs that name no
+    agent; ``None`` for named agents nobody merged or split. ``source``: how the agent was first
+    found (``option``, ``span``, ``task_type``, ``inferred``) or made (``split``)."""
+
+    __tablename__ = "agents"
+    __table_args__ = (Index("ix_agents_tenant_alias", "tenant_id", "alias_of"),)
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    source: Mapped[str] = mapped_column(String(16))
+    profile: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    n_runs: Mapped[int] = mapped_column(Integer, default=0)
+    alias_of: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 __all__ = [
     "RECOVERY_BOUNDS",
+    "AgentRow",
     "ApiKey",
     "Base",
     "CanaryCountRow",

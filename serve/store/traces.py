@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from model.core.agents import POOL_AGENT
 from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.counters import count_run, uncount_runs
@@ -78,7 +77,7 @@ class Traces(StoreBase):
         n_steps: int | None = None,
         steps_in_rows: bool = False,
         arm: str | None = None,
-        agent: str = POOL_AGENT,
+        agent: str,
         step_tools: Sequence[str | None] | None = None,
         prior: TracePrior | None | bool = True,
         now: datetime | None = None,
@@ -90,7 +89,7 @@ class Traces(StoreBase):
         (:meth:`put_steps`) and ``trace`` holds the rest; ``n_steps`` then counts them. A whole
         trace stored over one kept in rows replaces it. ``arm``: the run's canary arm
         (:mod:`serve.services.canary`); when a diagnosis of the run first found a failure is kept.
-        ``agent``: the run's agent (:func:`model.core.agents.resolve_agent`).
+        ``agent``: the run's agent (:meth:`serve.services.agents.Agents.resolve`).
         ``step_tools``: the tool name of each step, when ``trace`` does not hold the steps; a
         failure row keeps the tool it concerns (``details.tool``, else its step's).
         ``prior``: what :meth:`lock_trace` read of the row in this transaction (``None``: no row),

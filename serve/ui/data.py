@@ -4,9 +4,9 @@ Each function returns plain JSON-able dicts: the page renders them and ``?format
 them as they are (the page's JSON twin).
 
 A run's **agent** is the one it resolved to when it was stored (``traces.agent``:
-:func:`model.core.agents.resolve_agent` — the agent the caller named, else the root agent span's name,
-else the task type, else the tenant's pool, :data:`~model.core.agents.POOL_AGENT`), the key of its agent
-model and of its metric streams.
+:meth:`serve.services.agents.Agents.resolve` — the agent the caller named, else the root agent span's
+name, else the task type when asked, else one inferred from the run; re-keyed when a tenant renames,
+merges or splits agents: docs/agents.md), the key of its agent model and of its metric streams.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
-from model.core.agents import POOL_AGENT
 from serve.services.run_labels import effective_label
 from serve.store import Store
 
-POOL = POOL_AGENT
 Verdict = Literal["failed", "healthy", "unknown"]
 
 
@@ -157,5 +155,5 @@ def day_start(d: date) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=UTC)
 
 
-__all__ = ["POOL", "RunFilter", "agents", "basis_of", "day_start", "labelled_count", "overview", "runs", "stream_series",
+__all__ = ["RunFilter", "agents", "basis_of", "day_start", "labelled_count", "overview", "runs", "stream_series",
            "streams", "verdict", "window"]

@@ -1,0 +1,335 @@
+"""Which agent a run belongs to, in the service: named, or inferred from the run and matched against
+the tenant's agents; and the tenant's corrections (rename, merge, split). docs/agents.md is the
+user's account of the rules below.
+
+Resolution (:meth:`Agents.resolve`), in order: the caller's ``options.agent`` (a session's ``agent``),
+the root agent span's name, the task type when ``options.agent_from_task_type`` asks, the agent the
+run's session or stored run already has, else **inferred**: the run's signature
+(:func:`model.core.identity.signature`) is matched against the tenant's agent profiles
+(:func:`model.core.identity.assign`). A match is counted into that agent's profile in the request's
+own write transaction (:meth:`Agents.record`); no match creates the agent at once, in a short
+transaction that first takes the tenant's agent lock and matches again against the stored profiles,
+so that two workers seeing a new agent at once create it once. A key that was renamed or merged away
+(an alias) leads to the agent it became, whoever names it.
+
+The past, when a tenant corrects an agent (one rule: **re-keying**): the rows keyed by the agent
+move to the new key in one transaction (runs, their failure rows (patterns), labels with their runs,
+streams and their observations, model activations) and the old key stays as an alias.
+
+- rename ``a`` → ``name``: ``a``'s history moves to the key ``name`` as it is (streams keep their
+  baselines); ``name`` must not be an agent already (merge instead);
+- merge ``a`` into ``b``: ``a``'s history joins ``b``'s; ``b``'s streams start their warm-up again
+  (their baseline mixed two agents' runs until now); ``b`` keeps the model it served, else serves
+  ``a``'s; ``b``'s profile is rebuilt from their runs;
+- split runs of ``a`` into a new agent: those runs (and their failure rows) move; the streams of
+  ``a`` start their warm-up again, the new agent's streams start empty; models stay with ``a``;
+  both profiles are rebuilt from their runs.
+
+Stored answers keep the ``agent`` they gave at the time; the runs' rows say where they belong now.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from model.core.agents import AgentSource, agent_and_source, clean_agent_name
+from model.core.errors import InputError, NotFoundError
+from model.core.identity import AgentProfile, RunSignature, assign, new_agent_key, signature
+from model.core.options import DiagnoseOptions
+from model.core.schema import Trace
+from model.scoring.agent_registry import Registry
+from serve.store import Store
+
+#: How long a worker trusts its copy of a tenant's agents (profiles and aliases).
+PROFILE_TTL_S = 2.0
+#: Runs read to rebuild an agent's profile after a merge or a split (the newest).
+PROFILE_REBUILD_RUNS = 2000
+#: Trace ids one split may name.
+MAX_SPLIT_RUNS = 10_000
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A run's agent, how it was found, and what :meth:`Agents.record` still has to store:
+    ``sig``: count the run into the agent's profile; ``named``: make sure the agent has a row."""
+
+    agent: str
+    source: AgentSource
+    sig: RunSignature | None = None
+    named: bool = False
+
+
+@dataclass
+class _Known:
+    at: float
+    profiles: dict[str, AgentProfile]
+    aliases: dict[str, str]
+    keys: set[str]
+
+
+class Agents:
+    """The tenant's agents in one worker: resolution (with a short-lived copy of the profiles),
+    recording, listing and the operator's corrections."""
+
+    def __init__(self, store: Store, registry: Registry | None = None, *, ttl_s: float = PROFILE_TTL_S) -> None:
+        self.store = store
+        self.registry = registry
+        self.ttl_s = ttl_s
+        self._known: dict[str, _Known] = {}
+        self._rows_seen: set[tuple[str, str]] = set()  # named agents this worker knows have a row
+        self._lock = threading.Lock()
+
+    # -- resolution --------------------------------------------------------------------------------
+    def resolve(self, tenant: str, trace: Trace, options: DiagnoseOptions, *,
+                fixed: Callable[[], tuple[str, str | None] | None] | None = None, db: Any = None) -> Resolved:
+        """The run's agent.
+
+        ``fixed``: called only when nothing names the agent, the agent the run's session or stored
+        run already has and how it was found (``None``: none). ``db``: the caller's write
+        transaction, where a new agent is created (a session append holds one already); without it
+        the creation commits at once, in a transaction of its own."""
+        name, source = agent_and_source(trace, options.agent, task_type_names_agent=options.agent_from_task_type)
+        if name is not None:
+            return Resolved(self.follow(tenant, name), source, named=True)
+        known_agent = fixed() if fixed is not None else None
+        if known_agent is not None:
+            stored, how = known_agent
+            src: AgentSource = "inferred"
+            for s in ("option", "span", "task_type"):
+                if how == s:
+                    src = s
+            return Resolved(self.follow(tenant, stored), src, named=True)
+        sig = signature(trace)
+        known = self._tenant(tenant)
+        match, _ = assign(sig, known.profiles)
+        if match is not None:
+            return Resolved(match, "inferred", sig)
+        return Resolved(self._create(tenant, sig, db), "inferred")
+
+    def follow(self, tenant: str, key: str) -> str:
+        """``key``, or the agent it became (renamed or merged away)."""
+        return self._tenant(tenant).aliases.get(key, key)
+
+    def record(self, db: Any, tenant: str, resolved: Resolved) -> None:
+        """In the request's write transaction: count an inferred run into its agent's profile; give
+        a named agent its row the first time this worker sees it."""
+        if resolved.sig is not None:
+            prof = self.store.lock_agent_profile(db, tenant, resolved.agent)
+            if prof is not None:  # (renamed or merged meanwhile: its new key counts its next runs)
+                profile = AgentProfile.from_json(prof)
+                profile.update(resolved.sig)
+                self.store.save_agent(db, tenant, resolved.agent, profile=profile.to_json(), n_runs=profile.n_runs)
+        elif resolved.named and (tenant, resolved.agent) not in self._rows_seen:
+            if resolved.agent not in self._tenant(tenant).keys:
+                self.store.insert_agent(db, tenant, resolved.agent, source=resolved.source)
+            self._rows_seen.add((tenant, resolved.agent))
+
+    def _create(self, tenant: str, sig: RunSignature, db: Any = None) -> str:
+        """A new inferred agent for ``sig`` — unless, under the tenant's agent lock, a stored profile
+        (another worker's new agent) matches it now; the key it has either way (the run counted in)."""
+        if db is not None:  # the caller's transaction: this worker's copy is left to its TTL (it may roll back)
+            return self._create_in(db, tenant, sig)[0]
+        with self.store.write() as own:
+            key, known = self._create_in(own, tenant, sig)
+        with self._lock:
+            self._known[tenant] = known
+        return key
+
+    def _create_in(self, db: Any, tenant: str, sig: RunSignature) -> tuple[str, _Known]:
+        self.store.lock_agents(db, tenant)
+        known = self._load(tenant, db)
+        key, _ = assign(sig, known.profiles)
+        if key is not None:
+            profile = known.profiles[key]
+            profile.update(sig)
+            self.store.save_agent(db, tenant, key, profile=profile.to_json(), n_runs=profile.n_runs)
+            return key, known
+        key = self._free_key(new_agent_key(sig), known.keys)
+        profile = AgentProfile.from_signatures([sig])
+        self.store.insert_agent(db, tenant, key, source="inferred", profile=profile.to_json(), n_runs=profile.n_runs)
+        known.profiles[key] = profile
+        known.keys.add(key)
+        return key, known
+
+    @staticmethod
+    def _free_key(base: str, taken: set[str]) -> str:
+        key, n = base, 1
+        while key in taken:
+            n += 1
+            key = f"{base}-{n}"
+        return key
+
+    def _tenant(self, tenant: str) -> _Known:
+        hit = self._known.get(tenant)
+        if hit is not None and time.monotonic() - hit.at < self.ttl_s:
+            return hit
+        known = self._load(tenant)
+        with self._lock:
+            self._known[tenant] = known
+        return known
+
+    def _load(self, tenant: str, db: Any = None) -> _Known:
+        rows = self.store.agent_rows(tenant, db)
+        profiles = {r["key"]: AgentProfile.from_json(r["profile"]) for r in rows
+                    if r["alias_of"] is None and isinstance(r["profile"], dict)}
+        aliases = {r["key"]: r["alias_of"] for r in rows if r["alias_of"] is not None}
+        return _Known(time.monotonic(), profiles, aliases, {r["key"] for r in rows})
+
+    def forget(self, tenant: str) -> None:
+        """Drop this worker's copy of the tenant's agents (after a correction)."""
+        with self._lock:
+            self._known.pop(tenant, None)
+            self._rows_seen = {p for p in self._rows_seen if p[0] != tenant}
+
+    # -- listing -----------------------------------------------------------------------------------
+    def list(self, tenant: str) -> list[dict[str, Any]]:
+        """Each agent of the tenant (not the aliases): key, name, source, runs, labelled runs, first
+        and last seen, aliases, profile description (``None`` for a named agent without one)."""
+        rows = self.store.agent_rows(tenant)
+        stats = self.store.agent_stats(tenant)
+        aliases: dict[str, list[str]] = {}
+        for r in rows:
+            if r["alias_of"] is not None:
+                aliases.setdefault(r["alias_of"], []).append(r["key"])
+        by_key = {r["key"]: r for r in rows if r["alias_of"] is None}
+        out = []
+        for key in sorted(set(by_key) | set(stats)):
+            r = by_key.get(key) or {}
+            st = stats.get(key)
+            prof = r.get("profile")
+            out.append({
+                "key": key, "name": r.get("name"), "source": r.get("source", "option"),
+                "runs": st.runs if st else 0, "labelled_runs": st.labelled_runs if st else 0,
+                "first_seen": st.first_seen if st else r.get("created_at"),
+                "last_seen": st.last_seen if st else r.get("updated_at"),
+                "aliases": sorted(aliases.get(key, [])),
+                "profile": AgentProfile.from_json(prof).describe() if isinstance(prof, dict) else None,
+            })
+        return out
+
+    # -- corrections (operator) ----------------------------------------------------------------------
+    def _existing(self, tenant: str, key: str, path: str) -> tuple[dict[str, Any] | None, bool]:
+        """The agent row of ``key`` (None: runs but no row) and whether it has runs; 404 when neither."""
+        rows = {r["key"]: r for r in self.store.agent_rows(tenant)}
+        row = rows.get(key)
+        if row is not None and row["alias_of"] is not None:
+            raise InputError(f"{key!r} is an old name of agent {row['alias_of']!r}; use that one", path=path)
+        has_runs = key in self.store.agent_stats(tenant)
+        if row is None and not has_runs:
+            raise NotFoundError(f"{path}: this tenant has no agent {key!r}")
+        return row, has_runs
+
+    def rename(self, tenant: str, key: str, name: str, *, actor: str) -> dict[str, Any]:
+        """Agent ``key`` becomes ``name`` (re-keyed; ``key`` stays an alias)."""
+        new = clean_agent_name(name)
+        if new is None or new != name:
+            raise InputError(f"a name is 1-200 printable characters without outer blanks; got {name!r}", path="body.name")
+        row, _ = self._existing(tenant, key, "path.key")
+        if new == key:
+            raise InputError(f"agent {key!r} already has this name", path="body.name")
+        if any(r["key"] == new for r in self.store.agent_rows(tenant)) or new in self.store.agent_stats(tenant):
+            raise InputError(f"an agent {new!r} exists already: merge {key!r} into it instead", path="body.name")
+        self._adopt_models(tenant, key, new)
+        with self.store.write() as db:
+            self.store.lock_agents(db, tenant)
+            self.store.insert_agent(db, tenant, new, source=(row or {}).get("source", "option"),
+                                    profile=(row or {}).get("profile"), n_runs=int((row or {}).get("n_runs") or 0), name=new)
+            self._move_all(db, tenant, key, new, reset_streams=False)
+            self.store.move_activations(db, tenant, key, new)
+        self.forget(tenant)
+        return self._one(tenant, new)
+
+    def merge(self, tenant: str, key: str, into: str, *, actor: str) -> dict[str, Any]:
+        """Agent ``key``'s history joins ``into``'s (``key`` stays an alias of ``into``)."""
+        if key == into:
+            raise InputError(f"an agent cannot be merged into itself ({key!r})", path="body.into")
+        self._existing(tenant, key, "path.key")
+        into_row, _ = self._existing(tenant, into, "body.into")
+        self._adopt_models(tenant, key, into)
+        with self.store.write() as db:
+            self.store.lock_agents(db, tenant)
+            if into_row is None:
+                self.store.insert_agent(db, tenant, into, source="option")
+            kept = self.store.newest_activation(db, tenant, into)
+            self._move_all(db, tenant, key, into, reset_streams=True)
+            self.store.move_activations(db, tenant, key, into)
+            if kept is not None:  # the agent merged into keeps the model it served
+                self.store.add_activation(db, tenant, into, kept, actor=actor, action="promote")
+            self._rebuild_profile(db, tenant, into)
+        self.forget(tenant)
+        return self._one(tenant, into)
+
+    def split(self, tenant: str, key: str, trace_ids: Sequence[str], *, name: str | None, actor: str) -> dict[str, Any]:
+        """Runs ``trace_ids`` of agent ``key`` become a new agent (``name``, else a key of its own)."""
+        self._existing(tenant, key, "path.key")
+        ids = list(dict.fromkeys(trace_ids))
+        if not ids:
+            raise InputError("name at least one run of this agent to split off", path="body.trace_ids")
+        if len(ids) > MAX_SPLIT_RUNS:
+            raise InputError(f"at most {MAX_SPLIT_RUNS} runs per split; got {len(ids)}", path="body.trace_ids")
+        new = None
+        if name is not None:
+            new = clean_agent_name(name)
+            if new is None or new != name:
+                raise InputError(f"a name is 1-200 printable characters without outer blanks; got {name!r}",
+                                 path="body.name")
+            if any(r["key"] == new for r in self.store.agent_rows(tenant)) or new in self.store.agent_stats(tenant):
+                raise InputError(f"an agent {new!r} exists already", path="body.name")
+        with self.store.write() as db:
+            self.store.lock_agents(db, tenant)
+            found = self.store.existing_trace_ids(db, tenant, key, ids)
+            missing = sorted(set(ids) - set(found))
+            if missing:
+                raise InputError(f"not runs of agent {key!r}: {', '.join(missing[:10])}", path="body.trace_ids")
+            if len(found) == self.store.agent_stats(tenant)[key].runs:
+                raise InputError(f"these are all of agent {key!r}'s runs: rename it instead", path="body.trace_ids")
+            runs = [self._signature(t) for t in self.store.agent_runs(db, tenant, key, limit=PROFILE_REBUILD_RUNS)
+                    if str(t.get("id")) in set(found)]
+            if new is None:
+                taken = {r["key"] for r in self.store.agent_rows(tenant, db)}
+                new = self._free_key(new_agent_key(runs[0]) if runs else "agent-split", taken)
+            profile = AgentProfile.from_signatures(runs)
+            self.store.insert_agent(db, tenant, new, source="split", profile=profile.to_json(), n_runs=profile.n_runs,
+                                    name=name)
+            self.store.rekey(db, tenant, key, new, trace_ids=found)
+            self.store.reset_streams(db, tenant, key)
+            self._rebuild_profile(db, tenant, key)
+        self.forget(tenant)
+        return self._one(tenant, new)
+
+    def _move_all(self, db: Any, tenant: str, old: str, new: str, *, reset_streams: bool) -> None:
+        self.store.rekey(db, tenant, old, new)
+        self.store.move_streams(db, tenant, old, new, reset=reset_streams)
+        self.store.insert_agent(db, tenant, old, source="option")  # (runs without a row until now)
+        self.store.save_agent(db, tenant, old, alias_of=new, profile=None, n_runs=0)
+        self.store.point_aliases(db, tenant, old, new)
+
+    def _rebuild_profile(self, db: Any, tenant: str, key: str) -> None:
+        """``key``'s profile from its newest runs (only for an agent that is matched by profile)."""
+        sigs = [self._signature(t) for t in self.store.agent_runs(db, tenant, key, limit=PROFILE_REBUILD_RUNS)]
+        profile = AgentProfile.from_signatures(sigs)
+        self.store.save_agent(db, tenant, key, profile=profile.to_json(), n_runs=profile.n_runs)
+
+    @staticmethod
+    def _signature(stored: dict[str, Any]) -> RunSignature:
+        try:
+            return signature(Trace.model_validate(stored))
+        except ValidationError:  # a stored trace the schema no longer reads: it shows nothing of its agent
+            return signature(Trace())
+
+    def _adopt_models(self, tenant: str, old: str, new: str) -> None:
+        """Copy ``old``'s registered model versions to ``new``'s folder (before the activations move)."""
+        if self.registry is not None:
+            self.registry.adopt(tenant, old, new)
+
+    def _one(self, tenant: str, key: str) -> dict[str, Any]:
+        return next(a for a in self.list(tenant) if a["key"] == key)
+
+
+__all__ = ["PROFILE_TTL_S", "Agents", "Resolved"]

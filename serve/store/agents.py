@@ -1,0 +1,186 @@
+"""The ``agents`` table: each agent of a tenant, the profiles inferred agents are matched against,
+aliases, and the re-keying that renames, merges and splits move a tenant's history with
+(:mod:`serve.services.agents` decides; docs/agents.md states the rule)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import and_, delete, func, select, text, update
+from sqlalchemy.orm import Session
+
+from serve.store.base import StoreBase, core, rowcount
+from serve.store.tables import (
+    AgentRow,
+    FailureRow,
+    LabelRow,
+    ModelActivationRow,
+    ObservationRow,
+    StreamRow,
+    TraceRow,
+    utcnow,
+)
+from serve.store.traces import trace_json
+
+
+class AgentStats(NamedTuple):
+    """What the history holds of one agent."""
+
+    runs: int
+    labelled_runs: int
+    first_seen: datetime | None
+    last_seen: datetime | None
+
+
+class Agents(StoreBase):
+    """The ``agents`` table, and moving the rows keyed by agent from one key to another."""
+
+    # -- reads -----------------------------------------------------------------------------------
+    def agent_rows(self, tenant: str, db: Session | None = None) -> list[dict[str, Any]]:
+        """Every agent row of the tenant (aliases too) as dicts: key, name, source, profile, n_runs,
+        alias_of, created_at, updated_at."""
+        t = core(AgentRow).c
+        q = select(t.key, t.name, t.source, t.profile, t.n_runs, t.alias_of, t.created_at, t.updated_at) \
+            .where(t.tenant_id == tenant).order_by(t.key)
+        if db is not None:
+            return [dict(r._mapping) for r in db.execute(q)]
+        with self.read() as rdb:
+            return [dict(r._mapping) for r in rdb.execute(q)]
+
+    def agent_stats(self, tenant: str) -> dict[str, AgentStats]:
+        """Per agent key: its runs, its labelled runs (a label not withdrawn), first and last seen."""
+        tr = core(TraceRow).c
+        lb = core(LabelRow).c
+        with self.read() as db:
+            runs = db.execute(select(tr.agent, func.count(), func.min(tr.created_at), func.max(tr.updated_at))
+                              .where(tr.tenant_id == tenant).group_by(tr.agent)).all()
+            labelled: dict[str, int] = {str(a): int(n) for a, n in db.execute(
+                select(tr.agent, func.count(func.distinct(lb.trace_id)))
+                .join(core(TraceRow), and_(tr.tenant_id == lb.tenant_id, tr.id == lb.trace_id))
+                .where(lb.tenant_id == tenant, lb.withdrawn_at.is_(None)).group_by(tr.agent)).all()}
+        return {str(a): AgentStats(int(n), labelled.get(str(a), 0), _utc(lo), _utc(hi)) for a, n, lo, hi in runs}
+
+    def stored_agent(self, tenant: str, trace_id: str) -> tuple[str, str | None] | None:
+        """The agent a stored run was given and how (its stored answer's ``agent_source``), or None."""
+        t = core(TraceRow).c
+        with self.read() as db:
+            row = db.execute(select(t.agent, t.response).where(t.tenant_id == tenant, t.id == trace_id)).one_or_none()
+        if row is None:
+            return None
+        src = (row[1] or {}).get("agent_source") if isinstance(row[1], dict) else None
+        return str(row[0]), src if isinstance(src, str) else None
+
+    def agent_runs(self, db: Session, tenant: str, agent: str, *, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` stored traces of ``agent`` (whole JSON), in transaction ``db``."""
+        rows = db.scalars(select(TraceRow).where(TraceRow.tenant_id == tenant, TraceRow.agent == agent)
+                          .order_by(TraceRow.created_at.desc()).limit(limit)).all()
+        return [trace_json(db, r) for r in rows]
+
+    def existing_trace_ids(self, db: Session, tenant: str, agent: str, ids: Sequence[str]) -> list[str]:
+        """Those of ``ids`` that are stored runs of ``agent``."""
+        return list(db.scalars(select(TraceRow.id).where(TraceRow.tenant_id == tenant, TraceRow.agent == agent,
+                                                         TraceRow.id.in_(list(ids)))))
+
+    # -- writes (inside a transaction the caller opened with :meth:`write`) ------------------------
+    def lock_agents(self, db: Session, tenant: str) -> None:
+        """Serialise the creation of the tenant's agents: SQLite's writers already take turns (``BEGIN
+        IMMEDIATE``); PostgreSQL takes a transaction-scoped advisory lock on the tenant."""
+        if self.dialect == "postgresql":
+            k = int.from_bytes(hashlib.blake2b(f"agents:{tenant}".encode(), digest_size=8).digest(), "big", signed=True)
+            db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": k})
+
+    def insert_agent(self, db: Session, tenant: str, key: str, *, source: str, profile: dict[str, Any] | None = None,
+                     n_runs: int = 0, name: str | None = None) -> bool:
+        """A new agent row; ``False`` (and nothing written) when the key exists."""
+        now = utcnow()
+        ins = self._insert(core(AgentRow)).values(
+            tenant_id=tenant, key=key, name=name, source=source, profile=profile, n_runs=n_runs, alias_of=None,
+            created_at=now, updated_at=now).on_conflict_do_nothing()
+        return rowcount(db.execute(ins)) > 0
+
+    def lock_agent_profile(self, db: Session, tenant: str, key: str) -> dict[str, Any] | None:
+        """The agent's profile JSON, locked for this transaction (None: no row, or no profile)."""
+        t = core(AgentRow).c
+        q = select(t.profile).where(t.tenant_id == tenant, t.key == key, t.alias_of.is_(None))
+        if self.dialect == "postgresql":
+            q = q.with_for_update()
+        value = db.execute(q).scalar_one_or_none()
+        return value if isinstance(value, dict) else None
+
+    def save_agent(self, db: Session, tenant: str, key: str, **values: Any) -> None:
+        """Set columns of the agent's row (profile, n_runs, name, alias_of, …)."""
+        db.execute(update(AgentRow).where(AgentRow.tenant_id == tenant, AgentRow.key == key)
+                   .values(**values, updated_at=utcnow()))
+
+    def rekey(self, db: Session, tenant: str, old: str, new: str, *, trace_ids: Sequence[str] | None = None) -> int:
+        """Move the runs of ``old`` (all, or those of ``trace_ids``) to ``new``: traces and their
+        failure rows (labels follow their runs); the number of runs moved."""
+        tq = update(TraceRow).where(TraceRow.tenant_id == tenant, TraceRow.agent == old)
+        fq = update(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.agent == old)
+        if trace_ids is not None:
+            tq = tq.where(TraceRow.id.in_(list(trace_ids)))
+            fq = fq.where(FailureRow.trace_id.in_(list(trace_ids)))
+        n = rowcount(db.execute(tq.values(agent=new)))
+        db.execute(fq.values(agent=new))
+        return n
+
+    def move_streams(self, db: Session, tenant: str, old: str, new: str, *, reset: bool) -> None:
+        """``old``'s streams become ``new``'s. A stream ``new`` already has keeps its row, its
+        observations numbered after ``old``'s; ``reset``: every stream of ``new`` starts its warm-up
+        again (detector state emptied, alarm closed)."""
+        s = core(StreamRow).c
+        o = core(ObservationRow).c
+        theirs = {r.name: r for r in db.execute(select(s.name, s.n).where(s.tenant_id == tenant, s.agent == new))}
+        for name, n in db.execute(select(s.name, s.n).where(s.tenant_id == tenant, s.agent == old)).all():
+            if name in theirs:
+                offset = int(theirs[name].n)
+                db.execute(update(core(ObservationRow)).where(o.tenant_id == tenant, o.stream == name, o.agent == old)
+                           .values(agent=new, seq=o.seq + offset))
+                db.execute(update(core(StreamRow)).where(s.tenant_id == tenant, s.name == name, s.agent == new)
+                           .values(n=s.n + int(n)))
+                db.execute(delete(core(StreamRow)).where(s.tenant_id == tenant, s.name == name, s.agent == old))
+            else:
+                db.execute(update(core(ObservationRow)).where(o.tenant_id == tenant, o.stream == name, o.agent == old)
+                           .values(agent=new))
+                db.execute(update(core(StreamRow)).where(s.tenant_id == tenant, s.name == name, s.agent == old)
+                           .values(agent=new))
+        if reset:
+            self.reset_streams(db, tenant, new)
+
+    def reset_streams(self, db: Session, tenant: str, agent: str) -> None:
+        """Every stream of ``agent`` starts its warm-up again (observations kept)."""
+        s = core(StreamRow).c
+        db.execute(update(core(StreamRow)).where(s.tenant_id == tenant, s.agent == agent)
+                   .values(state={}, alarm_open=False, alarm=None, updated_at=utcnow()))
+
+    def move_activations(self, db: Session, tenant: str, old: str, new: str) -> None:
+        """``old``'s model activations become ``new``'s (the artefacts: :meth:`Registry.adopt`)."""
+        db.execute(update(ModelActivationRow).where(ModelActivationRow.tenant_id == tenant,
+                                                    ModelActivationRow.agent == old).values(agent=new))
+
+    def add_activation(self, db: Session, tenant: str, agent: str, version: str, *, actor: str, action: str) -> None:
+        db.add(ModelActivationRow(tenant_id=tenant, agent=agent, version=version, actor=actor[:200], action=action))
+
+    def newest_activation(self, db: Session, tenant: str, agent: str) -> str | None:
+        return db.scalars(select(ModelActivationRow.version).where(
+            ModelActivationRow.tenant_id == tenant, ModelActivationRow.agent == agent)
+            .order_by(ModelActivationRow.id.desc()).limit(1)).first()
+
+    def point_aliases(self, db: Session, tenant: str, old: str, new: str) -> None:
+        """Aliases of ``old`` now lead to ``new`` (an alias never leads to another alias)."""
+        db.execute(update(AgentRow).where(AgentRow.tenant_id == tenant, AgentRow.alias_of == old)
+                   .values(alias_of=new, updated_at=utcnow()))
+
+
+def _utc(value: Any) -> datetime | None:
+    """An aggregate's time (SQLite gives naive UTC, or its text) as aware UTC."""
+    if value is None:
+        return None
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+__all__ = ["AgentStats", "Agents"]
