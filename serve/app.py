@@ -18,6 +18,7 @@ from serve.heavy import HeavyLane
 from serve.limits import BodySizeLimit
 from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimitMiddleware, rate_limit
 from serve.routers import (
+    agents,
     diagnose,
     health,
     labels,
@@ -106,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(labels.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(patterns.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(operator.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
+    app.include_router(agents.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     app.include_router(metrics_router.router)
     app.include_router(otlp.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     install_ui(app, settings)

@@ -93,12 +93,14 @@ def test_each_agent_warms_up_and_alarms_on_its_own(service: TriageService) -> No
     short = service.diagnose("t", _run(60, "faq-b", agent="faq"), DiagnoseOptions())
     assert _degradation(long) == [("failure", "faq", True)] and not long.healthy
     assert _degradation(short) == [("signal", "faq", False)] and short.healthy
-    # ... and the other agents' runs get nothing from it: not the writer, not the pool.
+    # ... and the other agents' runs get nothing from it: not the writer, not a run naming no agent
+    # (an agent inferred from the run, with a stream of its own: issue 31).
     other = service.diagnose("t", _run(120, "writer-x", agent="writer"), DiagnoseOptions())
-    pooled = service.diagnose("t", _run(120, "nobody"), DiagnoseOptions())
+    unnamed = service.diagnose("t", _run(120, "nobody"), DiagnoseOptions())
     assert other.healthy and not _degradation(other)
-    assert pooled.healthy and not _degradation(pooled)
-    assert service.store.get_stream("t", "output_chars", POOL_AGENT).n == 1  # type: ignore[union-attr]
+    assert unnamed.healthy and not _degradation(unnamed)
+    assert unnamed.agent_source == "inferred" and unnamed.agent not in ("faq", "writer")
+    assert service.store.get_stream("t", "output_chars", unnamed.agent).n == 1  # type: ignore[arg-type, union-attr]
     # A live session of the faq agent gets its alarm too; the writer's session does not (sessions
     # feed no stream: their runs are unfinished).
     answer = [{"role": "user", "content": "Where is my refund?"}, {"role": "assistant", "content": _WORDS[:120]}]
@@ -124,16 +126,20 @@ def test_a_stream_of_every_agent_signals_and_never_fails_a_run(service: TriageSe
     assert _degradation(both) == [("failure", "faq", True)]
 
 
-def test_task_type_still_names_the_stream_of_runs_that_name_no_agent(service: TriageService) -> None:
+def test_task_type_names_the_stream_of_runs_that_name_no_agent_when_asked(service: TriageService) -> None:
     rng = np.random.default_rng(5)
     values = np.r_[rng.normal(60.0, 5.0, 120), rng.normal(90.0, 5.0, 10)].tolist()
     r = service.observe("t", "output_chars", ObservationsRequest(values=values, task_type="faq"))
     assert (r.agent, r.task_type) == ("faq", "faq") and r.alarms
-    # a run of task type faq that names no agent is agent "faq"; one that names another is not
-    assert _degradation(service.diagnose("t", _run(120, "x", task_type="faq"), DiagnoseOptions())) == [
-        ("failure", "faq", True)
-    ]
-    assert not _degradation(service.diagnose("t", _run(120, "y", task_type="faq", agent="bot"), DiagnoseOptions()))
+    # a run of task type faq that names no agent is agent "faq" when the caller asks for it
+    # (options.agent_from_task_type, issue 31); one that names another is not
+    asked = service.diagnose("t", _run(120, "x", task_type="faq"), DiagnoseOptions(agent_from_task_type=True))
+    assert _degradation(asked) == [("failure", "faq", True)] and (asked.agent, asked.agent_source) == ("faq", "task_type")
+    assert not _degradation(service.diagnose("t", _run(120, "y", task_type="faq", agent="bot"),
+                                             DiagnoseOptions(agent_from_task_type=True)))
+    # without asking, the task type names no agent: the run's agent is inferred, faq's alarm is not its
+    plain = service.diagnose("t", _run(120, "z", task_type="faq"), DiagnoseOptions())
+    assert plain.agent_source == "inferred" and plain.agent != "faq" and not _degradation(plain)
     # the 130 posted values and the faq run fed "faq"; the bot's run fed its own stream
     assert service.changepoints("t", "output_chars", None, None, task_type="faq").n == 131
     assert service.store.get_stream("t", "output_chars", "bot").n == 1  # type: ignore[union-attr]
@@ -210,7 +216,7 @@ def test_migration_0008_carries_streams_keyed_by_task_type_over(db_url: str, tmp
                  "trace_id": None, "alarm": False, "created_at": now}
                 for task in ("faq", "default") for i in range(3)
             ])
-        store.upgrade()
+        migrate_to(store.engine, "0012")  # (0013 gives unnamed runs agents of their own: tests/test_agents_service.py)
         with store.engine.connect() as conn:
             streams = Table("streams", MetaData(), autoload_with=conn)
             got = {r.agent: r for r in conn.execute(select(streams))}
@@ -222,15 +228,18 @@ def test_migration_0008_carries_streams_keyed_by_task_type_over(db_url: str, tmp
         assert seen == [(POOL_AGENT, i) for i in range(3)] + [("faq", i) for i in range(3)]
         assert store.stream_values("t", "output_chars", POOL_AGENT, last=2) == [(1, 2.0), (2, 3.0)]
 
-        # The service continues them: faq's open alarm fails a faq run beyond its bound; a run with
-        # no task type feeds the pool's stream from where it was.
+        # The service continues them: faq's open alarm fails a faq run beyond its bound (the task
+        # type names the agent when asked); a run naming nothing gets an inferred agent and its own
+        # stream, the pool's stays as it was (its observations name no run to follow: revision 0013).
         svc = build_service(Settings(data_dir=tmp_path, database_url=db_url), Diagnoser())
         try:
-            resp = svc.diagnose("t", _run(120, "after", task_type="faq"), DiagnoseOptions())
+            resp = svc.diagnose("t", _run(120, "after", task_type="faq"), DiagnoseOptions(agent_from_task_type=True))
             assert _degradation(resp) == [("failure", "faq", True)]
-            svc.diagnose("t", _run(60, "pool-run"), DiagnoseOptions())
-            after = svc.store.get_stream("t", "output_chars", POOL_AGENT)
-            assert after is not None and after.n == 31 and after.state["n"] == 31
+            unnamed = svc.diagnose("t", _run(60, "pool-run"), DiagnoseOptions())
+            assert unnamed.agent_source == "inferred" and unnamed.agent is not None
+            mine = svc.store.get_stream("t", "output_chars", unnamed.agent)
+            assert mine is not None and mine.n == 1
+            assert svc.store.get_stream("t", "output_chars", POOL_AGENT).n == 30  # type: ignore[union-attr]
         finally:
             svc.store.dispose()
 
@@ -238,6 +247,7 @@ def test_migration_0008_carries_streams_keyed_by_task_type_over(db_url: str, tmp
         with store.engine.connect() as conn:
             streams = Table("streams", MetaData(), autoload_with=conn)
             back = {r.task_type: r.n for r in conn.execute(select(streams))}
-        assert back == {"faq": 131, "default": 31, "": 0}  # faq fed by the run above too
+        # faq fed by the run above too; the inferred agent's stream keeps its key (revision 0013's downgrade)
+        assert back == {"faq": 131, "default": 30, "": 0, unnamed.agent: 1}
     finally:
         store.dispose()

@@ -230,7 +230,7 @@ class Agents:
         new = clean_agent_name(name)
         if new is None or new != name:
             raise InputError(f"a name is 1-200 printable characters without outer blanks; got {name!r}", path="body.name")
-        row, _ = self._existing(tenant, key, "path.key")
+        row, _ = self._existing(tenant, key, "body.agent")
         if new == key:
             raise InputError(f"agent {key!r} already has this name", path="body.name")
         if any(r["key"] == new for r in self.store.agent_rows(tenant)) or new in self.store.agent_stats(tenant):
@@ -249,7 +249,7 @@ class Agents:
         """Agent ``key``'s history joins ``into``'s (``key`` stays an alias of ``into``)."""
         if key == into:
             raise InputError(f"an agent cannot be merged into itself ({key!r})", path="body.into")
-        self._existing(tenant, key, "path.key")
+        self._existing(tenant, key, "body.agent")
         into_row, _ = self._existing(tenant, into, "body.into")
         self._adopt_models(tenant, key, into)
         with self.store.write() as db:
@@ -267,7 +267,7 @@ class Agents:
 
     def split(self, tenant: str, key: str, trace_ids: Sequence[str], *, name: str | None, actor: str) -> dict[str, Any]:
         """Runs ``trace_ids`` of agent ``key`` become a new agent (``name``, else a key of its own)."""
-        self._existing(tenant, key, "path.key")
+        self._existing(tenant, key, "body.agent")
         ids = list(dict.fromkeys(trace_ids))
         if not ids:
             raise InputError("name at least one run of this agent to split off", path="body.trace_ids")
