@@ -165,10 +165,11 @@ def test_basis_at_risk_and_patterns_of_the_agent_on_the_pages(srv: dict[str, Any
         time.sleep(0.5)
     assert basis is not None and basis["model"] == "agent" and basis["agent"] == AGENT, basis
     agent_run = r.json()["trace_id"]
-    # a run that names no agent and no task type: the pool, zero-shot
+    # a run that names no agent and no task type: an agent inferred from it (issue 31), zero-shot
     pool = httpx.post(f"{base}/v1/diagnose", json={"trace": _bare(rest[1].trace, task_type=None)}, headers=api,
                       timeout=60).json()
-    assert pool["failure_probability_basis"]["model"] == "zero-shot"
+    assert pool["failure_probability_basis"]["model"] == "zero-shot" and pool["agent_source"] == "inferred"
+    assert pool["failure_probability_basis"]["agent"] == pool["agent"] != AGENT
     # failing sessions of the agent, step by step, until one gets at_risk
     at_risk_run = None
     for k, run in enumerate([x for x in rest if x.failed][:8]):
@@ -187,7 +188,7 @@ def test_basis_at_risk_and_patterns_of_the_agent_on_the_pages(srv: dict[str, Any
     items = {i["id"]: i for i in c.get("/ui/runs?format=json&per_page=200").json()["items"]}
     assert items[agent_run]["agent"] == AGENT and items[agent_run]["basis"]["model"] == "agent"
     assert items[agent_run]["basis"]["labelled_runs"] == 60 and items[agent_run]["basis"]["cv_auroc"] is not None
-    assert items[pool["trace_id"]]["agent"] == "_pool" and items[pool["trace_id"]]["basis"]["model"] == "zero-shot"
+    assert items[pool["trace_id"]]["agent"] == pool["agent"] and items[pool["trace_id"]]["basis"]["model"] == "zero-shot"
     html = c.get("/ui/runs").text
     assert "agent, 60 labelled runs, CV AUROC" in html  # (the agent has its own column)
     # at_risk like any other kind: the kind filter, the run's marked step, the overview's spectrum
@@ -201,15 +202,15 @@ def test_basis_at_risk_and_patterns_of_the_agent_on_the_pages(srv: dict[str, Any
     assert "at_risk" in c.get(f"/ui/runs/{at_risk_run}").text and "agent airline" in c.get(f"/ui/runs/{at_risk_run}").text
     assert "at_risk" in c.get("/ui/overview?format=json").json()["spectrum"]["kinds"]
     # Patterns: grouped by the run's resolved agent (the agent named, not the task type `tau_airline` the
-    # runs carry; the pool as null)
+    # runs carry; the unnamed run under its inferred agent)
     pats = c.get("/ui/patterns?format=json&level=failure").json()["result"]["patterns"]
     risk = [p for p in pats if p["kind"] == "at_risk"]
     assert risk and all(p["agent"] == AGENT for p in risk)
-    assert {p["agent"] for p in pats} <= {AGENT, None}
+    assert {p["agent"] for p in pats} <= {AGENT, pool["agent"]}
     only = c.get(f"/ui/patterns?format=json&agent={AGENT}").json()["result"]["patterns"]
     assert only and all(p["agent"] == AGENT for p in only)
-    api_pats = httpx.get(f"{base}/v1/patterns", params={"agent": "_pool"}, headers=api, timeout=30).json()["patterns"]
-    assert all(p["agent"] is None for p in api_pats)
+    api_pats = httpx.get(f"{base}/v1/patterns", params={"agent": pool["agent"]}, headers=api, timeout=30).json()["patterns"]
+    assert all(p["agent"] == pool["agent"] for p in api_pats)
     # Queue: the current run's agent and basis
     q = c.get("/ui/queue?format=json").json()
     assert q["current"] is not None and q["agent"] == q["current"]["agent"]

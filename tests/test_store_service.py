@@ -105,8 +105,11 @@ def test_streams_and_autofeed(service: TriageService) -> None:
     other = service.diagnose("u", make_trace(None, seed=1, n_steps=6), DiagnoseOptions())
     assert other.healthy and not other.signals  # other tenant
     service.observe("t", "q", ObservationsRequest(values=[9.1], rebaseline=True))
-    assert not service.diagnose("t", make_trace(None, seed=2, n_steps=6), DiagnoseOptions()).signals
-    fed = service.store.get_stream("t", "latency_ms", trace.task_type or "_pool")
+    second = service.diagnose("t", make_trace(None, seed=2, n_steps=6), DiagnoseOptions())
+    assert not second.signals
+    # both runs name no agent: one agent inferred for the generator's runs (issue 31), its stream fed by both
+    assert resp.agent_source == second.agent_source == "inferred" and second.agent == resp.agent
+    fed = service.store.get_stream("t", "latency_ms", resp.agent)  # type: ignore[arg-type]
     assert fed is not None and fed.n == 2  # every diagnosed trace of tenant t fed its latency
 
 
@@ -146,9 +149,10 @@ def test_a_traces_own_value_beyond_the_bound_makes_it_a_failure(service: TriageS
     alarm = r.alarms[0]
     assert alarm.bound == pytest.approx(alarm.mean + alarm.std)  # shift 1σ
     assert alarm.mean == pytest.approx(float(np.mean(values[:120])))
-    long = service.diagnose("t", _answer_trace("faq", 120, "long"), DiagnoseOptions())
-    short = service.diagnose("t", _answer_trace("faq", 60, "short"), DiagnoseOptions())
-    elsewhere = service.diagnose("t", _answer_trace("chat", 120, "elsewhere"), DiagnoseOptions())
+    by_task = DiagnoseOptions(agent_from_task_type=True)  # the task type names the agent (asked: issue 31)
+    long = service.diagnose("t", _answer_trace("faq", 120, "long"), by_task)
+    short = service.diagnose("t", _answer_trace("faq", 60, "short"), by_task)
+    elsewhere = service.diagnose("t", _answer_trace("chat", 120, "elsewhere"), by_task)
     assert [(f.kind, f.details["value"], f.details["beyond"]) for f in long.failures] == [
         ("degradation", 120.0, True)
     ]
@@ -164,7 +168,7 @@ def test_a_traces_own_value_beyond_the_bound_makes_it_a_failure(service: TriageS
         "t", "output_chars", ObservationsRequest(values=[alarm.mean] * 40, task_type="faq")
     )
     assert back.alarms == [] and back.alarm_open is False
-    assert not service.diagnose("t", _answer_trace("faq", 120, "later"), DiagnoseOptions()).failures
+    assert not service.diagnose("t", _answer_trace("faq", 120, "later"), by_task).failures
 
 
 def test_concurrent_failed_outcomes_escalate_once(service: TriageService) -> None:
