@@ -229,12 +229,12 @@ class Agents:
         """Agent ``key`` becomes ``name`` (re-keyed; ``key`` stays an alias)."""
         new = clean_agent_name(name)
         if new is None or new != name:
-            raise InputError(f"a name is 1-200 printable characters without outer blanks; got {name!r}", path="body.name")
-        row, _ = self._existing(tenant, key, "body.agent")
+            raise InputError(f"a name is 1-200 printable characters without outer blanks; got {name!r}", path="name")
+        row, _ = self._existing(tenant, key, "agent")
         if new == key:
-            raise InputError(f"agent {key!r} already has this name", path="body.name")
+            raise InputError(f"agent {key!r} already has this name", path="name")
         if any(r["key"] == new for r in self.store.agent_rows(tenant)) or new in self.store.agent_stats(tenant):
-            raise InputError(f"an agent {new!r} exists already: merge {key!r} into it instead", path="body.name")
+            raise InputError(f"an agent {new!r} exists already: merge {key!r} into it instead", path="name")
         self._adopt_models(tenant, key, new)
         with self.store.write() as db:
             self.store.lock_agents(db, tenant)
@@ -248,9 +248,9 @@ class Agents:
     def merge(self, tenant: str, key: str, into: str, *, actor: str) -> dict[str, Any]:
         """Agent ``key``'s history joins ``into``'s (``key`` stays an alias of ``into``)."""
         if key == into:
-            raise InputError(f"an agent cannot be merged into itself ({key!r})", path="body.into")
-        self._existing(tenant, key, "body.agent")
-        into_row, _ = self._existing(tenant, into, "body.into")
+            raise InputError(f"an agent cannot be merged into itself ({key!r})", path="into")
+        self._existing(tenant, key, "agent")
+        into_row, _ = self._existing(tenant, into, "into")
         self._adopt_models(tenant, key, into)
         with self.store.write() as db:
             self.store.lock_agents(db, tenant)
@@ -267,28 +267,28 @@ class Agents:
 
     def split(self, tenant: str, key: str, trace_ids: Sequence[str], *, name: str | None, actor: str) -> dict[str, Any]:
         """Runs ``trace_ids`` of agent ``key`` become a new agent (``name``, else a key of its own)."""
-        self._existing(tenant, key, "body.agent")
+        self._existing(tenant, key, "agent")
         ids = list(dict.fromkeys(trace_ids))
         if not ids:
-            raise InputError("name at least one run of this agent to split off", path="body.trace_ids")
+            raise InputError("name at least one run of this agent to split off", path="trace_ids")
         if len(ids) > MAX_SPLIT_RUNS:
-            raise InputError(f"at most {MAX_SPLIT_RUNS} runs per split; got {len(ids)}", path="body.trace_ids")
+            raise InputError(f"at most {MAX_SPLIT_RUNS} runs per split; got {len(ids)}", path="trace_ids")
         new = None
         if name is not None:
             new = clean_agent_name(name)
             if new is None or new != name:
                 raise InputError(f"a name is 1-200 printable characters without outer blanks; got {name!r}",
-                                 path="body.name")
+                                 path="name")
             if any(r["key"] == new for r in self.store.agent_rows(tenant)) or new in self.store.agent_stats(tenant):
-                raise InputError(f"an agent {new!r} exists already", path="body.name")
+                raise InputError(f"an agent {new!r} exists already", path="name")
         with self.store.write() as db:
             self.store.lock_agents(db, tenant)
             found = self.store.existing_trace_ids(db, tenant, key, ids)
             missing = sorted(set(ids) - set(found))
             if missing:
-                raise InputError(f"not runs of agent {key!r}: {', '.join(missing[:10])}", path="body.trace_ids")
+                raise InputError(f"not runs of agent {key!r}: {', '.join(missing[:10])}", path="trace_ids")
             if len(found) == self.store.agent_stats(tenant)[key].runs:
-                raise InputError(f"these are all of agent {key!r}'s runs: rename it instead", path="body.trace_ids")
+                raise InputError(f"these are all of agent {key!r}'s runs: rename it instead", path="trace_ids")
             runs = [self._signature(t) for t in self.store.agent_runs(db, tenant, key, limit=PROFILE_REBUILD_RUNS)
                     if str(t.get("id")) in set(found)]
             if new is None:
