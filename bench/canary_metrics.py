@@ -68,7 +68,7 @@ def seed(store: Store, tenant: str, runs: int, *, percent: float, days: float, w
                 failures = [{"kind": "tool_error", "severity": "high", "confidence": 0.9, "step": 1}] if failed else []
                 store.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": [{"kind": "user_input"}]},
                                 response={"healthy": not failed, "failures": failures}, session_id=None,
-                                task_type=None, arm=arm, now=at)
+                                task_type=None, arm=arm, now=at, agent="bench")
                 if failed:
                     rec = {"id": f"rec-{i}", "strategy": "retry"}
                     store.put_recommendation(db, tenant=tenant, rec=rec, trace_id=tid, session_id=None,
@@ -83,7 +83,7 @@ def seed(store: Store, tenant: str, runs: int, *, percent: float, days: float, w
                     if rng.random() < 1 / 3:
                         recovered = True
                         store.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": []},
-                                        response={"healthy": True, "failures": []}, session_id=None, task_type=None,
+                                        response={"healthy": True, "failures": []}, session_id=None, task_type=None, agent="bench",
                                         arm=arm, now=at + timedelta(minutes=rng.uniform(1, 60)))
                 label, ok, person = rng.random() < labelled, rng.random() < 0.7, rng.random() < 0.5
                 if label:

@@ -104,7 +104,7 @@ def seed_store(url: str, tenant: str, runs: int, days: float, seed: int) -> dict
                 rec["id"] = f"rec-{i:06d}"
                 response = {**resp, "trace_id": tid, "recommendation": rec}
                 store.put_trace(db, tenant=tenant, trace_id=tid, trace=trace, response=response, session_id=None,
-                                task_type=agent, agent=agent)  # a run that names no agent: its task type
+                                task_type=agent, agent=agent)  # the run's agent, as if named
                 # the run's place in time (put_trace stamps "now")
                 db.execute(update(TraceRow).where(TraceRow.tenant_id == tenant, TraceRow.id == tid)
                            .values(created_at=at, updated_at=at))

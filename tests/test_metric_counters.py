@@ -100,7 +100,7 @@ def diagnose(store: Store, tenant: str, tid: str, at: datetime, *, arm: str | No
         {"kind": "slow_tool", "severity": "low", "confidence": 0.5}]}
     with store.write() as db:
         store.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": [{"kind": "user_input"}]},
-                        response=response, session_id=session, task_type=None, arm=arm, now=at)
+                        response=response, session_id=session, task_type=None, arm=arm, now=at, agent="bot")
         if kinds:
             store.put_recommendation(db, tenant=tenant, rec={"id": f"rec-{tid}-{kinds[0]}", "strategy": "retry"},
                                      trace_id=tid, session_id=session, failure_key=f"{kinds[0]}@0", kind=kinds[0],

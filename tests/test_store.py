@@ -56,6 +56,7 @@ def _put(store: Store, tenant: str, tid: str, *kinds: str, session: str | None =
             response=_resp(*kinds, **kw),
             session_id=session,
             task_type=None,
+            agent="bot",
         )
 
 
