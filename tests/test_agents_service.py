@@ -8,6 +8,7 @@ PostgreSQL)."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import uuid
@@ -305,3 +306,39 @@ def test_migration_0013_gives_the_pools_runs_inferred_agents(
         assert {back[t] for t, _ in runs} == {"_pool"} and back["named"] == "desk"
     finally:
         store.dispose()
+
+
+def test_console_and_cli_list_the_agents_as_the_api_does(
+        srv: dict[str, Any], real: dict[str, list[RealRun]], monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from serve.cli.main import app as cli_app
+    from serve.settings import get_settings
+
+    _post(srv, real[A][160])
+    api = httpx.get(f"{srv['url']}/v1/agents", headers={"Authorization": f"Bearer {srv['key']}"}, timeout=30).json()
+    want = {(a["key"], a["name"], a["runs"]) for a in api["agents"]}
+    assert want
+    c = httpx.Client(base_url=srv["url"], timeout=60)
+    assert c.post("/ui/signin", data={"key": srv["key"], "next": "/ui/models"}).status_code == 303
+    page = c.get("/ui/models?format=json").json()
+    assert {(a["key"], a["name"], a["runs"]) for a in page["known_agents"]} == want
+    html = c.get("/ui/models").text
+    assert all(f'data-agent="{k}"' in html for k, _, _ in want)
+    data = Path(srv["store"].url.removeprefix("sqlite:///")).parent
+    monkeypatch.setenv("TRIAGE_DATA_DIR", str(data))
+    monkeypatch.setenv("TRIAGE_DATABASE_URL", srv["store"].url)
+    get_settings.cache_clear()
+    try:
+        runner = CliRunner()
+        res = runner.invoke(cli_app, ["agents", "list", "--tenant", "acme", "--json"])
+        assert res.exit_code == 0, res.output
+        assert {(a["key"], a["name"], a["runs"]) for a in json.loads(res.output)} == want
+        res = runner.invoke(cli_app, ["agents", "list", "--tenant", "acme"])
+        assert res.exit_code == 0 and "hotpot-bot" in res.output and "source" in res.output, res.output
+        res = runner.invoke(cli_app, ["agents", "merge", "hotpot-bot", "hotpot-bot", "--tenant", "acme"])
+        assert res.exit_code == 2 and "itself" in res.output, res.output
+        res = runner.invoke(cli_app, ["agents", "rename", "nobody", "x", "--tenant", "acme"])
+        assert res.exit_code == 2 and "nobody" in res.output, res.output
+    finally:
+        get_settings.cache_clear()

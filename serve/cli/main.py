@@ -35,6 +35,7 @@ _COMMAND_MODULES = (
     "serve.cli.retrain",
     "serve.cli.keys",
     "serve.cli.patterns",
+    "serve.cli.agents",
 )
 
 for _name in _COMMAND_MODULES:

@@ -29,8 +29,9 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 
 @router.get("/models")
 def models(request: Request, format: Format = "html") -> Response:
-    """Per agent: the registry's versions (each with its card and gate), the active one (``zero-shot``:
-    no agent model serves it), its learning curve so far and its activations."""
+    """Every agent of the tenant (key, name, how it was found, runs, labelled runs, tools: as ``GET
+    /v1/agents``); per agent with a model: the registry's versions (each with its card and gate), the
+    active one (``zero-shot``: no agent model serves it), its learning curve so far and its activations."""
     s = _session(request, format)
     tenant = s.principal.tenant
     store = _service(request).store
@@ -59,7 +60,10 @@ def models(request: Request, format: Format = "html") -> Response:
     serving = [f"{a['agent']}: {a['active']}" for a in agents if a["active"] != ZERO_SHOT]
     summary = "; ".join(serving) + " (every other agent: zero-shot)" if serving else \
         "zero-shot for every agent (no agent model active)"
-    ctx = {"agents": agents, "activations": history, "zero_shot": ZERO_SHOT, "pooled": POOLED, "active": summary,
+    # every agent of the tenant (named or inferred), as GET /v1/agents and `triage agents list` name them
+    known = [{**k, "model": active.get(k["key"], ZERO_SHOT)} for k in _service(request).agents.list(tenant)]
+    ctx = {"agents": agents, "known_agents": known, "activations": history, "zero_shot": ZERO_SHOT, "pooled": POOLED,
+           "active": summary,
            "registry": str(registry.root) if s.principal.operator else None,  # a server path: operators only
            "retrain": f"triage retrain --tenant {tenant}"}
     return _page(request, "models.html", ctx, s, format)
