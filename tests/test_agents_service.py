@@ -319,6 +319,13 @@ def test_console_and_cli_list_the_agents_as_the_api_does(
     api = httpx.get(f"{srv['url']}/v1/agents", headers={"Authorization": f"Bearer {srv['key']}"}, timeout=30).json()
     want = {(a["key"], a["name"], a["runs"]) for a in api["agents"]}
     assert want
+    from agent_triage_client import TriageClient
+
+    with TriageClient(base_url=srv["url"], api_key=srv["key"]) as client:  # the client reads the same
+        assert {(a.key, a.name, a.runs) for a in client.list_agents().agents} == want
+        answer = client.diagnose(stranger(real[A][161].trace).model_dump(mode="json", exclude_none=True))
+        assert answer.agent and answer.agent_source == "inferred"
+    want = {(k, n, r + (k == answer.agent)) for k, n, r in want}
     c = httpx.Client(base_url=srv["url"], timeout=60)
     assert c.post("/ui/signin", data={"key": srv["key"], "next": "/ui/models"}).status_code == 303
     page = c.get("/ui/models?format=json").json()

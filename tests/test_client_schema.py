@@ -51,6 +51,7 @@ CALLS: dict[str, Callable[[TriageClient], object]] = {
     "get_graph": lambda c: c.get_graph("t1"),
     "add_label": lambda c: c.add_label("t1", "loop"),
     "changepoints": lambda c: c.changepoints("latency"),
+    "list_agents": lambda c: c.list_agents(),
 }
 
 Node = tuple[Any, ...]
@@ -213,6 +214,7 @@ def test_each_route_answers_with_the_component_its_client_model_stands_for(opena
         "get_graph": ("Graph", "GraphOut"),
         "add_label": ("Label", "LabelResponse"),
         "changepoints": ("Changepoints", "ChangepointsResponse"),
+        "list_agents": ("Agents", "AgentsOut"),
     }
 
 
@@ -223,6 +225,8 @@ def test_every_client_model_is_checked_against_a_server_component(comparison: _C
 
 def test_nested_models_pair_with_the_components_of_the_same_meaning(comparison: _Comparison) -> None:
     assert comparison.pairs - comparison.top == {
+        ("AgentInfo", "AgentOut"),
+        ("AgentProfileInfo", "AgentProfileOut"),
         ("Alarm", "AlarmOut"),
         ("Attribution", "Attribution"),
         ("Coverage", "Coverage"),

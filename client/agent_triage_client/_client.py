@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from agent_triage_client._errors import TriageAPIError, TriageUnavailable
 from agent_triage_client.models import (
+    Agents,
     Changepoints,
     Diagnosis,
     Graph,
@@ -427,6 +428,11 @@ class TriageClient(_Base):
         result: TraceDetail = self._send(_Call("GET", f"/v1/traces/{_seg(trace_id)}", TraceDetail))
         return result
 
+    def list_agents(self) -> Agents:
+        """The tenant's agents (``GET /v1/agents``): key, name, how found, runs, what they show."""
+        result: Agents = self._send(_Call("GET", "/v1/agents", Agents))
+        return result
+
     def delete_trace(self, trace_id: str) -> None:
         self._send(_Call("DELETE", f"/v1/traces/{_seg(trace_id)}", None))
 
@@ -548,6 +554,11 @@ class AsyncTriageClient(_Base):
 
     async def get_trace(self, trace_id: str) -> TraceDetail:
         result: TraceDetail = await self._send(_Call("GET", f"/v1/traces/{_seg(trace_id)}", TraceDetail))
+        return result
+
+    async def list_agents(self) -> Agents:
+        """The tenant's agents (``GET /v1/agents``)."""
+        result: Agents = await self._send(_Call("GET", "/v1/agents", Agents))
         return result
 
     async def delete_trace(self, trace_id: str) -> None:

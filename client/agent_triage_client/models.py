@@ -219,6 +219,38 @@ class RunLabel(_Open):
     labels: int = 0
 
 
+class AgentProfileInfo(_Open):
+    """What an agent's runs show (``GET /v1/agents``)."""
+
+    tools: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)
+    service_names: list[str] = Field(default_factory=list)
+    template_excerpt: str = ""
+    n_runs: int = 0
+
+
+class AgentInfo(_Open):
+    """One agent of the tenant (``GET /v1/agents``, service 1.4): its key (the ``agent`` answers
+    carry), the name a person gave it, how it was first found, its runs and what they show."""
+
+    key: str
+    name: str | None = None
+    source: Literal["option", "span", "task_type", "inferred", "split"] | str = ""
+    runs: int = 0
+    labelled_runs: int = 0
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    aliases: list[str] = Field(default_factory=list)
+    profile: AgentProfileInfo | None = None
+
+
+class Agents(_Open):
+    """``GET /v1/agents``'s answer."""
+
+    tenant: str = ""
+    agents: list[AgentInfo] = Field(default_factory=list)
+
+
 class TraceDetail(TraceSummary, Versioned):
     trace: dict[str, Any] = Field(default_factory=dict)
     diagnosis: dict[str, Any] = Field(default_factory=dict)
@@ -288,6 +320,9 @@ def fallback_recommendation(reason: str) -> Recommendation:
 
 
 __all__ = [
+    "AgentInfo",
+    "AgentProfileInfo",
+    "Agents",
     "Alarm",
     "Attribution",
     "Category",
