@@ -194,22 +194,23 @@ def test_store_query_on_both_backends(db_url: str) -> None:  # noqa: F811
         traces = [make_trace("ignored_error", seed=s, n_steps=8) for s in range(6)]
         for t in traces:
             t.task_type = "support"
-            resp = service.diagnose("t1", t, DiagnoseOptions())
+            resp = service.diagnose("t1", t, DiagnoseOptions(agent_from_task_type=True))  # the task type names it
             if resp.recommendation.strategy.value != "continue":
                 from serve.schemas import OutcomeRequest
 
                 service.report_outcome("t1", OutcomeRequest(recommendation_id=resp.recommendation.id,
                                                             success=t.id.endswith(("0", "2", "4"))))
         # the run's resolved agent (model/core/agents.py), not its task type: one that names its agent, one
-        # that names nothing (the pool: None)
+        # that names nothing (an agent inferred from the run: issue 31)
         named, pooled = make_trace("loop", seed=40, n_steps=8), make_trace("loop", seed=41, n_steps=8)
         named.task_type, pooled.task_type = "support", None
         service.diagnose("t1", named, DiagnoseOptions(agent="billing-bot"))
-        service.diagnose("t1", pooled, DiagnoseOptions())
+        inferred = service.diagnose("t1", pooled, DiagnoseOptions()).agent
+        assert inferred is not None and inferred not in ("billing-bot", "support")
         until = datetime.now(UTC) + timedelta(minutes=1)
         occ, repairs = service.store.pattern_inputs("t1", since=until - timedelta(hours=1), until=until)
         agent_of = {o.trace_id: o.agent for o in occ}
-        assert agent_of.get(named.id) == "billing-bot" and pooled.id in agent_of and agent_of[pooled.id] is None
+        assert agent_of.get(named.id) == "billing-bot" and agent_of.get(pooled.id) == inferred
         occ = [o for o in occ if o.trace_id not in (named.id, pooled.id)]
         assert {o.trace_id for o in occ} <= {t.id for t in traces} and occ
         assert all(o.agent == "support" for o in occ)
