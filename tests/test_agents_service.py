@@ -27,13 +27,14 @@ from model.core.schema import Trace
 from model.data.realdata import RealRun, load_source
 from model.diagnosis.diagnoser import Diagnoser
 from serve.auth import create_key
+from serve.schemas import AppendStepsRequest
 from serve.services.agents import Agents
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.store import Store
 from serve.store.migrate import downgrade
 from serve.store.migrate import upgrade as migrate_to
-from serve.store.tables import AgentRow, FailureRow, ObservationRow, StreamRow, TraceRow
+from serve.store.tables import AgentRow, FailureRow, ObservationRow, SessionRow, StreamRow, TraceRow
 from serve.wiring import build_service
 from tests.conftest import LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
@@ -267,6 +268,11 @@ def test_migration_0013_gives_the_pools_runs_inferred_agents(
                 conn.execute(ObservationRow.__table__.insert().values(
                     tenant_id="acme", stream="output_chars", agent="_pool", seq=n, value=float(n), trace_id=tid,
                     alarm=False, created_at=now))
+            a_tid, a_trace = next(x for x in runs if x[0].startswith(A))  # a live session of the pool's, too
+            conn.execute(SessionRow.__table__.insert().values(
+                tenant_id="acme", id="live", trace_id=a_tid, created_at=now, updated_at=now, n_steps=len(a_trace.steps),
+                next_source_index=max(st.source_index for st in a_trace.steps) + 1, version=1, state={}))
+            conn.execute(TraceRow.__table__.update().where(TraceRow.id == a_tid).values(session_id="live"))
             conn.execute(StreamRow.__table__.insert().values(
                 tenant_id="acme", name="output_chars", agent="_pool", detector="cusum", params={}, state={"n": 12},
                 n=len(runs), alarm_open=False, updated_at=now))
@@ -298,6 +304,9 @@ def test_migration_0013_gives_the_pools_runs_inferred_agents(
         try:
             assert svc.diagnose("acme", stranger(real[A][120].trace), DiagnoseOptions()).agent == a_key
             assert svc.diagnose("acme", stranger(real[B][120].trace), DiagnoseOptions()).agent == b_key
+            # the session stored before: its next append (of a B-like message) keeps its run's agent
+            step = svc.append_steps("acme", "live", AppendStepsRequest(messages=[{"role": "user", "content": "ok"}]))
+            assert (step.agent, step.agent_source) == (a_key, "inferred")
         finally:
             svc.store.dispose()
         downgrade(store.engine, "0012")

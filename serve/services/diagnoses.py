@@ -198,6 +198,10 @@ class Diagnoses:
             fixed = session_agent(row.state if row is not None else None)
             if fixed is not None:
                 return fixed
+            if row is not None and row.trace_id != trace.id:  # a session stored before its agent was fixed
+                stored = self.store.stored_agent(tenant, row.trace_id)
+                if stored is not None:
+                    return stored
         return self.store.stored_agent(tenant, trace.id)
 
     @staticmethod

@@ -212,7 +212,9 @@ class Sessions:
                 trace.metadata[AGENT_METADATA_KEY] = state["span_agent"]
             resolved = diagnoses.agents.resolve(
                 tenant, trace, options.model_copy(update={"agent": state.get("agent")}),
-                fixed=lambda: session_agent(state), db=db)
+                # fixed at the first append; a session stored before that (revision 0013): its run's agent
+                fixed=lambda: session_agent(state) or (self.store.stored_agent(tenant, row.trace_id) if first else None),
+                db=db)
             fix_session_agent(state, resolved)
             prefix: tuple[str, int, Any] | None = None
 
