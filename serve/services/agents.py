@@ -50,6 +50,10 @@ from serve.store import Store
 PROFILE_TTL_S = 2.0
 #: Runs read to rebuild an agent's profile after a merge or a split (the newest).
 PROFILE_REBUILD_RUNS = 2000
+#: An inferred agent's profile counts each of its first runs, then every PROFILE_SAMPLE-th (rewriting the
+#: profile costs about as much as the rest of a rules-only diagnosis; its counts settle long before).
+PROFILE_EVERY_RUN = 200
+PROFILE_SAMPLE = 10
 #: Trace ids one split may name.
 MAX_SPLIT_RUNS = 10_000
 
@@ -120,11 +124,15 @@ class Agents:
         """In the request's write transaction: count an inferred run into its agent's profile; give
         a named agent its row the first time this worker sees it."""
         if resolved.sig is not None:
-            prof = self.store.lock_agent_profile(db, tenant, resolved.agent)
-            if prof is not None:  # (renamed or merged meanwhile: its new key counts its next runs)
-                profile = AgentProfile.from_json(prof)
-                profile.update(resolved.sig)
-                self.store.save_agent(db, tenant, resolved.agent, profile=profile.to_json(), n_runs=profile.n_runs)
+            n = self.store.count_agent_run(db, tenant, resolved.agent)
+            if n is None:  # renamed or merged meanwhile: its new key counts its next runs
+                return
+            if n <= PROFILE_EVERY_RUN or n % PROFILE_SAMPLE == 0:  # the profile: a sample past its first runs
+                prof = self.store.lock_agent_profile(db, tenant, resolved.agent)
+                if prof is not None:
+                    profile = AgentProfile.from_json(prof)
+                    profile.update(resolved.sig)
+                    self.store.save_agent(db, tenant, resolved.agent, profile=profile.to_json())
         elif resolved.named and (tenant, resolved.agent) not in self._rows_seen:
             if resolved.agent not in self._tenant(tenant).keys:
                 self.store.insert_agent(db, tenant, resolved.agent, source=resolved.source)
@@ -145,10 +153,8 @@ class Agents:
         self.store.lock_agents(db, tenant)
         known = self._load(tenant, db)
         key, _ = assign(sig, known.profiles)
-        if key is not None:
-            profile = known.profiles[key]
-            profile.update(sig)
-            self.store.save_agent(db, tenant, key, profile=profile.to_json(), n_runs=profile.n_runs)
+        if key is not None:  # another worker's new agent: this run is one of its own
+            self.record(db, tenant, Resolved(key, "inferred", sig))
             return key, known
         key = self._free_key(new_agent_key(sig), known.keys)
         profile = AgentProfile.from_signatures([sig])

@@ -66,12 +66,12 @@ class Agents(StoreBase):
     def stored_agent(self, tenant: str, trace_id: str) -> tuple[str, str | None] | None:
         """The agent a stored run was given and how (its stored answer's ``agent_source``), or None."""
         t = core(TraceRow).c
-        with self.read() as db:
-            row = db.execute(select(t.agent, t.response).where(t.tenant_id == tenant, t.id == trace_id)).one_or_none()
+        with self.read() as db:  # the one JSON field, not the whole answer (this runs for every unnamed run)
+            row = db.execute(select(t.agent, t.response["agent_source"].as_string())
+                             .where(t.tenant_id == tenant, t.id == trace_id)).one_or_none()
         if row is None:
             return None
-        src = (row[1] or {}).get("agent_source") if isinstance(row[1], dict) else None
-        return str(row[0]), src if isinstance(src, str) else None
+        return str(row[0]), row[1] if isinstance(row[1], str) else None
 
     def agent_runs(self, db: Session, tenant: str, agent: str, *, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` stored traces of ``agent`` (whole JSON), in transaction ``db``."""
@@ -109,6 +109,14 @@ class Agents(StoreBase):
             q = q.with_for_update()
         value = db.execute(q).scalar_one_or_none()
         return value if isinstance(value, dict) else None
+
+    def count_agent_run(self, db: Session, tenant: str, key: str) -> int | None:
+        """One more run matched to the agent: its new ``n_runs`` (None: no such agent, or an alias)."""
+        t = core(AgentRow).c
+        q = update(core(AgentRow)).where(t.tenant_id == tenant, t.key == key, t.alias_of.is_(None)) \
+            .values(n_runs=t.n_runs + 1, updated_at=utcnow()).returning(t.n_runs)
+        value = db.execute(q).scalar_one_or_none()
+        return None if value is None else int(value)
 
     def save_agent(self, db: Session, tenant: str, key: str, **values: Any) -> None:
         """Set columns of the agent's row (profile, n_runs, name, alias_of, …)."""
