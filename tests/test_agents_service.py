@@ -217,6 +217,11 @@ def test_rename_merge_and_split_over_http_and_the_next_run_follows(
     assert srv["store"].get_trace("acme", b_ids[0]).agent == "airline-bot"
     assert _post(srv, b_runs[6])["agent"] == "airline-bot"
     assert _post(srv, a_runs[6])["agent"] == "hotpot-bot"
+    # back to an old name of its own: the alias becomes the agent again, the name it had an alias
+    r = _act(srv, "rename", {"agent": "hotpot-bot", "name": a_key})
+    assert r.status_code == 200 and "hotpot-bot" in r.json()["agents"][0]["aliases"], r.text
+    assert _post(srv, a_runs[7])["agent"] == a_key
+    assert _post(srv, a_runs[8], agent="hotpot-bot")["agent"] == a_key
 
 
 def test_bad_corrections_get_a_4xx_naming_the_field(srv: dict[str, Any], real: dict[str, list[RealRun]]) -> None:

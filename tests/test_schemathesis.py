@@ -62,7 +62,9 @@ def api_server(
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 #: The operations of issue 21 (patterns, label undo, operator keys), run again with an operator's key.
 OPERATOR_OPS = ("GET /v1/patterns", "POST /v1/labels/undo", "POST /v1/operator/models/promote",
-                "POST /v1/operator/models/rollback")
+                "POST /v1/operator/models/rollback",
+                # issue 31: correcting agents
+                "POST /v1/agents/rename", "POST /v1/agents/merge", "POST /v1/agents/split")
 
 
 def test_api_conforms(api_server: tuple[LiveServer, str, str, str]) -> None:

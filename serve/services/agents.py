@@ -239,11 +239,15 @@ class Agents:
         row, _ = self._existing(tenant, key, "agent")
         if new == key:
             raise InputError(f"agent {key!r} already has this name", path="name")
-        if any(r["key"] == new for r in self.store.agent_rows(tenant)) or new in self.store.agent_stats(tenant):
+        taken = {r["key"]: r for r in self.store.agent_rows(tenant)}
+        back = new in taken and taken[new]["alias_of"] == key  # back to one of its own old names
+        if (new in taken and not back) or new in self.store.agent_stats(tenant):
             raise InputError(f"an agent {new!r} exists already: merge {key!r} into it instead", path="name")
         self._adopt_models(tenant, key, new)
         with self.store.write() as db:
             self.store.lock_agents(db, tenant)
+            if back:
+                self.store.delete_agent_row(db, tenant, new)
             self.store.insert_agent(db, tenant, new, source=(row or {}).get("source", "option"),
                                     profile=(row or {}).get("profile"), n_runs=int((row or {}).get("n_runs") or 0), name=new)
             self._move_all(db, tenant, key, new, reset_streams=False)

@@ -101,6 +101,10 @@ class Agents(StoreBase):
             created_at=now, updated_at=now).on_conflict_do_nothing()
         return rowcount(db.execute(ins)) > 0
 
+    def delete_agent_row(self, db: Session, tenant: str, key: str) -> None:
+        """Drop the agent row of ``key`` (an alias about to become an agent again)."""
+        db.execute(delete(core(AgentRow)).where(core(AgentRow).c.tenant_id == tenant, core(AgentRow).c.key == key))
+
     def lock_agent_profile(self, db: Session, tenant: str, key: str) -> dict[str, Any] | None:
         """The agent's profile JSON, locked for this transaction (None: no row, or no profile)."""
         t = core(AgentRow).c
