@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"auto-fed streams: {', '.join(svc.streams.autofeed)}; detector {svc.streams.detector}")
 
         def open_alarms() -> str:
-            found = svc.store.open_alarms("default", "_pool")  # runs naming no agent, no task type: the pool
-            return ", ".join(f"{a['name']} {a['alarm']['direction']} at {a['alarm']['index']}" for a in found)
+            # runs naming no agent: each set's agent is inferred (issue 31), its streams its own
+            found = svc.store.all_open_alarms("default")
+            return ", ".join(f"{a['agent']}/{a['name']} {a['alarm']['direction']} at {a['alarm']['index']}" for a in found)
 
         tau = unlabelled("tau_airline")
         for trace in tau:
