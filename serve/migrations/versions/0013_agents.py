@@ -94,8 +94,9 @@ def _infer_pool(conn: Any, now: datetime) -> None:
                 while key in profiles:
                     n += 1
                     key = f"{base}-{n}"
-                profiles[key] = AgentProfile()
-            profiles[key].update(sig)
+                profiles[key] = AgentProfile.from_signatures([sig])
+            else:
+                profiles[key].update(sig)
             moved[tid] = key
         for key, prof in profiles.items():
             conn.execute(agents.insert().values(tenant_id=tenant, key=key, name=None, source="inferred",
