@@ -352,7 +352,8 @@ def _answer_run(i: int, answer: str) -> Trace:
 
 
 def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: Path) -> None:
-    """After 50 auto-fed runs of a task type the service reads that agent's upper percentile; zero-shot
+    """After 50 auto-fed runs of a task type (naming the agent: options.agent_from_task_type) the service
+    reads that agent's upper percentile; zero-shot
     (issue 20, item 7) it may raise the fixed low-false-alarm point, never lower it."""
     from serve.settings import Settings
     from serve.wiring import build_service
@@ -364,24 +365,24 @@ def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: 
     # the fixed point 0.99 is above every probability: the agent's percentile, lower, does not flag
     scorer = fixed_scorer(threshold=0.99, weight=2.0)  # p = sigmoid(1 + 2·novel word ratio) < 0.99
     svc = build_service(Settings(database_url=f"sqlite:///{tmp_path / 'rel.db'}"), Diagnoser(runscorer=scorer))
-    first = svc.diagnose("t", _answer_run(0, novel), DiagnoseOptions())
+    first = svc.diagnose("t", _answer_run(0, novel), DiagnoseOptions(agent_from_task_type=True))
     assert first.healthy is True and first.failure_probability < 0.99
     for i in range(1, 60):
-        svc.diagnose("t", _answer_run(i, grounded), DiagnoseOptions())
+        svc.diagnose("t", _answer_run(i, grounded), DiagnoseOptions(agent_from_task_type=True))
     svc.diagnoses._relative_cache.clear()  # the per-worker cache (30 s) would hold the value from before
     rel = svc.relative_threshold("t", "weather", scorer)
     assert rel is not None and rel < 0.99
-    odd = svc.diagnose("t", _answer_run(101, novel), DiagnoseOptions())
+    odd = svc.diagnose("t", _answer_run(101, novel), DiagnoseOptions(agent_from_task_type=True))
     assert odd.healthy is True and odd.failure_probability is not None and rel <= odd.failure_probability < 0.99
     # a fixed point every run passes: an agent whose usual runs all score high raises it to its own
     low = fixed_scorer(threshold=0.5, weight=2.0)
     svc2 = build_service(Settings(database_url=f"sqlite:///{tmp_path / 'rel2.db'}"), Diagnoser(runscorer=low))
-    assert svc2.diagnose("t", _answer_run(0, grounded), DiagnoseOptions()).healthy is False  # the fixed point
+    assert svc2.diagnose("t", _answer_run(0, grounded), DiagnoseOptions(agent_from_task_type=True)).healthy is False  # the fixed point
     for i in range(1, 60):
-        svc2.diagnose("t", _answer_run(i, grounded), DiagnoseOptions())
+        svc2.diagnose("t", _answer_run(i, grounded), DiagnoseOptions(agent_from_task_type=True))
     svc2.diagnoses._relative_cache.clear()
-    same = svc2.diagnose("t", _answer_run(100, grounded), DiagnoseOptions())
+    same = svc2.diagnose("t", _answer_run(100, grounded), DiagnoseOptions(agent_from_task_type=True))
     assert same.healthy is True  # like the agent's usual runs: no alarm
-    odd2 = svc2.diagnose("t", _answer_run(101, novel), DiagnoseOptions())
+    odd2 = svc2.diagnose("t", _answer_run(101, novel), DiagnoseOptions(agent_from_task_type=True))
     assert odd2.healthy is False and odd2.primary is not None and odd2.primary.detector == "runscore"
     assert odd2.primary.details["threshold"] > 0.5  # the agent's own point, above the fixed one
