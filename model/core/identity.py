@@ -75,12 +75,15 @@ OPTIONAL_CHANNELS = frozenset({"model", "ops", "service"})
 EVIDENCE_FEATURES = 20.0
 #: System similarity (both ways) at or below ``SYSTEM_FLOOR`` counts 0, at or above ``SYSTEM_FULL`` 1.
 SYSTEM_FLOOR, SYSTEM_FULL = 0.5, 0.9
+#: A system similarity under this scales the whole similarity down by the shortfall (times its evidence).
+SYSTEM_VETO = 0.5
 #: How much less a matching model (or LLM operation) weighs than a different one.
 SAME_MODEL_DISCOUNT = 0.75
-#: The evidence of a run lacking a channel the profile's runs have.
-ABSENT_EVIDENCE = 0.5
+#: The evidence of a run lacking the tools the profile's runs have, or having tools where they had none
+#: (text channels: the template's size).
+ABSENT_EVIDENCE = 0.25
 #: Most features a profile keeps per channel (least-seen dropped first).
-PROFILE_CAP: dict[str, int] = {"system": 3000, "opening": 3000, "shape": 128, "args": 256, "tools": 256,
+PROFILE_CAP: dict[str, int] = {"system": 1500, "opening": 1500, "shape": 128, "args": 256, "tools": 256,
                                "model": 64, "ops": 32, "service": 32}
 #: The system text keeps one trigram in ``SYSTEM_SAMPLE`` (chosen by hash: the same ones every run).
 SYSTEM_SAMPLE = 3
@@ -98,7 +101,7 @@ _BRACKET_CALL = re.compile(r"^\s*\w+\[.*\]\s*$", re.DOTALL)
 _FAMILY_DATE = re.compile(r"-\d{4}-\d{2}-\d{2}$|-\d{8}$")
 _MASK = 0xFFFFFFFF
 _word_hash: dict[str, int] = {}
-_system_cache: dict[int, tuple[int, ...]] = {}
+_system_cache: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}
 
 
 def _h(text: str) -> int:
@@ -133,14 +136,24 @@ def _trigrams(text: str, sample: int = 1) -> set[int]:
     return out
 
 
-def _system_features(text: str) -> tuple[int, ...]:
+def _system_features(text: str) -> tuple[tuple[int, ...], frozenset[int]]:
+    """The system text's features, cached by the text (an agent's instructions repeat)."""
     key = _h(text) ^ len(text)
     hit = _system_cache.get(key)
     if hit is None:
         if len(_system_cache) > 256:
             _system_cache.clear()
-        hit = _system_cache[key] = tuple(sorted(_trigrams(text, SYSTEM_SAMPLE)))
+        feats = _trigrams(text, SYSTEM_SAMPLE)
+        hit = _system_cache[key] = (tuple(sorted(feats)), frozenset(feats))
     return hit
+
+
+def _snippet(text: str) -> str:
+    return text[: EXCERPT_CHARS * 4].strip()[:EXCERPT_CHARS]
+
+
+def _blank(text: str) -> bool:
+    return not text or text.isspace()
 
 
 def model_family(name: str) -> str:
@@ -203,26 +216,27 @@ def _call_format(content: str) -> str:
 def signature(trace: Trace) -> RunSignature:
     """The :class:`RunSignature` of ``trace`` (see the module docstring for the channels)."""
     steps = trace.steps
-    content = any(s.content.strip() for s in steps) and not any(
+    content = any(not _blank(s.content) for s in steps) and not any(
         s.metadata.get("content_recorded") is False for s in steps if s.kind is not StepKind.TOOL_RESULT)
     chans: dict[str, set[int]] = {c: set() for c in CHANNELS}
     system_text = "\n".join(s.content for s in steps if s.kind is StepKind.SYSTEM)
     excerpt = ""
+    system: tuple[tuple[int, ...], frozenset[int]] | None = None
     if content:
-        if system_text.strip():
-            chans["system"].update(_system_features(system_text))
-            excerpt = system_text.strip()[:EXCERPT_CHARS]
+        if not _blank(system_text):
+            system = _system_features(system_text)
+            excerpt = _snippet(system_text)
         talk = [s for s in steps if s.kind is not StepKind.SYSTEM]
         first_user = next((i for i, s in enumerate(talk) if s.kind is StepKind.USER_INPUT), None)
         opening = talk[: first_user + 1] if first_user is not None else talk[:1]
         for s in opening:
             chans["opening"].update(_trigrams(s.content))
         if not excerpt and opening:
-            excerpt = opening[0].content.strip()[:EXCERPT_CHARS]
+            excerpt = _snippet(opening[0].content)
         users = sum(s.kind is StepKind.USER_INPUT for s in talk)
         shape = ["first:" + ">".join(s.kind.value for s in talk[:3]), f"users:{min(users, 2)}",
                  f"reasons:{any(s.kind is StepKind.LLM_REASONING for s in talk)}"]
-        calls = [s.content.strip() for s in talk if s.kind is StepKind.TOOL_CALL]
+        calls = [s.content[:200].strip() for s in talk if s.kind is StepKind.TOOL_CALL]
         shape += {f"call:{_call_format(c)}" for c in calls}
         shape += {"verb:" + c.split("[", 1)[0] for c in calls if _BRACKET_CALL.match(c)}
         chans["shape"].update(_h(x) for x in shape)
@@ -245,8 +259,14 @@ def signature(trace: Trace) -> RunSignature:
     service = meta.get("service.name")
     services = (str(service),) if isinstance(service, str) and service else ()
     chans["service"].update(_h("service:" + s) for s in services)
-    return RunSignature(channels={c: tuple(sorted(v)) for c, v in chans.items() if v}, content=content,
-                        excerpt=excerpt, tool_names=tuple(sorted(tools)), models=tuple(models), services=services)
+    out = {c: tuple(sorted(v)) for c, v in chans.items() if v}
+    if system is not None:
+        out = {"system": system[0], **out}
+    sig = RunSignature(channels=out, content=content, excerpt=excerpt, tool_names=tuple(sorted(tools)),
+                       models=tuple(models), services=services)
+    if system is not None:
+        sig._sets["system"] = system[1]
+    return sig
 
 
 class AgentProfile:
@@ -266,7 +286,7 @@ class AgentProfile:
         self.excerpt: str | None = None
         self.names: dict[str, dict[str, int]] = {"tools": {}, "models": {}, "services": {}}
         self.changes: list[dict[str, Any]] = []
-        self._weights: dict[str, tuple[dict[int, float], float]] = {}
+        self._weights: dict[str, tuple[dict[int, float], float, frozenset[int]]] = {}
 
     # -- learning -------------------------------------------------------------------------------
     def update(self, sig: RunSignature) -> None:
@@ -321,12 +341,13 @@ class AgentProfile:
     def _runs_for(self, channel: str) -> int:
         return self.n_content if channel in TEXT_CHANNELS else self.n_runs
 
-    def _weighted(self, channel: str) -> tuple[dict[int, float], float]:
+    def _weighted(self, channel: str) -> tuple[dict[int, float], float, frozenset[int]]:
+        """Each feature's weight ``(count / runs with the channel) ** 2``, their sum, the features."""
         got = self._weights.get(channel)
         if got is None:
             n = max(self.present[channel], 1)
             w = {f: (c / n) ** 2 for f, c in self.counts[channel].items()}
-            got = self._weights[channel] = (w, sum(w.values()))
+            got = self._weights[channel] = (w, sum(w.values()), frozenset(w))
         return got
 
     def _channel(self, c: str, sig: RunSignature) -> tuple[float, float] | None:
@@ -341,17 +362,21 @@ class AgentProfile:
         if c in OPTIONAL_CHANNELS and (not feats or not present):
             return None
         if not feats:  # the run lacks what the profile's runs had (as often as they had it)
-            return (1.0 - present / (runs + 1), ABSENT_EVIDENCE) if present else None
+            if not present:
+                return None
+            evidence = min(1.0, self._weighted(c)[1] / EVIDENCE_FEATURES) if c in TEXT_CHANNELS else ABSENT_EVIDENCE
+            return 1.0 - present / (runs + 1), evidence
         if not present:  # the run has what none of the profile's runs had (weak while it has few runs)
-            size = min(1.0, len(feats) / EVIDENCE_FEATURES) if c in TEXT_CHANNELS else 1.0
-            return 0.0, size * runs / (runs + 1)
+            if c not in TEXT_CHANNELS:
+                return 0.0, ABSENT_EVIDENCE
+            return 0.0, min(1.0, len(feats) / EVIDENCE_FEATURES) * runs / (runs + 1)
         rate = present / runs
-        weights, total = self._weighted(c)
-        shared = feats.intersection(weights)
+        weights, total, keys = self._weighted(c)
+        shared = feats & keys
         found = sum(weights[f] for f in shared) / total if total else 0.0  # the profile's template in the run
         if c in ("tools", "model"):  # the run's tools known to the profile; an unseen one forgiven early
             known = (len(shared) + (len(feats) - len(shared)) / (present + 1)) / len(feats)
-            sim = rate * (found + known) / 2
+            sim = (found + known) / 2  # (how often runs had tools at all is the absent case's, weak)
             # many agents share a model: the same one says little, another one much
             return sim, (1.0 - SAME_MODEL_DISCOUNT * sim) if c == "model" else 1.0
         if c == "ops":
@@ -375,13 +400,16 @@ class AgentProfile:
         """How much ``sig`` looks like this agent's runs, in [0, 1] (0 for an empty profile): the
         channels' similarities, each weighted by :data:`WEIGHTS` times the evidence it carries."""
         num = den = 0.0
+        veto = 1.0
         for c in CHANNELS:
             got = self._channel(c, sig)
             if got is not None:
                 w = WEIGHTS[c] * got[1]
                 num += w * got[0]
                 den += w
-        return num / den if den else 0.0
+                if c == "system":  # other instructions: another agent, however alike its tools and layout
+                    veto = 1.0 - got[1] * max(0.0, SYSTEM_VETO - got[0])
+        return veto * num / den if den else 0.0
 
     # -- people and storage ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
