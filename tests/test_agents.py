@@ -50,9 +50,12 @@ def test_resolution_order() -> None:
     spans.task_type = "bookings"
     assert agent_and_source(spans, "front-desk") == ("front-desk", "option")
     assert agent_and_source(spans) == ("planner", "span")
-    assert agent_and_source(Trace(task_type=" bookings ")) == ("bookings", "task_type")
-    assert agent_and_source(Trace(task_type="  ")) == (POOL_AGENT, "pool")
-    assert resolve_agent(Trace(metadata={"gen_ai.agent.name": 7})) == POOL_AGENT  # not a name
+    assert agent_and_source(spans, task_type_names_agent=True) == ("planner", "span")
+    # a task type names the agent only when the caller says so; else the service infers it
+    assert agent_and_source(Trace(task_type=" bookings ")) == (None, "inferred")
+    assert agent_and_source(Trace(task_type=" bookings "), task_type_names_agent=True) == ("bookings", "task_type")
+    assert agent_and_source(Trace(task_type="  "), task_type_names_agent=True) == (None, "inferred")
+    assert resolve_agent(Trace(metadata={"gen_ai.agent.name": 7})) is None  # not a name
     assert resolve_agent(Trace(), "x" * 300) == "x" * 200
 
 

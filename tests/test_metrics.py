@@ -88,10 +88,13 @@ def test_missing_values_are_none_not_zero() -> None:
     assert m.per_trace["output_chars"] is None
     assert m.per_trace["failure_probability"] is None
     assert m.per_trace["refusal"] == 0.0
-    keys = m.stream_values("acme")
-    assert StreamKey("acme", "steps", "_pool") in keys  # no agent, no task type: the pool
-    assert all(k.agent == "_pool" for k in keys)
-    assert StreamKey("acme", "llm_latency_ms", "_pool") not in keys
+    assert m.agent is None  # nothing names the agent: the service infers it and passes it
+    with pytest.raises(ValueError, match="needs the run's agent"):
+        m.stream_values("acme")
+    keys = m.stream_values("acme", "agent-1a2b3c4d")
+    assert StreamKey("acme", "steps", "agent-1a2b3c4d") in keys
+    assert all(k.agent == "agent-1a2b3c4d" for k in keys)
+    assert StreamKey("acme", "llm_latency_ms", "agent-1a2b3c4d") not in keys
 
 
 def test_last_llm_output_is_the_answer_without_a_final_output() -> None:
@@ -100,11 +103,12 @@ def test_last_llm_output_is_the_answer_without_a_final_output() -> None:
 
 
 def test_stream_keys_carry_tenant_and_agent() -> None:
-    values = extract_metrics(sample_trace()).stream_values("acme")  # no agent named: its task type
+    assert extract_metrics(sample_trace()).agent is None  # a task type names no agent
+    values = extract_metrics(sample_trace(), agent="research").stream_values("acme")
     assert values[StreamKey("acme", "tool_error_rate", "research")] == pytest.approx(2 / 3)
     assert values[StreamKey("acme", "meta.confidence", "research")] == 0.82
     assert StreamKey("acme", "failure_probability", "research") not in values
-    assert str(StreamKey("acme", "x")) == "acme/x/_pool"
+    assert str(StreamKey("acme", "x", "coder")) == "acme/x/coder"
     named = extract_metrics(sample_trace()).stream_values("acme", "scout")
     assert set(named) == {StreamKey("acme", k.name, "scout") for k in values}
 

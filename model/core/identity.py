@@ -5,12 +5,15 @@ A tenant's unnamed runs are told apart by what they show of their agent, never o
 ========== ===================================================================== ==========
 channel    features (32-bit hashes; what a run shows)                            weight
 ========== ===================================================================== ==========
-system     word trigrams of the system / developer messages (the instructions)   3
+system     word trigrams of the system / developer messages (the instructions;   2
+           one in three, chosen by hash)
 opening    word trigrams of the opening: every message up to and including the   2
            first user message (else the first message), head and tail
-shape      how the run is laid out: the kinds of its first steps, whether it     1.5
-           reasons, how it writes its calls (JSON / ``verb[arg]`` / text)
-tools      the tools it calls or is offered, and each call's argument names      2
+shape      how the run is laid out: the kinds of its first three steps, one or   2.5
+           more user turns, whether it reasons, how it writes its calls (JSON,
+           ``verb[arg]`` and which verbs, text)
+args       each tool call's argument names (``search(query)``)                    1
+tools      the tools it calls or is offered                                      1.5
 model      the model names, and their family (a fine-tune of ``gpt-4.1`` is      2
            ``gpt-4.1``'s family)
 ops        the GenAI operation and provider of its LLM calls (spans only)        0.5
@@ -21,13 +24,19 @@ The fixed part of a template is only known after a few runs, so an :class:`Agent
 how many of its runs showed each feature, and a feature weighs ``(count / runs) ** 2``: the
 template (seen in every run) dominates, the task text inside it (seen once) fades out, and a
 first run weighs everything alike. A channel's similarity is that weighted share of the profile
-found in the run (for ``system``, ``tools`` and ``model`` also the share of the run's own features
-the profile knows). Channels a run cannot show are left out, so a run with its content capture off
-(only tools, model, ``service.name``) is compared on those alone: text channels count only when
-the run recorded its content, ``model``, ``ops`` and ``service`` only when both sides carry them.
-A channel one side has and the other lacks counts as a mismatch, in proportion to how often the
-profile's runs had it. The run's similarity is the weighted mean over the channels that count;
-:func:`assign` takes the best profile at or above :data:`THRESHOLD`.
+found in the run; ``system`` also asks how much of the run's instructions the profile knows, and is
+sharpened (a rewritten prompt that shares half its trigrams counts 0, an edit that keeps most 0.4
+to 1); ``tools`` and ``model`` average the profile's share found with the share of the run's own
+tools the profile knows (an unseen tool forgiven while the profile has few runs). Each channel is
+weighted by its weight times its evidence: a template of a few trigrams, or an opening learned
+from one run, says little when it does not match; a matching model says less than a different one
+(many agents share a model); a run lacking a channel the profile has (or the other way round)
+says little for tools. Channels a run cannot show are left out, so a run with its content capture
+off (only tools, model, ``service.name``) is compared on those alone: text channels count only
+when the run recorded its content, ``model``, ``ops`` and ``service`` only when both sides carry
+them. The run's similarity is the weighted mean, scaled down when its instructions are another
+agent's (``system`` under :data:`SYSTEM_VETO`); :func:`assign` takes the best profile at or above
+:data:`THRESHOLD`.
 
 Online, per tenant, in arrival order: ``assign`` against the stored profiles; a match
 ``update``\\ s that profile, no match starts a new one keyed :func:`new_agent_key`. A profile
@@ -51,6 +60,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -275,7 +285,8 @@ class AgentProfile:
     ``n_runs``: runs seen; ``n_content``: those that recorded their content; per channel, how many
     runs showed it (``present``) and how many showed each feature (``counts``); ``excerpt``: the
     common start of its runs' instructions (its fixed part once it has two runs); ``changes``: the
-    runs that matched while their instructions differed (run number and the channel similarities).
+    runs that matched while their instructions differed; ``origin``: why it was started (the
+    nearest agent then, and the channels that differed: :func:`new_profile`).
     """
 
     def __init__(self) -> None:
@@ -286,6 +297,7 @@ class AgentProfile:
         self.excerpt: str | None = None
         self.names: dict[str, dict[str, int]] = {"tools": {}, "models": {}, "services": {}}
         self.changes: list[dict[str, Any]] = []
+        self.origin: dict[str, Any] | None = None
         self._weights: dict[str, tuple[dict[int, float], float, frozenset[int]]] = {}
 
     # -- learning -------------------------------------------------------------------------------
@@ -293,7 +305,7 @@ class AgentProfile:
         """Add one run (its signature) to the profile."""
         if self.n_runs and sig.content and self.n_content:
             got = self._channel("system", sig)
-            if got is not None and got[1] >= 1.0 and got[0] < CHANGE_BELOW:
+            if got is not None and got[1] >= 0.5 and got[0] < CHANGE_BELOW:  # a template of some size
                 self._note_change(got[0])
         self.n_runs += 1
         if sig.content:
@@ -347,7 +359,7 @@ class AgentProfile:
         if got is None:
             n = max(self.present[channel], 1)
             w = {f: (c / n) ** 2 for f, c in self.counts[channel].items()}
-            got = self._weights[channel] = (w, sum(w.values()), frozenset(w))
+            got = self._weights[channel] = (w, math.fsum(w.values()), frozenset(w))
         return got
 
     def _channel(self, c: str, sig: RunSignature) -> tuple[float, float] | None:
@@ -373,7 +385,7 @@ class AgentProfile:
         rate = present / runs
         weights, total, keys = self._weighted(c)
         shared = feats & keys
-        found = sum(weights[f] for f in shared) / total if total else 0.0  # the profile's template in the run
+        found = math.fsum([weights[f] for f in shared]) / total if total else 0.0  # the profile's template in the run
         if c in ("tools", "model"):  # the run's tools known to the profile; an unseen one forgiven early
             known = (len(shared) + (len(feats) - len(shared)) / (present + 1)) / len(feats)
             sim = (found + known) / 2  # (how often runs had tools at all is the absent case's, weak)
@@ -418,13 +430,14 @@ class AgentProfile:
         def top(key: str, k: int = 12) -> list[str]:
             return [n for n, _ in sorted(self.names[key].items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
         return {"n_runs": self.n_runs, "tools": top("tools"), "models": top("models"), "service_names": top("services"),
-                "template_excerpt": self.excerpt or "", "instruction_changes": list(self.changes)}
+                "template_excerpt": self.excerpt or "", "instruction_changes": list(self.changes),
+                "origin": self.origin}
 
     def to_json(self) -> dict[str, Any]:
         return {"version": VERSION, "n_runs": self.n_runs, "n_content": self.n_content, "present": dict(self.present),
                 "counts": {c: [[f, n] for f, n in sorted(v.items())] for c, v in self.counts.items() if v},
                 "excerpt": self.excerpt, "names": {k: dict(v) for k, v in self.names.items()},
-                "changes": list(self.changes)}
+                "changes": list(self.changes), "origin": self.origin}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> AgentProfile:
@@ -441,6 +454,8 @@ class AgentProfile:
             if k in p.names and isinstance(v, dict):
                 p.names[k] = {str(n): int(c) for n, c in v.items()}
         p.changes = [dict(x) for x in d.get("changes") or [] if isinstance(x, dict)][-MAX_CHANGES:]
+        origin = d.get("origin")
+        p.origin = dict(origin) if isinstance(origin, dict) else None
         return p
 
 
@@ -456,8 +471,8 @@ def _common_prefix(a: str, b: str) -> str:
 def new_agent_key(sig: RunSignature) -> str:
     """A short key for the agent a run starts, from its signature (the same signature, the same key).
 
-    >>> new_agent_key(RunSignature(channels={"tools": (1, 2)}))
-    'agent-...'
+    >>> new_agent_key(RunSignature(channels={"tools": (1, 2)})).startswith("agent-")
+    True
     """
     payload = json.dumps(sig.to_json(), sort_keys=True, separators=(",", ":"))
     return "agent-" + hashlib.sha256(payload.encode("utf-8")).hexdigest()[:8]
@@ -475,9 +490,27 @@ def assign(sig: RunSignature, profiles: Mapping[str, AgentProfile],
     return (best_key, best) if best_key is not None and best >= threshold else (None, best)
 
 
-def infer_agents(sigs: Iterable[RunSignature], threshold: float = THRESHOLD) -> list[str]:
-    """Runs in arrival order → their agent keys, as the service assigns them (one tenant)."""
-    profiles: dict[str, AgentProfile] = {}
+def new_profile(sig: RunSignature, profiles: Mapping[str, AgentProfile]) -> AgentProfile:
+    """The profile of a new agent that ``sig`` starts, recording why no agent took it
+    (:attr:`AgentProfile.origin`: the nearest agent, its similarity, the channels that differ)."""
+    p = AgentProfile()
+    best = max(sorted(profiles), key=lambda k: profiles[k].similarity(sig), default=None)
+    if best is not None:
+        sims = profiles[best].channel_similarities(sig)
+        differ = sorted((v, c) for c, v in sims.items() if v < 0.5)
+        p.origin = {"nearest": best, "similarity": round(profiles[best].similarity(sig), 3),
+                    "channels": {c: round(v, 3) for c, v in sims.items()},
+                    "reason": "no agent reached the threshold" + (
+                        f"; unlike {best}: " + ", ".join(f"{c} {v:.2f}" for v, c in differ) if differ else "")}
+    p.update(sig)
+    return p
+
+
+def infer_agents(sigs: Iterable[RunSignature], profiles: dict[str, AgentProfile] | None = None,
+                 threshold: float = THRESHOLD) -> list[str]:
+    """Runs in arrival order → their agent keys, as the service assigns them (one tenant);
+    ``profiles`` (default: none yet) is updated in place."""
+    profiles = {} if profiles is None else profiles
     out = []
     for sig in sigs:
         key, _ = assign(sig, profiles, threshold)
@@ -485,11 +518,12 @@ def infer_agents(sigs: Iterable[RunSignature], threshold: float = THRESHOLD) -> 
             key = new_agent_key(sig)
             while key in profiles:  # an identical first run of another agent: keep both apart
                 key = "agent-" + hashlib.sha256(key.encode()).hexdigest()[:8]
-            profiles[key] = AgentProfile()
-        profiles[key].update(sig)
+            profiles[key] = new_profile(sig, profiles)
+        else:
+            profiles[key].update(sig)
         out.append(key)
     return out
 
 
 __all__ = ["CHANNELS", "THRESHOLD", "WEIGHTS", "AgentProfile", "RunSignature", "assign", "infer_agents",
-           "model_family", "new_agent_key", "signature"]
+           "model_family", "new_agent_key", "new_profile", "signature"]

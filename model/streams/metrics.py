@@ -2,8 +2,8 @@
 
 Agents degrade slowly (latency creeps, answers lengthen or shrink, tool errors climb) before any
 single answer looks broken; these series are what the stream detectors watch. A stream is keyed by
-:class:`StreamKey` ``(tenant, name, agent)``, the run's agent as :mod:`model.core.agents` resolves it,
-because two agents (a greeting bot and a code agent) have different baselines.
+:class:`StreamKey` ``(tenant, name, agent)``, the run's agent (named, or inferred by the service:
+:mod:`model.core.agents`), because two agents (a greeting bot and a code agent) have different baselines.
 
 Per-step series (each point carries its ``step`` index into ``Trace.steps`` and ``source_index``):
 
@@ -33,10 +33,10 @@ Per-trace values: ``steps``, ``llm_latency_ms`` / ``tool_latency_ms`` / ``latenc
 >>> t = Trace(task_type="qa", metadata={"confidence": 0.8}, steps=[
 ...     Step(kind="user_input", content="2+2?"),
 ...     Step(kind="final_output", content="4", latency_ms=420.0, tokens_out=1, source_index=1)])
->>> m = extract_metrics(t)
+>>> m = extract_metrics(t, agent="qa-bot")
 >>> m.per_trace["llm_latency_ms"], m.per_trace["output_chars"], m.per_trace["meta.confidence"]
 (420.0, 1.0, 0.8)
->>> m.stream_values("acme")[StreamKey("acme", "llm_latency_ms", "qa")]  # no agent named: its task type
+>>> m.stream_values("acme")[StreamKey("acme", "llm_latency_ms", "qa-bot")]
 420.0
 """
 
@@ -49,7 +49,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from model.core.agents import POOL_AGENT, resolve_agent
+from model.core.agents import resolve_agent
 from model.core.errors import InputError
 from model.core.kinds import FailureKind
 from model.core.schema import Step, StepKind, StepStatus, Trace
@@ -94,7 +94,7 @@ class StreamKey:
 
     tenant: str
     name: str
-    agent: str = POOL_AGENT
+    agent: str
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.name}/{self.agent}"
@@ -117,7 +117,8 @@ class TraceMetrics(BaseModel):
 
     trace_id: str
     task_type: str | None = None
-    agent: str = Field(default=POOL_AGENT, description="The run's agent, as resolved without an explicit name.")
+    agent: str | None = Field(default=None, description="The run's agent: the one passed, else the root agent "
+                              "span's name; None when the service has yet to infer it.")
     per_step: dict[str, list[MetricPoint]] = Field(default_factory=dict)
     per_trace: dict[str, float | None] = Field(default_factory=dict)
 
@@ -128,11 +129,15 @@ class TraceMetrics(BaseModel):
     def stream_values(self, tenant: str, agent: str | None = None) -> dict[StreamKey, float]:
         """The per-trace values that are known, keyed for the streams of the run's agent.
 
-        ``agent``: the name the caller gave (``options.agent``); default: :attr:`agent` (the root
-        agent span's name, else the task type, else the pool).
+        ``agent``: the run's agent as the service resolved it (named or inferred); default:
+        :attr:`agent`. Raises ``ValueError`` when neither is known.
         """
+        key = agent or self.agent
+        if key is None:
+            raise ValueError("stream_values needs the run's agent: pass agent= (the service resolves unnamed "
+                             "runs' agents by inference, model.core.identity)")
         return {
-            StreamKey(tenant, name, agent or self.agent): value
+            StreamKey(tenant, name, key): value
             for name, value in self.per_trace.items()
             if value is not None
         }
@@ -189,6 +194,7 @@ def extract_metrics(
     failure_prob: float | None = None,
     refusal_detector: str | None = "refusal",
     refusal_threshold: float = 0.5,
+    agent: str | None = None,
 ) -> TraceMetrics:
     """Per-step and per-trace metric series of ``trace``.
 
@@ -205,6 +211,9 @@ def extract_metrics(
     refusal_threshold
         Confidence at or above which a refusal finding counts (the rule gives 0.9 to a plain
         refusal and 0.4 to one followed by an answer).
+    agent
+        The run's agent as the service resolved it (named or inferred); default: the root
+        agent span's name, else ``None`` (:meth:`TraceMetrics.stream_values` then needs one).
 
     Raises
     ------
@@ -270,7 +279,7 @@ def extract_metrics(
     }
     for name, value in _numeric_items(trace.metadata, "metadata"):
         per_trace[name] = value
-    return TraceMetrics(trace_id=trace.id, task_type=trace.task_type, agent=resolve_agent(trace),
+    return TraceMetrics(trace_id=trace.id, task_type=trace.task_type, agent=agent or resolve_agent(trace),
                         per_step=per_step, per_trace=per_trace)
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from sklearn.metrics import adjusted_rand_score
 
-from model.core.identity import AgentProfile, RunSignature, assign, infer_agents, signature
+from model.core.identity import THRESHOLD, AgentProfile, RunSignature, assign, infer_agents, signature
 from model.core.schema import StepKind, Trace
 from model.data.genai_spans import otlp_content_off
 from model.data.realdata import RealRun, load_source
@@ -52,6 +52,7 @@ SPAN_MODEL: dict[str, tuple[str, str | None, str]] = {
 }
 TARGET_COVERAGE, TARGET_PURITY, TARGET_MIN_SIZE = 0.90, 0.95, 5
 
+
 @dataclass(frozen=True)
 class Run:
     """One stripped run with its truth (used only for scoring)."""
@@ -59,6 +60,7 @@ class Run:
     config: str
     model: str
     trace: Trace
+
 
 def config_of(r: RealRun) -> tuple[str, str]:
     """The run's configuration and model (truth labels: from the set's provenance, never an input)."""
@@ -69,18 +71,21 @@ def config_of(r: RealRun) -> tuple[str, str]:
     name = {"reflexion_hotpotqa": "reflexion"}.get(r.source, r.source)
     return name, SPAN_MODEL[name][0]
 
+
 def strip(trace: Trace, n: int) -> Trace:
     """What a user would send: no id that names the set, no task type, labels or metadata."""
     return trace.model_copy(update={"id": f"run-{n:05d}", "task_type": None, "labels": None, "metadata": {},
                                     "session_id": None}, deep=True)
 
+
 def load_runs() -> list[Run]:
-    out = []
+    out: list[Run] = []
     for source in ("tau_airline", "tau2", "agentprocessbench", "swe", "webshop", "reflexion_hotpotqa", "whowhen"):
         for r in load_source(source):
             config, model = config_of(r)
             out.append(Run(config, model, strip(r.trace, len(out))))
     return out
+
 
 def span_trace(run: Run) -> Trace:
     """The run as content-off GenAI spans, read back as ``/v1/diagnose`` reads them (format auto)."""
@@ -88,6 +93,7 @@ def span_trace(run: Run) -> Trace:
     doc = otlp_content_off(run.trace, model=run.model, provider=provider, operation=op)
     (trace,) = load_traces(doc)
     return trace
+
 
 def interleaved(runs: Sequence[Run], seed: int = 0) -> list[int]:
     """Indices: shuffled within each configuration, then a uniformly random merge of them."""
@@ -106,6 +112,7 @@ def interleaved(runs: Sequence[Run], seed: int = 0) -> list[int]:
         pos[c] += 1
     return out
 
+
 def blocks(runs: Sequence[Run], size: int = 100, seed: int = 0) -> list[int]:
     """Indices: blocks of ``size`` runs of one configuration (shuffled within), blocks shuffled."""
     rng = random.Random(seed)
@@ -118,6 +125,7 @@ def blocks(runs: Sequence[Run], size: int = 100, seed: int = 0) -> list[int]:
         chunks += [v[k:k + size] for k in range(0, len(v), size)]
     rng.shuffle(chunks)
     return [i for ch in chunks for i in ch]
+
 
 @dataclass(frozen=True)
 class Scores:
@@ -132,6 +140,7 @@ class Scores:
         return (min(self.coverage.values()) >= TARGET_COVERAGE and min(self.purity.values()) >= TARGET_PURITY
                 and min(self.sizes.values()) >= TARGET_MIN_SIZE)
 
+
 def score(truth: Sequence[str], pred: Sequence[str]) -> Scores:
     pairs = Counter(zip(truth, pred, strict=True))
     per_t: Counter[str] = Counter(truth)
@@ -142,6 +151,7 @@ def score(truth: Sequence[str], pred: Sequence[str]) -> Scores:
         best = max(((n, t) for (t, pp), n in pairs.items() if pp == p))
         purity[p], majority[p] = best[0] / per_p[p], best[1]
     return Scores(coverage, purity, dict(per_p), majority, float(adjusted_rand_score(truth, pred)))
+
 
 def _fmt_scores(title: str, s: Scores, configs: Sequence[str]) -> list[str]:
     lines = [f"#### {title}", "",
@@ -160,7 +170,9 @@ def _fmt_scores(title: str, s: Scores, configs: Sequence[str]) -> list[str]:
             f"{a} ({n} runs, {p:.2f} {m})" for a, n, p, m in sorted(impure, key=lambda x: -x[1])[:12])]
     return [*lines, ""]
 
+
 # ---- hard cases ----------------------------------------------------------------------------------
+
 
 def _with_system(trace: Trace, text: str, n: int) -> Trace:
     steps = [s.model_copy() for s in trace.steps]
@@ -169,6 +181,7 @@ def _with_system(trace: Trace, text: str, n: int) -> Trace:
             steps[i] = s.model_copy(update={"content": text})
     return trace.model_copy(update={"id": f"hard-{n:05d}", "steps": steps})
 
+
 def edited_policy(policy: str) -> str:
     """A mid-week edit of a policy: its second ``## `` section dropped, a new section added."""
     parts = re.split(r"(?m)^(?=## )", policy)
@@ -176,6 +189,7 @@ def edited_policy(policy: str) -> str:
     return "".join(kept) + ("\n## Loyalty upgrades\n\nGold members may be offered a free seat upgrade once per "
                             "reservation when a flight is delayed by more than two hours. Always confirm with the "
                             "user before applying it and record it in the reservation notes.\n")
+
 
 def hard_cases(runs: Sequence[Run]) -> list[str]:
     tau = [r for r in runs if r.config == "tau_airline"]
@@ -198,28 +212,27 @@ def hard_cases(runs: Sequence[Run]) -> list[str]:
             f"B {s.coverage['B']:.3f}, lowest purity {min(s.purity.values()):.3f}, ARI {s.ari:.3f} — told apart: "
             f"{'yes' if s.ok else 'NO'}. With content capture off the two are the same tools and model: "
             "nothing tells them apart (not measured as a miss: the information is not there)."]
-    # 2. one agent whose prompt is edited mid-week: the first 100 runs under the policy, the rest edited
-    edited = edited_policy(policy)
-    seq = [r.trace if k < 100 else _with_system(r.trace, edited, k) for k, r in enumerate(tau[i] for i in order)]
-    profiles: dict[str, AgentProfile] = {}
-    keys = []
-    for t in seq:
-        sig = signature(t)
-        key, _ = assign(sig, profiles)
-        if key is None:
-            key = f"agent-{len(profiles)}"
-            profiles[key] = AgentProfile()
-        profiles[key].update(sig)
-        keys.append(key)
-    after = Counter(keys[100:])
-    main = keys[0]
-    changes = profiles[main].describe()["instruction_changes"]
-    out += [f"2. Prompt edited mid-week (τ-airline, a section dropped and one added after run 100): "
-            f"{len(profiles)} agent(s); {after[main]} of {len(seq) - 100} later runs stay with the first agent; "
-            f"changes recorded in its profile: {len(changes)} (first: {changes[0] if changes else '—'})."]
+    # 2. one agent whose prompt changes mid-week: the first 100 runs under the policy, the rest (a) under
+    #    an edited one (a section dropped, one added), (b) under a rewritten one (τ² airline's)
+    for label, new_policy in (("edited (a section dropped, one added)", edited_policy(policy)),
+                              ("rewritten (τ² airline's policy)", tau2_policy)):
+        seq = [r.trace if k < 100 else _with_system(r.trace, new_policy, k)
+               for k, r in enumerate(tau[i] for i in order)]
+        profiles: dict[str, AgentProfile] = {}
+        keys = infer_agents([signature(t) for t in seq], profiles)
+        first = keys[0]
+        after = Counter(keys[100:])
+        desc = profiles[first].describe()
+        others = [profiles[k].describe()["origin"] for k in profiles if k != first]
+        out.append(f"2{'ab'[label.startswith('rewritten')]}. Prompt {label} after run 100 of τ-airline's 200 (same "
+                   f"runs otherwise): {len(profiles)} agent(s); {after[first]} of {len(seq) - 100} later runs stay "
+                   f"with the first agent; its recorded instruction changes: {desc['instruction_changes'] or '—'}; "
+                   f"new agents' recorded origin: {others[0] if others else '—'}.")
     return [*out, ""]
 
+
 # ---- cost ----------------------------------------------------------------------------------------
+
 
 def cost(runs: Sequence[Run]) -> str:
     """Median time of ``signature`` + ``assign`` against 20 profiles, for runs of about 30 steps."""
@@ -228,9 +241,10 @@ def cost(runs: Sequence[Run]) -> str:
     by: dict[str, list[RunSignature]] = defaultdict(list)
     for i in order:
         by[runs[i].config].append(signature(runs[i].trace))
-    for c, sigs in by.items():  # 20 profiles: each configuration's first half, and again split in two
-        profiles[c] = AgentProfile.from_signatures(sigs[:50])
-        profiles[c + "/2"] = AgentProfile.from_signatures(sigs[50:100])
+    for c, sigs in by.items():  # 20 profiles: each configuration's runs, cut in two (three for the largest)
+        parts = 3 if len(sigs) >= 500 else 2
+        for k in range(parts):
+            profiles[f"{c}/{k}"] = AgentProfile.from_signatures(sigs[k::parts][:60])
     profiles = dict(list(profiles.items())[:20])
     probe = [runs[i].trace for i in order if 20 <= len(runs[i].trace.steps) <= 40][:200]
     times = []
@@ -242,6 +256,7 @@ def cost(runs: Sequence[Run]) -> str:
             f"median {statistics.median(times) * 1e3:.3f} ms, 90th percentile "
             f"{sorted(times)[int(0.9 * len(times))] * 1e3:.3f} ms (system-prompt features cached by text, "
             "as in a running service).")
+
 
 def main() -> None:
     runs = load_runs()
@@ -258,6 +273,17 @@ def main() -> None:
             if view == "chat JSON":
                 chat_agents[name] = pred
             print("\n".join(_fmt_scores(f"{view}, {name}", score([truth[i] for i in order], pred), CONFIGS)))
+    print("#### Sensitivity to the threshold (interleaved; the default is "
+          f"{THRESHOLD})\n\n| threshold | chat: agents, ARI, targets | spans (content off): agents, ARI, targets |\n"
+          "| ---: | --- | --- |")
+    order = interleaved(runs)
+    for th in (0.5, 0.55, 0.6, 0.65, 0.7):
+        cells = []
+        for sigs in (chat, spans):
+            s = score([truth[i] for i in order], infer_agents([sigs[i] for i in order], threshold=th))
+            cells.append(f"{len(s.sizes)}, {s.ari:.3f}, {'met' if s.ok else 'not met'}")
+        print(f"| {th} | {cells[0]} | {cells[1]} |")
+    print()
     # the same run through spans: each span signature against the agents the chat runs formed
     order = interleaved(runs)
     by_agent: dict[str, list[RunSignature]] = defaultdict(list)
@@ -277,8 +303,10 @@ def main() -> None:
     print("\n".join(hard_cases(runs)))
     print("### Cost\n\n" + cost(runs) + "\n")
 
+
 if __name__ == "__main__":
     main()
+
 
 __all__ = ["CONFIGS", "Run", "Scores", "blocks", "config_of", "edited_policy", "hard_cases", "interleaved",
            "load_runs", "score", "span_trace", "strip"]
