@@ -187,8 +187,10 @@ def test_assign_with_no_profiles_and_the_threshold() -> None:
     sig = signature(billing_run(random.Random(0)))
     assert assign(sig, {}) == (None, 0.0)
     p = {"b": AgentProfile.from_signatures([sig])}
-    assert assign(sig, p) == ("b", pytest.approx(1.0))
-    assert assign(sig, p, threshold=1.01) == (None, pytest.approx(1.0))
+    key, sim = assign(sig, p)
+    assert key == "b" and sim == pytest.approx(1.0)
+    key, sim = assign(sig, p, threshold=1.01)
+    assert key is None and sim == pytest.approx(1.0)
     assert new_profile(sig, {}).origin is None
 
 
@@ -225,7 +227,7 @@ def test_a_fine_tune_shares_its_base_models_family() -> None:
 
 
 def test_real_runs_of_three_sets_stripped_form_three_agents() -> None:
-    runs = []
+    runs: list[Run] = []
     for source in ("tau_airline", "agentprocessbench", "reflexion_hotpotqa"):
         for r in load_source(source)[:40]:
             name, model = config_of(r)

@@ -87,13 +87,16 @@ EVIDENCE_FEATURES = 20.0
 SYSTEM_FLOOR, SYSTEM_FULL = 0.5, 0.9
 #: A system similarity under this scales the whole similarity down by the shortfall (times its evidence).
 SYSTEM_VETO = 0.5
+#: A run that opens otherwise than all of the agent's runs (who speaks first) has its similarity scaled
+#: by ``1 - OPENS_VETO``.
+OPENS_VETO = 0.5
 #: How much less a matching model (or LLM operation) weighs than a different one.
 SAME_MODEL_DISCOUNT = 0.75
 #: The evidence of a run lacking the tools the profile's runs have, or having tools where they had none
 #: (text channels: the template's size).
 ABSENT_EVIDENCE = 0.25
 #: Most features a profile keeps per channel (least-seen dropped first).
-PROFILE_CAP: dict[str, int] = {"system": 1500, "opening": 1500, "shape": 128, "args": 256, "tools": 256,
+PROFILE_CAP: dict[str, int] = {"system": 600, "opening": 600, "shape": 128, "args": 256, "tools": 256,
                                "model": 64, "ops": 32, "service": 32}
 #: The system text keeps one trigram in ``SYSTEM_SAMPLE`` (chosen by hash: the same ones every run).
 SYSTEM_SAMPLE = 3
@@ -111,6 +114,7 @@ _BRACKET_CALL = re.compile(r"^\s*\w+\[.*\]\s*$", re.DOTALL)
 _FAMILY_DATE = re.compile(r"-\d{4}-\d{2}-\d{2}$|-\d{8}$")
 _MASK = 0xFFFFFFFF
 _word_hash: dict[str, int] = {}
+_OPENS = tuple(zlib.crc32(f"opens:{k.value}".encode()) for k in StepKind)
 _system_cache: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}
 
 
@@ -244,7 +248,8 @@ def signature(trace: Trace) -> RunSignature:
         if not excerpt and opening:
             excerpt = _snippet(opening[0].content)
         users = sum(s.kind is StepKind.USER_INPUT for s in talk)
-        shape = ["first:" + ">".join(s.kind.value for s in talk[:3]), f"users:{min(users, 2)}",
+        shape = [f"opens:{talk[0].kind.value if talk else ''}", "first:" + ">".join(s.kind.value for s in talk[:3]),
+                 f"users:{min(users, 2)}",
                  f"reasons:{any(s.kind is StepKind.LLM_REASONING for s in talk)}"]
         calls = [s.content[:200].strip() for s in talk if s.kind is StepKind.TOOL_CALL]
         shape += {f"call:{_call_format(c)}" for c in calls}
@@ -420,8 +425,19 @@ class AgentProfile:
                 num += w * got[0]
                 den += w
                 if c == "system":  # other instructions: another agent, however alike its tools and layout
-                    veto = 1.0 - got[1] * max(0.0, SYSTEM_VETO - got[0])
+                    veto *= 1.0 - got[1] * max(0.0, SYSTEM_VETO - got[0])
+        if sig.content and self._opens_otherwise(sig):  # it waits for the user where the agent greets, or so
+            veto *= 1.0 - OPENS_VETO
         return veto * num / den if den else 0.0
+
+    def _opens_otherwise(self, sig: RunSignature) -> bool:
+        """Whether the agent's runs all open alike (who speaks first), from two runs on, and this
+        run opens otherwise."""
+        if self.n_content < 2:
+            return False
+        counts = self.counts["shape"]
+        usual = [f for f in _OPENS if counts.get(f, 0) >= 0.9 * self.n_content]
+        return bool(usual) and usual[0] not in sig.features("shape")
 
     # -- people and storage ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
