@@ -23,7 +23,7 @@ from model.core.identity import (
     signature,
 )
 from model.core.schema import Step, StepKind, Trace
-from model.data.genai_spans import otlp_content_off
+from model.data.genai_spans import otlp_content_off, otlp_content_on
 from model.data.realdata import load_source
 from model.importers import load_traces
 from model.training.identity_eval import Run, config_of, interleaved, score, strip
@@ -206,6 +206,20 @@ def test_content_capture_off_keeps_tools_model_and_service_only() -> None:
     model = {"billing": "gpt-4o", "travel": "gpt-4.1", "react": "text-davinci-003", "coder": "gemini-2.5-pro"}
     sigs = [signature(load_traces(otlp_content_off(t, model=model[a]))[0]) for a, t in zip(truth, traces, strict=True)]
     assert _partition(infer_agents(sigs)) == _partition(truth)
+
+
+def test_spans_with_content_give_the_chat_runs_agent() -> None:
+    truth, traces = _stream(6, seed=3)
+    chat = [signature(t) for t in traces]
+    profiles: dict[str, AgentProfile] = {}
+    keys = infer_agents(chat, profiles)
+    for t, key, sig in zip(traces, keys, chat, strict=True):
+        (back,) = load_traces(otlp_content_on(t, model="gpt-4o"))
+        span_sig = signature(back)
+        assert span_sig.content
+        for c in ("system", "opening", "shape", "tools"):  # what the text and calls show survives the spans
+            assert span_sig.channels.get(c) == sig.channels.get(c), c
+        assert assign(span_sig, profiles)[0] == key
 
 
 def test_content_off_runs_of_one_model_with_no_tool_in_common_are_two_agents() -> None:

@@ -22,6 +22,7 @@ runs the way such an exporter would. It reads back through :func:`model.importer
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from model.core.schema import StepKind, StepStatus, Trace
@@ -61,13 +62,16 @@ def otlp_content_off(trace: Trace, *, model: str | None, provider: str | None = 
         llm_attrs.append(_attr("gen_ai.provider.name", provider))
     if model:
         llm_attrs += [_attr("gen_ai.request.model", model), _attr("gen_ai.response.model", model)]
-    in_turn = False  # an LLM call is open: its text and the tool calls it made are one span
+    # an LLM call is open: its reasoning, one message and the tool calls it made are one span
+    in_turn = said = False
     for step in trace.steps:
         if step.kind in _LLM:
-            if not in_turn:
+            if not in_turn or said or step.kind is StepKind.LLM_REASONING:
                 add(f"{operation} {model or ''}".strip(), llm_attrs)
                 in_turn = True
+            said = step.kind is not StepKind.LLM_REASONING
         elif step.kind is StepKind.TOOL_CALL:
+            said = True
             if not in_turn:  # a call no recorded LLM turn made (a harness parsing text): the model's call
                 add(f"{operation} {model or ''}".strip(), llm_attrs)
             in_turn = True
@@ -86,4 +90,76 @@ def otlp_content_off(trace: Trace, *, model: str | None, provider: str | None = 
                                                "spans": spans}]}]}
 
 
-__all__ = ["otlp_content_off"]
+def _message(step: Any) -> dict[str, Any] | None:
+    """An input message (user text, a tool's result) in the GenAI ``parts`` shape."""
+    if step.kind is StepKind.USER_INPUT:
+        return {"role": "user", "parts": [{"type": "text", "content": step.content}]}
+    if step.kind is StepKind.TOOL_RESULT:
+        msg = {"role": "tool", "parts": [{"type": "tool_call_response", "id": step.call_id or "",
+                                          "response": step.content}]}
+        return {**msg, "name": step.tool_name} if step.tool_name else msg
+    return None
+
+
+def otlp_content_on(trace: Trace, *, model: str | None, provider: str | None = None, operation: str = "chat",
+                    service_name: str | None = None, trace_id: str | None = None) -> dict[str, Any]:
+    """``trace`` as an LLM client's GenAI instrumentation with content capture **on** sends it: one
+    chat span per assistant turn, carrying the system instructions, the whole conversation so far
+    as ``gen_ai.input.messages`` and the turn (text, reasoning, tool calls) as
+    ``gen_ai.output.messages``; tools run outside the instrumented client (no ``execute_tool``
+    spans), their results arrive in the next turn's input. Messages after the last assistant turn
+    (a tool result nobody read) are not in any span."""
+    tid = trace_id or hashlib.sha256(trace.id.encode("utf-8")).hexdigest()[:32]
+    system = "\n".join(st.content for st in trace.steps if st.kind is StepKind.SYSTEM)
+    base = [_attr("gen_ai.operation.name", operation)]
+    if provider:
+        base.append(_attr("gen_ai.provider.name", provider))
+    if model:
+        base += [_attr("gen_ai.request.model", model), _attr("gen_ai.response.model", model)]
+    if system:
+        base.append(_attr("gen_ai.system_instructions", json.dumps([{"type": "text", "content": system}])))
+    history: list[dict[str, Any]] = []
+    turn: list[dict[str, Any]] = []
+    spans: list[dict[str, Any]] = []
+
+    def close() -> None:
+        if not turn:
+            return
+        out = [{"role": "assistant", "parts": list(turn), "finish_reason": "stop"}]
+        k = len(spans)
+        spans.append({"traceId": tid, "spanId": hashlib.sha256(f"{tid}:{k}".encode()).hexdigest()[:16],
+                      "name": f"{operation} {model or ''}".strip(), "kind": 3,
+                      "startTimeUnixNano": str(1_700_000_000_000_000_000 + 2_000_000 * k),
+                      "endTimeUnixNano": str(1_700_000_000_000_000_000 + 2_000_000 * k + 1_000_000),
+                      "attributes": [*base, _attr("gen_ai.input.messages", json.dumps(history)),
+                                     _attr("gen_ai.output.messages", json.dumps(out))]})
+        history.extend(out)
+        turn.clear()
+
+    for step in trace.steps:
+        if step.kind in (StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT):
+            if any(p["type"] in ("text", "tool_call") for p in turn):  # another message: another call
+                close()
+            turn.append({"type": "text", "content": step.content})
+        elif step.kind is StepKind.LLM_REASONING:
+            close()
+            turn.append({"type": "reasoning", "content": step.content})
+        elif step.kind is StepKind.TOOL_CALL:
+            # the arguments as the model wrote them: JSON as an object, a ``verb[arg]`` or command as text
+            text = step.content.strip()
+            args = step.tool_args if step.tool_args is not None and text[:1] in ("{", "") else step.content
+            turn.append({"type": "tool_call", "id": step.call_id or "", "name": step.tool_name or "tool",
+                         "arguments": args})
+        else:
+            close()
+            msg = _message(step)
+            if msg is not None:
+                history.append(msg)
+    close()
+    resource = [_attr("service.name", service_name)] if service_name else []
+    return {"resourceSpans": [{"resource": {"attributes": resource},
+                               "scopeSpans": [{"scope": {"name": "opentelemetry.instrumentation.genai"},
+                                               "spans": spans}]}]}
+
+
+__all__ = ["otlp_content_off", "otlp_content_on"]

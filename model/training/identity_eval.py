@@ -32,7 +32,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from model.core.identity import THRESHOLD, AgentProfile, RunSignature, assign, infer_agents, signature
 from model.core.schema import StepKind, Trace
-from model.data.genai_spans import otlp_content_off
+from model.data.genai_spans import otlp_content_off, otlp_content_on
 from model.data.realdata import RealRun, load_source
 from model.importers import load_traces
 
@@ -86,11 +86,12 @@ def load_runs() -> list[Run]:
     return out
 
 
-def span_trace(run: Run) -> Trace:
-    """The run as content-off GenAI spans, read back as ``/v1/diagnose`` reads them (format auto)."""
+def span_trace(run: Run, *, content: bool = False) -> Trace:
+    """The run as GenAI spans (content capture off, or on), read back as ``/v1/diagnose`` reads them
+    (format auto)."""
     _, provider, op = SPAN_MODEL.get(run.config, (run.model, "openai", "chat"))
-    doc = otlp_content_off(run.trace, model=run.model, provider=provider, operation=op)
-    (trace,) = load_traces(doc)
+    export = otlp_content_on if content else otlp_content_off
+    (trace,) = load_traces(export(run.trace, model=run.model, provider=provider, operation=op))
     return trace
 
 
@@ -270,11 +271,13 @@ def main() -> None:
     truth = [r.config for r in runs]
     chat = [signature(r.trace) for r in runs]
     spans = [signature(span_trace(r)) for r in runs]
+    spans_on = [signature(span_trace(r, content=True)) for r in runs]
     print("## Agents inferred with nothing named (`python -m model.training.identity_eval`)\n")
     print(f"{len(runs)} real runs, {len(CONFIGS)} configurations: "
           + ", ".join(f"{c} {truth.count(c)}" for c in CONFIGS) + ".\n")
     chat_agents: dict[str, list[str]] = {}
-    for view, sigs in (("chat JSON", chat), ("GenAI spans, content capture off", spans)):
+    for view, sigs in (("chat JSON", chat), ("GenAI spans, content capture off", spans),
+                       ("GenAI spans, content capture on", spans_on)):
         for name, order in (("interleaved (seed 0)", interleaved(runs)), ("blocks of 100", blocks(runs))):
             pred = infer_agents([sigs[i] for i in order])
             if view == "chat JSON":
@@ -314,13 +317,16 @@ def main() -> None:
     profiles = {a: AgentProfile.from_signatures(v) for a, v in by_agent.items()}
     chat_of = dict(zip(order, chat_agents["interleaved (seed 0)"], strict=True))
     same: Counter[str] = Counter()
+    same_on: Counter[str] = Counter()
     for i in order:
         same[truth[i]] += assign(spans[i], profiles)[0] == chat_of[i]
-    print("#### The same run through chat JSON and through spans (content off)\n")
-    print("Each run's span signature assigned against the agents its chat JSON formed (interleaved):\n")
-    print("| configuration | same agent |\n| --- | ---: |")
+        same_on[truth[i]] += assign(spans_on[i], profiles)[0] == chat_of[i]
+    print("#### The same run through chat JSON and through spans\n")
+    print("Each run's span signature assigned against the agents the chat JSON runs formed (interleaved, "
+          "seed 0); chat logs carry no model, so with content off only the tool names are shared:\n")
+    print("| configuration | spans, content on | spans, content off |\n| --- | ---: | ---: |")
     for c in CONFIGS:
-        print(f"| {c} | {same[c] / truth.count(c):.3f} |")
+        print(f"| {c} | {same_on[c] / truth.count(c):.3f} | {same[c] / truth.count(c):.3f} |")
     print()
     print("\n".join(hard_cases(runs)))
     print("### Cost\n\n" + cost(runs) + "\n")
