@@ -6,8 +6,9 @@ Each run is stripped as a user would send it (trace id, ``task_type``, labels, m
 to one tenant, online, in two orders: shuffled within each configuration (seed 0) and interleaved
 across them (a uniformly random merge, seed 0); and in blocks of 100 runs of one configuration
 (blocks in a shuffled order, seed 0). Each order is read as chat JSON and as OTLP GenAI spans with
-content capture off (:func:`model.data.genai_spans.otlp_content_off`, read back through
-:func:`model.importers.load_traces`, the reader of ``/v1/diagnose`` and ``/otlp/v1/traces``).
+content capture off and on (:mod:`model.data.genai_spans`, read back through
+:func:`model.importers.load_traces`, the reader of ``POST /v1/diagnose``; ``/otlp/v1/traces``
+feeds sessions through :mod:`model.importers.live`, which reads the same span attributes).
 
 Per configuration: coverage (the share of its runs in its largest inferred agent); per inferred
 agent: purity (the share of its largest configuration) and size; the adjusted Rand index. The
