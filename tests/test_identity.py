@@ -192,6 +192,8 @@ def test_assign_with_no_profiles_and_the_threshold() -> None:
     key, sim = assign(sig, p, threshold=1.01)
     assert key is None and sim == pytest.approx(1.0)
     assert new_profile(sig, {}).origin is None
+    empty = signature(Trace(steps=[Step(kind=StepKind.USER_INPUT, content="   ")]))
+    assert empty.empty and not sig.empty and assign(empty, p) == (None, 0.0)
 
 
 def test_content_capture_off_keeps_tools_model_and_service_only() -> None:

@@ -198,6 +198,12 @@ class RunSignature:
     services: tuple[str, ...] = ()
     _sets: dict[str, frozenset[int]] = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to tell its agent by (no step with content, tool, model or service): such a run
+        matches no profile, and should not start an agent of its own."""
+        return not any(self.channels.values())
+
     def features(self, channel: str) -> frozenset[int]:
         got = self._sets.get(channel)
         if got is None:
@@ -416,6 +422,8 @@ class AgentProfile:
     def similarity(self, sig: RunSignature) -> float:
         """How much ``sig`` looks like this agent's runs, in [0, 1] (0 for an empty profile): the
         channels' similarities, each weighted by :data:`WEIGHTS` times the evidence it carries."""
+        if sig.empty:
+            return 0.0
         num = den = 0.0
         veto = 1.0
         for c in CHANNELS:
