@@ -1,0 +1,254 @@
+"""Agent identity without names (model/core/identity.py): exact assignments on generated runs,
+JSON round trips, content capture off, prompt changes, and a few real runs of three sets."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import random
+import re
+
+import pytest
+
+import model.core.identity as identity
+import model.data.genai_spans as genai_spans
+from model.core.identity import (
+    PROFILE_CAP,
+    AgentProfile,
+    RunSignature,
+    assign,
+    infer_agents,
+    new_agent_key,
+    new_profile,
+    signature,
+)
+from model.core.schema import Step, StepKind, Trace
+from model.data.genai_spans import otlp_content_off, otlp_content_on
+from model.data.realdata import load_source
+from model.importers import load_traces
+from model.training.identity_eval import Run, config_of, interleaved, score, strip
+
+_WORDS = ["order", "invoice", "parcel", "refund", "flight", "seat", "hotel", "room", "laptop", "phone", "bill",
+          "plan", "city", "river", "song", "paint", "garden", "coffee", "ticket", "report", "chart"]
+
+
+def _task(rng: random.Random, n: int = 12) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(n)) + f" #{rng.randrange(10_000)}"
+
+
+BILLING = ("You are the billing agent of Acme Corp. Answer questions about invoices and refunds. Never "
+           "promise a refund before you have checked the order with the lookup tool. Be brief, be exact, and "
+           "hand the customer to a person when they ask for one. Amounts are in euros, dates in ISO format.")
+TRAVEL = ("You book trips for Wanderly customers. Search flights and hotels, compare prices, and confirm every "
+          "booking with the customer before you pay. Keep a friendly tone and summarise the itinerary at the "
+          "end. Respect the travel policy: economy class below six hours, business class above.")
+
+
+def billing_run(rng: random.Random, *, system: str = BILLING) -> Trace:
+    steps = [Step(kind=StepKind.SYSTEM, content=system), Step(kind=StepKind.USER_INPUT, content=_task(rng))]
+    for k, tool in enumerate(["lookup_order", rng.choice(["refund", "send_invoice", "lookup_order"])]):
+        steps += [Step(kind=StepKind.TOOL_CALL, tool_name=tool, tool_args={"order_id": 7}, content='{"order_id": 7}',
+                       call_id=f"c{k}", model="gpt-4o"),
+                  Step(kind=StepKind.TOOL_RESULT, tool_name=tool, call_id=f"c{k}", content="ok")]
+    return Trace(steps=[*steps, Step(kind=StepKind.FINAL_OUTPUT, content=_task(rng, 8), model="gpt-4o")])
+
+
+def travel_run(rng: random.Random) -> Trace:
+    tools = ["search_flights", rng.choice(["search_hotels", "book", "pay"])]
+    steps = [Step(kind=StepKind.SYSTEM, content=TRAVEL),
+             Step(kind=StepKind.LLM_OUTPUT, content="Hello! Where would you like to go?"),
+             Step(kind=StepKind.USER_INPUT, content=_task(rng))]
+    for k, tool in enumerate(tools):
+        steps += [Step(kind=StepKind.TOOL_CALL, tool_name=tool, tool_args={"query": "x", "date": "d"},
+                       content='{"query": "x", "date": "d"}', call_id=f"t{k}", model="gpt-4.1"),
+                  Step(kind=StepKind.TOOL_RESULT, tool_name=tool, call_id=f"t{k}", content="[]"),
+                  Step(kind=StepKind.USER_INPUT, content=_task(rng, 5))]
+    return Trace(steps=[*steps, Step(kind=StepKind.LLM_OUTPUT, content=_task(rng, 6), model="gpt-4.1")])
+
+
+def react_run(rng: random.Random) -> Trace:
+    """No instructions at all: the question, then Thought / Search[...] / Finish[...]."""
+    q = _task(rng, 10)
+    return Trace(steps=[
+        Step(kind=StepKind.USER_INPUT, content=q + "?"),
+        Step(kind=StepKind.LLM_REASONING, content="I need to search " + q[:20]),
+        Step(kind=StepKind.TOOL_CALL, tool_name="search", tool_args={"query": q[:20]}, content=f"Search[{q[:20]}]"),
+        Step(kind=StepKind.TOOL_RESULT, tool_name="search", content=_task(rng, 30)),
+        Step(kind=StepKind.FINAL_OUTPUT, content=f"Finish[{q[:8]}]"),
+    ])
+
+
+def coder_run(rng: random.Random) -> Trace:
+    """A template that embeds the task between fixed instructions (SWE-bench style)."""
+    issue = " ".join(_task(rng, 40) for _ in range(3))
+    prompt = ("<pr_description>\nConsider the following PR description:\n" + issue + "\n</pr_description>\n\n"
+              "<instructions>\nMake changes to non-test files in the current directory to fix the issue. Run "
+              "one command at a time; when done, submit with echo COMPLETE_TASK_AND_SUBMIT.\n</instructions>")
+    return Trace(steps=[
+        Step(kind=StepKind.SYSTEM, content="You are a helpful assistant that can run shell commands."),
+        Step(kind=StepKind.USER_INPUT, content=prompt),
+        Step(kind=StepKind.LLM_OUTPUT, content="THOUGHT: look around"),
+        Step(kind=StepKind.TOOL_CALL, tool_name="bash", tool_args={"command": "ls"}, content="ls"),
+        Step(kind=StepKind.TOOL_RESULT, tool_name="bash", content="a.py b.py"),
+    ])
+
+
+MAKERS = {"billing": billing_run, "travel": travel_run, "react": react_run, "coder": coder_run}
+
+
+def _stream(n_each: int, seed: int = 0) -> tuple[list[str], list[Trace]]:
+    rng = random.Random(seed)
+    truth = [name for name in MAKERS for _ in range(n_each)]
+    rng.shuffle(truth)
+    return truth, [MAKERS[name](rng) for name in truth]
+
+
+def _partition(labels: list[str]) -> list[int]:
+    """Each run's label as the index of the first run with that label (compares partitions)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(x, i) for i, x in enumerate(labels)]
+
+
+def test_doctests() -> None:
+    for module in (identity, genai_spans):
+        assert doctest.testmod(module).failed == 0
+
+
+def test_generated_agents_are_told_apart_exactly_in_any_order() -> None:
+    truth, traces = _stream(15)
+    keys = infer_agents([signature(t) for t in traces])
+    assert _partition(keys) == _partition(truth)
+    # the key of each agent is its first run's (deterministic, short)
+    assert keys[0] == new_agent_key(signature(traces[0]))
+    assert all(re.fullmatch(r"agent-[0-9a-f]{8}", k) for k in keys)
+    # blocks of one agent after another: the same partition
+    order = sorted(range(len(truth)), key=lambda i: (truth[i], i))
+    keys = infer_agents([signature(traces[i]) for i in order])
+    assert _partition(keys) == _partition([truth[i] for i in order])
+
+
+def test_a_second_run_of_a_task_embedding_template_joins_the_first() -> None:
+    rng = random.Random(3)
+    first, second = coder_run(rng), coder_run(rng)
+    profiles = {"coder": AgentProfile.from_signatures([signature(first)])}
+    key, sim = assign(signature(second), profiles)
+    assert key == "coder" and sim >= identity.THRESHOLD
+    assert assign(signature(react_run(rng)), profiles)[0] is None
+
+
+def test_same_tools_and_model_with_other_instructions_is_another_agent() -> None:
+    rng = random.Random(5)
+    other = ("You are the collections agent of Acme Corp. Chase overdue invoices politely but firmly, offer a "
+             "payment plan after the second reminder and log every promise to pay with its date and amount.")
+    truth = ["billing" if rng.random() < 0.5 else "collections" for _ in range(30)]
+    traces = [billing_run(rng) if t == "billing" else billing_run(rng, system=other) for t in truth]
+    assert _partition(infer_agents([signature(t) for t in traces])) == _partition(truth)
+
+
+def test_an_edited_prompt_is_followed_and_recorded_a_rewritten_one_is_a_new_agent() -> None:
+    rng = random.Random(7)
+    edited = BILLING.replace("Be brief, be exact, and hand the customer to a person when they ask for one. ",
+                             "Be brief. ")
+    sigs = [signature(billing_run(rng)) for _ in range(10)] + [signature(billing_run(rng, system=edited))
+                                                               for _ in range(5)]
+    profiles: dict[str, AgentProfile] = {}
+    keys = infer_agents(sigs, profiles)
+    assert len(set(keys)) == 1
+    changes = profiles[keys[0]].describe()["instruction_changes"]
+    # recorded from the first edited run; by the fifth the profile has learned the new wording
+    assert [(c["first_run"], c["last_run"], c["runs"]) for c in changes] == [(11, 14, 4)]
+    # a rewrite: a new agent whose profile says why
+    sigs += [signature(billing_run(rng, system=TRAVEL)) for _ in range(3)]
+    keys = infer_agents(sigs, profiles := {})
+    assert len(set(keys[:15])) == 1 and len(set(keys[15:])) == 1 and keys[15] != keys[0]
+    origin = profiles[keys[15]].describe()["origin"]
+    assert origin["nearest"] == keys[0] and origin["channels"]["system"] == 0.0
+    assert "system 0.00" in origin["reason"]
+
+
+def test_round_trips_are_exact_and_profiles_stay_bounded() -> None:
+    truth, traces = _stream(8, seed=1)
+    sigs = [signature(t) for t in traces]
+    for s in sigs:
+        assert RunSignature.from_json(json.loads(json.dumps(s.to_json()))) == s
+    rng = random.Random(2)
+    many = [signature(coder_run(rng)) for _ in range(40)]  # every run brings ~100 new task trigrams
+    p = AgentProfile.from_signatures(many)
+    assert p.n_runs == 40 and all(len(p.counts[c]) <= PROFILE_CAP[c] * 5 // 4 for c in p.counts)
+    q = AgentProfile.from_json(json.loads(json.dumps(p.to_json())))
+    assert q.to_json() == p.to_json() and q.describe() == p.describe()
+    assert [q.similarity(s) for s in sigs] == [p.similarity(s) for s in sigs]
+    d = p.describe()
+    assert d["tools"] == ["bash"] and d["n_runs"] == 40 and d["models"] == [] and d["service_names"] == []
+    assert d["template_excerpt"] == "You are a helpful assistant that can run shell commands."
+
+
+def test_assign_with_no_profiles_and_the_threshold() -> None:
+    sig = signature(billing_run(random.Random(0)))
+    assert assign(sig, {}) == (None, 0.0)
+    p = {"b": AgentProfile.from_signatures([sig])}
+    key, sim = assign(sig, p)
+    assert key == "b" and sim == pytest.approx(1.0)
+    key, sim = assign(sig, p, threshold=1.01)
+    assert key is None and sim == pytest.approx(1.0)
+    assert new_profile(sig, {}).origin is None
+    empty = signature(Trace(steps=[Step(kind=StepKind.USER_INPUT, content="   ")]))
+    assert empty.empty and not sig.empty and assign(empty, p) == (None, 0.0)
+
+
+def test_content_capture_off_keeps_tools_model_and_service_only() -> None:
+    rng = random.Random(4)
+    doc = otlp_content_off(travel_run(rng), model="gpt-4.1", provider="openai", service_name="wanderly")
+    (trace,) = load_traces(doc)  # what /v1/diagnose reads (format auto)
+    sig = signature(trace)
+    assert not sig.content and sig.services == ("wanderly",) and sig.models == ("gpt-4.1",)
+    assert set(sig.channels) == {"tools", "model", "ops", "service"}
+    # agents with other tools or models are told apart on what is left
+    truth, traces = _stream(10, seed=2)
+    model = {"billing": "gpt-4o", "travel": "gpt-4.1", "react": "text-davinci-003", "coder": "gemini-2.5-pro"}
+    sigs = [signature(load_traces(otlp_content_off(t, model=model[a]))[0]) for a, t in zip(truth, traces, strict=True)]
+    assert _partition(infer_agents(sigs)) == _partition(truth)
+
+
+def test_spans_with_content_give_the_chat_runs_agent() -> None:
+    truth, traces = _stream(6, seed=3)
+    chat = [signature(t) for t in traces]
+    profiles: dict[str, AgentProfile] = {}
+    keys = infer_agents(chat, profiles)
+    for t, key, sig in zip(traces, keys, chat, strict=True):
+        (back,) = load_traces(otlp_content_on(t, model="gpt-4o"))
+        span_sig = signature(back)
+        assert span_sig.content
+        for c in ("system", "opening", "shape", "tools"):  # what the text and calls show survives the spans
+            assert span_sig.channels.get(c) == sig.channels.get(c), c
+        assert assign(span_sig, profiles)[0] == key
+
+
+def test_content_off_runs_of_one_model_with_no_tool_in_common_are_two_agents() -> None:
+    """The known limit: with content capture off, one model and disjoint tools is all a run shows, and
+    many agents share a model; such runs start separate agents (a tenant can merge them)."""
+    def run(tools: list[str]) -> RunSignature:
+        steps = [Step(kind=StepKind.USER_INPUT, content="x")]
+        for k, t in enumerate(tools):
+            steps += [Step(kind=StepKind.TOOL_CALL, tool_name=t, call_id=f"c{k}"),
+                      Step(kind=StepKind.TOOL_RESULT, tool_name=t, call_id=f"c{k}", content="ok")]
+        return signature(load_traces(otlp_content_off(Trace(steps=steps), model="gpt-4o"))[0])
+
+    keys = infer_agents([run(["search_flights", "search_hotels"]), run(["book", "pay"]), run(["search_flights"])])
+    assert _partition(keys) == [0, 1, 0]
+
+
+def test_a_fine_tune_shares_its_base_models_family() -> None:
+    assert identity.model_family("ft:gpt-4.1-2025-04-14:acme:x:abc") == identity.model_family("gpt-4.1")
+
+
+def test_real_runs_of_three_sets_stripped_form_three_agents() -> None:
+    runs: list[Run] = []
+    for source in ("tau_airline", "agentprocessbench", "reflexion_hotpotqa"):
+        for r in load_source(source)[:40]:
+            name, model = config_of(r)
+            runs.append(Run(name, model, strip(r.trace, len(runs))))
+    assert all(r.trace.task_type is None and r.trace.labels is None and r.trace.id.startswith("run-") for r in runs)
+    order = interleaved(runs)
+    s = score([runs[i].config for i in order], infer_agents([signature(runs[i].trace) for i in order]))
+    assert len(s.sizes) == 3 and s.ari == 1.0
