@@ -51,9 +51,9 @@ def test_resolution_order() -> None:
     assert agent_and_source(spans, "front-desk") == ("front-desk", "option")
     assert agent_and_source(spans) == ("planner", "span")
     assert agent_and_source(spans, task_type_names_agent=True) == ("planner", "span")
-    # a task type names the agent only when the caller says so; else the service infers it
-    assert agent_and_source(Trace(task_type=" bookings ")) == (None, "inferred")
+    # the task type names the agent only when the caller asks (issue 31); else the service infers it
     assert agent_and_source(Trace(task_type=" bookings "), task_type_names_agent=True) == ("bookings", "task_type")
+    assert agent_and_source(Trace(task_type=" bookings ")) == (None, "inferred")
     assert agent_and_source(Trace(task_type="  "), task_type_names_agent=True) == (None, "inferred")
     assert resolve_agent(Trace(metadata={"gen_ai.agent.name": 7})) is None  # not a name
     assert resolve_agent(Trace(), "x" * 300) == "x" * 200
@@ -84,16 +84,23 @@ def _agent_of(service: TriageService, tenant: str, trace_id: str) -> str:
 
 def test_the_service_stores_each_runs_agent(service: TriageService) -> None:
     steps = [Step(kind=StepKind.USER_INPUT, content="hi"), Step(kind=StepKind.FINAL_OUTPUT, content="hello")]
-    service.diagnose("t", Trace(id="named", steps=steps, task_type="chat"), DiagnoseOptions(agent="greeter"))
-    service.diagnose("t", Trace(id="typed", steps=steps, task_type="chat"), DiagnoseOptions())
-    service.diagnose("t", Trace(id="bare", steps=steps), DiagnoseOptions())
-    service.diagnose("t", load_trace(_spans(), format="otel"), DiagnoseOptions())
+    answers = [
+        service.diagnose("t", Trace(id="named", steps=steps, task_type="chat"), DiagnoseOptions(agent="greeter")),
+        service.diagnose("t", Trace(id="typed", steps=steps, task_type="chat"), DiagnoseOptions(agent_from_task_type=True)),
+        service.diagnose("t", Trace(id="bare", steps=steps, task_type="chat"), DiagnoseOptions()),
+        service.diagnose("t", load_trace(_spans(), format="otel"), DiagnoseOptions()),
+    ]
+    inferred = _agent_of(service, "t", "bare")
+    assert inferred.startswith("agent-") and inferred != POOL_AGENT  # no pool any more (issue 31)
     assert [_agent_of(service, "t", i) for i in ("named", "typed", "bare", "t" * 32)] == [
-        "greeter", "chat", POOL_AGENT, "planner"]
-    # a session: the pool until it names its agent; then the latest named, kept by later appends
+        "greeter", "chat", inferred, "planner"]
+    assert [(a.agent, a.agent_source) for a in answers] == [
+        ("greeter", "option"), ("chat", "task_type"), (inferred, "inferred"), ("planner", "span")]
+    # a session: an agent inferred at its first append until it names one; then the latest named,
+    # kept by later appends
     hi = [{"role": "user", "content": "hi"}]
     first = service.append_steps("t", "s1", AppendStepsRequest(messages=hi))
-    assert _agent_of(service, "t", first.trace_id) == POOL_AGENT
+    assert _agent_of(service, "t", first.trace_id) == first.agent and first.agent_source == "inferred"
     service.append_steps("t", "s1", AppendStepsRequest(messages=hi, options=DiagnoseOptions(agent="desk")))
     assert _agent_of(service, "t", first.trace_id) == "desk"
     service.append_steps("t", "s1", AppendStepsRequest(messages=hi, task_type="other"))
@@ -104,9 +111,9 @@ def test_the_service_stores_each_runs_agent(service: TriageService) -> None:
 
 def test_otlp_sessions_take_the_root_agent_span(service: TriageService) -> None:
     spans = _spans()
-    (key,) = service.append_spans("t", {"spans": spans[:1]})  # the LLM call ends first: no agent yet
+    (key,) = service.append_spans("t", {"spans": spans[:1]})  # the LLM call ends first: no agent named yet
     session = service.sessions.get_session("t", key)
-    assert _agent_of(service, "t", session.trace_id) == POOL_AGENT
+    assert _agent_of(service, "t", session.trace_id).startswith("agent-")  # inferred
     assert service.append_spans("t", {"spans": spans[1:]}) == {key: None}  # the agent spans: no step
     later = {**spans[0], "span_id": "d" * 16, "start_time_unix_nano": 5}
     service.append_spans("t", {"spans": [later]})

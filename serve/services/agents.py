@@ -38,9 +38,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from model.core.agents import AgentSource, agent_and_source, clean_agent_name
+from model.core.agents import POOL_AGENT, AgentSource, agent_and_source, clean_agent_name
 from model.core.errors import InputError, NotFoundError
-from model.core.identity import AgentProfile, RunSignature, assign, new_agent_key, signature
+from model.core.identity import AgentProfile, RunSignature, assign, new_agent_key, new_profile, signature
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.scoring.agent_registry import Registry
@@ -67,6 +67,8 @@ class Resolved:
     source: AgentSource
     sig: RunSignature | None = None
     named: bool = False
+    #: the profile that matched, when it is an agent merged into ``agent`` (its profile still matches)
+    profile_key: str | None = None
 
 
 @dataclass
@@ -110,10 +112,13 @@ class Agents:
                     src = s
             return Resolved(self.follow(tenant, stored), src, named=True)
         sig = signature(trace)
+        if sig.empty:  # nothing to tell its agent by (no content, tool, model or service): it starts none
+            return Resolved(POOL_AGENT, "inferred", named=True)
         known = self._tenant(tenant)
         match, _ = assign(sig, known.profiles)
         if match is not None:
-            return Resolved(match, "inferred", sig)
+            agent = known.aliases.get(match, match)
+            return Resolved(agent, "inferred", sig, profile_key=match if agent != match else None)
         return Resolved(self._create(tenant, sig, db), "inferred")
 
     def follow(self, tenant: str, key: str) -> str:
@@ -128,11 +133,12 @@ class Agents:
             if n is None:  # renamed or merged meanwhile: its new key counts its next runs
                 return
             if n <= PROFILE_EVERY_RUN or n % PROFILE_SAMPLE == 0:  # the profile: a sample past its first runs
-                prof = self.store.lock_agent_profile(db, tenant, resolved.agent)
+                which = resolved.profile_key or resolved.agent
+                prof = self.store.lock_agent_profile(db, tenant, which, alias=resolved.profile_key is not None)
                 if prof is not None:
                     profile = AgentProfile.from_json(prof)
                     profile.update(resolved.sig)
-                    self.store.save_agent(db, tenant, resolved.agent, profile=profile.to_json())
+                    self.store.save_agent(db, tenant, which, profile=profile.to_json())
         elif resolved.named and (tenant, resolved.agent) not in self._rows_seen:
             if resolved.agent not in self._tenant(tenant).keys:
                 self.store.insert_agent(db, tenant, resolved.agent, source=resolved.source)
@@ -157,7 +163,7 @@ class Agents:
             self.record(db, tenant, Resolved(key, "inferred", sig))
             return key, known
         key = self._free_key(new_agent_key(sig), known.keys)
-        profile = AgentProfile.from_signatures([sig])
+        profile = new_profile(sig, known.profiles)  # records why no agent took it (describe()["origin"])
         self.store.insert_agent(db, tenant, key, source="inferred", profile=profile.to_json(), n_runs=profile.n_runs)
         known.profiles[key] = profile
         known.keys.add(key)
@@ -182,8 +188,9 @@ class Agents:
 
     def _load(self, tenant: str, db: Any = None) -> _Known:
         rows = self.store.agent_rows(tenant, db)
-        profiles = {r["key"]: AgentProfile.from_json(r["profile"]) for r in rows
-                    if r["alias_of"] is None and isinstance(r["profile"], dict)}
+        # an agent merged into another keeps its profile (an alias row's): its runs still match, and
+        # follow the alias to the agent they joined
+        profiles = {r["key"]: AgentProfile.from_json(r["profile"]) for r in rows if isinstance(r["profile"], dict)}
         aliases = {r["key"]: r["alias_of"] for r in rows if r["alias_of"] is not None}
         return _Known(time.monotonic(), profiles, aliases, {r["key"] for r in rows})
 
@@ -267,11 +274,10 @@ class Agents:
             if into_row is None:
                 self.store.insert_agent(db, tenant, into, source="option")
             kept = self.store.newest_activation(db, tenant, into)
-            self._move_all(db, tenant, key, into, reset_streams=True)
+            self._move_all(db, tenant, key, into, reset_streams=True, keep_profile=True)
             self.store.move_activations(db, tenant, key, into)
             if kept is not None:  # the agent merged into keeps the model it served
                 self.store.add_activation(db, tenant, into, kept, actor=actor, action="promote")
-            self._rebuild_profile(db, tenant, into)
         self.forget(tenant)
         return self._one(tenant, into)
 
@@ -309,15 +315,25 @@ class Agents:
                                     name=name)
             self.store.rekey(db, tenant, key, new, trace_ids=found)
             self.store.reset_streams(db, tenant, key)
+            for r in self.store.agent_rows(tenant, db):  # agents merged into it: its rebuilt profile speaks for them
+                if r["alias_of"] == key and r["profile"] is not None:
+                    self.store.save_agent(db, tenant, r["key"], profile=None)
             self._rebuild_profile(db, tenant, key)
         self.forget(tenant)
         return self._one(tenant, new)
 
-    def _move_all(self, db: Any, tenant: str, old: str, new: str, *, reset_streams: bool) -> None:
+    def _move_all(self, db: Any, tenant: str, old: str, new: str, *, reset_streams: bool,
+                  keep_profile: bool = False) -> None:
+        """``old``'s runs, streams and aliases move to ``new``; ``old`` becomes an alias. A merged
+        agent's profile stays on its alias row (``keep_profile``): the runs that matched it keep
+        matching it and follow the alias; a renamed agent's profile went to its new row."""
         self.store.rekey(db, tenant, old, new)
         self.store.move_streams(db, tenant, old, new, reset=reset_streams)
         self.store.insert_agent(db, tenant, old, source="option")  # (runs without a row until now)
-        self.store.save_agent(db, tenant, old, alias_of=new, profile=None, n_runs=0)
+        if keep_profile:
+            self.store.save_agent(db, tenant, old, alias_of=new, n_runs=0)
+        else:
+            self.store.save_agent(db, tenant, old, alias_of=new, profile=None, n_runs=0)
         self.store.point_aliases(db, tenant, old, new)
 
     def _rebuild_profile(self, db: Any, tenant: str, key: str) -> None:

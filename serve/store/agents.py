@@ -105,10 +105,12 @@ class Agents(StoreBase):
         """Drop the agent row of ``key`` (an alias about to become an agent again)."""
         db.execute(delete(core(AgentRow)).where(core(AgentRow).c.tenant_id == tenant, core(AgentRow).c.key == key))
 
-    def lock_agent_profile(self, db: Session, tenant: str, key: str) -> dict[str, Any] | None:
-        """The agent's profile JSON, locked for this transaction (None: no row, or no profile)."""
+    def lock_agent_profile(self, db: Session, tenant: str, key: str, *, alias: bool = False) -> dict[str, Any] | None:
+        """The agent's profile JSON, locked for this transaction (None: no row, or no profile).
+        ``alias``: the profile kept by an agent merged into another (its row is an alias)."""
         t = core(AgentRow).c
-        q = select(t.profile).where(t.tenant_id == tenant, t.key == key, t.alias_of.is_(None))
+        q = select(t.profile).where(t.tenant_id == tenant, t.key == key,
+                                    t.alias_of.is_not(None) if alias else t.alias_of.is_(None))
         if self.dialect == "postgresql":
             q = q.with_for_update()
         value = db.execute(q).scalar_one_or_none()

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from alembic import op
 from pydantic import ValidationError
 
-from model.core.identity import AgentProfile, assign, new_agent_key, signature
+from model.core.identity import AgentProfile, assign, new_agent_key, new_profile, signature
 from model.core.schema import Trace
 
 revision = "0013"
@@ -87,6 +87,8 @@ def _infer_pool(conn: Any, now: datetime) -> None:
         moved: dict[str, str] = {}
         for _, tid, body, in_rows in runs:
             sig = signature(_trace(conn, tenant, tid, body, bool(in_rows)))
+            if sig.empty:  # nothing to tell its agent by: it stays where it is (model/core/agents.py)
+                continue
             key, _ = assign(sig, profiles)
             if key is None:
                 key = base = new_agent_key(sig)
@@ -94,7 +96,7 @@ def _infer_pool(conn: Any, now: datetime) -> None:
                 while key in profiles:
                     n += 1
                     key = f"{base}-{n}"
-                profiles[key] = AgentProfile.from_signatures([sig])
+                profiles[key] = new_profile(sig, profiles)
             else:
                 profiles[key].update(sig)
             moved[tid] = key
