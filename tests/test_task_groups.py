@@ -214,3 +214,11 @@ def test_a_few_real_runs_stripped() -> None:
         else:
             assert s.pair_recall >= 0.85
             assert before.pair_recall < 0.3
+
+
+def test_two_near_duplicates_out_of_three_are_a_task_not_a_template() -> None:
+    ask = "please refund order 1234 for Ana Lima, the blue shoes were too small"
+    runs = [Trace(steps=[Step(kind=StepKind.USER_INPUT, content=t)])
+            for t in (ask, ask + " thanks", "book a flight from Lisbon to Porto next Monday")]
+    g = group_runs(runs, [None, None, None])
+    assert g[0] == g[1] != g[2]

@@ -185,6 +185,11 @@ def task_view(trace: Trace, config: GroupingConfig | None = None) -> TaskView:
     return TaskView(words, frozenset(ents), constraints, readouts)
 
 
+def _majority(total: int) -> float:
+    """More runs than this sharing a feature make it template: half of them, and never just two."""
+    return max(0.5 * total, 2.0)
+
+
 def _cosines(feats: Sequence[frozenset[str]], weights: Sequence[int], max_df: float,
              max_postings: int, kinds: Sequence[int] | None = None,
              min_df_cap: int = 8) -> dict[tuple[int, int], float]:
@@ -197,7 +202,7 @@ def _cosines(feats: Sequence[frozenset[str]], weights: Sequence[int], max_df: fl
     for i, f in enumerate(feats):
         for x in f:
             post[x].append(i)
-    cap = min(0.5 * total, max(float(min_df_cap), max_df * total))  # a majority is always template
+    cap = min(_majority(total), max(float(min_df_cap), max_df * total))  # a majority is always template
     norm = [0.0] * len(feats)
     acc: dict[tuple[int, int], float] = defaultdict(float)
     for p in post.values():
@@ -323,7 +328,7 @@ def cluster_tasks(traces: Sequence[Trace], config: GroupingConfig | None = None)
     for v in views:
         for w in v.words:
             df[w] += 1
-    common = {w for w, c in df.items() if c > 0.5 * n} if n > 2 else set()
+    common = {w for w, c in df.items() if c > _majority(n)}
     # exact repeats (the same differing opening, or nothing but the same identifiers) are one node
     nodes: dict[tuple[Any, ...], int] = {}
     node_of: list[int] = []
