@@ -76,7 +76,7 @@ def _truth(tasks: list[int]) -> set[frozenset[int]]:
     return _partition([str(t) for t in tasks])
 
 
-@pytest.mark.parametrize(("tasks", "trials", "seed"), [(12, 4, 0), (30, 3, 1), (6, 5, 2)])
+@pytest.mark.parametrize(("tasks", "trials", "seed"), [(12, 4, 0), (30, 3, 1), (6, 5, 2), (100, 3, 8), (2, 2, 5)])
 def test_shared_long_template_gives_exactly_the_tasks(tasks: int, trials: int, seed: int) -> None:
     traces, truth = templated_runs(tasks, trials, seed)
     groups = group_runs(traces, [None] * len(traces))

@@ -63,15 +63,14 @@ class GroupingConfig:
     text_max_df: float = 0.10
     entity_max_df: float = 0.25
     max_postings: int = 64
-    threshold: float = 0.3
-    text_threshold: float = 0.3
+    threshold: float = 0.35
     constraint_calls: int = 2
     state_calls: int = 10
     routine_share: float = 0.05
     state_max_df: float = 0.25
 
     def __post_init__(self) -> None:
-        for name in ("text_max_df", "entity_max_df", "threshold", "text_threshold", "routine_share", "state_max_df"):
+        for name in ("text_max_df", "entity_max_df", "threshold", "routine_share", "state_max_df"):
             v = getattr(self, name)
             if not 0.0 < v <= 1.0:
                 raise InputError(f"{name} must be in (0, 1]; got {v!r}", path=name)
@@ -353,8 +352,7 @@ def cluster_tasks(traces: Sequence[Trace], config: GroupingConfig | None = None)
     kinds = [openings.setdefault(v.words, len(openings)) for v in rv]
     s_text = _cosines([v.words for v in rv], weights, cfg.text_max_df, cfg.max_postings, kinds)
     s_ent = _cosines([v.entities for v in rv], weights, cfg.entity_max_df, cfg.max_postings)
-    scale = cfg.threshold / cfg.text_threshold  # the opening's cosine on the identifiers' scale
-    sims = {pair: s * scale for pair, s in s_text.items()}
+    sims = dict(s_text)
     for pair, s in s_ent.items():
         if s > sims.get(pair, 0.0):
             sims[pair] = s
