@@ -7,15 +7,17 @@ rarely repeat each other word for word (a simulated user paraphrases). So a run'
 what *differs* across the agent's runs, on three kinds of evidence:
 
 1. **the opening's words** — system messages, the first ``user_messages`` user messages (or the
-   first message, when a run opens with none): word features, minus those in more than
-   ``text_max_df`` of the agent's runs (the template, long or short, whatever its position);
+   first message, when a run opens with none): word features, minus the template — words in more
+   than ``text_max_df`` of the agent's distinct openings (but never those in ``min_df_cap`` runs or
+   fewer, and always those in a majority), long or short, wherever it sits;
 2. **the task's identifying arguments** — identifiers in the user's messages (tokens with digits or
    underscores: ``mia_li_3668``, ``PEP4E0``, ``555-123-2002``), the ``key=value`` leaves of the
    early tool calls' arguments and JSON results, and each (call, answer) pair — minus those in more
    than ``entity_max_df`` of the runs;
 3. **the environment's answers** — a task is one starting state, so the first ``constraint_calls``
    calls of two runs of one task get the same answer to the same call. Two runs that got different
-   answers to the same early call are never grouped (a cannot-link), and runs that got the same
+   answers to the same early call are never grouped (a cannot-link; failed calls say nothing and
+   are left out), and runs that got the same
    answer to a *routine* call (one made by at least ``routine_share`` of the runs, answered
    differently across runs: a state read-out) are joined, most specific answer first.
 
@@ -56,25 +58,27 @@ from model.core.schema import StepKind, StepStatus, Trace
 @dataclass(frozen=True)
 class GroupingConfig:
     """How :func:`group_runs` recovers tasks (defaults chosen on τ-airline, AgentProcessBench, SWE
-    and WebShop; ``reports/task_groups.md``)."""
+    and WebShop; ``reports/task_groups.md``). Shares are of the runs grouped together (one agent's)."""
 
-    user_messages: int = 2
-    entity_steps: int = 60
-    text_max_df: float = 0.10
-    entity_max_df: float = 0.25
-    max_postings: int = 64
-    threshold: float = 0.35
-    constraint_calls: int = 2
-    state_calls: int = 10
-    routine_share: float = 0.05
-    state_max_df: float = 0.25
+    user_messages: int = 2        # user messages of the opening read
+    entity_steps: int = 60        # steps (system messages aside) read for identifiers and answers
+    text_max_df: float = 0.10     # an opening word in more of the openings is template
+    entity_max_df: float = 0.25   # an identifier or answer in more of the runs says nothing of the task
+    min_df_cap: int = 8           # ... but one in this many runs or fewer always counts (small agents)
+    max_postings: int = 64        # the cost bound: a feature in more nodes makes no candidate pairs
+    threshold: float = 0.35       # average-linkage cosine
+    constraint_calls: int = 2     # the first calls whose answers must agree within a group
+    state_calls: int = 10         # the first calls whose answers may join groups (state read-outs)
+    routine_share: float = 0.05   # a call made by at least this share of the runs is routine
+    state_max_df: float = 0.25    # a read-out answer shared by more of the runs joins nothing
 
     def __post_init__(self) -> None:
         for name in ("text_max_df", "entity_max_df", "threshold", "routine_share", "state_max_df"):
             v = getattr(self, name)
             if not 0.0 < v <= 1.0:
                 raise InputError(f"{name} must be in (0, 1]; got {v!r}", path=name)
-        for name in ("user_messages", "entity_steps", "max_postings", "constraint_calls", "state_calls"):
+        for name in ("user_messages", "entity_steps", "min_df_cap", "max_postings", "constraint_calls",
+                     "state_calls"):
             if getattr(self, name) < 0:
                 raise InputError(f"{name} must be ≥ 0; got {getattr(self, name)!r}", path=name)
 
@@ -350,8 +354,8 @@ def cluster_tasks(traces: Sequence[Trace], config: GroupingConfig | None = None)
     rv = [views[i] for i in reps]
     openings: dict[frozenset[str], int] = {}
     kinds = [openings.setdefault(v.words, len(openings)) for v in rv]
-    s_text = _cosines([v.words for v in rv], weights, cfg.text_max_df, cfg.max_postings, kinds)
-    s_ent = _cosines([v.entities for v in rv], weights, cfg.entity_max_df, cfg.max_postings)
+    s_text = _cosines([v.words for v in rv], weights, cfg.text_max_df, cfg.max_postings, kinds, cfg.min_df_cap)
+    s_ent = _cosines([v.entities for v in rv], weights, cfg.entity_max_df, cfg.max_postings, None, cfg.min_df_cap)
     sims = dict(s_text)
     for pair, s in s_ent.items():
         if s > sims.get(pair, 0.0):
