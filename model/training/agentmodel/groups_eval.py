@@ -7,8 +7,7 @@ the task as ``realdata`` groups it (τ²: the task across both models and both m
 question). Per set: true tasks, groups found, same-task pair recall and pair precision, B-cubed
 precision / recall / F1 (each with a 95 % interval from resampling the true tasks), and the time.
 The same for the clustering before issue 31 (``baseline_groups``: trigram Jaccard on the first user
-message), for comparison, and the time on all
-sets pooled (the largest input, as one agent).
+message), for comparison, and the time on all sets pooled (the largest input, as one agent).
 
 ``python -m model.training.agentmodel.groups_eval [--out reports/task_groups.md]``.
 """
