@@ -222,3 +222,17 @@ def test_two_near_duplicates_out_of_three_are_a_task_not_a_template() -> None:
             for t in (ask, ask + " thanks", "book a flight from Lisbon to Porto next Monday")]
     g = group_runs(runs, [None, None, None])
     assert g[0] == g[1] != g[2]
+
+
+def test_the_groups_do_not_depend_on_the_order_of_the_runs() -> None:
+    """Ties and a node's representative are broken by content, not position: a retrain reading the
+    store in another order gets the same groups."""
+    from model.data.realdata import first_groups, load_source
+
+    runs = [r.trace for r in first_groups(load_source("tau2"), 24)]
+    base = _partition(group_runs(runs, [None] * len(runs)))
+    for seed in range(3):
+        idx = list(range(len(runs)))
+        random.Random(seed).shuffle(idx)
+        g = group_runs([runs[i] for i in idx], [None] * len(runs))
+        assert {frozenset(idx[j] for j in p) for p in _partition(g)} == base

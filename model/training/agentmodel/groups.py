@@ -332,11 +332,15 @@ def cluster_tasks(traces: Sequence[Trace], config: GroupingConfig | None = None)
         for w in v.words:
             df[w] += 1
     common = {w for w, c in df.items() if c > _majority(n)}
-    # exact repeats (the same differing opening, or nothing but the same identifiers) are one node
+    # exact repeats (the same differing opening, or nothing but the same identifiers) are one node; a
+    # node's view is its member with the least digest, and nodes are ordered by it, so that neither
+    # depends on the order the runs came in
+    digest = [_digest(repr((sorted(v.words), sorted(v.entities), sorted(v.constraints.items()),
+                            sorted(v.readouts.items())))) for v in views]
     nodes: dict[tuple[Any, ...], int] = {}
     node_of: list[int] = []
     reps: list[int] = []
-    for v in views:
+    for i, v in enumerate(views):
         rest = v.words - common
         if not rest and not v.entities and not v.constraints:
             node_of.append(-1)
@@ -345,8 +349,14 @@ def cluster_tasks(traces: Sequence[Trace], config: GroupingConfig | None = None)
         key = ("words", rest, answers) if rest else ("ids", v.entities, answers)
         if key not in nodes:
             nodes[key] = len(reps)
-            reps.append(len(node_of))
+            reps.append(i)
+        elif digest[i] < digest[reps[nodes[key]]]:
+            reps[nodes[key]] = i
         node_of.append(nodes[key])
+    order = sorted(range(len(reps)), key=lambda k: digest[reps[k]])
+    rank = {k: r for r, k in enumerate(order)}
+    reps = [reps[k] for k in order]
+    node_of = [rank[k] if k >= 0 else -1 for k in node_of]
     weights = [0] * len(reps)
     for k in node_of:
         if k >= 0:
