@@ -39,6 +39,7 @@ from model.core.metrics import N_BOOT, AurocUnit, auprc, group_bootstrap_weights
 from model.core.schema import StepKind, Trace
 from model.scoring.agentmodel.features import FeatureCache, prefix_lengths
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
+from model.training.agentmodel.groups import group_runs
 
 METHODS = ("agent", "tfidf", "length")
 
@@ -62,67 +63,6 @@ def summarise(units: Sequence[AurocUnit], *, seed: int = 0, n_boot: int = N_BOOT
         out[f"{methods[0]}_minus_{m}"] = {"diff": pts[methods[0]] - pts[m], "interval": list(percentile_interval(d)),
                                           "replicates": d.tolist()}
     return out
-
-
-# ---- groups ----------------------------------------------------------------------------------------
-
-_WORDS = re.compile(r"\w+")
-
-
-def _opening(trace: Trace) -> str:
-    for s in trace.steps:
-        if s.kind == StepKind.USER_INPUT and s.content.strip():
-            return s.content
-    return ""
-
-
-def group_runs(traces: Sequence[Trace], task_ids: Sequence[str | None], *, threshold: float = 0.6) -> list[str]:
-    """A group per run: its task id where given, else a cluster of near-duplicate opening requests
-    (word-trigram shingles, Jaccard ≥ ``threshold``, single linkage), named ``req:<first run's index>``.
-
-    Real tenants rarely send task ids, and ungrouped folds inflate AUROC (trials of one task share
-    it): runs whose opening requests are near-duplicates are one group.
-    """
-    if len(traces) != len(task_ids):
-        raise InputError(f"one task id (or None) a trace; got {len(task_ids)} for {len(traces)}", path="task_ids")
-    out: list[str | None] = [None if t is None else f"task:{t}" for t in task_ids]
-    todo = [i for i, t in enumerate(task_ids) if t is None]
-    sh: list[frozenset[str]] = []
-    for i in todo:
-        w = _WORDS.findall(_opening(traces[i]).lower())
-        sh.append(frozenset(" ".join(w[k: k + 3]) for k in range(max(1, len(w) - 2))) if w else frozenset())
-    parent = list(range(len(todo)))
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    exact: dict[frozenset[str], int] = {}
-    for a, s in enumerate(sh):
-        if s in exact:
-            parent[find(a)] = find(exact[s])
-        else:
-            exact[s] = a
-    reps = list(exact.items())
-    for x in range(len(reps)):
-        sa, a = reps[x]
-        if not sa:
-            continue
-        for y in range(x + 1, len(reps)):
-            sb, b = reps[y]
-            if not sb:
-                continue
-            small, big = (sa, sb) if len(sa) <= len(sb) else (sb, sa)
-            if len(small) < threshold * len(big):
-                continue
-            inter = len(sa & sb)
-            if inter / (len(sa) + len(sb) - inter) >= threshold:
-                parent[find(a)] = find(b)
-    for a, i in enumerate(todo):
-        out[i] = f"req:{todo[find(a)]}" if sh[a] else f"run:{i}"
-    return [str(g) for g in out]
 
 
 # ---- cheap learners (scikit-learn: evaluation time only) ------------------------------------------------

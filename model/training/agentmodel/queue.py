@@ -17,7 +17,7 @@ same ``seed_labels`` random runs of the training folds start both arms; the queu
 ``batch`` runs at a time, refitting the learner after each batch, the random arm takes the next
 runs of one random permutation; at each K both learners are fitted on their K runs and judged by
 AUROC on the held-out fold's runs. The paired difference (queue − random) gets a bootstrap interval
-over the draw × fold units. The queue's clusters come from the opening requests alone
+over the draw × fold units. The queue's clusters are the tasks recovered from the runs
 (:func:`model.training.agentmodel.cv.group_runs` with no task ids), as a tenant's store would give them; the
 folds use the sets' true tasks.
 
