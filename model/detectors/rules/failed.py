@@ -74,14 +74,72 @@ def _tool_of(trace: Trace, graph: ExecutionGraph, step: int) -> str:
 HANDLED_CONFIDENCE = 0.45
 
 
+#: Function words that say nothing of what a call was for (never a sign an answer rests on it).
+_FUNCTION_WORDS = frozenset(
+    "the and for with from that this these those into onto over under are was were has have had not "
+    "but you your all any can will its our out off per via than then them they there their what when "
+    "where which who how".split()
+)
+_WORD = re.compile(r"[^\W_]{3,}")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+
+def _values(v: Any) -> list[str]:
+    if isinstance(v, dict):
+        return [x for item in v.values() for x in _values(item)]
+    if isinstance(v, list):
+        return [x for item in v for x in _values(item)]
+    if isinstance(v, bool) or v is None:
+        return []
+    return [str(v)]
+
+
+def call_terms(call: Step) -> set[str]:
+    """What a call asked for: the words (3+ letters or digits, no function words) of its argument
+    *values*, lower-cased (a CJK run gives its two-character windows; a value with no such word,
+    itself, whitespace-normalised). Empty when the call recorded no arguments (nothing to compare:
+    callers then keep the failure).
+
+    >>> sorted(call_terms(Step(kind="tool_call", tool_name="get_weather", tool_args={"city": "Lisbon", "day": 2})))
+    ['lisbon']
+    """
+    values = _values(call.tool_args) if call.tool_args is not None else [call.tool_args_raw or ""]
+    out: set[str] = set()
+    for v in values:
+        words = set()
+        for w in _WORD.findall(v.lower()):
+            if _CJK.search(w):
+                words.update(w[k: k + 2] for k in range(len(w) - 1))
+            elif w not in _FUNCTION_WORDS:
+                words.add(w)
+        whole = " ".join(v.lower().split())
+        out |= words or ({whole} if len(whole) >= 2 else set())  # "8 Fl Oz": the value itself
+    return out
+
+
+def rests_on(call: Step, answer: str) -> bool:
+    """Whether ``answer`` could rest on what ``call`` was for: it repeats a term of the call's
+    arguments (:func:`call_terms`), or the call recorded none (then nobody can tell: assumed so).
+
+    An answer that names none of it did not go on as if that call had succeeded: the agent moved
+    on to something else (a purchase after an option it could not select, a stop word that ends
+    the episode), which is another route, not a claim built on the failed call."""
+    terms = call_terms(call)
+    if not terms:
+        return True
+    text = answer.lower()
+    return any(t in text for t in terms)
+
+
 def handled_by(trace: Trace, failed: int, call: int | None) -> tuple[str, int] | None:
     """How the agent handled the failed step ``failed`` with its next action, or ``None``.
 
     ``told_user``: its next message names the failure or asks the user (a question: "I couldn't
     find that user — could you give me your zip code?"); ``other_route``: its next action is a
-    call to another tool, or to the same tool with other arguments. A repeat of the same call is a
-    retry (recovered, or not), and an answer that passes over the error is the ``ignored_error``
-    rule's.
+    call to another tool, or to the same tool with other arguments; ``moved_on``: its next message
+    does not rest on the failed call (:func:`rests_on`: it names nothing the call asked for) — the
+    run went on without it. A repeat of the same call is a retry (recovered, or not), and an answer
+    that passes over the error while resting on the call is the ``ignored_error`` rule's.
     """
     steps = trace.steps
     for j in range(failed + 1, len(steps)):
@@ -91,6 +149,8 @@ def handled_by(trace: Trace, failed: int, call: int | None) -> tuple[str, int] |
         if s.kind in ANSWER_KINDS and s.content.strip():
             if _ACK.search(s.content) or "?" in s.content or "？" in s.content:
                 return "told_user", j
+            if call is not None and not rests_on(steps[call], s.content):
+                return "moved_on", j
             return None
         if s.kind is StepKind.TOOL_CALL:
             prior = steps[call] if call is not None else None
@@ -233,10 +293,12 @@ class IgnoredErrorRule(Rule):
                 ok_results.append(j)
             elif s.kind in ANSWER_KINDS and _ACK.search(s.content):
                 acknowledged_after = j
+        answer = steps[final].content
         unrecovered = [
             i
             for i in failed
             if ok_after.get(_tool_of(trace, graph, i), -1) <= i and acknowledged_after <= i
+            and _answer_rests_on(trace, graph, i, answer)
         ]
         if not unrecovered:
             return []
@@ -264,6 +326,11 @@ class IgnoredErrorRule(Rule):
         return [make_finding(self, trace, final, FailureKind.IGNORED_ERROR, conf, evidence, details)]
 
 
+def _answer_rests_on(trace: Trace, graph: ExecutionGraph, failed: int, answer: str) -> bool:
+    call = graph.call_of.get(failed)
+    return call is None or rests_on(trace.steps[call], answer)
+
+
 __all__ = [
     "HANDLED_CONFIDENCE",
     "IgnoredErrorRule",
@@ -271,5 +338,7 @@ __all__ = [
     "RateLimitedRule",
     "TimeoutRule",
     "ToolErrorRule",
+    "call_terms",
     "handled_by",
+    "rests_on",
 ]
