@@ -104,6 +104,8 @@ class LoopRule(Rule):
         steps = trace.steps
         runs: dict[tuple[str, str], tuple[str, list[tuple[int, int]], Finding | None]] = {}
         last_call: dict[tuple[str, str], int] = {}  # key → its latest call's number among all calls
+        seen: dict[tuple[str, str], str] = {}  # key → the result it last got
+        last_new = 0  # the number of the latest call that did something new (a new call or result)
         out: list[Finding] = []
         n_calls = 0
         for i, s in enumerate(steps):
@@ -115,13 +117,22 @@ class LoopRule(Rule):
             n_calls += 1
             r = graph.result_of_call.get(i)
             if r is None or (s.tool_args is None and s.tool_args_raw is None):
+                last_new = n_calls  # nothing to compare: it may have changed anything
                 continue  # no result, or arguments not recorded (hidden): nothing to compare
             key = ((s.tool_name or "").strip().lower(), normalise_args(s))
             result = _norm_result(steps[r].content)
             prev = runs.get(key)
-            near = n_calls - last_call.get(key, -(1 << 30)) <= self.cycle
+            before = last_call.get(key, -(1 << 30))
+            near = n_calls - before <= self.cycle
+            # something new done since this call's last time (an edit, a setting toggled, another
+            # lookup): a check run again is a re-check after a change, not a cycle; a call that
+            # failed and is sent again unchanged is a loop whatever came between
+            fresh = last_new > before and r not in graph.failures
             last_call[key] = n_calls
-            if prev is None or prev[0] != result or not near:
+            if seen.get(key) != result:
+                last_new = n_calls
+            seen[key] = result
+            if prev is None or prev[0] != result or not near or fresh:
                 runs[key] = (result, [(i, r)], None)
                 continue
             run, found = prev[1], prev[2]
