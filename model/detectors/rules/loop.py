@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any, ClassVar
 
 from model.core.errors import InputError
@@ -52,6 +53,24 @@ def _norm_result(text: str) -> str:
         except (ValueError, RecursionError):
             pass
     return " ".join(s.split()).lower()
+
+
+def _one_off_calls(trace: Trace, graph: ExecutionGraph) -> set[int]:
+    """The calls done once in the run: no other call has the same tool, arguments and result (an
+    edit, a setting changed, a new lookup); a call whose arguments or result went unrecorded counts
+    (it may have changed anything). In a cycle (search A, search B, search A …) none is."""
+    steps = trace.steps
+    keys: dict[int, tuple[str, str, str] | None] = {}
+    for i, s in enumerate(steps):
+        if s.kind is not StepKind.TOOL_CALL:
+            continue
+        r = graph.result_of_call.get(i)
+        if r is None or (s.tool_args is None and s.tool_args_raw is None):
+            keys[i] = None
+        else:
+            keys[i] = ((s.tool_name or "").strip().lower(), normalise_args(s), _norm_result(steps[r].content))
+    counts = Counter(k for k in keys.values() if k is not None)
+    return {i for i, k in keys.items() if k is None or counts[k] == 1}
 
 
 class LoopRule(Rule):
@@ -104,8 +123,8 @@ class LoopRule(Rule):
         steps = trace.steps
         runs: dict[tuple[str, str], tuple[str, list[tuple[int, int]], Finding | None]] = {}
         last_call: dict[tuple[str, str], int] = {}  # key → its latest call's number among all calls
-        seen: dict[tuple[str, str], str] = {}  # key → the result it last got
-        last_new = 0  # the number of the latest call that did something new (a new call or result)
+        once = _one_off_calls(trace, graph)
+        last_new = 0  # the number of the latest one-off call (done once in the run: an edit, a toggle)
         out: list[Finding] = []
         n_calls = 0
         for i, s in enumerate(steps):
@@ -115,23 +134,21 @@ class LoopRule(Rule):
             if s.kind is not StepKind.TOOL_CALL:
                 continue
             n_calls += 1
+            if i in once:
+                last_new = n_calls
             r = graph.result_of_call.get(i)
             if r is None or (s.tool_args is None and s.tool_args_raw is None):
-                last_new = n_calls  # nothing to compare: it may have changed anything
                 continue  # no result, or arguments not recorded (hidden): nothing to compare
             key = ((s.tool_name or "").strip().lower(), normalise_args(s))
             result = _norm_result(steps[r].content)
             prev = runs.get(key)
             before = last_call.get(key, -(1 << 30))
             near = n_calls - before <= self.cycle
-            # something new done since this call's last time (an edit, a setting toggled, another
-            # lookup): a check run again is a re-check after a change, not a cycle; a call that
-            # failed and is sent again unchanged is a loop whatever came between
+            # something done once since this call's last time (an edit, a setting toggled): a check
+            # run again is a re-check after a change, not a cycle; a call that failed and is sent
+            # again unchanged is a loop whatever came between
             fresh = last_new > before and r not in graph.failures
             last_call[key] = n_calls
-            if seen.get(key) != result:
-                last_new = n_calls
-            seen[key] = result
             if prev is None or prev[0] != result or not near or fresh:
                 runs[key] = (result, [(i, r)], None)
                 continue
