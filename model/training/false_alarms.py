@@ -115,8 +115,13 @@ def loso_verdicts(found: Sequence[RunFindings]) -> dict[str, dict[str, Any]]:
         raised = [any(scorer.rule_raises(f.detector, f.confidence) for f in r.fired) for r in test]
         ok = [x for x, r in zip(raised, test, strict=True) if not r.failed]
         bad = [x for x, r in zip(raised, test, strict=True) if r.failed]
+        held: dict[str, dict[str, Any]] = {}
+        for name, st in scorer.rule_stats_.items():
+            fired = [r.failed for r in test if name in r.detectors]
+            held[name] = {"measured": (st["fired"], st["precision"]), "demoted": st["demoted"],
+                          "held_out": (len(fired), round(sum(fired) / len(fired), 4) if fired else None)}
         out[s] = {"false_alarms": (sum(ok), len(ok)), "recall": (sum(bad), len(bad)),
-                  "demoted": sorted(k for k, v in scorer.rule_stats_.items() if v["demoted"])}
+                  "demoted": sorted(k for k, v in scorer.rule_stats_.items() if v["demoted"]), "rules": held}
     return out
 
 
@@ -154,6 +159,23 @@ def render(rows: Sequence[dict[str, Any]], verdicts: dict[str, dict[str, Any]]) 
     for s, v in verdicts.items():
         lines.append(f"| {s} | {_rate(*v['false_alarms'])} | {_rate(*v['recall'])} | "
                      f"{', '.join(v['demoted']) or 'none'} |")
+    names = sorted({n for v in verdicts.values() for n in v["rules"]})
+    sets = [s for s, v in verdicts.items() if v["false_alarms"][1]]  # the sets with successful runs
+    lines += ["", "Does a rule's firing predict failure on a set it was not measured on? Per held-out set: "
+              "P(run failed | it fired) on the other sets (runs it fired on; sets weighted equally) → on "
+              "the held-out set; `demoted` where the other sets demote it:", "",
+              "| rule | " + " | ".join(sets) + " |", "| --- |" + " --- |" * len(sets)]
+    for n in names:
+        cells = []
+        for s in sets:
+            r = verdicts[s]["rules"].get(n)
+            if r is None:
+                cells.append("–")
+                continue
+            (tf, tp), (hf, hp) = r["measured"], r["held_out"]
+            cell = f"{'–' if tp is None else f'{tp:.2f}'} ({tf}) → {'–' if hp is None else f'{hp:.2f}'} ({hf})"
+            cells.append(cell + (" demoted" if r["demoted"] else ""))
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -75,11 +75,12 @@ HANDLED_CONFIDENCE = 0.45
 
 
 #: Function words that say nothing of what a call was for (never a sign an answer rests on it).
-_FUNCTION_WORDS = frozenset(
-    "the and for with from that this these those into onto over under are was were has have had not "
-    "but you your all any can will its our out off per via than then them they there their what when "
-    "where which who how".split()
-)
+_FUNCTION_WORDS = frozenset({
+    "the", "and", "for", "with", "from", "that", "this", "these", "those", "into", "onto", "over", "under",
+    "are", "was", "were", "has", "have", "had", "not", "but", "you", "your", "all", "any", "can", "will",
+    "its", "our", "out", "off", "per", "via", "than", "then", "them", "they", "there", "their", "what",
+    "when", "where", "which", "who", "how",
+})  # fmt: skip
 _WORD = re.compile(r"[^\W_]{3,}")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
@@ -106,7 +107,7 @@ def call_terms(call: Step) -> set[str]:
     values = _values(call.tool_args) if call.tool_args is not None else [call.tool_args_raw or ""]
     out: set[str] = set()
     for v in values:
-        words = set()
+        words: set[str] = set()
         for w in _WORD.findall(v.lower()):
             if _CJK.search(w):
                 words.update(w[k: k + 2] for k in range(len(w) - 1))
