@@ -112,6 +112,21 @@ def test_a_check_rerun_after_each_change_is_no_loop() -> None:
     assert (g.step, g.details["tool"]) == (12, "check_status_bar")
 
 
+def test_a_repeat_that_followed_nothing_new_makes_the_loop() -> None:
+    # check, fix, check, check: the last check changed nothing since the one before it
+    b = TraceBuilder(seed=0)
+    b.user("My phone has no data.")  # 0
+    c = b.call("run_speed_test", {"device": "phone"})  # 1
+    b.result(c, "No Connection.")  # 2
+    c = b.call("reboot_device", {"device": "phone"})  # 3
+    b.result(c, "Done.")  # 4
+    for _ in range(2):
+        c = b.call("run_speed_test", {"device": "phone"})  # 5, 7
+        b.result(c, "No Connection.")  # 6, 8
+    (f,) = LoopRule().inspect(b.build())
+    assert (f.step, f.details["count"], [r["call_step"] for r in f.details["repeats"]]) == (8, 3, [1, 5, 7])
+
+
 def test_a_failed_call_resent_unchanged_is_a_loop_whatever_came_between() -> None:
     # τ-airline: book_reservation rejected three times with the same error, a new thought between each
     b = TraceBuilder(seed=0)

@@ -57,20 +57,17 @@ def _norm_result(text: str) -> str:
 
 def _one_off_calls(trace: Trace, graph: ExecutionGraph) -> set[int]:
     """The calls done once in the run: no other call has the same tool, arguments and result (an
-    edit, a setting changed, a new lookup); a call whose arguments or result went unrecorded counts
-    (it may have changed anything). In a cycle (search A, search B, search A …) none is."""
+    edit, a setting changed, a new lookup). In a cycle (search A, search B, search A …) none is; a
+    call that got no result, or whose arguments went unrecorded, is none either (it did nothing
+    one can see: a malformed call the agent then fixed)."""
     steps = trace.steps
-    keys: dict[int, tuple[str, str, str] | None] = {}
+    keys: dict[int, tuple[str, str, str]] = {}
     for i, s in enumerate(steps):
-        if s.kind is not StepKind.TOOL_CALL:
-            continue
-        r = graph.result_of_call.get(i)
-        if r is None or (s.tool_args is None and s.tool_args_raw is None):
-            keys[i] = None
-        else:
+        r = graph.result_of_call.get(i) if s.kind is StepKind.TOOL_CALL else None
+        if r is not None and (s.tool_args is not None or s.tool_args_raw is not None):
             keys[i] = ((s.tool_name or "").strip().lower(), normalise_args(s), _norm_result(steps[r].content))
-    counts = Counter(k for k in keys.values() if k is not None)
-    return {i for i, k in keys.items() if k is None or counts[k] == 1}
+    counts = Counter(keys.values())
+    return {i for i, k in keys.items() if counts[k] == 1}
 
 
 class LoopRule(Rule):
@@ -93,6 +90,15 @@ class LoopRule(Rule):
     edits) starts a new run: on real runs that is what successful agents do — the mini-SWE-agent
     runs repeated a command with the same output, 4–47 calls apart, in 26 of 371 resolved runs
     (7 %), and τ-airline's three loops, all on failed runs, repeated 1–2 calls apart.
+
+    A check rerun after each change is a re-check, not a loop: when every repeat came after a call
+    done once in the run (an edit, a setting toggled — no other call has its tool, arguments and
+    result), and the repeated call did not fail, nothing is reported. Successful real runs did this
+    — mini-SWE-agent ran its reproduction script again after each ``sed -i`` edit (4 resolved runs),
+    τ² telecom agents ran the speed test again after each fix (2 successful runs) — and on failed
+    runs the same shape was as common (1 SWE, 3 τ² runs). A failed call sent again unchanged is a
+    loop whatever came between (τ-airline: ``book_reservation`` rejected three times, a new
+    thought between each), and so is a run with any repeat that followed nothing new.
 
     Parameters
     ----------
@@ -121,7 +127,8 @@ class LoopRule(Rule):
             )
         graph = ExecutionGraph.from_trace(trace, data_flow=False)
         steps = trace.steps
-        runs: dict[tuple[str, str], tuple[str, list[tuple[int, int]], Finding | None]] = {}
+        # key → (its result, the run of identical calls, the finding, whether some repeat was idle)
+        runs: dict[tuple[str, str], tuple[str, list[tuple[int, int]], Finding | None, bool]] = {}
         last_call: dict[tuple[str, str], int] = {}  # key → its latest call's number among all calls
         once = _one_off_calls(trace, graph)
         last_new = 0  # the number of the latest one-off call (done once in the run: an edit, a toggle)
@@ -144,14 +151,13 @@ class LoopRule(Rule):
             prev = runs.get(key)
             before = last_call.get(key, -(1 << 30))
             near = n_calls - before <= self.cycle
-            # something done once since this call's last time (an edit, a setting toggled): a check
-            # run again is a re-check after a change, not a cycle; a call that failed and is sent
-            # again unchanged is a loop whatever came between
-            fresh = last_new > before and r not in graph.failures
             last_call[key] = n_calls
-            if prev is None or prev[0] != result or not near or fresh:
-                runs[key] = (result, [(i, r)], None)
+            if prev is None or prev[0] != result or not near:
+                runs[key] = (result, [(i, r)], None, False)
                 continue
+            # idle: nothing done once since this call's last time (an edit, a setting toggled), or the
+            # call failed and is sent again unchanged; a check rerun after each change is a re-check
+            idle = prev[3] or last_new < before or r in graph.failures
             run, found = prev[1], prev[2]
             run.append((i, r))
             entries = [
@@ -163,7 +169,7 @@ class LoopRule(Rule):
                 }
                 for c, res in run
             ]
-            if found is None and len(run) >= self.repeats:
+            if found is None and len(run) >= self.repeats and idle:
                 found = make_finding(
                     self,
                     trace,
@@ -178,7 +184,7 @@ class LoopRule(Rule):
             elif found is not None:
                 found.details["count"] = len(run)
                 found.details["repeats"] = entries
-            runs[key] = (result, run, found)
+            runs[key] = (result, run, found, idle)
         return out
 
 
