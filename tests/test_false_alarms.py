@@ -48,6 +48,28 @@ def test_an_answer_that_rests_on_the_failed_call_still_ignores_it() -> None:
     assert (g.kind, g.step, g.confidence, g.details["failed_step"]) == (FailureKind.IGNORED_ERROR, 5, 0.8, 4)
 
 
+def _booking_then(final: str) -> Trace:
+    b = TraceBuilder(seed=0)
+    b.user("Can you book Maya Schmidt on a flight Denver -> Zurich, May 31?")  # 0
+    c = b.call("search_flights", {"origin": "DEN", "destination": "ZRH", "date": "2025-05-31"})  # 1
+    b.result(c, "Error: search_flights failed with status 400 (Bad Request)", status="error")  # 2
+    b.final(final)  # 3
+    return b.build()
+
+
+def test_an_answer_with_values_from_nowhere_or_a_claim_of_success_ignores_the_error() -> None:
+    # it names nothing the call asked for, but states a flight and a fare nothing before it held
+    for final in ("Flight CA4440 at 21:05 is confirmed for Maya Schmidt, fare $279.", "Done!", "已完成预订。"):
+        t = _booking_then(final)
+        (f,) = IgnoredErrorRule().inspect(t)
+        assert (f.step, f.confidence, f.details["failed_step"]) == (3, 0.8, 2), final
+        (g,) = ToolErrorRule().inspect(t)
+        assert (g.step, g.confidence >= THRESHOLD, "handled" in g.details) == (2, True, False)
+    # a value the user gave is no value from nowhere
+    t = _booking_then("Maya Schmidt, 31 May: let me know when you want to go on.")
+    assert IgnoredErrorRule().inspect(t) == []
+
+
 def test_a_control_word_after_a_failed_write_ignores_nothing() -> None:
     # τ²'s no-user runs end on "###STOP###": it claims nothing about the call that failed
     b = TraceBuilder(seed=0)
@@ -71,6 +93,25 @@ def test_a_call_without_arguments_keeps_its_failure() -> None:
     t = b.build()
     assert [(f.step, f.confidence >= THRESHOLD) for f in ToolErrorRule().inspect(t)] == [(2, True)]
     assert [(f.kind, f.step) for f in IgnoredErrorRule().inspect(t)] == [(FailureKind.IGNORED_ERROR, 3)]
+
+
+def test_an_answer_that_says_the_thing_is_not_there_reports_the_failure() -> None:
+    b = TraceBuilder(seed=0)
+    b.user("Which version of requests are we pinned to?")  # 0
+    c = b.call("read_file", {"path": "requirements-lock.txt"})  # 1
+    b.result(c, "error: file not found: requirements-lock.txt")  # 2
+    b.final("It isn't pinned: there is no requirements-lock.txt in the repo, and requirements.txt says >=2.31.")
+    t = b.build()
+    assert IgnoredErrorRule().inspect(t) == []
+    (f,) = ToolErrorRule().inspect(t)
+    assert (f.step, f.details["handled"], f.details["handled_by_step"], f.confidence < THRESHOLD) == (2, "told_user", 3, True)
+    # the same read, and an answer that claims what the missing file says
+    b = TraceBuilder(seed=0)
+    b.user("Which version of requests are we pinned to?")
+    c = b.call("read_file", {"path": "requirements-lock.txt"})
+    b.result(c, "error: file not found: requirements-lock.txt")
+    b.final("requests is pinned to 2.28.1 in the lock file.")
+    assert [(g.kind, g.step) for g in IgnoredErrorRule().inspect(b.build())] == [(FailureKind.IGNORED_ERROR, 3)]
 
 
 def test_call_terms_and_rests_on() -> None:
