@@ -182,9 +182,10 @@ _CLAIMS_DONE = re.compile(
 def goes_on_from(trace: Trace, call: int | None, answer: int) -> bool:
     """Whether the answer at step ``answer`` goes on as if ``call`` had succeeded: it names
     something the call asked for (:func:`rests_on`), says the work is done ("Done!", "booked",
-    "已完成") or states values nothing before it holds (:func:`states_new_values`), and it does not say that what the call asked for is not there
-    (:func:`reports_absence`). An answer that does none of it moved on without the call: a
-    purchase after an option the page did not offer, a stop word that ends the episode."""
+    "已完成") or states values nothing before it holds (:func:`states_new_values`), and it does
+    not say that what the call asked for is not there (:func:`reports_absence`). An answer that
+    does none of it moved on without the call: a purchase after an option the page did not offer,
+    a stop word that ends the episode. Without a call (nothing to compare), it does."""
     if call is None:
         return True
     text = trace.steps[answer].content
@@ -200,9 +201,11 @@ def handled_by(trace: Trace, failed: int, call: int | None) -> tuple[str, int] |
     ``told_user``: its next message names the failure or asks the user (a question: "I couldn't
     find that user — could you give me your zip code?"); ``other_route``: its next action is a
     call to another tool, or to the same tool with other arguments; ``moved_on``: its next message
-    does not go on from the failed call (:func:`goes_on_from`: it names nothing the call asked for
-    and states no value from nowhere) — the run went on without it. A repeat of the same call is a retry (recovered, or not), and an answer
-    that passes over the error while resting on the call is the ``ignored_error`` rule's.
+    does not go on from the failed call (:func:`goes_on_from`: it names nothing the call asked
+    for, claims nothing done, states no value from nowhere) — the run went on without it. A repeat
+    of the same call is a retry (recovered, or not), and an answer that goes on from the failed
+    call is the ``ignored_error`` rule's. "Names the failure" includes saying that what the call
+    asked for is not there (:func:`reports_absence`).
     """
     steps = trace.steps
     for j in range(failed + 1, len(steps)):
