@@ -74,14 +74,138 @@ def _tool_of(trace: Trace, graph: ExecutionGraph, step: int) -> str:
 HANDLED_CONFIDENCE = 0.45
 
 
+#: Function words that say nothing of what a call was for (never a sign an answer rests on it).
+_FUNCTION_WORDS = frozenset({
+    "the", "and", "for", "with", "from", "that", "this", "these", "those", "into", "onto", "over", "under",
+    "are", "was", "were", "has", "have", "had", "not", "but", "you", "your", "all", "any", "can", "will",
+    "its", "our", "out", "off", "per", "via", "than", "then", "them", "they", "there", "their", "what",
+    "when", "where", "which", "who", "how",
+})  # fmt: skip
+_WORD = re.compile(r"[^\W_]{3,}")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+
+def _values(v: Any) -> list[str]:
+    if isinstance(v, dict):
+        return [x for item in v.values() for x in _values(item)]
+    if isinstance(v, list):
+        return [x for item in v for x in _values(item)]
+    if isinstance(v, bool) or v is None:
+        return []
+    return [str(v)]
+
+
+def call_terms(call: Step) -> set[str]:
+    """What a call asked for: the words (3+ letters or digits, no function words) of its argument
+    *values*, lower-cased (a CJK run gives its two-character windows; a value with no such word,
+    itself, whitespace-normalised). Empty when the call recorded no arguments (nothing to compare:
+    callers then keep the failure).
+
+    >>> sorted(call_terms(Step(kind="tool_call", tool_name="get_weather", tool_args={"city": "Lisbon", "day": 2})))
+    ['lisbon']
+    """
+    values = _values(call.tool_args) if call.tool_args is not None else [call.tool_args_raw or ""]
+    out: set[str] = set()
+    for v in values:
+        words: set[str] = set()
+        for w in _WORD.findall(v.lower()):
+            if _CJK.search(w):
+                words.update(w[k: k + 2] for k in range(len(w) - 1))
+            elif w not in _FUNCTION_WORDS:
+                words.add(w)
+        whole = " ".join(v.lower().split())
+        out |= words or ({whole} if len(whole) >= 2 else set())  # "8 Fl Oz": the value itself
+    return out
+
+
+def rests_on(call: Step, answer: str) -> bool:
+    """Whether ``answer`` could rest on what ``call`` was for: it repeats a term of the call's
+    arguments (:func:`call_terms`), or the call recorded none (then nobody can tell: assumed so).
+
+    An answer that names none of it did not go on as if that call had succeeded: the agent moved
+    on to something else (a purchase after an option it could not select, a stop word that ends
+    the episode), which is another route, not a claim built on the failed call."""
+    terms = call_terms(call)
+    if not terms:
+        return True
+    text = answer.lower()
+    return any(t in text for t in terms)
+
+
+_NEGATION = r"(?:\bno|\bnot|n['’]t|\bwithout|\bnone|\bnever|\bmissing)"
+_ABSENT = r"(?:not (?:found|exist|present|there)|(?:does|did)(?: not|n['’]t) exist|missing|absent|nonexistent)"
+
+
+def reports_absence(call: Step, answer: str) -> bool:
+    """Whether ``answer`` says that what ``call`` asked for is not there: a negation within three
+    words before one of its terms (:func:`call_terms`: "there is no requirements-lock.txt", "I found
+    no reservation ABC123"), or "not found / doesn't exist / missing" within three words after one.
+    That reports the failed call's outcome to the user — an acknowledgement in other words.
+
+    >>> c = Step(kind="tool_call", tool_name="read_file", tool_args={"path": "requirements-lock.txt"})
+    >>> reports_absence(c, "There is no requirements-lock.txt in the repo."), reports_absence(c, "Pinned to 2.28 in the lock file.")
+    (True, False)
+    """
+    text = answer.lower()
+    for t in call_terms(call):
+        term = re.escape(t)
+        if re.search(rf"{_NEGATION}\W+(?:\w+\W+){{0,3}}?{term}|{term}\W+(?:\w+\W+){{0,3}}?{_ABSENT}", text):
+            return True
+    return False
+
+
+def states_new_values(trace: Trace, answer: int) -> bool:
+    """Whether the message at step ``answer`` states a value (a token with a digit: an amount, an
+    id, a date, a temperature — :func:`model.core.graph.distinctive_tokens`) that nothing before it
+    in the run holds: a value that could only have come from a call that failed, or from nowhere."""
+    said = distinctive_tokens(trace.steps[answer].content)
+    if not said:
+        return False
+    seen: set[str] = set()
+    for s in trace.steps[:answer]:
+        seen |= distinctive_tokens(step_text(s))
+        if s.kind is StepKind.TOOL_CALL:
+            seen |= distinctive_tokens(s.content)
+    return bool(said - seen)
+
+
+#: An answer that says the work is done claims whatever the failed call was for ("Done!" after a
+#: booking that failed), though it names nothing of it.
+_CLAIMS_DONE = re.compile(
+    r"\b(?:done|all set|success(?:ful(?:ly)?)?|complete[d]?|confirmed|booked|reserved|processed|"
+    r"sent|submitted|scheduled|cancell?ed|updated|created|saved|fixed|resolved|finished)\b"
+    r"|已(?:完成|预订|预定|确认|处理|发送|提交|取消|更新|创建|保存|修复|解决)|成功|搞定|办好",
+    re.IGNORECASE,
+)
+
+
+def goes_on_from(trace: Trace, call: int | None, answer: int) -> bool:
+    """Whether the answer at step ``answer`` goes on as if ``call`` had succeeded: it names
+    something the call asked for (:func:`rests_on`), says the work is done ("Done!", "booked",
+    "已完成") or states values nothing before it holds (:func:`states_new_values`), and it does
+    not say that what the call asked for is not there (:func:`reports_absence`). An answer that
+    does none of it moved on without the call: a purchase after an option the page did not offer,
+    a stop word that ends the episode. Without a call (nothing to compare), it does."""
+    if call is None:
+        return True
+    text = trace.steps[answer].content
+    c = trace.steps[call]
+    if reports_absence(c, text):
+        return False
+    return rests_on(c, text) or _CLAIMS_DONE.search(text) is not None or states_new_values(trace, answer)
+
+
 def handled_by(trace: Trace, failed: int, call: int | None) -> tuple[str, int] | None:
     """How the agent handled the failed step ``failed`` with its next action, or ``None``.
 
     ``told_user``: its next message names the failure or asks the user (a question: "I couldn't
     find that user — could you give me your zip code?"); ``other_route``: its next action is a
-    call to another tool, or to the same tool with other arguments. A repeat of the same call is a
-    retry (recovered, or not), and an answer that passes over the error is the ``ignored_error``
-    rule's.
+    call to another tool, or to the same tool with other arguments; ``moved_on``: its next message
+    does not go on from the failed call (:func:`goes_on_from`: it names nothing the call asked
+    for, claims nothing done, states no value from nowhere) — the run went on without it. A repeat
+    of the same call is a retry (recovered, or not), and an answer that goes on from the failed
+    call is the ``ignored_error`` rule's. "Names the failure" includes saying that what the call
+    asked for is not there (:func:`reports_absence`).
     """
     steps = trace.steps
     for j in range(failed + 1, len(steps)):
@@ -89,8 +213,11 @@ def handled_by(trace: Trace, failed: int, call: int | None) -> tuple[str, int] |
         if s.kind is StepKind.USER_INPUT:
             return None
         if s.kind in ANSWER_KINDS and s.content.strip():
-            if _ACK.search(s.content) or "?" in s.content or "？" in s.content:
+            if _ACK.search(s.content) or "?" in s.content or "？" in s.content or (
+                    call is not None and reports_absence(steps[call], s.content)):
                 return "told_user", j
+            if call is not None and not goes_on_from(trace, call, j):
+                return "moved_on", j
             return None
         if s.kind is StepKind.TOOL_CALL:
             prior = steps[call] if call is not None else None
@@ -204,6 +331,10 @@ class IgnoredErrorRule(Rule):
     A failed tool step (tool error, timeout, rate limit) counts when no later result of the same
     tool succeeded before the final answer, and neither the final answer nor any assistant message
     after the failure acknowledges it (words such as failed, error, unable, couldn't, 无法, 失败).
+    A failed step counts only when the answer goes on from it (:func:`goes_on_from`: it names
+    something the call asked for, or states values nothing before it holds; an answer that does
+    neither moved on without the call) and does not report that what the call asked for is not
+    there ("there is no requirements-lock.txt" says the read failed, in other words).
     The finding is on the final answer; ``details`` name the failed step(s). Confidence 0.8, or
     0.45 when the answer repeats a value from a successful result that came after the failure
     (the agent may have worked around it with another tool; ``details["answer_uses_step"]``).
@@ -237,6 +368,7 @@ class IgnoredErrorRule(Rule):
             i
             for i in failed
             if ok_after.get(_tool_of(trace, graph, i), -1) <= i and acknowledged_after <= i
+            and goes_on_from(trace, graph.call_of.get(i), final)
         ]
         if not unrecovered:
             return []
@@ -271,5 +403,10 @@ __all__ = [
     "RateLimitedRule",
     "TimeoutRule",
     "ToolErrorRule",
+    "call_terms",
+    "goes_on_from",
     "handled_by",
+    "reports_absence",
+    "rests_on",
+    "states_new_values",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any, ClassVar
 
 from model.core.errors import InputError
@@ -54,6 +55,21 @@ def _norm_result(text: str) -> str:
     return " ".join(s.split()).lower()
 
 
+def _one_off_calls(trace: Trace, graph: ExecutionGraph) -> set[int]:
+    """The calls done once in the run: no other call has the same tool, arguments and result (an
+    edit, a setting changed, a new lookup). In a cycle (search A, search B, search A …) none is; a
+    call that got no result, or whose arguments went unrecorded, is none either (it did nothing
+    one can see: a malformed call the agent then fixed)."""
+    steps = trace.steps
+    keys: dict[int, tuple[str, str, str]] = {}
+    for i, s in enumerate(steps):
+        r = graph.result_of_call.get(i) if s.kind is StepKind.TOOL_CALL else None
+        if r is not None and (s.tool_args is not None or s.tool_args_raw is not None):
+            keys[i] = ((s.tool_name or "").strip().lower(), normalise_args(s), _norm_result(steps[r].content))
+    counts = Counter(keys.values())
+    return {i for i, k in keys.items() if counts[k] == 1}
+
+
 class LoopRule(Rule):
     """The same tool with the same (normalised) arguments, ``repeats`` times, and nothing changes in
     what comes back.
@@ -74,6 +90,15 @@ class LoopRule(Rule):
     edits) starts a new run: on real runs that is what successful agents do — the mini-SWE-agent
     runs repeated a command with the same output, 4–47 calls apart, in 26 of 371 resolved runs
     (7 %), and τ-airline's three loops, all on failed runs, repeated 1–2 calls apart.
+
+    A check rerun after each change is a re-check, not a loop: when every repeat came after a call
+    done once in the run (an edit, a setting toggled — no other call has its tool, arguments and
+    result), and the repeated call did not fail, nothing is reported. Successful real runs did this
+    — mini-SWE-agent ran its reproduction script again after each ``sed -i`` edit (4 resolved runs),
+    τ² telecom agents ran the speed test again after each fix (2 successful runs) — and on failed
+    runs the same shape was as common (1 SWE, 3 τ² runs). A failed call sent again unchanged is a
+    loop whatever came between (τ-airline: ``book_reservation`` rejected three times, a new
+    thought between each), and so is a run with any repeat that followed nothing new.
 
     Parameters
     ----------
@@ -102,8 +127,11 @@ class LoopRule(Rule):
             )
         graph = ExecutionGraph.from_trace(trace, data_flow=False)
         steps = trace.steps
-        runs: dict[tuple[str, str], tuple[str, list[tuple[int, int]], Finding | None]] = {}
+        # key → (its result, the run of identical calls, the finding, whether some repeat was idle)
+        runs: dict[tuple[str, str], tuple[str, list[tuple[int, int]], Finding | None, bool]] = {}
         last_call: dict[tuple[str, str], int] = {}  # key → its latest call's number among all calls
+        once = _one_off_calls(trace, graph)
+        last_new = 0  # the number of the latest one-off call (done once in the run: an edit, a toggle)
         out: list[Finding] = []
         n_calls = 0
         for i, s in enumerate(steps):
@@ -113,17 +141,23 @@ class LoopRule(Rule):
             if s.kind is not StepKind.TOOL_CALL:
                 continue
             n_calls += 1
+            if i in once:
+                last_new = n_calls
             r = graph.result_of_call.get(i)
             if r is None or (s.tool_args is None and s.tool_args_raw is None):
                 continue  # no result, or arguments not recorded (hidden): nothing to compare
             key = ((s.tool_name or "").strip().lower(), normalise_args(s))
             result = _norm_result(steps[r].content)
             prev = runs.get(key)
-            near = n_calls - last_call.get(key, -(1 << 30)) <= self.cycle
+            before = last_call.get(key, -(1 << 30))
+            near = n_calls - before <= self.cycle
             last_call[key] = n_calls
             if prev is None or prev[0] != result or not near:
-                runs[key] = (result, [(i, r)], None)
+                runs[key] = (result, [(i, r)], None, False)
                 continue
+            # idle: nothing done once since this call's last time (an edit, a setting toggled), or the
+            # call failed and is sent again unchanged; a check rerun after each change is a re-check
+            idle = prev[3] or last_new < before or r in graph.failures
             run, found = prev[1], prev[2]
             run.append((i, r))
             entries = [
@@ -135,7 +169,7 @@ class LoopRule(Rule):
                 }
                 for c, res in run
             ]
-            if found is None and len(run) >= self.repeats:
+            if found is None and len(run) >= self.repeats and idle:
                 found = make_finding(
                     self,
                     trace,
@@ -150,7 +184,7 @@ class LoopRule(Rule):
             elif found is not None:
                 found.details["count"] = len(run)
                 found.details["repeats"] = entries
-            runs[key] = (result, run, found)
+            runs[key] = (result, run, found, idle)
         return out
 
 

@@ -54,6 +54,16 @@ _ANSWER_FOLLOWS = re.compile(
     re.IGNORECASE,
 )
 
+#: The agent offers what it can do itself ("Would you like me to transfer you to a human agent?"):
+#: it declines one means, not the task, and the conversation goes on. Pushing the work back to the
+#: user ("I recommend that you check the paper yourself") is no offer.
+_OFFER = re.compile(
+    r"\b(?:would you like me to|do you want me to|shall I|want me to|I can (?:instead |also )?"
+    r"(?:help|assist|transfer|connect|escalate|check|look|offer|create|open|book|send|try))\b"
+    r"|(?:需要|要)我(?:帮|为)?(?:您|你)|我可以(?:帮|为)(?:您|你)",
+    re.IGNORECASE,
+)
+
 
 class RefusalRule(Rule):
     """The model declines the task (English and Chinese patterns) in an assistant message.
@@ -66,7 +76,9 @@ class RefusalRule(Rule):
     policy forbids changing a basic-economy flight, and a successful run says no), one in a sentence
     that opens a condition ("If I may not modify the tests, I cannot complete the task …",
     ``details.hypothetical``), and one after which the agent goes on calling tools before the user
-    speaks again (``details.went_on``: it did not decline the task; a resolved mini-SWE-agent run).
+    speaks again (``details.went_on``: it did not decline the task; a resolved mini-SWE-agent run),
+    and one after which the agent offers what it can do itself (``details.offers``: "Would you like
+    me to transfer you to a human agent?" — it declines one means, not the task).
     """
 
     name: ClassVar[str] = "refusal"
@@ -90,9 +102,11 @@ class RefusalRule(Rule):
             sentence = re.split(r"[.!?\n。！？]", head[: m.start()])[-1]
             hypothetical = _CONDITIONAL.search(sentence) is not None
             went_on = _works_on(trace, i)
-            conf = 0.4 if answered or reason or policy or hypothetical or went_on else 0.9
+            offers = _OFFER.search(rest) is not None
+            conf = 0.4 if answered or reason or policy or hypothetical or went_on or offers else 0.9
             details = {"pattern": m.group(0), "answer_follows": answered, "failure_given": reason,
-                       "policy_required": policy, "hypothetical": hypothetical, "went_on": went_on}
+                       "policy_required": policy, "hypothetical": hypothetical, "went_on": went_on,
+                       "offers": offers}
             out.append(make_finding(self, trace, i, FailureKind.REFUSAL, conf, excerpt(s.content), details))
         return out
 
