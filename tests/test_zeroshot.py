@@ -112,3 +112,15 @@ def test_the_retrains_zero_shot_cache_is_keyed_by_the_recipe(tmp_path: Path, shi
     assert cache.probabilities([t]) == [pytest.approx(shipped.diagnose(t).failure_probability)]
     again = ZeroShotCache(tmp_path)
     assert again.probabilities([t]) == cache.probabilities([t]) and again.hits == 1 and again.misses == 0
+
+
+def test_the_services_zero_shot_basis_names_the_recipe(tmp_path: Path, shipped: Diagnoser) -> None:
+    from serve.settings import Settings
+    from serve.wiring import build_service
+
+    service = build_service(Settings(data_dir=tmp_path), shipped)
+    trace, options = _request("healthy.json")
+    resp = service.diagnose("acme", trace, options)
+    basis = resp.failure_probability_basis
+    assert basis is not None and (basis.model, basis.version) == ("zero-shot", RECIPE)
+    assert basis.zero_shot_probability == resp.failure_probability  # no labelled runs: not re-centred
