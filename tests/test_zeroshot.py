@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from model.core.coverage import Coverage
 from model.core.findings import Finding
 from model.core.kinds import FailureKind
 from model.core.options import DiagnoseOptions
@@ -79,6 +80,9 @@ def test_zero_shot_inputs_read_trace_detectors_and_raw_signals() -> None:
     conf, ev = zero_shot_inputs(raw[:1], [], ["tool_error"], None)
     assert conf is None and ev == {"signal": pytest.approx(0.6)}  # no classifier: no clf:* feature
     assert evidence([("classifier", 0.45), ("loop", 0.1)], None) == {"signal": pytest.approx(0.2)}
+    # content not recorded: the classifier scored placeholders, so its maxima are left out
+    blind = Coverage(steps=4, without_content=2)
+    assert zero_shot_inputs(raw, failures, ["loop"], {"hallucination": 0.9}, blind)[1] == {"signal": pytest.approx(0.6)}
 
 
 def test_the_readme_examples_healthy_scores_below_both_failing_ones(shipped: Diagnoser) -> None:

@@ -126,13 +126,18 @@ def fuse(
 
 
 def zero_shot_inputs(raw: Iterable[Finding], failures: Sequence[Failure], detectors: Iterable[str],
-                     maxima: Mapping[str, float] | None) -> tuple[float | None, dict[str, float]]:
+                     maxima: Mapping[str, float] | None, coverage: Coverage | None = None
+                     ) -> tuple[float | None, dict[str, float]]:
     """What the zero-shot ``failure_probability`` reads of a diagnosis: the highest confidence among
     the failures the trace ``detectors`` raised (measured on real runs; ``None`` without one), and
     the evidence features (:func:`model.scoring.runscore.zeroshot.evidence`): the classifier's
-    per-kind ``maxima`` (``None``: it did not run) and the strongest *raw* rule signal."""
+    per-kind ``maxima`` (``None``: it did not run) and the strongest *raw* rule signal. When
+    ``coverage`` says some text was not recorded or is redacted, the classifier's maxima are left
+    out (it scored placeholders, not the agent's words): its part counts as its training mean."""
     from model.scoring.runscore.zeroshot import evidence
 
+    if coverage is not None and (coverage.without_content or coverage.redacted):
+        maxima = None
     names = set(detectors)
     rule_conf = max((f.confidence for f in failures if f.detector in names), default=None)
     signals = [f for f in raw if f.confidence < DEFAULT_THRESHOLDS[f.kind]]
@@ -345,8 +350,9 @@ class Diagnoser:
         versions = {d.name: d.version for d in dets}
         probability: float | None = None
         attribution: Attribution | None = None
+        coverage, warnings = assess(trace) if assessed is None else (assessed[0], list(assessed[1]))
         if use_runscore and self.runscorer is not None:
-            rule_conf, ev = zero_shot_inputs(raw, failures, {d.name for d in dets}, maxima)
+            rule_conf, ev = zero_shot_inputs(raw, failures, {d.name for d in dets}, maxima, coverage)
             scored = self.runscorer.score(trace, rule_confidence=rule_conf, evidence=ev)
             probability = scored.failure_probability
             attribution = Attribution(**scored.attribution) if scored.attribution else None
@@ -363,7 +369,6 @@ class Diagnoser:
                 primary = run_failure(trace, attribution, probability, thr, signals)
                 failures = [primary]
         recommendation = self.ladders.recommend(trace, primary, options=options)
-        coverage, warnings = assess(trace) if assessed is None else (assessed[0], list(assessed[1]))
         joined = unkeyed_warning(trace)  # a run read from traces naming no session: say so first
         if joined:
             warnings.insert(0, joined)

@@ -180,7 +180,7 @@ class IncrementalDiagnoser:
                 elif clf is not None and f.detector == clf.name:
                     rule_conf = f.confidence if rule_conf is None else max(rule_conf, f.confidence)
             maxima = (state.get("classifier") or {}).get("maxima") if clf is not None else None
-            _, ev = zero_shot_inputs([f for f in found if f.detector != "classifier"], [], [], maxima)
+            _, ev = zero_shot_inputs([f for f in found if f.detector != "classifier"], [], [], maxima, resp.coverage)
             scored = scorer.score(win, rule_confidence=rule_conf, evidence=ev)
             resp.failure_probability = scored.failure_probability
             if scored.attribution:

@@ -19,7 +19,9 @@ lets each piece only *raise* the probability:
   one whose worst training set is best (maximin) is kept if it is above 0.5 on average: without a
   continuous part the rules alone tie most runs at one score.
 
-``p = σ(logit(q) + delta · (C − c̄))`` with ``q`` the rule part. Every weight is non-negative: a
+``p = σ(logit(q) + delta · (C − c̄))`` with ``q`` the rule part. A feature the run lacks (no
+classifier ran, or coverage says the agent's text was not recorded: the classifier read placeholders,
+:func:`model.diagnosis.diagnoser.zero_shot_inputs`) counts as its training mean. Every weight is non-negative: a
 feature can only raise the probability. The operating point ``threshold_`` is at or above both
 the training sets' (1 − target) quantile of successful runs and the highest value the continuous
 part alone can reach, so the probability raises a failure only with a rule's evidence behind it.

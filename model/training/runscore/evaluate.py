@@ -75,8 +75,8 @@ def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None
     ``classifier=True`` runs the shipped classifier beside the rules, as the service does; its
     kinds that fire are kept apart (``classifier_kinds``, ungated): the evaluation gates them.
     """
-    from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS, Diagnoser
-    from model.scoring.runscore.zeroshot import evidence
+    from model.core.coverage import assess
+    from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS, Diagnoser, zero_shot_inputs
 
     rules = Diagnoser.with_shipped_models(classifier=classifier, runscore=False)
     out = []
@@ -92,9 +92,10 @@ def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None
             if f.confidence >= DEFAULT_THRESHOLDS[f.kind]:
                 conf[f.detector] = max(conf.get(f.detector, 0.0), f.confidence)
         raw_signals = [f for f in found if f.confidence < DEFAULT_THRESHOLDS[f.kind]]
+        # the evidence features as the diagnosis reads them (the classifier's left out without content)
+        _, ev = zero_shot_inputs(found, [], [], maxima, assess(r.trace)[0])
         ex = Example.from_trace(r.trace, r.source, r.group,
-                                tuple(d for d, _, _ in fails if d not in ("classifier", "runscore")),
-                                conf, evidence(raw_signals, maxima))
+                                tuple(d for d, _, _ in fails if d not in ("classifier", "runscore")), conf, ev)
         sigs = [(f.detector, f.kind.value) for f in raw_signals]
         chars = sum(len(s.content or "") for s in r.trace.steps)
         calls = sum(1 for s in r.trace.steps if s.kind.value == "tool_call")
