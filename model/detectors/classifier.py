@@ -133,7 +133,7 @@ class ClassifierDetector:
         return self.inspect_step_scored(trace, index)[0]
 
     def inspect_step_scored(self, trace: Trace, index: int) -> tuple[list[Finding], dict[str, float]]:
-        """:meth:`inspect_step` and the step's per-kind probabilities (an agent step's; ``{}`` for others)."""
+        """:meth:`inspect_step` and the step's per-kind probabilities (0 for each kind when it is not an agent's step)."""
         from model.scoring.runscore.zeroshot import classifier_maxima
 
         rt = self.load()
