@@ -16,7 +16,8 @@ from model.core.schema import FailureLabel, Trace, TraceLabels
 from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_trace
 from model.scoring.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, message_features, run_features
-from model.scoring.runscore.model import ARTIFACT, CANDIDATE_FEATURES, Example, RunScorer
+from model.scoring.runscore.model import ARTIFACT, Example, RunScorer
+from model.scoring.runscore.zeroshot import EVIDENCE_FEATURES, RECIPE, ZeroShotRecipe
 from model.training.runscore.evaluate import evaluate_real, prepare, relative_thresholds
 from model.training.runscore.report import render_markdown
 from tests.conftest import ROOT
@@ -100,8 +101,11 @@ def labelled(t: Trace, failed: bool, at: int | None) -> Trace:
     return t
 
 
-def toy_examples(rng: np.random.Generator, source: str, n: int) -> list[Example]:
-    """Runs whose failures make up a figure in a longer answer (the made-up figure is the cue)."""
+def toy_examples(rng: np.random.Generator, source: str, n: int, flip: bool = False) -> list[Example]:
+    """Runs whose failures make up a figure in a longer answer (the made-up figure: the attribution's
+    cue); their evidence: the classifier's ``hallucination`` maximum higher on failed runs, its
+    ``refusal`` maximum higher on failed runs of every set but a ``flip`` one (a cue that points the
+    wrong way there), ``signal`` noise."""
     out = []
     for i in range(n):
         failed = bool(i % 2)
@@ -113,31 +117,60 @@ def toy_examples(rng: np.random.Generator, source: str, n: int) -> list[Example]
         answer = f"It costs {999 + i} euros, {12 + i} left." if failed else f"It costs {100} euros."
         turns.append({"role": "assistant", "content": answer})
         t = labelled(chat(*turns), failed, len(turns) - 1)
-        out.append(Example.from_trace(t, source, f"{source}:{i}"))
+        ev = {"clf:hallucination": float(np.clip(rng.normal(0.6 if failed else 0.3, 0.1), 0, 1)),
+              "clf:refusal": float(np.clip(rng.normal(0.3 if failed == flip else 0.6, 0.1), 0, 1)),
+              "signal": float(rng.uniform())}
+        out.append(Example.from_trace(t, source, f"{source}:{i}", evidence=ev))
     return out
 
 
 def test_fit_predict_save_load(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    ex = toy_examples(rng, "a", 40) + toy_examples(rng, "b", 40)
-    scorer = RunScorer().fit(ex)
-    assert "final_novel_numbers" in scorer.features_ and scorer.meta_["trained_on"] == ["a", "b"]
-    assert not set(scorer.features_) & {"messages_log", "calls_log", "user_turns_log"}  # length is a baseline
+    ex = toy_examples(rng, "a", 40) + toy_examples(rng, "b", 40, flip=True)
+    scorer = RunScorer(target_false_alarm=0.1).fit(ex)
+    # kept: the cue with one direction on both sets; left out: the one that flips, and the noise
+    # (AUROC below 0.5 − tolerance on a set)
+    assert "clf:hallucination" in scorer.features_ and "clf:refusal" not in scorer.features_
+    assert scorer.meta_["trained_on"] == ["a", "b"] and scorer.recipe == RECIPE
+    zs = scorer.zero_shot_
+    assert zs is not None and zs.prior == pytest.approx(0.5) and zs.base == pytest.approx(0.5)  # no rule fired
     p = np.array([scorer.score_example(e)[0] for e in ex])
     y = np.array([e.failed for e in ex]).astype(int)
-    assert auroc(y, p) > 0.95
-    # the operating point: at most 10 % of each training set's successful runs flagged
-    for s in ("a", "b"):
-        ok = [pi for pi, e in zip(p, ex, strict=True) if e.source == s and not e.failed]
-        assert np.mean(np.array(ok) >= scorer.threshold) <= 0.1
+    assert auroc(y, p) > 0.9
+    # a small continuous part around the prior: it never moves a run by more than delta on the logit
+    assert np.all(np.abs(np.log(p / (1 - p))) <= scorer.delta + 1e-9)
+    # the operating point: at most 10 % of each set's successful runs, and above what the continuous
+    # part reaches alone: no run is flagged without a rule's failure behind it
+    assert not (p >= scorer.threshold).any()
+    assert scorer.threshold >= zs.probability(None, dict.fromkeys(zs.features, 1.0))
+    # a rule's failure raises the probability to its measured confidence, never lowers it
+    assert scorer.probability(0.9, ex[0].evidence) > scorer.probability(None, ex[0].evidence)
+    assert scorer.probability(0.1, ex[0].evidence) == scorer.probability(None, ex[0].evidence)
     path = tmp_path / "runscore.json"
     scorer.save(path)
     again = RunScorer.load(path)
     assert again.version == scorer.version
-    assert [again.score_example(e)[0] for e in ex] == pytest.approx([scorer.score_example(e)[0] for e in ex], abs=1e-4)
+    assert [again.score_example(e)[0] for e in ex] == pytest.approx([scorer.score_example(e)[0] for e in ex], abs=1e-6)
     # attribution lands on the answer that makes up the figure
     probs = scorer.score_example(ex[1])[1]
     assert ex[1].units[int(np.argmax(probs))].source_index == ex[1].fail_source_index
+
+
+def test_zero_shot_weights_can_only_raise_the_probability() -> None:
+    """Every kept feature enters with weight +delta / k: more evidence never lowers the probability."""
+    r = ZeroShotRecipe(features=["clf:hallucination", "signal"], prior=0.4, base=0.3, centre=0.25, delta=0.5,
+                       threshold=0.95)
+    lo = r.probability(None, {"clf:hallucination": 0.1, "signal": 0.0})
+    mid = r.probability(None, {"clf:hallucination": 0.5, "signal": 0.0})
+    hi = r.probability(None, {"clf:hallucination": 0.5, "signal": 1.0})
+    assert lo < mid < hi < r.threshold
+    assert r.probability(None, {}) == pytest.approx(0.3)  # nothing measured: the base rate
+    assert r.probability(0.8, {}) == pytest.approx(0.8)
+    assert ZeroShotRecipe.from_dict(r.to_dict()) == r
+    with pytest.raises(InputError, match="refit"):
+        ZeroShotRecipe.from_dict({**r.to_dict(), "features": ["run:messages_log"]})
+    with pytest.raises(InputError, match="refit"):
+        ZeroShotRecipe.from_dict({**r.to_dict(), "recipe": "zero-shot-other"})
 
 
 def test_unfitted_and_foreign_artefacts_are_refused(tmp_path: Path) -> None:
@@ -154,14 +187,31 @@ def test_unfitted_and_foreign_artefacts_are_refused(tmp_path: Path) -> None:
         RunScorer().fit([e for e in toy_examples(np.random.default_rng(1), "a", 10) if e.failed])
 
 
-def fixed_scorer(threshold: float, weight: float) -> RunScorer:
-    """A hand-set scorer: p = sigmoid(1 + weight · final_novel_word_ratio), attribution on novelty."""
+def fixed_scorer(threshold: float, base: float, delta: float = 2.0) -> RunScorer:
+    """A hand-set scorer: p = sigmoid(logit(base) + delta · (hallucination maximum − 0.2)),
+    attribution on novelty."""
     d = json.loads(ARTIFACT.read_text())
     w = [0.0] * len(MESSAGE_FEATURES)
     w[col("novel_numbers")] = 3.0
-    d.update({"message_weights": w, "run_features": ["final_novel_word_ratio"], "run_mean": [0.0],
-              "run_scale": [1.0], "run_weights": [1.0, weight], "platt": [1.0, 0.0], "threshold": threshold})
+    d.update({"message_weights": w, "zero_shot": {"recipe": RECIPE, "features": ["clf:hallucination"],
+                                                  "prior": base, "base": base, "centre": 0.2, "delta": delta,
+                                                  "threshold": threshold}})
     return RunScorer.from_dict(d)
+
+
+class NoveltyProbe:
+    """A trace detector in the classifier's place (``inspect_scored``): no findings, and as the
+    ``hallucination`` maximum the share of the last answer's words that no earlier message holds."""
+
+    name = "novelty_probe"
+    version = "1"
+
+    def inspect(self, trace: Trace) -> list:
+        return []
+
+    def inspect_scored(self, trace: Trace) -> tuple[list, dict[str, float]]:
+        units, X = message_features(trace)
+        return [], {"hallucination": float(X[-1, col("novel_word_ratio")]) if len(units) else 0.0}
 
 
 HEALTHY_LOOKING = [
@@ -174,27 +224,27 @@ HEALTHY_LOOKING = [
 
 def test_the_run_verdict_in_the_diagnosis() -> None:
     t = load_trace({"messages": HEALTHY_LOOKING}, format="openai")
-    quiet = Diagnoser(runscorer=fixed_scorer(threshold=0.99, weight=0.1)).diagnose(t)
+    quiet = Diagnoser(runscorer=fixed_scorer(threshold=0.99, base=0.73)).diagnose(t)
     assert quiet.healthy is True and quiet.primary is None
-    assert quiet.failure_probability is not None and 0.73 <= quiet.failure_probability < 0.99
+    assert quiet.failure_probability == pytest.approx(0.73)  # no classifier ran: its part counts as its centre
     assert quiet.attribution is not None and quiet.attribution.source_index == 3  # present when healthy too
-    loud = Diagnoser(runscorer=fixed_scorer(threshold=0.7, weight=5.0)).diagnose(t)
+    loud = Diagnoser(runscorer=fixed_scorer(threshold=0.7, base=0.8)).diagnose(t)
     assert loud.healthy is False and loud.failure_probability >= 0.7
     p = loud.primary
     assert p is not None and p.detector == "runscore" and p.confidence == loud.failure_probability
     assert (p.step, p.source_index) == (loud.attribution.step, 3)
     assert p.kind.value == "hallucination" and loud.recommendation.strategy.value == "self_correct"
     # mid-run (a session): the probability is reported and decides nothing
-    mid = Diagnoser(runscorer=fixed_scorer(threshold=0.7, weight=5.0)).diagnose(t, run_verdict=False)
+    mid = Diagnoser(runscorer=fixed_scorer(threshold=0.7, base=0.8)).diagnose(t, run_verdict=False)
     assert mid.healthy is True and mid.failure_probability == loud.failure_probability
     # a relative operating point from the caller may raise the zero-shot bar ...
-    rel = Diagnoser(runscorer=fixed_scorer(threshold=0.7, weight=5.0)).diagnose(t, run_threshold=0.9999999)
+    rel = Diagnoser(runscorer=fixed_scorer(threshold=0.7, base=0.8)).diagnose(t, run_threshold=0.9999999)
     assert rel.healthy is True
     # ... never lower it: zero-shot, the probability flags only at the fixed low-false-alarm point
-    low = Diagnoser(runscorer=fixed_scorer(threshold=0.99, weight=0.1)).diagnose(t, run_threshold=0.01)
+    low = Diagnoser(runscorer=fixed_scorer(threshold=0.99, base=0.73)).diagnose(t, run_threshold=0.01)
     assert low.healthy is True and low.failure_probability is not None and low.failure_probability < 0.99
     # options.detectors without "runscore" leaves it out; with it, in
-    d = Diagnoser(runscorer=fixed_scorer(threshold=0.5, weight=5.0))
+    d = Diagnoser(runscorer=fixed_scorer(threshold=0.5, base=0.8))
     from model.core.options import DiagnoseOptions
     assert d.diagnose(t, DiagnoseOptions(detectors=["loop"])).failure_probability is None
     assert d.diagnose(t, DiagnoseOptions(detectors=["loop", "runscore"])).failure_probability is not None
@@ -268,7 +318,7 @@ def test_leave_one_source_out_on_a_sample_of_the_real_sets() -> None:
 
 def test_shipped_artefact_loads_and_names_its_data() -> None:
     s = RunScorer.load()
-    assert set(s.features_) <= set(CANDIDATE_FEATURES)
+    assert s.features_ and set(s.features_) <= set(EVIDENCE_FEATURES) and s.recipe == RECIPE
     assert {"tau_airline", "agentprocessbench", "swe"} <= set(s.meta_["trained_on"])
     assert any(k.startswith("swe/") for k in s.meta_["data"])
 
@@ -363,8 +413,9 @@ def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: 
     from model.core.options import DiagnoseOptions
 
     # the fixed point 0.99 is above every probability: the agent's percentile, lower, does not flag
-    scorer = fixed_scorer(threshold=0.99, weight=2.0)  # p = sigmoid(1 + 2·novel word ratio) < 0.99
-    svc = build_service(Settings(database_url=f"sqlite:///{tmp_path / 'rel.db'}"), Diagnoser(runscorer=scorer))
+    scorer = fixed_scorer(threshold=0.99, base=0.6)  # p = sigmoid(logit 0.6 + 2·(novel word ratio − 0.2)) < 0.99
+    svc = build_service(Settings(database_url=f"sqlite:///{tmp_path / 'rel.db'}"),
+                        Diagnoser([NoveltyProbe()], runscorer=scorer))
     first = svc.diagnose("t", _answer_run(0, novel), DiagnoseOptions(agent_from_task_type=True))
     assert first.healthy is True and first.failure_probability < 0.99
     for i in range(1, 60):
@@ -375,8 +426,9 @@ def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: 
     odd = svc.diagnose("t", _answer_run(101, novel), DiagnoseOptions(agent_from_task_type=True))
     assert odd.healthy is True and odd.failure_probability is not None and rel <= odd.failure_probability < 0.99
     # a fixed point every run passes: an agent whose usual runs all score high raises it to its own
-    low = fixed_scorer(threshold=0.5, weight=2.0)
-    svc2 = build_service(Settings(database_url=f"sqlite:///{tmp_path / 'rel2.db'}"), Diagnoser(runscorer=low))
+    low = fixed_scorer(threshold=0.5, base=0.6)
+    svc2 = build_service(Settings(database_url=f"sqlite:///{tmp_path / 'rel2.db'}"),
+                         Diagnoser([NoveltyProbe()], runscorer=low))
     assert svc2.diagnose("t", _answer_run(0, grounded), DiagnoseOptions(agent_from_task_type=True)).healthy is False  # the fixed point
     for i in range(1, 60):
         svc2.diagnose("t", _answer_run(i, grounded), DiagnoseOptions(agent_from_task_type=True))

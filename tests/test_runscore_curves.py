@@ -39,8 +39,9 @@ def _example(source: str, group: str, failed: bool, rng: np.random.Generator) ->
     run = np.zeros(len(RUN_FEATURES), dtype=np.float32)
     run[0] = 1.0
     run[RUN_FEATURES.index("messages_log")] = rng.uniform(1, 3)  # carries nothing
-    run[RUN_FEATURES.index("final_hedge")] = float(failed) + rng.uniform(-0.3, 0.3)
-    return Example(source, group, failed, target, units, X, run, 8)
+    # the cue of the run's probability: an evidence feature (the zero-shot recipe reads no run feature)
+    cue = float(np.clip(float(failed) + rng.uniform(-0.3, 0.3), 0.0, 1.0))
+    return Example(source, group, failed, target, units, X, run, 8, evidence={"clf:hallucination": cue})
 
 
 def _examples(sources: dict[str, tuple[bool, ...]], groups: int = 12, seed: int = 0) -> list[Example]:

@@ -26,13 +26,13 @@ def test_session_scores_new_steps_only_and_matches_whole_trace(tmp_path: Path) -
     rules = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n != "classifier"]
     service = build_service(Settings(data_dir=tmp_path), Diagnoser([*rules, clf]))
     calls: list[int] = []
-    original = clf.inspect_step
+    original = clf.inspect_step_scored  # what the session path calls (findings + the zero-shot evidence)
 
     def counting(trace, index):  # type: ignore[no-untyped-def]
         calls.append(index)
         return original(trace, index)
 
-    clf.inspect_step = counting  # type: ignore[method-assign]
+    clf.inspect_step_scored = counting  # type: ignore[method-assign]
     trace = make_trace("hallucination", seed=4, n_steps=9)
     for step in trace.steps:
         body = step.model_dump(mode="json", exclude_none=True)

@@ -77,7 +77,8 @@ class ProbabilityBasis(BaseModel):
 
     model: Literal["zero-shot", "agent"] = Field(
         description="`agent`: the agent's own model (trained on its labelled runs, scoring the run so far); "
-        "`zero-shot`: the shipped run scorer, trained on other agents (near chance on a new agent)."
+        "`zero-shot`: the shipped recipe (`version` names it): the prior, the rules' measured confidences and "
+        "the step classifier's evidence, each able only to raise the probability (near chance on a new agent)."
     )
     agent: str = Field(description="The run's agent (model/core/agents.py): the key of its model.")
     labelled_runs: int = Field(
@@ -88,7 +89,8 @@ class ProbabilityBasis(BaseModel):
     cv_auroc: float | None = Field(
         default=None, description="The agent model's grouped cross-validated AUROC on its labelled runs (`agent` only)."
     )
-    version: str | None = Field(default=None, description="The agent model's registry version (`agent` only).")
+    version: str | None = Field(default=None, description="The agent model's registry version (`agent`), or the "
+                               "zero-shot recipe that gave the probability (`zero-shot`, e.g. `zero-shot-evidence-1`).")
     zero_shot_probability: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="The zero-shot probability before re-centring or the agent model (its prior).",

@@ -114,17 +114,31 @@ class ClassifierDetector:
         return self.runtime_
 
     def inspect(self, trace: Trace) -> list[Finding]:
+        return self.inspect_scored(trace)[0]
+
+    def inspect_scored(self, trace: Trace) -> tuple[list[Finding], dict[str, float]]:
+        """The findings, and per reported kind the highest probability over the agent's steps (the
+        zero-shot ``failure_probability``'s evidence: :func:`model.scoring.runscore.zeroshot.classifier_maxima`)."""
+        from model.scoring.runscore.zeroshot import classifier_maxima
+
         rt = self.load()
         start = max(0, len(trace.steps) - self.max_steps)
         if start >= len(trace.steps):
-            return []
+            return [], {}
         probs = rt.score_trace(trace, start=start)
-        return self._findings(trace, probs, start)
+        return self._findings(trace, probs, start), classifier_maxima(trace, probs, rt.labels, start)
 
     def inspect_step(self, trace: Trace, index: int) -> list[Finding]:
         """Findings for one step only (the real-time path: a new step appended to a session)."""
+        return self.inspect_step_scored(trace, index)[0]
+
+    def inspect_step_scored(self, trace: Trace, index: int) -> tuple[list[Finding], dict[str, float]]:
+        """:meth:`inspect_step` and the step's per-kind probabilities (0 for each kind when it is not an agent's step)."""
+        from model.scoring.runscore.zeroshot import classifier_maxima
+
         rt = self.load()
-        return self._findings(trace, rt.score_step(trace, index)[None, :], index)
+        probs = rt.score_step(trace, index)[None, :]
+        return self._findings(trace, probs, index), classifier_maxima(trace, probs, rt.labels, index)
 
     def _findings(self, trace: Trace, probs: Any, start: int) -> list[Finding]:
         rt = self.runtime_

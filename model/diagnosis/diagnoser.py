@@ -6,7 +6,9 @@ highest confidence and every detector's evidence. The primary failure is the ear
 of the highest severity: the root cause before its symptom.
 
 With a run scorer (:mod:`model.scoring.runscore`, fitted on real runs), every diagnosis also carries
-``failure_probability`` and ``attribution``; ``healthy`` is false when a failure passes its kind's
+``failure_probability`` (the zero-shot recipe, :mod:`model.scoring.runscore.zeroshot`: the prior,
+the highest measured failure confidence, the classifier's per-kind maxima and the rule signals;
+:func:`zero_shot_inputs`) and ``attribution``; ``healthy`` is false when a failure passes its kind's
 threshold **or** ``failure_probability`` reaches the scorer's operating point. In the second case
 the primary failure sits at ``attribution.step`` (detector ``runscore``), of the most likely kind
 there (:func:`attributed_kind`), with confidence ``failure_probability``, and follows that kind's
@@ -121,6 +123,25 @@ def fuse(
         top = max(f.severity.rank for f in failures)
         primary = min((f for f in failures if f.severity.rank == top), key=order)
     return failures, signals, primary
+
+
+def zero_shot_inputs(raw: Iterable[Finding], failures: Sequence[Failure], detectors: Iterable[str],
+                     maxima: Mapping[str, float] | None, coverage: Coverage | None = None
+                     ) -> tuple[float | None, dict[str, float]]:
+    """What the zero-shot ``failure_probability`` reads of a diagnosis: the highest confidence among
+    the failures the trace ``detectors`` raised (measured on real runs; ``None`` without one), and
+    the evidence features (:func:`model.scoring.runscore.zeroshot.evidence`): the classifier's
+    per-kind ``maxima`` (``None``: it did not run) and the strongest *raw* rule signal. When
+    ``coverage`` says some text was not recorded or is redacted, the classifier's maxima are left
+    out (it scored placeholders, not the agent's words): its part counts as its training mean."""
+    from model.scoring.runscore.zeroshot import evidence
+
+    if coverage is not None and (coverage.without_content or coverage.redacted):
+        maxima = None
+    names = set(detectors)
+    rule_conf = max((f.confidence for f in failures if f.detector in names), default=None)
+    signals = [f for f in raw if f.confidence < DEFAULT_THRESHOLDS[f.kind]]
+    return rule_conf, evidence(signals, maxima)
 
 
 def attributed_kind(trace: Trace, attribution: Attribution, signals: Sequence[Failure]) -> tuple[FailureKind, str]:
@@ -269,17 +290,34 @@ class Diagnoser:
 
     def findings(self, trace: Trace, options: DiagnoseOptions | None = None) -> list[Finding]:
         """Every detector's raw findings, in detector order."""
-        return self._run(trace, self._detectors_for(options or DiagnoseOptions()))
+        return self.scored_findings(trace, options)[0]
+
+    def scored_findings(self, trace: Trace, options: DiagnoseOptions | None = None
+                        ) -> tuple[list[Finding], dict[str, float] | None]:
+        """Every detector's raw findings, and the step classifier's per-kind maxima over the agent's
+        steps (``None`` when no classifier ran): what :func:`zero_shot_inputs` reads."""
+        return self._run_scored(trace, self._detectors_for(options or DiagnoseOptions()))
 
     def _run(self, trace: Trace, detectors: Sequence[TraceDetector]) -> list[Finding]:
+        return self._run_scored(trace, detectors)[0]
+
+    def _run_scored(self, trace: Trace, dets: Sequence[TraceDetector]
+                    ) -> tuple[list[Finding], dict[str, float] | None]:
         if len(trace.steps) > self.max_steps:
             raise TooLargeError(
                 f"trace has {len(trace.steps)} steps; the limit is {self.max_steps}", path="trace.steps"
             )
         out: list[Finding] = []
-        for det in detectors:
-            out.extend(det.inspect(trace))
-        return out
+        maxima: dict[str, float] | None = None
+        for det in dets:
+            scored = getattr(det, "inspect_scored", None)
+            if callable(scored):
+                found, m = scored(trace)
+                out.extend(found)
+                maxima = {**(maxima or {}), **m}
+            else:
+                out.extend(det.inspect(trace))
+        return out, maxima
 
     def diagnose(
         self,
@@ -302,7 +340,8 @@ class Diagnoser:
         """
         options = options or DiagnoseOptions()
         dets = self._detectors_for(options)
-        findings = self._run(trace, dets)
+        raw, maxima = self._run_scored(trace, dets)
+        findings = list(raw)
         use_runscore = self.runscorer is not None and (options.detectors is None or RUNSCORE in options.detectors)
         if use_runscore and self.runscorer is not None and self.runscorer.rule_stats_:
             findings = [self._measured(f) for f in findings]
@@ -311,8 +350,10 @@ class Diagnoser:
         versions = {d.name: d.version for d in dets}
         probability: float | None = None
         attribution: Attribution | None = None
+        coverage, warnings = assess(trace) if assessed is None else (assessed[0], list(assessed[1]))
         if use_runscore and self.runscorer is not None:
-            scored = self.runscorer.score(trace)
+            rule_conf, ev = zero_shot_inputs(raw, failures, {d.name for d in dets}, maxima, coverage)
+            scored = self.runscorer.score(trace, rule_confidence=rule_conf, evidence=ev)
             probability = scored.failure_probability
             attribution = Attribution(**scored.attribution) if scored.attribution else None
             versions[RUNSCORE] = self.runscorer.version
@@ -328,7 +369,6 @@ class Diagnoser:
                 primary = run_failure(trace, attribution, probability, thr, signals)
                 failures = [primary]
         recommendation = self.ladders.recommend(trace, primary, options=options)
-        coverage, warnings = assess(trace) if assessed is None else (assessed[0], list(assessed[1]))
         joined = unkeyed_warning(trace)  # a run read from traces naming no session: say so first
         if joined:
             warnings.insert(0, joined)
@@ -349,4 +389,5 @@ class Diagnoser:
         )
 
 
-__all__ = ["DEFAULT_THRESHOLDS", "RUNSCORE", "Diagnoser", "attributed_kind", "fuse", "package_version", "run_failure"]
+__all__ = ["DEFAULT_THRESHOLDS", "RUNSCORE", "Diagnoser", "attributed_kind", "fuse", "package_version", "run_failure",
+           "zero_shot_inputs"]

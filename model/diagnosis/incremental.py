@@ -17,8 +17,9 @@ can continue it).
   later than that (it stays reported as not recovered), the classifier's repeat counts and
   grounding from steps out of the window. A recovered failure's ``recovered_by_step`` names the
   recovery the window saw (the whole trace names the tool's last success, wherever it is).
-- The run scorer's ``failure_probability`` and ``attribution`` are those of the window (it reads
-  every message it is given); in a session they decide nothing.
+- The run scorer's ``attribution`` is that of the window (it reads every message it is given);
+  ``failure_probability`` reads the session's findings (measured rule failures, raw rule signals)
+  and the classifier's per-kind maxima over every step it scored; in a session they decide nothing.
 - Findings are renumbered from the window to the session (``step``, every ``*_step`` /
   ``*_steps`` detail, "step N" in the evidence).
 
@@ -45,7 +46,7 @@ from model.core.findings import Attribution, DiagnosisResponse, Finding
 from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
 from model.core.shared_graphs import shared_graphs
-from model.diagnosis.diagnoser import RUNSCORE, Diagnoser
+from model.diagnosis.diagnoser import RUNSCORE, Diagnoser, zero_shot_inputs
 from model.diagnosis.ladders import language_more
 
 #: The session's context kept in front of a window: at most this many system messages.
@@ -169,8 +170,18 @@ class IncrementalDiagnoser:
         resp.detector_versions = {d.name: d.version for d in dets}
         scorer = self.diagnoser.runscorer
         if scorer is not None and (options.detectors is None or RUNSCORE in options.detectors):
-            # The run scorer reads every message of what it is given: the window, not the session.
-            scored = scorer.score(win)
+            # The attribution reads every message of what it is given: the window, not the session.
+            rule_conf = None
+            for f in resp.failures:
+                if f.detector in {d.name for d in rules}:
+                    conf, extra = scorer.rule_confidence(f.detector, f.confidence)
+                    if conf >= 0.5 and "demoted" not in extra:
+                        rule_conf = conf if rule_conf is None else max(rule_conf, conf)
+                elif clf is not None and f.detector == clf.name:
+                    rule_conf = f.confidence if rule_conf is None else max(rule_conf, f.confidence)
+            maxima = (state.get("classifier") or {}).get("maxima") if clf is not None else None
+            _, ev = zero_shot_inputs([f for f in found if f.detector != "classifier"], [], [], maxima, resp.coverage)
+            scored = scorer.score(win, rule_confidence=rule_conf, evidence=ev)
             resp.failure_probability = scored.failure_probability
             if scored.attribution:
                 at = dict(scored.attribution)
@@ -234,17 +245,29 @@ class IncrementalDiagnoser:
         if cached.get("model_version") != version or int(cached.get("n", 0)) > n:
             cached = {"model_version": version, "n": 0, "findings": []}
         found = [Finding.model_validate(f) for f in cached["findings"]]
+        maxima: dict[str, float] = dict(cached.get("maxima") or {})
+        scored = getattr(clf, "inspect_step_scored", None)
+
+        def inspect(t: Trace, j: int) -> list[Finding]:
+            if not callable(scored):
+                return list(clf.inspect_step(t, j))
+            out, m = scored(t, j)
+            for k, v in m.items():  # the zero-shot probability's evidence: each kind's highest so far
+                maxima[k] = max(v, maxima.get(k, 0.0))
+            return list(out)
+
         first_own = len(index) - (n - lo)
         for i in range(int(cached["n"]), n):
             if i >= lo:
-                found.extend(remap(f, index) for f in clf.inspect_step(win, first_own + i - lo))
+                found.extend(remap(f, index) for f in inspect(win, first_own + i - lo))
             else:  # a step before the window that was never scored (settings changed): its own window
                 w, idx, _ = window_of(trace.model_copy(update={"steps": trace.steps[: i + 1]}), self.window)
-                found.extend(remap(f, idx) for f in clf.inspect_step(w, len(idx) - 1))
+                found.extend(remap(f, idx) for f in inspect(w, len(idx) - 1))
         state["classifier"] = {
             "model_version": version,
             "n": n,
             "findings": [f.model_dump(mode="json") for f in found],
+            "maxima": maxima,
         }
         return found
 

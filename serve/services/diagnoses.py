@@ -313,7 +313,7 @@ class Diagnoses:
         resp.detector_versions[AGENT_MODEL_DETECTOR] = served.model.version
 
     def zero_shot_answer(self, resp: DiagnosisResponse, tenant: str, agent: str) -> None:
-        """Zero-shot: the shipped run scorer's probability, re-centred on the agent's observed failure
+        """Zero-shot: the shipped recipe's probability (``version`` names it), re-centred on the agent's observed failure
         rate once it has labelled runs (:class:`serve.services.agent_models.Recentring`)."""
         p0 = resp.failure_probability
         n = 0
@@ -322,7 +322,9 @@ class Diagnoses:
             if n:
                 z = math.log(max(p0, 1e-6) / max(1 - p0, 1e-6)) + offset
                 resp.failure_probability = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+        scorer = self.diagnoser.runscorer
         resp.failure_probability_basis = ProbabilityBasis(model="zero-shot", agent=agent, labelled_runs=n,
+                                                          version=scorer.recipe if scorer is not None else None,
                                                           zero_shot_probability=p0)
 
     def _canary(

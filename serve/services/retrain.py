@@ -94,15 +94,23 @@ def trace_hash(trace: Trace) -> str:
 
 
 class ZeroShotCache:
-    """The shipped run scorer's probability of each run, by trace content, kept in one JSON file per
-    shipped version under ``folder`` (a warm cache makes a retrain cost only the fits)."""
+    """The zero-shot ``failure_probability`` of each run (the shipped rules, classifier and run scorer:
+    :data:`model.scoring.runscore.zeroshot.RECIPE`), by trace content, kept in one JSON file per recipe
+    and shipped models under ``folder`` (a warm cache makes a retrain cost only the fits)."""
 
     def __init__(self, folder: Path | None) -> None:
+        from model.diagnosis.diagnoser import Diagnoser
         from model.scoring.agent_registry import SHIPPED_VERSION
         from model.scoring.runscore.model import ARTIFACT, RunScorer
+        from model.scoring.runscore.zeroshot import RECIPE
 
-        self.path = None if folder is None else folder / f"zero-shot-{SHIPPED_VERSION}.json"
-        self.scorer = RunScorer.load(ARTIFACT) if ARTIFACT.is_file() else None
+        scorer = RunScorer.load(ARTIFACT) if ARTIFACT.is_file() else None
+        self.diagnoser = Diagnoser.with_shipped_models(runscorer=scorer, runscore=scorer is not None)
+        models = hashlib.sha256(self.diagnoser.model_version.encode()).hexdigest()[:12]
+        #: the cache key: the recipe, the shipped run scorer and the models that feed it
+        self.key = f"{RECIPE}-{SHIPPED_VERSION}-{models}"
+        self.path = None if folder is None else folder / f"zero-shot-{self.key}.json"
+        self.scorer = scorer
         self.values: dict[str, float] = {}
         if self.path is not None and self.path.is_file():
             try:
@@ -118,7 +126,7 @@ class ZeroShotCache:
             p = self.values.get(key)
             if p is None:
                 self.misses += 1
-                scored = self.scorer.score(t).failure_probability if self.scorer is not None else None
+                scored = self.diagnoser.diagnose(t).failure_probability if self.scorer is not None else None
                 p = 0.5 if scored is None or not math.isfinite(scored) else float(scored)
                 self.values[key] = p
             else:

@@ -6,20 +6,20 @@ numpy alone (the artefact is one JSON file, ``model/artifacts/runscore.json``):
 * **attribution** — a conditional logit over a run's agent messages: ``softmax(X·w)`` is the
   probability that each message is where the run went wrong, *given that it failed*. Trained on
   the failed runs whose set says where (AgentProcessBench, Who&When, τ-bench's derived step).
-* **run probability** — L2 logistic regression on run features (never run length:
-  :data:`LENGTH_PROXIES`), each real set weighted equally and classes balanced within a set, then
-  Platt-calibrated on the same runs with their natural class mix. Only features whose direction
-  (AUROC above or below 0.5) agrees on **every** training set are kept: a cue that means "failed"
-  on one agent and "fine" on another is left out rather than averaged (a hedge is a failure for a
-  search agent and a policy-required "no" for a customer-service agent).
-* **operating point** — the lowest threshold at which each training set's successful runs raise a
-  false alarm at most ``target_false_alarm`` of the time.
+* **run probability** — the zero-shot recipe (:mod:`model.scoring.runscore.zeroshot`,
+  :data:`~model.scoring.runscore.zeroshot.RECIPE`): the prior, the rules' measured confidences and
+  a small continuous part from the step classifier's per-kind maxima and the rule signals, every
+  weight non-negative. The run features of :mod:`~model.scoring.runscore.features` no longer enter
+  it: leave-one-source-out none kept its direction on every set (``reports/real.md``), and a run
+  scorer trained on them ranked unseen agents' runs backwards as often as not (issue 31).
+* **operating point** — at or above the (1 − ``target_false_alarm``) quantile of each training
+  set's successful runs and the highest value the continuous part reaches alone.
 
 Selection, thresholds and the operating point come from real runs only
 (``model.training.runscore.evaluate`` reports them leave-one-source-out).
 
 >>> scorer = RunScorer.load()                                   # doctest: +SKIP
->>> scorer.score(trace).failure_probability                     # doctest: +SKIP
+>>> scorer.score(trace, rule_confidence=None, evidence={}).failure_probability   # doctest: +SKIP
 0.31
 """
 
@@ -36,33 +36,24 @@ import numpy as np
 from scipy.optimize import minimize
 
 from model.core.errors import InputError, NotFittedError
-from model.core.metrics import auroc
 from model.core.paths import ARTIFACTS
 from model.core.schema import Trace
 from model.scoring.runscore.features import (
     MESSAGE_FEATURES,
-    RUN_FEATURES,
     MessageUnit,
     message_features,
     run_features,
 )
+from model.scoring.runscore.zeroshot import (
+    EVIDENCE_FEATURES,
+    RECIPE,
+    RUN_EVIDENCE,
+    ZeroShotRecipe,
+    run_evidence,
+)
 
 ARTIFACT = ARTIFACTS / "runscore.json"
-FORMAT_VERSION = 1
-
-#: Run features the scorer may use: every run feature but the bias. (The attribution model's best
-#: message score was a candidate too; leave-one-source-out it lowered the AUROC on SWE from 0.622 to
-#: 0.548 and on AgentProcessBench from 0.663 to 0.649: what makes a message look wrong is learned
-#: per agent, so it is left to the attribution.)
-#: Run length is a baseline, not evidence: on the three sets here longer runs fail more often
-#: (messages: AUROC 0.62–0.68), but on other agents' real runs the failed ones are the *shorter* ones
-#: (the agent answers too early; AUROC 0.2–0.25, ../shared/MEASUREMENTS.md "Real runs"). A model that
-#: leans on length scores those runs backwards, so the run model never sees it.
-LENGTH_PROXIES: frozenset[str] = frozenset({"messages_log", "calls_log", "user_turns_log"})
-CANDIDATE_FEATURES: tuple[str, ...] = tuple(f for f in RUN_FEATURES[1:] if f not in LENGTH_PROXIES)
-
-
-_CANDIDATE_COLUMNS = [RUN_FEATURES.index(f) for f in CANDIDATE_FEATURES]
+FORMAT_VERSION = 2  # 2: the zero-shot recipe replaces the run-level regression (issue 31)
 
 #: The message features the attribution may use (``RunScorer(attribution=…)``). ``"position"``: where
 #: the message sits in the run, nothing of its content. Leave-one-source-out, the content cues made
@@ -98,9 +89,15 @@ class Example:
     run: np.ndarray
     messages: int
     rules: tuple[str, ...] = ()  # the rule detectors that raised a failure on this run
+    #: each of those rules' highest raw confidence among its failures (the prior of its estimate)
+    rule_confidences: dict[str, float] = field(default_factory=dict)
+    #: the run's evidence features (:func:`model.scoring.runscore.zeroshot.evidence`)
+    evidence: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_trace(cls, trace: Trace, source: str, group: str, rules: tuple[str, ...] = ()) -> Example:
+    def from_trace(cls, trace: Trace, source: str, group: str, rules: tuple[str, ...] = (),
+                   rule_confidences: dict[str, float] | None = None,
+                   evidence: dict[str, float] | None = None) -> Example:
         labels = trace.labels
         if labels is None or labels.failed is None:
             raise InputError(f"trace {trace.id}: no run-level label (labels.failed)", path="labels.failed")
@@ -108,7 +105,7 @@ class Example:
         fail = labels.failures[0].source_index if labels.failures else None
         msgs = (max(s.source_index for s in trace.steps) + 1) if trace.steps else 0
         return cls(source, group, bool(labels.failed), fail, units, X, run_features(trace, units, X), msgs,
-                   tuple(sorted(set(rules))))
+                   tuple(sorted(set(rules))), dict(rule_confidences or {}), dict(evidence or {}))
 
     @property
     def target(self) -> int | None:
@@ -163,23 +160,6 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fit_logistic(X: np.ndarray, y: np.ndarray, sw: np.ndarray, l2: float) -> np.ndarray:
-    Xb = np.hstack([np.ones((len(X), 1)), X])
-
-    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        z = Xb @ w
-        p = 1 / (1 + np.exp(-z))
-        eps = 1e-12
-        val = -(sw * (y * np.log(p + eps) + (1 - y) * np.log(1 - p + eps))).sum()
-        reg = 0.5 * l2 * float(w[1:] @ w[1:])
-        g = Xb.T @ (sw * (p - y))
-        g[1:] += l2 * w[1:]
-        return float(val + reg), g
-
-    w: np.ndarray = minimize(loss, np.zeros(Xb.shape[1]), jac=True, method="L-BFGS-B").x
-    return w
-
-
 #: A rule that raises a failure on more than this share of any training set's successful runs is a
 #: defect (issue "Right on real agent runs"): its findings become signals (``details.demoted``).
 MAX_FALSE_ALARM_RATE = 0.10
@@ -231,135 +211,119 @@ class RunScorer:
 
     Parameters
     ----------
-    l2_message, l2_run:
-        L2 strengths of the two models.
+    l2_message:
+        L2 strength of the attribution model.
     target_false_alarm:
         The operating point: at most this share of each training set's successful runs flagged.
-    min_direction:
-        A run feature is kept only if its AUROC differs from 0.5 by at least this much, in the
-        same direction, on every training set.
+    delta:
+        The weight of the zero-shot recipe's continuous part (:mod:`model.scoring.runscore.zeroshot`).
+    tolerance:
+        An evidence feature is kept only if its AUROC is ≥ 0.5 − this on every training set.
+    run_features:
+        Offer the old run scorer's features (:data:`~model.scoring.runscore.zeroshot.RUN_EVIDENCE`) to the
+        recipe as candidates too (the evaluation's check of whether they help; off in the shipped one).
     attribution:
         The message features the attribution uses: a key of :data:`ATTRIBUTION_FEATURES`.
     """
 
-    def __init__(self, *, l2_message: float = 1.0, l2_run: float = 1.0, target_false_alarm: float = 0.1,
-                 min_direction: float = 0.02, attribution: str = "position") -> None:
+    def __init__(self, *, l2_message: float = 1.0, target_false_alarm: float = 0.1, delta: float = 0.2,
+                 tolerance: float = 0.02, run_features: bool = False, attribution: str = "position") -> None:
         if attribution not in ATTRIBUTION_FEATURES:
             raise InputError(f"attribution {attribution!r}: one of {sorted(ATTRIBUTION_FEATURES)}",
                              path="attribution")
         self.attribution = attribution
         self.l2_message = l2_message
-        self.l2_run = l2_run
         self.target_false_alarm = target_false_alarm
-        self.min_direction = min_direction
+        self.delta = delta
+        self.tolerance = tolerance
+        self.run_features = run_features
         self.message_weights_: np.ndarray | None = None
-        self.features_: list[str] = []
-        self.mean_: np.ndarray | None = None
-        self.scale_: np.ndarray | None = None
-        self.run_weights_: np.ndarray | None = None
-        self.platt_: tuple[float, float] = (1.0, 0.0)
-        self.threshold_: float = 0.5
+        self.zero_shot_: ZeroShotRecipe | None = None
         self.rule_stats_: dict[str, dict[str, Any]] = {}
         self.meta_: dict[str, Any] = {}
-
-    # ---- features ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _candidates(e: Example) -> np.ndarray:
-        return e.run[_CANDIDATE_COLUMNS].astype(np.float64)
 
     # ---- fit ------------------------------------------------------------------------------
 
     def fit(self, examples: Sequence[Example]) -> RunScorer:
-        """Fit both models and the operating point on ``examples`` (real labelled runs)."""
+        """Fit the attribution, the rules' measured confidences and the zero-shot recipe on
+        ``examples`` (real labelled runs)."""
         self.message_weights_ = fit_message_model(examples, self.l2_message, ATTRIBUTION_FEATURES[self.attribution])
         outcomes = {(e.source, e.failed) for e in examples}
         run_sets = sorted({s for s, _ in outcomes if (s, True) in outcomes and (s, False) in outcomes})
         if not run_sets:
             raise InputError("no training set holds both failed and successful runs", path="examples")
         ex = [e for e in examples if e.source in run_sets]
-        F = np.array([self._candidates(e) for e in ex])
-        y = np.array([int(e.failed) for e in ex], dtype=np.float64)
-        src = np.array([e.source for e in ex])
-        keep = []
-        directions: dict[str, list[float]] = {}
-        for j, name in enumerate(CANDIDATE_FEATURES):
-            aucs = [auroc(y[src == s], F[src == s, j]) for s in run_sets]
-            directions[name] = [round(a, 4) for a in aucs]
-            d = np.array(aucs) - 0.5
-            if np.all(d >= self.min_direction) or np.all(d <= -self.min_direction):
-                keep.append(j)
-        if not keep:
-            keep = [CANDIDATE_FEATURES.index("final_novel_word_ratio")]
-        self.features_ = [CANDIDATE_FEATURES[j] for j in keep]
-        Fk = F[:, keep]
-        self.mean_, self.scale_ = Fk.mean(0), Fk.std(0) + 1e-6
-        Z = (Fk - self.mean_) / self.scale_
-        # each set weighs the same; classes balanced within a set
-        sw = np.zeros(len(ex))
-        for s in run_sets:
-            for c in (0, 1):
-                m = (src == s) & (y == c)
-                sw[m] = 1.0 / (len(run_sets) * 2 * max(1, m.sum()))
-        self.run_weights_ = _fit_logistic(Z, y, sw * len(ex), self.l2_run)
-        raw = self._raw(Z)
-        # Platt on the natural class mix of each set, sets weighted equally
-        natural = np.array([1.0 / (len(run_sets) * (src == s).sum()) for s in src]) * len(ex)
-        a_b = _fit_logistic(raw[:, None], y, natural, 0.0)
-        self.platt_ = (float(a_b[1]), float(a_b[0]))
-        p = self._calibrated(raw)
-        thr = [float(np.quantile(p[(src == s) & (y == 0)], 1 - self.target_false_alarm, method="higher"))
-               for s in run_sets]
-        self.threshold_ = float(min(1.0, max(thr) + 1e-6))
         self.rule_stats_ = rule_stats(ex, run_sets)
+        self.zero_shot_ = ZeroShotRecipe.fit(
+            run_sets, [e.source for e in ex], [e.failed for e in ex], [self.rule_part(e) for e in ex],
+            [self._evidence(e.evidence, e.run) for e in ex], delta=self.delta, tolerance=self.tolerance,
+            target_false_alarm=self.target_false_alarm,
+            candidates=(*EVIDENCE_FEATURES, *RUN_EVIDENCE) if self.run_features else EVIDENCE_FEATURES)
         self.meta_ = {"trained_on": run_sets, "attribution_trained_on": sorted(
-            {e.source for e in examples if e.target is not None}), "directions": directions,
-            "runs": len(examples)}
+            {e.source for e in examples if e.target is not None}), "runs": len(examples)}
         return self
 
-    def _raw(self, Z: np.ndarray) -> np.ndarray:
-        assert self.run_weights_ is not None
-        out: np.ndarray = self.run_weights_[0] + Z @ self.run_weights_[1:]
-        return out
+    def _evidence(self, evidence: dict[str, float], run: np.ndarray) -> dict[str, float]:
+        return {**evidence, **run_evidence(run)} if self.run_features else evidence
 
-    def _calibrated(self, raw: np.ndarray) -> np.ndarray:
-        a, b = self.platt_
-        out: np.ndarray = 1 / (1 + np.exp(-(a * raw + b)))
-        return out
+    def rule_part(self, e: Example) -> float | None:
+        """The highest measured confidence among ``e``'s rule failures that still raise (``None``: none)."""
+        best: float | None = None
+        for rule in e.rules:
+            conf = e.rule_confidences.get(rule, 1.0)
+            estimate, extra = self.rule_confidence(rule, conf)
+            if estimate >= 0.5 and "demoted" not in extra:
+                best = estimate if best is None else max(best, estimate)
+        return best
 
     # ---- predict --------------------------------------------------------------------------
 
     def _check(self) -> None:
-        if self.message_weights_ is None or self.run_weights_ is None:
+        if self.message_weights_ is None or self.zero_shot_ is None:
             raise NotFittedError("this RunScorer is not fitted; call fit() or RunScorer.load()")
 
-    def base_logit(self, e: Example) -> float:
-        """The run model's raw logit of a prepared example (before Platt)."""
+    @property
+    def features_(self) -> list[str]:
+        """The evidence features the zero-shot recipe kept."""
         self._check()
-        assert self.mean_ is not None and self.scale_ is not None
-        cand = self._candidates(e)
-        idx = [CANDIDATE_FEATURES.index(f) for f in self.features_]
-        z = (cand[idx] - self.mean_) / self.scale_
-        return float(self._raw(z[None, :])[0])
+        assert self.zero_shot_ is not None
+        return list(self.zero_shot_.features)
+
+    @property
+    def recipe(self) -> str:
+        """The zero-shot recipe's name (:data:`model.scoring.runscore.zeroshot.RECIPE`)."""
+        return RECIPE
+
+    def probability(self, rule_confidence: float | None, evidence: dict[str, float]) -> float:
+        """``failure_probability`` from a run's rule part and evidence features (the recipe's)."""
+        self._check()
+        assert self.zero_shot_ is not None
+        return self.zero_shot_.probability(rule_confidence, evidence)
 
     def score_example(self, e: Example) -> tuple[float, np.ndarray]:
         """(failure probability, message probabilities) of a prepared example."""
         self._check()
         assert self.message_weights_ is not None
-        raw = self.base_logit(e)
-        p = float(self._calibrated(np.array([raw]))[0])
+        p = self.probability(self.rule_part(e), self._evidence(e.evidence, e.run))
         probs = _softmax(e.X.astype(np.float64) @ self.message_weights_) if len(e.units) else np.zeros(0)
         return p, probs
 
-    def score(self, trace: Trace) -> ScoredRun:
-        """``failure_probability`` and ``attribution`` of one trace (no labels needed)."""
+    def score(self, trace: Trace, *, rule_confidence: float | None = None,
+              evidence: dict[str, float] | None = None) -> ScoredRun:
+        """``failure_probability`` and ``attribution`` of one trace (no labels needed).
+
+        ``rule_confidence``: the highest (measured) confidence among the run's rule failures, ``None``
+        without one; ``evidence``: :func:`model.scoring.runscore.zeroshot.evidence` of its findings.
+        :meth:`model.diagnosis.diagnoser.Diagnoser.diagnose` passes both; a feature left out counts
+        as the training mean (it neither raises nor lowers the probability).
+        """
         self._check()
+        assert self.message_weights_ is not None
         units, X = message_features(trace)
         if not units:
             return ScoredRun(None, None)
-        msgs = max(s.source_index for s in trace.steps) + 1
-        e = Example("", "", False, None, units, X, run_features(trace, units, X), msgs)
-        p, probs = self.score_example(e)
+        p = self.probability(rule_confidence, self._evidence(dict(evidence or {}), run_features(trace, units, X)))
+        probs = _softmax(X.astype(np.float64) @ self.message_weights_)
         k = int(np.argmax(probs))
         u = units[k]
         attribution = {"step": u.steps[0], "source_index": u.source_index, "speaker": u.speaker,
@@ -368,7 +332,9 @@ class RunScorer:
 
     @property
     def threshold(self) -> float:
-        return self.threshold_
+        self._check()
+        assert self.zero_shot_ is not None
+        return self.zero_shot_.threshold
 
     def rule_confidence(self, rule: str, confidence: float) -> tuple[float, dict[str, Any]]:
         """A rule finding's confidence as P(run failed | it fired), estimated on the training sets,
@@ -404,21 +370,15 @@ class RunScorer:
 
     def to_dict(self) -> dict[str, Any]:
         self._check()
-        assert self.message_weights_ is not None and self.run_weights_ is not None
-        assert self.mean_ is not None and self.scale_ is not None
+        assert self.message_weights_ is not None and self.zero_shot_ is not None
         return {
             "format_version": FORMAT_VERSION,
             "message_features": list(MESSAGE_FEATURES),
             "message_weights": [round(float(x), 6) for x in self.message_weights_],
-            "run_features": self.features_,
-            "run_mean": [float(x) for x in self.mean_],
-            "run_scale": [float(x) for x in self.scale_],
-            "run_weights": [float(x) for x in self.run_weights_],
-            "platt": list(self.platt_),
-            "threshold": self.threshold_,
+            "zero_shot": self.zero_shot_.to_dict(),
             "rule_stats": self.rule_stats_,
-            "params": {"l2_message": self.l2_message, "l2_run": self.l2_run,
-                       "target_false_alarm": self.target_false_alarm, "min_direction": self.min_direction,
+            "params": {"l2_message": self.l2_message, "target_false_alarm": self.target_false_alarm,
+                       "delta": self.delta, "tolerance": self.tolerance, "run_features": self.run_features,
                        "attribution": self.attribution},
             "meta": self.meta_,
         }
@@ -447,17 +407,9 @@ class RunScorer:
         if list(d["message_features"]) != list(MESSAGE_FEATURES):
             raise InputError("the run scorer was fitted on other message features; refit it",
                              path="message_features")
-        unknown = [f for f in d["run_features"] if f not in CANDIDATE_FEATURES]
-        if unknown:
-            raise InputError(f"unknown run features {unknown}; refit the run scorer", path="run_features")
         s = cls(**d.get("params", {}))
         s.message_weights_ = np.asarray(d["message_weights"], dtype=np.float64)
-        s.features_ = list(d["run_features"])
-        s.mean_ = np.asarray(d["run_mean"], dtype=np.float64)
-        s.scale_ = np.asarray(d["run_scale"], dtype=np.float64)
-        s.run_weights_ = np.asarray(d["run_weights"], dtype=np.float64)
-        s.platt_ = (float(d["platt"][0]), float(d["platt"][1]))
-        s.threshold_ = float(d["threshold"])
+        s.zero_shot_ = ZeroShotRecipe.from_dict(d["zero_shot"])
         s.rule_stats_ = dict(d.get("rule_stats", {}))
         s.meta_ = dict(d.get("meta", {}))
         if d.get("head") is not None:  # a tenant head of before agent models (issue 20): not served any more
@@ -474,4 +426,4 @@ class RunScorer:
             raise InputError(f"{p}: not a run scorer ({exc})", path=str(p)) from exc
 
 
-__all__ = ["ARTIFACT", "ATTRIBUTION_FEATURES", "CANDIDATE_FEATURES", "LENGTH_PROXIES", "MAX_FALSE_ALARM_RATE", "PRIOR_RUNS", "rule_precision", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]
+__all__ = ["ARTIFACT", "ATTRIBUTION_FEATURES", "MAX_FALSE_ALARM_RATE", "PRIOR_RUNS", "rule_precision", "rule_stats", "Example", "RunScorer", "ScoredRun", "fit_message_model"]

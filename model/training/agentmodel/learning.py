@@ -115,8 +115,9 @@ def _family(s: str) -> str:
 
 def zero_shot_priors(runs_by_set: dict[str, list[Any]], progress: Callable[[str], None],
                      root: Path | None = None, limit: int | None = None) -> dict[str, np.ndarray]:
-    """The run scorer's probability of every run, each set scored by a scorer fitted without its family
-    (on every other set with successful runs, judged here or not)."""
+    """The zero-shot probability of every run (the service's recipe: rules, the step classifier's evidence,
+    the run scorer), each set scored by a scorer fitted without its family (on every other set with
+    successful runs, judged here or not)."""
     from model.data import realdata
     from model.training.runscore.evaluate import loso_fits, prepare
 
@@ -125,7 +126,7 @@ def zero_shot_priors(runs_by_set: dict[str, list[Any]], progress: Callable[[str]
         if s not in runs_by_set:
             allruns += _load(s, root, limit)
     t0 = time.time()
-    prepared = prepare(allruns)
+    prepared = prepare(allruns, classifier=True)  # the recipe reads the classifier's per-kind maxima
     progress(f"zero-shot: rules and features of {len(allruns)} runs in {time.time() - t0:.0f} s")
     out: dict[str, np.ndarray] = {}
     for fit in loso_fits(prepared):

@@ -75,26 +75,30 @@ def prepare(runs: Sequence[RealRun], progress: Callable[[int, int], None] | None
     ``classifier=True`` runs the shipped classifier beside the rules, as the service does; its
     kinds that fire are kept apart (``classifier_kinds``, ungated): the evaluation gates them.
     """
-    from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS, Diagnoser
+    from model.core.coverage import assess
+    from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS, Diagnoser, zero_shot_inputs
 
     rules = Diagnoser.with_shipped_models(classifier=classifier, runscore=False)
     out = []
     for n, r in enumerate(runs):
-        all_found = rules.findings(r.trace)
+        all_found, maxima = rules.scored_findings(r.trace)
         clf = frozenset(f.kind.value for f in all_found if f.detector == "classifier"
                         and f.details.get("probability", 0.0) >= f.details.get("threshold", 1.0))
         found = [f for f in all_found if f.detector != "classifier"]
         fails = [(f.detector, f.kind.value, f.source_index) for f in found
                  if f.confidence >= DEFAULT_THRESHOLDS[f.kind]]
-        ex = Example.from_trace(r.trace, r.source, r.group,
-                                tuple(d for d, _, _ in fails if d not in ("classifier", "runscore")))
-        sigs = [(f.detector, f.kind.value) for f in found if f.confidence < DEFAULT_THRESHOLDS[f.kind]]
-        chars = sum(len(s.content or "") for s in r.trace.steps)
-        calls = sum(1 for s in r.trace.steps if s.kind.value == "tool_call")
         conf: dict[str, float] = {}
         for f in found:
             if f.confidence >= DEFAULT_THRESHOLDS[f.kind]:
                 conf[f.detector] = max(conf.get(f.detector, 0.0), f.confidence)
+        raw_signals = [f for f in found if f.confidence < DEFAULT_THRESHOLDS[f.kind]]
+        # the evidence features as the diagnosis reads them (the classifier's left out without content)
+        _, ev = zero_shot_inputs(found, [], [], maxima, assess(r.trace)[0])
+        ex = Example.from_trace(r.trace, r.source, r.group,
+                                tuple(d for d, _, _ in fails if d not in ("classifier", "runscore")), conf, ev)
+        sigs = [(f.detector, f.kind.value) for f in raw_signals]
+        chars = sum(len(s.content or "") for s in r.trace.steps)
+        calls = sum(1 for s in r.trace.steps if s.kind.value == "tool_call")
         out.append(Prepared(r, ex, fails, sigs, chars, calls, conf, clf))
         if progress is not None:
             progress(n + 1, len(runs))
@@ -272,8 +276,12 @@ def evaluate_real(
         y = np.array([int(e.failed) for e in test])
         groups = [e.group for e in test]
         boots = group_resamples(groups, rng)
+        served = np.round(probs, 4)  # as the service answers it
         entry: dict[str, Any] = {"runs": len(test), "failed": int(y.sum()), "groups": len(set(groups)),
-                                 "model": {"features": scorer.features_, "threshold": round(scorer.threshold, 4),
+                                 "ties": round(float(np.unique(served, return_counts=True)[1].max() / len(served)), 4),
+                                 "model": {"recipe": scorer.recipe, "features": scorer.features_,
+                                           "zero_shot": scorer.zero_shot_.to_dict() if scorer.zero_shot_ else None,
+                                           "threshold": round(scorer.threshold, 4),
                                            "trained_on": scorer.meta_.get("trained_on"),
                                            "demoted_rules": sorted(r for r, v in scorer.rule_stats_.items()
                                                                    if v["demoted"]),
@@ -290,6 +298,12 @@ def evaluate_real(
                 "characters": np.array([prepared[i].characters for i in test_idx], dtype=float),
             }
             entry["auroc"] = auroc_with_ci(y, probs, boots)
+            # the old run scorer's features enter only if they help on every source (issue 31): the same
+            # recipe with them among its candidates, fitted on the same training sets
+            variant = _fit(train, {**params, "run_features": True})
+            vprobs = np.array([variant.score_example(e)[0] for e in test])
+            entry["run_features_check"] = {"auroc": round(auroc(y, vprobs), 4), "kept": variant.features_,
+                                           "vs_recipe": paired_diff(y, vprobs, probs, boots)}
             entry["baselines"] = {k: auroc_with_ci(y, v, boots) for k, v in base.items()}
             best = max(base, key=lambda k: auroc(y, base[k]))
             entry["vs_best_baseline"] = {"baseline": best, **paired_diff(y, probs, base[best], boots)}
@@ -312,10 +326,20 @@ def evaluate_real(
                 "recall": rate_ci(int(flag[y == 1].sum()), int((y == 1).sum())),
                 "probability_only": {"false_alarms": rate_ci(int(flag_p[y == 0].sum()), int((y == 0).sum())),
                                      "recall": rate_ci(int(flag_p[y == 1].sum()), int((y == 1).sum()))},
+                # what the probability adds to the findings' verdict (the diagnosis reads it only without a failure)
+                "probability_beyond_findings": {
+                    "false_alarms": rate_ci(int((flag_p & ~rule_fail)[y == 0].sum()), int((y == 0).sum())),
+                    "recall": rate_ci(int((flag_p & ~rule_fail)[y == 1].sum()), int((y == 1).sum()))},
                 "rules_only": {"false_alarms": rate_ci(int(rule_fail[y == 0].sum()), int((y == 0).sum())),
                                "recall": rate_ci(int(rule_fail[y == 1].sum()), int((y == 1).sum()))},
             }
-            entry["calibration"] = {"ece": round(ece(y, probs), 4), "bins": reliability_bins(y, probs)}
+            prior = scorer.zero_shot_.prior if scorer.zero_shot_ is not None else float(y.mean())
+            flat = np.full(len(y), prior)
+            entry["calibration"] = {"ece": round(ece(y, probs), 4), "bins": reliability_bins(y, probs),
+                                    "base_rate": round(prior, 4), "ece_base_rate": round(ece(y, flat), 4),
+                                    "ece_vs_base_rate": {"diff": round(ece(y, probs) - ece(y, flat), 4),
+                                                         "ci": _ci([ece(y[b], probs[b]) - ece(y[b], flat[b])
+                                                                    for b in boots])}}
         else:
             entry["flagged"] = rate_ci(int((rule_fail | (probs >= scorer.threshold)).sum()), len(y))
         # localisation

@@ -31,9 +31,10 @@ class RunScoreConfig:
     """``params.yaml`` → ``runscore``: the :class:`RunScorer` parameters."""
 
     l2_message: float = 1.0
-    l2_run: float = 1.0
     target_false_alarm: float = 0.1
-    min_direction: float = 0.02
+    delta: float = 0.2
+    tolerance: float = 0.02
+    run_features: bool = False
     attribution: str = "position"
 
     @classmethod
@@ -75,7 +76,8 @@ def data_hashes(root: Path) -> dict[str, str]:
 def fit_shipped(config: RunScoreConfig, root: Path, out: Path) -> RunScorer:
     from model.training.runscore.evaluate import prepare
 
-    examples = [p.example for p in prepare(load_all(root)) if not fixed_test(p.run.source, p.run.group)]
+    examples = [p.example for p in prepare(load_all(root), classifier=True)
+                if not fixed_test(p.run.source, p.run.group)]
     scorer = RunScorer(**config.as_params()).fit(examples)
     scorer.meta_["data"] = data_hashes(root)
     scorer.meta_["fixed_test_fraction"] = FIXED_TEST_FRACTION  # those tasks are held out (fixed_test)
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     except TriageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{scorer.version}: features {scorer.features_}, threshold {scorer.threshold:.3f} -> {a.out}")
+    print(f"{scorer.version} ({scorer.recipe}): features {scorer.features_}, threshold {scorer.threshold:.3f} -> {a.out}")
     return 0
 
 
