@@ -88,6 +88,12 @@ class ProbabilityBasis(BaseModel):
         default=None, description="The agent model's grouped cross-validated AUROC on its labelled runs (`agent` only)."
     )
     version: str | None = Field(default=None, description="The agent model's registry version (`agent` only).")
+    learner: Literal["agent", "tfidf", "length"] | None = Field(
+        default=None,
+        description="(schema 1.4) Which learner the agent's registered model is (`agent` only): `agent`, its own "
+        "agent model; `tfidf` or `length`, the cheap learner (TF-IDF + logistic regression; the run's length) "
+        "that `triage retrain` measured better than the agent model in its grouped cross-validation.",
+    )
     zero_shot_probability: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="The zero-shot probability before re-centring or the agent model (its prior).",
