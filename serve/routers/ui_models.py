@@ -29,8 +29,9 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 
 @router.get("/models")
 def models(request: Request, format: Format = "html") -> Response:
-    """Per agent: the registry's versions (each with its card and gate), the active one (``zero-shot``:
-    no agent model serves it), its learning curve so far and its activations."""
+    """Per agent: the registry's versions (each with its card, gate and served learner), the active one
+    (``zero-shot``: no agent model serves it), its learning curve so far and its activations; and the
+    last ``triage retrain``'s record (each agent fitted, pooled or refused, with its code)."""
     s = _session(request, format)
     tenant = s.principal.tenant
     store = _service(request).store
@@ -51,6 +52,7 @@ def models(request: Request, format: Format = "html") -> Response:
                              "active": v.version == on, "members": list(v.members),
                              "runs": (gate.get("estimate") or {}).get("runs"), "cv_auroc": _version_cv_auroc(v.summary),
                              "gate": "passed" if gate.get("promote") else "failed" if gate else None,
+                             "learner": v.summary.get("learner") or ("agent" if gate else None),
                              "card": card})
         agents.append({"agent": name, "pooled": name == POOLED, "active": on, "versions": versions,
                        "learning_curve": learning_curve(registry, tenant, name),
@@ -59,7 +61,9 @@ def models(request: Request, format: Format = "html") -> Response:
     serving = [f"{a['agent']}: {a['active']}" for a in agents if a["active"] != ZERO_SHOT]
     summary = "; ".join(serving) + " (every other agent: zero-shot)" if serving else \
         "zero-shot for every agent (no agent model active)"
+    last = registry.retrains(tenant, limit=1)
     ctx = {"agents": agents, "activations": history, "zero_shot": ZERO_SHOT, "pooled": POOLED, "active": summary,
+           "last_retrain": last[0] if last else None,
            "registry": str(registry.root) if s.principal.operator else None,  # a server path: operators only
            "retrain": f"triage retrain --tenant {tenant}"}
     return _page(request, "models.html", ctx, s, format)
