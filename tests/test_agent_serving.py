@@ -21,7 +21,8 @@ from model.scoring.agent_registry import POOLED, Registry
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.schemas import AppendStepsRequest, LabelRequest
 from serve.services.agent_models import build_models, check_model, recentre_offset
-from serve.services.retrain import ZeroShotCache, plan, shortage
+from serve.services.retrain import ZeroShotCache
+from serve.services.retrain_plan import plan, shortage
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.wiring import build_service
@@ -165,7 +166,7 @@ def test_zero_shot_is_recentred_on_the_agents_observed_rate(service: TriageServi
 
 
 def test_plan_gives_enough_agents_their_own_model_and_pools_the_rest() -> None:
-    from serve.services.retrain import LabelledRun
+    from serve.services.retrain_plan import LabelledRun
 
     def runs(agent: str, n: int, failed: int) -> list[LabelledRun]:
         return [LabelledRun(Trace(), agent, i < failed, None) for i in range(n)]

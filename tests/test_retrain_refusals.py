@@ -75,6 +75,8 @@ def history(kind: str, agent: str, start: int) -> list[tuple[str, dict[str, Any]
         return [one(i, "t0", i % 2 == 0) for i in range(10)]
     if kind == "two_groups":
         return [one(i, f"t{i % 2}", (i // 2) % 2 == 0) for i in range(12)]
+    if kind == "two_pure_groups":  # two tasks, one always failing, one always succeeding: no fold has both classes
+        return [one(i, f"t{i % 2}", i % 2 == 0) for i in range(12)]
     if kind == "empty":
         return [one(i, f"t{i % 3}", i % 2 == 0, empty=True) for i in range(12)]
     if kind == "huge":
@@ -83,7 +85,7 @@ def history(kind: str, agent: str, start: int) -> list[tuple[str, dict[str, Any]
 
 
 EXPECTED_CODE = {"one_run": "too_few_runs", "tiny": "too_few_runs", "one_class": "one_class",
-                 "one_group": "too_few_task_groups", "two_groups": None, "empty": None, "huge": None}
+                 "one_group": "too_few_task_groups", "two_pure_groups": "too_few_task_groups", "two_groups": None, "empty": None, "huge": None}
 
 
 def retrain_json(work: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, dict[str, Any] | None, str]:
@@ -116,10 +118,11 @@ def work(tmp_path: Path) -> Iterator[Path]:
 KINDS = sorted(EXPECTED_CODE)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(kinds=["one_run", "one_class", "one_group"], corrupt=False)
 @example(kinds=["two_groups", "empty", "tiny"], corrupt=True)
 @example(kinds=["huge", "tiny", "one_group"], corrupt=False)
+@example(kinds=["two_pure_groups", "one_class"], corrupt=False)
 @given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=3, unique=True), corrupt=st.booleans())
 def test_degenerate_histories_get_their_exact_codes_and_exit_codes(kinds: list[str], corrupt: bool,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
