@@ -7,7 +7,8 @@ is stored through the store's API (``put_trace`` + ``add_label``, what ``POST /v
 :func:`model.core.agents.resolve_agent` makes of the stripped run. Then ``triage retrain --tenant <set>
 --json`` runs as a subprocess (the CLI a user runs), and this prints per set: runs, task groups, the
 gate's grouped-CV AUROC of the agent model / TF-IDF / length fit / zero-shot, which learner is served,
-the exit code, and whether stderr holds a traceback (it must not).
+the exit code, and whether stderr holds a traceback (it must not). ``--task-ids`` posts each run's true
+task as ``metadata.task_id`` instead (the reference: the gate with exact task groups).
 
     PYTHONPATH=$PWD .venv/bin/python bench/retrain_unnamed.py --data /tmp/bench-retrain-unnamed
 """
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 SETS = ("tau_airline", "agentprocessbench", "swe", "webshop")
 
 
-def store_set(db_url: str, tenant: str, name: str) -> int:
+def store_set(db_url: str, tenant: str, name: str, task_ids: bool = False) -> int:
     """Store the set's runs, stripped, with their run-level labels; returns how many."""
     from model.core.agents import resolve_agent
     from model.data.realdata import load_source
@@ -40,7 +41,7 @@ def store_set(db_url: str, tenant: str, name: str) -> int:
     runs = load_source(name)
     for r in runs:
         t = r.trace.model_copy(deep=True)
-        t.labels, t.task_type, t.metadata = None, None, {}
+        t.labels, t.task_type, t.metadata = None, None, {"task_id": r.group} if task_ids else {}
         t.id = "run-" + hashlib.sha256(r.trace.id.encode()).hexdigest()[:16]
         with store.write() as db:
             store.put_trace(db, tenant=tenant, trace_id=t.id, trace=t.model_dump(mode="json", exclude_none=True),
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True, help="A fresh working folder (TRIAGE_DATA_DIR).")
     ap.add_argument("--sets", nargs="+", default=list(SETS))
+    ap.add_argument("--task-ids", action="store_true",
+                    help="Post each run's true task as metadata.task_id (the reference: what exact task groups give).")
     args = ap.parse_args(argv)
     args.data.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{args.data / 'triage.db'}"
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for name in args.sets:
         tenant = name.replace("_", "-")
-        n = store_set(db_url, tenant, name)
+        n = store_set(db_url, tenant, name, args.task_ids)
         out = subprocess.run([sys.executable, "-m", "serve.cli.main", "retrain", "--tenant", tenant, "--json"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
         tb = "Traceback" in out.stderr or "Traceback" in out.stdout

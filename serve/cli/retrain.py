@@ -105,11 +105,14 @@ def rollback_cmd(agent: Agent, tenant: Tenant = "local",
 
 def _print(res: Any, no_promote: bool) -> None:
     """The retrain, in lines: each model with its gate, each agent's outcome, each refusal's code."""
+    from serve.services.retrain_gate import LEARNER_NAMES
+
     for r in res.models:
         who = f"pooled (trained on {', '.join(r.trained_on)}; serves {', '.join(r.members) or 'none'})" \
             if r.trained_on else r.agent
         typer.echo(f"agent {who}: {r.runs} labelled runs ({r.failed} failed, {r.groups} task groups); "
-                   f"registered {r.version.version} ({r.version.path}) over {r.champion}; serves the {r.learner} learner")
+                   f"registered {r.version.version} ({r.version.path}) over {r.champion}; serves the "
+                   f"{LEARNER_NAMES.get(r.learner, r.learner)}")
         for comp in r.gate.comparisons:
             typer.echo("  " + comp.line())
         if r.promoted:
