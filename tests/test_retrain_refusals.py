@@ -268,5 +268,34 @@ def test_a_served_cheap_learner_answers_diagnoses_and_sessions(tmp_path: Path) -
             for f in last.failures:
                 if f.kind == "at_risk":
                     assert f.details["prefix_probability"] >= model.at_risk_threshold
+        # a pooled model serves its members only (retrain lists an agent when its OOF AUROC ≥ zero-shot's)
+        from model.scoring.agent_registry import POOLED
+
+        length = fit_cheap("length", [r.trace.model_copy(update={"labels": None}) for r in train],
+                           [r.failed for r in train], [r.group for r in train])
+        pv = Registry(s.resolved_model_registry).save(T, POOLED, length, parent=None, card="t", report={}, data={},
+                                                      members=("hotel",))
+        svc.store.activate_model(T, pv.version, actor="test", agent=POOLED)
+        for agent, served in (("hotel", True), ("cars", False), ("_pool", False)):
+            b = svc.diagnose(T, rest[1].trace.model_copy(update={"labels": None, "id": f"p-{agent}"}, deep=True),
+                             DiagnoseOptions(agent=agent)).failure_probability_basis
+            assert b is not None and (b.model == "agent") == served, (agent, b)
+            assert (b.learner == "length") == served and (b.version or "").startswith(POOLED) == served
     finally:
         svc.store.dispose()
+
+
+def test_the_pooled_model_serves_an_agent_only_where_it_beats_zero_shot_on_its_labels() -> None:
+    from serve.services.retrain_plan import pooled_members
+
+    agents = ["a"] * 4 + ["b"] * 4 + ["c"] * 2
+    y = np.array([1, 0, 1, 0, 1, 0, 1, 0, 1, 1], float)
+    oof = np.array([[0.9, 0.1, 0.8, 0.2,  0.1, 0.9, 0.2, 0.8,  0.7, 0.6],    # a right, b backwards
+                    [0.9, 0.2, np.nan, 0.1,  0.2, 0.8, 0.1, np.nan,  0.5, 0.5]])  # a draw with runs not held out
+    zs = np.array([0.5, 0.5, 0.5, 0.5,  0.9, 0.1, 0.8, 0.2,  0.3, 0.4])
+    got = pooled_members(agents, y, oof, zs)
+    assert got["a"] == {"runs": 4, "auroc": 1.0, "zero-shot": 0.5, "serves": True}
+    assert got["b"] == {"runs": 4, "auroc": 0.0, "zero-shot": 1.0, "serves": False}
+    assert got["c"] == {"runs": 2, "auroc": None, "zero-shot": None, "serves": False}  # one class: not measurable
+    # a tie with zero-shot serves (≥)
+    assert pooled_members(["d"] * 2, np.array([1.0, 0.0]), np.array([[0.6, 0.4]]), np.array([0.7, 0.3]))["d"]["serves"]
