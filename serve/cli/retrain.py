@@ -53,7 +53,7 @@ def list_cmd(tenant: Tenant = "local") -> None:
         on = active.get(agent, ZERO_SHOT)
         typer.echo(f"agent {agent}: {'zero-shot (active)' if on == ZERO_SHOT else 'active ' + on}")
         typer.echo(f"  {'':1} {'version':<22} {'created':<21} {'runs':>5} {'CV AUROC':>8} {'TF-IDF':>7} "
-                   f"{'length':>7} {'zero-shot':>9} gate")
+                   f"{'length':>7} {'zero-shot':>9} {'serves':<6} gate")
         for v in registry.versions(tenant, agent):
             g = v.summary.get("gate", {})
             e = g.get("estimate", {})
@@ -64,7 +64,7 @@ def list_cmd(tenant: Tenant = "local") -> None:
 
             typer.echo(f"  {'*' if v.version == on else '':1} {v.version:<22} {v.created_at:<21} {e.get('runs', '-'):>5} "
                        f"{a('agent'):>8} {a('tfidf'):>7} {a('length'):>7} {a('zero-shot'):>9} "
-                       f"{'passed' if g.get('promote') else 'failed'}")
+                       f"{str(v.summary.get('learner') or 'agent'):<6} {'passed' if g.get('promote') else 'failed'}")
     if history:
         typer.echo("activations, newest first:")
     for h in history:

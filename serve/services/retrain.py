@@ -204,11 +204,13 @@ def card(tenant: str, agent: str, members: Sequence[str], champion: str, g: Gate
     def f(x: Any) -> str:
         return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3f}"
 
-    who = f"the tenant's pooled model (agents {', '.join(members)})" if agent == POOLED else f"agent `{agent}`"
+    who = f"the tenant's pooled model (serving {', '.join(members) or 'no agent'})" if agent == POOLED \
+        else f"agent `{agent}`"
     e = g.estimate
     lines = [f"# Agent model: tenant {tenant}, {who}", "",
              f"Trained by `triage retrain` on {e.get('runs')} labelled runs ({e.get('failed')} failed, "
-             f"{e.get('groups')} task groups) with the zero-shot score as a prior; early-warning threshold "
+             f"{e.get('groups')} task groups); serves the "
+             f"{LEARNER_NAMES.get(str(e.get('served', 'agent')), 'agent model')}; early-warning threshold "
              f"{f(model_card.get('at_risk_threshold'))} (≤ 10 % false alarms at half the run, cross-validated).", "",
              "## Gate", "",
              f"Grouped {e.get('folds')}-fold cross-validation ({e.get('draws')} draw(s)), every scorer on the same "
