@@ -16,6 +16,12 @@ share a folder); ``version.json`` keeps the name itself. A version's folder::
     data.json           the data it saw: sha256 of every trace, labels' counts
     version.json        tenant, agent, version, parent, created_at, the artefact's sha256, members
 
+A version's ``agentmodel.json`` holds an :class:`~model.scoring.agentmodel.model.AgentModel` or, when
+``triage retrain`` measured a cheap learner better, a :class:`~model.scoring.agentmodel.cheap.CheapModel`
+(format ``cheapmodel/1``); :meth:`Registry.load` reads either. Each retrain's record (every agent fitted,
+pooled or refused, with its code) is ``<root>/<tenant>/retrains/<UTC time>.json``
+(:meth:`Registry.save_retrain`, :meth:`Registry.retrains`): JSON files, no table, no migration.
+
 Saving writes a temporary folder beside the final one and renames it (atomic on one file system),
 so a reader never sees half a version; :meth:`Registry.load` checks the artefact's sha256.
 Version names are ``v<N>-<YYYYMMDDTHHMMSSZ>`` (N = 1, 2, … per tenant and agent).
