@@ -146,7 +146,7 @@ def test_degenerate_histories_get_their_exact_codes_and_exit_codes(kinds: list[s
             else:  # no model of its own: refused, or served by the pooled model, its code saying why
                 assert got["code"] == want, got
                 assert got["status"] in ("refused", "pooled"), got
-                if kind in ("one_run", "tiny", "one_class"):  # one class of its own: the pool cannot be measured on it
+                if kind in ("one_run", "one_class"):  # one class of its own: the pool cannot be measured on it
                     assert got["status"] == "refused", got
         refused = {(r["agent"], r["code"]) for r in rec["refusals"]}
         assert {a for a, _ in refused} <= {*rec["agents"], "_pooled"}
