@@ -181,6 +181,14 @@ def test_no_promote_exits_0_and_an_unknown_agent_exits_2(work: Path, monkeypatch
     assert est["cv_folds"] == 5 and est["groups"] == 8
     code, rec, out = retrain_json(work, monkeypatch, "--agent", "nobody")
     assert code == 2 and rec is None and "nobody" in out and "Traceback" not in out
+    bad = work / "params.yaml"
+    bad.write_text("learning_curve: [unclosed\n", encoding="utf-8")
+    code, rec, out = retrain_json(work, monkeypatch, "--params", str(bad))
+    assert code == 2 and rec is None and "not readable YAML" in out
+    (work / "not-a-folder").write_text("", encoding="utf-8")  # a registry that cannot be written: one line, exit 2
+    monkeypatch.setenv("TRIAGE_MODEL_REGISTRY", str(work / "not-a-folder"))
+    code, rec, out = retrain_json(work, monkeypatch, "--no-promote")
+    assert code == 2 and rec is None and "could not write" in out
 
 
 def test_two_task_groups_cut_the_folds_to_two(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -175,6 +175,8 @@ def register(app: typer.Typer) -> None:
                               progress=tick, only=agent or None)
         except TriageError as exc:
             raise _fail(str(exc)) from None
+        except OSError as exc:  # the registry or the zero-shot cache could not be written
+            raise _fail(f"could not write the model registry or its cache: {exc}") from None
         if as_json:
             typer.echo(json.dumps(res.to_dict(), indent=1, sort_keys=True, default=str))
         else:

@@ -181,7 +181,10 @@ def model_config(params: Path) -> tuple[Any, bool]:
 
     section: dict[str, Any] = {}
     if params.is_file():
-        loaded = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
+        try:
+            loaded = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise InputError(f"{params}: not readable YAML ({exc})".replace("\n", " "), path="params") from exc
         section = dict((loaded.get("learning_curve") or {}) if isinstance(loaded, dict) else {})
     return LearningConfig.from_dict(section).served_config()
 
