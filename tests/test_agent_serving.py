@@ -21,7 +21,8 @@ from model.scoring.agent_registry import POOLED, Registry
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.schemas import AppendStepsRequest, LabelRequest
 from serve.services.agent_models import build_models, check_model, recentre_offset
-from serve.services.retrain import ZeroShotCache, plan
+from serve.services.retrain import ZeroShotCache
+from serve.services.retrain_plan import plan, shortage
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.wiring import build_service
@@ -165,7 +166,7 @@ def test_zero_shot_is_recentred_on_the_agents_observed_rate(service: TriageServi
 
 
 def test_plan_gives_enough_agents_their_own_model_and_pools_the_rest() -> None:
-    from serve.services.retrain import LabelledRun
+    from serve.services.retrain_plan import LabelledRun
 
     def runs(agent: str, n: int, failed: int) -> list[LabelledRun]:
         return [LabelledRun(Trace(), agent, i < failed, None) for i in range(n)]
@@ -173,6 +174,14 @@ def test_plan_gives_enough_agents_their_own_model_and_pools_the_rest() -> None:
     own, skipped = plan([*runs("a", 20, 5), *runs("b", 19, 9), *runs("c", 8, 3), *runs("_pool", 2, 1)],
                         min_runs=20, min_class=5)
     assert sorted(own) == [POOLED, "a"] and len(own[POOLED]) == 29
-    assert skipped == {"_pool": "pooled", "b": "pooled", "c": "pooled"}
+    # each agent sent to the pool carries the code of what it lacks (issue 31: fixed codes, not prose)
+    assert {a: r.code for a, r in skipped.items()} == {"_pool": "too_few_runs", "b": "too_few_runs",
+                                                       "c": "too_few_runs"}
+    own, skipped = plan([*runs("d", 20, 0), *runs("e", 20, 10)], min_runs=20, min_class=5,
+                        groups_of=lambda rs: ["one"] * len(rs) if rs[0].agent == "e" else [str(i) for i in range(len(rs))])
+    assert {a: r.code for a, r in skipped.items()} == {"d": "one_class", "e": "too_few_task_groups"}
     own, skipped = plan(runs("c", 8, 3), min_runs=20, min_class=5)
-    assert own == {} and "too few" in skipped["c"]
+    # the pool is planned whatever its size; retrain refuses it when it is short too
+    assert list(own) == [POOLED] and skipped["c"].code == "too_few_runs"
+    short = shortage(POOLED, own[POOLED], min_runs=20, min_class=5)
+    assert short is not None and short.code == "too_few_runs"

@@ -55,7 +55,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     server = LiveServer(env={"TRIAGE_DATA_DIR": str(work), "TRIAGE_AUTH": "on", "TRIAGE_MODEL_POLL_S": "0.5",
                              "TRIAGE_CLASSIFIER": "false"}).wait_ready()
     try:
-        yield {"url": server.url, "key": key, "op": op_key, "v1": v1.version, "v2": v2.version, "rest": rest,
+        yield {"url": server.url, "key": key, "op": op_key, "v1": v1.version, "v2": v2.version, "rest": rest, "work": work,
                "threshold": model.at_risk_threshold}
     finally:
         server.stop()
@@ -217,3 +217,31 @@ def test_basis_at_risk_and_patterns_of_the_agent_on_the_pages(srv: dict[str, Any
     assert q["current"]["basis"]["model"] in ("agent", "zero-shot")
     if q["agent"] == AGENT:
         assert q["basis_model"] == "agent" and q["cv_auroc"] is not None
+
+
+def test_models_page_shows_the_last_retrain_with_its_refusal_codes(srv: dict[str, Any]) -> None:
+    """Issue 31: a retrain that can learn nothing exits 0 with each agent's refusal code, and the Models
+    page (and its JSON twin) shows that record."""
+    from serve.services.retrain import retrain
+    from serve.settings import Settings
+    from tests.test_retrain_refusals import history, store_runs
+
+    work = srv["work"]
+    store = Store(f"sqlite:///{work / 'triage.db'}")
+    try:
+        store_runs(store, history("tiny", "newbie", 5000) + history("one_class", "samey", 6000)
+                   + history("one_class", "samey", 7000))
+        res = retrain(store, Settings(data_dir=work), T)
+    finally:
+        store.dispose()
+    assert res.exit_code == 0 and res.models == []
+    assert res.agents["newbie"]["code"] == "too_few_runs" and res.agents["samey"]["code"] == "one_class"
+    # together they are 23 runs with 2 successful: the pooled model is refused too
+    assert {(r.agent, r.code) for r in res.refusals} == {("newbie", "too_few_runs"), ("samey", "one_class"),
+                                                         ("_pooled", "too_few_runs")}
+    c, _ = _console(srv, srv["key"])
+    page = c.get("/ui/models", params={"format": "json"}).json()
+    last = page["last_retrain"]
+    assert last["exit_code"] == 0 and last["agents"]["newbie"]["status"] == "refused"
+    html = c.get("/ui/models").text
+    assert 'id="last-retrain"' in html and "too_few_runs" in html and "one_class" in html

@@ -85,6 +85,7 @@ class ProbabilityBasis(_Open):
     cv_auroc: float | None = None
     version: str | None = None
     zero_shot_probability: float | None = None
+    learner: Literal["agent", "tfidf", "length"] | str | None = None  # schema 1.4; None from older services
 
 
 class Attribution(_Open):

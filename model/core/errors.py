@@ -8,7 +8,9 @@ Hierarchy::
     │   │                            (e.g. ``messages[3].tool_calls[0].function.arguments``) and
     │   │                            ``line`` the 1-based line of a JSONL file when known
     │   ├── TooLargeError            more steps (or bytes) than the configured limit
-    │   └── UnknownDetectorError     a detector name not in the registry
+    │   ├── UnknownDetectorError     a detector name not in the registry
+    │   └── RetrainRefused           ``triage retrain`` cannot learn from an agent's history; ``code`` says why
+    │                                (``too_few_runs``, ``one_class``, ``too_few_task_groups``, ``corrupt_run``)
     ├── NotFoundError                the tenant has no such session, trace, recommendation or stream (→ 404)
     ├── ConflictError                an outcome contradicting the recorded one, or a success after a handoff (→ 409)
     ├── RateLimitedError             a rate limit or the daily step quota is spent (→ 429 with Retry-After)
@@ -79,6 +81,15 @@ class UnknownDetectorError(InputError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return InputError.__str__(self)
+
+
+class RetrainRefused(InputError):
+    """An agent's labelled history cannot train or gate a model; ``code`` is one of
+    :data:`serve.services.retrain_plan.REFUSAL_CODES`."""
+
+    def __init__(self, code: str, message: str, path: str | None = None) -> None:
+        super().__init__(message, path=path)
+        self.code = code
 
 
 class NotFoundError(TriageError, LookupError):

@@ -91,6 +91,12 @@ class ProbabilityBasis(BaseModel):
     )
     version: str | None = Field(default=None, description="The agent model's registry version (`agent`), or the "
                                "zero-shot recipe that gave the probability (`zero-shot`, e.g. `zero-shot-evidence-1`).")
+    learner: Literal["agent", "tfidf", "length"] | None = Field(
+        default=None,
+        description="(schema 1.4) Which learner the agent's registered model is (`agent` only): `agent`, its own "
+        "agent model; `tfidf` or `length`, the cheap learner (TF-IDF + logistic regression; the run's length) "
+        "that `triage retrain` measured better than the agent model in its grouped cross-validation.",
+    )
     zero_shot_probability: float | None = Field(
         default=None, ge=0.0, le=1.0,
         description="The zero-shot probability before re-centring or the agent model (its prior).",

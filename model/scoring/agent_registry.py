@@ -16,6 +16,12 @@ share a folder); ``version.json`` keeps the name itself. A version's folder::
     data.json           the data it saw: sha256 of every trace, labels' counts
     version.json        tenant, agent, version, parent, created_at, the artefact's sha256, members
 
+A version's ``agentmodel.json`` holds an :class:`~model.scoring.agentmodel.model.AgentModel` or, when
+``triage retrain`` measured a cheap learner better, a :class:`~model.scoring.agentmodel.cheap.CheapModel`
+(format ``cheapmodel/1``); :meth:`Registry.load` reads either. Each retrain's record (every agent fitted,
+pooled or refused, with its code) is ``<root>/<tenant>/retrains/<UTC time>.json``
+(:meth:`Registry.save_retrain`, :meth:`Registry.retrains`): JSON files, no table, no migration.
+
 Saving writes a temporary folder beside the final one and renames it (atomic on one file system),
 so a reader never sees half a version; :meth:`Registry.load` checks the artefact's sha256.
 Version names are ``v<N>-<YYYYMMDDTHHMMSSZ>`` (N = 1, 2, … per tenant and agent).
@@ -42,7 +48,11 @@ from model.core.errors import InputError, ModelLoadError
 from model.scoring.runscore.model import ARTIFACT
 
 if TYPE_CHECKING:
+    from model.scoring.agentmodel.cheap import CheapModel
     from model.scoring.agentmodel.model import AgentModel
+
+    #: What a registered version serves: the agent's own model, or the cheap learner that beat it.
+    Servable = AgentModel | CheapModel
 
 
 def _sha256(path: Path) -> str:
@@ -68,6 +78,8 @@ CARD_FILE = "MODEL_CARD.md"
 REPORT_FILE = "evaluation.json"
 DATA_FILE = "data.json"
 VERSION_FILE = "version.json"
+#: The folder (under the tenant's) of ``triage retrain``'s records.
+RETRAINS = "retrains"
 
 _VERSION_RE = re.compile(r"^v(\d+)-(\d{8}T\d{6}Z)$")
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")  # as serve.store.check_tenant_name
@@ -154,9 +166,12 @@ class Registry:
         return ModelVersion(tenant, agent, version, d, str(meta.get("created_at", "")), meta.get("parent"),
                             summary if isinstance(summary, dict) else {}, tuple(meta.get("members") or ()))
 
-    def load(self, tenant: str, agent: str, version: str) -> AgentModel:
-        """The version's agent model (numpy / scipy only). :class:`ModelLoadError` when the artefact
-        is missing, corrupt (its sha256 differs from the one recorded at save) or not an agent model."""
+    def load(self, tenant: str, agent: str, version: str) -> Servable:
+        """The version's model (numpy / scipy only): an :class:`AgentModel`, or the
+        :class:`~model.scoring.agentmodel.cheap.CheapModel` the gate measured better. :class:`ModelLoadError`
+        when the artefact is missing, corrupt (its sha256 differs from the one recorded at save) or neither."""
+        from model.scoring.agentmodel.cheap import FORMAT as CHEAP_FORMAT
+        from model.scoring.agentmodel.cheap import CheapModel
         from model.scoring.agentmodel.model import AgentModel
 
         mv = self.get(tenant, agent, version)
@@ -169,13 +184,16 @@ class Registry:
         if hashlib.sha256(raw).hexdigest() != meta.get("sha256"):
             raise ModelLoadError(f"{art}: sha256 differs from the one recorded at save (corrupt or edited)")
         try:
-            return AgentModel.from_dict(json.loads(raw))
+            d = json.loads(raw)
+            if isinstance(d, dict) and d.get("format") == CHEAP_FORMAT:
+                return CheapModel.from_dict(d)
+            return AgentModel.from_dict(d)
         except (ValueError, KeyError, TypeError, InputError) as exc:
             raise ModelLoadError(f"{art}: not an agent model ({exc})") from exc
 
     # ---- writing ----------------------------------------------------------------------------
 
-    def save(self, tenant: str, agent: str, model: AgentModel, *, parent: str | None, card: str,
+    def save(self, tenant: str, agent: str, model: Servable, *, parent: str | None, card: str,
              report: dict[str, Any], data: dict[str, Any], members: tuple[str, ...] = ()) -> ModelVersion:
         """Register ``model`` as the agent's next version (atomic: a temp folder renamed into place)."""
         folder = self._agent_dir(tenant, agent)
@@ -235,6 +253,42 @@ class Registry:
                     if tmp.exists():
                         shutil.rmtree(tmp, ignore_errors=True)
         return copied
+    # ---- retrain records ---------------------------------------------------------------------
+
+    def save_retrain(self, tenant: str, record: dict[str, Any]) -> Path:
+        """Keep one ``triage retrain``'s record (every agent: fitted, pooled or refused with its code) as
+        ``<root>/<tenant>/retrains/<UTC time>.json`` (written beside, then renamed: atomic)."""
+        folder = self.root / _tenant(tenant) / RETRAINS
+        folder.mkdir(parents=True, exist_ok=True)
+        body = json.dumps(record, indent=1, sort_keys=True, default=str) + "\n"
+        for k in range(100):
+            path = folder / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}-{k}.json"
+            if path.exists():
+                continue
+            tmp = folder / f".{path.name}.tmp"
+            tmp.write_text(body, encoding="utf-8")
+            os.replace(tmp, path)
+            return path
+        raise ModelLoadError(f"{folder}: could not find a free record name")
+
+    def retrains(self, tenant: str, limit: int = 10) -> list[dict[str, Any]]:
+        """The tenant's last ``limit`` retrain records, newest first (unreadable ones skipped: a record
+        is a report, not state)."""
+        folder = self.root / _tenant(tenant) / RETRAINS
+        if not folder.is_dir():
+            return []
+        out = []
+        for path in sorted((p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")),
+                           reverse=True):
+            try:
+                rec = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+            if len(out) >= limit:
+                break
+        return out
 
     def _agent_dir(self, tenant: str, agent: str) -> Path:
         return self.root / _tenant(tenant) / "agents" / agent_key(agent)
@@ -245,4 +299,4 @@ class Registry:
         return self._agent_dir(tenant, agent) / version
 
 
-__all__ = ["POOLED", "SHIPPED_VERSION", "ZERO_SHOT", "ModelVersion", "Registry", "agent_key"]
+__all__ = ["POOLED", "RETRAINS", "SHIPPED_VERSION", "ZERO_SHOT", "ModelVersion", "Registry", "agent_key"]

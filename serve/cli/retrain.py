@@ -53,7 +53,7 @@ def list_cmd(tenant: Tenant = "local") -> None:
         on = active.get(agent, ZERO_SHOT)
         typer.echo(f"agent {agent}: {'zero-shot (active)' if on == ZERO_SHOT else 'active ' + on}")
         typer.echo(f"  {'':1} {'version':<22} {'created':<21} {'runs':>5} {'CV AUROC':>8} {'TF-IDF':>7} "
-                   f"{'length':>7} {'zero-shot':>9} gate")
+                   f"{'length':>7} {'zero-shot':>9} {'serves':<6} gate")
         for v in registry.versions(tenant, agent):
             g = v.summary.get("gate", {})
             e = g.get("estimate", {})
@@ -64,7 +64,7 @@ def list_cmd(tenant: Tenant = "local") -> None:
 
             typer.echo(f"  {'*' if v.version == on else '':1} {v.version:<22} {v.created_at:<21} {e.get('runs', '-'):>5} "
                        f"{a('agent'):>8} {a('tfidf'):>7} {a('length'):>7} {a('zero-shot'):>9} "
-                       f"{'passed' if g.get('promote') else 'failed'}")
+                       f"{str(v.summary.get('learner') or 'agent'):<6} {'passed' if g.get('promote') else 'failed'}")
     if history:
         typer.echo("activations, newest first:")
     for h in history:
@@ -103,6 +103,35 @@ def rollback_cmd(agent: Agent, tenant: Tenant = "local",
     typer.echo(f"tenant {tenant} agent {agent}: rolled back to {target or ZERO_SHOT}")
 
 
+def _print(res: Any, no_promote: bool) -> None:
+    """The retrain, in lines: each model with its gate, each agent's outcome, each refusal's code."""
+    from serve.services.retrain_gate import LEARNER_NAMES
+
+    for r in res.models:
+        who = f"pooled (trained on {', '.join(r.trained_on)}; serves {', '.join(r.members) or 'none'})" \
+            if r.trained_on else r.agent
+        typer.echo(f"agent {who}: {r.runs} labelled runs ({r.failed} failed, {r.groups} task groups); "
+                   f"registered {r.version.version} ({r.version.path}) over {r.champion}; serves the "
+                   f"{LEARNER_NAMES.get(r.learner, r.learner)}")
+        for comp in r.gate.comparisons:
+            typer.echo("  " + comp.line())
+        if r.promoted:
+            typer.echo(f"  promoted {r.version.version}: {r.gate.reason()}")
+        elif no_promote:
+            typer.echo(f"  not promoted (--no-promote); the gate says: "
+                       f"{'pass' if r.gate.promote else 'keep the champion'}: {r.gate.reason()}")
+        else:
+            typer.echo(f"  kept the champion {r.champion}: {r.gate.reason()}")
+    for a, st in sorted(res.agents.items()):
+        if st["status"] == "pooled":
+            how = "served by the pooled model" if st.get("promoted") else "covered by the pooled model (not promoted)"
+            typer.echo(f"agent {a}: {how}: {st.get('code')}: {st.get('message', '')}")
+    for ref in res.refusals:
+        typer.echo(f"refused {ref.agent}{' run ' + ref.trace_id if ref.trace_id else ''}: {ref.code}: {ref.message}")
+    typer.echo(f"{res.seconds:.1f} s; zero-shot prior: {res.cache['zero_shot_hits']} cached, "
+               f"{res.cache['zero_shot_computed']} computed")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``retrain`` and the ``model`` group to ``app``."""
 
@@ -115,10 +144,18 @@ def register(app: typer.Typer) -> None:
         params: Annotated[Path, typer.Option("--params", help="params.yaml (section learning_curve).")]
         = Path("params.yaml"),
         seed: Annotated[int, typer.Option("--seed", help="Seed of the folds and the bootstrap.")] = 0,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the retrain record as JSON (what the "
+                                                              "registry keeps and the console's Models page shows).")]
+        = False,
     ) -> None:
-        """Fit an agent model per agent with enough labelled runs (and a pooled one for the rest); promote
-        each that beats its champion and both cheap learners in grouped cross-validation.
-        Exit 0: every model promoted (or registered with --no-promote); 1: a gate kept a champion; 2: error."""
+        """Fit a model per agent with enough labelled runs (and a pooled one for the rest); serve the best
+        learner of the gate's grouped cross-validation (agent model, TF-IDF or length fit) when it beats
+        the champion. An agent that cannot be learned is refused with a code (too_few_runs, one_class,
+        too_few_task_groups; corrupt_run for a stored run that does not read back).
+        Exit 0: every agent fitted, or refused for lack of data; 1: a gate kept a champion; 2: an input or
+        store error (a corrupt stored run among them)."""
+        import json
+
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from serve.services.retrain import retrain
@@ -126,7 +163,7 @@ def register(app: typer.Typer) -> None:
         try:
             settings, store, _ = _open()
             with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=_err, transient=True) as bar:
+                          TimeElapsedColumn(), console=_err, transient=True, disable=as_json) as bar:
                 tasks: dict[str, Any] = {}
 
                 def tick(stage: str, done: int, total: int) -> None:
@@ -138,28 +175,18 @@ def register(app: typer.Typer) -> None:
                               progress=tick, only=agent or None)
         except TriageError as exc:
             raise _fail(str(exc)) from None
-        kept = False
-        for r in res.agents:
-            who = f"pooled ({', '.join(r.members)})" if r.members else r.agent
-            typer.echo(f"agent {who}: {r.runs} labelled runs ({r.failed} failed, {r.groups} task groups); "
-                       f"registered {r.version.version} ({r.version.path}) over {r.champion}")
-            for comp in r.gate.comparisons:
-                typer.echo("  " + comp.line())
-            if r.promoted:
-                typer.echo(f"  promoted {r.version.version}: {r.gate.reason()}")
-            elif no_promote:
-                typer.echo(f"  not promoted (--no-promote); the gate says: "
-                           f"{'pass' if r.gate.promote else 'keep the champion'}: {r.gate.reason()}")
-            else:
-                kept = True
-                typer.echo(f"  kept the champion {r.champion}: {r.gate.reason()}")
-        for a, why in res.skipped.items():
-            if why != "pooled":
-                typer.echo(f"agent {a}: no model ({why})")
-        typer.echo(f"{res.seconds:.1f} s; zero-shot prior: {res.cache['zero_shot_hits']} cached, "
-                   f"{res.cache['zero_shot_computed']} computed")
-        if kept:
-            raise typer.Exit(code=1)
+        except OSError as exc:  # the registry or the zero-shot cache could not be written
+            raise _fail(f"could not write the model registry or its cache: {exc}") from None
+        if as_json:
+            typer.echo(json.dumps(res.to_dict(), indent=1, sort_keys=True, default=str))
+        else:
+            _print(res, no_promote)
+        corrupt = [r for r in res.refusals if r.code == "corrupt_run"]
+        if corrupt:
+            ids = ", ".join(str(r.trace_id) for r in corrupt[:5]) + (" …" if len(corrupt) > 5 else "")
+            raise _fail(f"{len(corrupt)} stored labelled run(s) do not read back as traces (corrupt_run: {ids}); "
+                        "the others were used")
+        raise typer.Exit(code=res.exit_code)
 
     app.add_typer(model_app, name="model")
 

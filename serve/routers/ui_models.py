@@ -30,8 +30,9 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 @router.get("/models")
 def models(request: Request, format: Format = "html") -> Response:
     """Every agent of the tenant (key, name, how it was found, runs, labelled runs, tools: as ``GET
-    /v1/agents``); per agent with a model: the registry's versions (each with its card and gate), the
-    active one (``zero-shot``: no agent model serves it), its learning curve so far and its activations."""
+    /v1/agents``); per agent with a model: the registry's versions (each with its card, gate and served
+    learner), the active one (``zero-shot``: no agent model serves it), its learning curve so far and its
+    activations; and the last ``triage retrain``'s record (each agent fitted, pooled or refused, with its code)."""
     s = _session(request, format)
     tenant = s.principal.tenant
     store = _service(request).store
@@ -52,6 +53,7 @@ def models(request: Request, format: Format = "html") -> Response:
                              "active": v.version == on, "members": list(v.members),
                              "runs": (gate.get("estimate") or {}).get("runs"), "cv_auroc": _version_cv_auroc(v.summary),
                              "gate": "passed" if gate.get("promote") else "failed" if gate else None,
+                             "learner": v.summary.get("learner") or ("agent" if gate else None),
                              "card": card})
         agents.append({"agent": name, "pooled": name == POOLED, "active": on, "versions": versions,
                        "learning_curve": learning_curve(registry, tenant, name),
@@ -62,8 +64,9 @@ def models(request: Request, format: Format = "html") -> Response:
         "zero-shot for every agent (no agent model active)"
     # every agent of the tenant (named or inferred), as GET /v1/agents and `triage agents list` name them
     known = [{**k, "model": active.get(k["key"], ZERO_SHOT)} for k in _service(request).agents.list(tenant)]
+    last = registry.retrains(tenant, limit=1)
     ctx = {"agents": agents, "known_agents": known, "activations": history, "zero_shot": ZERO_SHOT, "pooled": POOLED,
-           "active": summary,
+           "active": summary, "last_retrain": last[0] if last else None,
            "registry": str(registry.root) if s.principal.operator else None,  # a server path: operators only
            "retrain": f"triage retrain --tenant {tenant}"}
     return _page(request, "models.html", ctx, s, format)

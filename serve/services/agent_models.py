@@ -3,7 +3,8 @@
 A run's ``failure_probability`` comes from its agent's own model (:mod:`model.scoring.agentmodel`) when the
 store records an active version for the (tenant, agent) (``triage retrain`` / ``triage model
 promote``; :meth:`serve.store.Store.active_model`), else from the tenant's active **pooled** model
-when that was trained on this agent's runs, else zero-shot:
+when that serves this agent (its ``members``: ``triage retrain`` measured its out-of-fold AUROC on the
+agent's own labels at least the zero-shot score's), else zero-shot:
 the shipped run scorer, re-centred on the agent's observed failure rate once it has labelled runs
 (:class:`Recentring`). The rules, the classifier and the shipped run scorer are the same for every
 tenant (one copy per worker); ``failure_probability_basis`` says which model spoke.
@@ -52,7 +53,7 @@ from serve.settings import Settings
 from serve.store import Store
 
 if TYPE_CHECKING:
-    from model.scoring.agentmodel.model import AgentModel
+    from model.scoring.agent_registry import Servable
 
 log = logging.getLogger("triage.models")
 
@@ -64,7 +65,7 @@ REFUSED_LOAD = "load"
 REFUSED_SMOKE = "smoke"
 
 ActiveVersion = Callable[[str, str], "str | None"]
-LoadModel = Callable[[str, str, str], "AgentModel"]
+LoadModel = Callable[[str, str, str], "Servable"]
 Members = Callable[[str, str], "tuple[str, ...]"]
 History = Callable[[str, str], "list[str]"]
 
@@ -98,13 +99,20 @@ def smoke_trace() -> Trace:
 
 @dataclass(frozen=True)
 class ServedAgent:
-    """The agent model answering one (tenant, agent), as a request uses it from its start to its end."""
+    """The agent model answering one (tenant, agent), as a request uses it from its start to its end:
+    an :class:`~model.scoring.agentmodel.model.AgentModel`, or the cheap learner
+    (:class:`~model.scoring.agentmodel.cheap.CheapModel`) ``triage retrain`` measured better."""
 
     tenant: str
     agent: str
     key: str                 # its registry key: the agent, or POOLED
     version: str
-    model: AgentModel
+    model: Servable
+
+    @property
+    def learner(self) -> str:
+        """``agent`` (the agent model), ``tfidf`` or ``length`` (a cheap learner served in its place)."""
+        return str(getattr(self.model, "learner", "agent"))
 
     @property
     def labelled_runs(self) -> int:
@@ -150,7 +158,7 @@ class AgentModels:
         self._load = load
         self._members = members
         self._history = history
-        self._models: dict[tuple[str, str, str], AgentModel] = {}  # (tenant, key, version) → loaded
+        self._models: dict[tuple[str, str, str], Servable] = {}  # (tenant, key, version) → loaded
         self._served: dict[tuple[str, str], ServedAgent | None] = {}
         self._checked: dict[tuple[str, str], float] = {}
         self._seen: dict[tuple[str, str], float] = {}
@@ -234,8 +242,7 @@ class AgentModels:
         served = self._resolve(tenant, agent, agent, current)
         if served is None:  # no model of its own: the tenant's pooled one, when it learned this agent
             pooled = self._resolve(tenant, agent, POOLED, current)
-            if pooled is not None and (self._members is None
-                                       or agent in self._members(tenant, pooled.version)):
+            if pooled is not None and (self._members is None or agent in self._members(tenant, pooled.version)):
                 served = pooled
         if current is not None and (served is None or served.tag != current.tag):
             log.info("tenant %r agent %r: now served by %s (was %s)", tenant, agent,
@@ -258,7 +265,7 @@ class AgentModels:
             self._refuse(tenant, key, version, exc)
             return current if current is not None and current.key == key else self._fallback(tenant, agent, key)
 
-    def _get_model(self, tenant: str, key: str, version: str) -> AgentModel:
+    def _get_model(self, tenant: str, key: str, version: str) -> Servable:
         hit = self._models.get((tenant, key, version))
         if hit is None:
             assert self._load is not None
@@ -290,14 +297,14 @@ class AgentModels:
         return None
 
 
-def check_model(model: AgentModel) -> None:
+def check_model(model: Servable) -> None:
     """The smoke check: the model scores :func:`smoke_trace` to a finite probability in [0, 1], its
     prefix state step by step to the same, and its early-warning threshold is finite in [0, 1] (or
     absent); :class:`SmokeCheckError` otherwise."""
     trace = smoke_trace()
     try:
         whole = model.score(trace, prior=0.5)
-        state = model.start()
+        state: Any = model.start()  # the model's own kind of state
         for step in trace.steps:
             state.add(step)
         prefix = model.score_state(state, prior=0.5)
@@ -447,19 +454,21 @@ def add_failure(resp: DiagnosisResponse, failure: Failure) -> None:
 def relabel_final_outputs(state: Any, n: int) -> None:
     """``n`` steps the prefix state counted as final answers are answers no more (more work followed
     them: :func:`serve.services.sessions._link_across_calls` re-marks them ``llm_output``); the state counts them
-    so, as a fresh read of the session would."""
-    if n:
+    so, as a fresh read of the session would. (A cheap learner's state reads answers and outputs alike.)"""
+    from model.scoring.agentmodel.cheap import CheapState
+
+    if n and not isinstance(state, CheapState):
         from model.scoring.agentmodel.features import SHAPE_FEATURES
 
         state.counts.shape[SHAPE_FEATURES.index("final_outputs")] -= n
 
 
-def score_prefixes(model: AgentModel, steps: list[Any], prior: float | None, state: Any | None = None,
+def score_prefixes(model: Servable, steps: list[Any], prior: float | None, state: Any | None = None,
                    first: int = 0, crossed: int | None = None) -> tuple[Any, int | None, float | None]:
     """Add ``steps`` (the run's steps from index ``first``) to ``state`` (a new one when ``None``), one
     at a time; returns the state, the first step whose prefix score reached the model's early-warning
     threshold (``crossed`` when already known) and the score there."""
-    st = state if state is not None else model.start()
+    st: Any = state if state is not None else model.start()
     thr = model.at_risk_threshold
     at = None
     for i, step in enumerate(steps, first):

@@ -308,7 +308,7 @@ class Diagnoses:
         resp.failure_probability = probability
         resp.failure_probability_basis = ProbabilityBasis(
             model="agent", agent=served.agent, labelled_runs=served.labelled_runs, cv_auroc=served.cv_auroc,
-            version=served.tag, zero_shot_probability=p0)
+            version=served.tag, zero_shot_probability=p0, learner=served.learner)
         resp.model_version = f"{resp.model_version}+{served.version}"  # the agent: in the basis (column of 100)
         resp.detector_versions[AGENT_MODEL_DETECTOR] = served.model.version
 

@@ -4,26 +4,32 @@
    true or false — only this tenant's rows are read — each with its agent (``traces.agent``,
    :mod:`model.core.agents`) and its task (``metadata.task_id`` when the run sent one). Labels are never
    inputs: the traces go to the model without them.
-2. **Who gets a model.** An agent with at least ``TRIAGE_RETRAIN_MIN_RUNS`` (20) labelled runs, of
-   which at least ``TRIAGE_RETRAIN_MIN_CLASS`` (5) failed and as many succeeded, gets its own
-   (:class:`~model.scoring.agentmodel.model.AgentModel`); the runs of every other agent train the tenant's
-   **pooled** model (registry agent :data:`~model.scoring.agent_registry.POOLED`), when together they meet the same
-   minimum. The pooled model serves those agents (its ``members``) and the pool ``_pool``.
+2. **Who gets a model** (:mod:`serve.services.retrain_plan`). An agent with at least ``TRIAGE_RETRAIN_MIN_RUNS``
+   (20) labelled runs, of which at least ``TRIAGE_RETRAIN_MIN_CLASS`` (5) failed and as many succeeded,
+   forming at least two task groups, gets its own model; the runs of every other agent train the
+   tenant's **pooled** model (registry agent :data:`~model.scoring.agent_registry.POOLED`), which serves
+   an agent only when its out-of-fold AUROC on that agent's own labels is ≥ the zero-shot score's (its
+   ``members``). What cannot be learned is refused with a fixed code (``too_few_runs``, ``one_class``,
+   ``too_few_task_groups``, ``corrupt_run``), agent by agent: one refusal never stops the others.
 3. **The prior.** Each run's zero-shot probability (the shipped run scorer, cached on disk by trace
    content under ``<data_dir>/cache/agentmodel/``) is the model's prior, as at serving time.
-4. **The gate**, from grouped cross-validation (:func:`model.training.agentmodel.cv.cross_validate`): folds
-   grouped by task id, else by :func:`model.training.agentmodel.cv.group_runs`' near-duplicate clustering of
-   the opening request; the agent model and both cheap learners (a length fit; TF-IDF + logistic
-   regression, MEASUREMENTS' recipe) are fitted on the same training folds and score the same
-   held-out runs. The challenger is promoted only when its AUROC is higher than the champion's and
-   both cheap learners' (point estimates; the paired 95 % interval over task groups is stated). The
-   champion is the (tenant, agent)'s active model: zero-shot when there is none (its scores on the
-   same held-out runs: paired); an agent model is compared on the runs labelled since it was trained
-   (its own scores there against the challenger's out-of-fold ones: paired) when there are at least
+4. **The gate**, from grouped cross-validation (:func:`model.training.agentmodel.cv.cross_validate`,
+   ``min(TRIAGE_RETRAIN_CV_FOLDS, task groups)`` folds): folds grouped by task id, else by
+   :func:`model.training.agentmodel.cv.group_runs`; the agent model and both cheap learners (a length fit;
+   TF-IDF + logistic regression, MEASUREMENTS' recipe) are fitted on the same training folds and score
+   the same held-out runs. The learner served is the agent model when its AUROC is above both cheap
+   learners', else the better cheap learner (:func:`served_learner`; exported numpy-servable,
+   :mod:`model.scoring.agentmodel.cheap`). It is promoted only when its AUROC is higher than the
+   champion's (point estimates; the paired 95 % interval over task groups is stated). The champion is
+   the (tenant, agent)'s active model: zero-shot when there is none (its scores on the same held-out
+   runs: paired); a registered model is compared on the runs labelled since it was trained (its own
+   scores there against the challenger's out-of-fold ones: paired) when there are at least
    :data:`MIN_UNSEEN` of them with both classes, else against its recorded cross-validated AUROC
    (unpaired; said so).
 5. Every challenger is registered (``<registry>/<tenant>/agents/<agent>/<version>/``) whatever the
    gate says, its card carrying the agent's learning curve so far; it is activated only when it passes.
+   The retrain's record (every agent fitted, pooled or refused, with its code) is kept beside the
+   registry (:meth:`~model.scoring.agent_registry.Registry.save_retrain`).
 """
 
 from __future__ import annotations
@@ -40,57 +46,34 @@ from typing import Any
 import numpy as np
 import yaml
 
-from model.core.agents import POOL_AGENT
-from model.core.errors import InputError
+from model.core.errors import InputError, RetrainRefused, TriageError
 from model.core.schema import Trace
-from model.scoring.agent_registry import POOLED, ModelVersion, Registry
-from serve.services.run_labels import labels_for
+from model.scoring.agent_registry import POOLED, ZERO_SHOT, ModelVersion, Registry
+from serve.services.retrain_gate import (
+    LEARNER_NAMES,
+    Gate,
+    gate,
+    trace_hash,
+)
+from serve.services.retrain_plan import (
+    REFUSAL_CODES,
+    LabelledRun,
+    Refusal,
+    labelled_runs,
+    plan,
+    pooled_members,
+    read_runs,
+    shortage,
+)
 from serve.settings import Settings
 from serve.store import Store
 
 Progress = Callable[[str, int, int], None]
 
-#: An agent-model champion is compared paired on the runs labelled since it was trained when there
-#: are at least this many of them (with both classes); else against its recorded estimate.
-MIN_UNSEEN = 10
-N_BOOT = 1000
 
 
 def _noop(stage: str, done: int, total: int) -> None:
     return None
-
-
-@dataclass
-class LabelledRun:
-    """One stored run with its effective label (not on the trace: labels are never inputs)."""
-
-    trace: Trace
-    agent: str
-    failed: bool
-    task: str | None
-
-
-def labelled_runs(store: Store, tenant: str) -> list[LabelledRun]:
-    """The tenant's stored runs that carry a run-level label, oldest id first."""
-    out = []
-    for record in store.iter_history(tenant):
-        if record["tenant"] != tenant:  # iter_history filters already; never train on another tenant
-            continue
-        labels = labels_for(record, include_unconfirmed=False)
-        if labels is None or labels.failed is None:
-            continue
-        trace = Trace.model_validate(record["trace"])
-        trace.labels = None
-        task = trace.metadata.get("task_id") if isinstance(trace.metadata, dict) else None
-        out.append(LabelledRun(trace, str(record.get("agent") or POOL_AGENT), bool(labels.failed),
-                               None if task in (None, "") else str(task)))
-    return out
-
-
-def trace_hash(trace: Trace) -> str:
-    """sha256 of the trace's content (labels excluded)."""
-    d = trace.model_dump(mode="json", exclude={"labels"}, exclude_none=True)
-    return hashlib.sha256(json.dumps(d, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 class ZeroShotCache:
@@ -144,62 +127,9 @@ class ZeroShotCache:
 
 
 @dataclass
-class Comparison:
-    """The challenger against one other scorer of the same runs."""
-
-    name: str
-    challenger: float
-    other: float
-    interval: tuple[float, float] | None  # 95 % paired interval of challenger − other; None: unpaired
-    runs: int
-    note: str = ""
-
-    @property
-    def diff(self) -> float:
-        return self.challenger - self.other
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.challenger > self.other)
-
-    def line(self) -> str:
-        ci = "unpaired" if self.interval is None else f"[{self.interval[0]:+.3f}, {self.interval[1]:+.3f}]"
-        note = f" ({self.note})" if self.note else ""
-        return (f"vs {self.name}: AUROC {self.challenger:.3f} vs {self.other:.3f}, diff {self.diff:+.3f} {ci} "
-                f"on {self.runs} runs{note}: {'passed' if self.passed else 'failed'}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "challenger": self.challenger, "other": self.other, "diff": self.diff,
-                "interval": None if self.interval is None else list(self.interval), "runs": self.runs,
-                "paired": self.interval is not None, "passed": self.passed, "note": self.note}
-
-
-@dataclass
-class Gate:
-    comparisons: list[Comparison] = field(default_factory=list)
-    estimate: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def promote(self) -> bool:
-        return bool(self.comparisons) and all(c.passed for c in self.comparisons)
-
-    def reason(self) -> str:
-        failed = [c.name for c in self.comparisons if not c.passed]
-        if not self.comparisons:
-            return "nothing to compare"
-        if failed:
-            return f"not above {', '.join(failed)}"
-        return "above " + ", ".join(c.name for c in self.comparisons)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"promote": self.promote, "reason": self.reason(), "comparisons": [c.to_dict() for c in self.comparisons],
-                "estimate": self.estimate}
-
-
-@dataclass
 class AgentResult:
     agent: str                      # the registry key: the agent, or POOLED
-    members: tuple[str, ...]
+    members: tuple[str, ...]        # a pooled model: the agents it serves (its AUROC on theirs ≥ zero-shot's)
     runs: int
     failed: int
     groups: int
@@ -207,47 +137,48 @@ class AgentResult:
     version: ModelVersion
     gate: Gate
     promoted: bool
+    trained_on: tuple[str, ...] = ()                                  # a pooled model: every agent in it
+    per_agent: dict[str, dict[str, Any]] = field(default_factory=dict)  # a pooled model: AUROC per agent
+
+    @property
+    def learner(self) -> str:
+        return str(self.gate.estimate.get("served", "agent"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"agent": self.agent, "members": list(self.members), "trained_on": list(self.trained_on),
+                "runs": self.runs, "failed": self.failed, "groups": self.groups, "champion": self.champion,
+                "version": self.version.version, "path": str(self.version.path), "learner": self.learner,
+                "promoted": self.promoted, "gate": self.gate.to_dict(), "per_agent": self.per_agent}
 
 
 @dataclass
 class RetrainResult:
+    """What one ``triage retrain`` did: the models it registered, and every refusal (fixed codes,
+    :data:`~serve.services.retrain_plan.REFUSAL_CODES`), agent by agent; ``agents`` says per agent
+    ``fitted`` / ``pooled`` / ``refused`` (what the stored record and ``--json`` carry)."""
+
     tenant: str
-    agents: list[AgentResult]
-    skipped: dict[str, str]         # agent → why it got no model (its runs went to the pool, or too few)
+    models: list[AgentResult]
+    refusals: list[Refusal]
+    agents: dict[str, dict[str, Any]]
     cache: dict[str, int]
     seconds: float = 0.0
+    started_at: str = ""
+    kept: bool = False  # a gate kept a champion (with promotion asked for)
 
+    @property
+    def exit_code(self) -> int:
+        """2: a stored run could not be read; 1: a gate kept a champion (not with ``--no-promote``);
+        0: every agent fitted, or refused for lack of data."""
+        if any(r.code == "corrupt_run" for r in self.refusals):
+            return 2
+        return 1 if self.kept else 0
 
-def plan(runs: Sequence[LabelledRun], *, min_runs: int, min_class: int) -> tuple[dict[str, list[LabelledRun]],
-                                                                                  dict[str, str]]:
-    """Which runs train which model: ``{agent or POOLED: runs}``, and the agents left without one."""
-    by_agent: dict[str, list[LabelledRun]] = {}
-    for r in runs:
-        by_agent.setdefault(r.agent, []).append(r)
-
-    def enough(rs: Sequence[LabelledRun]) -> bool:
-        nf = sum(r.failed for r in rs)
-        return len(rs) >= min_runs and nf >= min_class and len(rs) - nf >= min_class
-
-    out: dict[str, list[LabelledRun]] = {}
-    rest: list[LabelledRun] = []
-    skipped: dict[str, str] = {}
-    for agent, rs in sorted(by_agent.items()):
-        if agent != POOL_AGENT and enough(rs):
-            out[agent] = rs
-        else:
-            rest.extend(rs)
-    if rest:
-        if enough(rest):
-            out[POOLED] = rest
-            for a in sorted({r.agent for r in rest}):
-                skipped[a] = "pooled"
-        else:
-            nf = sum(r.failed for r in rest)
-            for a in sorted({r.agent for r in rest}):
-                skipped[a] = (f"too few labelled runs: the agents without a model of their own have {len(rest)} "
-                              f"({nf} failed) together; a model needs {min_runs}, {min_class} of each class")
-    return out, skipped
+    def to_dict(self) -> dict[str, Any]:
+        return {"tenant": self.tenant, "started_at": self.started_at, "seconds": round(self.seconds, 3),
+                "exit_code": self.exit_code, "agents": self.agents,
+                "models": [m.to_dict() for m in self.models], "refusals": [r.to_dict() for r in self.refusals],
+                "codes": list(REFUSAL_CODES), "cache": self.cache}
 
 
 def model_config(params: Path) -> tuple[Any, bool]:
@@ -258,93 +189,12 @@ def model_config(params: Path) -> tuple[Any, bool]:
 
     section: dict[str, Any] = {}
     if params.is_file():
-        loaded = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
+        try:
+            loaded = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise InputError(f"{params}: not readable YAML ({exc})".replace("\n", " "), path="params") from exc
         section = dict((loaded.get("learning_curve") or {}) if isinstance(loaded, dict) else {})
     return LearningConfig.from_dict(section).served_config()
-
-
-def _paired_boot(y: np.ndarray, a: np.ndarray, b: np.ndarray, groups: Sequence[str], seed: int) -> tuple[float, float]:
-    """95 % interval of AUROC(a) − AUROC(b) over task groups resampled with replacement."""
-    from model.core.metrics import auroc
-
-    uniq = sorted(set(groups))
-    rows = {g: np.flatnonzero(np.asarray(groups) == g) for g in uniq}
-    rng = np.random.default_rng(seed)
-    diffs = []
-    for _ in range(N_BOOT):
-        idx = np.concatenate([rows[uniq[j]] for j in rng.integers(0, len(uniq), len(uniq))])
-        d = auroc(y[idx], a[idx]) - auroc(y[idx], b[idx])
-        if math.isfinite(d):
-            diffs.append(d)
-    if not diffs:
-        return (float("nan"), float("nan"))
-    return float(np.quantile(diffs, 0.025)), float(np.quantile(diffs, 0.975))
-
-
-def gate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str], prior: Sequence[float] | None,
-         zero_shot: Sequence[float], config: Any, *, folds: int, draws: int, seed: int,
-         champion: Any | None = None, champion_record: ModelVersion | None = None,
-         seen: set[str] | None = None, cache: Any | None = None) -> Gate:
-    """The grouped cross-validated estimate and the comparisons (see the module docstring). ``cache``:
-    a :class:`~model.scoring.agentmodel.features.FeatureCache` the final fit shares (each run counted once)."""
-    from model.core.metrics import AurocUnit, auroc
-    from model.training.agentmodel.cv import CVData, cross_validate, draws_folds, summarise
-
-    data = CVData.make(traces, failed, groups, (1.0,), prior, cache)
-    report = cross_validate(traces, failed, groups, ks=(None,), fractions=(1.0,), config=config, prior=prior,
-                            folds=folds, draws=draws, seed=seed, n_boot=N_BOOT, data=data)
-    y = np.array([bool(f) for f in failed], float)
-    zs = np.asarray(zero_shot, float)
-    units = []
-    oof = {m: np.asarray(v, float) for m, v in ((m, report["oof"][m]) for m in ("agent", "tfidf", "length"))}
-    for di, draw in enumerate(draws_folds(groups, folds, draws, seed)):
-        for te in draw:
-            sc = {m: oof[m][di][te] for m in ("agent", "tfidf", "length")}
-            if y[te].min() == y[te].max() or any(np.isnan(v).any() for v in sc.values()):
-                continue
-            units.append(AurocUnit.make(y[te], {"agent": sc["agent"], "zero-shot": zs[te], **{k: sc[k] for k in
-                                                                                         ("tfidf", "length")}},
-                                    [groups[i] for i in te]))
-    if not units:
-        raise InputError("no held-out fold holds both failed and successful runs: label more runs of "
-                         "more tasks", path="tenant")
-    methods = ("agent", "zero-shot", "tfidf", "length")
-    s = summarise(units, seed=seed, n_boot=N_BOOT, methods=methods)
-    n = len(traces)
-    est: dict[str, Any] = {m: {"auroc": s[m]["auroc"], "interval": s[m]["interval"]} for m in methods}
-    est.update(folds=s["folds"], draws=draws, runs=n, failed=int(y.sum()), groups=len(set(groups)))
-
-    def paired(m: str, name: str) -> Comparison:
-        d = s[f"agent_minus_{m}"]
-        return Comparison(name, s["agent"]["auroc"], s[m]["auroc"], (d["interval"][0], d["interval"][1]), n)
-
-    comps = []
-    if champion is None:
-        comps.append(paired("zero-shot", "champion (zero-shot)"))
-    else:
-        name = f"champion ({champion_record.version if champion_record else 'agent model'})"
-        hashes = [trace_hash(t) for t in traces]
-        unseen = np.array([h not in (seen or set()) for h in hashes])
-        challenger_oof = oof["agent"][0]
-        ok = unseen & ~np.isnan(challenger_oof)
-        if ok.sum() >= MIN_UNSEEN and 0 < y[ok].sum() < ok.sum():
-            idx = [int(i) for i in np.flatnonzero(ok)]
-            theirs = np.array([champion.score(traces[i], prior=None if prior is None else prior[i]) for i in idx])
-            mine = challenger_oof[idx]
-            g = [groups[i] for i in idx]
-            comps.append(Comparison(name, auroc(y[idx], mine), auroc(y[idx], theirs),
-                                    _paired_boot(y[idx], mine, theirs, g, seed), int(ok.sum()),
-                                    "the runs labelled since it was trained"))
-        else:
-            recorded = ((champion_record.summary.get("gate") or {}).get("estimate") or {}).get("agent", {}) \
-                if champion_record else {}
-            other = recorded.get("auroc")
-            comps.append(Comparison(name, s["agent"]["auroc"], float(other) if other is not None else float("nan"),
-                                    None, n, f"its recorded cross-validated AUROC; {int(ok.sum())} runs labelled "
-                                    f"since it was trained (a paired comparison needs {MIN_UNSEEN})"))
-    comps.append(paired("tfidf", "TF-IDF + logistic regression"))
-    comps.append(paired("length", "length fit"))
-    return Gate(comps, est)
 
 
 def _curve_rows(registry: Registry, tenant: str, agent: str) -> list[dict[str, Any]]:
@@ -365,16 +215,21 @@ def card(tenant: str, agent: str, members: Sequence[str], champion: str, g: Gate
     def f(x: Any) -> str:
         return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3f}"
 
-    who = f"the tenant's pooled model (agents {', '.join(members)})" if agent == POOLED else f"agent `{agent}`"
+    who = f"the tenant's pooled model (serving {', '.join(members) or 'no agent'})" if agent == POOLED \
+        else f"agent `{agent}`"
     e = g.estimate
     lines = [f"# Agent model: tenant {tenant}, {who}", "",
              f"Trained by `triage retrain` on {e.get('runs')} labelled runs ({e.get('failed')} failed, "
-             f"{e.get('groups')} task groups) with the zero-shot score as a prior; early-warning threshold "
+             f"{e.get('groups')} task groups); serves the "
+             f"{LEARNER_NAMES.get(str(e.get('served', 'agent')), 'agent model')}; early-warning threshold "
              f"{f(model_card.get('at_risk_threshold'))} (≤ 10 % false alarms at half the run, cross-validated).", "",
              "## Gate", "",
              f"Grouped {e.get('folds')}-fold cross-validation ({e.get('draws')} draw(s)), every scorer on the same "
              f"held-out runs. Decision: **{'promote' if g.promote else 'keep the champion'}** over `{champion}` — "
              f"{g.reason()}.", "",
+             f"Served learner: **{LEARNER_NAMES.get(str(e.get('served', 'agent')), e.get('served'))}** (the agent "
+             "model when it is above both cheap learners in this cross-validation, else the better cheap learner).",
+             "",
              "| comparison | AUROC challenger | AUROC other | diff [95 % paired CI] | passed |",
              "| --- | --- | --- | --- | --- |"]
     for c in g.comparisons:
@@ -390,85 +245,163 @@ def card(tenant: str, agent: str, members: Sequence[str], champion: str, g: Gate
     return "\n".join(lines) + "\n"
 
 
+def _champion(store: Store, registry: Registry, tenant: str, key: str,
+              progress: Progress) -> tuple[Any, ModelVersion | None, set[str], str | None]:
+    """The (tenant, key)'s active model, its record and the runs it saw; an unreadable one is compared
+    as zero-shot, and said so."""
+    active = store.active_model(tenant, key)
+    if active is None or active == ZERO_SHOT:
+        return None, None, set(), None
+    try:
+        champion = registry.load(tenant, key, active)
+        record = registry.get(tenant, key, active)
+        data = json.loads((record.path / "data.json").read_text(encoding="utf-8"))
+        return champion, record, {str(r["sha256"]) for r in data.get("runs", [])}, active
+    except (TriageError, OSError, ValueError, KeyError, TypeError) as exc:
+        progress(f"champion {active} unreadable ({exc}); comparing with zero-shot", 0, 1)
+        return None, None, set(), None
+
+
+def _fit_served(learner: str, traces: list[Trace], failed: list[bool], groups: list[str], prior: list[float] | None,
+                config: Any, agent: str, cache: Any, g: Gate) -> Any:
+    """The model a retrain registers: the agent model, or the cheap learner the gate measured better."""
+    from model.scoring.agentmodel.model import AgentModel
+    from model.training.agentmodel.cheap_export import fit_cheap
+
+    model: Any
+    if learner == "agent":
+        model = AgentModel.fit(traces, failed, groups, config=config, prior=prior, agent=agent, cache=cache)
+    else:
+        e = g.estimate[learner]
+        model = fit_cheap(learner, traces, failed, groups, folds=int(g.estimate.get("cv_folds") or 5),
+                          warning_fraction=config.warning_fraction, target_false_alarm=config.target_false_alarm,
+                          card={"agent": agent, "labelled_runs": len(traces), "failed_runs": int(sum(failed)),
+                                "groups": len(set(groups)), "cv_auroc": e["auroc"],
+                                "cv_auroc_interval": e["interval"], "learning_curve": []})
+    model.card_["gate"] = {"estimate": g.estimate, "promote": g.promote}
+    model.card_["learner"] = learner
+    return model
+
+
 def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = True, params: Path = Path("params.yaml"),
             seed: int = 0, actor: str = "triage retrain", progress: Progress = _noop,
-            only: Sequence[str] | None = None) -> RetrainResult:
-    """Fit, gate and register an agent model for every agent of ``tenant`` with enough labelled runs,
-    and a pooled one for the rest (see the module docstring). ``only``: these agents (registry keys,
-    :data:`~model.scoring.agent_registry.POOLED` for the pooled model) and no other."""
+            only: Sequence[str] | None = None, record: bool = True) -> RetrainResult:
+    """Fit, gate and register a model for every agent of ``tenant`` with enough labelled runs, and a
+    pooled one for the rest (see the module docstring); refuse, agent by agent and with a fixed code,
+    what cannot be learned. ``only``: these agents (registry keys, :data:`~model.scoring.agent_registry.POOLED`
+    for the pooled model) and no other. ``record``: keep the result in the registry
+    (:meth:`~model.scoring.agent_registry.Registry.save_retrain`; the console's Models page shows it)."""
     import time
 
     from model.scoring.agentmodel.features import FeatureCache
-    from model.scoring.agentmodel.model import AgentModel
     from model.training.agentmodel.cv import group_runs
 
     start = time.perf_counter()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     registry = Registry(settings.resolved_model_registry)
     config, use_prior = model_config(params)
     progress("reading the tenant's labelled history", 0, 1)
-    runs = labelled_runs(store, tenant)
-    groups_of, skipped = plan(runs, min_runs=settings.retrain_min_runs, min_class=settings.retrain_min_class)
+    runs, refusals = read_runs(store, tenant)
+
+    def groups_of(rs: Sequence[LabelledRun]) -> list[str]:
+        return group_runs([r.trace for r in rs], [r.task for r in rs])
+
+    sets, short = plan(runs, min_runs=settings.retrain_min_runs, min_class=settings.retrain_min_class,
+                       groups_of=groups_of)
     if only is not None:
-        groups_of = {a: rs for a, rs in groups_of.items() if a in set(only)}
-    if not groups_of:
-        nf = sum(r.failed for r in runs)
-        raise InputError(f"tenant {tenant!r} has {len(runs)} labelled runs ({nf} failed): no agent has "
-                         f"{settings.retrain_min_runs} with {settings.retrain_min_class} of each class, nor do the "
-                         "others together (label more runs: POST /v1/traces/{id}/labels with "
-                         "{\"failed\": true|false})" + (f"; asked for {list(only)}" if only is not None else ""),
-                         path="tenant")
+        unknown = sorted(set(only) - set(sets) - set(short))
+        if unknown:
+            raise InputError(f"tenant {tenant!r} has no labelled runs of agent(s) {unknown} (known: "
+                             f"{', '.join(sorted(set(sets) | set(short))) or 'none'})", path="agent")
+        sets = {a: rs for a, rs in sets.items() if a in set(only)}
+        short = {a: r for a, r in short.items() if a in set(only) or POOLED in set(only)}
+        refusals = [r for r in refusals if r.agent in set(only) or POOLED in set(only)]
+    agents: dict[str, dict[str, Any]] = {
+        a: {"status": "refused", "code": r.code, "message": r.message, "model": None} for a, r in short.items()}
     zero = ZeroShotCache(settings.data_dir / "cache" / "agentmodel")
     cache = FeatureCache()
     results = []
-    for agent, rs in groups_of.items():
+    kept = False
+    for key, rs in sets.items():
+        if key == POOLED:
+            why = shortage(POOLED, rs, min_runs=settings.retrain_min_runs, min_class=settings.retrain_min_class)
+            if why is not None:
+                refusals.append(Refusal(POOLED, why.code, "the agents without a model of their own, together: "
+                                        + why.message))
+                continue
         traces = [r.trace for r in rs]
         failed = [r.failed for r in rs]
-        groups = group_runs(traces, [r.task for r in rs])
+        groups = groups_of(rs)
         zs = zero.probabilities(traces, progress)
         prior = zs if use_prior else None
-        active = store.active_model(tenant, agent)
-        champion = champion_record = None
-        seen: set[str] = set()
-        if active is not None:
-            try:
-                champion = registry.load(tenant, agent, active)
-                champion_record = registry.get(tenant, agent, active)
-                data = json.loads((champion_record.path / "data.json").read_text(encoding="utf-8"))
-                seen = {str(r["sha256"]) for r in data.get("runs", [])}
-            except Exception as exc:  # an unreadable champion: compared as zero-shot, and said so
-                progress(f"champion {active} unreadable ({exc}); comparing with zero-shot", 0, 1)
-                champion = champion_record = None
-        progress(f"gate: {agent}", 0, 1)
-        g = gate(traces, failed, groups, prior, zs, config, folds=settings.retrain_cv_folds,
-                 draws=settings.retrain_cv_draws, seed=seed, champion=champion, champion_record=champion_record,
-                 seen=seen, cache=cache)
-        progress(f"gate: {agent}", 1, 1)
-        progress(f"fitting: {agent}", 0, 1)
-        members = tuple(sorted({r.agent for r in rs})) if agent == POOLED else ()
-        model = AgentModel.fit(traces, failed, groups, config=config, prior=prior, agent=agent, cache=cache)
-        model.card_["gate"] = {"estimate": g.estimate, "promote": g.promote}
-        progress(f"fitting: {agent}", 1, 1)
+        champion, champion_record, seen, active = _champion(store, registry, tenant, key, progress)
+        progress(f"gate: {key}", 0, 1)
+        try:
+            g = gate(traces, failed, groups, prior, zs, config, folds=settings.retrain_cv_folds,
+                     draws=settings.retrain_cv_draws, seed=seed, champion=champion, champion_record=champion_record,
+                     seen=seen, cache=cache)
+        except RetrainRefused as exc:
+            refusals.append(Refusal(key, exc.code, exc.message))
+            if key != POOLED:
+                agents[key] = {"status": "refused", "code": exc.code, "message": exc.message, "model": None}
+            continue
+        progress(f"gate: {key}", 1, 1)
+        learner = str(g.estimate["served"])
+        progress(f"fitting: {key} ({learner})", 0, 1)
+        trained_on = tuple(sorted({r.agent for r in rs})) if key == POOLED else ()
+        per_agent: dict[str, dict[str, Any]] = {}
+        members: tuple[str, ...] = ()
+        if key == POOLED:
+            per_agent = pooled_members([r.agent for r in rs], np.array(failed, float), g.oof, np.asarray(zs, float))
+            members = tuple(a for a in trained_on if per_agent[a]["serves"])
+        model = _fit_served(learner, traces, failed, groups, prior, config, key, cache, g)
+        progress(f"fitting: {key} ({learner})", 1, 1)
         champion_name = active if champion is not None and active is not None else "zero-shot"
         data = {"runs": [{"trace_id": r.trace.id, "task": gr, "sha256": trace_hash(r.trace), "failed": r.failed,
                           "agent": r.agent} for r, gr in zip(rs, groups, strict=True)],
-                "labels_read_at": datetime.now(UTC).isoformat(timespec="seconds"), "members": list(members)}
-        report = {"tenant": tenant, "agent": agent, "members": list(members), "champion": champion_name,
-                  "gate": g.to_dict(), "card": model.card,
+                "labels_read_at": datetime.now(UTC).isoformat(timespec="seconds"), "members": list(members),
+                "trained_on": list(trained_on)}
+        report = {"tenant": tenant, "agent": key, "members": list(members), "trained_on": list(trained_on),
+                  "per_agent": per_agent, "champion": champion_name, "learner": learner, "gate": g.to_dict(),
+                  "card": model.card,
                   "data_sha256": hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()}
-        curve = _curve_rows(registry, tenant, agent) + [{
+        curve = _curve_rows(registry, tenant, key) + [{
             "version": "(this one)", "runs": g.estimate["runs"], "failed": g.estimate["failed"],
             **{m: g.estimate[m]["auroc"] for m in ("agent", "zero-shot", "tfidf", "length")}, "promoted": g.promote}]
         model.card_["learning_curve"] = curve
-        text = card(tenant, agent, members, champion_name, g, curve, model.card)
-        mv = registry.save(tenant, agent, model, parent=champion_name, card=text, report=report, data=data,
+        text = card(tenant, key, members, champion_name, g, curve, model.card)
+        mv = registry.save(tenant, key, model, parent=champion_name, card=text, report=report, data=data,
                            members=members)
         promoted = bool(g.promote and promote)
         if promoted:
-            store.activate_model(tenant, mv.version, actor=actor, action="promote", agent=agent)
-        results.append(AgentResult(agent, members, len(rs), sum(failed), len(set(groups)), champion_name, mv, g,
-                                   promoted))
-    return RetrainResult(tenant, results, skipped, {"zero_shot_hits": zero.hits, "zero_shot_computed": zero.misses},
-                         time.perf_counter() - start)
+            store.activate_model(tenant, mv.version, actor=actor, action="promote", agent=key)
+        elif promote:
+            kept = True
+        results.append(AgentResult(key, members, len(rs), sum(failed), len(set(groups)), champion_name, mv, g,
+                                   promoted, trained_on, per_agent))
+        if key != POOLED:
+            agents[key] = {"status": "fitted", "code": None, "model": key, "learner": learner,
+                           "version": mv.version, "promoted": promoted}
+        for a in trained_on:
+            pa = per_agent[a]
+            if pa["serves"]:
+                agents[a] = {"status": "pooled", "code": short[a].code if a in short else None, "model": POOLED, "learner": learner,
+                             "version": mv.version, "promoted": promoted, "message":
+                             f"the pooled model's out-of-fold AUROC on its runs {pa['auroc']:.3f} ≥ zero-shot's "
+                             f"{pa['zero-shot']:.3f}; {short[a].message if a in short else ''}".rstrip("; ")}
+            elif a in agents:
+                note = "not measurable on its runs" if pa["auroc"] is None else \
+                    f"{pa['auroc']:.3f} < zero-shot's {pa['zero-shot']:.3f} on its runs"
+                agents[a]["message"] = f"{agents[a]['message']}; the pooled model does not serve it ({note})"
+    for a, r in short.items():
+        if agents[a]["status"] == "refused":
+            refusals.append(Refusal(a, r.code, str(agents[a]["message"])))
+    res = RetrainResult(tenant, results, refusals, agents,
+                        {"zero_shot_hits": zero.hits, "zero_shot_computed": zero.misses},
+                        time.perf_counter() - start, started, kept)
+    if record:
+        registry.save_retrain(tenant, res.to_dict())
+    return res
 
 
 def rollback_target(history: list[dict[str, Any]]) -> str | None:

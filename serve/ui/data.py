@@ -118,11 +118,11 @@ def runs(store: Store, tenant: str, f: RunFilter, *, page: int, per_page: int) -
 
 
 def basis_of(basis: Any, probability: float | None) -> dict[str, Any] | None:
-    """What a run's ``failure_probability_basis`` says (model, agent, labelled runs, CV AUROC); a run
+    """What a run's ``failure_probability_basis`` says (model, agent, labelled runs, CV AUROC, learner); a run
     stored before schema 1.3 with a probability: zero-shot; none without a probability."""
     if isinstance(basis, dict) and basis.get("model"):
-        return {k: basis.get(k) for k in ("model", "agent", "labelled_runs", "cv_auroc")}
-    return {"model": "zero-shot", "agent": None, "labelled_runs": None, "cv_auroc": None} \
+        return {k: basis.get(k) for k in ("model", "agent", "labelled_runs", "cv_auroc", "learner")}
+    return {"model": "zero-shot", "agent": None, "labelled_runs": None, "cv_auroc": None, "learner": None} \
         if probability is not None else None
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from model.core.errors import InputError
 from model.core.metrics import N_BOOT, AurocUnit, auprc, group_bootstrap_weights, percentile_interval
 from model.core.schema import StepKind, Trace
+from model.scoring.agentmodel.cheap import cheap_view
 from model.scoring.agentmodel.features import FeatureCache, prefix_lengths
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from model.training.agentmodel.groups import group_runs
@@ -67,41 +68,6 @@ def summarise(units: Sequence[AurocUnit], *, seed: int = 0, n_boot: int = N_BOOT
 
 # ---- cheap learners (scikit-learn: evaluation time only) ------------------------------------------------
 
-_CHEAP_WORD = re.compile(r"[A-Za-z_]{2,}")
-_CHEAP_ROLE = {StepKind.USER_INPUT: "user", StepKind.LLM_OUTPUT: "assistant", StepKind.FINAL_OUTPUT: "assistant",
-               StepKind.TOOL_RESULT: "tool", StepKind.ERROR: "tool"}
-
-
-def cheap_view(trace: Trace, n_steps: int | None = None) -> tuple[str, int, int]:
-    """The cheap learners' view of a run (or its first ``n_steps`` steps): the TF-IDF text, messages,
-    characters — MEASUREMENTS' recipe read off a :class:`Trace` (one message per ``source_index``;
-    reasoning is not message content there, and a call's arguments are not either: ``CALL_<tool>``)."""
-    steps = trace.steps if n_steps is None else trace.steps[:n_steps]
-    msgs: dict[int, tuple[str, list[str], list[str]]] = {}
-    chars = 0
-    for s in steps:
-        role, texts, calls = msgs.setdefault(s.source_index, ("?", [], []))
-        if s.kind == StepKind.TOOL_CALL:
-            calls.append(f"CALL_{s.tool_name or ''}")
-            continue
-        if s.kind == StepKind.LLM_REASONING:
-            continue
-        chars += len(s.content)
-        r = "system" if s.kind == StepKind.SYSTEM else _CHEAP_ROLE.get(s.kind, "assistant")
-        texts.append(s.content)
-        msgs[s.source_index] = (r, texts, calls)
-    out = []
-    for _, (role, texts, calls) in sorted(msgs.items()):
-        if role == "system":
-            continue
-        if role == "?":
-            role = "assistant"
-        c = " ".join(texts)[:2000]
-        words = _CHEAP_WORD.findall(c.lower())[:300]
-        out.append(" ".join(f"{role}_{w}" for w in words) + " " + " ".join(calls))
-    return " ".join(out), len(msgs), chars
-
-
 class CheapLearners:
     """Both cheap learners fitted on the same runs; ``score`` returns ``{"tfidf": …, "length": …}``."""
 
@@ -112,14 +78,19 @@ class CheapLearners:
         except ImportError as exc:  # pragma: no cover - the train extra holds it
             raise InputError("the cheap learners need scikit-learn (pip install -e '.[train]')",
                              path="scikit-learn") from exc
-        self.vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, max_features=50000)
-        Xt = self.vec.fit_transform(texts)
-        self.tfidf = LogisticRegression(C=4.0, max_iter=2000, class_weight="balanced").fit(Xt, y)
+        self.vec: Any = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, max_features=50000)
+        self.tfidf: Any = None
+        try:
+            Xt = self.vec.fit_transform(texts)
+        except ValueError:  # no term in two runs (empty traces, say): the TF-IDF learner knows nothing
+            self.vec = None
+        else:
+            self.tfidf = LogisticRegression(C=4.0, max_iter=2000, class_weight="balanced").fit(Xt, y)
         self.length = LogisticRegression().fit(lengths, y)
 
     def score(self, texts: Sequence[str], lengths: np.ndarray) -> dict[str, np.ndarray]:
-        return {"tfidf": self.tfidf.predict_proba(self.vec.transform(texts))[:, 1],
-                "length": self.length.predict_proba(lengths)[:, 1]}
+        tfidf = np.full(len(texts), 0.5) if self.vec is None else self.tfidf.predict_proba(self.vec.transform(texts))[:, 1]
+        return {"tfidf": tfidf, "length": self.length.predict_proba(lengths)[:, 1]}
 
 
 # ---- the cross-validation ------------------------------------------------------------------------------
