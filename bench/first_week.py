@@ -28,10 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +63,8 @@ from bench.first_week_input import (
 )
 
 ROOT = live.ROOT
+#: The refusal codes issue 31 gives a retrain (counted in its output when it prints them).
+REFUSAL = re.compile(r"\b(too_few_runs|one_class|too_few_task_groups|corrupt_run)\b")
 TENANT = "firstweek"
 #: The service's model poll (``TRIAGE_MODEL_POLL_S``, default 10 s): a retrain's promotion is served after it.
 MODEL_POLL_S = 10.0
@@ -209,6 +213,7 @@ def run_retrain(phase: Phase) -> dict[str, Any]:
     tb = "Traceback (most recent call last)" in out.stderr or "Traceback (most recent call last)" in out.stdout
     rec = {"rc": out.returncode, "traceback": tb, "seconds": round(time.perf_counter() - t0, 1),
            "stdout": out.stdout[-6000:], "stderr_tail": out.stderr[-3000:],
+           "refusals": dict(Counter(REFUSAL.findall(out.stdout + out.stderr))),
            "last_error_line": next((ln for ln in reversed(out.stderr.splitlines()) if ln.strip()), "")}
     path.write_text(json.dumps(rec, indent=1))
     return rec
@@ -217,7 +222,7 @@ def run_retrain(phase: Phase) -> dict[str, Any]:
 # ---- the phases -------------------------------------------------------------------------------------
 
 
-def phase_week(work: Path, runs: Sequence[Run], bar: Progress, spans: bool = True) -> None:
+def phase_week(work: Path, runs: Sequence[Run], bar: Progress | None, spans: bool = True) -> None:
     p = Phase(work, "week")
     if p.done:
         return
@@ -229,7 +234,7 @@ def phase_week(work: Path, runs: Sequence[Run], bar: Progress, spans: bool = Tru
     p.mark_done()
 
 
-def phase_blocks(work: Path, runs: Sequence[Run], bar: Progress, size: int = 100) -> None:
+def phase_blocks(work: Path, runs: Sequence[Run], bar: Progress | None, size: int = 100) -> None:
     p = Phase(work, "blocks")
     if p.done:
         return
@@ -238,7 +243,7 @@ def phase_blocks(work: Path, runs: Sequence[Run], bar: Progress, size: int = 100
     p.mark_done()
 
 
-def phase_hard(work: Path, runs: Sequence[Run], bar: Progress) -> None:
+def phase_hard(work: Path, runs: Sequence[Run], bar: Progress | None) -> None:
     hard = hard_cases(runs)
     if not hard:
         return
@@ -255,7 +260,7 @@ def phase_hard(work: Path, runs: Sequence[Run], bar: Progress) -> None:
     p.mark_done()
 
 
-def phase_split(work: Path, runs: Sequence[Run], k: int, bar: Progress,
+def phase_split(work: Path, runs: Sequence[Run], k: int, bar: Progress | None,
                 wait: Callable[[float], None] = time.sleep) -> None:
     p = Phase(work, f"split{k}")
     if p.done:

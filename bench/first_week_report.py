@@ -357,7 +357,7 @@ def write_report(work: Path, sets: Path, out: Path, *, limit: int | None, splits
     L += ["## Retrain", ""]
     for k, r in enumerate(figs["retrain"]):
         L.append(f"- split {k}: exit **{r['rc']}**, traceback: **{'yes' if r['traceback'] else 'no'}**, "
-                 f"{r['seconds']:.0f} s" + (f"; last stderr line: `{r['last_error_line'][:200]}`" if r["rc"] not in (0, 1)
+                 f"{r['seconds']:.0f} s, refusal codes {r.get('refusals') or 'none printed'}" + (f"; last stderr line: `{r['last_error_line'][:200]}`" if r["rc"] not in (0, 1)
                                             or r["traceback"] else ""))
     L += ["", "## After retrain: served vs the better cheap learner (held-out half, over the splits)", "",
           "| set | splits | served | TF-IDF | length | better | served − better [95 %] | served basis |",
