@@ -168,7 +168,9 @@ def answer_record(run: Run, resp: httpx.Response, **extra: Any) -> dict[str, Any
         "basis_model": basis.get("model"), "p": d.get("failure_probability"),
         "p_zero_shot": basis.get("zero_shot_probability"), "healthy": d.get("healthy"),
         "kinds": sorted({f.get("kind") for f in d.get("failures") or []}),
-        "task_group": next((d[k] for k in ("task_group", "task") if d.get(k) is not None), None),
+        # the run's recovered task, wherever the service puts it (issue 31 item 3; not in schema 1.3)
+        "task_group": next((src[k] for src in (d, basis) for k in ("task_group", "task", "task_id")
+                            if src.get(k) is not None), None),
     })
     return rec
 

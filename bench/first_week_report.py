@@ -384,8 +384,10 @@ def write_report(work: Path, sets: Path, out: Path, *, limit: int | None, splits
         L += ["", f"Mean AUROC {np.mean([v['auroc'] for v in zs.values()]):.3f}; point ≥ 0.5 on "
               f"{sum(v['auroc'] >= 0.5 for v in zs.values())} of {len(zs)}; upper bound ≥ 0.5 on "
               f"{sum(v['interval'][1] >= 0.5 for v in zs.values())}; more than half tied on "
-              f"{[s for s, v in zs.items() if v['tied'] > 0.5] or 'none'}. (The week's answers are zero-shot "
-              "as served; leave-one-source-out fitting is the zero-shot recipe's, not this bench's.)"]
+              f"{[s for s, v in zs.items() if v['tied'] > 0.5] or 'none'}. These are the shipped zero-shot's "
+              "answers: on the developer sets it was fitted with them (in-sample), so they are an upper bound "
+              "of what a new agent gets; the leave-one-source-out figures are `reports/real.md`'s. On agents "
+              "it has never seen, feed their labelled runs to this bench the same way."]
     for title, key in (("the interleaved week", "alarms_week"), ("blocks of 100", "alarms_blocks")):
         L += ["", f"## False alarms, {title} (after each inferred agent's first {WARMUP} runs)", "",
               "| set | successful | false alarms | share | failed | caught (recall) | healthy null | causes |",

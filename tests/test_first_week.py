@@ -31,7 +31,7 @@ AGENT_IDENTITY = "agent identity when none is given (issue 31 item 1; schema 1.4
 @pytest.fixture(scope="module")
 def sets_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sets")
-    export(out, (*SETS, "whowhen"))
+    export(out, (*SETS, "whowhen", "tau2"))
     return out
 
 
@@ -50,7 +50,7 @@ def week(runs: list[Run], tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 
 def test_the_strip_leaves_nothing_that_names_the_set_or_the_label(sets_dir: Path) -> None:
     every = read_sets(sets_dir, limit=3)
-    assert {r.set for r in every} == {*SETS, "whowhen"}
+    assert {r.set for r in every} == {*SETS, "whowhen", "tau2"}
     for r in every:
         p = stripped(r)
         assert isinstance(p, dict)
@@ -64,6 +64,15 @@ def test_the_strip_leaves_nothing_that_names_the_set_or_the_label(sets_dir: Path
     # the speakers are content: they stay
     assert [m.get("name") for m in p["history"]] == [m.get("name") for m in ww.trace["history"]]
     assert any(m.get("name") for m in p["history"])
+
+
+def test_the_export_names_nine_configurations_and_keys_tau2_airline_to_its_tau_scenarios(sets_dir: Path) -> None:
+    every = read_sets(sets_dir)
+    tau2 = Counter(r.agent for r in every if r.set == "tau2")
+    assert tau2 == {"tau2_airline": 40, "tau2_telecom": 80, "tau2_telecom_solo": 80}
+    tau_tasks = {r.task for r in every if r.set == "tau_airline"}
+    airline = {r.task for r in every if r.agent == "tau2_airline"}
+    assert len(airline) == 20 and airline <= tau_tasks  # one task, two sets
 
 
 @pytest.mark.parametrize("leak", ["id", "task_id", "reward", "in_text"])
