@@ -349,10 +349,13 @@ def write_report(work: Path, sets: Path, out: Path, *, limit: int | None, splits
         L += ["The answers carry no task group (no `task_group` / `task` field): not measured. An API that "
               "exposes a run's recovered task (in the answer, or `GET /v1/traces/{id}`) is needed.", ""]
     else:
-        L += ["| set | runs | true tasks | groups | same-task pair recall | B-cubed F1 |",
-              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        L += ["| set | runs | true tasks | groups | same-task pair recall | B-cubed F1 | done when (recall ≥ 0.9, "
+              "groups ≥ tasks / 2) |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for s, v in figs["tasks"].items():
-            L.append(f"| {s} | {v['runs']} | {v['tasks']} | {v['groups']} | {_f(v['pair_recall'])} | {_f(v['bcubed_f1'])} |")
+            ok = v["pair_recall"] >= 0.9 and v["groups"] >= v["tasks"] / 2
+            judged = s in ("tau_airline", "agentprocessbench", "tau2")
+            L.append(f"| {s} | {v['runs']} | {v['tasks']} | {v['groups']} | {_f(v['pair_recall'])} | {_f(v['bcubed_f1'])} | "
+                     f"{('holds' if ok else 'fails') if judged else '(reported only)'} |")
         L.append("")
     L += ["## Retrain", ""]
     for k, r in enumerate(figs["retrain"]):
@@ -381,7 +384,12 @@ def write_report(work: Path, sets: Path, out: Path, *, limit: int | None, splits
         L.append(f"| {s} | {v['runs']} | {v['failed']} | {_f(v['auroc'])} {_iv(v['interval'])} | {v['tied']:.2f} | "
                  f"{_f(v['ece'])} | {_f(v['ece_base'])} ({v['base']:.2f}) |")
     if zs:
-        L += ["", f"Mean AUROC {np.mean([v['auroc'] for v in zs.values()]):.3f}; point ≥ 0.5 on "
+        ok = (all(v["interval"][1] >= 0.5 for v in zs.values()) and sum(v["auroc"] >= 0.5 for v in zs.values())
+              >= len(zs) - 1 and float(np.mean([v["auroc"] for v in zs.values()])) >= 0.58
+              and all(v["tied"] <= 0.5 for v in zs.values()) and all(v["ece"] <= v["ece_base"] for v in zs.values()))
+        L += ["", f"Done when (upper bound ≥ 0.5 on all, point ≥ 0.5 on all but one, mean ≥ 0.58, no set over half "
+              f"tied, ECE ≤ the base rate's on every set): **{'holds' if ok else 'fails'}**.",
+              f"Mean AUROC {np.mean([v['auroc'] for v in zs.values()]):.3f}; point ≥ 0.5 on "
               f"{sum(v['auroc'] >= 0.5 for v in zs.values())} of {len(zs)}; upper bound ≥ 0.5 on "
               f"{sum(v['interval'][1] >= 0.5 for v in zs.values())}; more than half tied on "
               f"{[s for s, v in zs.items() if v['tied'] > 0.5] or 'none'}. These are the shipped zero-shot's "
@@ -390,13 +398,14 @@ def write_report(work: Path, sets: Path, out: Path, *, limit: int | None, splits
               "it has never seen, feed their labelled runs to this bench the same way."]
     for title, key in (("the interleaved week", "alarms_week"), ("blocks of 100", "alarms_blocks")):
         L += ["", f"## False alarms, {title} (after each inferred agent's first {WARMUP} runs)", "",
-              "| set | successful | false alarms | share | failed | caught (recall) | healthy null | causes |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+              "| set | successful | false alarms | share | ≤ 5 % or ≤ 1 | failed | caught (recall) | healthy null | "
+              "causes of the false alarms |", "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
         for s, v in figs[key].items():
             share = v["false_alarms"] / v["successful"] if v["successful"] else float("nan")
             rec = v["caught"] / v["failed"] if v["failed"] else float("nan")
-            L.append(f"| {s} | {v['successful']} | {v['false_alarms']} | {_f(share)} | {v['failed']} | "
-                     f"{v['caught']} ({_f(rec)}) | {v['unknown']} | {v['causes'] or ''} |")
+            ok = v["false_alarms"] <= 1 or share <= 0.05
+            L.append(f"| {s} | {v['successful']} | {v['false_alarms']} | {_f(share)} | {'yes' if ok else 'no'} | "
+                     f"{v['failed']} | {v['caught']} ({_f(rec)}) | {v['unknown']} | {v['causes'] or ''} |")
     L += ["", "Figures: `report.json` beside the answers (`--work`).", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(L), encoding="utf-8")
