@@ -1,0 +1,331 @@
+"""The first week's input: labelled runs read from JSON lines, stripped of what names their set or their
+label, ordered as a week, and turned into GenAI spans with content capture off.
+
+A line is ``{"trace", "format", "failed", "agent", "task"}`` (``python -m model.data.export_first_week``
+writes the seven developer sets so); ``agent`` (the configuration) and ``task`` are the truth, used only to
+score. :func:`strip` removes from ``trace`` everything that names the set or the label — the trace id,
+``task_type``, ``labels``, ``metadata.task_id`` and each raw format's label and provenance fields (the sets'
+READMEs) — and :func:`check_stripped` fails loudly when one survives. Who&When's per-message speaker
+``name`` is content and stays.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from model.core.schema import StepKind, StepStatus, Trace
+from model.importers import load_trace
+
+#: Keys that name the run, its set or its task, at the top of a trace (every format).
+ID_KEYS = ("id", "trace_id", "task_type", "labels", "session_id", "conversation_id")
+#: Each raw format's label and provenance fields (the sets' READMEs): stripped at the top of a trace and
+#: from its ``metadata``. τ-bench: task_id, trial, reward, info; τ²: reward_info, termination_reason,
+#: evaluation_criteria; AgentProcessBench: final_label, step_labels, ground_truth, query_index,
+#: sample_index; SWE: instance_id, resolved, info (exit status, patch, model stats); Who&When:
+#: ground_truth, mistake_agent, mistake_step, mistake_reason, is_correct, question_ID, level; WebShop:
+#: reward, goal; Reflexion: outcome, correct_answer; ours: set, task, failed, derived, file, line.
+LABEL_KEYS = frozenset({
+    "task_id", "trial", "reward", "info", "reward_info", "termination_reason", "evaluation_criteria",
+    "final_label", "step_labels", "ground_truth", "query_index", "sample_index", "instance_id", "resolved",
+    "mistake_agent", "mistake_step", "mistake_reason", "is_correct", "question_ID", "level", "goal",
+    "outcome", "correct_answer", "set", "task", "failed", "derived", "file", "line", "labels", "task_type",
+})
+
+
+class LeakError(AssertionError):
+    """A stripped trace still names its set or its label."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One labelled run of a set: the line as read (``trace`` unstripped), its set and position."""
+
+    set: str
+    n: int
+    trace: dict[str, Any] | list[Any]
+    format: str
+    failed: bool
+    agent: str
+    task: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.set}:{self.n}"
+
+    def original_id(self) -> str | None:
+        t = self.trace
+        return str(t["id"]) if isinstance(t, dict) and t.get("id") is not None else None
+
+
+def read_sets(folder: Path, *, limit: int | None = None, sets: Sequence[str] | None = None) -> list[Run]:
+    """Every ``*.jsonl`` under ``folder`` (its stem names the set), or the runs of the first ``limit`` tasks
+    of each configuration (whole tasks, in the file's order, so that a split keeps trials together)."""
+    files = sorted(folder.glob("*.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.jsonl (python -m model.data.export_first_week {folder})")
+    out: list[Run] = []
+    for f in files:
+        if sets and f.stem not in sets:
+            continue
+        tasks: dict[str, dict[str, None]] = defaultdict(dict)
+        with f.open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh):
+                if not line.strip():
+                    continue
+                d = json.loads(line)
+                missing = {"trace", "failed", "agent", "task"} - set(d)
+                if missing:
+                    raise ValueError(f"{f}:{n + 1}: missing {sorted(missing)}")
+                task, seen = str(d["task"]), tasks[str(d["agent"])]
+                if limit is not None and task not in seen and len(seen) >= limit:
+                    continue
+                seen[task] = None
+                out.append(Run(f.stem, n, d["trace"], str(d.get("format") or "auto"), bool(d["failed"]),
+                               str(d["agent"]), task))
+    return out
+
+
+# ---- strip ----------------------------------------------------------------------------------------
+
+
+def strip(run: Run) -> dict[str, Any] | list[Any]:
+    """The trace as a stranger's agent would post it: no id, task type, labels, task id or label fields."""
+    t = copy.deepcopy(run.trace)
+    if isinstance(t, list):  # a bare list of messages or spans carries no run-level field
+        return t
+    for k in [*ID_KEYS, *LABEL_KEYS]:
+        t.pop(k, None)
+    meta = t.get("metadata")
+    if isinstance(meta, dict):
+        for k in [*ID_KEYS, *LABEL_KEYS]:
+            meta.pop(k, None)
+        if not meta:
+            t.pop("metadata")
+    return t
+
+
+def check_stripped(run: Run, payload: dict[str, Any] | list[Any]) -> None:
+    """Raise :class:`LeakError` when ``payload`` still names the set or the label: a stripped key at the
+    top or in ``metadata``, the original (set-prefixed) id or the task key anywhere in its text, or a
+    native step's label fields."""
+    where = run.key
+    if isinstance(payload, dict):
+        for k in (*ID_KEYS, *LABEL_KEYS):
+            if k in payload:
+                raise LeakError(f"{where}: {k!r} survived at the top of the trace")
+            meta = payload.get("metadata")
+            if isinstance(meta, dict) and k in meta:
+                raise LeakError(f"{where}: metadata.{k} survived")
+        for i, s in enumerate(payload.get("steps") or []):
+            if isinstance(s, dict) and isinstance(s.get("metadata"), dict):
+                bad = set(s["metadata"]) & (LABEL_KEYS - {"info"})
+                if bad:
+                    raise LeakError(f"{where}: steps[{i}].metadata {sorted(bad)} survived")
+    text = json.dumps(payload, ensure_ascii=False)
+    oid = run.original_id()
+    if oid and oid in text:
+        raise LeakError(f"{where}: the run's original id {oid!r} survived in the trace's text")
+    if f'"{run.task}"' in text:
+        raise LeakError(f"{where}: the task key {run.task!r} survived in the trace's text")
+
+
+def stripped(run: Run) -> dict[str, Any] | list[Any]:
+    """:func:`strip`, then :func:`check_stripped` (never posts a leak)."""
+    p = strip(run)
+    check_stripped(run, p)
+    return p
+
+
+# ---- order ----------------------------------------------------------------------------------------
+
+
+def interleaved(runs: Sequence[Run], seed: int = 0) -> list[Run]:
+    """Runs shuffled within each set (``seed``), the sets interleaved round-robin (a set that runs out
+    drops out): every agent's week in one stream."""
+    by: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        by[r.set].append(r)
+    queues = []
+    for s in sorted(by):
+        q = list(by[s])
+        random.Random(f"{seed}:{s}").shuffle(q)
+        queues.append(q)
+    out: list[Run] = []
+    i = 0
+    while any(queues):
+        for q in queues:
+            if len(q) > i:
+                out.append(q[i])
+        i += 1
+        if all(len(q) <= i for q in queues):
+            break
+    return out
+
+
+def blocks(runs: Sequence[Run], size: int = 100, seed: int = 0) -> list[Run]:
+    """Blocks of ``size`` runs of one configuration (truth ``agent``), configurations in turn, each in
+    its shuffled order: one agent at a time, then the next (the streams' hardest case)."""
+    by: dict[str, list[Run]] = defaultdict(list)
+    for r in interleaved(runs, seed):
+        by[r.agent].append(r)
+    out: list[Run] = []
+    pos = dict.fromkeys(by, 0)
+    while any(pos[a] < len(by[a]) for a in by):
+        for a in sorted(by):
+            out.extend(by[a][pos[a]:pos[a] + size])
+            pos[a] += size
+    return out
+
+
+def split_tasks(runs: Sequence[Run], seed: int) -> set[str]:
+    """The training half: half of each configuration's tasks (rounded down, at least one when it has
+    two), drawn with ``seed``. A task shared by two configurations (τ² airline's τ-airline scenarios) is
+    drawn once, by the first configuration that has it, so it is never on both sides."""
+    tasks: dict[str, list[str]] = defaultdict(list)
+    for r in runs:
+        if r.task not in tasks[r.agent]:
+            tasks[r.agent].append(r.task)
+    decided: dict[str, bool] = {}
+    for a in sorted(tasks):
+        free = sorted(t for t in tasks[a] if t not in decided)
+        random.Random(f"{seed}:{a}").shuffle(free)
+        have = sum(decided[t] for t in tasks[a] if t in decided)
+        want = max(len(tasks[a]) // 2 - have, 0)
+        for i, t in enumerate(free):
+            decided[t] = i < want
+    return {t for t, train in decided.items() if train}
+
+
+# ---- hard cases ---------------------------------------------------------------------------------------
+
+#: The second prompt of the "same tools and model" case: the τ-airline runs of half its tasks get this
+#: system message instead of their own (the same tools and model, an agent with other instructions).
+OTHER_PROMPT = (
+    "You are SkyDesk, the airline's refunds and disruptions assistant. You only handle delayed and "
+    "cancelled flights, compensation, travel certificates and baggage claims. Ask for the user id and "
+    "the reservation number first. Never book new flights: hand the customer over to sales for that. "
+    "Before any change to a reservation, restate what will change and ask the customer to confirm with "
+    "an explicit yes. Compensation follows the schedule: $100 a passenger for a cancelled flight, $50 "
+    "for a delay, certificates only for silver and gold members or insured reservations. Be brief."
+)
+#: The prompt change mid-week: a new version of the system message for the second half of the runs.
+CHANGED_PROMPT = ("You are a helpful and harmless assistant. Think step by step, search before you answer, "
+                  "and keep the final answer short.")
+
+
+def _with_system(trace: dict[str, Any], text: str) -> dict[str, Any]:
+    t = copy.deepcopy(trace)
+    msgs = t["messages"]
+    if msgs and msgs[0].get("role") == "system":
+        msgs[0] = {**msgs[0], "content": text}
+    else:
+        msgs.insert(0, {"role": "system", "content": text})
+    return t
+
+
+def hard_cases(runs: Sequence[Run]) -> list[Run]:
+    """The cases the real sets lack, made from them (empty when the sets they need are absent):
+
+    * ``same_tools_a`` / ``same_tools_b``: τ-airline's runs, half its tasks as they are and half with
+      :data:`OTHER_PROMPT` as the system message — two agents, the same tools and model;
+    * ``prompt_change``: AgentProcessBench's runs, the second half (in posting order) with
+      :data:`CHANGED_PROMPT` — one agent whose prompt changed mid-week (truth: one agent).
+    """
+    out: list[Run] = []
+    tau = [r for r in runs if r.agent == "tau_airline" and isinstance(r.trace, dict) and "messages" in r.trace]
+    tasks = sorted({r.task for r in tau})
+    b_tasks = set(tasks[1::2])
+    for r in tau:
+        b = r.task in b_tasks
+        tr = _with_system(r.trace, OTHER_PROMPT) if b else r.trace  # type: ignore[arg-type]
+        out.append(Run("hard_same_tools", r.n, tr, r.format, r.failed, "same_tools_b" if b else "same_tools_a",
+                       r.task))
+    apb = interleaved([r for r in runs if r.agent == "agentprocessbench"
+                       and isinstance(r.trace, dict) and "messages" in r.trace])
+    for i, r in enumerate(apb):
+        later = i >= len(apb) // 2
+        tr = _with_system(r.trace, CHANGED_PROMPT) if later else r.trace  # type: ignore[arg-type]
+        out.append(Run("hard_prompt_change", r.n, tr, r.format, r.failed, "prompt_change", r.task))
+    return out
+
+
+# ---- GenAI spans, content capture off -------------------------------------------------------------
+
+
+def _attrs(d: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for k, v in d.items():
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            val: dict[str, Any] = {"boolValue": v}
+        elif isinstance(v, int):
+            val = {"intValue": str(v)}
+        elif isinstance(v, float):
+            val = {"doubleValue": v}
+        else:
+            val = {"stringValue": str(v)}
+        out.append({"key": k, "value": val})
+    return out
+
+
+def content_off_spans(trace: Trace, *, service: str = "unknown_service", salt: str = "") -> dict[str, Any]:
+    """The run as an OpenTelemetry GenAI instrumentation exports it with content capture off (its
+    default): an OTLP/JSON document of ``chat`` spans (model, token usage) and ``execute_tool`` spans
+    (tool name, call id, error status) — no messages, no arguments, no results, no agent name — under
+    the SDK's default ``service.name``."""
+    tid = hashlib.sha256(f"{salt}:{trace.id}:{len(trace.steps)}".encode()).hexdigest()[:32]
+    spans: list[dict[str, Any]] = []
+    t0 = 1_700_000_000.0
+    status_of = {s.call_id: s.status for s in trace.steps if s.kind == StepKind.TOOL_RESULT and s.call_id}
+    done_llm: set[int] = set()
+
+    def add(name: str, attrs: dict[str, Any], error: bool = False) -> None:
+        k = len(spans)
+        start = t0 + k
+        sp: dict[str, Any] = {"traceId": tid, "spanId": f"{k + 1:016x}", "name": name, "kind": 3,
+                              "startTimeUnixNano": str(int(start * 1e9)),
+                              "endTimeUnixNano": str(int((start + 0.5) * 1e9)), "attributes": _attrs(attrs)}
+        if error:
+            sp["status"] = {"code": 2}
+        spans.append(sp)
+
+    for s in trace.steps:
+        turn = s.kind in (StepKind.LLM_OUTPUT, StepKind.LLM_REASONING, StepKind.FINAL_OUTPUT, StepKind.TOOL_CALL)
+        if turn and s.source_index not in done_llm:
+            done_llm.add(s.source_index)
+            add(f"chat {s.model}" if s.model else "chat",
+                {"gen_ai.operation.name": "chat", "gen_ai.request.model": s.model,
+                 "gen_ai.usage.input_tokens": s.tokens_in, "gen_ai.usage.output_tokens": s.tokens_out})
+        if s.kind == StepKind.TOOL_CALL:
+            st = status_of.get(s.call_id or "")
+            add(f"execute_tool {s.tool_name}", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": s.tool_name,
+                                                "gen_ai.tool.call.id": s.call_id},
+                error=st in (StepStatus.ERROR, StepStatus.TIMEOUT))
+    if not spans:  # a run with no model turn: one chat span still says a model ran
+        add("chat", {"gen_ai.operation.name": "chat"})
+    return {"resourceSpans": [{"resource": {"attributes": _attrs({"service.name": service})},
+                               "scopeSpans": [{"scope": {"name": "opentelemetry.instrumentation.genai"},
+                                               "spans": spans}]}]}
+
+
+def local_trace(payload: dict[str, Any] | list[Any], fmt: str) -> Trace:
+    """The stripped payload read here as the service reads it (for the spans and the cheap learners)."""
+    return load_trace(payload, format=fmt if fmt != "auto" else "auto")
+
+
+def truth(runs: Iterable[Run]) -> dict[str, str]:
+    return {r.key: r.agent for r in runs}
+
+
+__all__ = ["CHANGED_PROMPT", "ID_KEYS", "LABEL_KEYS", "LeakError", "OTHER_PROMPT", "Run", "blocks", "check_stripped",
+           "content_off_spans", "hard_cases", "interleaved", "local_trace", "read_sets", "split_tasks", "strip",
+           "stripped", "truth"]
