@@ -26,7 +26,6 @@ opening user request (word-shingle Jaccard), so trials of one task are never spl
 from __future__ import annotations
 
 import random
-import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ import numpy as np
 
 from model.core.errors import InputError
 from model.core.metrics import N_BOOT, AurocUnit, auprc, group_bootstrap_weights, percentile_interval
-from model.core.schema import StepKind, Trace
+from model.core.schema import Trace
 from model.scoring.agentmodel.cheap import cheap_view
 from model.scoring.agentmodel.features import FeatureCache, prefix_lengths
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
