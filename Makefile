@@ -55,12 +55,15 @@ client-extras-test: install
 # The store tests run on SQLite and on a throwaway PostgreSQL cluster started here (.ci/pg-cluster:
 # Debian's PostgreSQL, as the postgres user, 127.0.0.1, a free port, data under /tmp). Without
 # PostgreSQL those cases skip; with CI=true they fail. An existing TRIAGE_TEST_POSTGRES_URL is used as is.
+# Tests run in parallel (pytest-xdist, one process a core, at most 4): every test takes its own free
+# port, temporary folder and database. PYTEST_PAR= runs them one at a time.
+PYTEST_PAR ?= -n auto --maxprocesses=4
 pytest: install
-	@if [ -n "$$TRIAGE_TEST_POSTGRES_URL" ]; then exec $(VENV)/bin/pytest $(PYTEST_ARGS); fi; \
+	@if [ -n "$$TRIAGE_TEST_POSTGRES_URL" ]; then exec $(VENV)/bin/pytest $(PYTEST_PAR) $(PYTEST_ARGS); fi; \
 	pgdir=$$(mktemp -d /tmp/agent-triage-pg.XXXXXX); \
 	url=$$(.ci/pg-cluster start $$pgdir) || { .ci/pg-cluster stop $$pgdir; exit 1; }; \
 	[ -n "$$url" ] && echo "store tests also run on PostgreSQL: $$url"; \
-	status=0; TRIAGE_TEST_POSTGRES_URL="$$url" $(VENV)/bin/pytest $(PYTEST_ARGS) || status=$$?; \
+	status=0; TRIAGE_TEST_POSTGRES_URL="$$url" $(VENV)/bin/pytest $(PYTEST_PAR) $(PYTEST_ARGS) || status=$$?; \
 	.ci/pg-cluster stop $$pgdir; exit $$status
 
 # A PostgreSQL for trying the service on it: TRIAGE_DATABASE_URL=<printed URL> make run

@@ -403,21 +403,24 @@ def test_stream_alarm_is_a_fleet_signal_a_failure_out_of_band_until_rebaselined(
             "steps": [{"kind": "user_input", "content": "hi"}, {"kind": "final_output", "content": "hello"}],
         }
 
+    by_task = {"agent_from_task_type": True}  # these runs say which agent they are by their task type
     with TriageClient(srv.url, api_key=keys["acme"], **STRICT) as c:
         plain = c.diagnose(
             {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
         )
         # (the run scorer may find these two-step runs failed; what is asserted is degradation)
-        assert not _degradation(plain)  # task type "default" ≠ "ops"
-        within = c.diagnose(native(0.4))  # the fleet drifted; this trace did not
+        assert not _degradation(plain)  # an inferred agent ≠ "ops"
+        within = c.diagnose(native(0.4), options=by_task)  # the fleet drifted; this trace did not
         assert _degradation(within) == [("signal", "meta.quality", False)]
-        d = c.diagnose(native(2.5))  # this trace's own quality is beyond the bound
+        d = c.diagnose(native(2.5), options=by_task)  # this trace's own quality is beyond the bound
         assert _degradation(d) == [("failure", "meta.quality", True)]
         deg = [f for f in d.failures if f.kind == "degradation"]
         assert deg[0].details["alarm"]["index"] == 61 and deg[0].details["value"] == 2.5
         assert not d.healthy
-        other = c.diagnose(native(2.5, "chat"))
+        other = c.diagnose(native(2.5, "chat"), options=by_task)
         assert not _degradation(other)
+        unnamed = c.diagnose({k: v for k, v in native(2.5).items() if k != "task_type"})
+        assert not _degradation(unnamed)  # a task type names no agent unless the caller says so
         # the same stream name in another tenant is another stream
         r = httpx.get(
             f"{srv.url}/v1/streams/meta.quality/changepoints",
@@ -438,7 +441,7 @@ def test_stream_alarm_is_a_fleet_signal_a_failure_out_of_band_until_rebaselined(
         )
         assert r.status_code == 200 and r.json()["alarm_open"] is False
         time.sleep(ALARM_CACHE_S)  # the worker that answers next may have read the alarm just before
-        assert not _degradation(c.diagnose(native(2.5)))
+        assert not _degradation(c.diagnose(native(2.5), options=by_task))
     assert 'stream="meta.quality"' not in httpx.get(f"{srv.url}/metrics", headers=h).text
 
 
@@ -474,7 +477,7 @@ def test_diagnosed_traces_feed_streams_after_the_answer(server: tuple[LiveServer
         for seed in range(3):
             t = make_trace(None, seed=seed, n_steps=6)
             t.task_type = "autofeed"
-            c.diagnose(t.model_dump(mode="json", exclude_none=True))
+            c.diagnose(t.model_dump(mode="json", exclude_none=True), options={"agent_from_task_type": True})
     deadline = time.monotonic() + 5
     n = 0
     while time.monotonic() < deadline and n < 3:
