@@ -267,6 +267,36 @@ def cost(runs: Sequence[Run]) -> str:
             "preemptions that the same run's next passes do not show).")
 
 
+def order_robustness(runs: Sequence[Run], views: dict[str, list[RunSignature]], *, n_interleaved: int = 30,
+                     n_blocks: int = 10) -> str:
+    """How often the targets hold over many arrival orders (interleaved seeds 0…, block orders 0…): the
+    first runs an agent's profile sees decide what later runs join, so one order proves little."""
+    truth = [r.config for r in runs]
+    orders = [interleaved(runs, s) for s in range(n_interleaved)] + [blocks(runs, 100, s) for s in range(n_blocks)]
+    lines = [f"#### Over {len(orders)} arrival orders ({n_interleaved} interleaved, {n_blocks} in blocks of 100)\n",
+             "| view | orders meeting the targets | ARI median / worst | smallest coverage, median / worst | "
+             "what the failing orders show |", "| --- | ---: | --- | --- | --- |"]
+    for view, sigs in views.items():
+        got = [score([truth[i] for i in o], infer_agents([sigs[i] for i in o])) for o in orders]
+        ari = sorted(g.ari for g in got)
+        cov = sorted(min(g.coverage.values()) for g in got)
+        why: Counter[str] = Counter()
+        for g in got:
+            if g.ok:
+                continue
+            for p, v in g.purity.items():
+                if v < TARGET_PURITY:
+                    why[f"{g.majority[p]} absorbs another configuration"] += 1
+            if min(g.sizes.values()) < TARGET_MIN_SIZE:
+                why["a stray agent under 5 runs"] += 1
+            if min(g.coverage.values()) < TARGET_COVERAGE:
+                why["a configuration split"] += 1
+        lines.append(f"| {view} | {sum(g.ok for g in got)} of {len(got)} | {ari[len(ari) // 2]:.3f} / {ari[0]:.3f} | "
+                     f"{cov[len(cov) // 2]:.3f} / {cov[0]:.3f} | "
+                     + "; ".join(f"{k} ({n})" for k, n in why.most_common(4)) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     runs = load_runs()
     truth = [r.config for r in runs]
@@ -310,6 +340,8 @@ def main() -> None:
             cells.append(f"{len(s.sizes)}, {s.ari:.3f}, {'met' if s.ok else 'not met'}")
         print(f"| {THRESHOLD}, interleaved with seed {seed} | {cells[0]} | {cells[1]} |")
     print()
+    print(order_robustness(runs, {"chat JSON": chat, "GenAI spans, content capture off": spans,
+                                  "GenAI spans, content capture on": spans_on}))
     # the same run through spans: each span signature against the agents the chat runs formed
     order = interleaved(runs)
     by_agent: dict[str, list[RunSignature]] = defaultdict(list)
@@ -338,5 +370,5 @@ if __name__ == "__main__":
 
 
 __all__ = ["CONFIGS", "Run", "Scores", "blocks", "config_of", "edited_policy", "hard_cases", "interleaved",
-           "load_runs", "score", "span_trace", "strip"]
+           "load_runs", "order_robustness", "score", "span_trace", "strip"]
 
