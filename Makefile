@@ -56,8 +56,9 @@ client-extras-test: install
 # Debian's PostgreSQL, as the postgres user, 127.0.0.1, a free port, data under /tmp). Without
 # PostgreSQL those cases skip; with CI=true they fail. An existing TRIAGE_TEST_POSTGRES_URL is used as is.
 # Tests run in parallel (pytest-xdist, one process a core, at most 4): every test takes its own free
-# port, temporary folder and database. PYTEST_PAR= runs them one at a time.
-PYTEST_PAR ?= -n auto --maxprocesses=4
+# port, temporary folder and database; a module's tests stay on one process, in order (--dist loadfile:
+# some modules share one server between tests that build on each other). PYTEST_PAR= runs them one at a time.
+PYTEST_PAR ?= -n auto --maxprocesses=4 --dist loadfile
 pytest: install
 	@if [ -n "$$TRIAGE_TEST_POSTGRES_URL" ]; then exec $(VENV)/bin/pytest $(PYTEST_PAR) $(PYTEST_ARGS); fi; \
 	pgdir=$$(mktemp -d /tmp/agent-triage-pg.XXXXXX); \

@@ -307,3 +307,27 @@ def test_the_pooled_model_serves_an_agent_only_where_it_beats_zero_shot_on_its_l
     assert got["c"] == {"runs": 2, "auroc": None, "zero-shot": None, "serves": False}  # one class: not measurable
     # a tie with zero-shot serves (≥)
     assert pooled_members(["d"] * 2, np.array([1.0, 0.0]), np.array([[0.6, 0.4]]), np.array([0.7, 0.3]))["d"]["serves"]
+
+
+def test_a_learner_that_ranks_runs_backwards_is_never_promoted() -> None:
+    """Two tasks whose cue means the opposite (``alpha`` fails in one, succeeds in the other), and a
+    zero-shot score that points the wrong way on the agent: every learner is at or below chance in the
+    grouped CV, and beating the backwards zero-shot does not make it servable."""
+    from model.scoring.agentmodel.model import AgentModelConfig
+    from serve.services.retrain_gate import CHANCE, gate
+
+    traces, failed, groups = [], [], []
+    for i in range(24):
+        task, cue = f"t{i % 2}", ("alpha", "bravo")[(i // 2) % 2]
+        t = load_trace({"messages": [{"role": "user", "content": f"please book the {cue} trip for me"},
+                                     {"role": "assistant", "content": "done, here is your booking"}]}, format="openai")
+        t.id = f"b{i}"
+        traces.append(t)
+        failed.append((cue == "alpha") == (task == "t0"))
+        groups.append(task)
+    zero_shot = [0.0 if f else 1.0 for f in failed]  # AUROC 0 on this agent
+    g = gate(traces, failed, groups, None, zero_shot, AgentModelConfig(), folds=5, draws=1, seed=0)
+    served = g.estimate["served"]
+    assert g.estimate[served]["auroc"] <= CHANCE
+    assert g.estimate["zero-shot"]["auroc"] == 0.0 and g.estimate[served]["auroc"] > 0.0  # it beats zero-shot…
+    assert not g.promote and g.reason().startswith("not above chance")  # …and is still not served

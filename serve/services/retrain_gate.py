@@ -24,6 +24,8 @@ from serve.services.retrain_plan import TOO_FEW_TASK_GROUPS, too_few_groups
 #: are at least this many of them (with both classes); else against its recorded estimate.
 MIN_UNSEEN = 10
 N_BOOT = 1000
+#: The AUROC a challenger must beat to be served at all.
+CHANCE = 0.5
 
 
 def trace_hash(trace: Trace) -> str:
@@ -166,7 +168,11 @@ def gate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str],
         return Comparison(name, s[served]["auroc"], s[m]["auroc"], (d["interval"][0], d["interval"][1]), n,
                           strict=strict)
 
-    comps = []
+    # a score that ranks this agent's runs backwards (or no better than a coin) is never served, whatever
+    # the champion: a zero-shot score that points the wrong way on the agent is beaten by one that is
+    # merely less wrong (seen on τ² telecom: 2 task groups, 0.370 against zero-shot's 0.176)
+    comps = [Comparison("chance", s[served]["auroc"], CHANCE, None, n, "a score at or below it ranks runs no "
+                        "better than a coin or backwards")]
     if champion is None:
         comps.append(paired("zero-shot", "champion (zero-shot)"))
     else:
