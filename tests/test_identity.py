@@ -24,9 +24,9 @@ from model.core.identity import (
 )
 from model.core.schema import Step, StepKind, Trace
 from model.data.genai_spans import otlp_content_off, otlp_content_on
-from model.data.realdata import load_source
+from model.data.realdata import load_source, stranger
 from model.importers import load_traces
-from model.training.identity_eval import Run, config_of, interleaved, score, strip
+from model.training.identity_eval import Run, config_of, interleaved, score
 
 _WORDS = ["order", "invoice", "parcel", "refund", "flight", "seat", "hotel", "room", "laptop", "phone", "bill",
           "plan", "city", "river", "song", "paint", "garden", "coffee", "ticket", "report", "chart"]
@@ -247,7 +247,7 @@ def test_real_runs_of_three_sets_stripped_form_three_agents() -> None:
     for source in ("tau_airline", "agentprocessbench", "reflexion_hotpotqa"):
         for r in load_source(source)[:40]:
             name, model = config_of(r)
-            runs.append(Run(name, model, strip(r.trace, len(runs))))
+            runs.append(Run(name, model, stranger(r.trace, f"run-{len(runs):05d}")))
     assert all(r.trace.task_type is None and r.trace.labels is None and r.trace.id.startswith("run-") for r in runs)
     order = interleaved(runs)
     s = score([runs[i].config for i in order], infer_agents([signature(runs[i].trace) for i in order]))

@@ -9,9 +9,10 @@ import pytest
 
 from model.core.errors import InputError
 from model.core.schema import Step, StepKind, StepStatus, Trace
+from model.data.realdata import stranger
 from model.training.agentmodel.cv import group_runs as group_runs_from_cv
 from model.training.agentmodel.groups import GroupingConfig, _cosines, cluster_tasks, group_runs, task_view
-from model.training.agentmodel.groups_eval import baseline_groups, score, strip
+from model.training.agentmodel.groups_eval import baseline_groups, score
 
 _FILLER = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu"]
 _GREET = ["Hi!", "Hello there.", "Good morning,", "Hey,", ""]
@@ -183,7 +184,8 @@ def test_the_view_reads_no_ids_labels_or_task_type() -> None:
     t = traces[0]
     named = t.model_copy(update={"id": "tau_airline:7:0", "task_type": "tau_airline", "metadata": {"task_id": "7"}})
     assert task_view(named) == task_view(t)
-    assert strip(named, 3).id == "run-3" and strip(named, 3).metadata == {} and strip(named, 3).task_type is None
+    assert stranger(named, "run-3").id == "run-3" and stranger(named, "run-3").metadata == {} \
+        and stranger(named, "run-3").task_type is None
 
 
 def test_score_counts_pairs_and_bcubed() -> None:
@@ -202,7 +204,7 @@ def test_a_few_real_runs_stripped() -> None:
 
     for source, tasks in (("agentprocessbench", 8), ("tau_airline", 20)):
         runs = first_groups(load_source(source), tasks)
-        traces = [strip(r.trace, k) for k, r in enumerate(runs)]
+        traces = [stranger(r.trace, f"run-{k}") for k, r in enumerate(runs)]
         truth = [r.group for r in runs]
         s = score(group_runs(traces, [None] * len(traces)), truth, n_boot=10)
         before = score(baseline_groups(traces), truth, n_boot=10)

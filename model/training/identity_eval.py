@@ -34,7 +34,7 @@ from sklearn.metrics import adjusted_rand_score
 from model.core.identity import THRESHOLD, AgentProfile, RunSignature, assign, infer_agents, signature
 from model.core.schema import StepKind, Trace
 from model.data.genai_spans import otlp_content_off, otlp_content_on
-from model.data.realdata import RealRun, load_source
+from model.data.realdata import RealRun, load_source, stranger
 from model.importers import load_traces
 
 CONFIGS = ("tau_airline", "tau2_airline", "tau2_telecom", "tau2_telecom_solo", "agentprocessbench", "swe",
@@ -72,18 +72,12 @@ def config_of(r: RealRun) -> tuple[str, str]:
     return name, SPAN_MODEL[name][0]
 
 
-def strip(trace: Trace, n: int) -> Trace:
-    """What a user would send: no id that names the set, no task type, labels or metadata."""
-    return trace.model_copy(update={"id": f"run-{n:05d}", "task_type": None, "labels": None, "metadata": {},
-                                    "session_id": None}, deep=True)
-
-
 def load_runs() -> list[Run]:
     out: list[Run] = []
     for source in ("tau_airline", "tau2", "agentprocessbench", "swe", "webshop", "reflexion_hotpotqa", "whowhen"):
         for r in load_source(source):
             config, model = config_of(r)
-            out.append(Run(config, model, strip(r.trace, len(out))))
+            out.append(Run(config, model, stranger(r.trace, f"run-{len(out):05d}")))
     return out
 
 
@@ -370,5 +364,5 @@ if __name__ == "__main__":
 
 
 __all__ = ["CONFIGS", "Run", "Scores", "blocks", "config_of", "edited_policy", "hard_cases", "interleaved",
-           "load_runs", "order_robustness", "score", "span_trace", "strip"]
+           "load_runs", "order_robustness", "score", "span_trace"]
 

@@ -36,12 +36,6 @@ STRIPPED_METADATA = ("task_id", "task", "set", "source", "dataset", "benchmark",
 TARGET_SETS = ("tau_airline", "agentprocessbench", "tau2")
 
 
-def strip(trace: Trace, k: int) -> Trace:
-    """The run as a stranger would post it: a neutral id, no task type, labels or naming metadata."""
-    meta = {key: v for key, v in trace.metadata.items() if key not in STRIPPED_METADATA}
-    return trace.model_copy(update={"id": f"run-{k}", "task_type": None, "labels": None, "metadata": meta})
-
-
 def assert_stripped(traces: Sequence[Trace], source: str) -> None:
     for t in traces:
         if source in t.id or t.task_type is not None or t.labels is not None or set(t.metadata) & set(STRIPPED_METADATA):
@@ -133,13 +127,13 @@ def baseline_groups(traces: Sequence[Trace], threshold: float = 0.6) -> list[str
 
 def load_sets(sources: Sequence[str] | None = None) -> dict[str, tuple[list[Trace], list[str]]]:
     """Each set's runs, stripped and shuffled (seed 0), with their true tasks."""
-    from model.data.realdata import SOURCES, load_source
+    from model.data.realdata import SOURCES, load_source, stranger
 
     out = {}
     for source in sources or SOURCES:
         runs = load_source(source)
         random.Random(0).shuffle(runs)
-        traces = [strip(r.trace, k) for k, r in enumerate(runs)]
+        traces = [stranger(r.trace, f"run-{k}") for k, r in enumerate(runs)]
         assert_stripped(traces, source)
         out[source] = (traces, [r.group for r in runs])
     return out
