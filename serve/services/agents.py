@@ -20,10 +20,11 @@ streams and their observations, model activations) and the old key stays as an a
   baselines); ``name`` must not be an agent already (merge instead);
 - merge ``a`` into ``b``: ``a``'s history joins ``b``'s; ``b``'s streams start their warm-up again
   (their baseline mixed two agents' runs until now); ``b`` keeps the model it served, else serves
-  ``a``'s; ``b``'s profile is rebuilt from their runs;
+  ``a``'s; ``b`` keeps its profile and ``a``'s stays on ``a``'s alias row, so runs like ``a``'s still
+  match it and follow the alias to ``b``;
 - split runs of ``a`` into a new agent: those runs (and their failure rows) move; the streams of
   ``a`` start their warm-up again, the new agent's streams start empty; models stay with ``a``;
-  both profiles are rebuilt from their runs.
+  both profiles are rebuilt from their runs (profiles kept by agents merged into ``a`` are dropped).
 
 Stored answers keep the ``agent`` they gave at the time; the runs' rows say where they belong now.
 """
@@ -34,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -54,6 +55,8 @@ PROFILE_REBUILD_RUNS = 2000
 #: profile costs about as much as the rest of a rules-only diagnosis; its counts settle long before).
 PROFILE_EVERY_RUN = 200
 PROFILE_SAMPLE = 10
+#: How a stored agent was named (any other stored source, or none, reads as inferred).
+NAMED_SOURCES = frozenset({"option", "span", "task_type"})
 #: Trace ids one split may name.
 MAX_SPLIT_RUNS = 10_000
 
@@ -106,10 +109,7 @@ class Agents:
         known_agent = fixed() if fixed is not None else None
         if known_agent is not None:
             stored, how = known_agent
-            src: AgentSource = "inferred"
-            for s in ("option", "span", "task_type"):
-                if how == s:
-                    src = s
+            src = cast(AgentSource, how) if how in NAMED_SOURCES else "inferred"
             return Resolved(self.follow(tenant, stored), src, named=True)
         sig = signature(trace)
         if sig.empty:  # nothing to tell its agent by (no content, tool, model or service): it starts none
