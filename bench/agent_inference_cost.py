@@ -14,14 +14,14 @@ from pathlib import Path
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.data.realdata import load_source
-from model.data.realdata import stranger as as_stranger
+from model.data.stranger import stranger as as_stranger
 from model.diagnosis.diagnoser import Diagnoser
 from serve.settings import Settings
 from serve.wiring import build_service
 
 
 def stranger(trace: Trace) -> Trace:
-    """The run as a stranger sends it (:func:`model.data.realdata.stranger`), under an id of its own."""
+    """The run as a stranger sends it (:func:`model.data.stranger.stranger`), under an id of its own."""
     return as_stranger(trace, uuid.uuid4().hex)
 
 

@@ -25,7 +25,7 @@ from sqlalchemy import select
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.data.realdata import RealRun, load_source
-from model.data.realdata import stranger as as_stranger
+from model.data.stranger import stranger as as_stranger
 from model.diagnosis.diagnoser import Diagnoser
 from serve.auth import create_key
 from serve.schemas import AppendStepsRequest
@@ -44,7 +44,7 @@ A, B = "tau_airline", "agentprocessbench"
 
 
 def stranger(trace: Trace) -> Trace:
-    """The run as a stranger sends it (:func:`model.data.realdata.stranger`), under an id of its own."""
+    """The run as a stranger sends it (:func:`model.data.stranger.stranger`), under an id of its own."""
     return as_stranger(trace, uuid.uuid4().hex)
 
 

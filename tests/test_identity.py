@@ -24,7 +24,8 @@ from model.core.identity import (
 )
 from model.core.schema import Step, StepKind, Trace
 from model.data.genai_spans import otlp_content_off, otlp_content_on
-from model.data.realdata import load_source, stranger
+from model.data.realdata import load_source
+from model.data.stranger import stranger
 from model.importers import load_traces
 from model.training.identity_eval import Run, config_of, interleaved, score
 

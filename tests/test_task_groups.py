@@ -9,7 +9,7 @@ import pytest
 
 from model.core.errors import InputError
 from model.core.schema import Step, StepKind, StepStatus, Trace
-from model.data.realdata import stranger
+from model.data.stranger import stranger
 from model.training.agentmodel.cv import group_runs as group_runs_from_cv
 from model.training.agentmodel.groups import GroupingConfig, _cosines, cluster_tasks, group_runs, task_view
 from model.training.agentmodel.groups_eval import baseline_groups, score

@@ -578,19 +578,6 @@ _LOADERS = {"tau_airline": load_tau, "agentprocessbench": load_agentprocessbench
             "whowhen": load_whowhen, "tau2": load_tau2, "webshop": load_webshop, "reflexion_hotpotqa": load_reflexion}
 
 
-def stranger(trace: Trace, run_id: str) -> Trace:
-    """The run as a stranger's agent posts it: the id ``run_id`` (the sets' ids name the set), no task
-    type, labels, session or metadata (the sets' metadata is their provenance: task ids, sources). A
-    deep copy: changing it leaves the loaded run as it was.
-
-    >>> t = stranger(Trace(id="tau_airline:7:0", task_type="tau_airline", metadata={"task_id": "7"}), "run-3")
-    >>> t.id, t.task_type, t.metadata, t.labels
-    ('run-3', None, {}, None)
-    """
-    return trace.model_copy(update={"id": run_id, "task_type": None, "labels": None, "metadata": {},
-                                    "session_id": None}, deep=True)
-
-
 def load_source(source: str, root: Path | None = None) -> list[RealRun]:
     """Every run of one set (see :data:`SOURCES`), traces labelled."""
     if source not in _LOADERS:
@@ -606,5 +593,5 @@ def load_all(root: Path | None = None, sources: tuple[str, ...] | None = None) -
 
 
 __all__ = ["DEFAULT_ROOT", "LOSO_FAMILY", "first_groups", "label_hash", "loso_family", "RUN_LEVEL_SOURCES",
-           "SOURCES", "RealRun", "load_all", "load_source", "reflexion_trace", "stranger", "swe_trace", "tau2_messages",
+           "SOURCES", "RealRun", "load_all", "load_source", "reflexion_trace", "swe_trace", "tau2_messages",
            "tau_failing_message", "webshop_trace"]

@@ -34,7 +34,8 @@ from sklearn.metrics import adjusted_rand_score
 from model.core.identity import THRESHOLD, AgentProfile, RunSignature, assign, infer_agents, signature
 from model.core.schema import StepKind, Trace
 from model.data.genai_spans import otlp_content_off, otlp_content_on
-from model.data.realdata import RealRun, load_source, stranger
+from model.data.realdata import RealRun, load_source
+from model.data.stranger import stranger
 from model.importers import load_traces
 
 CONFIGS = ("tau_airline", "tau2_airline", "tau2_telecom", "tau2_telecom_solo", "agentprocessbench", "swe",

@@ -127,7 +127,8 @@ def baseline_groups(traces: Sequence[Trace], threshold: float = 0.6) -> list[str
 
 def load_sets(sources: Sequence[str] | None = None) -> dict[str, tuple[list[Trace], list[str]]]:
     """Each set's runs, stripped and shuffled (seed 0), with their true tasks."""
-    from model.data.realdata import SOURCES, load_source, stranger
+    from model.data.realdata import SOURCES, load_source
+    from model.data.stranger import stranger
 
     out = {}
     for source in sources or SOURCES:
