@@ -238,3 +238,24 @@ def test_the_groups_do_not_depend_on_the_order_of_the_runs() -> None:
         random.Random(seed).shuffle(idx)
         g = group_runs([runs[i] for i in idx], [None] * len(runs))
         assert {frozenset(idx[j] for j in p) for p in _partition(g)} == base
+
+
+def test_evidence_chained_across_tasks_makes_no_lump() -> None:
+    """Runs with one opening whose state read-outs chain (run i shares an answer with run i + 1) are
+    joined transitively without a cap; no group holds more than ``group_max_share`` of the runs."""
+    def run(i: int) -> Trace:
+        steps = [Step(kind=StepKind.USER_INPUT, content="My phone has no service, please fix it.", source_index=0)]
+        answers = [("get_plan", "basic"), ("get_sim", "ok"), ("get_line", f"v{i // 2}"), ("get_usage", f"u{(i + 1) // 2}")]
+        for k, (tool, value) in enumerate(answers):
+            steps += [Step(kind=StepKind.TOOL_CALL, tool_name=tool, tool_args={"id": "L1"}, call_id=f"c{k}",
+                           source_index=2 * k + 1),
+                      Step(kind=StepKind.TOOL_RESULT, tool_name=tool, content=json.dumps({"v": value}),
+                           call_id=f"c{k}", source_index=2 * k + 2)]
+        return Trace(steps=steps)
+
+    runs = [run(i) for i in range(40)]
+    lumped = group_runs(runs, [None] * 40, config=GroupingConfig(group_max_share=1.0))
+    assert len(set(lumped)) == 1  # the chain joins everything: what the cap is for
+    capped = group_runs(runs, [None] * 40)
+    sizes = sorted((capped.count(g) for g in set(capped)), reverse=True)
+    assert sizes[0] <= 10 and len(sizes) >= 4  # a quarter of 40

@@ -23,6 +23,10 @@ what *differs* across the agent's runs, on three kinds of evidence:
 
 Runs are clustered by average linkage on the better of the two cosines (IDF-weighted, binary
 features) at ``threshold``, never across a cannot-link; the state read-outs then join clusters.
+No merge makes a group of more than ``group_max_share`` of the runs (``min_df_cap`` runs at least;
+exact repeats are one node and may exceed it): evidence shared across tasks chains them into a few
+lumps, and grouped folds over two or three lumps measure a shift between kinds of task rather than
+new tasks (τ² telecom: every learner, zero-shot included, read below 0.5 on 2-3 lumps).
 Exact repeats (the same differing part) are one node from the start, so a task repeated more often
 than the template cut-off still forms one group.
 
@@ -71,9 +75,11 @@ class GroupingConfig:
     state_calls: int = 10         # the first calls whose answers may join groups (state read-outs)
     routine_share: float = 0.05   # a call made by at least this share of the runs is routine
     state_max_df: float = 0.25    # a read-out answer shared by more of the runs joins nothing
+    group_max_share: float = 0.25  # no merge makes a group of more of the runs (exact repeats aside)
 
     def __post_init__(self) -> None:
-        for name in ("text_max_df", "entity_max_df", "threshold", "routine_share", "state_max_df"):
+        for name in ("text_max_df", "entity_max_df", "threshold", "routine_share", "state_max_df",
+                     "group_max_share"):
             v = getattr(self, name)
             if not 0.0 < v <= 1.0:
                 raise InputError(f"{name} must be in (0, 1]; got {v!r}", path=name)
@@ -228,9 +234,10 @@ def _compatible(x: dict[str, str], y: dict[str, str]) -> bool:
 
 
 def _average_linkage(weights: Sequence[int], sims: dict[tuple[int, int], float], threshold: float,
-                     constraints: list[dict[str, str]]) -> list[int]:
+                     constraints: list[dict[str, str]], cap: float = math.inf) -> list[int]:
     """UPGMA over a sparse graph (missing pairs count 0) with cannot-links: merge the two clusters
-    with the highest mean similarity while it is ≥ ``threshold`` and their early answers agree."""
+    with the highest mean similarity while it is ≥ ``threshold``, their early answers agree and the
+    merged cluster holds at most ``cap`` runs."""
     n = len(weights)
     nb: list[dict[int, float]] = [dict() for _ in range(n)]
     for (a, b), s in sims.items():
@@ -246,6 +253,8 @@ def _average_linkage(weights: Sequence[int], sims: dict[tuple[int, int], float],
     while heap:
         _, a, b, va, vb = heapq.heappop(heap)
         if not (alive[a] and alive[b]) or ver[a] != va or ver[b] != vb or not _compatible(obs[a], obs[b]):
+            continue
+        if size[a] + size[b] > cap:
             continue
         alive[b] = False
         root[b] = a
@@ -275,9 +284,10 @@ def _average_linkage(weights: Sequence[int], sims: dict[tuple[int, int], float],
 
 
 def _join_readouts(labels: list[int], views: Sequence[TaskView], weights: Sequence[int],
-                   config: GroupingConfig) -> list[int]:
+                   config: GroupingConfig, cap: float = math.inf) -> list[int]:
     """Join clusters whose runs got the same answer to a routine call that is answered differently
-    across runs (a state read-out), most specific answer first, never across a cannot-link."""
+    across runs (a state read-out), most specific answer first, never across a cannot-link nor into a
+    cluster of more than ``cap`` runs."""
     total = sum(weights)
     made: dict[str, int] = defaultdict(int)
     answers: dict[str, set[str]] = defaultdict(set)
@@ -292,8 +302,10 @@ def _join_readouts(labels: list[int], views: Sequence[TaskView], weights: Sequen
                 post[k, a].append(i)
     parent = {c: c for c in set(labels)}
     obs: dict[int, dict[str, str]] = {c: {} for c in parent}
+    size: dict[int, int] = defaultdict(int)
     for i, v in enumerate(views):
         obs[labels[i]].update(v.constraints)
+        size[labels[i]] += weights[i]
 
     def find(c: int) -> int:
         while parent[c] != c:
@@ -301,18 +313,19 @@ def _join_readouts(labels: list[int], views: Sequence[TaskView], weights: Sequen
             c = parent[c]
         return c
 
-    cap = config.state_max_df * total
+    shared_max = config.state_max_df * total
     for (_, _), nodes in sorted(post.items(), key=lambda kv: (sum(weights[i] for i in kv[1]), kv[0])):
-        if len(nodes) < 2 or sum(weights[i] for i in nodes) > cap:
+        if len(nodes) < 2 or sum(weights[i] for i in nodes) > shared_max:
             continue
         base = find(labels[nodes[0]])
         for i in nodes[1:]:
             keep, gone = base, find(labels[i])
-            if keep == gone or not _compatible(obs[keep], obs[gone]):
+            if keep == gone or not _compatible(obs[keep], obs[gone]) or size[keep] + size[gone] > cap:
                 continue
             if len(obs[keep]) < len(obs[gone]):
                 keep, gone = gone, keep
             obs[keep].update(obs[gone])
+            size[keep] += size[gone]
             parent[gone] = keep
             base = keep
     return [find(c) for c in labels]
@@ -370,8 +383,12 @@ def cluster_tasks(traces: Sequence[Trace], config: GroupingConfig | None = None)
     for pair, s in s_ent.items():
         if s > sims.get(pair, 0.0):
             sims[pair] = s
-    labels = _average_linkage(weights, sims, cfg.threshold, [v.constraints for v in rv])
-    labels = _join_readouts(labels, rv, weights, cfg)
+    # a task is a small share of an agent's runs: a merge that would make a group of more than
+    # ``group_max_share`` of them (``min_df_cap`` runs at least) joins tasks that nothing told apart,
+    # and grouped folds over two or three such lumps measure a shift between kinds of task, not new tasks
+    cap = max(float(cfg.min_df_cap), cfg.group_max_share * n)
+    labels = _average_linkage(weights, sims, cfg.threshold, [v.constraints for v in rv], cap)
+    labels = _join_readouts(labels, rv, weights, cfg, cap)
     first: dict[int, int] = {}
     out = []
     for i, k in enumerate(node_of):
