@@ -285,3 +285,18 @@ def test_early_warning_point_is_read_at_half_the_run_even_without_prefix_trainin
     ok = [t for t, f in zip(traces[90:], failed[90:], strict=True) if not f]
     half = [m.score(t.model_copy(update={"steps": t.steps[: (len(t.steps) + 1) // 2]})) for t in ok]
     assert np.mean(np.array(half) > m.at_risk_threshold) <= 0.25
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_warning_point_lets_at_most_the_target_share_of_successful_runs_reach_it(seed: int) -> None:
+    """``at_risk`` fires at ≥ the point, on a run's highest prefix score: at most ``target`` of the
+    successful runs' highest scores reach it, whatever their ties (most runs tied at one score included)."""
+    from model.scoring.agentmodel.model import warning_point
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 400))
+    highest = np.round(rng.random(n), int(rng.integers(1, 4)))  # coarse rounding: many ties
+    for target in (0.05, 0.1, 0.25):
+        thr = warning_point(highest, target)
+        assert (highest >= thr).mean() <= target
+        assert thr > float(np.quantile(highest, 1 - target, method="lower"))  # and not far above it

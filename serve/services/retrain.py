@@ -222,7 +222,7 @@ def card(tenant: str, agent: str, members: Sequence[str], champion: str, g: Gate
              f"Trained by `triage retrain` on {e.get('runs')} labelled runs ({e.get('failed')} failed, "
              f"{e.get('groups')} task groups); serves the "
              f"{LEARNER_NAMES.get(str(e.get('served', 'agent')), 'agent model')}; early-warning threshold "
-             f"{f(model_card.get('at_risk_threshold'))} (≤ 10 % false alarms at half the run, cross-validated).", "",
+             f"{f(model_card.get('at_risk_threshold'))} (at most 5 % of successful runs reach it at any prefix, out of fold).", "",
              "## Gate", "",
              f"Grouped {e.get('folds')}-fold cross-validation ({e.get('draws')} draw(s)), every scorer on the same "
              f"held-out runs. Decision: **{'promote' if g.promote else 'keep the champion'}** over `{champion}` — "
@@ -274,7 +274,7 @@ def _fit_served(learner: str, traces: list[Trace], failed: list[bool], groups: l
     else:
         e = g.estimate[learner]
         model = fit_cheap(learner, traces, failed, groups, folds=int(g.estimate.get("cv_folds") or 5),
-                          warning_fraction=config.warning_fraction, target_false_alarm=config.target_false_alarm,
+                          target_false_alarm=config.target_false_alarm,
                           card={"agent": agent, "labelled_runs": len(traces), "failed_runs": int(sum(failed)),
                                 "groups": len(set(groups)), "cv_auroc": e["auroc"],
                                 "cv_auroc_interval": e["interval"], "learning_curve": []})

@@ -14,7 +14,7 @@ Interface (what the service and the gate build on)::
     model.score(trace, *, prior=None) -> float                 # P(failed) of the whole trace
     state = model.start(); state.add(step)                     # O(1) per step in the run's length
     model.score_state(state, *, prior=None) -> float           # == model.score(prefix so far)
-    model.at_risk_threshold -> float | None                    # ≤ 10 % false alarms at half the run
+    model.at_risk_threshold -> float | None                    # ≤ 5 % of successful runs reach it
     model.card -> dict                                         # agent, labelled_runs, cv_auroc + interval, …
     model.to_dict() / AgentModel.from_dict(d) / model.save(path) / AgentModel.load(path)
     model.version -> str                                       # content hash of the artefact
@@ -68,6 +68,20 @@ from model.scoring.agentmodel.logistic import balanced_weights, fit_logistic, gr
 
 FORMAT = "agentmodel/1"
 
+#: The prefixes (shares of a run's steps) whose out-of-fold scores set the early-warning point.
+WARNING_PREFIXES: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+
+
+def warning_point(highest: np.ndarray | Sequence[float], target: float) -> float:
+    """The early-warning point from successful runs' highest prefix scores: just above their
+    (1 − ``target``) quantile, so that at most ``target`` of them reach it (``at_risk`` fires at ≥).
+
+    >>> warning_point([0.1, 0.2, 0.3, 0.9], 0.25) > 0.9
+    True
+    """
+    q = float(np.quantile(np.asarray(highest, float), 1 - target, method="higher"))
+    return float(np.nextafter(q, 2.0))
+
 
 @dataclass(frozen=True)
 class AgentModelConfig:
@@ -82,7 +96,9 @@ class AgentModelConfig:
     last_turn: also count the words of the latest assistant message as ``last:`` n-grams (replaced as
         the run goes on), so what the agent said last weighs apart from the same words earlier.
     internal_folds: grouped folds of the model's own CV (threshold, card); 0 skips it.
-    target_false_alarm: the early-warning point's false-alarm rate at ``warning_fraction`` of the run.
+    target_false_alarm: the share of successful runs (out of fold) whose score reaches the early-warning
+        point at any of the prefixes :data:`WARNING_PREFIXES` (``at_risk`` is raised at the first step that
+        reaches it, so the point is set on each run's highest prefix score, not on one prefix).
     combine: ``joint`` (one regression over both blocks) or ``stack`` (a shape model and an n-gram model
         fitted apart, combined by a logistic regression on their out-of-fold logits over ``stack_folds``
         grouped folds of the training runs — nested: the weights never see the runs they are judged on;
@@ -101,8 +117,7 @@ class AgentModelConfig:
     internal_folds: int = 5
     combine: str = "joint"
     stack_folds: int = 3
-    target_false_alarm: float = 0.1
-    warning_fraction: float = 0.5
+    target_false_alarm: float = 0.05
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -123,6 +138,7 @@ class AgentModelConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> AgentModelConfig:
         d = dict(d or {})
+        d.pop("warning_fraction", None)  # retired: stored models written before the point read every prefix
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
@@ -250,7 +266,7 @@ class AgentModel:
         m.card_ = {"agent": agent, "labelled_runs": n, "failed_runs": int(y.sum()), "groups": len(set(groups)),
                    "cv_auroc": None, "cv_auroc_interval": None, "cheap_learners": None, "learning_curve": []}
         if cfg.internal_folds >= 2 and len(set(groups)) >= cfg.internal_folds:
-            efr = tuple(sorted({0.25, 0.5, 0.75, 1.0, cfg.warning_fraction}))
+            efr = WARNING_PREFIXES
             evals = [cache.rows(t, cfg.buckets, efr, cfg.last_turn) for t in traces]
             m._own_cv(counts, evals, efr, y, list(groups), None if prior is None else np.asarray(prior, float))
         return m
@@ -261,7 +277,6 @@ class AgentModel:
         (``evals``) give the card's AUROC and the early-warning threshold."""
         cfg = self.config
         folds = group_folds(groups, cfg.internal_folds, seed=cfg.seed)
-        j_half = int(np.argmin([abs(f - cfg.warning_fraction) for f in fr]))
         j_full = int(np.argmin([abs(f - 1.0) for f in fr]))
         oof = np.full((len(y), len(fr)), np.nan)
         for test in folds:
@@ -279,10 +294,10 @@ class AgentModel:
         lo, hi = group_bootstrap_interval(y[ok], oof[ok, j_full], [groups[i] for i in np.flatnonzero(ok)],
                                           seed=cfg.seed)
         succ = ok & (y < 0.5)
-        half = oof[succ, j_half]
-        if len(half):
-            # the lowest threshold with at most target_false_alarm of successful runs above it at half the run
-            self.at_risk_threshold = float(np.quantile(half, 1 - cfg.target_false_alarm, method="higher"))
+        highest = np.nanmax(oof[succ], axis=1)
+        if len(highest):
+            # at most target_false_alarm of successful runs reach it at any prefix (just above their quantile)
+            self.at_risk_threshold = warning_point(highest, cfg.target_false_alarm)
         self.card_.update({"cv_auroc": a, "cv_auroc_interval": [lo, hi], "cv_folds": len(folds),
                            "prefix_cv_auroc": {str(fr[j]): auroc(y[ok], oof[ok, j]) for j in range(len(fr))}})
 

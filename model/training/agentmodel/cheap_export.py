@@ -5,7 +5,8 @@ The learner is :class:`model.training.agentmodel.cv.CheapLearners`, the one the 
 carries the vectorizer's vocabulary and idf and the logistic regressions' coefficients, and
 ``tests/test_retrain_refusals.py`` checks that the served scores equal scikit-learn's. The early-warning
 threshold is set as the agent model sets its own: out-of-fold scores (grouped folds) of the successful
-runs at ``warning_fraction`` of their steps, the lowest value with at most ``target_false_alarm`` of them above.
+runs at each of :data:`~model.scoring.agentmodel.model.WARNING_PREFIXES` of their steps, each run's highest,
+and the point just above all but ``target_false_alarm`` of them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from model.core.schema import Trace
 from model.scoring.agentmodel.cheap import LEARNERS, CheapModel, cheap_view
 from model.scoring.agentmodel.features import prefix_lengths
 from model.scoring.agentmodel.logistic import group_folds
+from model.scoring.agentmodel.model import WARNING_PREFIXES, warning_point
 from model.training.agentmodel.cv import CheapLearners
 
 
@@ -48,8 +50,8 @@ def _fit(views: Sequence[tuple[str, int, int]], y: np.ndarray) -> CheapLearners:
 
 
 def fit_cheap(learner: str, traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str], *,
-              card: dict[str, Any] | None = None, folds: int = 5, warning_fraction: float = 0.5,
-              target_false_alarm: float = 0.1, seed: int = 0) -> CheapModel:
+              card: dict[str, Any] | None = None, folds: int = 5, target_false_alarm: float = 0.05,
+              seed: int = 0) -> CheapModel:
     """Fit ``learner`` on every run and export it, with its early-warning threshold (see the module
     docstring; ``None`` when no grouped fold could be scored)."""
     y = np.array([bool(f) for f in failed], float)
@@ -59,15 +61,15 @@ def fit_cheap(learner: str, traces: Sequence[Trace], failed: Sequence[bool], gro
     if y.min() == y.max():
         raise InputError("a cheap learner needs failed and successful runs", path="failed")
     views = [cheap_view(t) for t in traces]
-    half = [cheap_view(t, prefix_lengths(len(t.steps), [warning_fraction])[0]) for t in traces]
+    prefixes = [[cheap_view(t, n) for n in prefix_lengths(len(t.steps), WARNING_PREFIXES)] for t in traces]
     scores: list[float] = []
     for test in group_folds(list(groups), folds, seed=seed):
         train = np.setdiff1d(np.arange(len(y)), test)
         if len(test) == len(y) or y[train].min() == y[train].max():
             continue
         m = export(_fit([views[i] for i in train], y[train]), learner)
-        scores += [m.score_view(half[i]) for i in test if y[i] < 0.5]
-    thr = float(np.quantile(scores, 1 - target_false_alarm, method="higher")) if scores else None
+        scores += [max(m.score_view(v) for v in prefixes[i]) for i in test if y[i] < 0.5]
+    thr = warning_point(scores, target_false_alarm) if scores else None
     return export(_fit(views, y), learner, card=card, at_risk_threshold=thr)
 
 
