@@ -36,6 +36,10 @@ ROLE = re.compile(r":[a-z]+:`")
 PLACEHOLDER = re.compile(r"<(bool|list\[[a-z]+\]|int range|float range)>")
 
 
+#: What makes rich lay out for a terminal (or a width) although the output is a pipe.
+TERMINAL_ENV = ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+
+
 def _tree(cmd: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     yield path
     for name, sub in sorted(getattr(cmd, "commands", {}).items()):
@@ -93,7 +97,7 @@ def _long_id_trace(tmp_path: Path) -> tuple[Path, str]:
 
 def test_piped_summary_keeps_the_trace_id_and_evidence_on_one_line(tmp_path: Path) -> None:
     path, trace_id = _long_id_trace(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # a plain pipe: rich's 80
+    env = {k: v for k, v in os.environ.items() if k not in TERMINAL_ENV}  # a plain pipe: rich's 80 columns
     r = subprocess.run([sys.executable, "-m", "serve.cli.main", "diagnose", str(path), "--no-classifier"],
                        cwd=ROOT, env=env, capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr.decode()
@@ -113,7 +117,8 @@ def test_piped_table_is_as_wide_as_its_content(tmp_path: Path, monkeypatch: pyte
     """``keys list`` (a rich table): a long label keeps its row on one line, the key id whole."""
     monkeypatch.setenv("TRIAGE_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("TRIAGE_DATABASE_URL", f"sqlite:///{tmp_path / 'triage.db'}")
-    monkeypatch.delenv("COLUMNS", raising=False)
+    for name in TERMINAL_ENV:
+        monkeypatch.delenv(name, raising=False)
     get_settings.cache_clear()
     label = "the nightly evaluation job of the customer-support agents, eu-west-1 [staging]"
     try:
