@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 from fastapi.exceptions import RequestValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -22,16 +21,8 @@ from model.core.options import DiagnoseRequest
 from model.core.schema import write_json_schema
 from model.diagnosis.diagnoser import Diagnoser
 from model.importers import FORMATS
+from serve.cli.output import console, fail
 from serve.intake import as_input_error, read_request, runs
-
-_console = Console()
-_err = Console(stderr=True)
-
-
-def _fail(message: str) -> typer.Exit:
-    """Print a one-line reason to stderr; the caller raises the returned Exit(2)."""
-    _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -61,24 +52,31 @@ def _equivalents(values: list[str] | None) -> dict[str, list[str]]:
 
 
 def _print_summary(resp: DiagnosisResponse, source: str) -> None:
+    """The readable summary. Its words are the console's: a finding and the attribution are placed
+    at a *step* (the trace's steps, what the run page numbers); the table's *message* column is the
+    input's message it came from (``source_index``), the one an executor rolls back to."""
+    out = console()
     if resp.healthy is None:
         status = "[yellow]unknown: no failure found, but content is missing[/yellow]"
     else:
         status = "[green]healthy[/green]" if resp.healthy else f"[red]{len(resp.failures)} failure(s)[/red]"
-    _console.print(f"[bold]{escape(source)}[/bold]: {resp.steps} steps, {status}  (trace {resp.trace_id})")
-    _console.print(f"model {escape(resp.model_version)}", highlight=False)
+    # soft_wrap: the terminal wraps this line itself, so that a copied trace id has no line break in it
+    out.print(f"[bold]{escape(source)}[/bold]: {resp.steps} steps, {status}  (trace {escape(resp.trace_id)})",
+              soft_wrap=True)
+    out.print(f"model {escape(resp.model_version)}", highlight=False)
     if resp.failure_probability is not None:
         where = ""
         if resp.attribution is not None:
             a = resp.attribution
-            who = f" ({escape(a.speaker)})" if a.speaker else ""
-            where = f"; if it failed, most likely at message {a.source_index}{who} (p={a.probability:.2f})"
-        _console.print(f"failure probability {resp.failure_probability:.2f}{where}")
+            who = f", {escape(a.speaker)}" if a.speaker else ""
+            where = (f"; if it failed, most likely at step {a.step} (message {a.source_index}{who}), "
+                     f"with probability {a.probability:.2f}")
+        out.print(f"failure probability {resp.failure_probability:.2f}{where}")
     for warning in resp.warnings:
-        _console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+        out.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
     if resp.failures or resp.signals:
         table = Table(show_lines=False)
-        for col in ("", "kind", "severity", "conf.", "step", "src", "detector"):
+        for col in ("", "kind", "severity", "conf.", "step", "message", "detector"):
             table.add_column(col, no_wrap=col != "detector")
         evidence: list[str] = []
         for mark, items in (("●", resp.failures), ("○", resp.signals)):
@@ -94,59 +92,78 @@ def _print_summary(resp: DiagnosisResponse, source: str) -> None:
                     ",".join(f.detectors or [f.detector]),
                 )
                 text = " ".join(f.evidence.split())
-                evidence.append(f"  {f.kind.value} @ {f.step}: {text[:200] + '…' if len(text) > 200 else text}")
-        _console.print(table)
-        _console.print("[bold]evidence[/bold] (● failure, ○ signal, ★ primary):")
+                at = "the run" if f.step is None else f"step {f.step}"
+                evidence.append(f"  {f.kind.value}, {at}: {text[:200] + '…' if len(text) > 200 else text}")
+        out.print(table)
+        out.print("step: its place among the trace's steps; message: the input message it came from",
+                  highlight=False)
+        out.print("[bold]evidence[/bold] (● failure, ○ signal, ★ primary):")
         for line in evidence:
-            _console.print(escape(line), highlight=False)
+            out.print(escape(line), highlight=False)
     rec = resp.recommendation
     nxt = " → ".join(s.value for s in rec.next)
-    _console.print(f"[bold]recommendation:[/bold] {rec.strategy.value}" + (f"  (then {nxt})" if nxt else ""))
+    out.print(f"[bold]recommendation:[/bold] {rec.strategy.value}" + (f"  (then {nxt})" if nxt else ""))
     if rec.instruction:
-        _console.print(f"  {escape(rec.instruction)}", highlight=False)
+        out.print(f"  {escape(rec.instruction)}", highlight=False)
 
 
 def diagnose(
     file: Annotated[
-        str | None, typer.Argument(help="Trace file (JSON), or - for standard input.", show_default=False)
+        str | None, typer.Argument(metavar="FILE", show_default=False,
+                                   help="The trace file (JSON or JSON lines), or - for standard input.")
     ] = None,
     jsonl: Annotated[
         Path | None,
-        typer.Option("--jsonl", help="Score an archive: one trace per line; one response per line out."),
+        typer.Option("--jsonl", metavar="FILE", help="An archive to diagnose: one trace per line in, one JSON response per line out."),
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="With --jsonl: write responses here (default stdout).")
+        Path | None, typer.Option("--out", "-o", metavar="FILE", help="With --jsonl: write the responses to this file (default: standard output).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the response model as JSON.")] = False,
-    fmt: Annotated[str, typer.Option("--format", help=f"Input format: {', '.join(('auto', *FORMATS))}.")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole response as JSON instead of a summary.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help=f"Input format: {', '.join(('auto', *FORMATS))}.", metavar="FORMAT")] = "auto",
     allowed_tools: Annotated[
-        list[str] | None, typer.Option("--allowed-tools", help="Allow-list of tools (comma-separated).")
+        list[str] | None, typer.Option("--allowed-tools", help="The tools the agent may call, comma-separated.",
+                                           metavar="TOOL,TOOL")
     ] = None,
     equivalent: Annotated[
-        list[str] | None, typer.Option("--equivalent", help="TOOL=ALT1,ALT2 for switch_tool (repeatable).")
+        list[str] | None, typer.Option("--equivalent", metavar="TOOL=ALT,ALT",
+                                           help="Tools that can stand in for TOOL, for a switch_tool repair (repeatable).")
     ] = None,
     fallback_model: Annotated[
-        list[str] | None, typer.Option("--fallback-model", help="Fallback models, in order (repeatable).")
+        list[str] | None, typer.Option("--fallback-model", metavar="MODEL",
+                                           help="A model to switch to, in order of preference (repeatable).")
     ] = None,
     detectors: Annotated[
-        list[str] | None, typer.Option("--detectors", help="Detectors to run (comma-separated; default all).")
+        list[str] | None, typer.Option("--detectors", metavar="NAME,NAME",
+                                           help="Only these detectors, comma-separated (default: all).")
     ] = None,
     speaker: Annotated[
-        list[str] | None, typer.Option("--speaker", help="NAME=ROLE for multi-agent logs (repeatable).")
+        list[str] | None, typer.Option("--speaker", metavar="NAME=ROLE",
+                                           help="In a multi-agent log, the role of a speaker (repeatable).")
     ] = None,
-    shadow: Annotated[bool, typer.Option("--shadow", help="Observe only: recommend `continue`.")] = False,
+    shadow: Annotated[bool, typer.Option("--shadow", help="Observe only: the recommendation is always 'continue'.")] = False,
     session: Annotated[
-        str | None, typer.Option("--session", help="The run's session id: its spans (and those naming none) are one run.")
+        str | None, typer.Option("--session", metavar="ID",
+                                     help="Diagnose one session of a span file: its spans (and those naming no session) as one run.")
     ] = None,
-    max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Refuse longer traces.")] = 5000,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1, metavar="N", help="Refuse a trace longer than N steps.")] = 5000,
     classifier: Annotated[
-        bool, typer.Option("--classifier/--no-classifier", help="Load the shipped classifier, as the service does.")
+        bool, typer.Option("--classifier/--no-classifier", help="Use the shipped step classifier as the service does (--no-classifier: rules and run scorer only).")
     ] = True,
 ) -> None:
-    """Diagnose a trace (or an archive with --jsonl) with the models the service loads (rules, the
-    classifier, the run scorer). The input is read as ``POST /v1/diagnose`` reads its body
-    (:mod:`serve.intake`), flags winning over an envelope's options; a file of several runs gets a
-    response each. Exit 0 healthy or not; 2 on unreadable input."""
+    """Diagnose a trace file as the service does.
+
+    FILE is read the way POST /v1/diagnose reads a request body: a bare trace (native, OpenAI
+    messages, OpenTelemetry or OpenInference spans) or {"trace": ..., "options": ...}; the options
+    given here win over those in the file. A file holding several runs gets one answer each. The
+    models are the service's: the rules, the step classifier and the run scorer.
+
+    Prints a summary (or the response as JSON with --json). With --jsonl, reads an archive with one
+    trace per line and writes one JSON response per line.
+
+    Exit code: 0 whether the run is healthy or not; 2 when the input cannot be read.
+    """
+    # the body is read by serve.intake, the same code as the HTTP route's
     try:
         given: dict[str, Any] = {
             "allowed_tools": _split(allowed_tools), "tool_equivalents": _equivalents(equivalent),
@@ -178,9 +195,9 @@ def diagnose(
             for resp in responses:
                 _print_summary(resp, "stdin" if file == "-" else file)
     except RequestValidationError as exc:
-        raise _fail(str(as_input_error(exc))) from None
+        raise fail(str(as_input_error(exc))) from None
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 def _read(path: Path) -> bytes:
@@ -232,11 +249,17 @@ def _diagnose_jsonl(
 
 
 def serve(
-    host: Annotated[str | None, typer.Option(help="Bind address (default TRIAGE_HOST or 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (default TRIAGE_PORT or 8000).")] = None,
-    workers: Annotated[int | None, typer.Option(help="uvicorn worker processes.")] = None,
+    host: Annotated[str | None, typer.Option(
+        metavar="ADDRESS", help="The address to listen on (default: TRIAGE_HOST, else 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(
+        metavar="PORT", help="The port to listen on (default: TRIAGE_PORT, else 8000).")] = None,
+    workers: Annotated[int | None, typer.Option(
+        metavar="N", help="Worker processes (default: TRIAGE_WORKERS, else 1).")] = None,
 ) -> None:
-    """Start the HTTP service (what `make run` calls)."""
+    """Start the HTTP service and its console.
+
+    This is what 'make run' starts, after printing the local API key.
+    """
     import uvicorn
 
     from serve.ratetable import SharedTable
@@ -265,11 +288,11 @@ def serve(
 
 
 def schema(
-    path: Annotated[Path, typer.Argument(help="Where to write the Trace JSON Schema.")] = Path(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="Where to write the schema.")] = Path(
         "docs/trace.schema.json"
     ),
 ) -> None:
-    """Write the Trace JSON Schema (docs/trace.schema.json)."""
+    """Write the JSON Schema of a trace (the native format)."""
     write_json_schema(path)
     typer.echo(f"wrote {path}")
 

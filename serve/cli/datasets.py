@@ -9,21 +9,13 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
-from rich.markup import escape
 
 from model.core.errors import InputError, TriageError
+from serve.cli.output import fail
 
-_console = Console()
-_err = Console(stderr=True)
-
-datasets_app = typer.Typer(help="Generate, import and describe datasets.", no_args_is_help=True)
-label_app = typer.Typer(help="Label imported logs and review weak labels.", no_args_is_help=True)
-
-
-def _fail(message: str) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+datasets_app = typer.Typer(help="Training data: generate, import, describe, export.",
+                           no_args_is_help=True)
+label_app = typer.Typer(help="Labels: label the imported logs; review labels by hand.", no_args_is_help=True)
 
 
 def _params(path: Path, section: str) -> dict[str, object]:
@@ -38,12 +30,18 @@ def _params(path: Path, section: str) -> dict[str, object]:
 
 @datasets_app.command("generate")
 def generate_cmd(
-    out: Annotated[Path, typer.Option(help="JSONL file to write")] = Path("datasets/generated/traces.jsonl"),
-    n: Annotated[int | None, typer.Option("--n", help="number of traces (default: params.yaml)")] = None,
-    seed: Annotated[int | None, typer.Option(help="master seed (default: params.yaml)")] = None,
-    params: Annotated[Path, typer.Option(help="params.yaml with a generate section")] = Path("params.yaml"),
+    out: Annotated[Path, typer.Option(metavar="FILE", help="The JSON-lines file to write.")] = Path(
+        "datasets/generated/traces.jsonl"),
+    n: Annotated[int | None, typer.Option("--n", metavar="N", help="How many traces (default: the parameters file's).")]
+    = None,
+    seed: Annotated[int | None, typer.Option(metavar="N", help="The seed (default: the parameters file's).")] = None,
+    params: Annotated[Path, typer.Option(metavar="FILE", help="The parameters file (its section generate).")]
+    = Path("params.yaml"),
 ) -> None:
-    """Generate labelled traces (the DVC ``generate`` stage, with overrides)."""
+    """Generate labelled synthetic traces.
+
+    The pipeline's generate stage, with --n and --seed able to override its parameters.
+    """
     from model.data.datagen.generator import GenerateConfig, generate, write_jsonl
 
     try:
@@ -54,33 +52,40 @@ def generate_cmd(
             section["seed"] = seed
         cfg = GenerateConfig.from_params(section)
     except InputError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     count = write_jsonl(generate(cfg), out)
-    _console.print(f"wrote {count} traces to {out}")
+    typer.echo(f"wrote {count} traces to {out}")
 
 
 @datasets_app.command("import")
 def import_cmd(
-    path: Annotated[Path, typer.Argument(help="a file, a folder, or JSONL with one trace per line")],
-    format: Annotated[str, typer.Option("--format", help="auto|native|openai|otel|openinference")] = "auto",
-    raw_dir: Annotated[Path, typer.Option(help="where raw logs are kept")] = Path("datasets/raw"),
-    speaker: Annotated[list[str] | None, typer.Option(help="NAME=ROLE for multi-agent logs (repeatable)")] = None,
+    path: Annotated[Path, typer.Argument(
+        metavar="PATH", help="A file, a folder, or a JSON-lines file with one trace per line.")],
+    format: Annotated[str, typer.Option(
+        "--format", metavar="FORMAT", help="auto, native, openai, otel or openinference.")] = "auto",
+    raw_dir: Annotated[Path, typer.Option(metavar="DIR", help="Where the raw logs are kept.")] = Path("datasets/raw"),
+    speaker: Annotated[list[str] | None, typer.Option(
+        metavar="NAME=ROLE", help="In a multi-agent log, the role of a speaker (repeatable).")] = None,
 ) -> None:
-    """Copy logs into ``datasets/raw/`` (immutable) after checking every file reads; add a manifest record."""
+    """Import agent logs as training data.
+
+    Every file is read first; then the logs are copied into datasets/raw/ (never changed afterwards)
+    and a record is added to its manifest. Importing the same logs again does nothing.
+    """
     from model.data.labelling.raw import import_logs
 
     speakers: dict[str, str] = {}
     for item in speaker or []:
         name, sep, role = item.partition("=")
         if not sep or not name or not role:
-            raise _fail(f"--speaker: expected NAME=ROLE, got {item!r}")
+            raise fail(f"--speaker: expected NAME=ROLE, got {item!r}")
         speakers[name] = role
     try:
         rec, added = import_logs(path, raw_dir, format=format, speakers=speakers or None)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     verb = "imported" if added else "already imported"
-    _console.print(f"{verb} {rec.traces} traces from {len(rec.files)} file(s) as {rec.id} in {raw_dir}")
+    typer.echo(f"{verb} {rec.traces} traces from {len(rec.files)} file(s) as {rec.id} in {raw_dir}")
 
 
 CARD_BEGIN = "<!-- counts:begin (written by `triage datasets card`; do not edit by hand) -->"
@@ -123,44 +128,56 @@ def render_counts(summary: dict[str, Any]) -> str:
 
 @datasets_app.command("card")
 def card_cmd(
-    summary: Annotated[Path, typer.Option(help="the split stage's summary")] = Path("datasets/splits/summary.json"),
-    card: Annotated[Path, typer.Option(help="the data card to update")] = Path("datasets/README.md"),
-    check: Annotated[bool, typer.Option(help="exit 1 when the card's counts are out of date")] = False,
+    summary: Annotated[Path, typer.Option(metavar="FILE", help="The split stage's summary.")] = Path(
+        "datasets/splits/summary.json"),
+    card: Annotated[Path, typer.Option(metavar="FILE", help="The data card to update.")] = Path("datasets/README.md"),
+    check: Annotated[bool, typer.Option(help="Change nothing; exit 1 when the card's counts are out of date.")]
+    = False,
 ) -> None:
-    """Write the count tables of the data card from the pipeline's summary (between the markers)."""
+    """Update the count tables of the data card.
+
+    The tables come from the pipeline's summary and go between the card's counts markers.
+    """
     try:
         data = json.loads(summary.read_text(encoding="utf-8"))
         text = card.read_text(encoding="utf-8")
     except (OSError, ValueError) as exc:
-        raise _fail(f"{exc}") from None
+        raise fail(f"{exc}") from None
     if CARD_BEGIN not in text or CARD_END not in text:
-        raise _fail(f"{card}: the markers {CARD_BEGIN!r} … {CARD_END!r} are missing")
+        raise fail(f"{card}: the markers {CARD_BEGIN!r} … {CARD_END!r} are missing")
     head, rest = text.split(CARD_BEGIN, 1)
     _, tail = rest.split(CARD_END, 1)
     new = head + CARD_BEGIN + "\n\n" + render_counts(data) + "\n" + CARD_END + tail
     if check:
         if new != text:
-            _err.print(f"{card} is out of date: run `triage datasets card`")
+            typer.echo(f"{card} is out of date: run 'triage datasets card'", err=True)
             raise typer.Exit(code=1)
         return
     card.write_text(new, encoding="utf-8")
-    _console.print(f"updated the counts in {card}")
+    typer.echo(f"updated the counts in {card}")
 
 
 @label_app.command("apply")
 def apply_cmd(
-    params: Annotated[Path, typer.Option(help="params.yaml with a label section")] = Path("params.yaml"),
-    generated: Annotated[Path, typer.Option()] = Path("datasets/generated/traces.jsonl"),
-    out: Annotated[Path, typer.Option()] = Path("datasets/labelled/traces.jsonl"),
+    params: Annotated[Path, typer.Option(metavar="FILE", help="The parameters file (its section label).")]
+    = Path("params.yaml"),
+    generated: Annotated[Path, typer.Option(metavar="FILE", help="The generated traces.")]
+    = Path("datasets/generated/traces.jsonl"),
+    out: Annotated[Path, typer.Option(metavar="FILE", help="The labelled traces to write.")]
+    = Path("datasets/labelled/traces.jsonl"),
 ) -> None:
-    """Run the label stage: generated traces pass through; imported logs get weak labels; human labels win."""
+    """Label the training data (the pipeline's label stage).
+
+    Generated traces keep their labels; imported logs get weak labels from the rules; a human
+    label, where there is one, wins.
+    """
     from model.data.labelling.stage import LabelConfig, run
 
     try:
         s = run(LabelConfig.from_params(_params(params, "label")), generated, out)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
-    _console.print(f"labelled {s['traces']} traces: {s['generated']} generated, {s['imported']} imported, "
+        raise fail(str(exc)) from None
+    typer.echo(f"labelled {s['traces']} traces: {s['generated']} generated, {s['imported']} imported, "
                    f"{s['human']} human, {s['review']} to review → {out}")
 
 
@@ -181,32 +198,38 @@ def _key(prompt: str, allowed: str) -> str:
 @label_app.command("review")
 def review_cmd(
     path: Annotated[Path | None, typer.Argument(
-        help="labelled traces (JSONL), e.g. datasets/labelled/traces.jsonl (not with --from-store)")] = None,
-    human: Annotated[Path, typer.Option(help="human-label file (appended as you go)")] = Path(
-        "datasets/labels/human.jsonl"),
-    everything: Annotated[bool, typer.Option("--all", help="review every non-human trace, not only uncertain ones")]
-    = False,
-    labeller: Annotated[str, typer.Option(help="your name, stored with each label")] = "human",
+        metavar="FILE", help="Labelled traces (JSON lines), such as datasets/labelled/traces.jsonl "
+                             "(not with --from-store).")] = None,
+    human: Annotated[Path, typer.Option(metavar="FILE", help="The human labels' file (appended to as you go).")]
+    = Path("datasets/labels/human.jsonl"),
+    everything: Annotated[bool, typer.Option(
+        "--all", help="Review every trace without a human label, not only the uncertain ones.")] = False,
+    labeller: Annotated[str, typer.Option(metavar="NAME", help="Your name, stored with each label.")] = "human",
     from_store: Annotated[bool, typer.Option(
-        "--from-store", help="review the service's history instead: most uncertain first, labels as the API writes")]
-    = False,
-    tenant: Annotated[str, typer.Option(help="with --from-store: whose history")] = "local",
+        "--from-store", help="Review the service's stored runs instead, the most uncertain first; the labels are "
+                             "stored as the API stores them.")] = False,
+    tenant: Annotated[str, typer.Option(metavar="TENANT", help="With --from-store: whose runs.")] = "local",
     store_url: Annotated[str | None, typer.Option(
-        "--store", help="with --from-store: the database URL (default: TRIAGE_DATABASE_URL / the data dir's)")] = None,
-    author: Annotated[str | None, typer.Option(help="with --from-store: the labels' author (default cli:<user>)")]
-    = None,
+        "--store", metavar="URL",
+        help="With --from-store: the database URL (default: TRIAGE_DATABASE_URL, else the data folder's).")] = None,
+    author: Annotated[str | None, typer.Option(
+        metavar="NAME", help="With --from-store: the labels' author (default: cli:LOGIN, your login name).")] = None,
     order: Annotated[str | None, typer.Option(
-        help="with --from-store: margin (most uncertain first) or queue (uncertainty, near-duplicates once); "
-             "default: the measured choice, docs/retraining.md")] = None,
+        metavar="ORDER",
+        help="With --from-store: margin (the most uncertain first) or queue (uncertain first, near-duplicates "
+             "once); default: the one measured better (docs/retraining.md).")] = None,
 ) -> None:
-    """Walk uncertain traces one at a time: a key per label, saved as you go, resumable."""
+    """Label uncertain traces by hand, one at a time.
+
+    One key press per label; each label is saved at once, so a review can stop and resume.
+    """
     if from_store:
         if path is not None:
-            raise _fail("give a file or --from-store, not both")
+            raise fail("give a file or --from-store, not both")
         _review_store(tenant, store_url, author, order)
         return
     if path is None:
-        raise _fail("say what to review: a labelled JSONL file, or --from-store (the service's history)")
+        raise fail("say what to review: a labelled JSONL file, or --from-store (the service's history)")
     from model.core.kinds import FailureKind
     from model.data.datagen.generator import read_jsonl
     from model.data.labelling.human import HumanLabel, HumanLabelStore
@@ -217,7 +240,7 @@ def review_cmd(
         store = HumanLabelStore(human)
         done = set(store.load())
     except (TriageError, OSError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     queue = review_queue(traces, done, everything=everything)
     print(f"{len(queue)} trace(s) to review ({len(done)} already labelled in {human})")
     for n, t in enumerate(queue, 1):
@@ -255,7 +278,7 @@ def review_cmd(
 
 
 def _review_store(tenant: str, store_url: str | None, author: str | None, order: str | None = None) -> None:
-    """``label review --from-store``: see :mod:`serve.offline.label_review`."""
+    """``label review --from-store``: see ``serve.offline.label_review``."""
     import getpass
 
     from model.diagnosis.diagnoser import Diagnoser
@@ -269,7 +292,7 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
         settings = settings.model_copy(update={"database_url": store_url})
     who = author if author is not None else f"cli:{getpass.getuser()}"
     if not who.strip():
-        raise _fail("--author: give a name (or leave it out for cli:<user>)")
+        raise fail("--author: give a name (or leave it out for cli:<user>)")
     try:
         check_tenant_name(tenant)
         scorer = load_runscorer(settings)
@@ -277,7 +300,7 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
         # point, and the service's add_label (the API's code path)
         service = build_service(settings, Diagnoser(runscorer=scorer))
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     try:
         fixed = scorer.threshold if scorer is not None else None
 
@@ -293,7 +316,7 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
               f"({done} already labelled by {who})")
         run_review(service, tenant, queue, author=who, keys=TerminalKeys(), out=sys.stdout)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     finally:
         service.store.dispose()
 

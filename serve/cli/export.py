@@ -28,36 +28,34 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from model.core.errors import TriageError
 from model.core.schema import Trace
+from serve.cli.output import fail
 from serve.services.run_labels import labels_for
 from serve.settings import get_settings
-
-_console = Console(stderr=True)
-
-
-def _fail(message: str) -> typer.Exit:
-    _console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
 
 
 def export(
     from_store: Annotated[
-        bool, typer.Option("--from-store", help="Export the service's failure history.")
+        bool, typer.Option("--from-store", help="Export the service's stored runs (the only source so far).")
     ] = False,
-    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file to write.")] = Path(
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help="The JSON-lines file to write.")] = Path(
         "datasets/store/history.jsonl"
     ),
-    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's history.")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", metavar="TENANT", help="Only this tenant's runs.")] = None,
     include_unconfirmed: Annotated[
-        bool, typer.Option("--include-unconfirmed", help="Also traces with no outcome or human label (weak).")
+        bool, typer.Option("--include-unconfirmed",
+                           help="Also the runs with no label and no repair outcome, labelled by their diagnosis (weak).")
     ] = False,
 ) -> None:
-    """Write the labelled failure history (store → datasets/) for `triage train`."""
+    """Export the service's labelled runs as training data.
+
+    One trace per line, labelled from what the service knows of it: its labels first, then the
+    outcomes of its repairs. Stored text stays redacted.
+    """
     if not from_store:
-        raise _fail("say where from: --from-store (the service's history) is the only source so far")
+        raise fail("say where from: --from-store (the service's history) is the only source so far")
     from serve.store import open_store  # imported on use: SQLAlchemy/Alembic are slow to import
 
     settings = get_settings()
@@ -90,7 +88,7 @@ def export(
                 written += 1
                 by_source[labels.source.value] = by_source.get(labels.source.value, 0) + 1
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     summary = ", ".join(f"{n} {s}" for s, n in sorted(by_source.items())) or "none"
     typer.echo(f"wrote {written} traces to {out} (labels: {summary}); skipped {skipped} without labels")
 

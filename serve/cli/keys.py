@@ -6,15 +6,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from model.core.errors import TriageError
+from serve.cli.output import console, fail
 from serve.settings import get_settings
 
-keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.", no_args_is_help=True)
-_console = Console()
-_err = Console(stderr=True)
+keys_app = typer.Typer(help="API keys: create one (shown once), list them, revoke one.", no_args_is_help=True)
 
 
 def open_store(settings: Any) -> Any:
@@ -24,73 +23,81 @@ def open_store(settings: Any) -> Any:
     return _open(settings)
 
 
-def _fail(message: str) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
-
-
 @keys_app.command("create")
 def create(
-    tenant: Annotated[str, typer.Option("--tenant", help="Tenant the key belongs to (created when new).")],
-    label: Annotated[str, typer.Option("--label", help="A note to recognise the key by.")] = "",
+    tenant: Annotated[str, typer.Option(
+        "--tenant", metavar="TENANT", help="The tenant the key belongs to (created when new).")],
+    label: Annotated[str, typer.Option("--label", metavar="TEXT", help="A note to recognise the key by.")] = "",
     operator: Annotated[bool, typer.Option(
-        "--operator", help="An operator key: may act on any tenant (header X-Triage-Tenant) and promote / "
+        "--operator", help="An operator key: may act on any tenant (header X-Triage-Tenant) and promote or "
                            "roll back models over the API.")] = False,
 ) -> None:
-    """Create a key and print it ONCE; only its hash is stored."""
+    """Create an API key and print it, once: only its hash is stored."""
     try:
         store = open_store(get_settings())
         from serve.auth import create_key
 
         key, key_id = create_key(store, tenant, label, operator=operator)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     typer.echo(key)
     what = "operator key" if operator else "key"
-    _err.print(
-        f"{what} id {key_id} for tenant {tenant!r}; store it now, it cannot be shown again", highlight=False
+    console(stderr=True).print(
+        f"{what} id {key_id} for tenant {tenant!r}; store it now, it cannot be shown again", highlight=False,
+        markup=False,
     )
 
 
 @keys_app.command("list")
 def list_keys(
-    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", metavar="TENANT", help="Only this tenant's keys.")]
+    = None,
 ) -> None:
-    """List keys (id, tenant, operator, label, created, revoked); never the keys themselves."""
+    """List the API keys (never a key itself).
+
+    Each key's id, tenant, whether it is an operator key, label, when it was created and revoked.
+    """
     try:
         rows = open_store(get_settings()).list_api_keys(tenant)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     table = Table()
     for col in ("id", "tenant", "operator", "label", "created", "revoked"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a narrow terminal folds an id; it is never cut short
     for r in rows:
-        table.add_row(
+        table.add_row(*(Text(v) for v in (  # Text: a label is never read as rich markup
             r.id,
             r.tenant_id,
             "yes" if r.operator else "",
             r.label,
             r.created_at.isoformat(timespec="seconds"),
             r.revoked_at.isoformat(timespec="seconds") if r.revoked_at else "",
-        )
-    _console.print(table)
+        )))
+    console().print(table)
 
 
 @keys_app.command("revoke")
-def revoke(key_id: Annotated[str, typer.Argument(help="The key's id (from `triage keys list`).")]) -> None:
-    """Revoke a key: calls with it get 401 (within TRIAGE_AUTH_CACHE_S on running workers)."""
+def revoke(key_id: Annotated[str, typer.Argument(
+        metavar="KEY_ID", help="The key's id (from 'triage keys list').")]) -> None:
+    """Revoke an API key: calls with it are refused (401).
+
+    A running service may accept it for up to TRIAGE_AUTH_CACHE_S seconds more.
+    """
     try:
         ok = open_store(get_settings()).revoke_api_key(key_id)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if not ok:
-        raise _fail(f"no active key with id {key_id!r}")
+        raise fail(f"no active key with id {key_id!r}")
     typer.echo(f"revoked {key_id}")
 
 
 @keys_app.command("local")
 def local() -> None:
-    """Create the local key on first use (git-ignored file) and print it with the database location."""
+    """Print the local API key and the database it opens.
+
+    The key is made on first use and kept in a git-ignored file; 'make run' prints it the same way.
+    """
     settings = get_settings()
     try:
         store = open_store(settings)
@@ -98,7 +105,7 @@ def local() -> None:
 
         key, created = ensure_local_key(store, settings.resolved_key_file)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     url = store.engine.url.render_as_string(hide_password=True)
     typer.echo(f"database: {url}")
     typer.echo(f"API key ({'new' if created else 'kept'} in {settings.resolved_key_file}): {key}")

@@ -10,6 +10,13 @@ parts of the project can add commands without editing one shared file:
 - ``serve/cli/retrain.py``: ``retrain``, ``model list|promote|rollback``
 - ``serve/cli/keys.py``: ``keys …``
 - ``serve/cli/patterns.py``: ``patterns``
+- ``serve/cli/export.py``: ``datasets export``
+- ``serve/cli/agents.py``: ``agents …``
+- ``serve/cli/output.py``: where they print (whole lines when piped) and how they fail
+
+The help is plain text (``rich_markup_mode=None``, which every group inherits): click's layout,
+without the type column in which rich printed ``--help <bool>``; the help strings are plain words,
+which ``tests/test_cli_help.py`` checks for reStructuredText markup.
 """
 
 from __future__ import annotations
@@ -20,8 +27,11 @@ import typer
 
 app = typer.Typer(
     name="triage",
-    help="agent-triage: diagnose LLM-agent traces and recommend repairs.",
+    help="agent-triage: diagnose LLM-agent traces and recommend repairs.\n\n"
+    "Run 'triage COMMAND --help' for a command's options. The service is 'triage serve' "
+    "(what 'make run' starts).",
     no_args_is_help=True,
+    rich_markup_mode=None,
     add_completion=False,
     pretty_exceptions_enable=False,
 )

@@ -11,20 +11,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from model.core.errors import TriageError
+from serve.cli.output import console, fail
 
-model_app = typer.Typer(help="The agent-model registry: list, promote, rollback.", no_args_is_help=True)
-_err = Console(stderr=True)
+model_app = typer.Typer(help="The agent models: list the versions, promote one, roll back.", no_args_is_help=True)
 
-Tenant = Annotated[str, typer.Option("--tenant", help="The tenant (`local`: make run's key and TRIAGE_AUTH=off).")]
-Agent = Annotated[str, typer.Option("--agent", help="The agent (its name; `_pooled`: the tenant's pooled model).")]
-
-
-def _fail(message: str) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code=2)
+Tenant = Annotated[str, typer.Option(
+    "--tenant", metavar="TENANT",
+    help="The tenant ('local' is the tenant of the key that 'make run' prints, and of every call when "
+         "TRIAGE_AUTH=off).")]
+Agent = Annotated[str, typer.Option(
+    "--agent", metavar="AGENT", help="The agent's key ('_pooled': the tenant's pooled model).")]
 
 
 def _open() -> tuple[Any, Any, Any]:
@@ -38,7 +36,11 @@ def _open() -> tuple[Any, Any, Any]:
 
 @model_app.command("list")
 def list_cmd(tenant: Tenant = "local") -> None:
-    """Every agent's registered versions (the active one marked), their gate figures, and the activations."""
+    """List each agent's model versions and the promotions.
+
+    The version served is marked *. CV AUROC, TF-IDF, length and zero-shot are the gate's grouped
+    cross-validated AUROCs of the agent model and of the cheap learners it is compared with.
+    """
     from model.scoring.agent_registry import ZERO_SHOT
 
     try:
@@ -47,7 +49,7 @@ def list_cmd(tenant: Tenant = "local") -> None:
         active = store.active_models(tenant)
         history = store.model_history(tenant)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     typer.echo(f"tenant {tenant}: agent models under {registry.root} (* = active)")
     for agent in agents:
         on = active.get(agent, ZERO_SHOT)
@@ -73,25 +75,34 @@ def list_cmd(tenant: Tenant = "local") -> None:
 
 
 @model_app.command("promote")
-def promote_cmd(version: Annotated[str, typer.Argument(help="A version `triage model list` shows.")],
+def promote_cmd(version: Annotated[str, typer.Argument(
+                    metavar="VERSION", help="A version that 'triage model list' shows.")],
                 agent: Agent, tenant: Tenant = "local",
-                actor: Annotated[str, typer.Option("--actor", help="Who promotes (recorded).")] = "cli") -> None:
-    """Serve VERSION for the agent from now on (it is loaded and smoke-checked first)."""
+                actor: Annotated[str, typer.Option("--actor", metavar="NAME", help="Who promotes (recorded).")]
+                = "cli") -> None:
+    """Serve VERSION for the agent from now on.
+
+    The version is loaded and checked first.
+    """
     from serve.services.retrain import promote_version
 
     try:
         _, store, registry = _open()
         promote_version(store, registry, tenant, agent, version, actor=actor)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     typer.echo(f"tenant {tenant} agent {agent}: {version} is active")
 
 
 @model_app.command("rollback")
 def rollback_cmd(agent: Agent, tenant: Tenant = "local",
-                 actor: Annotated[str, typer.Option("--actor", help="Who rolls back (recorded).")] = "cli") -> None:
-    """Serve the version that was active before the current one (promotions stack; rollbacks pop;
-    past the first one: zero-shot)."""
+                 actor: Annotated[str, typer.Option("--actor", metavar="NAME", help="Who rolls back (recorded).")]
+                 = "cli") -> None:
+    """Serve the version the agent had before the current one.
+
+    Each rollback goes one promotion further back; before the first, the agent is scored zero-shot
+    (the shipped model, no model of its own).
+    """
     from model.scoring.agent_registry import ZERO_SHOT
     from serve.services.retrain import rollback_version
 
@@ -99,7 +110,7 @@ def rollback_cmd(agent: Agent, tenant: Tenant = "local",
         _, store, registry = _open()
         target = rollback_version(store, registry, tenant, agent, actor=actor)
     except TriageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     typer.echo(f"tenant {tenant} agent {agent}: rolled back to {target or ZERO_SHOT}")
 
 
@@ -139,21 +150,30 @@ def register(app: typer.Typer) -> None:
     def retrain_cmd(
         tenant: Tenant = "local",
         agent: Annotated[list[str] | None, typer.Option(
-            "--agent", help="Retrain this agent only (repeatable; `_pooled`: the pooled model).")] = None,
-        no_promote: Annotated[bool, typer.Option("--no-promote", help="Register the challengers only.")] = False,
-        params: Annotated[Path, typer.Option("--params", help="params.yaml (section learning_curve).")]
+            "--agent", metavar="AGENT", help="Retrain this agent only (repeatable; '_pooled': the pooled model).")]
+        = None,
+        no_promote: Annotated[bool, typer.Option(
+            "--no-promote", help="Register the new models but keep serving the current ones.")] = False,
+        params: Annotated[Path, typer.Option(
+            "--params", metavar="FILE", help="The parameters file (its section learning_curve).")]
         = Path("params.yaml"),
-        seed: Annotated[int, typer.Option("--seed", help="Seed of the folds and the bootstrap.")] = 0,
+        seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the folds and the bootstrap.")] = 0,
         as_json: Annotated[bool, typer.Option("--json", help="Print the retrain record as JSON (what the "
                                                               "registry keeps and the console's Models page shows).")]
         = False,
     ) -> None:
-        """Fit a model per agent with enough labelled runs (and a pooled one for the rest); serve the best
-        learner of the gate's grouped cross-validation (agent model, TF-IDF or length fit) when it beats
-        the champion. An agent that cannot be learned is refused with a code (too_few_runs, one_class,
-        too_few_task_groups; corrupt_run for a stored run that does not read back).
-        Exit 0: every agent fitted, or refused for lack of data; 1: a gate kept a champion; 2: an input or
-        store error (a corrupt stored run among them)."""
+        """Train each agent's model from its labelled runs.
+
+        An agent with enough labelled runs gets a model of its own; the others share the tenant's
+        pooled model ('_pooled'). A gate compares, by cross-validation grouped by task, the agent
+        model and two cheap learners (TF-IDF, and a fit on the run's length) with the model served
+        now; the best one is served when it beats it. An agent that cannot be learned is refused with
+        a reason: too_few_runs, one_class (all its runs have the same label), too_few_task_groups, or
+        corrupt_run (a stored run that does not read back).
+
+        Exit code: 0 when every agent was fitted, or refused for lack of data; 1 when a gate kept the
+        model served now; 2 on an input or store error (a corrupt stored run among them).
+        """
         import json
 
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -163,7 +183,8 @@ def register(app: typer.Typer) -> None:
         try:
             settings, store, _ = _open()
             with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=_err, transient=True, disable=as_json) as bar:
+                          TimeElapsedColumn(), console=console(stderr=True), transient=True,
+                          disable=as_json) as bar:
                 tasks: dict[str, Any] = {}
 
                 def tick(stage: str, done: int, total: int) -> None:
@@ -174,9 +195,9 @@ def register(app: typer.Typer) -> None:
                 res = retrain(store, settings, tenant, promote=not no_promote, params=params, seed=seed,
                               progress=tick, only=agent or None)
         except TriageError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         except OSError as exc:  # the registry or the zero-shot cache could not be written
-            raise _fail(f"could not write the model registry or its cache: {exc}") from None
+            raise fail(f"could not write the model registry or its cache: {exc}") from None
         if as_json:
             typer.echo(json.dumps(res.to_dict(), indent=1, sort_keys=True, default=str))
         else:
@@ -184,7 +205,7 @@ def register(app: typer.Typer) -> None:
         corrupt = [r for r in res.refusals if r.code == "corrupt_run"]
         if corrupt:
             ids = ", ".join(str(r.trace_id) for r in corrupt[:5]) + (" …" if len(corrupt) > 5 else "")
-            raise _fail(f"{len(corrupt)} stored labelled run(s) do not read back as traces (corrupt_run: {ids}); "
+            raise fail(f"{len(corrupt)} stored labelled run(s) do not read back as traces (corrupt_run: {ids}); "
                         "the others were used")
         raise typer.Exit(code=res.exit_code)
 

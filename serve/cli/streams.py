@@ -15,11 +15,7 @@ import typer
 from model.core.errors import InputError
 from model.streams import Cusum, detect_changepoints, episodes, read_csv_column
 from model.streams.changepoints import DEFAULT_MAX_POINTS, DEFAULT_PENALTY_C, METHODS
-
-
-def _fail(exc: InputError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(code=2)
+from serve.cli.output import fail
 
 
 def _emit(payload: dict[str, Any]) -> None:
@@ -27,21 +23,33 @@ def _emit(payload: dict[str, Any]) -> None:
 
 
 def cusum(
-    file: Annotated[Path, typer.Argument(help="CSV file with a header line.")],
-    column: Annotated[str, typer.Option("--column", "-c", help="Column to monitor.")],
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="A CSV file with a header line.")],
+    column: Annotated[str, typer.Option("--column", "-c", metavar="NAME", help="The column to watch.")],
     warmup: Annotated[
         int | None,
-        typer.Option(help="Rows that seed the learnt baseline when --mean/--std are not given (default 100)."),
+        typer.Option(metavar="N", help="Learn the usual mean and spread from the first N rows, when --mean "
+                                       "and --std are not given (default 100)."),
     ] = None,
-    mean: Annotated[float | None, typer.Option(help="In-control mean (skips estimating it).")] = None,
-    std: Annotated[float | None, typer.Option(help="In-control standard deviation.")] = None,
-    shift: Annotated[float, typer.Option(help="Smallest shift worth catching, in sigma units.")] = 1.0,
-    arl0: Annotated[float, typer.Option(help="Target in-control average run length (sets h).")] = 500.0,
-    direction: Annotated[str, typer.Option(help="both, up or down.")] = "both",
+    mean: Annotated[float | None, typer.Option(metavar="MEAN", help="The usual mean (instead of learning it).")]
+    = None,
+    std: Annotated[float | None, typer.Option(
+        metavar="STD", help="The usual standard deviation (instead of learning it).")] = None,
+    shift: Annotated[float, typer.Option(
+        metavar="SIGMAS", help="The smallest shift worth an alarm, in standard deviations.")] = 1.0,
+    arl0: Annotated[float, typer.Option(
+        metavar="ROWS", help="Rows between false alarms, on average, while nothing changes (sets the alarm "
+                             "threshold).")] = 500.0,
+    direction: Annotated[str, typer.Option(metavar="DIRECTION", help="both, up or down.")] = "both",
 ) -> None:
-    """Two-sided self-starting CUSUM over a column, one alarm per change: prints {"alarms": [{"index",
-    "direction", "start", "statistic", "mean", "std", "bound", "closed"}]} ("closed": the row at which
-    the chart came back to 0 and the alarm's episode closed, null while it is open)."""
+    """Watch a CSV column for a shift in its mean (CUSUM).
+
+    Prints one JSON object, {"alarms": [...]}: one alarm per change, with its row (index, counted
+    from 0 over the data rows), its direction, the row where the change started (start), the
+    chart's statistic and bound at the alarm, the mean and std it was measured against, and the row
+    at which the chart came back to 0 (closed; null while the change lasts). Up and down shifts
+    are both watched unless --direction says otherwise.
+    """
+    # a two-sided, self-starting CUSUM: model.streams.cusum
     try:
         if warmup is not None and mean is not None and std is not None:
             raise InputError("give --warmup, or --mean and --std, not all three")
@@ -52,7 +60,7 @@ def cusum(
         values = read_csv_column(file, column)
         alarms = [{**a.model_dump(), "closed": closed} for a, closed in episodes(values, **params)]
     except InputError as exc:
-        raise _fail(exc) from None
+        raise fail(str(exc)) from None
     if not det.monitoring and len(values) < det.warmup:
         typer.echo(
             f"note: only {len(values)} rows; the {det.warmup}-row warm-up did not finish, nothing was monitored",
@@ -62,19 +70,28 @@ def cusum(
 
 
 def changepoints(
-    file: Annotated[Path, typer.Argument(help="CSV file with a header line.")],
-    column: Annotated[str, typer.Option("--column", "-c", help="Column to segment.")],
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="A CSV file with a header line.")],
+    column: Annotated[str, typer.Option("--column", "-c", metavar="NAME", help="The column to segment.")],
     method: Annotated[
-        str | None, typer.Option(help="pelt, binseg or window (default binseg; pelt with --exact).")
+        str | None, typer.Option(metavar="METHOD",
+                                 help="pelt, binseg or window (default: binseg; pelt with --exact).")
     ] = None,
-    exact: Annotated[bool, typer.Option(help="Exact Pelt (jump=1): slow, for offline dating.")] = False,
-    min_size: Annotated[int, typer.Option(help="Shortest segment.")] = 5,
-    penalty_c: Annotated[float, typer.Option(help="c in the penalty c * sigma^2 * log n.")] = DEFAULT_PENALTY_C,
+    exact: Annotated[bool, typer.Option(
+        help="The exact optimum (Pelt, every row a candidate): slow, about 12 s at 2,000 rows.")] = False,
+    min_size: Annotated[int, typer.Option(metavar="ROWS", help="The shortest segment.")] = 5,
+    penalty_c: Annotated[float, typer.Option(
+        metavar="C", help="Each change point costs C × noise variance × log(rows): a larger C finds fewer.")]
+    = DEFAULT_PENALTY_C,
     window: Annotated[
-        int, typer.Option(help="Search only the last N rows (0: all); indices still count from row 0.")
+        int, typer.Option(metavar="N", help="Search only the last N rows (0: all); rows still count from 0.")
     ] = DEFAULT_MAX_POINTS,
 ) -> None:
-    """Offline change points (ruptures, l2): prints {"changepoints": [...], "segments": [{"start", "end", "mean"}]}."""
+    """Find where a CSV column's mean changed, after the fact.
+
+    Prints one JSON object: {"changepoints": [ROW, ...], "segments": [{"start", "end", "mean"}, ...]},
+    rows counted from 0 over the data rows (the header is not a row).
+    """
+    # offline change points with ruptures (least-squares cost): model.streams.changepoints
     try:
         if method is not None and method not in METHODS:
             raise InputError(f"--method must be one of {', '.join(METHODS)}; got {method!r}")
@@ -90,7 +107,7 @@ def changepoints(
             max_points=window or None,
         )
     except InputError as exc:
-        raise _fail(exc) from None
+        raise fail(str(exc)) from None
     _emit(
         {
             "changepoints": result.changepoints,

@@ -1,5 +1,5 @@
 """``triage`` model commands: ``baseline``, ``train``, ``distill``, ``export``, ``evaluate``
-(``--real``: the real-run evaluation). The training commands need the ``train`` extra (torch, transformers,
+(``--real``: the real-run evaluation; ``--learning-curve``: the agent model's). The training commands need the ``train`` extra (torch, transformers,
 scikit-learn); they import it only when run. Each one is the same code the DVC stage runs.
 """
 
@@ -11,15 +11,15 @@ from typing import Annotated
 import typer
 
 from model.core.errors import TriageError
+from serve.cli.output import fail
 
-Params = Annotated[Path, typer.Option("--params", help="params.yaml holding the stage's section.")]
-Splits = Annotated[Path, typer.Option("--splits", help="Folder with train/val/test/heldout_families.jsonl.")]
-Build = Annotated[Path, typer.Option("--build", help="Working folder of the trained candidates.")]
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
+Params = Annotated[Path, typer.Option("--params", metavar="FILE", help="The parameters file (its section for this step).")]
+Splits = Annotated[Path, typer.Option(
+    "--splits", metavar="DIR", help="The folder with train, val, test and heldout_families .jsonl files.")]
+Build = Annotated[Path, typer.Option("--build", metavar="DIR", help="The working folder of the trained models.")]
+Reports = Annotated[Path, typer.Option("--reports", metavar="DIR", help="Where the reports go.")]
+Artifacts = Annotated[Path, typer.Option(
+    "--artifacts", metavar="DIR", help="The shipped models' folder (the service loads them from there).")]
 
 
 def _need_training_extra() -> None:
@@ -27,7 +27,7 @@ def _need_training_extra() -> None:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
-        raise _fail(f"this command needs the training extra (pip install -e '.[train]'): {exc}") from exc
+        raise fail(f"this command needs the training extra (pip install -e '.[train]'): {exc}") from exc
 
 
 def _learning_curve(params: Path, root: Path | None, reports: Path, limit: int | None) -> None:
@@ -35,7 +35,7 @@ def _learning_curve(params: Path, root: Path | None, reports: Path, limit: int |
         import matplotlib  # noqa: F401
         import sklearn  # noqa: F401  (the cheap learners it is judged against)
     except ImportError as exc:
-        raise _fail(f"triage evaluate --learning-curve needs the train extra (pip install -e '.[train]'): {exc}") from exc
+        raise fail(f"triage evaluate --learning-curve needs the train extra (pip install -e '.[train]'): {exc}") from exc
     from model.training.agentmodel import learning
 
     try:
@@ -45,7 +45,7 @@ def _learning_curve(params: Path, root: Path | None, reports: Path, limit: int |
         report = learning.run(cfg, root, progress=typer.echo)
         paths = learning.write(report, reports)
     except (TriageError, OSError) as exc:
-        raise _fail(str(exc)) from exc
+        raise fail(str(exc)) from exc
     dw = report["done_when"]
     if "mean_diff_vs_better" in dw:
         m = dw["mean_diff_vs_better"]
@@ -66,7 +66,7 @@ def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | 
     try:
         import matplotlib  # noqa: F401  (the report's figures; checked before the long part)
     except ImportError as exc:
-        raise _fail(f"triage evaluate --real needs the train extra (pip install -e '.[train]'): {exc}") from exc
+        raise fail(f"triage evaluate --real needs the train extra (pip install -e '.[train]'): {exc}") from exc
     try:
         config = RunScoreConfig.from_params(params)
         section = (yaml.safe_load(params.read_text(encoding="utf-8")) or {}).get("evaluate_real", {}) or {}
@@ -81,7 +81,7 @@ def _evaluate_real(params: Path, root: Path | None, reports: Path, limit: int | 
                                    semantic=semantic, seed=int(section.get("seed", 0)), card=card,
                                    in_domain_folds=int(section.get("in_domain_folds", 5)))
     except (TriageError, OSError) as exc:
-        raise _fail(str(exc)) from exc
+        raise fail(str(exc)) from exc
     for s, e in report["sets"].items():
         parts = [f"{s:<18}"]
         if "auroc" in e:
@@ -104,21 +104,30 @@ def register(app: typer.Typer) -> None:
 
     @app.command("baseline")
     def baseline_cmd(params: Params = Path("params.yaml"), splits: Splits = Path("datasets/splits"),
-                     out: Path = Path("build/classifier/baseline")) -> None:
-        """Train the TF-IDF + logistic-regression baseline."""
+                     out: Annotated[Path, typer.Option(metavar="DIR", help="Where the model goes.")]
+                     = Path("build/classifier/baseline")) -> None:
+        """Train the baseline step classifier.
+
+        TF-IDF features and a logistic regression: what the fine-tuned classifier must beat.
+        """
         from model.training.classifier import baseline
         from model.training.classifier.config import BaselineConfig
 
         try:
             info = baseline.run(BaselineConfig.from_params(params), splits, out)
         except TriageError as exc:
-            raise _fail(str(exc)) from exc
+            raise fail(str(exc)) from exc
         typer.echo(f"baseline: val step macro-F1 {info['val_step_macro_f1']:.4f} -> {out}")
 
     @app.command("train")
     def train_cmd(params: Params = Path("params.yaml"), splits: Splits = Path("datasets/splits"),
-                  out: Path = Path("build/classifier/minilm")) -> None:
-        """Fine-tune all-MiniLM-L6-v2 (resumes from OUT/checkpoint.pt)."""
+                  out: Annotated[Path, typer.Option(
+                      metavar="DIR", help="Where the model goes; a checkpoint there is resumed.")]
+                  = Path("build/classifier/minilm")) -> None:
+        """Fine-tune the step classifier (all-MiniLM-L6-v2).
+
+        Needs the train extra. Resumes from DIR/checkpoint.pt when there is one.
+        """
         _need_training_extra()
         from model.training.classifier import train
         from model.training.classifier.config import TrainConfig
@@ -126,14 +135,21 @@ def register(app: typer.Typer) -> None:
         try:
             info = train.run(TrainConfig.from_params(params), splits, out)
         except TriageError as exc:
-            raise _fail(str(exc)) from exc
+            raise fail(str(exc)) from exc
         typer.echo(f"minilm: val step macro-F1 {info['val_step_macro_f1']:.4f} -> {out}/best")
 
     @app.command("distill")
     def distill_cmd(params: Params = Path("params.yaml"), splits: Splits = Path("datasets/splits"),
-                    teacher: str = "build/classifier/minilm/best",
-                    out: Path = Path("build/classifier/student")) -> None:
-        """Train the small student on the teacher's soft labels ("none": ground truth only)."""
+                    teacher: Annotated[str, typer.Option(
+                        metavar="DIR", help="The fine-tuned model to learn from; 'none': the labels only.")]
+                    = "build/classifier/minilm/best",
+                    out: Annotated[Path, typer.Option(metavar="DIR", help="Where the model goes.")]
+                    = Path("build/classifier/student")) -> None:
+        """Train the small step classifier from the fine-tuned one.
+
+        The small model learns the large one's predicted probabilities (distillation), or only the
+        labels with --teacher none. Needs the train extra.
+        """
         _need_training_extra()
         from model.training.classifier import distill
         from model.training.classifier.config import DistillConfig
@@ -142,14 +158,18 @@ def register(app: typer.Typer) -> None:
             info = distill.run(DistillConfig.from_params(params), splits,
                                None if teacher == "none" else Path(teacher), out)
         except TriageError as exc:
-            raise _fail(str(exc)) from exc
+            raise fail(str(exc)) from exc
         typer.echo(f"student: val step macro-F1 {info['val_step_macro_f1']:.4f} -> {out}/best")
 
     @app.command("export")
     def export_cmd(params: Params = Path("params.yaml"), build: Build = Path("build/classifier"),
                    splits: Splits = Path("datasets/splits"),
-                   artifacts: Path = Path("model/artifacts")) -> None:
-        """Export every candidate to ONNX (fp32, fused, int8) and ship the best within the latency target."""
+                   artifacts: Artifacts = Path("model/artifacts")) -> None:
+        """Export the trained step classifiers to ONNX and ship the best.
+
+        Each model is exported three ways (fp32, fused, int8); the best one within the latency target
+        is copied to the shipped models' folder. Needs the train extra.
+        """
         _need_training_extra()
         from model.training.classifier import export
 
@@ -157,29 +177,37 @@ def register(app: typer.Typer) -> None:
             export.main(["--params", str(params), "--build", str(build), "--splits", str(splits),
                          "--artifacts", str(artifacts)])
         except (TriageError, FileNotFoundError) as exc:
-            raise _fail(str(exc)) from exc
+            raise fail(str(exc)) from exc
 
     @app.command("evaluate")
     def evaluate_cmd(params: Params = Path("params.yaml"), splits: Splits = Path("datasets/splits"),
-                     build: Build = Path("build/classifier"), reports: Path = Path("reports"),
-                     artifacts: Path = Path("model/artifacts"),
+                     build: Build = Path("build/classifier"), reports: Reports = Path("reports"),
+                     artifacts: Artifacts = Path("model/artifacts"),
                      real: Annotated[bool, typer.Option(
-                         "--real", help="The real-run evaluation (leave-one-source-out) instead: "
-                                        "reports/real.json, reports/real.md and figures.")] = False,
+                         "--real", help="Evaluate the run scorer on the real runs instead (each set held out "
+                                        "in turn): reports/real.json, reports/real.md and figures.")] = False,
                      root: Annotated[Path | None, typer.Option(
-                         "--root", help="With --real / --learning-curve: the vendored real sets (default datasets/real).")] = None,
+                         "--root", metavar="DIR",
+                         help="With --real or --learning-curve: the real sets (default: datasets/real).")] = None,
                      limit: Annotated[int | None, typer.Option(
-                         "--limit", min=2, help="With --real: only the first N tasks of each set; with --learning-curve: "
-                                                "about N runs a set (a quick look).")] = None,
+                         "--limit", min=2, metavar="N",
+                         help="A quick look: with --real, the first N tasks of each set; with --learning-curve, "
+                              "about N runs a set.")] = None,
                      semantic: Annotated[Path, typer.Option(
-                         "--semantic", help="With --real: the frozen semantic cases to report too.")]
+                         "--semantic", metavar="FILE",
+                         help="With --real: the hand-written semantic cases (never trained on) to report too.")]
                      = Path("datasets/semantic/cases.jsonl"),
                      learning_curve: Annotated[bool, typer.Option(
-                         "--learning-curve", help="The agent model's learning curve instead (params.yaml → "
-                                                  "learning_curve): reports/learning.json, reports/learning.md, "
-                                                  "reports/learning-figures/learning_curve.png.")] = False) -> None:
-        """Write reports/metrics.json, reports/eval.md (+ PNGs) and the model card; with --real, the
-        real-run evaluation that picks the model (reports/real.json, reports/real.md)."""
+                         "--learning-curve", help="The agent model's learning curve instead (section "
+                                                  "learning_curve of the parameters): reports/learning.json, "
+                                                  "reports/learning.md and a figure.")] = False) -> None:
+        """Evaluate the step classifier and write its reports.
+
+        Writes reports/metrics.json, reports/eval.md with its figures, and the model card. With --real:
+        the evaluation on real runs that picks the shipped run scorer (reports/real.json,
+        reports/real.md). With --learning-curve: how the agent model improves with labelled runs.
+        Needs the train extra (matplotlib for the figures).
+        """
         if learning_curve:
             _learning_curve(params, root, reports, limit)
             return
@@ -193,7 +221,7 @@ def register(app: typer.Typer) -> None:
         try:
             m = evaluate.run(EvaluateConfig.from_params(params), splits, build, reports, artifacts)
         except (TriageError, FileNotFoundError) as exc:
-            raise _fail(str(exc)) from exc
+            raise fail(str(exc)) from exc
         typer.echo(f"{m['evaluated']}: test macro-F1 {m['test']['macro_f1']:.4f}, held-out families "
                    f"{m['heldout_families']['macro_f1']:.4f}, localisation exact "
                    f"{m['step_localisation']['exact']:.3f} -> {reports}/metrics.json")
