@@ -497,3 +497,14 @@ def test_console_in_a_browser(server: LiveServer, seeded: dict[str, Any], browse
     _wait(d, ec.url_contains("/ui/signin"))
     r = httpx.get(f"{base}/ui/overview?format=json", cookies=jar, timeout=30)
     assert r.status_code == 401
+
+
+def test_without_chromium_the_test_skips_naming_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("selenium")
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", Path("/nonexistent/chromium"))
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"`sudo make browser \(apt-get install chromium chromium-driver\)`"):
+        _need_browser()
+    monkeypatch.setenv("CI", "true")  # CI must run it: there, a missing browser fails
+    with pytest.raises(pytest.fail.Exception, match=r"sudo make browser"):
+        _need_browser()
