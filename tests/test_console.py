@@ -139,6 +139,56 @@ def test_overview_finds_a_runs_repairs_by_its_trace_not_by_scanning_the_tenant(t
         store.dispose()
 
 
+def test_overview_chart_counts_each_failed_run_once_over_the_windows_days(tmp_path: Path) -> None:
+    """The spectrum's bars add up to the failed runs of the window, though a run has several failure
+    kinds (each run counted under its primary kind); its days span the window whatever days have runs."""
+    from model.core.schema import Trace
+    from model.diagnosis.diagnoser import Diagnoser
+    from serve.schemas import DiagnoseOptions
+    from serve.settings import Settings
+    from serve.ui import data as ui_data
+    from serve.wiring import build_service, load_runscorer
+
+    settings = Settings(data_dir=tmp_path)
+    service = build_service(settings, Diagnoser(runscorer=load_runscorer(settings)))
+    ignored = [{"kind": "user_input", "content": "Will it rain in Oslo tomorrow?"},
+               {"kind": "tool_call", "tool_name": "get_forecast", "call_id": "a1", "tool_args": {"city": "Oslo"}},
+               {"kind": "tool_result", "tool_name": "get_forecast", "call_id": "a1", "status": "error",
+                "content": "HTTP 503 Service Unavailable"},
+               {"kind": "final_output", "content": "Tomorrow will be sunny in Oslo."}]
+    healthy = [{"kind": "user_input", "content": "What is 2 + 2?"}, {"kind": "final_output", "content": "4"}]
+    try:
+        for i, steps in enumerate([ignored, ignored, healthy]):
+            service.diagnose("t", Trace.model_validate({"id": f"r{i}", "steps": steps}), DiagnoseOptions())
+        now = datetime.now(UTC)
+        got = ui_data.overview(service.store, "t", since=now - timedelta(days=7), until=now, agent=None)
+        assert got["totals"]["failed"] == 2
+        assert sum(sum(v) for v in got["spectrum"]["kinds"].values()) == 2
+        days = got["spectrum"]["days"]
+        assert days[0] == (now - timedelta(days=7)).date().isoformat() and days[-1] == now.date().isoformat()
+        assert len(days) == 8 and all(v[-1] == sum(v) for v in got["spectrum"]["kinds"].values())
+        # what the old chart counted: a run once per failure kind, more than the failed runs
+        kinds = {(f["kind"]) for f in service.get_trace("t", "r0").diagnosis["failures"]}
+        assert len(kinds) >= 2, kinds
+    finally:
+        service.store.dispose()
+
+
+def test_a_tool_calls_arguments_are_shown_once() -> None:
+    from model.core.schema import Step
+    from serve.routers.ui_runs import _content_is_args
+
+    def call(content: str, **kw: Any) -> Step:
+        return Step.model_validate({"kind": "tool_call", "tool_name": "t", "content": content, **kw})
+
+    assert _content_is_args(call('{"city": "Oslo"}', tool_args={"city": "Oslo"}))  # an importer's copy
+    assert _content_is_args(call('{ "city":"Oslo" }', tool_args={"city": "Oslo"}))  # the same JSON
+    assert _content_is_args(call("city=Oslo", tool_args_raw="city=Oslo"))  # raw, not JSON
+    assert not _content_is_args(call("Looking up Oslo", tool_args={"city": "Oslo"}))  # words of its own
+    assert not _content_is_args(call('{"city": "Bergen"}', tool_args={"city": "Oslo"}))
+    assert not _content_is_args(call("", tool_args={"city": "Oslo"}))
+
+
 def test_sessions_end_on_sign_out_expiry_and_key_revocation(db_url: str) -> None:  # noqa: F811
     store = Store(db_url)
     store.upgrade()
@@ -201,6 +251,19 @@ def _trace_id(c: httpx.Client) -> str:
     items = c.get("/ui/runs?format=json").json()["items"]
     assert len(items) == 1
     return str(items[0]["id"])
+
+
+def test_root_leads_to_the_console_and_sign_in_names_the_local_key(srv: dict[str, Any]) -> None:
+    base = srv["url"]
+    r = httpx.get(f"{base}/")
+    assert r.status_code == 303 and r.headers["location"] == "/ui/overview"
+    r = httpx.get(f"{base}/", follow_redirects=True)
+    assert r.status_code == 200 and str(r.url) == f"{base}/ui/signin?next=/ui/overview"
+    # the key `make run` printed, where it is kept (serve/cli/keys.py `keys local`), and the alternative
+    for words in ("<code>make run</code> printed", "<code>.triage/local.key</code>",
+                  "<code>.venv/bin/triage keys local</code>", "<code>.venv/bin/triage keys create --tenant NAME</code>"):
+        assert words in r.text, words
+    assert "/" not in {route for route in httpx.get(f"{base}/openapi.json").json()["paths"]}  # not an API route
 
 
 def test_sign_in_cookie_and_sign_out(srv: dict[str, Any]) -> None:
@@ -299,6 +362,24 @@ def test_bad_query_parameters_and_forms_get_a_4xx_naming_the_field(srv: dict[str
     # nothing stored by the refusals
     got = httpx.get(f"{srv['url']}/v1/traces/{tid}", headers={"Authorization": f"Bearer {srv['key']}"}).json()
     assert got["label"] is None
+
+
+def test_queue_says_why_a_run_is_asked_in_rounded_figures_with_its_terms_explained(srv: dict[str, Any]) -> None:
+    c = _signed_in(srv["url"], srv["key"])
+    twin = c.get("/ui/queue?format=json").json()
+    u = twin["current"]["uncertainty"]
+    # the loop run: its margin is measured on its loop finding's confidence against the kind's threshold
+    assert u["on"] == "loop" and isinstance(u["value"], float) and isinstance(u["threshold"], float)
+    html = c.get("/ui/queue").text
+    why = re.search(r'<p class="meta" id="why-asked">(.*?)</p>', html, flags=re.S)
+    assert why is not None
+    words = re.sub(r"<[^>]+>", "", why.group(1))
+    assert f"its loop confidence {u['value']:.2f} is close to the kind's threshold {u['threshold']:.2f}" in words
+    assert not re.search(r"\d\.\d{4}", words), words  # not "0.5208 vs operating point 0.5208 (margin 0.0)"
+    margin = twin["current"]["margin"]
+    assert f"(margin {'< 0.001' if margin < 0.0005 else f'{margin:.3f}'})" in words
+    for term in ("threshold", "margin"):
+        assert re.search(rf'<abbr class="term" title="[^"]+">{term}</abbr>', why.group(1)), term
 
 
 def test_label_form_writes_what_the_api_writes_and_stays_in_its_tenant(srv: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ import pytest
 from model.core.options import DiagnoseOptions
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
-from serve.offline.label_review import _agree, margin, review_queue
+from serve.offline.label_review import Measure, _agree, margin, measure_margin, review_queue
 from serve.schemas import LabelRequest
 from serve.services.triage import TriageService
 from serve.settings import Settings
@@ -63,6 +63,11 @@ def test_margin_measures_the_nearest_decision() -> None:
     assert margin(flagged, 0.3) == (pytest.approx(0.05), "failure probability 0.6000 vs operating point 0.5500")
     # nothing to measure: last in the queue
     assert margin({"failures": []}, 0.4) == (1.0, "nothing to measure (no failure probability, no finding)")
+    # the same as figures, for the console to word them (serve/routers/ui_queue.py)
+    assert measure_margin(flagged, 0.3)[1] == Measure("failure probability", 0.6, 0.55)
+    assert measure_margin({"failure_probability": 0.9, "signals": [{"kind": "loop", "confidence": 0.45}]},
+                          0.45)[1] == Measure("loop", 0.45, 0.5)
+    assert measure_margin({"failures": []}, 0.4) == (1.0, Measure(None))
 
 
 def test_agree_takes_the_verdict_and_only_found_kinds() -> None:

@@ -69,6 +69,28 @@ MAIN_PROMPT = ("  [f] failed  [o] ok  [a] agree with the diagnosis  [k] kind  [s
 
 
 @dataclass(frozen=True)
+class Measure:
+    """What a trace's margin is measured on: ``on`` (``"failure probability"``, or the kind of the
+    finding whose confidence it is), its ``value`` and the ``threshold`` it is set against (the
+    operating point for the probability); ``on`` is ``None`` when there is nothing to measure."""
+
+    on: str | None
+    value: float | None = None
+    threshold: float | None = None
+
+    def text(self) -> str:
+        """The CLI's header words for it."""
+        if self.on is None or self.value is None or self.threshold is None:
+            return "nothing to measure (no failure probability, no finding)"
+        if self.on == PROBABILITY:
+            return f"failure probability {self.value:.4f} vs operating point {self.threshold:.4f}"
+        return f"{self.on} confidence {self.value:.4f} vs its threshold {self.threshold:.2f}"
+
+
+PROBABILITY = "failure probability"
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One stored trace in the review queue (the trace itself is read when it is shown)."""
 
@@ -77,6 +99,7 @@ class Candidate:
     margin: float
     basis: str  # what the margin is measured on, for the header line
     response: dict[str, Any]
+    measure: Measure = Measure(None)  # the same, as figures (the console words them itself)
 
 
 def margin(response: dict[str, Any], threshold: float | None) -> tuple[float, str]:
@@ -85,7 +108,13 @@ def margin(response: dict[str, Any], threshold: float | None) -> tuple[float, st
     >>> margin({"failure_probability": 0.40, "failures": [], "signals": []}, 0.45)[0]
     0.04999999999999999
     """
-    best, basis = 1.0, "nothing to measure (no failure probability, no finding)"
+    best, measured = measure_margin(response, threshold)
+    return best, measured.text()
+
+
+def measure_margin(response: dict[str, Any], threshold: float | None) -> tuple[float, Measure]:
+    """:func:`margin` with what it measured as figures (:class:`Measure`)."""
+    best, measured = 1.0, Measure(None)
     found = list(response.get("failures") or []) + list(response.get("signals") or [])
     judged = next((f["details"]["threshold"] for f in found if f.get("detector") == "runscore"
                    and isinstance((f.get("details") or {}).get("threshold"), int | float)), None)
@@ -93,7 +122,7 @@ def margin(response: dict[str, Any], threshold: float | None) -> tuple[float, st
     if isinstance(p, int | float):
         thr = float(judged) if judged is not None else 0.5 if threshold is None else threshold
         best = abs(float(p) - thr)
-        basis = f"failure probability {p:.4f} vs operating point {thr:.4f}"
+        measured = Measure(PROBABILITY, float(p), thr)
     for f in found:
         if f.get("detector") == "runscore":
             continue  # its confidence is the failure probability, measured above
@@ -103,8 +132,8 @@ def margin(response: dict[str, Any], threshold: float | None) -> tuple[float, st
         thr = _KIND_THRESHOLDS.get(str(f.get("kind")), 0.5)
         d = abs(float(conf) - thr)
         if d < best:
-            best, basis = d, f"{f.get('kind')} confidence {conf:.4f} vs its threshold {thr:.2f}"
-    return best, basis
+            best, measured = d, Measure(str(f.get("kind")), float(conf), thr)
+    return best, measured
 
 
 def review_queue(
@@ -131,8 +160,9 @@ def review_queue(
         agent = record.get("agent")
         if agent not in cache:
             cache[agent] = threshold_for(agent)
-        m, basis = margin(response, cache[agent])
-        queue.append(Candidate(str(record["trace"]["id"]), record["created_at"], m, basis, response))
+        m, measured = measure_margin(response, cache[agent])
+        queue.append(Candidate(str(record["trace"]["id"]), record["created_at"], m, measured.text(), response,
+                               measured))
         traces.append(record["trace"])
     order_by = sorted(range(len(queue)), key=lambda i: (queue[i].margin, -queue[i].created_at.timestamp(),
                                                         queue[i].trace_id))
@@ -415,4 +445,4 @@ def _undo(service: LabelSink, tenant: str, author: str, queue: list[Candidate], 
     return None
 
 
-__all__ = ["DEFAULT_ORDER", "ORDERS", "Candidate", "Keys", "TerminalKeys", "margin", "render", "review_queue", "run_review"]
+__all__ = ["DEFAULT_ORDER", "ORDERS", "Candidate", "Keys", "Measure", "TerminalKeys", "margin", "measure_margin", "render", "review_queue", "run_review"]

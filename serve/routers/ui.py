@@ -53,6 +53,14 @@ DOCS_CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inl
             "frame-ancestors 'none'")
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
+#: ``/``: the first address a newcomer opens, sent to the console (whose pages send one not signed in to sign in).
+home = APIRouter(include_in_schema=False)
+
+
+@home.get("/", response_class=RedirectResponse)
+def home_page() -> RedirectResponse:
+    return RedirectResponse("/ui/overview", status_code=303)
+
 
 # -- sign in / out ------------------------------------------------------------------------------
 
@@ -133,7 +141,7 @@ class SecurityHeaders:
 def install_ui(app: FastAPI, settings: Settings) -> None:
     """Mount the console, its static files and the offline /docs and /redoc on ``app``."""
     app.state.ui_settings = settings
-    for pages in (router, ui_runs.router, ui_queue.router, ui_models.router, ui_docs.router):
+    for pages in (home, router, ui_runs.router, ui_queue.router, ui_models.router, ui_docs.router):
         app.include_router(pages)
     app.mount(STATIC, StaticFiles(directory=UI_DIR / "static"), name="ui-static")
     app.add_middleware(SecurityHeaders)
@@ -147,4 +155,4 @@ def install_ui(app: FastAPI, settings: Settings) -> None:
         return RedirectResponse(f"/ui/signin?next={quote(exc.next_url)}", status_code=303)
 
 
-__all__ = ["CSP", "DOCS_CSP", "SecurityHeaders", "install_ui", "router"]
+__all__ = ["CSP", "DOCS_CSP", "SecurityHeaders", "home", "install_ui", "router"]

@@ -49,8 +49,10 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
         at = min(at, len(queue) - 1)
         c = queue[at]
         current = run_view(service, tenant, c.trace_id)
-        current["margin"] = round(c.margin, 4)
-        current["uncertainty"] = c.basis
+        current["margin"] = round(c.margin, 6)
+        # why it is asked: what the margin is measured on (the probability or a finding's confidence) and against what
+        current["uncertainty"] = {"on": c.measure.on, "value": c.measure.value, "threshold": c.measure.threshold,
+                                  "text": c.basis}
         current["agree"] = agree_body(c.response)  # what [a] saves, or why it cannot
         current["shown"] = _shown_steps(current)
     agent = current["agent"] if current else None

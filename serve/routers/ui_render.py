@@ -25,6 +25,7 @@ from serve.auth import (
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.ui import data
+from serve.ui.terms import DETECTOR, SHOWN, TERMS
 from serve.validation import ID_PATTERN
 
 UI_DIR = FsPath(__file__).resolve().parent.parent / "ui"
@@ -33,6 +34,9 @@ STATIC = "/ui/static"
 _env = Environment(loader=FileSystemLoader(UI_DIR / "templates"), autoescape=select_autoescape(default=True),
                    trim_blocks=True, lstrip_blocks=True)
 _env.globals["STATIC"] = STATIC
+_env.globals["TERMS"] = TERMS  # the glossary the `term` macro puts in titles
+_env.globals["SHOWN"] = SHOWN
+_env.globals["DETECTOR"] = DETECTOR
 
 
 Format = Annotated[Literal["html", "json"], Query(description="`json`: the page's data (its JSON twin).")]

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from model.core.errors import NotFoundError
 from model.core.graph import ExecutionGraph
 from model.core.kinds import FailureKind
-from model.core.schema import Trace
+from model.core.schema import Step, Trace
 from serve.auth import (
     CSRF_FIELD,
     UISession,
@@ -136,7 +136,9 @@ def run_view(service: TriageService, tenant: str, trace_id: str) -> dict[str, An
             "index": i, "kind": st.kind.value, "speaker": st.speaker, "content": st.content,
             "long": len(st.content) > 600 or st.content.count("\n") > 12,
             "tool_name": st.tool_name,
-            "tool_args": json.dumps(st.tool_args, indent=1, ensure_ascii=False) if st.tool_args else st.tool_args_raw,
+            "tool_args": _args_text(st),
+            # a tool call's content is often its arguments' text (the importers keep it): shown once, as the arguments
+            "content_is_args": _content_is_args(st),
             "call_id": st.call_id, "status": st.status.value if st.status else None,
             "source_index": st.source_index, "marks": marks.get(i, []), "attributed": i == att_step,
         })
@@ -160,6 +162,24 @@ def run_view(service: TriageService, tenant: str, trace_id: str) -> dict[str, An
         "steps": steps, "ladder": ladder, "graph": graph, "graph_svg": _graph_layout(graph),
         "label": label, "kinds": [k.value for k in FailureKind],
     }
+
+
+def _args_text(step: Step) -> str | None:
+    """A tool call's arguments as the page shows them: indented JSON, else the raw text received."""
+    return json.dumps(step.tool_args, indent=1, ensure_ascii=False) if step.tool_args else step.tool_args_raw
+
+
+def _content_is_args(step: Step) -> bool:
+    """Whether the step's content only repeats its tool arguments (the same text, or the same JSON)."""
+    text = step.content.strip()
+    if not text or (step.tool_args is None and step.tool_args_raw is None):
+        return False
+    if step.tool_args_raw is not None and text == step.tool_args_raw.strip():
+        return True
+    try:
+        return step.tool_args is not None and json.loads(text) == step.tool_args
+    except (ValueError, RecursionError):
+        return False
 
 
 def _graph_layout(graph: dict[str, Any]) -> dict[str, Any]:

@@ -33,13 +33,14 @@ class Console(StoreBase):
 
     def window_rows(
         self, tenant: str, *, since: datetime, until: datetime, agent: str | None
-    ) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    ) -> tuple[list[Any], list[Any], list[Any]]:
         """The runs created in ``[since, until)`` (of ``agent``; ``None``: every agent's) as ``id,
-        created_at, agent, healthy``; and of the tenant's runs in the window, the repairs given (``id,
-        trace_id, strategy``; ``continue`` left out), the outcomes (``recommendation_id, trace_id,
-        success``) and the failure kinds (``trace_id, kind, created_at``; signals left out)."""
+        created_at, agent, healthy, primary_kind``; and of the tenant's runs in the window, the repairs given (``id,
+        trace_id, strategy``; ``continue`` left out) and the outcomes (``recommendation_id, trace_id,
+        success``)."""
         q = _in_window(select(TraceRow.id, TraceRow.created_at, TraceRow.agent.label("agent"),
-                              _HEALTHY.label("healthy")).where(TraceRow.tenant_id == tenant), since, until)
+                              _HEALTHY.label("healthy"), TraceRow.primary_kind)
+                       .where(TraceRow.tenant_id == tenant), since, until)
         if agent is not None:
             q = q.where(TraceRow.agent == agent)
         with self.read() as db:
@@ -54,11 +55,7 @@ class Console(StoreBase):
                 select(OutcomeRow.recommendation_id, OutcomeRow.trace_id, OutcomeRow.success)
                 .join(TraceRow, and_(TraceRow.tenant_id == OutcomeRow.tenant_id, TraceRow.id == OutcomeRow.trace_id))
                 .where(OutcomeRow.tenant_id == tenant), since, until)).all())
-            kinds = list(db.execute(_in_window(
-                select(FailureRow.trace_id, FailureRow.kind, TraceRow.created_at).distinct()
-                .join(TraceRow, and_(TraceRow.tenant_id == FailureRow.tenant_id, TraceRow.id == FailureRow.trace_id))
-                .where(FailureRow.tenant_id == tenant, FailureRow.is_signal.is_(False)), since, until)).all())
-        return runs, recs, outs, kinds
+        return runs, recs, outs
 
     def run_page(
         self, tenant: str, *, agent: str | None = None, verdict: str | None = None, kind: str | None = None,

@@ -20,6 +20,8 @@ from serve.services.run_labels import effective_label
 from serve.store import Store
 
 Verdict = Literal["failed", "healthy", "unknown"]
+#: The spectrum's name for a failed run without a primary failure kind.
+NO_KIND = "no kind"
 
 
 
@@ -34,8 +36,13 @@ def window(days: int, *, now: datetime | None = None) -> tuple[datetime, datetim
 
 
 def overview(store: Store, tenant: str, *, since: datetime, until: datetime, agent: str | None) -> dict[str, Any]:
-    """Runs, verdicts, repairs and their success per agent; the failure spectrum per day; alarms."""
-    runs, recs, outs, kinds = store.window_rows(tenant, since=since, until=until, agent=agent)
+    """Runs, verdicts, repairs and their success per agent; the failure spectrum per day; alarms.
+
+    The spectrum counts each failed run once, on the day it was stored, under its primary failure
+    kind (:data:`NO_KIND` when it has none): a day's bars add up to that day's failed runs, and all
+    of them to the ``failed`` total, over the same window. ``days`` lists every day of the window
+    (the first and the last partial), so a chart can span the window whatever days have runs."""
+    runs, recs, outs = store.window_rows(tenant, since=since, until=until, agent=agent)
     agent_of = {r.id: r.agent for r in runs}
     per: dict[str, Counter[str]] = defaultdict(Counter)
     for r in runs:
@@ -62,11 +69,11 @@ def overview(store: Store, tenant: str, *, since: datetime, until: datetime, age
         total.update(c)
     days = [(since.date() + timedelta(days=i)).isoformat() for i in range((until.date() - since.date()).days + 1)]
     spectrum: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(days, 0))
-    for k in kinds:
-        if k.trace_id in agent_of:
-            day = k.created_at.date().isoformat()
-            if day in spectrum[k.kind]:
-                spectrum[k.kind][day] += 1
+    for r in runs:
+        if verdict(r.healthy) == "failed":
+            day = _utc(r.created_at).date().isoformat()
+            if day in days:
+                spectrum[r.primary_kind or NO_KIND][day] += 1
     alarms = [{"stream": a["name"], "agent": a["agent"], "alarm": a["alarm"]}
               for a in store.all_open_alarms(tenant)]
     return {
@@ -151,9 +158,14 @@ def stream_series(store: Store, tenant: str, stream: str, agent: str, *, last: i
             "alarms": [int(r.seq) for r in rows if r.alarm]}
 
 
+def _utc(t: datetime) -> datetime:
+    """A stored time in UTC (SQLite gives it back naive, in UTC)."""
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
 def day_start(d: date) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=UTC)
 
 
-__all__ = ["RunFilter", "agents", "basis_of", "day_start", "labelled_count", "overview", "runs", "stream_series",
+__all__ = ["NO_KIND", "RunFilter", "agents", "basis_of", "day_start", "labelled_count", "overview", "runs", "stream_series",
            "streams", "verdict", "window"]

@@ -24,8 +24,16 @@
         value: (function (idx) { return function (u, v, s, j) { return j == null ? "" : d.kinds[kinds[idx]][j]; }; })(i) });
       data.push(layers[i]);
     }
-    new uPlot({ width: width(el), height: 300, series: series, scales: { x: { time: true } }, legend: { live: false },
-      axes: [{}, { label: "runs" }] }, data, el);
+    // the x axis spans the window's days, half a day either side, so that each day's bar sits on its
+    // day (one day of data included) and never on the axis's edge
+    // (UTC days, one tick a day or every few days, whatever the browser's time zone)
+    var half = 43200, every = Math.ceil(xs.length / 12);
+    function day(s) { var t = new Date(s * 1000); return (t.getUTCMonth() + 1) + "/" + t.getUTCDate(); }
+    el.uplot = new uPlot({ width: width(el), height: 300, series: series, legend: { live: false },
+      scales: { x: { time: false, range: function () { return [xs[0] - half, xs[xs.length - 1] + half]; } } },
+      axes: [{ splits: function () { return xs.filter(function (x, i) { return (xs.length - 1 - i) % every === 0; }); },
+               values: function (u, splits) { return splits.map(day); } },
+             { label: "failed runs" }] }, data, el);
   }
 
   function stream(el, d) {
@@ -37,7 +45,8 @@
     var alarms = xs.map(function (x, i) { return alarmSet[x] ? d.values[i] : null; });
     var cps = d.changepoints || [];
     new uPlot({
-      width: width(el), height: 320, scales: { x: { time: false } },
+      // the page's own legend, below the chart, explains each mark (its names carry titles)
+      width: width(el), height: 320, scales: { x: { time: false } }, legend: { show: false },
       series: [{ label: "observation" },
         { label: "value", stroke: "#2457a6", width: 1 },
         { label: "CUSUM alarm", stroke: "#c0392b", paths: function () { return null; }, points: { show: true, size: 9, fill: "#c0392b" } },
