@@ -29,8 +29,11 @@ from model.core.metrics import (
 
 #: Done-when thresholds (issue 31).
 SHARE_MIN, PURITY_MIN, SMALLEST_MIN = 0.90, 0.95, 5
-#: The streams' CUSUM warm-up (``model/streams/cusum.py``'s default): a stream's first runs are not watched.
-WARMUP = 100
+#: Runs of each inferred agent left out of the false-alarm counts. The streams' CUSUM warm-up
+#: (``model/streams/cusum.py``: 100 observations) is not among them: a stream raises nothing while it warms
+#: up, and every other cause (rules, the classifier, ``at_risk``) fires from an agent's first run, so every
+#: run counts (τ²'s agents, with 40-80 runs, were never counted when their first 100 were left out).
+WARMUP = 0
 CHEAP = ("tfidf", "length")
 
 
@@ -157,9 +160,10 @@ def zero_shot_figures(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
 # ---- false alarms ------------------------------------------------------------------------------------
 
 
-def alarm_figures(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per set, after the warm-up of the stream of each run's inferred agent (its first ``WARMUP`` runs):
-    successful runs answered ``healthy`` false (any cause) and failed runs caught."""
+def alarm_figures(answers: Sequence[dict[str, Any]], part: str | None = None) -> dict[str, Any]:
+    """Per set, past each inferred agent's first ``WARMUP`` runs:
+    successful runs answered ``healthy`` false (any cause) and failed runs caught; with ``part``, only the
+    answers of that part count (the others, posted before, still warm the streams up)."""
     seen: Counter[str] = Counter()
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for a in answers:
@@ -167,7 +171,7 @@ def alarm_figures(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
             continue
         ag = inferred(a)
         seen[ag] += 1
-        if seen[ag] > WARMUP:
+        if seen[ag] > WARMUP and (part is None or a.get("part") == part):
             rows[a["set"]].append(a)
     out = {}
     for s, rs in sorted(rows.items()):
@@ -179,6 +183,25 @@ def alarm_figures(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
                   "unknown": sum(a.get("healthy") is None for a in rs),
                   "causes": dict(Counter(k for a in fa for k in a.get("kinds") or []).most_common(5))}
     return out
+
+
+def _split_order(answers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A split's answers as they were posted: its labelled half, then its held-out half."""
+    return [a for a in answers if a.get("part") == "train"] + [a for a in answers if a.get("part") == "test"]
+
+
+def _summed(figs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`alarm_figures` of several servers (the splits), added up per set."""
+    out: dict[str, Any] = {}
+    for f in figs:
+        for s, v in f.items():
+            o = out.setdefault(s, {"successful": 0, "false_alarms": 0, "failed": 0, "caught": 0, "unknown": 0,
+                                   "causes": {}})
+            for k in ("successful", "false_alarms", "failed", "caught", "unknown"):
+                o[k] += v[k]
+            for c, n in v["causes"].items():
+                o["causes"][c] = o["causes"].get(c, 0) + n
+    return dict(sorted(out.items()))
 
 
 # ---- after retrain: served vs the cheap learners --------------------------------------------------------
@@ -310,6 +333,8 @@ def write_report(work: Path, sets: Path, out: Path, *, limit: int | None, splits
         "retrain": [json.loads(p.read_text()) for k in range(splits)
                     if (p := work / f"split{k}" / "retrain.json").exists()],
         "served": served_figures(work, by_key, splits), "timings": timings,
+        "alarms_retrained": _summed([alarm_figures(_split_order(load(work, f"split{k}")), part="test")
+                                     for k in range(splits)]),
     }
     (work / "report.json").write_text(json.dumps(figs, indent=1, default=str))
     schema = Counter(str(a.get("schema")) for a in wj)
@@ -396,8 +421,10 @@ def write_report(work: Path, sets: Path, out: Path, *, limit: int | None, splits
               "answers: on the developer sets it was fitted with them (in-sample), so they are an upper bound "
               "of what a new agent gets; the leave-one-source-out figures are `reports/real.md`'s. On agents "
               "it has never seen, feed their labelled runs to this bench the same way."]
-    for title, key in (("the interleaved week", "alarms_week"), ("blocks of 100", "alarms_blocks")):
-        L += ["", f"## False alarms, {title} (after each inferred agent's first {WARMUP} runs)", "",
+    warm = f"after each inferred agent's first {WARMUP} runs" if WARMUP else "every run"
+    for title, key in (("the interleaved week", "alarms_week"), ("blocks of 100", "alarms_blocks"),
+                       ("after retrain: the held-out half of every split", "alarms_retrained")):
+        L += ["", f"## False alarms, {title} ({warm})", "",
               "| set | successful | false alarms | share | ≤ 5 % or ≤ 1 | failed | caught (recall) | healthy null | "
               "causes of the false alarms |", "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
         for s, v in figs[key].items():
