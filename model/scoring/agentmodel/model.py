@@ -72,14 +72,22 @@ FORMAT = "agentmodel/1"
 WARNING_PREFIXES: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
 
 
-def warning_point(highest: np.ndarray | Sequence[float], target: float) -> float:
+def warning_point(highest: np.ndarray | Sequence[float], target: float) -> float | None:
     """The early-warning point from successful runs' highest prefix scores: just above their
     (1 − ``target``) quantile, so that at most ``target`` of them reach it (``at_risk`` fires at ≥).
+    ``None`` (no early warning) with fewer than ``2 / target`` of them: a tail of ``target`` needs two
+    runs in it to be placed at all (τ² telecom's 26 successful runs put it at their highest, and 9 of 27
+    new successful runs reached it).
 
-    >>> warning_point([0.1, 0.2, 0.3, 0.9], 0.25) > 0.9
+    >>> warning_point([0.1, 0.2, 0.3, 0.9] * 2, 0.25) > 0.9
+    True
+    >>> warning_point([0.1, 0.2, 0.3, 0.9], 0.25) is None
     True
     """
-    q = float(np.quantile(np.asarray(highest, float), 1 - target, method="higher"))
+    values = np.asarray(highest, float)
+    if len(values) < math.ceil(2 / target):
+        return None
+    q = float(np.quantile(values, 1 - target, method="higher"))
     return float(np.nextafter(q, 2.0))
 
 
