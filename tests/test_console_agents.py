@@ -41,7 +41,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     traces = [r.trace.model_copy(update={"labels": None}) for r in train]
     prior = ZeroShotCache(None).probabilities(traces)
     model = AgentModel.fit(traces, [r.failed for r in train], [r.group for r in train], prior=prior, agent=AGENT,
-                           config=AgentModelConfig(internal_folds=3))
+                           config=AgentModelConfig(internal_folds=3, target_false_alarm=0.1))  # 25 successful runs
     work = tmp_path_factory.mktemp("console-agents")
     reg = Registry(work / "models")
     v1 = reg.save(T, AGENT, model, parent=None, card="# Agent model v1\n\n## Learning curve so far\n",
