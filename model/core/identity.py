@@ -100,6 +100,13 @@ PROFILE_CAP: dict[str, int] = {"system": 600, "opening": 600, "shape": 128, "arg
                                "model": 64, "ops": 32, "service": 32}
 #: The system text keeps one trigram in ``SYSTEM_SAMPLE`` (chosen by hash: the same ones every run).
 SYSTEM_SAMPLE = 3
+#: Channels of the core compared the other way round (:meth:`AgentProfile.known_share`); the
+#: opening is left out: from one run its template cannot be told from its task.
+REVERSE_CHANNELS: tuple[str, ...] = tuple(c for c in CHANNELS if c != "opening")
+#: An inferred agent of fewer runs is provisional: its runs are checked again, and it is merged into an
+#: established agent that now takes every one of them (:func:`absorbs`; the first runs an agent's
+#: profile sees decide what joins it, so an agent's first run can start an agent of its own).
+PROVISIONAL_RUNS = 5
 #: Characters read from the head and the tail of a text (a long task in the middle is skipped).
 HEAD_CHARS, TAIL_CHARS = 6000, 1500
 #: A matched run whose ``system`` similarity is below this is recorded as a change.
@@ -438,6 +445,21 @@ class AgentProfile:
             veto *= 1.0 - OPENS_VETO
         return veto * num / den if den else 0.0
 
+    def known_share(self, sig: RunSignature) -> float:
+        """The other way round: how much of what ``sig`` shows this agent's runs have shown before
+        (per channel, the share of the run's features the profile has seen at all, weighted as in
+        :meth:`similarity`; the opening is left out: from one run its template cannot be told from
+        its task). 1.0 when nothing can be compared."""
+        num = den = 0.0
+        for c in REVERSE_CHANNELS:
+            feats = sig.features(c)
+            if not feats or not self.present[c] or (c in TEXT_CHANNELS and not (sig.content and self.n_content)):
+                continue
+            seen = self._weighted(c)[2]
+            num += WEIGHTS[c] * len(feats & seen) / len(feats)
+            den += WEIGHTS[c]
+        return num / den if den else 1.0
+
     def _opens_otherwise(self, sig: RunSignature) -> bool:
         """Whether the agent's runs all open alike (who speaks first), from two runs on, and this
         run opens otherwise."""
@@ -505,13 +527,20 @@ def new_agent_key(sig: RunSignature) -> str:
 def assign(sig: RunSignature, profiles: Mapping[str, AgentProfile],
            threshold: float = THRESHOLD) -> tuple[str | None, float]:
     """The best agent for ``sig``: ``(key, similarity)`` when its similarity reaches ``threshold``,
-    else ``(None, best similarity)`` (0.0 with no profiles). Ties go to the smaller key."""
-    best_key, best = None, 0.0
-    for key in sorted(profiles):
-        s = profiles[key].similarity(sig)
-        if s > best:
-            best_key, best = key, s
-    return (best_key, best) if best_key is not None and best >= threshold else (None, best)
+    else ``(None, best similarity)`` (0.0 with no profiles). Ties go to the smaller key.
+
+    A match is mutual: the best profile at or above ``threshold`` whose core also reaches it the
+    other way round (:meth:`AgentProfile.known_share`); a run that shows much the agent's
+    runs never do (other tools, another layout) is not that agent's, however much of the agent it
+    contains."""
+    scored = sorted(((profiles[k].similarity(sig), k) for k in profiles), key=lambda x: (-x[0], x[1]))
+    best = scored[0][0] if scored else 0.0
+    for s, key in scored:
+        if s < threshold:
+            break
+        if profiles[key].known_share(sig) >= threshold:
+            return key, s
+    return None, best
 
 
 def new_profile(sig: RunSignature, profiles: Mapping[str, AgentProfile]) -> AgentProfile:
@@ -530,11 +559,35 @@ def new_profile(sig: RunSignature, profiles: Mapping[str, AgentProfile]) -> Agen
     return p
 
 
+def consolidation_due(n_runs: int) -> bool:
+    """Whether an agent that has just reached ``n_runs`` runs checks the tenant's provisional agents
+    against itself: at :data:`PROVISIONAL_RUNS` runs and each doubling after (5, 10, 20, 40, …), so
+    that the checks cost O(log n) per agent.
+
+    >>> [n for n in range(1, 50) if consolidation_due(n)]
+    [5, 10, 20, 40]
+    """
+    q, r = divmod(n_runs, PROVISIONAL_RUNS)
+    return r == 0 and q > 0 and q & (q - 1) == 0
+
+
+def absorbs(profile: AgentProfile, sigs: Sequence[RunSignature], threshold: float = THRESHOLD) -> bool:
+    """Whether ``profile`` (an established agent) takes every one of ``sigs`` (a provisional
+    agent's runs), as :func:`assign` would: at or above ``threshold`` both ways."""
+    return bool(sigs) and all(profile.similarity(s) >= threshold and profile.known_share(s) >= threshold
+                              for s in sigs)
+
+
 def infer_agents(sigs: Iterable[RunSignature], profiles: dict[str, AgentProfile] | None = None,
-                 threshold: float = THRESHOLD) -> list[str]:
+                 threshold: float = THRESHOLD, aliases: dict[str, str] | None = None) -> list[str]:
     """Runs in arrival order → their agent keys, as the service assigns them (one tenant);
-    ``profiles`` (default: none yet) is updated in place."""
+    ``profiles`` (default: none yet) is updated in place. A provisional agent merged into an
+    established one (:func:`consolidation_due`, :func:`absorbs`) keeps its profile under its key,
+    recorded in ``aliases`` (updated in place); its runs, past and later, answer the agent it joined
+    (the service re-keys them)."""
     profiles = {} if profiles is None else profiles
+    aliases = {} if aliases is None else aliases
+    young: dict[str, list[RunSignature]] = {}  # a provisional agent's runs
     out = []
     for sig in sigs:
         key, _ = assign(sig, profiles, threshold)
@@ -546,8 +599,25 @@ def infer_agents(sigs: Iterable[RunSignature], profiles: dict[str, AgentProfile]
         else:
             profiles[key].update(sig)
         out.append(key)
-    return out
+        agent = aliases.get(key, key)
+        if agent != key:
+            continue
+        n = profiles[key].n_runs
+        if n < PROVISIONAL_RUNS:
+            young.setdefault(key, []).append(sig)
+            continue
+        young.pop(key, None)
+        if consolidation_due(n):
+            for small in sorted(young):
+                if absorbs(profiles[key], young[small], threshold):
+                    del young[small]
+                    for k, v in list(aliases.items()):
+                        if v == small:
+                            aliases[k] = key
+                    aliases[small] = key
+    return [aliases.get(k, k) for k in out]
 
 
-__all__ = ["CHANNELS", "THRESHOLD", "WEIGHTS", "AgentProfile", "RunSignature", "assign", "infer_agents",
+__all__ = ["CHANNELS", "PROVISIONAL_RUNS", "THRESHOLD", "WEIGHTS", "AgentProfile", "RunSignature", "absorbs",
+           "assign", "consolidation_due", "infer_agents",
            "model_family", "new_agent_key", "new_profile", "signature"]
