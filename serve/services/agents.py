@@ -41,7 +41,17 @@ from pydantic import ValidationError
 
 from model.core.agents import POOL_AGENT, AgentSource, agent_and_source, clean_agent_name
 from model.core.errors import InputError, NotFoundError
-from model.core.identity import AgentProfile, RunSignature, assign, new_agent_key, new_profile, signature
+from model.core.identity import (
+    PROVISIONAL_RUNS,
+    AgentProfile,
+    RunSignature,
+    absorbs,
+    assign,
+    consolidation_due,
+    new_agent_key,
+    new_profile,
+    signature,
+)
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.scoring.agent_registry import Registry
@@ -139,10 +149,38 @@ class Agents:
                     profile = AgentProfile.from_json(prof)
                     profile.update(resolved.sig)
                     self.store.save_agent(db, tenant, which, profile=profile.to_json())
+            if consolidation_due(n):
+                self._consolidate(db, tenant, resolved.agent)
         elif resolved.named and (tenant, resolved.agent) not in self._rows_seen:
             if resolved.agent not in self._tenant(tenant).keys:
                 self.store.insert_agent(db, tenant, resolved.agent, source=resolved.source)
             self._rows_seen.add((tenant, resolved.agent))
+
+    def _consolidate(self, db: Any, tenant: str, agent: str) -> list[str]:
+        """In the request's transaction: the tenant's provisional inferred agents (fewer than
+        :data:`PROVISIONAL_RUNS` runs, never named, renamed or split off by a person) whose every run
+        ``agent`` now takes (:func:`model.core.identity.absorbs`) are merged into it, as
+        :meth:`merge` does, except that ``agent``'s streams keep their warm-up (a few runs of what
+        matches as the same agent join them). The keys merged."""
+        self.store.lock_agents(db, tenant)
+        rows = self.store.agent_rows(tenant, db)
+        into = next((r for r in rows if r["key"] == agent and r["alias_of"] is None), None)
+        if into is None or not isinstance(into["profile"], dict):
+            return []
+        profile = AgentProfile.from_json(into["profile"])
+        merged = []
+        for r in rows:
+            if (r["key"] == agent or r["alias_of"] is not None or r["source"] != "inferred" or r["name"] is not None
+                    or int(r["n_runs"] or 0) >= PROVISIONAL_RUNS):
+                continue
+            sigs = [self._signature(t) for t in self.store.agent_runs(db, tenant, r["key"], limit=PROVISIONAL_RUNS)]
+            if absorbs(profile, sigs):
+                self._adopt_models(tenant, r["key"], agent)
+                self._merge_in(db, tenant, r["key"], agent, into_row=into, actor="consolidation", reset_streams=False)
+                merged.append(r["key"])
+        if merged:
+            self.forget(tenant)
+        return merged
 
     def _create(self, tenant: str, sig: RunSignature, db: Any = None) -> str:
         """A new inferred agent for ``sig`` — unless, under the tenant's agent lock, a stored profile
@@ -271,15 +309,20 @@ class Agents:
         self._adopt_models(tenant, key, into)
         with self.store.write() as db:
             self.store.lock_agents(db, tenant)
-            if into_row is None:
-                self.store.insert_agent(db, tenant, into, source="option")
-            kept = self.store.newest_activation(db, tenant, into)
-            self._move_all(db, tenant, key, into, reset_streams=True, keep_profile=True)
-            self.store.move_activations(db, tenant, key, into)
-            if kept is not None:  # the agent merged into keeps the model it served
-                self.store.add_activation(db, tenant, into, kept, actor=actor, action="promote")
+            self._merge_in(db, tenant, key, into, into_row=into_row, actor=actor, reset_streams=True)
         self.forget(tenant)
         return self._one(tenant, into)
+
+    def _merge_in(self, db: Any, tenant: str, key: str, into: str, *, into_row: dict[str, Any] | None, actor: str,
+                  reset_streams: bool) -> None:
+        """:meth:`merge`'s re-keying, in transaction ``db`` (the tenant's agent lock taken)."""
+        if into_row is None:
+            self.store.insert_agent(db, tenant, into, source="option")
+        kept = self.store.newest_activation(db, tenant, into)
+        self._move_all(db, tenant, key, into, reset_streams=reset_streams, keep_profile=True)
+        self.store.move_activations(db, tenant, key, into)
+        if kept is not None:  # the agent merged into keeps the model it served
+            self.store.add_activation(db, tenant, into, kept, actor=actor, action="promote")
 
     def split(self, tenant: str, key: str, trace_ids: Sequence[str], *, name: str | None, actor: str) -> dict[str, Any]:
         """Runs ``trace_ids`` of agent ``key`` become a new agent (``name``, else a key of its own)."""
