@@ -100,9 +100,10 @@ PROFILE_CAP: dict[str, int] = {"system": 600, "opening": 600, "shape": 128, "arg
                                "model": 64, "ops": 32, "service": 32}
 #: The system text keeps one trigram in ``SYSTEM_SAMPLE`` (chosen by hash: the same ones every run).
 SYSTEM_SAMPLE = 3
-#: Channels of the core compared the other way round (:meth:`AgentProfile.known_share`); the
-#: opening is left out: from one run its template cannot be told from its task.
-REVERSE_CHANNELS: tuple[str, ...] = tuple(c for c in CHANNELS if c != "opening")
+#: Channels compared the other way round (:meth:`AgentProfile.known_share`): what an agent shows in
+#: every run whatever its task (its instructions, layout, models, service). Left out: the tools and
+#: argument names a run uses (they follow its task), and the opening (it holds the task).
+REVERSE_CHANNELS: tuple[str, ...] = ("system", "shape", "model", "ops", "service")
 #: An inferred agent of fewer runs is provisional: its runs are checked again, and it is merged into an
 #: established agent that now takes every one of them (:func:`absorbs`; the first runs an agent's
 #: profile sees decide what joins it, so an agent's first run can start an agent of its own).
@@ -447,16 +448,18 @@ class AgentProfile:
 
     def known_share(self, sig: RunSignature) -> float:
         """The other way round: how much of what ``sig`` shows this agent's runs have shown before
-        (per channel, the share of the run's features the profile has seen at all, weighted as in
-        :meth:`similarity`; the opening is left out: from one run its template cannot be told from
-        its task). 1.0 when nothing can be compared."""
+        (per channel of :data:`REVERSE_CHANNELS`, the share of the run's features the profile has
+        seen at all, weighted as in :meth:`similarity`). 1.0 when nothing can be compared."""
         num = den = 0.0
         for c in REVERSE_CHANNELS:
             feats = sig.features(c)
             if not feats or not self.present[c] or (c in TEXT_CHANNELS and not (sig.content and self.n_content)):
                 continue
             seen = self._weighted(c)[2]
-            num += WEIGHTS[c] * len(feats & seen) / len(feats)
+            share = len(feats & seen) / len(feats)
+            if c == "shape" and share < THRESHOLD:
+                return share
+            num += WEIGHTS[c] * share
             den += WEIGHTS[c]
         return num / den if den else 1.0
 
