@@ -446,6 +446,18 @@ class AgentProfile:
             veto *= 1.0 - OPENS_VETO
         return veto * num / den if den else 0.0
 
+    def core(self) -> RunSignature:
+        """The agent's typical run: per channel its runs mostly show, the features at least half of
+        them showed (its template; a one-run profile's core is that run)."""
+        chans = {}
+        for c in CHANNELS:
+            n = self.present[c]
+            if n and 2 * n >= self._runs_for(c):
+                feats = tuple(sorted(f for f, k in self.counts[c].items() if 2 * k >= n))
+                if feats:
+                    chans[c] = feats
+        return RunSignature(channels=chans, content=2 * self.n_content >= self.n_runs > 0)
+
     def known_share(self, sig: RunSignature) -> float:
         """The other way round: how much of what ``sig`` shows this agent's runs have shown before
         (per channel of :data:`REVERSE_CHANNELS`, the share of the run's features the profile has
@@ -581,6 +593,12 @@ def absorbs(profile: AgentProfile, sigs: Sequence[RunSignature], threshold: floa
                               for s in sigs)
 
 
+def same_agent(a: AgentProfile, b: AgentProfile, threshold: float = THRESHOLD) -> bool:
+    """Whether two established agents are one: each takes the other's typical run
+    (:meth:`AgentProfile.core`) as :func:`assign` would, at or above ``threshold`` both ways."""
+    return absorbs(a, [b.core()], threshold) and absorbs(b, [a.core()], threshold)
+
+
 def infer_agents(sigs: Iterable[RunSignature], profiles: dict[str, AgentProfile] | None = None,
                  threshold: float = THRESHOLD, aliases: dict[str, str] | None = None) -> list[str]:
     """Runs in arrival order → their agent keys, as the service assigns them (one tenant);
@@ -611,9 +629,13 @@ def infer_agents(sigs: Iterable[RunSignature], profiles: dict[str, AgentProfile]
             continue
         young.pop(key, None)
         if consolidation_due(n):
-            for small in sorted(young):
-                if absorbs(profiles[key], young[small], threshold):
-                    del young[small]
+            for small in sorted(profiles):
+                if small == key or small in aliases or profiles[small].n_runs >= n:
+                    continue
+                runs = young.get(small)
+                if absorbs(profiles[key], runs, threshold) if runs else same_agent(profiles[key], profiles[small],
+                                                                                     threshold):
+                    young.pop(small, None)
                     for k, v in list(aliases.items()):
                         if v == small:
                             aliases[k] = key
@@ -622,5 +644,5 @@ def infer_agents(sigs: Iterable[RunSignature], profiles: dict[str, AgentProfile]
 
 
 __all__ = ["CHANNELS", "PROVISIONAL_RUNS", "THRESHOLD", "WEIGHTS", "AgentProfile", "RunSignature", "absorbs",
-           "assign", "consolidation_due", "infer_agents",
+           "assign", "consolidation_due", "infer_agents", "same_agent",
            "model_family", "new_agent_key", "new_profile", "signature"]

@@ -12,6 +12,13 @@ transaction that first takes the tenant's agent lock and matches again against t
 so that two workers seeing a new agent at once create it once. A key that was renamed or merged away
 (an alias) leads to the agent it became, whoever names it.
 
+Consolidation: the first runs an agent's profile sees decide what later runs join, so an agent's odd
+first run can start an agent of its own, and an agent's two kinds of run can start two. When an
+inferred agent reaches 5, 10, 20, 40, … runs (:func:`model.core.identity.consolidation_due`), each
+inferred agent with fewer runs that it now matches is merged into it, in that request's transaction,
+by the re-keying below (:meth:`Agents._consolidate` says when they match and what happens to the
+streams); agents a person named, renamed or split off are left alone.
+
 The past, when a tenant corrects an agent (one rule: **re-keying**): the rows keyed by the agent
 move to the new key in one transaction (runs, their failure rows (patterns), labels with their runs,
 streams and their observations, model activations) and the old key stays as an alias.
@@ -50,6 +57,7 @@ from model.core.identity import (
     consolidation_due,
     new_agent_key,
     new_profile,
+    same_agent,
     signature,
 )
 from model.core.options import DiagnoseOptions
@@ -157,11 +165,14 @@ class Agents:
             self._rows_seen.add((tenant, resolved.agent))
 
     def _consolidate(self, db: Any, tenant: str, agent: str) -> list[str]:
-        """In the request's transaction: the tenant's provisional inferred agents (fewer than
-        :data:`PROVISIONAL_RUNS` runs, never named, renamed or split off by a person) whose every run
-        ``agent`` now takes (:func:`model.core.identity.absorbs`) are merged into it, as
-        :meth:`merge` does, except that ``agent``'s streams keep their warm-up (a few runs of what
-        matches as the same agent join them). The keys merged."""
+        """In the request's transaction, at ``agent``'s checkpoints
+        (:func:`model.core.identity.consolidation_due`): each inferred agent of the tenant with fewer
+        runs (never named, renamed or split off by a person) that is ``agent`` is merged into it, as
+        :meth:`merge` does. A provisional one (fewer than :data:`PROVISIONAL_RUNS` runs) is when
+        ``agent`` takes every one of its stored runs (:func:`model.core.identity.absorbs`); its few
+        runs join ``agent``'s streams, which keep their warm-up. An established one is when each
+        takes the other's typical run (:func:`model.core.identity.same_agent`); ``agent``'s streams
+        start their warm-up again, as after a person's merge. The keys merged."""
         self.store.lock_agents(db, tenant)
         rows = self.store.agent_rows(tenant, db)
         into = next((r for r in rows if r["key"] == agent and r["alias_of"] is None), None)
@@ -170,13 +181,19 @@ class Agents:
         profile = AgentProfile.from_json(into["profile"])
         merged = []
         for r in rows:
+            n = int(r["n_runs"] or 0)
             if (r["key"] == agent or r["alias_of"] is not None or r["source"] != "inferred" or r["name"] is not None
-                    or int(r["n_runs"] or 0) >= PROVISIONAL_RUNS):
+                    or n >= int(into["n_runs"] or 0) or not isinstance(r["profile"], dict)):
                 continue
-            sigs = [self._signature(t) for t in self.store.agent_runs(db, tenant, r["key"], limit=PROVISIONAL_RUNS)]
-            if absorbs(profile, sigs):
+            if n < PROVISIONAL_RUNS:
+                runs = self.store.agent_runs(db, tenant, r["key"], limit=PROVISIONAL_RUNS)
+                same = absorbs(profile, [self._signature(t) for t in runs])
+            else:
+                same = same_agent(profile, AgentProfile.from_json(r["profile"]))
+            if same:
                 self._adopt_models(tenant, r["key"], agent)
-                self._merge_in(db, tenant, r["key"], agent, into_row=into, actor="consolidation", reset_streams=False)
+                self._merge_in(db, tenant, r["key"], agent, into_row=into, actor="consolidation",
+                               reset_streams=n >= PROVISIONAL_RUNS)
                 merged.append(r["key"])
         if merged:
             self.forget(tenant)
