@@ -22,6 +22,7 @@ from model.core.identity import (
     infer_agents,
     new_agent_key,
     new_profile,
+    same_agent,
     signature,
 )
 from model.core.schema import Step, StepKind, Trace
@@ -240,6 +241,23 @@ def test_a_provisional_agent_is_merged_into_the_agent_that_later_takes_its_runs(
     keys = infer_agents(sigs[:3] + other + sigs[3:])
     assert len(set(keys)) == 2 and len(set(keys[3:6])) == 1
     assert [n for n in range(1, 90) if consolidation_due(n)] == [5, 10, 20, 40, 80]
+
+
+def test_two_established_agents_are_one_when_each_takes_the_others_typical_run() -> None:
+    rng = random.Random(4)
+    billing = [signature(billing_run(rng)) for _ in range(12)]
+    a, b = AgentProfile.from_signatures(billing[::2]), AgentProfile.from_signatures(billing[1::2])
+    assert same_agent(a, b) and same_agent(b, a)
+    travel = AgentProfile.from_signatures([signature(travel_run(rng)) for _ in range(6)])
+    search = AgentProfile.from_signatures([signature(react_run(rng)) for _ in range(6)])
+    shop = AgentProfile.from_signatures([signature(shop_run(rng)) for _ in range(6)])
+    assert not same_agent(a, travel) and not same_agent(search, shop) and not same_agent(shop, search)
+    # one way is not enough: the shop agent's typical run reads above the threshold against the search agent
+    assert search.similarity(shop.core()) >= identity.THRESHOLD
+    # the core is the template, not the task text: the features at least half of the runs showed
+    assert set(a.core().channels["system"]) == set(a.counts["system"]) and "opening" not in a.core().channels
+    coder = AgentProfile.from_signatures([signature(coder_run(rng)) for _ in range(6)])
+    assert 0 < len(coder.core().channels["opening"]) < len(coder.counts["opening"]) / 4
 
 
 def test_round_trips_are_exact_and_profiles_stay_bounded() -> None:

@@ -38,8 +38,21 @@ them. The run's similarity is the weighted mean, scaled down when its instructio
 agent's (``system`` under :data:`SYSTEM_VETO`); :func:`assign` takes the best profile at or above
 :data:`THRESHOLD`.
 
+A match is **mutual**: the run must also show little that the agent's runs never showed
+(:meth:`AgentProfile.known_share`, over the channels an agent shows whatever its task: instructions,
+layout, models, service; the layout must be known on its own); the weighted similarity forgives a
+young profile what it has not seen, so without this a run that contains all of a one-run agent and
+much more (another ReAct agent with more tools and another layout) joins it, and the merged agent
+absorbs the rest.
+
 Online, per tenant, in arrival order: ``assign`` against the stored profiles; a match
-``update``\\ s that profile, no match starts a new one keyed :func:`new_agent_key`. A profile
+``update``\\ s that profile, no match starts a new one keyed :func:`new_agent_key`. **Consolidation**
+undoes what the first runs decided: when an agent reaches 5, 10, 20, 40, … runs
+(:func:`consolidation_due`) it takes over each agent with fewer runs that it now matches: a
+provisional one (under :data:`PROVISIONAL_RUNS` runs) when it takes every one of its runs
+(:func:`absorbs`), an established one when each takes the other's typical run (:func:`same_agent`,
+:meth:`AgentProfile.core`). :func:`infer_agents` records such merges as aliases; the service re-keys
+the runs (``serve.services.agents``). A profile
 records the runs whose instructions changed while they still matched (:attr:`AgentProfile.changes`),
 so a prompt edited mid-week is followed as one agent and says so in :meth:`AgentProfile.describe`.
 
