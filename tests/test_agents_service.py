@@ -113,6 +113,53 @@ def test_a_session_keeps_its_agent_and_a_repost_resolves_to_the_stored_one(
     assert (named.agent, named.agent_source) == ("desk", "option")
 
 
+def test_a_stray_first_run_is_merged_into_the_agent_that_later_takes_it(service: TriageService) -> None:
+    """An agent's odd first run (no tool) starts a provisional agent the next runs do not join; at the
+    real agent's tenth run (a checkpoint) it takes that run, and the service merges the stray into it: the stored run
+    is re-keyed, the stray's key becomes an alias, the agent's streams keep their warm-up, and a
+    run like the stray's later answers the agent it joined. An agent named by a person is left alone."""
+    from tests.test_identity import team_run
+
+    rng = random.Random(0)
+    stray = service.diagnose("t", team_run(rng, tool=False).model_copy(update={"id": "odd"}), DiagnoseOptions())
+    main = [service.diagnose("t", team_run(rng).model_copy(update={"id": f"r{i}"}), DiagnoseOptions())
+            for i in range(9)]
+    assert stray.agent != main[0].agent and len({x.agent for x in main}) == 1
+    assert service.store.stored_agent("t", "odd") == (stray.agent, "inferred")
+    streams_before = _stream_counts(service, main[0].agent)
+    tenth = service.diagnose("t", team_run(rng).model_copy(update={"id": "r9"}), DiagnoseOptions())
+    assert tenth.agent == main[0].agent
+    assert service.store.stored_agent("t", "odd") == (main[0].agent, "inferred")  # re-keyed
+    listed = service.agents.list("t")
+    assert [a["key"] for a in listed] == [main[0].agent] and listed[0]["runs"] == 11
+    assert listed[0]["aliases"] == [stray.agent]
+    after = _stream_counts(service, main[0].agent)
+    assert after and all(after[k] >= streams_before.get(k, 0) for k in after)  # kept (not emptied)
+    assert all(_stream_state(service, main[0].agent).values())  # no warm-up restarted
+    later = service.diagnose("t", team_run(rng, tool=False).model_copy(update={"id": "odd2"}), DiagnoseOptions())
+    assert later.agent == main[0].agent
+    # the same on a tenant where a person named the stray's agent: it stays as it is
+    rng = random.Random(0)
+    odd = service.diagnose("u", team_run(rng, tool=False).model_copy(update={"id": "odd"}), DiagnoseOptions())
+    service.agents.rename("u", odd.agent, "kept-apart", actor="test")
+    keys = {service.diagnose("u", team_run(rng).model_copy(update={"id": f"r{i}"}), DiagnoseOptions()).agent
+            for i in range(12)}
+    assert len(keys) == 1 and "kept-apart" not in keys
+    assert {a["key"] for a in service.agents.list("u")} == {"kept-apart", *keys}
+
+
+def _stream_counts(service: TriageService, agent: str) -> dict[str, int]:
+    with service.store.read() as db:
+        return {r.name: int(r.n) for r in db.execute(select(StreamRow.name, StreamRow.n)
+                                                     .where(StreamRow.tenant_id == "t", StreamRow.agent == agent))}
+
+
+def _stream_state(service: TriageService, agent: str) -> dict[str, bool]:
+    with service.store.read() as db:
+        return {r.name: bool(r.state) for r in db.execute(select(StreamRow.name, StreamRow.state)
+                                                          .where(StreamRow.tenant_id == "t", StreamRow.agent == agent))}
+
+
 def test_concurrent_workers_create_one_agent(db_url: str, real: dict[str, list[RealRun]]) -> None:  # noqa: F811
     stores = [Store(db_url) for _ in range(4)]
     stores[0].upgrade()

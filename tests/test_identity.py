@@ -16,10 +16,13 @@ from model.core.identity import (
     PROFILE_CAP,
     AgentProfile,
     RunSignature,
+    absorbs,
     assign,
+    consolidation_due,
     infer_agents,
     new_agent_key,
     new_profile,
+    same_agent,
     signature,
 )
 from model.core.schema import Step, StepKind, Trace
@@ -94,6 +97,37 @@ def coder_run(rng: random.Random) -> Trace:
     ])
 
 
+def shop_run(rng: random.Random) -> Trace:
+    """Another ReAct agent with no instructions that also searches: a fixed opening around the
+    task, ``search[...]`` first, then ``click[...]`` (it shows all a ``react_run`` shows and more)."""
+    q = _task(rng, 10)
+    item = f"B0{rng.randrange(10**6)}"
+    opening = "WebShop. Find the item the instruction asks for, choose its options and buy it.\nInstruction: "
+    return Trace(steps=[
+        Step(kind=StepKind.USER_INPUT, content=opening + q + "\n[Search]"),
+        Step(kind=StepKind.TOOL_CALL, tool_name="search", tool_args={"query": q[:20]}, content=f"search[{q[:20]}]"),
+        Step(kind=StepKind.TOOL_RESULT, tool_name="search", content=_task(rng, 30)),
+        Step(kind=StepKind.LLM_REASONING, content=f"{item} looks right"),
+        Step(kind=StepKind.TOOL_CALL, tool_name="click", tool_args={"target": item}, content=f"click[{item}]"),
+        Step(kind=StepKind.TOOL_RESULT, tool_name="click", content=_task(rng, 20)),
+    ])
+
+
+TEAM = ("You are a member of a team of experts. Solve the task below together with the other members, check "
+        "each other's work, and answer with the final result only when everyone agrees on it.")
+
+
+def team_run(rng: random.Random, *, tool: bool = True) -> Trace:
+    """A long task under a short fixed preamble in the first message; most runs use a terminal."""
+    task = " ".join(_task(rng, 30) for _ in range(4))
+    steps = [Step(kind=StepKind.USER_INPUT, content=TEAM + "\n\n" + task),
+             Step(kind=StepKind.LLM_OUTPUT, content=_task(rng, 20))]
+    if tool:
+        steps += [Step(kind=StepKind.TOOL_CALL, tool_name="terminal", tool_args={"code": "x"}, content="python x.py"),
+                  Step(kind=StepKind.TOOL_RESULT, tool_name="terminal", content=_task(rng, 10))]
+    return Trace(steps=[*steps, Step(kind=StepKind.LLM_OUTPUT, content=_task(rng, 10))])
+
+
 MAKERS = {"billing": billing_run, "travel": travel_run, "react": react_run, "coder": coder_run}
 
 
@@ -165,6 +199,65 @@ def test_an_edited_prompt_is_followed_and_recorded_a_rewritten_one_is_a_new_agen
     origin = profiles[keys[15]].describe()["origin"]
     assert origin["nearest"] == keys[0] and origin["channels"]["system"] == 0.0
     assert "system 0.00" in origin["reason"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_match_is_mutual_a_run_showing_much_the_agent_never_does_is_not_its(seed: int) -> None:
+    """The forward similarity forgives what a young profile has not seen: a shop run reads above the
+    threshold against a one-run search agent, the other way round it does not; the match is refused
+    (what the run shows is mostly unknown to the profile) and the two stay two agents in any order."""
+    rng = random.Random(seed)
+    x = [signature(react_run(rng)) for _ in range(6)]
+    y = [signature(shop_run(rng)) for _ in range(6)]
+    px = AgentProfile.from_signatures(x[:1])
+    assert px.similarity(y[0]) >= identity.THRESHOLD > px.known_share(y[0])
+    assert assign(y[0], {"x": px})[0] is None
+    assert AgentProfile.from_signatures(y[:1]).similarity(x[0]) < identity.THRESHOLD
+    for order in (x[:1] + y + x[1:], y[:1] + x + y[1:], x + y):
+        truth = ["x" if s in x else "y" for s in order]
+        assert _partition(infer_agents(order)) == _partition(truth)
+
+
+def test_a_provisional_agent_is_merged_into_the_agent_that_later_takes_its_runs() -> None:
+    """An agent's odd first run (no tool) starts an agent the next runs do not join; once the real
+    agent has learned its template it takes that run, and the provisional agent is merged into it
+    (its key an alias; every run answers the agent it joined)."""
+    rng = random.Random(0)
+    sigs = [signature(team_run(rng, tool=False))] + [signature(team_run(rng)) for _ in range(12)]
+    assert assign(sigs[1], {"first": AgentProfile.from_signatures(sigs[:1])})[0] is None  # a stray at first
+    profiles: dict[str, AgentProfile] = {}
+    aliases: dict[str, str] = {}
+    keys = infer_agents(sigs, profiles, aliases=aliases)
+    assert len(set(keys)) == 1 and len(profiles) == 2
+    (stray, into), = aliases.items()
+    assert into == keys[0] and stray != into and profiles[stray].n_runs == 1
+    assert absorbs(profiles[into], sigs[:1]) and not absorbs(profiles[into], [signature(react_run(rng))])
+    assert not absorbs(profiles[into], [])
+    # only at the checkpoints (5, 10, 20, … runs): at its 5th run the agent does not take the stray's
+    # run yet, at its 10th it does
+    assert len(set(infer_agents(sigs[:10]))) == 2 and len(set(infer_agents(sigs[:11]))) == 1
+    # an agent that never becomes like it is left alone: a real second agent stays one
+    other = [signature(billing_run(rng)) for _ in range(3)]
+    keys = infer_agents(sigs[:3] + other + sigs[3:])
+    assert len(set(keys)) == 2 and len(set(keys[3:6])) == 1
+    assert [n for n in range(1, 90) if consolidation_due(n)] == [5, 10, 20, 40, 80]
+
+
+def test_two_established_agents_are_one_when_each_takes_the_others_typical_run() -> None:
+    rng = random.Random(4)
+    billing = [signature(billing_run(rng)) for _ in range(12)]
+    a, b = AgentProfile.from_signatures(billing[::2]), AgentProfile.from_signatures(billing[1::2])
+    assert same_agent(a, b) and same_agent(b, a)
+    travel = AgentProfile.from_signatures([signature(travel_run(rng)) for _ in range(6)])
+    search = AgentProfile.from_signatures([signature(react_run(rng)) for _ in range(6)])
+    shop = AgentProfile.from_signatures([signature(shop_run(rng)) for _ in range(6)])
+    assert not same_agent(a, travel) and not same_agent(search, shop) and not same_agent(shop, search)
+    # one way is not enough: the shop agent's typical run reads above the threshold against the search agent
+    assert search.similarity(shop.core()) >= identity.THRESHOLD
+    # the core is the template, not the task text: the features at least half of the runs showed
+    assert set(a.core().channels["system"]) == set(a.counts["system"]) and "opening" not in a.core().channels
+    coder = AgentProfile.from_signatures([signature(coder_run(rng)) for _ in range(6)])
+    assert 0 < len(coder.core().channels["opening"]) < len(coder.counts["opening"]) / 4
 
 
 def test_round_trips_are_exact_and_profiles_stay_bounded() -> None:

@@ -38,8 +38,21 @@ them. The run's similarity is the weighted mean, scaled down when its instructio
 agent's (``system`` under :data:`SYSTEM_VETO`); :func:`assign` takes the best profile at or above
 :data:`THRESHOLD`.
 
+A match is **mutual**: the run must also show little that the agent's runs never showed
+(:meth:`AgentProfile.known_share`, over the channels an agent shows whatever its task: instructions,
+layout, models, service; the layout must be known on its own); the weighted similarity forgives a
+young profile what it has not seen, so without this a run that contains all of a one-run agent and
+much more (another ReAct agent with more tools and another layout) joins it, and the merged agent
+absorbs the rest.
+
 Online, per tenant, in arrival order: ``assign`` against the stored profiles; a match
-``update``\\ s that profile, no match starts a new one keyed :func:`new_agent_key`. A profile
+``update``\\ s that profile, no match starts a new one keyed :func:`new_agent_key`. **Consolidation**
+undoes what the first runs decided: when an agent reaches 5, 10, 20, 40, … runs
+(:func:`consolidation_due`) it takes over each agent with fewer runs that it now matches: a
+provisional one (under :data:`PROVISIONAL_RUNS` runs) when it takes every one of its runs
+(:func:`absorbs`), an established one when each takes the other's typical run (:func:`same_agent`,
+:meth:`AgentProfile.core`). :func:`infer_agents` records such merges as aliases; the service re-keys
+the runs (``serve.services.agents``). A profile
 records the runs whose instructions changed while they still matched (:attr:`AgentProfile.changes`),
 so a prompt edited mid-week is followed as one agent and says so in :meth:`AgentProfile.describe`.
 
@@ -100,6 +113,14 @@ PROFILE_CAP: dict[str, int] = {"system": 600, "opening": 600, "shape": 128, "arg
                                "model": 64, "ops": 32, "service": 32}
 #: The system text keeps one trigram in ``SYSTEM_SAMPLE`` (chosen by hash: the same ones every run).
 SYSTEM_SAMPLE = 3
+#: Channels compared the other way round (:meth:`AgentProfile.known_share`): what an agent shows in
+#: every run whatever its task (its instructions, layout, models, service). Left out: the tools and
+#: argument names a run uses (they follow its task), and the opening (it holds the task).
+REVERSE_CHANNELS: tuple[str, ...] = ("system", "shape", "model", "ops", "service")
+#: An inferred agent of fewer runs is provisional: its runs are checked again, and it is merged into an
+#: established agent that now takes every one of them (:func:`absorbs`; the first runs an agent's
+#: profile sees decide what joins it, so an agent's first run can start an agent of its own).
+PROVISIONAL_RUNS = 5
 #: Characters read from the head and the tail of a text (a long task in the middle is skipped).
 HEAD_CHARS, TAIL_CHARS = 6000, 1500
 #: A matched run whose ``system`` similarity is below this is recorded as a change.
@@ -438,6 +459,35 @@ class AgentProfile:
             veto *= 1.0 - OPENS_VETO
         return veto * num / den if den else 0.0
 
+    def core(self) -> RunSignature:
+        """The agent's typical run: per channel its runs mostly show, the features at least half of
+        them showed (its template; a one-run profile's core is that run)."""
+        chans = {}
+        for c in CHANNELS:
+            n = self.present[c]
+            if n and 2 * n >= self._runs_for(c):
+                feats = tuple(sorted(f for f, k in self.counts[c].items() if 2 * k >= n))
+                if feats:
+                    chans[c] = feats
+        return RunSignature(channels=chans, content=2 * self.n_content >= self.n_runs > 0)
+
+    def known_share(self, sig: RunSignature) -> float:
+        """The other way round: how much of what ``sig`` shows this agent's runs have shown before
+        (per channel of :data:`REVERSE_CHANNELS`, the share of the run's features the profile has
+        seen at all, weighted as in :meth:`similarity`). 1.0 when nothing can be compared."""
+        num = den = 0.0
+        for c in REVERSE_CHANNELS:
+            feats = sig.features(c)
+            if not feats or not self.present[c] or (c in TEXT_CHANNELS and not (sig.content and self.n_content)):
+                continue
+            seen = self._weighted(c)[2]
+            share = len(feats & seen) / len(feats)
+            if c == "shape" and share < THRESHOLD:
+                return share
+            num += WEIGHTS[c] * share
+            den += WEIGHTS[c]
+        return num / den if den else 1.0
+
     def _opens_otherwise(self, sig: RunSignature) -> bool:
         """Whether the agent's runs all open alike (who speaks first), from two runs on, and this
         run opens otherwise."""
@@ -505,13 +555,20 @@ def new_agent_key(sig: RunSignature) -> str:
 def assign(sig: RunSignature, profiles: Mapping[str, AgentProfile],
            threshold: float = THRESHOLD) -> tuple[str | None, float]:
     """The best agent for ``sig``: ``(key, similarity)`` when its similarity reaches ``threshold``,
-    else ``(None, best similarity)`` (0.0 with no profiles). Ties go to the smaller key."""
-    best_key, best = None, 0.0
-    for key in sorted(profiles):
-        s = profiles[key].similarity(sig)
-        if s > best:
-            best_key, best = key, s
-    return (best_key, best) if best_key is not None and best >= threshold else (None, best)
+    else ``(None, best similarity)`` (0.0 with no profiles). Ties go to the smaller key.
+
+    A match is mutual: the best profile at or above ``threshold`` whose core also reaches it the
+    other way round (:meth:`AgentProfile.known_share`); a run that shows much the agent's
+    runs never do (other tools, another layout) is not that agent's, however much of the agent it
+    contains."""
+    scored = sorted(((profiles[k].similarity(sig), k) for k in profiles), key=lambda x: (-x[0], x[1]))
+    best = scored[0][0] if scored else 0.0
+    for s, key in scored:
+        if s < threshold:
+            break
+        if profiles[key].known_share(sig) >= threshold:
+            return key, s
+    return None, best
 
 
 def new_profile(sig: RunSignature, profiles: Mapping[str, AgentProfile]) -> AgentProfile:
@@ -530,11 +587,41 @@ def new_profile(sig: RunSignature, profiles: Mapping[str, AgentProfile]) -> Agen
     return p
 
 
+def consolidation_due(n_runs: int) -> bool:
+    """Whether an agent that has just reached ``n_runs`` runs checks the tenant's provisional agents
+    against itself: at :data:`PROVISIONAL_RUNS` runs and each doubling after (5, 10, 20, 40, …), so
+    that the checks cost O(log n) per agent.
+
+    >>> [n for n in range(1, 50) if consolidation_due(n)]
+    [5, 10, 20, 40]
+    """
+    q, r = divmod(n_runs, PROVISIONAL_RUNS)
+    return r == 0 and q > 0 and q & (q - 1) == 0
+
+
+def absorbs(profile: AgentProfile, sigs: Sequence[RunSignature], threshold: float = THRESHOLD) -> bool:
+    """Whether ``profile`` (an established agent) takes every one of ``sigs`` (a provisional
+    agent's runs), as :func:`assign` would: at or above ``threshold`` both ways."""
+    return bool(sigs) and all(profile.similarity(s) >= threshold and profile.known_share(s) >= threshold
+                              for s in sigs)
+
+
+def same_agent(a: AgentProfile, b: AgentProfile, threshold: float = THRESHOLD) -> bool:
+    """Whether two established agents are one: each takes the other's typical run
+    (:meth:`AgentProfile.core`) as :func:`assign` would, at or above ``threshold`` both ways."""
+    return absorbs(a, [b.core()], threshold) and absorbs(b, [a.core()], threshold)
+
+
 def infer_agents(sigs: Iterable[RunSignature], profiles: dict[str, AgentProfile] | None = None,
-                 threshold: float = THRESHOLD) -> list[str]:
+                 threshold: float = THRESHOLD, aliases: dict[str, str] | None = None) -> list[str]:
     """Runs in arrival order → their agent keys, as the service assigns them (one tenant);
-    ``profiles`` (default: none yet) is updated in place."""
+    ``profiles`` (default: none yet) is updated in place. A provisional agent merged into an
+    established one (:func:`consolidation_due`, :func:`absorbs`) keeps its profile under its key,
+    recorded in ``aliases`` (updated in place); its runs, past and later, answer the agent it joined
+    (the service re-keys them)."""
     profiles = {} if profiles is None else profiles
+    aliases = {} if aliases is None else aliases
+    young: dict[str, list[RunSignature]] = {}  # a provisional agent's runs
     out = []
     for sig in sigs:
         key, _ = assign(sig, profiles, threshold)
@@ -546,8 +633,29 @@ def infer_agents(sigs: Iterable[RunSignature], profiles: dict[str, AgentProfile]
         else:
             profiles[key].update(sig)
         out.append(key)
-    return out
+        agent = aliases.get(key, key)
+        if agent != key:
+            continue
+        n = profiles[key].n_runs
+        if n < PROVISIONAL_RUNS:
+            young.setdefault(key, []).append(sig)
+            continue
+        young.pop(key, None)
+        if consolidation_due(n):
+            for small in sorted(profiles):
+                if small == key or small in aliases or profiles[small].n_runs >= n:
+                    continue
+                runs = young.get(small)
+                if absorbs(profiles[key], runs, threshold) if runs else same_agent(profiles[key], profiles[small],
+                                                                                     threshold):
+                    young.pop(small, None)
+                    for k, v in list(aliases.items()):
+                        if v == small:
+                            aliases[k] = key
+                    aliases[small] = key
+    return [aliases.get(k, k) for k in out]
 
 
-__all__ = ["CHANNELS", "THRESHOLD", "WEIGHTS", "AgentProfile", "RunSignature", "assign", "infer_agents",
+__all__ = ["CHANNELS", "PROVISIONAL_RUNS", "THRESHOLD", "WEIGHTS", "AgentProfile", "RunSignature", "absorbs",
+           "assign", "consolidation_due", "infer_agents", "same_agent",
            "model_family", "new_agent_key", "new_profile", "signature"]

@@ -12,6 +12,13 @@ transaction that first takes the tenant's agent lock and matches again against t
 so that two workers seeing a new agent at once create it once. A key that was renamed or merged away
 (an alias) leads to the agent it became, whoever names it.
 
+Consolidation: the first runs an agent's profile sees decide what later runs join, so an agent's odd
+first run can start an agent of its own, and an agent's two kinds of run can start two. When an
+inferred agent reaches 5, 10, 20, 40, … runs (:func:`model.core.identity.consolidation_due`), each
+inferred agent with fewer runs that it now matches is merged into it, in that request's transaction,
+by the re-keying below (:meth:`Agents._consolidate` says when they match and what happens to the
+streams); agents a person named, renamed or split off are left alone.
+
 The past, when a tenant corrects an agent (one rule: **re-keying**): the rows keyed by the agent
 move to the new key in one transaction (runs, their failure rows (patterns), labels with their runs,
 streams and their observations, model activations) and the old key stays as an alias.
@@ -41,7 +48,18 @@ from pydantic import ValidationError
 
 from model.core.agents import POOL_AGENT, AgentSource, agent_and_source, clean_agent_name
 from model.core.errors import InputError, NotFoundError
-from model.core.identity import AgentProfile, RunSignature, assign, new_agent_key, new_profile, signature
+from model.core.identity import (
+    PROVISIONAL_RUNS,
+    AgentProfile,
+    RunSignature,
+    absorbs,
+    assign,
+    consolidation_due,
+    new_agent_key,
+    new_profile,
+    same_agent,
+    signature,
+)
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.scoring.agent_registry import Registry
@@ -139,10 +157,47 @@ class Agents:
                     profile = AgentProfile.from_json(prof)
                     profile.update(resolved.sig)
                     self.store.save_agent(db, tenant, which, profile=profile.to_json())
+            if consolidation_due(n):
+                self._consolidate(db, tenant, resolved.agent)
         elif resolved.named and (tenant, resolved.agent) not in self._rows_seen:
             if resolved.agent not in self._tenant(tenant).keys:
                 self.store.insert_agent(db, tenant, resolved.agent, source=resolved.source)
             self._rows_seen.add((tenant, resolved.agent))
+
+    def _consolidate(self, db: Any, tenant: str, agent: str) -> list[str]:
+        """In the request's transaction, at ``agent``'s checkpoints
+        (:func:`model.core.identity.consolidation_due`): each inferred agent of the tenant with fewer
+        runs (never named, renamed or split off by a person) that is ``agent`` is merged into it, as
+        :meth:`merge` does. A provisional one (fewer than :data:`PROVISIONAL_RUNS` runs) is when
+        ``agent`` takes every one of its stored runs (:func:`model.core.identity.absorbs`); its few
+        runs join ``agent``'s streams, which keep their warm-up. An established one is when each
+        takes the other's typical run (:func:`model.core.identity.same_agent`); ``agent``'s streams
+        start their warm-up again, as after a person's merge. The keys merged."""
+        self.store.lock_agents(db, tenant)
+        rows = self.store.agent_rows(tenant, db)
+        into = next((r for r in rows if r["key"] == agent and r["alias_of"] is None), None)
+        if into is None or not isinstance(into["profile"], dict):
+            return []
+        profile = AgentProfile.from_json(into["profile"])
+        merged = []
+        for r in rows:
+            n = int(r["n_runs"] or 0)
+            if (r["key"] == agent or r["alias_of"] is not None or r["source"] != "inferred" or r["name"] is not None
+                    or n >= int(into["n_runs"] or 0) or not isinstance(r["profile"], dict)):
+                continue
+            if n < PROVISIONAL_RUNS:
+                runs = self.store.agent_runs(db, tenant, r["key"], limit=PROVISIONAL_RUNS)
+                same = absorbs(profile, [self._signature(t) for t in runs])
+            else:
+                same = same_agent(profile, AgentProfile.from_json(r["profile"]))
+            if same:
+                self._adopt_models(tenant, r["key"], agent)
+                self._merge_in(db, tenant, r["key"], agent, into_row=into, actor="consolidation",
+                               reset_streams=n >= PROVISIONAL_RUNS)
+                merged.append(r["key"])
+        if merged:
+            self.forget(tenant)
+        return merged
 
     def _create(self, tenant: str, sig: RunSignature, db: Any = None) -> str:
         """A new inferred agent for ``sig`` — unless, under the tenant's agent lock, a stored profile
@@ -271,15 +326,20 @@ class Agents:
         self._adopt_models(tenant, key, into)
         with self.store.write() as db:
             self.store.lock_agents(db, tenant)
-            if into_row is None:
-                self.store.insert_agent(db, tenant, into, source="option")
-            kept = self.store.newest_activation(db, tenant, into)
-            self._move_all(db, tenant, key, into, reset_streams=True, keep_profile=True)
-            self.store.move_activations(db, tenant, key, into)
-            if kept is not None:  # the agent merged into keeps the model it served
-                self.store.add_activation(db, tenant, into, kept, actor=actor, action="promote")
+            self._merge_in(db, tenant, key, into, into_row=into_row, actor=actor, reset_streams=True)
         self.forget(tenant)
         return self._one(tenant, into)
+
+    def _merge_in(self, db: Any, tenant: str, key: str, into: str, *, into_row: dict[str, Any] | None, actor: str,
+                  reset_streams: bool) -> None:
+        """:meth:`merge`'s re-keying, in transaction ``db`` (the tenant's agent lock taken)."""
+        if into_row is None:
+            self.store.insert_agent(db, tenant, into, source="option")
+        kept = self.store.newest_activation(db, tenant, into)
+        self._move_all(db, tenant, key, into, reset_streams=reset_streams, keep_profile=True)
+        self.store.move_activations(db, tenant, key, into)
+        if kept is not None:  # the agent merged into keeps the model it served
+            self.store.add_activation(db, tenant, into, kept, actor=actor, action="promote")
 
     def split(self, tenant: str, key: str, trace_ids: Sequence[str], *, name: str | None, actor: str) -> dict[str, Any]:
         """Runs ``trace_ids`` of agent ``key`` become a new agent (``name``, else a key of its own)."""
