@@ -12,17 +12,14 @@ import pytest
 
 import model.core.identity as identity
 import model.data.genai_spans as genai_spans
+from model.core.consolidation import absorbs, consolidation_due, infer_agents, same_agent
 from model.core.identity import (
     PROFILE_CAP,
     AgentProfile,
     RunSignature,
-    absorbs,
     assign,
-    consolidation_due,
-    infer_agents,
     new_agent_key,
     new_profile,
-    same_agent,
     signature,
 )
 from model.core.schema import Step, StepKind, Trace

@@ -48,10 +48,10 @@ absorbs the rest.
 Online, per tenant, in arrival order: ``assign`` against the stored profiles; a match
 ``update``\\ s that profile, no match starts a new one keyed :func:`new_agent_key`. **Consolidation**
 undoes what the first runs decided: when an agent reaches 5, 10, 20, 40, … runs
-(:func:`consolidation_due`) it takes over each agent with fewer runs that it now matches: a
+(:func:`~model.core.consolidation.consolidation_due`) it takes over each agent with fewer runs that it now matches: a
 provisional one (under :data:`PROVISIONAL_RUNS` runs) when it takes every one of its runs
-(:func:`absorbs`), an established one when each takes the other's typical run (:func:`same_agent`,
-:meth:`AgentProfile.core`). :func:`infer_agents` records such merges as aliases; the service re-keys
+(:func:`~model.core.consolidation.absorbs`), an established one when each takes the other's typical run (:func:`~model.core.consolidation.same_agent`,
+:meth:`AgentProfile.core`). :func:`~model.core.consolidation.infer_agents` records such merges as aliases; the service re-keys
 the runs (``serve.services.agents``). A profile
 records the runs whose instructions changed while they still matched (:attr:`AgentProfile.changes`),
 so a prompt edited mid-week is followed as one agent and says so in :meth:`AgentProfile.describe`.
@@ -76,7 +76,7 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +118,7 @@ SYSTEM_SAMPLE = 3
 #: argument names a run uses (they follow its task), and the opening (it holds the task).
 REVERSE_CHANNELS: tuple[str, ...] = ("system", "shape", "model", "ops", "service")
 #: An inferred agent of fewer runs is provisional: its runs are checked again, and it is merged into an
-#: established agent that now takes every one of them (:func:`absorbs`; the first runs an agent's
+#: established agent that now takes every one of them (:func:`~model.core.consolidation.absorbs`; the first runs an agent's
 #: profile sees decide what joins it, so an agent's first run can start an agent of its own).
 PROVISIONAL_RUNS = 5
 #: Characters read from the head and the tail of a text (a long task in the middle is skipped).
@@ -587,75 +587,5 @@ def new_profile(sig: RunSignature, profiles: Mapping[str, AgentProfile]) -> Agen
     return p
 
 
-def consolidation_due(n_runs: int) -> bool:
-    """Whether an agent that has just reached ``n_runs`` runs checks the tenant's provisional agents
-    against itself: at :data:`PROVISIONAL_RUNS` runs and each doubling after (5, 10, 20, 40, …), so
-    that the checks cost O(log n) per agent.
-
-    >>> [n for n in range(1, 50) if consolidation_due(n)]
-    [5, 10, 20, 40]
-    """
-    q, r = divmod(n_runs, PROVISIONAL_RUNS)
-    return r == 0 and q > 0 and q & (q - 1) == 0
-
-
-def absorbs(profile: AgentProfile, sigs: Sequence[RunSignature], threshold: float = THRESHOLD) -> bool:
-    """Whether ``profile`` (an established agent) takes every one of ``sigs`` (a provisional
-    agent's runs), as :func:`assign` would: at or above ``threshold`` both ways."""
-    return bool(sigs) and all(profile.similarity(s) >= threshold and profile.known_share(s) >= threshold
-                              for s in sigs)
-
-
-def same_agent(a: AgentProfile, b: AgentProfile, threshold: float = THRESHOLD) -> bool:
-    """Whether two established agents are one: each takes the other's typical run
-    (:meth:`AgentProfile.core`) as :func:`assign` would, at or above ``threshold`` both ways."""
-    return absorbs(a, [b.core()], threshold) and absorbs(b, [a.core()], threshold)
-
-
-def infer_agents(sigs: Iterable[RunSignature], profiles: dict[str, AgentProfile] | None = None,
-                 threshold: float = THRESHOLD, aliases: dict[str, str] | None = None) -> list[str]:
-    """Runs in arrival order → their agent keys, as the service assigns them (one tenant);
-    ``profiles`` (default: none yet) is updated in place. A provisional agent merged into an
-    established one (:func:`consolidation_due`, :func:`absorbs`) keeps its profile under its key,
-    recorded in ``aliases`` (updated in place); its runs, past and later, answer the agent it joined
-    (the service re-keys them)."""
-    profiles = {} if profiles is None else profiles
-    aliases = {} if aliases is None else aliases
-    young: dict[str, list[RunSignature]] = {}  # a provisional agent's runs
-    out = []
-    for sig in sigs:
-        key, _ = assign(sig, profiles, threshold)
-        if key is None:
-            key = new_agent_key(sig)
-            while key in profiles:  # an identical first run of another agent: keep both apart
-                key = "agent-" + hashlib.sha256(key.encode()).hexdigest()[:8]
-            profiles[key] = new_profile(sig, profiles)
-        else:
-            profiles[key].update(sig)
-        out.append(key)
-        agent = aliases.get(key, key)
-        if agent != key:
-            continue
-        n = profiles[key].n_runs
-        if n < PROVISIONAL_RUNS:
-            young.setdefault(key, []).append(sig)
-            continue
-        young.pop(key, None)
-        if consolidation_due(n):
-            for small in sorted(profiles):
-                if small == key or small in aliases or profiles[small].n_runs >= n:
-                    continue
-                runs = young.get(small)
-                if absorbs(profiles[key], runs, threshold) if runs else same_agent(profiles[key], profiles[small],
-                                                                                     threshold):
-                    young.pop(small, None)
-                    for k, v in list(aliases.items()):
-                        if v == small:
-                            aliases[k] = key
-                    aliases[small] = key
-    return [aliases.get(k, k) for k in out]
-
-
-__all__ = ["CHANNELS", "PROVISIONAL_RUNS", "THRESHOLD", "WEIGHTS", "AgentProfile", "RunSignature", "absorbs",
-           "assign", "consolidation_due", "infer_agents", "same_agent",
+__all__ = ["CHANNELS", "PROVISIONAL_RUNS", "THRESHOLD", "WEIGHTS", "AgentProfile", "RunSignature", "assign",
            "model_family", "new_agent_key", "new_profile", "signature"]

@@ -31,7 +31,14 @@ from dataclasses import dataclass
 
 from sklearn.metrics import adjusted_rand_score
 
-from model.core.identity import THRESHOLD, AgentProfile, RunSignature, assign, infer_agents, signature
+from model.core.consolidation import infer_agents
+from model.core.identity import (
+    THRESHOLD,
+    AgentProfile,
+    RunSignature,
+    assign,
+    signature,
+)
 from model.core.schema import StepKind, Trace
 from model.data.genai_spans import otlp_content_off, otlp_content_on
 from model.data.realdata import RealRun, load_source

@@ -14,7 +14,7 @@ so that two workers seeing a new agent at once create it once. A key that was re
 
 Consolidation: the first runs an agent's profile sees decide what later runs join, so an agent's odd
 first run can start an agent of its own, and an agent's two kinds of run can start two. When an
-inferred agent reaches 5, 10, 20, 40, … runs (:func:`model.core.identity.consolidation_due`), each
+inferred agent reaches 5, 10, 20, 40, … runs (:func:`model.core.consolidation.consolidation_due`), each
 inferred agent with fewer runs that it now matches is merged into it, in that request's transaction,
 by the re-keying below (:meth:`Agents._consolidate` says when they match and what happens to the
 streams); agents a person named, renamed or split off are left alone.
@@ -47,17 +47,15 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from model.core.agents import POOL_AGENT, AgentSource, agent_and_source, clean_agent_name
+from model.core.consolidation import absorbs, consolidation_due, same_agent
 from model.core.errors import InputError, NotFoundError
 from model.core.identity import (
     PROVISIONAL_RUNS,
     AgentProfile,
     RunSignature,
-    absorbs,
     assign,
-    consolidation_due,
     new_agent_key,
     new_profile,
-    same_agent,
     signature,
 )
 from model.core.options import DiagnoseOptions
@@ -166,12 +164,12 @@ class Agents:
 
     def _consolidate(self, db: Any, tenant: str, agent: str) -> list[str]:
         """In the request's transaction, at ``agent``'s checkpoints
-        (:func:`model.core.identity.consolidation_due`): each inferred agent of the tenant with fewer
+        (:func:`model.core.consolidation.consolidation_due`): each inferred agent of the tenant with fewer
         runs (never named, renamed or split off by a person) that is ``agent`` is merged into it, as
         :meth:`merge` does. A provisional one (fewer than :data:`PROVISIONAL_RUNS` runs) is when
-        ``agent`` takes every one of its stored runs (:func:`model.core.identity.absorbs`); its few
+        ``agent`` takes every one of its stored runs (:func:`model.core.consolidation.absorbs`); its few
         runs join ``agent``'s streams, which keep their warm-up. An established one is when each
-        takes the other's typical run (:func:`model.core.identity.same_agent`); ``agent``'s streams
+        takes the other's typical run (:func:`model.core.consolidation.same_agent`); ``agent``'s streams
         start their warm-up again, as after a person's merge. The keys merged."""
         self.store.lock_agents(db, tenant)
         rows = self.store.agent_rows(tenant, db)
