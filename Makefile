@@ -1,4 +1,4 @@
-# Quick start: `make run` (serve the shipped model) and `make test` (every check).
+# Quick start: `make run` (serve the shipped model; `make run PORT=8001` on another port) and `make test` (every check).
 # Every install goes through constraints.txt (torch pinned to the CPU wheel on disk); pip, not uv.
 
 PYTHON ?= python3
