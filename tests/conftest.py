@@ -83,13 +83,20 @@ class LiveServer:
         raise RuntimeError("server did not answer /healthz in time")
 
     def stop(self) -> None:
+        """SIGTERM (SIGKILL after 10 s), then close the output pipe once the drain has read it to the end
+        (a pipe left to the garbage collector is a ResourceWarning)."""
+        import subprocess
+
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=10)
-            except Exception:
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._drain.join(timeout=5)
+        if not self._drain.is_alive() and self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @pytest.fixture(scope="session")

@@ -179,6 +179,11 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[LiveServer, str, Path]]:
         },
         args=["--workers", "2"],
     ).wait_ready()
+    # /healthz answered by one worker; the test needs both accepting (else every connection goes to the first)
+    deadline = time.monotonic() + 60
+    while sum("Application startup complete" in line for line in list(srv.output)) < 2:
+        assert time.monotonic() < deadline, "".join(srv.output)[-2000:]
+        time.sleep(0.05)
     yield srv, key, db
     srv.stop()
 

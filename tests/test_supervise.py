@@ -76,5 +76,7 @@ def test_kill_9_of_the_master_stops_its_workers(tmp_path: Path) -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=20)
+            if proc.stderr is not None:
+                proc.stderr.close()
     finally:
         srv.stop()
