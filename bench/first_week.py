@@ -120,13 +120,23 @@ class Phase:
 
     @contextmanager
     def server(self) -> Iterator[Client]:
+        """The phase's server (every default); on a clean exit, its agents as ``GET /v1/agents`` lists
+        them are kept in ``agents.json`` (the report follows their aliases: runs an agent took over by
+        consolidation are now its runs)."""
         key = self.key()
         proc, base = live.start(self.data, {}, ready="/readyz")  # every default
         try:
             with httpx.Client(base_url=base, timeout=300, headers={"Authorization": f"Bearer {key}"}) as c:
-                yield Client(c)
+                client = Client(c)
+                yield client
+                self.keep_agents(client)
         finally:
             live.stop(proc)
+
+    def keep_agents(self, c: Client, part: str | None = None) -> None:
+        """``GET /v1/agents`` now, in ``agents.json`` (or ``agents-<part>.json``: the agents as they were
+        when that part's runs had all been posted)."""
+        (self.dir / (f"agents-{part}.json" if part else "agents.json")).write_text(c.agents(), encoding="utf-8")
 
 
 class Client:
@@ -151,6 +161,12 @@ class Client:
 
     def label(self, trace_id: str, failed: bool) -> httpx.Response:
         return self._post(f"/v1/traces/{trace_id}/labels", {"failed": failed})
+
+    def agents(self) -> str:
+        """``GET /v1/agents``: the tenant's agents and their aliases, as JSON text."""
+        r = self.c.get("/v1/agents")
+        r.raise_for_status()
+        return r.text
 
 
 def answer_record(run: Run, resp: httpx.Response, **extra: Any) -> dict[str, Any]:
@@ -231,6 +247,7 @@ def phase_week(work: Path, runs: Sequence[Run], bar: Progress | None, spans: boo
     order = interleaved(runs, 0)
     with p.server() as c:
         post_all(p, c, order, "json", bar=bar)
+        p.keep_agents(c, "json")  # the JSON view is scored as it stood before the spans came
         if spans:
             post_all(p, c, order, "spans", spans=True, bar=bar)
     p.mark_done()

@@ -38,6 +38,9 @@ CHEAP = ("tfidf", "length")
 
 
 def load(work: Path, phase: str) -> list[dict[str, Any]]:
+    """A phase's answers; where the phase kept its agents (``agents.json``, or ``agents-<part>.json`` for
+    the answers of that part), ``agent`` and ``basis_agent`` are the agent each run was under then (an alias
+    followed: a stray merged by consolidation), the answer's own in ``agent_answered``."""
     path = work / phase / "answers.jsonl"
     if not path.exists():
         return []
@@ -47,6 +50,19 @@ def load(work: Path, phase: str) -> list[dict[str, Any]]:
             out.append(json.loads(line))
         except json.JSONDecodeError:
             break
+    aliases: dict[str | None, dict[str, str]] = {}
+    for listed in (work / phase).glob("agents*.json"):
+        part = listed.stem.split("-", 1)[1] if "-" in listed.stem else None
+        aliases[part] = {old: ag["key"] for ag in json.loads(listed.read_text(encoding="utf-8"))["agents"]
+                         for old in ag.get("aliases") or []}
+    for a in out:
+        alias = aliases.get(a.get("part"), aliases.get(None))
+        if alias is None:
+            continue
+        a["agent_answered"] = a.get("agent")
+        for k in ("agent", "basis_agent"):
+            if a.get(k) in alias:
+                a[k] = alias[a[k]]
     return out
 
 
