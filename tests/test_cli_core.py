@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,20 @@ def test_schema_command_matches_committed(tmp_path: Path) -> None:
     )
     assert json.loads(out.read_text())["properties"]["steps"]["type"] == "array"
     Trace.model_validate({"steps": [{"kind": "user_input", "content": "x"}]})
+
+
+def test_serve_on_a_taken_port_says_so_and_names_another(tmp_path: Path) -> None:
+    """``make run`` on a port another server holds: one line naming the port and ``PORT=``, exit 2,
+    no uvicorn traceback."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "serve.cli.main", "serve", "--port", str(port)], cwd=ROOT,
+                             capture_output=True, timeout=120,
+                             env={**os.environ, "TRIAGE_DATA_DIR": str(tmp_path)})
+    err = out.stderr.decode()
+    assert out.returncode == 2, err
+    assert f"127.0.0.1:{port}" in err and f"PORT={port + 1}" in err and "Traceback" not in err

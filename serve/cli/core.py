@@ -248,6 +248,26 @@ def _diagnose_jsonl(
         raise InputError(f"{bad} of {total} lines could not be read (error records written)", path=str(path))
 
 
+def _port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (None: it can), found by binding it a moment, as uvicorn
+    will (``SO_REUSEADDR``, so a port in TIME_WAIT is free): a clear message instead of uvicorn's
+    ``[Errno 98]`` after start-up."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        return f"the address does not resolve ({e.strerror or e})"
+    family, _, _, _, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(sockaddr)
+        except OSError as e:
+            return e.strerror or str(e)
+    return None
+
+
 def serve(
     host: Annotated[str | None, typer.Option(
         metavar="ADDRESS", help="The address to listen on (default: TRIAGE_HOST, else 127.0.0.1).")] = None,
@@ -267,6 +287,11 @@ def serve(
 
     settings = get_settings()
     n_workers = workers or settings.workers
+    addr, number = host or settings.host, port or settings.port
+    busy = _port_in_use(addr, number)
+    if busy is not None:
+        raise fail(f"cannot listen on {addr}:{number}: {busy}. Another server is there, or choose another port: "
+                   f"make run PORT={number + 1}  (or: triage serve --port {number + 1})")
     # The workers read their settings from the environment; several workers spend the request-rate
     # buckets of one shared table, made here before uvicorn starts them.
     os.environ["TRIAGE_WORKERS"] = str(n_workers)
@@ -277,8 +302,8 @@ def serve(
         uvicorn.run(
             "serve.app:create_app",
             factory=True,
-            host=host or settings.host,
-            port=port or settings.port,
+            host=addr,
+            port=number,
             workers=n_workers,
             log_level="info",
         )
