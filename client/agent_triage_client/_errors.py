@@ -3,7 +3,8 @@
 ::
 
     TriageClientError                 everything this package raises
-    ├── TriageAPIError                the service answered 4xx (or 5xx with fail_open=False)
+    ├── TriageAPIError                the service answered a 4xx other than 408/429 (a wrong key,
+                                      a bad request): raised whatever fail_open says
     └── TriageUnavailable             no usable answer within the time budget (down, slow,
                                       overloaded); with fail_open=True the hot-path calls
                                       return a fallback instead of raising it
