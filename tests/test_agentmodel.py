@@ -275,16 +275,19 @@ def test_cross_validate_pairs_the_model_with_the_cheap_learners(runs) -> None:
     assert len(rep["oof"]["agent"]) == 2 and not np.isnan(rep["oof"]["agent"][0]).all()
 
 
-def test_early_warning_point_is_read_at_half_the_run_even_without_prefix_training(runs) -> None:
+def test_early_warning_point_is_read_at_every_tenth_of_the_run_even_without_prefix_training(runs) -> None:
     traces, failed, groups = runs
     m = AgentModel.fit(traces[:90], failed[:90], groups[:90],
-                       config=AgentModelConfig(buckets=1 << 12, internal_folds=3, prefix_fractions=(1.0,)))
-    assert set(m.card["prefix_cv_auroc"]) == {"0.25", "0.5", "0.75", "1.0"}
+                       config=AgentModelConfig(buckets=1 << 12, internal_folds=3, prefix_fractions=(1.0,),
+                                               target_false_alarm=0.1))
+    assert set(m.card["prefix_cv_auroc"]) == {str(k / 10) for k in range(1, 11)}
     assert m.at_risk_threshold is not None
-    # on fresh runs, roughly ≤ 10 % of the successful ones cross it at half their steps
+    # ``at_risk`` fires at the first step whose prefix reaches the point: on fresh runs, few successful
+    # ones reach it at any step (10 % aimed for; the synthetic runs are few)
     ok = [t for t, f in zip(traces[90:], failed[90:], strict=True) if not f]
-    half = [m.score(t.model_copy(update={"steps": t.steps[: (len(t.steps) + 1) // 2]})) for t in ok]
-    assert np.mean(np.array(half) > m.at_risk_threshold) <= 0.25
+    highest = [max(m.score(t.model_copy(update={"steps": t.steps[:k]})) for k in range(1, len(t.steps) + 1))
+               for t in ok]
+    assert np.mean(np.array(highest) >= m.at_risk_threshold) <= 0.2
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -68,8 +68,10 @@ from model.scoring.agentmodel.logistic import balanced_weights, fit_logistic, gr
 
 FORMAT = "agentmodel/1"
 
-#: The prefixes (shares of a run's steps) whose out-of-fold scores set the early-warning point.
-WARNING_PREFIXES: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+#: The prefixes (shares of a run's steps) whose out-of-fold scores set the early-warning point: a tenth
+#: apart, because ``at_risk`` is raised at any step (with four, 6.6-7.9 % of new successful runs reached
+#: a point set for 5 % on AgentProcessBench and WebShop after the first week's retrain).
+WARNING_PREFIXES: tuple[float, ...] = tuple(k / 10 for k in range(1, 11))
 
 
 def warning_point(highest: np.ndarray | Sequence[float], target: float) -> float | None:
