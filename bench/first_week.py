@@ -163,8 +163,12 @@ class Client:
         return self._post(f"/v1/traces/{trace_id}/labels", {"failed": failed})
 
     def agents(self) -> str:
-        """``GET /v1/agents``: the tenant's agents and their aliases, as JSON text."""
-        r = self.c.get("/v1/agents")
+        """``GET /v1/agents``: the tenant's agents and their aliases, as JSON text (429s wait)."""
+        for _ in range(100):
+            r = self.c.get("/v1/agents")
+            if r.status_code != 429:
+                break
+            time.sleep(float(r.headers.get("retry-after") or 1))
         r.raise_for_status()
         return r.text
 
