@@ -259,23 +259,45 @@ def scratch_copy(root: Path, dest: Path) -> None:
 
 
 def stage_env(scratch: Path) -> dict[str, str]:
-    """The stages' environment: this interpreter's venv first on PATH, the scratch copy importable."""
+    """The stages' environment: the scratch copy importable, and ``python`` and ``triage`` (two stages'
+    commands) this interpreter, whatever the venv's entry-point scripts say (a moved venv keeps the
+    old path in their ``#!`` line)."""
+    shims = scratch / "repro-logs" / "bin"
+    shims.mkdir(parents=True, exist_ok=True)
+    (shims / "python").unlink(missing_ok=True)
+    (shims / "python").symlink_to(sys.executable)
+    triage = shims / "triage"
+    triage.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m serve.cli.main "$@"\n', encoding="utf-8")
+    triage.chmod(0o755)
     env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = os.pathsep.join([str(shims), str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join([str(scratch), str(scratch / "client")])
     return env
 
 
 def run_stage(scratch: Path, name: str, env: dict[str, str]) -> StageRun:
-    """``dvc repro`` of one stage in ``scratch``, its output in ``<scratch>/repro-logs/<name>.log``."""
+    """``dvc repro`` of one stage in ``scratch``, its output in ``<scratch>/repro-logs/<name>.log`` and
+    its time and exit status in ``<name>.json`` (what ``--resume`` reads)."""
     log = scratch / "repro-logs" / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
     dvc = Path(sys.executable).parent / "dvc"
     start = time.monotonic()
     with log.open("w", encoding="utf-8") as fh:
-        proc = subprocess.run([str(dvc), "repro", "--single-item", "--force", "--no-commit", name],
-                              cwd=scratch, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False)
-    return StageRun(name, time.monotonic() - start, proc.returncode, log)
+        proc = subprocess.run([str(sys.executable), str(dvc), "repro", "--single-item", "--force", "--no-commit",
+                               name], cwd=scratch, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False)
+    run = StageRun(name, time.monotonic() - start, proc.returncode, log)
+    log.with_suffix(".json").write_text(json.dumps({"seconds": run.seconds, "returncode": run.returncode}),
+                                        encoding="utf-8")
+    return run
+
+
+def earlier_runs(scratch: Path) -> list[StageRun]:
+    """The stage runs recorded in ``scratch`` (by an earlier, interrupted rebuild)."""
+    runs = []
+    for rec in (scratch / "repro-logs").glob("*.json"):
+        data = json.loads(rec.read_text(encoding="utf-8"))
+        runs.append(StageRun(rec.stem, float(data["seconds"]), int(data["returncode"]), rec.with_suffix(".log")))
+    return runs
 
 
 # ---- the comparison --------------------------------------------------------------------------------------
@@ -379,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=Path.cwd(), help="the repository (default: here)")
     ap.add_argument("--stages", nargs="+", help="rebuild only these stages (on the shipped upstream outputs)")
     ap.add_argument("--scratch", type=Path, help="where to rebuild (default: a new temporary folder)")
+    ap.add_argument("--resume", type=Path, metavar="SCRATCH",
+                    help="go on with an interrupted rebuild: its stages that succeeded are kept, the rest run")
     ap.add_argument("--compare-only", type=Path, metavar="SCRATCH", help="compare an earlier rebuild again")
     args = ap.parse_args(argv)
     root = args.root.resolve()
@@ -388,18 +412,22 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown stage(s) {', '.join(unknown)}; dvc.yaml has {', '.join(order)}")
     if args.compare_only:
-        report = Report(args.compare_only.resolve())
-        report.rows = compare(root, report.scratch)
+        report = Report(args.compare_only.resolve(), runs=earlier_runs(args.compare_only.resolve()))
+        report.rows = compare(root, report.scratch, [r.name for r in report.runs if r.returncode == 0])
     else:
         before = tree_state(root)
-        scratch = (args.scratch or Path(tempfile.mkdtemp(prefix="agent-triage-repro-"))).resolve()
-        scratch.mkdir(parents=True, exist_ok=True)
+        if args.resume:
+            scratch = args.resume.resolve()
+            done = {r.name: r for r in earlier_runs(scratch) if r.returncode == 0}
+        else:
+            scratch = (args.scratch or Path(tempfile.mkdtemp(prefix="agent-triage-repro-"))).resolve()
+            scratch.mkdir(parents=True, exist_ok=True)
+            scratch_copy(root, scratch)
+            done = {}
         print(f"scratch copy: {scratch}", flush=True)
-        scratch_copy(root, scratch)
-        report = Report(scratch)
+        report = Report(scratch, runs=[done[n] for n in order if n in done])
         env = stage_env(scratch)
-        wanted = [n for n in order if not args.stages or n in args.stages]
-        for name in wanted:
+        for name in [n for n in order if (not args.stages or n in args.stages) and n not in done]:
             print(f"{time.strftime('%H:%M:%S')} {name} ...", end=" ", flush=True)
             run = run_stage(scratch, name, env)
             report.runs.append(run)
