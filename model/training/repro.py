@@ -78,6 +78,7 @@ class Stage:
     deps: tuple[str, ...]
     outs: tuple[str, ...]
     params: tuple[str, ...] = ()
+    committed: tuple[str, ...] = ()  # outputs kept in git (``cache: false``), not in a DVC cache
 
 
 @dataclass
@@ -125,12 +126,18 @@ def _paths(entries: list[Any] | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _uncached(entries: list[Any] | None) -> tuple[str, ...]:
+    return tuple(path for e in entries or [] if isinstance(e, dict)
+                 for path, opts in e.items() if (opts or {}).get("cache") is False)
+
+
 def load_stages(root: Path) -> list[Stage]:
     """The stages of ``root/dvc.yaml`` in file order; metrics count as outputs."""
     spec = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))
     return [
         Stage(name, _paths(s.get("deps")), _paths(s.get("outs")) + _paths(s.get("metrics")),
-              tuple(p if isinstance(p, str) else next(iter(p)) for p in s.get("params") or []))
+              tuple(p if isinstance(p, str) else next(iter(p)) for p in s.get("params") or []),
+              _uncached(s.get("outs")) + _uncached(s.get("metrics")))
         for name, s in spec["stages"].items()
     ]
 
@@ -356,14 +363,16 @@ def compare(root: Path, scratch: Path, stages: list[str] | None = None) -> list[
             rows.append(Row(name, "(stage not rebuilt)", "", "", None))
             continue
         for out in all_stages[name].outs:
-            committed = (root / out).exists()
-            shipped = dvc_md5(root / out) if committed else lock_shipped.get(name, {}).get("outs", {}).get(out)
+            committed = out in all_stages[name].committed
+            shipped = (dvc_md5(root / out) if committed and (root / out).exists()
+                       else lock_shipped.get(name, {}).get("outs", {}).get(out))
             rebuilt = dvc_md5(scratch / out) if (scratch / out).exists() else None
             same = shipped is not None and shipped == rebuilt
             judged = name in BYTE_EXACT or same
             where = "committed" if committed else "dvc.lock"
             rows.append(Row(name, f"{out} (md5, {where})", (shipped or "none")[:12], (rebuilt or "none")[:12],
-                            same if judged else None, "same bytes" if same else "differs: judged by its figures"))
+                            same if judged else None, "same bytes" if same else
+                            "differs (a seeded stage)" if name in BYTE_EXACT else "differs: its figures judge"))
         for (stage, rel), paths in HEADLINES.items():
             if stage != name:
                 continue
