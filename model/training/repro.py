@@ -422,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown stage(s) {', '.join(unknown)}; dvc.yaml has {', '.join(order)}")
     if args.compare_only:
         report = Report(args.compare_only.resolve(), runs=earlier_runs(args.compare_only.resolve()))
-        report.rows = compare(root, report.scratch, [r.name for r in report.runs if r.returncode == 0])
+        # a rebuild without time records (an older make repro's): the stages with a log
+        report.rows = compare(root, report.scratch, [r.name for r in report.runs if r.returncode == 0] or None)
     else:
         before = tree_state(root)
         if args.resume:
