@@ -5,7 +5,10 @@ shows its outputs unchanged; docs/architecture.md "Reproducing the pipeline").""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +19,11 @@ from model.training.repro import (
     compare_values,
     dvc_md5,
     load_stages,
+    scratch_copy,
+    stage_env,
     stage_order,
     stale_code_deps,
+    tree_state,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,3 +149,31 @@ def test_compare_flags_a_figure_out_of_tolerance(tmp_path: Path) -> None:
     failed = [r.artefact for r in compare(ROOT, tmp_path, ["evaluate"]) if r.ok is False]
     assert "reports/metrics.json: test.macro_f1" in failed
     assert "reports/metrics.json (md5, committed)" not in failed  # bytes may differ; figures judge
+
+
+def test_scratch_copy_takes_the_working_tree_not_what_git_ignores(tmp_path: Path) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    (src / ".dvc").mkdir(parents=True)
+    (src / ".gitignore").write_text("build/\n")
+    (src / "tracked.py").write_text("old\n")
+    subprocess.run(["git", "init", "-q", str(src)], check=True)
+    subprocess.run(["git", "-C", str(src), "add", "-A"], check=True)
+    (src / "tracked.py").write_text("edited, not committed\n")
+    (src / "new.py").write_text("untracked\n")
+    (src / "build").mkdir()
+    (src / "build" / "model.bin").write_text("ignored\n")
+    dest.mkdir()
+    scratch_copy(src, dest)
+    assert (dest / "tracked.py").read_text() == "edited, not committed\n"
+    assert (dest / "new.py").exists() and not (dest / "build").exists()
+    assert "no_scm = true" in (dest / ".dvc" / "config.local").read_text()
+    assert tree_state(src) == tree_state(src)  # and reading the state changed nothing
+
+
+def test_stage_env_runs_python_and_triage_with_this_interpreter(tmp_path: Path) -> None:
+    env = stage_env(tmp_path)
+    shims = Path(env["PATH"].split(os.pathsep)[0])
+    assert (shims / "python").resolve() == Path(sys.executable).resolve()
+    assert f'exec "{sys.executable}" -m serve.cli.main' in (shims / "triage").read_text()
+    assert os.access(shims / "triage", os.X_OK)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)

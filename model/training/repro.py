@@ -262,6 +262,7 @@ def scratch_copy(root: Path, dest: Path) -> None:
         if src.is_file():  # a tracked file deleted in the working tree is not copied
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    (dest / ".dvc").mkdir(exist_ok=True)
     (dest / ".dvc" / "config.local").write_text("[core]\n    no_scm = true\n", encoding="utf-8")
 
 
