@@ -156,6 +156,7 @@ def test_scratch_copy_takes_the_working_tree_not_what_git_ignores(tmp_path: Path
     (src / ".dvc").mkdir(parents=True)
     (src / ".gitignore").write_text("build/\n")
     (src / "tracked.py").write_text("old\n")
+    (src / "dvc.lock").write_text("schema: '2.0'\n")
     subprocess.run(["git", "init", "-q", str(src)], check=True)
     subprocess.run(["git", "-C", str(src), "add", "-A"], check=True)
     (src / "tracked.py").write_text("edited, not committed\n")
@@ -167,7 +168,9 @@ def test_scratch_copy_takes_the_working_tree_not_what_git_ignores(tmp_path: Path
     assert (dest / "tracked.py").read_text() == "edited, not committed\n"
     assert (dest / "new.py").exists() and not (dest / "build").exists()
     assert "no_scm = true" in (dest / ".dvc" / "config.local").read_text()
-    assert tree_state(src) == tree_state(src)  # and reading the state changed nothing
+    before = tree_state(src)
+    (src / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    assert tree_state(src) != before  # an edited dvc.lock is a touched tree
 
 
 def test_stage_env_runs_python_and_triage_with_this_interpreter(tmp_path: Path) -> None:
