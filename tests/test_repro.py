@@ -38,11 +38,6 @@ _RETRAIN = (
 )
 AWAITING_RERUN: dict[str, str] = {
     **{stage: _RETRAIN for stage in ("baseline", "train", "student", "distill", "export", "evaluate")},
-    "learning_curve": (
-        "its K = 0 row is the run scorer's zero-shot fit, whose recipe (174a1b3) and rules (loop, refusal, "
-        "ignored_error) changed since it ran: the rerun (≈ 15 CPU-minutes) is due; `make repro "
-        "REPRO_ARGS='--stages learning_curve'` builds it in a scratch copy to take from"
-    ),
 }
 
 
