@@ -272,11 +272,13 @@ def stage_env(scratch: Path) -> dict[str, str]:
     old path in their ``#!`` line)."""
     shims = scratch / "repro-logs" / "bin"
     shims.mkdir(parents=True, exist_ok=True)
-    (shims / "python").unlink(missing_ok=True)
-    (shims / "python").symlink_to(sys.executable)
-    triage = shims / "triage"
-    triage.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m serve.cli.main "$@"\n', encoding="utf-8")
-    triage.chmod(0o755)
+    # scripts, not symlinks: a python started through a link in another folder finds no pyvenv.cfg
+    # beside it and runs without the venv's packages
+    for name, body in (("python", f'exec "{sys.executable}" "$@"'),
+                       ("triage", f'exec "{sys.executable}" -m serve.cli.main "$@"')):
+        (shims / name).unlink(missing_ok=True)
+        (shims / name).write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+        (shims / name).chmod(0o755)
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(shims), str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join([str(scratch), str(scratch / "client")])
