@@ -176,7 +176,11 @@ def test_scratch_copy_takes_the_working_tree_not_what_git_ignores(tmp_path: Path
 def test_stage_env_runs_python_and_triage_with_this_interpreter(tmp_path: Path) -> None:
     env = stage_env(tmp_path)
     shims = Path(env["PATH"].split(os.pathsep)[0])
-    assert (shims / "python").resolve() == Path(sys.executable).resolve()
+    # the shim's python is this venv's (its packages importable), not the base interpreter behind the link
+    out = subprocess.run([str(shims / "python"), "-c", "import sys, sklearn; print(sys.prefix)"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == sys.prefix
     assert f'exec "{sys.executable}" -m serve.cli.main' in (shims / "triage").read_text()
     assert os.access(shims / "triage", os.X_OK)
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)
