@@ -85,6 +85,11 @@ def _apb(root: Path) -> Iterator[dict[str, Any]]:
                "agent": "agentprocessbench", "task": r.group}
 
 
+def tau2_configuration(domain: str, mode: str) -> str:
+    """Which of τ²'s three agents a run is (truth only): airline, telecom, telecom solo (no-user mode)."""
+    return "tau2_airline" if domain == "airline" else "tau2_telecom_solo" if mode == "no-user" else "tau2_telecom"
+
+
 def _tau2(root: Path) -> Iterator[dict[str, Any]]:
     runs = {r.run_id: r for r in load_source("tau2", root)}
     scen = tau2_airline_scenarios(root)
@@ -97,7 +102,7 @@ def _tau2(root: Path) -> Iterator[dict[str, Any]]:
             h = realdata.label_hash(f"{domain}\x00{sim['task_id']}")
             r = runs[f"tau2:{domain}:{mode}:{model}:{h}"]
             msgs = realdata.tau2_messages(sim, policy, tickets.get(sim["task_id"]) if mode == "no-user" else None)
-            agent = "tau2_airline" if domain == "airline" else "tau2_telecom_solo" if mode == "no-user" else "tau2_telecom"
+            agent = tau2_configuration(domain, mode)
             tid = str(sim["task_id"])
             task = f"airline:{scen[tid]}" if domain == "airline" and tid in scen else r.group
             yield {"trace": {"messages": msgs, **_label_fields(r)}, "format": "openai", "failed": r.failed,

@@ -40,6 +40,7 @@ from model.core.identity import (
     signature,
 )
 from model.core.schema import StepKind, Trace
+from model.data.export_first_week import tau2_configuration
 from model.data.genai_spans import otlp_content_off, otlp_content_on
 from model.data.realdata import RealRun, load_source
 from model.data.stranger import stranger
@@ -74,8 +75,7 @@ def config_of(r: RealRun) -> tuple[str, str]:
     """The run's configuration and model (truth labels: from the set's provenance, never an input)."""
     prov = r.trace.labels.provenance if r.trace.labels is not None else {}
     if r.source == "tau2":
-        name = f"tau2_{prov['domain']}" + ("_solo" if prov["mode"] == "no-user" else "")
-        return name, TAU2_MODELS[str(prov["model"])]
+        return tau2_configuration(str(prov["domain"]), str(prov["mode"])), TAU2_MODELS[str(prov["model"])]
     name = {"reflexion_hotpotqa": "reflexion"}.get(r.source, r.source)
     return name, SPAN_MODEL[name][0]
 

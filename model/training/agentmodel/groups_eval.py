@@ -127,6 +127,7 @@ def baseline_groups(traces: Sequence[Trace], threshold: float = 0.6) -> list[str
 
 def load_sets(sources: Sequence[str] | None = None) -> dict[str, tuple[list[Trace], list[str]]]:
     """Each set's runs, stripped and shuffled (seed 0), with their true tasks."""
+    from model.data.export_first_week import tau2_configuration
     from model.data.realdata import SOURCES, load_source
     from model.data.stranger import stranger
 
@@ -139,19 +140,14 @@ def load_sets(sources: Sequence[str] | None = None) -> dict[str, tuple[list[Trac
         out[source] = (traces, [r.group for r in runs])
         if source == "tau2":  # the product groups one agent's runs: τ²'s three agents one by one
             for name in TAU2_AGENTS:
-                keep = [k for k, r in enumerate(runs) if tau2_agent(r.run_id) == name]
+                keep = [k for k, r in enumerate(runs) if r.trace.labels is not None and tau2_configuration(
+                    str(r.trace.labels.provenance["domain"]), str(r.trace.labels.provenance["mode"])) == name]
                 out[name] = ([traces[k] for k in keep], [runs[k].group for k in keep])
     return out
 
 
 #: τ²'s three agents (issue 31's configurations; the solo mode's two models together).
 TAU2_AGENTS = ("tau2_airline", "tau2_telecom", "tau2_telecom_solo")
-
-
-def tau2_agent(run_id: str) -> str:
-    """The configuration of a τ² run from its loader id ``tau2:<domain>:<mode>:<model>:<hash>`` (truth only)."""
-    _, domain, mode, *_ = run_id.split(":")
-    return "tau2_airline" if domain == "airline" else "tau2_telecom_solo" if mode == "no-user" else "tau2_telecom"
 
 
 def hidden_tasks(traces: Sequence[Trace], truth: Sequence[str], max_share: float = 0.25) -> tuple[int, int]:
