@@ -145,13 +145,16 @@ class Client:
     def __init__(self, c: httpx.Client) -> None:
         self.c = c
 
-    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+    def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
         for _ in range(100):
-            r = self.c.post(path, json=body)
+            r = self.c.request(method, path, json=body)
             if r.status_code != 429:
                 return r
             time.sleep(float(r.headers.get("retry-after") or 1))
         return r
+
+    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        return self._send("POST", path, body)
 
     def diagnose(self, trace: Any, fmt: str) -> httpx.Response:
         body: dict[str, Any] = {"trace": trace}
@@ -164,11 +167,7 @@ class Client:
 
     def agents(self) -> str:
         """``GET /v1/agents``: the tenant's agents and their aliases, as JSON text (429s wait)."""
-        for _ in range(100):
-            r = self.c.get("/v1/agents")
-            if r.status_code != 429:
-                break
-            time.sleep(float(r.headers.get("retry-after") or 1))
+        r = self._send("GET", "/v1/agents")
         r.raise_for_status()
         return r.text
 
