@@ -61,7 +61,8 @@ def fit_cheap(learner: str, traces: Sequence[Trace], failed: Sequence[bool], gro
     if y.min() == y.max():
         raise InputError("a cheap learner needs failed and successful runs", path="failed")
     views = [cheap_view(t) for t in traces]
-    prefixes = [[cheap_view(t, n) for n in prefix_lengths(len(t.steps), WARNING_PREFIXES)] for t in traces]
+    prefixes = {i: [cheap_view(t, n) for n in prefix_lengths(len(t.steps), WARNING_PREFIXES)]
+                for i, t in enumerate(traces) if y[i] < 0.5}  # only successful runs set the point
     scores: list[float] = []
     for test in group_folds(list(groups), folds, seed=seed):
         train = np.setdiff1d(np.arange(len(y)), test)
