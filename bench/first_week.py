@@ -210,7 +210,7 @@ def post_all(phase: Phase, c: Client, runs: Sequence[Run], part: str, *, label: 
         payload = stripped(r)  # raises before a leak is posted
         fmt = r.format
         if spans:
-            payload, fmt = content_off_spans(local_trace(payload, r.format), salt=r.key), "otel"
+            payload, fmt = content_off_spans(r, local_trace(payload, r.format)), "otel"
         t0 = time.perf_counter()
         resp = c.diagnose(payload, fmt)
         rec = answer_record(r, resp, part=part, ms=round(1000 * (time.perf_counter() - t0), 1))

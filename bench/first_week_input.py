@@ -1,9 +1,10 @@
 """The first week's input: labelled runs read from JSON lines, stripped of what names their set or their
 label, ordered as a week, and turned into GenAI spans with content capture off.
 
-A line is ``{"trace", "format", "failed", "agent", "task"}`` (``python -m model.data.export_first_week``
+A line is ``{"trace", "format", "failed", "agent", "task", "spans"}`` (``python -m model.data.export_first_week``
 writes the seven developer sets so); ``agent`` (the configuration) and ``task`` are the truth, used only to
-score. :func:`strip` removes from ``trace`` everything that names the set or the label — the trace id,
+score; ``spans`` (optional) what a GenAI exporter says of its LLM calls, read only to write the run as
+content-off spans. :func:`strip` removes from ``trace`` everything that names the set or the label — the trace id,
 ``task_type``, ``labels``, ``metadata.task_id`` and each raw format's label and provenance fields (the sets'
 READMEs) — and :func:`check_stripped` fails loudly when one survives. Who&When's per-message speaker
 ``name`` is content and stays.
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model.core.schema import StepKind, StepStatus, Trace
+from model.core.schema import Trace
+from model.data.genai_spans import otlp_content_off
 from model.importers import load_trace
 
 #: Keys that name the run, its set or its task, at the top of a trace (every format).
@@ -55,6 +57,9 @@ class Run:
     failed: bool
     agent: str
     task: str
+    #: what a GenAI exporter says of the run's LLM calls (``model``, ``provider``, ``operation``): read
+    #: only to write it as content-off spans (:func:`content_off_spans`)
+    spans: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -88,8 +93,11 @@ def read_sets(folder: Path, *, limit: int | None = None, sets: Sequence[str] | N
                 if limit is not None and task not in seen and len(seen) >= limit:
                     continue
                 seen[task] = None
+                spans = d.get("spans")
+                if spans is not None and not isinstance(spans, dict):
+                    raise ValueError(f"{f}:{n + 1}: spans must be an object {{model, provider, operation}}")
                 out.append(Run(f.stem, n, d["trace"], str(d.get("format") or "auto"), bool(d["failed"]),
-                               str(d["agent"]), task))
+                               str(d["agent"]), task, spans))
     return out
 
 
@@ -257,64 +265,15 @@ def hard_cases(runs: Sequence[Run]) -> list[Run]:
     return out
 
 
-# ---- GenAI spans, content capture off -------------------------------------------------------------
-
-
-def _attrs(d: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for k, v in d.items():
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            val: dict[str, Any] = {"boolValue": v}
-        elif isinstance(v, int):
-            val = {"intValue": str(v)}
-        elif isinstance(v, float):
-            val = {"doubleValue": v}
-        else:
-            val = {"stringValue": str(v)}
-        out.append({"key": k, "value": val})
-    return out
-
-
-def content_off_spans(trace: Trace, *, service: str = "unknown_service", salt: str = "") -> dict[str, Any]:
-    """The run as an OpenTelemetry GenAI instrumentation exports it with content capture off (its
-    default): an OTLP/JSON document of ``chat`` spans (model, token usage) and ``execute_tool`` spans
-    (tool name, call id, error status) — no messages, no arguments, no results, no agent name — under
-    the SDK's default ``service.name``."""
-    tid = hashlib.sha256(f"{salt}:{trace.id}:{len(trace.steps)}".encode()).hexdigest()[:32]
-    spans: list[dict[str, Any]] = []
-    t0 = 1_700_000_000.0
-    status_of = {s.call_id: s.status for s in trace.steps if s.kind == StepKind.TOOL_RESULT and s.call_id}
-    done_llm: set[int] = set()
-
-    def add(name: str, attrs: dict[str, Any], error: bool = False) -> None:
-        k = len(spans)
-        start = t0 + k
-        sp: dict[str, Any] = {"traceId": tid, "spanId": f"{k + 1:016x}", "name": name, "kind": 3,
-                              "startTimeUnixNano": str(int(start * 1e9)),
-                              "endTimeUnixNano": str(int((start + 0.5) * 1e9)), "attributes": _attrs(attrs)}
-        if error:
-            sp["status"] = {"code": 2}
-        spans.append(sp)
-
-    for s in trace.steps:
-        turn = s.kind in (StepKind.LLM_OUTPUT, StepKind.LLM_REASONING, StepKind.FINAL_OUTPUT, StepKind.TOOL_CALL)
-        if turn and s.source_index not in done_llm:
-            done_llm.add(s.source_index)
-            add(f"chat {s.model}" if s.model else "chat",
-                {"gen_ai.operation.name": "chat", "gen_ai.request.model": s.model,
-                 "gen_ai.usage.input_tokens": s.tokens_in, "gen_ai.usage.output_tokens": s.tokens_out})
-        if s.kind == StepKind.TOOL_CALL:
-            st = status_of.get(s.call_id or "")
-            add(f"execute_tool {s.tool_name}", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": s.tool_name,
-                                                "gen_ai.tool.call.id": s.call_id},
-                error=st in (StepStatus.ERROR, StepStatus.TIMEOUT))
-    if not spans:  # a run with no model turn: one chat span still says a model ran
-        add("chat", {"gen_ai.operation.name": "chat"})
-    return {"resourceSpans": [{"resource": {"attributes": _attrs({"service.name": service})},
-                               "scopeSpans": [{"scope": {"name": "opentelemetry.instrumentation.genai"},
-                                               "spans": spans}]}]}
+def content_off_spans(run: Run, trace: Trace) -> dict[str, Any]:
+    """``trace`` (``run`` stripped and read) as an OpenTelemetry GenAI exporter sends it with content capture
+    off, its default (:func:`model.data.genai_spans.otlp_content_off`): the model, provider and operation
+    of ``run.spans``, tool names and errors, no messages, no agent name, no ``service.name``; the OTLP
+    trace id a hash of the run's key."""
+    sp = run.spans or {}
+    return otlp_content_off(trace, model=sp.get("model"), provider=sp.get("provider"),
+                            operation=str(sp.get("operation") or "chat"),
+                            trace_id=hashlib.sha256(run.key.encode("utf-8")).hexdigest()[:32])
 
 
 def local_trace(payload: dict[str, Any] | list[Any], fmt: str) -> Trace:

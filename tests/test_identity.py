@@ -315,6 +315,37 @@ def test_spans_with_content_give_the_chat_runs_agent() -> None:
         assert assign(span_sig, profiles)[0] == key
 
 
+def test_tools_alone_never_join_a_chat_agent_to_content_off_spans() -> None:
+    """A chat log naming no model shares nothing with content-off spans but the tool names, which every
+    agent of one environment shares: no match (a new agent). Where the chat runs name their model, the
+    spans join them on it."""
+    rng = random.Random(8)
+    runs = [billing_run(rng) for _ in range(6)]
+    unnamed = [Trace(steps=[s.model_copy(update={"model": None}) for s in t.steps]) for t in runs]
+    no_model = AgentProfile.from_signatures([signature(t) for t in unnamed[:5]])
+    with_model = AgentProfile.from_signatures([signature(t) for t in runs[:5]])
+    (spans,) = load_traces(otlp_content_off(runs[5], model="gpt-4o"))
+    off = signature(spans)
+    assert set(off.channels) == {"tools", "model", "ops"}
+    assert no_model.similarity(off) == 0.0 and assign(off, {"billing": no_model}) == (None, 0.0)
+    key, sim = assign(off, {"billing": with_model})
+    assert key == "billing" and sim >= identity.THRESHOLD
+    # runs that show nothing naming an agent (no text, model or service) are still matched on their tools
+    bare = [signature(load_traces(otlp_content_off(t, model=None))[0]) for t in runs]
+    assert infer_agents(bare) == [infer_agents(bare)[0]] * len(bare)
+
+
+@pytest.mark.parametrize("service", ["unknown_service", "unknown_service:python", "unknown_service:node"])
+def test_the_sdks_default_service_name_names_no_service(service: str) -> None:
+    """Two applications that never set ``service.name`` share the SDK's default: it is not evidence that
+    they are one agent."""
+    rng = random.Random(9)
+    (trace,) = load_traces(otlp_content_off(billing_run(rng), model="gpt-4o", service_name=service))
+    assert signature(trace).services == () and "service" not in signature(trace).channels
+    (named,) = load_traces(otlp_content_off(billing_run(rng), model="gpt-4o", service_name="acme-billing"))
+    assert signature(named).services == ("acme-billing",)
+
+
 def test_content_off_runs_of_one_model_with_no_tool_in_common_are_two_agents() -> None:
     """The known limit: with content capture off, one model and disjoint tools is all a run shows, and
     many agents share a model; such runs start separate agents (a tenant can merge them)."""

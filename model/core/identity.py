@@ -34,7 +34,11 @@ from one run, says little when it does not match; a matching model says less tha
 says little for tools. Channels a run cannot show are left out, so a run with its content capture
 off (only tools, model, ``service.name``) is compared on those alone: text channels count only
 when the run recorded its content, ``model``, ``ops`` and ``service`` only when both sides carry
-them. The run's similarity is the weighted mean, scaled down when its instructions are another
+them. Tools alone never make a match where the run or the agent shows what names an agent
+(:data:`IDENTITY_CHANNELS`: instructions, opening, layout, model, service) and none of it can be
+compared: a chat log without a model is not joined to spans with content capture off on the tool
+names both show (every agent of one environment shares them); an OpenTelemetry SDK's default
+``service.name`` (``unknown_service…``) names no service. The run's similarity is the weighted mean, scaled down when its instructions are another
 agent's (``system`` under :data:`SYSTEM_VETO`); :func:`assign` takes the best profile at or above
 :data:`THRESHOLD`.
 
@@ -113,6 +117,15 @@ PROFILE_CAP: dict[str, int] = {"system": 600, "opening": 600, "shape": 128, "arg
                                "model": 64, "ops": 32, "service": 32}
 #: The system text keeps one trigram in ``SYSTEM_SAMPLE`` (chosen by hash: the same ones every run).
 SYSTEM_SAMPLE = 3
+#: Channels that name an agent whatever its task (its instructions, opening, layout, model, service). A
+#: run joins an agent only when one of them is compared: tools and argument names follow the task and
+#: every agent of one environment shares them, so where the run or the agent shows one of these and
+#: none can be compared (JSON runs without a model against spans with content capture off) the tools
+#: alone never make a match. Runs that show none of them (nor their agent) are matched on their tools.
+IDENTITY_CHANNELS = frozenset({"system", "opening", "shape", "model", "service"})
+#: ``service.name`` values that name no service: the OpenTelemetry SDKs' default when the application
+#: sets none (``unknown_service``, ``unknown_service:<process>``).
+DEFAULT_SERVICE = re.compile(r"^unknown_service(:.*)?$")
 #: Channels compared the other way round (:meth:`AgentProfile.known_share`): what an agent shows in
 #: every run whatever its task (its instructions, layout, models, service). Left out: the tools and
 #: argument names a run uses (they follow its task), and the opening (it holds the task).
@@ -299,7 +312,7 @@ def signature(trace: Trace) -> RunSignature:
                 chans["ops"].add(_h(f"{key}={v}"))
     meta = trace.metadata if isinstance(trace.metadata, dict) else {}
     service = meta.get("service.name")
-    services = (str(service),) if isinstance(service, str) and service else ()
+    services = (service,) if isinstance(service, str) and service and not DEFAULT_SERVICE.match(service) else ()
     chans["service"].update(_h("service:" + s) for s in services)
     out = {c: tuple(sorted(v)) for c, v in chans.items() if v}
     if system is not None:
@@ -447,9 +460,11 @@ class AgentProfile:
             return 0.0
         num = den = 0.0
         veto = 1.0
+        named = False
         for c in CHANNELS:
             got = self._channel(c, sig)
             if got is not None:
+                named = named or c in IDENTITY_CHANNELS
                 w = WEIGHTS[c] * got[1]
                 num += w * got[0]
                 den += w
@@ -457,7 +472,13 @@ class AgentProfile:
                     veto *= 1.0 - got[1] * max(0.0, SYSTEM_VETO - got[0])
         if sig.content and self._opens_otherwise(sig):  # it waits for the user where the agent greets, or so
             veto *= 1.0 - OPENS_VETO
+        if not named and (self._shows_identity() or any(sig.channels.get(c) for c in IDENTITY_CHANNELS)):
+            return 0.0  # nothing that names an agent could be compared: the tools alone say too little
         return veto * num / den if den else 0.0
+
+    def _shows_identity(self) -> bool:
+        """Whether the agent's runs show anything of :data:`IDENTITY_CHANNELS`."""
+        return any(self.present[c] for c in IDENTITY_CHANNELS)
 
     def core(self) -> RunSignature:
         """The agent's typical run: per channel its runs mostly show, the features at least half of

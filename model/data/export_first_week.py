@@ -14,6 +14,9 @@ task}``, one file per set.
   ``reflexion_hotpotqa``, ``whowhen``); ``task`` the true task, τ²'s airline tasks keyed to the τ-airline
   scenario they were made from (matched by the customer's user id, then the instruction's words), so one
   task spans two sets. Both are for scoring only.
+* ``spans`` is what an OpenTelemetry GenAI exporter would say of the run's LLM calls — ``{model, provider,
+  operation}``, from the set's README (τ²: the run's model) — read only to write the run as GenAI spans
+  with content capture off (:func:`model.data.genai_spans.otlp_content_off`), which always carry the model.
 """
 
 from __future__ import annotations
@@ -32,6 +35,28 @@ from model.data.realdata import DEFAULT_ROOT, SOURCES, RealRun, load_source
 
 _USER_ID = re.compile(r"\b[a-z]+_[a-z]+_\d{3,5}\b")
 _WORD = re.compile(r"[a-z]+")
+
+
+#: τ²'s model keys (its file names) → the model its spans name.
+TAU2_MODELS = {"gpt-4.1": "gpt-4.1", "ft": "ft:gpt-4.1-2025-04-14:sierra:tau2-full-sft:BzrYdMNm"}
+#: What a GenAI exporter would say of each set's LLM calls: (model, provider, operation). From the sets'
+#: READMEs; AgentProcessBench's does not name its model (a stand-in name, one model); τ²'s runs name theirs.
+SPAN_MODEL: dict[str, tuple[str, str | None, str]] = {
+    "tau_airline": ("gpt-4o", "openai", "chat"),
+    "agentprocessbench": ("agentprocessbench-policy-model", None, "chat"),
+    "swe": ("gemini-3-pro-preview", "gcp.gemini", "chat"),
+    "webshop": ("text-davinci-002", "openai", "text_completion"),
+    "reflexion_hotpotqa": ("text-davinci-003", "openai", "text_completion"),
+    "whowhen": ("gpt-4o", "openai", "chat"),
+}
+
+
+def span_fields(source: str, tau2_model: str | None = None) -> dict[str, str | None]:
+    """The ``spans`` field of a run of ``source`` (τ²: its model key, ``gpt-4.1`` or ``ft``)."""
+    if source == "tau2":
+        return {"model": TAU2_MODELS[str(tau2_model)], "provider": "openai", "operation": "chat"}
+    model, provider, op = SPAN_MODEL[source]
+    return {"model": model, "provider": provider, "operation": op}
 
 
 def _label_fields(r: RealRun) -> dict[str, Any]:
@@ -68,7 +93,7 @@ def _tau(root: Path) -> Iterator[dict[str, Any]]:
     for rec in json.loads(realdata._read_xz(root / SOURCES["tau_airline"] / "gpt-4o-airline.json.xz")):
         r = runs[f"tau_airline:{rec['task_id']}:{rec['trial']}"]
         yield {"trace": {"messages": rec["traj"], **_label_fields(r)}, "format": "openai", "failed": r.failed,
-               "agent": "tau_airline", "task": f"airline:{rec['task_id']}"}
+               "agent": "tau_airline", "task": f"airline:{rec['task_id']}", "spans": span_fields("tau_airline")}
 
 
 def _apb(root: Path) -> Iterator[dict[str, Any]]:
@@ -82,7 +107,7 @@ def _apb(root: Path) -> Iterator[dict[str, Any]]:
         msgs = [{**m, "tool_calls": realdata._literal(m["tool_calls"])} if m.get("tool_calls") else m
                 for m in rec["messages"]]
         yield {"trace": {"messages": msgs, **_label_fields(r)}, "format": "openai", "failed": r.failed,
-               "agent": "agentprocessbench", "task": r.group}
+               "agent": "agentprocessbench", "task": r.group, "spans": span_fields("agentprocessbench")}
 
 
 def tau2_configuration(domain: str, mode: str) -> str:
@@ -106,7 +131,7 @@ def _tau2(root: Path) -> Iterator[dict[str, Any]]:
             tid = str(sim["task_id"])
             task = f"airline:{scen[tid]}" if domain == "airline" and tid in scen else r.group
             yield {"trace": {"messages": msgs, **_label_fields(r)}, "format": "openai", "failed": r.failed,
-                   "agent": agent, "task": task}
+                   "agent": agent, "task": task, "spans": span_fields("tau2", model)}
 
 
 def _whowhen(root: Path) -> Iterator[dict[str, Any]]:
@@ -118,7 +143,7 @@ def _whowhen(root: Path) -> Iterator[dict[str, Any]]:
         r = runs[f"whowhen:{Path(name).stem}"]
         # the log as it comes (its mistake_* and ground_truth are labels: the bench strips them)
         yield {"trace": {**log, **_label_fields(r)}, "format": "openai", "failed": r.failed,
-               "agent": "whowhen", "task": r.group}
+               "agent": "whowhen", "task": r.group, "spans": span_fields("whowhen")}
 
 
 def _native(source: str) -> Any:
@@ -127,7 +152,7 @@ def _native(source: str) -> Any:
             t = r.trace.model_copy(deep=True)
             t.metadata = {**t.metadata, "task_id": r.group}
             yield {"trace": t.model_dump(mode="json", exclude_none=True), "format": "native", "failed": r.failed,
-                   "agent": source, "task": r.group}
+                   "agent": source, "task": r.group, "spans": span_fields(source)}
     return gen
 
 

@@ -40,7 +40,7 @@ from model.core.identity import (
     signature,
 )
 from model.core.schema import StepKind, Trace
-from model.data.export_first_week import tau2_configuration
+from model.data.export_first_week import SPAN_MODEL, TAU2_MODELS, tau2_configuration
 from model.data.genai_spans import otlp_content_off, otlp_content_on
 from model.data.realdata import RealRun, load_source
 from model.data.stranger import stranger
@@ -48,17 +48,6 @@ from model.importers import load_traces
 
 CONFIGS = ("tau_airline", "tau2_airline", "tau2_telecom", "tau2_telecom_solo", "agentprocessbench", "swe",
            "webshop", "reflexion", "whowhen")
-TAU2_MODELS = {"gpt-4.1": "gpt-4.1", "ft": "ft:gpt-4.1-2025-04-14:sierra:tau2-full-sft:BzrYdMNm"}
-#: What a GenAI exporter would say of each configuration's LLM calls: (model, provider, operation).
-#: From the sets' READMEs; AgentProcessBench's does not name its model (a stand-in name, one model).
-SPAN_MODEL: dict[str, tuple[str, str | None, str]] = {
-    "tau_airline": ("gpt-4o", "openai", "chat"),
-    "agentprocessbench": ("agentprocessbench-policy-model", None, "chat"),
-    "swe": ("gemini-3-pro-preview", "gcp.gemini", "chat"),
-    "webshop": ("text-davinci-002", "openai", "text_completion"),
-    "reflexion": ("text-davinci-003", "openai", "text_completion"),
-    "whowhen": ("gpt-4o", "openai", "chat"),
-}
 TARGET_COVERAGE, TARGET_PURITY, TARGET_MIN_SIZE = 0.90, 0.95, 5
 
 
@@ -77,7 +66,7 @@ def config_of(r: RealRun) -> tuple[str, str]:
     if r.source == "tau2":
         return tau2_configuration(str(prov["domain"]), str(prov["mode"])), TAU2_MODELS[str(prov["model"])]
     name = {"reflexion_hotpotqa": "reflexion"}.get(r.source, r.source)
-    return name, SPAN_MODEL[name][0]
+    return name, SPAN_MODEL[r.source][0]
 
 
 def load_runs() -> list[Run]:
@@ -92,7 +81,8 @@ def load_runs() -> list[Run]:
 def span_trace(run: Run, *, content: bool = False) -> Trace:
     """The run as GenAI spans (content capture off, or on), read back as ``/v1/diagnose`` reads them
     (format auto)."""
-    _, provider, op = SPAN_MODEL.get(run.config, (run.model, "openai", "chat"))
+    source = {"reflexion": "reflexion_hotpotqa"}.get(run.config, run.config)
+    _, provider, op = SPAN_MODEL.get(source, (run.model, "openai", "chat"))
     export = otlp_content_on if content else otlp_content_off
     (trace,) = load_traces(export(run.trace, model=run.model, provider=provider, operation=op))
     return trace
@@ -360,7 +350,9 @@ def main() -> None:
         same_on[truth[i]] += assign(spans_on[i], profiles)[0] == chat_of[i]
     print("#### The same run through chat JSON and through spans\n")
     print("Each run's span signature assigned against the agents the chat JSON runs formed (interleaved, "
-          "seed 0); chat logs carry no model, so with content off only the tool names are shared:\n")
+          "seed 0). The sets' chat logs carry no model, so with content off only the tool names are shared, "
+          "and tools alone never make a match (`identity.IDENTITY_CHANNELS`: every agent of one environment "
+          "shares its tools): such runs start agents of their own, which a tenant merges by hand:\n")
     print("| configuration | spans, content on | spans, content off |\n| --- | ---: | ---: |")
     for c in CONFIGS:
         print(f"| {c} | {same_on[c] / truth.count(c):.3f} | {same[c] / truth.count(c):.3f} |")
