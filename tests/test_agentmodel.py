@@ -307,3 +307,28 @@ def test_the_warning_point_lets_at_most_the_target_share_of_successful_runs_reac
         assert thr is not None
         assert (highest >= thr).mean() <= target
         assert thr > float(np.quantile(highest, 1 - target, method="lower"))  # and not far above it
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_runs_answered_unhealthy_for_another_cause_spend_the_warnings_budget(seed: int) -> None:
+    """The false-alarm budget is the answer's, not the warning's alone: successful runs a rule or a stream
+    already flagged count as reaching the point, so flagged ∪ warned stays within ``target`` — and a
+    budget they spend whole leaves no early warning."""
+    from model.scoring.agentmodel.model import warning_point
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(40, 400))
+    highest = np.round(rng.random(n), 3)
+    target = 0.05
+    k = int(rng.integers(0, int(target * n) + 1))
+    flagged = np.zeros(n, bool)
+    flagged[rng.choice(n, size=k, replace=False)] = True
+    thr = warning_point(highest, target, flagged)
+    alone = warning_point(highest, target)
+    assert alone is not None
+    if thr is None:
+        assert k >= target * n - 1  # the other causes spent it (the tail's index reached a flagged run)
+        return
+    assert (flagged | (highest >= thr)).mean() <= target
+    assert thr >= alone  # never a lower point than without the other causes
+    assert warning_point(highest, target, np.ones(n, bool)) is None

@@ -331,3 +331,28 @@ def test_a_learner_that_ranks_runs_backwards_is_never_promoted() -> None:
     assert g.estimate[served]["auroc"] <= CHANCE
     assert g.estimate["zero-shot"]["auroc"] == 0.0 and g.estimate[served]["auroc"] > 0.0  # it beats zero-shot…
     assert not g.promote and g.reason().startswith("not above chance")  # …and is still not served
+
+
+def test_a_retrain_reads_which_runs_the_service_flagged_for_another_cause(work: Path) -> None:
+    """The early warning's budget is shared with the answer's other causes: ``read_runs`` marks the stored
+    runs answered unhealthy by a rule or a stream (not by ``at_risk`` alone, nor healthy ones)."""
+    from serve.services.retrain_plan import read_runs
+
+    store = open_store(work)
+    def f(kind: str) -> dict[str, Any]:
+        return {"kind": kind, "severity": "medium", "confidence": 0.9}
+
+    answers = {"r0": {"healthy": False, "failures": [f("loop")]},
+               "r1": {"healthy": False, "failures": [f("at_risk")]},
+               "r2": {"healthy": True, "failures": []},
+               "r3": {"healthy": False, "failures": [f("at_risk"), f("degradation")]}}
+    for i, (tid, response) in enumerate(answers.items()):
+        trace = run_trace(i, f"t{i}", failed=False)
+        with store.write() as db:
+            store.put_trace(db, tenant=T, trace_id=tid, trace=trace, response=response, session_id=None,
+                            task_type=None, agent="a")
+        store.add_label(T, tid, failed=False, author="checker", author_type="checker")
+    runs, bad = read_runs(store, T)
+    store.dispose()
+    assert not bad
+    assert {r.trace.id: r.flagged for r in runs} == {"r0": True, "r1": False, "r2": False, "r3": True}

@@ -263,18 +263,20 @@ def _champion(store: Store, registry: Registry, tenant: str, key: str,
 
 
 def _fit_served(learner: str, traces: list[Trace], failed: list[bool], groups: list[str], prior: list[float] | None,
-                config: Any, agent: str, cache: Any, g: Gate) -> Any:
-    """The model a retrain registers: the agent model, or the cheap learner the gate measured better."""
+                config: Any, agent: str, cache: Any, g: Gate, flagged: list[bool] | None = None) -> Any:
+    """The model a retrain registers: the agent model, or the cheap learner the gate measured better
+    (``flagged``: runs answered unhealthy for another cause, which spend the early warning's budget)."""
     from model.scoring.agentmodel.model import AgentModel
     from model.training.agentmodel.cheap_export import fit_cheap
 
     model: Any
     if learner == "agent":
-        model = AgentModel.fit(traces, failed, groups, config=config, prior=prior, agent=agent, cache=cache)
+        model = AgentModel.fit(traces, failed, groups, config=config, prior=prior, agent=agent, cache=cache,
+                               flagged=flagged)
     else:
         e = g.estimate[learner]
         model = fit_cheap(learner, traces, failed, groups, folds=int(g.estimate.get("cv_folds") or 5),
-                          target_false_alarm=config.target_false_alarm,
+                          target_false_alarm=config.target_false_alarm, flagged=flagged,
                           card={"agent": agent, "labelled_runs": len(traces), "failed_runs": int(sum(failed)),
                                 "groups": len(set(groups)), "cv_auroc": e["auroc"],
                                 "cv_auroc_interval": e["interval"], "learning_curve": []})
@@ -354,7 +356,7 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
         if key == POOLED:
             per_agent = pooled_members([r.agent for r in rs], np.array(failed, float), g.oof, np.asarray(zs, float))
             members = tuple(a for a in trained_on if per_agent[a]["serves"])
-        model = _fit_served(learner, traces, failed, groups, prior, config, key, cache, g)
+        model = _fit_served(learner, traces, failed, groups, prior, config, key, cache, g, [r.flagged for r in rs])
         progress(f"fitting: {key} ({learner})", 1, 1)
         champion_name = active if champion is not None and active is not None else "zero-shot"
         data = {"runs": [{"trace_id": r.trace.id, "task": gr, "sha256": trace_hash(r.trace), "failed": r.failed,

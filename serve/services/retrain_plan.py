@@ -49,6 +49,27 @@ class LabelledRun:
     agent: str
     failed: bool
     task: str | None
+    #: the service answered it unhealthy for a cause other than the early warning (:func:`other_alarm`)
+    flagged: bool = False
+
+
+#: The early warning's failure kind: the one cause whose point a retrain sets.
+AT_RISK = "at_risk"
+
+
+def other_alarm(response: Any) -> bool:
+    """Whether a stored answer said the run was unhealthy for a cause other than the early warning (a rule,
+    the classifier, a stream): such a successful run already spends the false-alarm budget the early
+    warning's point is set against (:func:`model.scoring.agentmodel.model.warning_point`).
+
+    >>> other_alarm({"healthy": False, "failures": [{"kind": "loop"}]}), other_alarm({"healthy": True})
+    (True, False)
+    >>> other_alarm({"healthy": False, "failures": [{"kind": "at_risk"}]}), other_alarm(None)
+    (False, False)
+    """
+    if not isinstance(response, dict) or response.get("healthy") is not False:
+        return False
+    return any(isinstance(f, dict) and f.get("kind") != AT_RISK for f in response.get("failures") or [])
 
 
 @dataclass(frozen=True)
@@ -88,7 +109,8 @@ def read_runs(store: Store, tenant: str) -> tuple[list[LabelledRun], list[Refusa
             continue
         trace.labels = None
         task = trace.metadata.get("task_id") if isinstance(trace.metadata, dict) else None
-        out.append(LabelledRun(trace, agent, bool(labels.failed), None if task in (None, "") else str(task)))
+        out.append(LabelledRun(trace, agent, bool(labels.failed), None if task in (None, "") else str(task),
+                               other_alarm(record.get("response"))))
     return out, bad
 
 

@@ -74,23 +74,31 @@ FORMAT = "agentmodel/1"
 WARNING_PREFIXES: tuple[float, ...] = tuple(k / 10 for k in range(1, 11))
 
 
-def warning_point(highest: np.ndarray | Sequence[float], target: float) -> float | None:
+def warning_point(highest: np.ndarray | Sequence[float], target: float,
+                  flagged: np.ndarray | Sequence[bool] | None = None) -> float | None:
     """The early-warning point from successful runs' highest prefix scores: just above their
     (1 − ``target``) quantile, so that at most ``target`` of them reach it (``at_risk`` fires at ≥).
-    ``None`` (no early warning) with fewer than ``2 / target`` of them: a tail of ``target`` needs two
-    runs in it to be placed at all (τ² telecom's 26 successful runs put it at their highest, and 9 of 27
-    new successful runs reached it).
+    ``flagged``: the successful runs the service already answered unhealthy for another cause (a rule,
+    a stream): they spend the same budget, so they count as reaching it, and the warning gets what they
+    leave (``None`` when they spend it all). ``None`` (no early warning) with fewer than ``2 / target``
+    runs: a tail of ``target`` needs two runs in it to be placed at all (τ² telecom's 26 successful
+    runs put it at their highest, and 9 of 27 new successful runs reached it).
 
     >>> warning_point([0.1, 0.2, 0.3, 0.9] * 2, 0.25) > 0.9
     True
     >>> warning_point([0.1, 0.2, 0.3, 0.9], 0.25) is None
     True
+    >>> eight = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    >>> round(warning_point(eight, 0.25), 6), round(warning_point(eight, 0.25, [True] + [False] * 7), 6)
+    (0.7, 0.8)
     """
     values = np.asarray(highest, float)
     if len(values) < math.ceil(2 / target):
         return None
+    if flagged is not None:
+        values = np.where(np.asarray(flagged, bool), np.inf, values)
     q = float(np.quantile(values, 1 - target, method="higher"))
-    return float(np.nextafter(q, 2.0))
+    return float(np.nextafter(q, 2.0)) if math.isfinite(q) else None
 
 
 @dataclass(frozen=True)
@@ -237,7 +245,8 @@ class AgentModel:
     @classmethod
     def fit(cls, traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str], *,
             config: AgentModelConfig | None = None, prior: Sequence[float] | None = None,
-            agent: str | None = None, cache: FeatureCache | None = None) -> AgentModel:
+            agent: str | None = None, cache: FeatureCache | None = None,
+            flagged: Sequence[bool] | None = None) -> AgentModel:
         """Fit on labelled runs of one agent.
 
         Parameters
@@ -252,6 +261,10 @@ class AgentModel:
             The agent's name, for the card.
         cache:
             A :class:`FeatureCache` shared across fits (the learning curve, retrain).
+        flagged:
+            Per run, whether the service answered it unhealthy for a cause other than the early
+            warning: such successful runs spend the early warning's false-alarm budget
+            (:func:`warning_point`).
 
         Raises
         ------
@@ -260,7 +273,8 @@ class AgentModel:
         """
         cfg = config or AgentModelConfig()
         n = len(traces)
-        if len(failed) != n or len(groups) != n or (prior is not None and len(prior) != n):
+        if len(failed) != n or len(groups) != n or (prior is not None and len(prior) != n) or (
+                flagged is not None and len(flagged) != n):
             raise InputError(f"traces, failed, groups (and prior) must have one entry a run; got {n}, "
                              f"{len(failed)}, {len(groups)}" + ("" if prior is None else f", {len(prior)}"),
                              path="failed")
@@ -278,13 +292,14 @@ class AgentModel:
         if cfg.internal_folds >= 2 and len(set(groups)) >= cfg.internal_folds:
             efr = WARNING_PREFIXES
             evals = [cache.rows(t, cfg.buckets, efr, cfg.last_turn) for t in traces]
-            m._own_cv(counts, evals, efr, y, list(groups), None if prior is None else np.asarray(prior, float))
+            m._own_cv(counts, evals, efr, y, list(groups), None if prior is None else np.asarray(prior, float),
+                      None if flagged is None else np.asarray(flagged, bool))
         return m
 
     def _own_cv(self, counts: list[RunRows], evals: list[RunRows], fr: tuple[float, ...], y: np.ndarray,
-                groups: list[str], prior: np.ndarray | None) -> None:
+                groups: list[str], prior: np.ndarray | None, flagged: np.ndarray | None = None) -> None:
         """Grouped CV on the training runs: out-of-fold scores of each run at the prefixes ``fr``
-        (``evals``) give the card's AUROC and the early-warning threshold."""
+        (``evals``) give the card's AUROC and the early-warning threshold (``flagged``: see :meth:`fit`)."""
         cfg = self.config
         folds = group_folds(groups, cfg.internal_folds, seed=cfg.seed)
         j_full = int(np.argmin([abs(f - 1.0) for f in fr]))
@@ -306,8 +321,10 @@ class AgentModel:
         succ = ok & (y < 0.5)
         highest = np.nanmax(oof[succ], axis=1)
         if len(highest):
-            # at most target_false_alarm of successful runs reach it at any prefix (just above their quantile)
-            self.at_risk_threshold = warning_point(highest, cfg.target_false_alarm)
+            # at most target_false_alarm of successful runs reach it at any prefix (just above their quantile),
+            # those already answered unhealthy for another cause counted as reaching it
+            self.at_risk_threshold = warning_point(highest, cfg.target_false_alarm,
+                                                   None if flagged is None else flagged[succ])
         self.card_.update({"cv_auroc": a, "cv_auroc_interval": [lo, hi], "cv_folds": len(folds),
                            "prefix_cv_auroc": {str(fr[j]): auroc(y[ok], oof[ok, j]) for j in range(len(fr))}})
 

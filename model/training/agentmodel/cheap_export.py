@@ -51,9 +51,11 @@ def _fit(views: Sequence[tuple[str, int, int]], y: np.ndarray) -> CheapLearners:
 
 def fit_cheap(learner: str, traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str], *,
               card: dict[str, Any] | None = None, folds: int = 5, target_false_alarm: float = 0.05,
-              seed: int = 0) -> CheapModel:
+              seed: int = 0, flagged: Sequence[bool] | None = None) -> CheapModel:
     """Fit ``learner`` on every run and export it, with its early-warning threshold (see the module
-    docstring; ``None`` when no grouped fold could be scored)."""
+    docstring; ``None`` when no grouped fold could be scored). ``flagged``: per run, whether the service
+    answered it unhealthy for another cause (they spend the warning's budget:
+    :func:`~model.scoring.agentmodel.model.warning_point`)."""
     y = np.array([bool(f) for f in failed], float)
     if len(y) != len(traces) or len(groups) != len(traces):
         raise InputError(f"one label and one group a trace; got {len(y)} labels, {len(groups)} groups for "
@@ -64,13 +66,15 @@ def fit_cheap(learner: str, traces: Sequence[Trace], failed: Sequence[bool], gro
     prefixes = {i: [cheap_view(t, n) for n in prefix_lengths(len(t.steps), WARNING_PREFIXES)]
                 for i, t in enumerate(traces) if y[i] < 0.5}  # only successful runs set the point
     scores: list[float] = []
+    other: list[bool] = []
     for test in group_folds(list(groups), folds, seed=seed):
         train = np.setdiff1d(np.arange(len(y)), test)
         if len(test) == len(y) or y[train].min() == y[train].max():
             continue
         m = export(_fit([views[i] for i in train], y[train]), learner)
         scores += [max(m.score_view(v) for v in prefixes[i]) for i in test if y[i] < 0.5]
-    thr = warning_point(scores, target_false_alarm) if scores else None
+        other += [bool(flagged[i]) if flagged is not None else False for i in test if y[i] < 0.5]
+    thr = warning_point(scores, target_false_alarm, other) if scores else None
     return export(_fit(views, y), learner, card=card, at_risk_threshold=thr)
 
 
