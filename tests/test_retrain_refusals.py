@@ -356,3 +356,25 @@ def test_a_retrain_reads_which_runs_the_service_flagged_for_another_cause(work: 
     store.dispose()
     assert not bad
     assert {r.trace.id: r.flagged for r in runs} == {"r0": True, "r1": False, "r2": False, "r3": True}
+
+
+def test_a_retrain_reads_runs_in_the_order_they_were_stored_not_by_their_random_ids(work: Path) -> None:
+    """Runs posted without an id get a random one; the folds and fits follow the runs' order, so the
+    retrain reads them oldest first — the same history posted twice gives the same retrain."""
+    from datetime import UTC, datetime, timedelta
+
+    from serve.services.retrain_plan import read_runs
+
+    store = open_store(work)
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    ids = ["f3", "0a", "c7", "5b"]  # stored in this order
+    for i, tid in enumerate(ids):
+        trace = run_trace(i, f"t{i}", failed=i % 2 == 0)
+        trace["id"] = tid
+        with store.write() as db:
+            store.put_trace(db, tenant=T, trace_id=tid, trace=trace, response={}, session_id=None,
+                            task_type=None, agent="a", now=t0 + timedelta(seconds=i))
+        store.add_label(T, tid, failed=i % 2 == 0, author="checker", author_type="checker")
+    runs, _ = read_runs(store, T)
+    store.dispose()
+    assert [r.trace.id for r in runs] == ids

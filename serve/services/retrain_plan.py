@@ -86,9 +86,12 @@ class Refusal:
 
 
 def read_runs(store: Store, tenant: str) -> tuple[list[LabelledRun], list[Refusal]]:
-    """The tenant's stored runs that carry a run-level label, oldest id first, and a ``corrupt_run``
-    refusal for each labelled one that does not read back as a trace."""
+    """The tenant's stored runs that carry a run-level label, oldest first (stored time, then id), and a
+    ``corrupt_run`` refusal for each labelled one that does not read back as a trace. In the order they
+    were stored, not by id: the service makes random ids for runs posted without one, and the folds and
+    fits follow the runs' order, so the same history gives the same retrain."""
     out: list[LabelledRun] = []
+    when: list[tuple[str, str]] = []
     bad: list[Refusal] = []
     for record in store.iter_history(tenant):
         if record["tenant"] != tenant:  # iter_history filters already; never train on another tenant
@@ -111,11 +114,14 @@ def read_runs(store: Store, tenant: str) -> tuple[list[LabelledRun], list[Refusa
         task = trace.metadata.get("task_id") if isinstance(trace.metadata, dict) else None
         out.append(LabelledRun(trace, agent, bool(labels.failed), None if task in (None, "") else str(task),
                                other_alarm(record.get("response"))))
-    return out, bad
+        created = record.get("created_at")
+        when.append((created.isoformat() if created is not None else "", trace.id))
+    order = sorted(range(len(out)), key=when.__getitem__)
+    return [out[i] for i in order], bad
 
 
 def labelled_runs(store: Store, tenant: str) -> list[LabelledRun]:
-    """The tenant's stored runs that carry a run-level label and read as traces, oldest id first."""
+    """The tenant's stored runs that carry a run-level label and read as traces, oldest first."""
     return read_runs(store, tenant)[0]
 
 
