@@ -1,8 +1,9 @@
 """Issue 20 item 4, against a real ``triage serve`` (uvicorn on 127.0.0.1): a labelled agent's real
 runs (τ-bench airline, its training tasks) are posted with their labels, ``triage retrain`` fits its
-agent model, and the held-out tasks' runs then stream in as live sessions, one message at a time. Its
-failing sessions get ``at_risk`` before their last quarter, its successful ones mostly don't; the
-false alarms are counted and printed. The gate may keep zero-shot (on τ-airline TF-IDF's cross-validated
+agent model, and the held-out tasks' runs then stream in as live sessions, one message at a time, each
+step answered by the agent model. Its early warning (``at_risk``) stays precise: at most 2 of 14 successful
+sessions warned (where it fires is tested in ``tests/test_agent_serving.py``); the warnings are counted and
+printed. The gate may keep zero-shot (on τ-airline TF-IDF's cross-validated
 AUROC is above the agent model's): an operator then promotes the model (``triage model promote``), which
 is what this test serves."""
 
@@ -37,7 +38,7 @@ def _triage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
                           text=True, timeout=300)
 
 
-def test_a_labelled_agents_failing_sessions_get_at_risk_before_their_last_quarter(tmp_path: Path) -> None:
+def test_a_labelled_agents_live_sessions_are_answered_by_its_model_and_warned_precisely(tmp_path: Path) -> None:
     env = {**os.environ, "TRIAGE_DATA_DIR": str(tmp_path), "TRIAGE_AUTH": "off", "TRIAGE_MODEL_POLL_S": "1"}
     train, held = _split(load_source("tau_airline"))
     server = LiveServer(env=env).wait_ready()
@@ -104,10 +105,11 @@ def test_a_labelled_agents_failing_sessions_get_at_risk_before_their_last_quarte
     print(f"successful sessions: {len(alarms)} of {len(successful)} false alarms: {alarms}")
     # measured (148 runs posted, the first 14 + 14 held-out sessions): with the point set for 10 % of successful
     # runs at half the run (2026-12-05) 7 of 14 failing sessions warned before their last quarter and 4 of 14
-    # successful ones warned (29 %: the point was read at one prefix and fired at any step). Since 2026-12-06 it
-    # is set on each successful run's highest out-of-fold score over every tenth of the run, for 5 %: 2 of 14
-    # failing sessions warned (both in their last quarter) and 1 of 14 successful ones. The early warning is
-    # now precise first; what this test holds is that it stays so and points at failing runs
+    # successful ones warned (29 %: the point was read at one prefix and fired at any step). Set on each
+    # successful run's highest out-of-fold score over every tenth of the run, at its 5 % quantile (2026-12-06
+    # morning): 2 of 14 failing (both in their last quarter) and 1 of 14 successful. As a 90 % tolerance bound
+    # for 5 % (since 2026-12-06 noon): 59 successful training runs place it above every one of them, and none
+    # of the 28 sessions is warned. The early warning is precise first; what this test holds is that it stays so
     warned = len(caught) + sum(not w.endswith(": none") for w in late)
     assert len(alarms) <= 2, f"more than 2 of {len(successful)} successful sessions got at_risk: {alarms}"
     assert warned >= len(alarms), f"at_risk warned {warned} failing and {len(alarms)} successful sessions"

@@ -74,31 +74,46 @@ FORMAT = "agentmodel/1"
 WARNING_PREFIXES: tuple[float, ...] = tuple(k / 10 for k in range(1, 11))
 
 
-def warning_point(highest: np.ndarray | Sequence[float], target: float,
-                  flagged: np.ndarray | Sequence[bool] | None = None) -> float | None:
-    """The early-warning point from successful runs' highest prefix scores: just above their
-    (1 − ``target``) quantile, so that at most ``target`` of them reach it (``at_risk`` fires at ≥).
-    ``flagged``: the successful runs the service already answered unhealthy for another cause (a rule,
-    a stream): they spend the same budget, so they count as reaching it, and the warning gets what they
-    leave (``None`` when they spend it all). ``None`` (no early warning) with fewer than ``2 / target``
-    runs: a tail of ``target`` needs two runs in it to be placed at all (τ² telecom's 26 successful
-    runs put it at their highest, and 9 of 27 new successful runs reached it).
+#: The early-warning point holds its false-alarm target with this confidence: the share of new successful
+#: runs that reach it is above ``target_false_alarm`` with probability at most ``1 - WARNING_CONFIDENCE``
+#: (a one-sided binomial tolerance bound on the out-of-fold runs; a point placed at the target's quantile
+#: itself gave 4.0-6.2 % on the first-week bench's SWE held-out halves, over two runs of one history).
+WARNING_CONFIDENCE = 0.9
 
-    >>> warning_point([0.1, 0.2, 0.3, 0.9] * 2, 0.25) > 0.9
+
+def warning_point(highest: np.ndarray | Sequence[float], target: float,
+                  flagged: np.ndarray | Sequence[bool] | None = None,
+                  confidence: float = WARNING_CONFIDENCE) -> float | None:
+    """The early-warning point from successful runs' highest prefix scores (``at_risk`` fires at ≥).
+
+    A point with ``m`` of the ``n`` runs above it lets a new successful run reach it with a probability
+    ``p`` such that ``P(p > target) = P(Binomial(n, target) ≤ m)`` (order statistics of exchangeable
+    runs): the point is just above the ``m + 1``-th highest run, ``m`` the largest with that probability
+    at most ``1 - confidence``. ``flagged``: the successful runs the service already answered unhealthy
+    for another cause (a rule, a stream): they spend the same budget, so they count as reaching it.
+    ``None`` (no early warning) when no ``m`` qualifies — too few runs (45 at a 5 % target) — or the
+    other causes spend it all.
+
+    >>> warning_point([0.1, 0.2, 0.3, 0.9] * 8, 0.25) > 0.3
     True
-    >>> warning_point([0.1, 0.2, 0.3, 0.9], 0.25) is None
+    >>> warning_point([0.1, 0.2, 0.3, 0.9] * 2, 0.25) is None
     True
-    >>> eight = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
-    >>> round(warning_point(eight, 0.25), 6), round(warning_point(eight, 0.25, [True] + [False] * 7), 6)
-    (0.7, 0.8)
+    >>> hundred = [k / 100 for k in range(100)]
+    >>> round(warning_point(hundred, 0.1), 6), round(warning_point(hundred, 0.1, [True] * 2 + [False] * 98), 6)
+    (0.94, 0.96)
     """
+    from scipy.stats import binom
+
     values = np.asarray(highest, float)
-    if len(values) < math.ceil(2 / target):
-        return None
+    n = len(values)
     if flagged is not None:
         values = np.where(np.asarray(flagged, bool), np.inf, values)
-    q = float(np.quantile(values, 1 - target, method="higher"))
-    return float(np.nextafter(q, 2.0)) if math.isfinite(q) else None
+    allowed = np.flatnonzero(binom.cdf(np.arange(n), n, target) <= 1 - confidence)
+    if n == 0 or not len(allowed):
+        return None
+    m = int(allowed[-1])
+    point = float(np.sort(values)[::-1][m])
+    return float(np.nextafter(point, 2.0)) if math.isfinite(point) else None
 
 
 @dataclass(frozen=True)
@@ -114,9 +129,10 @@ class AgentModelConfig:
     last_turn: also count the words of the latest assistant message as ``last:`` n-grams (replaced as
         the run goes on), so what the agent said last weighs apart from the same words earlier.
     internal_folds: grouped folds of the model's own CV (threshold, card); 0 skips it.
-    target_false_alarm: the share of successful runs (out of fold) whose score reaches the early-warning
-        point at any of the prefixes :data:`WARNING_PREFIXES` (``at_risk`` is raised at the first step that
-        reaches it, so the point is set on each run's highest prefix score, not on one prefix).
+    target_false_alarm: the share of new successful runs whose score may reach the early-warning point at
+        any of the prefixes :data:`WARNING_PREFIXES`, held with :data:`WARNING_CONFIDENCE` (``at_risk`` is
+        raised at the first step that reaches it, so the point is set on each run's highest out-of-fold
+        prefix score, not on one prefix: :func:`warning_point`).
     combine: ``joint`` (one regression over both blocks) or ``stack`` (a shape model and an n-gram model
         fitted apart, combined by a logistic regression on their out-of-fold logits over ``stack_folds``
         grouped folds of the training runs — nested: the weights never see the runs they are judged on;
@@ -321,7 +337,7 @@ class AgentModel:
         succ = ok & (y < 0.5)
         highest = np.nanmax(oof[succ], axis=1)
         if len(highest):
-            # at most target_false_alarm of successful runs reach it at any prefix (just above their quantile),
+            # new successful runs reach it at any prefix at most target_false_alarm of the time (90 % sure),
             # those already answered unhealthy for another cause counted as reaching it
             self.at_risk_threshold = warning_point(highest, cfg.target_false_alarm,
                                                    None if flagged is None else flagged[succ])

@@ -6,7 +6,8 @@ carries the vectorizer's vocabulary and idf and the logistic regressions' coeffi
 ``tests/test_retrain_refusals.py`` checks that the served scores equal scikit-learn's. The early-warning
 threshold is set as the agent model sets its own: out-of-fold scores (grouped folds) of the successful
 runs at each of :data:`~model.scoring.agentmodel.model.WARNING_PREFIXES` of their steps, each run's highest,
-and the point just above all but ``target_false_alarm`` of them.
+and the point that new successful runs reach at most ``target_false_alarm`` of the time, 90 % sure
+(:func:`~model.scoring.agentmodel.model.warning_point`).
 """
 
 from __future__ import annotations
