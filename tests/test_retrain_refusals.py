@@ -246,7 +246,7 @@ def test_a_served_cheap_learner_answers_diagnoses_and_sessions(tmp_path: Path) -
     from serve.wiring import build_service
 
     runs = load_source("tau_airline")
-    train, rest = runs[:120], runs[120:]  # ≥ 40 successful runs: enough to place a 5 % early-warning tail
+    train, rest = runs[:120], runs[120:]  # ≥ 45 successful runs: enough to place a 5 % early-warning point
     model = fit_cheap("tfidf", [r.trace.model_copy(update={"labels": None}) for r in train],
                       [r.failed for r in train], [r.group for r in train],
                       card={"agent": "airline", "labelled_runs": 120, "cv_auroc": 0.7})
