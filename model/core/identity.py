@@ -35,10 +35,9 @@ says little for tools. Channels a run cannot show are left out, so a run with it
 off (only tools, model, ``service.name``) is compared on those alone: text channels count only
 when the run recorded its content, ``model``, ``ops`` and ``service`` only when both sides carry
 them. Tools alone never make a match where the run or the agent shows what names an agent
-(:data:`IDENTITY_CHANNELS`: instructions, opening, layout, model, service) and none of it can be
-compared: a chat log without a model is not joined to spans with content capture off on the tool
-names both show (every agent of one environment shares them); an OpenTelemetry SDK's default
-``service.name`` (``unknown_service…``) names no service. The run's similarity is the weighted mean, scaled down when its instructions are another
+(:data:`IDENTITY_CHANNELS`) and none of it can be compared: a chat log naming no model and spans with
+content capture off share only tool names, which every agent of one environment shares; the SDKs'
+default ``service.name`` (``unknown_service…``) names no service. The run's similarity is the weighted mean, scaled down when its instructions are another
 agent's (``system`` under :data:`SYSTEM_VETO`); :func:`assign` takes the best profile at or above
 :data:`THRESHOLD`.
 
@@ -117,14 +116,10 @@ PROFILE_CAP: dict[str, int] = {"system": 600, "opening": 600, "shape": 128, "arg
                                "model": 64, "ops": 32, "service": 32}
 #: The system text keeps one trigram in ``SYSTEM_SAMPLE`` (chosen by hash: the same ones every run).
 SYSTEM_SAMPLE = 3
-#: Channels that name an agent whatever its task (its instructions, opening, layout, model, service). A
-#: run joins an agent only when one of them is compared: tools and argument names follow the task and
-#: every agent of one environment shares them, so where the run or the agent shows one of these and
-#: none can be compared (JSON runs without a model against spans with content capture off) the tools
-#: alone never make a match. Runs that show none of them (nor their agent) are matched on their tools.
+#: Channels that name an agent whatever its task: where the run or the agent shows one, a match needs one
+#: of them compared (tools alone never make one; see the module docstring).
 IDENTITY_CHANNELS = frozenset({"system", "opening", "shape", "model", "service"})
-#: ``service.name`` values that name no service: the OpenTelemetry SDKs' default when the application
-#: sets none (``unknown_service``, ``unknown_service:<process>``).
+#: The OpenTelemetry SDKs' default ``service.name`` when the application sets none: names no service.
 DEFAULT_SERVICE = re.compile(r"^unknown_service(:.*)?$")
 #: Channels compared the other way round (:meth:`AgentProfile.known_share`): what an agent shows in
 #: every run whatever its task (its instructions, layout, models, service). Left out: the tools and
@@ -472,13 +467,9 @@ class AgentProfile:
                     veto *= 1.0 - got[1] * max(0.0, SYSTEM_VETO - got[0])
         if sig.content and self._opens_otherwise(sig):  # it waits for the user where the agent greets, or so
             veto *= 1.0 - OPENS_VETO
-        if not named and (self._shows_identity() or any(sig.channels.get(c) for c in IDENTITY_CHANNELS)):
+        if not named and any(self.present[c] or sig.channels.get(c) for c in IDENTITY_CHANNELS):
             return 0.0  # nothing that names an agent could be compared: the tools alone say too little
         return veto * num / den if den else 0.0
-
-    def _shows_identity(self) -> bool:
-        """Whether the agent's runs show anything of :data:`IDENTITY_CHANNELS`."""
-        return any(self.present[c] for c in IDENTITY_CHANNELS)
 
     def core(self) -> RunSignature:
         """The agent's typical run: per channel its runs mostly show, the features at least half of
@@ -537,20 +528,17 @@ class AgentProfile:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> AgentProfile:
         p = cls()
-        p.n_runs = int(d.get("n_runs", 0))
-        p.n_content = int(d.get("n_content", 0))
+        p.n_runs, p.n_content = int(d.get("n_runs", 0)), int(d.get("n_content", 0))
         p.present.update({c: int(v) for c, v in (d.get("present") or {}).items() if c in CHANNELS})
         for c, rows in (d.get("counts") or {}).items():
             if c in CHANNELS:
                 p.counts[c] = {int(f): int(n) for f, n in rows}
-        ex = d.get("excerpt")
-        p.excerpt = str(ex) if ex is not None else None
+        p.excerpt = None if d.get("excerpt") is None else str(d["excerpt"])
         for k, v in (d.get("names") or {}).items():
             if k in p.names and isinstance(v, dict):
                 p.names[k] = {str(n): int(c) for n, c in v.items()}
         p.changes = [dict(x) for x in d.get("changes") or [] if isinstance(x, dict)][-MAX_CHANGES:]
-        origin = d.get("origin")
-        p.origin = dict(origin) if isinstance(origin, dict) else None
+        p.origin = dict(d["origin"]) if isinstance(d.get("origin"), dict) else None
         return p
 
 
