@@ -368,8 +368,8 @@ def test_real_runs_of_three_sets_stripped_form_three_agents() -> None:
     runs: list[Run] = []
     for source in ("tau_airline", "agentprocessbench", "reflexion_hotpotqa"):
         for r in load_source(source)[:40]:
-            name, model = config_of(r)
-            runs.append(Run(name, model, stranger(r.trace, f"run-{len(runs):05d}")))
+            name, spans = config_of(r)
+            runs.append(Run(name, spans, stranger(r.trace, f"run-{len(runs):05d}")))
     assert all(r.trace.task_type is None and r.trace.labels is None and r.trace.id.startswith("run-") for r in runs)
     order = interleaved(runs)
     s = score([runs[i].config for i in order], infer_agents([signature(runs[i].trace) for i in order]))

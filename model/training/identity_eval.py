@@ -40,7 +40,7 @@ from model.core.identity import (
     signature,
 )
 from model.core.schema import StepKind, Trace
-from model.data.export_first_week import SPAN_MODEL, TAU2_MODELS, tau2_configuration
+from model.data.export_first_week import span_fields, tau2_configuration
 from model.data.genai_spans import otlp_content_off, otlp_content_on
 from model.data.realdata import RealRun, load_source
 from model.data.stranger import stranger
@@ -53,38 +53,39 @@ TARGET_COVERAGE, TARGET_PURITY, TARGET_MIN_SIZE = 0.90, 0.95, 5
 
 @dataclass(frozen=True)
 class Run:
-    """One stripped run with its truth (used only for scoring)."""
+    """One stripped run with its truth (used only for scoring) and what a GenAI exporter would say of its
+    LLM calls (``spans``: :func:`model.data.export_first_week.span_fields`)."""
 
     config: str
-    model: str
+    spans: dict[str, str | None]
     trace: Trace
 
 
-def config_of(r: RealRun) -> tuple[str, str]:
-    """The run's configuration and model (truth labels: from the set's provenance, never an input)."""
+def config_of(r: RealRun) -> tuple[str, dict[str, str | None]]:
+    """The run's configuration and its ``spans`` fields (truth labels: from the set's provenance, never an
+    input)."""
     prov = r.trace.labels.provenance if r.trace.labels is not None else {}
     if r.source == "tau2":
-        return tau2_configuration(str(prov["domain"]), str(prov["mode"])), TAU2_MODELS[str(prov["model"])]
-    name = {"reflexion_hotpotqa": "reflexion"}.get(r.source, r.source)
-    return name, SPAN_MODEL[r.source][0]
+        return tau2_configuration(str(prov["domain"]), str(prov["mode"])), span_fields("tau2", str(prov["model"]))
+    return {"reflexion_hotpotqa": "reflexion"}.get(r.source, r.source), span_fields(r.source)
 
 
 def load_runs() -> list[Run]:
     out: list[Run] = []
     for source in ("tau_airline", "tau2", "agentprocessbench", "swe", "webshop", "reflexion_hotpotqa", "whowhen"):
         for r in load_source(source):
-            config, model = config_of(r)
-            out.append(Run(config, model, stranger(r.trace, f"run-{len(out):05d}")))
+            config, spans = config_of(r)
+            out.append(Run(config, spans, stranger(r.trace, f"run-{len(out):05d}")))
     return out
 
 
 def span_trace(run: Run, *, content: bool = False) -> Trace:
     """The run as GenAI spans (content capture off, or on), read back as ``/v1/diagnose`` reads them
     (format auto)."""
-    source = {"reflexion": "reflexion_hotpotqa"}.get(run.config, run.config)
-    _, provider, op = SPAN_MODEL.get(source, (run.model, "openai", "chat"))
     export = otlp_content_on if content else otlp_content_off
-    (trace,) = load_traces(export(run.trace, model=run.model, provider=provider, operation=op))
+    sp = run.spans
+    (trace,) = load_traces(export(run.trace, model=sp["model"], provider=sp["provider"],
+                                  operation=str(sp["operation"])))
     return trace
 
 
