@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from model.core.agents import POOL_AGENT
+from model.core.kinds import FailureKind
 from model.core.schema import Trace
 from model.scoring.agent_registry import POOLED
 from serve.services.run_labels import labels_for
@@ -53,10 +54,6 @@ class LabelledRun:
     flagged: bool = False
 
 
-#: The early warning's failure kind: the one cause whose point a retrain sets.
-AT_RISK = "at_risk"
-
-
 def other_alarm(response: Any) -> bool:
     """Whether a stored answer said the run was unhealthy for a cause other than the early warning (a rule,
     the classifier, a stream): such a successful run already spends the false-alarm budget the early
@@ -69,7 +66,7 @@ def other_alarm(response: Any) -> bool:
     """
     if not isinstance(response, dict) or response.get("healthy") is not False:
         return False
-    return any(isinstance(f, dict) and f.get("kind") != AT_RISK for f in response.get("failures") or [])
+    return any(isinstance(f, dict) and f.get("kind") != FailureKind.AT_RISK.value for f in response.get("failures") or [])
 
 
 @dataclass(frozen=True)
