@@ -51,23 +51,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         watch_master()  # a worker of `triage serve --workers N` stops when its master dies
         app.state.diagnoser, app.state.readiness = build_diagnoser(settings)
-        # The failure-history store, migrated to head; the stateful service on top of it.
+        # The failure-history stores, migrated to head; the stateful services on top of them.
         service = build_service(settings, app.state.diagnoser)
-        app.state.store = service.store
         app.state.service = service
+        app.state.key_store = service.stores.keys  # the API keys serve.auth checks
         app.state.auth_enabled = settings.auth == "on"
         app.state.key_cache = KeyCache(settings.auth_cache_s)
         app.state.rate_limiter = service.limiter
         app.state.heavy = HeavyLane(settings)
         app.state.gate = FairGate(settings.cpu_slots)
         metrics.attach_limiter(service.limiter)
-        metrics.attach_store(service.store, canary_percent=settings.repair_canary_percent,
+        metrics.attach_store(service.stores.reports, canary_percent=settings.repair_canary_percent,
                              canary_window=settings.canary_window)
         metrics.attach_models(service.models)
         service.models.start()  # follow promotions / rollbacks of the tenants this worker serves
         if not app.state.auth_enabled:
             warn_auth_off()
-        log.info("store: %s", service.store.engine.url.render_as_string(hide_password=True))
+        log.info("store: %s", service.stores.db.engine.url.render_as_string(hide_password=True))
         retention = asyncio.create_task(_retention_loop(service, settings)) if settings.retention_days else None
         try:
             yield
@@ -80,7 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if service.exporter is not None:
                 service.exporter.close()
             app.state.heavy.close()
-            service.store.dispose()
+            service.close()
 
     app = FastAPI(
         title="agent-triage",

@@ -33,7 +33,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from serve.store import Store
+from serve.store.keys import KeyStore
 
 log = logging.getLogger("triage.auth")
 
@@ -67,7 +67,7 @@ def generate_key() -> tuple[str, str, str]:
     return key, key_id, hash_key(key)
 
 
-def create_key(store: Store, tenant: str, label: str = "", *, operator: bool = False) -> tuple[str, str]:
+def create_key(store: KeyStore, tenant: str, label: str = "", *, operator: bool = False) -> tuple[str, str]:
     """Create a key for ``tenant`` (created when new); returns ``(key, key_id)`` — show it once.
     ``operator``: the key may switch tenants and promote / roll back models."""
     key, key_id, key_hash = generate_key()
@@ -75,7 +75,7 @@ def create_key(store: Store, tenant: str, label: str = "", *, operator: bool = F
     return key, key_id
 
 
-def ensure_local_key(store: Store, path: Path, tenant: str = LOCAL_TENANT) -> tuple[str, bool]:
+def ensure_local_key(store: KeyStore, path: Path, tenant: str = LOCAL_TENANT) -> tuple[str, bool]:
     """The key kept in ``path`` (git-ignored), created with a new key on first use.
 
     Returns ``(key, created)``. A file whose key is no longer valid (revoked, or a new database)
@@ -109,7 +109,7 @@ class KeyCache:
             return hit[1]
         return None
 
-    def lookup(self, store: Store, key: str) -> Principal | None:
+    def lookup(self, store: KeyStore, key: str) -> Principal | None:
         digest = hash_key(key)
         now = time.monotonic()
         hit = self._entries.get(digest)
@@ -158,7 +158,7 @@ def forbidden(msg: str, loc: list[str]) -> HTTPException:
     return HTTPException(status_code=403, detail=[{"loc": loc, "msg": msg, "type": "forbidden"}])
 
 
-def switch_tenant(store: Store, principal: Principal, tenant: str | None) -> Principal:
+def switch_tenant(store: KeyStore, principal: Principal, tenant: str | None) -> Principal:
     """``principal`` acting on ``tenant`` (the ``X-Triage-Tenant`` header): operators only (403
     otherwise, whatever the name), an existing tenant only (404); ``None`` or its own: unchanged."""
     if tenant is None:
@@ -197,7 +197,7 @@ async def get_principal(
     if not key.startswith(f"{KEY_PREFIX}_") or len(key) > 200:
         raise _unauthorized("not an agent-triage API key (they start with `trg_`)")
     cache: KeyCache = request.app.state.key_cache
-    store: Store = request.app.state.store
+    store: KeyStore = request.app.state.key_store
     principal = cache.lookup(store, key)
     if principal is None:
         raise _unauthorized("unknown or revoked API key")
@@ -253,7 +253,7 @@ class UISession:
     token_hash: str
 
 
-def open_ui_session(store: Store, key: str | None, *, ttl: timedelta, auth_enabled: bool = True) -> str | None:
+def open_ui_session(store: KeyStore, key: str | None, *, ttl: timedelta, auth_enabled: bool = True) -> str | None:
     """Sign in: a new session for the tenant of ``key``; returns the cookie's token (``None`` for a
     missing, malformed, unknown or revoked key). With auth off every sign-in is tenant ``local``."""
     if auth_enabled:
@@ -272,7 +272,7 @@ def open_ui_session(store: Store, key: str | None, *, ttl: timedelta, auth_enabl
     return token
 
 
-def find_ui_session(store: Store, token: str | None, *, auth_enabled: bool = True) -> UISession | None:
+def find_ui_session(store: KeyStore, token: str | None, *, auth_enabled: bool = True) -> UISession | None:
     """The live session of the cookie's ``token`` (not signed out, not expired, key not revoked)."""
     if not token or len(token) > 100:
         return None

@@ -1,5 +1,5 @@
-"""``Annotated`` dependency aliases: routes receive settings, the loaded model and the service they
-need through these (each built once, in the app's lifespan)."""
+"""``Annotated`` dependency aliases: routes receive settings and the service they need through these
+(each built once, in the app's lifespan)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,14 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from model.diagnosis.diagnoser import Diagnoser
+from serve.services.activations import ModelActivations
 from serve.services.history import History
 from serve.services.outcomes import Outcomes
+from serve.services.patterns import Patterns
 from serve.services.sessions import Sessions
 from serve.services.streams import Streams
 from serve.services.triage import TriageService
 from serve.settings import Settings, get_settings
-from serve.store import Store
-
-
-def get_diagnoser(request: Request) -> Diagnoser:
-    """The :class:`Diagnoser` built once in the app's lifespan."""
-    diagnoser: Diagnoser = request.app.state.diagnoser
-    return diagnoser
 
 
 def get_service(request: Request) -> TriageService:
@@ -45,17 +39,19 @@ def get_streams(service: Annotated[TriageService, Depends(get_service)]) -> Stre
     return service.streams
 
 
-def get_store(request: Request) -> Store:
-    """The failure-history store the lifespan opened."""
-    store: Store = request.app.state.store
-    return store
+def get_activations(service: Annotated[TriageService, Depends(get_service)]) -> ModelActivations:
+    return service.activations
+
+
+def get_patterns(service: Annotated[TriageService, Depends(get_service)]) -> Patterns:
+    return service.patterns
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-DiagnoserDep = Annotated[Diagnoser, Depends(get_diagnoser)]
 ServiceDep = Annotated[TriageService, Depends(get_service)]
 SessionsDep = Annotated[Sessions, Depends(get_sessions)]
 OutcomesDep = Annotated[Outcomes, Depends(get_outcomes)]
 HistoryDep = Annotated[History, Depends(get_history)]
 StreamsDep = Annotated[Streams, Depends(get_streams)]
-StoreDep = Annotated[Store, Depends(get_store)]
+ActivationsDep = Annotated[ModelActivations, Depends(get_activations)]
+PatternsDep = Annotated[Patterns, Depends(get_patterns)]

@@ -1,4 +1,5 @@
-"""Request and response bodies of the stateful endpoints (sessions, outcomes, traces, streams).
+"""Request and response bodies of the HTTP API's endpoints (sessions, outcomes, traces, streams, agents,
+the operator's model calls, patterns): every one of them, in this one module.
 
 ``/v1/diagnose`` keeps :class:`model.core.findings.DiagnosisResponse`; a session step answers with
 :class:`SessionStepResponse`, which is that model plus the session's fields (responses change only
@@ -17,16 +18,19 @@ from pydantic import (
     Strict,
     StrictBool,
     StrictInt,
+    StringConstraints,
     computed_field,
     model_validator,
 )
 
+from model.core.agents import MAX_AGENT_LENGTH
 from model.core.errors import InputError
 from model.core.findings import RESPONSE_SCHEMA_VERSION, DiagnosisResponse, Failure, Recommendation
 from model.core.kinds import FailureKind
 from model.core.options import AgentName, DiagnoseOptions
 from model.core.schema import ToolDefinition
 from model.diagnosis.repair_engine import reach
+from model.scoring.agent_registry import POOLED, ZERO_SHOT
 from serve.validation import TEXT_PARAM_PATTERN
 
 
@@ -363,27 +367,195 @@ class ChangepointsResponse(Versioned):
     method: str
 
 
+# -- agents (GET /v1/agents; rename, merge, split) ----------------------------------------------------
+#: Runs one split may move (``POST /v1/agents/split``).
+MAX_SPLIT_RUNS = 10_000
+
+#: An agent's key or name: no control character, no outer blank.
+AgentKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_AGENT_LENGTH,
+                                            pattern=r"^[^\x00-\x20\x7f]([^\x00-\x1f\x7f]*[^\x00-\x20\x7f])?$")]
+TraceId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
+class AgentProfileOut(BaseModel):
+    tools: list[str] = Field(description="The tools its runs show, most frequent first.")
+    models: list[str] = Field(description="The models its runs name.")
+    service_names: list[str] = Field(description="The span resources' `service.name`.")
+    template_excerpt: str = Field(description="The start of its instructions (system message, first user message).")
+    n_runs: int = Field(description="Runs counted into the profile.")
+
+
+class AgentOut(BaseModel):
+    key: str = Field(description="What runs, streams, models and patterns are kept under (`agent` in every answer).")
+    name: str | None = Field(description="The name a person gave it (rename); null: none given.")
+    source: Literal["option", "span", "task_type", "inferred", "split"] = Field(
+        description="How it was first found: named by the caller (`option`), by the root agent span (`span`), "
+        "by the task type (`task_type`), inferred from its runs (`inferred`), or split off another (`split`).")
+    runs: int
+    labelled_runs: int = Field(description="Runs with a label (not withdrawn).")
+    first_seen: datetime | None
+    last_seen: datetime | None
+    aliases: list[str] = Field(description="Old keys (renamed or merged into it): runs naming them come here.")
+    profile: AgentProfileOut | None = Field(
+        description="What its runs show, matched against runs that name no agent (null: a named agent never merged "
+        "or split).")
+
+
+class AgentsOut(BaseModel):
+    tenant: str
+    agents: list[AgentOut]
+
+
+class RenameRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: AgentKey = Field(description="The agent's key (`GET /v1/agents`).")
+    name: AgentKey = Field(description="Its new name: it becomes the key (the old key stays an alias).")
+
+
+class MergeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: AgentKey = Field(description="The agent merged away (it stays an alias of `into`).")
+    into: AgentKey = Field(description="The agent that keeps the merged history.")
+
+
+class SplitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: AgentKey = Field(description="The agent some runs are split off.")
+    trace_ids: list[TraceId] = Field(max_length=MAX_SPLIT_RUNS, description="Its runs that belong to another agent.")
+    name: AgentKey | None = Field(default=None, description="The new agent's name (default: a key of its own).")
+
+
+# -- operator: model promotion and rollback ---------------------------------------------------------
+_AGENT_HELP = (f"The agent whose model this acts on (the run's agent, `triage model list` shows them; "
+               f"`{POOLED}`: the tenant's pooled model).")
+
+
+class RollbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: AgentKey = Field(description=_AGENT_HELP)
+
+
+class PromoteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: AgentKey = Field(description=_AGENT_HELP)
+    version: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._+\-]+$")] = Field(
+        description="A version `triage model list` shows (or the shipped model's name).")
+
+
+class ActivationOut(BaseModel):
+    agent: str | None = Field(description="Its agent; null: a tenant-wide run scorer's (before agent models).")
+    version: str
+    activated_at: datetime
+    actor: str
+    action: Literal["promote", "rollback"]
+
+
+class ModelActionOut(BaseModel):
+    tenant: str
+    agent: str
+    action: Literal["promote", "rollback"]
+    active: str = Field(description=f"The version the tenant serves for the agent from now on (`{ZERO_SHOT}`: no "
+                        "agent model, the shipped zero-shot scorer).")
+    history: list[ActivationOut] = Field(description="The agent's activations, newest first.")
+
+
+# -- failure patterns (GET /v1/patterns) ------------------------------------------------------------
+Level = Literal["failure", "signal", "all"]
+
+
+class ExampleOut(BaseModel):
+    trace_id: str
+    created_at: datetime
+    step: int | None
+
+
+class StrategyRecordOut(BaseModel):
+    strategy: str
+    recommended: int = Field(description="Recommendations of this strategy to the pattern's runs for its kind.")
+    outcomes: int = Field(description="Outcomes reported for them.")
+    succeeded: int = Field(description="Recommendations with a successful outcome.")
+
+
+class PatternOut(BaseModel):
+    id: str = Field(description="Stable id of the pattern's key (level, basis, kind, tool, signature, agent).")
+    level: Literal["failure", "signal"]
+    basis: Literal["rule", "probability"] = Field(
+        description="`rule`: a detector's finding; `probability`: runs flagged only by the run scorer, "
+        "grouped by the kind and tool at their attribution's step.")
+    kind: str
+    tool: str | None
+    signature: str = Field(description="The evidence with numbers, ids and quoted values masked.")
+    agent: str | None = Field(description="The runs' agent (the agent each run resolved to: the one it named, else its "
+                              "root agent span's, else its task type); null: the tenant's pool of runs that name none.")
+    severity: str
+    runs: int = Field(description="Runs of the window with this pattern.")
+    occurrences: int
+    previous_runs: int = Field(description="Runs with it in the previous window of the same length.")
+    trend: Literal["new", "up", "down", "flat"]
+    repair_success: float | None = Field(
+        description="Share of the runs with a reported outcome whose repair succeeded; null: none reported.")
+    repaired_runs: int
+    score: float = Field(description="runs × severity weight (low 1 … critical 4) × (1 − repair success).")
+    first_seen: datetime
+    last_seen: datetime
+    examples: list[ExampleOut]
+    repairs: list[StrategyRecordOut]
+
+
+class PatternsOut(BaseModel):
+    tenant: str
+    since: datetime
+    until: datetime
+    previous_since: datetime
+    runs: int = Field(description="Runs of the window with at least one failure or signal.")
+    total_patterns: int = Field(description="Patterns before `limit`.")
+    patterns: list[PatternOut]
+
+
 __all__ = [
+    "ActivationOut",
+    "AgentKey",
+    "AgentOut",
+    "AgentProfileOut",
+    "AgentsOut",
     "AlarmOut",
     "AppendStepsRequest",
     "ChangepointsResponse",
+    "ExampleOut",
     "FailureState",
     "GraphOut",
     "LabelRequest",
     "LabelResponse",
+    "Level",
     "LocatedFailureOut",
-    "RunLabelOut",
+    "MAX_SPLIT_RUNS",
+    "MergeRequest",
+    "ModelActionOut",
     "ObservationsRequest",
     "ObservationsResponse",
     "OutcomeOut",
     "OutcomeRequest",
     "OutcomeResponse",
+    "PatternOut",
+    "PatternsOut",
+    "PromoteRequest",
     "RecommendationOut",
+    "RenameRequest",
+    "RollbackRequest",
+    "RunLabelOut",
     "SegmentOut",
     "SessionFailure",
     "SessionStepResponse",
     "SessionView",
+    "SplitRequest",
+    "StrategyRecordOut",
     "TraceDetail",
+    "TraceId",
     "TracePageOut",
     "TraceSummary",
     "Versioned",

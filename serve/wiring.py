@@ -23,7 +23,7 @@ from serve.services.agent_models import build_models
 from serve.services.otel_export import EvaluationExporter, parse_headers
 from serve.services.triage import TriageService
 from serve.settings import Settings
-from serve.store import open_store
+from serve.store import Stores, open_stores
 
 log = logging.getLogger("triage.serve")
 
@@ -77,9 +77,10 @@ def load_runscorer(settings: Settings) -> RunScorer | None:
     return RunScorer.load(path)
 
 
-def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
-    """The stateful service: store (migrated), repair engine with budgets, redaction."""
-    store = open_store(settings)
+def build_service(settings: Settings, diagnoser: Diagnoser, stores: Stores | None = None) -> TriageService:
+    """The stateful services over ``stores`` (default: :func:`~serve.store.open_stores`, migrated),
+    with the repair engine and its budgets, redaction."""
+    stores = stores or open_stores(settings)
     engine = RepairEngine(diagnoser.ladders, load_budgets(settings.policy_path))
     redactor = Redactor.from_names(settings.redact.split(","), mode=settings.redact_mode, salt=settings.redact_salt)
     exporter = None
@@ -87,7 +88,7 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
         exporter = EvaluationExporter(settings.eval_export_endpoint, headers=parse_headers(settings.eval_export_headers),
                                       timeout_s=settings.eval_export_timeout_s)
     return TriageService(
-        store,
+        stores,
         diagnoser,
         engine,
         redactor,
@@ -101,7 +102,7 @@ def build_service(settings: Settings, diagnoser: Diagnoser) -> TriageService:
         limiter=RateLimiter.from_settings(settings),
         session_window=settings.session_window_steps,
         canary_percent=settings.repair_canary_percent,
-        models=build_models(settings, store),
+        models=build_models(settings, stores.activations),
         recentre_ttl_s=settings.zero_shot_recentre_ttl_s,
         registry=Registry(settings.resolved_model_registry),
     )

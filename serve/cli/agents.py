@@ -28,18 +28,18 @@ def _agents(tenant: str) -> Iterator[Any]:
     from model.scoring.agent_registry import Registry
     from serve.services.agents import Agents
     from serve.settings import get_settings
-    from serve.store import check_tenant_name, open_store
+    from serve.store import check_tenant_name, open_stores
 
     settings = get_settings()
     try:
         check_tenant_name(tenant)
-        store = open_store(settings)
+        stores = open_stores(settings)
     except TriageError as exc:
         raise fail(str(exc)) from None
     try:
-        yield Agents(store, Registry(settings.resolved_model_registry))
+        yield Agents(stores.agents, Registry(settings.resolved_model_registry))
     finally:
-        store.dispose()
+        stores.db.dispose()
 
 
 def _run(fn: Callable[[], Any]) -> Any:

@@ -310,7 +310,7 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
             return rel if rel is not None else fixed
 
         how = order or DEFAULT_ORDER
-        queue, done = review_queue(service.store, tenant, author=who, threshold_for=threshold_for, order=how)
+        queue, done = review_queue(service.stores.labels, tenant, author=who, threshold_for=threshold_for, order=how)
         first = "most uncertain first" if how == "margin" else "uncertain first, near-duplicates once"
         print(f"{len(queue)} trace(s) of tenant {tenant!r} to review, {first} "
               f"({done} already labelled by {who})")
@@ -318,7 +318,7 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
     except TriageError as exc:
         raise fail(str(exc)) from None
     finally:
-        service.store.dispose()
+        service.close()
 
 
 def register(app: typer.Typer) -> None:

@@ -56,11 +56,11 @@ def export(
     """
     if not from_store:
         raise fail("say where from: --from-store (the service's history) is the only source so far")
-    from serve.store import open_store  # imported on use: SQLAlchemy/Alembic are slow to import
+    from serve.store import open_stores  # imported on use: SQLAlchemy/Alembic are slow to import
 
     settings = get_settings()
     try:
-        store = open_store(settings)
+        store = open_stores(settings).labels
         redaction = {
             "rules": sorted(r for r in settings.redact.split(",") if r),
             "mode": settings.redact_mode,

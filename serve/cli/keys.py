@@ -16,11 +16,12 @@ from serve.settings import get_settings
 keys_app = typer.Typer(help="API keys: create one (shown once), list them, revoke one.", no_args_is_help=True)
 
 
-def open_store(settings: Any) -> Any:
-    """The store, imported on use: SQLAlchemy and Alembic cost every `triage` command ~0.5 s otherwise."""
-    from serve.store import open_store as _open
+def open_keys(settings: Any) -> Any:
+    """The keys' store (:class:`serve.store.keys.KeyStore`), imported on use: SQLAlchemy and Alembic
+    cost every `triage` command ~0.5 s otherwise."""
+    from serve.store import open_stores
 
-    return _open(settings)
+    return open_stores(settings).keys
 
 
 @keys_app.command("create")
@@ -34,7 +35,7 @@ def create(
 ) -> None:
     """Create an API key and print it, once: only its hash is stored."""
     try:
-        store = open_store(get_settings())
+        store = open_keys(get_settings())
         from serve.auth import create_key
 
         key, key_id = create_key(store, tenant, label, operator=operator)
@@ -58,7 +59,7 @@ def list_keys(
     Each key's id, tenant, whether it is an operator key, label, when it was created and revoked.
     """
     try:
-        rows = open_store(get_settings()).list_api_keys(tenant)
+        rows = open_keys(get_settings()).list_api_keys(tenant)
     except TriageError as exc:
         raise fail(str(exc)) from None
     table = Table()
@@ -84,7 +85,7 @@ def revoke(key_id: Annotated[str, typer.Argument(
     A running service may accept it for up to TRIAGE_AUTH_CACHE_S seconds more.
     """
     try:
-        ok = open_store(get_settings()).revoke_api_key(key_id)
+        ok = open_keys(get_settings()).revoke_api_key(key_id)
     except TriageError as exc:
         raise fail(str(exc)) from None
     if not ok:
@@ -100,7 +101,7 @@ def local() -> None:
     """
     settings = get_settings()
     try:
-        store = open_store(settings)
+        store = open_keys(settings)
         from serve.auth import ensure_local_key
 
         key, created = ensure_local_key(store, settings.resolved_key_file)

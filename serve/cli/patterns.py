@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         """
         from serve.services.patterns import tenant_patterns, window
         from serve.settings import get_settings
-        from serve.store import check_tenant_name, open_store
+        from serve.store import check_tenant_name, open_stores
 
         if level not in ("failure", "signal", "all"):
             raise fail(f"--level: one of failure, signal, all; got {level!r}")
@@ -62,12 +62,12 @@ def register(app: typer.Typer) -> None:
         try:
             check_tenant_name(tenant)
             start, end = window(since=_when(since, "--since"), until=_when(until, "--until"), days=days)
-            store = open_store(get_settings())
+            stores = open_stores(get_settings())
             try:
-                out = tenant_patterns(store, tenant, since=start, until=end, level=lvl, limit=limit,
+                out = tenant_patterns(stores.reports, tenant, since=start, until=end, level=lvl, limit=limit,
                                       examples=examples, agent=agent)
             finally:
-                store.dispose()
+                stores.db.dispose()
         except TriageError as exc:
             raise fail(str(exc)) from None
         if as_json:

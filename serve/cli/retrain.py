@@ -28,10 +28,10 @@ Agent = Annotated[str, typer.Option(
 def _open() -> tuple[Any, Any, Any]:
     from model.scoring.agent_registry import Registry
     from serve.settings import get_settings
-    from serve.store import open_store
+    from serve.store import open_stores
 
     settings = get_settings()
-    return settings, open_store(settings), Registry(settings.resolved_model_registry)
+    return settings, open_stores(settings), Registry(settings.resolved_model_registry)
 
 
 @model_app.command("list")
@@ -44,10 +44,10 @@ def list_cmd(tenant: Tenant = "local") -> None:
     from model.scoring.agent_registry import ZERO_SHOT
 
     try:
-        _, store, registry = _open()
+        _, stores, registry = _open()
         agents = registry.agents(tenant)
-        active = store.active_models(tenant)
-        history = store.model_history(tenant)
+        active = stores.activations.active_models(tenant)
+        history = stores.activations.model_history(tenant)
     except TriageError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"tenant {tenant}: agent models under {registry.root} (* = active)")
@@ -87,8 +87,8 @@ def promote_cmd(version: Annotated[str, typer.Argument(
     from serve.services.retrain import promote_version
 
     try:
-        _, store, registry = _open()
-        promote_version(store, registry, tenant, agent, version, actor=actor)
+        _, stores, registry = _open()
+        promote_version(stores.activations, registry, tenant, agent, version, actor=actor)
     except TriageError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"tenant {tenant} agent {agent}: {version} is active")
@@ -107,8 +107,8 @@ def rollback_cmd(agent: Agent, tenant: Tenant = "local",
     from serve.services.retrain import rollback_version
 
     try:
-        _, store, registry = _open()
-        target = rollback_version(store, registry, tenant, agent, actor=actor)
+        _, stores, registry = _open()
+        target = rollback_version(stores.activations, registry, tenant, agent, actor=actor)
     except TriageError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"tenant {tenant} agent {agent}: rolled back to {target or ZERO_SHOT}")
@@ -181,7 +181,7 @@ def register(app: typer.Typer) -> None:
         from serve.services.retrain import retrain
 
         try:
-            settings, store, _ = _open()
+            settings, stores, _ = _open()
             with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), console=console(stderr=True), transient=True,
                           disable=as_json) as bar:
@@ -192,7 +192,7 @@ def register(app: typer.Typer) -> None:
                         tasks[stage] = bar.add_task(stage, total=total)
                     bar.update(tasks[stage], total=total, completed=done)
 
-                res = retrain(store, settings, tenant, promote=not no_promote, params=params, seed=seed,
+                res = retrain(stores.activations, stores.labels, settings, tenant, promote=not no_promote, params=params, seed=seed,
                               progress=tick, only=agent or None)
         except TriageError as exc:
             raise fail(str(exc)) from None

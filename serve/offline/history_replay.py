@@ -267,7 +267,7 @@ def replay_into(
         summary = replay(service, tenant, timeline, model=OutcomeModel(seed=seed))
         summary.real = len(timeline) - sum(p.runs for p in ps)
     finally:
-        service.store.dispose()
+        service.close()
     return settings.resolved_database_url, summary
 
 

@@ -53,7 +53,7 @@ from model.core.schema import Trace
 from model.data.labelling.review import KIND_KEYS, compact, legend
 from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS
 from serve.schemas import LabelRequest, UndoLabelRequest
-from serve.store import Store
+from serve.store.labels import LabelStore
 
 #: Thresholds of the fused findings, by kind value.
 _KIND_THRESHOLDS = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
@@ -137,7 +137,7 @@ def measure_margin(response: dict[str, Any], threshold: float | None) -> tuple[f
 
 
 def review_queue(
-    store: Store, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
+    store: LabelStore, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
     order: str = DEFAULT_ORDER,
 ) -> tuple[list[Candidate], int]:
     """The tenant's traces still to review by ``author``, in ``order`` (module docstring), and how

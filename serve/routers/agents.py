@@ -3,75 +3,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from model.core.agents import MAX_AGENT_LENGTH
 from serve.auth import OperatorDep, PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.routers._common import ERRORS, NOT_FOUND, call
-from serve.services.agents import MAX_SPLIT_RUNS, Agents
+from serve.schemas import AgentOut, AgentsOut, MergeRequest, RenameRequest, SplitRequest
+from serve.services.agents import Agents
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
-
-#: An agent's key or name: no control character, no outer blank.
-AgentKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_AGENT_LENGTH,
-                                            pattern=r"^[^\x00-\x20\x7f]([^\x00-\x1f\x7f]*[^\x00-\x20\x7f])?$")]
-TraceId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-
-
-class AgentProfileOut(BaseModel):
-    tools: list[str] = Field(description="The tools its runs show, most frequent first.")
-    models: list[str] = Field(description="The models its runs name.")
-    service_names: list[str] = Field(description="The span resources' `service.name`.")
-    template_excerpt: str = Field(description="The start of its instructions (system message, first user message).")
-    n_runs: int = Field(description="Runs counted into the profile.")
-
-
-class AgentOut(BaseModel):
-    key: str = Field(description="What runs, streams, models and patterns are kept under (`agent` in every answer).")
-    name: str | None = Field(description="The name a person gave it (rename); null: none given.")
-    source: Literal["option", "span", "task_type", "inferred", "split"] = Field(
-        description="How it was first found: named by the caller (`option`), by the root agent span (`span`), "
-        "by the task type (`task_type`), inferred from its runs (`inferred`), or split off another (`split`).")
-    runs: int
-    labelled_runs: int = Field(description="Runs with a label (not withdrawn).")
-    first_seen: datetime | None
-    last_seen: datetime | None
-    aliases: list[str] = Field(description="Old keys (renamed or merged into it): runs naming them come here.")
-    profile: AgentProfileOut | None = Field(
-        description="What its runs show, matched against runs that name no agent (null: a named agent never merged "
-        "or split).")
-
-
-class AgentsOut(BaseModel):
-    tenant: str
-    agents: list[AgentOut]
-
-
-class RenameRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    agent: AgentKey = Field(description="The agent's key (`GET /v1/agents`).")
-    name: AgentKey = Field(description="Its new name: it becomes the key (the old key stays an alias).")
-
-
-class MergeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    agent: AgentKey = Field(description="The agent merged away (it stays an alias of `into`).")
-    into: AgentKey = Field(description="The agent that keeps the merged history.")
-
-
-class SplitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    agent: AgentKey = Field(description="The agent some runs are split off.")
-    trace_ids: list[TraceId] = Field(max_length=MAX_SPLIT_RUNS, description="Its runs that belong to another agent.")
-    name: AgentKey | None = Field(default=None, description="The new agent's name (default: a key of its own).")
 
 
 def _agents(request: Request) -> Agents:

@@ -25,8 +25,8 @@ async def healthz() -> dict[str, str]:
 async def readyz(request: Request) -> JSONResponse:
     """Ready when the detectors (and the classifier, when configured) are loaded and the store answers."""
     checks: dict[str, Any] = dict(getattr(request.app.state, "readiness", {}))
-    store = getattr(request.app.state, "store", None)
-    if store is not None:
-        checks["store"] = await run_in_threadpool(store.ping)
+    service = getattr(request.app.state, "service", None)
+    if service is not None:
+        checks["store"] = await run_in_threadpool(service.store_ready)
     ready = all(bool(v) for v in checks.values())
     return JSONResponse(status_code=200 if ready else 503, content={"ready": ready, "checks": checks})

@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from pydantic import BeforeValidator
 
 from serve.auth import PrincipalDep
+from serve.deps import PatternsDep
 from serve.routers._common import ERRORS, call
-from serve.services.patterns import MAX_WINDOW_DAYS, Level, PatternsOut, tenant_patterns, window
-from serve.store import Store
+from serve.schemas import Level, PatternsOut
+from serve.services.patterns import MAX_WINDOW_DAYS, window
 from serve.validation import TEXT_PARAM_PATTERN, iso_datetime_text
 
 router = APIRouter(prefix="/v1/patterns", tags=["patterns"])
@@ -21,8 +22,8 @@ When = Annotated[datetime | None, BeforeValidator(iso_datetime_text)]
 
 @router.get("", response_model=PatternsOut, summary="Failure patterns, ranked", responses=ERRORS)
 async def list_patterns(
-    request: Request,
     principal: PrincipalDep,
+    patterns: PatternsDep,
     since: Annotated[When, Query(description="Window start (ISO 8601); default `until` − `days`.")] = None,
     until: Annotated[When, Query(description="Window end, exclusive (ISO 8601); default now.")] = None,
     days: Annotated[
@@ -42,6 +43,5 @@ async def list_patterns(
     tool at their attribution's step), ranked by runs × severity × (1 − repair success), with the
     trend against the previous window, example runs and each repair's record."""
     start, end = window(since=since, until=until, days=days)
-    store: Store = request.app.state.store
-    return await call(tenant_patterns, store, principal.tenant, since=start, until=end, level=level,
+    return await call(patterns.tenant_patterns, principal.tenant, since=start, until=end, level=level,
                       limit=limit, examples=examples, agent=agent)

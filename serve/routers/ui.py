@@ -84,7 +84,7 @@ async def signin(request: Request) -> Response:
     _same_origin(request)
     form = await _form(request)
     settings = _settings(request)
-    token = await run_in_threadpool(open_ui_session, _service(request).store, form.get("key"),
+    token = await run_in_threadpool(open_ui_session, _service(request).stores.keys, form.get("key"),
                                     ttl=timedelta(hours=settings.ui_session_hours),
                                     auth_enabled=request.app.state.auth_enabled)
     nxt = _safe_next(form.get("next", "/ui/overview"))
@@ -102,7 +102,7 @@ async def signout(request: Request) -> Response:
     session = _session(request)
     form = await _form(request)
     _check_csrf(session, form.get(CSRF_FIELD))
-    await run_in_threadpool(_service(request).store.revoke_ui_session, session.token_hash)
+    await run_in_threadpool(_service(request).stores.keys.revoke_ui_session, session.token_hash)
     resp = RedirectResponse("/ui/signin", status_code=303)
     resp.delete_cookie(SESSION_COOKIE, path=SESSION_PATH, httponly=True, samesite="strict",
                        secure=request.url.scheme == "https")

@@ -35,10 +35,10 @@ def models(request: Request, format: Format = "html") -> Response:
     activations; and the last ``triage retrain``'s record (each agent fitted, pooled or refused, with its code)."""
     s = _session(request, format)
     tenant = s.principal.tenant
-    store = _service(request).store
+    activations = _service(request).activations
     registry = Registry(_settings(request).resolved_model_registry)
-    active = store.active_models(tenant)
-    history = store.model_history(tenant)
+    active = activations.active_models(tenant)
+    history = activations.history(tenant)
     names = sorted(set(registry.agents(tenant)) | set(active))
     agents = []
     for name in names:
@@ -99,7 +99,7 @@ async def models_promote(request: Request) -> Response:
     if not version or len(version) > 128:
         raise HTTPException(status_code=422, detail=[{"loc": ["body", "version"], "msg":
                             "a version `triage model list` shows", "type": "missing"}])
-    await run_in_threadpool(promote_version, _service(request).store,
+    await run_in_threadpool(promote_version, _service(request).stores.activations,
                             Registry(_settings(request).resolved_model_registry), s.principal.tenant, agent, version,
                             actor=f"ui:key:{s.principal.key_id}")
     return RedirectResponse("/ui/models", status_code=303)
@@ -112,7 +112,7 @@ async def models_rollback(request: Request) -> Response:
     form = await _form(request)
     agent = _operator_form(request, s, form)
     try:
-        await run_in_threadpool(rollback_version, _service(request).store,
+        await run_in_threadpool(rollback_version, _service(request).stores.activations,
                                 Registry(_settings(request).resolved_model_registry), s.principal.tenant, agent,
                                 actor=f"ui:key:{s.principal.key_id}")
     except InputError as exc:
@@ -134,11 +134,11 @@ async def choose_tenant(request: Request) -> Response:
     base = s.principal if s.principal.home_tenant is None else \
         type(s.principal)(tenant=home, key_id=s.principal.key_id, operator=s.principal.operator)
     try:
-        switched = switch_tenant(_service(request).store, base, wanted)
+        switched = switch_tenant(_service(request).stores.keys, base, wanted)
     except HTTPException as exc:  # re-located: here the tenant is a form field, not the header
         detail = [{**d, "loc": ["body", "tenant"]} for d in exc.detail] if isinstance(exc.detail, list) else exc.detail
         raise HTTPException(status_code=exc.status_code, detail=detail) from None
-    await run_in_threadpool(_service(request).store.set_ui_session_tenant, s.token_hash,
+    await run_in_threadpool(_service(request).stores.keys.set_ui_session_tenant, s.token_hash,
                             None if switched.tenant == home else switched.tenant)
     return RedirectResponse("/ui/overview", status_code=303)
 
@@ -156,7 +156,7 @@ def streams(
     s = _session(request, format)
     service = _service(request)
     tenant = s.principal.tenant
-    listed = data.streams(service.store, tenant)
+    listed = data.streams(service.stores, tenant)
     chosen = next((x for x in listed if x["stream"] == stream and x["agent"] == agent), None)
     if chosen is None and stream:
         raise HTTPException(status_code=404, detail=[{"loc": ["query", "stream"], "msg":
@@ -165,7 +165,7 @@ def streams(
     chosen = chosen or (max(listed, key=lambda x: (x["alarm_open"], x["n"])) if listed else None)
     series = None
     if chosen is not None:
-        series = data.stream_series(service.store, tenant, chosen["stream"], chosen["agent"])
+        series = data.stream_series(service.stores, tenant, chosen["stream"], chosen["agent"])
         cps = service.changepoints(tenant, chosen["stream"], chosen["agent"], None)
         series["changepoints"] = cps.changepoints
         series["segments"] = [seg.model_dump() for seg in cps.segments]

@@ -42,7 +42,7 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
         rel = service.relative_threshold(tenant, agent, scorer) if agent else None
         return rel if rel is not None else fixed
 
-    queue, done = review_queue(service.store, tenant, author=_author(session), threshold_for=threshold_for)
+    queue, done = review_queue(service.stores.labels, tenant, author=_author(session), threshold_for=threshold_for)
     total = done + len(queue)
     current = None
     if queue:
@@ -56,7 +56,7 @@ def queue_view(request: Request, session: UISession, at: int) -> dict[str, Any]:
         current["agree"] = agree_body(c.response)  # what [a] saves, or why it cannot
         current["shown"] = _shown_steps(current)
     agent = current["agent"] if current else None
-    labelled = data.labelled_count(service.store, tenant, agent)
+    labelled = data.labelled_count(service.stores, tenant, agent)
     basis = (current or {}).get("basis") or {}
     cv_auroc = basis.get("cv_auroc") if isinstance(basis.get("cv_auroc"), int | float) else \
         _cv_auroc(request, tenant, agent)
@@ -100,7 +100,7 @@ def _cv_auroc(request: Request, tenant: str, agent: str | None) -> float | None:
     if agent is None:
         return None
     try:
-        version = _service(request).store.active_model(tenant, agent)
+        version = _service(request).activations.active_model(tenant, agent)
         if version is None or version == ZERO_SHOT:
             return None
         mv = Registry(_settings(request).resolved_model_registry).get(tenant, agent, version)

@@ -62,7 +62,7 @@ def _settings(request: Request) -> Settings:
 
 def _session(request: Request, fmt: str = "html") -> UISession:
     token = request.cookies.get(SESSION_COOKIE)
-    got = find_ui_session(_service(request).store, token, auth_enabled=request.app.state.auth_enabled)
+    got = find_ui_session(_service(request).stores.keys, token, auth_enabled=request.app.state.auth_enabled)
     if got is None:
         nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise SignInRequired(fmt == "json" or request.url.path.startswith("/ui/api/"), nxt)

@@ -33,7 +33,6 @@ from serve.routers.ui_render import (
     _session,
 )
 from serve.schemas import LabelRequest
-from serve.services.patterns import tenant_patterns
 from serve.services.patterns import window as patterns_window
 from serve.services.triage import TriageService
 from serve.ui import data
@@ -46,9 +45,9 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 def overview(request: Request, format: Format = "html", days: DaysQ = 7, agent: AgentQ = None) -> Response:
     s = _session(request, format)
     since, until = data.window(days)
-    ctx = data.overview(_service(request).store, s.principal.tenant, since=since, until=until, agent=agent or None)
+    ctx = data.overview(_service(request).stores, s.principal.tenant, since=since, until=until, agent=agent or None)
     ctx["days"] = days
-    ctx["all_agents"] = data.agents(_service(request).store, s.principal.tenant)
+    ctx["all_agents"] = data.agents(_service(request).stores, s.principal.tenant)
     return _page(request, "overview.html", ctx, s, format)
 
 
@@ -59,8 +58,8 @@ LevelQ = Annotated[Literal["failure", "signal", "all"], Query()]
 
 def _patterns(request: Request, s: UISession, days: int, level: str, agent: str | None, limit: int) -> dict[str, Any]:
     since, until = patterns_window(since=None, until=None, days=float(days))
-    got = tenant_patterns(_service(request).store, s.principal.tenant, since=since, until=until,
-                          level=level, limit=limit, agent=agent)  # type: ignore[arg-type]
+    got = _service(request).patterns.tenant_patterns(s.principal.tenant, since=since, until=until,
+                                                     level=level, limit=limit, agent=agent)  # type: ignore[arg-type]
     return got.model_dump(mode="json")
 
 
@@ -69,7 +68,7 @@ def patterns(request: Request, format: Format = "html", days: DaysQ = 7, level: 
              agent: AgentQ = None) -> Response:
     s = _session(request, format)
     ctx = {"result": _patterns(request, s, days, level, agent or None, 100), "days": days, "level": level,
-           "agent": agent or "", "all_agents": data.agents(_service(request).store, s.principal.tenant)}
+           "agent": agent or "", "all_agents": data.agents(_service(request).stores, s.principal.tenant)}
     return _page(request, "patterns.html", ctx, s, format)
 
 
@@ -105,7 +104,7 @@ def runs(
         agent=agent or None, verdict=verdict or None, kind=kind.value if kind else None,
         since=_date_param(since, "since"), until=_date_param(until, "until"),
         labelled=None if not labelled else labelled == "yes")
-    store = _service(request).store
+    store = _service(request).stores
     ctx = data.runs(store, s.principal.tenant, f, page=page, per_page=per_page)
     ctx["filters"] = {"agent": agent or "", "verdict": verdict or "", "kind": kind.value if kind else "",
                       "since": since or "", "until": until or "", "labelled": labelled or ""}

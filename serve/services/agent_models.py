@@ -2,7 +2,7 @@
 
 A run's ``failure_probability`` comes from its agent's own model (:mod:`model.scoring.agentmodel`) when the
 store records an active version for the (tenant, agent) (``triage retrain`` / ``triage model
-promote``; :meth:`serve.store.Store.active_model`), else from the tenant's active **pooled** model
+promote``; :meth:`serve.store.activations.ActivationStore.active_model`), else from the tenant's active **pooled** model
 when that serves this agent (its ``members``: ``triage retrain`` measured its out-of-fold AUROC on the
 agent's own labels at least the zero-shot score's), else zero-shot:
 the shipped run scorer, re-centred on the agent's observed failure rate once it has labelled runs
@@ -50,7 +50,7 @@ from model.core.schema import Trace
 from model.importers import load_trace
 from model.scoring.agent_registry import POOLED, ZERO_SHOT, Registry
 from serve.settings import Settings
-from serve.store import Store
+from serve.store.activations import ActivationStore
 
 if TYPE_CHECKING:
     from model.scoring.agent_registry import Servable
@@ -134,7 +134,7 @@ class AgentModels:
     Parameters
     ----------
     active:
-        ``(tenant, registry key) → active version`` (``Store.active_model``); ``None``: no agent model
+        ``(tenant, registry key) → active version`` (``ActivationStore.active_model``); ``None``: no agent model
         serves anyone (no registry).
     load:
         ``(tenant, registry key, version) → AgentModel`` (``Registry.load``); raises when it can't.
@@ -320,7 +320,7 @@ def check_model(model: Servable) -> None:
         raise SmokeCheckError(f"its prefix state scores the smoke trace {prefix}, its whole-run score {whole}")
 
 
-def build_models(settings: Settings, store: Store) -> AgentModels:
+def build_models(settings: Settings, store: ActivationStore) -> AgentModels:
     """The worker's agent models: the store's activations over the registry at ``TRIAGE_MODEL_REGISTRY``."""
     registry = Registry(settings.resolved_model_registry)
     return AgentModels(

@@ -61,7 +61,8 @@ from model.core.identity import (
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.scoring.agent_registry import Registry
-from serve.store import Store
+from serve.schemas import MAX_SPLIT_RUNS
+from serve.store.agents import AgentStore
 
 #: How long a worker trusts its copy of a tenant's agents (profiles and aliases).
 PROFILE_TTL_S = 2.0
@@ -73,8 +74,6 @@ PROFILE_EVERY_RUN = 200
 PROFILE_SAMPLE = 10
 #: How a stored agent was named (any other stored source, or none, reads as inferred).
 NAMED_SOURCES = frozenset({"option", "span", "task_type"})
-#: Trace ids one split may name.
-MAX_SPLIT_RUNS = 10_000
 
 
 @dataclass(frozen=True)
@@ -102,8 +101,8 @@ class Agents:
     """The tenant's agents in one worker: resolution (with a short-lived copy of the profiles),
     recording, listing and the operator's corrections."""
 
-    def __init__(self, store: Store, registry: Registry | None = None, *, ttl_s: float = PROFILE_TTL_S) -> None:
-        self.store = store
+    def __init__(self, agent_store: AgentStore, registry: Registry | None = None, *, ttl_s: float = PROFILE_TTL_S) -> None:
+        self.agent_store = agent_store
         self.registry = registry
         self.ttl_s = ttl_s
         self._known: dict[str, _Known] = {}
@@ -145,21 +144,21 @@ class Agents:
         """In the request's write transaction: count an inferred run into its agent's profile; give
         a named agent its row the first time this worker sees it."""
         if resolved.sig is not None:
-            n = self.store.count_agent_run(db, tenant, resolved.agent)
+            n = self.agent_store.count_agent_run(db, tenant, resolved.agent)
             if n is None:  # renamed or merged meanwhile: its new key counts its next runs
                 return
             if n <= PROFILE_EVERY_RUN or n % PROFILE_SAMPLE == 0:  # the profile: a sample past its first runs
                 which = resolved.profile_key or resolved.agent
-                prof = self.store.lock_agent_profile(db, tenant, which, alias=resolved.profile_key is not None)
+                prof = self.agent_store.lock_agent_profile(db, tenant, which, alias=resolved.profile_key is not None)
                 if prof is not None:
                     profile = AgentProfile.from_json(prof)
                     profile.update(resolved.sig)
-                    self.store.save_agent(db, tenant, which, profile=profile.to_json())
+                    self.agent_store.save_agent(db, tenant, which, profile=profile.to_json())
             if consolidation_due(n):
                 self._consolidate(db, tenant, resolved.agent)
         elif resolved.named and (tenant, resolved.agent) not in self._rows_seen:
             if resolved.agent not in self._tenant(tenant).keys:
-                self.store.insert_agent(db, tenant, resolved.agent, source=resolved.source)
+                self.agent_store.insert_agent(db, tenant, resolved.agent, source=resolved.source)
             self._rows_seen.add((tenant, resolved.agent))
 
     def _consolidate(self, db: Any, tenant: str, agent: str) -> list[str]:
@@ -171,8 +170,8 @@ class Agents:
         runs join ``agent``'s streams, which keep their warm-up. An established one is when each
         takes the other's typical run (:func:`model.core.consolidation.same_agent`); ``agent``'s streams
         start their warm-up again, as after a person's merge. The keys merged."""
-        self.store.lock_agents(db, tenant)
-        rows = self.store.agent_rows(tenant, db)
+        self.agent_store.lock_agents(db, tenant)
+        rows = self.agent_store.agent_rows(tenant, db)
         into = next((r for r in rows if r["key"] == agent and r["alias_of"] is None), None)
         if into is None or not isinstance(into["profile"], dict):
             return []
@@ -184,7 +183,7 @@ class Agents:
                     or n >= int(into["n_runs"] or 0) or not isinstance(r["profile"], dict)):
                 continue
             if n < PROVISIONAL_RUNS:
-                runs = self.store.agent_runs(db, tenant, r["key"], limit=PROVISIONAL_RUNS)
+                runs = self.agent_store.agent_runs(db, tenant, r["key"], limit=PROVISIONAL_RUNS)
                 same = absorbs(profile, [self._signature(t) for t in runs])
             else:
                 same = same_agent(profile, AgentProfile.from_json(r["profile"]))
@@ -202,14 +201,14 @@ class Agents:
         (another worker's new agent) matches it now; the key it has either way (the run counted in)."""
         if db is not None:  # the caller's transaction: this worker's copy is left to its TTL (it may roll back)
             return self._create_in(db, tenant, sig)[0]
-        with self.store.write() as own:
+        with self.agent_store.write() as own:
             key, known = self._create_in(own, tenant, sig)
         with self._lock:
             self._known[tenant] = known
         return key
 
     def _create_in(self, db: Any, tenant: str, sig: RunSignature) -> tuple[str, _Known]:
-        self.store.lock_agents(db, tenant)
+        self.agent_store.lock_agents(db, tenant)
         known = self._load(tenant, db)
         key, _ = assign(sig, known.profiles)
         if key is not None:  # another worker's new agent: this run is one of its own
@@ -217,7 +216,7 @@ class Agents:
             return key, known
         key = self._free_key(new_agent_key(sig), known.keys)
         profile = new_profile(sig, known.profiles)  # records why no agent took it (describe()["origin"])
-        self.store.insert_agent(db, tenant, key, source="inferred", profile=profile.to_json(), n_runs=profile.n_runs)
+        self.agent_store.insert_agent(db, tenant, key, source="inferred", profile=profile.to_json(), n_runs=profile.n_runs)
         known.profiles[key] = profile
         known.keys.add(key)
         return key, known
@@ -240,7 +239,7 @@ class Agents:
         return known
 
     def _load(self, tenant: str, db: Any = None) -> _Known:
-        rows = self.store.agent_rows(tenant, db)
+        rows = self.agent_store.agent_rows(tenant, db)
         # an agent merged into another keeps its profile (an alias row's): its runs still match, and
         # follow the alias to the agent they joined
         profiles = {r["key"]: AgentProfile.from_json(r["profile"]) for r in rows if isinstance(r["profile"], dict)}
@@ -257,8 +256,8 @@ class Agents:
     def list(self, tenant: str) -> list[dict[str, Any]]:
         """Each agent of the tenant (not the aliases): key, name, source, runs, labelled runs, first
         and last seen, aliases, profile description (``None`` for a named agent without one)."""
-        rows = self.store.agent_rows(tenant)
-        stats = self.store.agent_stats(tenant)
+        rows = self.agent_store.agent_rows(tenant)
+        stats = self.agent_store.agent_stats(tenant)
         aliases: dict[str, list[str]] = {}
         for r in rows:
             if r["alias_of"] is not None:
@@ -282,11 +281,11 @@ class Agents:
     # -- corrections (operator) ----------------------------------------------------------------------
     def _existing(self, tenant: str, key: str, path: str) -> tuple[dict[str, Any] | None, bool]:
         """The agent row of ``key`` (None: runs but no row) and whether it has runs; 404 when neither."""
-        rows = {r["key"]: r for r in self.store.agent_rows(tenant)}
+        rows = {r["key"]: r for r in self.agent_store.agent_rows(tenant)}
         row = rows.get(key)
         if row is not None and row["alias_of"] is not None:
             raise InputError(f"{key!r} is an old name of agent {row['alias_of']!r}; use that one", path=path)
-        has_runs = key in self.store.agent_stats(tenant)
+        has_runs = key in self.agent_store.agent_stats(tenant)
         if row is None and not has_runs:
             raise NotFoundError(f"{path}: this tenant has no agent {key!r}")
         return row, has_runs
@@ -299,19 +298,19 @@ class Agents:
         row, _ = self._existing(tenant, key, "agent")
         if new == key:
             raise InputError(f"agent {key!r} already has this name", path="name")
-        taken = {r["key"]: r for r in self.store.agent_rows(tenant)}
+        taken = {r["key"]: r for r in self.agent_store.agent_rows(tenant)}
         back = new in taken and taken[new]["alias_of"] == key  # back to one of its own old names
-        if (new in taken and not back) or new in self.store.agent_stats(tenant):
+        if (new in taken and not back) or new in self.agent_store.agent_stats(tenant):
             raise InputError(f"an agent {new!r} exists already: merge {key!r} into it instead", path="name")
         self._adopt_models(tenant, key, new)
-        with self.store.write() as db:
-            self.store.lock_agents(db, tenant)
+        with self.agent_store.write() as db:
+            self.agent_store.lock_agents(db, tenant)
             if back:
-                self.store.delete_agent_row(db, tenant, new)
-            self.store.insert_agent(db, tenant, new, source=(row or {}).get("source", "option"),
+                self.agent_store.delete_agent_row(db, tenant, new)
+            self.agent_store.insert_agent(db, tenant, new, source=(row or {}).get("source", "option"),
                                     profile=(row or {}).get("profile"), n_runs=int((row or {}).get("n_runs") or 0), name=new)
             self._move_all(db, tenant, key, new, reset_streams=False)
-            self.store.move_activations(db, tenant, key, new)
+            self.agent_store.move_activations(db, tenant, key, new)
         self.forget(tenant)
         return self._one(tenant, new)
 
@@ -322,8 +321,8 @@ class Agents:
         self._existing(tenant, key, "agent")
         into_row, _ = self._existing(tenant, into, "into")
         self._adopt_models(tenant, key, into)
-        with self.store.write() as db:
-            self.store.lock_agents(db, tenant)
+        with self.agent_store.write() as db:
+            self.agent_store.lock_agents(db, tenant)
             self._merge_in(db, tenant, key, into, into_row=into_row, actor=actor, reset_streams=True)
         self.forget(tenant)
         return self._one(tenant, into)
@@ -332,12 +331,12 @@ class Agents:
                   reset_streams: bool) -> None:
         """:meth:`merge`'s re-keying, in transaction ``db`` (the tenant's agent lock taken)."""
         if into_row is None:
-            self.store.insert_agent(db, tenant, into, source="option")
-        kept = self.store.newest_activation(db, tenant, into)
+            self.agent_store.insert_agent(db, tenant, into, source="option")
+        kept = self.agent_store.newest_activation(db, tenant, into)
         self._move_all(db, tenant, key, into, reset_streams=reset_streams, keep_profile=True)
-        self.store.move_activations(db, tenant, key, into)
+        self.agent_store.move_activations(db, tenant, key, into)
         if kept is not None:  # the agent merged into keeps the model it served
-            self.store.add_activation(db, tenant, into, kept, actor=actor, action="promote")
+            self.agent_store.add_activation(db, tenant, into, kept, actor=actor, action="promote")
 
     def split(self, tenant: str, key: str, trace_ids: Sequence[str], *, name: str | None, actor: str) -> dict[str, Any]:
         """Runs ``trace_ids`` of agent ``key`` become a new agent (``name``, else a key of its own)."""
@@ -353,29 +352,29 @@ class Agents:
             if new is None or new != name:
                 raise InputError(f"a name is 1-200 printable characters without outer blanks; got {name!r}",
                                  path="name")
-            if any(r["key"] == new for r in self.store.agent_rows(tenant)) or new in self.store.agent_stats(tenant):
+            if any(r["key"] == new for r in self.agent_store.agent_rows(tenant)) or new in self.agent_store.agent_stats(tenant):
                 raise InputError(f"an agent {new!r} exists already", path="name")
-        with self.store.write() as db:
-            self.store.lock_agents(db, tenant)
-            found = self.store.existing_trace_ids(db, tenant, key, ids)
+        with self.agent_store.write() as db:
+            self.agent_store.lock_agents(db, tenant)
+            found = self.agent_store.existing_trace_ids(db, tenant, key, ids)
             missing = sorted(set(ids) - set(found))
             if missing:
                 raise InputError(f"not runs of agent {key!r}: {', '.join(missing[:10])}", path="trace_ids")
-            if len(found) == self.store.agent_stats(tenant)[key].runs:
+            if len(found) == self.agent_store.agent_stats(tenant)[key].runs:
                 raise InputError(f"these are all of agent {key!r}'s runs: rename it instead", path="trace_ids")
-            runs = [self._signature(t) for t in self.store.agent_runs(db, tenant, key, limit=PROFILE_REBUILD_RUNS)
+            runs = [self._signature(t) for t in self.agent_store.agent_runs(db, tenant, key, limit=PROFILE_REBUILD_RUNS)
                     if str(t.get("id")) in set(found)]
             if new is None:
-                taken = {r["key"] for r in self.store.agent_rows(tenant, db)}
+                taken = {r["key"] for r in self.agent_store.agent_rows(tenant, db)}
                 new = self._free_key(new_agent_key(runs[0]) if runs else "agent-split", taken)
             profile = AgentProfile.from_signatures(runs)
-            self.store.insert_agent(db, tenant, new, source="split", profile=profile.to_json(), n_runs=profile.n_runs,
+            self.agent_store.insert_agent(db, tenant, new, source="split", profile=profile.to_json(), n_runs=profile.n_runs,
                                     name=name)
-            self.store.rekey(db, tenant, key, new, trace_ids=found)
-            self.store.reset_streams(db, tenant, key)
-            for r in self.store.agent_rows(tenant, db):  # agents merged into it: its rebuilt profile speaks for them
+            self.agent_store.rekey(db, tenant, key, new, trace_ids=found)
+            self.agent_store.reset_streams(db, tenant, key)
+            for r in self.agent_store.agent_rows(tenant, db):  # agents merged into it: its rebuilt profile speaks for them
                 if r["alias_of"] == key and r["profile"] is not None:
-                    self.store.save_agent(db, tenant, r["key"], profile=None)
+                    self.agent_store.save_agent(db, tenant, r["key"], profile=None)
             self._rebuild_profile(db, tenant, key)
         self.forget(tenant)
         return self._one(tenant, new)
@@ -385,20 +384,20 @@ class Agents:
         """``old``'s runs, streams and aliases move to ``new``; ``old`` becomes an alias. A merged
         agent's profile stays on its alias row (``keep_profile``): the runs that matched it keep
         matching it and follow the alias; a renamed agent's profile went to its new row."""
-        self.store.rekey(db, tenant, old, new)
-        self.store.move_streams(db, tenant, old, new, reset=reset_streams)
-        self.store.insert_agent(db, tenant, old, source="option")  # (runs without a row until now)
+        self.agent_store.rekey(db, tenant, old, new)
+        self.agent_store.move_streams(db, tenant, old, new, reset=reset_streams)
+        self.agent_store.insert_agent(db, tenant, old, source="option")  # (runs without a row until now)
         if keep_profile:
-            self.store.save_agent(db, tenant, old, alias_of=new, n_runs=0)
+            self.agent_store.save_agent(db, tenant, old, alias_of=new, n_runs=0)
         else:
-            self.store.save_agent(db, tenant, old, alias_of=new, profile=None, n_runs=0)
-        self.store.point_aliases(db, tenant, old, new)
+            self.agent_store.save_agent(db, tenant, old, alias_of=new, profile=None, n_runs=0)
+        self.agent_store.point_aliases(db, tenant, old, new)
 
     def _rebuild_profile(self, db: Any, tenant: str, key: str) -> None:
         """``key``'s profile from its newest runs (only for an agent that is matched by profile)."""
-        sigs = [self._signature(t) for t in self.store.agent_runs(db, tenant, key, limit=PROFILE_REBUILD_RUNS)]
+        sigs = [self._signature(t) for t in self.agent_store.agent_runs(db, tenant, key, limit=PROFILE_REBUILD_RUNS)]
         profile = AgentProfile.from_signatures(sigs)
-        self.store.save_agent(db, tenant, key, profile=profile.to_json(), n_runs=profile.n_runs)
+        self.agent_store.save_agent(db, tenant, key, profile=profile.to_json(), n_runs=profile.n_runs)
 
     @staticmethod
     def _signature(stored: dict[str, Any]) -> RunSignature:

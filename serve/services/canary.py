@@ -57,7 +57,7 @@ from typing import Any, Literal
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from serve.store import Store
+from serve.store.reports import ReportStore
 from serve.store.tables import RECOVERY_BOUNDS as _BOUNDS
 
 Arm = Literal["repair", "shadow"]
@@ -108,7 +108,7 @@ COUNTS = ("runs", "failed", "recovered", "labelled", "succeeded")
 
 
 def snapshot(
-    store: Store, tenant: str | None = None, *, window: timedelta = DEFAULT_WINDOW, now: datetime | None = None
+    store: ReportStore, tenant: str | None = None, *, window: timedelta = DEFAULT_WINDOW, now: datetime | None = None
 ) -> dict[str, dict[str, Any]]:
     """Per arm, over the runs started in the window (since the top of the hour ``window`` before
     ``now``): ``runs``, ``failed`` (some diagnosis found a failure), ``recovered`` (of those, the
@@ -152,7 +152,7 @@ class CanaryCollector(Collector):
     """The canary's figures per arm over the window on every scrape (read from the store, as every worker sees them)."""
 
     def __init__(
-        self, store: Store, tenant: str | None = None, percent: float | None = None, window: timedelta = DEFAULT_WINDOW
+        self, store: ReportStore, tenant: str | None = None, percent: float | None = None, window: timedelta = DEFAULT_WINDOW
     ) -> None:
         self.store = store
         self.tenant = tenant

@@ -51,8 +51,11 @@ from serve.services.agents import Agents, Resolved
 from serve.services.canary import Arm, session_arm
 from serve.services.otel_export import EvaluationExporter
 from serve.services.streams import Streams
-from serve.store import Store
-from serve.store.traces import TracePrior
+from serve.store.agents import AgentStore
+from serve.store.labels import LabelStore
+from serve.store.sessions import SessionStore
+from serve.store.streams import StreamStore
+from serve.store.traces import TracePrior, TraceStore
 from serve.validation import check_trace_fields
 
 #: Recent runs the relative operating point reads, and how long a worker trusts its value.
@@ -68,7 +71,9 @@ class Diagnoses:
 
     Parameters
     ----------
-    store, diagnoser, engine, redactor, streams:
+    session_store, trace_store, label_store, agent_store, stream_store:
+        The stores it reads and writes (a diagnosis's writes are one transaction).
+    diagnoser, engine, redactor, streams:
         The parts (``streams``: the degradation findings of open alarms, and the autofeed).
     exporter:
         Sends each diagnosis to the user's OTLP endpoint (``None``: not configured).
@@ -78,7 +83,11 @@ class Diagnoses:
 
     def __init__(
         self,
-        store: Store,
+        session_store: SessionStore,
+        trace_store: TraceStore,
+        label_store: LabelStore,
+        agent_store: AgentStore,
+        stream_store: StreamStore,
         diagnoser: Diagnoser,
         engine: RepairEngine,
         redactor: Redactor,
@@ -92,7 +101,11 @@ class Diagnoses:
         recentre_ttl_s: float = 60.0,
         agents: Agents | None = None,
     ) -> None:
-        self.store = store
+        self.session_store = session_store
+        self.trace_store = trace_store
+        self.label_store = label_store
+        self.agent_store = agent_store
+        self.stream_store = stream_store
         self.diagnoser = diagnoser
         self.engine = engine
         self.redactor = redactor
@@ -109,9 +122,9 @@ class Diagnoses:
         # Each (tenant, agent)'s agent model (the rules, the classifier and the zero-shot run scorer
         # are shared): a request takes its pair's once, at its start, and finishes on it.
         self.models = models or AgentModels()
-        self.recentring = Recentring(store.agent_labels, ttl_s=recentre_ttl_s)
+        self.recentring = Recentring(label_store.agent_labels, ttl_s=recentre_ttl_s)
         # Which agent a run belongs to (named, or inferred and matched against the tenant's agents)
-        self.agents = agents or Agents(store)
+        self.agents = agents or Agents(agent_store)
 
     def model_version(self, tenant: str) -> str:
         """What the tenant's responses name as ``model_version`` (:mod:`serve.services.agent_models`)."""
@@ -149,22 +162,22 @@ class Diagnoses:
         session_key = trace.session_id or f"trace:{trace.id}"
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         response = self.redactor.redact(resp.model_dump(mode="json"))
-        with self.store.write() as db:
+        with self.session_store.write() as db:
             row = None
             prior: TracePrior | None | bool = True
             if trace.session_id:  # the session's repair state
-                row = self.store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
+                row = self.session_store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
                 assert row is not None
                 state = copy.deepcopy(row.state or {})
                 fix_session_agent(state, resolved)
             else:  # the trace's own
-                prior = self.store.lock_trace(db, tenant, trace.id)
+                prior = self.trace_store.lock_trace(db, tenant, trace.id)
                 state = copy.deepcopy(prior.policy_state or {}) if prior is not None else {}
             decision, stored_arm, options = self.decide(state, tenant, session_key, trace, resp, options)
             response["arm"] = resp.arm
             response["recommendation"] = self.redactor.redact(decision.recommendation.model_dump(mode="json"))
             state = self.redactor.redact(state)
-            self.store.put_trace(
+            self.trace_store.put_trace(
                 db,
                 tenant=tenant,
                 trace_id=trace.id,
@@ -180,7 +193,7 @@ class Diagnoses:
             )
             self.record_recommendation(db, tenant, decision, trace.id, trace.session_id)
             if row is not None:
-                self.store.save_session_state(row, state)
+                self.session_store.save_session_state(row, state)
             self.agents.record(db, tenant, resolved)
             # The rows every request of the tenant (usage) or of the agent (its streams) updates come
             # last: on PostgreSQL their locks are held from here to the commit only.
@@ -194,15 +207,15 @@ class Diagnoses:
         """The agent the run's session was given at its first append, else the one a stored run of
         this trace id has; ``None`` when neither is stored (an unnamed run is then inferred)."""
         if trace.session_id:
-            row = self.store.get_session(tenant, trace.session_id)
+            row = self.session_store.get_session(tenant, trace.session_id)
             fixed = session_agent(row.state if row is not None else None)
             if fixed is not None:
                 return fixed
             if row is not None and row.trace_id != trace.id:  # a session stored before its agent was fixed
-                stored = self.store.stored_agent(tenant, row.trace_id)
+                stored = self.agent_store.stored_agent(tenant, row.trace_id)
                 if stored is not None:
                     return stored
-        return self.store.stored_agent(tenant, trace.id)
+        return self.agent_store.stored_agent(tenant, trace.id)
 
     @staticmethod
     def name_agent(resp: DiagnosisResponse, resolved: Resolved) -> None:
@@ -245,7 +258,7 @@ class Diagnoses:
         rec = decision.recommendation
         if not decision.new or rec.strategy == Strategy.CONTINUE:  # nothing to report an outcome on
             return
-        self.store.put_recommendation(
+        self.session_store.put_recommendation(
             db,
             tenant=tenant,
             rec=self.redactor.redact(rec.model_dump(mode="json")),
@@ -264,7 +277,7 @@ class Diagnoses:
         if limiter is None or limiter.daily_steps <= 0 or n <= 0:
             return
         day = utc_day()
-        total = self.store.add_usage(db, tenant, day, n)
+        total = self.trace_store.add_usage(db, tenant, day, n)
         if total > limiter.daily_steps:
             limiter.note_usage(tenant, day, total - n)
             limiter.quota_refused(tenant)  # raises: the transaction rolls back, nothing is counted
@@ -293,7 +306,7 @@ class Diagnoses:
         hit = self._relative_cache.get(key)
         if hit is not None and now - hit[0] < RELATIVE_TTL_S:
             return hit[1]
-        values = [v for _, v in self.store.stream_values(tenant, "failure_probability", key[1], last=RELATIVE_WINDOW)]
+        values = [v for _, v in self.stream_store.stream_values(tenant, "failure_probability", key[1], last=RELATIVE_WINDOW)]
         thr = None
         if len(values) >= self.relative_min_runs:
             # strictly above the agent's 90th percentile: a run that scores like the agent's usual ones

@@ -27,8 +27,9 @@ from serve.schemas import (
 )
 from serve.services.diagnoses import Diagnoses
 from serve.services.run_labels import effective_label
-from serve.store import Store
+from serve.store.labels import LabelStore
 from serve.store.tables import TraceRow
+from serve.store.traces import TraceStore
 
 log = logging.getLogger("triage.service")
 
@@ -36,8 +37,10 @@ log = logging.getLogger("triage.service")
 class History:
     """Reads, deletes and labels the tenant's stored traces."""
 
-    def __init__(self, store: Store, redactor: Redactor, diagnoses: Diagnoses) -> None:
-        self.store = store
+    def __init__(self, trace_store: TraceStore, label_store: LabelStore, redactor: Redactor,
+                 diagnoses: Diagnoses) -> None:
+        self.trace_store = trace_store
+        self.label_store = label_store
         self.redactor = redactor
         self.diagnoses = diagnoses
 
@@ -45,7 +48,7 @@ class History:
     def list_traces(
         self, tenant: str, *, kind: FailureKind | None, since: Any, session: str | None, limit: int, cursor: str | None,
     ) -> TracePageOut:
-        page = self.store.list_traces(
+        page = self.trace_store.list_traces(
             tenant, kind=kind.value if kind else None, since=since, session=session, limit=limit, cursor=cursor
         )
         return TracePageOut(
@@ -56,11 +59,11 @@ class History:
         )
 
     def get_trace(self, tenant: str, trace_id: str) -> TraceDetail:
-        got = self.store.get_trace_json(tenant, trace_id)
+        got = self.trace_store.get_trace_json(tenant, trace_id)
         if got is None:
             raise NotFoundError(f"no trace {trace_id!r} for this tenant")
         row, trace_json = got
-        recs, outs = self.store.trace_history(tenant, trace_id)
+        recs, outs = self.trace_store.trace_history(tenant, trace_id)
         return TraceDetail(
             **_summary(row).model_dump(),
             model_version=row.model_version,
@@ -77,21 +80,21 @@ class History:
                            duration_s=o.duration_s, cost=o.cost, note=o.note, created_at=o.created_at)
                 for o in outs
             ],
-            label=_run_label(self.store.trace_labels(tenant, trace_id)),
+            label=_run_label(self.label_store.trace_labels(tenant, trace_id)),
         )
 
     def stored_trace(self, tenant: str, trace_id: str) -> Trace:
-        got = self.store.get_trace_json(tenant, trace_id)
+        got = self.trace_store.get_trace_json(tenant, trace_id)
         if got is None:
             raise NotFoundError(f"no trace {trace_id!r} for this tenant")
         return Trace.model_validate(got[1])
 
     def delete_trace(self, tenant: str, trace_id: str) -> None:
-        if not self.store.delete_trace(tenant, trace_id):
+        if not self.trace_store.delete_trace(tenant, trace_id):
             raise NotFoundError(f"no trace {trace_id!r} for this tenant")
 
     def purge(self, retention: timedelta) -> int:
-        n = self.store.purge_older_than(retention)
+        n = self.trace_store.purge_older_than(retention)
         if n:
             log.info("retention: deleted %d traces older than %s", n, retention)
         return n
@@ -104,7 +107,7 @@ class History:
         without ``author``, the API key that posted it (``key:<id>``) is the author."""
         failed = req.verdict()
         author = self.redactor.redact_text(req.author) or (f"key:{key_id}" if key_id else "")
-        rows = self.store.add_label(
+        rows = self.label_store.add_label(
             tenant,
             trace_id,
             failed=failed,
@@ -130,7 +133,7 @@ class History:
         """Withdraw the author's newest label (``POST /v1/labels/undo``; :mod:`serve.services.run_labels`):
         the author is named as :meth:`add_label` names it (``key:<id>`` without one)."""
         author = self.redactor.redact_text(req.author) or (f"key:{key_id}" if key_id else "")
-        got = self.store.withdraw_label(tenant, author, trace_id=req.trace_id)
+        got = self.label_store.withdraw_label(tenant, author, trace_id=req.trace_id)
         if got is None:
             where = f" on trace {req.trace_id!r}" if req.trace_id else ""
             raise NotFoundError(f"no label by {author!r}{where} left to withdraw for this tenant")

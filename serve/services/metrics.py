@@ -32,15 +32,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from serve.ratelimit import RateLimiter
 from serve.services.agent_models import AgentModels, ModelCollector
 from serve.services.canary import DEFAULT_WINDOW, CanaryCollector
-from serve.store import Store
+from serve.store.reports import ReportStore
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class StoreCollector(Collector):
-    """Reads :meth:`Store.metrics_snapshot` on every scrape."""
+    """Reads :meth:`ReportStore.metrics_snapshot` on every scrape."""
 
-    def __init__(self, store: Store, tenant: str | None = None) -> None:
+    def __init__(self, store: ReportStore, tenant: str | None = None) -> None:
         self.store = store
         self.tenant = tenant
 
@@ -137,7 +137,7 @@ class Metrics:
         self._models: ModelCollector | None = None
 
     def attach_store(
-        self, store: Store, *, canary_percent: float | None = None, canary_window: timedelta = DEFAULT_WINDOW
+        self, store: ReportStore, *, canary_percent: float | None = None, canary_window: timedelta = DEFAULT_WINDOW
     ) -> None:
         if self._store is not None:
             self.registry.unregister(self._store)

@@ -19,6 +19,8 @@ from model.core.schema import Trace
 from serve.schemas import OutcomeRequest
 from serve.services.diagnoses import Diagnoses
 from serve.services.run_labels import addressed_place
+from serve.store.sessions import SessionStore
+from serve.store.traces import TraceStore
 
 
 @dataclass(frozen=True)
@@ -36,31 +38,32 @@ class Outcome:
 class Outcomes:
     """Records outcomes on the recommendations :class:`~serve.services.diagnoses.Diagnoses` gave."""
 
-    def __init__(self, diagnoses: Diagnoses) -> None:
+    def __init__(self, diagnoses: Diagnoses, session_store: SessionStore, trace_store: TraceStore) -> None:
         self.diagnoses = diagnoses
-        self.store = diagnoses.store
+        self.session_store = session_store
+        self.trace_store = trace_store
 
     def report_outcome(self, tenant: str, req: OutcomeRequest) -> Outcome:
         """Record an outcome; a failed one moves its failure up and returns the next recommendation."""
-        diagnoses, store = self.diagnoses, self.store
-        with store.write() as db:
-            rec = store.get_recommendation(db, tenant, req.recommendation_id)
+        diagnoses, session_store, trace_store = self.diagnoses, self.session_store, self.trace_store
+        with session_store.write() as db:
+            rec = session_store.get_recommendation(db, tenant, req.recommendation_id)
             if rec is None:
                 raise NotFoundError(f"no recommendation {req.recommendation_id!r} for this tenant")
             session_key = rec.session_id or f"trace:{rec.trace_id}"
             decision = None
             if rec.session_id is not None:
-                row = store.lock_session(db, tenant, rec.session_id, create_trace_id=None)
+                row = session_store.lock_session(db, tenant, rec.session_id, create_trace_id=None)
                 raw_state = row.state if row is not None else None
             else:
                 row = None
-                raw_state = store.lock_trace_state(db, tenant, rec.trace_id)
-            store.refresh(db, rec)  # its status as of the lock: a concurrent outcome may have set it
+                raw_state = trace_store.lock_trace_state(db, tenant, rec.trace_id)
+            session_store.refresh(db, rec)  # its status as of the lock: a concurrent outcome may have set it
             repeat = _repeated_outcome(rec, raw_state, req.success)
             if repeat is not None:
                 return Outcome(recommendation_id=req.recommendation_id, recorded=False, escalated=False,
                                session_id=rec.session_id, note=repeat)
-            stored = store.read_trace(db, tenant, rec.trace_id)
+            stored = trace_store.read_trace(db, tenant, rec.trace_id)
             if raw_state is not None and stored is not None:
                 trace = Trace.model_validate(stored[0])
                 state = copy.deepcopy(raw_state)
@@ -69,12 +72,12 @@ class Outcomes:
                 )
                 state = diagnoses.redactor.redact(state)
                 if row is not None:
-                    store.save_session_state(row, state)
+                    session_store.save_session_state(row, state)
                 else:
-                    store.set_trace_state(db, tenant, rec.trace_id, state)
+                    trace_store.set_trace_state(db, tenant, rec.trace_id, state)
                 if decision is not None:
                     diagnoses.record_recommendation(db, tenant, decision, rec.trace_id, rec.session_id)
-            store.add_outcome(
+            session_store.add_outcome(
                 db,
                 tenant=tenant,
                 rec=rec,
@@ -88,7 +91,7 @@ class Outcomes:
             if req.label is not None:
                 failed = req.label != "healthy"
                 step, source_index = addressed_place(rec.failure_key, raw_state) if failed else (None, None)
-                store.add_outcome_label(db, tenant=tenant, trace_id=rec.trace_id, failed=failed,
+                session_store.add_outcome_label(db, tenant=tenant, trace_id=rec.trace_id, failed=failed,
                                         kind=str(req.label) if failed else None, step=step,
                                         source_index=source_index)
         return Outcome(

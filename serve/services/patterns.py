@@ -18,14 +18,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from model.core.agents import POOL_AGENT
 from model.core.errors import InputError
 from model.diagnosis.patterns import group_patterns
-from serve.store import Store
+from serve.schemas import Level, PatternOut, PatternsOut
+from serve.store.reports import ReportStore
 
 MAX_WINDOW_DAYS = 366
 DEFAULT_DAYS = 7.0
@@ -34,56 +33,6 @@ CACHE_SIZE = 64
 _cache: OrderedDict[tuple[Any, ...], PatternsOut] = OrderedDict()
 _cache_lock = threading.Lock()
 
-Level = Literal["failure", "signal", "all"]
-
-
-class ExampleOut(BaseModel):
-    trace_id: str
-    created_at: datetime
-    step: int | None
-
-
-class StrategyRecordOut(BaseModel):
-    strategy: str
-    recommended: int = Field(description="Recommendations of this strategy to the pattern's runs for its kind.")
-    outcomes: int = Field(description="Outcomes reported for them.")
-    succeeded: int = Field(description="Recommendations with a successful outcome.")
-
-
-class PatternOut(BaseModel):
-    id: str = Field(description="Stable id of the pattern's key (level, basis, kind, tool, signature, agent).")
-    level: Literal["failure", "signal"]
-    basis: Literal["rule", "probability"] = Field(
-        description="`rule`: a detector's finding; `probability`: runs flagged only by the run scorer, "
-        "grouped by the kind and tool at their attribution's step.")
-    kind: str
-    tool: str | None
-    signature: str = Field(description="The evidence with numbers, ids and quoted values masked.")
-    agent: str | None = Field(description="The runs' agent (the agent each run resolved to: the one it named, else its "
-                              "root agent span's, else its task type); null: the tenant's pool of runs that name none.")
-    severity: str
-    runs: int = Field(description="Runs of the window with this pattern.")
-    occurrences: int
-    previous_runs: int = Field(description="Runs with it in the previous window of the same length.")
-    trend: Literal["new", "up", "down", "flat"]
-    repair_success: float | None = Field(
-        description="Share of the runs with a reported outcome whose repair succeeded; null: none reported.")
-    repaired_runs: int
-    score: float = Field(description="runs × severity weight (low 1 … critical 4) × (1 − repair success).")
-    first_seen: datetime
-    last_seen: datetime
-    examples: list[ExampleOut]
-    repairs: list[StrategyRecordOut]
-
-
-class PatternsOut(BaseModel):
-    tenant: str
-    since: datetime
-    until: datetime
-    previous_since: datetime
-    runs: int = Field(description="Runs of the window with at least one failure or signal.")
-    total_patterns: int = Field(description="Patterns before `limit`.")
-    patterns: list[PatternOut]
 
 
 def window(
@@ -118,7 +67,7 @@ def _aware(t: datetime) -> datetime:
 
 
 def tenant_patterns(
-    store: Store,
+    store: ReportStore,
     tenant: str,
     *,
     since: datetime,
@@ -131,7 +80,7 @@ def tenant_patterns(
     """The tenant's patterns of ``[since, until)`` (its runs only), best first, ``limit`` of them
     (answered from the worker's cache when the tenant's data has not changed: module docstring).
     ``agent``: only that agent's runs (:data:`~model.core.agents.POOL_AGENT`: the pool's)."""
-    key = (store.url, id(store), tenant, since, until, level, limit, examples, agent, store.pattern_version(tenant))
+    key = (store.db.url, id(store), tenant, since, until, level, limit, examples, agent, store.pattern_version(tenant))
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
@@ -147,7 +96,7 @@ def tenant_patterns(
 
 
 def _tenant_patterns(
-    store: Store, tenant: str, *, since: datetime, until: datetime, level: Level, limit: int, examples: int,
+    store: ReportStore, tenant: str, *, since: datetime, until: datetime, level: Level, limit: int, examples: int,
     agent: str | None,
 ) -> PatternsOut:
     previous_since = since - (until - since)
@@ -169,4 +118,19 @@ def _tenant_patterns(
     )
 
 
-__all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "PatternOut", "PatternsOut", "tenant_patterns", "window"]
+class Patterns:
+    """The tenant's failure patterns over the stores' aggregates (``GET /v1/patterns``, the console)."""
+
+    def __init__(self, report_store: ReportStore) -> None:
+        self.report_store = report_store
+
+    def tenant_patterns(
+        self, tenant: str, *, since: datetime, until: datetime, level: Level = "all", limit: int = 50,
+        examples: int = 3, agent: str | None = None,
+    ) -> PatternsOut:
+        """:func:`tenant_patterns` on this service's store."""
+        return tenant_patterns(self.report_store, tenant, since=since, until=until, level=level, limit=limit,
+                               examples=examples, agent=agent)
+
+
+__all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "Patterns", "tenant_patterns", "window"]

@@ -66,7 +66,8 @@ from serve.services.retrain_plan import (
     shortage,
 )
 from serve.settings import Settings
-from serve.store import Store
+from serve.store.activations import ActivationStore
+from serve.store.labels import LabelStore
 
 Progress = Callable[[str, int, int], None]
 
@@ -245,7 +246,7 @@ def card(tenant: str, agent: str, members: Sequence[str], champion: str, g: Gate
     return "\n".join(lines) + "\n"
 
 
-def _champion(store: Store, registry: Registry, tenant: str, key: str,
+def _champion(store: ActivationStore, registry: Registry, tenant: str, key: str,
               progress: Progress) -> tuple[Any, ModelVersion | None, set[str], str | None]:
     """The (tenant, key)'s active model, its record and the runs it saw; an unreadable one is compared
     as zero-shot, and said so."""
@@ -285,7 +286,8 @@ def _fit_served(learner: str, traces: list[Trace], failed: list[bool], groups: l
     return model
 
 
-def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = True, params: Path = Path("params.yaml"),
+def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings, tenant: str, *,
+            promote: bool = True, params: Path = Path("params.yaml"),
             seed: int = 0, actor: str = "triage retrain", progress: Progress = _noop,
             only: Sequence[str] | None = None, record: bool = True) -> RetrainResult:
     """Fit, gate and register a model for every agent of ``tenant`` with enough labelled runs, and a
@@ -303,7 +305,7 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
     registry = Registry(settings.resolved_model_registry)
     config, use_prior = model_config(params)
     progress("reading the tenant's labelled history", 0, 1)
-    runs, refusals = read_runs(store, tenant)
+    runs, refusals = read_runs(labels, tenant)
 
     def groups_of(rs: Sequence[LabelledRun]) -> list[str]:
         return group_runs([r.trace for r in rs], [r.task for r in rs])
@@ -336,7 +338,7 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
         groups = groups_of(rs)
         zs = zero.probabilities(traces, progress)
         prior = zs if use_prior else None
-        champion, champion_record, seen, active = _champion(store, registry, tenant, key, progress)
+        champion, champion_record, seen, active = _champion(activations, registry, tenant, key, progress)
         progress(f"gate: {key}", 0, 1)
         try:
             g = gate(traces, failed, groups, prior, zs, config, folds=settings.retrain_cv_folds,
@@ -376,7 +378,7 @@ def retrain(store: Store, settings: Settings, tenant: str, *, promote: bool = Tr
                            members=members)
         promoted = bool(g.promote and promote)
         if promoted:
-            store.activate_model(tenant, mv.version, actor=actor, action="promote", agent=key)
+            activations.activate_model(tenant, mv.version, actor=actor, action="promote", agent=key)
         elif promote:
             kept = True
         results.append(AgentResult(key, members, len(rs), sum(failed), len(set(groups)), champion_name, mv, g,
@@ -442,14 +444,14 @@ def learning_curve(registry: Registry, tenant: str, agent: str) -> list[dict[str
     return _curve_rows(registry, tenant, agent)
 
 
-def promote_version(store: Store, registry: Registry, tenant: str, agent: str, version: str, *, actor: str) -> None:
+def promote_version(store: ActivationStore, registry: Registry, tenant: str, agent: str, version: str, *, actor: str) -> None:
     """``triage model promote``, ``POST /v1/operator/models/promote`` and the console's Models page:
     load and smoke-check the agent's ``version``, then record that the tenant serves it for ``agent``."""
     load_checked(registry, tenant, agent, version)
     store.activate_model(tenant, version, actor=actor, action="promote", agent=agent)
 
 
-def rollback_version(store: Store, registry: Registry, tenant: str, agent: str, *, actor: str) -> str | None:
+def rollback_version(store: ActivationStore, registry: Registry, tenant: str, agent: str, *, actor: str) -> str | None:
     """``triage model rollback``, ``POST /v1/operator/models/rollback`` and the console's Models page:
     serve the agent's version active before the current one (checked like a promotion); returns it,
     None when the agent goes back to zero-shot (past its first promotion).

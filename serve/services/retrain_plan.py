@@ -31,7 +31,7 @@ from model.core.kinds import FailureKind
 from model.core.schema import Trace
 from model.scoring.agent_registry import POOLED
 from serve.services.run_labels import labels_for
-from serve.store import Store
+from serve.store.labels import LabelStore
 
 TOO_FEW_RUNS = "too_few_runs"
 ONE_CLASS = "one_class"
@@ -82,7 +82,7 @@ class Refusal:
         return asdict(self)
 
 
-def read_runs(store: Store, tenant: str) -> tuple[list[LabelledRun], list[Refusal]]:
+def read_runs(store: LabelStore, tenant: str) -> tuple[list[LabelledRun], list[Refusal]]:
     """The tenant's stored runs that carry a run-level label, oldest first (stored time, then id), and a
     ``corrupt_run`` refusal for each labelled one that does not read back as a trace. In the order they
     were stored, not by id: the service makes random ids for runs posted without one, and the folds and
@@ -117,7 +117,7 @@ def read_runs(store: Store, tenant: str) -> tuple[list[LabelledRun], list[Refusa
     return [out[i] for i in order], bad
 
 
-def labelled_runs(store: Store, tenant: str) -> list[LabelledRun]:
+def labelled_runs(store: LabelStore, tenant: str) -> list[LabelledRun]:
     """The tenant's stored runs that carry a run-level label and read as traces, oldest first."""
     return read_runs(store, tenant)[0]
 

@@ -39,7 +39,10 @@ from serve.services.agent_models import (
     score_prefixes,
 )
 from serve.services.diagnoses import Diagnoses, fix_session_agent, session_agent
+from serve.store.agents import AgentStore
+from serve.store.sessions import SessionStore
 from serve.store.tables import SessionRow
+from serve.store.traces import TraceStore
 from serve.validation import check_id, check_index
 
 #: Agent-model prefix states a worker keeps between appends (a session whose state was dropped reads
@@ -58,10 +61,13 @@ class Sessions:
     a run still going (``incomplete``: the run has not ended yet); ``window``: the steps the
     detectors read per append."""
 
-    def __init__(self, diagnoses: Diagnoses, *, max_steps: int = 5000,
+    def __init__(self, diagnoses: Diagnoses, session_store: SessionStore, trace_store: TraceStore,
+                 agent_store: AgentStore, *, max_steps: int = 5000,
                  session_exclude: Sequence[str] = ("incomplete",), window: int = 64) -> None:
         self.diagnoses = diagnoses
-        self.store = diagnoses.store
+        self.session_store = session_store
+        self.trace_store = trace_store
+        self.agent_store = agent_store
         self.redactor = diagnoses.redactor
         self.max_steps = max_steps
         self.session_exclude = frozenset(session_exclude)
@@ -108,7 +114,7 @@ class Sessions:
                 # before the parent that carries the conversation id) stay in that trace's session
                 for tid in dict.fromkeys(sp.trace_id for sp in group):
                     tid_key = re.sub(r"[^A-Za-z0-9._:@\-]", "_", tid)[:128]
-                    if self.store.get_session(tenant, tid_key) is not None:
+                    if self.session_store.get_session(tenant, tid_key) is not None:
                         key = tid_key
                         break
             out[key] = self._append(
@@ -117,10 +123,10 @@ class Sessions:
         return out
 
     def get_session(self, tenant: str, session_id: str) -> SessionView:
-        row = self.store.get_session(tenant, session_id)
+        row = self.session_store.get_session(tenant, session_id)
         if row is None:
             raise NotFoundError(f"no session {session_id!r} for this tenant")
-        trace_row = self.store.get_trace(tenant, row.trace_id)
+        trace_row = self.trace_store.get_trace(tenant, row.trace_id)
         last = DiagnosisResponse.model_validate(trace_row.response) if trace_row is not None else None
         return SessionView(
             model_version=self.diagnoses.model_version(tenant),
@@ -141,7 +147,7 @@ class Sessions:
         self._cache.drop(tenant, session_id)
         with self._prefix_lock:
             self._conversations.pop((tenant, session_id), None)
-        if not self.store.delete_session(tenant, session_id):
+        if not self.trace_store.delete_session(tenant, session_id):
             raise NotFoundError(f"no session {session_id!r} for this tenant")
 
     # -- an append -------------------------------------------------------------------------------
@@ -171,13 +177,13 @@ class Sessions:
         if options.detectors is None and diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
             wanted.append(RUNSCORE)  # failure_probability and attribution so far (they decide nothing mid-run)
         run_options = options.model_copy(update={"detectors": wanted})
-        with self.store.write() as db:
-            row = self.store.lock_session(db, tenant, session_id, create_trace_id=uuid.uuid4().hex)
+        with self.session_store.write() as db:
+            row = self.session_store.lock_session(db, tenant, session_id, create_trace_id=uuid.uuid4().hex)
             assert row is not None
             # Taken out of the cache for the transaction: put back only once it has committed.
             trace, in_rows = self._cache.take(tenant, session_id, row.trace_id, row.version)
             if trace is None:
-                stored = self.store.read_trace(db, tenant, row.trace_id)
+                stored = self.trace_store.read_trace(db, tenant, row.trace_id)
                 if stored is not None:
                     trace, in_rows = Trace.model_validate(stored[0]), stored[1]
                 else:
@@ -193,7 +199,7 @@ class Sessions:
                     path=field,
                 )
             if not new_steps:  # nothing to diagnose yet; keep what the importer kept
-                self.store.save_session_state(row, state, next_source_index=next_source)
+                self.session_store.save_session_state(row, state, next_source_index=next_source)
                 return None
             diagnoses.spend_steps(db, tenant, len(new_steps))
             first = len(trace.steps)
@@ -213,7 +219,7 @@ class Sessions:
             resolved = diagnoses.agents.resolve(
                 tenant, trace, options.model_copy(update={"agent": state.get("agent")}),
                 # fixed at the first append; a session stored before that (revision 0013): its run's agent
-                fixed=lambda: session_agent(state) or (self.store.stored_agent(tenant, row.trace_id) if first else None),
+                fixed=lambda: session_agent(state) or (self.agent_store.stored_agent(tenant, row.trace_id) if first else None),
                 db=db)
             fix_session_agent(state, resolved)
             prefix: tuple[str, int, Any] | None = None
@@ -240,10 +246,10 @@ class Sessions:
             )
             # Only the new steps, and the earlier ones the append re-linked, are written.
             written = range(len(trace.steps)) if not in_rows else [*sorted(changed), *range(first, len(trace.steps))]
-            self.store.put_steps(
+            self.trace_store.put_steps(
                 db, tenant, trace.id, {i: trace.steps[i].model_dump(mode="json", exclude_none=True) for i in written}
             )
-            self.store.put_trace(
+            self.trace_store.put_trace(
                 db,
                 tenant=tenant,
                 trace_id=trace.id,
@@ -261,7 +267,7 @@ class Sessions:
             )
             diagnoses.record_recommendation(db, tenant, decision, trace.id, session_id)
             diagnoses.agents.record(db, tenant, resolved)
-            version = self.store.save_session_state(
+            version = self.session_store.save_session_state(
                 row, state, n_steps=len(trace.steps), next_source_index=next_source
             )
         self._cache.put(tenant, session_id, trace, version)

@@ -29,7 +29,7 @@ from serve.schemas import (
     ObservationsResponse,
     SegmentOut,
 )
-from serve.store import Store
+from serve.store.streams import StreamStore
 from serve.store.tables import utcnow
 
 #: Observations looked at by ``GET /v1/streams/{name}/changepoints`` (MEASUREMENTS.md: Binseg l2
@@ -48,17 +48,17 @@ class Streams:
 
     Parameters
     ----------
-    store, diagnoser:
-        The store; the diagnoser whose ``model_version`` the answers name.
+    stream_store, diagnoser:
+        The streams' store; the diagnoser whose ``model_version`` the answers name.
     detector:
         The stream detector's registry name (``TRIAGE_STREAM_DETECTOR``).
     autofeed:
         Per-trace metrics fed into the agent's streams as its runs are diagnosed.
     """
 
-    def __init__(self, store: Store, diagnoser: Diagnoser, *, detector: str = "cusum",
+    def __init__(self, stream_store: StreamStore, diagnoser: Diagnoser, *, detector: str = "cusum",
                  autofeed: Sequence[str] = (), alarm_ttl_s: float = 1.0) -> None:
-        self.store = store
+        self.stream_store = stream_store
         # The open alarms each (tenant, agent) last read, and when: a diagnosis reads them from here
         # (no query) for ``alarm_ttl_s``; this worker's own feeds and posts that open or close an
         # episode drop the tenant's entries at once (another worker's show within the TTL).
@@ -92,8 +92,8 @@ class Streams:
                 path="params",
             ) from None
         alarms: list[Alarm] = []
-        with self.store.write() as db:
-            row = self.store.lock_stream(db, tenant, stream, agent, detector=self.detector, params=params)
+        with self.stream_store.write() as db:
+            row = self.stream_store.lock_stream(db, tenant, stream, agent, detector=self.detector, params=params)
             if req.params is not None and row.n > 0 and req.params != row.params:
                 raise InputError(
                     f"stream {stream!r} already runs with params {row.params}; its settings are fixed "
@@ -104,7 +104,7 @@ class Streams:
             if row.state:
                 det.set_state(row.state)
             if req.rebaseline:
-                history = [v for _, v in self.store.stream_values(tenant, stream, agent, last=CHANGEPOINT_WINDOW)]
+                history = [v for _, v in self.stream_store.stream_values(tenant, stream, agent, last=CHANGEPOINT_WINDOW)]
                 start = int((row.alarm or {}).get("start", 0))
                 window = history[max(0, start - (row.n - len(history))) :] if row.alarm_open else history
                 det.rebaseline(values=window or None)  # type: ignore[attr-defined]
@@ -116,7 +116,7 @@ class Streams:
                     alarms.append(a)
                 observations.append({"tenant_id": tenant, "stream": stream, "agent": agent, "seq": row.n + i,
                                      "value": float(v), "alarm": a is not None})
-            self.store.add_observations(db, observations)
+            self.stream_store.add_observations(db, observations)
             row.n += len(req.values)
             row.state = det.get_state()
             row.alarm_open = _episode_open(det, row.alarm_open or bool(alarms))
@@ -144,10 +144,10 @@ class Streams:
         """Offline change points (ruptures, l2) over the stream's last observations (its agent as
         in :meth:`observe`)."""
         agent = _stream_agent(agent, task_type, where="query.")
-        row = self.store.get_stream(tenant, stream, agent)
+        row = self.stream_store.get_stream(tenant, stream, agent)
         if row is None:
             raise NotFoundError(f"no stream {stream!r} of agent {agent!r} for this tenant")
-        pairs = self.store.stream_values(tenant, stream, agent, last=CHANGEPOINT_WINDOW)
+        pairs = self.stream_store.stream_values(tenant, stream, agent, last=CHANGEPOINT_WINDOW)
         offset = pairs[0][0] if pairs else 0
         values = [v for _, v in pairs]
         if len(values) < 10:
@@ -193,7 +193,7 @@ class Streams:
                 values[name] = float(value)
         if not values:
             return
-        rows = self.store.lock_streams(db, tenant, agent, sorted(values), detector=self.detector)
+        rows = self.stream_store.lock_streams(db, tenant, agent, sorted(values), detector=self.detector)
         now = utcnow()
         observations = []
         changes = []
@@ -212,8 +212,8 @@ class Streams:
                 "alarm_open": _episode_open(det, bool(row["alarm_open"]) or alarm is not None),
                 "alarm": alarm.model_dump() if alarm is not None else row["alarm"],
             })
-        self.store.add_observations(db, observations)
-        self.store.update_streams(db, tenant, agent, changes)
+        self.stream_store.add_observations(db, observations)
+        self.stream_store.update_streams(db, tenant, agent, changes)
         if any(c["alarm_open"] != bool(rows[c["name"]]["alarm_open"]) or c["alarm"] is not rows[c["name"]]["alarm"]
                for c in changes):
             self.forget_alarms(tenant)
@@ -225,7 +225,7 @@ class Streams:
         hit = self._alarms.get((tenant, agent))
         if hit is not None and now - hit[0] < self.alarm_ttl_s:
             return hit[1]
-        alarms = self.store.open_alarms(tenant, agent)
+        alarms = self.stream_store.open_alarms(tenant, agent)
         if len(self._alarms) >= MAX_ALARM_ENTRIES:
             self._alarms.clear()
         self._alarms[(tenant, agent)] = (now, alarms)

@@ -13,7 +13,13 @@ service            module                                       what
 ``streams``        :mod:`serve.services.streams`                observations, change points, autofeed
 ``models``         :mod:`serve.services.agent_models`           each (tenant, agent)'s agent model
 ``agents``         :mod:`serve.services.agents`                 which agent a run is; rename, merge, split
+``activations``    :mod:`serve.services.activations`            promote, roll back, each agent's model
+``patterns``       :mod:`serve.services.patterns`               ``GET /v1/patterns``
 =================  ===========================================  ====================================
+
+Each service is handed the per-resource stores it uses (:class:`serve.store.Stores`, opened by the
+wiring: :func:`serve.wiring.build_service`); the composed writes of a diagnosis, a session step and
+an outcome run in one transaction of the stores' shared database.
 """
 
 from __future__ import annotations
@@ -44,30 +50,33 @@ from serve.schemas import (
     UndoLabelRequest,
     UndoLabelResponse,
 )
+from serve.services.activations import ModelActivations
 from serve.services.agent_models import AgentModels
 from serve.services.agents import Agents
 from serve.services.diagnoses import Diagnoses
 from serve.services.history import History
 from serve.services.otel_export import EvaluationExporter
 from serve.services.outcomes import Outcome, Outcomes
+from serve.services.patterns import Patterns
 from serve.services.sessions import Sessions
 from serve.services.streams import Streams
-from serve.store import Store
+from serve.store import Stores
 
 
 class TriageService:
-    """One worker's services over one store (built once, in the lifespan: :func:`serve.wiring.build_service`).
+    """One worker's services over one database's stores (built once, in the lifespan:
+    :func:`serve.wiring.build_service`).
 
     Parameters
     ----------
-    store, diagnoser, engine, redactor:
-        The parts. ``session_exclude`` names detectors that make no sense on a run still going
+    stores, diagnoser, engine, redactor:
+        The parts: each service gets the stores of ``stores`` it uses. ``session_exclude`` names detectors that make no sense on a run still going
         (``incomplete``: the run has not ended yet).
     """
 
     def __init__(
         self,
-        store: Store,
+        stores: Stores,
         diagnoser: Diagnoser,
         engine: RepairEngine,
         redactor: Redactor,
@@ -86,19 +95,24 @@ class TriageService:
         recentre_ttl_s: float = 60.0,
         registry: Registry | None = None,
     ) -> None:
-        self.store = store
-        self.agents = Agents(store, registry)
-        self.streams = Streams(store, diagnoser, detector=stream_detector, autofeed=stream_autofeed,
+        #: The stores, for the process's lifecycle (``stores.db.dispose()``) and the callers still to
+        #: be given a service of their own (the console's routers: serve/routers/ui*.py, serve/ui/data.py).
+        self.stores = stores
+        self.agents = Agents(stores.agents, registry)
+        self.streams = Streams(stores.streams, diagnoser, detector=stream_detector, autofeed=stream_autofeed,
                                alarm_ttl_s=alarm_cache_s)
         self.diagnoses = Diagnoses(
-            store, diagnoser, engine, redactor, self.streams, relative_min_runs=relative_min_runs,
+            stores.sessions, stores.traces, stores.labels, stores.agents, stores.streams,
+            diagnoser, engine, redactor, self.streams, relative_min_runs=relative_min_runs,
             exporter=exporter, limiter=limiter, canary_percent=canary_percent, models=models,
             recentre_ttl_s=recentre_ttl_s, agents=self.agents,
         )
-        self.sessions = Sessions(self.diagnoses, max_steps=max_steps, session_exclude=session_exclude,
-                                 window=session_window)
-        self.outcomes = Outcomes(self.diagnoses)
-        self.history = History(store, redactor, self.diagnoses)
+        self.sessions = Sessions(self.diagnoses, stores.sessions, stores.traces, stores.agents, max_steps=max_steps,
+                                 session_exclude=session_exclude, window=session_window)
+        self.outcomes = Outcomes(self.diagnoses, stores.sessions, stores.traces)
+        self.history = History(stores.traces, stores.labels, redactor, self.diagnoses)
+        self.activations = ModelActivations(stores.activations)
+        self.patterns = Patterns(stores.reports)
 
     @property
     def diagnoser(self) -> Diagnoser:
@@ -115,6 +129,14 @@ class TriageService:
     @property
     def exporter(self) -> EvaluationExporter | None:
         return self.diagnoses.exporter
+
+    def store_ready(self) -> bool:
+        """True when the database answers a trivial query (``/readyz``)."""
+        return self.stores.db.ping()
+
+    def close(self) -> None:
+        """Release the database's connections (the lifespan's end, a CLI command's)."""
+        self.stores.db.dispose()
 
     def model_version(self, tenant: str) -> str:
         return self.diagnoses.model_version(tenant)

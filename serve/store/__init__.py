@@ -1,60 +1,91 @@
-"""The failure-history store: SQLAlchemy tables, Alembic migrations, and :class:`Store`, every read
-and write the services make, tenant-scoped. Only this package (and the migrations) speak SQL.
+"""The failure-history store: SQLAlchemy tables, Alembic migrations, and one store per resource,
+every read and write the services make, tenant-scoped. Only this package (and the migrations) speak SQL.
 
-:class:`Store` owns the engine (:mod:`serve.store.base`) and gathers one class per table group:
-keys (:mod:`~serve.store.keys`), traces (:mod:`~serve.store.traces`), sessions, recommendations and
-outcomes (:mod:`~serve.store.sessions`), labels (:mod:`~serve.store.labels`), model activations
-(:mod:`~serve.store.activations`), agents (:mod:`~serve.store.agents`), streams (:mod:`~serve.store.streams`), read-only aggregates
-(:mod:`~serve.store.reports`) and the console's reads (:mod:`~serve.store.console`). Simple operations open their own transaction; composed ones (a
-session step: lock the session, read its trace, write the diagnosis, the recommendation and the
-new policy state) run inside :meth:`Store.write`, which on SQLite begins with ``BEGIN IMMEDIATE``
-and on PostgreSQL relies on :meth:`Store.lock_session`'s ``SELECT … FOR UPDATE``. Either way two
-appends to one session run one after the other: no step is lost and no failure escalates twice.
+Every store is built on one :class:`~serve.store.base.Database` (the engine, :meth:`~Database.write`,
+:meth:`~Database.upgrade`, :meth:`~Database.ping`):
+
+- ``keys``: :class:`~serve.store.keys.KeyStore`, tenants, API keys, console sessions;
+- ``traces``: :class:`~serve.store.traces.TraceStore`, runs, their steps, usage, deletion;
+- ``labels``: :class:`~serve.store.labels.LabelStore`, labels; the history training and export read;
+- ``sessions``: :class:`~serve.store.sessions.SessionStore`, sessions, recommendations, outcomes;
+- ``activations``: :class:`~serve.store.activations.ActivationStore`, which model version each agent serves;
+- ``agents``: :class:`~serve.store.agents.AgentStore`, agent rows, renames, merges, splits;
+- ``streams``: :class:`~serve.store.streams.StreamStore`, streams, observations, alarms;
+- ``reports``: :class:`~serve.store.reports.ReportStore`, aggregates: patterns, metrics, canary;
+- ``console``: :class:`~serve.store.console.ConsoleStore`, the console's reads.
+
+Simple operations open their own transaction; composed ones (a session step: lock the session, read
+its trace, write the diagnosis, the recommendation and the new policy state) run inside one
+:meth:`Database.write` (any store's ``write()`` is the database's), whose session each store's method
+takes. On SQLite it begins with ``BEGIN IMMEDIATE``; on PostgreSQL it relies on
+:meth:`SessionStore.lock_session`'s ``SELECT … FOR UPDATE``. Either way two appends to one session
+run one after the other: no step is lost and no failure escalates twice.
+
+:class:`Stores` holds one of each; only the wiring (:mod:`serve.wiring`, the app's lifespan, the CLI)
+uses it, to hand each service the stores it needs.
 
 >>> from serve.settings import Settings
->>> store = open_store(Settings(database_url="sqlite://"))
->>> store.ping()
+>>> stores = open_stores(Settings(database_url="sqlite://"))
+>>> stores.db.ping()
 True
->>> store.ensure_tenant("acme").id
+>>> stores.keys.ensure_tenant("acme").id
 'acme'
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from serve.store.activations import Activations
-from serve.store.agents import Agents
-from serve.store.base import check_tenant_name
-from serve.store.console import Console
-from serve.store.keys import Keys
-from serve.store.labels import Labels
-from serve.store.reports import Reports
-from serve.store.sessions import Sessions
-from serve.store.traces import TracePage
+from serve.store.activations import ActivationStore
+from serve.store.agents import AgentStore
+from serve.store.base import Database, check_tenant_name
+from serve.store.console import ConsoleStore
+from serve.store.keys import KeyStore
+from serve.store.labels import LabelStore
+from serve.store.reports import ReportStore
+from serve.store.sessions import SessionStore
+from serve.store.streams import StreamStore
+from serve.store.traces import TracePage, TraceStore
 
 if TYPE_CHECKING:
     from serve.settings import Settings
 
 
-class Store(Keys, Labels, Sessions, Activations, Agents, Reports, Console):
-    """The failure-history store at ``url`` (``sqlite:///path`` or ``postgresql://…``).
+@dataclass(frozen=True)
+class Stores:
+    """One store per resource over the shared database ``db`` (built by :meth:`at` or :func:`open_stores`)."""
 
-    Parameters
-    ----------
-    url:
-        SQLAlchemy URL; ``postgresql://`` uses psycopg 3.
-    busy_timeout_s:
-        How long a SQLite writer waits for the lock before failing.
-    """
+    db: Database
+    keys: KeyStore
+    traces: TraceStore
+    labels: LabelStore
+    sessions: SessionStore
+    activations: ActivationStore
+    agents: AgentStore
+    streams: StreamStore
+    reports: ReportStore
+    console: ConsoleStore
+
+    @classmethod
+    def at(cls, url: str, *, busy_timeout_s: float = 10.0) -> Stores:
+        """The stores of the database at ``url`` (``sqlite:///path`` or ``postgresql://…``), not migrated."""
+        db = Database(url, busy_timeout_s=busy_timeout_s)
+        streams = StreamStore(db)
+        return cls(db=db, keys=KeyStore(db), traces=TraceStore(db), labels=LabelStore(db),
+                   sessions=SessionStore(db), activations=ActivationStore(db), agents=AgentStore(db),
+                   streams=streams, reports=ReportStore(db, streams), console=ConsoleStore(db))
 
 
-def open_store(settings: Settings, *, migrate: bool = True) -> Store:
-    """The store the settings name, migrated to head (what the app and the CLI use)."""
-    store = Store(settings.resolved_database_url, busy_timeout_s=settings.db_busy_timeout_s)
+def open_stores(settings: Settings, *, migrate: bool = True) -> Stores:
+    """The stores of the database the settings name, migrated to head (what the app and the CLI use)."""
+    stores = Stores.at(settings.resolved_database_url, busy_timeout_s=settings.db_busy_timeout_s)
     if migrate:
-        store.upgrade()
-    return store
+        stores.db.upgrade()
+    return stores
 
 
-__all__ = ["Store", "TracePage", "check_tenant_name", "open_store"]
+__all__ = [
+    "ActivationStore", "AgentStore", "ConsoleStore", "Database", "KeyStore", "LabelStore", "ReportStore",
+    "SessionStore", "StreamStore", "Stores", "TracePage", "TraceStore", "check_tenant_name", "open_stores",
+]

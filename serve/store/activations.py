@@ -16,7 +16,7 @@ from serve.store.tables import ModelActivationRow
 MODEL_ACTIONS = ("promote", "rollback")
 
 
-class Activations(StoreBase):
+class ActivationStore(StoreBase):
     """The ``model_activations`` table."""
 
     # -- model registry activations (model/scoring/agent_registry.py holds the artefacts) --------------------
@@ -67,4 +67,4 @@ class Activations(StoreBase):
                      "action": r.action} for r in rows]
 
 
-__all__ = ["MODEL_ACTIONS", "Activations"]
+__all__ = ["MODEL_ACTIONS", "ActivationStore"]

@@ -35,7 +35,7 @@ class AgentStats(NamedTuple):
     last_seen: datetime | None
 
 
-class Agents(StoreBase):
+class AgentStore(StoreBase):
     """The ``agents`` table, and moving the rows keyed by agent from one key to another."""
 
     # -- reads -----------------------------------------------------------------------------------
@@ -197,4 +197,4 @@ def _utc(value: Any) -> datetime | None:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
-__all__ = ["AgentStats", "Agents"]
+__all__ = ["AgentStats", "AgentStore"]

@@ -1,6 +1,6 @@
-"""The store's engine, transactions and error translation: :class:`StoreBase`, which each table
-group of :class:`serve.store.Store` (keys, traces, sessions, labels, activations, streams, reports)
-extends.
+"""The store's engine, transactions and error translation: :class:`Database` (the engine and its
+units of work) and :class:`StoreBase`, which each per-resource store of :class:`serve.store.Stores`
+(keys, traces, sessions, labels, activations, agents, streams, reports, console) extends.
 
 SQLAlchemy errors are wrapped in :class:`model.core.errors.StoreError` at this boundary."""
 
@@ -11,10 +11,10 @@ import logging
 import re
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
-from sqlalchemy import Table, select, text
+from sqlalchemy import Engine, Table, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import (
     DataError,
@@ -66,8 +66,17 @@ def store_error(exc: BaseException, action: str) -> StoreError:
     return StoreError(f"{action} the store failed ({type(exc).__name__})")
 
 
-class StoreBase:
-    """The engine at ``url`` and its units of work (:class:`serve.store.Store` says more)."""
+class Database:
+    """The engine at ``url`` and its units of work, shared by every per-resource store of
+    :class:`serve.store.Stores` (so that one :meth:`write` spans several of them).
+
+    Parameters
+    ----------
+    url:
+        SQLAlchemy URL; ``postgresql://`` uses psycopg 3.
+    busy_timeout_s:
+        How long a SQLite writer waits for the lock before failing.
+    """
 
     def __init__(self, url: str, *, busy_timeout_s: float = 10.0) -> None:
         self.url = url
@@ -121,9 +130,39 @@ class StoreBase:
         except (SQLAlchemyError, OverflowError, UnicodeEncodeError) as exc:
             raise store_error(exc, "writing") from exc
 
-    def _insert(self, table: type[Any] | Table) -> Any:
+    def insert(self, table: type[Any] | Table) -> Any:
         """An ``INSERT`` of this dialect (``ON CONFLICT`` clauses need it)."""
         return (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table)
+
+
+class StoreBase:
+    """One resource's reads and writes over the shared :class:`Database` ``db``.
+
+    :meth:`read` and :meth:`write` are the database's: a :meth:`write` opened through any store is
+    one transaction for every store's methods that take its session (a composed write).
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @property
+    def dialect(self) -> str:
+        return self.db.dialect
+
+    @property
+    def engine(self) -> Engine:
+        return self.db.engine
+
+    def read(self) -> AbstractContextManager[Session]:
+        """:meth:`Database.read`."""
+        return self.db.read()
+
+    def write(self) -> AbstractContextManager[Session]:
+        """:meth:`Database.write`."""
+        return self.db.write()
+
+    def _insert(self, table: type[Any] | Table) -> Any:
+        return self.db.insert(table)
 
 
 def core(entity: type[Any]) -> Table:
@@ -152,4 +191,4 @@ def group_rows(
     return out
 
 
-__all__ = ["StoreBase", "core", "check_tenant_name", "group_rows", "rowcount", "store_error"]
+__all__ = ["Database", "StoreBase", "core", "check_tenant_name", "group_rows", "rowcount", "store_error"]

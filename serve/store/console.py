@@ -28,7 +28,7 @@ def _in_window(q: Any, since: datetime, until: datetime) -> Any:
     return q.where(TraceRow.created_at >= since, TraceRow.created_at < until)
 
 
-class Console(StoreBase):
+class ConsoleStore(StoreBase):
     """Reads of the console (tenant-scoped); rows come back as named tuples."""
 
     def window_rows(
@@ -124,4 +124,4 @@ class Console(StoreBase):
         return list(reversed(rows))
 
 
-__all__ = ["Console"]
+__all__ = ["ConsoleStore"]

@@ -2,7 +2,7 @@
 
 Each write that changes a figure changes its count in the same transaction:
 
-- :func:`count_run` (from :meth:`~serve.store.traces.Traces.put_trace`): the run's canary arm, whether
+- :func:`count_run` (from :meth:`~serve.store.traces.TraceStore.put_trace`): the run's canary arm, whether
   some diagnosis found a failure, whether the latest is healthy again (and how long that took), its
   failures by kind; :func:`count_labels` (every label write and undo): its effective label;
   :func:`count_recommendation`, :func:`count_outcome`; :func:`uncount_runs` (deletions, retention).

@@ -11,7 +11,7 @@ from serve.store.base import StoreBase, check_tenant_name, rowcount
 from serve.store.tables import ApiKey, Tenant, UISessionRow, utcnow
 
 
-class Keys(StoreBase):
+class KeyStore(StoreBase):
     """The ``tenants``, ``api_keys`` and ``ui_sessions`` tables."""
 
     # -- tenants and keys ----------------------------------------------------------------------
@@ -101,4 +101,4 @@ class Keys(StoreBase):
             return rowcount(got) > 0
 
 
-__all__ = ["Keys"]
+__all__ = ["KeyStore"]

@@ -9,13 +9,13 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 
 from model.core.errors import InputError
-from serve.store.base import group_rows
+from serve.store.base import StoreBase, group_rows
 from serve.store.counters import count_labels
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, TraceRow, utcnow
-from serve.store.traces import Traces, trace_json
+from serve.store.traces import trace_json
 
 
-class Labels(Traces):
+class LabelStore(StoreBase):
     """The ``labels`` table, and whole runs with everything recorded on them."""
 
     def add_label(
@@ -164,4 +164,4 @@ class Labels(Traces):
         return [(responses.get(i) or {}, labels.get((tenant, i), [])) for i in ids]
 
 
-__all__ = ["Labels"]
+__all__ = ["LabelStore"]

@@ -10,9 +10,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from model.core.agents import POOL_AGENT
 from model.diagnosis.patterns import Occurrence, RepairEvent
-from serve.store.base import store_error
+from serve.store.base import Database, StoreBase, store_error
 from serve.store.counters import CANARY_FIELDS, hour_of
-from serve.store.streams import Streams
+from serve.store.streams import StreamStore
 from serve.store.tables import (
     CanaryCountRow,
     FailureRow,
@@ -24,8 +24,13 @@ from serve.store.tables import (
 from serve.store.traces import trace_json
 
 
-class Reports(Streams):
-    """Aggregates for ``/metrics``, ``/v1/patterns``, the canary's figures and the console."""
+class ReportStore(StoreBase):
+    """Aggregates for ``/metrics``, ``/v1/patterns``, the canary's figures and the console; the
+    open alarms it counts are ``streams``'."""
+
+    def __init__(self, db: Database, streams: StreamStore) -> None:
+        super().__init__(db)
+        self.streams = streams
 
     # -- failure patterns (model/diagnosis/patterns.py groups what this reads) ------------------------------
     def pattern_version(self, tenant: str) -> tuple[int, int, int]:
@@ -113,7 +118,7 @@ class Reports(Streams):
         n_rec, secs = by.get("recoveries", {}).get("", (0, 0.0))
         return {
             "traces": by.get("traces", {}).get("", (0, 0.0))[0],
-            "open_alarms": self.all_open_alarms(tenant),
+            "open_alarms": self.streams.all_open_alarms(tenant),
             "failures": {k: n for k, (n, _) in by.get("failures", {}).items()},
             "recommendations": {k: n for k, (n, _) in by.get("recommendations", {}).items()},
             "outcomes": outcomes,
@@ -142,4 +147,4 @@ class Reports(Streams):
                 for arm, *vals in rows}
 
 
-__all__ = ["Reports"]
+__all__ = ["ReportStore"]

@@ -14,7 +14,7 @@ from serve.store.counters import count_labels, count_outcome, count_recommendati
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, SessionRow, utcnow
 
 
-class Sessions(StoreBase):
+class SessionStore(StoreBase):
     """The ``sessions``, ``recommendations`` and ``outcomes`` tables."""
 
     # -- sessions ------------------------------------------------------------------------------
@@ -154,4 +154,4 @@ class Sessions(StoreBase):
         count_labels(db, tenant, trace_id)
 
 
-__all__ = ["Sessions"]
+__all__ = ["SessionStore"]

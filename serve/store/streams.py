@@ -15,7 +15,7 @@ from serve.store.base import StoreBase, core, store_error
 from serve.store.tables import ObservationRow, StreamRow, utcnow
 
 
-class Streams(StoreBase):
+class StreamStore(StoreBase):
     """The ``streams`` and ``observations`` tables."""
 
     # -- streams -------------------------------------------------------------------------------
@@ -175,4 +175,4 @@ class Streams(StoreBase):
         return [(int(s), float(v)) for s, v in reversed(rows)]
 
 
-__all__ = ["Streams"]
+__all__ = ["StreamStore"]

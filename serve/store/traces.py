@@ -30,7 +30,7 @@ from serve.store.tables import (
 
 
 class TracePrior(NamedTuple):
-    """What :meth:`Traces.lock_trace` read of a stored trace."""
+    """What :meth:`TraceStore.lock_trace` read of a stored trace."""
 
     policy_state: dict[str, Any] | None
     steps_in_rows: bool
@@ -42,7 +42,7 @@ class TracePage:
     next_cursor: str | None
 
 
-class Traces(StoreBase):
+class TraceStore(StoreBase):
     """The ``traces``, ``trace_steps``, ``failures`` and ``usage`` tables."""
 
     @functools.cached_property
@@ -375,4 +375,4 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise InputError(f"not a cursor this API returned: {cursor[:60]!r}", path="query.cursor") from None
 
 
-__all__ = ["TracePage", "Traces", "trace_json"]
+__all__ = ["TracePage", "TraceStore", "trace_json"]

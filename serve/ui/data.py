@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
 from serve.services.run_labels import effective_label
-from serve.store import Store
+from serve.store import Stores
 
 Verdict = Literal["failed", "healthy", "unknown"]
 #: The spectrum's name for a failed run without a primary failure kind.
@@ -35,14 +35,14 @@ def window(days: int, *, now: datetime | None = None) -> tuple[datetime, datetim
     return end - timedelta(days=days), end
 
 
-def overview(store: Store, tenant: str, *, since: datetime, until: datetime, agent: str | None) -> dict[str, Any]:
+def overview(store: Stores, tenant: str, *, since: datetime, until: datetime, agent: str | None) -> dict[str, Any]:
     """Runs, verdicts, repairs and their success per agent; the failure spectrum per day; alarms.
 
     The spectrum counts each failed run once, on the day it was stored, under its primary failure
     kind (:data:`NO_KIND` when it has none): a day's bars add up to that day's failed runs, and all
     of them to the ``failed`` total, over the same window. ``days`` lists every day of the window
     (the first and the last partial), so a chart can span the window whatever days have runs."""
-    runs, recs, outs = store.window_rows(tenant, since=since, until=until, agent=agent)
+    runs, recs, outs = store.console.window_rows(tenant, since=since, until=until, agent=agent)
     agent_of = {r.id: r.agent for r in runs}
     per: dict[str, Counter[str]] = defaultdict(Counter)
     for r in runs:
@@ -75,7 +75,7 @@ def overview(store: Store, tenant: str, *, since: datetime, until: datetime, age
             if day in days:
                 spectrum[r.primary_kind or NO_KIND][day] += 1
     alarms = [{"stream": a["name"], "agent": a["agent"], "alarm": a["alarm"]}
-              for a in store.all_open_alarms(tenant)]
+              for a in store.streams.all_open_alarms(tenant)]
     return {
         "since": since.isoformat(), "until": until.isoformat(), "agent": agent,
         "totals": {k: total[k] for k in ("runs", "failed", "unknown", "healthy", "repairs", "outcomes", "repaired")},
@@ -97,11 +97,11 @@ class RunFilter:
     labelled: bool | None = None
 
 
-def runs(store: Store, tenant: str, f: RunFilter, *, page: int, per_page: int) -> dict[str, Any]:
+def runs(store: Stores, tenant: str, f: RunFilter, *, page: int, per_page: int) -> dict[str, Any]:
     """One page of the tenant's runs, newest first, with their repair, outcome and effective label."""
-    total, rows = store.run_page(tenant, agent=f.agent, verdict=f.verdict, kind=f.kind, since=f.since, until=f.until,
+    total, rows = store.console.run_page(tenant, agent=f.agent, verdict=f.verdict, kind=f.kind, since=f.since, until=f.until,
                                  labelled=f.labelled, page=page, per_page=per_page)
-    records = store.records_of(tenant, [r.id for r in rows])
+    records = store.labels.records_of(tenant, [r.id for r in rows])
     items = []
     for r in rows:
         rec = records[r.id]
@@ -133,27 +133,27 @@ def basis_of(basis: Any, probability: float | None) -> dict[str, Any] | None:
         if probability is not None else None
 
 
-def agents(store: Store, tenant: str) -> list[str]:
+def agents(store: Stores, tenant: str) -> list[str]:
     """The tenant's agents (for the filters), by name."""
-    return store.agent_names(tenant)
+    return store.console.agent_names(tenant)
 
 
-def labelled_count(store: Store, tenant: str, agent: str | None) -> int:
+def labelled_count(store: Stores, tenant: str, agent: str | None) -> int:
     """Runs of this agent (``None``: every run) that carry a label."""
-    return store.labelled_count(tenant, agent)
+    return store.console.labelled_count(tenant, agent)
 
 
-def streams(store: Store, tenant: str) -> list[dict[str, Any]]:
+def streams(store: Stores, tenant: str) -> list[dict[str, Any]]:
     """The tenant's streams: name, agent (``""``: posted for every agent), observations, whether an
     alarm is open."""
-    rows = store.stream_list(tenant)
+    rows = store.console.stream_list(tenant)
     return [{"stream": r.name, "agent": r.agent, "detector": r.detector, "n": r.n,
              "alarm_open": bool(r.alarm_open)} for r in rows]
 
 
-def stream_series(store: Store, tenant: str, stream: str, agent: str, *, last: int = 2000) -> dict[str, Any]:
+def stream_series(store: Stores, tenant: str, stream: str, agent: str, *, last: int = 2000) -> dict[str, Any]:
     """The stream's last ``last`` observations (seq, value) and the seqs where its detector alarmed."""
-    rows = store.stream_observations(tenant, stream, agent, last=last)
+    rows = store.console.stream_observations(tenant, stream, agent, last=last)
     return {"seq": [int(r.seq) for r in rows], "values": [float(r.value) for r in rows],
             "alarms": [int(r.seq) for r in rows if r.alarm]}
 
