@@ -36,7 +36,7 @@ def main() -> None:
             t0 = time.perf_counter()
             svc.diagnose("t", t, DiagnoseOptions(agent="bot") if mode == "named" else DiagnoseOptions())
             ms.append((time.perf_counter() - t0) * 1000)
-        svc.store.dispose()
+        svc.stores.db.dispose()
         out.setdefault(mode, []).append((statistics.median(ms[20:200]), statistics.median(ms[250:])))
     for mode, rounds in out.items():
         print(f"{mode:>8}: median ms, runs 21-200 / 251-450: " + "; ".join(f"{a:.1f} / {b:.1f}" for a, b in rounds))

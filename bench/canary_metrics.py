@@ -3,10 +3,10 @@
 
 One store (SQLite in a temporary folder, or ``--database-url`` of an empty database) holds two
 tenants: ``small`` with ``--small`` runs and ``large`` with ``--large``, written through the store's
-write path — the functions the service calls: :meth:`Store.put_trace` (with ``now`` placing each run
-in time, spread over ``--days`` days: several canary windows), :meth:`Store.put_recommendation` for
+write path — the functions the service calls: :meth:`TraceStore.put_trace` (with ``now`` placing each run
+in time, spread over ``--days`` days: several canary windows), :meth:`SessionStore.put_recommendation` for
 each failing run, a later healthy diagnosis for a third of them (recovered, after 1 to 60 minutes),
-:meth:`Store.add_outcome` on half the recommendations and :meth:`Store.add_label` (a checker's verdict,
+:meth:`SessionStore.add_outcome` on half the recommendations and :meth:`LabelStore.add_label` (a checker's verdict,
 a person's over it on half) on ``--labelled`` of the runs — in transactions of 500 runs (labels: one
 each, as the service writes them). Runs are split between the arms as the hash splits them at
 ``--percent``. Then a real ``triage serve`` (one worker, ``TRIAGE_AUTH=on``) on 127.0.0.1 over that
@@ -44,11 +44,11 @@ from bench import live  # noqa: E402
 from serve.auth import create_key  # noqa: E402
 from serve.services.canary import ARMS, assign_arm  # noqa: E402
 from serve.settings import Settings  # noqa: E402
-from serve.store import Store  # noqa: E402
+from serve.store import Stores  # noqa: E402
 from serve.store.counters import hour_of  # noqa: E402
 
 
-def seed(store: Store, tenant: str, runs: int, *, percent: float, days: float, window: timedelta, labelled: float,
+def seed(store: Stores, tenant: str, runs: int, *, percent: float, days: float, window: timedelta, labelled: float,
          now: datetime, seed: int = 7) -> dict[str, Any]:
     """Write ``runs`` runs (module docstring); what the scrape must show."""
     rng = random.Random(seed)
@@ -57,7 +57,7 @@ def seed(store: Store, tenant: str, runs: int, *, percent: float, days: float, w
     want.update(traces=runs, recommendations=0, outcomes=0)
     labels: list[tuple[str, bool, bool]] = []
     for start in range(0, runs, 500):
-        with store.write() as db:
+        with store.db.write() as db:
             for i in range(start, min(start + 500, runs)):
                 tid = f"t{i}"
                 at = now - timedelta(days=days * rng.random())
@@ -66,23 +66,23 @@ def seed(store: Store, tenant: str, runs: int, *, percent: float, days: float, w
                 arm = assign_arm(tenant, f"trace:{tid}", percent)
                 failed, recovered = rng.random() < 0.3, False
                 failures = [{"kind": "tool_error", "severity": "high", "confidence": 0.9, "step": 1}] if failed else []
-                store.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": [{"kind": "user_input"}]},
+                store.traces.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": [{"kind": "user_input"}]},
                                 response={"healthy": not failed, "failures": failures}, session_id=None,
                                 task_type=None, arm=arm, now=at, agent="bench")
                 if failed:
                     rec = {"id": f"rec-{i}", "strategy": "retry"}
-                    store.put_recommendation(db, tenant=tenant, rec=rec, trace_id=tid, session_id=None,
+                    store.sessions.put_recommendation(db, tenant=tenant, rec=rec, trace_id=tid, session_id=None,
                                              failure_key="tool_error@1", kind="tool_error", rung=0, attempt=1)
                     want["recommendations"] += 1
                     if rng.random() < 0.5:
-                        row = store.get_recommendation(db, tenant, rec["id"])
+                        row = store.sessions.get_recommendation(db, tenant, rec["id"])
                         assert row is not None
-                        store.add_outcome(db, tenant=tenant, rec=row, success=rng.random() < 0.6, duration_s=None,
+                        store.sessions.add_outcome(db, tenant=tenant, rec=row, success=rng.random() < 0.6, duration_s=None,
                                           cost=None, note="")
                         want["outcomes"] += 1
                     if rng.random() < 1 / 3:
                         recovered = True
-                        store.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": []},
+                        store.traces.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": []},
                                         response={"healthy": True, "failures": []}, session_id=None, task_type=None, agent="bench",
                                         arm=arm, now=at + timedelta(minutes=rng.uniform(1, 60)))
                 label, ok, person = rng.random() < labelled, rng.random() < 0.7, rng.random() < 0.5
@@ -96,9 +96,9 @@ def seed(store: Store, tenant: str, runs: int, *, percent: float, days: float, w
                     w["labelled"] += label
                     w["succeeded"] += label and ok != person  # a person disagrees with the checker: theirs counts
     for tid, ok, person in labels:
-        store.add_label(tenant, tid, failed=not ok, author="agent", author_type="checker")
+        store.labels.add_label(tenant, tid, failed=not ok, author="agent", author_type="checker")
         if person:
-            store.add_label(tenant, tid, failed=ok, author="ann", author_type="human")
+            store.labels.add_label(tenant, tid, failed=ok, author="ann", author_type="human")
     return want
 
 
@@ -141,19 +141,19 @@ def main() -> None:
     sizes = {"small": a.small, "large": a.large}
     with tempfile.TemporaryDirectory() as tmp:
         url = a.database_url or f"sqlite:///{Path(tmp) / 'triage.db'}"
-        store = Store(url)
-        store.upgrade()
+        store = Stores.at(url)
+        store.db.upgrade()
         keys, want = {}, {}
         window = Settings(canary_window=a.window).canary_window
         for tenant, runs in sizes.items():
-            keys[tenant] = create_key(store, tenant)[0]
+            keys[tenant] = create_key(store.keys, tenant)[0]
             t0 = time.perf_counter()
             want[tenant] = seed(store, tenant, runs, percent=a.percent, days=a.days, window=window,
                                 labelled=a.labelled, now=datetime.now(UTC))
             w = want[tenant]
             print(f"  {tenant}: {runs} runs written in {time.perf_counter() - t0:.1f} s; in the window: "
                   f"{w['repair']['runs']} repair / {w['shadow']['runs']} shadow", flush=True)
-        store.dispose()
+        store.db.dispose()
         data = Path(tmp) / "data"
         data.mkdir()
         proc, base = serve(url, data, a.window)

@@ -2,9 +2,9 @@
 endpoints (and of its ``/ui`` pages and their JSON twins, when the app has them), and the time to
 group 20,000 failures into patterns.
 
-1. **Seed** (``--runs``, default 20,000) through the store's write path — :meth:`Store.put_trace`
-   (the trace, its failures and signals with their tools), :meth:`Store.put_recommendation`,
-   :meth:`Store.add_outcome` and labels — in transactions of 500. The runs are copies (new ids) of
+1. **Seed** (``--runs``, default 20,000) through the store's write path — :meth:`TraceStore.put_trace`
+   (the trace, its failures and signals with their tools), :meth:`SessionStore.put_recommendation`,
+   :meth:`SessionStore.add_outcome` and labels — in transactions of 500. The runs are copies (new ids) of
    a pool of diagnosed runs: the first task groups of the real τ-bench airline and AgentProcessBench
    sets and generated runs of every kind (:func:`model.data.builder.make_trace`), diagnosed once with the
    rules and the shipped run scorer; each copy gets one of four agents (task type) and a creation
@@ -13,7 +13,7 @@ group 20,000 failures into patterns.
 2. **Serve**: ``triage serve`` (uvicorn, one worker, ``TRIAGE_AUTH=on``) on 127.0.0.1 over that store.
 3. **Time** each endpoint ``--requests`` times (default 60, after 3 warm-ups), one connection, one
    request at a time; p50 and p95 in ms. Target: p95 ≤ 300 ms.
-4. **Group**: :func:`model.diagnosis.patterns.group_patterns` on the store's occurrences (``Store.pattern_inputs``
+4. **Group**: :func:`model.diagnosis.patterns.group_patterns` on the store's occurrences (``ReportStore.pattern_inputs``
    over the whole seeded range, 20,000+ failures and signals), median of 5; target ≤ 1 s. The
    query itself is timed too.
 
@@ -79,22 +79,22 @@ def seed_store(url: str, tenant: str, runs: int, days: float, seed: int) -> dict
     """Write ``runs`` runs into the store at ``url`` (module docstring, 1.); counts and seconds."""
     from sqlalchemy import update
 
-    from serve.store import Store
+    from serve.store import Stores
     from serve.store.tables import FailureRow, LabelRow, RecommendationRow, TraceRow
 
     t0 = time.perf_counter()
     pool = _pool(real_groups=12, generated=160, seed=seed)
     t_pool = time.perf_counter() - t0
-    store = Store(url)
-    store.upgrade()
-    store.ensure_tenant(tenant)
+    store = Stores.at(url)
+    store.db.upgrade()
+    store.keys.ensure_tenant(tenant)
     rng = random.Random(seed)
     now = datetime.now(UTC)
     counts: dict[str, Any] = {"runs": 0, "failing": 0, "failures_and_signals": 0, "recommendations": 0, "outcomes": 0, "labels": 0}
     t1 = time.perf_counter()
     batch = 500
     for start in range(0, runs, batch):
-        with store.write() as db:
+        with store.db.write() as db:
             for i in range(start, min(start + batch, runs)):
                 agent, trace, resp = pool[i % len(pool)]
                 tid = f"bench-{i:06d}"
@@ -103,7 +103,7 @@ def seed_store(url: str, tenant: str, runs: int, days: float, seed: int) -> dict
                 rec = dict(resp.get("recommendation") or {})
                 rec["id"] = f"rec-{i:06d}"
                 response = {**resp, "trace_id": tid, "recommendation": rec}
-                store.put_trace(db, tenant=tenant, trace_id=tid, trace=trace, response=response, session_id=None,
+                store.traces.put_trace(db, tenant=tenant, trace_id=tid, trace=trace, response=response, session_id=None,
                                 task_type=agent, agent=agent)  # the run's agent, as if named
                 # the run's place in time (put_trace stamps "now")
                 db.execute(update(TraceRow).where(TraceRow.tenant_id == tenant, TraceRow.id == tid)
@@ -116,14 +116,14 @@ def seed_store(url: str, tenant: str, runs: int, days: float, seed: int) -> dict
                 if not resp.get("failures"):
                     continue
                 counts["failing"] += 1
-                store.put_recommendation(db, tenant=tenant, rec=rec, trace_id=tid, session_id=None,
+                store.sessions.put_recommendation(db, tenant=tenant, rec=rec, trace_id=tid, session_id=None,
                                          failure_key=f"{primary.get('kind')}@{primary.get('source_index')}",
                                          kind=primary.get("kind"), rung=0, attempt=1)
                 counts["recommendations"] += 1
                 if rng.random() < 0.5:
                     row = db.get(RecommendationRow, (tenant, rec["id"]))
                     assert row is not None
-                    store.add_outcome(db, tenant=tenant, rec=row, success=rng.random() < 0.55, duration_s=3.0,
+                    store.sessions.add_outcome(db, tenant=tenant, rec=row, success=rng.random() < 0.55, duration_s=3.0,
                                       cost=None, note="")
                     counts["outcomes"] += 1
                 db.execute(update(RecommendationRow).where(RecommendationRow.tenant_id == tenant,
@@ -135,7 +135,7 @@ def seed_store(url: str, tenant: str, runs: int, days: float, seed: int) -> dict
     counts["seconds_pool"] = round(t_pool, 1)
     counts["seconds_write"] = round(time.perf_counter() - t1, 1)
     counts["pool"] = len(pool)
-    store.dispose()
+    store.db.dispose()
     return counts
 
 
@@ -145,15 +145,15 @@ def time_grouping(url: str, tenant: str, days: float, failures: int) -> dict[str
     from dataclasses import replace
 
     from model.diagnosis.patterns import group_patterns
-    from serve.store import Store
+    from serve.store import Stores
 
-    store = Store(url)
+    store = Stores.at(url)
     until = datetime.now(UTC) + timedelta(minutes=5)
     since = until - timedelta(days=days + 1)
     t0 = time.perf_counter()
-    occ, repairs = store.pattern_inputs(tenant, since=since, until=until)
+    occ, repairs = store.reports.pattern_inputs(tenant, since=since, until=until)
     t_query = time.perf_counter() - t0
-    store.dispose()
+    store.db.dispose()
     times = []
     got: list[Any] = []
     for _ in range(5):
@@ -240,11 +240,11 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) 
     import httpx
 
     from serve.auth import create_key
-    from serve.store import Store
+    from serve.store import Stores
 
-    store = Store(url)
-    key, _ = create_key(store, tenant)
-    store.dispose()
+    store = Stores.at(url)
+    key, _ = create_key(store.keys, tenant)
+    store.db.dispose()
     proc, base = _serve(url, data)
     out = []
     try:

@@ -12,7 +12,7 @@ worker's ``triage_model_info`` lists it): a worker that never served a tenant ha
 
 Printed, per worker count:
 
-- **time to serve**: from ``Store.activate_model`` to the first answer naming the new version, and
+- **time to serve**: from ``ActivationStore.activate_model`` to the first answer naming the new version, and
   until every worker reports it in ``triage_model_info`` (median and max over the swaps);
 - **requests**: total, errors (anything but 200), and p50 / p99 latency in steady state and in the
   two seconds after each swap became visible (the load beside the old model, smoke check, swap);
@@ -76,7 +76,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
     import httpx
 
     from model.scoring.agent_registry import Registry
-    from serve.store import Store
+    from serve.store import Stores
 
     data = Path(tempfile.mkdtemp(prefix="bench-hot-swap-"))
     registry = Registry(data / "models")
@@ -84,7 +84,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
     if poll is not None:
         env.append(f"TRIAGE_MODEL_POLL_S={poll}")
     server = Server(workers, data, tenants=("acme", "globex", "ops"), extra_env=env)
-    store = Store(f"sqlite:///{data / 'triage.db'}")
+    store = Stores.at(f"sqlite:///{data / 'triage.db'}")
     versions = _versions(registry, swaps)
     trace = _trace(10, seed=3)
     trace["id"] = "bench-hot-swap"
@@ -136,7 +136,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
         steady_end = time.monotonic()
         for v in versions:
             t0 = time.monotonic()
-            store.activate_model("acme", v, actor="bench", agent=AGENT)
+            store.activations.activate_model("acme", v, actor="bench", agent=AGENT)
             seen_first = None
             on: set[str] = set()
             while time.monotonic() - t0 < 120:
@@ -158,7 +158,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
         for t in threads:
             t.join(timeout=60)
         server.stop()
-        store.dispose()
+        store.db.dispose()
     steady = [lat for t, lat, s, *_ in log if t < steady_end and s == 200]
     near = [lat for t, lat, s, *_ in log if s == 200 and any(0 <= t - v <= 2.0 for v in visible_at)]
     globex = {(mv, p) for _, _, s, tenant, mv, p in log if tenant == "globex" and s == 200}

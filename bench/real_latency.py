@@ -239,7 +239,7 @@ def profile(traces: dict[str, list[Trace]], ort_threads: int, top: int) -> None:
             print(f"\n# {what}: {calls} calls in process, {total / calls:.2f} ms each (profiler on); "
                   f"top {top} by cumulative time")
             pstats.Stats(prof).strip_dirs().sort_stats("cumulative").print_stats(top)
-        service.store.dispose()
+        service.stores.db.dispose()
 
 
 # -- main -------------------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ def install_agent_model(data: Path, tenant: str, agent: str) -> str:
     from model.scoring.agent_registry import Registry
     from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
     from serve.services.retrain import ZeroShotCache
-    from serve.store import Store
+    from serve.store import Stores
 
     runs = load_source("tau_airline")[:60]
     traces = [r.trace.model_copy(update={"labels": None}) for r in runs]
@@ -259,9 +259,9 @@ def install_agent_model(data: Path, tenant: str, agent: str) -> str:
                            config=AgentModelConfig(internal_folds=3))
     fit_s = time.perf_counter() - t0
     mv = Registry(data / "models").save(tenant, agent, model, parent=None, card="bench", report={}, data={})
-    store = Store(f"sqlite:///{data / 'triage.db'}")
-    store.activate_model(tenant, mv.version, actor="bench/real_latency.py", agent=agent)
-    store.dispose()
+    store = Stores.at(f"sqlite:///{data / 'triage.db'}")
+    store.activations.activate_model(tenant, mv.version, actor="bench/real_latency.py", agent=agent)
+    store.db.dispose()
     size = (mv.path / "agentmodel.json").stat().st_size
     return (f"agent model {agent} {mv.version}: fitted on 60 runs in {fit_s:.1f} s, {size / 1e6:.2f} MB, "
             f"at_risk threshold {model.at_risk_threshold}")

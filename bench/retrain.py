@@ -164,9 +164,9 @@ def timing(data: Path, n: int) -> dict[str, Any]:
         svc.add_label("timing", t.id, LabelRequest(failed=r.failed, author="checker", author_type="checker"))
     out = {"runs": len(runs)}
     for label in ("cold", "warm"):
-        res = retrain(svc.store, settings, "timing", promote=False)
+        res = retrain(svc.stores.activations, svc.stores.labels, settings, "timing", promote=False)
         out[f"{label}_s"] = res.seconds
-    svc.store.dispose()
+    svc.stores.db.dispose()
     return out
 
 

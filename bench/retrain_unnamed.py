@@ -34,20 +34,20 @@ def store_set(db_url: str, tenant: str, name: str, task_ids: bool = False) -> in
     """Store the set's runs, stripped, with their run-level labels; returns how many."""
     from model.core.agents import resolve_agent
     from model.data.realdata import load_source
-    from serve.store import Store
+    from serve.store import Stores
 
-    store = Store(db_url)
-    store.upgrade()
+    store = Stores.at(db_url)
+    store.db.upgrade()
     runs = load_source(name)
     for r in runs:
         t = r.trace.model_copy(deep=True)
         t.labels, t.task_type, t.metadata = None, None, {"task_id": r.group} if task_ids else {}
         t.id = "run-" + hashlib.sha256(r.trace.id.encode()).hexdigest()[:16]
-        with store.write() as db:
-            store.put_trace(db, tenant=tenant, trace_id=t.id, trace=t.model_dump(mode="json", exclude_none=True),
+        with store.db.write() as db:
+            store.traces.put_trace(db, tenant=tenant, trace_id=t.id, trace=t.model_dump(mode="json", exclude_none=True),
                             response={}, session_id=None, task_type=None, agent=resolve_agent(t, None))
-        store.add_label(tenant, t.id, failed=r.failed, author="checker", author_type="checker")
-    store.dispose()
+        store.labels.add_label(tenant, t.id, failed=r.failed, author="checker", author_type="checker")
+    store.db.dispose()
     return len(runs)
 
 

@@ -268,13 +268,13 @@ class Server:
         import httpx
 
         from serve.auth import create_key
-        from serve.store import Store
+        from serve.store import Stores
 
-        store = Store(database_url or f"sqlite:///{data / 'triage.db'}")
-        store.upgrade()
-        self.keys = {t: create_key(store, t)[0] for t in tenants}
+        store = Stores.at(database_url or f"sqlite:///{data / 'triage.db'}")
+        store.db.upgrade()
+        self.keys = {t: create_key(store.keys, t)[0] for t in tenants}
         self.key = self.keys[tenants[0]]
-        store.dispose()
+        store.db.dispose()
         self.port = live.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {

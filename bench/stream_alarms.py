@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def open_alarms() -> str:
             # runs naming no agent: each set's agent is inferred (issue 31), its streams its own
-            found = svc.store.all_open_alarms("default")
+            found = svc.stores.streams.all_open_alarms("default")
             return ", ".join(f"{a['agent']}/{a['name']} {a['alarm']['direction']} at {a['alarm']['index']}" for a in found)
 
         tau = unlabelled("tau_airline")
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             failed, signalled = kinds(resp)
             deg = "failure" if "degradation" in failed else "signal" if "degradation" in signalled else "none"
             print(f"  task type {task!s:12} degradation: {deg}; healthy={resp.healthy} failures={sorted(failed)}")
-        svc.store.dispose()
+        svc.stores.db.dispose()
     print(f"({time.perf_counter() - t0:.1f} s)")
     return 0
 

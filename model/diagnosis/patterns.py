@@ -27,7 +27,7 @@ runs (newest first) and the repair record: per strategy, how often it was recomm
 pattern's runs for that kind, how many outcomes came back and how many succeeded.
 
 :func:`group_patterns` is pure: it reads :class:`Occurrence` and :class:`RepairEvent` records (the
-store builds them: :meth:`serve.store.Store.pattern_inputs`) and returns :class:`Pattern` s.
+store builds them: :meth:`serve.store.reports.ReportStore.pattern_inputs`) and returns :class:`Pattern` s.
 
 >>> from datetime import UTC, datetime
 >>> at = datetime(2026, 12, 1, tzinfo=UTC)

@@ -2,7 +2,7 @@
 
 ``triage retrain`` saves every challenger here (:class:`~model.scoring.agentmodel.model.AgentModel`, one per
 agent with enough labelled runs, and the tenant's pooled one under :data:`POOLED`); which version a
-(tenant, agent) *serves* is recorded in the store (``Store.active_model(tenant, agent)``; no row:
+(tenant, agent) *serves* is recorded in the store (``ActivationStore.active_model(tenant, agent)``; no row:
 zero-shot, the shipped run scorer). The root is the setting ``TRIAGE_MODEL_REGISTRY`` (default
 ``<data_dir>/models``): several servers or workers need it on a path they all reach (a shared
 volume), since each loads the artefact itself.

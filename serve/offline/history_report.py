@@ -1,6 +1,6 @@
 """What a tenant's failure history says: the figures of ``research/03-failure-history.ipynb``.
 
-Every function reads the records of :meth:`serve.store.Store.iter_history` (a trace with its
+Every function reads the records of :meth:`serve.store.labels.LabelStore.iter_history` (a trace with its
 stored diagnosis, recommendations, outcomes and labels) and returns plain data; the notebook only
 plots and prints them.
 

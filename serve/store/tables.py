@@ -1,6 +1,6 @@
 """The failure-history tables (SQLAlchemy 2, declarative, typed).
 
-Every row is keyed by tenant; every read of :class:`serve.store.Store` filters on it. Trace
+Every row is keyed by tenant; every read of the stores (:class:`serve.store.Stores`) filters on it. Trace
 text is stored only after redaction (:mod:`serve.redaction`). The Alembic migrations in
 ``serve/migrations`` create exactly these tables; a test compares the two.
 
