@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from serve.app import create_app
 from serve.auth import create_key
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 from tests.secret_corpus import LOOKALIKES, SECRETS
 from tests.storefix import db_url  # noqa: F401  (fixture)
 from tests.test_redaction import leaked
@@ -43,10 +43,10 @@ class Api:
 
 @pytest.fixture
 def api(db_url: str, tmp_path: Path) -> Iterator[Api]:  # noqa: F811
-    store = Store(db_url)
-    store.upgrade()
-    keys = {t: create_key(store, t)[0] for t in ("acme", "globex", "ops")}
-    store.dispose()
+    store = Stores.at(db_url)
+    store.db.upgrade()
+    keys = {t: create_key(store.keys, t)[0] for t in ("acme", "globex", "ops")}
+    store.db.dispose()
     s = Settings(
         data_dir=tmp_path, database_url=db_url, classifier=False, auth="on", operator_tenants="ops", auth_cache_s=0
     )

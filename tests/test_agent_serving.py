@@ -45,12 +45,12 @@ def fitted() -> tuple[AgentModel, list[Any]]:
 def service(tmp_path: Path, fitted: tuple[AgentModel, list[Any]]) -> Iterator[TriageService]:
     settings = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 't.db'}")
     svc = build_service(settings, Diagnoser.with_shipped_models(classifier=False))
-    svc.diagnoses.models = build_models(settings, svc.store)
+    svc.diagnoses.models = build_models(settings, svc.stores.activations)
     reg = Registry(settings.resolved_model_registry)
     mv = reg.save("acme", AGENT, fitted[0], parent=None, card="test", report={}, data={})
-    svc.store.activate_model("acme", mv.version, actor="test", agent=AGENT)
+    svc.stores.activations.activate_model("acme", mv.version, actor="test", agent=AGENT)
     yield svc
-    svc.store.dispose()
+    svc.stores.db.dispose()
 
 
 def _bare(trace: Trace) -> Trace:
@@ -110,16 +110,16 @@ def test_a_corrupt_or_broken_model_is_refused_and_zero_shot_stays(tmp_path: Path
     settings = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 't.db'}")
     svc = build_service(settings, Diagnoser.with_shipped_models(classifier=False))
     try:
-        svc.diagnoses.models = build_models(settings, svc.store)
+        svc.diagnoses.models = build_models(settings, svc.stores.activations)
         reg = Registry(settings.resolved_model_registry)
         mv = reg.save("acme", AGENT, fitted[0], parent=None, card="", report={}, data={})
         (mv.path / "agentmodel.json").write_text("{}")  # edited after save: sha256 differs
-        svc.store.activate_model("acme", mv.version, actor="test", agent=AGENT)
+        svc.stores.activations.activate_model("acme", mv.version, actor="test", agent=AGENT)
         resp = svc.diagnose("acme", _bare(fitted[1][0].trace), DiagnoseOptions(agent=AGENT))
         assert resp.failure_probability_basis is not None and resp.failure_probability_basis.model == "zero-shot"
         assert svc.models.refused == {("acme", "load"): 1}
     finally:
-        svc.store.dispose()
+        svc.stores.db.dispose()
     broken = AgentModel.from_dict(fitted[0].to_dict())
     broken.at_risk_threshold = float("nan")
     with pytest.raises(SmokeCheckError, match="at_risk_threshold"):
@@ -135,12 +135,12 @@ def test_promotion_and_rollback_swap_in_without_a_restart(service: TriageService
     first = service.diagnose("acme", t, DiagnoseOptions(agent=AGENT)).failure_probability_basis
     assert first is not None and first.model == "agent"
     v1 = first.version
-    service.store.activate_model("acme", ZERO_SHOT, actor="test", action="rollback", agent=AGENT)
+    service.stores.activations.activate_model("acme", ZERO_SHOT, actor="test", action="rollback", agent=AGENT)
     service.models.poll()
     after = service.diagnose("acme", t, DiagnoseOptions(agent=AGENT)).failure_probability_basis
     assert after is not None and after.model == "zero-shot"
     assert v1 is not None
-    service.store.activate_model("acme", v1.split("@")[1], actor="test", agent=AGENT)
+    service.stores.activations.activate_model("acme", v1.split("@")[1], actor="test", agent=AGENT)
     service.models.poll()
     again = service.diagnose("acme", t, DiagnoseOptions(agent=AGENT)).failure_probability_basis
     assert again is not None and again.model == "agent" and again.version == v1

@@ -19,7 +19,7 @@ from model.importers import load_trace
 from serve.schemas import AppendStepsRequest
 from serve.services.triage import TriageService
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 from serve.store.migrate import current_revision, upgrade
 from serve.wiring import build_service
 from tests.storefix import db_url  # noqa: F401  (fixture)
@@ -73,11 +73,11 @@ def test_an_unusable_agent_name_is_refused_naming_the_field(bad: str) -> None:
 def service(db_url: str) -> Iterator[TriageService]:  # noqa: F811
     svc = build_service(Settings(database_url=db_url), Diagnoser())
     yield svc
-    svc.store.dispose()
+    svc.stores.db.dispose()
 
 
 def _agent_of(service: TriageService, tenant: str, trace_id: str) -> str:
-    row = service.store.get_trace(tenant, trace_id)
+    row = service.stores.traces.get_trace(tenant, trace_id)
     assert row is not None
     return row.agent
 
@@ -121,10 +121,10 @@ def test_otlp_sessions_take_the_root_agent_span(service: TriageService) -> None:
 
 
 def test_migration_0007_keeps_every_row_and_gives_old_runs_their_agent(db_url: str) -> None:  # noqa: F811
-    store = Store(db_url)
+    store = Stores.at(db_url)
     try:
-        upgrade(store.engine, "0006")
-        with store.engine.begin() as conn:
+        upgrade(store.db.engine, "0006")
+        with store.db.engine.begin() as conn:
             for tid, task in (("a", "refunds"), ("b", None), ("c", "")):
                 conn.execute(text(
                     "INSERT INTO traces (tenant_id, id, session_id, task_type, created_at, updated_at, n_steps, "
@@ -134,18 +134,18 @@ def test_migration_0007_keeps_every_row_and_gives_old_runs_their_agent(db_url: s
                                                  "trace": json.dumps({"id": tid, "steps": []}), "resp": "{}"})
             conn.execute(text("INSERT INTO model_activations (tenant_id, version, activated_at, actor, action) "
                               "VALUES ('acme', 'v1-20261201T110000Z', '2026-12-01 11:00:00', 'alice', 'promote')"))
-        upgrade(store.engine, "0007")  # (later revisions, e.g. 0008, are not what this tests)
-        assert current_revision(store.engine) == "0007"
-        with store.engine.connect() as conn:
+        upgrade(store.db.engine, "0007")  # (later revisions, e.g. 0008, are not what this tests)
+        assert current_revision(store.db.engine) == "0007"
+        with store.db.engine.connect() as conn:
             agents = dict(conn.execute(text("SELECT id, agent FROM traces ORDER BY id")).all())
         assert agents == {"a": "refunds", "b": POOL_AGENT, "c": POOL_AGENT}
         # the tenant-wide run scorer's activation stays as history, and serves no agent
-        assert store.model_history("acme") == [
-            {"agent": None, "version": "v1-20261201T110000Z", "activated_at": store.model_history("acme")[0][
+        assert store.activations.model_history("acme") == [
+            {"agent": None, "version": "v1-20261201T110000Z", "activated_at": store.activations.model_history("acme")[0][
                 "activated_at"], "actor": "alice", "action": "promote"}]
-        assert store.active_model("acme", "refunds") is None
-        store.activate_model("acme", "v2-20261204T110000Z", actor="bob", agent="refunds")
-        assert store.active_model("acme", "refunds") == "v2-20261204T110000Z"
-        assert store.active_models("acme") == {"refunds": "v2-20261204T110000Z"}
+        assert store.activations.active_model("acme", "refunds") is None
+        store.activations.activate_model("acme", "v2-20261204T110000Z", actor="bob", agent="refunds")
+        assert store.activations.active_model("acme", "refunds") == "v2-20261204T110000Z"
+        assert store.activations.active_models("acme") == {"refunds": "v2-20261204T110000Z"}
     finally:
-        store.dispose()
+        store.db.dispose()

@@ -32,7 +32,7 @@ from serve.schemas import AppendStepsRequest
 from serve.services.agents import Agents
 from serve.services.triage import TriageService
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 from serve.store.migrate import downgrade
 from serve.store.migrate import upgrade as migrate_to
 from serve.store.tables import AgentRow, FailureRow, ObservationRow, SessionRow, StreamRow, TraceRow
@@ -62,7 +62,7 @@ def real() -> dict[str, list[RealRun]]:
 def service(tmp_path: Path) -> Iterator[TriageService]:
     svc = build_service(Settings(data_dir=tmp_path), Diagnoser())  # every default: the streams auto-fed
     yield svc
-    svc.store.dispose()
+    svc.stores.db.dispose()
 
 
 def _degraded(resp: Any) -> bool:
@@ -125,11 +125,11 @@ def test_a_stray_first_run_is_merged_into_the_agent_that_later_takes_it(service:
     main = [service.diagnose("t", team_run(rng).model_copy(update={"id": f"r{i}"}), DiagnoseOptions())
             for i in range(9)]
     assert stray.agent != main[0].agent and len({x.agent for x in main}) == 1
-    assert service.store.stored_agent("t", "odd") == (stray.agent, "inferred")
+    assert service.stores.agents.stored_agent("t", "odd") == (stray.agent, "inferred")
     streams_before = _stream_counts(service, main[0].agent)
     tenth = service.diagnose("t", team_run(rng).model_copy(update={"id": "r9"}), DiagnoseOptions())
     assert tenth.agent == main[0].agent
-    assert service.store.stored_agent("t", "odd") == (main[0].agent, "inferred")  # re-keyed
+    assert service.stores.agents.stored_agent("t", "odd") == (main[0].agent, "inferred")  # re-keyed
     listed = service.agents.list("t")
     assert [a["key"] for a in listed] == [main[0].agent] and listed[0]["runs"] == 11
     assert listed[0]["aliases"] == [stray.agent]
@@ -149,22 +149,22 @@ def test_a_stray_first_run_is_merged_into_the_agent_that_later_takes_it(service:
 
 
 def _stream_counts(service: TriageService, agent: str) -> dict[str, int]:
-    with service.store.read() as db:
+    with service.stores.db.read() as db:
         return {r.name: int(r.n) for r in db.execute(select(StreamRow.name, StreamRow.n)
                                                      .where(StreamRow.tenant_id == "t", StreamRow.agent == agent))}
 
 
 def _stream_state(service: TriageService, agent: str) -> dict[str, bool]:
-    with service.store.read() as db:
+    with service.stores.db.read() as db:
         return {r.name: bool(r.state) for r in db.execute(select(StreamRow.name, StreamRow.state)
                                                           .where(StreamRow.tenant_id == "t", StreamRow.agent == agent))}
 
 
 def test_concurrent_workers_create_one_agent(db_url: str, real: dict[str, list[RealRun]]) -> None:  # noqa: F811
-    stores = [Store(db_url) for _ in range(4)]
-    stores[0].upgrade()
+    stores = [Stores.at(db_url) for _ in range(4)]
+    stores[0].db.upgrade()
     try:
-        workers = [Agents(s) for s in stores]  # four workers, each with its own copy of the profiles
+        workers = [Agents(s.agents) for s in stores]  # four workers, each with its own copy of the profiles
         runs = [stranger(r.trace) for r in real[A][:16]]
         got: list[str] = []
         start = threading.Barrier(4)
@@ -180,26 +180,26 @@ def test_concurrent_workers_create_one_agent(db_url: str, real: dict[str, list[R
         for th in threads:
             th.join()
         assert len(set(got)) == 1 and len(got) == 16
-        assert [r["key"] for r in stores[0].agent_rows("t")] == got[:1]
+        assert [r["key"] for r in stores[0].agents.agent_rows("t")] == got[:1]
     finally:
         for s in stores:
-            s.dispose()
+            s.db.dispose()
 
 
 # -- over real HTTP: list, rename, merge, split ---------------------------------------------------------
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     work = tmp_path_factory.mktemp("agents-http")
-    store = Store(f"sqlite:///{work / 'triage.db'}")
-    store.upgrade()
-    key, _ = create_key(store, "acme")
-    op_key, _ = create_key(store, "ops", operator=True)
+    store = Stores.at(f"sqlite:///{work / 'triage.db'}")
+    store.db.upgrade()
+    key, _ = create_key(store.keys, "acme")
+    op_key, _ = create_key(store.keys, "ops", operator=True)
     server = LiveServer(env={"TRIAGE_DATA_DIR": str(work), "TRIAGE_AUTH": "on", "TRIAGE_CLASSIFIER": "false"}).wait_ready()
     try:
         yield {"url": server.url, "key": key, "op": op_key, "store": store}
     finally:
         server.stop()
-        store.dispose()
+        store.db.dispose()
 
 
 def _post(srv: dict[str, Any], run: RealRun, **options: Any) -> dict[str, Any]:
@@ -240,18 +240,18 @@ def test_rename_merge_and_split_over_http_and_the_next_run_follows(
     assert (nxt["agent"], nxt["agent_source"]) == ("hotpot-bot", "inferred")
     old = _post(srv, a_runs[5], agent=a_key)
     assert (old["agent"], old["agent_source"]) == ("hotpot-bot", "option")
-    assert srv["store"].get_trace("acme", a_first[0]["trace_id"]).agent == "hotpot-bot"  # the past moved
+    assert srv["store"].traces.get_trace("acme", a_first[0]["trace_id"]).agent == "hotpot-bot"  # the past moved
 
     # merge the other agent into it: its runs and streams move; its next runs come here
-    streams_before = srv["store"].get_stream("acme", "output_chars", "hotpot-bot")
+    streams_before = srv["store"].streams.get_stream("acme", "output_chars", "hotpot-bot")
     assert streams_before is not None and streams_before.n == 6
     r = _act(srv, "merge", {"agent": b_key, "into": "hotpot-bot"})
     assert r.status_code == 200, r.text
     merged = r.json()["agents"][0]
     assert merged["runs"] == 10 and sorted(merged["aliases"]) == sorted([a_key, b_key])
-    after = srv["store"].get_stream("acme", "output_chars", "hotpot-bot")
+    after = srv["store"].streams.get_stream("acme", "output_chars", "hotpot-bot")
     assert after is not None and after.n == 10 and after.state == {}  # warm-up again (documented)
-    assert srv["store"].get_stream("acme", "output_chars", b_key) is None
+    assert srv["store"].streams.get_stream("acme", "output_chars", b_key) is None
     assert _post(srv, b_runs[4])["agent"] == "hotpot-bot"
     keys = [a["key"] for a in httpx.get(f"{srv['url']}/v1/agents", headers=api, timeout=30).json()["agents"]]
     assert b_key not in keys and a_key not in keys
@@ -261,7 +261,7 @@ def test_rename_merge_and_split_over_http_and_the_next_run_follows(
     r = _act(srv, "split", {"agent": "hotpot-bot", "trace_ids": b_ids, "name": "airline-bot"})
     assert r.status_code == 200, r.text
     assert r.json()["agents"][0]["runs"] == 4 and r.json()["agents"][0]["source"] == "split"
-    assert srv["store"].get_trace("acme", b_ids[0]).agent == "airline-bot"
+    assert srv["store"].traces.get_trace("acme", b_ids[0]).agent == "airline-bot"
     assert _post(srv, b_runs[6])["agent"] == "airline-bot"
     assert _post(srv, a_runs[6])["agent"] == "hotpot-bot"
     # back to an old name of its own: the alias becomes the agent again, the name it had an alias
@@ -301,13 +301,13 @@ def test_bad_corrections_get_a_4xx_naming_the_field(srv: dict[str, Any], real: d
 # -- revision 0013 -----------------------------------------------------------------------------------------
 def test_migration_0013_gives_the_pools_runs_inferred_agents(
         db_url: str, tmp_path: Path, real: dict[str, list[RealRun]]) -> None:  # noqa: F811
-    store = Store(db_url)
+    store = Stores.at(db_url)
     try:
-        migrate_to(store.engine, "0012")
+        migrate_to(store.db.engine, "0012")
         now = datetime(2026, 12, 1, 10, 0)
         runs = [(f"{name}-{i}", stranger(r.trace)) for name in (A, B) for i, r in enumerate(real[name][100:106])]
         runs.sort(key=lambda x: x[0][-1])  # the two agents interleaved
-        with store.engine.begin() as conn:
+        with store.db.engine.begin() as conn:
             for n, (tid, trace) in enumerate(runs):
                 conn.execute(TraceRow.__table__.insert().values(
                     tenant_id="acme", id=tid, created_at=now.replace(minute=n), updated_at=now.replace(minute=n),
@@ -332,8 +332,8 @@ def test_migration_0013_gives_the_pools_runs_inferred_agents(
                 tenant_id="acme", id="named", created_at=now, updated_at=now, n_steps=0, healthy=True,
                 model_version="", shadow=False, trace={"id": "named", "steps": []}, response={}, steps_in_rows=False,
                 agent="desk"))
-        store.upgrade()
-        with store.read() as db:
+        store.db.upgrade()
+        with store.db.read() as db:
             agent_of = {r.id: r.agent for r in db.scalars(select(TraceRow))}
             rows = {r.key: r for r in db.scalars(select(AgentRow))}
             fails = {r.trace_id: r.agent for r in db.scalars(select(FailureRow))}
@@ -360,13 +360,13 @@ def test_migration_0013_gives_the_pools_runs_inferred_agents(
             step = svc.append_steps("acme", "live", AppendStepsRequest(messages=[{"role": "user", "content": "ok"}]))
             assert (step.agent, step.agent_source) == (a_key, "inferred")
         finally:
-            svc.store.dispose()
-        downgrade(store.engine, "0012")
-        with store.read() as db:
+            svc.stores.db.dispose()
+        downgrade(store.db.engine, "0012")
+        with store.db.read() as db:
             back = {r.id: r.agent for r in db.scalars(select(TraceRow))}
         assert {back[t] for t, _ in runs} == {"_pool"} and back["named"] == "desk"
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 def test_console_and_cli_list_the_agents_as_the_api_does(
@@ -393,9 +393,9 @@ def test_console_and_cli_list_the_agents_as_the_api_does(
     assert {(a["key"], a["name"], a["runs"]) for a in page["known_agents"]} == want
     html = c.get("/ui/models").text
     assert all(f'data-agent="{k}"' in html for k, _, _ in want)
-    data = Path(srv["store"].url.removeprefix("sqlite:///")).parent
+    data = Path(srv["store"].db.url.removeprefix("sqlite:///")).parent
     monkeypatch.setenv("TRIAGE_DATA_DIR", str(data))
-    monkeypatch.setenv("TRIAGE_DATABASE_URL", srv["store"].url)
+    monkeypatch.setenv("TRIAGE_DATABASE_URL", srv["store"].db.url)
     get_settings.cache_clear()
     try:
         runner = CliRunner()

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from serve.auth import KeyCache, create_key, ensure_local_key, generate_key, hash_key
-from serve.store import Store
+from serve.store import Stores
 from serve.store.tables import ApiKey
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'k.db'}")
-    s.upgrade()
+def store(tmp_path: Path) -> Stores:
+    s = Stores.at(f"sqlite:///{tmp_path / 'k.db'}")
+    s.db.upgrade()
     return s
 
 
@@ -25,36 +25,36 @@ def test_key_shape_and_hash() -> None:
     assert generate_key()[0] != key
 
 
-def test_only_the_hash_is_stored(store: Store) -> None:
-    key, key_id = create_key(store, "acme", "ci")
-    rows = store.list_api_keys()
+def test_only_the_hash_is_stored(store: Stores) -> None:
+    key, key_id = create_key(store.keys, "acme", "ci")
+    rows = store.keys.list_api_keys()
     assert [(r.id, r.tenant_id, r.label) for r in rows] == [(key_id, "acme", "ci")]
-    with store.engine.connect() as conn:
+    with store.db.engine.connect() as conn:
         dump = "\n".join(str(r) for r in conn.exec_driver_sql("SELECT * FROM api_keys"))
     assert key not in dump and hash_key(key) in dump
-    assert store.count_rows(ApiKey) == 1
+    assert store.reports.count_rows(ApiKey) == 1
 
 
-def test_cache_and_revocation(store: Store) -> None:
-    key, key_id = create_key(store, "acme")
+def test_cache_and_revocation(store: Stores) -> None:
+    key, key_id = create_key(store.keys, "acme")
     fresh = KeyCache(ttl_s=0)
     cached = KeyCache(ttl_s=3600)
-    assert fresh.lookup(store, key).tenant == "acme"  # type: ignore[union-attr]
-    assert cached.lookup(store, key).key_id == key_id  # type: ignore[union-attr]
-    assert store.revoke_api_key(key_id)
-    assert fresh.lookup(store, key) is None
-    assert cached.lookup(store, key) is not None  # until its TTL runs out (TRIAGE_AUTH_CACHE_S)
-    assert fresh.lookup(store, key + "x") is None
+    assert fresh.lookup(store.keys, key).tenant == "acme"  # type: ignore[union-attr]
+    assert cached.lookup(store.keys, key).key_id == key_id  # type: ignore[union-attr]
+    assert store.keys.revoke_api_key(key_id)
+    assert fresh.lookup(store.keys, key) is None
+    assert cached.lookup(store.keys, key) is not None  # until its TTL runs out (TRIAGE_AUTH_CACHE_S)
+    assert fresh.lookup(store.keys, key + "x") is None
 
 
-def test_local_key_file_created_once_and_replaced_when_invalid(store: Store, tmp_path: Path) -> None:
+def test_local_key_file_created_once_and_replaced_when_invalid(store: Stores, tmp_path: Path) -> None:
     path = tmp_path / "sub" / "local.key"
-    key, created = ensure_local_key(store, path)
+    key, created = ensure_local_key(store.keys, path)
     assert created and path.read_text().strip() == key
     assert oct(path.stat().st_mode & 0o777) == "0o600"
-    assert ensure_local_key(store, path) == (key, False)
-    store.revoke_api_key(key.split("_")[1])
-    key2, created2 = ensure_local_key(store, path)
+    assert ensure_local_key(store.keys, path) == (key, False)
+    store.keys.revoke_api_key(key.split("_")[1])
+    key2, created2 = ensure_local_key(store.keys, path)
     assert created2 and key2 != key
 
 
@@ -111,13 +111,13 @@ def test_http_key_check_revocation_and_auth_off_warning(
 
     settings = Settings(data_dir=tmp_path / "on", auth_cache_s=0, classifier=False)
     with TestClient(create_app(settings)) as client:
-        store: Store = client.app.state.store  # type: ignore[attr-defined]
-        key, key_id = create_key(store, "acme")
+        store: Stores = client.app.state.service.stores  # type: ignore[attr-defined]
+        key, key_id = create_key(store.keys, "acme")
         h = {"Authorization": f"Bearer {key}"}
         assert client.get("/v1/traces", headers=h).status_code == 200
         assert client.get("/v1/traces").status_code == 401
         assert client.get("/v1/traces", headers={"Authorization": "Basic abc"}).status_code == 401
-        store.revoke_api_key(key_id)
+        store.keys.revoke_api_key(key_id)
         r = client.get("/v1/traces", headers=h)
         assert r.status_code == 401 and r.json()["detail"][0]["msg"] == "unknown or revoked API key"
     caplog.set_level(logging.WARNING, logger="triage.auth")

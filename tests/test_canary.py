@@ -21,7 +21,7 @@ import serve.store.verdict as verdict_module
 from serve.auth import create_key
 from serve.services.canary import BUCKETS, assign_arm, bucket, median_recovery_s
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 from tests.conftest import ROOT, LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
@@ -168,10 +168,10 @@ def _server(url: str, data: Any, percent: float) -> LiveServer:
 
 @pytest.mark.slow
 def test_canary_arms_end_to_end(db_url: str, tmp_path: Any) -> None:  # noqa: F811
-    store = Store(db_url)
-    store.upgrade()
-    keys = {t: create_key(store, t)[0] for t in ("acme", "globex", "ops")}
-    store.dispose()
+    store = Stores.at(db_url)
+    store.db.upgrade()
+    keys = {t: create_key(store.keys, t)[0] for t in ("acme", "globex", "ops")}
+    store.db.dispose()
     acme_repair = _ids("acme", "repair", 3, 40.0, "conv")
     acme_shadow = _ids("acme", "shadow", 3, 40.0, "conv")
     srv = _server(db_url, tmp_path, 40.0)

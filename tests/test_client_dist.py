@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from serve.auth import create_key
-from serve.store import Store
+from serve.store import Stores
 from tests.conftest import ROOT, LiveServer
 
 pytestmark = pytest.mark.slow
@@ -40,10 +40,10 @@ def test_client_installs_alone_and_passes_its_tests(tmp_path: Path) -> None:
 
     data = tmp_path / "data"
     data.mkdir()
-    store = Store(f"sqlite:///{data / 'triage.db'}")
-    store.upgrade()
-    key = create_key(store, "client-tests")[0]
-    store.dispose()
+    store = Stores.at(f"sqlite:///{data / 'triage.db'}")
+    store.db.upgrade()
+    key = create_key(store.keys, "client-tests")[0]
+    store.db.dispose()
     server = LiveServer(env={"TRIAGE_DATA_DIR": str(data), "TRIAGE_AUTH": "on", "TRIAGE_AUTH_CACHE_S": "0"})
     try:
         server.wait_ready()

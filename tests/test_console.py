@@ -18,7 +18,7 @@ from sqlalchemy import inspect, text
 
 from serve.auth import create_key, find_ui_session, hash_key, open_ui_session
 from serve.examples import OPENAI_LOOP
-from serve.store import Store
+from serve.store import Stores
 from serve.store.migrate import downgrade
 from serve.store.migrate import upgrade as migrate_to
 from tests.conftest import LiveServer
@@ -30,64 +30,64 @@ PAGES = ["/ui/overview", "/ui/patterns", "/ui/runs", "/ui/queue", "/ui/models", 
 # -- migration 0009 and the session store, on SQLite and PostgreSQL ------------------------------------
 
 def test_migration_0009_adds_ui_sessions_and_keeps_rows(db_url: str) -> None:  # noqa: F811
-    store = Store(db_url)
+    store = Stores.at(db_url)
     try:
-        migrate_to(store.engine, "0008")  # the revision 0009 revises
-        with store.engine.begin() as conn:
+        migrate_to(store.db.engine, "0008")  # the revision 0009 revises
+        with store.db.engine.begin() as conn:
             conn.execute(text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', '2026-01-01 00:00:00')"))
             conn.execute(text("INSERT INTO api_keys (id, tenant_id, key_hash, label, created_at) "
                               "VALUES ('k1', 't', 'h1', '', '2026-01-01 00:00:00')"))
-        assert "ui_sessions" not in inspect(store.engine).get_table_names()
-        migrate_to(store.engine, "0009")
-        assert "ui_sessions" in inspect(store.engine).get_table_names()
-        with store.engine.connect() as conn:
+        assert "ui_sessions" not in inspect(store.db.engine).get_table_names()
+        migrate_to(store.db.engine, "0009")
+        assert "ui_sessions" in inspect(store.db.engine).get_table_names()
+        with store.db.engine.connect() as conn:
             assert conn.execute(text("SELECT id FROM api_keys")).scalar_one() == "k1"  # nothing lost
-        store.add_ui_session("a" * 64, tenant="t", key_id="k1", csrf="c", expires_at=datetime.now(UTC) + timedelta(hours=1))
+        store.keys.add_ui_session("a" * 64, tenant="t", key_id="k1", csrf="c", expires_at=datetime.now(UTC) + timedelta(hours=1))
         # a session reads its key's operator flag, which the next revision (0010) adds: the session
         # opened at 0009 lives on after it
-        migrate_to(store.engine, "0010")
-        got = store.find_ui_session("a" * 64)
+        migrate_to(store.db.engine, "0010")
+        got = store.keys.find_ui_session("a" * 64)
         assert got is not None and got[1] is False
-        downgrade(store.engine, "0008")
-        assert "ui_sessions" not in inspect(store.engine).get_table_names()
-        store.upgrade()
+        downgrade(store.db.engine, "0008")
+        assert "ui_sessions" not in inspect(store.db.engine).get_table_names()
+        store.db.upgrade()
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 def test_migration_0010_adds_operator_keys_label_withdrawal_and_failure_tools(db_url: str) -> None:  # noqa: F811
-    store = Store(db_url)
+    store = Stores.at(db_url)
     try:
-        migrate_to(store.engine, "0009")  # the revision 0010 revises
-        with store.engine.begin() as conn:
+        migrate_to(store.db.engine, "0009")  # the revision 0010 revises
+        with store.db.engine.begin() as conn:
             conn.execute(text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', '2026-01-01 00:00:00')"))
             conn.execute(text("INSERT INTO api_keys (id, tenant_id, key_hash, label, created_at) "
                               "VALUES ('k1', 't', 'h1', '', '2026-01-01 00:00:00')"))
 
         def columns(table: str) -> set[str]:
-            return {c["name"] for c in inspect(store.engine).get_columns(table)}
+            return {c["name"] for c in inspect(store.db.engine).get_columns(table)}
 
         assert "operator" not in columns("api_keys") and "withdrawn_at" not in columns("labels")
         assert "tool" not in columns("failures")
-        migrate_to(store.engine, "0010")
+        migrate_to(store.db.engine, "0010")
         assert "operator" in columns("api_keys") and "withdrawn_at" in columns("labels")
         assert "tool" in columns("failures")
-        with store.engine.connect() as conn:  # the key kept, not an operator
+        with store.db.engine.connect() as conn:  # the key kept, not an operator
             assert conn.execute(text("SELECT id, operator FROM api_keys")).one() == ("k1", False)
-        downgrade(store.engine, "0009")
+        downgrade(store.db.engine, "0009")
         assert "operator" not in columns("api_keys") and "tool" not in columns("failures")
-        with store.engine.connect() as conn:
+        with store.db.engine.connect() as conn:
             assert conn.execute(text("SELECT id FROM api_keys")).scalar_one() == "k1"
-        store.upgrade()
+        store.db.upgrade()
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 def test_migration_0011_indexes_recommendations_and_outcomes_by_trace(db_url: str) -> None:  # noqa: F811
-    store = Store(db_url)
+    store = Stores.at(db_url)
     try:
-        migrate_to(store.engine, "0010")
-        with store.engine.begin() as conn:
+        migrate_to(store.db.engine, "0010")
+        with store.db.engine.begin() as conn:
             conn.execute(text("INSERT INTO recommendations (tenant_id, id, trace_id, strategy, rung, attempt, status, "
                               "created_at, body) VALUES ('t', 'r1', 'x1', 'retry', 0, 1, 'open', "
                               "'2026-01-01 00:00:00', '{}')"))
@@ -95,20 +95,20 @@ def test_migration_0011_indexes_recommendations_and_outcomes_by_trace(db_url: st
                               "created_at) VALUES ('t', 'r1', 'x1', 'retry', true, '', '2026-01-01 00:00:00')"))
 
         def indexes(table: str) -> set[str]:
-            return {str(i["name"]) for i in inspect(store.engine).get_indexes(table)}
+            return {str(i["name"]) for i in inspect(store.db.engine).get_indexes(table)}
 
         assert "ix_recs_tenant_trace" not in indexes("recommendations")
-        migrate_to(store.engine, "0011")
+        migrate_to(store.db.engine, "0011")
         assert "ix_recs_tenant_trace" in indexes("recommendations")
         assert "ix_outcomes_tenant_trace" in indexes("outcomes")
-        with store.engine.connect() as conn:  # the rows kept
+        with store.db.engine.connect() as conn:  # the rows kept
             assert conn.execute(text("SELECT trace_id FROM recommendations")).scalar_one() == "x1"
             assert conn.execute(text("SELECT trace_id FROM outcomes")).scalar_one() == "x1"
-        downgrade(store.engine, "0010")
+        downgrade(store.db.engine, "0010")
         assert "ix_outcomes_tenant_trace" not in indexes("outcomes")
-        store.upgrade()
+        store.db.upgrade()
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 def test_overview_finds_a_runs_repairs_by_its_trace_not_by_scanning_the_tenant(tmp_path: Path) -> None:
@@ -118,16 +118,16 @@ def test_overview_finds_a_runs_repairs_by_its_trace_not_by_scanning_the_tenant(t
 
     import serve.ui.data as ui_data
 
-    store = Store(f"sqlite:///{tmp_path / 'plan.db'}")
-    store.upgrade()
+    store = Stores.at(f"sqlite:///{tmp_path / 'plan.db'}")
+    store.db.upgrade()
     seen: list[tuple[str, Any]] = []
-    event.listen(store.engine, "before_cursor_execute",
+    event.listen(store.db.engine, "before_cursor_execute",
                  lambda conn, cur, statement, params, ctx, many: seen.append((statement, params)))
     try:
         now = datetime.now(UTC)
         ui_data.overview(store, "t", since=now - timedelta(days=7), until=now, agent=None)
         plans = {}
-        with store.engine.connect() as conn:
+        with store.db.engine.connect() as conn:
             for statement, params in seen:
                 for table in ("recommendations", "outcomes"):
                     if statement.lstrip().startswith(f"SELECT {table}."):
@@ -136,7 +136,7 @@ def test_overview_finds_a_runs_repairs_by_its_trace_not_by_scanning_the_tenant(t
         assert "ix_recs_tenant_trace (tenant_id=? AND trace_id=?)" in plans["recommendations"], plans
         assert "ix_outcomes_tenant_trace (tenant_id=? AND trace_id=?)" in plans["outcomes"], plans
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 def test_overview_chart_counts_each_failed_run_once_over_the_windows_days(tmp_path: Path) -> None:
@@ -161,7 +161,7 @@ def test_overview_chart_counts_each_failed_run_once_over_the_windows_days(tmp_pa
         for i, steps in enumerate([ignored, ignored, healthy]):
             service.diagnose("t", Trace.model_validate({"id": f"r{i}", "steps": steps}), DiagnoseOptions())
         now = datetime.now(UTC)
-        got = ui_data.overview(service.store, "t", since=now - timedelta(days=7), until=now, agent=None)
+        got = ui_data.overview(service.stores, "t", since=now - timedelta(days=7), until=now, agent=None)
         assert got["totals"]["failed"] == 2
         assert sum(sum(v) for v in got["spectrum"]["kinds"].values()) == 2
         days = got["spectrum"]["days"]
@@ -171,7 +171,7 @@ def test_overview_chart_counts_each_failed_run_once_over_the_windows_days(tmp_pa
         kinds = {(f["kind"]) for f in service.get_trace("t", "r0").diagnosis["failures"]}
         assert len(kinds) >= 2, kinds
     finally:
-        service.store.dispose()
+        service.stores.db.dispose()
 
 
 def test_a_tool_calls_arguments_are_shown_once() -> None:
@@ -190,32 +190,32 @@ def test_a_tool_calls_arguments_are_shown_once() -> None:
 
 
 def test_sessions_end_on_sign_out_expiry_and_key_revocation(db_url: str) -> None:  # noqa: F811
-    store = Store(db_url)
-    store.upgrade()
+    store = Stores.at(db_url)
+    store.db.upgrade()
     try:
-        key, key_id = create_key(store, "acme")
-        assert open_ui_session(store, "trg_nope_" + "x" * 20, ttl=timedelta(hours=1)) is None
-        assert open_ui_session(store, "not a key", ttl=timedelta(hours=1)) is None
-        token = open_ui_session(store, key, ttl=timedelta(hours=1))
+        key, key_id = create_key(store.keys, "acme")
+        assert open_ui_session(store.keys, "trg_nope_" + "x" * 20, ttl=timedelta(hours=1)) is None
+        assert open_ui_session(store.keys, "not a key", ttl=timedelta(hours=1)) is None
+        token = open_ui_session(store.keys, key, ttl=timedelta(hours=1))
         assert token is not None and key not in token
-        got = find_ui_session(store, token)
+        got = find_ui_session(store.keys, token)
         assert got is not None and got.principal.tenant == "acme" and got.principal.key_id == key_id
-        with store.engine.connect() as conn:  # the store keeps the token's hash, never the token
+        with store.db.engine.connect() as conn:  # the store keeps the token's hash, never the token
             ids = [r[0] for r in conn.execute(text("SELECT id FROM ui_sessions"))]
         assert ids == [hash_key(token)]
-        assert store.revoke_ui_session(got.token_hash) and find_ui_session(store, token) is None
-        assert not store.revoke_ui_session(got.token_hash)
+        assert store.keys.revoke_ui_session(got.token_hash) and find_ui_session(store.keys, token) is None
+        assert not store.keys.revoke_ui_session(got.token_hash)
         # expiry
-        short = open_ui_session(store, key, ttl=timedelta(seconds=-1))
-        assert find_ui_session(store, short) is None
+        short = open_ui_session(store.keys, key, ttl=timedelta(seconds=-1))
+        assert find_ui_session(store.keys, short) is None
         # revoking the key ends every session opened with it
-        t2, t3 = open_ui_session(store, key, ttl=timedelta(hours=1)), open_ui_session(store, key, ttl=timedelta(hours=1))
-        assert find_ui_session(store, t2) is not None and find_ui_session(store, t3) is not None
-        assert store.revoke_api_key(key_id)
-        assert find_ui_session(store, t2) is None and find_ui_session(store, t3) is None
-        assert open_ui_session(store, key, ttl=timedelta(hours=1)) is None
+        t2, t3 = open_ui_session(store.keys, key, ttl=timedelta(hours=1)), open_ui_session(store.keys, key, ttl=timedelta(hours=1))
+        assert find_ui_session(store.keys, t2) is not None and find_ui_session(store.keys, t3) is not None
+        assert store.keys.revoke_api_key(key_id)
+        assert find_ui_session(store.keys, t2) is None and find_ui_session(store.keys, t3) is None
+        assert open_ui_session(store.keys, key, ttl=timedelta(hours=1)) is None
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 # -- over HTTP ---------------------------------------------------------------------------------------
@@ -223,11 +223,11 @@ def test_sessions_end_on_sign_out_expiry_and_key_revocation(db_url: str) -> None
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     work = tmp_path_factory.mktemp("console")
-    store = Store(f"sqlite:///{work / 'triage.db'}")
-    store.upgrade()
-    key, key_id = create_key(store, "acme")
-    other, _ = create_key(store, "other")
-    store.dispose()
+    store = Stores.at(f"sqlite:///{work / 'triage.db'}")
+    store.db.upgrade()
+    key, key_id = create_key(store.keys, "acme")
+    other, _ = create_key(store.keys, "other")
+    store.db.dispose()
     server = LiveServer(env={"TRIAGE_DATA_DIR": str(work), "TRIAGE_AUTH": "on"}).wait_ready()
     ids = []
     for k in (key, other):
@@ -294,16 +294,16 @@ def test_sign_in_cookie_and_sign_out(srv: dict[str, Any]) -> None:
 
 
 def test_revoking_the_key_ends_the_session(srv: dict[str, Any]) -> None:
-    store = Store(f"sqlite:///{srv['dir'] / 'triage.db'}")
+    store = Stores.at(f"sqlite:///{srv['dir'] / 'triage.db'}")
     try:
-        key, key_id = create_key(store, "acme", label="to revoke")
+        key, key_id = create_key(store.keys, "acme", label="to revoke")
         c = _signed_in(srv["url"], key)
         assert c.get("/ui/runs?format=json").status_code == 200
-        assert store.revoke_api_key(key_id)
+        assert store.keys.revoke_api_key(key_id)
         assert c.get("/ui/runs?format=json").status_code == 401
         assert c.get("/ui/runs").status_code == 303
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 def test_pages_have_the_policy_no_inline_script_and_a_json_twin(srv: dict[str, Any]) -> None:
@@ -421,11 +421,11 @@ def _csrf(c: httpx.Client, path: str = "/ui/overview") -> str:
 
 
 def test_operator_sessions_switch_tenant_and_promote_or_roll_back(srv: dict[str, Any]) -> None:
-    store = Store(f"sqlite:///{srv['dir'] / 'triage.db'}")
+    store = Stores.at(f"sqlite:///{srv['dir'] / 'triage.db'}")
     try:
-        op_key, _ = create_key(store, "ops", operator=True)
+        op_key, _ = create_key(store.keys, "ops", operator=True)
     finally:
-        store.dispose()
+        store.db.dispose()
     # a tenant's own key: no switch, no model actions (403), nothing changed
     c = _signed_in(srv["url"], srv["key"])
     token = _csrf(c)

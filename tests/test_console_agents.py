@@ -20,7 +20,7 @@ from model.scoring.agent_registry import ZERO_SHOT, Registry
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.auth import create_key
 from serve.services.retrain import ZeroShotCache
-from serve.store import Store
+from serve.store import Stores
 from tests.conftest import LiveServer
 
 AGENT = "airline"
@@ -47,11 +47,11 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     v1 = reg.save(T, AGENT, model, parent=None, card="# Agent model v1\n\n## Learning curve so far\n",
                   report=_report(0.71, 40), data={})
     v2 = reg.save(T, AGENT, model, parent=v1.version, card="# Agent model v2\n", report=_report(0.78, 60), data={})
-    store = Store(f"sqlite:///{work / 'triage.db'}")
-    store.upgrade()
-    key, _ = create_key(store, T)
-    op_key, _ = create_key(store, "ops", operator=True)
-    store.dispose()
+    store = Stores.at(f"sqlite:///{work / 'triage.db'}")
+    store.db.upgrade()
+    key, _ = create_key(store.keys, T)
+    op_key, _ = create_key(store.keys, "ops", operator=True)
+    store.db.dispose()
     server = LiveServer(env={"TRIAGE_DATA_DIR": str(work), "TRIAGE_AUTH": "on", "TRIAGE_MODEL_POLL_S": "0.5",
                              "TRIAGE_CLASSIFIER": "false"}).wait_ready()
     try:
@@ -231,13 +231,13 @@ def test_models_page_shows_the_last_retrain_with_its_refusal_codes(srv: dict[str
     from tests.test_retrain_refusals import history, store_runs
 
     work = srv["work"]
-    store = Store(f"sqlite:///{work / 'triage.db'}")
+    store = Stores.at(f"sqlite:///{work / 'triage.db'}")
     try:
         store_runs(store, history("tiny", "newbie", 5000) + history("one_class", "samey", 6000)
                    + history("one_class", "samey", 7000))
-        res = retrain(store, Settings(data_dir=work), T)
+        res = retrain(store.activations, store.labels, Settings(data_dir=work), T)
     finally:
-        store.dispose()
+        store.db.dispose()
     assert res.exit_code == 0 and res.models == []
     assert res.agents["newbie"]["code"] == "too_few_runs" and res.agents["samey"]["code"] == "one_class"
     # together they are 23 runs with 2 successful: the pooled model is refused too

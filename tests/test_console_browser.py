@@ -145,8 +145,8 @@ def seeded() -> Iterator[dict[str, Any]]:
         trace.id = f"zz-other-{i}"
         others.append((at, trace))
     replay(service, "other", others, model=OutcomeModel(seed=99))
-    other_key, _ = create_key(service.store, "other")
-    service.store.dispose()
+    other_key, _ = create_key(service.stores.keys, "other")
+    service.stores.db.dispose()
     key = _local_key(work)
     yield {"dir": work, "key": key, "local_runs": summary.traces, "other_key": other_key,
            "other_ids": [t.id for _, t in others]}

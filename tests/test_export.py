@@ -37,14 +37,14 @@ def history(tmp_path: Path) -> Path:
     service.diagnose("acme", _trace(HEALTHY, "t-healthy"), DiagnoseOptions())
     loop = service.diagnose("acme", _trace(OPENAI_LOOP, "t-human"), DiagnoseOptions())
     assert loop.primary is not None
-    service.store.add_label("acme", "t-human", failed=True, kind="hallucination", step=2, author="reviewer")
+    service.stores.labels.add_label("acme", "t-human", failed=True, kind="hallucination", step=2, author="reviewer")
     service.diagnose("globex", _trace(HEALTHY, "t-other"), DiagnoseOptions())
     # content capture off: no failure found, the verdict unknown (healthy null)
     off = json.loads((FIXTURES / "integrations" / "otel-openai-v2-content-off.json").read_text())["trace"]
     unknown = load_trace(off)
     unknown.id = "t-unknown"
     assert service.diagnose("acme", unknown, DiagnoseOptions()).healthy is None
-    service.store.dispose()
+    service.stores.db.dispose()
     return tmp_path / "data"
 
 

@@ -14,7 +14,7 @@ import pytest
 from model.core.errors import InputError
 from serve.offline import history_report as hr
 from serve.offline.history_replay import DEFAULT_PHASES, OutcomeModel, Phase, replay_into, scaled
-from serve.store import Store
+from serve.store import Stores
 
 T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)  # a Monday
 
@@ -153,11 +153,11 @@ def test_outcome_model_and_phases_refuse_bad_input() -> None:
 
 
 def _table(url: str) -> tuple[list[Any], list[dict[str, Any]]]:
-    store = Store(url)
+    store = Stores.at(url)
     try:
-        recs = list(store.iter_history("local"))
+        recs = list(store.labels.iter_history("local"))
     finally:
-        store.dispose()
+        store.db.dispose()
     return hr.efficacy(recs), recs
 
 

@@ -199,7 +199,7 @@ def test_session_steps_are_rows_and_two_workers_continue_each_other(db_url: str)
         assert len(trace.steps) == 61
         assert [s.source_index for s in trace.steps] == list(range(61))
         assert all(s.tool_name == "search" for s in trace.steps if s.kind is StepKind.TOOL_RESULT)
-        with a.store.read() as db:
+        with a.stores.db.read() as db:
             n_rows = db.query(TraceStepRow).filter_by(tenant_id="t", trace_id=last.trace_id).count()
         assert n_rows == 61
         detail = b.get_trace("t", last.trace_id)
@@ -213,8 +213,8 @@ def test_session_steps_are_rows_and_two_workers_continue_each_other(db_url: str)
         a.diagnose("t", whole, DiagnoseOptions())
         assert len(a.stored_trace("t", last.trace_id).steps) == 5
         a.sessions.delete_session("t", "sess")
-        with a.store.read() as db:
+        with a.stores.db.read() as db:
             assert db.query(TraceStepRow).filter_by(tenant_id="t").count() == 0
     finally:
-        a.store.dispose()
-        b.store.dispose()
+        a.stores.db.dispose()
+        b.stores.db.dispose()

@@ -46,7 +46,7 @@ def history(db_url: str, tmp_path: Path) -> Iterator[tuple[str, TriageService, l
         service.diagnose(TENANT, trace, DiagnoseOptions())
         ids.append(trace.id)
     yield db_url, service, ids
-    service.store.dispose()
+    service.stores.db.dispose()
 
 
 def test_margin_measures_the_nearest_decision() -> None:
@@ -83,7 +83,7 @@ def test_queue_most_uncertain_first_and_skips_own_labels(history: tuple[str, Tri
     _, service, ids = history
     scorer = service.diagnoser.runscorer
     assert scorer is not None
-    queue, done = review_queue(service.store, TENANT, author="ana", threshold_for=lambda _: scorer.threshold)
+    queue, done = review_queue(service.stores.labels, TENANT, author="ana", threshold_for=lambda _: scorer.threshold)
     assert done == 0 and sorted(c.trace_id for c in queue) == sorted(ids)
     margins = [c.margin for c in queue]
     assert margins == sorted(margins)
@@ -96,7 +96,7 @@ def test_queue_most_uncertain_first_and_skips_own_labels(history: tuple[str, Tri
         assert c.margin == pytest.approx(min(dists))
     service.add_label(TENANT, queue[0].trace_id, LabelRequest(failed=True, author="ana"))
     service.add_label(TENANT, queue[1].trace_id, LabelRequest(failed=True, author="bob"))
-    again, done = review_queue(service.store, TENANT, author="ana", threshold_for=lambda _: scorer.threshold)
+    again, done = review_queue(service.stores.labels, TENANT, author="ana", threshold_for=lambda _: scorer.threshold)
     assert done == 1 and [c.trace_id for c in again] == [c.trace_id for c in queue[1:]]
 
 
@@ -119,7 +119,7 @@ def test_scripted_review_writes_api_labels_and_resumes(
     url, service, ids = history
     scorer = service.diagnoser.runscorer
     assert scorer is not None
-    order = [c.trace_id for c in review_queue(service.store, TENANT, author="ana",
+    order = [c.trace_id for c in review_queue(service.stores.labels, TENANT, author="ana",
                                               threshold_for=lambda _: scorer.threshold)[0]]
     first = order[0]
     # a checker said the first run was fine; the reviewer (a human) will outrank it
@@ -149,7 +149,7 @@ def test_scripted_review_writes_api_labels_and_resumes(
     assert "skipped (shown again next time)" in out
     assert "stopped; 2 label(s) saved, rerun to carry on" in out
 
-    rows = service.store.trace_labels(TENANT, first)
+    rows = service.stores.labels.trace_labels(TENANT, first)
     mine = [r for r in rows if r["author"] == "ana"]
     assert [(r["failed"], r["kind"], r["step"], r["author_type"]) for r in mine] == [(True, "loop", 2, "human")]
     assert mine[0]["source_index"] is not None  # placed like the API places it
@@ -161,7 +161,7 @@ def test_scripted_review_writes_api_labels_and_resumes(
         in got.stdout
     assert _shown(got.stdout) == order[2:4]
     assert "saved: " in got.stdout and "end of input; 1 label(s) saved, rerun to carry on" in got.stdout
-    third = service.store.trace_labels(TENANT, order[2])
+    third = service.stores.labels.trace_labels(TENANT, order[2])
     diagnosed = service.get_trace(TENANT, order[2]).diagnosis or {}
     assert [bool(r["failed"]) for r in third] == [diagnosed.get("healthy") is False]  # "agree" took the verdict
     primary = diagnosed.get("primary") or {}
@@ -227,6 +227,6 @@ def test_review_in_a_real_terminal_takes_single_keys(tmp_path: Path) -> None:
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
-    assert [(r["failed"], r["kind"], r["step"], r["author"]) for r in service.store.trace_labels(TENANT, "tty-run")] \
+    assert [(r["failed"], r["kind"], r["step"], r["author"]) for r in service.stores.labels.trace_labels(TENANT, "tty-run")] \
         == [(True, "loop", 2, "tty")]
-    service.store.dispose()
+    service.stores.db.dispose()

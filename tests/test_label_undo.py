@@ -24,7 +24,7 @@ from serve.services.retrain import labelled_runs
 from serve.services.run_labels import labels_for
 from serve.services.triage import TriageService
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 from serve.wiring import build_service
 from tests.conftest import LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
@@ -40,7 +40,7 @@ def service(db_url: str) -> Iterator[TriageService]:  # noqa: F811
         trace.id = f"run-{n}"
         svc.diagnose(T, trace, DiagnoseOptions())
     yield svc
-    svc.store.dispose()
+    svc.stores.db.dispose()
 
 
 def _label(svc: TriageService, tid: str, failed: bool, author: str = "ana", **kw: object) -> None:
@@ -51,20 +51,20 @@ def test_undo_withdraws_newest_keeps_the_row_and_counts_nowhere(service: TriageS
     _label(service, "run-0", True, kind="loop")
     _label(service, "run-0", False, author="bob")
     _label(service, "run-1", False)
-    assert labels_for(next(r for r in service.store.iter_history(T) if r["trace"]["id"] == "run-1"),
+    assert labels_for(next(r for r in service.stores.labels.iter_history(T) if r["trace"]["id"] == "run-1"),
                       include_unconfirmed=False) is not None
     got = service.undo_label(T, UndoLabelRequest(author="ana"))
     assert got.trace_id == "run-1" and got.withdrawn.failed is False and got.labels == 0 and got.label is None
     # the row is still there, marked; no reader counts it
-    with Store(db_url).engine.connect() as conn:
+    with Stores.at(db_url).db.engine.connect() as conn:
         rows = conn.execute(text("SELECT trace_id, author, withdrawn_at FROM labels ORDER BY id")).all()
     assert [(t, a, w is not None) for t, a, w in rows] == [("run-0", "ana", False), ("run-0", "bob", False),
                                                             ("run-1", "ana", True)]
-    assert service.get_trace(T, "run-1").label is None and service.store.trace_labels(T, "run-1") == []
-    record = next(r for r in service.store.iter_history(T) if r["trace"]["id"] == "run-1")
+    assert service.get_trace(T, "run-1").label is None and service.stores.labels.trace_labels(T, "run-1") == []
+    record = next(r for r in service.stores.labels.iter_history(T) if r["trace"]["id"] == "run-1")
     assert record["labels"] == [] and labels_for(record, include_unconfirmed=False) is None
-    assert "run-1" not in {r.trace.id for r in labelled_runs(service.store, T)}  # retraining's runs
-    queue, done = review_queue(service.store, T, author="ana", threshold_for=lambda _: None)
+    assert "run-1" not in {r.trace.id for r in labelled_runs(service.stores.labels, T)}  # retraining's runs
+    queue, done = review_queue(service.stores.labels, T, author="ana", threshold_for=lambda _: None)
     assert "run-1" in {c.trace_id for c in queue} and done == 1  # back in ana's queue
     # again: ana's label on run-0; bob's (newer) stays and decides
     got = service.undo_label(T, UndoLabelRequest(author="ana"))
@@ -83,7 +83,7 @@ def test_undo_withdraws_newest_keeps_the_row_and_counts_nowhere(service: TriageS
 
 
 def test_review_u_undoes_and_goes_back(service: TriageService) -> None:
-    queue, _ = review_queue(service.store, T, author="ana", threshold_for=lambda _: None)
+    queue, _ = review_queue(service.stores.labels, T, author="ana", threshold_for=lambda _: None)
     first, second = queue[0].trace_id, queue[1].trace_id
     out = io.StringIO()
     # ok on the first; on the second, undo (back to the first); failed on it; quit on the second
@@ -94,7 +94,7 @@ def test_review_u_undoes_and_goes_back(service: TriageService) -> None:
     assert f"undone: ok on {first} (withdrawn, kept in the store)" in text_out
     assert text_out.count(f"=== 1/{len(queue)}  {first}") == 2  # shown again after the undo
     assert f"=== 2/{len(queue)}  {second}" in text_out
-    rows = service.store.trace_labels(T, first)
+    rows = service.stores.labels.trace_labels(T, first)
     assert [(r["author"], r["failed"]) for r in rows] == [("ana", True)]  # the withdrawn "ok" counts nowhere
     label = service.get_trace(T, first).label
     assert label is not None and label.failed and label.labels == 1
@@ -104,11 +104,11 @@ def test_review_u_undoes_and_goes_back(service: TriageService) -> None:
 def undo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str, str]]:
     data = tmp_path_factory.mktemp("undo")
     url = f"sqlite:///{data / 'triage.db'}"
-    store = Store(url)
-    store.upgrade()
-    key_a, _ = create_key(store, "acme")
-    key_b, _ = create_key(store, "other")
-    store.dispose()
+    store = Stores.at(url)
+    store.db.upgrade()
+    key_a, _ = create_key(store.keys, "acme")
+    key_b, _ = create_key(store.keys, "other")
+    store.db.dispose()
     srv = LiveServer(env={"TRIAGE_DATA_DIR": str(data), "TRIAGE_DATABASE_URL": url, "TRIAGE_AUTH": "on",
                           "TRIAGE_CLASSIFIER": "false"}).wait_ready()
     try:

@@ -200,13 +200,13 @@ def test_an_old_span_log_is_read_once_and_goes_on() -> None:
 def service(db_url: str) -> Iterator[TriageService]:  # noqa: F811
     svc = build_service(Settings(database_url=db_url), Diagnoser())
     yield svc
-    svc.store.dispose()
+    svc.stores.db.dispose()
 
 
 def _steps(svc: TriageService, key: str) -> list[dict[str, Any]]:
-    row = svc.store.get_session("t", key)
+    row = svc.stores.sessions.get_session("t", key)
     assert row is not None
-    stored = svc.store.get_trace_json("t", row.trace_id)
+    stored = svc.stores.traces.get_trace_json("t", row.trace_id)
     assert stored is not None
     return [{k: v for k, v in s.items() if k != "metadata"} | {"trace": s["metadata"]["otel.trace_id"]}
             for s in stored[1]["steps"]]
@@ -225,7 +225,7 @@ def test_a_session_fed_span_by_span_has_the_steps_of_one_fed_at_once(service: Tr
         service.append_spans("t", _doc([s], "one-by-one"))
     assert _steps(service, "one-by-one") == _steps(service, "at-once")
     assert len(_steps(service, "at-once")) >= 4
-    state = service.store.get_session("t", "one-by-one").state["otlp"]  # type: ignore[union-attr]
+    state = service.stores.sessions.get_session("t", "one-by-one").state["otlp"]  # type: ignore[union-attr]
     assert "spans" not in state and state["n"] == len(spans)
 
 
@@ -238,19 +238,19 @@ def test_a_session_that_kept_its_spans_goes_on(service: TriageService, db_url: s
     # the session as the receiver stored it before: its spans whole (redacted), the steps they made
     made = sum(len(st) for st, _ in _live([[s] for s in spans[:9]]))
     old = {"spans": [_doc([s], "old")["spans"][0] for s in spans[:9]], "steps": made, "base": 0}
-    with service.store.write() as db:
-        row = service.store.lock_session(db, "t", "old", create_trace_id=None)
+    with service.stores.db.write() as db:
+        row = service.stores.sessions.lock_session(db, "t", "old", create_trace_id=None)
         assert row is not None
-        service.store.save_session_state(row, {**row.state, "otlp": old})
+        service.stores.sessions.save_session_state(row, {**row.state, "otlp": old})
     fresh = build_service(Settings(database_url=db_url), Diagnoser())  # another worker: no cache
     try:
         for s in spans[9:]:
             fresh.append_spans("t", _doc([s], "old"))
         assert _steps(fresh, "old") == _steps(fresh, "whole")
-        state = fresh.store.get_session("t", "old").state["otlp"]  # type: ignore[union-attr]
+        state = fresh.stores.sessions.get_session("t", "old").state["otlp"]  # type: ignore[union-attr]
         assert "spans" not in state and state["n"] == len(spans)
     finally:
-        fresh.store.dispose()
+        fresh.stores.db.dispose()
 
 
 def test_the_limits(tmp_path: Path) -> None:
@@ -268,4 +268,4 @@ def test_the_limits(tmp_path: Path) -> None:
             svc.append_spans("t", _doc(agents[10:], "a"))
         assert exc.value.path == "spans"
     finally:
-        svc.store.dispose()
+        svc.stores.db.dispose()

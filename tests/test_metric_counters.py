@@ -14,7 +14,7 @@ from sqlalchemy import inspect, select, text
 
 from serve.services.canary import snapshot
 from serve.services.run_labels import effective_label
-from serve.store import Store
+from serve.store import Stores
 from serve.store.base import group_rows
 from serve.store.counters import hour_of
 from serve.store.migrate import downgrade
@@ -27,10 +27,10 @@ WEEK = timedelta(days=7)
 
 
 # -- the reference: a full read of the tables, as /metrics read them before the counters --------------
-def full_canary(store: Store, tenant: str | None, window: timedelta = WEEK, now: datetime = NOW) -> dict[str, dict[str, int]]:
+def full_canary(store: Stores, tenant: str | None, window: timedelta = WEEK, now: datetime = NOW) -> dict[str, dict[str, int]]:
     since = datetime.fromtimestamp(hour_of(now - window) * 3600, UTC)
     out = {arm: {"runs": 0, "failed": 0, "recovered": 0, "labelled": 0, "succeeded": 0} for arm in ("repair", "shadow")}
-    with store.read() as db:
+    with store.db.read() as db:
         q = select(TraceRow).where(TraceRow.arm.is_not(None), TraceRow.created_at >= since)
         if tenant is not None:
             q = q.where(TraceRow.tenant_id == tenant)
@@ -48,8 +48,8 @@ def full_canary(store: Store, tenant: str | None, window: timedelta = WEEK, now:
     return out
 
 
-def full_totals(store: Store, tenant: str) -> dict[str, Any]:
-    with store.read() as db:
+def full_totals(store: Stores, tenant: str) -> dict[str, Any]:
+    with store.db.read() as db:
         traces = db.scalar(select(text("count(*)")).select_from(TraceRow).where(TraceRow.tenant_id == tenant))
         failures: dict[str, int] = {}
         for f in db.scalars(select(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.is_signal.is_(False))):
@@ -73,18 +73,18 @@ def full_totals(store: Store, tenant: str) -> dict[str, Any]:
             "recoveries": len(durations), "mttr_s": sum(durations) / len(durations) if durations else None}
 
 
-def counted(store: Store, tenant: str, window: timedelta = WEEK) -> dict[str, dict[str, int]]:
-    snap = snapshot(store, tenant, window=window, now=NOW)
+def counted(store: Stores, tenant: str, window: timedelta = WEEK) -> dict[str, dict[str, int]]:
+    snap = snapshot(store.reports, tenant, window=window, now=NOW)
     return {arm: {k: v[k] for k in ("runs", "failed", "recovered", "labelled", "succeeded")} for arm, v in snap.items()}
 
 
-def totals(store: Store, tenant: str) -> dict[str, Any]:
-    snap = store.metrics_snapshot(tenant)
+def totals(store: Stores, tenant: str) -> dict[str, Any]:
+    snap = store.reports.metrics_snapshot(tenant)
     snap.pop("open_alarms")
     return snap
 
 
-def agree(store: Store, tenant: str) -> None:
+def agree(store: Stores, tenant: str) -> None:
     for window in (WEEK, timedelta(days=30), timedelta(hours=1)):
         assert counted(store, tenant, window) == full_canary(store, tenant, window)
     got, want = totals(store, tenant), full_totals(store, tenant)
@@ -93,33 +93,33 @@ def agree(store: Store, tenant: str) -> None:
 
 
 # -- writing through the store's write path ----------------------------------------------------------
-def diagnose(store: Store, tenant: str, tid: str, at: datetime, *, arm: str | None, kinds: tuple[str, ...] = (),
+def diagnose(store: Stores, tenant: str, tid: str, at: datetime, *, arm: str | None, kinds: tuple[str, ...] = (),
              session: str | None = None) -> None:
     failures = [{"kind": k, "severity": "high", "confidence": 0.9, "step": 0} for k in kinds]
     response = {"healthy": not kinds, "failures": failures, "signals": [
         {"kind": "slow_tool", "severity": "low", "confidence": 0.5}]}
-    with store.write() as db:
-        store.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": [{"kind": "user_input"}]},
+    with store.db.write() as db:
+        store.traces.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": [{"kind": "user_input"}]},
                         response=response, session_id=session, task_type=None, arm=arm, now=at, agent="bot")
         if kinds:
-            store.put_recommendation(db, tenant=tenant, rec={"id": f"rec-{tid}-{kinds[0]}", "strategy": "retry"},
+            store.sessions.put_recommendation(db, tenant=tenant, rec={"id": f"rec-{tid}-{kinds[0]}", "strategy": "retry"},
                                      trace_id=tid, session_id=session, failure_key=f"{kinds[0]}@0", kind=kinds[0],
                                      rung=0, attempt=1)
 
 
-def outcome(store: Store, tenant: str, rec_id: str, success: bool, label: str | None = None) -> None:
-    with store.write() as db:
-        rec = store.get_recommendation(db, tenant, rec_id)
+def outcome(store: Stores, tenant: str, rec_id: str, success: bool, label: str | None = None) -> None:
+    with store.db.write() as db:
+        rec = store.sessions.get_recommendation(db, tenant, rec_id)
         assert rec is not None
-        store.add_outcome(db, tenant=tenant, rec=rec, success=success, duration_s=None, cost=None, note="")
+        store.sessions.add_outcome(db, tenant=tenant, rec=rec, success=success, duration_s=None, cost=None, note="")
         if label is not None:
-            store.add_outcome_label(db, tenant=tenant, trace_id=rec.trace_id, failed=label != "healthy",
+            store.sessions.add_outcome_label(db, tenant=tenant, trace_id=rec.trace_id, failed=label != "healthy",
                                     kind=None if label == "healthy" else label, step=None, source_index=None)
 
 
 def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # noqa: F811
-    store = Store(db_url)
-    store.upgrade()
+    store = Stores.at(db_url)
+    store.db.upgrade()
     try:
         t0 = NOW - timedelta(days=1)
         diagnose(store, "acme", "r1", t0, arm="repair", kinds=("tool_error",))
@@ -137,21 +137,21 @@ def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # no
         assert counted(store, "acme") == {
             "repair": {"runs": 2, "failed": 2, "recovered": 1, "labelled": 0, "succeeded": 0},
             "shadow": {"runs": 2, "failed": 1, "recovered": 0, "labelled": 0, "succeeded": 0}}
-        snap = snapshot(store, "acme", now=NOW)
+        snap = snapshot(store.reports, "acme", now=NOW)
         assert snap["repair"]["recovery_s"] == 120.0 and snap["repair"]["le"] == [0, 0, 0, 1, 1, 1, 1, 1]
         assert counted(store, "acme", timedelta(days=30))["repair"]["recovered"] == 2  # the old run's 40 s
         assert totals(store, "acme")["failures"] == {"loop": 3, "refusal": 1}  # latest diagnoses, no signals
 
         diagnose(store, "acme", "s1", t0 + timedelta(seconds=600), arm="shadow")  # healthy again: 600 s from the first
-        assert snapshot(store, "acme", now=NOW)["shadow"]["recovery_s"] == 600.0
+        assert snapshot(store.reports, "acme", now=NOW)["shadow"]["recovery_s"] == 600.0
         # labels: a checker's verdict, a human's over it, the human's undo, an outcome's label
-        store.add_label("acme", "r1", failed=False, author="agent", author_type="checker")
-        store.add_label("acme", "r1", failed=True, author="ann", author_type="human")
+        store.labels.add_label("acme", "r1", failed=False, author="agent", author_type="checker")
+        store.labels.add_label("acme", "r1", failed=True, author="ann", author_type="human")
         assert counted(store, "acme")["repair"]["succeeded"] == 0
         agree(store, "acme")
-        assert store.withdraw_label("acme", "ann", trace_id="r1") is not None
+        assert store.labels.withdraw_label("acme", "ann", trace_id="r1") is not None
         assert counted(store, "acme")["repair"] == {"runs": 2, "failed": 2, "recovered": 1, "labelled": 1, "succeeded": 1}
-        store.add_label("acme", "s1", failed=True, author="agent", author_type="checker")
+        store.labels.add_label("acme", "s1", failed=True, author="agent", author_type="checker")
         outcome(store, "acme", "rec-r1-tool_error", True)
         outcome(store, "acme", "rec-r2-loop", False, label="healthy")
         outcome(store, "acme", "rec-old-loop", True)
@@ -165,24 +165,24 @@ def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # no
         diagnose(store, "acme", "r2", t0 + timedelta(seconds=6), arm="repair", kinds=("loop",))
         agree(store, "acme")
         # deletions: a trace, a session, retention
-        assert store.delete_trace("acme", "r1")
-        assert store.delete_session("acme", "conv-2")
+        assert store.traces.delete_trace("acme", "r1")
+        assert store.traces.delete_session("acme", "conv-2")
         agree(store, "acme")
-        with store.write() as db:  # the old run was last updated 10 days ago
+        with store.db.write() as db:  # the old run was last updated 10 days ago
             db.execute(TraceRow.__table__.update().where(TraceRow.id == "old").values(updated_at=NOW - timedelta(days=10)))
-        assert store.purge_older_than(timedelta(days=9), now=NOW) == 1
+        assert store.traces.purge_older_than(timedelta(days=9), now=NOW) == 1
         agree(store, "acme")
         assert totals(store, "acme")["recoveries"] == 0 and totals(store, "acme")["traces"] == 3
         assert counted(store, "globex")["repair"]["runs"] == 1  # another tenant's, untouched
-        assert snapshot(store, None, now=NOW)["repair"]["runs"] == 2  # every tenant's (an operator)
+        assert snapshot(store.reports, None, now=NOW)["repair"]["runs"] == 2  # every tenant's (an operator)
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 def test_concurrent_writers_lose_no_count(db_url: str) -> None:  # noqa: F811
     """Four writers, each its own engine (as workers are), new runs and labels on one tenant at once."""
-    Store(db_url).upgrade()
-    stores = [Store(db_url, busy_timeout_s=30) for _ in range(4)]
+    Stores.at(db_url).db.upgrade()
+    stores = [Stores.at(db_url, busy_timeout_s=30) for _ in range(4)]
     errors: list[BaseException] = []
 
     def work(k: int) -> None:
@@ -191,7 +191,7 @@ def test_concurrent_writers_lose_no_count(db_url: str) -> None:  # noqa: F811
                 tid = f"w{k}-{i}"
                 diagnose(stores[k], "acme", tid, NOW - timedelta(hours=i % 3), arm=("repair", "shadow")[i % 2],
                          kinds=("loop",) if i % 3 else ())
-                stores[k].add_label("acme", tid, failed=bool(i % 2), author="agent", author_type="checker")
+                stores[k].labels.add_label("acme", tid, failed=bool(i % 2), author="agent", author_type="checker")
         except BaseException as exc:  # noqa: BLE001  (reported below)
             errors.append(exc)
 
@@ -207,13 +207,13 @@ def test_concurrent_writers_lose_no_count(db_url: str) -> None:  # noqa: F811
         agree(stores[0], "acme")
     finally:
         for s in stores:
-            s.dispose()
+            s.db.dispose()
 
 
 def test_migration_0012_fills_the_counts_from_the_history(db_url: str) -> None:  # noqa: F811
-    store = Store(db_url)
+    store = Stores.at(db_url)
     try:
-        migrate_to(store.engine, "0011")  # the revision 0012 revises
+        migrate_to(store.db.engine, "0011")  # the revision 0012 revises
         day = (NOW - timedelta(days=2)).replace(tzinfo=None)
         old = (NOW - timedelta(days=20)).replace(tzinfo=None)
         runs = [  # id, arm, created, failed_at, healthy, updated
@@ -224,7 +224,7 @@ def test_migration_0012_fills_the_counts_from_the_history(db_url: str) -> None: 
             ("e", None, day, day, False, day),
             ("f", "repair", old, old, True, old),
         ]
-        with store.engine.begin() as conn:
+        with store.db.engine.begin() as conn:
             for tid, arm, created, failed_at, healthy, updated in runs:
                 conn.execute(TraceRow.__table__.insert().values(
                     tenant_id="acme", id=tid, created_at=created, updated_at=updated, n_steps=1, healthy=healthy,
@@ -251,25 +251,25 @@ def test_migration_0012_fills_the_counts_from_the_history(db_url: str) -> None: 
                 conn.execute(OutcomeRow.__table__.insert().values(
                     tenant_id="acme", recommendation_id=rid, trace_id=tid, strategy="retry", success=ok, note="",
                     created_at=at))
-        assert "canary_counts" not in inspect(store.engine).get_table_names()
-        migrate_to(store.engine, "0012")
+        assert "canary_counts" not in inspect(store.db.engine).get_table_names()
+        migrate_to(store.db.engine, "0012")
         agree(store, "acme")
         assert counted(store, "acme") == {
             "repair": {"runs": 2, "failed": 2, "recovered": 1, "labelled": 2, "succeeded": 0},
             "shadow": {"runs": 2, "failed": 1, "recovered": 1, "labelled": 1, "succeeded": 1}}
-        snap = snapshot(store, "acme", now=NOW)
+        snap = snapshot(store.reports, "acme", now=NOW)
         assert snap["repair"]["recovery_s"] == 45.0 and snap["shadow"]["recovery_s"] == 4000.0  # to the last update
         t = totals(store, "acme")
         assert (t["traces"], t["failures"], t["recommendations"]) == (6, {"loop": 3, "tool_error": 1}, {"retry": 3})
         assert t["outcomes"] == {("retry", True): 1, ("retry", False): 1}
         assert (t["recoveries"], t["mttr_s"]) == (1, 70.0)  # from r1, the failure's first recommendation
         # writes after the upgrade move the filled counts
-        store.add_label("acme", "b", failed=False, author="ann", author_type="human")
-        assert store.delete_trace("acme", "a")
+        store.labels.add_label("acme", "b", failed=False, author="ann", author_type="human")
+        assert store.traces.delete_trace("acme", "a")
         agree(store, "acme")
-        downgrade(store.engine, "0011")
-        assert "canary_counts" not in inspect(store.engine).get_table_names()
-        store.upgrade()
+        downgrade(store.db.engine, "0011")
+        assert "canary_counts" not in inspect(store.db.engine).get_table_names()
+        store.db.upgrade()
         agree(store, "acme")  # filled again
     finally:
-        store.dispose()
+        store.db.dispose()

@@ -22,7 +22,7 @@ from model.scoring.agent_registry import ZERO_SHOT, Registry
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.auth import TENANT_HEADER, create_key, hash_key
 from serve.cli.main import app as cli_app
-from serve.store import Store
+from serve.store import Stores
 from serve.store.migrate import upgrade as migrate_to
 from tests.conftest import LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
@@ -31,16 +31,16 @@ AGENT = "billing-bot"
 
 
 def test_migration_0010_keeps_older_rows(db_url: str) -> None:  # noqa: F811
-    store = Store(db_url)
+    store = Stores.at(db_url)
     try:
-        migrate_to(store.engine, "0009")  # the revision 0010 revises
-        pg = store.dialect == "postgresql"
+        migrate_to(store.db.engine, "0009")  # the revision 0010 revises
+        pg = store.db.dialect == "postgresql"
         js = "CAST(:{} AS JSON)" if pg else ":{}"
         trace = {"id": "old-1", "steps": [{"kind": "user_input", "content": "hi"},
                                           {"kind": "tool_call", "content": "", "tool_name": "search"},
                                           {"kind": "tool_result", "content": "Error: 503", "tool_name": "search"}]}
         now = datetime.now(UTC).replace(tzinfo=None)
-        with store.engine.begin() as conn:
+        with store.db.engine.begin() as conn:
             conn.execute(text("INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', :now)"), {"now": now})
             conn.execute(text("INSERT INTO api_keys (id, tenant_id, key_hash, label, created_at) "
                               "VALUES ('k1', 't', :h, '', :now)"), {"h": hash_key("trg_k1_x"), "now": now})
@@ -55,21 +55,21 @@ def test_migration_0010_keeps_older_rows(db_url: str) -> None:  # noqa: F811
                 "INSERT INTO failures (tenant_id, trace_id, kind, is_signal, severity, confidence, detector, step, "
                 f"evidence, details) VALUES ('t', 'old-1', 'tool_error', false, 'high', 0.9, 'tool_error', 2, "
                 f"'Error: 503', {js.format('d')})"), {"d": "{}"})
-        store.upgrade()
-        with store.engine.connect() as conn:
+        store.db.upgrade()
+        with store.db.engine.connect() as conn:
             assert conn.execute(text("SELECT operator FROM api_keys")).scalar_one() in (False, 0)
             assert conn.execute(text("SELECT withdrawn_at FROM labels")).scalar_one() is None
             tool, created, agent = conn.execute(text("SELECT tool, created_at, agent FROM failures")).one()
             # created_at and the run's resolved agent (not its task type) copied from the trace
             assert tool is None and created is not None and agent == AGENT
-        key = store.find_api_key(hash_key("trg_k1_x"))
+        key = store.keys.find_api_key(hash_key("trg_k1_x"))
         assert key is not None and key.operator is False
-        assert len(store.trace_labels("t", "old-1")) == 1  # an old label is counted (not withdrawn)
-        occ, _ = store.pattern_inputs("t", since=datetime.now(UTC) - timedelta(hours=1),
+        assert len(store.labels.trace_labels("t", "old-1")) == 1  # an old label is counted (not withdrawn)
+        occ, _ = store.reports.pattern_inputs("t", since=datetime.now(UTC) - timedelta(hours=1),
                                       until=datetime.now(UTC) + timedelta(hours=1))
         assert [(o.trace_id, o.tool, o.agent) for o in occ] == [("old-1", "search", AGENT)]  # tool: from the trace
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 def test_keys_create_operator_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,12 +86,12 @@ def test_keys_create_operator_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         key = res.output.strip().splitlines()[0]
         res = runner.invoke(cli_app, ["keys", "create", "--tenant", "acme"])
         plain = res.output.strip().splitlines()[0]
-        store = Store(url)
+        store = Stores.at(url)
         try:
-            op, other = store.find_api_key(hash_key(key)), store.find_api_key(hash_key(plain))
+            op, other = store.keys.find_api_key(hash_key(key)), store.keys.find_api_key(hash_key(plain))
             assert op is not None and op.operator and other is not None and not other.operator
         finally:
-            store.dispose()
+            store.db.dispose()
         res = runner.invoke(cli_app, ["keys", "list"])
         assert res.exit_code == 0 and "operator" in res.output and "yes" in res.output
     finally:
@@ -102,11 +102,11 @@ def test_keys_create_operator_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def ops_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str], Path]]:
     data = tmp_path_factory.mktemp("ops")
     url = f"sqlite:///{data / 'triage.db'}"
-    store = Store(url)
-    store.upgrade()
-    keys = {"ops": create_key(store, "ops", operator=True)[0], "acme": create_key(store, "acme")[0],
-            "other": create_key(store, "other")[0]}
-    store.dispose()
+    store = Stores.at(url)
+    store.db.upgrade()
+    keys = {"ops": create_key(store.keys, "ops", operator=True)[0], "acme": create_key(store.keys, "acme")[0],
+            "other": create_key(store.keys, "other")[0]}
+    store.db.dispose()
     srv = LiveServer(env={"TRIAGE_DATA_DIR": str(data), "TRIAGE_DATABASE_URL": url, "TRIAGE_AUTH": "on",
                           "TRIAGE_CLASSIFIER": "false", "TRIAGE_MODEL_POLL_S": "0.5"}).wait_ready()
     try:
@@ -190,12 +190,12 @@ def test_operator_promotes_and_rolls_back(ops_server: tuple[LiveServer, dict[str
     assert [(h["action"], h["version"]) for h in hist] == [("rollback", v1), ("promote", v2), ("promote", v1)]
     assert all(h["actor"].startswith("key:") and h["agent"] == AGENT for h in hist)
     # the same store rows `triage model list` reads; the agent's requests are answered by v1
-    store = Store(f"sqlite:///{data / 'triage.db'}")
+    store = Stores.at(f"sqlite:///{data / 'triage.db'}")
     try:
-        assert store.active_model("acme", AGENT) == v1 and store.active_model("acme", "other-bot") is None
-        assert store.active_model("ops", AGENT) is None
+        assert store.activations.active_model("acme", AGENT) == v1 and store.activations.active_model("acme", "other-bot") is None
+        assert store.activations.active_model("ops", AGENT) is None
     finally:
-        store.dispose()
+        store.db.dispose()
     trace = make_trace(None, seed=4, n_steps=6)
     import time
 

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode, format_trace_id
 
 from serve.auth import create_key
-from serve.store import Store
+from serve.store import Stores
 from tests.conftest import LiveServer
 from tests.spanfix import otlp, span
 
@@ -30,10 +30,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, str]]:
     data = tmp_path_factory.mktemp("otlp")
-    store = Store(f"sqlite:///{Path(data) / 'triage.db'}")
-    store.upgrade()
-    key = create_key(store, "acme")[0]
-    store.dispose()
+    store = Stores.at(f"sqlite:///{Path(data) / 'triage.db'}")
+    store.db.upgrade()
+    key = create_key(store.keys, "acme")[0]
+    store.db.dispose()
     srv = LiveServer(env={"TRIAGE_DATA_DIR": str(data), "TRIAGE_AUTH": "on", "TRIAGE_AUTH_CACHE_S": "0"})
     srv.wait_ready()
     yield srv, key

@@ -25,7 +25,7 @@ from tests.storefix import db_url  # noqa: F401  (fixture)
 def service(db_url: str, tmp_path: Path) -> Iterator[TriageService]:  # noqa: F811
     s = build_service(Settings(database_url=db_url, data_dir=tmp_path), Diagnoser())
     yield s
-    s.store.dispose()
+    s.stores.db.dispose()
 
 
 def _loop(service: TriageService, tid: str) -> tuple[str, int, int]:
@@ -38,13 +38,13 @@ def _loop(service: TriageService, tid: str) -> tuple[str, int, int]:
 
 
 def _record(service: TriageService, tid: str) -> dict:  # type: ignore[type-arg]
-    return next(r for r in service.store.iter_history("t") if r["trace"]["id"] == tid)
+    return next(r for r in service.stores.labels.iter_history("t") if r["trace"]["id"] == tid)
 
 
 def test_outcome_label_is_placed_at_the_addressed_failure(service: TriageService) -> None:
     rec, step, source_index = _loop(service, "a")
     service.report_outcome("t", OutcomeRequest(recommendation_id=rec, success=True, label="loop"))  # type: ignore[arg-type]
-    (row,) = service.store.trace_labels("t", "a")
+    (row,) = service.stores.labels.trace_labels("t", "a")
     assert (row["failed"], row["kind"], row["step"], row["source_index"], row["author"], row["author_type"]) == (
         True, "loop", step, source_index, "outcome", "human")
     label = service.get_trace("t", "a").label
@@ -62,7 +62,7 @@ def test_outcome_label_is_placed_at_the_addressed_failure(service: TriageService
 def test_healthy_outcome_label_and_outcomes_without_labels(service: TriageService) -> None:
     rec, _, _ = _loop(service, "b")
     service.report_outcome("t", OutcomeRequest(recommendation_id=rec, success=True, label="healthy"))  # type: ignore[arg-type]
-    (row,) = service.store.trace_labels("t", "b")
+    (row,) = service.stores.labels.trace_labels("t", "b")
     assert (row["failed"], row["kind"], row["step"], row["source_index"]) == (False, None, None, None)
     exported = labels_for(_record(service, "b"), include_unconfirmed=False)
     assert exported is not None and exported.failed is False and exported.failures == []
@@ -70,7 +70,7 @@ def test_healthy_outcome_label_and_outcomes_without_labels(service: TriageServic
     # no label: the repair that worked confirms the diagnosed failure (0.9), labels.failed unset
     rec, step, source_index = _loop(service, "c")
     service.report_outcome("t", OutcomeRequest(recommendation_id=rec, success=True))
-    assert service.store.trace_labels("t", "c") == []
+    assert service.stores.labels.trace_labels("t", "c") == []
     exported = labels_for(_record(service, "c"), include_unconfirmed=False)
     assert exported is not None and exported.failed is None and exported.source is LabelSource.REPAIR_OUTCOME
     assert [(f.kind and f.kind.value, f.step, f.source_index, f.confidence) for f in exported.failures] == [

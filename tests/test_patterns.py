@@ -26,7 +26,7 @@ from serve.cli.main import app as cli_app
 from serve.services.patterns import tenant_patterns, window
 from serve.services.triage import TriageService
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 from serve.wiring import build_service
 from tests.conftest import LiveServer
 from tests.storefix import db_url  # noqa: F401  (fixture)
@@ -173,10 +173,10 @@ def test_identical_tool_errors_of_real_runs_are_one_pattern(payment_runs: list[T
             service.diagnose("acme", t, DiagnoseOptions())
         service.diagnose("other", payment_runs[0].model_copy(update={"id": "theirs"}), DiagnoseOptions())
         until = datetime.now(UTC) + timedelta(minutes=1)
-        out = tenant_patterns(service.store, "acme", since=until - timedelta(days=1), until=until, limit=500,
+        out = tenant_patterns(service.stores.reports, "acme", since=until - timedelta(days=1), until=until, limit=500,
                               examples=20)
     finally:
-        service.store.dispose()
+        service.stores.db.dispose()
     ours = [p for p in out.patterns if p.kind == "tool_error" and p.tool == "book_reservation"
             and p.signature.startswith(f"tool_error: {PAYMENT}")]
     # failures and signals (a handled error is a signal) each in one pattern of every payment run
@@ -208,7 +208,7 @@ def test_store_query_on_both_backends(db_url: str) -> None:  # noqa: F811
         inferred = service.diagnose("t1", pooled, DiagnoseOptions()).agent
         assert inferred is not None and inferred not in ("billing-bot", "support")
         until = datetime.now(UTC) + timedelta(minutes=1)
-        occ, repairs = service.store.pattern_inputs("t1", since=until - timedelta(hours=1), until=until)
+        occ, repairs = service.stores.reports.pattern_inputs("t1", since=until - timedelta(hours=1), until=until)
         agent_of = {o.trace_id: o.agent for o in occ}
         assert agent_of.get(named.id) == "billing-bot" and agent_of.get(pooled.id) == inferred
         occ = [o for o in occ if o.trace_id not in (named.id, pooled.id)]
@@ -219,9 +219,9 @@ def test_store_query_on_both_backends(db_url: str) -> None:  # noqa: F811
             assert o.tool in {None, *(s.tool_name for s in t.steps)}
         assert any(o.tool for o in occ if o.kind == "tool_error")
         assert repairs and all(r.outcomes in (0, 1) for r in repairs)
-        assert service.store.pattern_inputs("nobody", since=until - timedelta(hours=1), until=until) == ([], [])
+        assert service.stores.reports.pattern_inputs("nobody", since=until - timedelta(hours=1), until=until) == ([], [])
     finally:
-        service.store.dispose()
+        service.stores.db.dispose()
 
 
 # -- HTTP and the CLI -------------------------------------------------------------------------------
@@ -230,11 +230,11 @@ def patterns_server(tmp_path_factory: pytest.TempPathFactory, payment_runs: list
         tuple[LiveServer, str, str, Path]]:
     data = tmp_path_factory.mktemp("patterns")
     url = f"sqlite:///{data / 'triage.db'}"
-    store = Store(url)
-    store.upgrade()
-    key_a, _ = create_key(store, "acme")
-    key_b, _ = create_key(store, "other")
-    store.dispose()
+    store = Stores.at(url)
+    store.db.upgrade()
+    key_a, _ = create_key(store.keys, "acme")
+    key_b, _ = create_key(store.keys, "other")
+    store.db.dispose()
     srv = LiveServer(env={"TRIAGE_DATA_DIR": str(data), "TRIAGE_DATABASE_URL": url, "TRIAGE_AUTH": "on",
                           "TRIAGE_CLASSIFIER": "false"}).wait_ready()
     try:
@@ -302,12 +302,12 @@ def test_cache_answers_until_the_data_changes(payment_runs: list[Trace], tmp_pat
             service.diagnose("acme", t, DiagnoseOptions())
         since, until = window(since=None, until=None, days=1.0)
         assert until.second == 0 and until.microsecond == 0  # the default end: the whole minute
-        first = tenant_patterns(service.store, "acme", since=since, until=until)
-        assert tenant_patterns(service.store, "acme", since=since, until=until) is first  # unchanged: cached
+        first = tenant_patterns(service.stores.reports, "acme", since=since, until=until)
+        assert tenant_patterns(service.stores.reports, "acme", since=since, until=until) is first  # unchanged: cached
         service.diagnose("acme", payment_runs[2], DiagnoseOptions())  # a write changes the data version
-        after = tenant_patterns(service.store, "acme", since=since, until=until)
+        after = tenant_patterns(service.stores.reports, "acme", since=since, until=until)
         assert after is not first and after.runs == first.runs + 1
         service.history.delete_trace("acme", payment_runs[2].id)
-        assert tenant_patterns(service.store, "acme", since=since, until=until).runs == first.runs
+        assert tenant_patterns(service.stores.reports, "acme", since=since, until=until).runs == first.runs
     finally:
-        service.store.dispose()
+        service.stores.db.dispose()

@@ -188,8 +188,8 @@ def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -
             trace.metadata["task_id"] = "same" if n < 3 else "other"
             service.diagnose("local", trace, DiagnoseOptions())
         service.add_label("local", "run-0", LabelRequest(failed=True, author="bob"))
-        by_margin, _ = review_queue(service.store, "local", author="ana", threshold_for=lambda _: 0.5)
-        queue, done = review_queue(service.store, "local", author="ana", threshold_for=lambda _: 0.5,
+        by_margin, _ = review_queue(service.stores.labels, "local", author="ana", threshold_for=lambda _: 0.5)
+        queue, done = review_queue(service.stores.labels, "local", author="ana", threshold_for=lambda _: 0.5,
                                    order="queue")
         assert done == 0 and sorted(c.trace_id for c in queue) == sorted(c.trace_id for c in by_margin)
         # task "same" has a labelled run (run-0, by bob): the one run of task "other" leads the queue
@@ -201,7 +201,7 @@ def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -
         assert [c.trace_id for c in queue if c.trace_id != "run-3"] == [
             c.trace_id for c in by_margin if c.trace_id != "run-3"]
     finally:
-        service.store.dispose()
+        service.stores.db.dispose()
 
 
 def test_agent_model_learner_learns_the_planted_word() -> None:

@@ -23,7 +23,7 @@ from serve.app import create_app
 from serve.auth import create_key
 from serve.ratelimit import RateLimiter, RefusalLogFilter, TokenBuckets, seconds_to_midnight, utc_day
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 from tests.conftest import LiveServer
 
 
@@ -52,10 +52,10 @@ def test_seconds_to_midnight() -> None:
 
 def _app(tmp_path: Path, **kw: Any) -> tuple[TestClient, dict[str, str]]:
     settings = Settings(data_dir=tmp_path, classifier=False, auth="on", auth_cache_s=60, **kw)
-    store = Store(settings.resolved_database_url)
-    store.upgrade()
-    keys = {name: create_key(store, tenant)[0] for name, tenant in [("a1", "acme"), ("a2", "acme"), ("g", "globex")]}
-    store.dispose()
+    store = Stores.at(settings.resolved_database_url)
+    store.db.upgrade()
+    keys = {name: create_key(store.keys, tenant)[0] for name, tenant in [("a1", "acme"), ("a2", "acme"), ("g", "globex")]}
+    store.db.dispose()
     return TestClient(create_app(settings)), keys
 
 
@@ -142,8 +142,8 @@ def test_daily_step_quota_is_shared_through_the_store(tmp_path: Path) -> None:
         assert "TRIAGE_QUOTA_DAILY_STEPS" in r.json()["detail"][0]["msg"]
         assert 0 < int(r.headers["Retry-After"]) <= 86400
         # the refused request stored nothing and counted nothing
-        store = c.app.state.store  # type: ignore[attr-defined]
-        assert store.usage("acme", utc_day()) == 2 * steps
+        store = c.app.state.service.stores  # type: ignore[attr-defined]
+        assert store.traces.usage("acme", utc_day()) == 2 * steps
         assert c.get("/v1/traces", headers=h).json()["items"].__len__() == 2
         # one step still fits: a session append of one message
         one = {"messages": [{"role": "user", "content": "hello"}]}
@@ -164,10 +164,10 @@ RPS, BURST = 20.0, 10.0
 @pytest.fixture
 def two_workers(tmp_path: Path) -> Iterator[tuple[LiveServer, str, Path]]:
     db = tmp_path / "triage.db"
-    store = Store(f"sqlite:///{db}")
-    store.upgrade()
-    key, _ = create_key(store, "acme")
-    store.dispose()
+    store = Stores.at(f"sqlite:///{db}")
+    store.db.upgrade()
+    key, _ = create_key(store.keys, "acme")
+    store.db.dispose()
     srv = LiveServer(
         env={
             "TRIAGE_DATA_DIR": str(tmp_path),

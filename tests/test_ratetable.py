@@ -18,7 +18,7 @@ from serve.auth import create_key
 from serve.ratelimit import RateLimiter
 from serve.ratetable import WAYS, SharedTable
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 
 
 def _taker(path: str, n: int, start: Any, out: Any) -> None:
@@ -107,10 +107,10 @@ def test_two_apps_on_one_table_spend_one_bucket(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, classifier=False, auth="on", auth_cache_s=60, workers=2,
                         rate_limit_table=path, rate_limit_key_rps=0.01, rate_limit_key_burst=3,
                         rate_limit_tenant_rps=0)
-    store = Store(settings.resolved_database_url)
-    store.upgrade()
-    key = create_key(store, "acme")[0]
-    store.dispose()
+    store = Stores.at(settings.resolved_database_url)
+    store.db.upgrade()
+    key = create_key(store.keys, "acme")[0]
+    store.db.dispose()
     h = {"Authorization": f"Bearer {key}"}
     with TestClient(create_app(settings)) as one, TestClient(create_app(settings)) as two:
         assert [one.get("/v1/traces", headers=h).status_code for _ in range(2)] == [200, 200]

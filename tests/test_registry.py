@@ -11,7 +11,7 @@ from model.core.errors import InputError, ModelLoadError
 from model.data.realdata import load_source
 from model.scoring.agent_registry import Registry, agent_key
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
-from serve.store import Store
+from serve.store import Stores
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 
@@ -23,11 +23,11 @@ def model() -> AgentModel:
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:  # noqa: F811
-    s = Store(db_url)
-    s.upgrade()
+def store(db_url: str) -> Iterator[Stores]:  # noqa: F811
+    s = Stores.at(db_url)
+    s.db.upgrade()
     yield s
-    s.dispose()
+    s.db.dispose()
 
 
 def test_save_load_versions_and_layout(tmp_path: Path, model: AgentModel) -> None:
@@ -58,18 +58,18 @@ def test_unknown_and_corrupt_versions_are_refused(tmp_path: Path, model: AgentMo
         reg.load("acme", "a", v1.version)
 
 
-def test_activations_are_per_tenant_and_agent_newest_first(store: Store) -> None:
-    assert store.active_model("acme", "a") is None
-    store.activate_model("acme", "v1-20261201T110000Z", actor="alice", agent="a")
-    store.activate_model("acme", "v2-20261201T120000Z", actor="bob", agent="a")
-    store.activate_model("acme", "v1-20261201T130000Z", actor="bob", agent="b")
-    store.activate_model("acme", "v1-20261201T110000Z", actor="bob", action="rollback", agent="a")
-    store.activate_model("beta", "v7-20261201T130000Z", actor="carol", agent="a")
-    assert store.active_model("acme", "a") == "v1-20261201T110000Z"
-    assert store.active_models("acme") == {"a": "v1-20261201T110000Z", "b": "v1-20261201T130000Z"}
-    assert [h["action"] for h in store.model_history("acme", "a")] == ["rollback", "promote", "promote"]
-    assert len(store.model_history("acme")) == 4
+def test_activations_are_per_tenant_and_agent_newest_first(store: Stores) -> None:
+    assert store.activations.active_model("acme", "a") is None
+    store.activations.activate_model("acme", "v1-20261201T110000Z", actor="alice", agent="a")
+    store.activations.activate_model("acme", "v2-20261201T120000Z", actor="bob", agent="a")
+    store.activations.activate_model("acme", "v1-20261201T130000Z", actor="bob", agent="b")
+    store.activations.activate_model("acme", "v1-20261201T110000Z", actor="bob", action="rollback", agent="a")
+    store.activations.activate_model("beta", "v7-20261201T130000Z", actor="carol", agent="a")
+    assert store.activations.active_model("acme", "a") == "v1-20261201T110000Z"
+    assert store.activations.active_models("acme") == {"a": "v1-20261201T110000Z", "b": "v1-20261201T130000Z"}
+    assert [h["action"] for h in store.activations.model_history("acme", "a")] == ["rollback", "promote", "promote"]
+    assert len(store.activations.model_history("acme")) == 4
     with pytest.raises(InputError):
-        store.activate_model("acme", "v3", actor="x", action="delete", agent="a")
+        store.activations.activate_model("acme", "v3", actor="x", action="delete", agent="a")
     with pytest.raises(InputError):
-        store.activate_model("acme", "v3", actor="x", agent="")
+        store.activations.activate_model("acme", "v3", actor="x", agent="")

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from model.core.schema import Trace
 from model.importers import load_trace
 from serve.settings import get_settings
-from serve.store import Store
+from serve.store import Stores
 
 T = "acme"
 ENV = {"TRIAGE_RETRAIN_MIN_RUNS": "6", "TRIAGE_RETRAIN_MIN_CLASS": "2", "TRIAGE_RETRAIN_CV_DRAWS": "1",
@@ -51,13 +51,13 @@ def run_trace(i: int, task: str, failed: bool, *, empty: bool = False) -> dict[s
     return t.model_dump(mode="json", exclude_none=True)
 
 
-def store_runs(store: Store, runs: list[tuple[str, dict[str, Any], bool]]) -> None:
+def store_runs(store: Stores, runs: list[tuple[str, dict[str, Any], bool]]) -> None:
     """Store ``(agent, trace, failed)`` as a diagnosed run with a checker's run-level label."""
     for agent, trace, failed in runs:
-        with store.write() as db:
-            store.put_trace(db, tenant=T, trace_id=trace["id"], trace=trace, response={}, session_id=None,
+        with store.db.write() as db:
+            store.traces.put_trace(db, tenant=T, trace_id=trace["id"], trace=trace, response={}, session_id=None,
                             task_type=None, agent=agent)
-        store.add_label(T, trace["id"], failed=failed, author="checker", author_type="checker")
+        store.labels.add_label(T, trace["id"], failed=failed, author="checker", author_type="checker")
 
 
 # name → (runs, expected code of the agent, expected status)
@@ -104,9 +104,9 @@ def retrain_json(work: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tup
     return r.exit_code, json.loads(r.stdout[first:]) if first >= 0 else None, r.output
 
 
-def open_store(work: Path) -> Store:
-    store = Store(f"sqlite:///{work / 'triage.db'}")
-    store.upgrade()
+def open_stores(work: Path) -> Stores:
+    store = Stores.at(f"sqlite:///{work / 'triage.db'}")
+    store.db.upgrade()
     return store
 
 
@@ -128,14 +128,14 @@ def test_degenerate_histories_get_their_exact_codes_and_exit_codes(kinds: list[s
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
-        store = open_store(work)
+        store = open_stores(work)
         runs: list[tuple[str, dict[str, Any], bool]] = []
         for j, kind in enumerate(kinds):
             runs += history(kind, f"agent-{kind}", 1000 * j)
         if corrupt:
             runs.append((f"agent-{kinds[0]}", {"id": "broken", "steps": "not a list of steps"}, True))
         store_runs(store, runs)
-        store.dispose()
+        store.db.dispose()
         code, rec, out = retrain_json(work, monkeypatch)
         assert rec is not None, out
         for kind in kinds:
@@ -166,9 +166,9 @@ def test_degenerate_histories_get_their_exact_codes_and_exit_codes(kinds: list[s
 
 
 def test_no_promote_exits_0_and_an_unknown_agent_exits_2(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = open_store(work)
+    store = open_stores(work)
     store_runs(store, history("huge", "big", 0) + history("one_group", "flat", 100))
-    store.dispose()
+    store.db.dispose()
     code, rec, out = retrain_json(work, monkeypatch, "--no-promote")
     assert code == 0 and rec is not None, out
     assert rec["agents"]["big"]["status"] == "fitted"
@@ -192,9 +192,9 @@ def test_no_promote_exits_0_and_an_unknown_agent_exits_2(work: Path, monkeypatch
 
 
 def test_two_task_groups_cut_the_folds_to_two(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = open_store(work)
+    store = open_stores(work)
     store_runs(store, history("two_groups", "pair", 0))
-    store.dispose()
+    store.db.dispose()
     code, rec, out = retrain_json(work, monkeypatch, "--no-promote")
     assert code == 0 and rec is not None, out
     est = rec["models"][0]["gate"]["estimate"]
@@ -254,9 +254,9 @@ def test_a_served_cheap_learner_answers_diagnoses_and_sessions(tmp_path: Path) -
     s = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 't.db'}")
     svc = build_service(s, Diagnoser.with_shipped_models(classifier=False))
     try:
-        svc.diagnoses.models = build_models(s, svc.store)
+        svc.diagnoses.models = build_models(s, svc.stores.activations)
         mv = Registry(s.resolved_model_registry).save(T, "airline", model, parent=None, card="t", report={}, data={})
-        svc.store.activate_model(T, mv.version, actor="test", agent="airline")
+        svc.stores.activations.activate_model(T, mv.version, actor="test", agent="airline")
         t = rest[0].trace.model_copy(update={"labels": None}, deep=True)
         resp = svc.diagnose(T, t, DiagnoseOptions(agent="airline"))
         basis = resp.failure_probability_basis
@@ -283,14 +283,14 @@ def test_a_served_cheap_learner_answers_diagnoses_and_sessions(tmp_path: Path) -
                            [r.failed for r in train], [r.group for r in train])
         pv = Registry(s.resolved_model_registry).save(T, POOLED, length, parent=None, card="t", report={}, data={},
                                                       members=("hotel",))
-        svc.store.activate_model(T, pv.version, actor="test", agent=POOLED)
+        svc.stores.activations.activate_model(T, pv.version, actor="test", agent=POOLED)
         for agent, served in (("hotel", True), ("cars", False), ("_pool", False)):
             b = svc.diagnose(T, rest[1].trace.model_copy(update={"labels": None, "id": f"p-{agent}"}, deep=True),
                              DiagnoseOptions(agent=agent)).failure_probability_basis
             assert b is not None and (b.model == "agent") == served, (agent, b)
             assert (b.learner == "length") == served and (b.version or "").startswith(POOLED) == served
     finally:
-        svc.store.dispose()
+        svc.stores.db.dispose()
 
 
 def test_the_pooled_model_serves_an_agent_only_where_it_beats_zero_shot_on_its_labels() -> None:
@@ -338,7 +338,7 @@ def test_a_retrain_reads_which_runs_the_service_flagged_for_another_cause(work: 
     runs answered unhealthy by a rule or a stream (not by ``at_risk`` alone, nor healthy ones)."""
     from serve.services.retrain_plan import read_runs
 
-    store = open_store(work)
+    store = open_stores(work)
     def f(kind: str) -> dict[str, Any]:
         return {"kind": kind, "severity": "medium", "confidence": 0.9}
 
@@ -348,12 +348,12 @@ def test_a_retrain_reads_which_runs_the_service_flagged_for_another_cause(work: 
                "r3": {"healthy": False, "failures": [f("at_risk"), f("degradation")]}}
     for i, (tid, response) in enumerate(answers.items()):
         trace = run_trace(i, f"t{i}", failed=False)
-        with store.write() as db:
-            store.put_trace(db, tenant=T, trace_id=tid, trace=trace, response=response, session_id=None,
+        with store.db.write() as db:
+            store.traces.put_trace(db, tenant=T, trace_id=tid, trace=trace, response=response, session_id=None,
                             task_type=None, agent="a")
-        store.add_label(T, tid, failed=False, author="checker", author_type="checker")
-    runs, bad = read_runs(store, T)
-    store.dispose()
+        store.labels.add_label(T, tid, failed=False, author="checker", author_type="checker")
+    runs, bad = read_runs(store.labels, T)
+    store.db.dispose()
     assert not bad
     assert {r.trace.id: r.flagged for r in runs} == {"r0": True, "r1": False, "r2": False, "r3": True}
 
@@ -365,16 +365,16 @@ def test_a_retrain_reads_runs_in_the_order_they_were_stored_not_by_their_random_
 
     from serve.services.retrain_plan import read_runs
 
-    store = open_store(work)
+    store = open_stores(work)
     t0 = datetime(2026, 12, 1, tzinfo=UTC)
     ids = ["f3", "0a", "c7", "5b"]  # stored in this order
     for i, tid in enumerate(ids):
         trace = run_trace(i, f"t{i}", failed=i % 2 == 0)
         trace["id"] = tid
-        with store.write() as db:
-            store.put_trace(db, tenant=T, trace_id=tid, trace=trace, response={}, session_id=None,
+        with store.db.write() as db:
+            store.traces.put_trace(db, tenant=T, trace_id=tid, trace=trace, response={}, session_id=None,
                             task_type=None, agent="a", now=t0 + timedelta(seconds=i))
-        store.add_label(T, tid, failed=i % 2 == 0, author="checker", author_type="checker")
-    runs, _ = read_runs(store, T)
-    store.dispose()
+        store.labels.add_label(T, tid, failed=i % 2 == 0, author="checker", author_type="checker")
+    runs, _ = read_runs(store.labels, T)
+    store.db.dispose()
     assert [r.trace.id for r in runs] == ids

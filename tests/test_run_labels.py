@@ -21,7 +21,7 @@ from serve.schemas import LabelRequest
 from serve.services.run_labels import effective_label, labels_for
 from serve.services.triage import TriageService
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 from serve.store.migrate import upgrade as migrate_to
 from serve.wiring import build_service
 from tests.conftest import LiveServer
@@ -83,7 +83,7 @@ def test_label_request_names_the_field(body: dict[str, Any], field: str) -> None
 def service(db_url: str) -> Any:  # noqa: F811
     svc = build_service(Settings(database_url=db_url), Diagnoser())
     yield svc
-    svc.store.dispose()
+    svc.stores.db.dispose()
 
 
 def _label(service: TriageService, trace_id: str, **body: Any) -> Any:
@@ -107,7 +107,7 @@ def test_precedence_in_the_store(service: TriageService) -> None:
     detail = service.get_trace("t", trace.id)
     assert detail.label is not None and detail.label.failed and detail.label.labels == 4
     # the export: the effective label, labels.failed and the located failure
-    (record,) = list(service.store.iter_history("t"))
+    (record,) = list(service.stores.labels.iter_history("t"))
     exported = labels_for(record, include_unconfirmed=False)
     assert exported is not None and exported.failed is True and exported.source.value == "human"
     assert [(f.kind and f.kind.value, f.step) for f in exported.failures] == [("loop", first)]
@@ -118,7 +118,7 @@ def test_failed_only_exports_as_failed_and_bad_input(service: TriageService) -> 
     service.diagnose("t", trace, DiagnoseOptions())
     assert service.get_trace("t", trace.id).label is None
     _label(service, trace.id, failed=True, author="ci", author_type="checker")
-    (record,) = list(service.store.iter_history("t"))
+    (record,) = list(service.stores.labels.iter_history("t"))
     exported = labels_for(record, include_unconfirmed=False)
     assert exported is not None and exported.failed is True and exported.failures == []
     assert exported.source.value == "checker" and not exported.healthy  # not "healthy" for lack of a kind
@@ -130,23 +130,23 @@ def test_failed_only_exports_as_failed_and_bad_input(service: TriageService) -> 
     with pytest.raises(InputError) as exc:
         _label(service, trace.id, failed=False, kind="loop")
     assert exc.value.path == "kind"
-    assert len(service.store.trace_labels("t", trace.id)) == 1  # nothing written by the refusals
+    assert len(service.stores.labels.trace_labels("t", trace.id)) == 1  # nothing written by the refusals
 
 
 def test_migration_fills_failed_for_older_labels(db_url: str) -> None:  # noqa: F811
-    store = Store(db_url)
+    store = Stores.at(db_url)
     try:
-        migrate_to(store.engine, "0003")
-        with store.engine.begin() as conn:
+        migrate_to(store.db.engine, "0003")
+        with store.db.engine.begin() as conn:
             conn.execute(text("INSERT INTO labels (tenant_id, trace_id, kind, author, created_at) VALUES "
                               "('t', 'a', 'loop', '', '2026-01-01 00:00:00'), "
                               "('t', 'b', NULL, '', '2026-01-01 00:00:00')"))
-        store.upgrade()
-        with store.engine.connect() as conn:
+        store.db.upgrade()
+        with store.db.engine.connect() as conn:
             got = sorted(conn.execute(text("SELECT trace_id, failed, author_type FROM labels")).all())
         assert [(t, bool(f), a) for t, f, a in got] == [("a", True, "human"), ("b", False, "human")]
     finally:
-        store.dispose()
+        store.db.dispose()
 
 
 def test_http_labels_and_422(live_server: LiveServer) -> None:
@@ -178,7 +178,7 @@ def test_export_cli_writes_failed(tmp_path: Path) -> None:
     trace.id = "run-failed"
     service.diagnose("acme", trace, DiagnoseOptions())
     service.add_label("acme", trace.id, LabelRequest(failed=True, author="ci", author_type="checker"))
-    service.store.dispose()
+    service.stores.db.dispose()
     code, rows, out = _export(data, tmp_path / "out.jsonl")
     assert code == 0, out
     (row,) = rows

@@ -23,7 +23,7 @@ from schemathesis.checks import (
 from sqlalchemy import create_engine, text
 
 from serve.auth import create_key
-from serve.store import Store
+from serve.store import Stores
 from tests.conftest import LiveServer
 from tests.storefix import BACKENDS, make_db_url
 
@@ -40,11 +40,11 @@ def api_server(
     data: Path = tmp_path_factory.mktemp("schemathesis")
     urls = make_db_url(request.param, data)
     url = next(urls)
-    store = Store(url)
-    store.upgrade()
-    key, _ = create_key(store, "fuzz")
-    operator_key, _ = create_key(store, "fuzz-ops", operator=True)
-    store.dispose()
+    store = Stores.at(url)
+    store.db.upgrade()
+    key, _ = create_key(store.keys, "fuzz")
+    operator_key, _ = create_key(store.keys, "fuzz-ops", operator=True)
+    store.db.dispose()
     env = {
         "TRIAGE_DATA_DIR": str(data),
         "TRIAGE_DATABASE_URL": url,

@@ -40,7 +40,7 @@ def test_session_scores_new_steps_only_and_matches_whole_trace(tmp_path: Path) -
         resp = service.append_steps("acme", "s1", AppendStepsRequest(steps=[body]))
     assert calls == list(range(len(trace.steps)))  # each step scored once, when it arrived
     assert resp.detector_versions["classifier"] == clf.version
-    stored = service.store.get_session("acme", "s1")
+    stored = service.stores.sessions.get_session("acme", "s1")
     assert stored is not None
     incremental = {(f["step"], f["kind"]): f["confidence"] for f in stored.state["classifier"]["findings"]}
     session_trace = service.stored_trace("acme", stored.trace_id)

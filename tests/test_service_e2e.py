@@ -18,7 +18,7 @@ import pytest
 from agent_triage_client import AsyncTriageClient, TriageAPIError, TriageClient
 
 from serve.auth import create_key
-from serve.store import Store
+from serve.store import Stores
 from tests.conftest import LiveServer
 
 pytestmark = pytest.mark.slow
@@ -28,10 +28,10 @@ STRICT: dict[str, Any] = {"fail_open": False, "timeout_s": 60.0, "budget_s": 120
 
 
 def _keys(data_dir: Path, *tenants: str) -> dict[str, str]:
-    store = Store(f"sqlite:///{data_dir / 'triage.db'}")
-    store.upgrade()
-    keys = {t: create_key(store, t)[0] for t in tenants}
-    store.dispose()
+    store = Stores.at(f"sqlite:///{data_dir / 'triage.db'}")
+    store.db.upgrade()
+    keys = {t: create_key(store.keys, t)[0] for t in tenants}
+    store.db.dispose()
     return keys
 
 

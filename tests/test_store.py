@@ -15,18 +15,18 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
 from model.core.errors import InputError, StoreError
-from serve.store import Store, open_store
+from serve.store import Stores, open_stores
 from serve.store.migrate import current_revision, downgrade, head_revision
 from serve.store.tables import Base, FailureRow, ObservationRow, OutcomeRow, RecommendationRow, TraceRow
 from tests.storefix import db_url  # noqa: F401  (fixture)
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:  # noqa: F811
-    s = Store(db_url)
-    s.upgrade()
+def store(db_url: str) -> Iterator[Stores]:  # noqa: F811
+    s = Stores.at(db_url)
+    s.db.upgrade()
     yield s
-    s.dispose()
+    s.db.dispose()
 
 
 def _resp(*kinds: str, signal: str | None = None) -> dict[str, Any]:
@@ -46,9 +46,9 @@ def _resp(*kinds: str, signal: str | None = None) -> dict[str, Any]:
     }
 
 
-def _put(store: Store, tenant: str, tid: str, *kinds: str, session: str | None = None, **kw: Any) -> None:
-    with store.write() as db:
-        store.put_trace(
+def _put(store: Stores, tenant: str, tid: str, *kinds: str, session: str | None = None, **kw: Any) -> None:
+    with store.db.write() as db:
+        store.traces.put_trace(
             db,
             tenant=tenant,
             trace_id=tid,
@@ -60,39 +60,39 @@ def _put(store: Store, tenant: str, tid: str, *kinds: str, session: str | None =
         )
 
 
-def test_migrations_match_models_and_are_idempotent(store: Store) -> None:
-    assert current_revision(store.engine) == head_revision()
-    store.upgrade()  # again: nothing to do
-    with store.engine.connect() as conn:
+def test_migrations_match_models_and_are_idempotent(store: Stores) -> None:
+    assert current_revision(store.db.engine) == head_revision()
+    store.db.upgrade()  # again: nothing to do
+    with store.db.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-    downgrade(store.engine, "base")
-    assert set(inspect(store.engine).get_table_names()) <= {"alembic_version"}
-    store.upgrade()
+    downgrade(store.db.engine, "base")
+    assert set(inspect(store.db.engine).get_table_names()) <= {"alembic_version"}
+    store.db.upgrade()
     assert {"traces", "sessions", "api_keys", "outcomes", "streams"} <= set(
-        inspect(store.engine).get_table_names()
+        inspect(store.db.engine).get_table_names()
     )
 
 
 def test_sqlite_is_wal(tmp_path: Any) -> None:
-    s = Store(f"sqlite:///{tmp_path / 'x' / 'w.db'}")
-    s.upgrade()
-    with s.engine.connect() as conn:
+    s = Stores.at(f"sqlite:///{tmp_path / 'x' / 'w.db'}")
+    s.db.upgrade()
+    with s.db.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10000
 
 
-def test_reads_are_tenant_scoped(store: Store) -> None:
+def test_reads_are_tenant_scoped(store: Stores) -> None:
     _put(store, "a", "t1", "loop")
     _put(store, "b", "t1", "tool_error")  # the same trace id in another tenant is another trace
-    assert store.get_trace("a", "t1").primary_kind == "loop"  # type: ignore[union-attr]
-    assert store.get_trace("b", "t1").primary_kind == "tool_error"  # type: ignore[union-attr]
-    assert store.get_trace("c", "t1") is None
-    assert [r.id for r in store.list_traces("a", kind="tool_error").items] == []
-    assert store.delete_trace("c", "t1") is False
-    assert store.get_trace("a", "t1") is not None
+    assert store.traces.get_trace("a", "t1").primary_kind == "loop"  # type: ignore[union-attr]
+    assert store.traces.get_trace("b", "t1").primary_kind == "tool_error"  # type: ignore[union-attr]
+    assert store.traces.get_trace("c", "t1") is None
+    assert [r.id for r in store.traces.list_traces("a", kind="tool_error").items] == []
+    assert store.traces.delete_trace("c", "t1") is False
+    assert store.traces.get_trace("a", "t1") is not None
 
 
-def test_list_filters_and_pages(store: Store) -> None:
+def test_list_filters_and_pages(store: Stores) -> None:
     for i in range(5):
         _put(
             store,
@@ -103,39 +103,39 @@ def test_list_filters_and_pages(store: Store) -> None:
             signal="refusal",
         )
         time.sleep(0.002)  # distinct created_at
-    ids = [r.id for r in store.list_traces("a").items]
+    ids = [r.id for r in store.traces.list_traces("a").items]
     assert ids == ["t4", "t3", "t2", "t1", "t0"]
-    assert [r.id for r in store.list_traces("a", kind="loop").items] == ["t4", "t2", "t0"]
-    assert [r.id for r in store.list_traces("a", kind="refusal").items] == []  # signals don't count
-    assert [r.id for r in store.list_traces("a", session="s2").items] == ["t4", "t3"]
-    t2 = store.get_trace("a", "t2")
+    assert [r.id for r in store.traces.list_traces("a", kind="loop").items] == ["t4", "t2", "t0"]
+    assert [r.id for r in store.traces.list_traces("a", kind="refusal").items] == []  # signals don't count
+    assert [r.id for r in store.traces.list_traces("a", session="s2").items] == ["t4", "t3"]
+    t2 = store.traces.get_trace("a", "t2")
     assert t2 is not None
-    assert [r.id for r in store.list_traces("a", since=t2.created_at).items] == ["t4", "t3", "t2"]
+    assert [r.id for r in store.traces.list_traces("a", since=t2.created_at).items] == ["t4", "t3", "t2"]
     naive = t2.created_at.replace(tzinfo=None)  # a caller's `since=…` without an offset is UTC
-    assert [r.id for r in store.list_traces("a", since=naive).items] == ["t4", "t3", "t2"]
-    page1 = store.list_traces("a", limit=2)
-    page2 = store.list_traces("a", limit=2, cursor=page1.next_cursor)
-    page3 = store.list_traces("a", limit=2, cursor=page2.next_cursor)
+    assert [r.id for r in store.traces.list_traces("a", since=naive).items] == ["t4", "t3", "t2"]
+    page1 = store.traces.list_traces("a", limit=2)
+    page2 = store.traces.list_traces("a", limit=2, cursor=page1.next_cursor)
+    page3 = store.traces.list_traces("a", limit=2, cursor=page2.next_cursor)
     assert [r.id for p in (page1, page2, page3) for r in p.items] == ids
     assert page3.next_cursor is None
     with pytest.raises(InputError):
-        store.list_traces("a", cursor="garbage")
+        store.traces.list_traces("a", cursor="garbage")
 
 
-def test_replacing_a_trace_replaces_its_failures(store: Store) -> None:
+def test_replacing_a_trace_replaces_its_failures(store: Stores) -> None:
     _put(store, "a", "t", "loop", "tool_error")
     _put(store, "a", "t", "timeout")
-    assert store.count_rows(FailureRow, "a") == 1
-    assert [r.id for r in store.list_traces("a", kind="loop").items] == []
+    assert store.reports.count_rows(FailureRow, "a") == 1
+    assert [r.id for r in store.traces.list_traces("a", kind="loop").items] == []
 
 
-def test_delete_trace_session_and_retention(store: Store) -> None:
+def test_delete_trace_session_and_retention(store: Stores) -> None:
     _put(store, "a", "t1", "loop", session="s")
     _put(store, "a", "t2", session="s")
     _put(store, "a", "t3")
-    with store.write() as db:
-        store.lock_session(db, "a", "s", create_trace_id="t1")
-        store.put_recommendation(
+    with store.db.write() as db:
+        store.sessions.lock_session(db, "a", "s", create_trace_id="t1")
+        store.sessions.put_recommendation(
             db,
             tenant="a",
             rec={"id": "r1", "strategy": "retry"},
@@ -146,33 +146,33 @@ def test_delete_trace_session_and_retention(store: Store) -> None:
             rung=0,
             attempt=1,
         )
-        rec = store.get_recommendation(db, "a", "r1")
+        rec = store.sessions.get_recommendation(db, "a", "r1")
         assert rec is not None
-        store.add_outcome(db, tenant="a", rec=rec, success=True, duration_s=1.0, cost=None, note="")
-    assert store.delete_session("a", "s") is True
-    assert store.get_session("a", "s") is None
-    assert [r.id for r in store.list_traces("a").items] == ["t3"]
+        store.sessions.add_outcome(db, tenant="a", rec=rec, success=True, duration_s=1.0, cost=None, note="")
+    assert store.traces.delete_session("a", "s") is True
+    assert store.sessions.get_session("a", "s") is None
+    assert [r.id for r in store.traces.list_traces("a").items] == ["t3"]
     for table in (FailureRow, RecommendationRow, OutcomeRow):
-        assert store.count_rows(table, "a") == 0
-    assert store.delete_session("a", "s") is False
+        assert store.reports.count_rows(table, "a") == 0
+    assert store.traces.delete_session("a", "s") is False
     # retention: nothing is older than a day; everything is older than "now + 2 days - 1 day"
-    assert store.purge_older_than(timedelta(days=1)) == 0
-    assert store.purge_older_than(timedelta(days=1), now=datetime.now(UTC) + timedelta(days=2)) == 1
-    assert store.count_rows(TraceRow) == 0
+    assert store.traces.purge_older_than(timedelta(days=1)) == 0
+    assert store.traces.purge_older_than(timedelta(days=1), now=datetime.now(UTC) + timedelta(days=2)) == 1
+    assert store.reports.count_rows(TraceRow) == 0
 
 
-def test_api_keys_hash_only_and_revoke(store: Store) -> None:
-    store.add_api_key("acme", "k1", "h" * 64, "ci")
-    assert store.find_api_key("h" * 64).tenant_id == "acme"  # type: ignore[union-attr]
-    assert [k.id for k in store.list_api_keys("acme")] == ["k1"]
-    assert store.revoke_api_key("k1") is True
-    assert store.revoke_api_key("k1") is False
-    assert store.find_api_key("h" * 64) is None
+def test_api_keys_hash_only_and_revoke(store: Stores) -> None:
+    store.keys.add_api_key("acme", "k1", "h" * 64, "ci")
+    assert store.keys.find_api_key("h" * 64).tenant_id == "acme"  # type: ignore[union-attr]
+    assert [k.id for k in store.keys.list_api_keys("acme")] == ["k1"]
+    assert store.keys.revoke_api_key("k1") is True
+    assert store.keys.revoke_api_key("k1") is False
+    assert store.keys.find_api_key("h" * 64) is None
     with pytest.raises(InputError):
-        store.ensure_tenant("bad name!")
+        store.keys.ensure_tenant("bad name!")
 
 
-def test_concurrent_writes_to_one_session_are_serialised(store: Store) -> None:
+def test_concurrent_writes_to_one_session_are_serialised(store: Stores) -> None:
     """Read-modify-write under the session lock from 8 threads: no update is lost."""
     n_threads, per_thread = 8, 5
     errors: list[BaseException] = []
@@ -180,8 +180,8 @@ def test_concurrent_writes_to_one_session_are_serialised(store: Store) -> None:
     def work() -> None:
         try:
             for _ in range(per_thread):
-                with store.write() as db:
-                    row = store.lock_session(db, "a", "s", create_trace_id="t")
+                with store.db.write() as db:
+                    row = store.sessions.lock_session(db, "a", "s", create_trace_id="t")
                     assert row is not None
                     seen = row.n_steps
                     time.sleep(0.001)  # widen the race window
@@ -196,15 +196,15 @@ def test_concurrent_writes_to_one_session_are_serialised(store: Store) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    row = store.get_session("a", "s")
+    row = store.sessions.get_session("a", "s")
     assert row is not None
     assert row.n_steps == n_threads * per_thread
     assert row.state["log"] == list(range(n_threads * per_thread))
 
 
-def test_stream_rows_and_values(store: Store) -> None:
-    with store.write() as db:
-        row = store.lock_stream(db, "a", "latency", "", detector="cusum", params={"shift": 1.0})
+def test_stream_rows_and_values(store: Stores) -> None:
+    with store.db.write() as db:
+        row = store.streams.lock_stream(db, "a", "latency", "", detector="cusum", params={"shift": 1.0})
         db.add_all(
             [
                 ObservationRow(tenant_id="a", stream="latency", agent="", seq=i, value=float(i))
@@ -212,41 +212,41 @@ def test_stream_rows_and_values(store: Store) -> None:
             ]
         )
         row.n = 5
-    assert store.stream_values("a", "latency", "", last=3) == [(2, 2.0), (3, 3.0), (4, 4.0)]
-    assert store.stream_values("b", "latency", "", last=3) == []
-    assert store.get_stream("a", "latency", "").n == 5  # type: ignore[union-attr]
+    assert store.streams.stream_values("a", "latency", "", last=3) == [(2, 2.0), (3, 3.0), (4, 4.0)]
+    assert store.streams.stream_values("b", "latency", "", last=3) == []
+    assert store.streams.get_stream("a", "latency", "").n == 5  # type: ignore[union-attr]
 
 
 def test_open_store_uses_settings(tmp_path: Any) -> None:
     from serve.settings import Settings
 
-    s = open_store(Settings(data_dir=tmp_path / "d"))
+    s = open_stores(Settings(data_dir=tmp_path / "d"))
     assert (tmp_path / "d" / "triage.db").exists()
-    assert s.ping()
+    assert s.db.ping()
 
 
 def test_bad_url_is_a_store_error() -> None:
     with pytest.raises(StoreError):
-        Store("nosuchdb://x")
+        Stores.at("nosuchdb://x")
 
 
 def test_sqlite_writer_waits_for_another_process_then_gives_up(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'busy.db'}"
-    holder, waiter = Store(url), Store(url, busy_timeout_s=0.3)
-    holder.upgrade()
+    holder, waiter = Stores.at(url), Stores.at(url, busy_timeout_s=0.3)
+    holder.db.upgrade()
     released = threading.Event()
 
     def hold(seconds: float) -> None:
-        with holder.write() as db:
-            holder.lock_session(db, "a", "s", create_trace_id="t")
+        with holder.db.write() as db:
+            holder.sessions.lock_session(db, "a", "s", create_trace_id="t")
             released.wait(seconds)
 
     t = threading.Thread(target=hold, args=(5.0,))
     t.start()
     time.sleep(0.1)
     start = time.monotonic()
-    with pytest.raises(StoreError, match="stayed locked"), waiter.write() as db:
-        waiter.lock_session(db, "a", "s", create_trace_id="t")
+    with pytest.raises(StoreError, match="stayed locked"), waiter.db.write() as db:
+        waiter.sessions.lock_session(db, "a", "s", create_trace_id="t")
     assert 0.25 <= time.monotonic() - start < 2.0
     released.set()
     t.join()
@@ -255,6 +255,6 @@ def test_sqlite_writer_waits_for_another_process_then_gives_up(tmp_path: Any) ->
     t = threading.Thread(target=hold, args=(0.05,))
     t.start()
     time.sleep(0.01)
-    with waiter.write() as db:
-        assert waiter.lock_session(db, "a", "s", create_trace_id="t") is not None
+    with waiter.db.write() as db:
+        assert waiter.sessions.lock_session(db, "a", "s", create_trace_id="t") is not None
     t.join()

@@ -25,7 +25,7 @@ from tests.storefix import db_url  # noqa: F401  (fixture)
 def service(db_url: str) -> Any:  # noqa: F811
     svc = build_service(Settings(database_url=db_url), Diagnoser())
     yield svc
-    svc.store.dispose()
+    svc.stores.db.dispose()
 
 
 def _call(i: int) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def test_streams_and_autofeed(service: TriageService) -> None:
     assert not second.signals
     # both runs name no agent: one agent inferred for the generator's runs (issue 31), its stream fed by both
     assert resp.agent_source == second.agent_source == "inferred" and second.agent == resp.agent
-    fed = service.store.get_stream("t", "latency_ms", resp.agent)  # type: ignore[arg-type]
+    fed = service.stores.streams.get_stream("t", "latency_ms", resp.agent)  # type: ignore[arg-type]
     assert fed is not None and fed.n == 2  # every diagnosed trace of tenant t fed its latency
 
 
@@ -228,7 +228,7 @@ def test_human_labels(service: TriageService) -> None:
     with pytest.raises(InputError) as exc:
         service.add_label("t", trace.id, LabelRequest(kind="loop", step=len(trace.steps)))
     assert exc.value.path == "step"
-    history = list(service.store.iter_history("t"))
+    history = list(service.stores.labels.iter_history("t"))
     assert [(h["kind"], h["source_index"]) for h in history[0]["labels"]] == [
         ("hallucination", trace.steps[-1].source_index),
         (None, None),

@@ -23,7 +23,7 @@ from model.streams import Cusum
 from serve.schemas import AppendStepsRequest, ObservationsRequest
 from serve.services.triage import TriageService
 from serve.settings import Settings
-from serve.store import Store
+from serve.store import Stores
 from serve.store.migrate import alembic_config, downgrade
 from serve.store.migrate import upgrade as migrate_to
 from serve.wiring import build_service
@@ -58,7 +58,7 @@ def _degradation(resp: Any) -> list[tuple[str, str, bool]]:
 def service(tmp_path: Path) -> Iterator[TriageService]:
     svc = build_service(Settings(data_dir=tmp_path), Diagnoser())  # the default auto-feed
     yield svc
-    svc.store.dispose()
+    svc.stores.db.dispose()
 
 
 def test_each_agent_warms_up_and_alarms_on_its_own(service: TriageService) -> None:
@@ -67,24 +67,24 @@ def test_each_agent_warms_up_and_alarms_on_its_own(service: TriageService) -> No
     for i, n in enumerate(rng.normal(60.0, 5.0, 130).round().astype(int)):
         resp = service.diagnose("t", _run(int(n), f"faq{i}", agent="faq"), DiagnoseOptions())
         assert resp.healthy and not _degradation(resp)
-    faq = service.store.get_stream("t", "output_chars", "faq")
+    faq = service.stores.streams.get_stream("t", "output_chars", "faq")
     assert faq is not None and faq.n == 130 and not faq.alarm_open
     # A new agent whose answers are five times as long: judged against the faq agent's baseline it
     # would alarm within a few runs and fail every run (issue 20: 54 of 60). It warms up its own.
     for i, n in enumerate(rng.normal(300.0, 20.0, 60).round().astype(int)):
         resp = service.diagnose("t", _run(int(n), f"writer{i}", agent="writer"), DiagnoseOptions())
         assert resp.healthy and not _degradation(resp), i
-    writer = service.store.get_stream("t", "output_chars", "writer")
+    writer = service.stores.streams.get_stream("t", "output_chars", "writer")
     assert writer is not None and writer.n == 60 and writer.state["ready"] is False  # still warming up
-    assert service.store.get_stream("t", "output_chars", "faq").n == 130  # type: ignore[union-attr]
+    assert service.stores.streams.get_stream("t", "output_chars", "faq").n == 130  # type: ignore[union-attr]
     # The faq agent drifts: its answers double. Its own stream alarms...
     alarm_at = None
     for i in range(20):
         resp = service.diagnose("t", _run(120, f"faq-long{i}", agent="faq"), DiagnoseOptions())
-        if alarm_at is None and service.store.get_stream("t", "output_chars", "faq").alarm_open:  # type: ignore[union-attr]
+        if alarm_at is None and service.stores.streams.get_stream("t", "output_chars", "faq").alarm_open:  # type: ignore[union-attr]
             alarm_at = i
     assert alarm_at is not None and alarm_at <= 3
-    (opened,) = service.store.open_alarms("t", "faq")
+    (opened,) = service.stores.streams.open_alarms("t", "faq")
     alarm = opened["alarm"]
     assert (opened["agent"], alarm["direction"], alarm["index"]) == ("faq", "up", 130 + alarm_at)
     assert alarm["bound"] == pytest.approx(alarm["mean"] + alarm["std"])  # shift 1σ of faq's baseline
@@ -100,7 +100,7 @@ def test_each_agent_warms_up_and_alarms_on_its_own(service: TriageService) -> No
     assert other.healthy and not _degradation(other)
     assert unnamed.healthy and not _degradation(unnamed)
     assert unnamed.agent_source == "inferred" and unnamed.agent not in ("faq", "writer")
-    assert service.store.get_stream("t", "output_chars", unnamed.agent).n == 1  # type: ignore[arg-type, union-attr]
+    assert service.stores.streams.get_stream("t", "output_chars", unnamed.agent).n == 1  # type: ignore[arg-type, union-attr]
     # A live session of the faq agent gets its alarm too; the writer's session does not (sessions
     # feed no stream: their runs are unfinished).
     answer = [{"role": "user", "content": "Where is my refund?"}, {"role": "assistant", "content": _WORDS[:120]}]
@@ -108,7 +108,7 @@ def test_each_agent_warms_up_and_alarms_on_its_own(service: TriageService) -> No
     assert [(f.kind, f.details["agent"], f.details["beyond"]) for f in live.failures] == [("degradation", "faq", True)]
     other_live = service.append_steps("t", "s-writer", AppendStepsRequest(messages=answer, agent="writer"))
     assert not _degradation(other_live)
-    assert service.store.get_stream("t", "output_chars", "faq").n == 152  # type: ignore[union-attr]
+    assert service.stores.streams.get_stream("t", "output_chars", "faq").n == 152  # type: ignore[union-attr]
 
 
 def test_a_stream_of_every_agent_signals_and_never_fails_a_run(service: TriageService) -> None:
@@ -142,7 +142,7 @@ def test_task_type_names_the_stream_of_runs_that_name_no_agent_when_asked(servic
     assert plain.agent_source == "inferred" and plain.agent != "faq" and not _degradation(plain)
     # the 130 posted values and the faq run fed "faq"; the bot's run fed its own stream
     assert service.changepoints("t", "output_chars", None, None, task_type="faq").n == 131
-    assert service.store.get_stream("t", "output_chars", "bot").n == 1  # type: ignore[union-attr]
+    assert service.stores.streams.get_stream("t", "output_chars", "bot").n == 1  # type: ignore[union-attr]
     assert service.changepoints("t", "output_chars", "faq", None).agent == "faq"
     assert service.changepoints("t", "output_chars", " faq ", None).n == 131  # cleaned as a run's name is
 
@@ -156,7 +156,7 @@ def test_agent_and_a_different_task_type_are_refused(service: TriageService) -> 
     with pytest.raises(InputError) as exc:
         service.changepoints("t", "q", "a", None, task_type="b")
     assert exc.value.path == "query.task_type"
-    assert service.store.get_stream("t", "q", "a") is None and service.store.get_stream("t", "q", "b") is None
+    assert service.stores.streams.get_stream("t", "q", "a") is None and service.stores.streams.get_stream("t", "q", "b") is None
 
 
 def test_http_agent_of_a_stream(live_server: Any) -> None:
@@ -200,10 +200,10 @@ def test_migration_0008_carries_streams_keyed_by_task_type_over(db_url: str, tmp
         ("default", pooled.get_state(), 30, False, None),
         ("", Cusum().get_state(), 0, False, None),
     ]
-    store = Store(db_url)
+    store = Stores.at(db_url)
     try:
-        migrate_to(store.engine, _before_0008())
-        with store.engine.begin() as conn:
+        migrate_to(store.db.engine, _before_0008())
+        with store.db.engine.begin() as conn:
             streams = Table("streams", MetaData(), autoload_with=conn)
             observations = Table("observations", MetaData(), autoload_with=conn)
             conn.execute(streams.insert(), [
@@ -216,8 +216,8 @@ def test_migration_0008_carries_streams_keyed_by_task_type_over(db_url: str, tmp
                  "trace_id": None, "alarm": False, "created_at": now}
                 for task in ("faq", "default") for i in range(3)
             ])
-        migrate_to(store.engine, "0012")  # (0013 gives unnamed runs agents of their own: tests/test_agents_service.py)
-        with store.engine.connect() as conn:
+        migrate_to(store.db.engine, "0012")  # (0013 gives unnamed runs agents of their own: tests/test_agents_service.py)
+        with store.db.engine.connect() as conn:
             streams = Table("streams", MetaData(), autoload_with=conn)
             got = {r.agent: r for r in conn.execute(select(streams))}
             observations = Table("observations", MetaData(), autoload_with=conn)
@@ -226,7 +226,7 @@ def test_migration_0008_carries_streams_keyed_by_task_type_over(db_url: str, tmp
         assert got["faq"].state == faq.get_state() and got["faq"].n == 130 and got["faq"].alarm_open
         assert got[POOL_AGENT].state == pooled.get_state() and got[POOL_AGENT].n == 30
         assert seen == [(POOL_AGENT, i) for i in range(3)] + [("faq", i) for i in range(3)]
-        assert store.stream_values("t", "output_chars", POOL_AGENT, last=2) == [(1, 2.0), (2, 3.0)]
+        assert store.streams.stream_values("t", "output_chars", POOL_AGENT, last=2) == [(1, 2.0), (2, 3.0)]
 
         # The service continues them: faq's open alarm fails a faq run beyond its bound (the task
         # type names the agent when asked); a run naming nothing gets an inferred agent and its own
@@ -237,17 +237,17 @@ def test_migration_0008_carries_streams_keyed_by_task_type_over(db_url: str, tmp
             assert _degradation(resp) == [("failure", "faq", True)]
             unnamed = svc.diagnose("t", _run(60, "pool-run"), DiagnoseOptions())
             assert unnamed.agent_source == "inferred" and unnamed.agent is not None
-            mine = svc.store.get_stream("t", "output_chars", unnamed.agent)
+            mine = svc.stores.streams.get_stream("t", "output_chars", unnamed.agent)
             assert mine is not None and mine.n == 1
-            assert svc.store.get_stream("t", "output_chars", POOL_AGENT).n == 30  # type: ignore[union-attr]
+            assert svc.stores.streams.get_stream("t", "output_chars", POOL_AGENT).n == 30  # type: ignore[union-attr]
         finally:
-            svc.store.dispose()
+            svc.stores.db.dispose()
 
-        downgrade(store.engine, _before_0008())
-        with store.engine.connect() as conn:
+        downgrade(store.db.engine, _before_0008())
+        with store.db.engine.connect() as conn:
             streams = Table("streams", MetaData(), autoload_with=conn)
             back = {r.task_type: r.n for r in conn.execute(select(streams))}
         # faq fed by the run above too; the inferred agent's stream keeps its key (revision 0013's downgrade)
         assert back == {"faq": 131, "default": 30, "": 0, unnamed.agent: 1}
     finally:
-        store.dispose()
+        store.db.dispose()

@@ -25,7 +25,7 @@ import pytest
 from model.data.realdata import load_source
 from model.streams.metrics import extract_metrics
 from serve.auth import create_key
-from serve.store import Store
+from serve.store import Stores
 from tests.conftest import LiveServer
 
 #: (set, runs sent): in this order, one after the other, through one tenant.
@@ -57,10 +57,10 @@ class AgentResult:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     data = tmp_path_factory.mktemp("agents")
-    store = Store(f"sqlite:///{data / 'triage.db'}")
-    store.upgrade()
-    key = create_key(store, "acme")[0]
-    store.dispose()
+    store = Stores.at(f"sqlite:///{data / 'triage.db'}")
+    store.db.upgrade()
+    key = create_key(store.keys, "acme")[0]
+    store.db.dispose()
     server = LiveServer(env={"TRIAGE_DATA_DIR": str(data)}).wait_ready()
     headers = {"Authorization": f"Bearer {key}"}
     out: dict[str, Any] = {"agents": {}, "streams": {}, "expected": {}}
