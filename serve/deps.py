@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from serve.services.activations import ModelActivations
+from serve.services.agents import Agents
 from serve.services.history import History
 from serve.services.outcomes import Outcomes
 from serve.services.patterns import Patterns
@@ -39,6 +40,10 @@ def get_streams(service: Annotated[TriageService, Depends(get_service)]) -> Stre
     return service.streams
 
 
+def get_agents(service: Annotated[TriageService, Depends(get_service)]) -> Agents:
+    return service.agents
+
+
 def get_activations(service: Annotated[TriageService, Depends(get_service)]) -> ModelActivations:
     return service.activations
 
@@ -53,5 +58,6 @@ SessionsDep = Annotated[Sessions, Depends(get_sessions)]
 OutcomesDep = Annotated[Outcomes, Depends(get_outcomes)]
 HistoryDep = Annotated[History, Depends(get_history)]
 StreamsDep = Annotated[Streams, Depends(get_streams)]
+AgentsDep = Annotated[Agents, Depends(get_agents)]
 ActivationsDep = Annotated[ModelActivations, Depends(get_activations)]
 PatternsDep = Annotated[Patterns, Depends(get_patterns)]
