@@ -26,7 +26,6 @@ from model.core.findings import DiagnosisResponse
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.diagnosis.diagnoser import Diagnoser
-from model.diagnosis.repair_engine import RepairEngine
 from model.scoring.agent_registry import Registry
 from model.scoring.runscore.model import RunScorer
 from serve.ratelimit import RateLimiter
@@ -60,7 +59,7 @@ class TriageService:
 
     Parameters
     ----------
-    store, diagnoser, engine, redactor:
+    store, diagnoser, redactor:
         The parts. ``session_exclude`` names detectors that make no sense on a run still going
         (``incomplete``: the run has not ended yet).
     """
@@ -69,7 +68,6 @@ class TriageService:
         self,
         store: Store,
         diagnoser: Diagnoser,
-        engine: RepairEngine,
         redactor: Redactor,
         *,
         max_steps: int = 5000,
@@ -91,7 +89,7 @@ class TriageService:
         self.streams = Streams(store, diagnoser, detector=stream_detector, autofeed=stream_autofeed,
                                alarm_ttl_s=alarm_cache_s)
         self.diagnoses = Diagnoses(
-            store, diagnoser, engine, redactor, self.streams, relative_min_runs=relative_min_runs,
+            store, diagnoser, redactor, self.streams, relative_min_runs=relative_min_runs,
             exporter=exporter, limiter=limiter, canary_percent=canary_percent, models=models,
             recentre_ttl_s=recentre_ttl_s, agents=self.agents,
         )
