@@ -157,7 +157,7 @@ def run_view(service: TriageService, tenant: str, trace_id: str) -> dict[str, An
         "healthy": diag.get("healthy"), "verdict": data.verdict(diag.get("healthy")),
         "failure_probability": diag.get("failure_probability"),
         "basis": diag.get("failure_probability_basis"),
-        "primary": diag.get("primary"), "attribution": att,
+        "primary": diag.get("primary"), "attribution": att, "recommendation": diag.get("recommendation"),
         "failures": diag.get("failures") or [], "signals": diag.get("signals") or [],
         "steps": steps, "ladder": ladder, "graph": graph, "graph_svg": _graph_layout(graph),
         "label": label, "kinds": [k.value for k in FailureKind],
