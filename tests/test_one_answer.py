@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
