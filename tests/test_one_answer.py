@@ -247,3 +247,13 @@ def test_every_door_gives_the_same_answer(doors: dict[str, Any], i: int) -> None
 def test_the_doors_cover_the_examples_and_every_recorded_library() -> None:
     assert len(EXAMPLES) >= 3 and len(RECORDED) >= 17
     assert any(body.get("trace") and name == "example:loop.json" for name, body in BODIES)
+
+
+def test_a_request_naming_an_opt_in_detector_leaves_the_default_set_as_it_was() -> None:
+    from model.core.options import DiagnoseOptions
+
+    d = Diagnoser()
+    before = set(d.detectors)
+    named = d.diagnose(_loop(), DiagnoseOptions(detectors=["classifier", "loop"]))
+    assert set(named.detector_versions) == {"classifier", "loop"}
+    assert set(d.detectors) == before and "classifier" not in d.diagnose(_loop()).detector_versions

@@ -25,6 +25,7 @@ True
 from __future__ import annotations
 
 import importlib.metadata
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,6 +214,10 @@ class Diagnoser:
         if detectors is None:
             detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
         self.detectors: dict[str, TraceDetector] = {d.name: d for d in detectors}
+        # opt-in detectors a request named (e.g. the classifier), built on first use; never added to
+        # ``detectors``, the set every request without ``options.detectors`` runs
+        self._named: dict[str, TraceDetector] = {}
+        self._lock = threading.Lock()
         self.engine = engine or RepairEngine.load()
         self.max_steps = max_steps
         if model_version is None:
@@ -273,9 +278,11 @@ class Diagnoser:
                 chosen.append(make_detector(name, **request_params))
             elif name in self.detectors:
                 chosen.append(self.detectors[name])
-            else:
-                det = make_detector(name)
-                self.detectors[name] = det  # built on first use, then kept (e.g. the classifier)
+            else:  # named by the request but not in the default set: built once, kept apart from it
+                with self._lock:
+                    det = self._named.get(name)
+                    if det is None:
+                        det = self._named[name] = make_detector(name)
                 chosen.append(det)
         return chosen
 
