@@ -145,8 +145,8 @@ def test_overview_chart_counts_each_failed_run_once_over_the_windows_days(tmp_pa
     from model.core.schema import Trace
     from model.diagnosis.diagnoser import Diagnoser
     from serve.schemas import DiagnoseOptions
-    from serve.settings import Settings
     from serve.services import console as ui_data
+    from serve.settings import Settings
     from serve.wiring import build_service, load_runscorer
 
     settings = Settings(data_dir=tmp_path)

@@ -18,8 +18,8 @@ import pytest
 from model.core.options import DiagnoseOptions
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
-from serve.services.label_queue import Measure, agree, margin, measure_margin, review_queue
 from serve.schemas import LabelRequest
+from serve.services.label_queue import Measure, agree, margin, measure_margin, review_queue
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.wiring import build_service, load_runscorer

@@ -174,8 +174,8 @@ def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -
     from model.core.options import DiagnoseOptions
     from model.data.builder import make_trace
     from model.diagnosis.diagnoser import Diagnoser
-    from serve.services.label_queue import review_queue
     from serve.schemas import LabelRequest
+    from serve.services.label_queue import review_queue
     from serve.settings import Settings
     from serve.wiring import build_service, load_runscorer
 
