@@ -83,3 +83,13 @@ def test_no_page_reaches_the_store(path: Path) -> None:
     assert not any(m == "serve.store" or m.startswith("serve.store.") for m, _ in _imports(path)), path.name
     assert ".store" not in text and "app.state.service" not in text.replace(
         "ConsoleService(request.app.state.service", ""), path.name
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import serve.services.label_queue as label_queue
+
+    for module in (ui_base, label_queue):
+        result = doctest.testmod(module)
+        assert result.attempted >= 1 and result.failed == 0, module.__name__
