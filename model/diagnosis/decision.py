@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from model.core.coverage import verdict
 from model.core.findings import DiagnosisResponse, Finding, ProbabilityBasis, primary_of, step_order
@@ -36,15 +36,17 @@ from model.diagnosis.agent_answer import (
 )
 from model.diagnosis.repair_engine import Decision, RepairEngine
 
-if TYPE_CHECKING:
-    from model.diagnosis.diagnoser import Diagnoser
-
 
 class Window(Protocol):
     """How a running session is read (:class:`model.diagnosis.incremental.SessionWindow`): the
-    detectors over a window of its newest steps, the rest kept in the session's state."""
+    detectors over a window of its newest steps, the rest kept in the session's state. ``owner``:
+    the diagnoser whose detectors it runs (the one :meth:`~model.diagnosis.diagnoser.Diagnoser.decide`
+    is called on)."""
 
-    def assess(self, diagnoser: Diagnoser, trace: Trace, options: DiagnoseOptions,
+    @property
+    def owner(self) -> object: ...
+
+    def assess(self, trace: Trace, options: DiagnoseOptions,
                alarms: Sequence[Finding]) -> tuple[DiagnosisResponse, Trace]:
         """The findings fused, with the probability so far; and the trace the recommendation reads."""
         ...

@@ -411,7 +411,9 @@ class Diagnoser:
             resp = self._assess(trace, ctx.options, alarms=ctx.alarms, run_threshold=ctx.run_threshold)
             view = trace
         else:
-            resp, view = ctx.window.assess(self, trace, ctx.options, ctx.alarms)
+            if ctx.window.owner is not self:
+                raise ValueError("the session window runs another diagnoser's detectors; decide on that one")
+            resp, view = ctx.window.assess(trace, ctx.options, ctx.alarms)
         recipe = self.runscorer.recipe if self.runscorer is not None else None
         return conclude(resp, trace, view, ctx, self.engine, recipe)
 

@@ -304,10 +304,12 @@ class SessionWindow:
         self.state = state
         self.detectors = None if detectors is None else list(detectors)
 
-    def assess(self, diagnoser: Diagnoser, trace: Trace, options: DiagnoseOptions,
+    @property
+    def owner(self) -> Diagnoser:
+        return self.incremental.diagnoser
+
+    def assess(self, trace: Trace, options: DiagnoseOptions,
                alarms: Sequence[Finding]) -> tuple[DiagnosisResponse, Trace]:
-        if diagnoser is not self.incremental.diagnoser:
-            raise ValueError("the window reads the session with its own diagnoser; pass that one")
         if self.detectors is not None:
             options = options.model_copy(update={"detectors": self.detectors})
         return self.incremental.assess(trace, self.state, options, alarms=alarms)
