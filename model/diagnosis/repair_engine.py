@@ -2,7 +2,7 @@
 
 :class:`model.diagnosis.ladders.Ladders` answers "what is rung *r* of this failure's ladder"; this module keeps
 the state that decides *r* across calls, as a JSON-able dict the service stores per session, so
-any worker can take the next step (ARCHITECTURE.md "Sessions" and the budget paragraph):
+any worker can take the next step (docs/architecture.md, "The stateful service"):
 
 - A failure is keyed by ``(session, source_index, kind)``. While it is open, every diagnosis that
   still shows it returns the **same** recommendation (same ``id``) and spends no budget.

@@ -8,7 +8,7 @@ the verdict. :meth:`Diagnoses.diagnose` runs it on a whole trace (``POST /v1/dia
 lane); :class:`serve.services.sessions.Sessions` on a session's steps as they arrive. Everything here
 is synchronous (SQLAlchemy, onnxruntime); routes run it in the thread pool.
 
-Storage rules (docs/architecture.md, "Sessions" and "Streams"):
+Storage rules (docs/architecture.md, "The stateful service"):
 
 - Traces are **redacted before they are diagnosed** (:mod:`serve.redaction`), so the trace, the
   diagnosis, the recommendation, the repair-policy state and the response hold no secret (evidence
