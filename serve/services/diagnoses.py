@@ -128,7 +128,8 @@ class Diagnoses:
         session_key = trace.session_id or f"trace:{trace.id}"
         ctx = self.context(tenant, trace, agent, options)
         seen = self.repair_state(tenant, trace)
-        fix_session_agent(seen, resolved)
+        if trace.session_id:
+            fix_session_agent(seen, resolved)
         verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, copy.deepcopy(seen))
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         with self.store.write() as db:
@@ -138,10 +139,10 @@ class Diagnoses:
                 row = self.store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
                 assert row is not None
                 state = copy.deepcopy(row.state or {})
+                fix_session_agent(state, resolved)
             else:  # the trace's own
                 prior = self.store.lock_trace(db, tenant, trace.id)
                 state = copy.deepcopy(prior.policy_state or {}) if prior is not None else {}
-            fix_session_agent(state, resolved)
             if state != seen:  # it moved since it was read: decide again on the locked state
                 verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, state)
             resp, decision = verdict.response, verdict.decision
