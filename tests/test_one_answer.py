@@ -257,3 +257,26 @@ def test_a_request_naming_an_opt_in_detector_leaves_the_default_set_as_it_was() 
     named = d.diagnose(_loop(), DiagnoseOptions(detectors=["classifier", "loop"]))
     assert set(named.detector_versions) == {"classifier", "loop"}
     assert set(d.detectors) == before and "classifier" not in d.diagnose(_loop()).detector_versions
+
+
+def test_a_trace_posted_again_is_decided_on_its_stored_repair_state(tmp_path: Any) -> None:
+    """The decision runs before the write transaction, on the repair state as read; a trace id posted
+    again after a failed outcome finds its own stored state in the transaction and is decided again
+    on it: the standing next rung, not the first rung again."""
+    from model.core.options import DiagnoseOptions
+    from serve.schemas import OutcomeRequest
+    from serve.settings import Settings
+    from serve.wiring import build_service
+
+    svc = build_service(Settings(data_dir=tmp_path), Diagnoser())
+    try:
+        first = svc.diagnose("acme", _loop(), DiagnoseOptions())
+        assert first.recommendation.strategy.value == "rollback"
+        out = svc.report_outcome("acme", OutcomeRequest(recommendation_id=first.recommendation.id, success=False))
+        assert out.next is not None
+        again = svc.diagnose("acme", _loop().model_copy(update={"id": first.trace_id}), DiagnoseOptions())
+        assert again.recommendation.id == out.next.id != first.recommendation.id
+        assert again.recommendation.strategy == out.next.strategy
+        assert again.recommendation.addresses == first.recommendation.addresses == "loop@6"
+    finally:
+        svc.store.dispose()
