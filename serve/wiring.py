@@ -12,8 +12,7 @@ from typing import Any
 from model.detectors.base import TraceDetector
 from model.detectors.catalog import TRACE_DETECTORS, make_detector
 from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
-from model.diagnosis.ladders import Ladders
-from model.diagnosis.repair_engine import RepairEngine, load_budgets
+from model.diagnosis.repair_engine import RepairEngine
 from model.scoring.agent_registry import Registry
 from model.scoring.runscore.model import ARTIFACT as RUNSCORE_FILE
 from model.scoring.runscore.model import RunScorer
@@ -56,7 +55,7 @@ def build_diagnoser(settings: Settings) -> tuple[Diagnoser, dict[str, Any]]:
         detectors.append(classifier)
     runscorer = load_runscorer(settings)
     diagnoser = Diagnoser(
-        detectors, ladders=Ladders.load(settings.policy_path), max_steps=settings.max_steps, runscorer=runscorer
+        detectors, engine=RepairEngine.load(settings.policy_path), max_steps=settings.max_steps, runscorer=runscorer
     )
     readiness: dict[str, Any] = {"rules": True}
     if settings.classifier:
@@ -79,9 +78,9 @@ def load_runscorer(settings: Settings) -> RunScorer | None:
 
 def build_service(settings: Settings, diagnoser: Diagnoser, stores: Stores | None = None) -> TriageService:
     """The stateful services over ``stores`` (default: :func:`~serve.store.open_stores`, migrated),
-    with the repair engine and its budgets, redaction."""
+    redaction, the agents' models over ``diagnoser`` (its repair engine carries the policy's ladders
+    and budgets)."""
     stores = stores or open_stores(settings)
-    engine = RepairEngine(diagnoser.ladders, load_budgets(settings.policy_path))
     redactor = Redactor.from_names(settings.redact.split(","), mode=settings.redact_mode, salt=settings.redact_salt)
     exporter = None
     if settings.eval_export_endpoint:
@@ -90,7 +89,6 @@ def build_service(settings: Settings, diagnoser: Diagnoser, stores: Stores | Non
     return TriageService(
         stores,
         diagnoser,
-        engine,
         redactor,
         exporter=exporter,
         max_steps=settings.max_steps,

@@ -16,11 +16,12 @@ from model.core.errors import SmokeCheckError
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.data.realdata import load_source
+from model.diagnosis.agent_answer import recentre_offset
 from model.diagnosis.diagnoser import Diagnoser
 from model.scoring.agent_registry import POOLED, Registry
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.schemas import AppendStepsRequest, LabelRequest
-from serve.services.agent_models import build_models, check_model, recentre_offset
+from serve.services.agent_models import build_models, check_model
 from serve.services.retrain import ZeroShotCache
 from serve.services.retrain_plan import plan, shortage
 from serve.services.triage import TriageService

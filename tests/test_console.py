@@ -116,7 +116,7 @@ def test_overview_finds_a_runs_repairs_by_its_trace_not_by_scanning_the_tenant(t
     looked up by (tenant, trace) — searched by tenant alone, 20,000 runs timed out the page."""
     from sqlalchemy import event
 
-    import serve.ui.data as ui_data
+    import serve.services.console as ui_data
 
     store = Stores.at(f"sqlite:///{tmp_path / 'plan.db'}")
     store.db.upgrade()
@@ -145,8 +145,8 @@ def test_overview_chart_counts_each_failed_run_once_over_the_windows_days(tmp_pa
     from model.core.schema import Trace
     from model.diagnosis.diagnoser import Diagnoser
     from serve.schemas import DiagnoseOptions
+    from serve.services import console as ui_data
     from serve.settings import Settings
-    from serve.ui import data as ui_data
     from serve.wiring import build_service, load_runscorer
 
     settings = Settings(data_dir=tmp_path)
@@ -176,17 +176,17 @@ def test_overview_chart_counts_each_failed_run_once_over_the_windows_days(tmp_pa
 
 def test_a_tool_calls_arguments_are_shown_once() -> None:
     from model.core.schema import Step
-    from serve.routers.ui_runs import _content_is_args
+    from serve.services.console import content_is_args
 
     def call(content: str, **kw: Any) -> Step:
         return Step.model_validate({"kind": "tool_call", "tool_name": "t", "content": content, **kw})
 
-    assert _content_is_args(call('{"city": "Oslo"}', tool_args={"city": "Oslo"}))  # an importer's copy
-    assert _content_is_args(call('{ "city":"Oslo" }', tool_args={"city": "Oslo"}))  # the same JSON
-    assert _content_is_args(call("city=Oslo", tool_args_raw="city=Oslo"))  # raw, not JSON
-    assert not _content_is_args(call("Looking up Oslo", tool_args={"city": "Oslo"}))  # words of its own
-    assert not _content_is_args(call('{"city": "Bergen"}', tool_args={"city": "Oslo"}))
-    assert not _content_is_args(call("", tool_args={"city": "Oslo"}))
+    assert content_is_args(call('{"city": "Oslo"}', tool_args={"city": "Oslo"}))  # an importer's copy
+    assert content_is_args(call('{ "city":"Oslo" }', tool_args={"city": "Oslo"}))  # the same JSON
+    assert content_is_args(call("city=Oslo", tool_args_raw="city=Oslo"))  # raw, not JSON
+    assert not content_is_args(call("Looking up Oslo", tool_args={"city": "Oslo"}))  # words of its own
+    assert not content_is_args(call('{"city": "Bergen"}', tool_args={"city": "Oslo"}))
+    assert not content_is_args(call("", tool_args={"city": "Oslo"}))
 
 
 def test_sessions_end_on_sign_out_expiry_and_key_revocation(db_url: str) -> None:  # noqa: F811

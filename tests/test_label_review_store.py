@@ -18,8 +18,8 @@ import pytest
 from model.core.options import DiagnoseOptions
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
-from serve.offline.label_review import Measure, _agree, margin, measure_margin, review_queue
 from serve.schemas import LabelRequest
+from serve.services.label_queue import Measure, agree, margin, measure_margin, review_queue
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.wiring import build_service, load_runscorer
@@ -71,12 +71,12 @@ def test_margin_measures_the_nearest_decision() -> None:
 
 
 def test_agree_takes_the_verdict_and_only_found_kinds() -> None:
-    assert _agree({"healthy": True}) == {"failed": False}
-    assert _agree({"healthy": False, "primary": {"kind": "loop", "step": 7, "detector": "loop"}}) == {
+    assert agree({"healthy": True}) == {"failed": False}
+    assert agree({"healthy": False, "primary": {"kind": "loop", "step": 7, "detector": "loop"}}) == {
         "failed": True, "kind": "loop", "step": 7}
-    assert _agree({"healthy": False, "primary": {"kind": "hallucination", "step": 4, "detector": "runscore"}}) == {
+    assert agree({"healthy": False, "primary": {"kind": "hallucination", "step": 4, "detector": "runscore"}}) == {
         "failed": True, "kind": None, "step": 4}
-    assert isinstance(_agree({"healthy": None}), str)  # no verdict to agree with
+    assert isinstance(agree({"healthy": None}), str)  # no verdict to agree with
 
 
 def test_queue_most_uncertain_first_and_skips_own_labels(history: tuple[str, TriageService, list[str]]) -> None:

@@ -18,8 +18,9 @@ from model.core.options import DiagnoseOptions
 from model.data.builder import make_trace
 from model.diagnosis.diagnoser import Diagnoser
 from serve.auth import create_key
-from serve.offline.label_review import TerminalKeys, review_queue, run_review
+from serve.cli.label_review import TerminalKeys, run_review
 from serve.schemas import LabelRequest, UndoLabelRequest
+from serve.services.label_queue import review_queue
 from serve.services.retrain import labelled_runs
 from serve.services.run_labels import labels_for
 from serve.services.triage import TriageService

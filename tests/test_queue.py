@@ -146,7 +146,7 @@ def _record(trace_id: str, ask: str, p: float, minute: int, labels: list[dict[st
 
 
 def test_store_review_in_queue_order_counts_near_duplicates_once() -> None:
-    from serve.offline.label_review import ORDERS, review_queue
+    from serve.services.label_queue import ORDERS, review_queue
 
     ask_a = "please refund order 1234 for the customer named Ana Lima, the blue shoes were too small"
     records = [
@@ -174,8 +174,8 @@ def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -
     from model.core.options import DiagnoseOptions
     from model.data.builder import make_trace
     from model.diagnosis.diagnoser import Diagnoser
-    from serve.offline.label_review import review_queue
     from serve.schemas import LabelRequest
+    from serve.services.label_queue import review_queue
     from serve.settings import Settings
     from serve.wiring import build_service, load_runscorer
 

@@ -14,7 +14,7 @@ from model.core.schema import LabelSource, Trace
 from model.data.builder import make_trace
 from model.data.datagen import write_jsonl
 from model.data.labelling import HumanLabelStore
-from model.data.labelling.review import compact, review_queue
+from serve.services.label_queue import compact, file_review_queue
 
 TRIAGE = str(Path(sys.executable).parent / "triage")
 
@@ -43,8 +43,8 @@ def test_queue_and_compact_view(queue_file: Path) -> None:
     from model.data.datagen import read_jsonl
 
     ts = list(read_jsonl(queue_file))
-    assert [t.id for t in review_queue(ts, set())] == ["weak-timeout-1", "weak-refusal-2", "weak-loop-4"]
-    assert [t.id for t in review_queue(ts, {"weak-timeout-1"}, everything=True)] == [
+    assert [t.id for t in file_review_queue(ts, set())] == ["weak-timeout-1", "weak-refusal-2", "weak-loop-4"]
+    assert [t.id for t in file_review_queue(ts, {"weak-timeout-1"}, everything=True)] == [
         "weak-refusal-2", "weak-tool_error-3", "weak-loop-4"]
     view = compact(ts[0]).splitlines()
     assert len(view) == len(ts[0].steps)

@@ -13,7 +13,9 @@ import pytest
 from model.core.errors import InputError, NotFittedError
 from model.core.metrics import auroc
 from model.core.schema import FailureLabel, Trace, TraceLabels
+from model.diagnosis.decision import Context
 from model.diagnosis.diagnoser import Diagnoser
+from model.diagnosis.incremental import IncrementalDiagnoser
 from model.importers import load_trace
 from model.scoring.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, message_features, run_features
 from model.scoring.runscore.model import ARTIFACT, Example, RunScorer
@@ -235,13 +237,13 @@ def test_the_run_verdict_in_the_diagnosis() -> None:
     assert (p.step, p.source_index) == (loud.attribution.step, 3)
     assert p.kind.value == "hallucination" and loud.recommendation.strategy.value == "self_correct"
     # mid-run (a session): the probability is reported and decides nothing
-    mid = Diagnoser(runscorer=fixed_scorer(threshold=0.7, base=0.8)).diagnose(t, run_verdict=False)
+    mid = IncrementalDiagnoser(Diagnoser(runscorer=fixed_scorer(threshold=0.7, base=0.8))).diagnose(t, {})
     assert mid.healthy is True and mid.failure_probability == loud.failure_probability
     # a relative operating point from the caller may raise the zero-shot bar ...
-    rel = Diagnoser(runscorer=fixed_scorer(threshold=0.7, base=0.8)).diagnose(t, run_threshold=0.9999999)
-    assert rel.healthy is True
+    rel = Diagnoser(runscorer=fixed_scorer(threshold=0.7, base=0.8)).decide(t, Context(run_threshold=0.9999999))
+    assert rel.response.healthy is True
     # ... never lower it: zero-shot, the probability flags only at the fixed low-false-alarm point
-    low = Diagnoser(runscorer=fixed_scorer(threshold=0.99, base=0.73)).diagnose(t, run_threshold=0.01)
+    low = Diagnoser(runscorer=fixed_scorer(threshold=0.99, base=0.73)).decide(t, Context(run_threshold=0.01)).response
     assert low.healthy is True and low.failure_probability is not None and low.failure_probability < 0.99
     # options.detectors without "runscore" leaves it out; with it, in
     d = Diagnoser(runscorer=fixed_scorer(threshold=0.5, base=0.8))

@@ -102,7 +102,7 @@ def test_a_session_within_its_window_gets_the_whole_traces_probability(shipped: 
     for s in whole.steps:
         session.steps.append(s)
         resp = inc.diagnose(session, state)
-    full = shipped.diagnose(whole, run_verdict=False)
+    full = shipped.diagnose(whole)
     assert resp is not None and resp.failure_probability == pytest.approx(full.failure_probability, abs=1e-3)
     assert set(state["classifier"]["maxima"]) == {k.value for k in REPORTED_KINDS}
 

@@ -66,6 +66,7 @@ class Recommendation(_Open):
     rationale: str = ""
     next: list[Strategy] = Field(default_factory=list)
     budgets: dict[str, Any] = Field(default_factory=dict)
+    addresses: str | None = None  # schema 1.5: the failure it repairs, "<kind>@<source_index>"; None before
 
 
 class Coverage(_Open):

@@ -11,10 +11,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from model.core.coverage import Coverage
-from model.core.kinds import Category, FailureKind, Severity, Strategy
+from model.core.kinds import SYMPTOM_KINDS, Category, FailureKind, Severity, Strategy
 
-RESPONSE_SCHEMA_VERSION = "1.4"  # 1.1: failure_probability, attribution; 1.2: arm; 1.3: failure_probability_basis;
-# 1.4: agent, agent_source
+RESPONSE_SCHEMA_VERSION = "1.5"  # 1.1: failure_probability, attribution; 1.2: arm; 1.3: failure_probability_basis;
+# 1.4: agent, agent_source; 1.5: recommendation.addresses
 
 
 class Finding(BaseModel):
@@ -61,6 +61,11 @@ class Recommendation(BaseModel):
     rationale: str = ""
     next: list[Strategy] = Field(default_factory=list)
     budgets: dict[str, Any] = Field(default_factory=dict)
+    addresses: str | None = Field(
+        default=None,
+        description="The failure this repair addresses, `<kind>@<source_index>` (schema 1.5): the primary "
+        "failure unless that one is resolved; absent for `continue`.",
+    )
 
 
 class Attribution(BaseModel):
@@ -156,5 +161,33 @@ class DiagnosisResponse(BaseModel):
     )
 
 
+_KIND_ORDER = {kind: i for i, kind in enumerate(FailureKind)}
+
+
+def step_order(f: Failure) -> tuple[int, int, int]:
+    """The order failures and signals are listed in: by step (trace-level ones last), a symptom
+    (:data:`~model.core.kinds.SYMPTOM_KINDS`) after its root cause on the same step, then by kind."""
+    return (f.step if f.step is not None else 1 << 30, int(f.kind in SYMPTOM_KINDS), _KIND_ORDER[f.kind])
+
+
+def precedence(f: Failure) -> tuple[int, int, int, int]:
+    """The one rule that says which failure to act on first: the most severe, then the earliest
+    (:func:`step_order`: the root cause before its symptom). The primary failure of a diagnosis and
+    the failure a repair addresses are both the first by this key.
+
+    >>> a = Failure(kind="incomplete", category="logical", severity="high", confidence=1, detector="x", step=6)
+    >>> b = Failure(kind="loop", category="logical", severity="high", confidence=1, detector="y", step=6)
+    >>> c = Failure(kind="at_risk", category="logical", severity="medium", confidence=1, detector="z", step=1)
+    >>> min([a, b, c], key=precedence).kind.value
+    'loop'
+    """
+    return (-f.severity.rank, *step_order(f))
+
+
+def primary_of(failures: list[Failure]) -> Failure | None:
+    """The failure to act on first among ``failures`` (:func:`precedence`); ``None`` when there are none."""
+    return min(failures, key=precedence) if failures else None
+
+
 __all__ = ["RESPONSE_SCHEMA_VERSION", "Attribution", "DiagnosisResponse", "Failure", "Finding", "ProbabilityBasis",
-           "Recommendation"]
+           "Recommendation", "precedence", "primary_of", "step_order"]

@@ -1,9 +1,10 @@
 """Diagnosis: run the detectors over a trace, fuse their findings, recommend a repair.
 
-Fusion (ARCHITECTURE.md): a finding at or above its kind's threshold is a failure; below it, a
+Fusion (docs/architecture.md): a finding at or above its kind's threshold is a failure; below it, a
 signal (reported, not acted on). Findings of one kind on one ``source_index`` merge, keeping the
-highest confidence and every detector's evidence. The primary failure is the earliest among those
-of the highest severity: the root cause before its symptom.
+highest confidence and every detector's evidence. The primary failure is the first by
+:func:`model.core.findings.precedence`: the most severe, then the earliest (the root cause before its
+symptom). :meth:`Diagnoser.decide` is the one call that gives the whole answer (:mod:`model.diagnosis.decision`).
 
 With a run scorer (:mod:`model.scoring.runscore`, fitted on real runs), every diagnosis also carries
 ``failure_probability`` (the zero-shot recipe, :mod:`model.scoring.runscore.zeroshot`: the prior,
@@ -24,19 +25,30 @@ True
 from __future__ import annotations
 
 import importlib.metadata
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from model.core.coverage import Coverage, assess, verdict
 from model.core.errors import TooLargeError, UnknownDetectorError
-from model.core.findings import Attribution, DiagnosisResponse, Failure, Finding
-from model.core.kinds import CLASSIFIER_KINDS, KIND_INFO, SYMPTOM_KINDS, FailureKind
+from model.core.findings import (
+    Attribution,
+    DiagnosisResponse,
+    Failure,
+    Finding,
+    Recommendation,
+    primary_of,
+    step_order,
+)
+from model.core.kinds import CLASSIFIER_KINDS, KIND_INFO, FailureKind, Strategy
 from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
+from model.core.shared_graphs import shared_graphs
 from model.detectors.base import TraceDetector
 from model.detectors.catalog import TRACE_DETECTORS, make_detector
-from model.diagnosis.ladders import Ladders
+from model.diagnosis.decision import Context, Verdict, conclude
+from model.diagnosis.repair_engine import RepairEngine
 from model.importers.spans import unkeyed_warning
 
 if TYPE_CHECKING:
@@ -112,17 +124,9 @@ def fuse(
         demoted = bool(best.details.get("demoted"))
         (failures if best.confidence >= thr[best.kind] and not demoted else signals).append(fused)
 
-    def order(f: Failure) -> tuple[int, int, int]:
-        step = f.step if f.step is not None else 1 << 30
-        return (step, int(f.kind in SYMPTOM_KINDS), list(FailureKind).index(f.kind))
-
-    failures.sort(key=order)
-    signals.sort(key=order)
-    primary = None
-    if failures:
-        top = max(f.severity.rank for f in failures)
-        primary = min((f for f in failures if f.severity.rank == top), key=order)
-    return failures, signals, primary
+    failures.sort(key=step_order)
+    signals.sort(key=step_order)
+    return failures, signals, primary_of(failures)
 
 
 def zero_shot_inputs(raw: Iterable[Finding], failures: Sequence[Failure], detectors: Iterable[str],
@@ -180,15 +184,15 @@ def run_failure(trace: Trace, attribution: Attribution, probability: float, thre
 
 
 class Diagnoser:
-    """Runs detectors and the repair policy. Build once (it holds the detectors), call per trace.
+    """Runs detectors and the repair policy. Build once (it holds the detectors), call :meth:`decide` per trace.
 
     Parameters
     ----------
     detectors:
         Pre-built trace detectors to use by default (e.g. the classifier, loaded once at start-up).
         Default: every registered trace detector except the opt-in ones.
-    ladders:
-        The repair ladders; default :meth:`Ladders.load`.
+    engine:
+        The repair engine (ladders and budgets); default :meth:`RepairEngine.load` (the shipped policy).
     max_steps:
         Traces longer than this raise :class:`~model.core.errors.TooLargeError`.
     model_version:
@@ -202,7 +206,7 @@ class Diagnoser:
         self,
         detectors: Sequence[TraceDetector] | None = None,
         *,
-        ladders: Ladders | None = None,
+        engine: RepairEngine | None = None,
         max_steps: int = 5000,
         model_version: str | None = None,
         runscorer: RunScorer | None = None,
@@ -210,7 +214,11 @@ class Diagnoser:
         if detectors is None:
             detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
         self.detectors: dict[str, TraceDetector] = {d.name: d for d in detectors}
-        self.ladders = ladders or Ladders.load()
+        # opt-in detectors a request named (e.g. the classifier), built on first use; never added to
+        # ``detectors``, the set every request without ``options.detectors`` runs
+        self._named: dict[str, TraceDetector] = {}
+        self._lock = threading.Lock()
+        self.engine = engine or RepairEngine.load()
         self.max_steps = max_steps
         if model_version is None:
             clf = self.detectors.get("classifier")
@@ -270,9 +278,11 @@ class Diagnoser:
                 chosen.append(make_detector(name, **request_params))
             elif name in self.detectors:
                 chosen.append(self.detectors[name])
-            else:
-                det = make_detector(name)
-                self.detectors[name] = det  # built on first use, then kept (e.g. the classifier)
+            else:  # named by the request but not in the default set: built once, kept apart from it
+                with self._lock:
+                    det = self._named.get(name)
+                    if det is None:
+                        det = self._named[name] = make_detector(name)
                 chosen.append(det)
         return chosen
 
@@ -309,43 +319,43 @@ class Diagnoser:
             )
         out: list[Finding] = []
         maxima: dict[str, float] | None = None
-        for det in dets:
-            scored = getattr(det, "inspect_scored", None)
-            if callable(scored):
-                found, m = scored(trace)
-                out.extend(found)
-                maxima = {**(maxima or {}), **m}
-            else:
-                out.extend(det.inspect(trace))
+        with shared_graphs():  # one execution graph for the trace, read by every rule
+            for det in dets:
+                scored = getattr(det, "inspect_scored", None)
+                if callable(scored):
+                    found, m = scored(trace)
+                    out.extend(found)
+                    maxima = {**(maxima or {}), **m}
+                else:
+                    out.extend(det.inspect(trace))
         return out, maxima
 
-    def diagnose(
+    def _assess(
         self,
         trace: Trace,
-        options: DiagnoseOptions | None = None,
+        options: DiagnoseOptions,
         *,
-        extra_findings: Iterable[Finding] = (),
+        alarms: Iterable[Finding] = (),
         run_threshold: float | None = None,
         run_verdict: bool = True,
         assessed: tuple[Coverage, list[str]] | None = None,
     ) -> DiagnosisResponse:
-        """Diagnose ``trace`` and recommend the first rung of the primary failure's ladder.
+        """The detectors' findings fused with ``alarms`` (a stream's ``degradation``), and the run
+        scorer's probability: a response whose primary and recommendation :func:`conclude` sets.
 
-        ``extra_findings`` come from outside the trace detectors (e.g. a stream's ``degradation``);
-        ``run_threshold`` replaces the run scorer's operating point (the service passes one relative
-        to the agent's own recent runs) — zero-shot (no tenant head) only where it is higher; ``run_verdict=False`` reports ``failure_probability`` and
-        ``attribution`` without letting them decide ``healthy`` (a running session: its run is not over);
-        ``assessed``: :func:`model.core.coverage.assess` of ``trace`` when the caller has it (a session
-        counts only its new steps: :func:`model.core.coverage.assess_more`).
+        ``run_threshold`` replaces the run scorer's operating point (relative to the agent's own runs)
+        only where it is higher; ``run_verdict=False`` reports ``failure_probability`` and
+        ``attribution`` without letting them decide ``healthy`` (a running session: its run is not
+        over); ``assessed``: :func:`model.core.coverage.assess` of ``trace`` when the caller has it (a
+        session counts only its new steps: :func:`model.core.coverage.assess_more`).
         """
-        options = options or DiagnoseOptions()
         dets = self._detectors_for(options)
         raw, maxima = self._run_scored(trace, dets)
         findings = list(raw)
         use_runscore = self.runscorer is not None and (options.detectors is None or RUNSCORE in options.detectors)
         if use_runscore and self.runscorer is not None and self.runscorer.rule_stats_:
             findings = [self._measured(f) for f in findings]
-        findings.extend(extra_findings)
+        findings.extend(alarms)
         failures, signals, primary = fuse(findings)
         versions = {d.name: d.version for d in dets}
         probability: float | None = None
@@ -368,7 +378,6 @@ class Diagnoser:
                     and probability >= thr:
                 primary = run_failure(trace, attribution, probability, thr, signals)
                 failures = [primary]
-        recommendation = self.ladders.recommend(trace, primary, options=options)
         joined = unkeyed_warning(trace)  # a run read from traces naming no session: say so first
         if joined:
             warnings.insert(0, joined)
@@ -382,12 +391,35 @@ class Diagnoser:
             failures=failures,
             signals=signals,
             primary=primary,
-            recommendation=recommendation,
+            recommendation=Recommendation(id="", strategy=Strategy.CONTINUE),  # conclude() decides it
             steps=len(trace.steps),
             coverage=coverage,
             warnings=warnings,
         )
 
+    def decide(self, trace: Trace, context: Context | None = None) -> Verdict:
+        """The whole answer on ``trace``: what failed, which failure comes first, how likely the run
+        failed and where, and what the agent should do — given ``context`` (:class:`~model.diagnosis.decision.Context`:
+        the agent's model, alarms, repair state and budgets, the request's options; default a new
+        agent's first run). Every door calls this, once per run or append.
+
+        Raises :class:`~model.core.errors.TooLargeError` past ``max_steps`` and
+        :class:`~model.core.errors.UnknownDetectorError` for an unknown name in ``options.detectors``.
+        """
+        ctx = context if context is not None else Context()
+        if ctx.window is None:
+            resp = self._assess(trace, ctx.options, alarms=ctx.alarms, run_threshold=ctx.run_threshold)
+            view = trace
+        else:
+            if ctx.window.owner is not self:
+                raise ValueError("the session window runs another diagnoser's detectors; decide on that one")
+            resp, view = ctx.window.assess(trace, ctx.options, ctx.alarms)
+        recipe = self.runscorer.recipe if self.runscorer is not None else None
+        return conclude(resp, trace, view, ctx, self.engine, recipe)
+
+    def diagnose(self, trace: Trace, options: DiagnoseOptions | None = None) -> DiagnosisResponse:
+        """:meth:`decide` on a new agent's first run with ``options``: its response."""
+        return self.decide(trace, Context(options=options or DiagnoseOptions())).response
 
 __all__ = ["DEFAULT_THRESHOLDS", "RUNSCORE", "Diagnoser", "attributed_kind", "fuse", "package_version", "run_failure",
            "zero_shot_inputs"]

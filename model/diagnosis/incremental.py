@@ -46,6 +46,7 @@ from model.core.findings import Attribution, DiagnosisResponse, Finding
 from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
 from model.core.shared_graphs import shared_graphs
+from model.diagnosis.decision import Context
 from model.diagnosis.diagnoser import RUNSCORE, Diagnoser, zero_shot_inputs
 from model.diagnosis.ladders import language_more
 
@@ -135,17 +136,26 @@ class IncrementalDiagnoser:
         self.diagnoser = diagnoser
         self.window = window
 
-    def diagnose(
+    def diagnose(self, trace: Trace, state: dict[str, Any], options: DiagnoseOptions | None = None) -> DiagnosisResponse:
+        """The session's whole answer after an append (:meth:`Diagnoser.decide` with this window);
+        ``state`` (the session's) is updated."""
+        ctx = Context(options=options or DiagnoseOptions(), window=SessionWindow(self, state), state=state)
+        return self.diagnoser.decide(trace, ctx).response
+
+    def assess(
         self,
         trace: Trace,
         state: dict[str, Any],
         options: DiagnoseOptions | None = None,
         *,
-        extra_findings: Iterable[Finding] = (),
-    ) -> DiagnosisResponse:
-        """Diagnose the session ``trace`` after an append; ``state`` (the session's) is updated.
+        alarms: Iterable[Finding] = (),
+    ) -> tuple[DiagnosisResponse, Trace]:
+        """The session ``trace``'s findings after an append, fused with ``alarms``, and the
+        probability so far; ``state`` (the session's) is updated. Returns the response (its primary and
+        recommendation are :meth:`Diagnoser.decide`'s to set) and the trace in the language the
+        recommendations speak.
 
-        ``options.detectors`` names the detectors as for :meth:`Diagnoser.diagnose`; a classifier
+        ``options.detectors`` names the detectors as for :meth:`Diagnoser.decide`; a classifier
         among them with ``inspect_step`` scores only the steps it has not scored before. The run
         scorer (``runscore``), when the diagnoser has one, reports ``failure_probability`` and
         ``attribution`` of the window and decides nothing (the run is not over).
@@ -160,10 +170,11 @@ class IncrementalDiagnoser:
             found += self._classifier_findings(clf, trace, win, index, lo, state)
         # the recommendation's language from the user's words, read once (not the whole session's)
         lang = language_more(trace, state.setdefault("language", {}))
-        resp = self.diagnoser.diagnose(
-            trace if trace.language else trace.model_copy(update={"language": lang}),
+        view = trace if trace.language else trace.model_copy(update={"language": lang})
+        resp = self.diagnoser._assess(
+            view,
             options.model_copy(update={"detectors": []}),
-            extra_findings=[*found, *extra_findings],
+            alarms=[*found, *alarms],
             run_verdict=False,
             assessed=assess_more(trace, state.setdefault("coverage", {})),  # the new steps only
         )
@@ -188,7 +199,7 @@ class IncrementalDiagnoser:
                 at["step"] = index[at["step"]] if 0 <= at["step"] < len(index) else at["step"]
                 resp.attribution = Attribution(**at)
             resp.detector_versions[RUNSCORE] = scorer.version
-        return resp
+        return resp, view
 
     # -- rules: frozen findings before the window, the window's own ------------------------------
     def _rule_findings(
@@ -272,6 +283,38 @@ class IncrementalDiagnoser:
         return found
 
 
+class SessionWindow:
+    """A running session read window by window (:class:`model.diagnosis.decision.Window`), for
+    :meth:`Diagnoser.decide`: ``incremental``'s window over the session ``state`` (updated in place),
+    running the ``detectors`` named (default: those of the request's options).
+
+    >>> from model.data.builder import make_trace
+    >>> from model.diagnosis.decision import Context
+    >>> t = make_trace("loop", seed=0)
+    >>> state: dict = {}
+    >>> d = Diagnoser()
+    >>> v = d.decide(t, Context(window=SessionWindow(IncrementalDiagnoser(d), state), state=state))
+    >>> v.response.primary.kind.value
+    'loop'
+    """
+
+    def __init__(self, incremental: IncrementalDiagnoser, state: dict[str, Any],
+                 detectors: Sequence[str] | None = None) -> None:
+        self.incremental = incremental
+        self.state = state
+        self.detectors = None if detectors is None else list(detectors)
+
+    @property
+    def owner(self) -> Diagnoser:
+        return self.incremental.diagnoser
+
+    def assess(self, trace: Trace, options: DiagnoseOptions,
+               alarms: Sequence[Finding]) -> tuple[DiagnosisResponse, Trace]:
+        if self.detectors is not None:
+            options = options.model_copy(update={"detectors": self.detectors})
+        return self.incremental.assess(trace, self.state, options, alarms=alarms)
+
+
 def _fingerprint(rules: Sequence[Any], options: DiagnoseOptions, window: int) -> str:
     """What the cached rule findings depend on besides the steps: detectors, their settings, window."""
     parts = {
@@ -281,4 +324,4 @@ def _fingerprint(rules: Sequence[Any], options: DiagnoseOptions, window: int) ->
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-__all__ = ["IncrementalDiagnoser", "remap", "window_of"]
+__all__ = ["IncrementalDiagnoser", "SessionWindow", "remap", "window_of"]

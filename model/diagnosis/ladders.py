@@ -205,7 +205,7 @@ def recommendation_id(trace_id: str, failure: Failure | None, rung: int) -> str:
 
 def _before_call(trace: Trace, step: int | None) -> int | None:
     """The step just before the call that produced result ``step``: rolling back there lets the
-    agent make the call again (ARCHITECTURE.md: "rollback to the failed step, then retry")."""
+    agent make the call again (rollback to the failed step, then retry: docs/architecture.md, "Where things live")."""
     if step is None or step >= len(trace.steps):
         return step
     result = trace.steps[step]

@@ -2,7 +2,7 @@
 
 :class:`model.diagnosis.ladders.Ladders` answers "what is rung *r* of this failure's ladder"; this module keeps
 the state that decides *r* across calls, as a JSON-able dict the service stores per session, so
-any worker can take the next step (ARCHITECTURE.md "Sessions" and the budget paragraph):
+any worker can take the next step (docs/architecture.md, "The stateful service"):
 
 - A failure is keyed by ``(session, source_index, kind)``. While it is open, every diagnosis that
   still shows it returns the **same** recommendation (same ``id``) and spends no budget.
@@ -47,7 +47,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from model.core.errors import InputError
-from model.core.findings import Failure, Recommendation
+from model.core.findings import Failure, Recommendation, primary_of
 from model.core.graph import step_failure
 from model.core.kinds import FailureKind, Strategy
 from model.core.options import DiagnoseOptions
@@ -208,10 +208,6 @@ def _latest(current: int | None, values: list[Any]) -> int | None:
     return current
 
 
-def _order(f: Failure) -> tuple[int, int, int]:
-    return (-f.severity.rank, f.step if f.step is not None else 1 << 30, list(FailureKind).index(f.kind))
-
-
 class RepairEngine:
     """The ladder (:class:`model.diagnosis.ladders.Ladders`) plus per-session state and budgets.
 
@@ -248,16 +244,18 @@ class RepairEngine:
     ) -> Decision:
         """The recommendation for the current diagnosis of a session's trace.
 
-        Open failures no longer among ``failures`` are resolved; the actionable failure is the
-        most severe, earliest one that is not resolved.
+        Open failures no longer among ``failures`` are resolved; the actionable failure is the first
+        by :func:`model.core.findings.precedence` that is not resolved (the primary failure unless that
+        one is), and the recommendation names it (``addresses``).
         """
         options = options or DiagnoseOptions()
         fstates: dict[str, dict[str, Any]] = state.setdefault("failures", {})
         state["options"] = options.model_dump(mode="json")
         if options.shadow:
-            primary = min(failures, key=_order) if failures else None
+            primary = primary_of(failures)
             rec = self.ladders.recommend(trace, primary, options=options)
-            rec = rec.model_copy(update={"id": self._id(session_key, "shadow", len(trace.steps), 0)})
+            rec = rec.model_copy(update={"id": self._id(session_key, "shadow", len(trace.steps), 0),
+                                         "addresses": failure_key(primary) if primary is not None else None})
             return Decision(rec, new=True)
         got_past = {failure_key(f) for f in failures if resolved_by_later_steps(trace, f)}
         present = {failure_key(f) for f in failures} - got_past
@@ -284,14 +282,15 @@ class RepairEngine:
                 }
             )
             return Decision(rec, new=True)
-        primary = min(actionable, key=_order)
+        primary = primary_of(actionable)
+        assert primary is not None
         key = failure_key(primary)
         standing = fstates.get(key)
         if key in reopened and standing is not None:  # its repair did not hold: the next rung
             return self._issue(state, standing, key, trace, options, session_key, now, new_rung=True)
         if standing is not None:  # open or handed off: the standing recommendation, no budget spent
             return Decision(
-                Recommendation.model_validate(standing["rec"]),
+                Recommendation.model_validate({**standing["rec"], "addresses": key}),
                 new=False,
                 failure_key=key,
                 rung=standing["rung"],
@@ -498,6 +497,7 @@ class RepairEngine:
             update={
                 "id": self._id(session_key, key, rung_idx, fs["attempt"]),
                 "budgets": self._budgets_left(state, fs, now),
+                "addresses": key,
             }
         )
         fs["rec"] = rec.model_dump(mode="json")

@@ -233,7 +233,7 @@ def review_cmd(
     from model.core.kinds import FailureKind
     from model.data.datagen.generator import read_jsonl
     from model.data.labelling.human import HumanLabel, HumanLabelStore
-    from model.data.labelling.review import KIND_KEYS, compact, legend, review_queue
+    from serve.services.label_queue import KIND_KEYS, compact, file_review_queue, legend
 
     try:
         traces = list(read_jsonl(path))
@@ -241,7 +241,7 @@ def review_cmd(
         done = set(store.load())
     except (TriageError, OSError) as exc:
         raise fail(str(exc)) from None
-    queue = review_queue(traces, done, everything=everything)
+    queue = file_review_queue(traces, done, everything=everything)
     print(f"{len(queue)} trace(s) to review ({len(done)} already labelled in {human})")
     for n, t in enumerate(queue, 1):
         print(f"\n=== {n}/{len(queue)}  {t.id}  ({t.language or '?'}, {len(t.steps)} steps)")
@@ -278,11 +278,12 @@ def review_cmd(
 
 
 def _review_store(tenant: str, store_url: str | None, author: str | None, order: str | None = None) -> None:
-    """``label review --from-store``: see ``serve.offline.label_review``."""
+    """``label review --from-store``: see :mod:`serve.services.label_queue` and :mod:`serve.cli.label_review`."""
     import getpass
 
     from model.diagnosis.diagnoser import Diagnoser
-    from serve.offline.label_review import DEFAULT_ORDER, TerminalKeys, review_queue, run_review
+    from serve.cli.label_review import TerminalKeys, run_review
+    from serve.services.label_queue import DEFAULT_ORDER, operating_points, review_queue
     from serve.settings import get_settings
     from serve.store import check_tenant_name
     from serve.wiring import build_service, load_runscorer
@@ -302,15 +303,10 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
     except TriageError as exc:
         raise fail(str(exc)) from None
     try:
-        fixed = scorer.threshold if scorer is not None else None
-
-        def threshold_for(agent: str | None) -> float | None:
-            # the run's agent (traces.agent): the streams the threshold reads are the agent's
-            rel = service.relative_threshold(tenant, agent, scorer) if agent else None
-            return rel if rel is not None else fixed
-
         how = order or DEFAULT_ORDER
-        queue, done = review_queue(service.stores.labels, tenant, author=who, threshold_for=threshold_for, order=how)
+        # the run's agent (traces.agent): the streams the threshold reads are the agent's
+        queue, done = review_queue(service.stores.labels, tenant, author=who,
+                                   threshold_for=operating_points(service, tenant, scorer), order=how)
         first = "most uncertain first" if how == "margin" else "uncertain first, near-duplicates once"
         print(f"{len(queue)} trace(s) of tenant {tenant!r} to review, {first} "
               f"({done} already labelled by {who})")

@@ -8,7 +8,9 @@ every write (a label, sign-out) carries the session's CSRF token (a form field o
 
 This module signs in and out and mounts the pages: :mod:`serve.routers.ui_runs` (overview, patterns,
 runs, one run), :mod:`serve.routers.ui_queue` (the label queue), :mod:`serve.routers.ui_models`
-(models, tenant, streams), with what they share in :mod:`serve.routers.ui_render`.
+(models, tenant, streams), all rendered through the base view :mod:`serve.routers.ui_base` (the
+frame, the JSON twin, pagination, errors) and reading through
+:class:`serve.services.console.ConsoleService`.
 """
 
 from __future__ import annotations
@@ -24,23 +26,18 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from model.core.errors import SignInRequired
-from serve.auth import (
-    CSRF_FIELD,
-    SESSION_COOKIE,
-    SESSION_PATH,
-    open_ui_session,
-)
+from serve.auth import CSRF_FIELD, SESSION_COOKIE, SESSION_PATH
 from serve.routers import ui_docs, ui_models, ui_queue, ui_runs
-from serve.routers.ui_render import (
+from serve.routers.ui_base import (
     STATIC,
     UI_DIR,
-    _check_csrf,
-    _form,
-    _render,
-    _same_origin,
-    _service,
-    _session,
-    _settings,
+    check_csrf,
+    console,
+    read_form,
+    render,
+    same_origin,
+    session,
+    settings,
 )
 from serve.settings import Settings
 
@@ -71,7 +68,7 @@ def root() -> RedirectResponse:
 
 @router.get("/signin", response_class=HTMLResponse)
 def signin_form(request: Request, next: Annotated[str, Query(max_length=500)] = "/ui/overview") -> HTMLResponse:
-    return _render(request, "signin.html", {"next": _safe_next(next), "error": None}, None)
+    return render(request, "signin.html", {"next": _safe_next(next), "error": None}, None)
 
 
 def _safe_next(nxt: str) -> str:
@@ -81,28 +78,27 @@ def _safe_next(nxt: str) -> str:
 
 @router.post("/signin")
 async def signin(request: Request) -> Response:
-    _same_origin(request)
-    form = await _form(request)
-    settings = _settings(request)
-    token = await run_in_threadpool(open_ui_session, _service(request).stores.keys, form.get("key"),
-                                    ttl=timedelta(hours=settings.ui_session_hours),
+    same_origin(request)
+    form = await read_form(request)
+    hours = settings(request).ui_session_hours
+    token = await run_in_threadpool(console(request).open_session, form.get("key"), ttl=timedelta(hours=hours),
                                     auth_enabled=request.app.state.auth_enabled)
     nxt = _safe_next(form.get("next", "/ui/overview"))
     if token is None:
-        return _render(request, "signin.html", {"next": nxt, "error": "unknown or revoked API key"}, None,
-                       status=401)
+        return render(request, "signin.html", {"next": nxt, "error": "unknown or revoked API key"}, None,
+                      status=401)
     resp = RedirectResponse(nxt, status_code=303)
-    resp.set_cookie(SESSION_COOKIE, token, max_age=int(settings.ui_session_hours * 3600), path=SESSION_PATH,
+    resp.set_cookie(SESSION_COOKIE, token, max_age=int(hours * 3600), path=SESSION_PATH,
                     httponly=True, samesite="strict", secure=request.url.scheme == "https")
     return resp
 
 
 @router.post("/signout")
 async def signout(request: Request) -> Response:
-    session = _session(request)
-    form = await _form(request)
-    _check_csrf(session, form.get(CSRF_FIELD))
-    await run_in_threadpool(_service(request).stores.keys.revoke_ui_session, session.token_hash)
+    s = session(request)
+    form = await read_form(request)
+    check_csrf(s, form.get(CSRF_FIELD))
+    await run_in_threadpool(console(request).close_session, s.token_hash)
     resp = RedirectResponse("/ui/signin", status_code=303)
     resp.delete_cookie(SESSION_COOKIE, path=SESSION_PATH, httponly=True, samesite="strict",
                        secure=request.url.scheme == "https")

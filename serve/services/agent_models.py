@@ -36,17 +36,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from model.core.errors import SmokeCheckError
-from model.core.findings import DiagnosisResponse, Failure
-from model.core.kinds import KIND_INFO, FailureKind
-from model.core.metrics import logistic, logit
 from model.core.schema import Trace
+from model.diagnosis.agent_answer import ServedAgent, recentre_offset
 from model.importers import load_trace
 from model.scoring.agent_registry import POOLED, ZERO_SHOT, Registry
 from serve.settings import Settings
@@ -95,37 +92,6 @@ def smoke_trace() -> Trace:
         },
         format="openai",
     )
-
-
-@dataclass(frozen=True)
-class ServedAgent:
-    """The agent model answering one (tenant, agent), as a request uses it from its start to its end:
-    an :class:`~model.scoring.agentmodel.model.AgentModel`, or the cheap learner
-    (:class:`~model.scoring.agentmodel.cheap.CheapModel`) ``triage retrain`` measured better."""
-
-    tenant: str
-    agent: str
-    key: str                 # its registry key: the agent, or POOLED
-    version: str
-    model: Servable
-
-    @property
-    def learner(self) -> str:
-        """``agent`` (the agent model), ``tfidf`` or ``length`` (a cheap learner served in its place)."""
-        return str(getattr(self.model, "learner", "agent"))
-
-    @property
-    def labelled_runs(self) -> int:
-        return int(self.model.card_.get("labelled_runs") or 0)
-
-    @property
-    def cv_auroc(self) -> float | None:
-        value = self.model.card_.get("cv_auroc")
-        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
-
-    @property
-    def tag(self) -> str:
-        return f"{self.key}@{self.version}"
 
 
 class AgentModels:
@@ -362,35 +328,10 @@ class ModelCollector(Collector):
         yield refused
 
 
-# -- what a served model adds to a diagnosis ----------------------------------------------------------
-#: The detector name of an ``at_risk`` failure.
-AGENT_MODEL_DETECTOR = "agent_model"
-#: Pseudo-runs at the zero-shot's own mean rate that the observed failure rate is shrunk towards.
-RECENTRE_PSEUDO_RUNS = 10.0
-
-
-def recentre_offset(probabilities: list[float], failed: list[bool]) -> float:
-    """The logit shift that makes the mean of the shifted zero-shot probabilities equal the agent's
-    observed failure rate, shrunk towards their own mean by :data:`RECENTRE_PSEUDO_RUNS` pseudo-runs
-    (a few labels move it a little; many, to the observed rate). Bisection on a monotone function."""
-    if not probabilities:
-        return 0.0
-    logits = [logit(p) for p in probabilities]
-    mean_p = sum(probabilities) / len(probabilities)
-    target = (sum(failed) + RECENTRE_PSEUDO_RUNS * mean_p) / (len(failed) + RECENTRE_PSEUDO_RUNS)
-    lo, hi = -20.0, 20.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if sum(logistic(z + mid) for z in logits) / len(logits) < target:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
+# -- the zero-shot re-centring's input ------------------------------------------------------------
 class Recentring:
-    """Per worker: (tenant, agent) → (labelled runs, logit offset) of the zero-shot probability, read
-    from the agent's labelled runs (their effective labels and the zero-shot probabilities stored with
+    """Per worker: (tenant, agent) → (labelled runs, logit offset) of the zero-shot probability
+    (:func:`model.diagnosis.agent_answer.recentre_offset`), read from the agent's labelled runs (their effective labels and the zero-shot probabilities stored with
     them) at most every ``ttl_s`` seconds."""
 
     def __init__(self, read: Callable[[str, str], list[tuple[dict[str, Any], list[dict[str, Any]]]]],
@@ -422,79 +363,14 @@ class Recentring:
         return out
 
 
-def at_risk_failure(trace: Trace, step: int, probability: float, served: ServedAgent) -> Failure:
-    """The ``at_risk`` failure raised where the agent model's prefix score first reached its
-    early-warning threshold; its confidence maps the threshold to 0.5 (the kind's fusion threshold)."""
-    thr = float(served.model.at_risk_threshold or 0.5)
-    conf = 0.5 + 0.5 * (probability - thr) / max(1e-9, 1.0 - thr)
-    info = KIND_INFO[FailureKind.AT_RISK]
-    st = trace.steps[step]
-    return Failure(
-        kind=FailureKind.AT_RISK, category=info.category, severity=info.severity,
-        confidence=min(1.0, max(0.5, conf)), detector=AGENT_MODEL_DETECTOR, detectors=[AGENT_MODEL_DETECTOR],
-        step=step, source_index=st.source_index, span_id=st.span_id,
-        evidence=(f"{AGENT_MODEL_DETECTOR}: agent {served.agent!r}'s model ({served.tag}) put the run so far at "
-                  f"failure probability {probability:.2f} ≥ its early-warning point {thr:.2f}, first at step {step}"),
-        details={"prefix_probability": probability, "threshold": thr, "model": served.tag,
-                 "labelled_runs": served.labelled_runs},
-    )
-
-
-def add_failure(resp: DiagnosisResponse, failure: Failure) -> None:
-    """Put ``failure`` among the response's failures; the primary failure is again the earliest of the
-    highest severity (as :func:`model.diagnosis.diagnoser.fuse` picks it), and the run is not healthy."""
-    resp.failures = sorted([*resp.failures, failure],
-                           key=lambda f: (f.step if f.step is not None else 1 << 30, list(FailureKind).index(f.kind)))
-    top = max(f.severity.rank for f in resp.failures)
-    resp.primary = min((f for f in resp.failures if f.severity.rank == top),
-                       key=lambda f: (f.step if f.step is not None else 1 << 30, list(FailureKind).index(f.kind)))
-    resp.healthy = False
-
-
-def relabel_final_outputs(state: Any, n: int) -> None:
-    """``n`` steps the prefix state counted as final answers are answers no more (more work followed
-    them: :func:`serve.services.sessions._link_across_calls` re-marks them ``llm_output``); the state counts them
-    so, as a fresh read of the session would. (A cheap learner's state reads answers and outputs alike.)"""
-    from model.scoring.agentmodel.cheap import CheapState
-
-    if n and not isinstance(state, CheapState):
-        from model.scoring.agentmodel.features import SHAPE_FEATURES
-
-        state.counts.shape[SHAPE_FEATURES.index("final_outputs")] -= n
-
-
-def score_prefixes(model: Servable, steps: list[Any], prior: float | None, state: Any | None = None,
-                   first: int = 0, crossed: int | None = None) -> tuple[Any, int | None, float | None]:
-    """Add ``steps`` (the run's steps from index ``first``) to ``state`` (a new one when ``None``), one
-    at a time; returns the state, the first step whose prefix score reached the model's early-warning
-    threshold (``crossed`` when already known) and the score there."""
-    st: Any = state if state is not None else model.start()
-    thr = model.at_risk_threshold
-    at = None
-    for i, step in enumerate(steps, first):
-        st.add(step)
-        if crossed is None and thr is not None:
-            p = model.score_state(st, prior=prior)
-            if p >= thr:
-                crossed, at = i, p
-    return st, crossed, at
-
-
 __all__ = [
-    "AGENT_MODEL_DETECTOR",
     "IDLE_S",
     "REFUSED_LOAD",
     "REFUSED_SMOKE",
     "AgentModels",
     "ModelCollector",
     "Recentring",
-    "ServedAgent",
-    "add_failure",
-    "at_risk_failure",
     "build_models",
     "check_model",
-    "recentre_offset",
-    "relabel_final_outputs",
-    "score_prefixes",
     "smoke_trace",
 ]

@@ -1,11 +1,14 @@
-"""The diagnosis pipeline, written once: redact → degradation → score (under the model lock) → lock
-the repair state → canary → recommend → store → export.
+"""The diagnosis pipeline: redact → load the context → decide once → store → export.
 
-:meth:`Diagnoses.diagnose` runs it on a whole trace (``POST /v1/diagnose``);
-:class:`serve.services.sessions.Sessions` runs the same stages on a session's steps as they arrive.
-Everything here is synchronous (SQLAlchemy, onnxruntime); routes run it in the thread pool.
+The decision — failures, primary, probability, the recommendation and the new repair state — is
+:meth:`model.diagnosis.diagnoser.Diagnoser.decide`'s alone; this service loads what it reads (the
+agent's served model or its zero-shot re-centring, the relative operating point, open stream alarms,
+the repair state, the canary arm: :meth:`Diagnoses.context`, :meth:`Diagnoses.decide`), then stores
+the verdict. :meth:`Diagnoses.diagnose` runs it on a whole trace (``POST /v1/diagnose``, the heavy
+lane); :class:`serve.services.sessions.Sessions` on a session's steps as they arrive. Everything here
+is synchronous (SQLAlchemy, onnxruntime); routes run it in the thread pool.
 
-Storage rules (ARCHITECTURE.md, "Sessions" and "Streams"):
+Storage rules (docs/architecture.md, "The stateful service"):
 
 - Traces are **redacted before they are diagnosed** (:mod:`serve.redaction`), so the trace, the
   diagnosis, the recommendation, the repair-policy state and the response hold no secret (evidence
@@ -21,32 +24,24 @@ Storage rules (ARCHITECTURE.md, "Sessions" and "Streams"):
 from __future__ import annotations
 
 import copy
-import math
+import dataclasses
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from model.core.findings import DiagnosisResponse, Finding, ProbabilityBasis
+from model.core.findings import DiagnosisResponse
 from model.core.kinds import Strategy
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
+from model.diagnosis.decision import Context, Verdict
 from model.diagnosis.diagnoser import Diagnoser
 from model.diagnosis.otel_events import evaluation_events
-from model.diagnosis.repair_engine import RepairEngine
+from model.diagnosis.repair_engine import Decision
 from model.scoring.runscore.model import RunScorer
 from serve.ratelimit import FairLock, RateLimiter, utc_day
 from serve.redaction import Redactor
-from serve.services.agent_models import (
-    AGENT_MODEL_DETECTOR,
-    AgentModels,
-    Recentring,
-    ServedAgent,
-    add_failure,
-    at_risk_failure,
-    score_prefixes,
-)
+from serve.services.agent_models import AgentModels, Recentring
 from serve.services.agents import Agents, Resolved
 from serve.services.canary import Arm, session_arm
 from serve.services.otel_export import EvaluationExporter
@@ -62,18 +57,14 @@ from serve.validation import check_trace_fields
 RELATIVE_WINDOW = 500
 RELATIVE_TTL_S = 30.0
 
-#: Scores a run under the model lock: ``(degradation findings, the agent's served model) → diagnosis``.
-Scorer = Callable[[list[Finding], ServedAgent | None], DiagnosisResponse]
-
-
 class Diagnoses:
-    """Diagnoser + repair engine + store, for one process (one per worker, built in the lifespan).
+    """Diagnoser (with its repair engine) + store, for one process (one per worker, built in the lifespan).
 
     Parameters
     ----------
     session_store, trace_store, label_store, agent_store, stream_store:
         The stores it reads and writes (a diagnosis's writes are one transaction).
-    diagnoser, engine, redactor, streams:
+    diagnoser, redactor, streams:
         The parts (``streams``: the degradation findings of open alarms, and the autofeed).
     exporter:
         Sends each diagnosis to the user's OTLP endpoint (``None``: not configured).
@@ -89,7 +80,6 @@ class Diagnoses:
         agent_store: AgentStore,
         stream_store: StreamStore,
         diagnoser: Diagnoser,
-        engine: RepairEngine,
         redactor: Redactor,
         streams: Streams,
         *,
@@ -107,7 +97,6 @@ class Diagnoses:
         self.agent_store = agent_store
         self.stream_store = stream_store
         self.diagnoser = diagnoser
-        self.engine = engine
         self.redactor = redactor
         self.streams = streams
         self.canary_percent = canary_percent
@@ -137,31 +126,25 @@ class Diagnoses:
     def diagnose(
         self, tenant: str, trace: Trace, options: DiagnoseOptions
     ) -> DiagnosisResponse:
-        """Diagnose a whole trace, apply the session's repair state, record it and feed its metrics
-        into the agent's streams, in one transaction; return the response."""
+        """Diagnose a whole trace with its agent's context and its session's repair state, record it
+        and feed its metrics into the agent's streams; return the response.
+
+        The decision (:meth:`model.diagnosis.diagnoser.Diagnoser.decide`) runs before the write
+        transaction, on the repair state as read then; if the state locked in the transaction differs
+        (another request of the same session or trace came between), it runs again on that one."""
         check_trace_fields(trace)
         # Redact first, then diagnose: evidence is cut from redacted text, so no cut secret (a key's
         # prefix) reaches the response, the store or the repair state.
         trace = self.redactor.redact_trace(trace)
         resolved = self.agents.resolve(tenant, trace, options, fixed=lambda: self.stored_agent(tenant, trace))
         agent = resolved.agent
-        run_threshold = self.relative_threshold(tenant, agent, self.diagnoser.runscorer)
-
-        def score(extra: list[Finding], served: ServedAgent | None) -> DiagnosisResponse:
-            resp = self.diagnoser.diagnose(trace, options, extra_findings=extra, run_threshold=run_threshold)
-            if served is not None:
-                p0 = resp.failure_probability
-                st, crossed, at = score_prefixes(served.model, trace.steps, p0)
-                self.agent_answer(resp, served, served.model.score_state(st, prior=p0))
-                if crossed is not None and at is not None:
-                    add_failure(resp, at_risk_failure(trace, crossed, at, served))
-            return resp
-
-        resp = self.assess(tenant, trace, agent, score)
-        self.name_agent(resp, resolved)
         session_key = trace.session_id or f"trace:{trace.id}"
+        ctx = self.context(tenant, trace, agent, options)
+        seen = self.repair_state(tenant, trace)
+        if trace.session_id:
+            fix_session_agent(seen, resolved)
+        verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, copy.deepcopy(seen))
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
-        response = self.redactor.redact(resp.model_dump(mode="json"))
         with self.session_store.write() as db:
             row = None
             prior: TracePrior | None | bool = True
@@ -173,10 +156,12 @@ class Diagnoses:
             else:  # the trace's own
                 prior = self.trace_store.lock_trace(db, tenant, trace.id)
                 state = copy.deepcopy(prior.policy_state or {}) if prior is not None else {}
-            decision, stored_arm, options = self.decide(state, tenant, session_key, trace, resp, options)
-            response["arm"] = resp.arm
-            response["recommendation"] = self.redactor.redact(decision.recommendation.model_dump(mode="json"))
-            state = self.redactor.redact(state)
+            if state != seen:  # it moved since it was read: decide again on the locked state
+                verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, state)
+            resp, decision = verdict.response, verdict.decision
+            self.name_agent(resp, resolved)
+            response = self.redactor.redact(resp.model_dump(mode="json"))
+            state = self.redactor.redact(verdict.state)
             self.trace_store.put_trace(
                 db,
                 tenant=tenant,
@@ -203,6 +188,41 @@ class Diagnoses:
         self.export(trace, resp)
         return resp
 
+    def repair_state(self, tenant: str, trace: Trace) -> dict[str, Any]:
+        """The run's repair state as stored now, unlocked (a copy): its session's, else ``{}`` (a trace
+        id posted again has its own state; the transaction finds it and decides again)."""
+        if trace.session_id:
+            row = self.session_store.get_session(tenant, trace.session_id)
+            return copy.deepcopy(row.state or {}) if row is not None else {}
+        return {}
+
+    def context(self, tenant: str, trace: Trace, agent: str, options: DiagnoseOptions, *,
+                run_verdict: bool = True) -> Context:
+        """What a decision on ``trace`` reads besides it (:class:`~model.diagnosis.decision.Context`): the
+        agent's served model, else the zero-shot re-centring on its labelled runs; the operating point
+        relative to its runs (``run_verdict``: a whole run, whose probability may decide); the findings
+        of its open stream alarms."""
+        served = self.models.get(tenant, agent)
+        scorer = self.diagnoser.runscorer
+        return Context(
+            options=options, served=served, agent=agent,
+            recentring=self.recentring.get(tenant, agent) if served is None and scorer is not None else (0, 0.0),
+            run_threshold=self.relative_threshold(tenant, agent, scorer) if run_verdict else None,
+            alarms=self.streams.degradation_findings(tenant, trace, agent),
+        )
+
+    def decide(self, tenant: str, session_key: str, trace: Trace, ctx: Context, state: dict[str, Any]
+               ) -> tuple[Verdict, Arm | None, DiagnoseOptions]:
+        """The one decision on ``trace`` (under the worker's model lock) with ``state`` as the repair
+        state (updated in place): the verdict, with the run's canary arm on its response; the arm as
+        stored; the options the decision got (:meth:`_canary`)."""
+        arm, stored_arm, options = self._canary(state, tenant, session_key, ctx.options)
+        ctx = dataclasses.replace(ctx, options=options, state=state, session_key=session_key, now=time.time())
+        with self._model_lock.hold(tenant):
+            verdict = self.diagnoser.decide(trace, ctx)
+        verdict.response.arm = arm
+        return verdict, stored_arm, options
+
     def stored_agent(self, tenant: str, trace: Trace) -> tuple[str, str | None] | None:
         """The agent the run's session was given at its first append, else the one a stored run of
         this trace id has; ``None`` when neither is stored (an unnamed run is then inferred)."""
@@ -223,36 +243,9 @@ class Diagnoses:
         resp.agent = resolved.agent
         resp.agent_source = resolved.source
 
-    # -- the stages both whole traces and sessions go through ------------------------------------
-    def assess(self, tenant: str, trace: Trace, agent: str, score: Scorer) -> DiagnosisResponse:
-        """The run's diagnosis: ``score`` (the detectors; the agent model when the agent has one) runs
-        under the model lock with the findings of the agent's open stream alarms; without an agent
-        model the zero-shot probability is re-centred on the agent's labelled runs."""
-        extra = self.streams.degradation_findings(tenant, trace, agent)
-        served = self.models.get(tenant, agent)
-        with self._model_lock.hold(tenant):
-            resp = score(extra, served)
-        if served is None:
-            self.zero_shot_answer(resp, tenant, agent)
-        return resp
-
-    def decide(
-        self, state: dict[str, Any], tenant: str, session_key: str, trace: Trace, resp: DiagnosisResponse,
-        options: DiagnoseOptions,
-    ) -> tuple[Any, Arm | None, DiagnoseOptions]:
-        """The repair engine's decision on ``resp``'s failures (``state`` updated in place), set on
-        ``resp`` with the run's canary arm; returns the decision, the arm as stored and the options the
-        engine got (:meth:`_canary`)."""
-        arm, stored_arm, options = self._canary(state, tenant, session_key, options)
-        decision = self.engine.recommend(
-            state, trace, resp.failures, session_key=session_key, now=time.time(), options=options
-        )
-        resp.recommendation = decision.recommendation
-        resp.arm = arm
-        return decision, stored_arm, options
-
+    # -- what both whole traces and sessions store -------------------------------------------------
     def record_recommendation(
-        self, db: Any, tenant: str, decision: Any, trace_id: str, session_id: str | None
+        self, db: Any, tenant: str, decision: Decision, trace_id: str, session_id: str | None
     ) -> None:
         """Store a new recommendation (redacted) so that an outcome can be reported on it."""
         rec = decision.recommendation
@@ -314,31 +307,6 @@ class Diagnoses:
             thr = float(np.nextafter(np.quantile(values, 1 - scorer.target_false_alarm), 2.0))
         self._relative_cache[key] = (now, thr)
         return thr
-
-    def agent_answer(self, resp: DiagnosisResponse, served: ServedAgent, probability: float) -> None:
-        """The agent model's probability replaces the zero-shot one (kept in the basis)."""
-        p0 = resp.failure_probability
-        resp.failure_probability = probability
-        resp.failure_probability_basis = ProbabilityBasis(
-            model="agent", agent=served.agent, labelled_runs=served.labelled_runs, cv_auroc=served.cv_auroc,
-            version=served.tag, zero_shot_probability=p0, learner=served.learner)
-        resp.model_version = f"{resp.model_version}+{served.version}"  # the agent: in the basis (column of 100)
-        resp.detector_versions[AGENT_MODEL_DETECTOR] = served.model.version
-
-    def zero_shot_answer(self, resp: DiagnosisResponse, tenant: str, agent: str) -> None:
-        """Zero-shot: the shipped recipe's probability (``version`` names it), re-centred on the agent's observed failure
-        rate once it has labelled runs (:class:`serve.services.agent_models.Recentring`)."""
-        p0 = resp.failure_probability
-        n = 0
-        if p0 is not None:
-            n, offset = self.recentring.get(tenant, agent)
-            if n:
-                z = math.log(max(p0, 1e-6) / max(1 - p0, 1e-6)) + offset
-                resp.failure_probability = 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
-        scorer = self.diagnoser.runscorer
-        resp.failure_probability_basis = ProbabilityBasis(model="zero-shot", agent=agent, labelled_runs=n,
-                                                          version=scorer.recipe if scorer is not None else None,
-                                                          zero_shot_probability=p0)
 
     def _canary(
         self, state: dict[str, Any], tenant: str, session_key: str, options: DiagnoseOptions

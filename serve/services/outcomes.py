@@ -67,7 +67,7 @@ class Outcomes:
             if raw_state is not None and stored is not None:
                 trace = Trace.model_validate(stored[0])
                 state = copy.deepcopy(raw_state)
-                decision = diagnoses.engine.on_outcome(
+                decision = diagnoses.diagnoser.engine.on_outcome(
                     state, rec.id, success=req.success, trace=trace, session_key=session_key, now=time.time()
                 )
                 state = diagnoses.redactor.redact(state)

@@ -20,24 +20,17 @@ from typing import Any, overload
 
 from model.core.agents import AGENT_METADATA_KEY
 from model.core.errors import InputError, NotFoundError, TooLargeError
-from model.core.findings import DiagnosisResponse, Finding
+from model.core.findings import DiagnosisResponse
 from model.core.kinds import FailureKind
 from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, ToolDefinition, Trace
+from model.diagnosis.agent_answer import Prefix, SessionPrefix
 from model.diagnosis.diagnoser import RUNSCORE
-from model.diagnosis.incremental import IncrementalDiagnoser
-from model.diagnosis.ladders import language_more
+from model.diagnosis.incremental import IncrementalDiagnoser, SessionWindow
 from model.importers import genai, load_trace, openinference
 from model.importers.live import LiveSpans
 from model.importers.spans import collect_spans, group_runs
 from serve.schemas import AppendStepsRequest, FailureState, SessionStepResponse, SessionView
-from serve.services.agent_models import (
-    ServedAgent,
-    add_failure,
-    at_risk_failure,
-    relabel_final_outputs,
-    score_prefixes,
-)
 from serve.services.diagnoses import Diagnoses, fix_session_agent, session_agent
 from serve.store.agents import AgentStore
 from serve.store.sessions import SessionStore
@@ -74,7 +67,7 @@ class Sessions:
         self.incremental = IncrementalDiagnoser(diagnoses.diagnoser, window=window)
         # This worker's agent-model prefix state per session: (tenant, session) → (model, steps, state);
         # taken out for an append's transaction and put back after its commit (as the session cache).
-        self._prefix: dict[tuple[str, str], tuple[str, int, Any]] = {}
+        self._prefix: dict[tuple[str, str], Prefix] = {}
         self._prefix_lock = threading.Lock()
         self._cache = SessionCache()
         self._redacted = RedactedFindings(self.redactor)
@@ -176,7 +169,6 @@ class Sessions:
         wanted = [n for n in (options.detectors or list(diagnoser.detectors)) if n not in self.session_exclude]
         if options.detectors is None and diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
             wanted.append(RUNSCORE)  # failure_probability and attribution so far (they decide nothing mid-run)
-        run_options = options.model_copy(update={"detectors": wanted})
         with self.session_store.write() as db:
             row = self.session_store.lock_session(db, tenant, session_id, create_trace_id=uuid.uuid4().hex)
             assert row is not None
@@ -222,20 +214,16 @@ class Sessions:
                 fixed=lambda: session_agent(state) or (self.agent_store.stored_agent(tenant, row.trace_id) if first else None),
                 db=db)
             fix_session_agent(state, resolved)
-            prefix: tuple[str, int, Any] | None = None
-
-            def score(extra: list[Finding], served: ServedAgent | None) -> DiagnosisResponse:
-                nonlocal prefix
-                diag = self.incremental.diagnose(trace, state, run_options, extra_findings=extra)
-                prefix = self._session_prefix(tenant, session_id, trace, first, changed, diag, state, served)
-                return diag
-
-            diag = diagnoses.assess(tenant, trace, resolved.agent, score)
+            ctx = diagnoses.context(tenant, trace, resolved.agent, options, run_verdict=False)
+            with self._prefix_lock:
+                kept = self._prefix.pop((tenant, session_id), None)
+            ctx.window = SessionWindow(self.incremental, state, detectors=wanted)
+            if ctx.served is not None:
+                ctx.prefix = SessionPrefix(kept=kept, first=first, relabelled=sum(1 for i in changed if i < first),
+                                           memo=state.get("agent_model") or {})
+            verdict, stored_arm, options = diagnoses.decide(tenant, session_id, trace, ctx, state)
+            diag, decision = verdict.response, verdict.decision
             diagnoses.name_agent(diag, resolved)
-            # the language the recommendations speak, as the diagnosis read it (not again from step 0)
-            view = trace if trace.language else trace.model_copy(
-                update={"language": language_more(trace, state.setdefault("language", {}))})
-            decision, stored_arm, options = diagnoses.decide(state, tenant, session_id, view, diag, options)
             state = self._redacted.state(state)
             resp = SessionStepResponse(
                 **diag.model_dump(),
@@ -271,41 +259,13 @@ class Sessions:
                 row, state, n_steps=len(trace.steps), next_source_index=next_source
             )
         self._cache.put(tenant, session_id, trace, version)
-        if prefix is not None:
+        if verdict.prefix is not None:
             with self._prefix_lock:
-                self._prefix[(tenant, session_id)] = prefix
+                self._prefix[(tenant, session_id)] = verdict.prefix
                 while len(self._prefix) > MAX_PREFIX_STATES:  # the oldest sessions' go first (rebuilt if needed)
                     self._prefix.pop(next(iter(self._prefix)))
         diagnoses.export(trace, resp)
         return resp
-
-    def _session_prefix(self, tenant: str, session_id: str, trace: Trace, first: int, changed: list[int],
-                        diag: DiagnosisResponse, state: dict[str, Any], served: ServedAgent | None) -> Any:
-        """The session's prefix score under its agent model (O(1) per new step: the prefix state stays
-        in this worker between appends, rebuilt from the steps only after another worker appended or
-        the model changed); ``at_risk`` from the step where it first reached the early-warning point.
-        Returns what to keep for the next append (``None``: no agent model)."""
-        with self._prefix_lock:
-            kept = self._prefix.pop((tenant, session_id), None)
-        if served is None:
-            state.pop("agent_model", None)
-            return None
-        mine = state.get("agent_model") or {}
-        if mine.get("model") != served.tag:
-            mine = {"model": served.tag, "crossed": None, "p": None}
-        p0 = diag.failure_probability
-        if kept is not None and kept[0] == served.tag and kept[1] == first:
-            relabel_final_outputs(kept[2], sum(1 for i in changed if i < first))
-            st, crossed, at = score_prefixes(served.model, trace.steps[first:], p0, kept[2], first, mine["crossed"])
-        else:  # another worker appended meanwhile, or a new model: read the session once
-            st, crossed, at = score_prefixes(served.model, trace.steps, p0, None, 0, mine["crossed"])
-        if mine["crossed"] is None and crossed is not None:
-            mine.update(crossed=crossed, p=at)
-        state["agent_model"] = mine
-        self.diagnoses.agent_answer(diag, served, served.model.score_state(st, prior=p0))
-        if mine["crossed"] is not None and mine["crossed"] < len(trace.steps):
-            add_failure(diag, at_risk_failure(trace, int(mine["crossed"]), float(mine["p"]), served))
-        return (served.tag, len(trace.steps), st)
 
     # -- importers -------------------------------------------------------------------------------
     def _import_steps(self, req: AppendStepsRequest, *, offset: int) -> tuple[list[Step], int]:

@@ -32,7 +32,6 @@ from model.core.findings import DiagnosisResponse
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.diagnosis.diagnoser import Diagnoser
-from model.diagnosis.repair_engine import RepairEngine
 from model.scoring.agent_registry import Registry
 from model.scoring.runscore.model import RunScorer
 from serve.ratelimit import RateLimiter
@@ -69,7 +68,7 @@ class TriageService:
 
     Parameters
     ----------
-    stores, diagnoser, engine, redactor:
+    stores, diagnoser, redactor:
         The parts: each service gets the stores of ``stores`` it uses. ``session_exclude`` names detectors that make no sense on a run still going
         (``incomplete``: the run has not ended yet).
     """
@@ -78,7 +77,6 @@ class TriageService:
         self,
         stores: Stores,
         diagnoser: Diagnoser,
-        engine: RepairEngine,
         redactor: Redactor,
         *,
         max_steps: int = 5000,
@@ -103,7 +101,7 @@ class TriageService:
                                alarm_ttl_s=alarm_cache_s)
         self.diagnoses = Diagnoses(
             stores.sessions, stores.traces, stores.labels, stores.agents, stores.streams,
-            diagnoser, engine, redactor, self.streams, relative_min_runs=relative_min_runs,
+            diagnoser, redactor, self.streams, relative_min_runs=relative_min_runs,
             exporter=exporter, limiter=limiter, canary_percent=canary_percent, models=models,
             recentre_ttl_s=recentre_ttl_s, agents=self.agents,
         )

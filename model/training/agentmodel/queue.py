@@ -24,7 +24,9 @@ folds use the sets' true tasks.
 >>> order_queue([0.5, 0.9, 0.45, 0.5], ["a", "a", "b", "c"], labelled={"c": 1})
 [0, 2, 3, 1]
 
-Run ``python -m model.training.agentmodel.queue`` for the table on the run-level sets.
+Run ``python -m model.training.agentmodel.queue`` for the table on the run-level sets. The queue
+that serves this order (``triage label review --from-store --order queue``, the console's Label
+queue) is ``serve/services/label_queue.py``.
 """
 
 from __future__ import annotations

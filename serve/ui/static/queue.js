@@ -1,4 +1,4 @@
-// The label queue's keys, as in `triage label review --from-store` (serve/offline/label_review.py), plus u (undo):
+// The label queue's keys, as in `triage label review --from-store` (serve/cli/label_review.py over serve/services/label_queue.py), plus u (undo):
 // f failed, o ok, a agree with the diagnosis, k kind (then its key), s step, n skip, q quit, u undo.
 // Labels go to /ui/api/labels/<trace>, which calls the same service method as POST /v1/traces/<id>/labels.
 "use strict";

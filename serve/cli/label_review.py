@@ -1,185 +1,22 @@
-"""``triage label review --from-store``: the history's most uncertain traces, one at a time.
+"""``triage label review --from-store``'s terminal loop: the label queue
+(:mod:`serve.services.label_queue`) shown one run at a time, one key per answer.
 
-**Which traces first.** A stored diagnosis decides its verdict twice: the run scorer's
-``failure_probability`` against the operating point (the tenant's relative one for the trace's task
-type when the service has one, else the scorer's fixed one: the one it was judged at when the
-run was flagged, since the ``runscore`` failure keeps it in ``details.threshold``; otherwise the
-stored response does not keep it, and it is the operating point as of now), and each finding's
-confidence against its kind's threshold (:data:`model.diagnosis.diagnoser.DEFAULT_THRESHOLDS`, 0.5). A
-trace's **margin** is the smallest of those distances: ``|p − operating point|`` and
-``|confidence − threshold|`` over its failures and signals. A trace with neither a probability nor a
-finding has margin 1. Two orders (``--order``):
-
-* ``margin`` — smallest margin first (newest first among equals);
-* ``queue`` — :func:`model.training.agentmodel.queue.order_queue`: the uncertainty ``1 − 2·margin`` divided by
-  one plus the runs of the trace's near-duplicate cluster (its ``metadata.task_id``, else its opening
-  request: :func:`model.training.agentmodel.cv.group_runs`) already labelled or placed earlier, so that
-  near-duplicate runs of one task count once.
-
-:data:`DEFAULT_ORDER` is the one the measurement chose (docs/retraining.md, "Which runs to label").
-
-**What it writes.** Every key that saves calls :meth:`serve.services.triage.TriageService.add_label`, the
-method behind ``POST /v1/traces/{id}/labels``: the same rows, the same checks, the same effective
-label (:mod:`serve.services.run_labels`). The author is ``cli:<user>`` unless given, ``author_type``
-``human``.
-
-``a`` (agree) takes the stored verdict: healthy → ok; failed → failed at the primary failure's step,
-with its kind unless the run scorer raised it (its kind is named from the attributed step's shape).
-
-``u`` (undo) withdraws the reviewer's newest label (:meth:`serve.services.triage.TriageService.undo_label`,
-the method behind ``POST /v1/labels/undo``: the row is kept, marked withdrawn) and goes back to that
-trace when it was labelled in this session; a label from an earlier session is withdrawn and its
-trace comes back in the next run's queue.
-
-**Resumable.** Traces that already carry a label by this author are left out of the queue, so
-quitting (or the end of the input) and running it again carries on where it stopped; ``skip``
-leaves a trace for next time.
-
-The terminal loop is :func:`run_review` over a :class:`Keys` reader: one key press on a terminal,
-one line per answer from a pipe (scripted review, tests).
+:func:`run_review` walks a queue over a :class:`Keys` reader (:class:`TerminalKeys`: one key press
+on a terminal, one line per answer from a pipe: scripted review, tests); every label it saves or
+withdraws goes through the service's ``add_label`` / ``undo_label`` (the code of ``POST
+/v1/traces/{id}/labels`` and ``POST /v1/labels/undo``). The keys and what they save:
+:mod:`serve.services.label_queue`'s docstring.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol, TextIO
 
 from model.core.errors import EndOfInput, InputError
-from model.core.kinds import FailureKind
 from model.core.schema import Trace
-from model.data.labelling.review import KIND_KEYS, compact, legend
-from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS
 from serve.schemas import LabelRequest, UndoLabelRequest
-from serve.store.labels import LabelStore
-
-#: Thresholds of the fused findings, by kind value.
-_KIND_THRESHOLDS = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
-
-#: The review's default order: ``queue`` only where it beat random order at K = 50
-#: (``python -m model.training.agentmodel.queue``; docs/retraining.md, "Which runs to label").
-DEFAULT_ORDER = "margin"  # queue − random at K = 50: −0.031 [−0.050, −0.013] over five sets (reports/learning.md, 2026-12-05)
-ORDERS = ("margin", "queue")
-
-MAIN_KEYS = "foaksnuq"
-MAIN_PROMPT = ("  [f] failed  [o] ok  [a] agree with the diagnosis  [k] kind  [s] step  [n] skip  [u] undo  "
-               "[q] quit: ")
-
-
-@dataclass(frozen=True)
-class Measure:
-    """What a trace's margin is measured on: ``on`` (``"failure probability"``, or the kind of the
-    finding whose confidence it is), its ``value`` and the ``threshold`` it is set against (the
-    operating point for the probability); ``on`` is ``None`` when there is nothing to measure."""
-
-    on: str | None
-    value: float | None = None
-    threshold: float | None = None
-
-    def text(self) -> str:
-        """The CLI's header words for it."""
-        if self.on is None or self.value is None or self.threshold is None:
-            return "nothing to measure (no failure probability, no finding)"
-        if self.on == PROBABILITY:
-            return f"failure probability {self.value:.4f} vs operating point {self.threshold:.4f}"
-        return f"{self.on} confidence {self.value:.4f} vs its threshold {self.threshold:.2f}"
-
-
-PROBABILITY = "failure probability"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One stored trace in the review queue (the trace itself is read when it is shown)."""
-
-    trace_id: str
-    created_at: datetime
-    margin: float
-    basis: str  # what the margin is measured on, for the header line
-    response: dict[str, Any]
-    measure: Measure = Measure(None)  # the same, as figures (the console words them itself)
-
-
-def margin(response: dict[str, Any], threshold: float | None) -> tuple[float, str]:
-    """How close a stored diagnosis sits to deciding the other way, and on what (module docstring).
-
-    >>> margin({"failure_probability": 0.40, "failures": [], "signals": []}, 0.45)[0]
-    0.04999999999999999
-    """
-    best, measured = measure_margin(response, threshold)
-    return best, measured.text()
-
-
-def measure_margin(response: dict[str, Any], threshold: float | None) -> tuple[float, Measure]:
-    """:func:`margin` with what it measured as figures (:class:`Measure`)."""
-    best, measured = 1.0, Measure(None)
-    found = list(response.get("failures") or []) + list(response.get("signals") or [])
-    judged = next((f["details"]["threshold"] for f in found if f.get("detector") == "runscore"
-                   and isinstance((f.get("details") or {}).get("threshold"), int | float)), None)
-    p = response.get("failure_probability")
-    if isinstance(p, int | float):
-        thr = float(judged) if judged is not None else 0.5 if threshold is None else threshold
-        best = abs(float(p) - thr)
-        measured = Measure(PROBABILITY, float(p), thr)
-    for f in found:
-        if f.get("detector") == "runscore":
-            continue  # its confidence is the failure probability, measured above
-        conf = f.get("confidence")
-        if not isinstance(conf, int | float):
-            continue
-        thr = _KIND_THRESHOLDS.get(str(f.get("kind")), 0.5)
-        d = abs(float(conf) - thr)
-        if d < best:
-            best, measured = d, Measure(str(f.get("kind")), float(conf), thr)
-    return best, measured
-
-
-def review_queue(
-    store: LabelStore, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
-    order: str = DEFAULT_ORDER,
-) -> tuple[list[Candidate], int]:
-    """The tenant's traces still to review by ``author``, in ``order`` (module docstring), and how
-    many that author has labelled already. ``threshold_for(agent)`` gives the operating point of the
-    run's agent (``traces.agent``)."""
-    if order not in ORDERS:
-        raise InputError(f"order must be one of {', '.join(ORDERS)}; got {order!r}", path="order")
-    queue: list[Candidate] = []
-    done = 0
-    cache: dict[str | None, float | None] = {}
-    traces: list[dict[str, Any]] = []  # every stored trace (the clusters), queue ones first
-    labelled: list[dict[str, Any]] = []
-    for record in store.iter_history(tenant):
-        if record["labels"]:
-            labelled.append(record["trace"])
-        if any((row.get("author") or "") == author for row in record["labels"]):
-            done += 1
-            continue
-        response = record["response"] or {}
-        agent = record.get("agent")
-        if agent not in cache:
-            cache[agent] = threshold_for(agent)
-        m, measured = measure_margin(response, cache[agent])
-        queue.append(Candidate(str(record["trace"]["id"]), record["created_at"], m, measured.text(), response,
-                               measured))
-        traces.append(record["trace"])
-    order_by = sorted(range(len(queue)), key=lambda i: (queue[i].margin, -queue[i].created_at.timestamp(),
-                                                        queue[i].trace_id))
-    if order == "queue" and queue:
-        from model.training.agentmodel.cv import group_runs
-        from model.training.agentmodel.queue import order_queue
-
-        every = [Trace.model_validate(t) for t in [traces[i] for i in order_by] + labelled]
-        tasks = [t.metadata.get("task_id") for t in every]
-        clusters = group_runs(every, [None if x is None else str(x) for x in tasks])
-        n = len(order_by)
-        counts: dict[str, int] = {}
-        for c in clusters[n:]:
-            counts[c] = counts.get(c, 0) + 1
-        value = [max(0.0, 1.0 - 2.0 * queue[i].margin) for i in order_by]
-        order_by = [order_by[j] for j in order_queue(None, clusters[:n], labelled=counts, value=value)]
-    return [queue[i] for i in order_by], done
+from serve.services.label_queue import KIND_KEYS, MAIN_KEYS, MAIN_PROMPT, Candidate, agree, compact, legend
 
 
 def _goal(trace: Trace, width: int) -> str:
@@ -307,21 +144,6 @@ def _ask_step(keys: Keys, out: TextIO, n_steps: int) -> int | None:
         out.write(f"  not a step: {got!r}; a number in 0..{n_steps - 1}\n")
 
 
-def _agree(response: dict[str, Any]) -> dict[str, Any] | str:
-    healthy = response.get("healthy")
-    if healthy is None:
-        return "the diagnosis has no verdict (content not recorded): press f or o"
-    if healthy:
-        return {"failed": False}
-    primary = response.get("primary") or {}
-    kind = primary.get("kind")
-    step = primary.get("step")
-    if primary.get("detector") == "runscore":
-        kind = None  # the run scorer names a kind from the attributed step's shape: a guess, not a finding
-    return {"failed": True, "kind": kind if kind in {k.value for k in FailureKind} else None,
-            "step": step if isinstance(step, int) else None}
-
-
 def run_review(
     service: LabelSink,
     tenant: str,
@@ -388,7 +210,7 @@ def run_review(
                         out.write("  ok: the pending kind / step are dropped\n")
                     body = {"failed": False}
                 elif ch == "a":
-                    got = _agree(c.response)
+                    got = agree(c.response)
                     if isinstance(got, str):
                         out.write(f"  {got}\n")
                         continue
@@ -445,4 +267,4 @@ def _undo(service: LabelSink, tenant: str, author: str, queue: list[Candidate], 
     return None
 
 
-__all__ = ["DEFAULT_ORDER", "ORDERS", "Candidate", "Keys", "Measure", "TerminalKeys", "margin", "measure_margin", "render", "review_queue", "run_review"]
+__all__ = ["Keys", "LabelSink", "TerminalKeys", "render", "run_review"]
