@@ -258,3 +258,23 @@ def test_sqlite_writer_waits_for_another_process_then_gives_up(tmp_path: Any) ->
     with waiter.db.write() as db:
         assert waiter.sessions.lock_session(db, "a", "s", create_trace_id="t") is not None
     t.join()
+
+
+def test_stores_share_one_database_and_a_composed_write_is_one_transaction(store: Stores) -> None:
+    """Every per-resource store is built on the one database; a write that spans two of them
+    (a session's lock and the tenant's usage, as a session step does) commits or rolls back whole."""
+    resources = [store.keys, store.traces, store.labels, store.sessions, store.activations, store.agents,
+                 store.streams, store.reports, store.console]
+    assert all(r.db is store.db for r in resources)
+    with pytest.raises(RuntimeError, match="midway"), store.sessions.write() as db:
+        store.sessions.lock_session(db, "acme", "s1", create_trace_id="t1")
+        assert store.traces.add_usage(db, "acme", "2026-12-01", 3) == 3
+        raise RuntimeError("midway")
+    assert store.sessions.get_session("acme", "s1") is None
+    assert store.traces.usage("acme", "2026-12-01") == 0
+    with store.db.write() as db:
+        store.sessions.lock_session(db, "acme", "s1", create_trace_id="t1")
+        store.traces.add_usage(db, "acme", "2026-12-01", 3)
+    row = store.sessions.get_session("acme", "s1")
+    assert row is not None and row.trace_id == "t1"
+    assert store.traces.usage("acme", "2026-12-01") == 3
