@@ -12,10 +12,19 @@ import pytest
 
 from model.core.errors import InputError, NotFittedError
 from model.core.metrics import auroc
-from model.core.schema import FailureLabel, Trace, TraceLabels
+from model.core.schema import FailureLabel, Step, StepKind, StepStatus, Trace, TraceLabels
 from model.diagnosis.diagnoser import Diagnoser
 from model.importers import load_trace
-from model.scoring.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, message_features, run_features
+from model.scoring.runscore.features import (
+    MESSAGE_FEATURES,
+    RUN_FEATURES,
+    SCAN_CHARS,
+    is_error_step,
+    message_features,
+    run_features,
+    scan_text,
+    step_text,
+)
 from model.scoring.runscore.model import ARTIFACT, Example, RunScorer
 from model.scoring.runscore.zeroshot import EVIDENCE_FEATURES, RECIPE, ZeroShotRecipe
 from model.training.runscore.evaluate import evaluate_real, prepare, relative_thresholds
@@ -34,6 +43,26 @@ def call(cid: str, name: str, args: str) -> dict:
 
 def col(name: str) -> int:
     return MESSAGE_FEATURES.index(name)
+
+
+def test_the_text_a_step_shows_and_the_part_that_is_read() -> None:
+    call_raw = Step(kind=StepKind.TOOL_CALL, tool_name="search", tool_args={"q": "x"}, tool_args_raw='{"q":"x"}')
+    call_parsed = Step(kind=StepKind.TOOL_CALL, tool_name="search", tool_args={"q": "x"})
+    assert step_text(call_raw) == 'search {"q":"x"}' and step_text(call_parsed) == "search {'q': 'x'}"
+    assert step_text(Step(kind=StepKind.TOOL_CALL, tool_name="now")) == "now "
+    assert step_text(Step(kind=StepKind.LLM_OUTPUT, content="hello")) == "hello"
+    short, long = "a" * SCAN_CHARS, "h" * SCAN_CHARS + "m" + "t" * SCAN_CHARS
+    assert scan_text(short) == short
+    half = SCAN_CHARS // 2
+    assert scan_text(long) == "h" * half + "\n" + "t" * half
+
+
+def test_which_steps_report_an_error() -> None:
+    assert is_error_step(Step(kind=StepKind.ERROR, content="boom"))
+    assert is_error_step(Step(kind=StepKind.TOOL_RESULT, content="ok", status=StepStatus.TIMEOUT))
+    assert is_error_step(Step(kind=StepKind.TOOL_RESULT, content="Error: 404 Not Found"))
+    assert not is_error_step(Step(kind=StepKind.TOOL_RESULT, content="3 flights found"))
+    assert not is_error_step(Step(kind=StepKind.LLM_OUTPUT, content="Error: I could not"))
 
 
 def test_message_features_say_where_content_comes_from() -> None:
