@@ -27,6 +27,7 @@ from model.scoring.runscore.features import (
 )
 from model.scoring.runscore.model import ARTIFACT, Example, RunScorer
 from model.scoring.runscore.zeroshot import EVIDENCE_FEATURES, RECIPE, ZeroShotRecipe
+from model.training.card import END, START, write_real_block
 from model.training.runscore.evaluate import evaluate_real, prepare, relative_thresholds
 from model.training.runscore.report import render_markdown
 from tests.conftest import ROOT
@@ -467,3 +468,16 @@ def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: 
     odd2 = svc2.diagnose("t", _answer_run(101, novel), DiagnoseOptions(agent_from_task_type=True))
     assert odd2.healthy is False and odd2.primary is not None and odd2.primary.detector == "runscore"
     assert odd2.primary.details["threshold"] > 0.5  # the agent's own point, above the fixed one
+
+
+def test_the_real_block_leads_the_card_and_is_replaced_not_doubled(tmp_path: Path) -> None:
+    report = json.loads((ROOT / "reports" / "real.json").read_text(encoding="utf-8"))
+    card = tmp_path / "MODEL_CARD.md"
+    write_real_block(report, card, "v1")
+    alone = card.read_text(encoding="utf-8")
+    assert alone.startswith(START) and "(v1)" in alone and alone.count(END) == 1
+    card.write_text(alone + "\n## Synthetic figures\n\nkept\n", encoding="utf-8")
+    write_real_block(report, card, "v2")
+    text = card.read_text(encoding="utf-8")
+    assert text.startswith(START) and text.count(START) == 1 and "(v2)" in text and "(v1)" not in text
+    assert text.endswith("## Synthetic figures\n\nkept\n")
