@@ -9,7 +9,8 @@ does not. A package's ``__init__`` re-exporting a name through its ``__all__`` m
 
 Everything is read with :mod:`ast`, nothing is imported: ``from X import a`` and ``import X.y``
 (relative ones too, and those inside functions), and attribute reads through a name bound to one of
-our modules (``metrics._boot`` after ``from model.core import metrics``). Tests directories are not
+our modules (``metrics._boot`` after ``from model.core import metrics``, or after ``metrics =
+importlib.import_module("model.core.metrics")``). Tests directories are not
 walked (a test may reach a private name of the module it tests).
 
 ``ALLOWED`` holds at most five exceptions, ``(importer, module, name): reason``; an entry that no
@@ -25,9 +26,9 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Top-level directories walked, and the dotted prefix their files import under.
-TREES: dict[str, str] = {"model": "model", "serve": "serve", "bench": "bench", "client": ""}
-# client/ is on sys.path itself: its package imports as `agent_triage_client`.
+# The top-level directories walked. model/, serve/ and bench/ import under their own names; client/ is on
+# sys.path itself (its package imports as `agent_triage_client`, its examples are scripts).
+TREES = ("model", "serve", "bench", "client")
 MAX_ALLOWED = 5
 ALLOWED: dict[tuple[str, str, str], str] = {}
 
@@ -79,12 +80,12 @@ def _package_of(path: Path) -> Path:
     return path.parent
 
 
-def _resolve(name: str) -> str | None:
+def _resolve(name: str, importer: Path) -> str | None:
     """``name`` as one of our modules, or None; bench's scripts also import each other bare."""
     index = _index()
     if name in index:
         return name
-    if f"bench.{name}" in index:
+    if _package_of(importer) == ROOT / "bench" and f"bench.{name}" in index:
         return f"bench.{name}"
     return None
 
@@ -115,7 +116,8 @@ def _exports(module: str) -> frozenset[str] | None:
 
 
 def _private_module(module: str, importer: Path) -> bool:
-    """Whether ``module`` has a private part (``_x``) whose package ``importer`` is not in."""
+    """Whether ``module`` has a private part (``_x``) whose package ``importer`` is not in (a subpackage
+    is in it: ``pkg/sub/a.py`` may import ``pkg/_impl.py``, as httpx's ``_transports`` import ``_models``)."""
     parts = module.split(".")
     for i, part in enumerate(parts):
         if _is_private_name(part):
@@ -152,6 +154,16 @@ def _base_package(importer: Path, level: int) -> str:
     return ".".join(parts[: len(parts) - (level - 1)])
 
 
+def _import_module_call(node: ast.expr) -> str | None:
+    """The literal name in ``importlib.import_module("x.y")`` (or a bare ``import_module``), else None."""
+    if not isinstance(node, ast.Call) or len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
+        return None
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    name = node.args[0].value
+    return name if called == "import_module" and isinstance(name, str) else None
+
+
 def _offences_in(path: Path, source: str | None = None) -> Iterator[Offence]:
     """The offences of the module at ``path`` (its text read from disk unless ``source`` is given)."""
     rel = str(path.relative_to(ROOT))
@@ -166,7 +178,7 @@ def _offences_in(path: Path, source: str | None = None) -> Iterator[Offence]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                module = _resolve(alias.name)
+                module = _resolve(alias.name, path)
                 if module is None:
                     continue
                 yield from check_module(module, node.lineno)
@@ -174,7 +186,7 @@ def _offences_in(path: Path, source: str | None = None) -> Iterator[Offence]:
                     bound[alias.asname] = module
                 else:
                     head = alias.name.split(".")[0]
-                    if (top := _resolve(head)) is not None:
+                    if (top := _resolve(head, path)) is not None:
                         bound[head] = top
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -182,19 +194,28 @@ def _offences_in(path: Path, source: str | None = None) -> Iterator[Offence]:
                 raw = f"{base}.{node.module}" if node.module and base else (node.module or base)
             else:
                 raw = node.module or ""
-            module = _resolve(raw)
+            module = _resolve(raw, path)
             if module is None:
                 continue
             yield from check_module(module, node.lineno)
             for alias in node.names:
                 if alias.name == "*":
                     continue
-                submodule = _resolve(f"{module}.{alias.name}")
+                submodule = _resolve(f"{module}.{alias.name}", path)
                 if submodule is not None:  # a submodule counts as a module, not a name
                     yield from check_module(submodule, node.lineno)
                     bound[alias.asname or alias.name] = submodule
                 elif _name_offence(path, module, alias.name):
                     yield Offence(rel, node.lineno, module, alias.name)
+
+        elif isinstance(node, ast.Assign) and (dynamic := _import_module_call(node.value)) is not None:
+            module = _resolve(dynamic, path)
+            if module is None:
+                continue
+            yield from check_module(module, node.lineno)
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bound[target.id] = module
 
     # Attribute reads through a bound module name: `metrics._boot`, `model.core.metrics._boot`.
     for node in ast.walk(tree):
@@ -209,7 +230,7 @@ def _offences_in(path: Path, source: str | None = None) -> Iterator[Offence]:
             chain.append(up.attr)
             parent = up
         for attr in chain:
-            submodule = _resolve(f"{module}.{attr}")
+            submodule = _resolve(f"{module}.{attr}", path)
             if submodule is not None:
                 module = submodule
                 continue
@@ -239,23 +260,38 @@ def test_the_rule_catches_each_shape() -> None:
         # importer (relative to ROOT), source: expected offences (module, name)
         "serve/services/probe.py": (
             "from serve.routers._common import x\n"  # a private module from another package
-            "from model.core.metrics import _boot\n"  # a leading underscore
+            "from model.core.metrics import _bin_index\n"  # a leading underscore
             "from model.core import metrics\n"
             "def f():\n"
             "    from ..routers import ui\n"  # a submodule: public
-            "    return metrics._boot\n"  # an attribute read through a bound module
+            "    return metrics._pair_matrix\n"  # an attribute read through a bound module
+            "sem = importlib.import_module('model.training.semantic')\n"
+            "sem._Z95, sem.load_cases\n"  # through a module imported by name: the first only
         ),
         "serve/routers/probe.py": "from ._common import x\nfrom . import _common\n",  # same package: fine
         "client/agent_triage_client/probe.py": "from agent_triage_client._conversation import X\n",
-        "client/examples/probe.py": "from agent_triage_client._conversation import X\n",
+        "client/examples/probe.py": (
+            "from agent_triage_client._conversation import X\n"
+            "from agent_triage_client import TriageClient, _version\n"  # re-exported by __all__: public
+            "import agent_triage_client._errors as errors\n"
+        ),
+        "bench/probe.py": (
+            "from service import _trace\n"  # bench's scripts import each other bare: one package
+            "from model.core.metrics import auroc, sigmoid\n"  # both in the module's __all__
+            "from model.core.metrics import np\n"  # imported there, not exported: private
+        ),
     }
     expected = {
-        "serve/services/probe.py": {("serve.routers._common", ""), ("model.core.metrics", "_boot")},
+        "serve/services/probe.py": {("serve.routers._common", ""), ("model.core.metrics", "_bin_index"),
+                                    ("model.core.metrics", "_pair_matrix"), ("model.training.semantic", "_Z95")},
         "serve/routers/probe.py": set(),
         "client/agent_triage_client/probe.py": set(),
-        "client/examples/probe.py": {("agent_triage_client._conversation", "")},
+        "client/examples/probe.py": {("agent_triage_client._conversation", ""), ("agent_triage_client", "_version"),
+                                     ("agent_triage_client._errors", "")},
+        "bench/probe.py": {("model.core.metrics", "np")},
     }
     for rel, source in cases.items():
+        assert not (ROOT / rel).exists(), rel
         got = {(o.module, o.name) for o in _offences_in(ROOT / rel, source)}
         assert got == expected[rel], (rel, got)
 
