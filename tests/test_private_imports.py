@@ -276,7 +276,7 @@ def test_the_rule_catches_each_shape() -> None:
             "import agent_triage_client._errors as errors\n"
         ),
         "bench/probe.py": (
-            "from service import _trace\n"  # bench's scripts import each other bare: one package
+            "from service import _helper\n"  # bench's scripts import each other bare: one package
             "from model.core.metrics import auroc, sigmoid\n"  # both in the module's __all__
             "from model.core.metrics import np\n"  # imported there, not exported: private
         ),
