@@ -73,7 +73,8 @@ PROFILE_EVERY_RUN = 200
 PROFILE_SAMPLE = 10
 #: How a stored agent was named (any other stored source, or none, reads as inferred).
 NAMED_SOURCES = frozenset({"option", "span", "task_type"})
-#: Trace ids one split may name.
+#: Trace ids one split may name (:meth:`Agents.split` refuses more; the route's request model caps its
+#: list at this too, so the limit shows in the OpenAPI schema).
 MAX_SPLIT_RUNS = 10_000
 
 
@@ -416,4 +417,4 @@ class Agents:
         return next(a for a in self.list(tenant) if a["key"] == key)
 
 
-__all__ = ["PROFILE_TTL_S", "Agents", "Resolved"]
+__all__ = ["MAX_SPLIT_RUNS", "PROFILE_TTL_S", "Agents", "Resolved"]

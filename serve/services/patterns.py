@@ -34,6 +34,7 @@ CACHE_SIZE = 64
 _cache: OrderedDict[tuple[Any, ...], PatternsOut] = OrderedDict()
 _cache_lock = threading.Lock()
 
+#: Which findings :func:`tenant_patterns` groups: failures only, signals only, or both.
 Level = Literal["failure", "signal", "all"]
 
 
@@ -169,4 +170,4 @@ def _tenant_patterns(
     )
 
 
-__all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "PatternOut", "PatternsOut", "tenant_patterns", "window"]
+__all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "Level", "PatternOut", "PatternsOut", "tenant_patterns", "window"]
