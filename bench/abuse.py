@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from service import Server, _children, _session_step, _trace  # noqa: E402
+from service import Server, bench_trace, child_pids, session_step  # noqa: E402
 
 HOSTILE_BYTES = 5 * 1024 * 1024 - 4096
 
@@ -103,7 +103,7 @@ class Conn:
 
 
 def _small_body(i: int) -> bytes:
-    base = _trace(10, seed=3)
+    base = bench_trace(10, seed=3)
     base["id"] = f"probe-{os.getpid()}-{i}"
     return json.dumps({"trace": base}).encode()
 
@@ -178,7 +178,7 @@ async def _hostile(host: str, port: int, key: str, stop: asyncio.Event) -> dict[
 
 
 async def _heavy_traces(host: str, port: int, key: str, stop: asyncio.Event) -> dict[str, Any]:
-    base = _trace(5000, seed=5)
+    base = bench_trace(5000, seed=5)
     c = await Conn(host, port).open()
     done: list[float] = []
     statuses: dict[int, int] = {}
@@ -276,7 +276,7 @@ async def _appends(host: str, port: int, key: str, rounds: int, rps: float) -> d
     long_id = f"/v1/sessions/long-{pid}/steps"
 
     def batch(start: int, n: int) -> bytes:
-        msgs = [json.loads(_session_step(i))["messages"][0] for i in range(start, start + n)]
+        msgs = [json.loads(session_step(i))["messages"][0] for i in range(start, start + n)]
         return json.dumps({"messages": msgs}).encode()
 
     async def paced(method: str, path: str, body: bytes) -> tuple[int, float, bytes]:
@@ -384,10 +384,10 @@ def _cpu_s(pid: int) -> float:
 
 def _server_cpu(pid: int) -> float:
     total = _cpu_s(pid)
-    for child in _children(pid):
+    for child in child_pids(pid):
         try:
             total += _cpu_s(child)
-            for grandchild in _children(child):
+            for grandchild in child_pids(child):
                 total += _cpu_s(grandchild)
         except OSError:
             pass

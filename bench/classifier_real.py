@@ -89,7 +89,7 @@ def score(artifacts: Path, out: Path, *, threads: int, limit_groups: int | None)
     from model.importers import load_trace
     from model.scoring.classifier.gate import GATE_FILE, REPORTED_KINDS
     from model.scoring.classifier.runtime import ClassifierRuntime
-    from model.training.semantic import DEFAULT_CASES, load_cases
+    from model.training.semantic import load_cases
 
     rt = ClassifierRuntime.load(artifacts, threads=threads)
     gate_path = artifacts / GATE_FILE
@@ -110,7 +110,7 @@ def score(artifacts: Path, out: Path, *, threads: int, limit_groups: int | None)
             runs.append(rec | _run_record(rt, r.trace, reported, trusted))
         print(f"{source}: {len(loaded)} runs scored ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     cases = []
-    for case in load_cases(DEFAULT_CASES):
+    for case in load_cases():
         rec = {"id": case.id, "language": case.language, "group": case.group, "lookalike_of": case.lookalike_of,
                "expected_source_index": case.expected_source_index}
         cases.append(rec | _run_record(rt, load_trace(case.trace), reported, trusted))

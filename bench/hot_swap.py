@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.service import Server, _trace  # noqa: E402
+from bench.service import Server, bench_trace  # noqa: E402
 
 AGENT = "bench-agent"
 
@@ -86,7 +86,7 @@ def run(workers: int, swaps: int, every: float, poll: float | None) -> dict[str,
     server = Server(workers, data, tenants=("acme", "globex", "ops"), extra_env=env)
     store = Stores.at(f"sqlite:///{data / 'triage.db'}")
     versions = _versions(registry, swaps)
-    trace = _trace(10, seed=3)
+    trace = bench_trace(10, seed=3)
     trace["id"] = "bench-hot-swap"
     log: list[tuple[float, float, int, str, str, float | None]] = []  # t, latency, status, tenant, version, p
     stop = threading.Event()

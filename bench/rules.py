@@ -17,10 +17,10 @@ from model.core.graph import ExecutionGraph
 from model.core.schema import Trace
 from model.data.builder import TOOLS
 from model.data.tracebuilder import TraceBuilder
-from model.detectors.catalog import TRACE_DETECTORS, make_detector
-from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
+from model.detectors.catalog import default_detector_names, make_detector
+from model.diagnosis.diagnoser import Diagnoser
 
-RULES = [n for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
+RULES = default_detector_names()
 
 
 def long_trace(n_steps: int, seed: int = 0) -> Trace:

@@ -52,7 +52,9 @@ SESSION_LEN = 20
 
 
 # -- request bodies ------------------------------------------------------------------------------
-def _trace(n_steps: int, seed: int) -> dict[str, Any]:
+def bench_trace(n_steps: int, seed: int) -> dict[str, Any]:
+    """A generated ``tool_error`` run of exactly ``n_steps`` steps (labels dropped), as the JSON a client
+    posts; the same ``seed`` gives the same run. Exits when the builder has no run of that length."""
     from model.core.kinds import FailureKind
     from model.core.schema import Step
     from model.data.builder import make_trace
@@ -79,7 +81,7 @@ def _bodies(scenario: str, n: int) -> list[bytes]:
     """``n`` distinct request bodies (the trace id differs; the diagnosis work is the same)."""
     if scenario.startswith("diag_"):
         steps = int(scenario.rsplit("_", 1)[1])
-        base = _trace(steps, seed=3)
+        base = bench_trace(steps, seed=3)
         opts: dict[str, Any] = {"detectors": _rule_names()} if "_rules_" in scenario else {}
         out = []
         for i in range(n):
@@ -89,7 +91,7 @@ def _bodies(scenario: str, n: int) -> list[bytes]:
     raise ValueError(scenario)
 
 
-def _session_step(i: int) -> bytes:
+def session_step(i: int) -> bytes:
     """The i-th append of a session: a user turn first, then call/result pairs, then text."""
     k = i % SESSION_LEN
     if k == 0:
@@ -145,7 +147,7 @@ async def _connection(
                 if i % SESSION_LEN == 0:
                     session_n += 1
                 path = f"/v1/sessions/bench-{os.getpid()}-{conn_id}-{session_n}/steps"
-                body = _session_step(i)
+                body = session_step(i)
             else:
                 path = "/v1/diagnose"
                 body = bodies[(conn_id * 7919 + i) % len(bodies)]
@@ -246,7 +248,8 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
+    """The process ids of ``pid``'s children (every thread's, from ``/proc``: Linux only)."""
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         text = (task / "children").read_text().split()
@@ -309,7 +312,7 @@ class Server:
                 r = httpx.get(f"{self.url}/readyz", timeout=2)
                 if r.status_code in (200, 503):
                     self.ready = r.json()
-                    if workers == 1 or len(_children(self.proc.pid)) >= workers:
+                    if workers == 1 or len(child_pids(self.proc.pid)) >= workers:
                         return
             except httpx.HTTPError:
                 pass
@@ -319,7 +322,7 @@ class Server:
         raise SystemExit("server did not become ready")
 
     def worker_rss_mb(self) -> list[float]:
-        pids = [self.proc.pid] if self.workers == 1 else _children(self.proc.pid)
+        pids = [self.proc.pid] if self.workers == 1 else child_pids(self.proc.pid)
         out = []
         for p in pids:
             try:

@@ -368,7 +368,8 @@ class ChangepointsResponse(Versioned):
 
 
 # -- agents (GET /v1/agents; rename, merge, split) ----------------------------------------------------
-#: Runs one split may move (``POST /v1/agents/split``).
+#: Trace ids one split may name (:meth:`serve.services.agents.Agents.split` refuses more; the request
+#: model caps its list at this too, so the limit shows in the OpenAPI schema).
 MAX_SPLIT_RUNS = 10_000
 
 #: An agent's key or name: no control character, no outer blank.
@@ -465,6 +466,7 @@ class ModelActionOut(BaseModel):
 
 
 # -- failure patterns (GET /v1/patterns) ------------------------------------------------------------
+#: Which findings :func:`serve.services.patterns.tenant_patterns` groups: failures only, signals only, or both.
 Level = Literal["failure", "signal", "all"]
 
 
@@ -558,5 +560,8 @@ __all__ = [
     "TraceId",
     "TracePageOut",
     "TraceSummary",
+    "UndoLabelRequest",
+    "UndoLabelResponse",
     "Versioned",
+    "WithdrawnLabelOut",
 ]

@@ -10,8 +10,8 @@ import logging
 from typing import Any
 
 from model.detectors.base import TraceDetector
-from model.detectors.catalog import TRACE_DETECTORS, make_detector
-from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
+from model.detectors.catalog import TRACE_DETECTORS, default_detectors, make_detector
+from model.diagnosis.diagnoser import Diagnoser
 from model.diagnosis.repair_engine import RepairEngine
 from model.scoring.agent_registry import Registry
 from model.scoring.runscore.model import ARTIFACT as RUNSCORE_FILE
@@ -47,9 +47,7 @@ def load_classifier(settings: Settings) -> TraceDetector | None:
 
 def build_diagnoser(settings: Settings) -> tuple[Diagnoser, dict[str, Any]]:
     """The detectors and policy the app serves with, and its readiness checks."""
-    detectors: list[TraceDetector] = [
-        make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS
-    ]
+    detectors: list[TraceDetector] = default_detectors()
     classifier = load_classifier(settings)
     if classifier is not None:
         detectors.append(classifier)

@@ -10,9 +10,9 @@ import pytest
 
 from model.core.kinds import FailureKind
 from model.data.builder import TRAP_NAMES, make_trap
-from model.detectors.catalog import TRACE_DETECTORS, make_detector
+from model.detectors.catalog import OPT_IN_DETECTORS, TRACE_DETECTORS, make_detector
 from model.detectors.classifier import DEFAULT_ARTIFACTS, ClassifierDetector
-from model.diagnosis.diagnoser import OPT_IN_DETECTORS, Diagnoser
+from model.diagnosis.diagnoser import Diagnoser
 from model.scoring.classifier.gate import REPORTED_KINDS
 from model.training.classifier.gate import decide, gate_from_metrics
 

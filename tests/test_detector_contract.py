@@ -27,7 +27,14 @@ from model.core.kinds import FailureKind
 from model.core.schema import Trace
 from model.data.builder import RECIPE_KINDS, TRAP_NAMES, make_trace, make_trap
 from model.detectors.base import StreamDetector, TraceDetector
-from model.detectors.catalog import TRACE_DETECTORS, make_detector, trace_detector_names
+from model.detectors.catalog import (
+    OPT_IN_DETECTORS,
+    TRACE_DETECTORS,
+    default_detector_names,
+    default_detectors,
+    make_detector,
+    trace_detector_names,
+)
 from model.streams.catalog import STREAM_DETECTORS, make_stream_detector, stream_detector_names
 
 RULE_MODULES = [
@@ -227,3 +234,14 @@ def test_stream_state_round_trips_through_json(stream_cls: type[Any]) -> None:
 def test_docstring_examples(module: object) -> None:
     result = doctest.testmod(module)  # type: ignore[arg-type]
     assert result.failed == 0
+
+
+def test_the_default_set_is_every_trace_detector_but_the_opt_in_ones() -> None:
+    from model.diagnosis.diagnoser import Diagnoser
+
+    names = default_detector_names()
+    assert sorted(Diagnoser().detectors) == names  # the diagnoser's default set is the catalog's
+    assert names == sorted(set(TRACE_DETECTORS) - OPT_IN_DETECTORS) and "classifier" not in names
+    built, again = default_detectors(), default_detectors()
+    assert [d.name for d in built] == names
+    assert all(a is not b for a, b in zip(built, again, strict=True))  # fresh instances, no shared state

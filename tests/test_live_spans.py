@@ -19,7 +19,7 @@ from model.core.errors import TooLargeError, TraceImportError
 from model.core.schema import Step
 from model.diagnosis.diagnoser import Diagnoser
 from model.importers.live import LiveSpans
-from model.importers.spans import collect_spans, group_runs, import_spans
+from model.importers.spans import collect_spans, group_runs, import_spans, listed_spans
 from serve.services.triage import TriageService
 from serve.settings import Settings
 from serve.wiring import build_service
@@ -177,6 +177,19 @@ def test_what_the_runs_cover() -> None:
                                                                               "planner"]
     assert any(s.speaker for name in RUNS for steps, _ in _live([RUNS[name]]) for s in steps)
     assert len(RUNS) >= 15
+
+
+def test_listed_spans_keep_their_resource_and_name_a_bad_item_as_the_export_numbers_it() -> None:
+    spans = RUNS["conversation"]
+    assert [s.to_json() for s in listed_spans(spans)] == [s.to_json() for s in collect_spans(spans)]
+    with_resource = [{**spans[0], "resource": {"service.name": "billing"}}]
+    assert listed_spans(with_resource)[0].resource == {"service.name": "billing"}
+    with pytest.raises(TraceImportError) as e:
+        listed_spans([spans[0], {"name": "no ids"}], first=5)
+    assert e.value.path.startswith("[6]"), e.value.path
+    with pytest.raises(TraceImportError) as e:
+        collect_spans({"spans": [{"name": "no ids"}]})
+    assert e.value.path.startswith("spans[0]"), e.value.path
 
 
 def test_an_old_span_log_is_read_once_and_goes_on() -> None:

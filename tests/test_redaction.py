@@ -166,7 +166,7 @@ def test_long_texts_pre_scanned_by_re2_redact_exactly_as_short_ones(
     """Above ``_LONG`` characters one RE2 pass decides which patterns run, and the bulk path runs
     them; the result is the one every pattern gives on the short-text path (forced by raising
     the threshold)."""
-    import serve.redaction.redactor as redaction
+    import serve.redaction._redactor as redaction
 
     text = _long_texts()[name]
     assert len(text) > redaction._LONG
@@ -240,7 +240,7 @@ def test_bulk_path_redacts_mixed_texts_exactly_as_the_exact_path(
 ) -> None:
     """Texts over ``_LONG`` characters take the bulk path (spans from ``split``, checks and merge
     in numpy, an ASCII text masked in numpy); the result is the exact path's, text for text."""
-    import serve.redaction.redactor as redaction
+    import serve.redaction._redactor as redaction
 
     r = Redactor(mode=mode, salt="s")
     texts = _mixed_texts(seed, 3)
@@ -253,7 +253,7 @@ def test_bulk_path_redacts_mixed_texts_exactly_as_the_exact_path(
 
 @pytest.mark.parametrize("rules", [["email"], ["card", "ssn"], ["bearer"], ["api_key"], ["url_password", "email"]])
 def test_bulk_path_with_some_rules_off(rules: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import serve.redaction.redactor as redaction
+    import serve.redaction._redactor as redaction
 
     r = Redactor.from_names(rules)
     texts = _mixed_texts(7, 2)
@@ -269,8 +269,8 @@ def test_a_flood_of_basic_anchors_is_masked_whole_and_ordinary_text_is_not(
     base64 run after one is masked (the coarse pass), credentials or not. Every credential the
     exact path finds is gone; what the flood loses is its look-alikes (``Basic dXNlcj``, which
     decodes to no ``user:password``). Below the density the exact check runs."""
-    import serve.redaction.redactor as redaction
-    from serve.redaction import bulk
+    import serve.redaction._redactor as redaction
+    from serve.redaction import _bulk as bulk
 
     _, creds = SECRETS["basic_auth"]
     unit = f"Authorization: Basic {creds}\nBasic dXNlcj and Basic setup, basically\n"
@@ -293,7 +293,7 @@ def test_bulk_path_on_floods_of_each_shape_matches_the_exact_path(monkeypatch: p
     """The dense inputs of bench/redaction.py (and every adversarial shape but the Basic flood,
     masked whole by design), at 200 KB, and the dense ones with non-ASCII characters (a lone
     surrogate, an astral one, U+10FFFF): the bulk path's output is the exact path's."""
-    import serve.redaction.redactor as redaction
+    import serve.redaction._redactor as redaction
 
     texts = {name: make(200_000) for name, make in {**ADVERSARIAL, **DENSE}.items() if name != "basic_words"}
     for name, make in DENSE.items():  # not ASCII: the output is rebuilt from UTF-32

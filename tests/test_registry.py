@@ -43,6 +43,15 @@ def test_save_load_versions_and_layout(tmp_path: Path, model: AgentModel) -> Non
     assert reg.get("acme", "Billing Bot/eu", v2.version).parent == v1.version
 
 
+def test_a_version_reads_back_its_card(tmp_path: Path, model: AgentModel) -> None:
+    reg = Registry(tmp_path)
+    v1 = reg.save("acme", "a", model, parent=None, card="# Card\n\nfigures", report={}, data={})
+    got = reg.get("acme", "a", v1.version)
+    assert got.card() == "# Card\n\nfigures" and got.card(limit=6) == "# Card"
+    (got.path / "MODEL_CARD.md").unlink()
+    assert got.card() is None
+
+
 def test_unknown_and_corrupt_versions_are_refused(tmp_path: Path, model: AgentModel) -> None:
     reg = Registry(tmp_path)
     v1 = reg.save("acme", "a", model, parent=None, card="", report={}, data={})

@@ -12,14 +12,24 @@ import pytest
 
 from model.core.errors import InputError, NotFittedError
 from model.core.metrics import auroc
-from model.core.schema import FailureLabel, Trace, TraceLabels
+from model.core.schema import FailureLabel, Step, StepKind, StepStatus, Trace, TraceLabels
 from model.diagnosis.decision import Context
 from model.diagnosis.diagnoser import Diagnoser
 from model.diagnosis.incremental import IncrementalDiagnoser
 from model.importers import load_trace
-from model.scoring.runscore.features import MESSAGE_FEATURES, RUN_FEATURES, message_features, run_features
+from model.scoring.runscore.features import (
+    MESSAGE_FEATURES,
+    RUN_FEATURES,
+    SCAN_CHARS,
+    is_error_step,
+    message_features,
+    run_features,
+    scan_text,
+    step_text,
+)
 from model.scoring.runscore.model import ARTIFACT, Example, RunScorer
 from model.scoring.runscore.zeroshot import EVIDENCE_FEATURES, RECIPE, ZeroShotRecipe
+from model.training.card import END, START, write_real_block
 from model.training.runscore.evaluate import evaluate_real, prepare, relative_thresholds
 from model.training.runscore.report import render_markdown
 from tests.conftest import ROOT
@@ -36,6 +46,26 @@ def call(cid: str, name: str, args: str) -> dict:
 
 def col(name: str) -> int:
     return MESSAGE_FEATURES.index(name)
+
+
+def test_the_text_a_step_shows_and_the_part_that_is_read() -> None:
+    call_raw = Step(kind=StepKind.TOOL_CALL, tool_name="search", tool_args={"q": "x"}, tool_args_raw='{"q":"x"}')
+    call_parsed = Step(kind=StepKind.TOOL_CALL, tool_name="search", tool_args={"q": "x"})
+    assert step_text(call_raw) == 'search {"q":"x"}' and step_text(call_parsed) == "search {'q': 'x'}"
+    assert step_text(Step(kind=StepKind.TOOL_CALL, tool_name="now")) == "now "
+    assert step_text(Step(kind=StepKind.LLM_OUTPUT, content="hello")) == "hello"
+    short, long = "a" * SCAN_CHARS, "h" * SCAN_CHARS + "m" + "t" * SCAN_CHARS
+    assert scan_text(short) == short
+    half = SCAN_CHARS // 2
+    assert scan_text(long) == "h" * half + "\n" + "t" * half
+
+
+def test_which_steps_report_an_error() -> None:
+    assert is_error_step(Step(kind=StepKind.ERROR, content="boom"))
+    assert is_error_step(Step(kind=StepKind.TOOL_RESULT, content="ok", status=StepStatus.TIMEOUT))
+    assert is_error_step(Step(kind=StepKind.TOOL_RESULT, content="Error: 404 Not Found"))
+    assert not is_error_step(Step(kind=StepKind.TOOL_RESULT, content="3 flights found"))
+    assert not is_error_step(Step(kind=StepKind.LLM_OUTPUT, content="Error: I could not"))
 
 
 def test_message_features_say_where_content_comes_from() -> None:
@@ -440,3 +470,16 @@ def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: 
     odd2 = svc2.diagnose("t", _answer_run(101, novel), DiagnoseOptions(agent_from_task_type=True))
     assert odd2.healthy is False and odd2.primary is not None and odd2.primary.detector == "runscore"
     assert odd2.primary.details["threshold"] > 0.5  # the agent's own point, above the fixed one
+
+
+def test_the_real_block_leads_the_card_and_is_replaced_not_doubled(tmp_path: Path) -> None:
+    report = json.loads((ROOT / "reports" / "real.json").read_text(encoding="utf-8"))
+    card = tmp_path / "MODEL_CARD.md"
+    write_real_block(report, card, "v1")
+    alone = card.read_text(encoding="utf-8")
+    assert alone.startswith(START) and "(v1)" in alone and alone.count(END) == 1
+    card.write_text(alone + "\n## Synthetic figures\n\nkept\n", encoding="utf-8")
+    write_real_block(report, card, "v2")
+    text = card.read_text(encoding="utf-8")
+    assert text.startswith(START) and text.count(START) == 1 and "(v2)" in text and "(v1)" not in text
+    assert text.endswith("## Synthetic figures\n\nkept\n")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from agent_triage_client._client import TriageClient
 from agent_triage_client._errors import TriageAPIError
-from agent_triage_client._repair_types import BLOCKED, Message, RepairContext, RepairResult, _budget_reason
+from agent_triage_client._repair_types import BLOCKED, Message, RepairContext, RepairResult, budget_reason
 from agent_triage_client.models import Failure, Outcome, Recommendation, SessionStep
 from agent_triage_client.snapshots import Snapshots
 
@@ -185,7 +185,7 @@ class Conversation:
                     note = f"after {p.rec.strategy} the agent gave up on the {p.kind} and told the user"
                 out = self.report(p.rec.id, False, duration_s=self._clock() - p.started, note=note)
                 self.history.append(RepairResult(p.rec.strategy, "failed", p.rec.id, next=out.next,
-                                                 served=out.served, note=note, budget=_budget_reason(out.next)))
+                                                 served=out.served, note=note, budget=budget_reason(out.next)))
                 if out.next is not None:
                     replaced = out.next
             elif p.turns >= 2 or (final and p.turns >= 1):
@@ -250,7 +250,7 @@ class Conversation:
         out = self.report(rec.id, False, note=note)
         if not out.served:
             self.served = False
-        budget = extra.pop("budget", None) or _budget_reason(out.next)
+        budget = extra.pop("budget", None) or budget_reason(out.next)
         return RepairResult(rec.strategy, "failed", rec.id, error=error, attempts=attempts, waited_s=waited,
                             next=out.next, served=out.served, note=note, budget=budget, **extra)
 

@@ -133,7 +133,9 @@ class RepairResult:
 
 
 
-def _number(value: Any) -> float | None:
+def nonneg_number(value: Any) -> float | None:
+    """``value`` as a float when it is a number ≥ 0 (a bool is not), else None: how a repair reads the
+    service's numeric params and budgets."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
 
 
@@ -164,7 +166,9 @@ def tool_message(call_id: Any, content: str, *, error: bool = False) -> Message:
     return msg
 
 
-def _budget_reason(rec: Recommendation | None) -> str | None:
+def budget_reason(rec: Recommendation | None) -> str | None:
+    """Why the service handed the run to a person when a repair budget ran out (its handoff's
+    ``reason``), else None (no recommendation, another strategy, or a handoff for another reason)."""
     if rec is None or rec.strategy != "human_handoff":
         return None
     reason = rec.params.get("reason")

@@ -127,9 +127,9 @@ from agent_triage_client._repair_types import (
     Replan,
     ReplanCallback,
     Status,
-    _budget_reason,
-    _number,
+    budget_reason,
     error_text,
+    nonneg_number,
     tool_message,
 )
 from agent_triage_client.models import Recommendation
@@ -299,11 +299,11 @@ class RepairExecutor(Conversation):
         jitter) or the executor's own, and never less than ``retry_after`` (the recommendation's,
         or the error's own ``retry_after`` attribute, e.g. from a 429's header)."""
         attempt = int(rec.params.get("attempt", 1) or 1)
-        delay = _number(rec.params.get("delay_s"))
+        delay = nonneg_number(rec.params.get("delay_s"))
         if delay is None:
             delay = self._rng.uniform(0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
         for after in (rec.params.get("retry_after"), getattr(error, "retry_after", None)):
-            a = _number(after)
+            a = nonneg_number(after)
             if a is not None and a > delay:
                 delay = a
         return delay
@@ -324,7 +324,7 @@ class RepairExecutor(Conversation):
             if attempt > limit:
                 return self._failed(rec, f"attempt {attempt} is past max_attempts {limit}", error, attempts, waited)
             wait = self.delay_s(rec, error)
-            left = _number(rec.budgets.get("task_recovery_s_left"))
+            left = nonneg_number(rec.budgets.get("task_recovery_s_left"))
             refusal = None
             if left is not None and wait > left:
                 refusal = ("task_recovery_s", f"wait {wait:g} s exceeds the task's recovery time left ({left:g} s)")
@@ -351,7 +351,7 @@ class RepairExecutor(Conversation):
                                         served=False, note=out.client_error or "", **self._calls(rec, attempts))
                 if out.next is None or out.next.strategy != "retry":
                     return RepairResult("retry", "failed", rec.id, error=exc, attempts=attempts, waited_s=waited,
-                                        next=out.next, budget=_budget_reason(out.next),
+                                        next=out.next, budget=budget_reason(out.next),
                                         note=f"{attempts} attempt(s) failed", **self._calls(rec, attempts))
                 rec = out.next
                 continue
@@ -371,16 +371,16 @@ class RepairExecutor(Conversation):
         """The LLM parameters and tool arguments ``adjust_parameters`` would use: temperature down
         to ``max_temperature``, ``max_tokens`` and page sizes scaled down, timeouts scaled up."""
         p = rec.params
-        tokens = _number(p.get("max_tokens_factor")) or 0.5
-        page = _number(p.get("page_size_factor")) or 0.5
-        slower = _number(p.get("timeout_factor")) or 2.0
-        top_t = _number(p.get("max_temperature"))
+        tokens = nonneg_number(p.get("max_tokens_factor")) or 0.5
+        page = nonneg_number(p.get("page_size_factor")) or 0.5
+        slower = nonneg_number(p.get("timeout_factor")) or 2.0
+        top_t = nonneg_number(p.get("max_temperature"))
         params = dict(llm_params or {})
-        t = _number(params.get("temperature"))
+        t = nonneg_number(params.get("temperature"))
         params["temperature"] = min(t if t is not None else 1.0, top_t if top_t is not None else 0.2)
-        if _number(params.get("max_tokens")):
+        if nonneg_number(params.get("max_tokens")):
             params["max_tokens"] = max(16, int(params["max_tokens"] * tokens))
-        if _number(params.get("timeout")):
+        if nonneg_number(params.get("timeout")):
             params["timeout"] = params["timeout"] * slower
         args = dict(arguments or {})
         for k in PAGE_KEYS:
@@ -388,7 +388,7 @@ class RepairExecutor(Conversation):
             if isinstance(v, int) and not isinstance(v, bool) and v > 1:
                 args[k] = max(1, int(v * page))
         for k in ("timeout", "timeout_s"):
-            if _number(args.get(k)):
+            if nonneg_number(args.get(k)):
                 args[k] = args[k] * slower
         return params, args
 

@@ -164,6 +164,7 @@ __all__ = [
     "NotFittedError",
     "NotFoundError",
     "RateLimitedError",
+    "RetrainRefused",
     "SignInRequired",
     "SmokeCheckError",
     "StoreError",

@@ -54,6 +54,26 @@ TRACE_DETECTORS: dict[str, type[TraceDetector]] = {
 """Name → class of every trace detector."""
 
 
+#: The detectors left out of the default set (too slow for every request, or needing an artefact): they
+#: run only when a request names them (``options.detectors``) or a caller builds them explicitly.
+OPT_IN_DETECTORS: frozenset[str] = frozenset({"classifier"})
+
+
+def default_detector_names() -> list[str]:
+    """The trace detectors a diagnosis runs unless told otherwise: every one but :data:`OPT_IN_DETECTORS`,
+    sorted by name.
+
+    >>> "loop" in default_detector_names(), "classifier" in default_detector_names()
+    (True, False)
+    """
+    return [n for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
+
+
+def default_detectors() -> list[TraceDetector]:
+    """A fresh detector with default parameters for each of :func:`default_detector_names`, in that order."""
+    return [make_detector(n) for n in default_detector_names()]
+
+
 def trace_detector_names() -> list[str]:
     """The trace detectors' names, sorted."""
     return sorted(TRACE_DETECTORS)
@@ -70,4 +90,5 @@ def make_detector(name: str, **params: Any) -> TraceDetector:
     return make_from(TRACE_DETECTORS, "trace", name, params)
 
 
-__all__ = ["TRACE_DETECTORS", "make_detector", "trace_detector_names"]
+__all__ = ["OPT_IN_DETECTORS", "TRACE_DETECTORS", "default_detector_names", "default_detectors", "make_detector",
+           "trace_detector_names"]

@@ -46,7 +46,7 @@ from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
 from model.core.shared_graphs import shared_graphs
 from model.detectors.base import TraceDetector
-from model.detectors.catalog import TRACE_DETECTORS, make_detector
+from model.detectors.catalog import TRACE_DETECTORS, default_detectors, make_detector
 from model.diagnosis.decision import Context, Verdict, conclude
 from model.diagnosis.repair_engine import RepairEngine
 from model.importers.spans import unkeyed_warning
@@ -65,9 +65,6 @@ DEFAULT_THRESHOLDS: dict[FailureKind, float] = {kind: 0.5 for kind in FailureKin
 #: Detectors whose construction depends on the request: detector name → option names passed on.
 REQUEST_PARAMS: dict[str, tuple[str, ...]] = {"disallowed_tool": ("allowed_tools",)}
 
-#: Detectors left out of the default set (too slow for every request, or need an artefact);
-#: they run when named in ``options.detectors`` or passed to :class:`Diagnoser` explicitly.
-OPT_IN_DETECTORS: frozenset[str] = frozenset({"classifier"})
 
 
 def package_version() -> str:
@@ -212,7 +209,7 @@ class Diagnoser:
         runscorer: RunScorer | None = None,
     ) -> None:
         if detectors is None:
-            detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
+            detectors = default_detectors()
         self.detectors: dict[str, TraceDetector] = {d.name: d for d in detectors}
         # opt-in detectors a request named (e.g. the classifier), built on first use; never added to
         # ``detectors``, the set every request without ``options.detectors`` runs
@@ -244,7 +241,7 @@ class Diagnoser:
         ``model/artifacts``; ``runscorer``: a fitted one instead of the shipped file."""
         from model.scoring.runscore.model import ARTIFACT, RunScorer
 
-        detectors = [make_detector(n) for n in sorted(TRACE_DETECTORS) if n not in OPT_IN_DETECTORS]
+        detectors = default_detectors()
         if classifier and "classifier" in TRACE_DETECTORS:
             params: dict[str, Any] = {"threads": threads}
             if path is not None:

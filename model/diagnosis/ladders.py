@@ -406,4 +406,5 @@ class Ladders:
         return template.format(**values)
 
 
-__all__ = ["DEFAULT_POLICY_PATH", "Ladders", "PolicyFile", "Rung", "is_transient", "recommendation_id", "trace_language"]
+__all__ = ["DEFAULT_POLICY_PATH", "Ladders", "PolicyFile", "Rung", "is_transient", "language_more", "recommendation_id",
+           "trace_language"]

@@ -40,9 +40,9 @@ from typing import Any
 
 from model.core.schema import Step, StepKind
 from model.importers import genai, openinference
-from model.importers._common import StepSink, join, mark_final_output
+from model.importers._common import StepSink, mark_final_output
 from model.importers._spanbase import Span, SpanBuilder
-from model.importers.spans import _own_resource, _span
+from model.importers.spans import listed_spans
 
 #: What :meth:`LiveSpans.state` writes; an older session (its spans kept whole) is read again once.
 VERSION = 2
@@ -140,7 +140,7 @@ class LiveSpans:
         ``max_steps``: the run's limit on steps (:class:`~model.core.errors.TooLargeError` past it).
         """
         first = self.spans
-        spans = [_span(s, join("", first + i), _own_resource(s)) for i, s in enumerate(raw)]
+        spans = listed_spans(raw, first=first)
         if not spans:
             return []
         if self.trace_id is None:

@@ -193,10 +193,21 @@ def collect_spans(data: Any) -> list[Span]:
     if isinstance(data, dict) and "resourceSpans" in data:
         return _otlp_spans(data)
     if isinstance(data, dict) and "spans" in data:
-        return [_span(s, join("spans", i), _own_resource(s)) for i, s in enumerate(expect_list(data["spans"], "spans"))]
+        return listed_spans(expect_list(data["spans"], "spans"), "spans")
     if isinstance(data, list):
-        return [_span(s, join("", i), _own_resource(s)) for i, s in enumerate(data)]
+        return listed_spans(data)
     fail("", f"expected OTLP/JSON (resourceSpans) or a list of spans, got {type_name(data)}")
+
+
+def listed_spans(raw: list[Any], path: str = "", first: int = 0) -> list[Span]:
+    """The spans of a list of span objects, normalised; each carries its own ``resource`` (as
+    :meth:`~model.importers._spanbase.Span.to_json` writes it).
+
+    ``path`` is where the list sits in the document and ``first`` the index of its first item there (a
+    live run's later batch continues the count), so that a :class:`~model.core.errors.TraceImportError`
+    names the item as the whole export numbers it.
+    """
+    return [_span(s, join(path, first + i), _own_resource(s)) for i, s in enumerate(raw)]
 
 
 def _own_resource(raw: Any) -> dict[str, Any]:
@@ -369,5 +380,5 @@ def unkeyed_warning(trace: Trace) -> str | None:
             f"{' or '.join(_SESSION_KEYS)} (or send them one run a request)")
 
 
-__all__ = ["any_value", "collect_spans", "group_runs", "import_spans", "key_values", "unkeyed_warning",
-           "uses_openinference"]
+__all__ = ["any_value", "collect_spans", "group_runs", "import_spans", "key_values", "listed_spans",
+           "unkeyed_warning", "uses_openinference"]

@@ -42,7 +42,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from model.core.errors import InputError, ModelLoadError
 from model.scoring.runscore.model import ARTIFACT
@@ -51,8 +51,11 @@ if TYPE_CHECKING:
     from model.scoring.agentmodel.cheap import CheapModel
     from model.scoring.agentmodel.model import AgentModel
 
-    #: What a registered version serves: the agent's own model, or the cheap learner that beat it.
-    Servable = AgentModel | CheapModel
+#: What a registered version serves (:meth:`Registry.load` returns it, :meth:`Registry.save` takes it):
+#: the agent's own :class:`~model.scoring.agentmodel.model.AgentModel`, or the
+#: :class:`~model.scoring.agentmodel.cheap.CheapModel` its gate measured better. A string alias, so that
+#: importing the registry loads neither model module.
+Servable: TypeAlias = "AgentModel | CheapModel"
 
 
 def _sha256(path: Path) -> str:
@@ -113,6 +116,15 @@ class ModelVersion:
     parent: str | None               # the champion it was gated against
     summary: dict[str, Any] = field(default_factory=dict)   # the gate's figures, counts
     members: tuple[str, ...] = ()    # a pooled model: the agents it was trained on and serves
+
+    def card(self, limit: int | None = None) -> str | None:
+        """The version's model card (Markdown, as :meth:`Registry.save` wrote it), or None when the folder
+        has none; at most ``limit`` characters when ``limit`` is given."""
+        path = self.path / CARD_FILE
+        if not path.is_file():
+            return None
+        text = path.read_text(encoding="utf-8")
+        return text if limit is None else text[:limit]
 
 
 class Registry:
@@ -299,4 +311,4 @@ class Registry:
         return self._agent_dir(tenant, agent) / version
 
 
-__all__ = ["POOLED", "RETRAINS", "SHIPPED_VERSION", "ZERO_SHOT", "ModelVersion", "Registry", "agent_key"]
+__all__ = ["POOLED", "RETRAINS", "SHIPPED_VERSION", "ZERO_SHOT", "ModelVersion", "Registry", "Servable", "agent_key"]

@@ -68,7 +68,11 @@ def real_block(report: dict[str, Any], version: str | None = None) -> str:
 
 
 def write_real_block(report: dict[str, Any], path: Path, version: str | None = None) -> None:
-    """Put (or replace) the real-run block at the top of the card at ``path``."""
+    """Put (or replace) the real-run block at the top of the card at ``path``.
+
+    ``report`` is ``reports/real.json`` as :func:`model.training.runscore.report.write_reports` writes it;
+    ``version`` (optional) is named in the block's title. The card's other sections are kept as they are
+    (a missing card is created with the block alone); a block already there is replaced, never doubled."""
     rest = path.read_text(encoding="utf-8") if path.is_file() else ""
     rest = strip_real_block(rest)
     path.write_text(real_block(report, version) + "\n" + rest, encoding="utf-8")
@@ -206,4 +210,4 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
     path.write_text(lead + "\n".join(lines), encoding="utf-8")
 
 
-__all__ = ["write_model_card"]
+__all__ = ["write_model_card", "write_real_block"]

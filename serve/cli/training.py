@@ -5,6 +5,7 @@ scikit-learn); they import it only when run. Each one is the same code the DVC s
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -41,7 +42,7 @@ def _learning_curve(params: Path, root: Path | None, reports: Path, limit: int |
     try:
         cfg = learning.LearningConfig.from_params(params)
         if limit is not None:
-            cfg = learning.LearningConfig.from_dict({**learning._cfg_dict(cfg), "limit": limit})
+            cfg = dataclasses.replace(cfg, limit=limit)
         report = learning.run(cfg, root, progress=typer.echo)
         paths = learning.write(report, reports)
     except (TriageError, OSError) as exc:

@@ -5,6 +5,10 @@ hundred characters, is cut from redacted text and never ends in a key's prefix),
 stored or answered — the trace, the diagnosis, the recommendation, the repair-policy state,
 outcome notes — passes through a :class:`Redactor`.
 
+This package's ``__all__`` is its whole interface (httpx's layout): the modules behind it are private
+— ``_patterns`` (the rules' expressions), ``_scan`` (the exact path), ``_bulk`` (the numpy path for long
+texts), ``_redactor`` (:class:`Redactor`) — and share their names with each other only.
+
 Rules (each can be switched off by name, setting ``TRIAGE_REDACT``):
 
 ``api_key``
@@ -80,7 +84,7 @@ detection still work on stored text) without the secret being recoverable.
 
 from __future__ import annotations
 
-from serve.redaction.patterns import RULES
-from serve.redaction.redactor import RedactionMode, Redactor
+from serve.redaction._patterns import RULES
+from serve.redaction._redactor import RedactionMode, Redactor
 
 __all__ = ["RULES", "RedactionMode", "Redactor"]

@@ -415,4 +415,4 @@ class Agents:
         return next(a for a in self.list(tenant) if a["key"] == key)
 
 
-__all__ = ["PROFILE_TTL_S", "Agents", "Resolved"]
+__all__ = ["MAX_SPLIT_RUNS", "PROFILE_TTL_S", "Agents", "Resolved"]

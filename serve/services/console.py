@@ -25,7 +25,7 @@ from typing import Any, Literal
 from model.core.graph import ExecutionGraph
 from model.core.kinds import FailureKind
 from model.core.schema import Step, Trace
-from model.scoring.agent_registry import CARD_FILE, POOLED, ZERO_SHOT, Registry
+from model.scoring.agent_registry import POOLED, ZERO_SHOT, Registry
 from serve.auth import Principal, UISession, find_ui_session, open_ui_session, switch_tenant
 from serve.schemas import (
     ChangepointsResponse,
@@ -400,8 +400,7 @@ class ConsoleService:
             on = active.get(name, ZERO_SHOT)
             versions = []
             for v in registry.versions(tenant, name):
-                card_path = v.path / CARD_FILE
-                card = card_path.read_text(encoding="utf-8")[:20_000] if card_path.is_file() else None
+                card = v.card(20_000)
                 gate = v.summary.get("gate")
                 gate = gate if isinstance(gate, dict) else {}
                 versions.append({"version": v.version, "created_at": v.created_at, "parent": v.parent,

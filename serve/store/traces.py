@@ -30,7 +30,9 @@ from serve.store.tables import (
 
 
 class TracePrior(NamedTuple):
-    """What :meth:`TraceStore.lock_trace` read of a stored trace."""
+    """What :meth:`TraceStore.lock_trace` read of a stored trace: its repair ``policy_state`` (None before the
+    first recommendation) and whether its steps are stored one row each (``steps_in_rows``). Pass it back
+    to :meth:`TraceStore.put_trace` as ``prior`` so that the write does not read the row again."""
 
     policy_state: dict[str, Any] | None
     steps_in_rows: bool
@@ -375,4 +377,4 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise InputError(f"not a cursor this API returned: {cursor[:60]!r}", path="query.cursor") from None
 
 
-__all__ = ["TracePage", "TraceStore", "trace_json"]
+__all__ = ["TracePage", "TracePrior", "TraceStore", "trace_json"]

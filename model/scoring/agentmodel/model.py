@@ -594,4 +594,4 @@ def score_rows(f: _Fitted, rows: RunRows, prior: float | None) -> np.ndarray:
     return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
-__all__ = ["AgentModel", "AgentModelConfig", "PrefixState", "score_rows"]
+__all__ = ["WARNING_CONFIDENCE", "WARNING_PREFIXES", "AgentModel", "AgentModelConfig", "PrefixState", "score_rows", "warning_point"]

@@ -27,7 +27,12 @@ from model.scoring.classifier.representation import RepresentationConfig, step_t
 
 MODEL_FILE = "classifier.onnx"
 TOKENIZER_FILE = "tokenizer.json"
+#: The namespace of our keys in the ONNX file's metadata: the exporter
+#: (:mod:`model.training.classifier.export`) writes ``META_PREFIX + key`` for every key of :data:`META_KEYS`
+#: (and may add others under the prefix); :meth:`ArtefactMeta.from_map` requires them all and keeps the
+#: keys outside the prefix as ``extra``.
 META_PREFIX = "triage."
+#: The metadata every artefact must carry (each under :data:`META_PREFIX`).
 META_KEYS = (
     "labels",
     "thresholds",
@@ -200,4 +205,4 @@ class ClassifierRuntime:
         }
 
 
-__all__ = ["MODEL_FILE", "TOKENIZER_FILE", "ArtefactMeta", "ClassifierRuntime"]
+__all__ = ["META_KEYS", "META_PREFIX", "MODEL_FILE", "TOKENIZER_FILE", "ArtefactMeta", "ClassifierRuntime"]

@@ -52,14 +52,18 @@ _ERROR_WORDS = re.compile(
 _STOPWORDS = frozenset(["this", "that", "with", "from", "have", "will", "would", "could", "should", "there", "their", "they", "them", "then", "than", "what", "when", "where", "which", "while", "about", "into", "your", "yours", "ours", "also", "been", "being", "some", "such", "only", "other", "more", "most", "very", "just", "like", "make", "made", "does", "done", "here", "please", "thank", "thanks", "sure", "okay", "yes", "none"])
 
 
-def _scan(text: str) -> str:
+def scan_text(text: str) -> str:
+    """The part of ``text`` the features read: all of it up to :data:`SCAN_CHARS` characters, else its
+    first and last ``SCAN_CHARS // 2`` joined by a newline (so reading a message costs at most that)."""
     if len(text) <= SCAN_CHARS:
         return text
     half = SCAN_CHARS // 2
     return text[:half] + "\n" + text[-half:]
 
 
-def _step_text(step: Step) -> str:
+def step_text(step: Step) -> str:
+    """The text a step shows the features: a tool call's name and raw arguments (its parsed ones
+    when no raw text was recorded), any other step's content (``""`` when it has none)."""
     if step.kind is StepKind.TOOL_CALL:
         args = step.tool_args_raw if step.tool_args_raw is not None else (str(step.tool_args) if step.tool_args else "")
         return f"{step.tool_name or ''} {args}"
@@ -84,7 +88,9 @@ def _names(text: str) -> set[str]:
     return {m.group().lower() for m in _CAPITALISED.finditer(text)}
 
 
-def _is_error(step: Step) -> bool:
+def is_error_step(step: Step) -> bool:
+    """Whether ``step`` reports an error: an ``error`` step, an ``error`` / ``timeout`` status, or a tool
+    result whose text :func:`~model.core.graph.step_failure` reads as a failure."""
     if step.kind is StepKind.ERROR or step.status in (StepStatus.ERROR, StepStatus.TIMEOUT):
         return True
     return step.kind is StepKind.TOOL_RESULT and step_failure(step) is not None
@@ -184,13 +190,13 @@ def message_features(trace: Trace) -> tuple[list[MessageUnit], np.ndarray]:
             if current >= 0:
                 close(current)
                 current = -1
-            text = _scan(s.content or "")
+            text = scan_text(s.content or "")
             seen_numbers.update(_numbers(text))
             seen_words.update(_words(text))
             seen_names.update(_names(text))
             if s.kind in _SOURCE_KINDS:
                 last_source = s
-                last_source_error = _is_error(s)
+                last_source_error = is_error_step(s)
                 prev_was_user = s.kind is StepKind.USER_INPUT
             continue
         k = unit_at[s.source_index]
@@ -207,7 +213,7 @@ def message_features(trace: Trace) -> tuple[list[MessageUnit], np.ndarray]:
             row[col["after_error"]] = float(last_source_error)
             row[col["after_user"]] = float(prev_was_user)
             row[col["empty"]] = 1.0
-        text = _scan(_step_text(s))
+        text = scan_text(step_text(s))
         acc_text.append(text)
         if text.strip():
             row[col["empty"]] = 0.0
@@ -254,7 +260,7 @@ def run_features(trace: Trace, units: Sequence[MessageUnit], X: np.ndarray) -> n
     out[0] = 1.0
     out[1] = math.log1p(n_msgs)
     out[2] = math.log1p(calls)
-    out[3] = sum(_is_error(s) for s in results) / len(results) if results else 0.0
+    out[3] = sum(is_error_step(s) for s in results) / len(results) if results else 0.0
     out[4] = float(X[:, col["repeat_call"]].sum() / max(1, X[:, col["has_call"]].sum())) if len(units) else 0.0
     if f is not None:
         out[5] = X[f, col["hedge"]]
@@ -267,4 +273,4 @@ def run_features(trace: Trace, units: Sequence[MessageUnit], X: np.ndarray) -> n
 
 
 __all__ = ["AGENT_KINDS", "MESSAGE_FEATURES", "RUN_FEATURES", "SCAN_CHARS", "MessageUnit", "agent_units",
-           "message_features", "run_features"]
+           "is_error_step", "message_features", "run_features", "scan_text", "step_text"]

@@ -26,7 +26,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -323,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(p)
         return 0
     if a.limit is not None:
-        cfg = LearningConfig.from_dict({**_cfg_dict(cfg), "limit": a.limit})
+        cfg = replace(cfg, limit=a.limit)
     rep = run(cfg, a.root, progress=lambda s: print(s, flush=True))
     for p in write(rep, a.reports):
         print(p)
@@ -346,10 +346,6 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     rep["reproduction"] = reproduction(rep["sets"])
     rep["done_when"] = done_when(rep["sets"], reps)
     return rep
-
-
-def _cfg_dict(c: LearningConfig) -> dict[str, Any]:
-    return {f.name: getattr(c, f.name) for f in fields(c)}
 
 
 if __name__ == "__main__":

@@ -50,7 +50,13 @@ from scipy.optimize import minimize
 
 from model.core.errors import InputError, NotFittedError
 from model.core.schema import StepKind, StepStatus, Trace
-from model.scoring.runscore.features import MESSAGE_FEATURES, _is_error, _scan, _step_text, message_features
+from model.scoring.runscore.features import (
+    MESSAGE_FEATURES,
+    is_error_step,
+    message_features,
+    scan_text,
+    step_text,
+)
 
 FORMAT_VERSION = 1
 
@@ -125,7 +131,7 @@ def featurise(trace: Trace) -> tuple[list[Message], sparse.csr_matrix]:
     units, X_rs = message_features(trace)
     rs_row = {u.source_index: k for k, u in enumerate(units)}
     steps = trace.steps
-    err = [any(_is_error(steps[i]) for i in m.steps) for m in msgs]
+    err = [any(is_error_step(steps[i]) for i in m.steps) for m in msgs]
     user = [any(steps[i].kind is StepKind.USER_INPUT for i in m.steps) for m in msgs]
     rows: list[int] = []
     cols: list[int] = []
@@ -140,7 +146,7 @@ def featurise(trace: Trace) -> tuple[list[Message], sparse.csr_matrix]:
             feats[col_dense["status_error"]] = 1.0
         if err[k]:
             feats[col_dense["is_error_result"]] = 1.0
-        text = "\n".join(_scan(_step_text(steps[i])) for i in m.steps)
+        text = "\n".join(scan_text(step_text(steps[i])) for i in m.steps)
         n_err = len(_ERROR_WORDS.findall(text))
         if n_err:
             feats[col_dense["error_words_log"]] = math.log1p(n_err)

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from model.core.schema import Step, Trace
-from serve.redaction.bulk import _FEW, _LABELS, _find_spans_bulk, _mask_numpy, _merge_bulk
-from serve.redaction.patterns import _MASK, _NUMERIC_SECRET_KEY, _SENSITIVE_KEY, RULES
-from serve.redaction.scan import _FIRST, _SECOND, _THIRD, _find_spans, _merge
+from serve.redaction._bulk import FEW, LABELS, find_spans_bulk, mask_numpy, merge_bulk
+from serve.redaction._patterns import MASK, NUMERIC_SECRET_KEY, RULES, SENSITIVE_KEY
+from serve.redaction._scan import FIRST, SECOND, THIRD, find_spans, merge
 
 RedactionMode = Literal["mask", "hash"]
 
-#: Longer texts take the bulk path (:mod:`serve.redaction.bulk`: no Python work per match) and are
+#: Longer texts take the bulk path (:mod:`serve.redaction._bulk`: no Python work per match) and are
 #: asked which anchors they hold in one pass of RE2's DFA; shorter ones take the exact path
-#: (:mod:`serve.redaction.scan`), a substring test per anchor (cheap there, no per-call overhead).
+#: (:mod:`serve.redaction._scan`), a substring test per anchor (cheap there, no per-call overhead).
 _LONG = 65536
 #: Texts up to this long that held no secret are remembered (at most :data:`_CLEAN_ENTRIES`).
 _CACHED = 64
@@ -86,19 +86,19 @@ class Redactor:
 
     def _redact_text(self, text: str) -> str:
         if len(text) > _LONG:
-            b_starts, b_ends, prios = _merge_bulk(*_find_spans_bulk(text, self.rules))
-            if self.mode == "mask" and len(b_starts) > _FEW:
-                return _mask_numpy(text, b_starts, b_ends, prios)
+            b_starts, b_ends, prios = merge_bulk(*find_spans_bulk(text, self.rules))
+            if self.mode == "mask" and len(b_starts) > FEW:
+                return mask_numpy(text, b_starts, b_ends, prios)
             starts, ends = b_starts.tolist(), b_ends.tolist()
-            labels = list(map(_LABELS.__getitem__, prios.tolist()))
+            labels = list(map(LABELS.__getitem__, prios.tolist()))
         else:
-            spans = _merge(_find_spans(text, self.rules))
-            starts, ends, labels = list(map(_FIRST, spans)), list(map(_SECOND, spans)), list(map(_THIRD, spans))
+            spans = merge(find_spans(text, self.rules))
+            starts, ends, labels = list(map(FIRST, spans)), list(map(SECOND, spans)), list(map(THIRD, spans))
         if not starts:
             return text
         gaps = list(map(text.__getitem__, map(slice, [0, *ends], [*starts, len(text)])))
         if self.mode == "mask":
-            tokens = list(map(_MASK.__getitem__, labels))
+            tokens = list(map(MASK.__getitem__, labels))
         else:  # one HMAC per distinct secret (a flood repeats its secrets)
             secrets = list(map(text.__getitem__, map(slice, starts, ends)))
             pairs = list(zip(labels, secrets, strict=True))
@@ -123,7 +123,7 @@ class Redactor:
             if (
                 isinstance(value, int | float)
                 and not isinstance(value, bool)
-                and _NUMERIC_SECRET_KEY.search(_key) is not None
+                and NUMERIC_SECRET_KEY.search(_key) is not None
             ):
                 return self._token("api_key", str(value))
         if isinstance(value, str):
@@ -165,7 +165,7 @@ _SHORTEST = 6
 
 @functools.lru_cache(maxsize=4096)
 def _sensitive_key(key: str) -> bool:
-    return _SENSITIVE_KEY.search(key) is not None
+    return SENSITIVE_KEY.search(key) is not None
 
 
 _TOKEN = re.compile(r"\[(?:REDACTED:[a-z_]+|[a-z_]+:[0-9a-f]{12})\]")

@@ -75,20 +75,20 @@ def _anchored(prefix: str, rest: str) -> re.Pattern[str]:
     return re.compile(re.escape(prefix) + guard + rest)
 
 
-_KEYS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = tuple(
+KEYS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = tuple(
     (needles, _anchored(p, rest)) for p, needles, rest in _KEY_SHAPES
 )
-_PEM = re.compile(
+PEM = re.compile(
     r"-----BEGIN (?:(?!PRIVATE )[A-Z0-9]++ ){0,3}+PRIVATE KEY-----(?:[^\-]|-(?!----))*+"
     r"(?:-----END (?:(?!PRIVATE )[A-Z0-9]++ ){0,3}+PRIVATE KEY-----)?"
 )
-_URL_PASSWORD = re.compile(r"://[^\s:/?#@]++:([^\s@/?#]++)@")
+URL_PASSWORD = re.compile(r"://[^\s:/?#@]++:([^\s@/?#]++)@")
 # At most 16 labels of at most 63 characters: a failed domain costs a bounded number of steps.
-_EMAIL_DOMAIN = re.compile(r"@(?:[A-Za-z0-9\-]{1,63}+\.){1,16}[A-Za-z]{2,63}+(?![A-Za-z0-9\-])")
-_EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+\-]{0,64}")
+EMAIL_DOMAIN = re.compile(r"@(?:[A-Za-z0-9\-]{1,63}+\.){1,16}[A-Za-z]{2,63}+(?![A-Za-z0-9\-])")
+EMAIL_LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+\-]{0,64}")
 
 # On the lower-cased ASCII view (case-insensitive words without the slow IGNORECASE scan).
-_SECRET_WORDS: tuple[tuple[str, str], ...] = (
+SECRET_WORDS: tuple[tuple[str, str], ...] = (
     ("pass", r"(?:word|wd|phrase)"),
     ("secret", r"(?:[_\-]?(?:access[_\-]?)?key)?"),
     ("token", ""),
@@ -104,29 +104,29 @@ _VALUE = (
     r"(?!\"?'?\[(?:redacted:|[a-z_]+:[0-9a-f]{12}\]))"
     r"(?:\"((?:[^\"\\\r\n]|\\.){1,4096}+)|'([^'\r\n]{1,4096}+)|([^\s\"',;&}\])]{4,}+))"
 )
-_ASSIGN: tuple[tuple[bytes, re.Pattern[bytes]], ...] = tuple(
-    (w.encode(), re.compile((re.escape(w) + suffix + _VALUE).encode())) for w, suffix in _SECRET_WORDS
+ASSIGN: tuple[tuple[bytes, re.Pattern[bytes]], ...] = tuple(
+    (w.encode(), re.compile((re.escape(w) + suffix + _VALUE).encode())) for w, suffix in SECRET_WORDS
 )
-# _VALUE cut in two for the bulk path (:mod:`serve.redaction.bulk`): what comes before the value (its opening quote
+# _VALUE cut in two for the bulk path (:mod:`serve.redaction._bulk`): what comes before the value (its opening quote
 # too) and the value. The value's first character decides the alternative as in _VALUE: a value
 # after a quote is the quoted one (the character before the value is a quote only then).
-_VALUE_HEAD = r"[\"']?[ \t]{0,8}+[:=][ \t]{0,8}+(?!\"?'?\[(?:redacted:|[a-z_]+:[0-9a-f]{12}\]))(?:\"|'|)"
+VALUE_HEAD = r"[\"']?[ \t]{0,8}+[:=][ \t]{0,8}+(?!\"?'?\[(?:redacted:|[a-z_]+:[0-9a-f]{12}\]))(?:\"|'|)"
 # A quoted value with no backslash is one run of a character class (fast: one step per run, not one
 # alternation per character); one with a backslash among its first 4096 characters is the
 # original (the run stops there, the look-ahead fails, the next alternative gives _VALUE's value).
-_VALUE_BODY = (
+VALUE_BODY = (
     r"(?:(?<=\")[^\"\\\r\n]{1,4096}+(?!\\)|(?<=\")(?:[^\"\\\r\n]|\\.){1,4096}+"
     r"|(?<=')[^'\r\n]{1,4096}+|[^\s\"',;&}\])]{4,}+)"
 )
-_SENSITIVE_KEY = re.compile(
+SENSITIVE_KEY = re.compile(
     r"(?i)(?:password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|account[_\-]?key|"
     r"private[_\-]?key|credentials?|connection[_\-]?string|authorization|cookie)"
     r"(?:[_\-]?(?:key|value|string|hash|b64|base64))?$"
 )
-_NUMERIC_SECRET_KEY = re.compile(r"(?i)(?:password|passwd|passphrase|secret|pin)$")
-_BEARER = re.compile(rb"bearer(?<![a-z]bearer)[ \t]{1,8}+([a-z0-9\-._~+/]{8,}+=*+)")
-_BASIC = re.compile(rb"basic(?<![a-z]basic)[ \t]{1,8}+([a-z0-9+/]{4,}+={0,2}+)(?![a-z0-9+/=])")
-_COOKIE = re.compile(rb"cookie(?<![a-z]cookie)[ \t]{0,8}+:[ \t]{0,8}+([^\s=;\":]{1,256}+=[^\r\n\"]*+)")
+NUMERIC_SECRET_KEY = re.compile(r"(?i)(?:password|passwd|passphrase|secret|pin)$")
+BEARER = re.compile(rb"bearer(?<![a-z]bearer)[ \t]{1,8}+([a-z0-9\-._~+/]{8,}+=*+)")
+BASIC = re.compile(rb"basic(?<![a-z]basic)[ \t]{1,8}+([a-z0-9+/]{4,}+={0,2}+)(?![a-z0-9+/=])")
+COOKIE = re.compile(rb"cookie(?<![a-z]cookie)[ \t]{0,8}+:[ \t]{0,8}+([^\s=;\":]{1,256}+=[^\r\n\"]*+)")
 
 
 def _table(mapping: dict[bytes, bytes], other: bytes) -> bytes:
@@ -139,17 +139,17 @@ def _table(mapping: dict[bytes, bytes], other: bytes) -> bytes:
 
 # Translated views, where a shape becomes a literal the engine finds fast: every base64 character
 # → "a", else "." (AWS secrets); digits → "0", space → "s", dash → "m", else "." (cards, SSNs).
-_B64_VIEW = _table({b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=": b"a"}, b".")
-_AWS_RUN = re.compile(rb"\." + b"a" * 40 + rb"(?=\.)")
-_AWS_MIXED = re.compile(r"(?=[^A-Z]*[A-Z])(?=[^a-z]*[a-z])(?=[^0-9]*[0-9])")
-_DIGIT_VIEW = _table({b"0123456789": b"0", b" ": b"s", b"-": b"m"}, b".")
-_CARD = re.compile(
+B64_VIEW = _table({b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=": b"a"}, b".")
+AWS_RUN = re.compile(rb"\." + b"a" * 40 + rb"(?=\.)")
+AWS_MIXED = re.compile(r"(?=[^A-Z]*[A-Z])(?=[^a-z]*[a-z])(?=[^0-9]*[0-9])")
+DIGIT_VIEW = _table({b"0123456789": b"0", b" ": b"s", b"-": b"m"}, b".")
+CARD = re.compile(
     rb"0000(?<![0m]0000)(?:0{9,15}|[sm]0000[sm]0000[sm]0000(?:[sm]000)?|[sm]000000[sm]0000(?:0)?)(?!0)"
 )
-_SSN = re.compile(rb"000m00m0000(?<![0m]000m00m0000)(?![0m])")
+SSN = re.compile(rb"000m00m0000(?<![0m]000m00m0000)(?![0m])")
 
 
-def _luhn_ok(digits: str) -> bool:
+def luhn_ok(digits: str) -> bool:
     total = 0
     for i, ch in enumerate(reversed(digits)):
         d = ord(ch) - 48
@@ -159,7 +159,7 @@ def _luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
-def _card_network(digits: str) -> bool:
+def card_network(digits: str) -> bool:
     """Whether ``digits`` has a card network's prefix and one of its lengths."""
     n = len(digits)
     if digits[0] == "4":
@@ -180,7 +180,7 @@ def _card_network(digits: str) -> bool:
     return False
 
 
-def _basic_credentials(token: str) -> bool:
+def basic_credentials(token: str) -> bool:
     """Whether ``token`` is base64 of ``user:password`` (the Basic scheme), not an ordinary word."""
     try:
         raw = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
@@ -193,10 +193,10 @@ def _basic_credentials(token: str) -> bool:
 Span = tuple[int, int, str]  # start, end, rule label
 
 #: The words searched in the lower-cased view.
-_WORDS: tuple[bytes, ...] = (b"bearer", b"basic", b"cookie", *(w for w, _ in _ASSIGN))
+WORDS: tuple[bytes, ...] = (b"bearer", b"basic", b"cookie", *(w for w, _ in ASSIGN))
 
 #: Which label wins when secrets overlap (the merged span gets one token).
-_PRIORITY = {
+PRIORITY = {
     label: i
     for i, label in enumerate(
         ("private_key", "bearer", "basic_auth", "cookie", "password", "api_key", "email", "card", "ssn")
@@ -204,6 +204,6 @@ _PRIORITY = {
 }
 
 #: The mask-mode replacement of each label.
-_MASK = {label: f"[REDACTED:{label}]" for label in _PRIORITY}
+MASK = {label: f"[REDACTED:{label}]" for label in PRIORITY}
 
 

@@ -12,34 +12,34 @@ from typing import Any
 
 import re2
 
-from serve.redaction.patterns import (
-    _ASSIGN,
-    _AWS_MIXED,
-    _AWS_RUN,
-    _B64_VIEW,
-    _BASIC,
-    _BEARER,
-    _CARD,
-    _COOKIE,
-    _DIGIT_VIEW,
-    _EMAIL_DOMAIN,
-    _EMAIL_LOCAL_REVERSED,
-    _KEYS,
-    _PEM,
-    _PRIORITY,
-    _SSN,
-    _URL_PASSWORD,
-    _WORDS,
+from serve.redaction._patterns import (
+    ASSIGN,
+    AWS_MIXED,
+    AWS_RUN,
+    B64_VIEW,
+    BASIC,
+    BEARER,
+    CARD,
+    COOKIE,
+    DIGIT_VIEW,
+    EMAIL_DOMAIN,
+    EMAIL_LOCAL_REVERSED,
+    KEYS,
+    PEM,
+    PRIORITY,
+    SSN,
+    URL_PASSWORD,
+    WORDS,
     Span,
-    _basic_credentials,
-    _card_network,
-    _luhn_ok,
+    basic_credentials,
+    card_network,
+    luhn_ok,
 )
 
 
 @functools.cache
 def _anchor_set() -> tuple[Any, tuple[str, ...]]:
-    """An RE2 set of every rule's literal anchors and the name of each: ``key<i>`` (``_KEYS[i]``),
+    """An RE2 set of every rule's literal anchors and the name of each: ``key<i>`` (``KEYS[i]``),
     ``pem``, ``url``, ``email``, ``digit``, and the words searched in the lower-cased view
     (case-insensitive: a superset of what the view holds). Literals and single character classes
     only, so the DFA has a few hundred states and cannot run out of memory (RE2's set would then
@@ -51,29 +51,29 @@ def _anchor_set() -> tuple[Any, tuple[str, ...]]:
         anchors.Add(pattern)
         names.append(name)
 
-    for i, (needles, _) in enumerate(_KEYS):
+    for i, (needles, _) in enumerate(KEYS):
         for needle in needles:
             add(re.escape(needle), f"key{i}")
     add(re.escape("PRIVATE KEY-----"), "pem")
     add(re.escape("://"), "url")
     add(r"@[A-Za-z0-9\-]", "email")  # what the domain pattern needs after the "@"
     add("[0-9]", "digit")  # what cards, SSNs and AWS secrets need (the bulk path asks)
-    for word in _WORDS:
+    for word in WORDS:
         add("(?i)" + re.escape(word.decode()), word.decode())
     anchors.Compile()
     return anchors, tuple(names)
 
 
 #: The words of the lower-cased view in one alternation (a short text without any skips them all).
-_ANY_WORD = re.compile(b"|".join(re.escape(w) for w in _WORDS))
+_ANY_WORD = re.compile(b"|".join(re.escape(w) for w in WORDS))
 
 #: Every key group's literal prefixes in one alternation: only ever used to say "none is here"
 #: (a match sends the text to the per-group tests, so overlapping needles cannot hide one).
-_ANY_KEY_NEEDLE = re.compile("|".join(sorted({re.escape(n) for needles, _ in _KEYS for n in needles},
+_ANY_KEY_NEEDLE = re.compile("|".join(sorted({re.escape(n) for needles, _ in KEYS for n in needles},
                                               key=len, reverse=True)))
 
 
-class _Anchors:
+class Anchors:
     """Which anchors ``text`` holds: one RE2 pass for a ``long`` text (the bulk path's), substring
     tests for a short one."""
 
@@ -91,7 +91,7 @@ class _Anchors:
                 self.found = None
 
     def any_word(self, words: Iterable[bytes], low: bytes) -> bool:
-        """Whether the lower-cased view ``low`` may hold one of ``words`` (:data:`_WORDS`; a short
+        """Whether the lower-cased view ``low`` may hold one of ``words`` (:data:`WORDS`; a short
         text is asked by one scan of ``low``)."""
         if self.found is None:
             return _ANY_WORD.search(low) is not None
@@ -113,25 +113,25 @@ class _Anchors:
         return self.found is None or "digit" in self.found
 
 
-def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
+def find_spans(text: str, rules: frozenset[str]) -> list[Span]:
     """Where the secrets in ``text`` are: ``(start, end, label)``, unordered, maybe overlapping."""
     spans: list[Span] = []
     add = spans.append
-    has = _Anchors(text, long=False)
+    has = Anchors(text, long=False)
     api, bearer = "api_key" in rules, "bearer" in rules
     if api:
         if has.has("pem", "PRIVATE KEY-----"):
-            spans += [(*m.span(), "private_key") for m in _PEM.finditer(text)]
+            spans += [(*m.span(), "private_key") for m in PEM.finditer(text)]
         if not has.no_key:
-            for i, (needles, pattern) in enumerate(_KEYS):
+            for i, (needles, pattern) in enumerate(KEYS):
                 if has.key(i, needles):
                     spans += [(*m.span(), "api_key") for m in pattern.finditer(text)]
     if "url_password" in rules and has.has("url", "://"):
-        spans += [(*m.span(1), "password") for m in _URL_PASSWORD.finditer(text)]
+        spans += [(*m.span(1), "password") for m in URL_PASSWORD.finditer(text)]
     if "email" in rules and has.has("email", "@"):
-        for m in _EMAIL_DOMAIN.finditer(text):
+        for m in EMAIL_DOMAIN.finditer(text):
             at = m.start()
-            local = _EMAIL_LOCAL_REVERSED.match(text[max(0, at - 64) : at][::-1])
+            local = EMAIL_LOCAL_REVERSED.match(text[max(0, at - 64) : at][::-1])
             n = local.end() if local is not None else 0
             if n:  # "@app.route" is a decorator, not an address
                 add((at - n, m.end(), "email"))
@@ -140,37 +140,37 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
     # One ASCII view, index for index (a non-ASCII character becomes "?"), lower-cased.
     raw = text.encode("ascii", "replace")
     low = raw.lower() if api or bearer else b""
-    if (api or bearer) and has.any_word(_WORDS, low):
+    if (api or bearer) and has.any_word(WORDS, low):
         if bearer:
             if has.word(b"bearer", low):
-                spans += [(*mb.span(1), "bearer") for mb in _BEARER.finditer(low)]
+                spans += [(*mb.span(1), "bearer") for mb in BEARER.finditer(low)]
             if has.word(b"basic", low):
-                for mb in _BASIC.finditer(low):
-                    if _basic_credentials(text[mb.start(1) : mb.end(1)]):
+                for mb in BASIC.finditer(low):
+                    if basic_credentials(text[mb.start(1) : mb.end(1)]):
                         add((mb.start(1), mb.end(1), "basic_auth"))
             if has.word(b"cookie", low):
-                spans += [(*mb.span(1), "cookie") for mb in _COOKIE.finditer(low)]
+                spans += [(*mb.span(1), "cookie") for mb in COOKIE.finditer(low)]
         if api:
-            for word, bpattern in _ASSIGN:
+            for word, bpattern in ASSIGN:
                 if has.word(word, low):
                     # the value is the one group of the three that took part; our own tokens
                     # are refused by _VALUE's look-ahead
                     spans += [(*mb.span(mb.lastindex or 0), "api_key") for mb in bpattern.finditer(low)]
     if api:
-        view = (b"." + raw + b".").translate(_B64_VIEW)
-        for mb in _AWS_RUN.finditer(view):
+        view = (b"." + raw + b".").translate(B64_VIEW)
+        for mb in AWS_RUN.finditer(view):
             start = mb.start()  # the view is one character ahead
-            if _AWS_MIXED.match(text[start : start + 40]):
+            if AWS_MIXED.match(text[start : start + 40]):
                 add((start, start + 40, "api_key"))
     if "card" in rules or "ssn" in rules:
-        digits = raw.translate(_DIGIT_VIEW)
+        digits = raw.translate(DIGIT_VIEW)
         if "card" in rules and b"0000" in digits:
-            for mb in _CARD.finditer(digits):
+            for mb in CARD.finditer(digits):
                 number = text[mb.start() : mb.end()].replace(" ", "").replace("-", "")
-                if _card_network(number) and _luhn_ok(number):
+                if card_network(number) and luhn_ok(number):
                     add((mb.start(), mb.end(), "card"))
         if "ssn" in rules and b"000m00m0000" in digits:
-            for mb in _SSN.finditer(digits):
+            for mb in SSN.finditer(digits):
                 area, group = text[mb.start() : mb.start() + 3], text[mb.start() + 4 : mb.start() + 6]
                 if area not in ("000", "666") and area[0] != "9" and group != "00" and not text.startswith(
                     "0000", mb.start() + 7
@@ -179,19 +179,19 @@ def _find_spans(text: str, rules: frozenset[str]) -> list[Span]:
     return spans
 
 
-_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+FIRST, SECOND, THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 
 
 def _disjoint(spans: list[Span]) -> bool:
     """Whether sorted ``spans`` do not overlap (neighbours suffice; compared in C by ``map``)."""
     if len(spans) < 2:
         return True
-    starts = list(map(_FIRST, spans))
-    ends = list(map(_SECOND, spans))
+    starts = list(map(FIRST, spans))
+    ends = list(map(SECOND, spans))
     return all(map(operator.le, ends[:-1], starts[1:]))
 
 
-def _merge(spans: list[Span]) -> list[Span]:
+def merge(spans: list[Span]) -> list[Span]:
     """Sorted, disjoint spans: overlapping secrets are redacted as one (the label of the highest
     priority); an e-mail address that overlaps another secret is dropped (in
     ``scheme://user:password@host`` the "address" is the password and the host)."""
@@ -207,7 +207,7 @@ def _merge(spans: list[Span]) -> list[Span]:
     for start, end, label in others:
         if merged and start < merged[-1][1]:
             p_start, p_end, p_label = merged[-1]
-            merged[-1] = (p_start, max(p_end, end), label if _PRIORITY[label] < _PRIORITY[p_label] else p_label)
+            merged[-1] = (p_start, max(p_end, end), label if PRIORITY[label] < PRIORITY[p_label] else p_label)
         else:
             merged.append((start, end, label))
     if not emails:

@@ -10,37 +10,37 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from serve.redaction.patterns import (
-    _AWS_RUN,
-    _B64_VIEW,
-    _BASIC,
-    _BEARER,
-    _COOKIE,
-    _DIGIT_VIEW,
-    _KEYS,
-    _MASK,
-    _PEM,
-    _PRIORITY,
-    _SECRET_WORDS,
-    _SSN,
-    _VALUE_BODY,
-    _VALUE_HEAD,
-    _WORDS,
-    _basic_credentials,
+from serve.redaction._patterns import (
+    AWS_RUN,
+    B64_VIEW,
+    BASIC,
+    BEARER,
+    COOKIE,
+    DIGIT_VIEW,
+    KEYS,
+    MASK,
+    PEM,
+    PRIORITY,
+    SECRET_WORDS,
+    SSN,
+    VALUE_BODY,
+    VALUE_HEAD,
+    WORDS,
+    basic_credentials,
 )
-from serve.redaction.scan import _Anchors
+from serve.redaction._scan import Anchors
 
 # Same rules, same spans, but no Python work per match: each pattern's matches come out of one
 # ``split`` (C) as the lengths of the pieces, the checks after a match (an e-mail's local part, a
 # card's network and Luhn digit, an SSN's ranges, an AWS key's mixed case) run in numpy over all
 # candidates at once, spans are merged in numpy, and a mask-mode text is rebuilt in numpy.
-# tests/test_redaction.py checks that it gives what the exact path (:mod:`serve.redaction.scan`) gives, text for text.
+# tests/test_redaction.py checks that it gives what the exact path (:mod:`serve.redaction._scan`) gives, text for text.
 
 Ints = npt.NDArray[np.int64]
 
 #: Label of each priority (the index is the priority: lower wins when secrets overlap).
-_LABELS: tuple[str, ...] = tuple(_PRIORITY)
-_P_EMAIL = _PRIORITY["email"]
+LABELS: tuple[str, ...] = tuple(PRIORITY)
+_P_EMAIL = PRIORITY["email"]
 
 
 def _groups(*parts: str) -> str:
@@ -69,16 +69,16 @@ def _split_spans(pattern: re.Pattern[Any], subject: Any, group: int) -> tuple[In
 
 
 def _bulk_word(word: str, suffix: str) -> re.Pattern[bytes]:
-    return re.compile(_groups(re.escape(word) + suffix + _VALUE_HEAD + _VALUE_BODY).encode())
+    return re.compile(_groups(re.escape(word) + suffix + VALUE_HEAD + VALUE_BODY).encode())
 
 
-_B_KEYS = tuple((needles, re.compile(_groups(p.pattern))) for needles, p in _KEYS)
-_B_PEM = re.compile(_groups(_PEM.pattern))
+_B_KEYS = tuple((needles, re.compile(_groups(p.pattern))) for needles, p in KEYS)
+_B_PEM = re.compile(_groups(PEM.pattern))
 _B_URL = re.compile(_groups(r"://[^\s:/?#@]++:", r"[^\s@/?#]++", "@"))
-# On the ASCII view (ASCII classes only). _EMAIL_DOMAIN with its first label outside the counted
+# On the ASCII view (ASCII classes only). EMAIL_DOMAIN with its first label outside the counted
 # group (a slow opcode in CPython's engine; the label is possessive, so the same either way), and
 # the common domain, a top-level label not followed by a dot, tried first without the group:
-# where it matches, _EMAIL_DOMAIN matches the same (no second label: no dot follows), and where
+# where it matches, EMAIL_DOMAIN matches the same (no second label: no dot follows), and where
 # it does not, the group decides.
 _B_EMAIL = re.compile(
     _groups(
@@ -95,10 +95,10 @@ def _whole(pattern: re.Pattern[bytes]) -> re.Pattern[bytes]:
 
 # The header rules and the assignments are matched whole (two pieces a match, not three: the
 # pieces are most of the cost in a flood); where the value starts is found in numpy (_skip).
-_B_BEARER, _B_BASIC, _B_COOKIE = _whole(_BEARER), _whole(_BASIC), _whole(_COOKIE)
-_B_ASSIGN = tuple((w.encode(), _bulk_word(w, suffix)) for w, suffix in _SECRET_WORDS)
-_B_AWS = re.compile(_groups(_AWS_RUN.pattern.decode()).encode())
-# _CARD with the 4-4-4-4 form first and its optional fifth group as a branch (CPython's engine runs
+_B_BEARER, _B_BASIC, _B_COOKIE = _whole(BEARER), _whole(BASIC), _whole(COOKIE)
+_B_ASSIGN = tuple((w.encode(), _bulk_word(w, suffix)) for w, suffix in SECRET_WORDS)
+_B_AWS = re.compile(_groups(AWS_RUN.pattern.decode()).encode())
+# CARD with the 4-4-4-4 form first and its optional fifth group as a branch (CPython's engine runs
 # an optional group through a slow repeat opcode): the forms exclude one another (the character
 # after the first group, and the fifth after the separator, tell them apart), so the order does
 # not change what matches.
@@ -108,10 +108,10 @@ _B_CARD_PATTERN = (
 )
 _B_CARD = re.compile(_groups(_B_CARD_PATTERN).encode())
 # A run of 20+ digits holds no card (no candidate starts inside a run: the look-behind; none at its
-# start: a candidate's groups are at most 19 digits and end where the digits do), so where _CARD
+# start: a candidate's groups are at most 19 digits and end where the digits do), so where CARD
 # fails such a run is taken whole: the engine does not try a candidate at each of its digits.
 _B_CARD_RUNS = re.compile(_groups(_B_CARD_PATTERN + "|0{20,}+").encode())
-_B_SSN = re.compile(_groups(_SSN.pattern.decode()).encode())
+_B_SSN = re.compile(_groups(SSN.pattern.decode()).encode())
 
 #: A flood of ``Basic`` anchors: more than this many, at least one per 256 characters.
 _FLOOD = 4096
@@ -205,7 +205,7 @@ def _email_starts(codes: npt.NDArray[np.uint8], at: Ints) -> Ints:
 
 
 def _cards_ok(codes: npt.NDArray[np.uint8], starts: Ints, ends: Ints) -> npt.NDArray[np.bool_]:
-    """:func:`_card_network` and :func:`_luhn_ok` of every candidate at once (13–19 digits, spaces
+    """:func:`card_network` and :func:`luhn_ok` of every candidate at once (13–19 digits, spaces
     or dashes between groups: at most 23 characters)."""
     length = ends - starts
     width = int(length.max())
@@ -242,7 +242,7 @@ def _cards_ok(codes: npt.NDArray[np.uint8], starts: Ints, ends: Ints) -> npt.NDA
 
 
 def _ssns_ok(codes: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.bool_]:
-    """The SSA's ranges of every ``ddd-dd-dddd`` candidate at once (as in :func:`_find_spans`)."""
+    """The SSA's ranges of every ``ddd-dd-dddd`` candidate at once (as in :func:`find_spans`)."""
     d = _gather(codes, starts, 11).astype(np.int16) - 48
     area = d[0] * 100 + d[1] * 10 + d[2]
     group = d[4] * 10 + d[5]
@@ -251,7 +251,7 @@ def _ssns_ok(codes: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.bool_
 
 
 def _aws_mixed(codes: npt.NDArray[np.uint8], starts: Ints) -> npt.NDArray[np.bool_]:
-    """:data:`_AWS_MIXED` of every 40-character run at once: an upper, a lower and a digit."""
+    """:data:`AWS_MIXED` of every 40-character run at once: an upper, a lower and a digit."""
     c = _gather(codes, starts, 40)
     return np.asarray(_UPPER[c].any(axis=0) & _LOWER[c].any(axis=0) & _DIGIT[c].any(axis=0), bool)
 
@@ -266,7 +266,7 @@ _B64_LOW = _lut(b"abcdefghijklmnopqrstuvwxyz0123456789+/=")
 def _basic_flood(low: bytes, padded: npt.NDArray[np.uint8]) -> tuple[Ints, Ints]:
     """The coarse pass of a flood of ``basic`` anchors (in the lower-cased view): every run of
     base64 characters after ``basic`` (not ending a longer word) and 1–8 spaces or tabs, whether
-    or not it decodes to ``user:password``. Each value :data:`_BASIC` finds is such a run (the
+    or not it decodes to ``user:password``. Each value :data:`BASIC` finds is such a run (the
     same span), so nothing it would redact survives; what else is masked is the look-alikes of
     the flood (``Basic`` followed by an ordinary word). No Python work per anchor."""
     codes = np.frombuffer(low, np.uint8)
@@ -299,7 +299,7 @@ class _Found:
         if len(starts):
             self.starts.append(starts)
             self.ends.append(ends)
-            self.prios.append(np.full(len(starts), _PRIORITY[label], np.int64))
+            self.prios.append(np.full(len(starts), PRIORITY[label], np.int64))
 
     def arrays(self) -> tuple[Ints, Ints, Ints]:
         if not self.starts:
@@ -310,10 +310,10 @@ class _Found:
         return np.concatenate(self.starts), np.concatenate(self.ends), np.concatenate(self.prios)
 
 
-def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints]:
-    """:func:`_find_spans` for a long text, as arrays (starts, ends, priorities), unordered."""
+def find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints]:
+    """:func:`find_spans` for a long text, as arrays (starts, ends, priorities), unordered."""
     found = _Found()
-    has = _Anchors(text, long=True)
+    has = Anchors(text, long=True)
     api, bearer = "api_key" in rules, "bearer" in rules
     if api:
         if has.has("pem", "PRIVATE KEY-----"):
@@ -332,7 +332,7 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
             keep = start < at  # "@app.route" is a decorator, not an address
             found.add(start[keep], end[keep], "email")
     low = raw.lower() if api or bearer else b""
-    if (api or bearer) and has.any_word(_WORDS, low):
+    if (api or bearer) and has.any_word(WORDS, low):
         low_codes = np.frombuffer(low + b"\0", np.uint8)
         if bearer:
             if has.word(b"bearer", low):
@@ -343,7 +343,7 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
                 else:  # the exact check, a base64 decoding each
                     starts, ends = _header_values(low, low_codes, _B_BASIC, b"basic")
                     pairs = zip(starts.tolist(), ends.tolist(), strict=True)
-                    credentials = np.array([_basic_credentials(text[s:e]) for s, e in pairs], bool)
+                    credentials = np.array([basic_credentials(text[s:e]) for s, e in pairs], bool)
                     found.add(starts[credentials], ends[credentials], "basic_auth")
             if has.word(b"cookie", low):
                 found.add(*_header_values(low, low_codes, _B_COOKIE, b"cookie"), "cookie")
@@ -354,12 +354,12 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
     if not has.digit():  # no card, SSN or AWS secret (each holds a digit)
         return found.arrays()
     if api:
-        starts, _ = _split_spans(_B_AWS, b"".join((b".", raw, b".")).translate(_B64_VIEW), 1)
+        starts, _ = _split_spans(_B_AWS, b"".join((b".", raw, b".")).translate(B64_VIEW), 1)
         if len(starts):
             starts = starts[_aws_mixed(codes, starts)]
             found.add(starts, starts + 40, "api_key")
     if "card" in rules or "ssn" in rules:
-        digits = raw.translate(_DIGIT_VIEW)
+        digits = raw.translate(DIGIT_VIEW)
         if "card" in rules and b"0000" in digits:
             if b"0" * 20 in digits:
                 starts, ends = _split_spans(_B_CARD_RUNS, digits, 1)
@@ -380,7 +380,7 @@ def _find_spans_bulk(text: str, rules: frozenset[str]) -> tuple[Ints, Ints, Ints
 
 
 def _merge_sorted(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, Ints]:
-    """:func:`_merge`'s first loop over spans sorted by start: a span that starts before the ends
+    """:func:`merge`'s first loop over spans sorted by start: a span that starts before the ends
     of all before it joins their group; a group keeps its highest priority (lowest number)."""
     if len(starts) < 2:
         return starts, ends, prios
@@ -391,8 +391,8 @@ def _merge_sorted(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, In
     return starts[first], np.maximum.reduceat(ends, first), np.minimum.reduceat(prios, first)
 
 
-def _merge_bulk(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, Ints]:
-    """:func:`_merge` on arrays: sorted, disjoint spans (same groups, same labels)."""
+def merge_bulk(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, Ints]:
+    """:func:`merge` on arrays: sorted, disjoint spans (same groups, same labels)."""
     if len(starts) > 1 and (starts[1:] >= ends[:-1]).all():  # sorted and disjoint: nothing to merge
         return starts, ends, prios
     email = prios == _P_EMAIL
@@ -419,12 +419,12 @@ def _merge_bulk(starts: Ints, ends: Ints, prios: Ints) -> tuple[Ints, Ints, Ints
 
 
 #: More spans than this in a mask-mode text: the output is rebuilt in numpy, not sliced.
-_FEW = 2000
+FEW = 2000
 
-_MASK_BYTES = tuple(_MASK[label].encode() for label in _LABELS)
+_MASK_BYTES = tuple(MASK[label].encode() for label in LABELS)
 
 
-def _mask_numpy(text: str, starts: Ints, ends: Ints, prios: Ints) -> str:
+def mask_numpy(text: str, starts: Ints, ends: Ints, prios: Ints) -> str:
     """Mask-mode output in numpy: each span's first character becomes a marker naming its label,
     the rest of the span is dropped, and each marker is replaced by its token. An ASCII text is
     one byte a character and its markers bytes ≥ 0x80; any other is UTF-32 and its markers
@@ -443,10 +443,10 @@ def _mask_numpy(text: str, starts: Ints, ends: Ints, prios: Ints) -> str:
     keep[starts] = True
     codes[starts] = (0x80 if ascii_ else 0xFFFFFF00) + prios
     out: bytes = codes[keep].tobytes()
-    for p in np.flatnonzero(np.bincount(prios, minlength=len(_LABELS))).tolist():
+    for p in np.flatnonzero(np.bincount(prios, minlength=len(LABELS))).tolist():
         if ascii_:
             out = out.replace(bytes((0x80 + p,)), _MASK_BYTES[p])
         else:
-            out = out.replace((0xFFFFFF00 + p).to_bytes(4, "little"), _MASK[_LABELS[p]].encode("utf-32-le"))
+            out = out.replace((0xFFFFFF00 + p).to_bytes(4, "little"), MASK[LABELS[p]].encode("utf-32-le"))
     return out.decode("ascii") if ascii_ else out.decode("utf-32-le", "surrogatepass")
 
