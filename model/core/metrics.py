@@ -139,7 +139,7 @@ def reliability_bins(y: np.ndarray, p: np.ndarray, *, bins: int = 10) -> list[di
 @dataclass(frozen=True)
 class GroupBootstrap:
     """``n_boot`` bootstrap replicates of a set's task groups, each drawn whole with replacement: the one
-    resampler every interval over runs uses (made by :func:`group_bootstrap`).
+    resampler of every bootstrap interval over runs (made by :func:`group_bootstrap`).
 
     A statistic computed on the same replicates for two methods gives their difference a paired
     interval. A replicate is the number of times each group was drawn (``counts``, replicates ×
