@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from model.core.paths import PARAMS
 from model.data.realdata import load_source
 from model.scoring.agentmodel.features import FeatureCache
 from model.scoring.agentmodel.model import AgentModel
@@ -35,7 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--sets", default="swe,webshop")
-    ap.add_argument("--params", type=Path, default=Path("params.yaml"), help="learning_curve.served: what retrain fits")
+    ap.add_argument("--params", type=Path, default=PARAMS, help="learning_curve.served: what retrain fits")
     a = ap.parse_args()
     runs = [r for s in a.sets.split(",") for r in load_source(s)][: a.runs]
     traces = [r.trace for r in runs]

@@ -14,7 +14,7 @@ run scorer), over the kinds it reports (``model.scoring.classifier.gate.REPORTED
 * semantic cases: **caught at index** (a step at the expected ``source_index`` passes its kind's
   threshold), **false alarms** (a healthy look-alike has a step that passes one).
 
-Intervals: bootstrap over task groups (``model.core.metrics.group_resamples``, 1,000 resamples,
+Intervals: bootstrap over task groups (``model.core.metrics.group_bootstrap``, 1,000 resamples,
 the same resamples for both models, so differences are paired); semantic cases resample case
 pairs (a failing case with its look-alikes).
 
@@ -194,7 +194,7 @@ def _rate_row(a: np.ndarray, b: np.ndarray, mask: np.ndarray, boots: list[np.nda
 
 def compare(old: dict[str, Any], new: dict[str, Any], *, seed: int = 0) -> str:
     """The markdown tables of ``old`` vs ``new`` (records written by :func:`score`)."""
-    from model.core.metrics import auroc, group_resamples, percentile_interval
+    from model.core.metrics import auroc, group_bootstrap, percentile_interval
 
     ma, mb = old["meta"], new["meta"]
     key = {(r["source"], r["run_id"]): r for r in new["runs"]}
@@ -213,7 +213,8 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, seed: int = 0) -> str:
         y = np.array([a["failed"] for a, _ in ps], dtype=int)
         sa = np.array([a["top"] for a, _ in ps])
         sb = np.array([b["top"] for _, b in ps])
-        boots = group_resamples([a["group"] for a, _ in ps], np.random.default_rng(seed))
+        groups = [a["group"] for a, _ in ps]
+        boots = group_bootstrap(groups, seed).resamples(groups)
         if 0 < y.sum() < len(y):
             d = [auroc(y[bt], sb[bt]) - auroc(y[bt], sa[bt]) for bt in boots]
             lo, hi = percentile_interval(d)
@@ -250,7 +251,7 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, seed: int = 0) -> str:
     ckey = {c["id"]: c for c in new["cases"]}
     cpairs = [(c, ckey[c["id"]]) for c in old["cases"] if c["id"] in ckey]
     family = [c["lookalike_of"] or c["id"] for c, _ in cpairs]
-    boots = group_resamples(family, np.random.default_rng(seed))
+    boots = group_bootstrap(family, seed).resamples(family)
     failing = np.array([c["lookalike_of"] is None for c, _ in cpairs])
     lines += ["", "Semantic cases (never trained on): caught = a step at the expected `source_index` passes its "
               "kind's threshold; false alarm = a look-alike has a step that passes one.", "",

@@ -15,6 +15,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from model.core.paths import PARAMS
+
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -204,6 +206,12 @@ class Settings(BaseSettings):
     retrain_cv_draws: int = Field(
         default=1, ge=1, le=20,
         description="`triage retrain`: shufflings of the tasks into folds (the gate's estimate averages them).",
+    )
+    params_path: Path = Field(
+        default=PARAMS,
+        description="The parameters file `triage retrain` reads (its learning_curve section: the agent model's "
+        "configuration); default: the checkout's params.yaml (beside model/), wherever the command runs. "
+        "A missing file is an error, not defaults.",
     )
     zero_shot_recentre_ttl_s: float = Field(
         default=60.0, gt=0,

@@ -74,8 +74,11 @@ def test_retrain_fits_the_served_candidate_and_refuses_a_bad_index(tmp_path: Pat
     assert cfg.last_turn is True and prior is True
     with pytest.raises(InputError, match="learning_curve.served"):
         LearningConfig.from_dict({"candidates": [{}], "served": 2})
-    cfg, prior = model_config(tmp_path / "missing.yaml")  # no params: the defaults, no prior
+    p.write_text("runscore: {}\n", encoding="utf-8")  # a file without the section: the defaults, no prior
+    cfg, prior = model_config(p)
     assert cfg.combine == "joint" and prior is False
+    with pytest.raises(InputError, match="missing.yaml does not exist"):  # no file: an error, not the defaults
+        model_config(tmp_path / "missing.yaml")
 
 
 def _res(agent: float, tfidf: float, length: float, reps: list[float]) -> dict:

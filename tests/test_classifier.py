@@ -181,7 +181,7 @@ def test_post_failure_drop_and_stepless_label() -> None:
     healthy = step_targets(t, "healthy")
     dropped = step_targets(t, "drop")
     assert [LABELS[j] for j, v in enumerate(healthy[3]) if v] == ["hallucination"]  # stepless → last step
-    # degradation and incomplete are not classifier labels (ARCHITECTURE.md: the rules / streams own them)
+    # degradation and incomplete are not classifier labels (docs/architecture.md, "Failure kinds": the rules / streams own them)
     assert healthy[2] is not None and healthy[2][HEALTHY_INDEX] == 1
     assert dropped[2] is None and dropped[0] == healthy[0] and dropped[3] == healthy[3]
     assert trace_kinds(t) == {"off_topic", "hallucination"}

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 
 import model.core.metrics as metrics_module
+from model.core.errors import InputError
 from model.core.metrics import (
     AurocUnit,
     auprc,
     auroc,
     ece,
+    group_bootstrap,
     group_bootstrap_interval,
     group_bootstrap_weights,
-    group_resamples,
     logistic,
     logit,
     percentile_interval,
@@ -85,16 +86,42 @@ def test_sigmoid_logistic_logit() -> None:
     assert logit(0.0) == pytest.approx(math.log(1e-6 / (1 - 1e-6)))
 
 
-def test_group_resamples_draw_whole_groups() -> None:
+def test_group_bootstrap_draws_whole_groups() -> None:
     groups = ["a", "a", "b", "c", "c", "c"]
-    boots = group_resamples(groups, np.random.default_rng(0), n=50)
-    assert len(boots) == 50
+    boot = group_bootstrap(groups, np.random.default_rng(0), n_boot=50)
+    assert boot.groups == ("a", "b", "c") and boot.counts.shape == (50, 3)
+    assert (boot.counts.sum(1) == 3).all()  # as many draws as groups
+    resamples = boot.resamples(groups)
     members = {"a": {0, 1}, "b": {2}, "c": {3, 4, 5}}
-    for b in boots:
+    for b, counts in zip(resamples, boot.counts, strict=True):
         assert set(b.tolist()) <= set(range(6))
-        for g, rows in members.items():  # a group is in whole, as many times as it was drawn
-            counts = {i: int((b == i).sum()) for i in rows}
-            assert len(set(counts.values())) == 1, (g, counts)
+        for j, (g, rows) in enumerate(members.items()):  # a group is in whole, as many times as it was drawn
+            assert {int((b == i).sum()) for i in rows} == {int(counts[j])}, g
+
+
+def test_group_bootstrap_draws_the_stream_of_one_replicate_at_a_time() -> None:
+    # one (n_boot, groups) draw consumes the generator as n_boot draws of one replicate each did
+    # (the resamplers this one replaced): a caller's later draws from a shared generator are unchanged
+    rng, ref = np.random.default_rng(7), np.random.default_rng(7)
+    boot = group_bootstrap(["x", "y", "z", "x"], rng, n_boot=20)
+    picks = [ref.integers(0, 3, 3) for _ in range(20)]
+    np.testing.assert_array_equal(boot.counts, [np.bincount(p, minlength=3) for p in picks])
+    assert rng.random() == ref.random()
+    # a seed makes its own generator
+    np.testing.assert_array_equal(group_bootstrap(["x", "y"], 3, 5).counts,
+                                  group_bootstrap(["x", "y"], np.random.default_rng(3), 5).counts)
+
+
+def test_group_bootstrap_means_weight_rows_by_their_group() -> None:
+    groups, values = ["a", "a", "b"], np.array([1.0, 3.0, 10.0])
+    boot = group_bootstrap(groups, 0, n_boot=200)
+    np.testing.assert_allclose(boot.means(values, groups), (boot.counts[:, 0] * 4 + boot.counts[:, 1] * 10)
+                               / (boot.counts[:, 0] * 2 + boot.counts[:, 1]))
+    np.testing.assert_allclose(boot.means(values, groups), [values[r].mean() for r in boot.resamples(groups)])
+    with pytest.raises(InputError, match="'q' is not among the 2 groups"):
+        boot.weights(["a", "q"])
+    with pytest.raises(InputError, match="at least one group"):
+        group_bootstrap([], 0)
 
 
 def test_percentile_interval() -> None:
@@ -117,6 +144,10 @@ def test_group_bootstrap_is_paired_and_brackets_the_point() -> None:
     assert w.shape == (500, 20) and (w.sum(1) == 20).all()
     reps = unit.replicates(w)
     assert percentile_interval(reps["a"]) == pytest.approx((lo, hi))
+    # the paired interval: the difference on the very same replicates
+    lo_d, hi_d = group_bootstrap_interval(y, a, groups, seed=1, n_boot=500, baseline=b)
+    assert percentile_interval(reps["a"] - reps["b"]) == pytest.approx((lo_d, hi_d))
+    assert lo_d <= auroc(y, a) - auroc(y, b) <= hi_d
     # a replicate drawing every group once is the point estimate
     np.testing.assert_allclose(unit.replicates(np.ones((1, 20)))["a"], [auroc(y, a)])
 

@@ -191,6 +191,26 @@ def test_no_promote_exits_0_and_an_unknown_agent_exits_2(work: Path, monkeypatch
     assert code == 2 and rec is None and "could not write" in out
 
 
+def test_a_missing_params_file_is_an_error_naming_it_wherever_the_command_runs(
+        work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from model.core.paths import REPO_ROOT
+    from serve.settings import Settings
+
+    store = open_stores(work)
+    store_runs(store, history("huge", "big", 0))
+    store.db.dispose()
+    missing = work / "elsewhere" / "params.yaml"
+    code, rec, out = retrain_json(work, monkeypatch, "--params", str(missing))
+    assert code == 2 and rec is None and f"the parameters file {missing} does not exist" in out, out
+    monkeypatch.setenv("TRIAGE_PARAMS_PATH", str(missing))  # the service reads it from its settings
+    code, rec, out = retrain_json(work, monkeypatch)
+    assert code == 2 and rec is None and str(missing) in out and "TRIAGE_PARAMS_PATH" in out, out
+    assert not (work / "models").exists()  # refused before anything was fitted or registered
+    monkeypatch.delenv("TRIAGE_PARAMS_PATH")
+    monkeypatch.chdir(work)  # not the working directory's params.yaml: the checkout's
+    assert Settings().params_path == REPO_ROOT / "params.yaml" and Settings().params_path.is_file()
+
+
 def test_two_task_groups_cut_the_folds_to_two(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = open_stores(work)
     store_runs(store, history("two_groups", "pair", 0))

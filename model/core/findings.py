@@ -1,6 +1,6 @@
 """What detectors report (:class:`Finding`) and what a diagnosis returns (:class:`DiagnosisResponse`).
 
-The response is the one pydantic model of ARCHITECTURE.md's "Response". It changes only by adding
+The response is the one pydantic model of docs/architecture.md's "Request and response". It changes only by adding
 fields; ``schema_version`` says which fields a consumer can expect.
 """
 

@@ -1,6 +1,6 @@
 """Failure kinds, categories, severities and repair strategies: one enum each, in one place.
 
-The table of ARCHITECTURE.md lives here as data (:data:`KIND_INFO`), so the response, the repair
+The table of kinds (docs/architecture.md, "Failure kinds") lives here as data (:data:`KIND_INFO`), so the response, the repair
 policy, the classifier's label order and the docs all read the same facts.
 
 >>> KIND_INFO[FailureKind.TOOL_ERROR].severity
@@ -133,8 +133,8 @@ KIND_INFO: dict[FailureKind, KindInfo] = {
     ),
 }
 
-#: The kinds the classifier is trained on: those ARCHITECTURE.md lists it as a producer of ("the
-#: classifier is trained only on the kinds it produces"; the technical kinds, loops, incomplete runs
+#: The kinds the classifier is trained on: those it is a producer of (docs/architecture.md,
+#: "Failure kinds": it is trained only on the kinds it produces; the technical kinds, loops, incomplete runs
 #: and disallowed tools have a shape the rules read exactly). Its label order is this tuple plus
 #: ``healthy`` last; the artefact stores the order it used.
 CLASSIFIER_KINDS: tuple[FailureKind, ...] = tuple(k for k, info in KIND_INFO.items() if _C in info.producers)

@@ -5,11 +5,12 @@
 * ranking: :func:`auroc` (Mann-Whitney with average ranks, NaN when a class is missing, where
   scikit-learn's ``roc_auc_score`` raises) and :func:`auprc` (scikit-learn's average precision);
 * calibration: :func:`ece` and the :func:`reliability_bins` behind it (equal-width bins);
-* intervals over task groups: :func:`group_resamples` (row indices, whole groups drawn with
-  replacement; the same resamples for every statistic make differences paired) with
-  :func:`percentile_interval`, and, for AUROC over many held-out folds at once,
-  :class:`AurocUnit` reweighted by :func:`group_bootstrap_weights` (one draw of the groups shared
-  by every fold), which :func:`group_bootstrap_interval` wraps for one set of scores.
+* intervals over task groups, one resampler: :func:`group_bootstrap` draws whole groups (tasks) with
+  replacement; its :class:`GroupBootstrap` gives each replicate's row weights, row indices or
+  means (the same replicates for every statistic make differences paired), summarised by
+  :func:`percentile_interval`. For AUROC over many held-out folds at once, :class:`AurocUnit` is
+  reweighted by :func:`group_bootstrap_weights` (one draw of the groups shared by every fold), which
+  :func:`group_bootstrap_interval` wraps for one set of scores (or the paired difference of two).
 
 The AUROC and average precision equal scikit-learn's (``tests/test_core_metrics.py``); scikit-learn
 is not imported here because serving (the agent model's fit in ``triage retrain``) needs them and
@@ -24,13 +25,14 @@ calls them thousands of times in a bootstrap, where its input validation dominat
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.stats import rankdata
+
+from model.core.errors import InputError
 
 #: Bootstrap replicates of an interval unless the caller says otherwise.
 N_BOOT = 1000
@@ -134,20 +136,63 @@ def reliability_bins(y: np.ndarray, p: np.ndarray, *, bins: int = 10) -> list[di
 # ---- intervals over task groups --------------------------------------------------------------------
 
 
-def group_resamples(groups: Sequence[str], rng: np.random.Generator, n: int = N_BOOT) -> list[np.ndarray]:
-    """``n`` bootstrap resamples of row indices, drawing whole groups (tasks) with replacement.
+@dataclass(frozen=True)
+class GroupBootstrap:
+    """``n_boot`` bootstrap replicates of a set's task groups, each drawn whole with replacement: the one
+    resampler of every bootstrap interval over runs (made by :func:`group_bootstrap`).
 
-    Computing two statistics on the same resamples gives their difference a paired interval.
+    A statistic computed on the same replicates for two methods gives their difference a paired
+    interval. A replicate is the number of times each group was drawn (``counts``, replicates ×
+    ``groups``); the rows of a group count that many times.
     """
-    by: dict[str, list[int]] = defaultdict(list)
-    for i, g in enumerate(groups):
-        by[g].append(i)
-    keys = list(by)
-    out = []
-    for _ in range(n):
-        pick = rng.integers(0, len(keys), len(keys))
-        out.append(np.array([i for k in pick for i in by[keys[k]]]))
-    return out
+
+    groups: tuple[Hashable, ...]
+    counts: np.ndarray
+
+    def weights(self, groups: Sequence[Hashable]) -> np.ndarray:
+        """Each replicate's weight of each row (replicates × rows): how often the row's group was drawn.
+
+        Raises :class:`~model.core.errors.InputError` for a group the replicates were not drawn over."""
+        pos = {g: j for j, g in enumerate(self.groups)}
+        missing = next((g for g in groups if g not in pos), None)
+        if missing is not None:
+            raise InputError(f"group {missing!r} is not among the {len(pos)} groups resampled", path="groups")
+        return np.asarray(self.counts[:, [pos[g] for g in groups]], dtype=float)
+
+    def resamples(self, groups: Sequence[Hashable]) -> list[np.ndarray]:
+        """Each replicate's row indices: every row of a drawn group, once for each time it was drawn."""
+        rows = np.arange(len(groups))
+        return [np.repeat(rows, w) for w in self.weights(groups).astype(np.int64)]
+
+    def means(self, values: Sequence[float] | np.ndarray, groups: Sequence[Hashable]) -> np.ndarray:
+        """Each replicate's mean of the rows' ``values`` (a row counted as often as its group was drawn)."""
+        w = self.weights(groups)
+        out: np.ndarray = w @ np.asarray(values, float) / w.sum(1)
+        return out
+
+
+def group_bootstrap(groups: Sequence[Hashable], rng: np.random.Generator | int, n_boot: int = N_BOOT) -> GroupBootstrap:
+    """Draw ``n_boot`` replicates of the distinct ``groups``, each group drawn whole with replacement,
+    from ``rng`` (a generator, or the seed of a new one).
+
+    The groups are numbered in the order they first appear in ``groups``: pass the distinct groups
+    sorted for replicates that do not depend on the rows' order. One call draws an ``n_boot`` ×
+    groups array of group numbers (the same random stream as ``n_boot`` draws of one replicate each).
+
+    Raises :class:`~model.core.errors.InputError` when there is no group.
+
+    >>> b = group_bootstrap(["t2", "t1", "t2"], 0, n_boot=3)
+    >>> b.groups, b.counts.sum(1).tolist()
+    (('t2', 't1'), [2.0, 2.0, 2.0])
+    """
+    keys = tuple(dict.fromkeys(groups))
+    if not keys:
+        raise InputError("a bootstrap over groups needs at least one group; got none", path="groups")
+    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    k = len(keys)
+    draws = gen.integers(0, k, size=(n_boot, k))
+    counts = np.bincount((draws + k * np.arange(n_boot)[:, None]).ravel(), minlength=n_boot * k)
+    return GroupBootstrap(keys, counts.reshape(n_boot, k).astype(float))
 
 
 def percentile_interval(values: Sequence[float] | np.ndarray, level: float = 0.95) -> tuple[float, float]:
@@ -201,23 +246,26 @@ class AurocUnit:
 
 
 def group_bootstrap_weights(units: Sequence[AurocUnit], seed: int, n_boot: int) -> list[np.ndarray]:
-    """Group-level bootstrap weights, one resample of the set's groups shared by every unit (paired)."""
-    allg = sorted({g for u in units for g in u.groups})
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(allg), size=(n_boot, len(allg)))
-    counts = np.zeros((n_boot, len(allg)))
-    np.add.at(counts, (np.repeat(np.arange(n_boot), len(allg)), draws.ravel()), 1.0)
-    pos = {g: j for j, g in enumerate(allg)}
-    return [counts[:, [pos[g] for g in u.groups]] for u in units]
+    """Group-level bootstrap weights, one :func:`group_bootstrap` of the set's groups shared by every
+    unit (paired): each unit's replicates × its groups."""
+    boot = group_bootstrap(sorted({g for u in units for g in u.groups}), seed, n_boot)
+    return [boot.weights(u.groups) for u in units]
 
 
-def group_bootstrap_interval(y: np.ndarray, s: np.ndarray, groups: Sequence[str], *, seed: int = 0,
-                             n_boot: int = N_BOOT, level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of the AUROC over task groups resampled with replacement."""
-    unit = AurocUnit.make(np.asarray(y, float), {"m": np.asarray(s, float)}, list(groups))
-    reps = unit.replicates(group_bootstrap_weights([unit], seed, n_boot)[0])["m"]
-    return percentile_interval(reps, level)
+def group_bootstrap_interval(y: np.ndarray, s: np.ndarray, groups: Sequence[str], *, seed: int | np.random.Generator = 0,
+                             n_boot: int = N_BOOT, level: float = 0.95,
+                             baseline: np.ndarray | None = None) -> tuple[float, float]:
+    """Percentile interval of the AUROC of scores ``s`` over task groups resampled with replacement
+    (:func:`group_bootstrap`); with ``baseline``, of AUROC(``s``) − AUROC(``baseline``) on the same
+    replicates (paired). Replicates that drew one class only are dropped (``(nan, nan)`` when all did).
+    """
+    scores = {"m": np.asarray(s, float)}
+    if baseline is not None:
+        scores["b"] = np.asarray(baseline, float)
+    unit = AurocUnit.make(np.asarray(y, float), scores, list(groups))
+    reps = unit.replicates(group_bootstrap(unit.groups, seed, n_boot).weights(unit.groups))
+    return percentile_interval(reps["m"] - reps["b"] if baseline is not None else reps["m"], level)
 
 
-__all__ = ["N_BOOT", "AurocUnit", "auprc", "auroc", "ece", "group_bootstrap_interval", "group_bootstrap_weights",
-           "group_resamples", "logistic", "logit", "percentile_interval", "reliability_bins", "sigmoid"]
+__all__ = ["N_BOOT", "AurocUnit", "GroupBootstrap", "auprc", "auroc", "ece", "group_bootstrap", "group_bootstrap_interval",
+           "group_bootstrap_weights", "logistic", "logit", "percentile_interval", "reliability_bins", "sigmoid"]

@@ -1,4 +1,4 @@
-"""Request options shared by the CLI, the HTTP API and the library (ARCHITECTURE.md "Request")."""
+"""Request options shared by the CLI, the HTTP API and the library (docs/architecture.md, "Request and response")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The trace schema: :class:`Trace` and :class:`Step` (pydantic v2), and the labels a trace may carry.
 
-Indexing (binding, ARCHITECTURE.md): a step's position in ``Trace.steps`` is its ``step`` index
+Indexing (binding: docs/architecture.md, "Indexing"): a step's position in ``Trace.steps`` is its ``step`` index
 (0-based; it is not stored on the step, it is the position). ``Step.source_index`` is the 0-based
 position of the input element the step came from (message index; for spans, the position after
 ordering by start time, then span id), shared by all steps made from one element.
@@ -27,7 +27,7 @@ SCHEMA_VERSION = "1.0"
 
 
 class StepKind(StrEnum):
-    SYSTEM = "system"  # system / developer instructions (refines ARCHITECTURE.md's list)
+    SYSTEM = "system"  # system / developer instructions (docs/architecture.md, "Refinements of the contract")
     USER_INPUT = "user_input"
     LLM_REASONING = "llm_reasoning"
     LLM_OUTPUT = "llm_output"

@@ -1,7 +1,7 @@
 """The span record both span conventions read, and the builder that turns spans into steps.
 
 The builder keeps what a trace's spans have already said, so that chat spans repeating the
-conversation in their input add only what is new (ARCHITECTURE.md, "Indexing"): an input message
+conversation in their input add only what is new (docs/architecture.md, "Indexing"): an input message
 is skipped when an identical message (same role, text, tool calls and call id) was already
 imported from an earlier span and not yet "used up" by another repeat (a multiset, so a user
 who really says "yes" twice keeps both); a tool result whose call id already has a result and a

@@ -132,7 +132,7 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
         "Scores every step of an LLM-agent trace for the failure kinds a rule cannot see (hallucinated "
         "claims, drift off the goal, a forgotten constraint, an error answered as if it had succeeded, an "
         "unsafe or refusing answer), as one detector among the rules of `model/detectors`: its findings are "
-        "fused with theirs (ARCHITECTURE.md \"Fusion\"). The real-time path scores only the newest step. "
+        "fused with theirs (docs/architecture.md, \"Fusion\"). The real-time path scores only the newest step. "
         "It is not a safety filter on its own and not a judge of factual truth outside the trace.", "",
         "In the service the detector reports only the kinds the classifier is a producer of, and raises as "
         "failures only the kinds `gate.json` trusts (trace-level precision >= 0.8 with >= 10 positives on "
@@ -196,7 +196,7 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
         "- Trained on generated traces only: real agent logs are phrased differently. On the Who&When "
         "multi-agent logs it flags the code and shell commands of most runs as `unsafe_output` (a signal in "
         "the service, never a failure).",
-        "- It is trained only on the kinds ARCHITECTURE.md lists it as a producer of; the technical kinds, "
+        "- It is trained only on the kinds it is a producer of (docs/architecture.md, \"Failure kinds\"); the technical kinds, "
         "`empty_response`, `incomplete`, `loop`, `disallowed_tool` and `degradation` are the rules' and the "
         "stream detectors' job and it does not score them.",
         f"- Text beyond {info.get('max_length', '?')} tokens is cut (the step first, then its context), so "

@@ -154,9 +154,10 @@ def register(app: typer.Typer) -> None:
         = None,
         no_promote: Annotated[bool, typer.Option(
             "--no-promote", help="Register the new models but keep serving the current ones.")] = False,
-        params: Annotated[Path, typer.Option(
-            "--params", metavar="FILE", help="The parameters file (its section learning_curve).")]
-        = Path("params.yaml"),
+        params: Annotated[Path | None, typer.Option(
+            "--params", metavar="FILE", help="The parameters file (its section learning_curve); default: "
+            "TRIAGE_PARAMS_PATH, else the checkout's params.yaml.")]
+        = None,
         seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the folds and the bootstrap.")] = 0,
         as_json: Annotated[bool, typer.Option("--json", help="Print the retrain record as JSON (what the "
                                                               "registry keeps and the console's Models page shows).")]
@@ -182,6 +183,8 @@ def register(app: typer.Typer) -> None:
 
         try:
             settings, stores, _ = _open()
+            if params is not None:
+                settings = settings.model_copy(update={"params_path": params})
             with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), console=console(stderr=True), transient=True,
                           disable=as_json) as bar:
@@ -192,7 +195,7 @@ def register(app: typer.Typer) -> None:
                         tasks[stage] = bar.add_task(stage, total=total)
                     bar.update(tasks[stage], total=total, completed=done)
 
-                res = retrain(stores.activations, stores.labels, settings, tenant, promote=not no_promote, params=params, seed=seed,
+                res = retrain(stores.activations, stores.labels, settings, tenant, promote=not no_promote, seed=seed,
                               progress=tick, only=agent or None)
         except TriageError as exc:
             raise fail(str(exc)) from None

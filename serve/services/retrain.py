@@ -183,18 +183,21 @@ class RetrainResult:
 
 
 def model_config(params: Path) -> tuple[Any, bool]:
-    """The agent model's configuration and whether it takes the zero-shot prior: ``params.yaml``'s
-    ``learning_curve`` candidate ``served`` (the learning curve's best over every set), else defaults
-    (one candidate, the default model, no prior)."""
+    """The agent model's configuration and whether it takes the zero-shot prior: the parameters file's
+    ``learning_curve`` candidate ``served`` (the learning curve's best over every set); a file without
+    that section gets the defaults (one candidate, the default model, no prior).
+
+    Raises :class:`~model.core.errors.InputError` naming ``params`` when it is missing or not YAML."""
     from model.training.agentmodel.learning import LearningConfig
 
-    section: dict[str, Any] = {}
-    if params.is_file():
-        try:
-            loaded = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise InputError(f"{params}: not readable YAML ({exc})".replace("\n", " "), path="params") from exc
-        section = dict((loaded.get("learning_curve") or {}) if isinstance(loaded, dict) else {})
+    if not params.is_file():
+        raise InputError(f"the parameters file {params} does not exist: set TRIAGE_PARAMS_PATH or pass --params "
+                         "(its learning_curve section configures the agent model)", path="params")
+    try:
+        loaded = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"{params}: not readable YAML ({exc})".replace("\n", " "), path="params") from exc
+    section = dict((loaded.get("learning_curve") or {}) if isinstance(loaded, dict) else {})
     return LearningConfig.from_dict(section).served_config()
 
 
@@ -287,14 +290,14 @@ def _fit_served(learner: str, traces: list[Trace], failed: list[bool], groups: l
 
 
 def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings, tenant: str, *,
-            promote: bool = True, params: Path = Path("params.yaml"),
-            seed: int = 0, actor: str = "triage retrain", progress: Progress = _noop,
+            promote: bool = True, seed: int = 0, actor: str = "triage retrain", progress: Progress = _noop,
             only: Sequence[str] | None = None, record: bool = True) -> RetrainResult:
     """Fit, gate and register a model for every agent of ``tenant`` with enough labelled runs, and a
     pooled one for the rest (see the module docstring); refuse, agent by agent and with a fixed code,
     what cannot be learned. ``only``: these agents (registry keys, :data:`~model.scoring.agent_registry.POOLED`
     for the pooled model) and no other. ``record``: keep the result in the registry
-    (:meth:`~model.scoring.agent_registry.Registry.save_retrain`; the console's Models page shows it)."""
+    (:meth:`~model.scoring.agent_registry.Registry.save_retrain`; the console's Models page shows it).
+    The agent model's configuration: :func:`model_config` of ``settings.params_path``."""
     import time
 
     from model.scoring.agentmodel.features import FeatureCache
@@ -303,7 +306,7 @@ def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings
     start = time.perf_counter()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     registry = Registry(settings.resolved_model_registry)
-    config, use_prior = model_config(params)
+    config, use_prior = model_config(settings.params_path)
     progress("reading the tenant's labelled history", 0, 1)
     runs, refusals = read_runs(labels, tenant)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,24 +89,6 @@ class Gate:
                 "estimate": self.estimate}
 
 
-def _paired_boot(y: np.ndarray, a: np.ndarray, b: np.ndarray, groups: Sequence[str], seed: int) -> tuple[float, float]:
-    """95 % interval of AUROC(a) − AUROC(b) over task groups resampled with replacement."""
-    from model.core.metrics import auroc
-
-    uniq = sorted(set(groups))
-    rows = {g: np.flatnonzero(np.asarray(groups) == g) for g in uniq}
-    rng = np.random.default_rng(seed)
-    diffs = []
-    for _ in range(N_BOOT):
-        idx = np.concatenate([rows[uniq[j]] for j in rng.integers(0, len(uniq), len(uniq))])
-        d = auroc(y[idx], a[idx]) - auroc(y[idx], b[idx])
-        if math.isfinite(d):
-            diffs.append(d)
-    if not diffs:
-        return (float("nan"), float("nan"))
-    return float(np.quantile(diffs, 0.025)), float(np.quantile(diffs, 0.975))
-
-
 LEARNER_NAMES = {"agent": "agent model", "tfidf": "TF-IDF + logistic regression", "length": "length fit"}
 
 
@@ -129,7 +110,7 @@ def gate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str],
 
     Raises :class:`~model.core.errors.RetrainRefused` (``too_few_task_groups``) when the runs form fewer
     than two task groups, or no grouped fold holds out runs of both classes while training on both."""
-    from model.core.metrics import AurocUnit, auroc
+    from model.core.metrics import AurocUnit, auroc, group_bootstrap_interval
     from model.training.agentmodel.cv import CVData, cross_validate, draws_folds, summarise
 
     few = too_few_groups("", groups)
@@ -187,7 +168,8 @@ def gate(traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str],
             mine = challenger_oof[idx]
             g = [groups[i] for i in idx]
             comps.append(Comparison(name, auroc(y[idx], mine), auroc(y[idx], theirs),
-                                    _paired_boot(y[idx], mine, theirs, g, seed), int(ok.sum()),
+                                    group_bootstrap_interval(y[idx], mine, g, seed=seed, n_boot=N_BOOT,
+                                                             baseline=theirs), int(ok.sum()),
                                     "the runs labelled since it was trained"))
         else:
             est_then = ((champion_record.summary.get("gate") or {}).get("estimate") or {}) if champion_record else {}

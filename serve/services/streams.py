@@ -1,5 +1,5 @@
 """Metric streams: posted observations, offline change points, the per-agent autofeed and the
-``degradation`` findings its open alarms give the agent's runs (ARCHITECTURE.md, "Streams").
+``degradation`` findings its open alarms give the agent's runs (docs/architecture.md, "The stateful service": Streams).
 
 A stream is keyed (tenant, agent, name); its detector's state lives in the ``streams`` row, locked
 for the transaction that feeds it, so concurrent feeds run one after the other.

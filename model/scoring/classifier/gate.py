@@ -21,7 +21,7 @@ from model.core.kinds import KIND_INFO, FailureKind, Producer
 
 GATE_FILE = "gate.json"
 
-#: Kinds the classifier may report at all: those ARCHITECTURE.md lists it as a producer of.
+#: Kinds the classifier may report at all: those it is a producer of (docs/architecture.md, "Failure kinds").
 REPORTED_KINDS: tuple[FailureKind, ...] = tuple(
     k for k, info in KIND_INFO.items() if Producer.CLASSIFIER in info.producers
 )

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model.core.metrics import percentile_interval
+from model.core.metrics import group_bootstrap, percentile_interval
 from model.core.schema import StepKind, Trace
 from model.training.agentmodel.groups import GroupingConfig, group_runs, task_view
 
@@ -74,9 +74,6 @@ def score(pred: Sequence[str], true: Sequence[str], *, seconds: float = 0.0, n_b
     rec_den = np.array([_pairs(ct[t]) for t in tasks], float)
     for (_, t), c in cb.items():
         rec_num[idx[t]] += _pairs(c)
-    members: dict[int, list[int]] = defaultdict(list)
-    for i, t in enumerate(true):
-        members[idx[t]].append(i)
     same_pred = sum(_pairs(c) for c in cp.values())
     both = sum(_pairs(c) for c in cb.values())
 
@@ -86,15 +83,13 @@ def score(pred: Sequence[str], true: Sequence[str], *, seconds: float = 0.0, n_b
                 "bcubed_f1": 2 * p * r / (p + r) if p + r else 0.0}
 
     point = stats(item_p, item_r, float(rec_num.sum()), float(rec_den.sum()))
-    rng = np.random.default_rng(seed)
-    reps: dict[str, list[float]] = defaultdict(list)
-    for _ in range(n_boot):
-        draw = rng.integers(0, len(tasks), len(tasks))
-        rows = np.concatenate([members[int(k)] for k in draw])
-        for key, v in stats(item_p[rows], item_r[rows], float(rec_num[draw].sum()),
-                            float(rec_den[draw].sum())).items():
-            reps[key].append(v)
-    intervals = {k: percentile_interval(np.array(v)) for k, v in reps.items()}
+    boot = group_bootstrap(tasks, seed, n_boot)  # the columns of ``counts``: ``tasks``
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rp, rr = boot.means(item_p, true), boot.means(item_r, true)
+        rec = boot.counts @ rec_num / (boot.counts @ rec_den)
+        reps = {"pair_recall": rec, "bcubed_p": rp, "bcubed_r": rr,
+                "bcubed_f1": np.where(rp + rr > 0, 2 * rp * rr / np.where(rp + rr > 0, rp + rr, 1.0), 0.0)}
+    intervals = {k: percentile_interval(v) for k, v in reps.items()}
     return Scores(n, len(ct), len(cp), point["pair_recall"], both / same_pred if same_pred else float("nan"),
                   point["bcubed_p"], point["bcubed_r"], point["bcubed_f1"], intervals, seconds)
 

@@ -170,7 +170,7 @@ def queue_vs_random(runs: Sequence[Any], ks: Sequence[int] = (25, 50), draws: in
     (features computed once); default: :func:`agent_model_learner`. ``clusters``: the queue's
     near-duplicate cluster of each run (default: its opening request's, module docstring).
     """
-    from model.core.metrics import auroc
+    from model.core.metrics import auroc, group_bootstrap
 
     if draws < 1 or folds < 2 or seed_labels < 2 or batch < 1:
         raise InputError(f"draws ≥ 1, folds ≥ 2, seed_labels ≥ 2, batch ≥ 1; got {draws}, {folds}, "
@@ -214,7 +214,7 @@ def queue_vs_random(runs: Sequence[Any], ks: Sequence[int] = (25, 50), draws: in
         q = np.array([u[f"queue@{k}"] for u in units])
         r = np.array([u[f"random@{k}"] for u in units])
         diff = q - r
-        boot = diff[brng.integers(0, len(diff), (2000, len(diff)))].mean(1)
+        boot = group_bootstrap(range(len(diff)), brng, 2000).means(diff, range(len(diff)))  # a unit is its own group
         per_k[str(k)] = {
             "queue": round(float(q.mean()), 4), "random": round(float(r.mean()), 4),
             "diff": round(float(diff.mean()), 4),
@@ -233,11 +233,13 @@ def queue_vs_random(runs: Sequence[Any], ks: Sequence[int] = (25, 50), draws: in
 def pooled(results: Mapping[str, Mapping[str, Any]], k: int, seed: int = 0) -> dict[str, Any]:
     """The mean over sets of the queue − random difference at ``k``, with a bootstrap interval
     (each set's units resampled within the set)."""
+    from model.core.metrics import group_bootstrap
+
     rng = np.random.default_rng(seed + 13)
     diffs = [np.asarray(r["k"][str(k)]["diffs"]) for r in results.values() if str(k) in r["k"]]
     if not diffs:
         raise InputError(f"no set was measured at K = {k}", path="k")
-    boot = np.mean([d[rng.integers(0, len(d), (2000, len(d)))].mean(1) for d in diffs], axis=0)
+    boot = np.mean([group_bootstrap(range(len(d)), rng, 2000).means(d, range(len(d))) for d in diffs], axis=0)
     return {"k": k, "sets": len(diffs), "diff": round(float(np.mean([d.mean() for d in diffs])), 4),
             "ci": [round(float(np.quantile(boot, 0.025)), 4), round(float(np.quantile(boot, 0.975)), 4)]}
 

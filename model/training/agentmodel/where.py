@@ -49,6 +49,7 @@ from scipy import sparse
 from scipy.optimize import minimize
 
 from model.core.errors import InputError, NotFittedError
+from model.core.metrics import group_bootstrap
 from model.core.schema import StepKind, StepStatus, Trace
 from model.scoring.runscore.features import (
     MESSAGE_FEATURES,
@@ -451,15 +452,12 @@ def _draw(items: Sequence[_Prepared], k: int, rng: np.random.Generator) -> list[
     return out[:k]
 
 
-def _boot(per_group: dict[str, np.ndarray], rng: np.random.Generator, n: int = N_BOOT) -> tuple[float, list[float]]:
-    """Mean over runs and its bootstrap interval, resampling task groups (rows: the runs' values)."""
-    keys = sorted(per_group)
-    sums = np.array([per_group[g].sum() for g in keys])
-    counts = np.array([len(per_group[g]) for g in keys])
-    mean = float(sums.sum() / counts.sum())
-    picks = rng.integers(0, len(keys), (n, len(keys)))
-    boot = sums[picks].sum(1) / counts[picks].sum(1)
-    return mean, [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))]
+def _boot(values: np.ndarray, groups: Sequence[str], rng: np.random.Generator, n: int = N_BOOT) -> tuple[float, list[float]]:
+    """Mean over runs and its bootstrap interval, resampling task groups (:func:`group_bootstrap`)."""
+    labels, keys = np.asarray(groups), sorted(set(groups))
+    sums = np.array([values[labels == g].sum() for g in keys])  # the point summed by group
+    boot = group_bootstrap(keys, rng, n).means(values, groups)
+    return float(sums.sum() / len(values)), [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))]
 
 
 def localisation_curve(runs: Sequence[Any], k: int = 100, draws: int = 5, seed: int = 0, folds: int = 5) -> dict[str, Any]:
@@ -508,24 +506,18 @@ def localisation_curve(runs: Sequence[Any], k: int = 100, draws: int = 5, seed: 
         hits[m] /= draws
     groups = [p.group for p in usable]
 
-    def per_group(values: np.ndarray) -> dict[str, np.ndarray]:
-        by: dict[str, list[float]] = defaultdict(list)
-        for g, v in zip(groups, values, strict=True):
-            by[g].append(float(v))
-        return {g: np.asarray(v) for g, v in by.items()}
-
     brng = np.random.default_rng(seed + 7)
     out_methods: dict[str, dict[str, Any]] = {}
     for m in METHODS:
         out_methods[m] = {}
         for j, metric in enumerate(METRICS):
-            mean, ci = _boot(per_group(hits[m][:, j]), np.random.default_rng(brng.integers(1 << 31)))
+            mean, ci = _boot(hits[m][:, j], groups, np.random.default_rng(brng.integers(1 << 31)))
             out_methods[m][metric] = {"mean": round(mean, 4), "ci": [round(c, 4) for c in ci]}
     gains: dict[str, dict[str, Any]] = {}
     for base in ("position prior", "fixed position"):
         gains[f"learned − {base}"] = {}
         for j, metric in enumerate(METRICS):
-            mean, ci = _boot(per_group(hits["learned"][:, j] - hits[base][:, j]),
+            mean, ci = _boot(hits["learned"][:, j] - hits[base][:, j], groups,
                              np.random.default_rng(brng.integers(1 << 31)))
             gains[f"learned − {base}"][metric] = {"mean": round(mean, 4), "ci": [round(c, 4) for c in ci]}
     uniform = np.mean([[np.mean([_rates(m.source_index, p.msgs[p.target].source_index)[j] for m in p.msgs])

@@ -6,7 +6,7 @@ confusion-matrix PNGs, and the shipped model's card ``model/artifacts/MODEL_CARD
 
 What is measured (per candidate, per split):
 
-* **trace level** (the verdict is the maximum over steps, ARCHITECTURE.md "Fusion"): per-label
+* **trace level** (the verdict is the maximum over steps, docs/architecture.md, "Fusion"): per-label
   precision / recall / F1 over the classifier kinds plus ``healthy`` (a trace is predicted healthy
   when no kind reaches its threshold); ``macro_f1`` is their mean over labels present in the split;
   the same per language;

@@ -1,6 +1,6 @@
 """Which kinds the shipped classifier may raise as *failures*; the rest it reports as signals.
 
-A failure drives a repair; a signal is only reported (ARCHITECTURE.md "Fusion"). A classifier
+A failure drives a repair; a signal is only reported (docs/architecture.md, "Fusion"). A classifier
 kind whose measured precision is poor would make healthy runs look broken and send agents into
 needless repairs, so the service trusts the classifier only where the evaluation says it may:
 

@@ -3,7 +3,7 @@
 
 Step probabilities are ``sigmoid(logits / T)`` with one temperature ``T`` fitted on validation
 (:func:`fit_temperature`); a kind is predicted when its probability reaches its own threshold
-(:func:`tune_thresholds`). A trace's verdict is the maximum over its steps (ARCHITECTURE.md
+(:func:`tune_thresholds`). A trace's verdict is the maximum over its steps (docs/architecture.md,
 "Fusion"): kind ``k`` is predicted for the trace when some step reaches ``k``'s threshold, and the
 first such step is the predicted failing step.
 

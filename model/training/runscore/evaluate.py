@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from model.core.metrics import auroc, ece, group_resamples, percentile_interval, reliability_bins
+from model.core.metrics import auroc, ece, group_bootstrap, percentile_interval, reliability_bins
 from model.data.realdata import RUN_LEVEL_SOURCES, SOURCES, RealRun, first_groups, load_all, loso_family
 from model.scoring.runscore.model import Example, RunScorer
 from model.training.runscore.report import write_reports
@@ -275,7 +275,7 @@ def evaluate_real(
         probs = np.array([s[0] for s in scored])
         y = np.array([int(e.failed) for e in test])
         groups = [e.group for e in test]
-        boots = group_resamples(groups, rng)
+        boots = group_bootstrap(groups, rng).resamples(groups)
         served = np.round(probs, 4)  # as the service answers it
         entry: dict[str, Any] = {"runs": len(test), "failed": int(y.sum()), "groups": len(set(groups)),
                                  "ties": round(float(np.unique(served, return_counts=True)[1].max() / len(served)), 4),
@@ -354,7 +354,8 @@ def evaluate_real(
             base_preds = localisation_baselines([e for _, e in loc], train)
             rates = {name: _loc_rates(p, tr) for name, p in base_preds.items()}
             best = max(rates, key=lambda n: (rates[n]["exact"], rates[n]["within_3"]))
-            lboots = group_resamples([e.group for _, e in loc], rng)
+            lgroups = [e.group for _, e in loc]
+            lboots = group_bootstrap(lgroups, rng).resamples(lgroups)
             t_arr, o_arr, b_arr = np.asarray(tr), np.asarray(ours), np.asarray(base_preds[best])
             diffs = [float(np.mean(o_arr[b] == t_arr[b]) - np.mean(b_arr[b] == t_arr[b])) for b in lboots]
             ours_rates = _loc_rates(ours, tr)
@@ -420,7 +421,8 @@ def _in_domain(test: Sequence[Example], params: dict[str, Any], folds: int, rng:
     y = np.array([int(e.failed) for e in test])
     out: dict[str, Any] = {"folds": folds}
     if 0 < y.sum() < len(y):
-        boots = group_resamples([e.group for e in test], rng, n=500)
+        tgroups = [e.group for e in test]
+        boots = group_bootstrap(tgroups, rng, 500).resamples(tgroups)
         L = np.array([e.messages for e in test], dtype=float)
         out.update({"auroc": auroc_with_ci(y, probs, boots), "messages_baseline": auroc_with_ci(y, L, boots),
                     "vs_messages": paired_diff(y, probs, L, boots)})
