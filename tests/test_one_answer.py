@@ -280,3 +280,26 @@ def test_a_trace_posted_again_is_decided_on_its_stored_repair_state(tmp_path: An
         assert again.recommendation.addresses == first.recommendation.addresses == "loop@6"
     finally:
         svc.stores.db.dispose()
+
+
+def test_a_state_that_moved_after_it_was_read_is_decided_again_in_the_transaction(tmp_path: Any) -> None:
+    """The repair state read before the decision can be stale by the time the transaction locks it
+    (an outcome of the same run committed in between): the locked state wins. The race is pinned
+    by reading the state before the outcome (the store, engine and service are the real ones)."""
+    from model.core.options import DiagnoseOptions
+    from serve.schemas import OutcomeRequest
+    from serve.settings import Settings
+    from serve.wiring import build_service
+
+    svc = build_service(Settings(data_dir=tmp_path), Diagnoser())
+    try:
+        first = svc.diagnose("acme", _loop(), DiagnoseOptions())
+        again = _loop().model_copy(update={"id": first.trace_id})
+        before = svc.diagnoses.repair_state("acme", again)  # read here ...
+        out = svc.report_outcome("acme", OutcomeRequest(recommendation_id=first.recommendation.id, success=False))
+        assert out.next is not None
+        svc.diagnoses.repair_state = lambda tenant, trace: before  # type: ignore[method-assign]  # ... used after
+        resp = svc.diagnose("acme", again, DiagnoseOptions())
+        assert resp.recommendation.id == out.next.id != first.recommendation.id
+    finally:
+        svc.close()

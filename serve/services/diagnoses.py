@@ -189,12 +189,12 @@ class Diagnoses:
         return resp
 
     def repair_state(self, tenant: str, trace: Trace) -> dict[str, Any]:
-        """The run's repair state as stored now, unlocked (a copy): its session's, else ``{}`` (a trace
-        id posted again has its own state; the transaction finds it and decides again)."""
+        """The run's repair state as stored now, unlocked (a copy): its session's, else the trace's own
+        (a trace id posted again: a client re-sending a growing run), else ``{}``."""
         if trace.session_id:
             row = self.session_store.get_session(tenant, trace.session_id)
             return copy.deepcopy(row.state or {}) if row is not None else {}
-        return {}
+        return copy.deepcopy(self.trace_store.trace_state(tenant, trace.id) or {})
 
     def context(self, tenant: str, trace: Trace, agent: str, options: DiagnoseOptions, *,
                 run_verdict: bool = True) -> Context:

@@ -210,6 +210,13 @@ class TraceStore(StoreBase):
         row = db.execute(q).one_or_none()
         return None if row is None else TracePrior(row[0], bool(row[1]))
 
+    def trace_state(self, tenant: str, trace_id: str) -> dict[str, Any] | None:
+        """The policy state of a session-less trace as stored now, unlocked (None if new or none)."""
+        t = core(TraceRow).c
+        with self.read() as db:
+            row = db.execute(select(t.policy_state).where(t.tenant_id == tenant, t.id == trace_id)).one_or_none()
+        return None if row is None else row[0]
+
     def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
         """The policy state of a session-less trace, locked for this transaction (None if new)."""
         prior = self.lock_trace(db, tenant, trace_id)
