@@ -295,10 +295,11 @@ def test_a_state_that_moved_after_it_was_read_is_decided_again_in_the_transactio
     try:
         first = svc.diagnose("acme", _loop(), DiagnoseOptions())
         again = _loop().model_copy(update={"id": first.trace_id})
-        before = svc.diagnoses.repair_state("acme", again)  # read here ...
+        store = svc.diagnoses.trace_store
+        before = store.stored_run("acme", again.id)  # read here ...
         out = svc.report_outcome("acme", OutcomeRequest(recommendation_id=first.recommendation.id, success=False))
-        assert out.next is not None
-        svc.diagnoses.repair_state = lambda tenant, trace: before  # type: ignore[method-assign]  # ... used after
+        assert out.next is not None and before is not None
+        store.stored_run = lambda tenant, trace_id: before  # type: ignore[method-assign]  # ... used after
         resp = svc.diagnose("acme", again, DiagnoseOptions())
         assert resp.recommendation.id == out.next.id != first.recommendation.id
     finally:

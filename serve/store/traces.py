@@ -29,6 +29,14 @@ from serve.store.tables import (
 )
 
 
+class StoredRun(NamedTuple):
+    """What :meth:`TraceStore.stored_run` read of a stored trace."""
+
+    agent: str
+    agent_source: str | None
+    policy_state: dict[str, Any] | None
+
+
 class TracePrior(NamedTuple):
     """What :meth:`TraceStore.lock_trace` read of a stored trace: its repair ``policy_state`` (None before the
     first recommendation) and whether its steps are stored one row each (``steps_in_rows``). Pass it back
@@ -210,12 +218,16 @@ class TraceStore(StoreBase):
         row = db.execute(q).one_or_none()
         return None if row is None else TracePrior(row[0], bool(row[1]))
 
-    def trace_state(self, tenant: str, trace_id: str) -> dict[str, Any] | None:
-        """The policy state of a session-less trace as stored now, unlocked (None if new or none)."""
+    def stored_run(self, tenant: str, trace_id: str) -> StoredRun | None:
+        """What a new diagnosis of a stored trace id reads of it, unlocked, in one query: its agent, how
+        it was found, and its repair-policy state (None when the id is new)."""
         t = core(TraceRow).c
-        with self.read() as db:
-            row = db.execute(select(t.policy_state).where(t.tenant_id == tenant, t.id == trace_id)).one_or_none()
-        return None if row is None else row[0]
+        with self.read() as db:  # two columns and one JSON field, not the whole answer
+            row = db.execute(select(t.agent, t.response["agent_source"].as_string(), t.policy_state)
+                             .where(t.tenant_id == tenant, t.id == trace_id)).one_or_none()
+        if row is None:
+            return None
+        return StoredRun(str(row[0]), row[1] if isinstance(row[1], str) else None, row[2])
 
     def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:
         """The policy state of a session-less trace, locked for this transaction (None if new)."""
@@ -384,4 +396,4 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise InputError(f"not a cursor this API returned: {cursor[:60]!r}", path="query.cursor") from None
 
 
-__all__ = ["TracePage", "TracePrior", "TraceStore", "trace_json"]
+__all__ = ["StoredRun", "TracePage", "TracePrior", "TraceStore", "trace_json"]
