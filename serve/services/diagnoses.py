@@ -35,7 +35,7 @@ from model.core.kinds import Strategy
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.diagnosis.decision import Context, Verdict
-from model.diagnosis.diagnoser import Diagnoser
+from model.diagnosis.diagnoser import RUNSCORE, Diagnoser
 from model.diagnosis.otel_events import evaluation_events
 from model.diagnosis.repair_engine import Decision
 from model.scoring.runscore.model import RunScorer
@@ -210,9 +210,11 @@ class Diagnoses:
         of its open stream alarms."""
         served = self.models.get(tenant, agent)
         scorer = self.diagnoser.runscorer
+        # the zero-shot probability is re-centred only where the run scorer runs (a request may leave it out)
+        scored = scorer is not None and (options.detectors is None or RUNSCORE in options.detectors)
         return Context(
             options=options, served=served, agent=agent,
-            recentring=self.recentring.get(tenant, agent) if served is None and scorer is not None else (0, 0.0),
+            recentring=self.recentring.get(tenant, agent) if served is None and scored else (0, 0.0),
             run_threshold=self.relative_threshold(tenant, agent, scorer) if run_verdict else None,
             alarms=self.streams.degradation_findings(tenant, trace, agent),
         )
