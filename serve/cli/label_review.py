@@ -230,11 +230,7 @@ def run_review(
                 saved += 1
                 labelled.append(n - 1)
                 eff = resp.label
-                said = "failed" if req.failed else "ok"
-                if req.kind is not None:
-                    said += f", {req.kind}"
-                if req.step is not None:
-                    said += f" @ step {req.step}"
+                said = _said(req.failed, req.kind, req.step)
                 out.write(f"  saved: {said} (effective label: {'failed' if eff.failed else 'ok'} "
                           f"by {eff.author})\n")
                 break
@@ -243,6 +239,16 @@ def run_review(
             return saved, skipped
     out.write(f"\nnothing left to review ({saved} saved, {skipped} skipped)\n")
     return saved, skipped
+
+
+def _said(failed: bool | None, kind: object, step: int | None) -> str:
+    """A label as the review prints it: ``failed, loop @ step 4``, ``ok``."""
+    said = "failed" if failed else "ok"
+    if kind is not None:
+        said += f", {kind}"
+    if step is not None:
+        said += f" @ step {step}"
+    return said
 
 
 def _undo(service: LabelSink, tenant: str, author: str, queue: list[Candidate], labelled: list[int],
@@ -255,11 +261,7 @@ def _undo(service: LabelSink, tenant: str, author: str, queue: list[Candidate], 
         out.write(f"  nothing to undo: {exc}\n")
         return None
     w = resp.withdrawn
-    said = "failed" if w.failed else "ok"
-    if w.kind is not None:
-        said += f", {w.kind}"
-    if w.step is not None:
-        said += f" @ step {w.step}"
+    said = _said(w.failed, w.kind, w.step)
     out.write(f"  undone: {said} on {resp.trace_id} (withdrawn, kept in the store)\n")
     if labelled and queue[labelled[-1]].trace_id == resp.trace_id:
         return labelled.pop()

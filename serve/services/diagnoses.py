@@ -50,6 +50,7 @@ from serve.store.agents import AgentStore
 from serve.store.labels import LabelStore
 from serve.store.sessions import SessionStore
 from serve.store.streams import StreamStore
+from serve.store.tables import SessionRow
 from serve.store.traces import StoredRun, TracePrior, TraceStore
 from serve.validation import check_trace_fields
 
@@ -136,18 +137,18 @@ class Diagnoses:
         # Redact first, then diagnose: evidence is cut from redacted text, so no cut secret (a key's
         # prefix) reaches the response, the store or the repair state.
         trace = self.redactor.redact_trace(trace)
-        # a session-less trace id posted again (a client re-sending a growing run): its stored agent and
-        # repair state, read once before deciding
+        # what is stored of the run, read once before deciding: its session's row, else the trace id's own
+        # (a session-less trace id posted again: a client re-sending a growing run)
+        session = self.session_store.get_session(tenant, trace.session_id) if trace.session_id else None
         stored = None if trace.session_id else self.trace_store.stored_run(tenant, trace.id)
-        resolved = self.agents.resolve(tenant, trace, options, fixed=lambda: self.stored_agent(tenant, trace, stored))
+        resolved = self.agents.resolve(tenant, trace, options,
+                                       fixed=lambda: self.stored_agent(tenant, trace, session, stored))
         agent = resolved.agent
         session_key = trace.session_id or f"trace:{trace.id}"
         ctx = self.context(tenant, trace, agent, options)
+        seen = copy.deepcopy((session.state if session is not None else stored.policy_state if stored else None) or {})
         if trace.session_id:
-            seen = self.repair_state(tenant, trace)
             fix_session_agent(seen, resolved)
-        else:
-            seen = copy.deepcopy(stored.policy_state or {}) if stored is not None else {}
         verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, copy.deepcopy(seen))
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         with self.session_store.write() as db:
@@ -193,15 +194,6 @@ class Diagnoses:
         self.export(trace, resp)
         return resp
 
-    def repair_state(self, tenant: str, trace: Trace) -> dict[str, Any]:
-        """The run's repair state as stored now, unlocked (a copy): its session's, else the trace's own
-        (a trace id posted again: a client re-sending a growing run), else ``{}``."""
-        if trace.session_id:
-            row = self.session_store.get_session(tenant, trace.session_id)
-            return copy.deepcopy(row.state or {}) if row is not None else {}
-        stored = self.trace_store.stored_run(tenant, trace.id)
-        return copy.deepcopy(stored.policy_state or {}) if stored is not None else {}
-
     def context(self, tenant: str, trace: Trace, agent: str, options: DiagnoseOptions, *,
                 run_verdict: bool = True) -> Context:
         """What a decision on ``trace`` reads besides it (:class:`~model.diagnosis.decision.Context`): the
@@ -231,22 +223,20 @@ class Diagnoses:
         verdict.response.arm = arm
         return verdict, stored_arm, options
 
-    def stored_agent(self, tenant: str, trace: Trace, stored: StoredRun | None | bool = True
+    def stored_agent(self, tenant: str, trace: Trace, session: SessionRow | None, stored: StoredRun | None
                      ) -> tuple[str, str | None] | None:
-        """The agent the run's session was given at its first append, else the one a stored run of
-        this trace id has; ``None`` when neither is stored (an unnamed run is then inferred).
-        ``stored``: the trace id's stored run when the caller read it (``True``: not read yet)."""
-        if not trace.session_id and stored is not True:
-            return None if not isinstance(stored, StoredRun) else (stored.agent, stored.agent_source)
-        if trace.session_id:
-            row = self.session_store.get_session(tenant, trace.session_id)
-            fixed = session_agent(row.state if row is not None else None)
-            if fixed is not None:
-                return fixed
-            if row is not None and row.trace_id != trace.id:  # a session stored before its agent was fixed
-                earlier = self.agent_store.stored_agent(tenant, row.trace_id)
-                if earlier is not None:
-                    return earlier
+        """The agent the run's ``session`` (its row as read) was given at its first append, else the one
+        a stored run of this trace id has (``stored``: a session-less one's, as read); ``None`` when
+        neither is stored (an unnamed run is then inferred)."""
+        if not trace.session_id:
+            return (stored.agent, stored.agent_source) if stored is not None else None
+        fixed = session_agent(session.state if session is not None else None)
+        if fixed is not None:
+            return fixed
+        if session is not None and session.trace_id != trace.id:  # a session stored before its agent was fixed
+            earlier = self.agent_store.stored_agent(tenant, session.trace_id)
+            if earlier is not None:
+                return earlier
         return self.agent_store.stored_agent(tenant, trace.id)
 
     @staticmethod
