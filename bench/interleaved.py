@@ -2,8 +2,10 @@
 every figure.
 
 On a shared host the same code can differ by 1.6x from one minute to the next (docs/benchmarks.md),
-so each round runs the base checkout's own ``bench/service.py``, then this one's, on the same
-minutes; a figure's ratio is taken within each round and the median over rounds is reported.
+so each round runs the base checkout's own ``bench/service.py`` and this one's on the same minutes,
+in alternating order (base first in odd rounds, this checkout first in even ones: whichever runs
+second in a round met a warmer or busier host, and a fixed order read that as a difference between
+the checkouts); a figure's ratio is taken within each round and the median over rounds is reported.
 Every ratio is oriented as a cost (above 1: this checkout is slower): latency this ÷ base,
 requests a second base ÷ this, RSS this ÷ base.
 
@@ -84,9 +86,13 @@ def main() -> None:
         ap.error(f"--base {args.base}: no bench/service.py there")
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):
-        base = run_service_bench(args.base.resolve(), passed)
-        head = run_service_bench(ROOT, passed)
-        rounds.append({"base": base, "head": head})
+        if i % 2 == 0:
+            base = run_service_bench(args.base.resolve(), passed)
+            head = run_service_bench(ROOT, passed)
+        else:
+            head = run_service_bench(ROOT, passed)
+            base = run_service_bench(args.base.resolve(), passed)
+        rounds.append({"base": base, "head": head, "first": "base" if i % 2 == 0 else "head"})
         print(f"round {i + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     ratios: dict[str, list[float]] = {}
     values: dict[str, tuple[list[float], list[float]]] = {}
