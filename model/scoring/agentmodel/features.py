@@ -35,12 +35,15 @@ import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from model.core.schema import Step, StepKind, StepStatus, Trace
+
+if TYPE_CHECKING:
+    from model.scoring.encoder import StaticEncoder
 
 #: Characters and words of a step that the n-grams read (the cheap TF-IDF learner reads the same).
 MAX_CHARS = 2000
@@ -266,6 +269,7 @@ class RunRows:
     counts: list[RunCounts]
     shape: np.ndarray  # fractions × shape features (raw counts)
     grams: sp.csr_matrix  # fractions × buckets, log1p(count)
+    emb: np.ndarray | None = None  # fractions × 4·dim: the encoder block (encoded.prefix_rows), when asked
 
 
 #: The prefixes every first count of a run snapshots as well (the model's own CV reads them at the
@@ -276,9 +280,13 @@ SNAPSHOT_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 class FeatureCache:
     """Each run's prefix features, keyed by the trace's content hash (a warm cache makes a refit cost
     only the optimisation). A run's steps are counted once: the snapshots at every fraction asked
-    for so far (and :data:`SNAPSHOT_FRACTIONS`) are kept, and each fractions tuple's rows built from them."""
+    for so far (and :data:`SNAPSHOT_FRACTIONS`) are kept, and each fractions tuple's rows built from them.
+    ``encoder``: the static encoder of the rows' encoder block (``rows(..., encoded=True)``; default the
+    shipped one, loaded when first asked); each run's steps are encoded once."""
 
-    def __init__(self) -> None:
+    def __init__(self, encoder: StaticEncoder | None = None) -> None:
+        self.encoder = encoder
+        self._vectors: dict[str, np.ndarray] = {}
         self._d: dict[tuple[str, int, tuple[float, ...], bool], RunRows] = {}
         self._snaps: dict[tuple[str, int, bool], dict[float, RunCounts]] = {}
         self._keys: dict[int, tuple[Trace, str]] = {}
@@ -291,7 +299,30 @@ class FeatureCache:
         self._keys[id(trace)] = (trace, k)
         return k
 
-    def rows(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False) -> RunRows:
+    def vectors(self, trace: Trace) -> np.ndarray:
+        """Each step's encoder vector (:func:`~model.scoring.agentmodel.encoded.encode_steps`), once a run."""
+        from model.scoring.agentmodel.encoded import encode_steps
+        from model.scoring.encoder import shared_encoder
+
+        if self.encoder is None:
+            self.encoder = shared_encoder()
+        tk = self._key(trace)
+        hit = self._vectors.get(tk)
+        if hit is None:
+            hit = self._vectors[tk] = encode_steps(self.encoder, trace.steps)
+        return hit
+
+    def rows(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False,
+             encoded: bool = False) -> RunRows:
+        """The run's rows at ``fractions`` (``encoded``: with the encoder block)."""
+        hit = self._rows(trace, buckets, fractions, last_turn)
+        if encoded and hit.emb is None:
+            from model.scoring.agentmodel.encoded import prefix_rows
+
+            hit.emb = prefix_rows(self.vectors(trace), trace.steps, prefix_lengths(len(trace.steps), fractions))
+        return hit
+
+    def _rows(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool) -> RunRows:
         tk = self._key(trace)
         key = (tk, buckets, fractions, last_turn)
         hit = self._d.get(key)

@@ -45,16 +45,16 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from model.core.errors import InputError, NotFittedError
 from model.core.metrics import auroc, group_bootstrap_interval, logistic, logit
 from model.core.schema import Step, Trace
+from model.scoring.agentmodel.config import AgentModelConfig
+from model.scoring.agentmodel.encoded import Pool, step_text
 from model.scoring.agentmodel.features import (
     SHAPE_FEATURES,
     FeatureCache,
@@ -64,7 +64,9 @@ from model.scoring.agentmodel.features import (
     shape_row,
     to_state,
 )
-from model.scoring.agentmodel.logistic import balanced_weights, fit_logistic, group_folds
+from model.scoring.agentmodel.fitting import Fitted, fit_blocks, score_rows
+from model.scoring.agentmodel.logistic import group_folds
+from model.scoring.encoder import StaticEncoder, shared_encoder
 
 FORMAT = "agentmodel/1"
 
@@ -116,78 +118,6 @@ def warning_point(highest: np.ndarray | Sequence[float], target: float,
     return float(np.nextafter(point, 2.0)) if math.isfinite(point) else None
 
 
-@dataclass(frozen=True)
-class AgentModelConfig:
-    """Hyper-parameters of :class:`AgentModel` (validated; ``params.yaml``'s ``learning_curve.model``).
-
-    c: inverse L2 strength (sklearn's ``C``; sample weights average one).
-    shape_weight, ngram_weight: scale of each block (0 leaves a block out).
-    prior_weight: the prior's coefficient is shrunk towards this (1: trust the zero-shot score).
-    prior_l2: strength of that shrinkage (in balanced-weight units: about that many runs).
-    prefix_fractions: the prefixes each labelled run is trained on.
-    buckets: n-gram hash columns; min_df: runs a bucket must appear in to be learned.
-    last_turn: also count the words of the latest assistant message as ``last:`` n-grams (replaced as
-        the run goes on), so what the agent said last weighs apart from the same words earlier.
-    internal_folds: grouped folds of the model's own CV (threshold, card); 0 skips it.
-    target_false_alarm: the share of new successful runs whose score may reach the early-warning point at
-        any of the prefixes :data:`WARNING_PREFIXES`, held with :data:`WARNING_CONFIDENCE` (``at_risk`` is
-        raised at the first step that reaches it, so the point is set on each run's highest out-of-fold
-        prefix score, not on one prefix: :func:`warning_point`).
-    combine: ``joint`` (one regression over both blocks) or ``stack`` (a shape model and an n-gram model
-        fitted apart, combined by a logistic regression on their out-of-fold logits over ``stack_folds``
-        grouped folds of the training runs — nested: the weights never see the runs they are judged on;
-        the result collapses into the same linear form, so serving is unchanged).
-    """
-
-    c: float = 4.0
-    shape_weight: float = 1.0
-    ngram_weight: float = 1.0
-    prior_weight: float = 1.0
-    prior_l2: float = 10.0
-    prefix_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
-    buckets: int = 1 << 18
-    min_df: int = 2
-    last_turn: bool = False
-    internal_folds: int = 5
-    combine: str = "joint"
-    stack_folds: int = 3
-    target_false_alarm: float = 0.05
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.c <= 0:
-            raise InputError(f"c must be > 0; got {self.c}", path="c")
-        if self.shape_weight < 0 or self.ngram_weight < 0 or (self.shape_weight == 0 and self.ngram_weight == 0):
-            raise InputError(f"shape_weight and ngram_weight must be ≥ 0, not both 0; got {self.shape_weight}, "
-                             f"{self.ngram_weight}", path="shape_weight")
-        if not self.prefix_fractions or any(not 0 < f <= 1 for f in self.prefix_fractions):
-            raise InputError(f"prefix_fractions must lie in (0, 1]; got {self.prefix_fractions}",
-                             path="prefix_fractions")
-        if self.combine not in ("joint", "stack", "mean"):
-            raise InputError(f"combine must be 'joint', 'stack' or 'mean'; got {self.combine!r}", path="combine")
-        if self.buckets < 16:
-            raise InputError(f"buckets must be ≥ 16; got {self.buckets}", path="buckets")
-        object.__setattr__(self, "prefix_fractions", tuple(float(f) for f in self.prefix_fractions))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> AgentModelConfig:
-        d = dict(d or {})
-        d.pop("warning_fraction", None)  # retired: stored models written before the point read every prefix
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise InputError(f"unknown agent-model option(s) {unknown}; valid: {sorted(names)}", path="config")
-        if "prefix_fractions" in d:
-            d["prefix_fractions"] = tuple(d["prefix_fractions"])
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The options as JSON values (what :meth:`from_dict` reads back)."""
-        d = asdict(self)
-        d["prefix_fractions"] = list(self.prefix_fractions)
-        return d
-
-
 class PrefixState:
     """The running state of one run under one model: ``add(step)`` costs O(words of the step).
 
@@ -196,9 +126,11 @@ class PrefixState:
     over the steps seen before.
     """
 
-    def __init__(self, model: AgentModel, counts: RunCounts | None = None) -> None:
+    def __init__(self, model: AgentModel, counts: RunCounts | None = None, pool: Pool | None = None) -> None:
         self._model = model
         self.counts = counts or RunCounts.empty()
+        enc = model.encoder_
+        self.pool = pool if pool is not None else (Pool.empty(enc.dim) if enc is not None else None)
         self.dot = 0.0
         self.sq = 0.0
         if counts is not None:
@@ -211,9 +143,13 @@ class PrefixState:
                     self.sq += v * v
 
     def add(self, step: Step) -> None:
-        """Count one more step of the run."""
+        """Count one more step of the run (and encode it, when the model reads the encoder block)."""
         counts = self.counts.counts
         cfg = self._model.config
+        if self.pool is not None and self._model.encoder_ is not None:
+            text = step_text(step)
+            if text is not None:
+                self.pool.add(self._model.encoder_.encode([text])[0], step.kind)
         seen = self.counts.add(step, cfg.buckets, cfg.last_turn)
         if not seen:
             return
@@ -229,20 +165,10 @@ class PrefixState:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able; :meth:`AgentModel.state_from_dict` continues it (any worker, same model)."""
-        return {"model": self._model.version, "counts": to_state(self.counts)}
-
-
-@dataclass
-class _Fitted:
-    mean: np.ndarray
-    scale: np.ndarray
-    w_shape: np.ndarray
-    buckets: np.ndarray  # learned bucket ids, ascending
-    idf: np.ndarray
-    w_ngram: np.ndarray
-    w_prior: float | None
-    bias: float
-    meta: dict[str, Any] = field(default_factory=dict)
+        d = {"model": self._model.version, "counts": to_state(self.counts)}
+        if self.pool is not None:
+            d["pool"] = self.pool.to_dict()
+        return d
 
 
 class AgentModel:
@@ -250,7 +176,8 @@ class AgentModel:
 
     def __init__(self, config: AgentModelConfig | None = None) -> None:
         self.config = config or AgentModelConfig()
-        self.fitted_: _Fitted | None = None
+        self.fitted_: Fitted | None = None
+        self.encoder_: StaticEncoder | None = None  # set when the model reads the encoder block
         self.at_risk_threshold: float | None = None
         self.card_: dict[str, Any] = {}
         self._tab: dict[int, tuple[float, float]] | None = None
@@ -262,7 +189,7 @@ class AgentModel:
     def fit(cls, traces: Sequence[Trace], failed: Sequence[bool], groups: Sequence[str], *,
             config: AgentModelConfig | None = None, prior: Sequence[float] | None = None,
             agent: str | None = None, cache: FeatureCache | None = None,
-            flagged: Sequence[bool] | None = None) -> AgentModel:
+            flagged: Sequence[bool] | None = None, encoder: StaticEncoder | None = None) -> AgentModel:
         """Fit on labelled runs of one agent.
 
         Parameters
@@ -281,6 +208,9 @@ class AgentModel:
             Per run, whether the service answered it unhealthy for a cause other than the early
             warning: such successful runs spend the early warning's false-alarm budget
             (:func:`warning_point`).
+        encoder:
+            The static encoder of the encoder block (``config.encoder_weight > 0``): the cache's, else
+            this one, else the shipped one.
 
         Raises
         ------
@@ -297,17 +227,21 @@ class AgentModel:
         y = np.array([bool(f) for f in failed], dtype=float)
         if y.min(initial=1.0) == y.max(initial=0.0):
             raise InputError(f"need failed and successful runs; got {int(y.sum())} failed of {n}", path="failed")
-        cache = cache if cache is not None else FeatureCache()  # an empty cache is falsy (__len__)
-        counts = [cache.rows(t, cfg.buckets, cfg.prefix_fractions, cfg.last_turn) for t in traces]
+        cache = cache if cache is not None else FeatureCache(encoder)  # an empty cache is falsy (__len__)
+        enc = cfg.encoder_weight > 0
+        if enc and cache.encoder is None:
+            cache.encoder = encoder or shared_encoder()
+        counts = [cache.rows(t, cfg.buckets, cfg.prefix_fractions, cfg.last_turn, enc) for t in traces]
         m = cls(cfg)
-        m.fitted_ = _fit_core(counts, y, list(groups), None if prior is None else np.asarray(prior, float), cfg)
+        m.encoder_ = cache.encoder if enc else None
+        m.fitted_ = fit_blocks(counts, y, list(groups), None if prior is None else np.asarray(prior, float), cfg)
         m.fitted_.meta = {**m.fitted_.meta, "labelled_runs": n, "failed_runs": int(y.sum()), "groups": len(set(groups))}
         m._tab = None
         m.card_ = {"agent": agent, "labelled_runs": n, "failed_runs": int(y.sum()), "groups": len(set(groups)),
                    "cv_auroc": None, "cv_auroc_interval": None, "cheap_learners": None, "learning_curve": []}
         if cfg.internal_folds >= 2 and len(set(groups)) >= cfg.internal_folds:
             efr = WARNING_PREFIXES
-            evals = [cache.rows(t, cfg.buckets, efr, cfg.last_turn) for t in traces]
+            evals = [cache.rows(t, cfg.buckets, efr, cfg.last_turn, enc) for t in traces]
             m._own_cv(counts, evals, efr, y, list(groups), None if prior is None else np.asarray(prior, float),
                       None if flagged is None else np.asarray(flagged, bool))
         return m
@@ -324,7 +258,7 @@ class AgentModel:
             train = np.setdiff1d(np.arange(len(y)), test)
             if y[train].min() == y[train].max():
                 continue
-            f = _fit_core([counts[i] for i in train], y[train], [groups[i] for i in train],
+            f = fit_blocks([counts[i] for i in train], y[train], [groups[i] for i in train],
                           None if prior is None else prior[train], cfg)
             for i in test:
                 oof[i] = score_rows(f, evals[i], None if prior is None else float(prior[i]))
@@ -346,7 +280,7 @@ class AgentModel:
 
     # ---- score ----------------------------------------------------------------------------------
 
-    def _check(self) -> _Fitted:
+    def _check(self) -> Fitted:
         if self.fitted_ is None:
             raise NotFittedError("this AgentModel is not fitted: call AgentModel.fit(...) or AgentModel.load(path)")
         return self.fitted_
@@ -366,7 +300,7 @@ class AgentModel:
         """Continue a state saved with :meth:`PrefixState.to_dict` (same model version)."""
         if d.get("model") != self.version:
             raise InputError(f"state was built by model {d.get('model')!r}, not {self.version!r}", path="model")
-        return PrefixState(self, from_state(d["counts"]))
+        return PrefixState(self, from_state(d["counts"]), Pool.from_dict(d["pool"]) if "pool" in d else None)
 
     def score_state(self, state: PrefixState, *, prior: float | None = None) -> float:
         """P(failed) of the prefix the state has seen (equal to :meth:`score` of that prefix)."""
@@ -374,6 +308,8 @@ class AgentModel:
         z = f.bias + self._shape_logit(state.counts.shape)
         if state.sq > 0:
             z += state.dot / math.sqrt(state.sq)
+        if f.w_emb is not None and f.e_mean is not None and state.pool is not None:
+            z += float((state.pool.row() - f.e_mean) @ f.w_emb)
         if f.w_prior is not None:
             z += f.w_prior * logit(0.5 if prior is None else prior)
         return logistic(z)
@@ -418,22 +354,34 @@ class AgentModel:
             "buckets": _b64(f.buckets.astype("<u4")), "idf": _b64(f.idf.astype("<f4")),
             "w_ngram": _b64(f.w_ngram.astype("<f4")),
             "w_prior": f.w_prior, "bias": f.bias, "meta": f.meta,
+            **({} if f.w_emb is None or f.e_mean is None or self.encoder_ is None else {
+                "encoder": self.encoder_.version, "e_mean": _b64(f.e_mean.astype("<f4")),
+                "w_emb": _b64(f.w_emb.astype("<f4"))}),
             "at_risk_threshold": self.at_risk_threshold, "card": self.card_,
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AgentModel:
+    def from_dict(cls, d: dict[str, Any], encoder: StaticEncoder | None = None) -> AgentModel:
+        """The model :meth:`to_dict` wrote; one that reads the encoder block gets ``encoder`` (default:
+        the shipped one), which must be the encoder it was fitted with."""
         if d.get("format") != FORMAT:
             raise InputError(f"not an agent model: format {d.get('format')!r}, expected {FORMAT!r}", path="format")
         if list(d["shape_features"]) != list(SHAPE_FEATURES):
             raise InputError("agent model built with other shape features; refit it", path="shape_features")
         m = cls(AgentModelConfig.from_dict(d["config"]))
-        m.fitted_ = _Fitted(
+        m.fitted_ = Fitted(
             mean=np.asarray(d["mean"], float), scale=np.asarray(d["scale"], float),
             w_shape=np.asarray(d["w_shape"], float), buckets=_unb64(d["buckets"], "<u4").astype(np.int64),
             idf=_unb64(d["idf"], "<f4").astype(float), w_ngram=_unb64(d["w_ngram"], "<f4").astype(float),
             w_prior=None if d["w_prior"] is None else float(d["w_prior"]), bias=float(d["bias"]),
-            meta=dict(d.get("meta") or {}))
+            meta=dict(d.get("meta") or {}),
+            e_mean=_unb64(d["e_mean"], "<f4").astype(float) if "e_mean" in d else None,
+            w_emb=_unb64(d["w_emb"], "<f4").astype(float) if "w_emb" in d else None)
+        if "encoder" in d:
+            m.encoder_ = encoder or shared_encoder()
+            if m.encoder_.version != d["encoder"]:
+                raise InputError(f"agent model fitted with encoder {d['encoder']}, not the one given "
+                                 f"({m.encoder_.version}): refit it", path="encoder")
         m.at_risk_threshold = d.get("at_risk_threshold")
         m.card_ = dict(d.get("card") or {})
         return m
@@ -444,12 +392,12 @@ class AgentModel:
         path.write_text(json.dumps(self.to_dict(), sort_keys=True), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path) -> AgentModel:
+    def load(cls, path: Path, encoder: StaticEncoder | None = None) -> AgentModel:
         try:
             d = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise InputError(f"{path}: cannot read an agent model ({exc})", path=str(path)) from exc
-        return cls.from_dict(d)
+        return cls.from_dict(d, encoder)
 
     @property
     def version(self) -> str:
@@ -467,7 +415,7 @@ class AgentModel:
         self.__dict__.update(AgentModel.from_dict(s["d"]).__dict__)
 
 
-# ---- the fit itself (shared by the model and its own CV) ------------------------------------------
+# ---- persistence helpers ------------------------------------------------------------------------
 
 
 def _b64(a: np.ndarray) -> str:
@@ -476,122 +424,6 @@ def _b64(a: np.ndarray) -> str:
 
 def _unb64(s: str, dtype: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(s), dtype=dtype).copy()
-
-
-def _ngram_block(grams: sp.csr_matrix, bk: np.ndarray, idf: np.ndarray) -> sp.csr_matrix:
-    """Rows of log1p counts → the model's n-gram block: learned buckets only, × idf, L2-normalised."""
-    X = sp.csr_matrix(grams[:, bk] @ sp.diags(idf))
-    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-    norms[norms == 0] = 1.0
-    return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
-
-
-def _fit_core(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
-              cfg: AgentModelConfig) -> _Fitted:
-    if cfg.combine in ("stack", "mean") and cfg.shape_weight > 0 and cfg.ngram_weight > 0:
-        return _fit_stack(runs, y, groups, prior, cfg)
-    return _fit_joint(runs, y, prior, cfg)
-
-
-def _logits(f: _Fitted, runs: Sequence[RunRows]) -> np.ndarray:
-    p = np.concatenate([score_rows(f, r, None) for r in runs])
-    p = np.clip(p, 1e-12, 1 - 1e-12)
-    return np.asarray(np.log(p / (1 - p)))
-
-
-def _fit_stack(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
-               cfg: AgentModelConfig) -> _Fitted:
-    """A shape model and an n-gram model, combined by weights fitted on their out-of-fold logits
-    (``stack``) or by the mean of their logits (``mean``)."""
-    from dataclasses import replace
-
-    c_shape = replace(cfg, ngram_weight=0.0)
-    c_gram = replace(cfg, shape_weight=0.0)
-    a, c0, g = (np.array([0.5, 0.5]), 0.0, None) if cfg.combine == "mean" else \
-        _stack_weights(runs, y, groups, prior, cfg, c_shape, c_gram)
-    if prior is not None and g is None:
-        g = cfg.prior_weight
-    fs = _fit_joint(runs, y, None, c_shape)
-    fg = _fit_joint(runs, y, None, c_gram)
-    # z = c0 + a0·(b_s + shape·w_s) + a1·(b_g + grams·w_g) (+ γ·logit prior): one linear model again
-    return _Fitted(mean=fs.mean, scale=fs.scale, w_shape=fs.w_shape * a[0], buckets=fg.buckets, idf=fg.idf,
-                   w_ngram=(fg.w_ngram * a[1]).astype("<f4").astype(float), w_prior=g,
-                   bias=float(c0 + a[0] * fs.bias + a[1] * fg.bias),
-                   meta={"stack_weights": [float(a[0]), float(a[1])], "stack_bias": float(c0)})
-
-
-def _stack_weights(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
-                   cfg: AgentModelConfig, c_shape: AgentModelConfig,
-                   c_gram: AgentModelConfig) -> tuple[np.ndarray, float, float | None]:
-    """The stack's combination: a logistic regression on the two blocks' out-of-fold logits over
-    ``stack_folds`` grouped folds of the training runs (equal weights when the folds cannot tell)."""
-    F = len(cfg.prefix_fractions)
-    oof = np.full((len(y) * F, 2), np.nan)
-    for test in group_folds(groups, cfg.stack_folds, seed=cfg.seed + 1):
-        train = np.setdiff1d(np.arange(len(y)), test)
-        if len(test) == 0 or y[train].min() == y[train].max():
-            continue
-        rows = (test[:, None] * F + np.arange(F)[None, :]).ravel()
-        tr_runs = [runs[i] for i in train]
-        te_runs = [runs[i] for i in test]
-        oof[rows, 0] = _logits(_fit_joint(tr_runs, y[train], None, c_shape), te_runs)
-        oof[rows, 1] = _logits(_fit_joint(tr_runs, y[train], None, c_gram), te_runs)
-    ok = ~np.isnan(oof[:, 0])
-    yy = np.repeat(y, F)
-    if ok.sum() < 4 or yy[ok].min() == yy[ok].max():
-        return np.array([0.5, 0.5]), 0.0, None
-    sw = (np.repeat(balanced_weights(y), F) / F)[ok]
-    lp = None if prior is None else np.repeat([logit(float(p)) for p in prior], F)[ok]
-    return fit_logistic(sp.csr_matrix(oof[ok]), yy[ok], sw, 1.0, lp, cfg.prior_l2, cfg.prior_weight)
-
-
-def _fit_joint(runs: list[RunRows], y: np.ndarray, prior: np.ndarray | None, cfg: AgentModelConfig) -> _Fitted:
-    n = len(runs)
-    fr = cfg.prefix_fractions
-    j_full = int(np.argmax(fr))
-    yy = np.repeat(y, len(fr))
-    sw = np.repeat(balanced_weights(y), len(fr)) / len(fr)
-    l2 = 1.0 / cfg.c
-    blocks: list[sp.csr_matrix] = []
-    S = shape_row(np.vstack([r.shape for r in runs]))
-    mean, scale = np.zeros(S.shape[1]), np.ones(S.shape[1])
-    if cfg.shape_weight > 0:
-        mean, scale = S.mean(axis=0), S.std(axis=0)
-        scale[scale < 1e-9] = 1.0
-        blocks.append(sp.csr_matrix((S - mean) / scale * cfg.shape_weight))
-    bk = np.zeros(0, np.int64)
-    idf = np.zeros(0)
-    if cfg.ngram_weight > 0:
-        G = sp.vstack([r.grams for r in runs], format="csr")
-        full = sp.vstack([r.grams[j_full] for r in runs], format="csr")
-        df = np.bincount(full.indices, minlength=cfg.buckets)
-        bk = np.flatnonzero(df >= cfg.min_df).astype(np.int64)
-        # float32 storage: round now so the fitted model scores exactly as the saved one
-        idf = (np.log((1 + n) / (1 + df[bk])) + 1.0).astype("<f4").astype(float)
-        blocks.append(_ngram_block(G, bk, idf) * cfg.ngram_weight)
-    X = sp.hstack(blocks, format="csr")
-    lp = None if prior is None else np.repeat([logit(float(p)) for p in prior], len(fr))
-    w, b, g = fit_logistic(X, yy, sw, l2, lp, cfg.prior_l2, cfg.prior_weight)
-    k = S.shape[1] if cfg.shape_weight > 0 else 0
-    w_shape = w[:k] * cfg.shape_weight
-    w_ngram = (w[k:] * cfg.ngram_weight).astype("<f4").astype(float)
-    return _Fitted(mean=mean, scale=scale, w_shape=w_shape, buckets=bk, idf=idf, w_ngram=w_ngram,
-                   w_prior=g, bias=b)
-
-
-def score_rows(f: _Fitted, rows: RunRows, prior: float | None) -> np.ndarray:
-    """P(failed) of each prefix in ``rows`` (vectorised; the same arithmetic as the prefix state)."""
-    z = np.full(rows.shape.shape[0], f.bias)
-    if len(f.w_shape):
-        z += ((shape_row(rows.shape) - f.mean) / f.scale) @ f.w_shape
-    if len(f.buckets):
-        X = rows.grams[:, f.buckets] @ sp.diags(f.idf)
-        dot = np.asarray(X @ f.w_ngram).ravel()
-        sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
-        z += np.where(sq > 0, dot / np.sqrt(np.where(sq > 0, sq, 1.0)), 0.0)
-    if f.w_prior is not None:
-        z += f.w_prior * logit(0.5 if prior is None else prior)
-    return np.asarray(1.0 / (1.0 + np.exp(-z)))
 
 
 __all__ = ["WARNING_CONFIDENCE", "WARNING_PREFIXES", "AgentModel", "AgentModelConfig", "PrefixState", "score_rows", "warning_point"]

@@ -230,7 +230,8 @@ def key(K: int | None, f: float) -> str:
 def _score_at(model: AgentModel, d: CVData, i: int, f: float, j_of: dict[float, int]) -> float:
     p = None if d.prior is None else float(d.prior[i])
     if f in j_of:
-        rows = d.cache.rows(d.traces[i], model.config.buckets, model.config.prefix_fractions, model.config.last_turn)
+        c = model.config
+        rows = d.cache.rows(d.traces[i], c.buckets, c.prefix_fractions, c.last_turn, c.encoder_weight > 0)
         return float(model.score_rows(rows, prior=p)[j_of[f]])
     t = d.traces[i]
     return model.score(t.model_copy(update={"steps": t.steps[: prefix_lengths(len(t.steps), [f])[0]]}), prior=p)

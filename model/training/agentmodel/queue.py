@@ -293,7 +293,7 @@ def agent_model_learner(traces: Sequence[Trace], config: AgentModelConfig | None
 
     def rows_of(i: int) -> Any:
         if i not in rows:
-            rows[i] = cache.rows(traces[i], cfg.buckets, cfg.prefix_fractions, cfg.last_turn)
+            rows[i] = cache.rows(traces[i], cfg.buckets, cfg.prefix_fractions, cfg.last_turn, cfg.encoder_weight > 0)
         return rows[i]
 
     def fit(idx: Sequence[int], failed: np.ndarray, groups: Sequence[str]) -> Scorer:
