@@ -275,6 +275,19 @@ def test_cross_validate_pairs_the_model_with_the_cheap_learners(runs) -> None:
     assert len(rep["oof"]["agent"]) == 2 and not np.isnan(rep["oof"]["agent"][0]).all()
 
 
+def test_a_reference_model_is_fitted_on_the_same_runs_and_paired(runs) -> None:
+    pytest.importorskip("sklearn")
+    traces, failed, groups = runs
+    cfg = AgentModelConfig(buckets=1 << 12, internal_folds=0)
+    same = cross_validate(traces, failed, groups, ks=(30,), folds=3, draws=1, config=cfg, n_boot=50, reference=cfg)
+    r = same["results"]["K=30|f=1"]
+    assert r["agent_minus_reference"]["diff"] == 0.0 and set(r["agent_minus_reference"]["replicates"]) == {0.0}
+    weak = AgentModelConfig(buckets=1 << 12, internal_folds=0, ngram_weight=0.0)  # shape only: blind to the words
+    other = cross_validate(traces, failed, groups, ks=(30,), folds=3, draws=1, config=cfg, n_boot=50, reference=weak)
+    d = other["results"]["K=30|f=1"]["agent_minus_reference"]
+    assert d["diff"] > 0.1 and d["interval"][0] > 0
+
+
 def test_early_warning_point_is_read_at_every_tenth_of_the_run_even_without_prefix_training(runs) -> None:
     traces, failed, groups = runs
     m = AgentModel.fit(traces[:90], failed[:90], groups[:90],

@@ -101,3 +101,15 @@ def test_done_when_reads_k100_else_all_and_the_better_cheap_learner() -> None:
     assert dw["mean_diff_vs_better"]["diff"] == pytest.approx((0.05 - 0.02) / 2)
     assert dw["k50_ahead_of_both_on"] == 1 and dw["every_set_within_0.01"] is False
     assert callable(render_markdown)
+
+
+def test_done_when_pairs_the_agent_model_with_the_reference_on_the_mean() -> None:
+    a, b = _res(0.80, 0.75, 0.70, [0.04, 0.06]), _res(0.60, 0.55, 0.62, [-0.03, -0.01])
+    a["reference"], b["reference"] = {"auroc": 0.78}, {"auroc": 0.56}
+    a["agent_minus_reference"] = {"diff": 0.02, "interval": [0, 0], "replicates": [0.01, 0.03, 0.02]}
+    b["agent_minus_reference"] = {"diff": 0.04, "interval": [0, 0], "replicates": [0.05, 0.03, 0.04]}
+    dw = done_when({"a": {}, "b": {}}, {"a": {"K=100|f=1": a}, "b": {"K=all|f=1": b}})
+    m = dw["mean_vs_reference"]
+    assert m["diff"] == pytest.approx(0.03) and m["reference"] == pytest.approx(0.67)
+    assert m["agent"] == pytest.approx(0.70) and 0.02 <= m["interval"][0] <= m["interval"][1] <= 0.035
+    assert "mean_vs_reference" not in done_when({"a": {}}, {"a": {"K=100|f=1": _res(0.8, 0.7, 0.7, [0.1])}})

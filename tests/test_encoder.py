@@ -180,3 +180,27 @@ def test_a_model_without_the_block_never_loads_the_encoder(runs) -> None:
     traces, failed, groups = runs
     m = AgentModel.fit(traces[:60], failed[:60], groups[:60], config=AgentModelConfig(buckets=1 << 12, internal_folds=0))
     assert m.encoder_ is None and "encoder" not in m.to_dict() and m.start().pool is None
+
+
+@pytest.mark.parametrize("over", [{"combine": "mean", "split": "encoder"}, {"combine": "stack", "split": "encoder"},
+                                  {"encoder_scale": "dim"}])
+def test_late_fusion_and_per_column_scaling_score_alike_on_every_path(runs, over) -> None:
+    traces, failed, groups = runs
+    cfg = AgentModelConfig.from_dict({**CFG.to_dict(), "internal_folds": 0, **over})
+    m = AgentModel.fit(traces[:75], failed[:75], groups[:75], config=cfg)
+    assert m.fitted_ is not None and m.fitted_.w_emb is not None and len(m.fitted_.buckets)
+    back = AgentModel.from_dict(json.loads(json.dumps(m.to_dict())))
+    for t in traces[75:80]:
+        rows = FeatureCache().rows(t, cfg.buckets, cfg.prefix_fractions, cfg.last_turn, encoded=True)
+        assert m.score_rows(rows)[-1] == pytest.approx(m.score(t), abs=1e-6)
+        assert back.score(t) == pytest.approx(m.score(t), abs=1e-12)
+
+
+def test_options_added_later_leave_stored_model_versions_alone() -> None:
+    d = AgentModelConfig().to_dict()
+    assert "encoder_weight" not in d and "split" not in d and "encoder_scale" not in d
+    assert AgentModelConfig(encoder_weight=0.5).to_dict()["encoder_weight"] == 0.5
+    with pytest.raises(InputError, match="split"):
+        AgentModelConfig(split="rows")
+    with pytest.raises(InputError, match="encoder_scale"):
+        AgentModelConfig(encoder_scale="none")

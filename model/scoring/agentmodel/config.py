@@ -7,6 +7,9 @@ from typing import Any
 
 from model.core.errors import InputError
 
+#: Options added after agent models were first stored, with their defaults (see ``to_dict``).
+LATER_DEFAULTS: dict[str, Any] = {"encoder_weight": 0.0, "split": "shape", "encoder_scale": "block"}
+
 
 @dataclass(frozen=True)
 class AgentModelConfig:
@@ -30,6 +33,12 @@ class AgentModelConfig:
         fitted apart, combined by a logistic regression on their out-of-fold logits over ``stack_folds``
         grouped folds of the training runs — nested: the weights never see the runs they are judged on;
         the result collapses into the same linear form, so serving is unchanged).
+    encoder_scale: how the encoder block is scaled once centred: ``block`` (one scale, so a row's norm is
+        about one: the PCA's weak components stay weak) or ``dim`` (each column to unit variance, then
+        ÷ √columns: every direction penalised alike).
+    split: what ``stack`` / ``mean`` fit apart: ``shape`` (the shape block against the text blocks) or
+        ``encoder`` (the shape and n-gram blocks against the encoder block: the encoder's logit averaged
+        with the bag of words', as a late fusion).
     """
 
     c: float = 4.0
@@ -44,6 +53,8 @@ class AgentModelConfig:
     last_turn: bool = False
     internal_folds: int = 5
     combine: str = "joint"
+    split: str = "shape"
+    encoder_scale: str = "block"
     stack_folds: int = 3
     target_false_alarm: float = 0.05
     seed: int = 0
@@ -60,6 +71,10 @@ class AgentModelConfig:
                              path="prefix_fractions")
         if self.combine not in ("joint", "stack", "mean"):
             raise InputError(f"combine must be 'joint', 'stack' or 'mean'; got {self.combine!r}", path="combine")
+        if self.encoder_scale not in ("block", "dim"):
+            raise InputError(f"encoder_scale must be 'block' or 'dim'; got {self.encoder_scale!r}", path="encoder_scale")
+        if self.split not in ("shape", "encoder"):
+            raise InputError(f"split must be 'shape' or 'encoder'; got {self.split!r}", path="split")
         if self.buckets < 16:
             raise InputError(f"buckets must be ≥ 16; got {self.buckets}", path="buckets")
         object.__setattr__(self, "prefix_fractions", tuple(float(f) for f in self.prefix_fractions))
@@ -77,9 +92,14 @@ class AgentModelConfig:
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
-        """The options as JSON values (what :meth:`from_dict` reads back)."""
+        """The options as JSON values (what :meth:`from_dict` reads back). Options added after a model
+        format was first stored are left out at their defaults, so a stored model's version (a hash of
+        this) does not change when the code learns a new option."""
         d = asdict(self)
         d["prefix_fractions"] = list(self.prefix_fractions)
+        for name, default in LATER_DEFAULTS.items():
+            if d[name] == default:
+                del d[name]
         return d
 
 

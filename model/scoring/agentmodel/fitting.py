@@ -9,6 +9,7 @@ with the same arithmetic the prefix state uses.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,11 +51,24 @@ def _ngram_block(grams: sp.csr_matrix, bk: np.ndarray, idf: np.ndarray) -> sp.cs
 
 
 def fit_blocks(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
-              cfg: AgentModelConfig) -> Fitted:
+               cfg: AgentModelConfig) -> Fitted:
     """The fit on ``runs``' cached rows (one row per prefix fraction of ``cfg``), ``y`` whether each failed."""
-    if cfg.combine in ("stack", "mean") and cfg.shape_weight > 0 and (cfg.ngram_weight > 0 or cfg.encoder_weight > 0):
-        return _fit_stack(runs, y, groups, prior, cfg)
+    if cfg.combine in ("stack", "mean"):
+        c_a, c_b = _sides(cfg)
+        if max(c_a.shape_weight, c_a.ngram_weight, c_a.encoder_weight) > 0 and \
+                max(c_b.shape_weight, c_b.ngram_weight, c_b.encoder_weight) > 0:
+            return _fit_stack(runs, y, groups, prior, cfg)
     return _fit_joint(runs, y, prior, cfg)
+
+
+def _sides(cfg: AgentModelConfig) -> tuple[AgentModelConfig, AgentModelConfig]:
+    """The two models a ``stack`` / ``mean`` fits apart (``split``): the shape against the text (n-grams
+    and the encoder block), or the shape and n-grams against the encoder block."""
+    from dataclasses import replace
+
+    if cfg.split == "encoder":
+        return replace(cfg, encoder_weight=0.0), replace(cfg, shape_weight=0.0, ngram_weight=0.0)
+    return replace(cfg, ngram_weight=0.0, encoder_weight=0.0), replace(cfg, shape_weight=0.0)
 
 
 def _logits(f: Fitted, runs: Sequence[RunRows]) -> np.ndarray:
@@ -65,24 +79,25 @@ def _logits(f: Fitted, runs: Sequence[RunRows]) -> np.ndarray:
 
 def _fit_stack(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
                cfg: AgentModelConfig) -> Fitted:
-    """A shape model and an n-gram model, combined by weights fitted on their out-of-fold logits
+    """Two models fitted apart (:func:`_sides`), combined by weights fitted on their out-of-fold logits
     (``stack``) or by the mean of their logits (``mean``)."""
-    from dataclasses import replace
-
-    c_shape = replace(cfg, ngram_weight=0.0, encoder_weight=0.0)
-    c_gram = replace(cfg, shape_weight=0.0)  # the text: n-grams and the encoder block
+    c_a, c_b = _sides(cfg)
     a, c0, g = (np.array([0.5, 0.5]), 0.0, None) if cfg.combine == "mean" else \
-        _stack_weights(runs, y, groups, prior, cfg, c_shape, c_gram)
+        _stack_weights(runs, y, groups, prior, cfg, c_a, c_b)
     if prior is not None and g is None:
         g = cfg.prior_weight
-    fs = _fit_joint(runs, y, None, c_shape)
-    fg = _fit_joint(runs, y, None, c_gram)
-    # z = c0 + a0·(b_s + shape·w_s) + a1·(b_g + grams·w_g) (+ γ·logit prior): one linear model again
-    return Fitted(mean=fs.mean, scale=fs.scale, w_shape=fs.w_shape * a[0], buckets=fg.buckets, idf=fg.idf,
-                   w_ngram=(fg.w_ngram * a[1]).astype("<f4").astype(float), w_prior=g,
-                   bias=float(c0 + a[0] * fs.bias + a[1] * fg.bias),
-                   meta={"stack_weights": [float(a[0]), float(a[1])], "stack_bias": float(c0)},
-                   e_mean=fg.e_mean, w_emb=None if fg.w_emb is None else (fg.w_emb * a[1]).astype("<f4").astype(float))
+    fa = _fit_joint(runs, y, None, c_a)
+    fb = _fit_joint(runs, y, None, c_b)
+    # z = c0 + a0·(b_a + x·w_a) + a1·(b_b + x·w_b) (+ γ·logit prior): one linear model again, each block
+    # taken from the side that has it
+    fs, ws = (fa, a[0]) if c_a.shape_weight > 0 else (fb, a[1])
+    fg, wg = (fa, a[0]) if c_a.ngram_weight > 0 else (fb, a[1])
+    fe, we = (fa, a[0]) if c_a.encoder_weight > 0 else (fb, a[1])
+    return Fitted(mean=fs.mean, scale=fs.scale, w_shape=fs.w_shape * ws, buckets=fg.buckets, idf=fg.idf,
+                  w_ngram=(fg.w_ngram * wg).astype("<f4").astype(float), w_prior=g,
+                  bias=float(c0 + a[0] * fa.bias + a[1] * fb.bias),
+                  meta={"stack_weights": [float(a[0]), float(a[1])], "stack_bias": float(c0)},
+                  e_mean=fe.e_mean, w_emb=None if fe.w_emb is None else (fe.w_emb * we).astype("<f4").astype(float))
 
 
 def _stack_weights(runs: list[RunRows], y: np.ndarray, groups: list[str], prior: np.ndarray | None,
@@ -134,7 +149,7 @@ def _fit_joint(runs: list[RunRows], y: np.ndarray, prior: np.ndarray | None, cfg
         # float32 storage: round now so the fitted model scores exactly as the saved one
         idf = (np.log((1 + n) / (1 + df[bk])) + 1.0).astype("<f4").astype(float)
         blocks.append(_ngram_block(G, bk, idf) * cfg.ngram_weight)
-    e_mean, e_scale = None, 1.0
+    e_mean, e_scale = None, np.ones(1)
     if cfg.encoder_weight > 0:
         if any(r.emb is None for r in runs):
             raise ValueError("encoder_weight > 0 needs rows with the encoder block (FeatureCache.rows(encoded=True))")
@@ -142,7 +157,11 @@ def _fit_joint(runs: list[RunRows], y: np.ndarray, prior: np.ndarray | None, cfg
         # centred, one scale for the block: a row's norm is about one, like the n-gram block's
         e_mean = E.mean(axis=0).astype("<f4").astype(float)
         C = E - e_mean
-        e_scale = float(np.mean(np.linalg.norm(C, axis=1))) or 1.0
+        if cfg.encoder_scale == "dim":
+            sd = C.std(axis=0)
+            e_scale = np.where(sd > 1e-9, sd, 1.0) * math.sqrt(C.shape[1])
+        else:
+            e_scale = np.full(C.shape[1], float(np.mean(np.linalg.norm(C, axis=1))) or 1.0)
         blocks.append(sp.csr_matrix(C / e_scale * cfg.encoder_weight))
     X = sp.hstack(blocks, format="csr")
     lp = None if prior is None else np.repeat([logit(float(p)) for p in prior], len(fr))

@@ -148,7 +148,8 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
                    folds: int = 5, draws: int = 5, seed: int = 0, n_boot: int = N_BOOT,
                    data: CVData | None = None, methods: Sequence[str] = METHODS,
                    prefix_ks: Sequence[int | None] | None = None,
-                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                   progress: Callable[[str], None] | None = None,
+                   reference: AgentModelConfig | None = None) -> dict[str, Any]:
     """The agent model and both cheap learners on the same folds and the same K runs.
 
     Returns ``{"runs", "failed", "groups", "results": {"K=…|f=…": summary}}`` where each summary
@@ -156,7 +157,12 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
     AUPRC, and the paired differences ``agent_minus_tfidf`` / ``agent_minus_length`` with intervals;
     ``oof`` holds, for ``K=None`` and each draw, the out-of-fold scores of every method.
     ``prefix_ks``: the K at which prefixes other than the largest fraction are scored (default all).
+    ``reference``: another agent-model configuration (e.g. the one served before a change), fitted on
+    the same K runs of every fold and scored as method ``reference``: ``agent_minus_reference`` is then
+    the paired difference of the change.
     """
+    if reference is not None and "reference" not in methods:
+        methods = (*methods, "reference")
     cfg = config or AgentModelConfig(internal_folds=0)
     if cfg.internal_folds:
         cfg = AgentModelConfig.from_dict({**cfg.to_dict(), "internal_folds": 0})
@@ -187,17 +193,24 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
                 idx = np.array(sorted(base if K is None else base[:K]))
                 if y[idx].min() == y[idx].max():
                     continue
-                model = None
+                model = ref = None
                 if "agent" in methods:
                     model = AgentModel.fit([d.traces[i] for i in idx], y[idx] > 0.5, [d.groups[i] for i in idx],
                                            config=cfg, prior=None if d.prior is None else d.prior[idx],
                                            cache=d.cache)
+                if reference is not None:
+                    rcfg = AgentModelConfig.from_dict({**reference.to_dict(), "internal_folds": 0})
+                    ref = AgentModel.fit([d.traces[i] for i in idx], y[idx] > 0.5, [d.groups[i] for i in idx],
+                                         config=rcfg, prior=None if d.prior is None else d.prior[idx], cache=d.cache)
                 for f in fr:
                     if f != max(fr) and prefix_ks is not None and K not in prefix_ks:
                         continue
                     sc: dict[str, np.ndarray] = {}
                     if model is not None:
                         sc["agent"] = np.array([_score_at(model, d, i, f, j_of) for i in te])
+                    if ref is not None:
+                        j_ref = {g: i for i, g in enumerate(ref.config.prefix_fractions)}
+                        sc["reference"] = np.array([_score_at(ref, d, i, f, j_ref) for i in te])
                     if "tfidf" in methods or "length" in methods:
                         cl = CheapLearners(d.texts(f, idx), d.lengths(f, idx), y[idx])
                         sc.update(cl.score(d.texts(f, te), d.lengths(f, te)))

@@ -64,6 +64,9 @@ class LearningConfig:
     # the candidate ``triage retrain`` fits for a tenant's agents: the one best on the mean over every
     # family in the selection table (the report says which that is, and whether this still names it)
     served: int = 0
+    # the candidate served before this configuration: fitted on the same K runs of every fold beside the
+    # chosen one, so the report gives the paired change (``agent_minus_reference``); None: not compared
+    reference: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> LearningConfig:
@@ -80,9 +83,11 @@ class LearningConfig:
         if "prefix_ks" in d:
             d["prefix_ks"] = tuple(None if k in (None, "all") else int(k) for k in d["prefix_ks"])
         out = cls(**d)
-        if not 0 <= out.served < len(out.candidates):
-            raise InputError(f"served must index learning_curve.candidates (0…{len(out.candidates) - 1}); got "
-                             f"{out.served}", path="learning_curve.served")
+        for name in ("served", "reference"):
+            v = getattr(out, name)
+            if v is not None and not 0 <= v < len(out.candidates):
+                raise InputError(f"{name} must index learning_curve.candidates (0…{len(out.candidates) - 1}); got "
+                                 f"{v}", path=f"learning_curve.{name}")
         return out
 
     @classmethod
@@ -185,9 +190,10 @@ def run(cfg: LearningConfig, root: Path | None = None,
         mcfg, use_prior = cfg.candidate(chosen[s])
         dd = d if use_prior else _without_prior(d)
         t0 = time.time()
+        rcfg = None if cfg.reference is None else cfg.candidate(cfg.reference)[0]
         rep = cross_validate(dd.traces, dd.y > 0.5, dd.groups, ks=cfg.ks, fractions=cfg.fractions, config=mcfg,
                              folds=cfg.folds, draws=cfg.draws, seed=cfg.seed, n_boot=cfg.n_boot, data=dd,
-                             prefix_ks=cfg.prefix_ks)
+                             prefix_ks=cfg.prefix_ks, reference=rcfg)
         reps[s] = rep["results"]
         zs: dict[str, Any] | None = None
         if d.prior is not None:
@@ -208,11 +214,13 @@ def run(cfg: LearningConfig, root: Path | None = None,
                      "fractions": list(cfg.fractions), "prefix_ks": ["all" if k is None else k for k in cfg.prefix_ks],
                      "seed": cfg.seed, "n_boot": cfg.n_boot, "candidates": [dict(c) for c in cfg.candidates],
                      "base_model": dict(cfg.model), "select_k": cfg.select_k, "select_draws": cfg.select_draws, "served": cfg.served,
+                     "reference": cfg.reference,
                      "limit": cfg.limit},
         "sets": per_set,
         "reproduction": reproduction(per_set),
         "done_when": done_when(per_set, reps),
-        "replicates": {s: {k: {m: v[m]["replicates"] for m in ("agent_minus_tfidf", "agent_minus_length")}
+        "replicates": {s: {k: {m: v[m]["replicates"] for m in ("agent_minus_tfidf", "agent_minus_length",
+                                                                "agent_minus_reference") if m in v}
                            for k, v in r.items() if k in (key(100, 1.0), key(None, 1.0)) and v.get("folds")}
                        for s, r in reps.items()},
         "selection": sel,
@@ -341,7 +349,8 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     reps = {}
     for s, d in rep["sets"].items():
         reps[s] = {k: {**v, **{m: {**v[m], "replicates": rep["replicates"].get(s, {}).get(k, {}).get(m, [])}
-                               for m in ("agent_minus_tfidf", "agent_minus_length") if m in v}}
+                               for m in ("agent_minus_tfidf", "agent_minus_length", "agent_minus_reference")
+                               if m in v}}
                    for k, v in d["results"].items()}
     rep["reproduction"] = reproduction(rep["sets"])
     rep["done_when"] = done_when(rep["sets"], reps)

@@ -71,6 +71,7 @@ def done_when(per_set: dict[str, Any], reps: dict[str, dict[str, Any]]) -> dict[
     """Issue 20's run-level Done-when, checked on this report's figures."""
     rows = {}
     diffs = []
+    ref_diffs: dict[str, np.ndarray] = {}
     for s in per_set:
         kk, r = _k100(reps[s])
         if r is None:
@@ -78,6 +79,8 @@ def done_when(per_set: dict[str, Any], reps: dict[str, dict[str, Any]]) -> dict[
         b = _better(r)
         diff = r[f"agent_minus_{b}"]
         diffs.append(np.array(diff["replicates"]))
+        if "agent_minus_reference" in r:
+            ref_diffs[s] = np.array(r["agent_minus_reference"]["replicates"])
         k50 = _at(reps[s], 50, 1.0)
         half_k, half = _k100(reps[s], 0.5)
         rows[s] = {"K": kk, "agent": r["agent"]["auroc"], "better_cheap": b, "better_cheap_auroc": r[b]["auroc"],
@@ -100,6 +103,17 @@ def done_when(per_set: dict[str, Any], reps: dict[str, dict[str, Any]]) -> dict[
         out["mean_ahead_by_0.03_with_interval_above_0"] = mean_diff >= 0.03 and out["mean_diff_vs_better"]["interval"][0] > 0
         out["every_set_within_0.01"] = all(r["not_below_minus_0.01"] for r in rows.values())
         out["k50_ahead_of_both_on"] = sum(bool(r["k50_ahead_of_both"]) for r in rows.values())
+        if ref_diffs and len(ref_diffs) == len(rows):
+            n = min(len(x) for x in ref_diffs.values())
+            rep_ref = np.mean([x[:n] for x in ref_diffs.values()], axis=0)
+            pts = {s: _k100(reps[s])[1]["agent_minus_reference"]["diff"] for s in ref_diffs}  # type: ignore[index]
+            for s, v in pts.items():
+                rows[s]["minus_reference"] = v
+            ref_mean = float(np.mean([_k100(reps[s])[1]["reference"]["auroc"] for s in ref_diffs]))  # type: ignore[index]
+            out["mean_vs_reference"] = {
+                "agent": float(np.mean([rows[s]["agent"] for s in rows])), "reference": ref_mean,
+                "diff": float(np.mean(list(pts.values()))),
+                "interval": [float(np.quantile(rep_ref, 0.025)), float(np.quantile(rep_ref, 0.975))]}
         halves = [r["half_prefix"] for r in rows.values() if r["half_prefix"]]
         if halves:
             out["half_prefix_mean"] = {"agent": float(np.mean([h["agent"] for h in halves])),
@@ -185,6 +199,11 @@ def render_markdown(report: dict[str, Any]) -> str:
               f"- Every set ≥ better cheap learner − 0.01: {'yes' if dw['every_set_within_0.01'] else '**no**'}.",
               f"- At K = 50 ahead of both cheap learners on {dw['k50_ahead_of_both_on']} of {len(dw['per_set'])} "
               "sets (target ≥ 4 of 6)."]
+        if "mean_vs_reference" in dw:
+            m = dw["mean_vs_reference"]
+            L.append(f"- Against the model served before (candidate {p.get('reference')}, fitted on the same runs of "
+                     f"every fold): mean AUROC {m['agent']:.3f} vs {m['reference']:.3f}, paired change "
+                     f"**{m['diff']:+.3f}** [{m['interval'][0]:+.3f}, {m['interval'][1]:+.3f}].")
         if "half_prefix_mean" in dw:
             h = dw["half_prefix_mean"]
             L.append(f"- At 50 % of the steps (K = 100 / all): agent {h['agent']:.3f} vs the better cheap learner "
