@@ -113,3 +113,24 @@ def test_done_when_pairs_the_agent_model_with_the_reference_on_the_mean() -> Non
     assert m["diff"] == pytest.approx(0.03) and m["reference"] == pytest.approx(0.67)
     assert m["agent"] == pytest.approx(0.70) and 0.02 <= m["interval"][0] <= m["interval"][1] <= 0.035
     assert "mean_vs_reference" not in done_when({"a": {}}, {"a": {"K=100|f=1": _res(0.8, 0.7, 0.7, [0.1])}})
+
+
+@pytest.mark.slow
+def test_the_early_warning_model_is_chosen_on_prefixes_and_gives_the_prefix_rows(tmp_path: Path) -> None:
+    from serve.cli.main import app
+
+    params = PARAMS.replace("candidates: [{}, {c: 1.0}]",
+                            "candidates: [{prefix_fractions: [1.0]}, {shape_weight: 0.0}]\n  reference: 0")
+    params = params.replace("fractions: [0.5, 1.0]", "fractions: [0.25, 0.5, 1.0]")
+    (tmp_path / "params.yaml").write_text(params, encoding="utf-8")
+    r = CliRunner().invoke(app, ["evaluate", "--learning-curve", "--params", str(tmp_path / "params.yaml"),
+                                 "--reports", str(tmp_path / "reports"), "--limit", "45"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "reports" / "learning.json").read_text(encoding="utf-8"))
+    for s, d in rep["sets"].items():
+        others = [o for o in rep["sets"] if o != s]
+        sel = [np.mean([rep["sets"][o]["config"]["prefix_selection_auroc"][i] for o in others]) for i in range(2)]
+        assert d["config"]["prefix_candidate"] == int(np.argmax(sel))
+        assert "agent_minus_reference" in d["results"]["K=all|f=1"]
+    md = (tmp_path / "reports" / "learning.md").read_text(encoding="utf-8")
+    assert "early-warning model" in md and "Against the model served before (candidate 0" in md

@@ -80,7 +80,8 @@ class StaticEncoder:
         self.meta = dict(meta or {})
         vocab = tokenizer.get_vocab()
         specials = [vocab[t] for t in ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]") if t in vocab]
-        self._drop = np.array(sorted(specials), dtype=np.int64)
+        self._keep = np.ones(embeddings.shape[0], dtype=bool)  # by id: read into the mean
+        self._keep[specials] = False
         self._unk = vocab.get("[UNK]")
         self._version: str | None = None
 
@@ -100,23 +101,24 @@ class StaticEncoder:
     def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Each text's token ids (at most :data:`MAX_TOKENS`, special tokens kept)."""
         return [np.asarray(e.ids[:MAX_TOKENS], dtype=np.int64)
-                for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+                for e in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """``len(texts) × dim`` float32, each row unit length (zeros for a text with no known token)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not len(texts):
             return out
-        ids = [i[~np.isin(i, self._drop)] for i in self.token_ids(texts)]
+        ids = [i[self._keep[i]] for i in self.token_ids(texts)]
         lengths = np.array([len(i) for i in ids])
-        keep = np.flatnonzero(lengths)
-        if not len(keep):
+        full = np.flatnonzero(lengths)
+        if not len(full):
             return out
-        flat = np.concatenate([ids[k] for k in keep])
-        starts = np.concatenate([[0], np.cumsum(lengths[keep])[:-1]])
+        flat = np.concatenate([ids[k] for k in full])
+        starts = np.concatenate([[0], np.cumsum(lengths[full])[:-1]])
+        # each text's rows summed on their own (the same sum whatever else is in the batch)
         sums = np.add.reduceat(self.embeddings[flat].astype(np.float32), starts, axis=0)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        out[keep] = sums / np.where(norms > 0, norms, 1.0)
+        out[full] = sums / np.where(norms > 0, norms, 1.0)
         return out
 
     def unknown_share(self, texts: Sequence[str]) -> float:

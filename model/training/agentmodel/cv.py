@@ -241,13 +241,15 @@ def key(K: int | None, f: float) -> str:
 
 
 def _score_at(model: AgentModel, d: CVData, i: int, f: float, j_of: dict[float, int]) -> float:
+    """The model's score of run ``i``'s prefix at ``f`` from the cache (a fraction the model was not
+    trained on gets its own cached rows: the steps are counted, and encoded, once a run)."""
     p = None if d.prior is None else float(d.prior[i])
+    c = model.config
+    enc = c.encoder_weight > 0
     if f in j_of:
-        c = model.config
-        rows = d.cache.rows(d.traces[i], c.buckets, c.prefix_fractions, c.last_turn, c.encoder_weight > 0)
+        rows = d.cache.rows(d.traces[i], c.buckets, c.prefix_fractions, c.last_turn, enc)
         return float(model.score_rows(rows, prior=p)[j_of[f]])
-    t = d.traces[i]
-    return model.score(t.model_copy(update={"steps": t.steps[: prefix_lengths(len(t.steps), [f])[0]]}), prior=p)
+    return float(model.score_rows(d.cache.rows(d.traces[i], c.buckets, (f,), c.last_turn, enc), prior=p)[0])
 
 
 def attach(model: AgentModel, report: dict[str, Any]) -> AgentModel:

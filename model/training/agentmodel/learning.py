@@ -60,6 +60,7 @@ class LearningConfig:
     # the selection table (set → AUROC of each candidate) of an earlier run with the same code, data and
     # seeds, to judge a subset of the sets in parallel processes (merged by ``--merge``)
     selection: dict[str, list[float]] = field(default_factory=dict)
+    selection_prefix: dict[str, list[float]] = field(default_factory=dict)  # the same, on prefix AUROC
     sections: bool = True                                        # localisation and queue, when present
     # the candidate ``triage retrain`` fits for a tenant's agents: the one best on the mean over every
     # family in the selection table (the report says which that is, and whether this still names it)
@@ -159,30 +160,35 @@ def run(cfg: LearningConfig, root: Path | None = None,
         data[s] = CVData.make([r.trace for r in rs], [r.failed for r in rs], [r.group for r in rs],
                               cfg.fractions, priors.get(s))
     # ---- selection, leave one family out -------------------------------------------------------------
+    # two tables: whole-run AUROC (the run's probability) and the mean AUROC at 25 / 50 / 75 % of the steps
+    # (the early warning: the model that raises at_risk is chosen on what it is asked mid-run)
     sel: dict[str, list[float]] = {s: [] for s in data}
+    sel_prefix: dict[str, list[float]] = {s: [] for s in data}
     if cfg.selection:
         sel = {s: list(v) for s, v in cfg.selection.items()}
+        sel_prefix = {s: list(v) for s, v in (cfg.selection_prefix or {}).items()} or \
+            {s: [float("nan")] * len(cfg.candidates) for s in data}
     for i in range(0 if cfg.selection else len(cfg.candidates)):
         mcfg, use_prior = cfg.candidate(i)
         for s, d in data.items():
             if use_prior and d.prior is None:
                 sel[s].append(float("nan"))
+                sel_prefix[s].append(float("nan"))
                 continue
             dd = d if use_prior else _without_prior(d)
             k_sel = cfg.select_k if cfg.select_k <= 0.8 * len(dd.y) - 1 else None  # else all the training folds
-            rep = cross_validate(dd.traces, dd.y > 0.5, dd.groups, ks=(k_sel,), fractions=(1.0,),
+            mid = tuple(f for f in cfg.fractions if f in PREFIX_SELECTION)
+            rep = cross_validate(dd.traces, dd.y > 0.5, dd.groups, ks=(k_sel,), fractions=(*mid, 1.0),
                                  config=mcfg, folds=cfg.folds, draws=cfg.select_draws, seed=cfg.seed + 7,
                                  n_boot=10, data=dd, methods=("agent",))
-            r = rep["results"].get(key(cfg.select_k, 1.0)) or rep["results"].get(key(None, 1.0))
+            r = rep["results"].get(key(k_sel, 1.0))
             sel[s].append(float(r["agent"]["auroc"]) if r else float("nan"))
+            at = [rep["results"].get(key(k_sel, f)) for f in mid]
+            sel_prefix[s].append(float(np.mean([a["agent"]["auroc"] for a in at])) if at and all(at) else float("nan"))
         progress(f"candidate {i}: " + ", ".join(f"{s} {sel[s][-1]:.3f}" for s in data) +
                  f" ({time.time() - t_start:.0f} s)")
-    chosen: dict[str, int] = {}
-    for s in data:
-        others = [o for o in sel if _family(o) != _family(s)]
-        means = [float(np.nanmean([sel[o][i] for o in others])) if others else float("nan")
-                 for i in range(len(cfg.candidates))]
-        chosen[s] = int(np.nanargmax(means)) if not all(math.isnan(m) for m in means) else 0
+    chosen = {s: _choose(sel, s, len(cfg.candidates)) for s in data}
+    chosen_prefix = {s: _choose(sel_prefix, s, len(cfg.candidates), chosen[s]) for s in data}
     # ---- the curve ---------------------------------------------------------------------------------------
     per_set: dict[str, Any] = {}
     reps: dict[str, dict[str, Any]] = {}
@@ -194,6 +200,13 @@ def run(cfg: LearningConfig, root: Path | None = None,
         rep = cross_validate(dd.traces, dd.y > 0.5, dd.groups, ks=cfg.ks, fractions=cfg.fractions, config=mcfg,
                              folds=cfg.folds, draws=cfg.draws, seed=cfg.seed, n_boot=cfg.n_boot, data=dd,
                              prefix_ks=cfg.prefix_ks, reference=rcfg)
+        if chosen_prefix[s] != chosen[s]:
+            # the prefix rows (25 / 50 / 75 %) are the early-warning model's: the candidate chosen on prefixes
+            pcfg, p_prior = cfg.candidate(chosen_prefix[s])
+            prep = cross_validate(d.traces, d.y > 0.5, d.groups, ks=cfg.prefix_ks, fractions=cfg.fractions,
+                                  config=pcfg, folds=cfg.folds, draws=cfg.draws, seed=cfg.seed, n_boot=cfg.n_boot,
+                                  data=d if p_prior else _without_prior(d), prefix_ks=cfg.prefix_ks)
+            rep["results"].update({k: v for k, v in prep["results"].items() if not k.endswith("|f=1")})
         reps[s] = rep["results"]
         zs: dict[str, Any] | None = None
         if d.prior is not None:
@@ -203,7 +216,8 @@ def run(cfg: LearningConfig, root: Path | None = None,
         per_set[s] = {
             "runs": rep["runs"], "failed": rep["failed"], "groups": rep["groups"],
             "config": {"candidate": chosen[s], "model": mcfg.to_dict(), "prior": use_prior,
-                       "selection_auroc": sel[s]},
+                       "selection_auroc": sel[s], "prefix_candidate": chosen_prefix[s],
+                       "prefix_selection_auroc": sel_prefix[s]},
             "zero_shot": zs, "run_length_no_fit": auroc(d.y, msgs),
             "results": {k: _strip(v) for k, v in rep["results"].items()},
             "seconds": round(time.time() - t0, 1),
@@ -224,11 +238,23 @@ def run(cfg: LearningConfig, root: Path | None = None,
                            for k, v in r.items() if k in (key(100, 1.0), key(None, 1.0)) and v.get("folds")}
                        for s, r in reps.items()},
         "selection": sel,
+        "selection_prefix": sel_prefix,
         "seconds": round(time.time() - t_start, 1),
     }
     if cfg.sections:
         report["sections"] = other_sections(runs_by_set, cfg, progress)
     return report
+
+
+#: The prefixes (shares of the steps) whose mean AUROC chooses the early-warning model.
+PREFIX_SELECTION = (0.25, 0.5, 0.75)
+
+
+def _choose(table: dict[str, list[float]], s: str, n: int, default: int = 0) -> int:
+    """The candidate best on the mean over the families other than ``s``'s (``default`` if none can tell)."""
+    others = [o for o in table if _family(o) != _family(s)]
+    means = [float(np.nanmean([table[o][i] for o in others])) if others else float("nan") for i in range(n)]
+    return int(np.nanargmax(means)) if not all(math.isnan(m) for m in means) else default
 
 
 def _load(s: str, root: Path | None, limit: int | None) -> list[Any]:

@@ -158,6 +158,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         L.append(f"| {i} | `{json.dumps(c)}` | " + " | ".join(
             _f(d["config"]["selection_auroc"][i]) + (" **←**" if d["config"]["candidate"] == i else "")
             for d in report["sets"].values()) + " |")
+    if any("prefix_selection_auroc" in d["config"] for d in report["sets"].values()):
+        L += ["", "The early-warning model (what raises `at_risk` mid-run) is chosen the same way on the mean AUROC "
+                  "at 25 / 50 / 75 % of the steps; the prefix rows below (25–75 %) are its:", "",
+              "| candidate | " + " | ".join(report["sets"]) + " |",
+              "| --- | " + " | ".join("---" for _ in report["sets"]) + " |"]
+        for i in range(len(p["candidates"])):
+            L.append(f"| {i} | " + " | ".join(
+                _f(d["config"]["prefix_selection_auroc"][i]) + (" **←**" if d["config"]["prefix_candidate"] == i else "")
+                for d in report["sets"].values()) + " |")
     L += ["", "(**←**: the candidate that judged the set — chosen on the other families' figures, not this column.)"]
     sel = report.get("selection") or {}
     if sel and "served" in p:
