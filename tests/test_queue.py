@@ -18,8 +18,9 @@ from model.training.agentmodel.queue import (
     Scorer,
     label_weight,
     order_queue,
+    beats_random,
+    measured_best,
     pooled,
-    queue_beats_random,
     queue_markdown,
     queue_vs_random,
     uncertainty,
@@ -92,30 +93,52 @@ def word_learner(traces: Sequence[Trace]) -> object:
     return fit
 
 
-def test_queue_vs_random_spreads_over_tasks_and_pairs_the_arms() -> None:
+def test_queue_vs_random_measures_every_order_and_pairs_the_arms() -> None:
     runs = gen_runs(0, tasks=30, trials=6)
     d = queue_vs_random(runs, ks=(20, 30), draws=2, seed=1, folds=3, seed_labels=6, batch=4,
                         learner_factory=word_learner)  # type: ignore[arg-type]
-    assert d["runs"] == 180 and d["tasks"] == 30 and d["clusters"] == 30
+    assert d["runs"] == 180 and d["tasks"] == 30 and d["clusters"] == 30 and d["orders"] == ["margin", "queue"]
     row = d["k"]["30"]
-    assert row["units"] == 6 and len(row["diffs"]) == 6
+    assert row["units"] == 6 and set(row["orders"]) == {"margin", "queue"}
+    q, m = row["orders"]["queue"], row["orders"]["margin"]
+    assert len(q["diffs"]) == len(m["diffs"]) == 6
     # near-duplicates count once: the queue's 30 runs cover more of the ~20 training tasks than random's
-    assert row["queue_tasks"] > row["random_tasks"]
-    assert row["queue_tasks"] >= 19
-    assert row["ci"][0] <= row["diff"] <= row["ci"][1]
-    assert abs(row["diff"] - (row["queue"] - row["random"])) < 1e-3
+    # and than margin's (which ignores the tasks)
+    assert q["tasks"] > row["random_tasks"] and q["tasks"] >= 19 and q["tasks"] > m["tasks"]
+    for r in (q, m):
+        assert r["ci"][0] <= r["diff"] <= r["ci"][1]
+        assert abs(r["diff"] - (r["auroc"] - row["random"])) < 1e-3
     md = queue_markdown({"generated": d})
-    assert "| generated | 180 (30, 30) | 30 |" in md and "Mean over the 1 sets at K = 30" in md
+    assert "| generated | 180 (30, 30) | 30 | margin |" in md and "| generated | 180 (30, 30) | 30 | queue |" in md
+    assert "| margin | " in md and "(1 sets)" in md
 
 
 def test_decision_needs_the_whole_interval_above_zero() -> None:
-    ahead = {"a": {"k": {"50": {"diffs": [0.02, 0.03, 0.04, 0.05]}}}}
-    mixed = {"a": {"k": {"50": {"diffs": [0.05, -0.04, 0.06, -0.05]}}}}
-    assert queue_beats_random(ahead, 50)
-    assert not queue_beats_random(mixed, 50)
-    assert pooled(ahead, 50)["diff"] == pytest.approx(0.035)
+    def res(margin: list[float], queue: list[float]) -> dict[str, object]:
+        return {"a": {"k": {"50": {"orders": {"margin": {"diffs": margin}, "queue": {"diffs": queue}}}}}}
+
+    ahead = res([0.05, -0.04, 0.06, -0.05], [0.02, 0.03, 0.04, 0.05])
+    assert beats_random(ahead, "queue", 50) and not beats_random(ahead, "margin", 50)  # type: ignore[arg-type]
+    assert measured_best(ahead) == "queue"  # type: ignore[arg-type]
+    both = res([0.05, 0.06, 0.07, 0.06], [0.02, 0.03, 0.04, 0.05])
+    assert measured_best(both) == "margin"  # type: ignore[arg-type]  (both above: the larger mean)
+    behind = res([0.05, -0.04, 0.06, -0.05], [-0.02, -0.03, 0.04, -0.05])
+    assert measured_best(behind) == "random"  # type: ignore[arg-type]
+    assert pooled(ahead, 50, "queue")["diff"] == pytest.approx(0.035)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="K = 25"):
-        pooled(ahead, 25)
+        pooled(ahead, 25)  # type: ignore[arg-type]
+
+
+def test_the_default_order_is_the_measured_best() -> None:
+    """``DEFAULT_ORDER`` is what reports/learning.json's queue section decides at K = 50."""
+    import json
+
+    from serve.services.label_queue import DEFAULT_ORDER, ORDERS
+
+    rep = json.loads((Path(__file__).parent.parent / "reports" / "learning.json").read_text(encoding="utf-8"))
+    section = rep["sections"]["queue"]
+    assert DEFAULT_ORDER == measured_best(section, 50)
+    assert set(ORDERS) == {"random", *next(iter(section.values()))["orders"]}
 
 
 def test_bad_arguments() -> None:

@@ -244,15 +244,23 @@ def _strip(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The sections :func:`other_sections` computes, by name.
+SECTIONS = ("localisation", "queue")
+
+
 def other_sections(runs_by_set: dict[str, list[Any]], cfg: LearningConfig,
-                   progress: Callable[[str], None]) -> dict[str, Any]:
-    """Localisation (``where.localisation_curve``) and the queue (``queue.queue_vs_random``), when present."""
+                   progress: Callable[[str], None], only: Sequence[str] = SECTIONS) -> dict[str, Any]:
+    """Localisation (``where.localisation_curve``) and the queue (``queue.queue_vs_random``: every order the
+    review offers against random order), when present; ``only``: those of :data:`SECTIONS` to compute."""
+    bad = sorted(set(only) - set(SECTIONS))
+    if bad:
+        raise InputError(f"unknown section(s) {bad}; valid: {list(SECTIONS)}", path="sections")
     out: dict[str, Any] = {}
     try:
         where = importlib.import_module("model.training.agentmodel.where")
     except ImportError:
         where = None
-    if where is not None and hasattr(where, "localisation_curve"):
+    if where is not None and hasattr(where, "localisation_curve") and "localisation" in only:
         from model.data import realdata
 
         loc = {}
@@ -269,7 +277,7 @@ def other_sections(runs_by_set: dict[str, list[Any]], cfg: LearningConfig,
         queue = importlib.import_module("model.training.agentmodel.queue")
     except ImportError:
         queue = None
-    if queue is not None and hasattr(queue, "queue_vs_random"):
+    if queue is not None and hasattr(queue, "queue_vs_random") and "queue" in only:
         q = {}
         for s, rs in runs_by_set.items():
             t0 = time.time()
@@ -306,6 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--sections-only", action="store_true",
                     help="add the localisation and queue sections to the existing reports/learning.json")
+    ap.add_argument("--section", choices=SECTIONS, action="append", default=None,
+                    help="with --sections-only: recompute only this section (repeatable), keep the others")
     ap.add_argument("--merge", type=Path, nargs="*", default=None,
                     help="merge these learning.json files (disjoint sets) into --reports")
     a = ap.parse_args(argv)
@@ -318,7 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.sections_only:
         rep = json.loads((a.reports / "learning.json").read_text(encoding="utf-8"))
         runs_by_set = {s: _load(s, a.root, rep["protocol"]["limit"]) for s in rep["sets"]}
-        rep["sections"] = other_sections(runs_by_set, cfg, lambda s: print(s, flush=True))
+        only = tuple(a.section or SECTIONS)
+        rep["sections"] = {**(rep.get("sections") or {}),
+                           **other_sections(runs_by_set, cfg, lambda s: print(s, flush=True), only)}
         for p in write(rep, a.reports):
             print(p)
         return 0
@@ -352,4 +364,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["LearningConfig", "main", "merge", "other_sections", "run", "write", "zero_shot_priors"]
+__all__ = ["SECTIONS", "LearningConfig", "main", "merge", "other_sections", "run", "write", "zero_shot_priors"]
