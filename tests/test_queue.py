@@ -16,10 +16,10 @@ from model.core.schema import Step, StepKind, Trace
 from model.training.agentmodel.queue import (
     LABEL_WEIGHTS,
     Scorer,
-    label_weight,
-    order_queue,
     beats_random,
+    label_weight,
     measured_best,
+    order_queue,
     pooled,
     queue_markdown,
     queue_vs_random,
@@ -137,7 +137,7 @@ def test_the_default_order_is_the_measured_best() -> None:
 
     rep = json.loads((Path(__file__).parent.parent / "reports" / "learning.json").read_text(encoding="utf-8"))
     section = rep["sections"]["queue"]
-    assert DEFAULT_ORDER == measured_best(section, 50)
+    assert measured_best(section, 50) == DEFAULT_ORDER
     assert set(ORDERS) == {"random", *next(iter(section.values()))["orders"]}
 
 
@@ -182,15 +182,39 @@ def test_store_review_in_queue_order_counts_near_duplicates_once() -> None:
                 labels=[{"author": "bob", "failed": True}]),
     ]
     store = _History(records)
-    margin_order, _ = review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5)  # type: ignore[arg-type]
+    margin_order, _ = review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5,  # type: ignore[arg-type]
+                                   order="margin")
     assert [c.trace_id for c in margin_order] == ["c", "a1", "a2", "b", "c-done"]
     queue, done = review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5,  # type: ignore[arg-type]
                                order="queue")
     # a2 repeats a1's task and c's task has a label already: b comes before them
     assert [c.trace_id for c in queue] == ["a1", "b", "c", "a2", "c-done"] and done == 0
     assert "queue" in ORDERS
-    with pytest.raises(InputError, match="order must be one of"):
-        review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5, order="random")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="order must be one of random, margin, queue; got 'bogus'"):
+        review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5, order="bogus")  # type: ignore[arg-type]
+
+
+def test_random_order_is_seeded_by_the_reviewer_and_stable_as_runs_are_labelled() -> None:
+    from serve.services.label_queue import random_key, review_queue
+
+    records = [_record(f"r{i}", f"request number {i} about something {i * 7}", 0.5 + i / 100, i % 50)
+               for i in range(12)]
+    store = _History(records)
+
+    def ids(author: str) -> list[str]:
+        got, _ = review_queue(store, "local", author=author, threshold_for=lambda _: 0.5,  # type: ignore[arg-type]
+                              order="random")
+        return [c.trace_id for c in got]
+
+    ana = ids("ana")
+    assert ana == ids("ana") == sorted(ana, key=lambda t: random_key("ana", t))  # the same page twice
+    assert sorted(ana) == sorted(f"r{i}" for i in range(12))
+    assert ids("bob") != ana  # another reviewer, another order (12! orders: equal by chance ~never)
+    assert ana != [f"r{i}" for i in range(12)] and ana != [c.trace_id for c in review_queue(
+        store, "local", author="ana", threshold_for=lambda _: 0.5, order="margin")[0]]  # type: ignore[arg-type]
+    # ana labels her second run: it leaves her queue and the rest keep their order
+    records[int(ana[1][1:])]["labels"] = [{"author": "ana", "failed": True}]
+    assert ids("ana") == [t for t in ana if t != ana[1]]
 
 
 def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -> None:  # noqa: F811

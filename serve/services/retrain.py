@@ -65,6 +65,7 @@ from serve.services.retrain_plan import (
     read_runs,
     shortage,
 )
+from serve.services.retrain_where import localiser_for
 from serve.settings import Settings
 from serve.store.activations import ActivationStore
 from serve.store.labels import LabelStore
@@ -376,9 +377,11 @@ def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings
             "version": "(this one)", "runs": g.estimate["runs"], "failed": g.estimate["failed"],
             **{m: g.estimate[m]["auroc"] for m in ("agent", "zero-shot", "tfidf", "length")}, "promoted": g.promote}]
         model.card_["learning_curve"] = curve
-        text = card(tenant, key, members, champion_name, g, curve, model.card)
+        where = localiser_for(key, rs, groups, seed=seed, min_runs=settings.retrain_min_where_runs)
+        report["localisation"] = where.to_dict()
+        text = card(tenant, key, members, champion_name, g, curve, model.card) + where.card()
         mv = registry.save(tenant, key, model, parent=champion_name, card=text, report=report, data=data,
-                           members=members)
+                           members=members, where=where.model.to_dict() if where.model is not None else None)
         promoted = bool(g.promote and promote)
         if promoted:
             activations.activate_model(tenant, mv.version, actor=actor, action="promote", agent=key)

@@ -36,7 +36,7 @@ from model.core.errors import InputError
 from model.core.metrics import auroc, group_bootstrap_interval
 from model.scoring.agentmodel.model import AgentModelConfig
 from model.training.agentmodel.cv import CVData, cross_validate, key
-from model.training.agentmodel.learning_report import done_when, plot, render_markdown, reproduction
+from model.training.agentmodel.learning_report import done_when, plot, render_markdown, reproduction, sections_markdown
 
 
 @dataclass(frozen=True)
@@ -296,6 +296,18 @@ def write(report: dict[str, Any], reports: Path) -> list[Path]:
     return [js, md, png]
 
 
+def write_sections(report: dict[str, Any], reports: Path) -> list[Path]:
+    """Write ``report`` to ``learning.json`` and replace only the sections' part of ``learning.md`` (from
+    its localisation heading on), so the tables above keep their order (the JSON's keys are sorted)."""
+    js, md = reports / "learning.json", reports / "learning.md"
+    js.write_text(json.dumps(report, indent=1, sort_keys=True, default=_json_default) + "\n", encoding="utf-8")
+    old = md.read_text(encoding="utf-8") if md.is_file() else ""
+    cut = old.find("## Localisation in domain")
+    head = old[:cut] if cut >= 0 else render_markdown({**report, "sections": {}}).split("## Localisation in domain")[0]
+    md.write_text(head + "\n".join(sections_markdown(report.get("sections") or {})) + "\n", encoding="utf-8")
+    return [js, md]
+
+
 def _json_default(o: Any) -> Any:
     if isinstance(o, np.generic):
         return o.item()
@@ -331,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         only = tuple(a.section or SECTIONS)
         rep["sections"] = {**(rep.get("sections") or {}),
                            **other_sections(runs_by_set, cfg, lambda s: print(s, flush=True), only)}
-        for p in write(rep, a.reports):
+        for p in write_sections(rep, a.reports):
             print(p)
         return 0
     if a.limit is not None:
@@ -364,4 +376,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["SECTIONS", "LearningConfig", "main", "merge", "other_sections", "run", "write", "zero_shot_priors"]
+__all__ = ["SECTIONS", "LearningConfig", "main", "merge", "other_sections", "run", "write", "write_sections", "zero_shot_priors"]

@@ -210,11 +210,11 @@ def render_markdown(report: dict[str, Any]) -> str:
                      f"{'yes' if r['within_0.02'] else '**no**'} |")
     L += ["", "MEASUREMENTS drew 3 shufflings; this report draws "
           f"{p['draws']} (other shufflings: differences of a few hundredths are the folds' spread).", ""]
-    L += _sections_markdown(report.get("sections") or {})
+    L += sections_markdown(report.get("sections") or {})
     return "\n".join(L) + "\n"
 
 
-def _sections_markdown(sections: dict[str, Any]) -> list[str]:
+def sections_markdown(sections: dict[str, Any]) -> list[str]:
     L: list[str] = []
     if "localisation" in sections:
         where = importlib.import_module("model.training.agentmodel.where")
@@ -273,4 +273,5 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["MEASURED", "MEASURED_KS", "TARGETS", "done_when", "plot", "render_markdown", "reproduction"]
+__all__ = ["MEASURED", "MEASURED_KS", "TARGETS", "done_when", "plot", "render_markdown", "reproduction",
+           "sections_markdown"]
