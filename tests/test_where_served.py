@@ -128,3 +128,16 @@ def test_labels_with_a_step_train_a_where_model_that_answers_attribution_over_ht
             assert answer["attribution"]["step"] == fail_si(4)
     finally:
         server.stop()
+
+
+def test_the_run_scorers_failure_moves_with_the_attribution() -> None:
+    from model.core.findings import Attribution
+    from model.diagnosis.run_verdict import relocated, run_failure
+
+    t = gen_run(np.random.default_rng(3), n=5, fail_at=0, cue=False)
+    old = run_failure(t, Attribution(step=10, source_index=10, probability=0.4), 0.8, 0.6, [])
+    moved = relocated(old, t, Attribution(step=4, source_index=4, speaker="Planner", probability=0.7), [])
+    assert (moved.step, moved.source_index, moved.confidence) == (4, 4, 0.8) and moved.details["threshold"] == 0.6
+    assert "message 4" in moved.evidence
+    other = old.model_copy(update={"detector": "loop", "detectors": ["loop"]})
+    assert relocated(other, t, Attribution(step=4, source_index=4, probability=0.7), []) is other

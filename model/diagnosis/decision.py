@@ -24,9 +24,7 @@ from typing import Any, Protocol
 
 from model.core.coverage import verdict
 from model.core.findings import (
-    Attribution,
     DiagnosisResponse,
-    Failure,
     Finding,
     ProbabilityBasis,
     primary_of,
@@ -44,6 +42,7 @@ from model.diagnosis.agent_answer import (
     where_attribution,
 )
 from model.diagnosis.repair_engine import Decision, RepairEngine
+from model.diagnosis.run_verdict import relocated
 
 
 class Window(Protocol):
@@ -120,18 +119,6 @@ class Verdict:
     prefix: Prefix | None = None
 
 
-def relocated(failure: Failure, trace: Trace, attribution: Attribution, signals: Sequence[Failure]) -> Failure:
-    """``failure`` as it stands where ``attribution`` points: the run scorer's verdict failure sits at the
-    attributed message, so it moves with it (same confidence and operating point); any other failure
-    is the detectors' own and stays."""
-    from model.diagnosis.diagnoser import RUNSCORE, run_failure
-
-    thr = (failure.details or {}).get("threshold")
-    if failure.detector != RUNSCORE or not isinstance(thr, int | float) or failure.step == attribution.step:
-        return failure
-    return run_failure(trace, attribution, failure.confidence, float(thr), signals)
-
-
 def conclude(resp: DiagnosisResponse, trace: Trace, view: Trace, ctx: Context, engine: RepairEngine,
              recipe: str | None) -> Verdict:
     """The decision's last part, on the fused ``resp``: the agent model's probability and early
@@ -179,4 +166,4 @@ def conclude(resp: DiagnosisResponse, trace: Trace, view: Trace, ctx: Context, e
     return Verdict(resp, decision, state, prefix)
 
 
-__all__ = ["Context", "Verdict", "Window", "conclude", "relocated"]
+__all__ = ["Context", "Verdict", "Window", "conclude"]
