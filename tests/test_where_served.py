@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from model.core.errors import ModelLoadError
-from model.core.schema import Step, StepKind, Trace
+from model.core.schema import Trace
 from model.scoring.agent_registry import Registry
 from model.scoring.agentmodel.where import WhereModel
 from model.training.agentmodel.where_served import PRIOR, WHERE, choose_localiser

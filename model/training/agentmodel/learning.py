@@ -36,7 +36,13 @@ from model.core.errors import InputError
 from model.core.metrics import auroc, group_bootstrap_interval
 from model.scoring.agentmodel.model import AgentModelConfig
 from model.training.agentmodel.cv import CVData, cross_validate, key
-from model.training.agentmodel.learning_report import done_when, plot, render_markdown, reproduction, sections_markdown
+from model.training.agentmodel.learning_report import (
+    done_when,
+    plot,
+    render_markdown,
+    reproduction,
+    sections_markdown,
+)
 
 
 @dataclass(frozen=True)
@@ -262,8 +268,9 @@ def other_sections(runs_by_set: dict[str, list[Any]], cfg: LearningConfig,
         where = None
     if where is not None and hasattr(where, "localisation_curve") and "localisation" in only:
         from model.data import realdata
+        from model.training.agentmodel.where_served import served_rule_curve
 
-        loc = {}
+        loc, served = {}, {}
         for s in ("whowhen", "agentprocessbench"):
             try:
                 rs = runs_by_set.get(s) or realdata.load_source(s)
@@ -271,8 +278,11 @@ def other_sections(runs_by_set: dict[str, list[Any]], cfg: LearningConfig,
                 continue
             t0 = time.time()
             loc[s] = where.localisation_curve(rs, k=100, draws=cfg.draws, seed=cfg.seed, folds=cfg.folds)
+            # what `triage retrain`'s rule serves, chosen on the K training runs, judged on the held-out fold
+            served[s] = served_rule_curve(rs, k=100, draws=cfg.draws, seed=cfg.seed, folds=cfg.folds)
             progress(f"localisation {s}: {time.time() - t0:.0f} s")
         out["localisation"] = loc
+        out["localisation_served"] = served
     try:
         queue = importlib.import_module("model.training.agentmodel.queue")
     except ImportError:

@@ -219,6 +219,14 @@ def sections_markdown(sections: dict[str, Any]) -> list[str]:
     if "localisation" in sections:
         where = importlib.import_module("model.training.agentmodel.where")
         L += ["## Localisation in domain (model/training/agentmodel/where.py)", "", where.localisation_markdown(sections["localisation"]), ""]
+    if "localisation_served" in sections:
+        served = importlib.import_module("model.training.agentmodel.where_served")
+        L += ["### What `triage retrain` serves (model/training/agentmodel/where_served.py)", "",
+              "Per draw and task fold, the K = 100 training runs are one agent's labelled history: the rule (grouped "
+              "3-fold CV inside them, the where-model kept only when its exact accuracy beats the agent's position "
+              "prior with the paired interval above 0) chooses there; what it serves (the where-model, else the "
+              "position prior fitted on the same runs) is judged on the held-out fold. Interval: bootstrap over tasks.",
+              "", served.served_rule_markdown(sections["localisation_served"]), ""]
     else:
         L += ["## Localisation in domain", "", "(not in this report: `python -m model.training.agentmodel.learning --sections-only` adds it when model/training/agentmodel/where.py is present.)", ""]
     if "queue" in sections:
