@@ -30,6 +30,8 @@
    gate says, its card carrying the agent's learning curve so far; it is activated only when it passes.
    The retrain's record (every agent fitted, pooled or refused, with its code) is kept beside the
    registry (:meth:`~model.scoring.agent_registry.Registry.save_retrain`).
+6. **Localisation** (:mod:`serve.services.retrain_where`): an agent whose failed runs' labels say where they
+   went wrong gets its own where-model beside its model when its grouped CV beats the position prior.
 """
 
 from __future__ import annotations
