@@ -77,6 +77,12 @@ _KIND_THRESHOLDS = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
 #: The review's orders (module docstring); ``random`` is the reference the others are measured against.
 Order = Literal["random", "margin", "queue"]
 ORDERS: tuple[Order, ...] = get_args(Order)
+#: Each order in a few words (the console's titles).
+ORDER_TITLES: dict[str, str] = {
+    "random": "a random order seeded by you: stable across pages",
+    "margin": "the stored diagnoses closest to deciding the other way first",
+    "queue": "uncertain first, the runs of one task counted once",
+}
 #: The review's default order: the measured best at K = 50 (``model.training.agentmodel.queue.measured_best``
 #: on reports/learning.json's queue section; tests/test_queue.py checks the two agree).
 DEFAULT_ORDER: Order = "random"
@@ -369,7 +375,8 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
     cv_auroc = basis.get("cv_auroc") if isinstance(basis.get("cv_auroc"), int | float) else \
         active_cv_auroc(console, tenant, agent)
     return {
-        "author": author, "done": done, "total": total, "left": len(queue), "at": at, "order": order, "orders": list(ORDERS),
+        "author": author, "done": done, "total": total, "left": len(queue), "at": at, "order": order,
+        "orders": list(ORDERS), "order_titles": ORDER_TITLES,
         "default_order": DEFAULT_ORDER,
         "queue": [{"id": c.trace_id, "margin": round(c.margin, 4), "basis": c.basis} for c in queue[:200]],
         "current": current, "main_keys": MAIN_KEYS,  # the CLI's keys, u (undo) among them
@@ -383,7 +390,7 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
     }
 
 
-__all__ = ["DEFAULT_ORDER", "KIND_KEYS", "MAIN_KEYS", "MAIN_PROMPT", "ORDERS", "Order", "PROBABILITY", "Candidate",
+__all__ = ["DEFAULT_ORDER", "KIND_KEYS", "MAIN_KEYS", "MAIN_PROMPT", "ORDERS", "ORDER_TITLES", "Order", "PROBABILITY", "Candidate",
            "HistorySource", "Measure", "active_cv_auroc", "agree", "author_of", "compact", "file_review_queue",
            "legend", "margin", "measure_margin", "needs_review", "operating_points", "queue_page", "random_key",
            "review_queue", "shown_steps"]
