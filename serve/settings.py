@@ -200,6 +200,11 @@ class Settings(BaseSettings):
         default=5, ge=2,
         description="`triage retrain`: the failed and the successful runs a model needs, at least, each.",
     )
+    retrain_min_where_runs: int = Field(
+        default=20, ge=3,
+        description="`triage retrain`: the labelled failing runs that say where they went wrong (a label's `step` or "
+        "`source_index`) an agent needs before its own where-model is fitted and compared with the position prior.",
+    )
     retrain_cv_folds: int = Field(
         default=5, ge=2, le=20, description="`triage retrain`: grouped cross-validation folds of the gate.",
     )

@@ -207,7 +207,7 @@ def _post(srv: dict[str, Any], run: RealRun, **options: Any) -> dict[str, Any]:
     r = httpx.post(f"{srv['url']}/v1/diagnose", json=body, headers={"Authorization": f"Bearer {srv['key']}"}, timeout=60)
     assert r.status_code == 200, r.text
     out: dict[str, Any] = r.json()
-    assert out["schema_version"] == "1.5"
+    assert out["schema_version"] == "1.6"
     return out
 
 

@@ -366,11 +366,11 @@ def test_bad_query_parameters_and_forms_get_a_4xx_naming_the_field(srv: dict[str
 
 def test_queue_says_why_a_run_is_asked_in_rounded_figures_with_its_terms_explained(srv: dict[str, Any]) -> None:
     c = _signed_in(srv["url"], srv["key"])
-    twin = c.get("/ui/queue?format=json").json()
+    twin = c.get("/ui/queue?format=json&order=margin").json()
     u = twin["current"]["uncertainty"]
     # the loop run: its margin is measured on its loop finding's confidence against the kind's threshold
     assert u["on"] == "loop" and isinstance(u["value"], float) and isinstance(u["threshold"], float)
-    html = c.get("/ui/queue").text
+    html = c.get("/ui/queue?order=margin").text
     why = re.search(r'<p class="meta" id="why-asked">(.*?)</p>', html, flags=re.S)
     assert why is not None
     words = re.sub(r"<[^>]+>", "", why.group(1))
@@ -380,6 +380,16 @@ def test_queue_says_why_a_run_is_asked_in_rounded_figures_with_its_terms_explain
     assert f"(margin {'< 0.001' if margin < 0.0005 else f'{margin:.3f}'})" in words
     for term in ("threshold", "margin"):
         assert re.search(rf'<abbr class="term" title="[^"]+">{term}</abbr>', why.group(1)), term
+    # the default order is the measured best; random order says so instead of "asked because"
+    from serve.services.label_queue import DEFAULT_ORDER
+
+    assert c.get("/ui/queue?format=json").json()["order"] == DEFAULT_ORDER
+    rnd = c.get("/ui/queue?order=random")
+    assert rnd.status_code == 200 and "Next in random order" in rnd.text and 'data-order="random"' in rnd.text
+    ids = [q["id"] for q in c.get("/ui/queue?format=json&order=random").json()["queue"]]
+    assert ids == [q["id"] for q in c.get("/ui/queue?format=json&order=random").json()["queue"]]  # a stable page
+    bad = c.get("/ui/queue?order=bogus")
+    assert bad.status_code == 422 and "order" in [str(p) for p in bad.json()["detail"][0]["loc"]]
 
 
 def test_label_form_writes_what_the_api_writes_and_stays_in_its_tenant(srv: dict[str, Any]) -> None:

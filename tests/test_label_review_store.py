@@ -83,7 +83,8 @@ def test_queue_most_uncertain_first_and_skips_own_labels(history: tuple[str, Tri
     _, service, ids = history
     scorer = service.diagnoser.runscorer
     assert scorer is not None
-    queue, done = review_queue(service.stores.labels, TENANT, author="ana", threshold_for=lambda _: scorer.threshold)
+    queue, done = review_queue(service.stores.labels, TENANT, author="ana", threshold_for=lambda _: scorer.threshold,
+                               order="margin")
     assert done == 0 and sorted(c.trace_id for c in queue) == sorted(ids)
     margins = [c.margin for c in queue]
     assert margins == sorted(margins)
@@ -96,7 +97,8 @@ def test_queue_most_uncertain_first_and_skips_own_labels(history: tuple[str, Tri
         assert c.margin == pytest.approx(min(dists))
     service.add_label(TENANT, queue[0].trace_id, LabelRequest(failed=True, author="ana"))
     service.add_label(TENANT, queue[1].trace_id, LabelRequest(failed=True, author="bob"))
-    again, done = review_queue(service.stores.labels, TENANT, author="ana", threshold_for=lambda _: scorer.threshold)
+    again, done = review_queue(service.stores.labels, TENANT, author="ana", threshold_for=lambda _: scorer.threshold,
+                               order="margin")
     assert done == 1 and [c.trace_id for c in again] == [c.trace_id for c in queue[1:]]
 
 
@@ -138,7 +140,7 @@ def test_scripted_review_writes_api_labels_and_resumes(
     assert got.returncode == 0, got.stdout + got.stderr
     out = got.stdout
     assert "Traceback" not in out + got.stderr
-    assert f"{len(ids)} trace(s) of tenant 'local' to review, most uncertain first (0 already labelled by ana)" in out
+    assert f"{len(ids)} trace(s) of tenant 'local' to review, in random order (0 already labelled by ana)" in out
     assert _shown(out) == order[:4]
     assert "not a key here: 'z'; press one of: f o a k s n u q" in out
     last = len(service.stored_trace(TENANT, first).steps) - 1
@@ -157,7 +159,7 @@ def test_scripted_review_writes_api_labels_and_resumes(
     # resume: the two labelled traces are not shown again; the skipped one comes first
     got = _review(url, data, "a\n", "--author", "ana")
     assert got.returncode == 0, got.stdout + got.stderr
-    assert f"{len(ids) - 2} trace(s) of tenant 'local' to review, most uncertain first (2 already labelled by ana)" \
+    assert f"{len(ids) - 2} trace(s) of tenant 'local' to review, in random order (2 already labelled by ana)" \
         in got.stdout
     assert _shown(got.stdout) == order[2:4]
     assert "saved: " in got.stdout and "end of input; 1 label(s) saved, rerun to carry on" in got.stdout

@@ -16,10 +16,11 @@ from model.core.schema import Step, StepKind, Trace
 from model.training.agentmodel.queue import (
     LABEL_WEIGHTS,
     Scorer,
+    beats_random,
     label_weight,
+    measured_best,
     order_queue,
     pooled,
-    queue_beats_random,
     queue_markdown,
     queue_vs_random,
     uncertainty,
@@ -92,30 +93,52 @@ def word_learner(traces: Sequence[Trace]) -> object:
     return fit
 
 
-def test_queue_vs_random_spreads_over_tasks_and_pairs_the_arms() -> None:
+def test_queue_vs_random_measures_every_order_and_pairs_the_arms() -> None:
     runs = gen_runs(0, tasks=30, trials=6)
     d = queue_vs_random(runs, ks=(20, 30), draws=2, seed=1, folds=3, seed_labels=6, batch=4,
                         learner_factory=word_learner)  # type: ignore[arg-type]
-    assert d["runs"] == 180 and d["tasks"] == 30 and d["clusters"] == 30
+    assert d["runs"] == 180 and d["tasks"] == 30 and d["clusters"] == 30 and d["orders"] == ["margin", "queue"]
     row = d["k"]["30"]
-    assert row["units"] == 6 and len(row["diffs"]) == 6
+    assert row["units"] == 6 and set(row["orders"]) == {"margin", "queue"}
+    q, m = row["orders"]["queue"], row["orders"]["margin"]
+    assert len(q["diffs"]) == len(m["diffs"]) == 6
     # near-duplicates count once: the queue's 30 runs cover more of the ~20 training tasks than random's
-    assert row["queue_tasks"] > row["random_tasks"]
-    assert row["queue_tasks"] >= 19
-    assert row["ci"][0] <= row["diff"] <= row["ci"][1]
-    assert abs(row["diff"] - (row["queue"] - row["random"])) < 1e-3
+    # and than margin's (which ignores the tasks)
+    assert q["tasks"] > row["random_tasks"] and q["tasks"] >= 19 and q["tasks"] > m["tasks"]
+    for r in (q, m):
+        assert r["ci"][0] <= r["diff"] <= r["ci"][1]
+        assert abs(r["diff"] - (r["auroc"] - row["random"])) < 1e-3
     md = queue_markdown({"generated": d})
-    assert "| generated | 180 (30, 30) | 30 |" in md and "Mean over the 1 sets at K = 30" in md
+    assert "| generated | 180 (30, 30) | 30 | margin |" in md and "| generated | 180 (30, 30) | 30 | queue |" in md
+    assert "| margin | " in md and "(1 sets)" in md
 
 
 def test_decision_needs_the_whole_interval_above_zero() -> None:
-    ahead = {"a": {"k": {"50": {"diffs": [0.02, 0.03, 0.04, 0.05]}}}}
-    mixed = {"a": {"k": {"50": {"diffs": [0.05, -0.04, 0.06, -0.05]}}}}
-    assert queue_beats_random(ahead, 50)
-    assert not queue_beats_random(mixed, 50)
-    assert pooled(ahead, 50)["diff"] == pytest.approx(0.035)
+    def res(margin: list[float], queue: list[float]) -> dict[str, object]:
+        return {"a": {"k": {"50": {"orders": {"margin": {"diffs": margin}, "queue": {"diffs": queue}}}}}}
+
+    ahead = res([0.05, -0.04, 0.06, -0.05], [0.02, 0.03, 0.04, 0.05])
+    assert beats_random(ahead, "queue", 50) and not beats_random(ahead, "margin", 50)  # type: ignore[arg-type]
+    assert measured_best(ahead) == "queue"  # type: ignore[arg-type]
+    both = res([0.05, 0.06, 0.07, 0.06], [0.02, 0.03, 0.04, 0.05])
+    assert measured_best(both) == "margin"  # type: ignore[arg-type]  (both above: the larger mean)
+    behind = res([0.05, -0.04, 0.06, -0.05], [-0.02, -0.03, 0.04, -0.05])
+    assert measured_best(behind) == "random"  # type: ignore[arg-type]
+    assert pooled(ahead, 50, "queue")["diff"] == pytest.approx(0.035)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="K = 25"):
-        pooled(ahead, 25)
+        pooled(ahead, 25)  # type: ignore[arg-type]
+
+
+def test_the_default_order_is_the_measured_best() -> None:
+    """``DEFAULT_ORDER`` is what reports/learning.json's queue section decides at K = 50."""
+    import json
+
+    from serve.services.label_queue import DEFAULT_ORDER, ORDERS
+
+    rep = json.loads((Path(__file__).parent.parent / "reports" / "learning.json").read_text(encoding="utf-8"))
+    section = rep["sections"]["queue"]
+    assert measured_best(section, 50) == DEFAULT_ORDER
+    assert set(ORDERS) == {"random", *next(iter(section.values()))["orders"]}
 
 
 def test_bad_arguments() -> None:
@@ -159,15 +182,39 @@ def test_store_review_in_queue_order_counts_near_duplicates_once() -> None:
                 labels=[{"author": "bob", "failed": True}]),
     ]
     store = _History(records)
-    margin_order, _ = review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5)  # type: ignore[arg-type]
+    margin_order, _ = review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5,  # type: ignore[arg-type]
+                                   order="margin")
     assert [c.trace_id for c in margin_order] == ["c", "a1", "a2", "b", "c-done"]
     queue, done = review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5,  # type: ignore[arg-type]
                                order="queue")
     # a2 repeats a1's task and c's task has a label already: b comes before them
     assert [c.trace_id for c in queue] == ["a1", "b", "c", "a2", "c-done"] and done == 0
     assert "queue" in ORDERS
-    with pytest.raises(InputError, match="order must be one of"):
-        review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5, order="random")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="order must be one of random, margin, queue; got 'bogus'"):
+        review_queue(store, "local", author="ana", threshold_for=lambda _: 0.5, order="bogus")  # type: ignore[arg-type]
+
+
+def test_random_order_is_seeded_by_the_reviewer_and_stable_as_runs_are_labelled() -> None:
+    from serve.services.label_queue import random_key, review_queue
+
+    records = [_record(f"r{i}", f"request number {i} about something {i * 7}", 0.5 + i / 100, i % 50)
+               for i in range(12)]
+    store = _History(records)
+
+    def ids(author: str) -> list[str]:
+        got, _ = review_queue(store, "local", author=author, threshold_for=lambda _: 0.5,  # type: ignore[arg-type]
+                              order="random")
+        return [c.trace_id for c in got]
+
+    ana = ids("ana")
+    assert ana == ids("ana") == sorted(ana, key=lambda t: random_key("ana", t))  # the same page twice
+    assert sorted(ana) == sorted(f"r{i}" for i in range(12))
+    assert ids("bob") != ana  # another reviewer, another order (12! orders: equal by chance ~never)
+    assert ana != [f"r{i}" for i in range(12)] and ana != [c.trace_id for c in review_queue(
+        store, "local", author="ana", threshold_for=lambda _: 0.5, order="margin")[0]]  # type: ignore[arg-type]
+    # ana labels her second run: it leaves her queue and the rest keep their order
+    records[int(ana[1][1:])]["labels"] = [{"author": "ana", "failed": True}]
+    assert ids("ana") == [t for t in ana if t != ana[1]]
 
 
 def test_store_review_queue_order_on_a_real_store(db_url: str, tmp_path: Path) -> None:  # noqa: F811

@@ -26,7 +26,7 @@ def test_healthy(live_server: LiveServer) -> None:
     body = r.json()
     assert body["healthy"] is True and body["failures"] == []
     assert body["recommendation"]["strategy"] == "continue"
-    assert body["schema_version"] == "1.5" and body["model_version"]
+    assert body["schema_version"] == "1.6" and body["model_version"]
 
 
 def test_ignored_error_root_cause_and_symptom(live_server: LiveServer) -> None:

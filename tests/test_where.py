@@ -118,7 +118,7 @@ def test_fixed_rows() -> None:
 
 
 def test_fixed_position_is_chosen_on_the_runs_given() -> None:
-    from model.training.agentmodel.where import _prepare
+    from model.scoring.agentmodel.where import prepare as _prepare
 
     rng = np.random.default_rng(6)
     items = [_prepare(gen_run(rng, n=int(rng.integers(4, 8)), fail_at=2, cue=False), fail_si(2), f"g{i}")

@@ -87,6 +87,7 @@ class ProbabilityBasis(_Open):
     version: str | None = None
     zero_shot_probability: float | None = None
     learner: Literal["agent", "tfidf", "length"] | str | None = None  # schema 1.4; None from older services
+    localiser: Literal["position prior", "where model"] | str | None = None  # schema 1.6: what gave `attribution`
 
 
 class Attribution(_Open):

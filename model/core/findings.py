@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from model.core.coverage import Coverage
 from model.core.kinds import SYMPTOM_KINDS, Category, FailureKind, Severity, Strategy
 
-RESPONSE_SCHEMA_VERSION = "1.5"  # 1.1: failure_probability, attribution; 1.2: arm; 1.3: failure_probability_basis;
-# 1.4: agent, agent_source; 1.5: recommendation.addresses
+RESPONSE_SCHEMA_VERSION = "1.6"  # 1.1: failure_probability, attribution; 1.2: arm; 1.3: failure_probability_basis;
+# 1.4: agent, agent_source; 1.5: recommendation.addresses; 1.6: failure_probability_basis.localiser
 
 
 class Finding(BaseModel):
@@ -101,6 +101,12 @@ class ProbabilityBasis(BaseModel):
         description="(schema 1.4) Which learner the agent's registered model is (`agent` only): `agent`, its own "
         "agent model; `tfidf` or `length`, the cheap learner (TF-IDF + logistic regression; the run's length) "
         "that `triage retrain` measured better than the agent model in its grouped cross-validation.",
+    )
+    localiser: Literal["position prior", "where model"] | None = Field(
+        default=None,
+        description="(schema 1.6) What gave `attribution`: `where model`, the agent's own where-model (kept by "
+        "`triage retrain` only where its grouped cross-validation on the agent's labelled failing runs beat the "
+        "position prior's exact accuracy, interval above 0); `position prior`, the shipped position attribution.",
     )
     zero_shot_probability: float | None = Field(
         default=None, ge=0.0, le=1.0,

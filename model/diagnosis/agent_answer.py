@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from model.core.findings import Failure
+from model.core.findings import Attribution, Failure
 from model.core.kinds import KIND_INFO, FailureKind
 from model.core.metrics import logistic, logit
-from model.core.schema import Step, Trace
+from model.core.schema import Step, StepKind, Trace
 
 if TYPE_CHECKING:
     from model.scoring.agent_registry import Servable
+    from model.scoring.agentmodel.where import WhereModel
 
 #: The detector name of an ``at_risk`` failure.
 AGENT_MODEL_DETECTOR = "agent_model"
@@ -41,13 +42,16 @@ class ServedAgent:
     (:class:`~model.scoring.agentmodel.cheap.CheapModel`) ``triage retrain`` measured better.
 
     ``key`` is its registry key (the agent, or the tenant's pooled model); ``version`` its registry
-    version; ``tenant`` only labels it (metrics, logs)."""
+    version; ``tenant`` only labels it (metrics, logs). ``where``: the agent's own where-model, registered
+    beside the model when ``triage retrain`` kept it (:mod:`model.training.agentmodel.where_served`);
+    ``None``: the shipped attribution answers."""
 
     tenant: str
     agent: str
     key: str
     version: str
     model: Servable
+    where: WhereModel | None = None
 
     @property
     def learner(self) -> str:
@@ -138,6 +142,17 @@ def at_risk_failure(trace: Trace, step: int, probability: float, served: ServedA
     )
 
 
+def where_attribution(where: WhereModel, trace: Trace) -> Attribution | None:
+    """The where-model's ``attribution`` of ``trace``: its most likely failing message (``None``: no
+    candidate message)."""
+    probs = where.probabilities(trace)
+    if not probs:
+        return None
+    si, p = max(probs, key=lambda sp: sp[1])
+    step = next(i for i, s in enumerate(trace.steps) if s.source_index == si and s.kind is not StepKind.SYSTEM)
+    return Attribution(step=step, source_index=si, speaker=trace.steps[step].speaker, probability=min(1.0, max(0.0, p)))
+
+
 def relabel_final_outputs(state: Any, n: int) -> None:
     """``n`` steps the prefix state counted as final answers are answers no more (more work followed
     them: a session append re-marks them ``llm_output``); the state counts them so, as a fresh read
@@ -213,4 +228,5 @@ __all__ = [
     "recentred",
     "relabel_final_outputs",
     "score_prefixes",
+    "where_attribution",
 ]

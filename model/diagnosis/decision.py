@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from model.core.coverage import verdict
-from model.core.findings import DiagnosisResponse, Finding, ProbabilityBasis, primary_of, step_order
+from model.core.findings import (
+    DiagnosisResponse,
+    Finding,
+    ProbabilityBasis,
+    primary_of,
+    step_order,
+)
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.diagnosis.agent_answer import (
@@ -33,8 +39,10 @@ from model.diagnosis.agent_answer import (
     SessionPrefix,
     agent_probability,
     recentred,
+    where_attribution,
 )
 from model.diagnosis.repair_engine import Decision, RepairEngine
+from model.diagnosis.run_verdict import relocated
 
 
 class Window(Protocol):
@@ -126,9 +134,16 @@ def conclude(resp: DiagnosisResponse, trace: Trace, view: Trace, ctx: Context, e
             state["agent_model"] = ctx.prefix.memo
         probability, at_risk, prefix = agent_probability(served, trace, p0, ctx.prefix)
         resp.failure_probability = probability
+        localiser = "position prior" if resp.attribution is not None else None
+        if served.where is not None and resp.attribution is not None:
+            moved = where_attribution(served.where, trace)
+            if moved is not None:
+                resp.attribution, localiser = moved, "where model"
+                resp.failures = sorted((relocated(f, trace, moved, resp.signals) for f in resp.failures),
+                                       key=step_order)
         resp.failure_probability_basis = ProbabilityBasis(
             model="agent", agent=served.agent, labelled_runs=served.labelled_runs, cv_auroc=served.cv_auroc,
-            version=served.tag, zero_shot_probability=p0, learner=served.learner)
+            version=served.tag, zero_shot_probability=p0, learner=served.learner, localiser=localiser)
         resp.model_version = f"{resp.model_version}+{served.version}"
         resp.detector_versions[AGENT_MODEL_DETECTOR] = served.model.version
         if at_risk is not None:
@@ -141,7 +156,7 @@ def conclude(resp: DiagnosisResponse, trace: Trace, view: Trace, ctx: Context, e
         if ctx.agent is not None:
             resp.failure_probability_basis = ProbabilityBasis(
                 model="zero-shot", agent=ctx.agent, labelled_runs=n if p0 is not None else 0, version=recipe,
-                zero_shot_probability=p0)
+                zero_shot_probability=p0, localiser="position prior" if resp.attribution is not None else None)
     resp.primary = primary_of(resp.failures)
     resp.healthy = verdict(resp.coverage, failures=len(resp.failures))
     session_key = ctx.session_key or f"trace:{trace.id}"

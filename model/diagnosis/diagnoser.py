@@ -41,21 +41,20 @@ from model.core.findings import (
     primary_of,
     step_order,
 )
-from model.core.kinds import CLASSIFIER_KINDS, KIND_INFO, FailureKind, Strategy
+from model.core.kinds import KIND_INFO, FailureKind, Strategy
 from model.core.options import DiagnoseOptions
-from model.core.schema import StepKind, Trace
+from model.core.schema import Trace
 from model.core.shared_graphs import shared_graphs
 from model.detectors.base import TraceDetector
 from model.detectors.catalog import TRACE_DETECTORS, default_detectors, make_detector
 from model.diagnosis.decision import Context, Verdict, conclude
 from model.diagnosis.repair_engine import RepairEngine
+from model.diagnosis.run_verdict import RUNSCORE, attributed_kind, run_failure
 from model.importers.spans import unkeyed_warning
 
 if TYPE_CHECKING:
     from model.scoring.runscore.model import RunScorer
 
-#: The name that switches the run scorer on or off in ``options.detectors``.
-RUNSCORE = "runscore"
 
 #: A finding at or above its kind's threshold is a failure. Rules report calibrated constants; a
 #: learned detector with its own tuned thresholds reports confidences relative to them (the
@@ -143,41 +142,6 @@ def zero_shot_inputs(raw: Iterable[Finding], failures: Sequence[Failure], detect
     rule_conf = max((f.confidence for f in failures if f.detector in names), default=None)
     signals = [f for f in raw if f.confidence < DEFAULT_THRESHOLDS[f.kind]]
     return rule_conf, evidence(signals, maxima)
-
-
-def attributed_kind(trace: Trace, attribution: Attribution, signals: Sequence[Failure]) -> tuple[FailureKind, str]:
-    """The most likely failure kind at the attributed message, and where that came from.
-
-    The most confident signal on that message of a kind the classifier produces (the classifier's
-    most likely kind there); else by what the message is: a call → ``malformed_call``, an answer
-    after no result at all → ``off_topic``, any other answer → ``hallucination``.
-    """
-    here = [f for f in signals if f.source_index == attribution.source_index and f.kind in CLASSIFIER_KINDS]
-    if here:
-        best = max(here, key=lambda f: f.confidence)
-        return best.kind, f"signal:{best.detector}"
-    step = trace.steps[attribution.step]
-    if step.kind is StepKind.TOOL_CALL:
-        return FailureKind.MALFORMED_CALL, "step_kind"
-    grounded = any(s.kind is StepKind.TOOL_RESULT for s in trace.steps[: attribution.step])
-    return (FailureKind.HALLUCINATION if grounded else FailureKind.OFF_TOPIC), "step_kind"
-
-
-def run_failure(trace: Trace, attribution: Attribution, probability: float, threshold: float,
-                signals: Sequence[Failure]) -> Failure:
-    """The failure a run-level verdict raises: at the attributed message, confidence = the probability."""
-    kind, kind_from = attributed_kind(trace, attribution, signals)
-    info = KIND_INFO[kind]
-    step = trace.steps[attribution.step]
-    return Failure(
-        kind=kind, category=info.category, severity=info.severity, confidence=probability,
-        detector=RUNSCORE, detectors=[RUNSCORE], step=attribution.step, source_index=attribution.source_index,
-        span_id=step.span_id,
-        evidence=(f"{RUNSCORE}: failure_probability {probability:.2f} ≥ operating point {threshold:.2f}; "
-                  f"most likely at message {attribution.source_index} (p={attribution.probability:.2f})"),
-        details={"failure_probability": probability, "threshold": threshold,
-                 "attribution_probability": attribution.probability, "kind_from": kind_from},
-    )
 
 
 class Diagnoser:

@@ -15,6 +15,8 @@ share a folder); ``version.json`` keeps the name itself. A version's folder::
     evaluation.json     the gate's figures (the ModelVersion's ``summary``)
     data.json           the data it saw: sha256 of every trace, labels' counts
     version.json        tenant, agent, version, parent, created_at, the artefact's sha256, members
+    where.json          (when ``triage retrain`` kept one) the agent's where-model, which serves its
+                        ``attribution`` (WhereModel.to_dict(); its sha256 in version.json)
 
 A version's ``agentmodel.json`` holds an :class:`~model.scoring.agentmodel.model.AgentModel` or, when
 ``triage retrain`` measured a cheap learner better, a :class:`~model.scoring.agentmodel.cheap.CheapModel`
@@ -50,6 +52,7 @@ from model.scoring.runscore.model import ARTIFACT
 if TYPE_CHECKING:
     from model.scoring.agentmodel.cheap import CheapModel
     from model.scoring.agentmodel.model import AgentModel
+    from model.scoring.agentmodel.where import WhereModel
 
 #: What a registered version serves (:meth:`Registry.load` returns it, :meth:`Registry.save` takes it):
 #: the agent's own :class:`~model.scoring.agentmodel.model.AgentModel`, or the
@@ -80,6 +83,7 @@ ARTEFACT_FILE = "agentmodel.json"
 CARD_FILE = "MODEL_CARD.md"
 REPORT_FILE = "evaluation.json"
 DATA_FILE = "data.json"
+WHERE_FILE = "where.json"
 VERSION_FILE = "version.json"
 #: The folder (under the tenant's) of ``triage retrain``'s records.
 RETRAINS = "retrains"
@@ -203,14 +207,38 @@ class Registry:
         except (ValueError, KeyError, TypeError, InputError) as exc:
             raise ModelLoadError(f"{art}: not an agent model ({exc})") from exc
 
+    def load_where(self, tenant: str, agent: str, version: str) -> WhereModel | None:
+        """The version's where-model (``None``: the retrain kept none); :class:`ModelLoadError` when its
+        file is unreadable, corrupt (sha256) or not a where-model."""
+        from model.scoring.agentmodel.where import WhereModel
+
+        mv = self.get(tenant, agent, version)
+        path = mv.path / WHERE_FILE
+        try:
+            meta = json.loads((mv.path / VERSION_FILE).read_text(encoding="utf-8"))
+            if "where_sha256" not in meta:
+                return None
+            raw = path.read_bytes()
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"{path}: cannot read ({exc})") from exc
+        if hashlib.sha256(raw).hexdigest() != meta["where_sha256"]:
+            raise ModelLoadError(f"{path}: sha256 differs from the one recorded at save (corrupt or edited)")
+        try:
+            return WhereModel.from_dict(json.loads(raw))
+        except (ValueError, KeyError, TypeError, InputError) as exc:
+            raise ModelLoadError(f"{path}: not a where model ({exc})") from exc
+
     # ---- writing ----------------------------------------------------------------------------
 
     def save(self, tenant: str, agent: str, model: Servable, *, parent: str | None, card: str,
-             report: dict[str, Any], data: dict[str, Any], members: tuple[str, ...] = ()) -> ModelVersion:
-        """Register ``model`` as the agent's next version (atomic: a temp folder renamed into place)."""
+             report: dict[str, Any], data: dict[str, Any], members: tuple[str, ...] = (),
+             where: dict[str, Any] | None = None) -> ModelVersion:
+        """Register ``model`` as the agent's next version (atomic: a temp folder renamed into place);
+        ``where``: the agent's where-model (``WhereModel.to_dict()``), saved beside it."""
         folder = self._agent_dir(tenant, agent)
         folder.mkdir(parents=True, exist_ok=True)
         body = (json.dumps(model.to_dict(), sort_keys=True) + "\n").encode()
+        where_body = None if where is None else (json.dumps(where, sort_keys=True) + "\n").encode()
         tmp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=folder))
         try:
             for _ in range(100):
@@ -221,6 +249,9 @@ class Registry:
                 created = now.isoformat(timespec="seconds").replace("+00:00", "Z")
                 meta = {"tenant": tenant, "agent": agent, "version": version, "parent": parent, "created_at": created,
                         "sha256": hashlib.sha256(body).hexdigest(), "model": model.version, "members": list(members)}
+                if where_body is not None:
+                    meta["where_sha256"] = hashlib.sha256(where_body).hexdigest()
+                    (tmp / WHERE_FILE).write_bytes(where_body)
                 (tmp / ARTEFACT_FILE).write_bytes(body)
                 (tmp / CARD_FILE).write_text(card, encoding="utf-8")
                 (tmp / REPORT_FILE).write_text(json.dumps(report, indent=1, sort_keys=True, default=str) + "\n",
@@ -311,4 +342,4 @@ class Registry:
         return self._agent_dir(tenant, agent) / version
 
 
-__all__ = ["POOLED", "RETRAINS", "SHIPPED_VERSION", "ZERO_SHOT", "ModelVersion", "Registry", "Servable", "agent_key"]
+__all__ = ["POOLED", "RETRAINS", "SHIPPED_VERSION", "ZERO_SHOT", "ModelVersion", "Registry", "Servable", "WHERE_FILE", "agent_key"]

@@ -216,8 +216,9 @@ def review_cmd(
         metavar="NAME", help="With --from-store: the labels' author (default: cli:LOGIN, your login name).")] = None,
     order: Annotated[str | None, typer.Option(
         metavar="ORDER",
-        help="With --from-store: margin (the most uncertain first) or queue (uncertain first, near-duplicates "
-             "once); default: the one measured better (docs/retraining.md).")] = None,
+        help="With --from-store: random (seeded by the author: stable across runs), margin (the most uncertain "
+             "first) or queue (uncertain first, near-duplicates once); default: the one measured best against "
+             "random order (reports/learning.md).")] = None,
 ) -> None:
     """Label uncertain traces by hand, one at a time.
 
@@ -307,7 +308,8 @@ def _review_store(tenant: str, store_url: str | None, author: str | None, order:
         # the run's agent (traces.agent): the streams the threshold reads are the agent's
         queue, done = review_queue(service.stores.labels, tenant, author=who,
                                    threshold_for=operating_points(service, tenant, scorer), order=how)
-        first = "most uncertain first" if how == "margin" else "uncertain first, near-duplicates once"
+        first = {"margin": "most uncertain first", "queue": "uncertain first, near-duplicates once"}.get(
+            how, "in random order")
         print(f"{len(queue)} trace(s) of tenant {tenant!r} to review, {first} "
               f"({done} already labelled by {who})")
         run_review(service, tenant, queue, author=who, keys=TerminalKeys(), out=sys.stdout)

@@ -25,17 +25,18 @@ from serve.routers.ui_base import (
     session,
 )
 from serve.schemas import UndoLabelRequest
-from serve.services.label_queue import queue_page
+from serve.services.label_queue import DEFAULT_ORDER, Order, queue_page
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 # -- 5 label queue --------------------------------------------------------------------------------
 
 @router.get("/queue")
-def queue(request: Request, format: Format = "html", at: Annotated[int, Query(ge=0, le=100_000)] = 0) -> Response:
+def queue(request: Request, format: Format = "html", at: Annotated[int, Query(ge=0, le=100_000)] = 0,
+          order: Order = DEFAULT_ORDER) -> Response:
     s = session(request, format)
     ctx = queue_page(console(request), s.principal.tenant, key_id=s.principal.key_id, at=at,
-                     scorer=runscorer(request))
+                     scorer=runscorer(request), order=order)
     return respond(request, "queue.html", ctx, s, format)
 
 

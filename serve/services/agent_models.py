@@ -51,6 +51,7 @@ from serve.store.activations import ActivationStore
 
 if TYPE_CHECKING:
     from model.scoring.agent_registry import Servable
+    from model.scoring.agentmodel.where import WhereModel
 
 log = logging.getLogger("triage.models")
 
@@ -63,6 +64,8 @@ REFUSED_SMOKE = "smoke"
 
 ActiveVersion = Callable[[str, str], "str | None"]
 LoadModel = Callable[[str, str, str], "Servable"]
+#: ``(tenant, registry key, version) → the version's where-model or None`` (``Registry.load_where``).
+LoadWhere = Callable[[str, str, str], "WhereModel | None"]
 Members = Callable[[str, str], "tuple[str, ...]"]
 History = Callable[[str, str], "list[str]"]
 
@@ -104,6 +107,9 @@ class AgentModels:
         serves anyone (no registry).
     load:
         ``(tenant, registry key, version) → AgentModel`` (``Registry.load``); raises when it can't.
+    where:
+        ``(tenant, registry key, version) → its where-model or None`` (``Registry.load_where``): loaded
+        with the model, swapped with it.
     members:
         ``(tenant, version of the pooled model) → the agents it was trained on``.
     history:
@@ -114,7 +120,7 @@ class AgentModels:
     """
 
     def __init__(self, *, active: ActiveVersion | None = None, load: LoadModel | None = None,
-                 members: Members | None = None, history: History | None = None, poll_s: float = 10.0,
+                 where: LoadWhere | None = None, members: Members | None = None, history: History | None = None, poll_s: float = 10.0,
                  idle_s: float = IDLE_S) -> None:
         if (active is None) != (load is None):
             raise ValueError("give both `active` and `load`, or neither")
@@ -122,9 +128,11 @@ class AgentModels:
         self.idle_s = idle_s
         self._active = active
         self._load = load
+        self._load_where = where
         self._members = members
         self._history = history
         self._models: dict[tuple[str, str, str], Servable] = {}  # (tenant, key, version) → loaded
+        self._wheres: dict[tuple[str, str, str], WhereModel | None] = {}  # the same → its where-model
         self._served: dict[tuple[str, str], ServedAgent | None] = {}
         self._checked: dict[tuple[str, str], float] = {}
         self._seen: dict[tuple[str, str], float] = {}
@@ -226,10 +234,21 @@ class AgentModels:
         if (tenant, key, version) in self._refused:
             return current if current is not None and current.key == key else self._fallback(tenant, agent, key)
         try:
-            return ServedAgent(tenant, agent, key, version, self._get_model(tenant, key, version))
+            return self._serve(tenant, agent, key, version)
         except Exception as exc:  # whatever a broken artefact raises: refused, the old one stays
             self._refuse(tenant, key, version, exc)
             return current if current is not None and current.key == key else self._fallback(tenant, agent, key)
+
+    def _serve(self, tenant: str, agent: str, key: str, version: str) -> ServedAgent:
+        """The version as served: its model and, beside it, its where-model (``attribution``); the
+        pooled model's where-model is never served (it is per agent)."""
+        model = self._get_model(tenant, key, version)
+        where: WhereModel | None = None
+        if self._load_where is not None and key != POOLED:
+            if (tenant, key, version) not in self._wheres:
+                self._wheres[(tenant, key, version)] = self._load_where(tenant, key, version)
+            where = self._wheres[(tenant, key, version)]
+        return ServedAgent(tenant, agent, key, version, model, where)
 
     def _get_model(self, tenant: str, key: str, version: str) -> Servable:
         hit = self._models.get((tenant, key, version))
@@ -257,7 +276,7 @@ class AgentModels:
             if (tenant, key, version) in self._refused:
                 continue
             try:
-                return ServedAgent(tenant, agent, key, version, self._get_model(tenant, key, version))
+                return self._serve(tenant, agent, key, version)
             except Exception as exc:
                 self._refuse(tenant, key, version, exc)
         return None
@@ -290,7 +309,7 @@ def build_models(settings: Settings, store: ActivationStore) -> AgentModels:
     """The worker's agent models: the store's activations over the registry at ``TRIAGE_MODEL_REGISTRY``."""
     registry = Registry(settings.resolved_model_registry)
     return AgentModels(
-        active=store.active_model, load=registry.load,
+        active=store.active_model, load=registry.load, where=registry.load_where,
         members=lambda tenant, version: registry.get(tenant, POOLED, version).members,
         history=lambda tenant, key: [h["version"] for h in store.model_history(tenant, key)],
         poll_s=settings.model_poll_s,

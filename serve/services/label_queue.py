@@ -16,15 +16,20 @@ stored response does not keep it, and it is the operating point as of now), and 
 confidence against its kind's threshold (:data:`model.diagnosis.diagnoser.DEFAULT_THRESHOLDS`, 0.5). A
 trace's **margin** is the smallest of those distances: ``|p − operating point|`` and
 ``|confidence − threshold|`` over its failures and signals. A trace with neither a probability nor a
-finding has margin 1. Two orders (``--order``):
+finding has margin 1. Three orders (``--order``):
 
+* ``random`` — a random order, seeded by the reviewer (the author) and the trace id
+  (:func:`random_key`): stable across pages and sessions, so a page shows the same run until it is
+  labelled, and a label removes its run without reshuffling the rest; two reviewers get different orders;
 * ``margin`` — smallest margin first (newest first among equals);
 * ``queue`` — :func:`model.training.agentmodel.queue.order_queue`: the uncertainty ``1 − 2·margin`` divided by
   one plus the runs of the trace's near-duplicate cluster (its ``metadata.task_id``, else its opening
   request: :func:`model.training.agentmodel.cv.group_runs`) already labelled or placed earlier, so that
   near-duplicate runs of one task count once.
 
-:data:`DEFAULT_ORDER` is the one the measurement chose (docs/retraining.md, "Which runs to label").
+:data:`DEFAULT_ORDER` is the one the measurement chose (reports/learning.md, "The review queue against
+random order"; docs/retraining.md, "Which runs to label"): random order unless an order's interval
+over random is above 0 at K = 50.
 
 **What it writes.** Every key that saves calls :meth:`serve.services.triage.TriageService.add_label`, the
 method behind ``POST /v1/traces/{id}/labels``: the same rows, the same checks, the same effective
@@ -49,10 +54,11 @@ The terminal loop is :func:`serve.cli.label_review.run_review`; the console's pa
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from model.core.errors import InputError, ModelLoadError
 from model.core.kinds import FailureKind
@@ -68,10 +74,18 @@ if TYPE_CHECKING:
 #: Thresholds of the fused findings, by kind value.
 _KIND_THRESHOLDS = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
 
-#: The review's default order: ``queue`` only where it beat random order at K = 50
-#: (``python -m model.training.agentmodel.queue``; docs/retraining.md, "Which runs to label").
-DEFAULT_ORDER = "margin"  # queue − random at K = 50: −0.031 [−0.050, −0.013] over five sets (reports/learning.md, 2026-12-05)
-ORDERS = ("margin", "queue")
+#: The review's orders (module docstring); ``random`` is the reference the others are measured against.
+Order = Literal["random", "margin", "queue"]
+ORDERS: tuple[Order, ...] = get_args(Order)
+#: Each order in a few words (the console's titles).
+ORDER_TITLES: dict[str, str] = {
+    "random": "a random order seeded by you: stable across pages",
+    "margin": "the stored diagnoses closest to deciding the other way first",
+    "queue": "uncertain first, the runs of one task counted once",
+}
+#: The review's default order: the measured best at K = 50 (``model.training.agentmodel.queue.measured_best``
+#: on reports/learning.json's queue section; tests/test_queue.py checks the two agree).
+DEFAULT_ORDER: Order = "random"
 
 #: The review's keys (the CLI's and the console's; ``u``: undo).
 MAIN_KEYS = "foaksnuq"
@@ -205,6 +219,15 @@ class HistorySource(Protocol):
     def iter_history(self, tenant: str) -> Iterable[dict[str, Any]]: ...
 
 
+def random_key(author: str, trace_id: str) -> str:
+    """The ``random`` order's sort key of a trace for a reviewer: a hash of both (module docstring).
+
+    >>> random_key("ana", "t1") == random_key("ana", "t1") != random_key("bob", "t1")
+    True
+    """
+    return hashlib.sha256(f"{author}\x00{trace_id}".encode()).hexdigest()
+
+
 def review_queue(
     store: HistorySource, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
     order: str = DEFAULT_ORDER,
@@ -235,6 +258,8 @@ def review_queue(
         traces.append(record["trace"])
     order_by = sorted(range(len(queue)), key=lambda i: (queue[i].margin, -queue[i].created_at.timestamp(),
                                                         queue[i].trace_id))
+    if order == "random":
+        order_by = sorted(range(len(queue)), key=lambda i: random_key(author, queue[i].trace_id))
     if order == "queue" and queue:
         # the clustering and the order are the study's (model/training/agentmodel), imported when used
         from model.training.agentmodel.cv import group_runs
@@ -325,13 +350,13 @@ def active_cv_auroc(console: ConsoleService, tenant: str, agent: str | None) -> 
 
 
 def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: int,
-               scorer: RunScorer | None) -> dict[str, Any]:
-    """The console's Label queue page: the queue of this key's author (:func:`review_queue` in the
-    default order), the run at position ``at`` (its run page's view, with why it is asked and what
+               scorer: RunScorer | None, order: str = DEFAULT_ORDER) -> dict[str, Any]:
+    """The console's Label queue page: the queue of this key's author (:func:`review_queue` in
+    ``order``, :data:`DEFAULT_ORDER` unless the page asks), the run at position ``at`` (its run page's view, with why it is asked and what
     ``a`` saves), the keys, and the run's agent's labelled runs and model."""
     author = author_of(key_id)
     queue, done = review_queue(console, tenant, author=author,
-                               threshold_for=operating_points(console.service, tenant, scorer))
+                               threshold_for=operating_points(console.service, tenant, scorer), order=order)
     total = done + len(queue)
     current = None
     if queue:
@@ -350,7 +375,9 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
     cv_auroc = basis.get("cv_auroc") if isinstance(basis.get("cv_auroc"), int | float) else \
         active_cv_auroc(console, tenant, agent)
     return {
-        "author": author, "done": done, "total": total, "left": len(queue), "at": at,
+        "author": author, "done": done, "total": total, "left": len(queue), "at": at, "order": order,
+        "orders": list(ORDERS), "order_titles": ORDER_TITLES,
+        "default_order": DEFAULT_ORDER,
         "queue": [{"id": c.trace_id, "margin": round(c.margin, 4), "basis": c.basis} for c in queue[:200]],
         "current": current, "main_keys": MAIN_KEYS,  # the CLI's keys, u (undo) among them
         "kind_keys": {k: v.value for k, v in KIND_KEYS.items()},
@@ -363,7 +390,7 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
     }
 
 
-__all__ = ["DEFAULT_ORDER", "KIND_KEYS", "MAIN_KEYS", "MAIN_PROMPT", "ORDERS", "PROBABILITY", "Candidate",
+__all__ = ["DEFAULT_ORDER", "KIND_KEYS", "MAIN_KEYS", "MAIN_PROMPT", "ORDERS", "ORDER_TITLES", "Order", "PROBABILITY", "Candidate",
            "HistorySource", "Measure", "active_cv_auroc", "agree", "author_of", "compact", "file_review_queue",
-           "legend", "margin", "measure_margin", "needs_review", "operating_points", "queue_page",
+           "legend", "margin", "measure_margin", "needs_review", "operating_points", "queue_page", "random_key",
            "review_queue", "shown_steps"]

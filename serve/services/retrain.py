@@ -30,6 +30,8 @@
    gate says, its card carrying the agent's learning curve so far; it is activated only when it passes.
    The retrain's record (every agent fitted, pooled or refused, with its code) is kept beside the
    registry (:meth:`~model.scoring.agent_registry.Registry.save_retrain`).
+6. **Localisation** (:mod:`serve.services.retrain_where`): an agent whose failed runs' labels say where they
+   went wrong gets its own where-model beside its model when its grouped CV beats the position prior.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from serve.services.retrain_plan import (
     read_runs,
     shortage,
 )
+from serve.services.retrain_where import localiser_for
 from serve.settings import Settings
 from serve.store.activations import ActivationStore
 from serve.store.labels import LabelStore
@@ -376,9 +379,11 @@ def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings
             "version": "(this one)", "runs": g.estimate["runs"], "failed": g.estimate["failed"],
             **{m: g.estimate[m]["auroc"] for m in ("agent", "zero-shot", "tfidf", "length")}, "promoted": g.promote}]
         model.card_["learning_curve"] = curve
-        text = card(tenant, key, members, champion_name, g, curve, model.card)
+        where = localiser_for(key, rs, groups, seed=seed, min_runs=settings.retrain_min_where_runs)
+        report["localisation"] = where.to_dict()
+        text = card(tenant, key, members, champion_name, g, curve, model.card) + where.card()
         mv = registry.save(tenant, key, model, parent=champion_name, card=text, report=report, data=data,
-                           members=members)
+                           members=members, where=where.model.to_dict() if where.model is not None else None)
         promoted = bool(g.promote and promote)
         if promoted:
             activations.activate_model(tenant, mv.version, actor=actor, action="promote", agent=key)

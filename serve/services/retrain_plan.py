@@ -52,6 +52,19 @@ class LabelledRun:
     task: str | None
     #: the service answered it unhealthy for a cause other than the early warning (:func:`other_alarm`)
     flagged: bool = False
+    #: where a failed run went wrong, as its label says (:func:`failing_source_index`); ``None``: not said
+    fail_source_index: int | None = None
+
+
+def failing_source_index(trace: Trace, labels: Any) -> int | None:
+    """The ``source_index`` of the first located failure of an effective label (its ``source_index``,
+    else its ``step``'s; a step past the trace's end says nothing); ``None`` when no failure says where."""
+    for f in getattr(labels, "failures", None) or []:
+        if f.source_index is not None:
+            return int(f.source_index)
+        if f.step is not None and 0 <= f.step < len(trace.steps):
+            return int(trace.steps[f.step].source_index)
+    return None
 
 
 def other_alarm(response: Any) -> bool:
@@ -110,7 +123,8 @@ def read_runs(store: LabelStore, tenant: str) -> tuple[list[LabelledRun], list[R
         trace.labels = None
         task = trace.metadata.get("task_id") if isinstance(trace.metadata, dict) else None
         out.append(LabelledRun(trace, agent, bool(labels.failed), None if task in (None, "") else str(task),
-                               other_alarm(record.get("response"))))
+                               other_alarm(record.get("response")),
+                               failing_source_index(trace, labels) if labels.failed else None))
         created = record.get("created_at")
         when.append((created.isoformat() if created is not None else "", trace.id))
     order = sorted(range(len(out)), key=when.__getitem__)
@@ -199,5 +213,5 @@ def pooled_members(agents: Sequence[str], y: np.ndarray, oof: np.ndarray, zero_s
 
 
 __all__ = ["CORRUPT_RUN", "MIN_TASK_GROUPS", "ONE_CLASS", "REFUSAL_CODES", "TOO_FEW_RUNS", "TOO_FEW_TASK_GROUPS",
-           "LabelledRun", "Refusal", "labelled_runs", "plan", "pooled_members", "read_runs", "shortage",
+           "LabelledRun", "Refusal", "failing_source_index", "labelled_runs", "plan", "pooled_members", "read_runs", "shortage",
            "too_few_groups"]

@@ -36,7 +36,13 @@ from model.core.errors import InputError
 from model.core.metrics import auroc, group_bootstrap_interval
 from model.scoring.agentmodel.model import AgentModelConfig
 from model.training.agentmodel.cv import CVData, cross_validate, key
-from model.training.agentmodel.learning_report import done_when, plot, render_markdown, reproduction
+from model.training.agentmodel.learning_report import (
+    done_when,
+    plot,
+    render_markdown,
+    reproduction,
+    sections_markdown,
+)
 
 
 @dataclass(frozen=True)
@@ -278,18 +284,27 @@ def _strip(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The sections :func:`other_sections` computes, by name.
+SECTIONS = ("localisation", "queue")
+
+
 def other_sections(runs_by_set: dict[str, list[Any]], cfg: LearningConfig,
-                   progress: Callable[[str], None]) -> dict[str, Any]:
-    """Localisation (``where.localisation_curve``) and the queue (``queue.queue_vs_random``), when present."""
+                   progress: Callable[[str], None], only: Sequence[str] = SECTIONS) -> dict[str, Any]:
+    """Localisation (``where.localisation_curve``) and the queue (``queue.queue_vs_random``: every order the
+    review offers against random order), when present; ``only``: those of :data:`SECTIONS` to compute."""
+    bad = sorted(set(only) - set(SECTIONS))
+    if bad:
+        raise InputError(f"unknown section(s) {bad}; valid: {list(SECTIONS)}", path="sections")
     out: dict[str, Any] = {}
     try:
         where = importlib.import_module("model.training.agentmodel.where")
     except ImportError:
         where = None
-    if where is not None and hasattr(where, "localisation_curve"):
+    if where is not None and hasattr(where, "localisation_curve") and "localisation" in only:
         from model.data import realdata
+        from model.training.agentmodel.where_served import served_rule_curve
 
-        loc = {}
+        loc, served = {}, {}
         for s in ("whowhen", "agentprocessbench"):
             try:
                 rs = runs_by_set.get(s) or realdata.load_source(s)
@@ -297,13 +312,16 @@ def other_sections(runs_by_set: dict[str, list[Any]], cfg: LearningConfig,
                 continue
             t0 = time.time()
             loc[s] = where.localisation_curve(rs, k=100, draws=cfg.draws, seed=cfg.seed, folds=cfg.folds)
+            # what `triage retrain`'s rule serves, chosen on the K training runs, judged on the held-out fold
+            served[s] = served_rule_curve(rs, k=100, draws=cfg.draws, seed=cfg.seed, folds=cfg.folds)
             progress(f"localisation {s}: {time.time() - t0:.0f} s")
         out["localisation"] = loc
+        out["localisation_served"] = served
     try:
         queue = importlib.import_module("model.training.agentmodel.queue")
     except ImportError:
         queue = None
-    if queue is not None and hasattr(queue, "queue_vs_random"):
+    if queue is not None and hasattr(queue, "queue_vs_random") and "queue" in only:
         q = {}
         for s, rs in runs_by_set.items():
             t0 = time.time()
@@ -320,6 +338,18 @@ def write(report: dict[str, Any], reports: Path) -> list[Path]:
     md.write_text(render_markdown(report), encoding="utf-8")
     plot(report, png)
     return [js, md, png]
+
+
+def write_sections(report: dict[str, Any], reports: Path) -> list[Path]:
+    """Write ``report`` to ``learning.json`` and replace only the sections' part of ``learning.md`` (from
+    its localisation heading on), so the tables above keep their order (the JSON's keys are sorted)."""
+    js, md = reports / "learning.json", reports / "learning.md"
+    js.write_text(json.dumps(report, indent=1, sort_keys=True, default=_json_default) + "\n", encoding="utf-8")
+    old = md.read_text(encoding="utf-8") if md.is_file() else ""
+    cut = old.find("## Localisation in domain")
+    head = old[:cut] if cut >= 0 else render_markdown({**report, "sections": {}}).split("## Localisation in domain")[0]
+    md.write_text(head + "\n".join(sections_markdown(report.get("sections") or {})) + "\n", encoding="utf-8")
+    return [js, md]
 
 
 def _json_default(o: Any) -> Any:
@@ -340,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--sections-only", action="store_true",
                     help="add the localisation and queue sections to the existing reports/learning.json")
+    ap.add_argument("--section", choices=SECTIONS, action="append", default=None,
+                    help="with --sections-only: recompute only this section (repeatable), keep the others")
     ap.add_argument("--merge", type=Path, nargs="*", default=None,
                     help="merge these learning.json files (disjoint sets) into --reports")
     a = ap.parse_args(argv)
@@ -352,8 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.sections_only:
         rep = json.loads((a.reports / "learning.json").read_text(encoding="utf-8"))
         runs_by_set = {s: _load(s, a.root, rep["protocol"]["limit"]) for s in rep["sets"]}
-        rep["sections"] = other_sections(runs_by_set, cfg, lambda s: print(s, flush=True))
-        for p in write(rep, a.reports):
+        only = tuple(a.section or SECTIONS)
+        rep["sections"] = {**(rep.get("sections") or {}),
+                           **other_sections(runs_by_set, cfg, lambda s: print(s, flush=True), only)}
+        for p in write_sections(rep, a.reports):
             print(p)
         return 0
     if a.limit is not None:
@@ -387,4 +421,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["LearningConfig", "main", "merge", "other_sections", "run", "write", "zero_shot_priors"]
+__all__ = ["SECTIONS", "LearningConfig", "main", "merge", "other_sections", "run", "write", "write_sections", "zero_shot_priors"]

@@ -238,15 +238,23 @@ def render_markdown(report: dict[str, Any]) -> str:
                      f"{'yes' if r['within_0.02'] else '**no**'} |")
     L += ["", "MEASUREMENTS drew 3 shufflings; this report draws "
           f"{p['draws']} (other shufflings: differences of a few hundredths are the folds' spread).", ""]
-    L += _sections_markdown(report.get("sections") or {})
+    L += sections_markdown(report.get("sections") or {})
     return "\n".join(L) + "\n"
 
 
-def _sections_markdown(sections: dict[str, Any]) -> list[str]:
+def sections_markdown(sections: dict[str, Any]) -> list[str]:
     L: list[str] = []
     if "localisation" in sections:
         where = importlib.import_module("model.training.agentmodel.where")
         L += ["## Localisation in domain (model/training/agentmodel/where.py)", "", where.localisation_markdown(sections["localisation"]), ""]
+    if "localisation_served" in sections:
+        served = importlib.import_module("model.training.agentmodel.where_served")
+        L += ["### What `triage retrain` serves (model/training/agentmodel/where_served.py)", "",
+              "Per draw and task fold, the K = 100 training runs are one agent's labelled history: the rule (grouped "
+              "3-fold CV inside them, the where-model kept only when its exact accuracy beats the agent's position "
+              "prior with the paired interval above 0) chooses there; what it serves (the where-model, else the "
+              "position prior fitted on the same runs) is judged on the held-out fold. Interval: bootstrap over tasks.",
+              "", served.served_rule_markdown(sections["localisation_served"]), ""]
     else:
         L += ["## Localisation in domain", "", "(not in this report: `python -m model.training.agentmodel.learning --sections-only` adds it when model/training/agentmodel/where.py is present.)", ""]
     if "queue" in sections:
@@ -301,4 +309,5 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["MEASURED", "MEASURED_KS", "TARGETS", "done_when", "plot", "render_markdown", "reproduction"]
+__all__ = ["MEASURED", "MEASURED_KS", "TARGETS", "done_when", "plot", "render_markdown", "reproduction",
+           "sections_markdown"]

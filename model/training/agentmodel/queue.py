@@ -12,21 +12,29 @@ comes back to a task. Greedy, with a heap: ``O(n log n)``.
 automatic verdict on the task, e.g. a test suite or a reward), and an outcome the agent reported
 (``author`` ``outcome``: whether the repair worked, a weaker word on whether the run failed).
 
-**The experiment** (:func:`queue_vs_random`): folds grouped by task; within each draw and fold the
-same ``seed_labels`` random runs of the training folds start both arms; the queue then picks
-``batch`` runs at a time, refitting the learner after each batch, the random arm takes the next
-runs of one random permutation; at each K both learners are fitted on their K runs and judged by
-AUROC on the held-out fold's runs. The paired difference (queue − random) gets a bootstrap interval
-over the draw × fold units. The queue's clusters are the tasks recovered from the runs
-(:func:`model.training.agentmodel.cv.group_runs` with no task ids), as a tenant's store would give them; the
-folds use the sets' true tasks.
+**The experiment** (:func:`queue_vs_random`): every order the review offers
+(``serve.services.label_queue.ORDERS``) against random order. Folds grouped by task; within each
+draw and fold the same ``seed_labels`` random runs of the training folds start every arm; ``margin``
+then picks the ``batch`` runs of largest uncertainty (smallest ``|p − 0.5|``) under the learner
+refitted on its labels so far, ``queue`` picks ``batch`` runs by :func:`order_queue` under its own
+refitted learner, the random arm takes the next runs of one random permutation; at each K every arm's
+learner is fitted on its K runs and judged by AUROC on the held-out fold's runs. Each paired
+difference (order − random) gets a bootstrap interval over the draw × fold units; :func:`pooled`
+averages a difference over sets, :func:`measured_best` names the default (random order unless an
+order's pooled interval at K = 50 is above 0). The queue's clusters are the tasks recovered from the
+runs (:func:`model.training.agentmodel.cv.group_runs` with no task ids), as a tenant's store would
+give them; the folds use the sets' true tasks. The service ranks by the *stored* diagnosis's margin
+(the model that answered when the run was diagnosed, against its operating point); the experiment
+re-scores every candidate with the learner refitted after each batch — the best case for both
+uncertainty orders.
 
 >>> order_queue([0.5, 0.9, 0.45, 0.5], ["a", "a", "b", "c"], labelled={"c": 1})
 [0, 2, 3, 1]
 
-Run ``python -m model.training.agentmodel.queue`` for the table on the run-level sets. The queue
-that serves this order (``triage label review --from-store --order queue``, the console's Label
-queue) is ``serve/services/label_queue.py``.
+Run ``python -m model.training.agentmodel.queue`` for the table on the run-level sets (the learning
+curve's ``--sections-only`` writes it into ``reports/learning.md``). The queue that serves these
+orders (``triage label review --from-store --order random|margin|queue``, the console's Label queue) is
+``serve/services/label_queue.py``.
 """
 
 from __future__ import annotations
@@ -137,38 +145,60 @@ def _task_folds(groups: Sequence[str], folds: int, seed: int) -> list[np.ndarray
     return [np.array([i for i, g in enumerate(groups) if fold_of[g] == f]) for f in range(folds)]
 
 
+#: The orders the review offers (``serve.services.label_queue.ORDERS``) that the experiment measures against
+#: random order (the reference): ``margin`` (the most uncertain first) and ``queue`` (:func:`order_queue`).
+STUDIED = ("margin", "queue")
+
+
 def _run_arms(pool: np.ndarray, y: np.ndarray, clusters: Sequence[str], groups: Sequence[str], ks: Sequence[int],
               seed_labels: int, batch: int, learner: Learner, rng: np.random.Generator) -> dict[str, list[int]]:
-    """The queue's and random's labelled runs (indices into the set), in the order they were labelled."""
+    """Each order's labelled runs (indices into the set), in the order they were labelled: the orders of
+    :data:`STUDIED` and ``random`` (the next runs of one permutation). Every arm starts from the same
+    ``seed_labels`` runs; ``margin`` breaks ties (every run, before a model exists) by the permutation, as
+    the service breaks them by arrival."""
     perm = pool[rng.permutation(len(pool))]
-    chosen = [int(i) for i in perm[:seed_labels]]
-    rest = set(int(i) for i in pool) - set(chosen)
-    for k in sorted(ks):
-        while len(chosen) < k:
-            cand = sorted(rest)
-            probs = None
-            if len(set(y[chosen].tolist())) == 2:
-                probs = learner(chosen, y[chosen], [groups[i] for i in chosen])(cand)
-            counts: dict[str, int] = defaultdict(int)
-            for i in chosen:
-                counts[clusters[i]] += 1
-            order = order_queue(probs, [clusters[i] for i in cand], labelled=counts)
-            take = [cand[j] for j in order[: min(batch, k - len(chosen))]]
-            chosen.extend(take)
-            rest -= set(take)
-    return {"queue": chosen, "random": [int(i) for i in perm[: max(ks)]]}
+    rank = {int(i): j for j, i in enumerate(perm)}
+    arms: dict[str, list[int]] = {}
+    for arm in STUDIED:
+        chosen = [int(i) for i in perm[:seed_labels]]
+        rest = set(int(i) for i in pool) - set(chosen)
+        for k in sorted(ks):
+            while len(chosen) < k:
+                cand = sorted(rest)
+                probs = None
+                if len(set(y[chosen].tolist())) == 2:
+                    probs = learner(chosen, y[chosen], [groups[i] for i in chosen])(cand)
+                if arm == "margin":
+                    u = uncertainty(probs) if probs is not None else np.ones(len(cand))
+                    order = sorted(range(len(cand)), key=lambda j: (-u[j], rank[cand[j]]))
+                else:
+                    counts: dict[str, int] = defaultdict(int)
+                    for i in chosen:
+                        counts[clusters[i]] += 1
+                    order = order_queue(probs, [clusters[i] for i in cand], labelled=counts)
+                take = [cand[j] for j in order[: min(batch, k - len(chosen))]]
+                chosen.extend(take)
+                rest -= set(take)
+        arms[arm] = chosen
+    arms["random"] = [int(i) for i in perm[: max(ks)]]
+    return arms
 
 
 def queue_vs_random(runs: Sequence[Any], ks: Sequence[int] = (25, 50), draws: int = 5, seed: int = 0, *,
                     folds: int = 3, seed_labels: int = 10, batch: int = 5, learner: Learner | None = None,
                     learner_factory: Callable[[Sequence[Trace]], Learner] | None = None,
                     clusters: Sequence[str] | None = None) -> dict[str, Any]:
-    """AUROC on held-out tasks of the learner fitted on the K runs the queue picked vs K random runs.
+    """AUROC on held-out tasks of the learner fitted on the K runs each order of :data:`STUDIED` picked
+    vs K random runs.
 
     ``runs``: one set's runs, objects with ``trace``, ``group`` (the task) and ``failed``
     (:class:`model.data.realdata.RealRun`). ``learner_factory(traces)`` builds the learner over the set
     (features computed once); default: :func:`agent_model_learner`. ``clusters``: the queue's
     near-duplicate cluster of each run (default: its opening request's, module docstring).
+
+    Returns per K: ``random`` (its mean AUROC) and, per order, its mean AUROC, the paired difference
+    ``diff`` with its bootstrap interval ``ci`` over the draw × fold units, ``wins``, ``units``,
+    ``diffs`` (one per unit), ``tasks`` (tasks among its K runs) and ``failed_share`` (of its K runs).
     """
     from model.core.metrics import auroc, group_bootstrap
 
@@ -196,14 +226,13 @@ def queue_vs_random(runs: Sequence[Any], ks: Sequence[int] = (25, 50), draws: in
             for k in ks:
                 for arm, picked in arms.items():
                     idx = picked[:k]
+                    unit[f"failed_share:{arm}@{k}"] = float(y[idx].mean())
+                    unit[f"tasks:{arm}@{k}"] = len({groups[i] for i in idx})
                     if len(set(y[idx].tolist())) < 2:
                         unit[f"{arm}@{k}"] = 0.5  # one class only: no model, no ranking
                         continue
                     s = learner(idx, y[idx], [groups[i] for i in idx])([int(i) for i in test])
                     unit[f"{arm}@{k}"] = auroc(y[test], s)
-                unit[f"queue_failed_share@{k}"] = float(y[arms["queue"][:k]].mean())
-                unit[f"queue_tasks@{k}"] = len({groups[i] for i in arms["queue"][:k]})
-                unit[f"random_tasks@{k}"] = len({groups[i] for i in arms["random"][:k]})
             units.append(unit)
     if not units:
         raise InputError(f"no fold had both classes and a pool of {max(ks)} runs; got {len(runs)} runs",
@@ -211,65 +240,95 @@ def queue_vs_random(runs: Sequence[Any], ks: Sequence[int] = (25, 50), draws: in
     brng = np.random.default_rng(seed + 11)
     per_k: dict[str, Any] = {}
     for k in ks:
-        q = np.array([u[f"queue@{k}"] for u in units])
         r = np.array([u[f"random@{k}"] for u in units])
-        diff = q - r
-        boot = group_bootstrap(range(len(diff)), brng, 2000).means(diff, range(len(diff)))  # a unit is its own group
-        per_k[str(k)] = {
-            "queue": round(float(q.mean()), 4), "random": round(float(r.mean()), 4),
-            "diff": round(float(diff.mean()), 4),
-            "ci": [round(float(np.quantile(boot, 0.025)), 4), round(float(np.quantile(boot, 0.975)), 4)],
-            "queue_wins": int((diff > 0).sum()), "units": len(diff),
-            "queue_failed_share": round(float(np.mean([u[f"queue_failed_share@{k}"] for u in units])), 3),
-            "queue_tasks": round(float(np.mean([u[f"queue_tasks@{k}"] for u in units])), 1),
-            "random_tasks": round(float(np.mean([u[f"random_tasks@{k}"] for u in units])), 1),
-            "diffs": [round(float(x), 4) for x in diff],
-        }
+        row: dict[str, Any] = {"random": round(float(r.mean()), 4), "units": len(units),
+                               "random_tasks": round(float(np.mean([u[f"tasks:random@{k}"] for u in units])), 1),
+                               "orders": {}}
+        for arm in STUDIED:
+            a = np.array([u[f"{arm}@{k}"] for u in units])
+            diff = a - r
+            boot = group_bootstrap(range(len(diff)), brng, 2000).means(diff, range(len(diff)))  # a unit: its own group
+            row["orders"][arm] = {
+                "auroc": round(float(a.mean()), 4), "diff": round(float(diff.mean()), 4),
+                "ci": [round(float(np.quantile(boot, 0.025)), 4), round(float(np.quantile(boot, 0.975)), 4)],
+                "wins": int((diff > 0).sum()), "units": len(diff),
+                "failed_share": round(float(np.mean([u[f"failed_share:{arm}@{k}"] for u in units])), 3),
+                "tasks": round(float(np.mean([u[f"tasks:{arm}@{k}"] for u in units])), 1),
+                "diffs": [round(float(x), 4) for x in diff],
+            }
+        per_k[str(k)] = row
     return {"runs": len(runs), "tasks": len(set(groups)), "failed_share": round(float(y.mean()), 3),
             "clusters": len(set(clusters)), "draws": draws, "folds": folds, "seed": seed,
-            "seed_labels": seed_labels, "batch": batch, "k": per_k}
+            "seed_labels": seed_labels, "batch": batch, "orders": list(STUDIED), "k": per_k}
 
 
-def pooled(results: Mapping[str, Mapping[str, Any]], k: int, seed: int = 0) -> dict[str, Any]:
-    """The mean over sets of the queue − random difference at ``k``, with a bootstrap interval
+def pooled(results: Mapping[str, Mapping[str, Any]], k: int, order: str = "queue", seed: int = 0) -> dict[str, Any]:
+    """The mean over sets of the ``order`` − random difference at ``k``, with a bootstrap interval
     (each set's units resampled within the set)."""
     from model.core.metrics import group_bootstrap
 
     rng = np.random.default_rng(seed + 13)
-    diffs = [np.asarray(r["k"][str(k)]["diffs"]) for r in results.values() if str(k) in r["k"]]
+    diffs = [np.asarray(r["k"][str(k)]["orders"][order]["diffs"]) for r in results.values()
+             if str(k) in r["k"] and order in r["k"][str(k)]["orders"]]
     if not diffs:
-        raise InputError(f"no set was measured at K = {k}", path="k")
+        raise InputError(f"no set was measured at K = {k} with order {order!r}", path="k")
     boot = np.mean([group_bootstrap(range(len(d)), rng, 2000).means(d, range(len(d))) for d in diffs], axis=0)
-    return {"k": k, "sets": len(diffs), "diff": round(float(np.mean([d.mean() for d in diffs])), 4),
+    return {"k": k, "order": order, "sets": len(diffs), "diff": round(float(np.mean([d.mean() for d in diffs])), 4),
             "ci": [round(float(np.quantile(boot, 0.025)), 4), round(float(np.quantile(boot, 0.975)), 4)]}
 
 
-def queue_beats_random(results: Mapping[str, Mapping[str, Any]], k: int = 50) -> bool:
-    """The decision: the pooled difference at ``k`` is above 0 with its whole interval."""
-    return bool(pooled(results, k)["ci"][0] > 0)
+def beats_random(results: Mapping[str, Mapping[str, Any]], order: str, k: int = 50) -> bool:
+    """Whether ``order``'s pooled difference from random at ``k`` is above 0 with its whole interval."""
+    return bool(pooled(results, k, order)["ci"][0] > 0)
+
+
+def measured_best(results: Mapping[str, Mapping[str, Any]], k: int = 50) -> str:
+    """The order the review should default to: of the orders whose pooled interval at ``k`` is above
+    random's, the one with the largest mean difference; ``"random"`` when none is.
+
+    >>> measured_best({"a": {"k": {"50": {"orders": {"margin": {"diffs": [0.02, 0.03, 0.04]},
+    ...                                              "queue": {"diffs": [-0.01, 0.02, -0.03]}}}}}})
+    'margin'
+    """
+    orders = sorted({o for r in results.values() for o in r["k"].get(str(k), {}).get("orders", {})})
+    above = [(pooled(results, k, o)["diff"], o) for o in orders if beats_random(results, o, k)]
+    return max(above)[1] if above else "random"
 
 
 def queue_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """One row per set and K, then the pooled difference per K and the decision at K = 50."""
-    lines = ["| set | runs (tasks, opening-request clusters) | K | queue AUROC | random AUROC | queue − random [95 %] "
-             "| queue wins | tasks among the K (queue / random) | failed share picked by the queue |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    """One row per set, K and order, then each order's mean difference over sets per K and the default
+    it implies at K = 50 (:func:`measured_best`)."""
+    lines = ["| set | runs (tasks, recovered task groups) | K | order | its AUROC | random AUROC "
+             "| order − random [95 %] | order wins | tasks among the K (order / random) | failed share picked |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     ks: set[int] = set()
+    orders: list[str] = []
     for name, d in results.items():
         for k, row in d["k"].items():
             ks.add(int(k))
-            lines.append(f"| {name} | {d['runs']} ({d['tasks']}, {d['clusters']}) | {k} | {row['queue']:.3f} | "
-                         f"{row['random']:.3f} | {row['diff']:+.3f} [{row['ci'][0]:+.3f}, {row['ci'][1]:+.3f}] | "
-                         f"{row['queue_wins']}/{row['units']} | {row['queue_tasks']} / {row['random_tasks']} | "
-                         f"{row['queue_failed_share']:.2f} (set {d['failed_share']:.2f}) |")
-    lines.append("")
-    for k in sorted(ks):
-        p = pooled(results, k)
-        lines.append(f"Mean over the {p['sets']} sets at K = {k}: queue − random {p['diff']:+.3f} "
-                     f"[{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}].")
+            for o, r in row["orders"].items():
+                if o not in orders:
+                    orders.append(o)
+                lines.append(f"| {name} | {d['runs']} ({d['tasks']}, {d['clusters']}) | {k} | {o} | {r['auroc']:.3f} | "
+                             f"{row['random']:.3f} | {r['diff']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] | "
+                             f"{r['wins']}/{r['units']} | {r['tasks']} / {row['random_tasks']} | "
+                             f"{r['failed_share']:.2f} (set {d['failed_share']:.2f}) |")
+    lines += ["", "| order | " + " | ".join(f"mean over sets, K = {k}: order − random [95 %]" for k in sorted(ks)) + " |",
+              "| --- | " + " | ".join("---" for _ in ks) + " |"]
+    for o in orders:
+        cells = []
+        for k in sorted(ks):
+            p = pooled(results, k, o)
+            cells.append(f"{p['diff']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}] ({p['sets']} sets)")
+        lines.append(f"| {o} | " + " | ".join(cells) + " |")
     if 50 in ks:
-        verdict = "beats" if queue_beats_random(results, 50) else "does not beat"
-        lines.append(f"\nAt K = 50 the queue {verdict} random order (interval above 0 required).")
+        best = measured_best(results, 50)
+        lines.append("\nAt K = 50 " + (f"`{best}` beats random order (interval above 0) and is the best that does: "
+                                       f"the review's default is `{best}`." if best != "random" else
+                                       "no order's interval is above random order's: the review's default is "
+                                       "`random`.") +
+                     " (`serve.services.label_queue.DEFAULT_ORDER`, checked against this section by "
+                     "tests/test_queue.py.)")
     return "\n".join(lines)
 
 
@@ -332,6 +391,6 @@ def main(argv: Sequence[str] | None = None) -> None:
 if __name__ == "__main__":
     main()
 
-__all__ = ["LABEL_WEIGHTS", "Learner", "agent_model_learner", "label_weight", "order_queue", "pooled",
-           "queue_beats_random", "queue_markdown", "queue_vs_random", "uncertainty"]
+__all__ = ["LABEL_WEIGHTS", "STUDIED", "Learner", "agent_model_learner", "beats_random", "label_weight",
+           "measured_best", "order_queue", "pooled", "queue_markdown", "queue_vs_random", "uncertainty"]
 

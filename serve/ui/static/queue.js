@@ -13,6 +13,7 @@
   var kinds = item ? JSON.parse(item.getAttribute("data-kinds")) : {};
   var agree = item ? JSON.parse(item.getAttribute("data-agree")) : null;
   var at = item ? parseInt(item.getAttribute("data-at"), 10) : 0;
+  var order = "&order=" + encodeURIComponent(document.getElementById("queue-order").getAttribute("data-order"));
   var mode = "main", kind = null, step = null, busy = false;
 
   function say(msg) { statusEl.textContent = msg; }
@@ -42,13 +43,13 @@
     if (!item) { return; }
     say("saving…");
     post("/ui/api/labels/" + encodeURIComponent(item.getAttribute("data-trace")), body).then(function (got) {
-      if (got) { say("saved"); location.replace("/ui/queue?at=" + at); }
+      if (got) { say("saved"); location.replace("/ui/queue?at=" + at + order); }
     });
   }
   function undo() {
     say("undoing your last label…");
     post("/ui/api/labels/undo", {}).then(function (got) {
-      if (got) { say("withdrawn: " + got.trace_id); location.replace("/ui/queue?at=0"); }
+      if (got) { say("withdrawn: " + got.trace_id); location.replace("/ui/queue?at=0" + order); }
     });
   }
 
@@ -85,6 +86,6 @@
     }
     else if (k === "k") { ev.preventDefault(); mode = "kind"; legend.hidden = false; }
     else if (k === "s") { ev.preventDefault(); mode = "step"; stepAsk.hidden = false; stepInput.value = ""; stepInput.focus(); }
-    else if (k === "n") { ev.preventDefault(); location.href = "/ui/queue?at=" + (at + 1); }
+    else if (k === "n") { ev.preventDefault(); location.href = "/ui/queue?at=" + (at + 1) + order; }
   });
 })();
