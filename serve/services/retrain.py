@@ -67,6 +67,7 @@ from serve.services.retrain_plan import (
 )
 from serve.settings import Settings
 from serve.store.activations import ActivationStore
+from serve.store.encodings import EncodingStore
 from serve.store.labels import LabelStore
 
 Progress = Callable[[str, int, int], None]
@@ -289,18 +290,43 @@ def _fit_served(learner: str, traces: list[Trace], failed: list[bool], groups: l
     return model
 
 
+def feature_cache(config: Any, runs: Sequence[LabelledRun], tenant: str, encodings: EncodingStore | None,
+                  encoder: Any = None) -> tuple[Any, dict[str, int]]:
+    """The retrain's :class:`~model.scoring.agentmodel.features.FeatureCache`; for a configuration that
+    reads the encoder block, the shared static encoder (or ``encoder``) and every run's step vectors
+    the store kept (:mod:`serve.store.encodings`), so that only the steps without one are encoded.
+    Returns it and ``{"encoded_runs_stored": …, "encoded_runs_missing": …}``."""
+    from model.scoring.agentmodel.features import FeatureCache
+    from model.scoring.encoder import shared_encoder
+
+    if config.encoder_weight <= 0:
+        return FeatureCache(), {}
+    enc = encoder or shared_encoder()
+    cache = FeatureCache(enc)
+    stored = {} if encodings is None else encodings.vectors(
+        tenant, [(r.trace.id, len(r.trace.steps)) for r in runs], enc.version)
+    for r in runs:
+        v = stored.get(r.trace.id)
+        if v is not None and v.shape[1] == enc.dim:
+            cache.add_vectors(r.trace, v)
+    return cache, {"encoded_runs_stored": len(stored), "encoded_runs_missing": len(runs) - len(stored)}
+
+
 def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings, tenant: str, *,
             promote: bool = True, seed: int = 0, actor: str = "triage retrain", progress: Progress = _noop,
-            only: Sequence[str] | None = None, record: bool = True) -> RetrainResult:
+            only: Sequence[str] | None = None, record: bool = True, encodings: EncodingStore | None = None,
+            encoder: Any = None) -> RetrainResult:
     """Fit, gate and register a model for every agent of ``tenant`` with enough labelled runs, and a
     pooled one for the rest (see the module docstring); refuse, agent by agent and with a fixed code,
     what cannot be learned. ``only``: these agents (registry keys, :data:`~model.scoring.agent_registry.POOLED`
     for the pooled model) and no other. ``record``: keep the result in the registry
     (:meth:`~model.scoring.agent_registry.Registry.save_retrain`; the console's Models page shows it).
-    The agent model's configuration: :func:`model_config` of ``settings.params_path``."""
+    The agent model's configuration: :func:`model_config` of ``settings.params_path``. ``encodings``: the
+    store of the runs' step vectors, read when the configuration reads the encoder block (a run encoded
+    when it was diagnosed is not encoded again; :func:`feature_cache`); ``encoder``: the static encoder
+    (default: the shipped one)."""
     import time
 
-    from model.scoring.agentmodel.features import FeatureCache
     from model.training.agentmodel.cv import group_runs
 
     start = time.perf_counter()
@@ -326,7 +352,7 @@ def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings
     agents: dict[str, dict[str, Any]] = {
         a: {"status": "refused", "code": r.code, "message": r.message, "model": None} for a, r in short.items()}
     zero = ZeroShotCache(settings.data_dir / "cache" / "agentmodel")
-    cache = FeatureCache()
+    cache, encoded = feature_cache(config, [r for rs in sets.values() for r in rs], tenant, encodings, encoder)
     results = []
     kept = False
     for key, rs in sets.items():
@@ -404,7 +430,7 @@ def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings
         if agents[a]["status"] == "refused":
             refusals.append(Refusal(a, r.code, str(agents[a]["message"])))
     res = RetrainResult(tenant, results, refusals, agents,
-                        {"zero_shot_hits": zero.hits, "zero_shot_computed": zero.misses},
+                        {"zero_shot_hits": zero.hits, "zero_shot_computed": zero.misses, **encoded},
                         time.perf_counter() - start, started, kept)
     if record:
         registry.save_retrain(tenant, res.to_dict())
@@ -470,6 +496,7 @@ def rollback_version(store: ActivationStore, registry: Registry, tenant: str, ag
     return target
 
 
-__all__ = ["AgentResult", "Gate", "LabelledRun", "RetrainResult", "ZeroShotCache", "card", "gate", "labelled_runs",
+__all__ = ["AgentResult", "Gate", "LabelledRun", "RetrainResult", "ZeroShotCache", "card", "feature_cache", "gate",
+           "labelled_runs",
            "learning_curve", "load_checked", "model_config", "plan", "promote_version", "retrain", "rollback_target",
            "rollback_version", "trace_hash"]
