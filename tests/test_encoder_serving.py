@@ -38,7 +38,7 @@ from serve.wiring import build_service
 from tests.storefix import db_url  # noqa: F401  (the SQLite / PostgreSQL fixture)
 
 AGENT = "airline"
-CFG = {"shape_weight": 0.3, "c": 8.0, "last_turn": True, "encoder_weight": 1.0, "buckets": 1 << 14}
+CFG: dict[str, Any] = {"shape_weight": 0.3, "c": 8.0, "last_turn": True, "encoder_weight": 1.0, "buckets": 1 << 14}
 
 
 class Counting(StaticEncoder):
@@ -80,7 +80,7 @@ def worker(data: Path, url: str, counting: Counting) -> TriageService:
     reg = Registry(settings.resolved_model_registry)
 
     def load(tenant: str, key: str, version: str) -> Any:
-        m = reg.load(tenant, key, version)
+        m: Any = reg.load(tenant, key, version)
         assert m.encoder_ is not None and m.encoder_.version == counting.version
         m.encoder_ = counting
         return m
@@ -154,7 +154,7 @@ def test_a_session_append_encodes_only_its_new_steps_after_redaction_on_any_work
             last = svc.append_steps("acme", "s1", AppendStepsRequest(
                 steps=[st.model_dump(mode="json", exclude_none=True)], agent=AGENT))
             assert last.failure_probability_basis is not None and last.failure_probability_basis.model == "agent"
-        assert last is not None
+        assert last is not None and last.failure_probability_basis is not None
         stored = service.stored_trace("acme", service.sessions.get_session("acme", "s1").trace_id)
         assert secret not in stored.steps[1].content and "REDACTED" in stored.steps[1].content
         # each step encoded once, though each worker re-read the session the other had appended to
