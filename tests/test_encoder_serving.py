@@ -81,8 +81,9 @@ def worker(data: Path, url: str, counting: Counting) -> TriageService:
 
     def load(tenant: str, key: str, version: str) -> Any:
         m: Any = reg.load(tenant, key, version)
-        assert m.encoder_ is not None and m.encoder_.version == counting.version
-        m.encoder_ = counting
+        if getattr(m, "encoder_", None) is not None:  # a model that reads the encoder block
+            assert m.encoder_.version == counting.version
+            m.encoder_ = counting
         return m
 
     svc.diagnoses.models = AgentModels(active=svc.stores.activations.active_model, load=load)
@@ -267,5 +268,77 @@ def test_the_backfill_encodes_stored_runs_once_and_resumes(db_url: str, tmp_path
         assert again.encoded == 0 and counting.texts == sum(textual(t.steps) for t in stored)  # idempotent
         assert st.encodings.stored_bytes("beta") == (0, 0)  # another tenant's runs were not asked for
         assert encode_runs(st.encodings, st.traces, counting).encoded == 1  # every tenant's
+    finally:
+        svc.stores.db.dispose()
+
+
+def test_the_heavy_lane_serves_and_stores_the_encoder_block(tmp_path: Path, fitted: tuple[AgentModel, list[Any]]) -> None:
+    """A large body is diagnosed by the worker's helper process, which loads the model (and the shared
+    encoder) itself: the same answer, and the run's vectors stored by it."""
+    from fastapi.testclient import TestClient
+
+    from serve.app import create_app
+    from serve.store import open_stores
+
+    model, rest = fitted
+    settings = Settings(data_dir=tmp_path, classifier=False, auth="off", heavy_body_bytes=4096)
+    stores = open_stores(settings)
+    mv = Registry(settings.resolved_model_registry).save("local", AGENT, model, parent=None, card="", report={}, data={})
+    stores.activations.activate_model("local", mv.version, actor="test", agent=AGENT)
+    t = _bare(rest[1].trace)
+    app = create_app(settings)
+    with TestClient(app) as c:
+        r = c.post("/v1/diagnose", json={"trace": t.model_dump(mode="json", exclude_none=True),
+                                         "options": {"agent": AGENT}})
+        assert r.status_code == 200, r.text
+        assert app.state.heavy._pool is not None  # the helper answered
+        got = r.json()
+    try:
+        assert got["failure_probability_basis"]["model"] == "agent"
+        row = stores.traces.get_trace_json("local", t.id)
+        assert row is not None
+        stored = Trace.model_validate(row[1])
+        assert got["failure_probability"] == pytest.approx(
+            model.score(stored, prior=got["failure_probability_basis"]["zero_shot_probability"]), abs=1e-9)
+        vec = stores.encodings.vectors("local", [(t.id, len(stored.steps))], shared_encoder().version)[t.id]
+        assert np.array_equal(vec, encode_steps(shared_encoder(), stored.steps), equal_nan=True)
+    finally:
+        stores.db.dispose()
+
+
+def test_a_hot_swap_to_an_encoder_model_mid_session_encodes_each_step_once(
+        tmp_path: Path, fitted: tuple[AgentModel, list[Any]], counting: Counting) -> None:
+    model, rest = fitted
+    runs = load_source("tau_airline")[:60]
+    plain = AgentModel.fit([r.trace.model_copy(update={"labels": None}) for r in runs], [r.failed for r in runs],
+                           [r.group for r in runs], agent=AGENT, config=AgentModelConfig(internal_folds=0, buckets=1 << 14))
+    svc = worker(tmp_path, f"sqlite:///{tmp_path / 't.db'}", counting)
+    svc.diagnoses.models.poll_s = 0.0  # every request reads the activation (the swap is seen at once)
+    reg = Registry(tmp_path / "models")
+    try:
+        svc.stores.activations.activate_model("acme", reg.save("acme", AGENT, plain, parent=None, card="", report={},
+                                                               data={}).version, actor="test", agent=AGENT)
+        t = _bare(rest[2].trace)
+        counting.texts = 0
+        for i, st in enumerate(t.steps):
+            if i == 5:  # the encoder model is promoted mid-session
+                v2 = reg.save("acme", AGENT, model, parent=None, card="", report={}, data={}).version
+                svc.stores.activations.activate_model("acme", v2, actor="test", agent=AGENT)
+                assert svc.models.get("acme", AGENT) is not None
+                counting.texts = 0  # (its smoke check)
+            last = svc.append_steps("acme", "s", AppendStepsRequest(
+                steps=[st.model_dump(mode="json", exclude_none=True)], agent=AGENT))
+            assert last.failure_probability_basis is not None
+            assert last.failure_probability_basis.version is not None
+            if i < 5:
+                assert counting.texts == 0 and last.failure_probability_basis.model == "agent"  # n-grams only
+        stored = svc.stored_trace("acme", svc.sessions.get_session("acme", "s").trace_id)
+        assert last.failure_probability_basis.model == "agent"
+        assert counting.texts == textual(stored.steps)  # the first five once, at the swap; the others as they came
+        assert last.failure_probability == pytest.approx(
+            model.score(stored, prior=last.failure_probability_basis.zero_shot_probability), abs=1e-9)
+        # and all of them are stored: a retrain encodes none of this run
+        vec = _stored_vectors(svc, stored, counting)
+        assert np.array_equal(vec, encode_steps(shared_encoder(), stored.steps), equal_nan=True)
     finally:
         svc.stores.db.dispose()

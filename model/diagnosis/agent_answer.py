@@ -234,6 +234,8 @@ def agent_probability(served: ServedAgent, trace: Trace, prior: float | None, se
         known = session.stored(enc.version) if enc is not None and session.stored is not None and first else None
         vecs = None if enc is None else encode_missing(enc, trace.steps, known)
         st, crossed, at = score_prefixes(model, trace.steps, prior, None, 0, memo["crossed"], vecs)
+        if vecs is not None and not _encoded_before(trace.steps[:first], known):
+            first = 0  # earlier steps were encoded now (a new model, or none stored): all of them are kept
         vecs = None if vecs is None else vecs[first:]
     if memo["crossed"] is None and crossed is not None:
         memo.update(crossed=crossed, p=at)
@@ -241,6 +243,17 @@ def agent_probability(served: ServedAgent, trace: Trace, prior: float | None, se
     if memo["crossed"] is not None and memo["crossed"] < n:
         failure = at_risk_failure(trace, int(memo["crossed"]), float(memo["p"]), served)
     return model.score_state(st, prior=prior), failure, _prefix(served, n, st, enc, first, vecs)
+
+
+def _encoded_before(steps: Sequence[Step], known: np.ndarray | None) -> bool:
+    """Whether ``known`` holds a vector of every step of ``steps`` the encoder reads."""
+    from model.scoring.agentmodel.encoded import step_text
+
+    if not steps:
+        return True
+    if known is None or len(known) < len(steps):
+        return False
+    return not any(np.isnan(known[i, 0]) and step_text(s) is not None for i, s in enumerate(steps))
 
 
 def _prefix(served: ServedAgent, n: int, state: Any, enc: StaticEncoder | None, first: int,
