@@ -220,10 +220,11 @@ def register(app: typer.Typer) -> None:
         batch: Annotated[int, typer.Option("--batch", min=1, max=5000, metavar="N",
                                            help="Runs encoded and written per transaction.")] = 200,
     ) -> None:
-        """Encode the stored runs' steps once, for agent models that read the encoder block.
+        """Encode the stored runs' steps once (the encoder block).
 
-        A run diagnosed by such a model keeps the vectors it was read with; this encodes the others
-        (runs stored before, or answered by another model), so that 'triage retrain' encodes none.
+        For agent models that read the encoder block: a run diagnosed by such a model keeps the
+        vectors it was read with; this encodes the others (runs stored before, or answered by another
+        model), so that 'triage retrain' encodes none.
         Idempotent and resumable: a run already encoded is skipped, and each batch is committed.
         """
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
