@@ -80,7 +80,8 @@ class StaticEncoder:
         self.meta = dict(meta or {})
         vocab = tokenizer.get_vocab()
         specials = [vocab[t] for t in ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]") if t in vocab]
-        self._drop = np.array(sorted(specials), dtype=np.int64)
+        self._keep = np.ones(embeddings.shape[0], dtype=bool)  # by token id: False for the special tokens
+        self._keep[specials] = False
         self._unk = vocab.get("[UNK]")
         self._version: str | None = None
 
@@ -107,14 +108,19 @@ class StaticEncoder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not len(texts):
             return out
-        ids = [i[~np.isin(i, self._drop)] for i in self.token_ids(texts)]
+        ids = self.token_ids(texts)
         lengths = np.array([len(i) for i in ids])
-        keep = np.flatnonzero(lengths)
+        if not lengths.sum():
+            return out
+        flat = np.concatenate(ids)
+        kept = self._keep[flat]  # one lookup for every text's tokens (special tokens dropped)
+        flat = flat[kept]
+        counts = np.bincount(np.repeat(np.arange(len(texts)), lengths)[kept], minlength=len(texts))
+        keep = np.flatnonzero(counts)
         if not len(keep):
             return out
-        flat = np.concatenate([ids[k] for k in keep])
-        starts = np.concatenate([[0], np.cumsum(lengths[keep])[:-1]])
-        sums = np.add.reduceat(self.embeddings[flat].astype(np.float32), starts, axis=0)
+        starts = np.concatenate([[0], np.cumsum(counts[keep])[:-1]])
+        sums = np.add.reduceat(self.embeddings[flat], starts, axis=0, dtype=np.float32)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         out[keep] = sums / np.where(norms > 0, norms, 1.0)
         return out

@@ -11,7 +11,10 @@
    an agent only when its out-of-fold AUROC on that agent's own labels is ≥ the zero-shot score's (its
    ``members``). What cannot be learned is refused with a fixed code (``too_few_runs``, ``one_class``,
    ``too_few_task_groups``, ``corrupt_run``), agent by agent: one refusal never stops the others.
-3. **The prior.** Each run's zero-shot probability (the shipped run scorer, cached on disk by trace
+3. **The features.** A served configuration that reads the encoder block gets each run's step vectors as
+   the service stored them when it diagnosed the run (:func:`feature_cache`, :mod:`serve.store.encodings`);
+   only steps without one are encoded (``triage encode-runs`` backfills them once).
+   **The prior.** Each run's zero-shot probability (the shipped run scorer, cached on disk by trace
    content under ``<data_dir>/cache/agentmodel/``) is the model's prior, as at serving time.
 4. **The gate**, from grouped cross-validation (:func:`model.training.agentmodel.cv.cross_validate`,
    ``min(TRIAGE_RETRAIN_CV_FOLDS, task groups)`` folds): folds grouped by task id, else by

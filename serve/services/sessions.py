@@ -4,7 +4,9 @@ through the pipeline of :mod:`serve.services.diagnoses` on the session so far.
 The cost of an append does not grow with the session: the new steps are written as rows of their
 own, the session's trace stays in this worker's cache (re-read from the store only when another
 worker appended meanwhile), and the detectors read a window of the newest steps
-(:mod:`model.diagnosis.incremental`).
+(:mod:`model.diagnosis.incremental`). An agent model that reads the encoder block encodes only the new
+steps (redacted first), and their vectors are stored with the run (:mod:`serve.store.encodings`): a
+worker that re-reads the session takes the earlier steps' vectors from there.
 """
 
 from __future__ import annotations
