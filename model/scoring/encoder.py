@@ -100,8 +100,9 @@ class StaticEncoder:
 
     def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Each text's token ids (at most :data:`MAX_TOKENS`, special tokens kept)."""
-        return [np.asarray(e.ids[:MAX_TOKENS], dtype=np.int64)
-                for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        # encode_batch_fast (tokenizers >= 0.21): the same ids without the character offsets (-20 %)
+        batch = getattr(self.tokenizer, "encode_batch_fast", None) or self.tokenizer.encode_batch
+        return [np.asarray(e.ids[:MAX_TOKENS], dtype=np.int64) for e in batch(list(texts), add_special_tokens=False)]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """``len(texts) × dim`` float32, each row unit length (zeros for a text with no known token)."""
