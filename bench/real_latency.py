@@ -24,6 +24,13 @@ whose agent model (:mod:`model.scoring.agentmodel`, fitted here on 60 τ-airline
 registered and activated for the bench tenant before the first request) answers it: the prefix state
 per session, ``at_risk``, the basis. ``--no-agent-model``: zero-shot, as before issue 20.
 
+With ``--encoder-model`` (the default, with an agent model) each session and diagnosis is also posted
+under a second agent, ``bench-encoder``, whose model is the same configuration with the encoder block
+on (``encoder_weight`` 1.0: the shipped static encoder; its step vectors stored with the run), the two
+agents' requests interleaved (alternating which goes first): the encoder's **added cost** is the
+median of the paired differences (same run, same step) with a 95 % bootstrap interval, beside the
+two p50s; and, in process, the encoder's own work (one step; a 30-step run in one batch).
+
 One connection, one worker, ``TRIAGE_ORT_THREADS`` as ``--ort-threads`` (default 2) for the server
 and the raw forward alike; a keep-alive ``http.client`` connection. The machine's load average is
 printed with the figures. ``--profile`` also runs the same requests in process under cProfile and
@@ -86,7 +93,7 @@ def sample_runs(per_set: int, seed: int) -> dict[str, list[Trace]]:
     return out
 
 
-def pct(xs: Sequence[float], q: float) -> float:
+def pct(xs: Sequence[float] | np.ndarray, q: float) -> float:
     return float(np.quantile(np.asarray(xs, dtype=float), q)) if len(xs) else float("nan")
 
 
@@ -129,27 +136,31 @@ def cpu_ms(pid: int) -> float:
 
 # -- the requests ----------------------------------------------------------------------------------
 AGENT: str | None = None  # the agent every request names (set by --agent-model)
+ENCODER_AGENT = "bench-encoder"  # the agent whose model reads the encoder block (--encoder-model)
+AGENTS: list[str | None] = [None]  # the agents each run is posted under, interleaved
 
 
-def step_bodies(trace: Trace) -> list[bytes]:
+def step_bodies(trace: Trace, agent: str | None = None) -> list[bytes]:
     """One append body per step: the step as a native step, its index relative to the call (0)."""
+    agent = agent or AGENT
     out = []
     for st in trace.steps:
         d = st.model_dump(mode="json", exclude_none=True)
         d["source_index"] = 0
         body: dict[str, Any] = {"steps": [d]}
-        if AGENT:
-            body["agent"] = AGENT
+        if agent:
+            body["agent"] = agent
         if trace.task_type:
             body["task_type"] = trace.task_type
         out.append(json.dumps(body).encode())
     return out
 
 
-def diagnose_body(trace: Trace, n: int) -> bytes:
+def diagnose_body(trace: Trace, n: int, agent: str | None = None) -> bytes:
+    agent = agent or AGENT
     d = trace.model_dump(mode="json", exclude_none=True)
-    d["id"] = f"{trace.id}:bench:{os.getpid()}:{n}"
-    return json.dumps({"trace": d, **({"options": {"agent": AGENT}} if AGENT else {})}).encode()
+    d["id"] = f"{trace.id}:bench:{os.getpid()}:{n}:{agent}"
+    return json.dumps({"trace": d, **({"options": {"agent": agent}} if agent else {})}).encode()
 
 
 class Client:
@@ -171,35 +182,99 @@ class Client:
         return ms, out
 
 
+def _order(i: int) -> list[str | None]:
+    """The agents in the order the ``i``-th run is posted under them (alternating who goes first)."""
+    return AGENTS if i % 2 == 0 else AGENTS[::-1]
+
+
 def run_sessions(client: Client, traces: dict[str, list[Trace]], tag: str,
-                 pid: int | None = None) -> list[tuple[str, int, float, float]]:
-    """(set, step position, ms, server CPU ms) for every append (CPU from ``/proc/<pid>/stat``, in
-    clock ticks of 10 ms: meaningful summed over many requests, not one by one; 0 without ``pid``)."""
+                 pid: int | None = None, agent_of: dict[Any, float] | None = None
+                 ) -> list[tuple[str, int, float, float]]:
+    """(set, step position, ms, server CPU ms) for every append of the first agent (CPU from
+    ``/proc/<pid>/stat``, in clock ticks of 10 ms: meaningful summed over many requests, not one by one; 0
+    without ``pid``); every agent's appends (interleaved, step by step) go into ``agent_of`` as
+    ``(set, run, step, agent) → ms`` (:func:`paired`)."""
     out = []
+    i = 0
     for s, ts in traces.items():
         for n, t in enumerate(ts):
-            sid = f"bench-{tag}-{os.getpid()}-{s}-{n}"
-            for k, body in enumerate(step_bodies(t)):
-                c0 = cpu_ms(pid) if pid else 0.0
-                ms, resp = client.post(f"/v1/sessions/{sid}/steps", body)
-                c1 = cpu_ms(pid) if pid else 0.0
-                if AGENT and (resp.get("failure_probability_basis") or {}).get("model") != "agent":
-                    raise SystemExit(f"session {sid}: not answered by the agent model: {resp.get('failure_probability_basis')}")
-                if resp.get("session_steps") != k + 1:
-                    raise SystemExit(f"session {sid}: {resp.get('session_steps')} steps after {k + 1} appends")
-                out.append((s, k, ms, c1 - c0))
+            bodies = {a: step_bodies(t, a) for a in AGENTS}
+            for k in range(len(t.steps)):
+                for a in _order(i):
+                    sid = f"bench-{tag}-{os.getpid()}-{s}-{n}-{a}"
+                    c0 = cpu_ms(pid) if pid else 0.0
+                    ms, resp = client.post(f"/v1/sessions/{sid}/steps", bodies[a][k])
+                    c1 = cpu_ms(pid) if pid else 0.0
+                    if a and (resp.get("failure_probability_basis") or {}).get("model") != "agent":
+                        raise SystemExit(f"session {sid}: not answered by the agent model: "
+                                         f"{resp.get('failure_probability_basis')}")
+                    if resp.get("session_steps") != k + 1:
+                        raise SystemExit(f"session {sid}: {resp.get('session_steps')} steps after {k + 1} appends")
+                    if a == AGENTS[0]:
+                        out.append((s, k, ms, c1 - c0))
+                    if agent_of is not None:
+                        agent_of[(s, n, k, a)] = ms
+                i += 1
     return out
 
 
-def run_diagnose(client: Client, traces: dict[str, list[Trace]], repeats: int) -> list[tuple[str, int, float, bool]]:
-    """(set, steps, ms, whether failure_probability came back) per request."""
+def run_diagnose(client: Client, traces: dict[str, list[Trace]], repeats: int,
+                 agent_of: dict[Any, float] | None = None) -> list[tuple[str, int, float, bool]]:
+    """(set, steps, ms, whether failure_probability came back) per request of the first agent (every
+    agent's into ``agent_of``, keyed ``(repeat, set, run, agent)``)."""
     out = []
+    i = 0
     for r in range(repeats):
         for s, ts in traces.items():
             for n, t in enumerate(ts):
-                ms, resp = client.post("/v1/diagnose", diagnose_body(t, r * 1000 + n))
-                out.append((s, len(t.steps), ms, resp.get("failure_probability") is not None))
+                for a in _order(i):
+                    ms, resp = client.post("/v1/diagnose", diagnose_body(t, r * 1000 + n, a))
+                    if a == AGENTS[0]:
+                        out.append((s, len(t.steps), ms, resp.get("failure_probability") is not None))
+                    if agent_of is not None:
+                        agent_of[(r, s, n, len(t.steps), a)] = ms
+                i += 1
     return out
+
+
+def paired(times: dict[Any, float], base: str | None, other: str, keep: Any = None, seed: int = 0
+           ) -> tuple[float, float, float, float, float, int]:
+    """p50 of ``base``'s and ``other``'s requests, the median of their paired differences (same run and
+    step) and its 95 % bootstrap interval, and the pairs: ``(p50 base, p50 other, median diff, lo, hi, n)``.
+    ``keep(key)``: the requests counted."""
+    keys = [k[:-1] for k in times if k[-1] == base and (keep is None or keep(k))]
+    a = np.array([times[(*k, base)] for k in keys])
+    b = np.array([times[(*k, other)] for k in keys])
+    d = b - a
+    rng = np.random.default_rng(seed)
+    boots = [float(np.median(d[rng.integers(0, len(d), len(d))])) for _ in range(2000)] if len(d) else [np.nan]
+    return (pct(a, .5), pct(b, .5), float(np.median(d)) if len(d) else float("nan"),
+            float(np.quantile(boots, .025)), float(np.quantile(boots, .975)), len(d))
+
+
+def encoder_work(traces: dict[str, list[Trace]], repeats: int) -> tuple[float, float]:
+    """The static encoder's own work in process: p50 ms to encode one step (and pool it), and to encode a
+    30-step run in one batch (what a session append and a diagnosis add to the agent model's read)."""
+    from model.scoring.agentmodel.encoded import Pool, encode_missing
+    from model.scoring.encoder import shared_encoder
+
+    enc = shared_encoder()
+    one: list[float] = []
+    run: list[float] = []
+    for _ in range(repeats):
+        for ts in traces.values():
+            for t in ts:
+                pool = Pool.empty(enc.dim)
+                for st in t.steps:
+                    t0 = time.perf_counter()
+                    v = encode_missing(enc, [st])[0]
+                    if not np.isnan(v[0]):
+                        pool.add(v, st.kind)
+                    one.append((time.perf_counter() - t0) * 1000)
+                t0 = time.perf_counter()
+                encode_missing(enc, t.steps)
+                run.append((time.perf_counter() - t0) * 1000)
+    return pct(one, .5), pct(run, .5)
 
 
 # -- where the time goes -----------------------------------------------------------------------------
@@ -243,9 +318,10 @@ def profile(traces: dict[str, list[Trace]], ort_threads: int, top: int) -> None:
 
 
 # -- main -------------------------------------------------------------------------------------------
-def install_agent_model(data: Path, tenant: str, agent: str) -> str:
-    """Fit an agent model on 60 τ-airline runs (zero-shot prior), register and activate it for
-    (tenant, agent) in the server's data folder; returns a line saying what it is."""
+def install_agent_model(data: Path, tenant: str, agent: str, encoder_weight: float = 0.0) -> str:
+    """Fit an agent model on 60 τ-airline runs (zero-shot prior; ``encoder_weight`` > 0: with the encoder
+    block), register and activate it for (tenant, agent) in the server's data folder; returns a line
+    saying what it is."""
     from model.scoring.agent_registry import Registry
     from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
     from serve.services.retrain import ZeroShotCache
@@ -256,7 +332,7 @@ def install_agent_model(data: Path, tenant: str, agent: str) -> str:
     prior = ZeroShotCache(None).probabilities(traces)
     t0 = time.perf_counter()
     model = AgentModel.fit(traces, [r.failed for r in runs], [r.group for r in runs], prior=prior, agent=agent,
-                           config=AgentModelConfig(internal_folds=3))
+                           config=AgentModelConfig(internal_folds=3, encoder_weight=encoder_weight))
     fit_s = time.perf_counter() - t0
     mv = Registry(data / "models").save(tenant, agent, model, parent=None, card="bench", report={}, data={})
     store = Stores.at(f"sqlite:///{data / 'triage.db'}")
@@ -278,7 +354,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     ap.add_argument("--agent-model", action=argparse.BooleanOptionalAction, default=True,
                     help="answer every request with an agent model (fitted on 60 τ-airline runs)")
+    ap.add_argument("--encoder-model", action=argparse.BooleanOptionalAction, default=True,
+                    help="also post every request under an agent whose model reads the encoder block (paired)")
     args = ap.parse_args()
+    global AGENTS
 
     traces = sample_runs(args.per_set, args.seed)
     rt = ClassifierRuntime.load(ROOT / "model" / "artifacts", threads=args.ort_threads)
@@ -306,7 +385,11 @@ def main() -> None:
             if args.agent_model:
                 global AGENT
                 AGENT = "bench-agent"
+                AGENTS = [AGENT]
                 print(install_agent_model(Path(tmp), "bench", AGENT))
+                if args.encoder_model:
+                    AGENTS = [AGENT, ENCODER_AGENT]
+                    print(install_agent_model(Path(tmp), "bench", ENCODER_AGENT, encoder_weight=1.0))
             checks = server.ready.get("checks", {})
             if not (checks.get("classifier") and checks.get("runscore")):
                 raise SystemExit(f"the server did not load the shipped models: {server.ready}")
@@ -315,9 +398,11 @@ def main() -> None:
             run_diagnose(client, {s: ts[:1] for s, ts in traces.items()}, 1)
             load0 = os.getloadavg()[0]
             c0 = cpu_ms(server.proc.pid)
-            sess = run_sessions(client, traces, "timed", server.proc.pid)
+            sess_by: dict[Any, float] = {}
+            diag_by: dict[Any, float] = {}
+            sess = run_sessions(client, traces, "timed", server.proc.pid, sess_by)
             c1 = cpu_ms(server.proc.pid)
-            diag = run_diagnose(client, traces, args.repeats)
+            diag = run_diagnose(client, traces, args.repeats, diag_by)
             time.sleep(1.0)  # the stream feed of the last answers runs after them
             c2 = cpu_ms(server.proc.pid)
             load1 = os.getloadavg()[0]
@@ -331,7 +416,7 @@ def main() -> None:
           f"p50 {pct(all_ms, .5):.2f} ms, p99 {pct(all_ms, .99):.2f} ms; at the 30th step "
           f"p50 {pct(last_ms, .5):.2f} ms (n={len(last_ms)}); ratio to the raw one-step forward "
           f"(p50 / p50) {pct(all_ms, .5) / raw_step50:.1f}x")
-    print(f"  server CPU per session step {(c1 - c0) / len(sess):.1f} ms (user + system, all threads: the work, "
+    print(f"  server CPU per session step {(c1 - c0) / max(1, len(sess_by)):.1f} ms (user + system, all threads: the work, "
           f"whatever the load)")
     for lo, hi in ((0, 9), (10, 19), (20, 29)):
         xs = [ms for _, k, ms, _ in sess if lo <= k <= hi]
@@ -346,7 +431,7 @@ def main() -> None:
     print(f"\n/v1/diagnose of a 30-step run ({len(d30)} requests; failure_probability in {with_p}/{len(diag)} answers): "
           f"p50 {pct(d30, .5):.1f} ms, p99 {pct(d30, .99):.1f} ms, max {max(d30, default=float('nan')):.1f} ms; "
           f"ratio to the raw forward of a run's steps (p50 / p50) {pct(d30, .5) / raw_trace50:.1f}x")
-    print(f"  server CPU per /v1/diagnose {(c2 - c1) / len(diag):.1f} ms (all runs, stream feed included)")
+    print(f"  server CPU per /v1/diagnose {(c2 - c1) / max(1, len(diag_by)):.1f} ms (all runs, stream feed included)")
     for s in traces:
         xs = [ms for ss, _, ms, _ in diag if ss == s]
         steps = sorted({n for ss, n, _, _ in diag if ss == s})
@@ -355,8 +440,23 @@ def main() -> None:
     print(f"\ntargets (issue 20, with an agent model): session step p50 <= 15 ms: "
           f"{'met' if pct(all_ms, .5) <= 15 else 'MISSED'}; p99 <= 30 ms: {'met' if pct(all_ms, .99) <= 30 else 'MISSED'}; "
           f"30-step diagnose <= 700 ms (p50): {'met' if pct(d30, .5) <= 700 else 'MISSED'}")
+    if len(AGENTS) > 1:
+        print(f"\nthe encoder block's added cost (agent {ENCODER_AGENT!r}: the same model with encoder_weight 1.0, "
+              f"its step vectors stored; requests interleaved with {AGENT!r}'s; the CPU figures above count "
+              f"{AGENT!r}'s requests only, the server's CPU between them both):")
+        for what, times, keep in (("session step", sess_by, None),
+                                  ("30-step /v1/diagnose", diag_by, lambda k: k[3] == STEPS)):
+            b50, e50, med, lo_d, hi_d, n = paired(times, AGENT, ENCODER_AGENT, keep)
+            print(f"  {what:<22} p50 without {b50:7.2f} ms, with {e50:7.2f} ms; paired difference median "
+                  f"{med:+.2f} ms [{lo_d:+.2f}, {hi_d:+.2f}] (n={n})")
+        one_ms, run_ms = encoder_work(traces, 1)
+        print(f"  in process, the encoder itself: one step encoded and pooled p50 {one_ms:.3f} ms; a 30-step run "
+              f"encoded in one batch p50 {run_ms:.2f} ms")
+        print("  targets (issue 34): <= 1 ms added to a session step p50, <= 3 ms to a 30-step diagnosis")
     if args.json:
-        args.json.write_text(json.dumps({"sessions": sess, "diagnose": diag, "raw": raw}) + "\n")
+        args.json.write_text(json.dumps({"sessions": sess, "diagnose": diag, "raw": raw,
+                                         "paired_sessions": [[*k, v] for k, v in sess_by.items()],
+                                         "paired_diagnose": [[*k, v] for k, v in diag_by.items()]}) + "\n")
     if args.profile:
         profile(traces, args.ort_threads, args.top)
 

@@ -16,7 +16,14 @@ For each real set with successful runs (Who&When is all failed: localisation onl
    those runs is printed beside the gate's figures.
 
 Then the cost: ``triage retrain`` of ``--timing-runs`` (1,000) labelled runs of one agent (the sets'
-runs pooled under one name), twice — cold, then with the zero-shot cache warm.
+runs pooled under one name), twice — cold, then with the zero-shot cache warm. When the served
+candidate reads the encoder block, the runs' step vectors are first stored by ``triage encode-runs``'s
+backfill (timed, with the bytes a stored run takes), both retrains read them (the count of runs they
+encoded is printed: 0), and a third retrain without them times the re-encoding apart; the registered
+artefact's size is printed.
+
+``--served N``: retrain with ``params.yaml``'s ``learning_curve`` candidate ``N`` instead of its
+``served`` one (a copy of the file is written under ``--data``), e.g. an encoder candidate.
 
 Writes ``reports/retrain.json``; prints a table. Run (about 10 minutes on 2 shared cores)::
 
@@ -64,9 +71,24 @@ def _env(data: Path) -> dict[str, str]:
     return {**os.environ, "TRIAGE_DATA_DIR": str(data), "HF_HUB_OFFLINE": "1"}
 
 
+PARAMS = ROOT / "params.yaml"  # the parameters file retrains read (--served writes a copy)
+
+
 def _triage(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "serve.cli.main", *args], cwd=ROOT, env=_env(data),
+    return subprocess.run([sys.executable, "-m", "serve.cli.main", *args], cwd=ROOT,
+                          env={**_env(data), "TRIAGE_PARAMS_PATH": str(PARAMS)},
                           capture_output=True, text=True, timeout=3600)
+
+
+def served_params(data: Path, served: int) -> Path:
+    """A copy of ``params.yaml`` whose ``learning_curve.served`` is ``served``."""
+    import yaml
+
+    d = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    d["learning_curve"]["served"] = served
+    out = data / f"params-served-{served}.yaml"
+    out.write_text(yaml.safe_dump(d, sort_keys=False), encoding="utf-8")
+    return out
 
 
 def _post(client: Any, runs: list[Any], agent: str, task_ids: bool) -> None:
@@ -137,6 +159,7 @@ def one_set(server: Server, data: Path, name: str, k: int, held_max: int, seed: 
     ya = np.array(y)
     est = gate.get("estimate", {})
     return {"set": name, "k": len(train), "failed": sum(r.failed for r in train), "held": len(held),
+            "learner": str(gate.get("estimate", {}).get("served", "agent")),
             "post_s": post_s, "retrain_s": retrain_s, "swap_s": swap_s, "promoted_by_gate": out.returncode == 0,
             "gate": {m: (est.get(m) or {}).get("auroc") for m in ("agent", "zero-shot", "tfidf", "length")},
             "served_auroc": auroc(ya, np.array(served)), "zero_shot_auroc": auroc(ya, np.array(zero)),
@@ -144,30 +167,88 @@ def one_set(server: Server, data: Path, name: str, k: int, held_max: int, seed: 
 
 
 def timing(data: Path, n: int) -> dict[str, Any]:
-    """``triage retrain`` of ``n`` labelled runs of one agent, cold then warm (in process, on the store)."""
+    """``triage retrain`` of ``n`` labelled runs of one agent, cold then warm (in process, on the store);
+    with the encoder block: the backfill first, and a retrain without stored vectors apart."""
     from model.core.options import DiagnoseOptions
     from model.data.realdata import load_source
     from model.diagnosis.diagnoser import Diagnoser
+    from model.scoring.encoder import shared_encoder
     from serve.schemas import LabelRequest
-    from serve.services.retrain import retrain
+    from serve.services.encodings import encode_runs
+    from serve.services.retrain import model_config, retrain
     from serve.settings import Settings
     from serve.wiring import build_service
 
-    settings = Settings(data_dir=data / "timing")
+    settings = Settings(data_dir=data / "timing", params_path=PARAMS)
+    config, _ = model_config(PARAMS)
     svc = build_service(settings, Diagnoser())
-    runs = [r for s in SETS for r in load_source(s)][:n]
+    pool = [r for s in SETS for r in load_source(s)]
+    runs, extra = pool[:n], pool[n:][::7][:60]  # and 60 others, served by the encoder model (when it is read)
     for r in runs:
         t = r.trace.model_copy(deep=True)
         t.labels = None
         t.metadata = {**t.metadata, "task_id": f"{r.source}:{r.group}"}
         svc.diagnose("timing", t, DiagnoseOptions(agent="many"))
         svc.add_label("timing", t.id, LabelRequest(failed=r.failed, author="checker", author_type="checker"))
-    out = {"runs": len(runs)}
+    out: dict[str, Any] = {"runs": len(runs), "encoder_weight": config.encoder_weight}
+    st = svc.stores
+    if config.encoder_weight > 0:
+        res_e = encode_runs(st.encodings, st.traces, shared_encoder(), tenant="timing")
+        stored, size = st.encodings.stored_bytes("timing")
+        out.update(encode_s=res_e.seconds, encoded_runs=res_e.encoded, encoded_steps=res_e.steps,
+                   bytes_per_run=size / max(1, stored), steps_per_run=sum(len(r.trace.steps) for r in runs) / len(runs))
     for label in ("cold", "warm"):
-        res = retrain(svc.stores.activations, svc.stores.labels, settings, "timing", promote=False)
+        res = retrain(st.activations, st.labels, settings, "timing", promote=False, encodings=st.encodings)
         out[f"{label}_s"] = res.seconds
-    svc.stores.db.dispose()
+        out[f"{label}_cache"] = res.cache
+    if config.encoder_weight > 0:
+        res = retrain(st.activations, st.labels, settings, "timing", promote=False)  # no stored vectors
+        out.update(reencode_s=res.seconds, reencode_cache=res.cache)
+    if res.models:
+        out["artefact_bytes"] = (res.models[0].version.path / "agentmodel.json").stat().st_size
+        out["learner"] = res.models[0].learner
+    if config.encoder_weight > 0:
+        out.update(encoder_model(svc, settings, config, runs, extra))
+    st.db.dispose()
     return out
+
+
+def encoder_model(svc: Any, settings: Any, config: Any, runs: list[Any], held: list[Any]) -> dict[str, Any]:
+    """The agent model with the encoder block on the timing runs (fitted from the stored vectors, whatever
+    learner the gate served): its artefact's size, and, served by the service (in process) for ``held``
+    runs, the largest difference from the offline model's score of the stored run."""
+    from model.core.options import DiagnoseOptions
+    from model.scoring.agent_registry import Registry
+    from model.scoring.agentmodel.model import AgentModel
+    from model.training.agentmodel.cv import group_runs
+    from serve.services.agent_models import build_models
+    from serve.services.retrain import feature_cache
+    from serve.services.retrain_plan import labelled_runs
+
+    st = svc.stores
+    lr = labelled_runs(st.labels, "timing")
+    cache, _ = feature_cache(config, lr, "timing", st.encodings)
+    t0 = time.perf_counter()
+    model = AgentModel.fit([r.trace for r in lr], [r.failed for r in lr],
+                           group_runs([r.trace for r in lr], [r.task for r in lr]), config=config, cache=cache)
+    fit_s = time.perf_counter() - t0
+    mv = Registry(settings.resolved_model_registry).save("timing", "many", model, parent=None, card="bench",
+                                                         report={}, data={})
+    st.activations.activate_model("timing", mv.version, actor="bench/retrain.py", agent="many")
+    svc.diagnoses.models = build_models(settings, st.activations)
+    diffs = []
+    for r in held:
+        t = r.trace.model_copy(deep=True)
+        t.labels = None
+        t.id = f"held-{t.id}"
+        resp = svc.diagnose("timing", t, DiagnoseOptions(agent="many"))
+        basis = resp.failure_probability_basis
+        assert basis is not None and basis.model == "agent", basis
+        stored = svc.stored_trace("timing", t.id)
+        diffs.append(abs(model.score(stored, prior=basis.zero_shot_probability) - float(resp.failure_probability)))
+    return {"encoder_model_bytes": (mv.path / "agentmodel.json").stat().st_size, "encoder_model_fit_s": fit_s,
+            "encoder_model_cv_auroc": model.card_.get("cv_auroc"), "encoder_held": len(held),
+            "encoder_max_abs_diff": max(diffs) if diffs else None}
 
 
 def main() -> None:
@@ -179,21 +260,27 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-task-ids", action="store_true", help="post runs without metadata.task_id")
     ap.add_argument("--timing-runs", type=int, default=1000, help="0: skip the retrain timing")
+    ap.add_argument("--served", type=int, default=None,
+                    help="retrain with this learning_curve candidate of params.yaml (default: its served one)")
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
+    global PARAMS
+    if args.served is not None:
+        PARAMS = served_params(args.data, args.served)
     tenants = tuple(s.replace("_", "-") for s in args.sets)
-    server = Server(1, args.data, None, 2, tenants=tenants, extra_env=["TRIAGE_MODEL_POLL_S=1"])
     rows = []
-    try:
-        for s in args.sets:
-            row = one_set(server, args.data, s, args.k, args.held, args.seed, not args.no_task_ids)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    finally:
-        server.stop()
+    if tenants:
+        server = Server(1, args.data, None, 2, tenants=tenants, extra_env=["TRIAGE_MODEL_POLL_S=1"])
+        try:
+            for s in args.sets:
+                row = one_set(server, args.data, s, args.k, args.held, args.seed, not args.no_task_ids)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        finally:
+            server.stop()
     print(f"\n{'set':<20} {'K':>4} {'held':>4} {'gate: agent':>11} {'zero-shot':>9} {'TF-IDF':>7} {'length':>7} "
-          f"{'promoted':>8} {'served AUROC':>12} {'zero-shot':>9} {'max |served-offline|':>20} {'retrain s':>9} "
-          f"{'swap s':>6}")
+          f"{'promoted':>8} {'learner':>7} {'served AUROC':>12} {'zero-shot':>9} {'max |served-offline|':>20} "
+          f"{'retrain s':>9} {'swap s':>6}")
     for r in rows:
         if "error" in r:
             print(f"{r['set']:<20} error: {r['error'][:300]}")
@@ -204,13 +291,26 @@ def main() -> None:
             return "-" if x is None else f"{x:.3f}"
 
         print(f"{r['set']:<20} {r['k']:>4} {r['held']:>4} {f(g['agent']):>11} {f(g['zero-shot']):>9} {f(g['tfidf']):>7} "
-              f"{f(g['length']):>7} {'yes' if r['promoted_by_gate'] else 'no':>8} {f(r['served_auroc']):>12} "
+              f"{f(g['length']):>7} {'yes' if r['promoted_by_gate'] else 'no':>8} {r['learner']:>7} {f(r['served_auroc']):>12} "
               f"{f(r['zero_shot_auroc']):>9} {r['max_abs_diff']:>20.2e} {r['retrain_s']:>9.1f} {r['swap_s']:>6.1f}")
     report: dict[str, Any] = {"sets": rows, "k": args.k, "task_ids": not args.no_task_ids}
     if args.timing_runs:
         report["timing"] = timing(args.data, args.timing_runs)
-        print(f"\nretrain of {report['timing']['runs']} labelled runs of one agent: cold "
-              f"{report['timing']['cold_s']:.1f} s, warm {report['timing']['warm_s']:.1f} s (target <= 60 s warm)")
+        tm = report["timing"]
+        print(f"\nretrain of {tm['runs']} labelled runs of one agent (encoder_weight {tm['encoder_weight']}): cold "
+              f"{tm['cold_s']:.1f} s, warm {tm['warm_s']:.1f} s (target <= 60 s warm); load average "
+              f"{os.getloadavg()[0]:.2f}")
+        if tm["encoder_weight"] > 0:
+            print(f"  stored encodings: the backfill encoded {tm['encoded_runs']} runs ({tm['encoded_steps']} steps) in "
+                  f"{tm['encode_s']:.1f} s; {tm['bytes_per_run'] / 1e3:.1f} kB a run ({tm['steps_per_run']:.1f} steps); "
+                  f"the retrains encoded {tm['warm_cache'].get('encoded_runs_missing')} runs; without stored "
+                  f"vectors (re-encoding every run) {tm['reencode_s']:.1f} s")
+        if "artefact_bytes" in tm:
+            print(f"  the registered artefact ({tm['learner']}): {tm['artefact_bytes'] / 1e6:.2f} MB (target <= 10 MB)")
+        if "encoder_model_bytes" in tm:
+            print(f"  the agent model with the encoder block, fitted from the stored vectors in {tm['encoder_model_fit_s']:.1f} s: "
+                  f"{tm['encoder_model_bytes'] / 1e6:.2f} MB; served (in process) on {tm['encoder_held']} other runs: "
+                  f"max |served - offline| {tm['encoder_max_abs_diff']:.2e} (target <= 1e-4)")
     (ROOT / "reports").mkdir(exist_ok=True)
     (ROOT / "reports" / "retrain.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
 

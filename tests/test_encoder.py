@@ -101,7 +101,12 @@ def test_prefix_rows_equal_a_pool_fed_step_by_step(shipped: StaticEncoder) -> No
     for i, s in enumerate(t.steps, 1):
         text = step_text(s)
         if text is not None:
-            pool.add(shipped.encode([text])[0], s.kind)
+            fresh = shipped.encode([text])[0]
+            # a step's vector is float16 wherever it is kept (stored = served)
+            assert np.array_equal(vec[i - 1], fresh.astype(np.float16).astype(np.float32))
+            pool.add(vec[i - 1], s.kind)
+        else:
+            assert np.isnan(vec[i - 1]).all()
         if i in cuts:
             assert np.allclose(pool.row(), rows[cuts.index(i)], atol=1e-7)
     again = Pool.from_dict(pool.to_dict())

@@ -16,18 +16,22 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from model.core.findings import Attribution, Failure
 from model.core.kinds import KIND_INFO, FailureKind
 from model.core.metrics import logistic, logit
 from model.core.schema import Step, StepKind, Trace
+from model.scoring.agentmodel.encoded import encode_missing
 
 if TYPE_CHECKING:
     from model.scoring.agent_registry import Servable
     from model.scoring.agentmodel.where import WhereModel
+    from model.scoring.encoder import StaticEncoder
 
 #: The detector name of an ``at_risk`` failure.
 AGENT_MODEL_DETECTOR = "agent_model"
@@ -75,11 +79,22 @@ class ServedAgent:
 @dataclass(frozen=True)
 class Prefix:
     """A session's prefix state under its agent model, kept by a worker between appends:
-    the model's ``tag``, how many ``steps`` it has read, and the model's own ``state``."""
+    the model's ``tag``, how many ``steps`` it has read, and the model's own ``state``.
+
+    ``encoded``: when the model reads the encoder block, ``(first, vectors)``: the float16-rounded
+    vectors of the run's steps ``first`` onwards that this answer encoded (the service stores them
+    with the run, so that neither a retrain nor a later read encodes them again), with ``encoder``
+    the encoder's version; ``None`` otherwise."""
 
     tag: str
     steps: int
     state: Any
+    encoded: tuple[int, np.ndarray] | None = None
+    encoder: str | None = None
+
+    def kept(self) -> Prefix:
+        """What a worker keeps between appends (without the vectors, which the store has)."""
+        return Prefix(self.tag, self.steps, self.state) if self.encoded is not None else self
 
 
 @dataclass
@@ -87,12 +102,16 @@ class SessionPrefix:
     """What an append of a running session tells the agent model: the ``kept`` prefix state (``None``:
     read the session once), the index of the ``first`` new step, how many earlier steps the append
     re-marked from final answers to ``llm_output`` (``relabelled``), and ``memo``, the session's
-    stored early-warning record (``{"model", "crossed", "p"}``), updated in place."""
+    stored early-warning record (``{"model", "crossed", "p"}``), updated in place. ``stored``: when the
+    kept state cannot be continued and the model reads the encoder block, ``stored(encoder version)``
+    gives the vectors the store holds of the session's earlier steps (``first × dim``, NaN where it has
+    none), so that the session is re-read without encoding them again."""
 
     kept: Prefix | None = None
     first: int = 0
     relabelled: int = 0
     memo: dict[str, Any] = field(default_factory=dict)
+    stored: Callable[[str], np.ndarray | None] | None = None
 
 
 def recentre_offset(probabilities: Sequence[float], failed: Sequence[bool]) -> float:
@@ -165,16 +184,29 @@ def relabel_final_outputs(state: Any, n: int) -> None:
         state.counts.shape[SHAPE_FEATURES.index("final_outputs")] -= n
 
 
+def encoder_of(model: Servable) -> StaticEncoder | None:
+    """The static encoder ``model`` reads (its encoder block), or ``None`` (a cheap learner, or an agent
+    model without the block)."""
+    enc = getattr(model, "encoder_", None)
+    fitted = getattr(model, "fitted_", None)
+    return enc if enc is not None and getattr(fitted, "w_emb", None) is not None else None
+
+
 def score_prefixes(model: Servable, steps: Sequence[Step], prior: float | None, state: Any | None = None,
-                   first: int = 0, crossed: int | None = None) -> tuple[Any, int | None, float | None]:
+                   first: int = 0, crossed: int | None = None, vectors: np.ndarray | None = None
+                   ) -> tuple[Any, int | None, float | None]:
     """Add ``steps`` (the run's steps from index ``first``) to ``state`` (a new one when ``None``), one
     at a time; returns the state, the first step whose prefix score reached the model's early-warning
-    threshold (``crossed`` when already known) and the score there."""
+    threshold (``crossed`` when already known) and the score there. ``vectors``: the steps' encoder
+    vectors (:func:`~model.scoring.agentmodel.encoded.encode_missing`), for a model that reads the encoder block."""
     st: Any = state if state is not None else model.start()
     thr = model.at_risk_threshold
     at = None
     for i, step in enumerate(steps, first):
-        st.add(step)
+        if vectors is None:
+            st.add(step)
+        else:
+            st.add(step, vectors[i - first])
         if crossed is None and thr is not None:
             p = model.score_state(st, prior=prior)
             if p >= thr:
@@ -191,29 +223,59 @@ def agent_probability(served: ServedAgent, trace: Trace, prior: float | None, se
     kept state when it is this model's and has read exactly the steps before ``session.first``
     (O(1) per new step), else reads the session once; the early warning is remembered in
     ``session.memo`` (it stays raised at the step it was first raised, while the model is the same).
+    A model that reads the encoder block gets the steps it reads encoded in one batch, each step once
+    (a re-read takes the earlier steps' stored vectors, ``session.stored``); the returned
+    :class:`Prefix` carries the new ones (``encoded``) for the service to store.
     """
     model = served.model
+    enc = encoder_of(model)
+    n = len(trace.steps)
     if session is None:
-        st, crossed, at = score_prefixes(model, trace.steps, prior)
+        vecs = None if enc is None else encode_missing(enc, trace.steps)
+        st, crossed, at = score_prefixes(model, trace.steps, prior, vectors=vecs)
         failure = at_risk_failure(trace, crossed, at, served) if crossed is not None and at is not None else None
-        return model.score_state(st, prior=prior), failure, Prefix(served.tag, len(trace.steps), st)
+        return model.score_state(st, prior=prior), failure, _prefix(served, n, st, enc, 0, vecs)
     memo = session.memo
     if memo.get("model") != served.tag:
         memo.clear()
         memo.update(model=served.tag, crossed=None, p=None)
     kept = session.kept
-    if kept is not None and kept.tag == served.tag and kept.steps == session.first:
+    first = session.first
+    if kept is not None and kept.tag == served.tag and kept.steps == first:
         relabel_final_outputs(kept.state, session.relabelled)
-        st, crossed, at = score_prefixes(model, trace.steps[session.first:], prior, kept.state, session.first,
-                                         memo["crossed"])
+        vecs = None if enc is None else encode_missing(enc, trace.steps[first:])
+        st, crossed, at = score_prefixes(model, trace.steps[first:], prior, kept.state, first, memo["crossed"], vecs)
     else:  # another worker appended meanwhile, or a new model: read the session once
-        st, crossed, at = score_prefixes(model, trace.steps, prior, None, 0, memo["crossed"])
+        known = session.stored(enc.version) if enc is not None and session.stored is not None and first else None
+        vecs = None if enc is None else encode_missing(enc, trace.steps, known)
+        st, crossed, at = score_prefixes(model, trace.steps, prior, None, 0, memo["crossed"], vecs)
+        if vecs is not None and not _encoded_before(trace.steps[:first], known):
+            first = 0  # earlier steps were encoded now (a new model, or none stored): all of them are kept
+        vecs = None if vecs is None else vecs[first:]
     if memo["crossed"] is None and crossed is not None:
         memo.update(crossed=crossed, p=at)
     failure = None
-    if memo["crossed"] is not None and memo["crossed"] < len(trace.steps):
+    if memo["crossed"] is not None and memo["crossed"] < n:
         failure = at_risk_failure(trace, int(memo["crossed"]), float(memo["p"]), served)
-    return model.score_state(st, prior=prior), failure, Prefix(served.tag, len(trace.steps), st)
+    return model.score_state(st, prior=prior), failure, _prefix(served, n, st, enc, first, vecs)
+
+
+def _encoded_before(steps: Sequence[Step], known: np.ndarray | None) -> bool:
+    """Whether ``known`` holds a vector of every step of ``steps`` the encoder reads."""
+    from model.scoring.agentmodel.encoded import step_text
+
+    if not steps:
+        return True
+    if known is None or len(known) < len(steps):
+        return False
+    return not any(np.isnan(known[i, 0]) and step_text(s) is not None for i, s in enumerate(steps))
+
+
+def _prefix(served: ServedAgent, n: int, state: Any, enc: StaticEncoder | None, first: int,
+            vectors: np.ndarray | None) -> Prefix:
+    if enc is None or vectors is None:
+        return Prefix(served.tag, n, state)
+    return Prefix(served.tag, n, state, (first, vectors), enc.version)
 
 
 __all__ = [
@@ -224,6 +286,7 @@ __all__ = [
     "SessionPrefix",
     "agent_probability",
     "at_risk_failure",
+    "encoder_of",
     "recentre_offset",
     "recentred",
     "relabel_final_outputs",

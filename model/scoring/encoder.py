@@ -80,7 +80,7 @@ class StaticEncoder:
         self.meta = dict(meta or {})
         vocab = tokenizer.get_vocab()
         specials = [vocab[t] for t in ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]") if t in vocab]
-        self._keep = np.ones(embeddings.shape[0], dtype=bool)  # by id: read into the mean
+        self._keep = np.ones(embeddings.shape[0], dtype=bool)  # by token id: False for the special tokens
         self._keep[specials] = False
         self._unk = vocab.get("[UNK]")
         self._version: str | None = None
@@ -100,25 +100,30 @@ class StaticEncoder:
 
     def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Each text's token ids (at most :data:`MAX_TOKENS`, special tokens kept)."""
-        return [np.asarray(e.ids[:MAX_TOKENS], dtype=np.int64)
-                for e in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)]
+        # encode_batch_fast (tokenizers >= 0.21): the same ids without the character offsets (-20 %)
+        batch = getattr(self.tokenizer, "encode_batch_fast", None) or self.tokenizer.encode_batch
+        return [np.asarray(e.ids[:MAX_TOKENS], dtype=np.int64) for e in batch(list(texts), add_special_tokens=False)]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """``len(texts) × dim`` float32, each row unit length (zeros for a text with no known token)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not len(texts):
             return out
-        ids = [i[self._keep[i]] for i in self.token_ids(texts)]
+        ids = self.token_ids(texts)
         lengths = np.array([len(i) for i in ids])
-        full = np.flatnonzero(lengths)
-        if not len(full):
+        if not lengths.sum():
             return out
-        flat = np.concatenate([ids[k] for k in full])
-        starts = np.concatenate([[0], np.cumsum(lengths[full])[:-1]])
-        # each text's rows summed on their own (the same sum whatever else is in the batch)
-        sums = np.add.reduceat(self.embeddings[flat].astype(np.float32), starts, axis=0)
+        flat = np.concatenate(ids)
+        kept = self._keep[flat]  # one lookup for every text's tokens (special tokens dropped)
+        flat = flat[kept]
+        counts = np.bincount(np.repeat(np.arange(len(texts)), lengths)[kept], minlength=len(texts))
+        keep = np.flatnonzero(counts)
+        if not len(keep):
+            return out
+        starts = np.concatenate([[0], np.cumsum(counts[keep])[:-1]])
+        sums = np.add.reduceat(self.embeddings[flat], starts, axis=0, dtype=np.float32)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        out[full] = sums / np.where(norms > 0, norms, 1.0)
+        out[keep] = sums / np.where(norms > 0, norms, 1.0)
         return out
 
     def unknown_share(self, texts: Sequence[str]) -> float:

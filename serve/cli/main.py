@@ -7,7 +7,7 @@ parts of the project can add commands without editing one shared file:
 - ``serve/cli/streams.py``: ``cusum``, ``changepoints``
 - ``serve/cli/datasets.py``: ``datasets …``, ``label …``
 - ``serve/cli/training.py``: ``train``, ``export``, ``evaluate`` …
-- ``serve/cli/retrain.py``: ``retrain``, ``model list|promote|rollback``
+- ``serve/cli/retrain.py``: ``retrain``, ``encode-runs``, ``model list|promote|rollback``
 - ``serve/cli/keys.py``: ``keys …``
 - ``serve/cli/patterns.py``: ``patterns``
 - ``serve/cli/export.py``: ``datasets export``

@@ -1,4 +1,5 @@
-"""``triage retrain [--tenant T] [--agent A]`` and ``triage model list | promote V | rollback [--tenant T] --agent A``.
+"""``triage retrain [--tenant T] [--agent A]``, ``triage encode-runs [--tenant T]`` and
+``triage model list | promote V | rollback [--tenant T] --agent A``.
 
 Runs on the serving install (numpy, scipy, scikit-learn for the gate's cheap learners; no torch). The
 registry root is the setting ``TRIAGE_MODEL_REGISTRY`` (default ``<data_dir>/models``); the active
@@ -196,7 +197,7 @@ def register(app: typer.Typer) -> None:
                     bar.update(tasks[stage], total=total, completed=done)
 
                 res = retrain(stores.activations, stores.labels, settings, tenant, promote=not no_promote, seed=seed,
-                              progress=tick, only=agent or None)
+                              progress=tick, only=agent or None, encodings=stores.encodings)
         except TriageError as exc:
             raise fail(str(exc)) from None
         except OSError as exc:  # the registry or the zero-shot cache could not be written
@@ -211,6 +212,39 @@ def register(app: typer.Typer) -> None:
             raise fail(f"{len(corrupt)} stored labelled run(s) do not read back as traces (corrupt_run: {ids}); "
                         "the others were used")
         raise typer.Exit(code=res.exit_code)
+
+    @app.command("encode-runs")
+    def encode_runs_cmd(
+        tenant: Annotated[str | None, typer.Option(
+            "--tenant", metavar="TENANT", help="This tenant's runs only (default: every tenant's).")] = None,
+        batch: Annotated[int, typer.Option("--batch", min=1, max=5000, metavar="N",
+                                           help="Runs encoded and written per transaction.")] = 200,
+    ) -> None:
+        """Encode the stored runs' steps once (the encoder block).
+
+        For agent models that read the encoder block: a run diagnosed by such a model keeps the
+        vectors it was read with; this encodes the others (runs stored before, or answered by another
+        model), so that 'triage retrain' encodes none.
+        Idempotent and resumable: a run already encoded is skipped, and each batch is committed.
+        """
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from model.scoring.encoder import shared_encoder
+        from serve.services.encodings import encode_runs
+
+        try:
+            _, stores, _ = _open()
+            encoder = shared_encoder()
+            with Progress(TextColumn("[bold]encoding stored runs"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=console(stderr=True), transient=True) as bar:
+                task = bar.add_task("encode", total=None)
+                res = encode_runs(stores.encodings, stores.traces, encoder, tenant=tenant, batch=batch,
+                                  progress=lambda done, total: bar.update(task, completed=done, total=total))
+        except TriageError as exc:
+            raise fail(str(exc)) from None
+        typer.echo(f"encoder {encoder.version}: looked at {res.looked} stored runs, encoded {res.encoded} "
+                   f"({res.steps} steps) in {res.seconds:.1f} s" +
+                   (f"; {res.unreadable} do not read as traces (left alone)" if res.unreadable else ""))
 
     app.add_typer(model_app, name="model")
 

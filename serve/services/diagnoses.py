@@ -34,6 +34,7 @@ from model.core.findings import DiagnosisResponse
 from model.core.kinds import Strategy
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
+from model.diagnosis.agent_answer import Prefix
 from model.diagnosis.decision import Context, Verdict
 from model.diagnosis.diagnoser import RUNSCORE, Diagnoser
 from model.diagnosis.otel_events import evaluation_events
@@ -47,6 +48,7 @@ from serve.services.canary import Arm, session_arm
 from serve.services.otel_export import EvaluationExporter
 from serve.services.streams import Streams
 from serve.store.agents import AgentStore
+from serve.store.encodings import EncodingStore
 from serve.store.labels import LabelStore
 from serve.store.sessions import SessionStore
 from serve.store.streams import StreamStore
@@ -65,6 +67,9 @@ class Diagnoses:
     ----------
     session_store, trace_store, label_store, agent_store, stream_store:
         The stores it reads and writes (a diagnosis's writes are one transaction).
+    encoding_store:
+        Where the step vectors of an agent model's encoder block are kept with the run
+        (:mod:`serve.store.encodings`); ``None``: not kept.
     diagnoser, redactor, streams:
         The parts (``streams``: the degradation findings of open alarms, and the autofeed).
     exporter:
@@ -91,6 +96,7 @@ class Diagnoses:
         models: AgentModels | None = None,
         recentre_ttl_s: float = 60.0,
         agents: Agents | None = None,
+        encoding_store: EncodingStore | None = None,
     ) -> None:
         self.session_store = session_store
         self.trace_store = trace_store
@@ -115,6 +121,8 @@ class Diagnoses:
         self.recentring = Recentring(label_store.agent_labels, ttl_s=recentre_ttl_s)
         # Which agent a run belongs to (named, or inferred and matched against the tenant's agents)
         self.agents = agents or Agents(agent_store)
+        # The step vectors an agent model's encoder block read, kept with the run (None: not kept)
+        self.encoding_store = encoding_store
 
     def model_version(self, tenant: str) -> str:
         """What the tenant's responses name as ``model_version`` (:mod:`serve.services.agent_models`)."""
@@ -182,6 +190,7 @@ class Diagnoses:
                 agent=agent,
                 prior=prior,
             )
+            self.store_encoding(db, tenant, trace.id, verdict.prefix)
             self.record_recommendation(db, tenant, decision, trace.id, trace.session_id)
             if row is not None:
                 self.session_store.save_session_state(row, state)
@@ -265,6 +274,14 @@ class Diagnoses:
             attempt=decision.attempt,
             status="open",
         )
+
+    def store_encoding(self, db: Any, tenant: str, trace_id: str, prefix: Prefix | None) -> None:
+        """Keep the step vectors the agent model encoded for this answer with the run (this transaction):
+        a retrain, and a later read of the session, then never encode those steps again."""
+        if self.encoding_store is None or prefix is None or prefix.encoded is None or prefix.encoder is None:
+            return
+        first, vectors = prefix.encoded
+        self.encoding_store.put(db, tenant, trace_id, first, prefix.encoder, vectors)
 
     def spend_steps(self, db: Any, tenant: str, n: int) -> None:
         """Count ``n`` steps against the tenant's daily quota (this transaction); 429 past it."""

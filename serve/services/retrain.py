@@ -11,7 +11,10 @@
    an agent only when its out-of-fold AUROC on that agent's own labels is ≥ the zero-shot score's (its
    ``members``). What cannot be learned is refused with a fixed code (``too_few_runs``, ``one_class``,
    ``too_few_task_groups``, ``corrupt_run``), agent by agent: one refusal never stops the others.
-3. **The prior.** Each run's zero-shot probability (the shipped run scorer, cached on disk by trace
+3. **The features.** A served configuration that reads the encoder block gets each run's step vectors as
+   the service stored them when it diagnosed the run (:func:`feature_cache`, :mod:`serve.store.encodings`);
+   only steps without one are encoded (``triage encode-runs`` backfills them once).
+   **The prior.** Each run's zero-shot probability (the shipped run scorer, cached on disk by trace
    content under ``<data_dir>/cache/agentmodel/``) is the model's prior, as at serving time.
 4. **The gate**, from grouped cross-validation (:func:`model.training.agentmodel.cv.cross_validate`,
    ``min(TRIAGE_RETRAIN_CV_FOLDS, task groups)`` folds): folds grouped by task id, else by
@@ -70,6 +73,7 @@ from serve.services.retrain_plan import (
 from serve.services.retrain_where import localiser_for
 from serve.settings import Settings
 from serve.store.activations import ActivationStore
+from serve.store.encodings import EncodingStore
 from serve.store.labels import LabelStore
 
 Progress = Callable[[str, int, int], None]
@@ -292,18 +296,43 @@ def _fit_served(learner: str, traces: list[Trace], failed: list[bool], groups: l
     return model
 
 
+def feature_cache(config: Any, runs: Sequence[LabelledRun], tenant: str, encodings: EncodingStore | None,
+                  encoder: Any = None) -> tuple[Any, dict[str, int]]:
+    """The retrain's :class:`~model.scoring.agentmodel.features.FeatureCache`; for a configuration that
+    reads the encoder block, the shared static encoder (or ``encoder``) and every run's step vectors
+    the store kept (:mod:`serve.store.encodings`), so that only the steps without one are encoded.
+    Returns it and ``{"encoded_runs_stored": …, "encoded_runs_missing": …}``."""
+    from model.scoring.agentmodel.features import FeatureCache
+    from model.scoring.encoder import shared_encoder
+
+    if config.encoder_weight <= 0:
+        return FeatureCache(), {}
+    enc = encoder or shared_encoder()
+    cache = FeatureCache(enc)
+    stored = {} if encodings is None else encodings.vectors(
+        tenant, [(r.trace.id, len(r.trace.steps)) for r in runs], enc.version)
+    for r in runs:
+        v = stored.get(r.trace.id)
+        if v is not None and v.shape[1] == enc.dim:
+            cache.add_vectors(r.trace, v)
+    return cache, {"encoded_runs_stored": len(stored), "encoded_runs_missing": len(runs) - len(stored)}
+
+
 def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings, tenant: str, *,
             promote: bool = True, seed: int = 0, actor: str = "triage retrain", progress: Progress = _noop,
-            only: Sequence[str] | None = None, record: bool = True) -> RetrainResult:
+            only: Sequence[str] | None = None, record: bool = True, encodings: EncodingStore | None = None,
+            encoder: Any = None) -> RetrainResult:
     """Fit, gate and register a model for every agent of ``tenant`` with enough labelled runs, and a
     pooled one for the rest (see the module docstring); refuse, agent by agent and with a fixed code,
     what cannot be learned. ``only``: these agents (registry keys, :data:`~model.scoring.agent_registry.POOLED`
     for the pooled model) and no other. ``record``: keep the result in the registry
     (:meth:`~model.scoring.agent_registry.Registry.save_retrain`; the console's Models page shows it).
-    The agent model's configuration: :func:`model_config` of ``settings.params_path``."""
+    The agent model's configuration: :func:`model_config` of ``settings.params_path``. ``encodings``: the
+    store of the runs' step vectors, read when the configuration reads the encoder block (a run encoded
+    when it was diagnosed is not encoded again; :func:`feature_cache`); ``encoder``: the static encoder
+    (default: the shipped one)."""
     import time
 
-    from model.scoring.agentmodel.features import FeatureCache
     from model.training.agentmodel.cv import group_runs
 
     start = time.perf_counter()
@@ -329,7 +358,7 @@ def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings
     agents: dict[str, dict[str, Any]] = {
         a: {"status": "refused", "code": r.code, "message": r.message, "model": None} for a, r in short.items()}
     zero = ZeroShotCache(settings.data_dir / "cache" / "agentmodel")
-    cache = FeatureCache()
+    cache, encoded = feature_cache(config, [r for rs in sets.values() for r in rs], tenant, encodings, encoder)
     results = []
     kept = False
     for key, rs in sets.items():
@@ -409,7 +438,7 @@ def retrain(activations: ActivationStore, labels: LabelStore, settings: Settings
         if agents[a]["status"] == "refused":
             refusals.append(Refusal(a, r.code, str(agents[a]["message"])))
     res = RetrainResult(tenant, results, refusals, agents,
-                        {"zero_shot_hits": zero.hits, "zero_shot_computed": zero.misses},
+                        {"zero_shot_hits": zero.hits, "zero_shot_computed": zero.misses, **encoded},
                         time.perf_counter() - start, started, kept)
     if record:
         registry.save_retrain(tenant, res.to_dict())
@@ -475,6 +504,7 @@ def rollback_version(store: ActivationStore, registry: Registry, tenant: str, ag
     return target
 
 
-__all__ = ["AgentResult", "Gate", "LabelledRun", "RetrainResult", "ZeroShotCache", "card", "gate", "labelled_runs",
+__all__ = ["AgentResult", "Gate", "LabelledRun", "RetrainResult", "ZeroShotCache", "card", "feature_cache", "gate",
+           "labelled_runs",
            "learning_curve", "load_checked", "model_config", "plan", "promote_version", "retrain", "rollback_target",
            "rollback_version", "trace_hash"]

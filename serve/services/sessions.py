@@ -4,7 +4,9 @@ through the pipeline of :mod:`serve.services.diagnoses` on the session so far.
 The cost of an append does not grow with the session: the new steps are written as rows of their
 own, the session's trace stays in this worker's cache (re-read from the store only when another
 worker appended meanwhile), and the detectors read a window of the newest steps
-(:mod:`model.diagnosis.incremental`).
+(:mod:`model.diagnosis.incremental`). An agent model that reads the encoder block encodes only the new
+steps (redacted first), and their vectors are stored with the run (:mod:`serve.store.encodings`): a
+worker that re-reads the session takes the earlier steps' vectors from there.
 """
 
 from __future__ import annotations
@@ -219,8 +221,13 @@ class Sessions:
                 kept = self._prefix.pop((tenant, session_id), None)
             ctx.window = SessionWindow(self.incremental, state, detectors=wanted)
             if ctx.served is not None:
-                ctx.prefix = SessionPrefix(kept=kept, first=first, relabelled=sum(1 for i in changed if i < first),
-                                           memo=state.get("agent_model") or {})
+                encodings = diagnoses.encoding_store
+                ctx.prefix = SessionPrefix(
+                    kept=kept, first=first, relabelled=sum(1 for i in changed if i < first),
+                    memo=state.get("agent_model") or {},
+                    # a re-read (another worker appended, or a new model) takes the earlier steps' stored vectors
+                    stored=None if encodings is None else
+                    functools.partial(encodings.read_run, db, tenant, trace.id, first))
             verdict, stored_arm, options = diagnoses.decide(tenant, session_id, trace, ctx, state)
             diag, decision = verdict.response, verdict.decision
             diagnoses.name_agent(diag, resolved)
@@ -253,6 +260,7 @@ class Sessions:
                 agent=resolved.agent,
                 step_tools=StepTools(trace.steps),
             )
+            diagnoses.store_encoding(db, tenant, trace.id, verdict.prefix)  # the new steps' vectors only
             diagnoses.record_recommendation(db, tenant, decision, trace.id, session_id)
             diagnoses.agents.record(db, tenant, resolved)
             version = self.session_store.save_session_state(
@@ -261,7 +269,7 @@ class Sessions:
         self._cache.put(tenant, session_id, trace, version)
         if verdict.prefix is not None:
             with self._prefix_lock:
-                self._prefix[(tenant, session_id)] = verdict.prefix
+                self._prefix[(tenant, session_id)] = verdict.prefix.kept()
                 while len(self._prefix) > MAX_PREFIX_STATES:  # the oldest sessions' go first (rebuilt if needed)
                     self._prefix.pop(next(iter(self._prefix)))
         diagnoses.export(trace, resp)

@@ -103,7 +103,7 @@ class TriageService:
             stores.sessions, stores.traces, stores.labels, stores.agents, stores.streams,
             diagnoser, redactor, self.streams, relative_min_runs=relative_min_runs,
             exporter=exporter, limiter=limiter, canary_percent=canary_percent, models=models,
-            recentre_ttl_s=recentre_ttl_s, agents=self.agents,
+            recentre_ttl_s=recentre_ttl_s, agents=self.agents, encoding_store=stores.encodings,
         )
         self.sessions = Sessions(self.diagnoses, stores.sessions, stores.traces, stores.agents, max_steps=max_steps,
                                  session_exclude=session_exclude, window=session_window)

@@ -6,6 +6,7 @@ Every store is built on one :class:`~serve.store.base.Database` (the engine, :me
 
 - ``keys``: :class:`~serve.store.keys.KeyStore`, tenants, API keys, console sessions;
 - ``traces``: :class:`~serve.store.traces.TraceStore`, runs, their steps, usage, deletion;
+- ``encodings``: :class:`~serve.store.encodings.EncodingStore`, the runs' step vectors (the encoder block);
 - ``labels``: :class:`~serve.store.labels.LabelStore`, labels; the history training and export read;
 - ``sessions``: :class:`~serve.store.sessions.SessionStore`, sessions, recommendations, outcomes;
 - ``activations``: :class:`~serve.store.activations.ActivationStore`, which model version each agent serves;
@@ -41,6 +42,7 @@ from serve.store.activations import ActivationStore
 from serve.store.agents import AgentStore
 from serve.store.base import Database, check_tenant_name
 from serve.store.console import ConsoleStore
+from serve.store.encodings import EncodingStore
 from serve.store.keys import KeyStore
 from serve.store.labels import LabelStore
 from serve.store.reports import ReportStore
@@ -66,6 +68,7 @@ class Stores:
     streams: StreamStore
     reports: ReportStore
     console: ConsoleStore
+    encodings: EncodingStore
 
     @classmethod
     def at(cls, url: str, *, busy_timeout_s: float = 10.0) -> Stores:
@@ -74,7 +77,8 @@ class Stores:
         streams = StreamStore(db)
         return cls(db=db, keys=KeyStore(db), traces=TraceStore(db), labels=LabelStore(db),
                    sessions=SessionStore(db), activations=ActivationStore(db), agents=AgentStore(db),
-                   streams=streams, reports=ReportStore(db, streams), console=ConsoleStore(db))
+                   streams=streams, reports=ReportStore(db, streams), console=ConsoleStore(db),
+                   encodings=EncodingStore(db))
 
 
 def open_stores(settings: Settings, *, migrate: bool = True) -> Stores:
@@ -86,6 +90,6 @@ def open_stores(settings: Settings, *, migrate: bool = True) -> Stores:
 
 
 __all__ = [
-    "ActivationStore", "AgentStore", "ConsoleStore", "Database", "KeyStore", "LabelStore", "ReportStore",
+    "ActivationStore", "AgentStore", "ConsoleStore", "Database", "EncodingStore", "KeyStore", "LabelStore", "ReportStore",
     "SessionStore", "StreamStore", "Stores", "TracePage", "TraceStore", "check_tenant_name", "open_stores",
 ]

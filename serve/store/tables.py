@@ -10,6 +10,7 @@ Tables::
     api_keys         sha256 of each key (never the key), its prefix for display, revoked_at, operator
     traces           one diagnosed trace (redacted JSON) and its latest response
     trace_steps      the steps of a session's trace, one row each (appends insert only)
+    run_encodings    the float16 step vectors of a run (the agent model's encoder block), a chunk per write
     usage            steps imported per tenant and UTC day (the daily quota)
     failures         the failures and signals of a trace's latest diagnosis (for filtering/export)
     sessions         real-time sessions: step counters and the repair engine's state (JSON)
@@ -41,6 +42,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -144,6 +146,22 @@ class TraceStepRow(Base):
     trace_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     idx: Mapped[int] = mapped_column(Integer, primary_key=True)
     step: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class RunEncodingRow(Base):
+    """The static encoder's vectors of steps ``first`` … ``first + n - 1`` of a run, as its agent model
+    read them (:mod:`serve.store.encodings`): a whole diagnosis writes one chunk from step 0, a session
+    append one for its new steps. Deleted with the run; ``encoder`` names the encoder's version."""
+
+    __tablename__ = "run_encodings"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trace_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    first: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
+    encoder: Mapped[str] = mapped_column(String(32))
+    dim: Mapped[int] = mapped_column(Integer)
+    vectors: Mapped[bytes] = mapped_column(LargeBinary)  # n × dim float16, little-endian (NaN: a system step)
 
 
 class UsageRow(Base):
@@ -436,6 +454,7 @@ __all__ = [
     "ObservationRow",
     "OutcomeRow",
     "RecommendationRow",
+    "RunEncodingRow",
     "RunMetricRow",
     "SessionRow",
     "StreamRow",

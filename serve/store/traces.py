@@ -21,6 +21,7 @@ from serve.store.tables import (
     ObservationRow,
     OutcomeRow,
     RecommendationRow,
+    RunEncodingRow,
     SessionRow,
     TraceRow,
     TraceStepRow,
@@ -53,7 +54,7 @@ class TracePage:
 
 
 class TraceStore(StoreBase):
-    """The ``traces``, ``trace_steps``, ``failures`` and ``usage`` tables."""
+    """The ``traces``, ``trace_steps``, ``failures`` and ``usage`` tables (and a run's ``run_encodings`` when it goes)."""
 
     @functools.cached_property
     def _trace_upsert_stmt(self) -> Any:
@@ -144,6 +145,9 @@ class TraceStore(StoreBase):
         # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
         if prior is not None or self.dialect != "sqlite":
             db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
+            if not steps_in_rows:  # new steps: the old ones' vectors go (serve/store/encodings.py)
+                db.execute(delete(RunEncodingRow).where(RunEncodingRow.tenant_id == tenant,
+                                                        RunEncodingRow.trace_id == trace_id))
         rows = [
             {
                 "tenant_id": tenant,
@@ -372,7 +376,7 @@ def _delete_traces(db: Session, tenant: str, ids: Sequence[str], session_id: str
         return 0
     ids = list(ids)
     uncount_runs(db, tenant, ids, session_id)
-    for table in (FailureRow, OutcomeRow, LabelRow, TraceStepRow):
+    for table in (FailureRow, OutcomeRow, LabelRow, TraceStepRow, RunEncodingRow):
         db.execute(delete(table).where(table.tenant_id == tenant, table.trace_id.in_(ids)))
     db.execute(
         delete(RecommendationRow).where(

@@ -12,6 +12,10 @@ The block is their concatenation (``4 × dim``), centred and scaled by the model
 (:mod:`model.scoring.agentmodel.fitting`). A pool is stored as float16 (``to_dict``): a session's
 state carries it, so a step already encoded is never encoded again.
 
+A step's vector is rounded to float16 where it is made (:func:`encode_steps`): the service stores
+each run's step vectors as float16 (:func:`pack`; ``serve/store/encodings.py``) and a retrain reads
+them back, so a stored vector, a fresh one and the one a served model pooled are the same numbers.
+
 >>> import numpy as np
 >>> from model.core.schema import Step, StepKind
 >>> p = Pool.empty(2)
@@ -48,6 +52,9 @@ _ROLE = {
     StepKind.ERROR: "error",
 }
 _ASSISTANT = (StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT)
+
+#: How a step's vector is kept and stored (float16: 512 bytes a step at 256 dimensions).
+STORED_DTYPE = "<f2"
 
 #: The pool's parts, in the block's column order.
 POOLS: tuple[str, ...] = ("mean", "first_user", "last_assistant", "last")
@@ -127,13 +134,45 @@ class Pool:
 
 
 def encode_steps(encoder: StaticEncoder, steps: Sequence[Step]) -> np.ndarray:
-    """Each step's vector (``len(steps) × dim``; a system step's row is NaN: it is not pooled)."""
+    """Each step's vector, rounded to float16 (``len(steps) × dim`` float32; a system step's row is NaN:
+    it is not pooled)."""
     texts = [step_text(s) for s in steps]
     idx = [i for i, t in enumerate(texts) if t is not None]
     out = np.full((len(steps), encoder.dim), np.nan, dtype=np.float32)
     if idx:
-        out[idx] = encoder.encode([t for t in texts if t is not None])
+        out[idx] = encoder.encode([t for t in texts if t is not None]).astype(STORED_DTYPE)
     return out
+
+
+def encode_missing(encoder: StaticEncoder, steps: Sequence[Step], known: np.ndarray | None = None) -> np.ndarray:
+    """:func:`encode_steps` of ``steps``, in one batch, but for the rows ``known`` has (vectors encoded
+    before, of the first ``len(known)`` steps; NaN rows: none), which are taken as they are."""
+    if known is None or not len(known):
+        return encode_steps(encoder, steps)
+    out = np.full((len(steps), encoder.dim), np.nan, dtype=np.float32)
+    out[: min(len(known), len(steps))] = known[: len(steps)]
+    todo = [i for i in range(len(steps)) if np.isnan(out[i, 0]) and step_text(steps[i]) is not None]
+    if todo:
+        out[todo] = encode_steps(encoder, [steps[i] for i in todo])
+    return out
+
+
+def pack(vectors: np.ndarray) -> bytes:
+    """Step vectors as stored: float16, little-endian, row after row (NaN rows kept)."""
+    return np.ascontiguousarray(vectors, dtype=STORED_DTYPE).tobytes()
+
+
+def unpack(raw: bytes, dim: int) -> np.ndarray:
+    """What :func:`pack` wrote, as ``rows × dim`` float32.
+
+    >>> v = np.array([[0.5, np.nan], [1.0, -2.0]], dtype=np.float32)
+    >>> np.array_equal(unpack(pack(v), 2), v, equal_nan=True)
+    True
+    """
+    a = np.frombuffer(raw, dtype=STORED_DTYPE)
+    if dim <= 0 or a.size % dim:
+        raise ValueError(f"{len(raw)} bytes are not rows of {dim} float16 values")
+    return a.reshape(-1, dim).astype(np.float32)
 
 
 def prefix_rows(vectors: np.ndarray, steps: Sequence[Step], cuts: Sequence[int]) -> np.ndarray:
@@ -157,4 +196,5 @@ def prefix_rows(vectors: np.ndarray, steps: Sequence[Step], cuts: Sequence[int])
     return np.array([at[c] for c in cuts]).reshape(len(cuts), 4 * dim)
 
 
-__all__ = ["CALL_CHARS", "POOLS", "TEXT_CHARS", "Pool", "encode_steps", "prefix_rows", "step_text"]
+__all__ = ["CALL_CHARS", "POOLS", "STORED_DTYPE", "TEXT_CHARS", "Pool", "encode_missing", "encode_steps", "pack", "prefix_rows", "step_text",
+           "unpack"]

@@ -287,6 +287,7 @@ class FeatureCache:
     def __init__(self, encoder: StaticEncoder | None = None) -> None:
         self.encoder = encoder
         self._vectors: dict[str, np.ndarray] = {}
+        self._partial: set[str] = set()  # runs whose vectors came from add_vectors (not checked yet)
         self._d: dict[tuple[str, int, tuple[float, ...], bool], RunRows] = {}
         self._snaps: dict[tuple[str, int, bool], dict[float, RunCounts]] = {}
         self._keys: dict[int, tuple[Trace, str]] = {}
@@ -300,17 +301,31 @@ class FeatureCache:
         return k
 
     def vectors(self, trace: Trace) -> np.ndarray:
-        """Each step's encoder vector (:func:`~model.scoring.agentmodel.encoded.encode_steps`), once a run."""
-        from model.scoring.agentmodel.encoded import encode_steps
+        """Each step's encoder vector (:func:`~model.scoring.agentmodel.encoded.encode_steps`), once a run:
+        the rows :meth:`add_vectors` gave are not encoded again."""
+        from model.scoring.agentmodel.encoded import encode_missing
         from model.scoring.encoder import shared_encoder
 
         if self.encoder is None:
             self.encoder = shared_encoder()
         tk = self._key(trace)
         hit = self._vectors.get(tk)
-        if hit is None:
-            hit = self._vectors[tk] = encode_steps(self.encoder, trace.steps)
+        if hit is None or tk in self._partial:  # stored rows: encode only the steps they lack
+            self._partial.discard(tk)
+            hit = self._vectors[tk] = encode_missing(self.encoder, trace.steps, hit)
         return hit
+
+    def add_vectors(self, trace: Trace, vectors: np.ndarray) -> None:
+        """Give the run's step vectors encoded before (a stored run's: ``len(trace.steps) × dim``, NaN
+        where a step was not encoded), so that :meth:`vectors` encodes only what they lack. They must be
+        the cache encoder's (its ``version``; the caller checks)."""
+        if vectors.ndim != 2 or vectors.shape[0] != len(trace.steps):
+            raise ValueError(f"need one vector a step ({len(trace.steps)}); got shape {vectors.shape}")
+        if self.encoder is not None and vectors.shape[1] != self.encoder.dim:
+            raise ValueError(f"vectors of {vectors.shape[1]} dimensions for an encoder of {self.encoder.dim}")
+        tk = self._key(trace)
+        self._vectors[tk] = np.array(vectors, dtype=np.float32)
+        self._partial.add(tk)
 
     def rows(self, trace: Trace, buckets: int, fractions: tuple[float, ...], last_turn: bool = False,
              encoded: bool = False) -> RunRows:

@@ -54,7 +54,7 @@ from model.core.errors import InputError, NotFittedError
 from model.core.metrics import auroc, group_bootstrap_interval, logistic, logit
 from model.core.schema import Step, Trace
 from model.scoring.agentmodel.config import AgentModelConfig
-from model.scoring.agentmodel.encoded import Pool, step_text
+from model.scoring.agentmodel.encoded import Pool, encode_steps
 from model.scoring.agentmodel.features import (
     SHAPE_FEATURES,
     FeatureCache,
@@ -142,14 +142,16 @@ class PrefixState:
                     self.dot += t[1] * v
                     self.sq += v * v
 
-    def add(self, step: Step) -> None:
-        """Count one more step of the run (and encode it, when the model reads the encoder block)."""
+    def add(self, step: Step, vector: np.ndarray | None = None) -> None:
+        """Count one more step of the run and, when the model reads the encoder block, pool its vector:
+        ``vector`` when given (:func:`~model.scoring.agentmodel.encoded.encode_steps`' row of the step,
+        encoded once elsewhere: a batch, or a stored run), else the step encoded now."""
         counts = self.counts.counts
         cfg = self._model.config
         if self.pool is not None and self._model.encoder_ is not None:
-            text = step_text(step)
-            if text is not None:
-                self.pool.add(self._model.encoder_.encode([text])[0], step.kind)
+            vec = vector if vector is not None else encode_steps(self._model.encoder_, [step])[0]
+            if not np.isnan(vec[0]):
+                self.pool.add(vec, step.kind)
         seen = self.counts.add(step, cfg.buckets, cfg.last_turn)
         if not seen:
             return
@@ -315,10 +317,11 @@ class AgentModel:
         return logistic(z)
 
     def score(self, trace: Trace, *, prior: float | None = None) -> float:
-        """P(failed) of a whole run."""
+        """P(failed) of a whole run (its steps encoded in one batch when the model reads the encoder block)."""
         st = self.start()
-        for s in trace.steps:
-            st.add(s)
+        vectors = encode_steps(self.encoder_, trace.steps) if st.pool is not None and self.encoder_ is not None else None
+        for i, s in enumerate(trace.steps):
+            st.add(s, None if vectors is None else vectors[i])
         return self.score_state(st, prior=prior)
 
     def score_rows(self, rows: RunRows, *, prior: float | None = None) -> np.ndarray:

@@ -1,0 +1,93 @@
+"""``triage encode-runs``: the stored runs' step vectors, encoded once (the backfill of ``run_encodings``).
+
+A run diagnosed by an agent model that reads the encoder block keeps the vectors it was read with
+(:mod:`serve.store.encodings`). Runs stored before revision 0014, or answered by a model without the
+block (zero-shot, an n-gram model, a cheap learner), have none, and a retrain whose served
+configuration reads the block would encode them. This backfill encodes them once: it pages through the
+stored runs in (tenant, trace id) order, ``batch`` at a time, encodes the steps of each run that lack a
+vector of this encoder (a session's steps already encoded are kept) and writes the run's vectors whole,
+one transaction per batch.
+
+It is **idempotent** (a run whose steps all have a vector of this encoder is skipped without reading
+it) and **resumable** (each batch commits; run it again after an interruption and it goes on where the
+runs are still unencoded). A run that no longer reads as a trace is counted and left alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from model.core.schema import Trace
+from model.scoring.agentmodel.encoded import encode_missing
+from serve.store.encodings import EncodingStore
+from serve.store.traces import TraceStore
+
+#: ``progress(runs looked at, runs in all)``.
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class EncodeResult:
+    """What one backfill did: runs looked at, runs encoded, steps encoded, runs unreadable, seconds."""
+
+    looked: int = 0
+    encoded: int = 0
+    steps: int = 0
+    unreadable: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def encode_runs(encodings: EncodingStore, traces: TraceStore, encoder: Any, *, tenant: str | None = None,
+                batch: int = 200, progress: Progress | None = None) -> EncodeResult:
+    """Encode every stored run (of ``tenant``, else of every tenant) whose steps lack vectors of ``encoder``
+    (a :class:`~model.scoring.encoder.StaticEncoder`), ``batch`` runs a transaction."""
+    start = time.perf_counter()
+    out = EncodeResult()
+    total = encodings.count_runs(tenant)
+    after: tuple[str, str] | None = ("", "")
+    while after is not None:
+        todo, after, looked = encodings.unencoded(encoder.version, tenant=tenant, after=after, limit=batch)
+        if after is None:
+            break
+        done: list[tuple[str, str, Any]] = []
+        for run in todo:
+            got = traces.get_trace_json(run.tenant, run.trace_id)
+            if got is None:  # deleted meanwhile
+                continue
+            try:
+                trace = Trace.model_validate(got[1])
+            except ValidationError:
+                out.unreadable += 1
+                continue
+            known = encodings.vectors(run.tenant, [(run.trace_id, len(trace.steps))], encoder.version).get(run.trace_id)
+            before = 0 if known is None else int((~_nan_rows(known)).sum())
+            vectors = encode_missing(encoder, trace.steps, known)
+            out.steps += int((~_nan_rows(vectors)).sum()) - before
+            done.append((run.tenant, run.trace_id, vectors))
+        if done:
+            with encodings.write() as db:
+                for ten, tid, vectors in done:
+                    encodings.put(db, ten, tid, 0, encoder.version, vectors)
+            out.encoded += len(done)
+        out.looked += looked
+        if progress is not None:
+            progress(out.looked, max(total, out.looked))
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def _nan_rows(v: Any) -> Any:
+    import numpy as np
+
+    return np.isnan(v[:, 0]) if len(v) else np.zeros(0, bool)
+
+
+__all__ = ["EncodeResult", "Progress", "encode_runs"]
