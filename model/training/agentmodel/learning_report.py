@@ -172,9 +172,17 @@ def render_markdown(report: dict[str, Any]) -> str:
     if sel and "served" in p:
         means = [float(np.nanmean([v[i] for v in sel.values()])) for i in range(len(p["candidates"]))]
         best = int(np.nanargmax(means))
+        ref = report.get("done_when", {}).get("mean_vs_reference")
+        if best == p["served"]:
+            verdict = ": the same."
+        elif ref is not None and p.get("reference") == p["served"] and ref["interval"][0] <= 0:
+            # a change is served when the curve shows it: its paired gain over the served model above 0
+            verdict = (f": the reference, kept — the chosen candidates' paired change over it is {ref['diff']:+.3f} "
+                       f"[{ref['interval'][0]:+.3f}, {ref['interval'][1]:+.3f}], not above 0.")
+        else:
+            verdict = f": **not the best; set `served: {best}`**."
         L += ["", f"Best on the mean over every set: candidate {best} ({means[best]:.3f}). `triage retrain` fits "
-              f"candidate {p['served']} (`params.yaml` → `learning_curve.served`)" +
-              (": the same." if best == p["served"] else f": **not the best; set `served: {best}`**.")]
+              f"candidate {p['served']} (`params.yaml` → `learning_curve.served`)" + verdict]
     L += [
           "", "## Run level: AUROC by K", "",
           "| set (runs, failed, tasks) | K | agent model | TF-IDF | length fit | agent − TF-IDF | agent − length |",
