@@ -38,11 +38,6 @@ _RETRAIN = (
 )
 AWAITING_RERUN: dict[str, str] = {
     **{stage: _RETRAIN for stage in ("baseline", "train", "student", "distill", "export", "evaluate")},
-    # model/scoring/agentmodel/model.py changed after the 2026-12-06 rerun: the early-warning point (read
-    # at every tenth of a run, 5 %; warning_fraction retired). The curve fits with internal_folds=0, so no
-    # AUROC in it can move, but reports/learning.json echoes each candidate's config (warning_fraction,
-    # target_false_alarm 0.1), which a rerun (85 min on 2 cores) rewrites
-    "learning_curve": "the agent model's early-warning point changed after the last rerun (config echo only)",
 }
 
 
