@@ -195,6 +195,38 @@ def group_bootstrap(groups: Sequence[Hashable], rng: np.random.Generator | int, 
     return GroupBootstrap(keys, counts.reshape(n_boot, k).astype(float))
 
 
+def draw_whole_groups(groups: Sequence[str], k: int, rng: np.random.Generator) -> list[int]:
+    """``k`` row indices drawn by whole groups: the distinct groups (sorted) in ``rng``'s random order,
+    each group's rows in their order, the last group cut to fit (every row when fewer than ``k``).
+
+    >>> draw_whole_groups(["a", "b", "a", "c"], 3, np.random.default_rng(0))
+    [3, 0, 2]
+    """
+    by: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        by.setdefault(g, []).append(i)
+    keys = sorted(by)
+    out: list[int] = []
+    for j in rng.permutation(len(keys)):
+        out.extend(by[keys[int(j)]])
+        if len(out) >= k:
+            break
+    return out[:k]
+
+
+def fold_by_group(groups: Sequence[str], n: int, seed: int) -> list[np.ndarray]:
+    """``n`` folds of row indices, the distinct groups (sorted) dealt to folds by a random permutation
+    of ``seed`` (group ``j`` of the permutation to fold ``j mod n``): every group in one fold.
+
+    >>> [f.tolist() for f in fold_by_group(["a", "b", "a", "c"], 2, 0)]
+    [[0, 1, 2], [3]]
+    """
+    keys = sorted(set(groups))
+    rng = np.random.default_rng(seed)
+    fold_of = {g: int(f) for g, f in zip(keys, rng.permutation(len(keys)) % n, strict=True)}
+    return [np.array([i for i, g in enumerate(groups) if fold_of[g] == f]) for f in range(n)]
+
+
 def percentile_interval(values: Sequence[float] | np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """The central ``level`` percentile interval of bootstrap replicates, NaNs dropped (a replicate
     that drew one class only); ``(nan, nan)`` when none is left."""
@@ -267,5 +299,6 @@ def group_bootstrap_interval(y: np.ndarray, s: np.ndarray, groups: Sequence[str]
     return percentile_interval(reps["m"] - reps["b"] if baseline is not None else reps["m"], level)
 
 
-__all__ = ["N_BOOT", "AurocUnit", "GroupBootstrap", "auprc", "auroc", "ece", "group_bootstrap", "group_bootstrap_interval",
+__all__ = ["N_BOOT", "AurocUnit", "GroupBootstrap", "auprc", "auroc", "draw_whole_groups", "ece", "fold_by_group",
+           "group_bootstrap", "group_bootstrap_interval",
            "group_bootstrap_weights", "logistic", "logit", "percentile_interval", "reliability_bins", "sigmoid"]

@@ -43,6 +43,7 @@ from scipy import sparse
 from scipy.optimize import minimize
 
 from model.core.errors import InputError, NotFittedError
+from model.core.metrics import fold_by_group
 from model.core.schema import StepKind, StepStatus, Trace
 from model.scoring.runscore.features import (
     MESSAGE_FEATURES,
@@ -253,10 +254,8 @@ def _loglik(w: np.ndarray, items: Sequence[Prepared]) -> float:
 
 
 def inner_folds(items: Sequence[Prepared], n: int, seed: int) -> list[np.ndarray]:
-    groups = sorted({p.group for p in items})
-    rng = np.random.default_rng(seed)
-    fold_of = {g: int(f) for g, f in zip(groups, rng.permutation(len(groups)) % n, strict=True)}
-    return [np.array([i for i, p in enumerate(items) if fold_of[p.group] == f]) for f in range(n)]
+    """``n`` folds of ``items``, each task group in one fold (:func:`~model.core.metrics.fold_by_group`)."""
+    return fold_by_group([p.group for p in items], n, seed)
 
 
 class WhereModel:

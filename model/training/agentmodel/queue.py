@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from model.core.errors import InputError
+from model.core.metrics import fold_by_group
 from model.core.schema import Trace
 
 if TYPE_CHECKING:
@@ -138,13 +139,6 @@ def _opening_clusters(traces: Sequence[Trace]) -> list[str]:
     return group_runs(traces, [None] * len(traces))
 
 
-def _task_folds(groups: Sequence[str], folds: int, seed: int) -> list[np.ndarray]:
-    keys = sorted(set(groups))
-    rng = np.random.default_rng(seed)
-    fold_of = {g: int(f) for g, f in zip(keys, rng.permutation(len(keys)) % folds, strict=True)}
-    return [np.array([i for i, g in enumerate(groups) if fold_of[g] == f]) for f in range(folds)]
-
-
 #: The orders the review offers (``serve.services.label_queue.ORDERS``) that the experiment measures against
 #: random order (the reference): ``margin`` (the most uncertain first) and ``queue`` (:func:`order_queue`).
 STUDIED = ("margin", "queue")
@@ -217,7 +211,7 @@ def queue_vs_random(runs: Sequence[Any], ks: Sequence[int] = (25, 50), draws: in
     units: list[dict[str, Any]] = []
     rng = np.random.default_rng(seed)
     for d in range(draws):
-        for f, test in enumerate(_task_folds(groups, folds, seed * 1000 + d)):
+        for f, test in enumerate(fold_by_group(groups, folds, seed * 1000 + d)):
             pool = np.setdiff1d(np.arange(len(runs)), test)
             if len(set(y[test].tolist())) < 2 or len(pool) < max(ks):
                 continue

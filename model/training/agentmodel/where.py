@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from model.core.errors import InputError
-from model.core.metrics import group_bootstrap
+from model.core.metrics import draw_whole_groups, group_bootstrap
 from model.scoring.agentmodel.where import (
     Message,
     Prepared,
@@ -79,16 +79,7 @@ N_BOOT = 2000
 
 def _draw(items: Sequence[Prepared], k: int, rng: np.random.Generator) -> list[Prepared]:
     """``k`` runs: whole task groups in random order, the last one cut to fit (all when fewer)."""
-    by: dict[str, list[Prepared]] = defaultdict(list)
-    for p in items:
-        by[p.group].append(p)
-    keys = sorted(by)
-    out: list[Prepared] = []
-    for j in rng.permutation(len(keys)):
-        out.extend(by[keys[int(j)]])
-        if len(out) >= k:
-            break
-    return out[:k]
+    return [items[i] for i in draw_whole_groups([p.group for p in items], k, rng)]
 
 
 def _boot(values: np.ndarray, groups: Sequence[str], rng: np.random.Generator, n: int = N_BOOT) -> tuple[float, list[float]]:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from model.core.errors import InputError
-from model.core.metrics import group_bootstrap
+from model.core.metrics import draw_whole_groups, fold_by_group, group_bootstrap
 from model.core.schema import Trace
 from model.scoring.agentmodel.where import WhereModel, messages
 
@@ -79,13 +79,6 @@ def _usable(traces: Sequence[Trace], failing_index: Sequence[int | None], groups
     return out
 
 
-def _folds(groups: Sequence[str], n: int, seed: int) -> list[np.ndarray]:
-    keys = sorted(set(groups))
-    rng = np.random.default_rng(seed)
-    fold_of = {g: int(f) for g, f in zip(keys, rng.permutation(len(keys)) % n, strict=True)}
-    return [np.array([i for i, g in enumerate(groups) if fold_of[g] == f]) for f in range(n)]
-
-
 def choose_localiser(traces: Sequence[Trace], failing_index: Sequence[int | None], groups: Sequence[str], *,
                      folds: int = 3, seed: int = 0, min_runs: int = MIN_WHERE_RUNS,
                      n_boot: int = 1000) -> LocaliserChoice:
@@ -115,7 +108,7 @@ def choose_localiser(traces: Sequence[Trace], failing_index: Sequence[int | None
                                f"a where-model needs {min_runs} of {MIN_WHERE_TASKS} or more tasks", len(use), tasks)
     k = min(folds, tasks)
     hit = {"learned": np.zeros(len(use)), "prior": np.zeros(len(use))}
-    for test in _folds(gr, k, seed):
+    for test in fold_by_group(gr, k, seed):
         train = np.setdiff1d(np.arange(len(use)), test)
         ttr, tloc, tgr = [tr[i] for i in train], [loc[i] for i in train], [gr[i] for i in train]
         models = {"learned": WhereModel(content=True, seed=seed).fit(ttr, tloc, tgr),
@@ -154,19 +147,10 @@ def served_rule_curve(runs: Sequence[Any], k: int = 100, draws: int = 2, seed: i
     units = 0
     rng = np.random.default_rng(seed)
     for d in range(draws):
-        for test in _folds(groups, folds, seed * 1000 + d):
+        for test in fold_by_group(groups, folds, seed * 1000 + d):
             tset = set(test.tolist())
-            by: dict[str, list[int]] = {}
-            for i, g in enumerate(groups):
-                if i not in tset:
-                    by.setdefault(g, []).append(i)
-            keys = sorted(by)
-            train: list[int] = []
-            for j in rng.permutation(len(keys)):
-                train.extend(by[keys[int(j)]])
-                if len(train) >= k:
-                    break
-            train = train[:k]
+            pool = [i for i in range(len(groups)) if i not in tset]
+            train = [pool[j] for j in draw_whole_groups([groups[i] for i in pool], k, rng)]
             ttr = [rs[i].trace for i in train]
             tloc = [rs[i].fail_source_index for i in train]
             tgr = [groups[i] for i in train]

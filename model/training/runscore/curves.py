@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from model.core.errors import InputError
-from model.core.metrics import auroc
+from model.core.metrics import auroc, draw_whole_groups
 from model.data.realdata import first_groups, loso_family
 from model.scoring.runscore.model import Example, RunScorer
 
@@ -67,16 +67,7 @@ def draw_by_group(examples: Sequence[Example], k: int, rng: np.random.Generator)
     """
     if not 1 <= k <= len(examples):
         raise InputError(f"k must be between 1 and the pool's {len(examples)} runs; got {k}", path="k")
-    by: dict[str, list[Example]] = defaultdict(list)
-    for e in examples:
-        by[e.group].append(e)
-    keys = sorted(by)
-    out: list[Example] = []
-    for j in rng.permutation(len(keys)):
-        out.extend(by[keys[int(j)]])
-        if len(out) >= k:
-            break
-    return out[:k]
+    return [examples[i] for i in draw_whole_groups([e.group for e in examples], k, rng)]
 
 
 def _exact(scorer: RunScorer, test: Sequence[Example]) -> float:
