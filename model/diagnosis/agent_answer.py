@@ -26,7 +26,7 @@ from model.core.findings import Attribution, Failure
 from model.core.kinds import KIND_INFO, FailureKind
 from model.core.metrics import logistic, logit
 from model.core.schema import Step, StepKind, Trace
-from model.scoring.agentmodel.encoded import encode_missing
+from model.scoring.agentmodel.encoded import encode_missing, step_text
 
 if TYPE_CHECKING:
     from model.scoring.agent_registry import Servable
@@ -262,8 +262,6 @@ def agent_probability(served: ServedAgent, trace: Trace, prior: float | None, se
 
 def _encoded_before(steps: Sequence[Step], known: np.ndarray | None) -> bool:
     """Whether ``known`` holds a vector of every step of ``steps`` the encoder reads."""
-    from model.scoring.agentmodel.encoded import step_text
-
     if not steps:
         return True
     if known is None or len(known) < len(steps):

@@ -21,6 +21,7 @@ Code that loads it takes a path (:func:`default_path` is the shipped one).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -165,9 +166,8 @@ class StaticEncoder:
         raw = (path / "embeddings.npy").read_bytes()
         if hashlib.sha256(raw).hexdigest() != meta.get("sha256"):
             raise InputError(f"{path / 'embeddings.npy'} does not match the sha256 in encoder.json", path="encoder")
-        emb = np.load(path / "embeddings.npy", allow_pickle=False)
-        enc = cls(Tokenizer.from_file(str(path / "tokenizer.json")), emb, meta=meta)
-        return enc
+        emb = np.load(io.BytesIO(raw), allow_pickle=False)  # the bytes just checked, not a second read
+        return cls(Tokenizer.from_file(str(path / "tokenizer.json")), emb, meta=meta)
 
 
 __all__ = ["FORMAT", "MAX_TOKENS", "StaticEncoder", "default_path", "shared_encoder"]

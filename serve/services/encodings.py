@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 from pydantic import ValidationError
 
 from model.core.schema import Trace
@@ -85,8 +86,6 @@ def encode_runs(encodings: EncodingStore, traces: TraceStore, encoder: Any, *, t
 
 
 def _nan_rows(v: Any) -> Any:
-    import numpy as np
-
     return np.isnan(v[:, 0]) if len(v) else np.zeros(0, bool)
 
 

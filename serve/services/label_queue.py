@@ -256,10 +256,11 @@ def review_queue(
         queue.append(Candidate(str(record["trace"]["id"]), record["created_at"], m, measured.text(), response,
                                measured))
         traces.append(record["trace"])
-    order_by = sorted(range(len(queue)), key=lambda i: (queue[i].margin, -queue[i].created_at.timestamp(),
-                                                        queue[i].trace_id))
     if order == "random":
         order_by = sorted(range(len(queue)), key=lambda i: random_key(author, queue[i].trace_id))
+    else:  # margin, and the queue's starting order
+        order_by = sorted(range(len(queue)), key=lambda i: (queue[i].margin, -queue[i].created_at.timestamp(),
+                                                            queue[i].trace_id))
     if order == "queue" and queue:
         # the clustering and the order are the study's (model/training/agentmodel), imported when used
         from model.training.agentmodel.cv import group_runs

@@ -68,7 +68,7 @@ class EncodingStore(StoreBase):
                                 "encoder": encoder, "dim": int(vectors.shape[1]), "vectors": pack(vectors)}])
 
     def drop(self, db: Session, tenant: str, trace_id: str) -> None:
-        """Forget a run's vectors (inside ``db``): its steps were replaced."""
+        """Forget a run's vectors (inside ``db``)."""
         db.execute(delete(RunEncodingRow).where(RunEncodingRow.tenant_id == tenant, RunEncodingRow.trace_id == trace_id))
 
     def read_run(self, db: Session, tenant: str, trace_id: str, n_steps: int, encoder: str) -> np.ndarray | None:

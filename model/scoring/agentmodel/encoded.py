@@ -56,10 +56,6 @@ _ASSISTANT = (StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT)
 #: How a step's vector is kept and stored (float16: 512 bytes a step at 256 dimensions).
 STORED_DTYPE = "<f2"
 
-#: The pool's parts, in the block's column order.
-POOLS: tuple[str, ...] = ("mean", "first_user", "last_assistant", "last")
-
-
 def step_text(step: Step) -> str | None:
     """What the encoder reads of one step (``None``: a system prompt, the same on every run)."""
     role = _ROLE.get(step.kind)
@@ -100,9 +96,6 @@ class Pool:
             self.last_assistant = v
         self.last = v
 
-    def copy(self) -> Pool:
-        return Pool(self.total.copy(), self.n, self.first_user, self.last_assistant, self.last)
-
     def row(self) -> np.ndarray:
         """The block's row: ``[mean, first_user, last_assistant, last]`` (zeros where none yet)."""
         z = np.zeros(self.dim)
@@ -111,7 +104,8 @@ class Pool:
 
     def to_dict(self, dtype: str = "<f4") -> dict[str, Any]:
         """JSON-able, the vectors base64 in ``dtype`` (``<f4``: a session's state, scored again to
-        1e-6; ``<f2``: the stored run, about 2 KB at 256 dimensions)."""
+        1e-6; ``<f2``: half the size, about 2 KB at 256 dimensions — a stored run keeps its step vectors
+        instead, :mod:`serve.store.encodings`)."""
         def enc(a: np.ndarray | None) -> str | None:
             return None if a is None else base64.b64encode(np.asarray(a, dtype).tobytes()).decode("ascii")
 
@@ -196,5 +190,5 @@ def prefix_rows(vectors: np.ndarray, steps: Sequence[Step], cuts: Sequence[int])
     return np.array([at[c] for c in cuts]).reshape(len(cuts), 4 * dim)
 
 
-__all__ = ["CALL_CHARS", "POOLS", "STORED_DTYPE", "TEXT_CHARS", "Pool", "encode_missing", "encode_steps", "pack", "prefix_rows", "step_text",
+__all__ = ["CALL_CHARS", "STORED_DTYPE", "TEXT_CHARS", "Pool", "encode_missing", "encode_steps", "pack", "prefix_rows", "step_text",
            "unpack"]

@@ -41,6 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from model.core.schema import Step, StepKind, StepStatus, Trace
+from model.scoring.agentmodel.encoded import encode_missing, prefix_rows
 
 if TYPE_CHECKING:
     from model.scoring.encoder import StaticEncoder
@@ -303,8 +304,7 @@ class FeatureCache:
     def vectors(self, trace: Trace) -> np.ndarray:
         """Each step's encoder vector (:func:`~model.scoring.agentmodel.encoded.encode_steps`), once a run:
         the rows :meth:`add_vectors` gave are not encoded again."""
-        from model.scoring.agentmodel.encoded import encode_missing
-        from model.scoring.encoder import shared_encoder
+        from model.scoring.encoder import shared_encoder  # tokenizers and the table: only when asked
 
         if self.encoder is None:
             self.encoder = shared_encoder()
@@ -332,8 +332,6 @@ class FeatureCache:
         """The run's rows at ``fractions`` (``encoded``: with the encoder block)."""
         hit = self._rows(trace, buckets, fractions, last_turn)
         if encoded and hit.emb is None:
-            from model.scoring.agentmodel.encoded import prefix_rows
-
             hit.emb = prefix_rows(self.vectors(trace), trace.steps, prefix_lengths(len(trace.steps), fractions))
         return hit
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -161,7 +161,8 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
     the same K runs of every fold and scored as method ``reference``: ``agent_minus_reference`` is then
     the paired difference of the change.
     """
-    if reference is not None and "reference" not in methods:
+    rcfg = None if reference is None else replace(reference, internal_folds=0)
+    if rcfg is not None and "reference" not in methods:
         methods = (*methods, "reference")
     cfg = config or AgentModelConfig(internal_folds=0)
     if cfg.internal_folds:
@@ -179,6 +180,7 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
     prc: dict[tuple[int | None, float], dict[str, list[float]]] = {}
     oof: dict[str, list[list[float]]] = {m: [] for m in methods}
     j_of = {f: i for i, f in enumerate(cfg.prefix_fractions)}
+    j_ref = {} if rcfg is None else {f: i for i, f in enumerate(rcfg.prefix_fractions)}
     for di, draw in enumerate(splits):
         full = {m: np.full(n, np.nan) for m in methods}
         for te in draw:
@@ -198,8 +200,7 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
                     model = AgentModel.fit([d.traces[i] for i in idx], y[idx] > 0.5, [d.groups[i] for i in idx],
                                            config=cfg, prior=None if d.prior is None else d.prior[idx],
                                            cache=d.cache)
-                if reference is not None:
-                    rcfg = AgentModelConfig.from_dict({**reference.to_dict(), "internal_folds": 0})
+                if rcfg is not None:
                     ref = AgentModel.fit([d.traces[i] for i in idx], y[idx] > 0.5, [d.groups[i] for i in idx],
                                          config=rcfg, prior=None if d.prior is None else d.prior[idx], cache=d.cache)
                 for f in fr:
@@ -209,7 +210,6 @@ def cross_validate(traces: Sequence[Trace], failed: Sequence[bool] | np.ndarray,
                     if model is not None:
                         sc["agent"] = np.array([_score_at(model, d, i, f, j_of) for i in te])
                     if ref is not None:
-                        j_ref = {g: i for i, g in enumerate(ref.config.prefix_fractions)}
                         sc["reference"] = np.array([_score_at(ref, d, i, f, j_ref) for i in te])
                     if "tfidf" in methods or "length" in methods:
                         cl = CheapLearners(d.texts(f, idx), d.lengths(f, idx), y[idx])

@@ -198,11 +198,11 @@ def run(cfg: LearningConfig, root: Path | None = None,
     # ---- the curve ---------------------------------------------------------------------------------------
     per_set: dict[str, Any] = {}
     reps: dict[str, dict[str, Any]] = {}
+    rcfg = None if cfg.reference is None else cfg.candidate(cfg.reference)[0]
     for s, d in data.items():
         mcfg, use_prior = cfg.candidate(chosen[s])
         dd = d if use_prior else _without_prior(d)
         t0 = time.time()
-        rcfg = None if cfg.reference is None else cfg.candidate(cfg.reference)[0]
         rep = cross_validate(dd.traces, dd.y > 0.5, dd.groups, ks=cfg.ks, fractions=cfg.fractions, config=mcfg,
                              folds=cfg.folds, draws=cfg.draws, seed=cfg.seed, n_boot=cfg.n_boot, data=dd,
                              prefix_ks=cfg.prefix_ks, reference=rcfg)

@@ -72,6 +72,7 @@ def done_when(per_set: dict[str, Any], reps: dict[str, dict[str, Any]]) -> dict[
     rows = {}
     diffs = []
     ref_diffs: dict[str, np.ndarray] = {}
+    ref_points: dict[str, tuple[float, float]] = {}  # set -> (agent − reference, reference's AUROC)
     for s in per_set:
         kk, r = _k100(reps[s])
         if r is None:
@@ -81,6 +82,7 @@ def done_when(per_set: dict[str, Any], reps: dict[str, dict[str, Any]]) -> dict[
         diffs.append(np.array(diff["replicates"]))
         if "agent_minus_reference" in r:
             ref_diffs[s] = np.array(r["agent_minus_reference"]["replicates"])
+            ref_points[s] = (r["agent_minus_reference"]["diff"], r["reference"]["auroc"])
         k50 = _at(reps[s], 50, 1.0)
         half_k, half = _k100(reps[s], 0.5)
         rows[s] = {"K": kk, "agent": r["agent"]["auroc"], "better_cheap": b, "better_cheap_auroc": r[b]["auroc"],
@@ -106,13 +108,12 @@ def done_when(per_set: dict[str, Any], reps: dict[str, dict[str, Any]]) -> dict[
         if ref_diffs and len(ref_diffs) == len(rows):
             n = min(len(x) for x in ref_diffs.values())
             rep_ref = np.mean([x[:n] for x in ref_diffs.values()], axis=0)
-            pts = {s: _k100(reps[s])[1]["agent_minus_reference"]["diff"] for s in ref_diffs}  # type: ignore[index]
-            for s, v in pts.items():
-                rows[s]["minus_reference"] = v
-            ref_mean = float(np.mean([_k100(reps[s])[1]["reference"]["auroc"] for s in ref_diffs]))  # type: ignore[index]
+            for s, (d, _) in ref_points.items():
+                rows[s]["minus_reference"] = d
             out["mean_vs_reference"] = {
-                "agent": float(np.mean([rows[s]["agent"] for s in rows])), "reference": ref_mean,
-                "diff": float(np.mean(list(pts.values()))),
+                "agent": float(np.mean([rows[s]["agent"] for s in rows])),
+                "reference": float(np.mean([a for _, a in ref_points.values()])),
+                "diff": float(np.mean([d for d, _ in ref_points.values()])),
                 "interval": [float(np.quantile(rep_ref, 0.025)), float(np.quantile(rep_ref, 0.975))]}
         halves = [r["half_prefix"] for r in rows.values() if r["half_prefix"]]
         if halves:
