@@ -209,3 +209,24 @@ def test_options_added_later_leave_stored_model_versions_alone() -> None:
         AgentModelConfig(split="rows")
     with pytest.raises(InputError, match="encoder_scale"):
         AgentModelConfig(encoder_scale="none")
+
+
+def test_the_ascii_path_gives_the_tokenizers_ids(shipped: StaticEncoder) -> None:
+    """The word-cache path (plain ASCII) and the tokenizer agree on real steps and on the edges: control
+    characters, a special token's text, words over WordPiece's 100 characters, accents, CJK, the cap."""
+    from model.data.realdata import load_source
+    from model.scoring.encoder import MAX_TOKENS
+
+    texts = [t for r in load_source("tau_airline")[:60] for t in (step_text(s) for s in r.trace.steps) if t]
+    texts += ["", "   ", "a\tb\nc\rd", "x\x0bz\x0cw", "zero\x00byte", "del\x7fete", "say [CLS] and [cls]",
+              "[MASK]ed [UNK]", "w" * 101 + " ok", "don't_stop-me.now!!! {a:1} ~`^|\\", "café naïve", "航班 booked",
+              "CamelCaseWordsAndNumbers123abc 3.14159", "call get_user_details: {\"user_id\": \"mia_li_3668\"}",
+              "word " * 700]
+    want = [np.asarray(e.ids[:MAX_TOKENS]) for e in shipped.tokenizer.encode_batch(texts, add_special_tokens=False)]
+    got = shipped.token_ids(texts)
+    assert len(got) == len(texts)
+    for t, a, b in zip(texts, want, got, strict=True):
+        assert np.array_equal(a, b), t[:80]
+    assert shipped._ascii_ids("plain words") is not None and shipped._ascii_ids("café") is None
+    assert shipped._ascii_ids("a [SEP] b") is None and shipped._ascii_ids("tab\x0bbed") is None
+    assert len(got[-1]) == MAX_TOKENS
