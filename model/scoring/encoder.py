@@ -152,22 +152,24 @@ class StaticEncoder:
         if not len(texts):
             return out
         ids = self.token_ids(texts)
-        lengths = np.array([len(i) for i in ids])
-        if not lengths.sum():
-            return out
-        flat = np.concatenate(ids)
-        rows = np.repeat(np.arange(len(texts)), lengths)
-        kept = self._keep[flat]  # one lookup for every text's tokens (special tokens dropped)
-        flat, rows = flat[kept], rows[kept]
+        # In float64 the sum of ≤ 512 float16 rows is exact in any order, so both ways below give a text
+        # the same vector, whatever its batch.
+        if len(ids) == 1:  # a session append's one step: its rows summed (a sparse product costs more)
+            flat = ids[0][self._keep[ids[0]]]
+            sums = self.embeddings[flat].astype(np.float64).sum(axis=0, keepdims=True)
+        else:
+            lengths = np.array([len(i) for i in ids])
+            flat = np.concatenate(ids)
+            rows = np.repeat(np.arange(len(texts)), lengths)
+            kept = self._keep[flat]  # one lookup for every text's tokens (special tokens dropped)
+            flat, rows = flat[kept], rows[kept]
+            # a text's sum = its token counts × the rows of the tokens the batch uses (a few hundred of
+            # the table's 30,522): one sparse product (no BLAS threads), not a gather of every token's row
+            uniq, inv = np.unique(flat, return_inverse=True)
+            counts = csr_matrix((np.ones(len(flat)), (rows, inv)), shape=(len(texts), len(uniq)))
+            sums = np.asarray(counts @ self.embeddings[uniq].astype(np.float64))
         if not len(flat):
             return out
-        # a text's sum = its token counts × the rows of the tokens the batch uses (a few hundred of the
-        # table's 30,522): one sparse product (no BLAS threads) instead of a gather of every token's row.
-        # In float64 the sum of ≤ 512 float16 rows is exact in any order: a text's vector does not
-        # depend on its batch.
-        uniq, inv = np.unique(flat, return_inverse=True)
-        counts = csr_matrix((np.ones(len(flat)), (rows, inv)), shape=(len(texts), len(uniq)))
-        sums = np.asarray(counts @ self.embeddings[uniq].astype(np.float64))
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         out[:] = sums / np.where(norms > 0, norms, 1.0)
         return out
