@@ -38,11 +38,6 @@ _RETRAIN = (
 )
 AWAITING_RERUN: dict[str, str] = {
     **{stage: _RETRAIN for stage in ("baseline", "train", "student", "distill", "export", "evaluate")},
-    # the review of 2026-12-06 (after the 18:20 rerun) moved code the curve runs without changing what it
-    # computes: the group draw and fold deal into model.core.metrics (same rows, same random stream), the
-    # reference's config made once per cross-validation, unused Pool.copy removed; a rerun (30 min on 2 cores
-    # in two processes) records it
-    "learning_curve": "refactors after the last rerun (same draws and folds); rerun to record the lock",
 }
 
 
