@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from model.data import realdata  # noqa: E402
+from model.scoring.agentmodel.config import AgentModelConfig  # noqa: E402
 from model.scoring.agentmodel.encoded import STORED_DTYPE, step_text  # noqa: E402
 from model.scoring.agentmodel.features import FeatureCache  # noqa: E402
 from model.training.agentmodel.cv import CVData, cross_validate, key  # noqa: E402
-from model.training.agentmodel.learning import LearningConfig  # noqa: E402
+from model.training.agentmodel.learning import LearningConfig, _choose  # noqa: E402
 from model.training.agentmodel.learning_report import mean_interval  # noqa: E402
 
 SETS = ("tau_airline", "tau2", "agentprocessbench", "webshop", "reflexion_hotpotqa")
@@ -137,7 +139,8 @@ def encode(sets: Sequence[str], cache: Path, chunk: int = 256) -> None:
 # ---- compare ----------------------------------------------------------------------------------------------
 
 
-def compare(sets: Sequence[str], cache: Path, draws: int, params: Path, n_boot: int) -> None:
+def compare(sets: Sequence[str], cache: Path, draws: int, params: Path, n_boot: int,
+            weights: Sequence[float] = ()) -> None:
     from model.scoring.encoder import shared_encoder
 
     lc = LearningConfig.from_params(params)
@@ -145,29 +148,69 @@ def compare(sets: Sequence[str], cache: Path, draws: int, params: Path, n_boot: 
     if pa or pb:
         raise SystemExit("candidates 3 / 7 now take the zero-shot prior: this bench does not compute it")
     minilm, static = CachedEncoder.load(cache), shared_encoder()
-    rows: dict[str, dict[str, Any]] = {}
+    data: dict[str, dict[str, CVData]] = {}
     for s in sets:
-        t0 = time.time()
         rs = realdata.load_source(s)
         traces, failed, groups = [r.trace for r in rs], [r.failed for r in rs], [r.group for r in rs]
-        n_train = len(rs) - max(len(rs) // 5 + 1, 1)  # the smallest training part of 5 grouped folds, about
-        ks: tuple[int | None, ...] = (100,) if n_train >= 100 else (None,)
-        reps = {}
-        for name, enc in (("minilm", minilm), ("static", static)):
-            data = CVData.make(traces, failed, groups, cache=FeatureCache(enc))  # type: ignore[arg-type]
-            rep = cross_validate(traces, failed, groups, ks=ks, config=b, reference=a, folds=lc.folds, draws=draws,
-                                 seed=lc.seed, n_boot=n_boot, data=data, methods=("agent",))
-            reps[name] = rep["results"][key(ks[0], 1.0)]
-        m, st = reps["minilm"], reps["static"]
-        if abs(m["reference"]["auroc"] - st["reference"]["auroc"]) > 1e-12:
-            raise SystemExit(f"{s}: candidate 3 differs between the two calls: not paired")
+        data[s] = {name: CVData.make(traces, failed, groups, cache=FeatureCache(enc))  # type: ignore[arg-type]
+                   for name, enc in (("minilm", minilm), ("static", static))}
+    chosen = choose_weights(data, b, lc, weights) if weights else {}
+    rows: dict[str, dict[str, Any]] = {}
+    for s, dd in data.items():
+        t0 = time.time()
+        n = len(dd["minilm"].y)
+        ks: tuple[int | None, ...] = (100,) if 0.8 * n - 1 >= 100 else (None,)  # learning's rule for K = 100
+
+        cv = {"reference": a, "folds": lc.folds, "draws": draws, "seed": lc.seed, "n_boot": n_boot, "ks": ks}
+        m, st = paired(b, dd["minilm"], cv), paired(b, dd["static"], cv)
         c_a = np.array(m["agent_minus_reference"]["replicates"])
         b_a = np.array(st["agent_minus_reference"]["replicates"])
-        rows[s] = {"K": "100" if ks[0] else "all", "folds": m["folds"], "runs": len(rs),
-                   "a": m["reference"], "b": st["agent"], "c": m["agent"],
-                   "c-a": c_a, "c-b": c_a - b_a, "b-a": b_a, "seconds": time.time() - t0}
+        row = {"K": "100" if ks[0] else "all", "folds": m["folds"], "runs": n,
+               "a": m["reference"], "b": st["agent"], "c": m["agent"], "c-a": c_a, "c-b": c_a - b_a, "b-a": b_a}
+        refs = [m["reference"]["auroc"], st["reference"]["auroc"]]
+        if s in chosen:
+            dw = paired(replace(b, encoder_weight=chosen[s]), dd["minilm"], cv)
+            d_a = np.array(dw["agent_minus_reference"]["replicates"])
+            row.update({"d": dw["agent"], "weight": chosen[s], "d-a": d_a, "d-c": d_a - c_a})
+            refs.append(dw["reference"]["auroc"])
+        if max(refs) - min(refs) > 1e-12:
+            raise SystemExit(f"{s}: candidate 3 differs between the calls ({refs}): not paired")
+        rows[s] = {**row, "seconds": time.time() - t0}
         print(f"{s}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     render(rows, draws)
+
+
+def paired(config: AgentModelConfig, d: CVData, cv: dict[str, Any]) -> dict[str, Any]:
+    """``config`` and ``cv["reference"]`` cross-validated on the same folds, draws and K runs."""
+    rep = cross_validate(d.traces, d.y > 0.5, d.groups, config=config, data=d, methods=("agent",), **cv)
+    r: dict[str, Any] = rep["results"][key(cv["ks"][0], 1.0)]
+    return r
+
+
+def choose_weights(data: dict[str, dict[str, CVData]], b: AgentModelConfig, lc: LearningConfig,
+                   weights: Sequence[float]) -> dict[str, float]:
+    """MiniLM's block weight per set, chosen leave-one-family-out as the learning curve chooses its
+    candidates (``learning._choose`` over a table cross-validated at ``select_k`` with ``select_draws``
+    draws and seed + 7): the judged set's labels never choose its weight."""
+    sel: dict[str, list[float]] = {}
+    for s, dd in data.items():
+        d = dd["minilm"]
+        k_sel = lc.select_k if lc.select_k <= 0.8 * len(d.y) - 1 else None
+        sel[s] = []
+        for w in weights:
+            rep = cross_validate(d.traces, d.y > 0.5, d.groups, ks=(k_sel,), config=replace(b, encoder_weight=w),
+                                 folds=lc.folds, draws=lc.select_draws, seed=lc.seed + 7, n_boot=10, data=d,
+                                 methods=("agent",))
+            r = rep["results"].get(key(k_sel, 1.0))
+            sel[s].append(float(r["agent"]["auroc"]) if r else float("nan"))
+    out = {s: float(weights[_choose(sel, s, len(weights))]) for s in data}
+    print("\n### MiniLM's weight chosen leave-one-family-out (selection AUROC at K = select_k, "
+          f"{lc.select_draws} draws, seed {lc.seed + 7})\n")
+    print("| set | " + " | ".join(f"w = {w:g}" for w in weights) + " | chosen (by the other families) |")
+    print("| --- |" + " ---: |" * len(weights) + " ---: |")
+    for s, v in sel.items():
+        print(f"| {s} | " + " | ".join(f"{x:.3f}" for x in v) + f" | {out[s]:g} |")
+    return out
 
 
 def _iv(x: np.ndarray, point: float) -> str:
@@ -178,26 +221,32 @@ def _iv(x: np.ndarray, point: float) -> str:
 
 
 def render(rows: dict[str, dict[str, Any]], draws: int) -> None:
+    has_d = all("d" in r for r in rows.values())
+    ms = "abcd" if has_d else "abc"
+    heads = ["(a) cand. 3, no encoder", "(b) cand. 7, static", "(c) cand. 7, MiniLM", "(d) MiniLM, chosen weight"]
     print(f"\n### AUROC, grouped CV (5 folds by task × {draws} draws, seed 0), whole runs, no prior\n")
-    print("| set | runs | K | (a) cand. 3, no encoder | (b) cand. 7, static | (c) cand. 7, MiniLM | seconds |")
-    print("| --- | ---: | --- | --- | --- | --- | ---: |")
+    print("| set | runs | K | " + " | ".join(heads[: len(ms)]) + " | seconds |")
+    print("| --- | ---: | --- |" + " --- |" * len(ms) + " ---: |")
     for s, r in rows.items():
-        cells = [f"{r[m]['auroc']:.3f} [{r[m]['interval'][0]:.3f}, {r[m]['interval'][1]:.3f}]" for m in "abc"]
+        cells = [f"{r[m]['auroc']:.3f} [{r[m]['interval'][0]:.3f}, {r[m]['interval'][1]:.3f}]" for m in ms]
+        if has_d:
+            cells[3] += f" (w = {r['weight']:g})"
         print(f"| {s} | {r['runs']} | {r['K']} | {' | '.join(cells)} | {r['seconds']:.0f} |")
-    mean = {m: float(np.mean([r[m]["auroc"] for r in rows.values()])) for m in "abc"}
-    print(f"| mean of {len(rows)} | | | {mean['a']:.3f} | {mean['b']:.3f} | {mean['c']:.3f} | |")
+    mean = [f"{float(np.mean([r[m]['auroc'] for r in rows.values()])):.3f}" for m in ms]
+    print(f"| mean of {len(rows)} | | | " + " | ".join(mean) + " | |")
+    names = {"c-a": "(c)−(a) MiniLM − none", "c-b": "(c)−(b) MiniLM − static", "b-a": "(b)−(a) static − none",
+             "d-a": "(d)−(a) MiniLM at its weight − none", "d-c": "(d)−(c) its weight − 0.5"}
+    diffs = [d for d in names if d[0] in ms]
     print("\n### Paired differences (95 % bootstrap over task groups; the mean: mean of the sets' replicates)\n")
-    print("| set | (c)−(a) MiniLM − none | (c)−(b) MiniLM − static | (b)−(a) static − none |")
-    print("| --- | --- | --- | --- |")
-    pts: dict[str, list[float]] = {d: [] for d in ("c-a", "c-b", "b-a")}
+    print("| set | " + " | ".join(names[d] for d in diffs) + " |")
+    print("| --- |" + " --- |" * len(diffs))
+    pts: dict[str, list[float]] = {d: [] for d in diffs}
     for s, r in rows.items():
-        p = {"c-a": r["c"]["auroc"] - r["a"]["auroc"], "c-b": r["c"]["auroc"] - r["b"]["auroc"],
-             "b-a": r["b"]["auroc"] - r["a"]["auroc"]}
-        for d, v in p.items():
-            pts[d].append(v)
-        print(f"| {s} | " + " | ".join(_iv(r[d], p[d]) for d in pts) + " |")
+        for d in diffs:
+            pts[d].append(r[d[0]]["auroc"] - r[d[2]]["auroc"])
+        print(f"| {s} | " + " | ".join(_iv(r[d], pts[d][-1]) for d in diffs) + " |")
     cells = []
-    for d in pts:
+    for d in diffs:
         lo, hi = mean_interval([r[d] for r in rows.values()])
         cells.append(f"{float(np.mean(pts[d])):+.3f} [{lo:+.3f}, {hi:+.3f}]")
     print(f"| mean of {len(rows)} | " + " | ".join(cells) + " |")
@@ -327,11 +376,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--no-onnx", action="store_true")
+    ap.add_argument("--weights", type=float, nargs="*", default=[],
+                    help="compare: also MiniLM at the weight of these chosen leave-one-family-out, as (d)")
     a = ap.parse_args(argv)
     if a.what == "encode":
         encode(a.sets, a.cache)
     elif a.what == "compare":
-        compare(a.sets, a.cache, a.draws, a.params, a.n_boot)
+        compare(a.sets, a.cache, a.draws, a.params, a.n_boot, a.weights)
     else:
         cost(not a.no_onnx)
     return 0
