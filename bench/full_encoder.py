@@ -269,20 +269,22 @@ def cost_batches(n_runs: int = 10, steps: int = 30, seed: int = 0) -> list[list[
     return out
 
 
-def _time(fn: Any, batches: list[list[str]], repeat: int = 3) -> list[float]:
-    """ms per step of each batch (the best of ``repeat`` passes: the others' load is noise here)."""
+def _time(fn: Any, batches: list[list[str]], repeat: int = 3) -> tuple[list[float], list[float]]:
+    """CPU and wall ms per step of each batch (each the best of ``repeat`` passes: the other jobs on the
+    machine only add)."""
     fn(batches[0])
-    out = []
+    cpu, wall = [], []
     for b in batches:
-        best = min(_once(fn, b) for _ in range(repeat))
-        out.append(best / len(b))
-    return out
+        runs = [_once(fn, b) for _ in range(repeat)]
+        cpu.append(min(r[0] for r in runs) / len(b))
+        wall.append(min(r[1] for r in runs) / len(b))
+    return cpu, wall
 
 
-def _once(fn: Any, b: list[str]) -> float:
-    t0 = time.process_time()
+def _once(fn: Any, b: list[str]) -> tuple[float, float]:
+    t0, w0 = time.process_time(), time.perf_counter()
     fn(b)
-    return (time.process_time() - t0) * 1e3
+    return (time.process_time() - t0) * 1e3, (time.perf_counter() - w0) * 1e3
 
 
 def onnx_int8(folder: Path) -> tuple[Path, Any]:
@@ -335,12 +337,14 @@ def cost(onnx: bool) -> None:
     print(f"\n### Cost: the first 30 steps of {len(batches)} runs ({sum(n)} readable steps, "
           f"{statistics.mean(len(t) for b in batches for t in b):.0f} characters a step), one batch a run; "
           "CPU ms per step, p50 (max) over the runs\n")
-    print("| encoder | threads | ms per step p50 | max | a 30-step run's batch, ms p50 |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| encoder | threads | CPU ms per step p50 | max | a run's batch, CPU ms p50 | wall ms per step p50 |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
 
-    def line(name: str, threads: int | str, per: list[float]) -> None:
+    def line(name: str, threads: int | str, times: tuple[list[float], list[float]]) -> None:
+        per, wall = times
         batch = statistics.median(p * k for p, k in zip(per, n, strict=True))
-        print(f"| {name} | {threads} | {statistics.median(per):.3f} | {max(per):.3f} | {batch:.2f} |", flush=True)
+        print(f"| {name} | {threads} | {statistics.median(per):.3f} | {max(per):.3f} | {batch:.2f} | "
+              f"{statistics.median(wall):.3f} |", flush=True)
 
     st = shared_encoder()
     line("static (model/scoring/encoder.py)", 1, _time(st.encode, batches))
@@ -363,8 +367,9 @@ def cost(onnx: bool) -> None:
             cos = np.concatenate([np.sum(e(b) * ref[i], axis=1) for i, b in enumerate(batches)])
             print(f"\nint8 against fp32, cosine of each step's vector: p50 {np.median(cos):.4f}, min {cos.min():.4f} "
                   f"(export + quantisation {made:.0f} s, {int8.stat().st_size / 1e6:.0f} MB)")
-    print("\nCPU time (process_time, all threads summed): on a 2-core machine shared with other jobs the wall "
-          "time of 2 threads is at best half of it.")
+    print("\nCPU time: process_time, all threads summed; wall: perf_counter, on 2 cores shared with other "
+          "jobs (load average printed below), so the wall figures are upper bounds.")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
