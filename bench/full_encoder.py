@@ -255,30 +255,28 @@ def render(rows: dict[str, dict[str, Any]], draws: int) -> None:
 # ---- cost -------------------------------------------------------------------------------------------------
 
 
-def cost_batches(n_runs: int = 10, steps: int = 30, seed: int = 0) -> list[list[str]]:
-    """The readable texts of the first ``steps`` steps of ``n_runs`` runs of :data:`SETS` that have that
-    many steps (two a set, drawn with ``seed``)."""
+def cost_batches(n_runs: int = 10, steps: int = 30, seed: int = 0) -> tuple[list[list[str]], list[str]]:
+    """The readable texts of the first ``steps`` steps of ``n_runs`` runs of :data:`SETS` with that many
+    steps (drawn with ``seed`` among all such runs), and each run's set."""
     import random
 
-    rng = random.Random(seed)
-    out = []
-    for s in SETS:
-        long = [r for r in realdata.load_source(s) if len(r.trace.steps) >= steps]
-        for r in rng.sample(long, min(n_runs // len(SETS), len(long))):
-            out.append([t for t in (step_text(x) for x in r.trace.steps[:steps]) if t is not None])
-    return out
+    long = [(s, r) for s in SETS for r in realdata.load_source(s) if len(r.trace.steps) >= steps]
+    drawn = random.Random(seed).sample(long, n_runs)
+    return [[t for t in (step_text(x) for x in r.trace.steps[:steps]) if t is not None] for _, r in drawn], \
+        [s for s, _ in drawn]
 
 
-def _time(fn: Any, batches: list[list[str]], repeat: int = 3) -> tuple[list[float], list[float]]:
+def _time(fn: Any, batches: list[list[str]], repeat: int = 3) -> tuple[list[float], list[float], list[float]]:
     """CPU and wall ms per step of each batch (each the best of ``repeat`` passes: the other jobs on the
-    machine only add)."""
+    machine only add), and CPU ms of each step encoded alone (once: what a session step pays)."""
     fn(batches[0])
     cpu, wall = [], []
     for b in batches:
         runs = [_once(fn, b) for _ in range(repeat)]
         cpu.append(min(r[0] for r in runs) / len(b))
         wall.append(min(r[1] for r in runs) / len(b))
-    return cpu, wall
+    alone = [_once(fn, [t])[0] for b in batches for t in b]
+    return cpu, wall, alone
 
 
 def _once(fn: Any, b: list[str]) -> tuple[float, float]:
@@ -332,19 +330,21 @@ def cost(onnx: bool) -> None:
 
     from model.scoring.encoder import shared_encoder
 
-    batches = cost_batches()
+    batches, sets = cost_batches()
     n = [len(b) for b in batches]
-    print(f"\n### Cost: the first 30 steps of {len(batches)} runs ({sum(n)} readable steps, "
+    print(f"\n### Cost: the first 30 steps of {len(batches)} runs ({', '.join(f'{sets.count(s)} {s}' for s in SETS)}; "
+          f"{sum(n)} readable steps, "
           f"{statistics.mean(len(t) for b in batches for t in b):.0f} characters a step), one batch a run; "
           "CPU ms per step, p50 (max) over the runs\n")
-    print("| encoder | threads | CPU ms per step p50 | max | a run's batch, CPU ms p50 | wall ms per step p50 |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| encoder | threads | CPU ms per step p50 | max | a run's batch, CPU ms p50 | wall ms per step p50 "
+          "| one step alone, CPU ms p50 |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 
-    def line(name: str, threads: int | str, times: tuple[list[float], list[float]]) -> None:
-        per, wall = times
+    def line(name: str, threads: int | str, times: tuple[list[float], list[float], list[float]]) -> None:
+        per, wall, alone = times
         batch = statistics.median(p * k for p, k in zip(per, n, strict=True))
         print(f"| {name} | {threads} | {statistics.median(per):.3f} | {max(per):.3f} | {batch:.2f} | "
-              f"{statistics.median(wall):.3f} |", flush=True)
+              f"{statistics.median(wall):.3f} | {statistics.median(alone):.3f} |", flush=True)
 
     st = shared_encoder()
     line("static (model/scoring/encoder.py)", 1, _time(st.encode, batches))
