@@ -297,8 +297,17 @@ def onnx_int8(folder: Path) -> tuple[Path, Any]:
     model = AutoModel.from_pretrained(str(path)).eval()
     fp32, int8 = folder / "minilm.onnx", folder / "minilm-int8.onnx"
     x = tok(["a warm-up sentence"], return_tensors="pt")
+
+    class Hidden(torch.nn.Module):  # positional inputs only: BertModel.forward's order differs by version
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = model
+
+        def forward(self, ids: Any, mask: Any, types: Any) -> Any:
+            return self.bert(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+
     with torch.no_grad():
-        torch.onnx.export(model, (x["input_ids"], x["attention_mask"], x["token_type_ids"]), str(fp32),
+        torch.onnx.export(Hidden().eval(), (x["input_ids"], x["attention_mask"], x["token_type_ids"]), str(fp32),
                           input_names=["input_ids", "attention_mask", "token_type_ids"],
                           output_names=["last_hidden_state"], opset_version=17, dynamo=False,
                           dynamic_axes={n: {0: "batch", 1: "seq"} for n in
