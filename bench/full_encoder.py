@@ -22,11 +22,15 @@ same configuration as the static candidate, only each step's vector comes from M
    torch at 1 and 2 threads, MiniLM int8 through onnxruntime (``torch.onnx.export`` +
    ``quantize_dynamic``, mean pooling in numpy) at 1 and 2 threads, and the static encoder.
 
+``--int8`` (encode, compare): the same with the int8 export's vectors (their own cache folder): what
+the curve would judge if int8 served.
+
 Run (heavy: ``nice``; the encoding takes tens of minutes on 2 cores the first time)::
 
     HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python bench/full_encoder.py encode
     nice -n 10 .venv/bin/python bench/full_encoder.py compare [--draws 3] [--sets webshop ...]
     nice -n 10 .venv/bin/python bench/full_encoder.py cost
+    nice -n 10 .venv/bin/python bench/full_encoder.py encode --int8 && ... compare --int8
 
 Prints markdown tables.
 """
@@ -78,12 +82,12 @@ class CachedEncoder:
         self.dim = DIM
 
     @classmethod
-    def load(cls, cache: Path = CACHE) -> CachedEncoder:
+    def load(cls, cache: Path = CACHE, int8: bool = False) -> CachedEncoder:
         vectors: dict[str, np.ndarray] = {}
-        for shard in sorted(cache_dir(cache).glob("shard-*.npz")):
+        for shard in sorted(cache_dir(cache, int8).glob("shard-*.npz")):
             with np.load(shard) as z:
                 vectors.update(zip(z["keys"].tolist(), z["vecs"], strict=True))
-        return cls(vectors, f"minilm-l6-v2-{MAX_SEQ}")
+        return cls(vectors, cache_dir(cache, int8).name)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), DIM), dtype=np.float32)
@@ -95,8 +99,8 @@ class CachedEncoder:
         return out
 
 
-def cache_dir(cache: Path) -> Path:
-    return cache / f"all-MiniLM-L6-v2-{MAX_SEQ}"
+def cache_dir(cache: Path, int8: bool = False) -> Path:
+    return cache / f"all-MiniLM-L6-v2-{MAX_SEQ}{'-int8' if int8 else ''}"
 
 
 def load_minilm(threads: int) -> Any:
@@ -116,20 +120,28 @@ def set_texts(sets: Sequence[str]) -> list[str]:
             if t is not None]
 
 
-def encode(sets: Sequence[str], cache: Path, chunk: int = 256) -> None:
-    d = cache_dir(cache)
+def encode(sets: Sequence[str], cache: Path, int8: bool = False, chunk: int = 256) -> None:
+    """Encode the sets' step texts not cached yet (``int8``: through the int8 ONNX export, 1 thread)."""
+    d = cache_dir(cache, int8)
     d.mkdir(parents=True, exist_ok=True)
-    have = set(CachedEncoder.load(cache).vectors)
+    have = set(CachedEncoder.load(cache, int8).vectors)
     todo = sorted({t for t in set_texts(sets) if text_key(t) not in have}, key=len)
     print(f"{len(have)} texts cached, {len(todo)} to encode", flush=True)
     if not todo:
         return
-    m = load_minilm(2)
+    fn: Any
+    if int8:
+        tmp = tempfile.TemporaryDirectory()
+        e = onnx_encoder(*onnx_int8(Path(tmp.name)), threads=1)
+        fn = lambda b: np.concatenate([e(b[i: i + 32]) for i in range(0, len(b), 32)])  # noqa: E731
+    else:
+        m = load_minilm(2)
+        fn = lambda b: m.encode(b, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)  # noqa: E731
     t0 = time.time()
     n0 = len(list(d.glob("shard-*.npz")))
     for j in range(0, len(todo), chunk):
         part = todo[j: j + chunk]
-        v = m.encode(part, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+        v = fn(part)
         np.savez(d / f"shard-{n0 + j // chunk:05d}.npz", keys=np.array([text_key(t) for t in part]),
                  vecs=np.asarray(v, np.float32).astype(STORED_DTYPE))
         print(f"  {j + len(part)}/{len(todo)} in {time.time() - t0:.0f} s", flush=True)
@@ -140,14 +152,14 @@ def encode(sets: Sequence[str], cache: Path, chunk: int = 256) -> None:
 
 
 def compare(sets: Sequence[str], cache: Path, draws: int, params: Path, n_boot: int,
-            weights: Sequence[float] = ()) -> None:
+            weights: Sequence[float] = (), int8: bool = False) -> None:
     from model.scoring.encoder import shared_encoder
 
     lc = LearningConfig.from_params(params)
     (a, pa), (b, pb) = lc.candidate(3), lc.candidate(7)
     if pa or pb:
         raise SystemExit("candidates 3 / 7 now take the zero-shot prior: this bench does not compute it")
-    minilm, static = CachedEncoder.load(cache), shared_encoder()
+    minilm, static = CachedEncoder.load(cache, int8), shared_encoder()
     data: dict[str, dict[str, CVData]] = {}
     for s in sets:
         rs = realdata.load_source(s)
@@ -177,7 +189,7 @@ def compare(sets: Sequence[str], cache: Path, draws: int, params: Path, n_boot: 
             raise SystemExit(f"{s}: candidate 3 differs between the calls ({refs}): not paired")
         rows[s] = {**row, "seconds": time.time() - t0}
         print(f"{s}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    render(rows, draws)
+    render(rows, draws, "MiniLM int8" if int8 else "MiniLM")
 
 
 def paired(config: AgentModelConfig, d: CVData, cv: dict[str, Any]) -> dict[str, Any]:
@@ -220,10 +232,10 @@ def _iv(x: np.ndarray, point: float) -> str:
     return f"{point:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
-def render(rows: dict[str, dict[str, Any]], draws: int) -> None:
+def render(rows: dict[str, dict[str, Any]], draws: int, label: str = "MiniLM") -> None:
     has_d = all("d" in r for r in rows.values())
     ms = "abcd" if has_d else "abc"
-    heads = ["(a) cand. 3, no encoder", "(b) cand. 7, static", "(c) cand. 7, MiniLM", "(d) MiniLM, chosen weight"]
+    heads = ["(a) cand. 3, no encoder", "(b) cand. 7, static", f"(c) cand. 7, {label}", f"(d) {label}, chosen weight"]
     print(f"\n### AUROC, grouped CV (5 folds by task × {draws} draws, seed 0), whole runs, no prior\n")
     print("| set | runs | K | " + " | ".join(heads[: len(ms)]) + " | seconds |")
     print("| --- | ---: | --- |" + " --- |" * len(ms) + " ---: |")
@@ -234,8 +246,8 @@ def render(rows: dict[str, dict[str, Any]], draws: int) -> None:
         print(f"| {s} | {r['runs']} | {r['K']} | {' | '.join(cells)} | {r['seconds']:.0f} |")
     mean = [f"{float(np.mean([r[m]['auroc'] for r in rows.values()])):.3f}" for m in ms]
     print(f"| mean of {len(rows)} | | | " + " | ".join(mean) + " | |")
-    names = {"c-a": "(c)−(a) MiniLM − none", "c-b": "(c)−(b) MiniLM − static", "b-a": "(b)−(a) static − none",
-             "d-a": "(d)−(a) MiniLM at its weight − none", "d-c": "(d)−(c) its weight − 0.5"}
+    names = {"c-a": f"(c)−(a) {label} − none", "c-b": f"(c)−(b) {label} − static", "b-a": "(b)−(a) static − none",
+             "d-a": f"(d)−(a) {label} at its weight − none", "d-c": "(d)−(c) its weight − 0.5"}
     diffs = [d for d in names if d[0] in ms]
     print("\n### Paired differences (95 % bootstrap over task groups; the mean: mean of the sets' replicates)\n")
     print("| set | " + " | ".join(names[d] for d in diffs) + " |")
@@ -390,13 +402,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--no-onnx", action="store_true")
+    ap.add_argument("--int8", action="store_true", help="encode / compare: MiniLM int8 (onnxruntime) vectors")
     ap.add_argument("--weights", type=float, nargs="*", default=[],
                     help="compare: also MiniLM at the weight of these chosen leave-one-family-out, as (d)")
     a = ap.parse_args(argv)
     if a.what == "encode":
-        encode(a.sets, a.cache)
+        encode(a.sets, a.cache, a.int8)
     elif a.what == "compare":
-        compare(a.sets, a.cache, a.draws, a.params, a.n_boot, a.weights)
+        compare(a.sets, a.cache, a.draws, a.params, a.n_boot, a.weights, a.int8)
     else:
         cost(not a.no_onnx)
     return 0
