@@ -7,8 +7,9 @@ same configuration as the static candidate, only each step's vector comes from M
 256 tokens at most, unit length, rounded to float16 like the static vectors).
 
 1. **encode** — every step the agent model reads of the runs of five sets (``SETS``; mini-SWE-agent is
-   left out: 61k of the 81.5k steps, hours on 2 cores) through sentence-transformers on the CPU, cached on
-   disk keyed by the text's sha1 (``--cache``, default ``/tmp/minilm-vectors``): a rerun encodes nothing.
+   left out: 61k of the 81.5k steps, hours on 2 cores) through sentence-transformers on the CPU (2
+   threads; 20.5k steps, 12.7k distinct texts), cached on disk keyed by the text's sha1 (``--cache``,
+   default ``/tmp/minilm-vectors``): a rerun encodes nothing.
 2. **compare** — grouped CV as the learning curve runs it (``cv.cross_validate``: 5 folds by task, 3
    draws, seed 0, K = 100, all the training folds where fewer; whole runs; candidates 3 and 7 take no
    zero-shot prior, so none here): (a) params.yaml candidate 3, no encoder; (b) candidate 7, the static
@@ -17,18 +18,21 @@ same configuration as the static candidate, only each step's vector comes from M
    folds, draws and K runs, (c) and (b) each against the reference (a); (c)−(b) is their difference
    replicate by replicate (same bootstrap draws of the groups; (a)'s figures must agree between the two
    calls, checked). The five-set mean's interval: :func:`learning_report.mean_interval`, the learning
-   curve's own (mean of the sets' replicates).
-3. **cost** — CPU time to encode the first 30 readable steps of ten runs (one batch a run): MiniLM with
-   torch at 1 and 2 threads, MiniLM int8 through onnxruntime (``torch.onnx.export`` +
+   curve's own (mean of the sets' replicates). ``--weights``: also (d), MiniLM at a block weight chosen
+   per set leave-one-family-out among those given (``learning._choose``), never on the judged set.
+3. **cost** — CPU time to encode the first 30 steps of ten runs (those with 30 steps at least, drawn
+   among the five sets': τ runs only), one batch a run (padded to its longest step) and each step alone:
+   MiniLM with torch at 1 and 2 threads, MiniLM int8 through onnxruntime (``torch.onnx.export`` +
    ``quantize_dynamic``, mean pooling in numpy) at 1 and 2 threads, and the static encoder.
 
 ``--int8`` (encode, compare): the same with the int8 export's vectors (their own cache folder): what
 the curve would judge if int8 served.
 
-Run (heavy: ``nice``; the encoding takes tens of minutes on 2 cores the first time)::
+Run (heavy: ``nice``; on the shared 2 cores encode took 9 min the first time, compare 2 min, cost 8 min,
+``encode --int8`` 3 min)::
 
     HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python bench/full_encoder.py encode
-    nice -n 10 .venv/bin/python bench/full_encoder.py compare [--draws 3] [--sets webshop ...]
+    nice -n 10 .venv/bin/python bench/full_encoder.py compare [--weights 0.25 0.5 1 2] [--sets webshop ...]
     nice -n 10 .venv/bin/python bench/full_encoder.py cost
     nice -n 10 .venv/bin/python bench/full_encoder.py encode --int8 && ... compare --int8
 
