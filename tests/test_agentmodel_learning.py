@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from model.training.agentmodel.learning_report import done_when, render_markdown
+from model.training.agentmodel.learning_report import done_when, mean_interval, render_markdown
 
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
@@ -113,6 +113,15 @@ def test_done_when_pairs_the_agent_model_with_the_reference_on_the_mean() -> Non
     assert m["diff"] == pytest.approx(0.03) and m["reference"] == pytest.approx(0.67)
     assert m["agent"] == pytest.approx(0.70) and 0.02 <= m["interval"][0] <= m["interval"][1] <= 0.035
     assert "mean_vs_reference" not in done_when({"a": {}}, {"a": {"K=100|f=1": _res(0.8, 0.7, 0.7, [0.1])}})
+
+
+def test_mean_interval_averages_the_sets_replicates_draw_by_draw() -> None:
+    # replicate i of every set is one bootstrap draw: the mean is taken draw by draw (to the shortest), not
+    # pooled; the two sets' replicates cancel, so the interval is a point
+    lo, hi = mean_interval([np.array([0.1, 0.3, 0.2, 5.0]), [0.3, 0.1, 0.2]])
+    assert lo == pytest.approx(0.2) and hi == pytest.approx(0.2)
+    lo, hi = mean_interval([np.linspace(0, 1, 401)])
+    assert lo == pytest.approx(0.025) and hi == pytest.approx(0.975)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,18 @@ def _better(r: dict[str, Any]) -> str:
     return "tfidf" if r["tfidf"]["auroc"] >= r["length"]["auroc"] else "length"
 
 
+def mean_interval(replicates: Sequence[np.ndarray | Sequence[float]]) -> list[float]:
+    """The 95 % interval of a mean over sets of paired differences: each set's bootstrap replicates
+    (same seed, so replicate i of every set is one draw) averaged replicate by replicate.
+
+    >>> [round(x, 4) for x in mean_interval([np.array([0.0, 0.1, 0.2]), np.array([0.2, 0.3, 0.4, 9.0])])]
+    [0.105, 0.295]
+    """
+    n = min(len(x) for x in replicates)
+    rep = np.mean([np.asarray(x, float)[:n] for x in replicates], axis=0)
+    return [float(np.quantile(rep, 0.025)), float(np.quantile(rep, 0.975))]
+
+
 def done_when(per_set: dict[str, Any], reps: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Issue 20's run-level Done-when, checked on this report's figures."""
     rows = {}
@@ -97,24 +110,19 @@ def done_when(per_set: dict[str, Any], reps: dict[str, dict[str, Any]]) -> dict[
                        "better_cheap": max(half["tfidf"]["auroc"], half["length"]["auroc"])}}
     out: dict[str, Any] = {"per_set": rows}
     if diffs:
-        n = min(len(x) for x in diffs)
-        mean_rep = np.mean([x[:n] for x in diffs], axis=0)
         mean_diff = float(np.mean([rows[s]["diff"] for s in rows]))
-        out["mean_diff_vs_better"] = {"diff": mean_diff, "interval": [float(np.quantile(mean_rep, 0.025)),
-                                                                       float(np.quantile(mean_rep, 0.975))]}
+        out["mean_diff_vs_better"] = {"diff": mean_diff, "interval": mean_interval(diffs)}
         out["mean_ahead_by_0.03_with_interval_above_0"] = mean_diff >= 0.03 and out["mean_diff_vs_better"]["interval"][0] > 0
         out["every_set_within_0.01"] = all(r["not_below_minus_0.01"] for r in rows.values())
         out["k50_ahead_of_both_on"] = sum(bool(r["k50_ahead_of_both"]) for r in rows.values())
         if ref_diffs and len(ref_diffs) == len(rows):
-            n = min(len(x) for x in ref_diffs.values())
-            rep_ref = np.mean([x[:n] for x in ref_diffs.values()], axis=0)
             for s, (d, _) in ref_points.items():
                 rows[s]["minus_reference"] = d
             out["mean_vs_reference"] = {
                 "agent": float(np.mean([rows[s]["agent"] for s in rows])),
                 "reference": float(np.mean([a for _, a in ref_points.values()])),
                 "diff": float(np.mean([d for d, _ in ref_points.values()])),
-                "interval": [float(np.quantile(rep_ref, 0.025)), float(np.quantile(rep_ref, 0.975))]}
+                "interval": mean_interval(list(ref_diffs.values()))}
         halves = [r["half_prefix"] for r in rows.values() if r["half_prefix"]]
         if halves:
             out["half_prefix_mean"] = {"agent": float(np.mean([h["agent"] for h in halves])),
@@ -318,5 +326,5 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["MEASURED", "MEASURED_KS", "TARGETS", "done_when", "plot", "render_markdown", "reproduction",
+__all__ = ["MEASURED", "MEASURED_KS", "TARGETS", "done_when", "mean_interval", "plot", "render_markdown", "reproduction",
            "sections_markdown"]
