@@ -212,8 +212,9 @@ def test_options_added_later_leave_stored_model_versions_alone() -> None:
 
 
 def test_the_ascii_path_gives_the_tokenizers_ids(shipped: StaticEncoder) -> None:
-    """The word-cache path (plain ASCII) and the tokenizer agree on real steps and on the edges: control
-    characters, a special token's text, words over WordPiece's 100 characters, accents, CJK, the cap."""
+    """The word-cache path and the tokenizer agree on real steps and on the edges: control characters, a
+    special token's text, words over WordPiece's 100 characters, accents, CJK, Unicode spaces and
+    format characters, the cap."""
     from model.data.realdata import load_source
     from model.scoring.encoder import MAX_TOKENS
 
@@ -221,12 +222,14 @@ def test_the_ascii_path_gives_the_tokenizers_ids(shipped: StaticEncoder) -> None
     texts += ["", "   ", "a\tb\nc\rd", "x\x0bz\x0cw", "zero\x00byte", "del\x7fete", "say [CLS] and [cls]",
               "[MASK]ed [UNK]", "w" * 101 + " ok", "don't_stop-me.now!!! {a:1} ~`^|\\", "café naïve", "航班 booked",
               "CamelCaseWordsAndNumbers123abc 3.14159", "call get_user_details: {\"user_id\": \"mia_li_3668\"}",
-              "word " * 700]
+              "word " * 700, "İstanbul ΣΊΣΥΦΟΣ naïve\u00a0x\u3000y", "a\u200bb zero\ufeffwidth", "«quoted» — dash…",
+              "👍ok e\u0301 ﬁne Ⅻ ½", "中文abc混合 text", "line\u2028sep\u2029para\u0085nel", "tab\t\u1680ogham",
+              "x" * 98 + "é", "é" + "y" * 600]
     want = [np.asarray(e.ids[:MAX_TOKENS]) for e in shipped.tokenizer.encode_batch(texts, add_special_tokens=False)]
     got = shipped.token_ids(texts)
     assert len(got) == len(texts)
     for t, a, b in zip(texts, want, got, strict=True):
         assert np.array_equal(a, b), t[:80]
-    assert shipped._ascii_ids("plain words") is not None and shipped._ascii_ids("café") is None
-    assert shipped._ascii_ids("a [SEP] b") is None and shipped._ascii_ids("tab\x0bbed") is None
-    assert len(got[-1]) == MAX_TOKENS
+    assert shipped._fast_ids("plain words") is not None and shipped._fast_ids("café au lait") is not None
+    assert shipped._fast_ids("a [SEP] b") is None and shipped._fast_ids("tab\x0bbed") is None
+    assert len(got[texts.index("word " * 700)]) == MAX_TOKENS

@@ -112,6 +112,7 @@ def test_a_diagnosis_encodes_each_step_once_and_stores_the_vectors_it_served_wit
         service: TriageService, fitted: tuple[AgentModel, list[Any]], counting: Counting) -> None:
     model, rest = fitted
     steps = 0
+    lengths = []
     for r in rest[:4]:
         t = _bare(r.trace)
         counting.texts = 0
@@ -125,6 +126,7 @@ def test_a_diagnosis_encodes_each_step_once_and_stores_the_vectors_it_served_wit
         vec = _stored_vectors(service, stored, counting)
         assert np.array_equal(vec, encode_steps(counting, stored.steps), equal_nan=True)
         steps += len(stored.steps)
+        lengths.append(len(stored.steps))
     runs, size = service.stores.encodings.stored_bytes("acme")
     assert runs == 4 and size == steps * counting.dim * 2  # float16, a row a step
     # posted again, changed: the old vectors go with the old steps
@@ -132,6 +134,7 @@ def test_a_diagnosis_encodes_each_step_once_and_stores_the_vectors_it_served_wit
     t.steps = t.steps[:3]
     service.diagnose("acme", t, DiagnoseOptions(agent=AGENT))
     assert _stored_vectors(service, t, counting).shape[0] == 3
+    assert service.stores.encodings.stored_bytes("acme") == (4, size - (lengths[0] - 3) * counting.dim * 2)  # replaced
     # another agent, answered zero-shot: nothing encoded, nothing stored
     counting.texts = 0
     other = _bare(rest[5].trace)

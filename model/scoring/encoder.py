@@ -46,6 +46,11 @@ _ASCII_WORD = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
 #: ASCII control characters the normaliser drops (text with them takes the tokenizer's own path).
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")
+#: The characters the normaliser keeps as whitespace (Rust's ``char::is_whitespace`` less the control
+#: characters it drops): the tokenizer never joins what they separate.
+_WHITESPACE = " \t\n\r\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+#: A whitespace-delimited chunk with a character outside ASCII (the tokenizer reads it alone).
+_WIDE_CHUNK = re.compile(f"[^{_WHITESPACE}]*[^\\x00-\\x7f{_WHITESPACE}][^{_WHITESPACE}]*")
 #: Words whose WordPiece ids are remembered, cleared when full (all 82,643 steps of the seven real sets
 #: hold 41,032 distinct words; a few MB).
 WORD_CACHE = 50_000
@@ -116,11 +121,13 @@ class StaticEncoder:
     def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Each text's token ids (at most :data:`MAX_TOKENS`; special tokens kept).
 
-        Plain ASCII text (no control characters, no special-token string) is split here and each word's
-        WordPiece ids come from a word cache (the tokenizer's own WordPiece on a miss): the same ids as
-        the tokenizer's ``encode`` (``tests/test_encoder.py`` checks every step of the real sets) at a
-        fraction of its CPU. Other text goes through the tokenizer."""
-        out: list[np.ndarray | None] = [self._ascii_ids(t) if self._plain else None for t in texts]
+        The same ids as the tokenizer's ``encode`` (``tests/test_encoder.py`` checks every step of the
+        real sets) at a fraction of its CPU: ASCII runs are split here by BERT's pre-tokenizer rule for
+        ASCII and each word's WordPiece ids come from a word cache (the tokenizer's own WordPiece on a
+        miss); a whitespace-delimited chunk with other characters is read by the tokenizer alone (and
+        cached too: the tokenizer never joins across whitespace). Text with an ASCII control character
+        or a special token's name goes to the tokenizer whole."""
+        out: list[np.ndarray | None] = [self._fast_ids(t) if self._plain else None for t in texts]
         rest = [i for i, o in enumerate(out) if o is None]
         if rest:
             # encode_batch_fast (tokenizers >= 0.21): the same ids without the character offsets (-20 %)
@@ -129,23 +136,42 @@ class StaticEncoder:
                 out[i] = np.asarray(e.ids[:MAX_TOKENS], dtype=np.int64)
         return [o for o in out if o is not None]
 
-    def _ascii_ids(self, text: str) -> np.ndarray | None:
-        """:meth:`token_ids` of one plain ASCII text (``None``: not plain, the tokenizer reads it)."""
-        if not text.isascii() or _ASCII_CONTROL.search(text) or ("[" in text and any(
-                s in text for s in _SPECIAL_TOKENS)):
+    def _fast_ids(self, text: str) -> np.ndarray | None:
+        """:meth:`token_ids` of one text (``None``: the tokenizer reads it whole)."""
+        if _ASCII_CONTROL.search(text) or ("[" in text and any(s in text for s in _SPECIAL_TOKENS)):
             return None
         words = self._words
         if len(words) > WORD_CACHE:
             words.clear()
         ids: list[int] = []
+        if text.isascii():
+            self._ascii_words(text, ids)
+        else:
+            at = 0
+            for m in _WIDE_CHUNK.finditer(text):
+                self._ascii_words(text[at:m.start()], ids)
+                if len(ids) >= MAX_TOKENS:
+                    break
+                chunk = m.group()
+                hit = words.get(chunk)
+                if hit is None:
+                    hit = words[chunk] = tuple(self.tokenizer.encode(chunk, add_special_tokens=False).ids)
+                ids.extend(hit)
+                at = m.end()
+            else:
+                self._ascii_words(text[at:], ids)
+        return np.asarray(ids[:MAX_TOKENS], dtype=np.int64)
+
+    def _ascii_words(self, text: str, ids: list[int]) -> None:
+        """Append the ids of ``text`` (ASCII, but for whitespace) to ``ids``, up to :data:`MAX_TOKENS`."""
+        words = self._words
         for w in _ASCII_WORD.findall(text.lower()):
             hit = words.get(w)
             if hit is None:
                 hit = words[w] = tuple(t.id for t in self.tokenizer.model.tokenize(w))
             ids.extend(hit)
             if len(ids) >= MAX_TOKENS:
-                break
-        return np.asarray(ids[:MAX_TOKENS], dtype=np.int64)
+                return
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """``len(texts) × dim`` float32, each row unit length (zeros for a text with no known token)."""

@@ -190,7 +190,8 @@ class Diagnoses:
                 agent=agent,
                 prior=prior,
             )
-            self.store_encoding(db, tenant, trace.id, verdict.prefix)
+            # a whole run: put_trace has deleted the run's old vectors (a new run on SQLite has none)
+            self.store_encoding(db, tenant, trace.id, verdict.prefix, replace=False)
             self.record_recommendation(db, tenant, decision, trace.id, trace.session_id)
             if row is not None:
                 self.session_store.save_session_state(row, state)
@@ -275,13 +276,15 @@ class Diagnoses:
             status="open",
         )
 
-    def store_encoding(self, db: Any, tenant: str, trace_id: str, prefix: Prefix | None) -> None:
+    def store_encoding(self, db: Any, tenant: str, trace_id: str, prefix: Prefix | None, *,
+                       replace: bool = True) -> None:
         """Keep the step vectors the agent model encoded for this answer with the run (this transaction):
-        a retrain, and a later read of the session, then never encode those steps again."""
+        a retrain, and a later read of the session, then never encode those steps again. ``replace=False``:
+        the run's vectors were deleted in this transaction already (:meth:`EncodingStore.put`)."""
         if self.encoding_store is None or prefix is None or prefix.encoded is None or prefix.encoder is None:
             return
         first, vectors = prefix.encoded
-        self.encoding_store.put(db, tenant, trace_id, first, prefix.encoder, vectors)
+        self.encoding_store.put(db, tenant, trace_id, first, prefix.encoder, vectors, replace=replace)
 
     def spend_steps(self, db: Any, tenant: str, n: int) -> None:
         """Count ``n`` steps against the tenant's daily quota (this transaction); 429 past it."""

@@ -57,11 +57,15 @@ class Unencoded(NamedTuple):
 class EncodingStore(StoreBase):
     """The ``run_encodings`` table (see the module docstring)."""
 
-    def put(self, db: Session, tenant: str, trace_id: str, first: int, encoder: str, vectors: np.ndarray) -> None:
+    def put(self, db: Session, tenant: str, trace_id: str, first: int, encoder: str, vectors: np.ndarray, *,
+            replace: bool = True) -> None:
         """Store the vectors of steps ``first`` … of a run (inside ``db``), replacing every chunk from ``first`` on
-        (``first = 0``: the whole run's)."""
+        (``first = 0``: the whole run's). ``replace=False``: the caller knows the run has no chunk from
+        ``first`` on in this transaction (a whole run's ``put_trace`` has just deleted them): the delete,
+        0.27 ms of a diagnosis on SQLite, is skipped."""
         t = RunEncodingRow
-        db.execute(delete(t).where(t.tenant_id == tenant, t.trace_id == trace_id, t.first >= first))
+        if replace:
+            db.execute(delete(t).where(t.tenant_id == tenant, t.trace_id == trace_id, t.first >= first))
         if not len(vectors):
             return
         db.execute(insert(t), [{"tenant_id": tenant, "trace_id": trace_id, "first": first, "n": len(vectors),
