@@ -1,10 +1,10 @@
 """A static sentence encoder: one vector per token, distilled from the shipped all-MiniLM-L6-v2.
 
 A text's vector is the mean of its tokens' rows (MiniLM's own WordPiece tokenizer, ``[UNK]`` and
-special tokens dropped), L2-normalised: numpy, scipy and ``tokenizers`` only (one real step 52 µs at
-the median, a run's steps in one batch 1.2 ms: ``bench/encoder.py``), no attention and no model hub. The table is made once by ``python -m model.training.encoder``
-(model2vec's recipe: every token through the transformer alone, PCA, Zipf weighting; a DVC stage)
-and shipped in ``model/artifacts/encoder/``:
+special tokens dropped), L2-normalised: numpy, scipy and ``tokenizers`` only (one real step 46 µs at
+the median, a run's steps in one batch 0.9 ms: ``bench/encoder.py``), no attention and no model hub.
+The table is made once by ``python -m model.training.encoder`` (model2vec's recipe: every token
+through the transformer alone, PCA, Zipf weighting; a DVC stage) and shipped in ``model/artifacts/encoder/``:
 
 * ``encoder.json`` — format, dimensions, dtype, source model and licence, and the table's sha256;
 * ``tokenizer.json`` — the source model's tokenizer (padding and truncation off);
