@@ -26,7 +26,12 @@ same configuration as the static candidate, only each step's vector comes from M
    ``quantize_dynamic``, mean pooling in numpy) at 1 and 2 threads, and the static encoder.
 
 ``--int8`` (encode, compare): the same with the int8 export's vectors (their own cache folder): what
-the curve would judge if int8 served.
+the curve would judge if int8 served. ``--table DIR`` (compare): (c) is another static table instead of
+MiniLM, e.g. the float32 distillation against the shipped float16 (issue 34: "float16 if the curve shows
+no loss")::
+
+    python -m model.training.encoder --params P --out /tmp/enc32   # P: params.yaml with encoder.dtype: float32
+    nice -n 10 .venv/bin/python bench/full_encoder.py compare --table /tmp/enc32 --sets SET ...
 
 Run (heavy: ``nice``; on the shared 2 cores encode took 9 min the first time, compare 2 min, cost 8 min,
 ``encode --int8`` 3 min)::
@@ -156,14 +161,16 @@ def encode(sets: Sequence[str], cache: Path, int8: bool = False, chunk: int = 25
 
 
 def compare(sets: Sequence[str], cache: Path, draws: int, params: Path, n_boot: int,
-            weights: Sequence[float] = (), int8: bool = False) -> None:
-    from model.scoring.encoder import shared_encoder
+            weights: Sequence[float] = (), int8: bool = False, table: Path | None = None) -> None:
+    from model.scoring.encoder import StaticEncoder, shared_encoder
 
     lc = LearningConfig.from_params(params)
     (a, pa), (b, pb) = lc.candidate(3), lc.candidate(7)
     if pa or pb:
         raise SystemExit("candidates 3 / 7 now take the zero-shot prior: this bench does not compute it")
-    minilm, static = CachedEncoder.load(cache, int8), shared_encoder()
+    # (c): MiniLM's cached vectors, or (``table``) another static table, e.g. the float32 one
+    minilm: Any = StaticEncoder.load(table) if table is not None else CachedEncoder.load(cache, int8)
+    static = shared_encoder()
     data: dict[str, dict[str, CVData]] = {}
     for s in sets:
         rs = realdata.load_source(s)
@@ -193,7 +200,8 @@ def compare(sets: Sequence[str], cache: Path, draws: int, params: Path, n_boot: 
             raise SystemExit(f"{s}: candidate 3 differs between the calls ({refs}): not paired")
         rows[s] = {**row, "seconds": time.time() - t0}
         print(f"{s}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    render(rows, draws, "MiniLM int8" if int8 else "MiniLM")
+    label = f"table {minilm.embeddings.dtype}" if table is not None else "MiniLM int8" if int8 else "MiniLM"
+    render(rows, draws, label)
 
 
 def paired(config: AgentModelConfig, d: CVData, cv: dict[str, Any]) -> dict[str, Any]:
@@ -407,13 +415,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--no-onnx", action="store_true")
     ap.add_argument("--int8", action="store_true", help="encode / compare: MiniLM int8 (onnxruntime) vectors")
+    ap.add_argument("--table", type=Path, default=None,
+                    help="compare: (c) reads this static encoder folder (e.g. a float32 distillation) instead of MiniLM")
     ap.add_argument("--weights", type=float, nargs="*", default=[],
                     help="compare: also MiniLM at the weight of these chosen leave-one-family-out, as (d)")
     a = ap.parse_args(argv)
     if a.what == "encode":
         encode(a.sets, a.cache, a.int8)
     elif a.what == "compare":
-        compare(a.sets, a.cache, a.draws, a.params, a.n_boot, a.weights, a.int8)
+        compare(a.sets, a.cache, a.draws, a.params, a.n_boot, a.weights, a.int8, a.table)
     else:
         cost(not a.no_onnx)
     return 0
