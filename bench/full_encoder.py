@@ -19,7 +19,7 @@ same configuration as the static candidate, only each step's vector comes from M
    replicate by replicate (same bootstrap draws of the groups; (a)'s figures must agree between the two
    calls, checked). The five-set mean's interval: :func:`learning_report.mean_interval`, the learning
    curve's own (mean of the sets' replicates). ``--weights``: also (d), MiniLM at a block weight chosen
-   per set leave-one-family-out among those given (``learning._choose``), never on the judged set.
+   per set leave-one-family-out among those given (``learning.choose_out_of_family``), never on the judged set.
 3. **cost** — CPU time to encode the first 30 steps of ten runs (those with 30 steps at least, drawn
    among the five sets': τ runs only), one batch a run (padded to its longest step) and each step alone:
    MiniLM with torch at 1 and 2 threads, MiniLM int8 through onnxruntime (``torch.onnx.export`` +
@@ -68,7 +68,7 @@ from model.scoring.agentmodel.config import AgentModelConfig  # noqa: E402
 from model.scoring.agentmodel.encoded import STORED_DTYPE, step_text  # noqa: E402
 from model.scoring.agentmodel.features import FeatureCache  # noqa: E402
 from model.training.agentmodel.cv import CVData, cross_validate, key  # noqa: E402
-from model.training.agentmodel.learning import LearningConfig, _choose  # noqa: E402
+from model.training.agentmodel.learning import LearningConfig, choose_out_of_family  # noqa: E402
 from model.training.agentmodel.learning_report import mean_interval  # noqa: E402
 
 SETS = ("tau_airline", "tau2", "agentprocessbench", "webshop", "reflexion_hotpotqa")
@@ -214,7 +214,7 @@ def paired(config: AgentModelConfig, d: CVData, cv: dict[str, Any]) -> dict[str,
 def choose_weights(data: dict[str, dict[str, CVData]], b: AgentModelConfig, lc: LearningConfig,
                    weights: Sequence[float]) -> dict[str, float]:
     """MiniLM's block weight per set, chosen leave-one-family-out as the learning curve chooses its
-    candidates (``learning._choose`` over a table cross-validated at ``select_k`` with ``select_draws``
+    candidates (``learning.choose_out_of_family`` over a table cross-validated at ``select_k`` with ``select_draws``
     draws and seed + 7): the judged set's labels never choose its weight."""
     sel: dict[str, list[float]] = {}
     for s, dd in data.items():
@@ -227,7 +227,7 @@ def choose_weights(data: dict[str, dict[str, CVData]], b: AgentModelConfig, lc: 
                                  methods=("agent",))
             r = rep["results"].get(key(k_sel, 1.0))
             sel[s].append(float(r["agent"]["auroc"]) if r else float("nan"))
-    out = {s: float(weights[_choose(sel, s, len(weights))]) for s in data}
+    out = {s: float(weights[choose_out_of_family(sel, s, len(weights))]) for s in data}
     print("\n### MiniLM's weight chosen leave-one-family-out (selection AUROC at K = select_k, "
           f"{lc.select_draws} draws, seed {lc.seed + 7})\n")
     print("| set | " + " | ".join(f"w = {w:g}" for w in weights) + " | chosen (by the other families) |")

@@ -193,8 +193,8 @@ def run(cfg: LearningConfig, root: Path | None = None,
             sel_prefix[s].append(float(np.mean([a["agent"]["auroc"] for a in at])) if at and all(at) else float("nan"))
         progress(f"candidate {i}: " + ", ".join(f"{s} {sel[s][-1]:.3f}" for s in data) +
                  f" ({time.time() - t_start:.0f} s)")
-    chosen = {s: _choose(sel, s, len(cfg.candidates)) for s in data}
-    chosen_prefix = {s: _choose(sel_prefix, s, len(cfg.candidates), chosen[s]) for s in data}
+    chosen = {s: choose_out_of_family(sel, s, len(cfg.candidates)) for s in data}
+    chosen_prefix = {s: choose_out_of_family(sel_prefix, s, len(cfg.candidates), chosen[s]) for s in data}
     # ---- the curve ---------------------------------------------------------------------------------------
     per_set: dict[str, Any] = {}
     reps: dict[str, dict[str, Any]] = {}
@@ -256,7 +256,7 @@ def run(cfg: LearningConfig, root: Path | None = None,
 PREFIX_SELECTION = (0.25, 0.5, 0.75)
 
 
-def _choose(table: dict[str, list[float]], s: str, n: int, default: int = 0) -> int:
+def choose_out_of_family(table: dict[str, list[float]], s: str, n: int, default: int = 0) -> int:
     """The candidate best on the mean over the families other than ``s``'s (``default`` if none can tell)."""
     others = [o for o in table if _family(o) != _family(s)]
     means = [float(np.nanmean([table[o][i] for o in others])) if others else float("nan") for i in range(n)]
@@ -421,4 +421,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["SECTIONS", "LearningConfig", "main", "merge", "other_sections", "run", "write", "write_sections", "zero_shot_priors"]
+__all__ = ["SECTIONS", "LearningConfig", "choose_out_of_family", "main", "merge", "other_sections", "run", "write", "write_sections", "zero_shot_priors"]
