@@ -37,6 +37,7 @@ def test_the_shipped_encoder_loads_checks_its_hash_and_says_what_it_is(shipped: 
     assert v.dtype == np.float32 and v.shape == (4, 256)
     assert np.allclose(np.linalg.norm(v[:2], axis=1), 1.0, atol=1e-5)
     assert not v[2].any() and not v[3].any()  # nothing known: zeros, not NaN
+    assert not shipped.encode(["", "航班"]).any() and shipped.encode(["[CLS]", "x"]).any(axis=1).tolist() == [False, True]
 
 
 def test_encoding_a_batch_equals_encoding_each_text(shipped: StaticEncoder) -> None:
