@@ -26,7 +26,7 @@ from model.core.findings import Attribution, Failure
 from model.core.kinds import KIND_INFO, FailureKind
 from model.core.metrics import logistic, logit
 from model.core.schema import Step, StepKind, Trace
-from model.scoring.agentmodel.encoded import encode_missing, step_text
+from model.scoring.agentmodel.encoded import encode_missing, unencoded
 
 if TYPE_CHECKING:
     from model.scoring.agent_registry import Servable
@@ -249,7 +249,7 @@ def agent_probability(served: ServedAgent, trace: Trace, prior: float | None, se
         known = session.stored(enc.version) if enc is not None and session.stored is not None and first else None
         vecs = None if enc is None else encode_missing(enc, trace.steps, known)
         st, crossed, at = score_prefixes(model, trace.steps, prior, None, 0, memo["crossed"], vecs)
-        if vecs is not None and not _encoded_before(trace.steps[:first], known):
+        if vecs is not None and unencoded(trace.steps[:first], known):
             first = 0  # earlier steps were encoded now (a new model, or none stored): all of them are kept
         vecs = None if vecs is None else vecs[first:]
     if memo["crossed"] is None and crossed is not None:
@@ -258,15 +258,6 @@ def agent_probability(served: ServedAgent, trace: Trace, prior: float | None, se
     if memo["crossed"] is not None and memo["crossed"] < n:
         failure = at_risk_failure(trace, int(memo["crossed"]), float(memo["p"]), served)
     return model.score_state(st, prior=prior), failure, _prefix(served, n, st, enc, first, vecs)
-
-
-def _encoded_before(steps: Sequence[Step], known: np.ndarray | None) -> bool:
-    """Whether ``known`` holds a vector of every step of ``steps`` the encoder reads."""
-    if not steps:
-        return True
-    if known is None or len(known) < len(steps):
-        return False
-    return not any(np.isnan(known[i, 0]) and step_text(s) is not None for i, s in enumerate(steps))
 
 
 def _prefix(served: ServedAgent, n: int, state: Any, enc: StaticEncoder | None, first: int,

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from model.core.schema import Trace
-from model.scoring.agentmodel.encoded import encode_missing
+from model.scoring.agentmodel.encoded import encode_missing, unencoded
 from serve.store.encodings import EncodingStore
 from serve.store.traces import TraceStore
 
@@ -58,21 +58,24 @@ def encode_runs(encodings: EncodingStore, traces: TraceStore, encoder: Any, *, t
         todo, after, looked = encodings.unencoded(encoder.version, tenant=tenant, after=after, limit=batch)
         if after is None:
             break
-        done: list[tuple[str, str, Any]] = []
+        read: list[tuple[str, str, Trace]] = []
         for run in todo:
             got = traces.get_trace_json(run.tenant, run.trace_id)
             if got is None:  # deleted meanwhile
                 continue
             try:
-                trace = Trace.model_validate(got[1])
+                read.append((run.tenant, run.trace_id, Trace.model_validate(got[1])))
             except ValidationError:
                 out.unreadable += 1
-                continue
-            known = encodings.vectors(run.tenant, [(run.trace_id, len(trace.steps))], encoder.version).get(run.trace_id)
-            before = 0 if known is None else int((~_nan_rows(known)).sum())
-            vectors = encode_missing(encoder, trace.steps, known)
-            out.steps += int((~_nan_rows(vectors)).sum()) - before
-            done.append((run.tenant, run.trace_id, vectors))
+        known: dict[tuple[str, str], np.ndarray] = {}  # the page's stored vectors: one read a tenant
+        for ten in {t for t, _, _ in read}:
+            got_v = encodings.vectors(ten, [(tid, len(tr.steps)) for t, tid, tr in read if t == ten], encoder.version)
+            known.update({(ten, tid): v for tid, v in got_v.items()})
+        done: list[tuple[str, str, Any]] = []
+        for ten, tid, trace in read:
+            have = known.get((ten, tid))
+            out.steps += len(unencoded(trace.steps, have))
+            done.append((ten, tid, encode_missing(encoder, trace.steps, have)))
         if done:
             with encodings.write() as db:
                 for ten, tid, vectors in done:
@@ -83,10 +86,6 @@ def encode_runs(encodings: EncodingStore, traces: TraceStore, encoder: Any, *, t
             progress(out.looked, max(total, out.looked))
     out.seconds = time.perf_counter() - start
     return out
-
-
-def _nan_rows(v: Any) -> Any:
-    return np.isnan(v[:, 0]) if len(v) else np.zeros(0, bool)
 
 
 __all__ = ["EncodeResult", "Progress", "encode_runs"]

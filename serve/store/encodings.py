@@ -73,7 +73,7 @@ class EncodingStore(StoreBase):
 
     def drop(self, db: Session, tenant: str, trace_id: str) -> None:
         """Forget a run's vectors (inside ``db``)."""
-        db.execute(delete(RunEncodingRow).where(RunEncodingRow.tenant_id == tenant, RunEncodingRow.trace_id == trace_id))
+        drop_vectors(db, tenant, trace_id)
 
     def read_run(self, db: Session, tenant: str, trace_id: str, n_steps: int, encoder: str) -> np.ndarray | None:
         """Inside ``db``: the run's first ``n_steps`` vectors of ``encoder`` (NaN rows where none), or ``None``
@@ -149,6 +149,12 @@ class EncodingStore(StoreBase):
         return int(runs or 0), int(size or 0)
 
 
+def drop_vectors(db: Session, tenant: str, trace_id: str) -> None:
+    """Delete every chunk of a run's vectors (inside ``db``): :meth:`EncodingStore.drop`, and
+    :meth:`serve.store.traces.TraceStore.put_trace` when a whole run replaces the stored one."""
+    db.execute(delete(RunEncodingRow).where(RunEncodingRow.tenant_id == tenant, RunEncodingRow.trace_id == trace_id))
+
+
 def _assemble(parts: Sequence[tuple[int, int, bytes]], n_steps: int) -> np.ndarray | None:
     """The chunks ``(first, dim, bytes)`` (ascending ``first``) as ``n_steps × dim``, NaN where none."""
     if not parts:
@@ -163,4 +169,4 @@ def _assemble(parts: Sequence[tuple[int, int, bytes]], n_steps: int) -> np.ndarr
     return out
 
 
-__all__ = ["BATCH", "EncodingStore", "Unencoded"]
+__all__ = ["BATCH", "EncodingStore", "Unencoded", "drop_vectors"]

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.counters import count_run, uncount_runs
+from serve.store.encodings import drop_vectors
 from serve.store.tables import (
     FailureRow,
     LabelRow,
@@ -145,9 +146,8 @@ class TraceStore(StoreBase):
         # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
         if prior is not None or self.dialect != "sqlite":
             db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
-            if not steps_in_rows:  # new steps: the old ones' vectors go (serve/store/encodings.py)
-                db.execute(delete(RunEncodingRow).where(RunEncodingRow.tenant_id == tenant,
-                                                        RunEncodingRow.trace_id == trace_id))
+            if not steps_in_rows:  # new steps: the old ones' vectors go
+                drop_vectors(db, tenant, trace_id)
         rows = [
             {
                 "tenant_id": tenant,

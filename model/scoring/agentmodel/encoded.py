@@ -138,6 +138,13 @@ def encode_steps(encoder: StaticEncoder, steps: Sequence[Step]) -> np.ndarray:
     return out
 
 
+def unencoded(steps: Sequence[Step], known: np.ndarray | None) -> list[int]:
+    """The indices of the steps the encoder reads that have no vector in ``known`` (vectors of the first
+    ``len(known)`` steps; a NaN row: none)."""
+    return [i for i, s in enumerate(steps)
+            if (known is None or i >= len(known) or np.isnan(known[i, 0])) and step_text(s) is not None]
+
+
 def encode_missing(encoder: StaticEncoder, steps: Sequence[Step], known: np.ndarray | None = None) -> np.ndarray:
     """:func:`encode_steps` of ``steps``, in one batch, but for the rows ``known`` has (vectors encoded
     before, of the first ``len(known)`` steps; NaN rows: none), which are taken as they are."""
@@ -145,7 +152,7 @@ def encode_missing(encoder: StaticEncoder, steps: Sequence[Step], known: np.ndar
         return encode_steps(encoder, steps)
     out = np.full((len(steps), encoder.dim), np.nan, dtype=np.float32)
     out[: min(len(known), len(steps))] = known[: len(steps)]
-    todo = [i for i in range(len(steps)) if np.isnan(out[i, 0]) and step_text(steps[i]) is not None]
+    todo = unencoded(steps, known)
     if todo:
         out[todo] = encode_steps(encoder, [steps[i] for i in todo])
     return out
@@ -190,5 +197,5 @@ def prefix_rows(vectors: np.ndarray, steps: Sequence[Step], cuts: Sequence[int])
     return np.array([at[c] for c in cuts]).reshape(len(cuts), 4 * dim)
 
 
-__all__ = ["CALL_CHARS", "STORED_DTYPE", "TEXT_CHARS", "Pool", "encode_missing", "encode_steps", "pack", "prefix_rows", "step_text",
+__all__ = ["CALL_CHARS", "STORED_DTYPE", "TEXT_CHARS", "Pool", "encode_missing", "encode_steps", "pack", "prefix_rows", "step_text", "unencoded",
            "unpack"]
