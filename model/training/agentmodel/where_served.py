@@ -2,7 +2,7 @@
 
 For one agent's labelled failing runs that say where they went wrong (a ``source_index``), grouped
 cross-validation **inside those runs** (folds by task): in each fold a learned
-:class:`~model.training.agentmodel.where.WhereModel` (position and content) and the agent's position
+:class:`~model.scoring.agentmodel.where.WhereModel` (position and content) and the agent's position
 prior alone (``content=False``) are fitted on the other folds and judged on the fold's runs by exact
 accuracy (the labelled message picked). The where-model is **kept** only when the paired difference
 (learned − prior, one value a run) has its whole 95 % bootstrap interval (resampling tasks) above 0;
