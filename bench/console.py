@@ -1,34 +1,31 @@
-"""Console benchmark: 20,000 runs in the store, then p50/p95 over real HTTP of the console's JSON
-endpoints (and of its ``/ui`` pages and their JSON twins, when the app has them), and the time to
-group 20,000 failures into patterns.
+"""Console benchmark: a store seeded in bulk, then p50/p95 over real HTTP of every console page (the
+``/ui`` pages and their JSON twins) and every ``/v1`` list or aggregate endpoint, and the time to
+group the window's failures into patterns.
 
-1. **Seed** (``--runs``, default 20,000) through the store's write path — :meth:`TraceStore.put_trace`
-   (the trace, its failures and signals with their tools), :meth:`SessionStore.put_recommendation`,
-   :meth:`SessionStore.add_outcome` and labels — in transactions of 500. The runs are copies (new ids) of
-   a pool of diagnosed runs: the first task groups of the real τ-bench airline and AgentProcessBench
-   sets and generated runs of every kind (:func:`model.data.builder.make_trace`), diagnosed once with the
-   rules and the shipped run scorer; each copy gets one of four agents (task type) and a creation
-   time spread over the last ``--days`` days (default 6.5: every run is inside the default 7-day
-   window, the patterns endpoint's worst case). Half the failing runs get an outcome, 10 % a label.
+1. **Seed** (:mod:`bench.seed`, in bulk: PostgreSQL ``COPY``, SQLite multi-row inserts; every table the
+   write path fills, its counters included) ``--runs`` runs (default 20,000) of one tenant: copies of a
+   pool of diagnosed real and generated runs, ``--agents`` named agents (default 4), the first
+   ``--in-window`` runs (default all) over the last ``--days`` days (default 6.5: inside the default
+   7-day window), the rest between 7 and ``--history-days`` days ago. Half the failing runs get an
+   outcome, 10 % a label.
 2. **Serve**: ``triage serve`` (uvicorn, one worker, ``TRIAGE_AUTH=on``) on 127.0.0.1 over that store.
-3. **Time** each endpoint ``--requests`` times (default 60, after 3 warm-ups), one connection, one
-   request at a time; p50 and p95 in ms. Target: p95 ≤ 300 ms.
+3. **Time** each endpoint ``--requests`` times (default 60, after 2 warm-ups; 5 when the first answer
+   took over 2 s), one connection, one request at a time; p50 and p95 in ms. Target: p95 ≤ 300 ms.
 4. **Group**: :func:`model.diagnosis.patterns.group_patterns` on the store's occurrences (``ReportStore.pattern_inputs``
-   over the whole seeded range, 20,000+ failures and signals), median of 5; target ≤ 1 s. The
-   query itself is timed too.
+   over the window), median of 5; target ≤ 1 s. The query itself is timed too.
 
 Run (SQLite: about 3 minutes on 2 cores; PostgreSQL: ``--database-url postgresql://…`` of an empty
-database)::
+database, or ``--no-seed`` on one this bench or ``bench/seed.py`` seeded)::
 
     nice .venv/bin/python bench/console.py
-    nice .venv/bin/python bench/console.py --database-url postgresql://triage@127.0.0.1:5432/bench
+    nice .venv/bin/python bench/console.py --database-url postgresql://triage@127.0.0.1:5432/bench \
+        --runs 1000000 --in-window 210000 --agents 24
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import subprocess
 import sys
@@ -43,100 +40,16 @@ sys.path.insert(0, str(ROOT))
 
 from bench import live  # noqa: E402
 
-AGENTS = ("airline", "hotpotqa", "support", "coder")
 TARGET_MS = 300.0
 GROUP_TARGET_S = 1.0
 
 
-def _pool(real_groups: int, generated: int, seed: int) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(agent, trace JSON, response JSON) of each diagnosed pool run."""
-    from model.core.kinds import FailureKind
-    from model.core.options import DiagnoseOptions
-    from model.data.builder import RECIPE_KINDS, make_trace
-    from model.data.realdata import first_groups, load_source
-    from model.diagnosis.diagnoser import Diagnoser
+def seed_store(url: str, tenant: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Module docstring, 1. (:func:`bench.seed.seed`)."""
+    from bench.seed import seed
 
-    diagnoser = Diagnoser.with_shipped_models(classifier=False)
-    pool: list[tuple[str, Any]] = []
-    for source, agent in (("tau_airline", "airline"), ("agentprocessbench", "hotpotqa")):
-        pool += [(agent, r.trace) for r in first_groups(load_source(source), real_groups)]
-    kinds = [None, *RECIPE_KINDS]  # the kinds a run can be generated for (at_risk and degradation: none)
-    for i in range(generated):
-        kind = kinds[i % len(kinds)]
-        if kind == FailureKind.DISALLOWED_TOOL:
-            kind = None
-        pool.append((AGENTS[2 + i % 2], make_trace(kind, seed=seed + i, n_steps=8 + i % 12)))
-    out = []
-    for agent, trace in pool:
-        trace = trace.model_copy(deep=True)
-        trace.labels = None
-        resp = diagnoser.diagnose(trace, DiagnoseOptions())
-        out.append((agent, trace.model_dump(mode="json", exclude_none=True), resp.model_dump(mode="json")))
-    return out
-
-
-def seed_store(url: str, tenant: str, runs: int, days: float, seed: int) -> dict[str, Any]:
-    """Write ``runs`` runs into the store at ``url`` (module docstring, 1.); counts and seconds."""
-    from sqlalchemy import update
-
-    from serve.store import Stores
-    from serve.store.tables import FailureRow, LabelRow, RecommendationRow, TraceRow
-
-    t0 = time.perf_counter()
-    pool = _pool(real_groups=12, generated=160, seed=seed)
-    t_pool = time.perf_counter() - t0
-    store = Stores.at(url)
-    store.db.upgrade()
-    store.keys.ensure_tenant(tenant)
-    rng = random.Random(seed)
-    now = datetime.now(UTC)
-    counts: dict[str, Any] = {"runs": 0, "failing": 0, "failures_and_signals": 0, "recommendations": 0, "outcomes": 0, "labels": 0}
-    t1 = time.perf_counter()
-    batch = 500
-    for start in range(0, runs, batch):
-        with store.db.write() as db:
-            for i in range(start, min(start + batch, runs)):
-                agent, trace, resp = pool[i % len(pool)]
-                tid = f"bench-{i:06d}"
-                at = now - timedelta(days=days * rng.random())
-                trace = {**trace, "id": tid, "task_type": agent}
-                rec = dict(resp.get("recommendation") or {})
-                rec["id"] = f"rec-{i:06d}"
-                response = {**resp, "trace_id": tid, "recommendation": rec}
-                store.traces.put_trace(db, tenant=tenant, trace_id=tid, trace=trace, response=response, session_id=None,
-                                task_type=agent, agent=agent)  # the run's agent, as if named
-                # the run's place in time (put_trace stamps "now")
-                db.execute(update(TraceRow).where(TraceRow.tenant_id == tenant, TraceRow.id == tid)
-                           .values(created_at=at, updated_at=at))
-                db.execute(update(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == tid)
-                           .values(created_at=at))
-                counts["runs"] += 1
-                counts["failures_and_signals"] += len(resp.get("failures") or []) + len(resp.get("signals") or [])
-                primary = resp.get("primary") or {}
-                if not resp.get("failures"):
-                    continue
-                counts["failing"] += 1
-                store.sessions.put_recommendation(db, tenant=tenant, rec=rec, trace_id=tid, session_id=None,
-                                         failure_key=f"{primary.get('kind')}@{primary.get('source_index')}",
-                                         kind=primary.get("kind"), rung=0, attempt=1)
-                counts["recommendations"] += 1
-                if rng.random() < 0.5:
-                    row = db.get(RecommendationRow, (tenant, rec["id"]))
-                    assert row is not None
-                    store.sessions.add_outcome(db, tenant=tenant, rec=row, success=rng.random() < 0.55, duration_s=3.0,
-                                      cost=None, note="")
-                    counts["outcomes"] += 1
-                db.execute(update(RecommendationRow).where(RecommendationRow.tenant_id == tenant,
-                                                           RecommendationRow.id == rec["id"]).values(created_at=at))
-                if rng.random() < 0.1:
-                    db.add(LabelRow(tenant_id=tenant, trace_id=tid, failed=True, kind=primary.get("kind"),
-                                    author="bench", author_type="human"))
-                    counts["labels"] += 1
-    counts["seconds_pool"] = round(t_pool, 1)
-    counts["seconds_write"] = round(time.perf_counter() - t1, 1)
-    counts["pool"] = len(pool)
-    store.db.dispose()
-    return counts
+    return seed(url, tenant=tenant, runs=args.runs, in_window=args.in_window, agents=args.agents, days=args.days,
+                history_days=args.history_days, seed_=args.seed)
 
 
 def time_grouping(url: str, tenant: str, days: float, failures: int) -> dict[str, Any]:
@@ -249,15 +162,19 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) 
     out = []
     try:
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=120) as api:
+            first = api.get("/v1/traces", params={"limit": 50}).json()
             one = api.get("/v1/traces", params={"limit": 1, "kind": "tool_error"}).json()["items"][0]["id"]
-            top = api.get("/v1/patterns", params={"limit": 1}).json()["patterns"][0]["id"]
-            for path in ("/v1/patterns", "/v1/patterns?level=failure&limit=20", f"/v1/patterns?agent={AGENTS[0]}",
-                         "/v1/traces?limit=50", "/v1/traces?kind=tool_error&limit=50", f"/v1/traces/{one}",
-                         f"/v1/traces/{one}/graph"):
+            agent = first["items"][0]["agent"]
+            since = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S")
+            for path in ("/v1/patterns", "/v1/patterns?level=failure&limit=20", f"/v1/patterns?agent={agent}",
+                         "/v1/patterns?days=30", "/v1/agents",
+                         "/v1/traces?limit=50", f"/v1/traces?limit=50&cursor={first['next_cursor']}",
+                         "/v1/traces?kind=tool_error&limit=50", f"/v1/traces?since={since}&limit=50",
+                         f"/v1/traces/{one}", f"/v1/traces/{one}/graph", "/metrics"):
                 out.append(_time(api, path, n))
         if not ui_pages:
             return out
-        with httpx.Client(base_url=base, timeout=60, follow_redirects=False) as ui:
+        with httpx.Client(base_url=base, timeout=120, follow_redirects=False) as ui:
             if ui.get("/ui/signin").status_code != 200:
                 out.append({"path": "/ui", "status": 404, "error": "this app has no console pages (/ui)"})
                 _print(out[-1])
@@ -267,11 +184,14 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) 
                 out.append({"path": "/ui/signin", "status": r.status_code, "error": r.text[:200]})
                 _print(out[-1])
                 return out
-            pages = ["/ui/overview", "/ui/patterns", f"/ui/patterns/{top}", "/ui/runs", f"/ui/runs/{one}",
-                     "/ui/queue", "/ui/models", "/ui/streams"]
+            top = ui.get("/ui/patterns?format=json").json()["result"]["patterns"][0]["id"]
+            pages = ["/ui/overview", f"/ui/overview?agent={agent}", "/ui/patterns", f"/ui/patterns/{top}",
+                     "/ui/runs", "/ui/runs?verdict=failed", "/ui/runs?labelled=yes", "/ui/runs?kind=tool_error",
+                     f"/ui/runs?agent={agent}", "/ui/runs?page=1000", f"/ui/runs/{one}", "/ui/queue", "/ui/models",
+                     "/ui/streams"]
             for page in pages:
                 out.append(_time(ui, page, n))
-                out.append(_time(ui, f"{page}?format=json", n))
+                out.append(_time(ui, page + ("&" if "?" in page else "?") + "format=json", n))
     finally:
         live.stop(proc)
     return out
@@ -280,7 +200,10 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=20_000)
-    ap.add_argument("--days", type=float, default=6.5, help="spread the runs over this many days before now")
+    ap.add_argument("--in-window", type=int, default=None, help="runs inside the last --days days (default all)")
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--days", type=float, default=6.5, help="spread the in-window runs over this many days before now")
+    ap.add_argument("--history-days", type=float, default=60.0, help="the other runs go back this far")
     ap.add_argument("--requests", type=int, default=60, help="timed requests per endpoint")
     ap.add_argument("--database-url", default=None, help="an empty PostgreSQL database (default: a temp SQLite file)")
     ap.add_argument("--seed", type=int, default=0)
@@ -296,8 +219,8 @@ def main() -> None:
         backend = "postgresql" if url.startswith("postgresql") else "sqlite"
         seeded: dict[str, Any] = {"reused": url}
         if not args.no_seed:
-            print(f"seeding {args.runs} runs into {backend} …", flush=True)
-            seeded = seed_store(url, tenant, args.runs, args.days, args.seed)
+            print(f"seeding {args.runs:,} runs into {backend} in bulk …", flush=True)
+            seeded = seed_store(url, tenant, args)
         print(f"  {json.dumps(seeded)}", flush=True)
         grouping = time_grouping(url, tenant, args.days, args.group_failures)
         ok = "ok" if grouping["group_s_median"] <= GROUP_TARGET_S else "MISSED"

@@ -335,11 +335,10 @@ def seed(url: str, *, tenant: str = "bench", runs: int, in_window: int | None = 
     t1 = time.perf_counter()
     batch: dict[str, list[dict[str, Any]]] = defaultdict(list)
     n = 0
-    for spec in plan(tpls, runs=runs, in_window=in_window, agents=agents, days=days, history_days=history_days,
-                     now=now, seed=seed_):
+    for n, spec in enumerate(plan(tpls, runs=runs, in_window=in_window, agents=agents, days=days, history_days=history_days,
+                     now=now, seed=seed_), 1):
         for name, rows in rows_of(spec, tpls[spec.template], tenant, sums).items():
             batch[name] += rows
-        n += 1
         if n % chunk == 0 or n == runs:
             sink.write(batch)
             batch = defaultdict(list)
