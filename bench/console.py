@@ -34,6 +34,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -134,15 +135,16 @@ def _time(client: Any, path: str, n: int) -> dict[str, Any]:
         return res
     lat.sort()
     p95 = lat[min(len(lat) - 1, int(round(0.95 * len(lat))) - 1)]
-    res = {"path": path, "n": n, "p50_ms": round(statistics.median(lat), 1), "p95_ms": round(p95, 1), "bytes": size,
-           "ok": p95 <= TARGET_MS}
+    res = {"path": path, "n": n, "first_ms": round(first * 1000, 1), "p50_ms": round(statistics.median(lat), 1),
+           "p95_ms": round(p95, 1), "bytes": size, "ok": p95 <= TARGET_MS}
     _print(res)
     return res
 
 
 def _print(r: dict[str, Any]) -> None:
     if "p95_ms" in r:
-        print(f"  {r['path']:<45} n {r['n']:>3}  p50 {r['p50_ms']:8.1f} ms  p95 {r['p95_ms']:8.1f} ms  "
+        print(f"  {r['path']:<45} n {r['n']:>3}  first {r['first_ms']:8.1f}  p50 {r['p50_ms']:8.1f} ms  "
+              f"p95 {r['p95_ms']:8.1f} ms  "
               f"{r['bytes']:>9} B  {'ok' if r['ok'] else 'MISSED'}", flush=True)
     else:
         print(f"  {r['path']:<45} {r['status']}: {r['error']}", flush=True)
@@ -168,7 +170,7 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) 
             since = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S")
             for path in ("/v1/patterns", "/v1/patterns?level=failure&limit=20", f"/v1/patterns?agent={agent}",
                          "/v1/patterns?days=30", "/v1/agents",
-                         "/v1/traces?limit=50", f"/v1/traces?limit=50&cursor={first['next_cursor']}",
+                         "/v1/traces?limit=50", f"/v1/traces?limit=50&cursor={quote(first['next_cursor'])}",
                          "/v1/traces?kind=tool_error&limit=50", f"/v1/traces?since={since}&limit=50",
                          f"/v1/traces/{one}", f"/v1/traces/{one}/graph", "/metrics"):
                 out.append(_time(api, path, n))
