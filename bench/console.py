@@ -14,7 +14,7 @@ group the window's failures into patterns.
 4. **Group**: :func:`model.diagnosis.patterns.group_patterns` on the store's occurrences (``ReportStore.pattern_inputs``
    over the window), median of 5; target ≤ 1 s. The query itself is timed too.
 
-Run (SQLite: about 3 minutes on 2 cores; PostgreSQL: ``--database-url postgresql://…`` of an empty
+Run (SQLite: about 7 minutes on 2 busy cores, most of it the queue's requests on main; PostgreSQL: ``--database-url postgresql://…`` of an empty
 database, or ``--no-seed`` on one this bench or ``bench/seed.py`` seeded)::
 
     nice .venv/bin/python bench/console.py
