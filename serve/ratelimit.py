@@ -60,6 +60,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -311,11 +312,27 @@ class RateLimiter:
         """Spend one request of ``caller`` (a key id or client address) and of ``tenant``.
 
         Raises :class:`RateLimitedError` when either bucket is empty, or when the tenant is known
-        to be over its daily quota already.
+        to be over its daily quota already. With the buckets in PostgreSQL this waits for the round
+        trip; :meth:`acheck_request` makes it in a worker thread instead.
         """
-        if self.shared is not None and time.monotonic() >= self._unavailable_until:
-            self._check_shared(tenant, caller)
-        else:
+        wanted = self._shared_wanted(tenant, caller)
+        done = False
+        if wanted:
+            done = self._shared_answer(tenant, wanted, self._shared_take(wanted))
+        self._local_and_quota(tenant, caller, done or wanted == [])
+
+    async def acheck_request(self, tenant: str, caller: str) -> None:
+        """:meth:`check_request` for the event loop: the database's round trip (when the buckets are in
+        PostgreSQL and not already known empty) runs in a worker thread, so that the loop goes on
+        serving meanwhile; everything else (the table, the quota's copy) runs here."""
+        wanted = self._shared_wanted(tenant, caller)
+        done = False
+        if wanted:
+            done = self._shared_answer(tenant, wanted, await run_in_threadpool(self._shared_take, wanted))
+        self._local_and_quota(tenant, caller, done or wanted == [])
+
+    def _local_and_quota(self, tenant: str, caller: str, shared_done: bool) -> None:
+        if not shared_done:  # the server's own table: no shared buckets, or they did not answer
             if self.key is not None:
                 wait = self.key.take(f"{tenant}\x00{caller}")
                 if wait:
@@ -330,34 +347,48 @@ class RateLimiter:
             if seen is not None and seen[0] == utc_day() and seen[1] >= self.daily_steps:
                 self.quota_refused(tenant)
 
-    def _check_shared(self, tenant: str, caller: str) -> None:
-        """The buckets in PostgreSQL, a refusal remembered in the table until a token can be there."""
-        assert self.shared is not None
-        wanted: list[tuple[str, str, str, TokenBuckets]] = []  # (scope, region-local name, row name, limit)
+    def _shared_wanted(self, tenant: str, caller: str) -> list[tuple[str, str, str, TokenBuckets]] | None:
+        """The buckets to take in PostgreSQL, as (scope, name in the table, row name, limit); ``None``
+        when they are not used now (no database, or it failed a moment ago); raises the 429 when the
+        table remembers one of them empty (no query)."""
+        if self.shared is None or time.monotonic() < self._unavailable_until:
+            return None
+        wanted: list[tuple[str, str, str, TokenBuckets]] = []
         if self.key is not None:
             wanted.append(("key", f"{tenant}\x00{caller}", f"k:{tenant}/{caller}", self.key))
         if self.tenant is not None:
             wanted.append(("tenant", tenant, f"t:{tenant}", self.tenant))
-        if not wanted:
-            return
         for scope, local, _, b in wanted:
-            wait = self.table.blocked(b.region, local)
+            wait = self.table.blocked(b.region + BLOCKS, local)
             if wait:
                 self._refuse(tenant, scope, wait, self._message(scope))
+        return wanted
+
+    def _shared_take(self, wanted: list[tuple[str, str, str, TokenBuckets]]) -> tuple[int, float] | None:
+        """One round trip to the buckets; ``None`` when the database did not answer."""
+        assert self.shared is not None
         try:
-            refused, wait = self.shared.take([(row, b.rate, b.burst) for _, _, row, b in wanted])
+            return self.shared.take([(row, b.rate, b.burst) for _, _, row, b in wanted])
         except StoreUnavailableError as exc:
             self._unavailable_until = time.monotonic() + UNAVAILABLE_S
             log.warning("the shared rate-limit buckets are unavailable (%s): this server counts with its own "
                         "table for %.0f s", exc, UNAVAILABLE_S)
-            return
+            return None
+
+    def _shared_answer(self, tenant: str, wanted: list[tuple[str, str, str, TokenBuckets]],
+                       answer: tuple[int, float] | None) -> bool:
+        """Act on the database's answer: remember and raise a refusal; False when there was none."""
+        if answer is None:
+            return False
+        refused, wait = answer
         if refused >= 0:
             scope, local, _, b = wanted[refused]
-            self.table.block(b.region, local, time.monotonic() + wait)
+            self.table.block(b.region + BLOCKS, local, time.monotonic() + wait)
             self._refuse(tenant, scope, wait, self._message(scope))
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + SWEEP_S
             threading.Thread(target=self._sweep, name="triage-rate-sweep", daemon=True).start()
+        return True
 
     def _sweep(self) -> None:
         assert self.shared is not None
@@ -393,9 +424,11 @@ class RateLimiter:
             self._usage[tenant] = (day, steps)
 
 
-#: How long a server counts with its own table after the shared buckets failed; how often stale rows go.
+#: How long a server counts with its own table after the shared buckets failed; how often stale rows go;
+#: where the table keeps the refusals of a bucket region (serve/ratetable.py: regions 2 and 3).
 UNAVAILABLE_S = 5.0
 SWEEP_S = 3600.0
+BLOCKS = 2
 
 
 def _caller(principal: Principal, client: tuple[str, int] | Any) -> str:
@@ -411,7 +444,7 @@ async def rate_limit(request: Request, principal: PrincipalDep) -> None:
     limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
     if limiter is None or request.scope.get(_CHECKED):
         return
-    limiter.check_request(principal.tenant, _caller(principal, request.client))
+    await limiter.acheck_request(principal.tenant, _caller(principal, request.client))
 
 
 _CHECKED = "triage.rate_checked"
@@ -439,7 +472,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            limiter.check_request(principal.tenant, _caller(principal, scope.get("client")))
+            await limiter.acheck_request(principal.tenant, _caller(principal, scope.get("client")))
         except RateLimitedError as exc:
             _label_route(scope)
             await _send_429(send, exc)

@@ -6,7 +6,8 @@ when there is one) before uvicorn starts its workers, and passes its path in
 key's requests spend one bucket whichever worker answers them. A process without that setting
 (one worker, the tests' in-process apps) keeps a private table: the same code on anonymous memory.
 
-Layout: a header, then one region per kind of bucket (per key, per tenant), each ``sets`` sets of
+Layout: a header, then one region per kind of bucket (per key, per tenant) and per kind of remembered
+refusal (:meth:`SharedTable.block`: per key, per tenant), each ``sets`` sets of
 ``WAYS`` slots; a slot is ``(tag, tokens, stamp)`` (u64, f64, f64: 24 bytes). A bucket's name is
 hashed (BLAKE2b, 64 bits: the same in every process) to a set and a tag. Taking a token locks the
 set's bytes of the file (``fcntl`` byte-range lock, held for a few microseconds; another set,
@@ -39,10 +40,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-#: Slots per set, sets per region, regions (0: per key, 1: per tenant).
+#: Slots per set, sets per region, regions (0: per key, 1: per tenant; 2 and 3: their refusals remembered
+#: by a server on PostgreSQL, :meth:`SharedTable.block`, never mixed with buckets).
 WAYS = 8
 SETS = 8192
-REGIONS = 2
+REGIONS = 4
 
 _MAGIC = b"TRGRATE1"
 _HEADER = struct.Struct("<8sIII")  # magic, sets, ways, regions

@@ -60,7 +60,7 @@ class LimitStore(StoreBase):
     False
     """
 
-    def __init__(self, db: Database, *, timeout_s: float = 0.5) -> None:
+    def __init__(self, db: Database, *, timeout_s: float = 2.0) -> None:
         super().__init__(db)
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
