@@ -22,8 +22,9 @@ How the limits hold with several workers and servers:
 - with the store on **PostgreSQL** the buckets are rows there instead (:mod:`serve.store.limits`),
   spent by every replica and worker on that database: any number of servers behind any balancer
   hold a key's and a tenant's rate together, with no setting that counts them. An admitted request
-  costs one round trip (both buckets in one statement, on a connection of the worker's own; about
-  0.2 ms, see docs/deployment.md); a refusal is remembered in the server's shared-memory table
+  costs one round trip (both buckets in one statement, on a connection of the worker's own, in a
+  worker thread; 0.27 ms of the server's CPU, docs/deployment.md); a refusal is remembered in the
+  server's shared-memory table
   until the bucket can hold a token again (:meth:`~serve.ratetable.SharedTable.block`), so a flood
   of refused requests costs no query. When PostgreSQL does not answer, the server falls back to its
   own table for the while (each server then grants the whole rate; the requests admitted meet the

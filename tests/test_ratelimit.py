@@ -18,7 +18,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from model.core.errors import RateLimitedError
+from model.core.errors import RateLimitedError, StoreUnavailableError
 from model.data.builder import make_trace
 from serve.app import create_app
 from serve.auth import create_key
@@ -499,6 +499,13 @@ def test_two_servers_limiters_spend_one_bucket_and_remember_refusals(pg_stores: 
     assert calls == []
     servers[0].check_request("acme", "k2")  # another key: asks the database
     assert len(calls) == 1
+    dead = LimitStore(Stores.at("postgresql://triage@127.0.0.1:1/nowhere").db, timeout_s=0.2)
+    with pytest.raises(StoreUnavailableError, match="did not answer"):
+        dead.take([("k:a", 1.0, 1.0)])
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnavailableError, match="a moment ago"):  # the calls behind it do not wait in turn
+        dead.take([("k:a", 1.0, 1.0)])
+    assert time.monotonic() - t0 < 0.1
     gone = RateLimiter(key_rps=1, key_burst=2, tenant_rps=0, tenant_burst=0, daily_steps=0,
                        shared=LimitStore(Stores.at("postgresql://triage@127.0.0.1:1/nowhere").db, timeout_s=0.2))
     with caplog.at_level(logging.WARNING, logger="triage.serve"):

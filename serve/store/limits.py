@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,8 @@ class RateBucketRow(Base):
 
 #: ``triage_rate_take`` is made by migration 0016 (serve/migrations/versions/0016_rate_buckets.py).
 _TAKE = "SELECT refused, wait FROM triage_rate_take(%s, %s, %s)"
+#: After a failed call, the next ones fail at once for this long (seconds) instead of each waiting its timeout.
+RETRY_S = 1.0
 
 
 class LimitStore(StoreBase):
@@ -53,7 +56,8 @@ class LimitStore(StoreBase):
 
     :meth:`take` runs on a connection of its own per process (not the pool's: a request's check must not
     wait for a pooled connection, nor hold one), autocommit, the statement prepared once; calls queue on
-    a lock (about 0.2 ms each). ``timeout_s`` bounds the statement and the connect.
+    a lock (about 0.2 ms each). ``timeout_s`` bounds the statement and the connect; after a failure the
+    calls fail at once for :data:`RETRY_S`.
 
     >>> from serve.store import Stores
     >>> Stores.at("sqlite://").limits.available
@@ -65,6 +69,7 @@ class LimitStore(StoreBase):
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._conn: Any = None
+        self._failed_until = 0.0
 
     @property
     def available(self) -> bool:
@@ -97,12 +102,15 @@ class LimitStore(StoreBase):
             return -1, 0.0
         params = ([b[0][:200] for b in buckets], [1.0 / b[1] for b in buckets], [max(1.0, b[2]) for b in buckets])
         with self._lock:
+            if time.monotonic() < self._failed_until:  # the calls queued behind a failure do not wait in turn
+                raise StoreUnavailableError("the shared rate-limit buckets did not answer a moment ago")
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
                 row = self._conn.execute(_TAKE, params, prepare=True).fetchone()
             except psycopg.Error as exc:
                 self._close()
+                self._failed_until = time.monotonic() + RETRY_S
                 raise StoreUnavailableError(f"the shared rate-limit buckets did not answer ({type(exc).__name__})") from exc
         assert row is not None
         return int(row[0]), float(row[1])
