@@ -159,7 +159,7 @@ def test_a_session_alternating_between_replicas_gets_one_servers_answers(cluster
                 assert (recs[0] is None) == (recs[1] is None)
                 assert _same(ax, "S") == _same(ay, "S"), f"append {i} of run {n}"
             # and either replica reads the stored session as the other does
-            views = [c.get(f"{u}/v1/sessions/alt-{n}", headers={"Authorization": f"Bearer {key}"}).json() for u in (a, b)]
+            views = [_call(c, "GET", f"{u}/v1/sessions/alt-{n}", key).json() for u in (a, b)]
             assert views[0] == views[1]
 
 
@@ -187,7 +187,8 @@ def test_inferred_agents_agree_across_replicas_with_no_duplicates(cluster: Clust
     assert by_shape["airline"] != by_shape["shop"]
     lists = []
     for srv in cluster.servers:
-        r = httpx.get(f"{srv.url}/v1/agents", headers={"Authorization": f"Bearer {keys[0]}"})
+        with httpx.Client() as c:
+            r = _call(c, "GET", f"{srv.url}/v1/agents", keys[0])
         assert r.status_code == 200, r.text
         lists.append(sorted((a["key"], a["runs"]) for a in r.json()["agents"]))
     assert lists[0] == lists[1]
