@@ -250,7 +250,8 @@ def test_a_promoted_agent_model_is_served_by_both_within_the_poll_interval(clust
             break
     assert all(a["model"] == "agent" and a["version"] == answers[0]["version"] for a in answers), (began, answers)
     assert answers[0]["version"].endswith(mv.version)
-    print(f"promotion served by both replicas' workers in a round begun {began:.2f} s after it (poll {POLL_S} s)")
+    print(f"promotion served by both replicas' workers in a round of requests from {began:.2f} to "
+          f"{time.monotonic() - promoted:.2f} s after it (poll {POLL_S} s)")
 
 
 def _offer(urls: list[str], keys: list[str], seconds: float, rps: float) -> tuple[int, float]:
