@@ -35,7 +35,7 @@ from serve.routers.ui import install_ui
 from serve.services.metrics import LatencyMiddleware, Metrics
 from serve.services.triage import TriageService
 from serve.settings import Settings, get_settings
-from serve.supervise import watch_master
+from serve.supervise import drain_on_sigterm, watch_master
 from serve.wiring import build_diagnoser, build_service
 
 log = logging.getLogger("triage.serve")
@@ -64,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.attach_store(service.stores.reports, canary_percent=settings.repair_canary_percent,
                              canary_window=settings.canary_window)
         metrics.attach_models(service.models)
+        app.state.draining = False
+        drain_on_sigterm(app.state, settings.drain_s)  # SIGTERM: /readyz 503 for TRIAGE_DRAIN_S, then stop
         service.models.start()  # follow promotions / rollbacks of the tenants this worker serves
         if not app.state.auth_enabled:
             warn_auth_off()

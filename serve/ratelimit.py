@@ -19,11 +19,19 @@ How the limits hold with several workers and servers:
   not 1/N of it, and never more. Taking a token locks only the bucket's set of slots (an ``fcntl``
   byte-range lock, microseconds), never the store: a request costs no query and no write for it.
   A hash collision only makes the colliding names limited more (they share a bucket), never less;
-- with ``TRIAGE_RATE_LIMIT_REPLICAS`` servers behind one balancer, each server enforces 1/replicas
-  of the rates and bursts (at least one request), so the total never exceeds the limit;
+- with the store on **PostgreSQL** the buckets are rows there instead (:mod:`serve.store.limits`),
+  spent by every replica and worker on that database: any number of servers behind any balancer
+  hold a key's and a tenant's rate together, with no setting that counts them. An admitted request
+  costs one round trip (both buckets in one statement, on a connection of the worker's own, in a
+  worker thread; 0.27 ms of the server's CPU, docs/deployment.md); a refusal is remembered in the
+  server's shared-memory table
+  until the bucket can hold a token again (:meth:`~serve.ratetable.SharedTable.block`), so a flood
+  of refused requests costs no query. When PostgreSQL does not answer, the server falls back to its
+  own table for the while (each server then grants the whole rate; the requests admitted meet the
+  same unavailable store);
 - a process without the table (one worker, the tests' in-process apps) keeps a private one; workers
-  started without ``triage serve`` (``TRIAGE_WORKERS`` > 1, no table) each enforce 1/workers, as
-  before, and say so in the log;
+  started without ``triage serve`` (``TRIAGE_WORKERS`` > 1, no table) on SQLite each enforce
+  1/workers, as before, and say so in the log;
 - the daily quota is **shared through the store**: each request adds its steps to the tenant's
   row of ``usage`` in the same transaction that stores its trace, and is refused (rolled back)
   when the sum would pass the quota; a per-worker copy of the last total refuses a tenant already
@@ -42,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -52,12 +61,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from model.core.errors import RateLimitedError
+from model.core.errors import RateLimitedError, StoreError, StoreUnavailableError
 from serve.auth import KEY_PREFIX, LOCAL_TENANT, KeyCache, Principal, PrincipalDep
 from serve.ratetable import SharedTable
+from serve.store.limits import LimitStore
 
 log = logging.getLogger("triage.serve")
 
@@ -228,10 +239,14 @@ class RateLimiter:
     daily_steps:
         Steps a tenant may import per UTC day (0: off).
     processes:
-        How many tables share the limits: each one enforces 1/N of the rates and bursts (the
-        replicas with a shared table; workers × replicas without one).
+        How many private tables share the limits: each one enforces 1/N of the rates and bursts
+        (workers started without ``triage serve`` and without a shared store); 1 otherwise.
     table:
-        The buckets' table; default a private one (this process only).
+        The buckets' table; default a private one (this process only). With ``shared`` it holds
+        the refusals the database answered (:meth:`~serve.ratetable.SharedTable.block`).
+    shared:
+        The buckets in PostgreSQL (:class:`~serve.store.limits.LimitStore`), spent by every server
+        on the database; ``None``: the table's.
     """
 
     def __init__(
@@ -244,8 +259,10 @@ class RateLimiter:
         daily_steps: int,
         processes: int = 1,
         table: SharedTable | None = None,
+        shared: LimitStore | None = None,
     ) -> None:
-        self.processes = max(1, processes)
+        self.shared = shared if shared is not None and shared.available else None
+        self.processes = 1 if self.shared is not None else max(1, processes)
         self.daily_steps = daily_steps
         self.table = table if table is not None else SharedTable.private()
         self.key = self._buckets(key_rps, key_burst, 0)
@@ -253,6 +270,8 @@ class RateLimiter:
         self._usage: dict[str, tuple[str, int]] = {}  # tenant → (day, steps as last seen)
         self._usage_lock = threading.Lock()
         self.refused: dict[tuple[str, str], int] = {}  # (tenant, scope) → 429s given by this worker
+        self._unavailable_until = 0.0  # the shared buckets failed: this server's table until then
+        self._next_sweep = time.monotonic() + SWEEP_S * (0.5 + random.random())
 
     def _buckets(self, rps: float, burst: float, region: int) -> TokenBuckets | None:
         if rps <= 0:
@@ -262,20 +281,21 @@ class RateLimiter:
         )
 
     @classmethod
-    def from_settings(cls, settings: Any) -> RateLimiter:
-        """The limiter of a worker: on the server's shared table when ``triage serve`` made one
-        (``TRIAGE_RATE_LIMIT_TABLE``), each server enforcing 1/replicas; else on a private table,
-        split over the ``TRIAGE_WORKERS`` processes too (workers started without the CLI)."""
+    def from_settings(cls, settings: Any, shared: LimitStore | None = None) -> RateLimiter:
+        """The limiter of a worker: on PostgreSQL the buckets of ``shared`` (every server's), on the
+        server's shared-memory table when ``triage serve`` made one (``TRIAGE_RATE_LIMIT_TABLE``);
+        else on a private table, each of the ``TRIAGE_WORKERS`` processes enforcing 1/workers."""
         table = None
-        processes = settings.workers * settings.rate_limit_replicas
+        shared = shared if shared is not None and shared.available else None
+        processes = 1 if shared is not None else settings.workers
         if settings.rate_limit_table:
             try:
                 table = SharedTable.attach(settings.rate_limit_table)
-                processes = settings.rate_limit_replicas
+                processes = 1
             except (OSError, ValueError) as exc:
                 log.warning("rate-limit table %s not usable (%s): this worker keeps its own buckets, "
                             "1/%d of the rates", settings.rate_limit_table, exc, processes)
-        elif settings.workers > 1:
+        elif settings.workers > 1 and shared is None:
             log.warning("TRIAGE_WORKERS=%d without a shared rate-limit table (start the server with `triage "
                         "serve`): each worker enforces 1/%d of the rates", settings.workers, processes)
         return cls(
@@ -286,34 +306,103 @@ class RateLimiter:
             daily_steps=settings.quota_daily_steps,
             processes=processes,
             table=table,
+            shared=shared,
         )
 
     def check_request(self, tenant: str, caller: str) -> None:
         """Spend one request of ``caller`` (a key id or client address) and of ``tenant``.
 
         Raises :class:`RateLimitedError` when either bucket is empty, or when the tenant is known
-        to be over its daily quota already.
+        to be over its daily quota already. With the buckets in PostgreSQL this waits for the round
+        trip; :meth:`acheck_request` makes it in a worker thread instead.
         """
-        if self.key is not None:
-            wait = self.key.take(f"{tenant}\x00{caller}")
-            if wait:
-                self._refuse(tenant, "key", wait, f"more than {self._rate('key')} requests a second from this key")
-        if self.tenant is not None:
-            wait = self.tenant.take(tenant)
-            if wait:
-                self._refuse(
-                    tenant, "tenant", wait, f"more than {self._rate('tenant')} requests a second for this tenant"
-                )
+        wanted = self._shared_wanted(tenant, caller)
+        done = False
+        if wanted:
+            done = self._shared_answer(tenant, wanted, self._shared_take(wanted))
+        self._local_and_quota(tenant, caller, done or wanted == [])
+
+    async def acheck_request(self, tenant: str, caller: str) -> None:
+        """:meth:`check_request` for the event loop: the database's round trip (when the buckets are in
+        PostgreSQL and not already known empty) runs in a worker thread, so that the loop goes on
+        serving meanwhile; everything else (the table, the quota's copy) runs here."""
+        wanted = self._shared_wanted(tenant, caller)
+        done = False
+        if wanted:
+            done = self._shared_answer(tenant, wanted, await run_in_threadpool(self._shared_take, wanted))
+        self._local_and_quota(tenant, caller, done or wanted == [])
+
+    def _local_and_quota(self, tenant: str, caller: str, shared_done: bool) -> None:
+        if not shared_done:  # the server's own table: no shared buckets, or they did not answer
+            if self.key is not None:
+                wait = self.key.take(f"{tenant}\x00{caller}")
+                if wait:
+                    self._refuse(tenant, "key", wait, self._message("key"))
+            if self.tenant is not None:
+                wait = self.tenant.take(tenant)
+                if wait:
+                    self._refuse(tenant, "tenant", wait, self._message("tenant"))
         if self.daily_steps > 0:
             with self._usage_lock:
                 seen = self._usage.get(tenant)
             if seen is not None and seen[0] == utc_day() and seen[1] >= self.daily_steps:
                 self.quota_refused(tenant)
 
-    def _rate(self, which: str) -> str:
+    def _shared_wanted(self, tenant: str, caller: str) -> list[tuple[str, str, str, TokenBuckets]] | None:
+        """The buckets to take in PostgreSQL, as (scope, name in the table, row name, limit); ``None``
+        when they are not used now (no database, or it failed a moment ago); raises the 429 when the
+        table remembers one of them empty (no query)."""
+        if self.shared is None or time.monotonic() < self._unavailable_until:
+            return None
+        wanted: list[tuple[str, str, str, TokenBuckets]] = []
+        if self.key is not None:
+            wanted.append(("key", f"{tenant}\x00{caller}", f"k:{tenant}/{caller}", self.key))
+        if self.tenant is not None:
+            wanted.append(("tenant", tenant, f"t:{tenant}", self.tenant))
+        for scope, local, _, b in wanted:
+            wait = self.table.blocked(b.region + BLOCKS, local)
+            if wait:
+                self._refuse(tenant, scope, wait, self._message(scope))
+        return wanted
+
+    def _shared_take(self, wanted: list[tuple[str, str, str, TokenBuckets]]) -> tuple[int, float] | None:
+        """One round trip to the buckets; ``None`` when the database did not answer."""
+        assert self.shared is not None
+        try:
+            return self.shared.take([(row, b.rate, b.burst) for _, _, row, b in wanted])
+        except StoreUnavailableError as exc:
+            self._unavailable_until = time.monotonic() + UNAVAILABLE_S
+            log.warning("the shared rate-limit buckets are unavailable (%s): this server counts with its own "
+                        "table for %.0f s", exc, UNAVAILABLE_S)
+            return None
+
+    def _shared_answer(self, tenant: str, wanted: list[tuple[str, str, str, TokenBuckets]],
+                       answer: tuple[int, float] | None) -> bool:
+        """Act on the database's answer: remember and raise a refusal; False when there was none."""
+        if answer is None:
+            return False
+        refused, wait = answer
+        if refused >= 0:
+            scope, local, _, b = wanted[refused]
+            self.table.block(b.region + BLOCKS, local, time.monotonic() + wait)
+            self._refuse(tenant, scope, wait, self._message(scope))
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + SWEEP_S
+            threading.Thread(target=self._sweep, name="triage-rate-sweep", daemon=True).start()
+        return True
+
+    def _sweep(self) -> None:
+        assert self.shared is not None
+        try:
+            self.shared.sweep(SWEEP_S)
+        except StoreError as exc:
+            log.warning("sweeping the shared rate-limit buckets failed: %s", exc)
+
+    def _message(self, which: str) -> str:
         b = self.key if which == "key" else self.tenant
         assert b is not None
-        return f"{b.rate * self.processes:g}"
+        rate = f"{b.rate * self.processes:g}"
+        return f"more than {rate} requests a second " + ("from this key" if which == "key" else "for this tenant")
 
     def _refuse(self, tenant: str, scope: str, wait: float, msg: str) -> None:
         with self._usage_lock:
@@ -336,6 +425,13 @@ class RateLimiter:
             self._usage[tenant] = (day, steps)
 
 
+#: How long a server counts with its own table after the shared buckets failed; how often stale rows go;
+#: where the table keeps the refusals of a bucket region (serve/ratetable.py: regions 2 and 3).
+UNAVAILABLE_S = 5.0
+SWEEP_S = 3600.0
+BLOCKS = 2
+
+
 def _caller(principal: Principal, client: tuple[str, int] | Any) -> str:
     if principal.key_id:
         return principal.key_id
@@ -349,7 +445,7 @@ async def rate_limit(request: Request, principal: PrincipalDep) -> None:
     limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
     if limiter is None or request.scope.get(_CHECKED):
         return
-    limiter.check_request(principal.tenant, _caller(principal, request.client))
+    await limiter.acheck_request(principal.tenant, _caller(principal, request.client))
 
 
 _CHECKED = "triage.rate_checked"
@@ -377,7 +473,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            limiter.check_request(principal.tenant, _caller(principal, scope.get("client")))
+            await limiter.acheck_request(principal.tenant, _caller(principal, scope.get("client")))
         except RateLimitedError as exc:
             _label_route(scope)
             await _send_429(send, exc)

@@ -6,7 +6,8 @@ when there is one) before uvicorn starts its workers, and passes its path in
 key's requests spend one bucket whichever worker answers them. A process without that setting
 (one worker, the tests' in-process apps) keeps a private table: the same code on anonymous memory.
 
-Layout: a header, then one region per kind of bucket (per key, per tenant), each ``sets`` sets of
+Layout: a header, then one region per kind of bucket (per key, per tenant) and per kind of remembered
+refusal (:meth:`SharedTable.block`: per key, per tenant), each ``sets`` sets of
 ``WAYS`` slots; a slot is ``(tag, tokens, stamp)`` (u64, f64, f64: 24 bytes). A bucket's name is
 hashed (BLAKE2b, 64 bits: the same in every process) to a set and a tag. Taking a token locks the
 set's bytes of the file (``fcntl`` byte-range lock, held for a few microseconds; another set,
@@ -36,12 +37,14 @@ import struct
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-#: Slots per set, sets per region, regions (0: per key, 1: per tenant).
+#: Slots per set, sets per region, regions (0: per key, 1: per tenant; 2 and 3: their refusals remembered
+#: by a server on PostgreSQL, :meth:`SharedTable.block`, never mixed with buckets).
 WAYS = 8
 SETS = 8192
-REGIONS = 2
+REGIONS = 4
 
 _MAGIC = b"TRGRATE1"
 _HEADER = struct.Struct("<8sIII")  # magic, sets, ways, regions
@@ -161,6 +164,55 @@ class SharedTable:
             finally:
                 if fd is not None:
                     fcntl.lockf(fd, fcntl.LOCK_UN, _SET_BYTES, off)
+
+    def block(self, region: int, name: str, until: float, *, now: float | None = None) -> None:
+        """Record that bucket ``name`` of ``region`` has no token before ``until`` (``time.monotonic()``).
+
+        The limiter of a server on PostgreSQL (:mod:`serve.store.limits`) keeps its buckets in the
+        database; a refusal it got there is remembered here, so that the server's workers refuse that
+        name again without a query until ``until`` (the bucket cannot have a token before then:
+        other servers only ever take tokens). A slot is ``(tag, -1.0, until)``; a slot whose
+        ``until`` has passed is free. When the set holds ``WAYS`` live blocks nothing is recorded (the
+        next request asks the database).
+        """
+        tag = _tag(name)
+        off = _HEADER_BYTES + (region * self.sets + tag % self.sets) * _SET_BYTES
+        with self._locked(off):
+            now = time.monotonic() if now is None else now
+            slots = _SET.unpack_from(self._mm, off)
+            free = -1
+            for w in range(WAYS):
+                t, _, stamp = slots[3 * w : 3 * w + 3]
+                if t == tag:
+                    free = w
+                    break
+                if free < 0 and (t == 0 or stamp <= now):
+                    free = w
+            if free >= 0:
+                _SLOT.pack_into(self._mm, off + free * _SLOT.size, tag, -1.0, until)
+
+    def blocked(self, region: int, name: str, *, now: float | None = None) -> float:
+        """Seconds until the block :meth:`block` recorded for ``name`` ends; 0.0 when there is none."""
+        tag = _tag(name)
+        off = _HEADER_BYTES + (region * self.sets + tag % self.sets) * _SET_BYTES
+        with self._locked(off):
+            now = time.monotonic() if now is None else now
+            slots = _SET.unpack_from(self._mm, off)
+            for w in range(WAYS):
+                if slots[3 * w] == tag:
+                    return max(0.0, float(slots[3 * w + 2]) - now)
+        return 0.0
+
+    @contextlib.contextmanager
+    def _locked(self, off: int) -> Iterator[None]:
+        with self._lock:
+            if self._fd is not None:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX, _SET_BYTES, off)
+            try:
+                yield
+            finally:
+                if self._fd is not None:
+                    fcntl.lockf(self._fd, fcntl.LOCK_UN, _SET_BYTES, off)
 
     def live(self, region: int, *, rate: float, burst: float, now: float | None = None) -> int:
         """How many buckets of ``region`` are live (not refilled to their burst) now; for tests and

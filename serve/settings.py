@@ -121,16 +121,11 @@ class Settings(BaseSettings):
         default=50.0, ge=0, description="Requests a second per tenant, all its keys together."
     )
     rate_limit_tenant_burst: float = Field(default=100.0, ge=0, description="Burst of the per-tenant limit.")
-    rate_limit_replicas: int = Field(
-        default=1,
-        ge=1,
-        description="Servers behind one balancer: each server enforces 1/N of the request rates (its "
-        "workers share one table).",
-    )
     rate_limit_table: str = Field(
         default="",
         description="Set by `triage serve --workers N` for its workers: the shared-memory file of the "
-        "request-rate buckets they all spend (serve/ratetable.py). Empty: each process keeps its own.",
+        "request-rate buckets they all spend (serve/ratetable.py; on PostgreSQL the buckets are rows there, "
+        "shared by every replica, and the file remembers the refusals). Empty: each process keeps its own.",
     )
     quota_daily_steps: int = Field(
         default=1_000_000, ge=0, description="Steps a tenant may import per UTC day (shared through the store)."
@@ -152,6 +147,20 @@ class Settings(BaseSettings):
         ge=16,
         description="A session append re-reads only its last this-many steps (rules and classifier, "
         "model/diagnosis/incremental.py); the findings on earlier steps are kept from earlier appends.",
+    )
+
+    # -- readiness and drain behind a load balancer (serve/supervise.py, serve/routers/health.py) ----------
+    drain_s: float = Field(
+        default=0.0, ge=0, le=300,
+        description="On SIGTERM a worker first answers /readyz 503 (draining) for this long while it still "
+        "serves, so that a load balancer stops sending it requests; then it stops accepting connections, "
+        "finishes the requests in flight and exits. Behind a balancer set it to the balancer's health-check "
+        "interval times its failure threshold (docs/deployment.md).",
+    )
+    drain_timeout_s: float = Field(
+        default=30.0, gt=0,
+        description="After the drain period, requests still in flight after this long are cancelled and the "
+        "worker exits.",
     )
 
     # -- canary share (serve/services/canary.py) ----------------------------------------------------------

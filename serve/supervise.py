@@ -13,10 +13,17 @@ Each worker therefore watches its master (:func:`watch_master`, started in the a
   ``grace_s`` later exits at once.
 
 A single-process ``triage serve`` (one worker) *is* the master: nothing to watch.
+
+And a worker behind a load balancer drains on SIGTERM (:func:`drain_on_sigterm`): it answers
+``/readyz`` 503 for ``TRIAGE_DRAIN_S`` seconds while it still serves (the balancer stops sending it
+requests), then runs uvicorn's graceful shutdown: the listening socket closed, idle keep-alive
+connections closed, the requests in flight answered (for at most ``TRIAGE_DRAIN_TIMEOUT_S``), the
+lifespan's end; ``triage serve`` then exits 0.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import logging
@@ -26,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 log = logging.getLogger("triage.serve")
 
@@ -71,4 +79,34 @@ def watch_master(*, poll_s: float = 0.5, grace_s: float = 10.0) -> bool:
     return True
 
 
-__all__ = ["watch_master"]
+def drain_on_sigterm(state: Any, drain_s: float) -> bool:
+    """In a worker's lifespan (uvicorn's main thread and loop): on SIGTERM set ``state.draining``
+    (``/readyz`` answers 503) and hand the signal to uvicorn's handler ``drain_s`` seconds later; a
+    second SIGTERM hands it over at once. Returns whether it is installed (not where the lifespan runs
+    outside the main thread, as in the tests' in-process clients, nor without a handler to hand over to).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous):
+        return False
+    loop = asyncio.get_running_loop()
+
+    def stop(sig: int) -> None:
+        log.info("worker %d: draining over, shutting down (in-flight requests are answered)", os.getpid())
+        previous(sig, None)
+
+    def on_term(sig: int, frame: Any) -> None:
+        if getattr(state, "draining", False) or drain_s <= 0:
+            state.draining = True
+            previous(sig, frame)
+            return
+        state.draining = True
+        log.warning("worker %d: SIGTERM, /readyz answers 503 for %.3g s, then shutting down", os.getpid(), drain_s)
+        loop.call_soon_threadsafe(loop.call_later, drain_s, stop, sig)
+
+    signal.signal(signal.SIGTERM, on_term)
+    return True
+
+
+__all__ = ["drain_on_sigterm", "watch_master"]

@@ -95,7 +95,7 @@ def build_service(settings: Settings, diagnoser: Diagnoser, stores: Stores | Non
         alarm_cache_s=settings.alarm_cache_s,
         stream_autofeed=[n.strip() for n in settings.stream_autofeed.split(",") if n.strip()],
         relative_min_runs=settings.runscore_relative_min_runs,
-        limiter=RateLimiter.from_settings(settings),
+        limiter=RateLimiter.from_settings(settings, stores.limits),
         session_window=settings.session_window_steps,
         canary_percent=settings.repair_canary_percent,
         models=build_models(settings, stores.activations),

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from model.core.errors import RateLimitedError, StoreUnavailableError
 from model.data.builder import make_trace
 from serve.app import create_app
 from serve.auth import create_key
@@ -410,3 +411,106 @@ def test_refusals_stay_out_of_the_access_log_with_a_summary_line(caplog: pytest.
     RefusalLogFilter.install()
     RefusalLogFilter.install()
     assert sum(isinstance(x, RefusalLogFilter) for x in logging.getLogger("uvicorn.access").filters) == 1
+
+
+# -- the buckets in PostgreSQL, shared by every server on the database (serve/store/limits.py) ---------
+@pytest.fixture
+def pg_stores(tmp_path: Path) -> Iterator[Stores]:
+    from tests.storefix import make_db_url
+
+    db = make_db_url("postgresql", tmp_path)
+    s = Stores.at(next(db))
+    s.db.upgrade()
+    yield s
+    s.limits.close()
+    s.db.dispose()
+    next(db, None)
+
+
+@pytest.mark.postgres
+def test_shared_buckets_grant_the_burst_then_the_rate_and_stop_at_the_first_empty(pg_stores: Stores) -> None:
+    lim = pg_stores.limits
+    assert lim.available and not Stores.at("sqlite://").limits.available
+    assert [lim.take([("k:a", 10.0, 3.0)])[0] for _ in range(3)] == [-1, -1, -1]  # the burst at once
+    refused, wait = lim.take([("k:a", 10.0, 3.0)])
+    assert refused == 0 and 0.0 < wait <= 0.1  # a token comes back within 1/rate
+    time.sleep(wait + 0.02)
+    assert lim.take([("k:a", 10.0, 3.0)]) == (-1, 0.0)
+    # in order: a refusal stops there; the buckets after it are not spent, those before it are
+    assert lim.take([("k:b", 1e-6, 1.0), ("t:b", 1e-6, 1.0)]) == (-1, 0.0)
+    assert lim.take([("k:c", 1e-6, 1.0), ("t:b", 1e-6, 1.0)])[0] == 1
+    assert lim.take([("k:b", 1e-6, 1.0), ("t:c", 1e-6, 1.0)])[0] == 0
+    assert lim.take([("t:c", 1e-6, 1.0)]) == (-1, 0.0)
+    time.sleep(0.35)  # k:a is full again (the others do not refill): the same as no row, swept
+    assert lim.sweep(0.0) == 1
+
+
+@pytest.mark.postgres
+def test_shared_buckets_lose_no_update_under_concurrent_takes(pg_stores: Stores) -> None:
+    """4 threads, each on a connection of its own (as 4 workers), take 150 tokens each from one bucket
+    of 300 that does not refill: exactly 300 are granted."""
+    import threading
+
+    stores = [Stores.at(pg_stores.db.url) for _ in range(4)]
+    granted = [0] * 4
+    start = threading.Barrier(4)
+
+    def run(i: int) -> None:
+        start.wait()
+        granted[i] = sum(stores[i].limits.take([("k:hot", 1e-9, 300.0)])[0] == -1 for _ in range(150))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in stores:
+        s.limits.close()
+        s.db.dispose()
+    assert sum(granted) == 300 and all(g > 0 for g in granted), granted
+
+
+@pytest.mark.postgres
+def test_two_servers_limiters_spend_one_bucket_and_remember_refusals(pg_stores: Stores,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Two limiters with tables of their own (two servers) on one database: the key's burst is spent once
+    over both; a refusal is answered from the table until its bucket can hold a token, with no query;
+    with the database gone, each counts with its own table for a while, and says so."""
+    from serve.store.limits import LimitStore
+
+    servers = [RateLimiter(key_rps=0.5, key_burst=3, tenant_rps=100, tenant_burst=100, daily_steps=0,
+                           processes=4, shared=pg_stores.limits) for _ in range(2)]
+    assert all(s.processes == 1 and s.key is not None and s.key.rate == 0.5 for s in servers)  # no split
+    codes = []
+    for i in range(6):
+        try:
+            servers[i % 2].check_request("acme", "k1")
+            codes.append(200)
+        except RateLimitedError as exc:
+            assert exc.scope == "key"
+            codes.append(429)
+    assert codes == [200, 200, 200, 429, 429, 429]
+    calls = []
+    take = pg_stores.limits.take
+    pg_stores.limits.take = lambda b: calls.append(b) or take(b)  # type: ignore[method-assign]
+    for _ in range(20):  # refused from each server's table (the block), not the database
+        with pytest.raises(RateLimitedError):
+            servers[0].check_request("acme", "k1")
+    assert calls == []
+    servers[0].check_request("acme", "k2")  # another key: asks the database
+    assert len(calls) == 1
+    dead = LimitStore(Stores.at("postgresql://triage@127.0.0.1:1/nowhere").db, timeout_s=0.2)
+    with pytest.raises(StoreUnavailableError, match="did not answer"):
+        dead.take([("k:a", 1.0, 1.0)])
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnavailableError, match="a moment ago"):  # the calls behind it do not wait in turn
+        dead.take([("k:a", 1.0, 1.0)])
+    assert time.monotonic() - t0 < 0.1
+    gone = RateLimiter(key_rps=1, key_burst=2, tenant_rps=0, tenant_burst=0, daily_steps=0,
+                       shared=LimitStore(Stores.at("postgresql://triage@127.0.0.1:1/nowhere").db, timeout_s=0.2))
+    with caplog.at_level(logging.WARNING, logger="triage.serve"):
+        gone.check_request("acme", "k1")  # admitted on the server's own table
+        gone.check_request("acme", "k1")
+        with pytest.raises(RateLimitedError):
+            gone.check_request("acme", "k1")
+    assert "shared rate-limit buckets are unavailable" in caplog.text

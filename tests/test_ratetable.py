@@ -1,6 +1,7 @@
 """The shared token-bucket table (serve/ratetable.py): one bucket across processes, no lost update
 under concurrent takes, collisions that only ever limit more, stale slots reused, the file swept
-when its master is gone; the limiter on it (1/replicas, not 1/workers) and its fallbacks."""
+when its master is gone; the limiter on it (the whole rate, not 1/workers) and its fallbacks; the
+refusals a server on PostgreSQL remembers in it."""
 
 from __future__ import annotations
 
@@ -83,22 +84,47 @@ def test_attach_refuses_what_is_not_a_table_and_sweep_removes_orphans(tmp_path: 
     SharedTable.remove(mine)
 
 
-def test_limiter_on_a_shared_table_enforces_1_over_replicas(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_limiter_on_a_shared_table_enforces_the_whole_rate(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = SharedTable.create(str(tmp_path))
     base = dict(rate_limit_key_rps=10, rate_limit_key_burst=8, rate_limit_tenant_rps=0, quota_daily_steps=0)
-    shared = RateLimiter.from_settings(Settings(workers=4, rate_limit_replicas=2, rate_limit_table=path, **base))
-    assert shared.processes == 2 and shared.key is not None and (shared.key.rate, shared.key.burst) == (5.0, 4.0)
-    assert shared.table.path == path and shared.tenant is None
+    shared = RateLimiter.from_settings(Settings(workers=4, rate_limit_table=path, **base))
+    assert shared.processes == 1 and shared.key is not None and (shared.key.rate, shared.key.burst) == (10.0, 8.0)
+    assert shared.table.path == path and shared.tenant is None and shared.shared is None
     with caplog.at_level(logging.WARNING, logger="triage.serve"):
         # workers without a table (uvicorn started by hand): each keeps its own, 1/workers of the rate
-        alone = RateLimiter.from_settings(Settings(workers=4, rate_limit_replicas=2, **base))
-        assert alone.processes == 8 and alone.table.path is None
+        alone = RateLimiter.from_settings(Settings(workers=4, **base))
+        assert alone.processes == 4 and alone.table.path is None
         assert "without a shared rate-limit table" in caplog.text
         broken = RateLimiter.from_settings(Settings(workers=4, rate_limit_table=str(tmp_path / "gone"), **base))
         assert broken.processes == 4 and "not usable" in caplog.text
     one = RateLimiter.from_settings(Settings(workers=1, **base))  # one worker, no supervisor: all of it
     assert one.processes == 1 and one.key is not None and one.key.rate == 10.0
+    # the setting that split the rates over a number of servers is gone (the buckets are in PostgreSQL)
+    assert "rate_limit_replicas" not in Settings.model_fields
     SharedTable.remove(path)
+
+
+def test_blocks_are_shared_by_processes_and_expire(tmp_path: Path) -> None:
+    """A refusal the database answered, remembered in the table: every process of the server sees it
+    until it ends; other names and regions are not blocked; a full set records nothing more."""
+    path = SharedTable.create(str(tmp_path))
+    one, two = SharedTable.attach(path), SharedTable.attach(path)
+    one.block(0, "acme\x00k1", until=10.0, now=0.0)
+    assert two.blocked(0, "acme\x00k1", now=4.0) == pytest.approx(6.0)
+    assert two.blocked(0, "acme\x00k1", now=10.0) == 0.0
+    assert two.blocked(1, "acme\x00k1", now=4.0) == 0.0 and two.blocked(0, "acme\x00k2", now=4.0) == 0.0
+    one.block(0, "acme\x00k1", until=12.0, now=4.0)  # a later refusal moves its end
+    assert two.blocked(0, "acme\x00k1", now=11.0) == pytest.approx(1.0)
+    one.close()
+    two.close()
+    SharedTable.remove(path)
+    small = SharedTable.private(sets=1, regions=1)
+    for i in range(WAYS):
+        small.block(0, f"k{i}", until=5.0, now=0.0)
+    small.block(0, "ninth", until=5.0, now=0.0)  # no free slot: not recorded (the next request asks)
+    assert small.blocked(0, "ninth", now=1.0) == 0.0 and small.blocked(0, "k0", now=1.0) == pytest.approx(4.0)
+    small.block(0, "ninth", until=9.0, now=6.0)  # expired blocks free their slots
+    assert small.blocked(0, "ninth", now=7.0) == pytest.approx(2.0)
 
 
 def test_two_apps_on_one_table_spend_one_bucket(tmp_path: Path) -> None:

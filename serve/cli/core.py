@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -298,6 +299,10 @@ def serve(
     table = SharedTable.create() if n_workers > 1 else None
     if table is not None:
         os.environ["TRIAGE_RATE_LIMIT_TABLE"] = table
+    # SIGTERM is a drain, not a failure: uvicorn shuts down gracefully, then raises the signal again
+    # with the handler found before it (this one), and the process exits 0, as the master of several
+    # workers does (serve/supervise.py drains each worker first).
+    signal.signal(signal.SIGTERM, _exit_0)
     try:
         uvicorn.run(
             "serve.app:create_app",
@@ -306,10 +311,18 @@ def serve(
             port=number,
             workers=n_workers,
             log_level="info",
+            timeout_graceful_shutdown=max(1, round(settings.drain_timeout_s)),
+            # a worker still importing and loading its models on a busy machine is not hung (uvicorn's 5 s
+            # default restarted workers mid-start at a load of 6 on 2 cores)
+            timeout_worker_healthcheck=30,
         )
     finally:
         if table is not None:
             SharedTable.remove(table)
+
+
+def _exit_0(sig: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def schema(

@@ -134,6 +134,7 @@ class TriageService:
 
     def close(self) -> None:
         """Release the database's connections (the lifespan's end, a CLI command's)."""
+        self.stores.limits.close()
         self.stores.db.dispose()
 
     def model_version(self, tenant: str) -> str:

@@ -13,7 +13,8 @@ Every store is built on one :class:`~serve.store.base.Database` (the engine, :me
 - ``agents``: :class:`~serve.store.agents.AgentStore`, agent rows, renames, merges, splits;
 - ``streams``: :class:`~serve.store.streams.StreamStore`, streams, observations, alarms;
 - ``reports``: :class:`~serve.store.reports.ReportStore`, aggregates: patterns, metrics, canary;
-- ``console``: :class:`~serve.store.console.ConsoleStore`, the console's reads.
+- ``console``: :class:`~serve.store.console.ConsoleStore`, the console's reads;
+- ``limits``: :class:`~serve.store.limits.LimitStore`, the request-rate buckets replicas share (PostgreSQL).
 
 Simple operations open their own transaction; composed ones (a session step: lock the session, read
 its trace, write the diagnosis, the recommendation and the new policy state) run inside one
@@ -45,6 +46,7 @@ from serve.store.console import ConsoleStore
 from serve.store.encodings import EncodingStore
 from serve.store.keys import KeyStore
 from serve.store.labels import LabelStore
+from serve.store.limits import LimitStore
 from serve.store.reports import ReportStore
 from serve.store.sessions import SessionStore
 from serve.store.streams import StreamStore
@@ -69,6 +71,7 @@ class Stores:
     reports: ReportStore
     console: ConsoleStore
     encodings: EncodingStore
+    limits: LimitStore
 
     @classmethod
     def at(cls, url: str, *, busy_timeout_s: float = 10.0) -> Stores:
@@ -78,7 +81,7 @@ class Stores:
         return cls(db=db, keys=KeyStore(db), traces=TraceStore(db), labels=LabelStore(db),
                    sessions=SessionStore(db), activations=ActivationStore(db), agents=AgentStore(db),
                    streams=streams, reports=ReportStore(db, streams), console=ConsoleStore(db),
-                   encodings=EncodingStore(db))
+                   encodings=EncodingStore(db), limits=LimitStore(db))
 
 
 def open_stores(settings: Settings, *, migrate: bool = True) -> Stores:
@@ -90,6 +93,6 @@ def open_stores(settings: Settings, *, migrate: bool = True) -> Stores:
 
 
 __all__ = [
-    "ActivationStore", "AgentStore", "ConsoleStore", "Database", "EncodingStore", "KeyStore", "LabelStore", "ReportStore",
+    "ActivationStore", "AgentStore", "ConsoleStore", "Database", "EncodingStore", "KeyStore", "LabelStore", "LimitStore", "ReportStore",
     "SessionStore", "StreamStore", "Stores", "TracePage", "TraceStore", "check_tenant_name", "open_stores",
 ]
