@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -40,6 +40,7 @@ from serve.services.retrain import learning_curve, promote_version, rollback_ver
 from serve.services.run_labels import effective_label
 from serve.services.triage import TriageService
 from serve.store import Stores
+from serve.store.labels import ReviewRow
 
 Verdict = Literal["failed", "healthy", "unknown"]
 #: The spectrum's name for a failed run without a primary failure kind.
@@ -70,7 +71,7 @@ def overview(store: Stores, tenant: str, *, since: datetime, until: datetime, ag
     for r in runs:
         c = per[r.agent]
         c["runs"] += 1
-        c[verdict(r.healthy)] += 1
+        c[r.verdict] += 1
     for rec in recs:
         if rec.trace_id in agent_of:
             per[agent_of[rec.trace_id]]["repairs"] += 1
@@ -92,7 +93,7 @@ def overview(store: Stores, tenant: str, *, since: datetime, until: datetime, ag
     days = [(since.date() + timedelta(days=i)).isoformat() for i in range((until.date() - since.date()).days + 1)]
     spectrum: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(days, 0))
     for r in runs:
-        if verdict(r.healthy) == "failed":
+        if r.verdict == "failed":
             day = _utc(r.created_at).date().isoformat()
             if day in days:
                 spectrum[r.primary_kind or NO_KIND][day] += 1
@@ -134,7 +135,7 @@ def runs(store: Stores, tenant: str, f: RunFilter, *, page: int, per_page: int) 
         eff = effective_label(rec["labels"])
         items.append({
             "id": r.id, "created_at": r.created_at.isoformat(), "agent": r.agent, "task_type": r.task_type,
-            "steps": r.n_steps, "verdict": verdict(r.healthy),
+            "steps": r.n_steps, "verdict": r.verdict,
             "failure_probability": None if r.p is None else round(float(r.p), 4),
             "basis": basis_of(r.basis, r.p),
             "primary_kind": r.primary_kind,
@@ -438,6 +439,14 @@ class ConsoleService:
         """The tenant's stored runs with their diagnoses and labels (the label queue reads them:
         :class:`serve.services.label_queue.HistorySource`)."""
         return self._stores.labels.iter_history(tenant)
+
+    def review_rows(self, tenant: str, author: str) -> tuple[list[ReviewRow], int]:
+        """The label queue's runs from the console's index (:meth:`serve.store.labels.LabelStore.review_rows`)."""
+        return self._stores.labels.review_rows(tenant, author)
+
+    def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored responses of these runs (:meth:`serve.store.labels.LabelStore.responses`)."""
+        return self._stores.labels.responses(tenant, trace_ids)
 
 
 __all__ = ["NO_KIND", "ConsoleService", "RunFilter", "agents", "args_text", "basis_of", "content_is_args",

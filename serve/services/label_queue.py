@@ -55,24 +55,22 @@ The terminal loop is :func:`serve.cli.label_review.run_review`; the console's pa
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
 from model.core.errors import InputError, ModelLoadError
 from model.core.kinds import FailureKind
 from model.core.schema import LabelSource, Trace
-from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS
 from model.scoring.agent_registry import ZERO_SHOT
 from serve.services.console import ConsoleService, version_cv_auroc
+from serve.store.labels import ReviewRow
+from serve.store.verdict import closest_finding, run_columns
 
 if TYPE_CHECKING:
     from model.scoring.runscore.model import RunScorer
     from serve.services.triage import TriageService
-
-#: Thresholds of the fused findings, by kind value.
-_KIND_THRESHOLDS = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
 
 #: The review's orders (module docstring); ``random`` is the reference the others are measured against.
 Order = Literal["random", "margin", "queue"]
@@ -189,25 +187,28 @@ def margin(response: dict[str, Any], threshold: float | None) -> tuple[float, st
 
 def measure_margin(response: dict[str, Any], threshold: float | None) -> tuple[float, Measure]:
     """:func:`margin` with what it measured as figures (:class:`Measure`)."""
-    best, measured = 1.0, Measure(None)
-    found = list(response.get("failures") or []) + list(response.get("signals") or [])
-    judged = next((f["details"]["threshold"] for f in found if f.get("detector") == "runscore"
-                   and isinstance((f.get("details") or {}).get("threshold"), int | float)), None)
-    p = response.get("failure_probability")
-    if isinstance(p, int | float):
-        thr = float(judged) if judged is not None else 0.5 if threshold is None else threshold
-        best = abs(float(p) - thr)
-        measured = Measure(PROBABILITY, float(p), thr)
-    for f in found:
-        if f.get("detector") == "runscore":
-            continue  # its confidence is the failure probability, measured above
-        conf = f.get("confidence")
-        if not isinstance(conf, int | float):
-            continue
-        thr = _KIND_THRESHOLDS.get(str(f.get("kind")), 0.5)
-        d = abs(float(conf) - thr)
-        if d < best:
-            best, measured = d, Measure(str(f.get("kind")), float(conf), thr)
+    cols = run_columns(response)
+    best, measured = margin_of(cols["failure_probability"], cols["judged_threshold"], cols["finding_margin"],
+                               threshold)
+    near = closest_finding(response)
+    if measured is None and near is not None:
+        measured = Measure(near[1], near[2], near[3])
+    return best, measured or Measure(None)
+
+
+def margin_of(p: float | None, judged: float | None, finding: float | None,
+              threshold: float | None) -> tuple[float, Measure | None]:
+    """The margin of a run from its stored columns (:func:`serve.store.verdict.run_columns`): the
+    probability's distance to its operating point (``judged``, else ``threshold``, else 0.5) unless a
+    finding sits strictly closer to its threshold; 1 with neither. The :class:`Measure` when it is the
+    probability's, ``None`` when a finding's (or nothing's)."""
+    best, measured = 1.0, None
+    if p is not None:
+        thr = judged if judged is not None else 0.5 if threshold is None else threshold
+        best = abs(p - thr)
+        measured = Measure(PROBABILITY, p, thr)
+    if finding is not None and finding < best:
+        return finding, None
     return best, measured
 
 
@@ -228,15 +229,33 @@ def random_key(author: str, trace_id: str) -> str:
     return hashlib.sha256(f"{author}\x00{trace_id}".encode()).hexdigest()
 
 
+@runtime_checkable
+class IndexedHistory(Protocol):
+    """A history the queue orders from the console's index (:meth:`serve.store.labels.LabelStore.review_rows`),
+    reading the stored responses of the candidates it shows only."""
+
+    def review_rows(self, tenant: str, author: str) -> tuple[list[ReviewRow], int]: ...
+
+    def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
+
+
 def review_queue(
     store: HistorySource, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
-    order: str = DEFAULT_ORDER,
+    order: str = DEFAULT_ORDER, detail: int | None = None,
 ) -> tuple[list[Candidate], int]:
     """The tenant's traces still to review by ``author``, in ``order`` (module docstring), and how
     many that author has labelled already. ``threshold_for(agent)`` gives the operating point of the
-    run's agent (``traces.agent``)."""
+    run's agent (``traces.agent``).
+
+    From a store that keeps the console's index (:class:`IndexedHistory`), the ``random`` and
+    ``margin`` orders read it, not the stored traces; then only the first ``detail`` candidates
+    (``None``: all) carry their stored ``response`` and their :class:`Measure`, the others an empty
+    response and ``Measure(None)``. The ``queue`` order clusters the runs' texts: it reads every trace."""
     if order not in ORDERS:
         raise InputError(f"order must be one of {', '.join(ORDERS)}; got {order!r}", path="order")
+    if order != "queue" and isinstance(store, IndexedHistory):
+        return _indexed_queue(store, tenant, author=author, threshold_for=threshold_for, order=order,
+                              detail=detail)
     queue: list[Candidate] = []
     done = 0
     cache: dict[str | None, float | None] = {}
@@ -276,6 +295,38 @@ def review_queue(
         value = [max(0.0, 1.0 - 2.0 * queue[i].margin) for i in order_by]
         order_by = [order_by[j] for j in order_queue(None, clusters[:n], labelled=counts, value=value)]
     return [queue[i] for i in order_by], done
+
+
+def _indexed_queue(
+    store: IndexedHistory, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
+    order: str, detail: int | None,
+) -> tuple[list[Candidate], int]:
+    """:func:`review_queue`'s ``random`` and ``margin`` orders from the console's index: the same
+    candidates in the same order as the walk over every trace."""
+    rows, done = store.review_rows(tenant, author)
+    cache: dict[str | None, float | None] = {}
+    margins = []
+    for r in rows:
+        if r.agent not in cache:
+            cache[r.agent] = threshold_for(r.agent)
+        margins.append(margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])[0])
+    if order == "random":
+        order_by = sorted(range(len(rows)), key=lambda i: random_key(author, rows[i].trace_id))
+    else:
+        order_by = sorted(range(len(rows)), key=lambda i: (margins[i], -rows[i].created_at.timestamp(),
+                                                          rows[i].trace_id))
+    head = order_by if detail is None else order_by[:detail]
+    responses = store.responses(tenant, [rows[i].trace_id for i in head])
+    out = []
+    for n, i in enumerate(order_by):
+        r = rows[i]
+        if detail is None or n < detail:
+            response = responses.get(r.trace_id, {})
+            m, measured = measure_margin(response, cache[r.agent])
+            out.append(Candidate(r.trace_id, r.created_at, m, measured.text(), response, measured))
+        else:
+            out.append(Candidate(r.trace_id, r.created_at, margins[i], Measure(None).text(), {}))
+    return out, done
 
 
 def agree(response: dict[str, Any]) -> dict[str, Any] | str:
@@ -357,7 +408,8 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
     ``a`` saves), the keys, and the run's agent's labelled runs and model."""
     author = author_of(key_id)
     queue, done = review_queue(console, tenant, author=author,
-                               threshold_for=operating_points(console.service, tenant, scorer), order=order)
+                               threshold_for=operating_points(console.service, tenant, scorer), order=order,
+                               detail=max(200, at + 1))
     total = done + len(queue)
     current = None
     if queue:
@@ -392,6 +444,6 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
 
 
 __all__ = ["DEFAULT_ORDER", "KIND_KEYS", "MAIN_KEYS", "MAIN_PROMPT", "ORDERS", "ORDER_TITLES", "Order", "PROBABILITY", "Candidate",
-           "HistorySource", "Measure", "active_cv_auroc", "agree", "author_of", "compact", "file_review_queue",
-           "legend", "margin", "measure_margin", "needs_review", "operating_points", "queue_page", "random_key",
+           "HistorySource", "IndexedHistory", "Measure", "active_cv_auroc", "agree", "author_of", "compact", "file_review_queue",
+           "legend", "margin", "margin_of", "measure_margin", "needs_review", "operating_points", "queue_page", "random_key",
            "review_queue", "shown_steps"]

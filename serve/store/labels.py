@@ -4,15 +4,29 @@ recommendations, outcomes and labels)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from sqlalchemy import and_, func, or_, select
 
 from model.core.errors import InputError
-from serve.store.base import StoreBase, group_rows
+from serve.store.base import StoreBase, core, group_rows
 from serve.store.counters import count_labels
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, TraceRow, utcnow
 from serve.store.traces import trace_json
+from serve.store.verdict import run_columns
+
+
+class ReviewRow(NamedTuple):
+    """One run the label queue may ask about: its id, creation time, agent and the verdict columns
+    its margin is made of (:func:`serve.store.verdict.run_columns`)."""
+
+    trace_id: str
+    created_at: datetime
+    agent: str
+    failure_probability: float | None
+    judged_threshold: float | None
+    finding_margin: float | None
 
 
 class LabelStore(StoreBase):
@@ -143,6 +157,46 @@ class LabelStore(StoreBase):
                 }
             last = keys[-1]
 
+    def review_rows(self, tenant: str, author: str) -> tuple[list[ReviewRow], int]:
+        """What the label queue orders, from the console's index (``ix_traces_console``), never the
+        stored responses: the tenant's runs without a label by ``author`` (not withdrawn) as
+        :class:`ReviewRow`, in no particular order, and how many runs that author has labelled. A row
+        whose verdict columns are not backfilled yet (revision 0015) gets them from its response."""
+        t = core(TraceRow).c
+        with self.read() as db:
+            mine = set(db.scalars(select(LabelRow.trace_id).where(
+                LabelRow.tenant_id == tenant, LabelRow.author == author, LabelRow.withdrawn_at.is_(None)).distinct()))
+            rows = db.execute(select(t.id, t.created_at, t.agent, t.verdict, t.failure_probability,
+                                     t.judged_threshold, t.finding_margin).where(t.tenant_id == tenant)).all()
+            unfilled = [r[0] for r in rows if r[3] is None and r[0] not in mine]
+            cols: dict[str, dict[str, Any]] = {}
+            for i in range(0, len(unfilled), 500):
+                for tid, response in db.execute(select(t.id, t.response).where(
+                        t.tenant_id == tenant, t.id.in_(unfilled[i : i + 500]))).all():
+                    cols[tid] = run_columns(response or {})
+        out = []
+        done = 0
+        for tid, created, agent, verdict, p, judged, near in rows:
+            if tid in mine:
+                done += 1
+                continue
+            if verdict is None and tid in cols:
+                c = cols[tid]
+                p, judged, near = c["failure_probability"], c["judged_threshold"], c["finding_margin"]
+            out.append(ReviewRow(str(tid), created, str(agent), p, judged, near))
+        return out, done
+
+    def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored responses of these runs, by id (500 ids a query)."""
+        t = core(TraceRow).c
+        out: dict[str, dict[str, Any]] = {}
+        ids = list(trace_ids)
+        with self.read() as db:
+            for i in range(0, len(ids), 500):
+                out.update({str(k): v or {} for k, v in db.execute(
+                    select(t.id, t.response).where(t.tenant_id == tenant, t.id.in_(ids[i : i + 500]))).all()})
+        return out
+
     def agent_labels(self, tenant: str, agent: str, *, limit: int = 2000) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
         """The agent's newest labelled traces (at most ``limit``): each trace's stored response and its
         label rows, oldest first (the zero-shot re-centring reads them; serve/services/agent_models.py)."""
@@ -164,4 +218,4 @@ class LabelStore(StoreBase):
         return [(responses.get(i) or {}, labels.get((tenant, i), [])) for i in ids]
 
 
-__all__ = ["LabelStore"]
+__all__ = ["LabelStore", "ReviewRow"]

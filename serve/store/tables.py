@@ -6,9 +6,9 @@ text is stored only after redaction (:mod:`serve.redaction`). The Alembic migrat
 
 Tables::
 
-    tenants          a name per tenant
+    tenants          a name per tenant, and its retention (days)
     api_keys         sha256 of each key (never the key), its prefix for display, revoked_at, operator
-    traces           one diagnosed trace (redacted JSON) and its latest response
+    traces           one diagnosed trace (redacted JSON) and its latest response, with its verdict as columns
     trace_steps      the steps of a session's trace, one row each (appends insert only)
     run_encodings    the float16 step vectors of a run (the agent model's encoder block), a chunk per write
     usage            steps imported per tenant and UTC day (the daily quota)
@@ -46,6 +46,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -86,6 +87,9 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # retention: runs older than this many days are deleted with everything derived from them
+    # (serve/store/upkeep.py); NULL keeps them (the service-wide TRIAGE_RETENTION_DAYS still applies)
+    retention_days: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ApiKey(Base):
@@ -108,6 +112,13 @@ class TraceRow(Base):
         Index("ix_traces_tenant_session", "tenant_id", "session_id"),
         Index("ix_traces_tenant_arm", "tenant_id", "arm"),
         Index("ix_traces_tenant_agent", "tenant_id", "agent"),
+        # the console's window and the label queue read these columns alone (revision 0015): an
+        # index-only scan, never the rows (whose trace and response JSON SQLite keeps inline)
+        Index("ix_traces_console", "tenant_id", "created_at", "verdict", "agent", "primary_kind", "id",
+              "failure_probability", "judged_threshold", "finding_margin"),
+        # the rows the verdict backfill has still to fill (empty once it is done: costs a write nothing)
+        Index("ix_traces_unfilled", "tenant_id", "id", sqlite_where=text("verdict IS NULL"),
+              postgresql_where=text("verdict IS NULL")),
     )
 
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -135,6 +146,12 @@ class TraceRow(Base):
     # The agent that ran it (model/core/agents.py): the key of its agent model. Rows stored before
     # revision 0007 got their task type, else "_pool" (what the resolution gives them).
     agent: Mapped[str] = mapped_column(String(200), default="_pool", server_default="_pool")
+    # The diagnosis' verdict and the label queue's margin parts (serve/store/verdict.py run_columns),
+    # written with every diagnosis; NULL verdict: a row stored before revision 0015, not backfilled yet.
+    verdict: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    failure_probability: Mapped[float | None] = mapped_column(Float, nullable=True)
+    judged_threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finding_margin: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class TraceStepRow(Base):

@@ -29,6 +29,7 @@ from serve.store.tables import (
     UsageRow,
     utcnow,
 )
+from serve.store.verdict import run_columns
 
 
 class StoredRun(NamedTuple):
@@ -131,6 +132,7 @@ class TraceStore(StoreBase):
             "policy_state": policy_state,
             "steps_in_rows": steps_in_rows,
             "agent": agent,
+            **run_columns(response),  # the verdict and the label queue's margin parts (serve/store/verdict.py)
         }
         if prior is True:
             prev = db.execute(
