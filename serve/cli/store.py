@@ -60,7 +60,7 @@ def backfill(
 @store_app.command("retention")
 def retention(
     tenant: Annotated[str, typer.Option("--tenant", metavar="TENANT", help="The tenant.")],
-    days: Annotated[float | None, typer.Option("--days", min=0.0, min_open=True, metavar="DAYS",
+    days: Annotated[float | None, typer.Option("--days", metavar="DAYS",
                                                help="Delete the tenant's runs created longer ago than this.")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the tenant's runs (no retention of its own).")] = False,
 ) -> None:

@@ -65,21 +65,16 @@ def overview(store: Stores, tenant: str, *, since: datetime, until: datetime, ag
     kind (:data:`NO_KIND` when it has none): a day's bars add up to that day's failed runs, and all
     of them to the ``failed`` total, over the same window. ``days`` lists every day of the window
     (the first and the last partial), so a chart can span the window whatever days have runs."""
-    runs, recs, outs = store.console.window_rows(tenant, since=since, until=until, agent=agent)
-    agent_of = {r.id: r.agent for r in runs}
+    counts = store.console.window_counts(tenant, since=since, until=until, agent=agent)
     per: dict[str, Counter[str]] = defaultdict(Counter)
-    for r in runs:
-        c = per[r.agent]
-        c["runs"] += 1
-        c[r.verdict] += 1
-    for rec in recs:
-        if rec.trace_id in agent_of:
-            per[agent_of[rec.trace_id]]["repairs"] += 1
-    for o in outs:
-        if o.trace_id in agent_of:
-            c = per[agent_of[o.trace_id]]
-            c["outcomes"] += 1
-            c["repaired"] += bool(o.success)
+    for name, v, n in counts.verdicts:
+        per[name]["runs"] += n
+        per[name][v] += n
+    for name, n in counts.repairs.items():
+        per[name]["repairs"] += n
+    for name, (n, good) in counts.outcomes.items():
+        per[name]["outcomes"] += n
+        per[name]["repaired"] += good
     agents = []
     for name in sorted(per, key=lambda a: (-per[a]["runs"], a)):
         c = per[name]
@@ -92,11 +87,9 @@ def overview(store: Stores, tenant: str, *, since: datetime, until: datetime, ag
         total.update(c)
     days = [(since.date() + timedelta(days=i)).isoformat() for i in range((until.date() - since.date()).days + 1)]
     spectrum: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(days, 0))
-    for r in runs:
-        if r.verdict == "failed":
-            day = _utc(r.created_at).date().isoformat()
-            if day in days:
-                spectrum[r.primary_kind or NO_KIND][day] += 1
+    for kind, day, n in counts.spectrum:
+        if day in days:
+            spectrum[kind or NO_KIND][day] += n
     alarms = [{"stream": a["name"], "agent": a["agent"], "alarm": a["alarm"]}
               for a in store.streams.all_open_alarms(tenant)]
     return {
@@ -444,9 +437,19 @@ class ConsoleService:
         """The label queue's runs from the console's index (:meth:`serve.store.labels.LabelStore.review_rows`)."""
         return self._stores.labels.review_rows(tenant, author)
 
+    def review_head(self, tenant: str, author: str, *, order: str, thresholds: dict[str, float], default: float,
+                    limit: int) -> tuple[list[ReviewRow], int, int] | None:
+        """The head of the label queue ordered by the database (:meth:`serve.store.labels.LabelStore.review_head`)."""
+        return self._stores.labels.review_head(tenant, author, order=order, thresholds=thresholds, default=default,
+                                               limit=limit)
+
     def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The stored responses of these runs (:meth:`serve.store.labels.LabelStore.responses`)."""
         return self._stores.labels.responses(tenant, trace_ids)
+
+    def findings_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """The runs' stored failures and signals (:meth:`serve.store.labels.LabelStore.findings_of`)."""
+        return self._stores.labels.findings_of(tenant, trace_ids)
 
 
 __all__ = ["NO_KIND", "ConsoleService", "RunFilter", "agents", "args_text", "basis_of", "content_is_args",

@@ -54,7 +54,6 @@ The terminal loop is :func:`serve.cli.label_review.run_review`; the console's pa
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -65,7 +64,7 @@ from model.core.kinds import FailureKind
 from model.core.schema import LabelSource, Trace
 from model.scoring.agent_registry import ZERO_SHOT
 from serve.services.console import ConsoleService, version_cv_auroc
-from serve.store.labels import ReviewRow
+from serve.store.labels import ReviewRow, review_key
 from serve.store.verdict import closest_finding, run_columns
 
 if TYPE_CHECKING:
@@ -226,7 +225,7 @@ def random_key(author: str, trace_id: str) -> str:
     >>> random_key("ana", "t1") == random_key("ana", "t1") != random_key("bob", "t1")
     True
     """
-    return hashlib.sha256(f"{author}\x00{trace_id}".encode()).hexdigest()
+    return review_key(author, trace_id)
 
 
 @runtime_checkable
@@ -238,6 +237,8 @@ class IndexedHistory(Protocol):
 
     def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
 
+    def findings_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]: ...
+
 
 def review_queue(
     store: HistorySource, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
@@ -248,9 +249,10 @@ def review_queue(
     run's agent (``traces.agent``).
 
     From a store that keeps the console's index (:class:`IndexedHistory`), the ``random`` and
-    ``margin`` orders read it, not the stored traces; then only the first ``detail`` candidates
-    (``None``: all) carry their stored ``response`` and their :class:`Measure`, the others an empty
-    response and ``Measure(None)``. The ``queue`` order clusters the runs' texts: it reads every trace."""
+    ``margin`` orders read it, not the stored traces. ``detail`` (a page's): the candidates carry no
+    stored ``response`` (``{}``), and only the first ``detail`` their :class:`Measure` (the others
+    ``Measure(None)``); ``None``: every candidate carries both. The ``queue`` order clusters the runs'
+    texts: it reads every trace."""
     if order not in ORDERS:
         raise InputError(f"order must be one of {', '.join(ORDERS)}; got {order!r}", path="order")
     if order != "queue" and isinstance(store, IndexedHistory):
@@ -315,18 +317,61 @@ def _indexed_queue(
     else:
         order_by = sorted(range(len(rows)), key=lambda i: (margins[i], -rows[i].created_at.timestamp(),
                                                           rows[i].trace_id))
-    head = order_by if detail is None else order_by[:detail]
-    responses = store.responses(tenant, [rows[i].trace_id for i in head])
+    if detail is None:  # every candidate with its stored response (the terminal review shows each)
+        responses = store.responses(tenant, [r.trace_id for r in rows])
+        out = []
+        for i in order_by:
+            r = rows[i]
+            response = responses.get(r.trace_id, {})
+            m, got = measure_margin(response, cache[r.agent])
+            out.append(Candidate(r.trace_id, r.created_at, m, got.text(), response, got))
+        return out, done
+    # the page's head: the words of the margin from the columns, or from the failure rows when a
+    # finding's confidence is the closest (the failure rows keep the response's order)
+    head = [rows[i] for i in order_by[:detail]]
+    found = store.findings_of(tenant, [r.trace_id for r in head
+                                       if margin_of(r.failure_probability, r.judged_threshold, r.finding_margin,
+                                                    cache[r.agent])[1] is None])
     out = []
     for n, i in enumerate(order_by):
         r = rows[i]
-        if detail is None or n < detail:
-            response = responses.get(r.trace_id, {})
-            m, measured = measure_margin(response, cache[r.agent])
-            out.append(Candidate(r.trace_id, r.created_at, m, measured.text(), response, measured))
-        else:
-            out.append(Candidate(r.trace_id, r.created_at, margins[i], Measure(None).text(), {}))
+        said = Measure(None)
+        if n < detail:
+            said = margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])[1] or said
+            if said.on is None:
+                near = closest_finding({"failures": found.get(r.trace_id, [])})
+                said = Measure(near[1], near[2], near[3]) if near is not None else said
+        out.append(Candidate(r.trace_id, r.created_at, margins[i], said.text(), {}, said))
     return out, done
+
+
+def queue_head(
+    console: ConsoleService, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
+    order: str, size: int,
+) -> tuple[list[Candidate], int, int]:
+    """The first ``size`` candidates of :func:`review_queue` (without responses, with their
+    :class:`Measure`), how many are left in the whole queue and how many the author labelled: what a
+    page shows. The ``random`` and ``margin`` orders are ordered by the database over the console's
+    index (:meth:`serve.store.labels.LabelStore.review_head`); the ``queue`` order, and any order while
+    the verdict backfill has rows to fill, by :func:`review_queue`."""
+    if order in ("random", "margin"):
+        # each agent's operating point (0.5 where it has none, as margin_of takes it)
+        thresholds = {a: 0.5 if (thr := threshold_for(a)) is None else thr for a in console.agents(tenant)}
+        got = console.review_head(tenant, author, order=order, thresholds=thresholds, default=0.5, limit=size)
+        if got is not None:
+            rows, left, done = got
+            cache = {a: thresholds.get(a) for a in {r.agent for r in rows}}
+            out = []
+            found = console.findings_of(tenant, [r.trace_id for r in rows])
+            for r in rows:
+                m, said = margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])
+                if said is None:
+                    near = closest_finding({"failures": found.get(r.trace_id, [])})
+                    said = Measure(near[1], near[2], near[3]) if near is not None else Measure(None)
+                out.append(Candidate(r.trace_id, r.created_at, m, said.text(), {}, said))
+            return out, left, done
+    queue, done = review_queue(console, tenant, author=author, threshold_for=threshold_for, order=order, detail=size)
+    return queue[:size], len(queue), done
 
 
 def agree(response: dict[str, Any]) -> dict[str, Any] | str:
@@ -407,10 +452,12 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
     ``order``, :data:`DEFAULT_ORDER` unless the page asks), the run at position ``at`` (its run page's view, with why it is asked and what
     ``a`` saves), the keys, and the run's agent's labelled runs and model."""
     author = author_of(key_id)
-    queue, done = review_queue(console, tenant, author=author,
-                               threshold_for=operating_points(console.service, tenant, scorer), order=order,
-                               detail=max(200, at + 1))
-    total = done + len(queue)
+    if order not in ORDERS:
+        raise InputError(f"order must be one of {', '.join(ORDERS)}; got {order!r}", path="order")
+    queue, left, done = queue_head(console, tenant, author=author,
+                                   threshold_for=operating_points(console.service, tenant, scorer), order=order,
+                                   size=max(200, at + 1))
+    total = done + left
     current = None
     if queue:
         at = min(at, len(queue) - 1)
@@ -420,7 +467,8 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
         # why it is asked: what the margin is measured on (the probability or a finding's confidence) and against what
         current["uncertainty"] = {"on": c.measure.on, "value": c.measure.value, "threshold": c.measure.threshold,
                                   "text": c.basis}
-        current["agree"] = agree(c.response)  # what [a] saves, or why it cannot
+        # what [a] saves, or why it cannot (from the run's stored diagnosis, as its page shows it)
+        current["agree"] = agree({"healthy": current["healthy"], "primary": current["primary"]})
         current["shown"] = shown_steps(current)
     agent = current["agent"] if current else None
     labelled = console.labelled_count(tenant, agent)
@@ -428,7 +476,7 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
     cv_auroc = basis.get("cv_auroc") if isinstance(basis.get("cv_auroc"), int | float) else \
         active_cv_auroc(console, tenant, agent)
     return {
-        "author": author, "done": done, "total": total, "left": len(queue), "at": at, "order": order,
+        "author": author, "done": done, "total": total, "left": left, "at": at, "order": order,
         "orders": list(ORDERS), "order_titles": ORDER_TITLES,
         "default_order": DEFAULT_ORDER,
         "queue": [{"id": c.trace_id, "margin": round(c.margin, 4), "basis": c.basis} for c in queue[:200]],
@@ -445,5 +493,5 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
 
 __all__ = ["DEFAULT_ORDER", "KIND_KEYS", "MAIN_KEYS", "MAIN_PROMPT", "ORDERS", "ORDER_TITLES", "Order", "PROBABILITY", "Candidate",
            "HistorySource", "IndexedHistory", "Measure", "active_cv_auroc", "agree", "author_of", "compact", "file_review_queue",
-           "legend", "margin", "margin_of", "measure_margin", "needs_review", "operating_points", "queue_page", "random_key",
+           "legend", "margin", "margin_of", "measure_margin", "needs_review", "operating_points", "queue_head", "queue_page", "random_key",
            "review_queue", "shown_steps"]

@@ -9,8 +9,9 @@ from its stored response, so that the pages are right while the backfill runs (t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import and_, case, exists, func, or_, select
 
@@ -36,14 +37,16 @@ def _in_window(q: Any, since: datetime, until: datetime) -> Any:
     return q.where(TraceRow.created_at >= since, TraceRow.created_at < until)
 
 
-class WindowRun(NamedTuple):
-    """A run of the overview's window."""
+@dataclass(frozen=True)
+class WindowCounts:
+    """The overview's counts of a window's runs: ``verdicts`` (agent, verdict, runs), ``spectrum``
+    (primary kind or ``None``, UTC day ``YYYY-MM-DD``, failed runs), ``repairs`` (agent → repairs
+    given, ``continue`` left out) and ``outcomes`` (agent → outcomes reported, of which succeeded)."""
 
-    id: str
-    created_at: datetime
-    agent: str
-    verdict: str  # failed / healthy / unknown
-    primary_kind: str | None
+    verdicts: list[tuple[str, str, int]]
+    spectrum: list[tuple[str | None, str, int]]
+    repairs: dict[str, int]
+    outcomes: dict[str, tuple[int, int]]
 
 
 class ConsoleStore(StoreBase):
@@ -63,33 +66,49 @@ class ConsoleStore(StoreBase):
                                                          TraceRow.id.in_(ids[i : i + 500]))).all()})
         return out
 
-    def window_rows(
-        self, tenant: str, *, since: datetime, until: datetime, agent: str | None
-    ) -> tuple[list[WindowRun], list[Any], list[Any]]:
-        """The runs created in ``[since, until)`` (of ``agent``; ``None``: every agent's) as
-        :class:`WindowRun`; and of the tenant's runs in the window, the repairs given (``id, trace_id,
-        strategy``; ``continue`` left out) and the outcomes (``recommendation_id, trace_id, success``)."""
-        q = _in_window(select(TraceRow.id, TraceRow.created_at, TraceRow.agent, TraceRow.verdict,
-                              TraceRow.primary_kind).where(TraceRow.tenant_id == tenant), since, until)
-        if agent is not None:
-            q = q.where(TraceRow.agent == agent)
+    def window_counts(self, tenant: str, *, since: datetime, until: datetime, agent: str | None) -> WindowCounts:
+        """What the overview counts of the runs created in ``[since, until)`` (of ``agent``; ``None``:
+        every agent's): :class:`WindowCounts`, counted by the database over the console's index (a few
+        rows come back, whatever the window holds). Rows whose verdict is not backfilled yet are
+        counted by their JSON."""
+        t = TraceRow
+        # grouped by an expression, not the bare column: SQLite would otherwise walk ix_traces_tenant_agent
+        # for the grouping's order and read every row for the rest
+        by_agent = func.coalesce(t.agent, "")
+
+        def scoped(q: Any) -> Any:
+            q = _in_window(q, since, until)
+            return q if agent is None else q.where(t.agent == agent)
+
+        day = func.date(t.created_at)
         with self.read() as db:
-            rows = db.execute(q).all()
-            unfilled = [r[0] for r in rows if r[3] is None]
-            late = self.json_verdicts(db, tenant, unfilled) if unfilled else {}
-            runs = [WindowRun(r[0], r[1], r[2], r[3] if r[3] is not None else late.get(r[0], "unknown"), r[4])
-                    for r in rows]
-            recs = list(db.execute(_in_window(
-                select(RecommendationRow.id, RecommendationRow.trace_id, RecommendationRow.strategy)
-                .join(TraceRow, and_(TraceRow.tenant_id == RecommendationRow.tenant_id,
-                                     TraceRow.id == RecommendationRow.trace_id))
-                .where(RecommendationRow.tenant_id == tenant, RecommendationRow.strategy != "continue"),
-                since, until)).all())
-            outs = list(db.execute(_in_window(
-                select(OutcomeRow.recommendation_id, OutcomeRow.trace_id, OutcomeRow.success)
-                .join(TraceRow, and_(TraceRow.tenant_id == OutcomeRow.tenant_id, TraceRow.id == OutcomeRow.trace_id))
-                .where(OutcomeRow.tenant_id == tenant), since, until)).all())
-        return runs, recs, outs
+            verdicts = [(str(a), v, int(n)) for a, v, n in db.execute(scoped(
+                select(by_agent, t.verdict, func.count()).where(t.tenant_id == tenant)
+                .group_by(by_agent, t.verdict))).all()]
+            spectrum = [(k, str(d), int(n)) for k, d, n in db.execute(scoped(
+                select(t.primary_kind, day, func.count()).where(t.tenant_id == tenant, t.verdict == "failed")
+                .group_by(t.primary_kind, day))).all()]
+            if any(v is None for _, v, _ in verdicts):  # the backfill has rows to fill in this window
+                late = scoped(select(by_agent, _JSON_VERDICT, func.count())
+                              .where(t.tenant_id == tenant, t.verdict.is_(None)).group_by(by_agent, _JSON_VERDICT))
+                verdicts = [r for r in verdicts if r[1] is not None] + [
+                    (str(a), str(v), int(n)) for a, v, n in db.execute(late).all()]
+                spectrum += [(k, str(d), int(n)) for k, d, n in db.execute(scoped(
+                    select(t.primary_kind, day, func.count()).where(t.tenant_id == tenant, t.verdict.is_(None),
+                                                                   _JSON_VERDICT.in_(["failed"]))
+                    .group_by(t.primary_kind, day))).all()]
+            repairs = {str(a): int(n) for a, n in db.execute(scoped(
+                select(by_agent, func.count())
+                .join(RecommendationRow, and_(RecommendationRow.tenant_id == t.tenant_id,
+                                              RecommendationRow.trace_id == t.id))
+                .where(t.tenant_id == tenant, RecommendationRow.strategy != "continue")
+                .group_by(by_agent))).all()}
+            ok = func.sum(case((OutcomeRow.success.is_(True), 1), else_=0))
+            outcomes = {str(a): (int(n), int(good or 0)) for a, n, good in db.execute(scoped(
+                select(by_agent, func.count(), ok)
+                .join(OutcomeRow, and_(OutcomeRow.tenant_id == t.tenant_id, OutcomeRow.trace_id == t.id))
+                .where(t.tenant_id == tenant).group_by(by_agent))).all()}
+        return WindowCounts([(a, str(v), n) for a, v, n in verdicts], spectrum, repairs, outcomes)
 
     def run_page(
         self, tenant: str, *, agent: str | None = None, verdict: str | None = None, kind: str | None = None,
@@ -159,4 +178,4 @@ class ConsoleStore(StoreBase):
         return list(reversed(rows))
 
 
-__all__ = ["ConsoleStore", "WindowRun"]
+__all__ = ["ConsoleStore", "WindowCounts"]
