@@ -101,7 +101,7 @@ def _tenant_patterns(
 ) -> PatternsOut:
     previous_since = since - (until - since)
     occ, repairs = store.pattern_inputs(tenant, since=since, until=until)
-    prev, _ = store.pattern_inputs(tenant, since=previous_since, until=since)
+    prev, _ = store.pattern_inputs(tenant, since=previous_since, until=since, repairs=False)
     if agent is not None:
         want = None if agent == POOL_AGENT else agent  # an occurrence of the pool has agent None
         occ = [o for o in occ if o.agent == want]

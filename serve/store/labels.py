@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import String, and_, case, exists, func, literal, or_, select, type_coerce
+from sqlalchemy import and_, case, exists, func, literal, or_, select
 
 from model.core.errors import InputError
 from serve.store.base import StoreBase, core, group_rows
 from serve.store.counters import count_labels
-from serve.store.tables import FailureRow, LabelRow, OutcomeRow, RecommendationRow, TraceRow, utcnow
+from serve.store.tables import (
+    FailureRow,
+    LabelRow,
+    OutcomeRow,
+    RecommendationRow,
+    TraceRow,
+    as_utc,
+    fast_time,
+    utcnow,
+)
 from serve.store.traces import trace_json
 from serve.store.verdict import run_columns
 
@@ -169,7 +178,7 @@ class LabelStore(StoreBase):
                 LabelRow.tenant_id == tenant, LabelRow.author == author, LabelRow.withdrawn_at.is_(None)).distinct()))
             # SQLite's times as the stored text, parsed below by fromisoformat: SQLAlchemy's parser of
             # SQLite datetimes costs 5x more, and this reads every run of the tenant
-            created = type_coerce(t.created_at, String) if self.dialect == "sqlite" else t.created_at
+            created = fast_time(t.created_at, self.dialect)
             rows = db.execute(select(t.id, created, t.agent, t.verdict, t.failure_probability,
                                      t.judged_threshold, t.finding_margin).where(t.tenant_id == tenant)).all()
             unfilled = [r[0] for r in rows if r[3] is None and r[0] not in mine]
@@ -187,7 +196,7 @@ class LabelStore(StoreBase):
             if verdict is None and tid in cols:
                 c = cols[tid]
                 p, judged, near = c["failure_probability"], c["judged_threshold"], c["finding_margin"]
-            out.append(ReviewRow(str(tid), _utc(created), str(agent), p, judged, near))
+            out.append(ReviewRow(str(tid), as_utc(created), str(agent), p, judged, near))
         return out, done
 
     def review_head(self, tenant: str, author: str, *, order: str, thresholds: dict[str, float],
@@ -224,7 +233,7 @@ class LabelStore(StoreBase):
             done = int(db.scalar(select(func.count(func.distinct(LabelRow.trace_id))).where(
                 LabelRow.tenant_id == tenant, LabelRow.author == author, LabelRow.withdrawn_at.is_(None))) or 0)
             total = int(db.scalar(select(func.count()).select_from(core(TraceRow)).where(t.tenant_id == tenant)) or 0)
-        return [ReviewRow(str(r[0]), _utc(r[1]), str(r[2]), r[3], r[4], r[5]) for r in rows], total - done, done
+        return [ReviewRow(str(r[0]), as_utc(r[1]), str(r[2]), r[3], r[4], r[5]) for r in rows], total - done, done
 
     def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The stored responses of these runs, by id (500 ids a query)."""
@@ -277,12 +286,6 @@ def review_key(author: str, trace_id: str) -> str:
     """The label queue's ``random`` order key of a run for a reviewer (:func:`serve.services.label_queue.random_key`;
     PostgreSQL computes the same with its ``sha256``)."""
     return hashlib.sha256(f"{author}\x00{trace_id}".encode()).hexdigest()
-
-
-def _utc(t: datetime | str) -> datetime:
-    """A stored time (SQLite's text, naive UTC; or a driver's datetime) as an aware UTC datetime."""
-    when = datetime.fromisoformat(t) if isinstance(t, str) else t
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 __all__ = ["LabelStore", "ReviewRow", "review_key"]

@@ -20,6 +20,8 @@ from serve.store.tables import (
     OutcomeRow,
     RecommendationRow,
     TraceRow,
+    as_utc,
+    fast_time,
 )
 from serve.store.traces import trace_json
 
@@ -47,16 +49,17 @@ class ReportStore(StoreBase):
         return int(n or 0), int(top or 0), int(out or 0)
 
     def pattern_inputs(
-        self, tenant: str, *, since: datetime, until: datetime
+        self, tenant: str, *, since: datetime, until: datetime, repairs: bool = True
     ) -> tuple[list[Occurrence], list[RepairEvent]]:
         """The failures and signals of the tenant's runs created in ``[since, until)``, and the
         recommendations given since ``since`` with their outcomes (:func:`model.diagnosis.patterns.group_patterns`
         matches them to the runs). An occurrence's agent is its run's resolved agent (``traces.agent``:
         :func:`model.core.agents.resolve_agent`), ``None`` for the tenant's pool.
 
-        One table each: failure rows carry their run's ``created_at`` and agent (migration 0010)."""
+        One table each: failure rows carry their run's ``created_at`` and agent (migration 0010).
+        ``repairs=False``: the occurrences only (the previous window's, for the trend)."""
         occ_q = (
-            select(FailureRow.trace_id, FailureRow.created_at, FailureRow.agent, FailureRow.kind,
+            select(FailureRow.trace_id, fast_time(FailureRow.created_at, self.dialect), FailureRow.agent, FailureRow.kind,
                    FailureRow.severity, FailureRow.is_signal, FailureRow.detector, FailureRow.step,
                    FailureRow.tool, FailureRow.evidence)
             .where(FailureRow.tenant_id == tenant, FailureRow.created_at >= since, FailureRow.created_at < until)
@@ -74,10 +77,10 @@ class ReportStore(StoreBase):
         try:
             with self.engine.connect() as conn:
                 rows = conn.execute(occ_q).all()
-                repairs = [
+                events = [
                     RepairEvent(str(tid), kind, str(strategy), int(n), bool(good) if n else None)
                     for tid, kind, strategy, n, good in conn.execute(rec_q).all()
-                ]
+                ] if repairs else []
         except SQLAlchemyError as exc:
             raise store_error(exc, "reading") from exc
         # rows written before failures.tool: the tool of their step, read from the trace
@@ -96,9 +99,9 @@ class ReportStore(StoreBase):
             if tool is None:
                 steps = tools.get(tid, [])
                 tool = steps[step] if step is not None and 0 <= step < len(steps) else None
-            occurrences.append(Occurrence(tid, created, None if agent == POOL_AGENT else agent, kind, severity, bool(is_signal), detector, step,
+            occurrences.append(Occurrence(tid, as_utc(created), None if agent == POOL_AGENT else agent, kind, severity, bool(is_signal), detector, step,
                                           tool or None, evidence or ""))
-        return occurrences, repairs
+        return occurrences, events
 
     def metrics_snapshot(self, tenant: str | None = None) -> dict[str, Any]:
         """Aggregates for ``/metrics``, read from the store so that every worker reports the same;

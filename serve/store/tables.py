@@ -47,6 +47,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     text,
+    type_coerce,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -75,6 +76,19 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def fast_time(column: Any, dialect: str) -> Any:
+    """``column`` (a :class:`UTCDateTime`) to select when many rows are read: on SQLite its stored
+    text (SQLAlchemy's parser of SQLite datetimes costs ~5x :func:`datetime.fromisoformat`), to be read
+    back with :func:`as_utc`; elsewhere the column itself."""
+    return type_coerce(column, String) if dialect == "sqlite" else column
+
+
+def as_utc(value: datetime | str) -> datetime:
+    """A time selected with :func:`fast_time` (SQLite's text, naive UTC; or a datetime) as aware UTC."""
+    when = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
@@ -480,5 +494,7 @@ __all__ = [
     "TraceStepRow",
     "UISessionRow",
     "UsageRow",
+    "as_utc",
+    "fast_time",
     "utcnow",
 ]
