@@ -330,3 +330,37 @@ def test_cli_retention_and_purge(store: Stores, tmp_path: Path, monkeypatch: pyt
                    for r in store.traces.list_traces("t", limit=500).items)
     finally:
         get_settings.cache_clear()
+
+
+def test_keyset_pages_list_every_run_once_in_order_across_equal_times(store: Stores) -> None:
+    store.keys.ensure_tenant("t")
+    at = NOW - timedelta(hours=1)
+    with store.db.write() as db:  # 25 runs, in 5 groups stored at the same instant (ties broken by id)
+        for i in range(25):
+            tid = f"k{i:02d}"
+            store.traces.put_trace(db, tenant="t", trace_id=tid, trace={"id": tid, "steps": []},
+                                   response={"healthy": True, "failures": [], "signals": []}, session_id=None,
+                                   task_type=None, agent="a", now=at - timedelta(minutes=i // 5))
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = store.traces.list_traces("t", limit=4, cursor=cursor)
+        seen += [r.id for r in page.items]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    expected = sorted((f"k{i:02d}" for i in range(25)), key=lambda t: (int(t[1:]) // 5, -int(t[1:])))
+    assert seen == expected
+
+
+def test_client_iterates_every_trace_by_keyset_pages(live_server: Any) -> None:
+    from agent_triage_client import TriageClient
+
+    from serve.examples import OPENAI_LOOP
+
+    start = datetime.now(UTC) - timedelta(seconds=1)
+    with TriageClient(live_server.url, budget_s=30, timeout_s=30) as c:
+        made = [c.diagnose(OPENAI_LOOP["trace"], options={"shadow": True}).trace_id for _ in range(7)]
+        got = [t.id for t in c.iter_traces(since=start, page_size=3)]
+        assert sorted(got) == sorted(made) and len(got) == 7
+        assert got == [t.id for t in c.list_traces(since=start, limit=50).items]

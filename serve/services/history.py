@@ -28,7 +28,6 @@ from serve.schemas import (
 from serve.services.diagnoses import Diagnoses
 from serve.services.run_labels import effective_label
 from serve.store.labels import LabelStore
-from serve.store.tables import TraceRow
 from serve.store.traces import TraceStore
 from serve.store.upkeep import UpkeepStore
 
@@ -164,7 +163,7 @@ class History:
         )
 
 
-def _summary(r: TraceRow) -> TraceSummary:
+def _summary(r: Any) -> TraceSummary:
     return TraceSummary(
         id=r.id,
         session_id=r.session_id,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Select, delete, exists, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from model.core.errors import InputError
@@ -49,9 +49,14 @@ class TracePrior(NamedTuple):
     steps_in_rows: bool
 
 
+#: The columns of a trace's summary (``GET /v1/traces``' items).
+SUMMARY_COLUMNS = ("id", "session_id", "task_type", "created_at", "updated_at", "n_steps", "healthy", "primary_kind",
+                   "shadow", "agent")
+
+
 @dataclass(frozen=True)
 class TracePage:
-    items: list[TraceRow]
+    items: list[Any]  # rows of SUMMARY_COLUMNS, newest first
     next_cursor: str | None
 
 
@@ -262,7 +267,8 @@ class TraceStore(StoreBase):
         cursor: str | None = None,
     ) -> TracePage:
         """Newest first; ``cursor`` is the opaque ``next_cursor`` of the previous page."""
-        q: Select[TraceRow] = select(TraceRow).where(TraceRow.tenant_id == tenant)
+        # the summary's columns only: a whole row would parse each run's trace and response JSON
+        q: Select[Any] = select(*(getattr(TraceRow, c) for c in SUMMARY_COLUMNS)).where(TraceRow.tenant_id == tenant)
         if kind is not None:
             q = q.where(
                 exists().where(
@@ -278,10 +284,10 @@ class TraceStore(StoreBase):
             q = q.where(TraceRow.session_id == session)
         if cursor:
             ts, tid = _decode_cursor(cursor)
-            q = q.where(or_(TraceRow.created_at < ts, and_(TraceRow.created_at == ts, TraceRow.id < tid)))
+            q = q.where(tuple_(TraceRow.created_at, TraceRow.id) < tuple_(ts, tid))  # keyset: an index range
         q = q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc()).limit(limit + 1)
         with self.read() as db:
-            rows = list(db.scalars(q))
+            rows = list(db.execute(q).all())
         nxt = None
         if len(rows) > limit:
             rows = rows[:limit]
