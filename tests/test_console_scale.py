@@ -4,6 +4,7 @@ on the throwaway PostgreSQL (tests/storefix.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -354,13 +355,19 @@ def test_keyset_pages_list_every_run_once_in_order_across_equal_times(store: Sto
 
 
 def test_client_iterates_every_trace_by_keyset_pages(live_server: Any) -> None:
-    from agent_triage_client import TriageClient
+    from agent_triage_client import AsyncTriageClient, TriageClient, aiter_traces, iter_traces
 
     from serve.examples import OPENAI_LOOP
 
     start = datetime.now(UTC) - timedelta(seconds=1)
     with TriageClient(live_server.url, budget_s=30, timeout_s=30) as c:
         made = [c.diagnose(OPENAI_LOOP["trace"], options={"shadow": True}).trace_id for _ in range(7)]
-        got = [t.id for t in c.iter_traces(since=start, page_size=3)]
+        got = [t.id for t in iter_traces(c, since=start, page_size=3)]
         assert sorted(got) == sorted(made) and len(got) == 7
         assert got == [t.id for t in c.list_traces(since=start, limit=50).items]
+
+    async def walk() -> list[str]:
+        async with AsyncTriageClient(live_server.url, budget_s=30, timeout_s=30) as ac:
+            return [t.id async for t in aiter_traces(ac, since=start, page_size=2)]
+
+    assert asyncio.run(walk()) == got

@@ -31,10 +31,12 @@ def full_canary(store: Stores, tenant: str | None, window: timedelta = WEEK, now
     since = datetime.fromtimestamp(hour_of(now - window) * 3600, UTC)
     out = {arm: {"runs": 0, "failed": 0, "recovered": 0, "labelled": 0, "succeeded": 0} for arm in ("repair", "shadow")}
     with store.db.read() as db:
-        q = select(TraceRow).where(TraceRow.arm.is_not(None), TraceRow.created_at >= since)
+        # the columns it reads (not the whole row: revisions after 0012 add columns an older schema lacks)
+        q = select(TraceRow.tenant_id, TraceRow.id, TraceRow.arm, TraceRow.failed_at, TraceRow.healthy).where(
+            TraceRow.arm.is_not(None), TraceRow.created_at >= since)
         if tenant is not None:
             q = q.where(TraceRow.tenant_id == tenant)
-        rows = list(db.scalars(q))
+        rows = list(db.execute(q).all())
         labels = group_rows(db, LabelRow, [(r.tenant_id, r.id) for r in rows])
     for r in rows:
         o = out[str(r.arm)]

@@ -27,7 +27,7 @@ import asyncio
 import email.utils
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -49,7 +49,6 @@ from agent_triage_client.models import (
     SessionView,
     TraceDetail,
     TracePage,
-    TraceSummary,
     fallback_recommendation,
 )
 
@@ -425,19 +424,6 @@ class TriageClient(_Base):
         result: TracePage = self._send(_Call("GET", "/v1/traces", TracePage, params=q))
         return result
 
-    def iter_traces(self, *, kind: str | None = None, since: datetime | None = None, session: str | None = None,
-                    page_size: int = 100) -> Iterator[TraceSummary]:
-        """Every stored trace that passes the filters, newest first: :meth:`list_traces` page after page,
-        each asked with the ``next_cursor`` of the one before (keyset pages: a trace stored meanwhile
-        neither repeats nor shifts one)."""
-        cursor: str | None = None
-        while True:
-            page = self.list_traces(kind=kind, since=since, session=session, limit=page_size, cursor=cursor)
-            yield from page.items
-            if page.next_cursor is None or not page.items:
-                return
-            cursor = page.next_cursor
-
     def get_trace(self, trace_id: str) -> TraceDetail:
         result: TraceDetail = self._send(_Call("GET", f"/v1/traces/{_seg(trace_id)}", TraceDetail))
         return result
@@ -565,18 +551,6 @@ class AsyncTriageClient(_Base):
         q = self._trace_query(kind, since, session, limit, cursor)
         result: TracePage = await self._send(_Call("GET", "/v1/traces", TracePage, params=q))
         return result
-
-    async def iter_traces(self, *, kind: str | None = None, since: datetime | None = None,
-                          session: str | None = None, page_size: int = 100) -> AsyncIterator[TraceSummary]:
-        """Every stored trace that passes the filters, newest first (:meth:`TriageClient.iter_traces`)."""
-        cursor: str | None = None
-        while True:
-            page = await self.list_traces(kind=kind, since=since, session=session, limit=page_size, cursor=cursor)
-            for item in page.items:
-                yield item
-            if page.next_cursor is None or not page.items:
-                return
-            cursor = page.next_cursor
 
     async def get_trace(self, trace_id: str) -> TraceDetail:
         result: TraceDetail = await self._send(_Call("GET", f"/v1/traces/{_seg(trace_id)}", TraceDetail))

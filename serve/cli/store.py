@@ -13,7 +13,7 @@ from model.core.errors import TriageError
 from serve.cli.output import console, fail
 from serve.settings import get_settings
 
-store_app = typer.Typer(help="The store's upkeep: the verdict backfill and per-tenant retention.",
+store_app = typer.Typer(help="Store upkeep: verdict backfill, retention.",
                         no_args_is_help=True)
 
 Store = Annotated[str | None, typer.Option(
@@ -41,9 +41,9 @@ def backfill(
     batch: Annotated[int, typer.Option("--batch", min=1, max=100_000, metavar="N",
                                        help="Rows filled per transaction.")] = 5000,
 ) -> None:
-    """Fill the verdict columns of the runs stored before revision 0015, a batch a transaction.
+    """Fill the verdict of runs stored before revision 0015.
 
-    Safe while the service runs (a diagnosis written meanwhile keeps its own columns) and resumable:
+    A batch a transaction. Safe while the service runs (a diagnosis written meanwhile keeps its own columns) and resumable:
     stopped, it carries on where it stopped. The console reads the verdict of a row not filled yet
     from its JSON, so its pages are right meanwhile.
     """
@@ -64,8 +64,9 @@ def retention(
                                                help="Delete the tenant's runs created longer ago than this.")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the tenant's runs (no retention of its own).")] = False,
 ) -> None:
-    """Set a tenant's retention: its runs older than --days are deleted with everything derived from
-    them (failures, recommendations, outcomes, labels, steps, step vectors, sessions, and its older
+    """Set a tenant's retention in days.
+
+    Its runs older than --days are deleted with everything derived from them (failures, recommendations, outcomes, labels, steps, step vectors, sessions, and its older
     stream observations), hourly by the server and at once by 'triage store purge'. --keep removes it
     (the service-wide TRIAGE_RETENTION_DAYS, when set, still applies)."""
     if (days is None) == (not keep):
@@ -79,8 +80,10 @@ def retention(
 
 @store_app.command("purge")
 def purge(store: Store = None) -> None:
-    """Run one retention pass now: each tenant's runs past its retention (else past
-    TRIAGE_RETENTION_DAYS, when set) are deleted, in batches."""
+    """Run one retention pass now.
+
+    Each tenant's runs past its retention (else past TRIAGE_RETENTION_DAYS, when set) are deleted, in
+    batches."""
     try:
         stores = _stores(store)
         done = stores.upkeep.apply_retention(default_days=get_settings().retention_days)
