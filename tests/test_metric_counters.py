@@ -170,9 +170,9 @@ def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # no
         assert store.traces.delete_trace("acme", "r1")
         assert store.traces.delete_session("acme", "conv-2")
         agree(store, "acme")
-        with store.db.write() as db:  # the old run was last updated 10 days ago
-            db.execute(TraceRow.__table__.update().where(TraceRow.id == "old").values(updated_at=NOW - timedelta(days=10)))
-        assert store.traces.purge_older_than(timedelta(days=9), now=NOW) == 1
+        with store.db.write() as db:  # the old run started 10 days ago
+            db.execute(TraceRow.__table__.update().where(TraceRow.id == "old").values(created_at=NOW - timedelta(days=10)))
+        assert store.upkeep.purge_tenant("acme", 9, now=NOW).runs == 1
         agree(store, "acme")
         assert totals(store, "acme")["recoveries"] == 0 and totals(store, "acme")["traces"] == 3
         assert counted(store, "globex")["repair"]["runs"] == 1  # another tenant's, untouched

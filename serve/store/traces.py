@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Select, delete, exists, func, insert, select, tuple_, update
@@ -19,7 +19,6 @@ from serve.store.encodings import drop_vectors
 from serve.store.tables import (
     FailureRow,
     LabelRow,
-    ObservationRow,
     OutcomeRow,
     RecommendationRow,
     RunEncodingRow,
@@ -338,21 +337,6 @@ class TraceStore(StoreBase):
                 delete(SessionRow).where(SessionRow.tenant_id == tenant, SessionRow.id == session_id)
             )
             return n > 0 or rowcount(gone) > 0
-
-    def purge_older_than(self, ttl: timedelta, *, now: datetime | None = None) -> int:
-        """Retention: delete traces (and their history) not updated within ``ttl``; returns count."""
-        cutoff = (now or utcnow()) - ttl
-        with self.write() as db:
-            old = db.execute(
-                select(TraceRow.tenant_id, TraceRow.id).where(TraceRow.updated_at < cutoff)
-            ).all()
-            by_tenant: dict[str, list[str]] = {}
-            for t, i in old:
-                by_tenant.setdefault(t, []).append(i)
-            n = sum(_delete_traces(db, t, ids) for t, ids in by_tenant.items())
-            db.execute(delete(SessionRow).where(SessionRow.updated_at < cutoff))
-            db.execute(delete(ObservationRow).where(ObservationRow.created_at < cutoff))
-        return n
 
 
 def trace_json(db: Session, row: TraceRow) -> dict[str, Any]:

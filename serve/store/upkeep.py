@@ -143,7 +143,11 @@ class UpkeepStore(StoreBase):
         """One retention pass over every tenant: its own ``retention_days``, else ``default_days`` (the
         service-wide setting; ``None``: keep); what each tenant lost."""
         out = []
-        for tenant, days in sorted(self.retentions().items()):
+        own = self.retentions()
+        if default_days is not None:  # every tenant with runs (one without a tenants row too: auth off)
+            with self.read() as db:
+                own = {**dict.fromkeys(db.scalars(select(TraceRow.tenant_id).distinct())), **own}
+        for tenant, days in sorted(own.items()):
             keep = days if days is not None else default_days
             if keep is not None:
                 out.append(self.purge_tenant(tenant, keep, now=now))
