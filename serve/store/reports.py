@@ -93,14 +93,18 @@ class ReportStore(StoreBase):
                                                                 TraceRow.id.in_(old[i : i + 500]))):
                         tools[tr.id] = [s.get("tool_name") for s in trace_json(db, tr).get("steps") or []]
         occurrences = []
+        times: dict[Any, datetime] = {}  # a run's failure rows share its time: parsed once
         for tid, created, agent, kind, severity, is_signal, detector, step, tool, evidence in rows:
             if created is None:  # not in a window (the query's range excludes NULL)
                 continue
             if tool is None:
                 steps = tools.get(tid, [])
                 tool = steps[step] if step is not None and 0 <= step < len(steps) else None
-            occurrences.append(Occurrence(tid, as_utc(created), None if agent == POOL_AGENT else agent, kind, severity, bool(is_signal), detector, step,
-                                          tool or None, evidence or ""))
+            when = times.get(created)
+            if when is None:
+                when = times[created] = as_utc(created)
+            occurrences.append(Occurrence(tid, when, None if agent == POOL_AGENT else agent, kind, severity,
+                                          bool(is_signal), detector, step, tool or None, evidence or ""))
         return occurrences, events
 
     def metrics_snapshot(self, tenant: str | None = None) -> dict[str, Any]:
