@@ -371,3 +371,54 @@ def test_client_iterates_every_trace_by_keyset_pages(live_server: Any) -> None:
             return [t.id async for t in aiter_traces(ac, since=start, page_size=2)]
 
     assert asyncio.run(walk()) == got
+
+
+def test_patterns_read_incrementally_equal_a_whole_read(store: Stores) -> None:
+    from serve.services import patterns as P
+
+    ids = _seed(store, 300, seed=5)
+    since, until = P.window(since=None, until=None, days=3)
+
+    def both() -> tuple[dict[str, Any], dict[str, Any]]:
+        kept = P.tenant_patterns(store.reports, "t", since=since, until=until, limit=500).model_dump()
+        with P._cache_lock:
+            P._cache.clear()
+            P._rows.clear()
+        whole = P.tenant_patterns(store.reports, "t", since=since, until=until, limit=500).model_dump()
+        return kept, whole
+
+    kept, whole = both()
+    assert kept == whole and whole["total_patterns"] > 5
+    rng = random.Random(9)
+    steps = [
+        ("new runs", lambda: _seed(store, 20, seed=11, days=2) and None),
+        ("re-diagnosed", lambda: _rediagnose(store, ids[:30], rng, healthy=False)),
+        ("re-diagnosed healthy", lambda: _rediagnose(store, ids[30:40], rng, healthy=True)),
+        ("deleted", lambda: store.traces.delete_trace("t", ids[50]) and None),
+    ]
+    reads: list[int | None] = []
+    whole_read = store.reports.failure_rows
+
+    def failure_rows(tenant: str, **kw: Any) -> Any:
+        reads.append(kw.get("after_id"))
+        return whole_read(tenant, **kw)
+
+    store.reports.failure_rows = failure_rows  # type: ignore[method-assign]
+    for name, step in steps:
+        P.tenant_patterns(store.reports, "t", since=since, until=until, limit=500)  # the copy is warm
+        step()
+        reads.clear()
+        kept, whole = both()
+        assert kept == whole, name
+        # a write read the new rows only; a deletion read them all again
+        assert (reads[0] is not None) == (name in ("new runs", "re-diagnosed")), (name, reads)
+
+
+def _rediagnose(store: Stores, ids: Sequence[str], rng: random.Random, *, healthy: bool) -> None:
+    with store.db.write() as db:
+        for tid in ids:
+            resp = _response(rng, tid)
+            if healthy:
+                resp.update(healthy=True, failures=[], signals=[], primary=None)
+            store.traces.put_trace(db, tenant="t", trace_id=tid, trace={"id": tid, "steps": []}, response=resp,
+                                   session_id=None, task_type=None, agent="billing")
