@@ -48,6 +48,7 @@ if str(ROOT) not in sys.path:
 from serve.store.counters import CANARY_FIELDS, hour_of  # noqa: E402
 from serve.store.tables import RECOVERY_BOUNDS  # noqa: E402
 from serve.store.traces import _failure_tool  # noqa: E402
+from serve.store.verdict import run_columns  # noqa: E402
 
 BASES = ("airline", "hotpotqa", "support", "coder")  # the pool runs' task types
 ARM = "repair"  # what the service stores at the default canary share (100 %)
@@ -108,6 +109,7 @@ class Template:
     rec: str | None  # the recommendation's JSON (a failing run's), with the id placeholder
     strategy: str | None
     failure_key: str | None
+    columns: dict[str, Any]  # the verdict columns put_trace sets (serve.store.verdict.run_columns)
 
 
 def templates(runs: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[Template]:
@@ -130,7 +132,8 @@ def templates(runs: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[Te
             model_version=str(resp.get("model_version", "")), failures=failures,
             kinds=dict(Counter(str(f["kind"]) for f in resp.get("failures") or [])),
             rec=json.dumps(rec) if failing else None, strategy=rec.get("strategy") if failing else None,
-            failure_key=f"{primary.get('kind')}@{primary.get('source_index')}" if failing else None))
+            failure_key=f"{primary.get('kind')}@{primary.get('source_index')}" if failing else None,
+            columns=run_columns(resp)))
     return out
 
 
@@ -197,7 +200,7 @@ def rows_of(spec: RunSpec, tpl: Template, tenant: str, sums: Totals) -> dict[str
                     "updated_at": at, "n_steps": tpl.n_steps, "healthy": tpl.healthy, "primary_kind": tpl.primary_kind,
                     "model_version": tpl.model_version, "shadow": False, "trace": trace, "response": response,
                     "policy_state": None, "steps_in_rows": False, "arm": ARM, "failed_at": at if failing else None,
-                    "agent": spec.agent}],
+                    "agent": spec.agent, **tpl.columns}],
         "failures": [{**f, "details": json.dumps(f["details"]), "tenant_id": tenant, "trace_id": tid, "created_at": at,
                       "agent": spec.agent} for f in tpl.failures],
     }

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
+from model.core.errors import TriageError
 from model.diagnosis.diagnoser import package_version
 from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
@@ -70,7 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not app.state.auth_enabled:
             warn_auth_off()
         log.info("store: %s", service.stores.db.engine.url.render_as_string(hide_password=True))
-        retention = asyncio.create_task(_retention_loop(service, settings)) if settings.retention_days else None
+        retention = asyncio.create_task(_upkeep_loop(service, settings))
         try:
             yield
         finally:
@@ -116,12 +117,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-async def _retention_loop(service: TriageService, settings: Settings) -> None:
-    """Retention: purge history older than ``retention_days`` at start-up, then hourly."""
+async def _upkeep_loop(service: TriageService, settings: Settings) -> None:
+    """The store's upkeep (serve/store/upkeep.py): the verdict backfill of revision 0015 at start-up,
+    then retention (each tenant's ``retention_days``, else ``retention_days``) at start-up and hourly.
+    Every worker runs it; two at once only repeat each other's work."""
     from datetime import timedelta
 
-    assert settings.retention_days is not None
-    ttl = timedelta(days=settings.retention_days)
+    ttl = timedelta(days=settings.retention_days) if settings.retention_days else None
+    try:
+        await asyncio.to_thread(service.backfill)
+    except TriageError:  # the store failed: say so (it resumes at the next start, or `triage store backfill`)
+        log.exception("verdict backfill failed")
     while True:
         try:
             await asyncio.to_thread(service.purge, ttl)

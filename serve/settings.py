@@ -85,7 +85,8 @@ class Settings(BaseSettings):
     )
     redact_salt: str = Field(default="", description="HMAC key of redact_mode=hash.")
     retention_days: float | None = Field(
-        default=None, gt=0, description="Delete history not updated for this long (checked at start-up)."
+        default=None, gt=0, description="Delete runs created longer ago than this (with everything derived from "
+        "them), for every tenant without a retention of its own (`triage store retention`); at start-up, then hourly."
     )
     stream_detector: str = Field(default="cusum", description="Stream detector for observations.")
     alarm_cache_s: float = Field(

@@ -176,7 +176,7 @@ def test_a_session_append_encodes_only_its_new_steps_after_redaction_on_any_work
 
 
 def test_deleting_a_run_or_retention_deletes_its_vectors(db_url: str, tmp_path: Path) -> None:  # noqa: F811
-    from datetime import timedelta
+    from datetime import UTC, datetime, timedelta
 
     from serve.store import Stores, open_stores
 
@@ -190,7 +190,7 @@ def test_deleting_a_run_or_retention_deletes_its_vectors(db_url: str, tmp_path: 
         assert set(stores.encodings.vectors("acme", [("a", 2), ("b", 2)], "enc")) == {"a", "b"}
         assert stores.traces.delete_trace("acme", "a")
         assert set(stores.encodings.vectors("acme", [("a", 2), ("b", 2)], "enc")) == {"b"}
-        assert stores.traces.purge_older_than(timedelta(seconds=0)) == 1
+        assert stores.upkeep.purge_tenant("acme", 1, now=datetime.now(UTC) + timedelta(days=2)).runs == 1
         assert stores.encodings.stored_bytes("acme") == (0, 0)
     finally:
         stores.db.dispose()

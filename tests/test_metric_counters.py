@@ -31,10 +31,12 @@ def full_canary(store: Stores, tenant: str | None, window: timedelta = WEEK, now
     since = datetime.fromtimestamp(hour_of(now - window) * 3600, UTC)
     out = {arm: {"runs": 0, "failed": 0, "recovered": 0, "labelled": 0, "succeeded": 0} for arm in ("repair", "shadow")}
     with store.db.read() as db:
-        q = select(TraceRow).where(TraceRow.arm.is_not(None), TraceRow.created_at >= since)
+        # the columns it reads (not the whole row: revisions after 0012 add columns an older schema lacks)
+        q = select(TraceRow.tenant_id, TraceRow.id, TraceRow.arm, TraceRow.failed_at, TraceRow.healthy).where(
+            TraceRow.arm.is_not(None), TraceRow.created_at >= since)
         if tenant is not None:
             q = q.where(TraceRow.tenant_id == tenant)
-        rows = list(db.scalars(q))
+        rows = list(db.execute(q).all())
         labels = group_rows(db, LabelRow, [(r.tenant_id, r.id) for r in rows])
     for r in rows:
         o = out[str(r.arm)]
@@ -168,9 +170,9 @@ def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # no
         assert store.traces.delete_trace("acme", "r1")
         assert store.traces.delete_session("acme", "conv-2")
         agree(store, "acme")
-        with store.db.write() as db:  # the old run was last updated 10 days ago
-            db.execute(TraceRow.__table__.update().where(TraceRow.id == "old").values(updated_at=NOW - timedelta(days=10)))
-        assert store.traces.purge_older_than(timedelta(days=9), now=NOW) == 1
+        with store.db.write() as db:  # the old run started 10 days ago
+            db.execute(TraceRow.__table__.update().where(TraceRow.id == "old").values(created_at=NOW - timedelta(days=10)))
+        assert store.upkeep.purge_tenant("acme", 9, now=NOW).runs == 1
         agree(store, "acme")
         assert totals(store, "acme")["recoveries"] == 0 and totals(store, "acme")["traces"] == 3
         assert counted(store, "globex")["repair"]["runs"] == 1  # another tenant's, untouched

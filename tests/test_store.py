@@ -156,8 +156,8 @@ def test_delete_trace_session_and_retention(store: Stores) -> None:
         assert store.reports.count_rows(table, "a") == 0
     assert store.traces.delete_session("a", "s") is False
     # retention: nothing is older than a day; everything is older than "now + 2 days - 1 day"
-    assert store.traces.purge_older_than(timedelta(days=1)) == 0
-    assert store.traces.purge_older_than(timedelta(days=1), now=datetime.now(UTC) + timedelta(days=2)) == 1
+    assert sum(p.runs for p in store.upkeep.apply_retention(default_days=1)) == 0
+    assert sum(p.runs for p in store.upkeep.apply_retention(default_days=1, now=datetime.now(UTC) + timedelta(days=2))) == 1
     assert store.reports.count_rows(TraceRow) == 0
 
 

@@ -2,6 +2,8 @@
 
 - :class:`TriageClient` / :class:`AsyncTriageClient`: the whole HTTP API, fail-open with a time
   budget, retries with backoff honouring ``Retry-After``;
+- :func:`iter_traces` / :func:`aiter_traces` (``agent_triage_client.paging``): every stored trace,
+  page after page by the answers' keyset cursor;
 - :class:`StepStream`: turns framework events into session steps (what the adapters build on);
 - :class:`RepairExecutor` (``agent_triage_client.executor``): carries out every repair strategy the
   service recommends, with per-message snapshots for rollback; :class:`TriageAgent`
@@ -23,6 +25,7 @@ from agent_triage_client._errors import TriageAPIError, TriageClientError, Triag
 from agent_triage_client.agent import AsyncTriageAgent, RunReport, TriageAgent
 from agent_triage_client.executor import Handoff, RepairContext, RepairExecutor, RepairResult, Replan
 from agent_triage_client.models import Diagnosis, ProbabilityBasis, Recommendation, SessionStep
+from agent_triage_client.paging import aiter_traces, iter_traces
 from agent_triage_client.stream import StepStream
 
 __all__ = [
@@ -45,5 +48,7 @@ __all__ = [
     "TriageClient",
     "TriageClientError",
     "TriageUnavailable",
+    "aiter_traces",
+    "iter_traces",
     "retry_after_s",
 ]

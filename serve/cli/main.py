@@ -12,6 +12,7 @@ parts of the project can add commands without editing one shared file:
 - ``serve/cli/patterns.py``: ``patterns``
 - ``serve/cli/export.py``: ``datasets export``
 - ``serve/cli/agents.py``: ``agents …``
+- ``serve/cli/store.py``: ``store backfill|retention|purge``
 - ``serve/cli/output.py``: where they print (whole lines when piped) and how they fail
 
 The help is plain text (``rich_markup_mode=None``, which every group inherits): click's layout,
@@ -46,6 +47,7 @@ _COMMAND_MODULES = (
     "serve.cli.keys",
     "serve.cli.patterns",
     "serve.cli.agents",
+    "serve.cli.store",
 )
 
 for _name in _COMMAND_MODULES:

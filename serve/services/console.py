@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -40,6 +40,7 @@ from serve.services.retrain import learning_curve, promote_version, rollback_ver
 from serve.services.run_labels import effective_label
 from serve.services.triage import TriageService
 from serve.store import Stores
+from serve.store.labels import ReviewRow
 
 Verdict = Literal["failed", "healthy", "unknown"]
 #: The spectrum's name for a failed run without a primary failure kind.
@@ -64,21 +65,16 @@ def overview(store: Stores, tenant: str, *, since: datetime, until: datetime, ag
     kind (:data:`NO_KIND` when it has none): a day's bars add up to that day's failed runs, and all
     of them to the ``failed`` total, over the same window. ``days`` lists every day of the window
     (the first and the last partial), so a chart can span the window whatever days have runs."""
-    runs, recs, outs = store.console.window_rows(tenant, since=since, until=until, agent=agent)
-    agent_of = {r.id: r.agent for r in runs}
+    counts = store.console.window_counts(tenant, since=since, until=until, agent=agent)
     per: dict[str, Counter[str]] = defaultdict(Counter)
-    for r in runs:
-        c = per[r.agent]
-        c["runs"] += 1
-        c[verdict(r.healthy)] += 1
-    for rec in recs:
-        if rec.trace_id in agent_of:
-            per[agent_of[rec.trace_id]]["repairs"] += 1
-    for o in outs:
-        if o.trace_id in agent_of:
-            c = per[agent_of[o.trace_id]]
-            c["outcomes"] += 1
-            c["repaired"] += bool(o.success)
+    for name, v, n in counts.verdicts:
+        per[name]["runs"] += n
+        per[name][v] += n
+    for name, n in counts.repairs.items():
+        per[name]["repairs"] += n
+    for name, (n, good) in counts.outcomes.items():
+        per[name]["outcomes"] += n
+        per[name]["repaired"] += good
     agents = []
     for name in sorted(per, key=lambda a: (-per[a]["runs"], a)):
         c = per[name]
@@ -91,11 +87,9 @@ def overview(store: Stores, tenant: str, *, since: datetime, until: datetime, ag
         total.update(c)
     days = [(since.date() + timedelta(days=i)).isoformat() for i in range((until.date() - since.date()).days + 1)]
     spectrum: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(days, 0))
-    for r in runs:
-        if verdict(r.healthy) == "failed":
-            day = _utc(r.created_at).date().isoformat()
-            if day in days:
-                spectrum[r.primary_kind or NO_KIND][day] += 1
+    for kind, day, n in counts.spectrum:
+        if day in days:
+            spectrum[kind or NO_KIND][day] += n
     alarms = [{"stream": a["name"], "agent": a["agent"], "alarm": a["alarm"]}
               for a in store.streams.all_open_alarms(tenant)]
     return {
@@ -134,7 +128,7 @@ def runs(store: Stores, tenant: str, f: RunFilter, *, page: int, per_page: int) 
         eff = effective_label(rec["labels"])
         items.append({
             "id": r.id, "created_at": r.created_at.isoformat(), "agent": r.agent, "task_type": r.task_type,
-            "steps": r.n_steps, "verdict": verdict(r.healthy),
+            "steps": r.n_steps, "verdict": r.verdict,
             "failure_probability": None if r.p is None else round(float(r.p), 4),
             "basis": basis_of(r.basis, r.p),
             "primary_kind": r.primary_kind,
@@ -438,6 +432,24 @@ class ConsoleService:
         """The tenant's stored runs with their diagnoses and labels (the label queue reads them:
         :class:`serve.services.label_queue.HistorySource`)."""
         return self._stores.labels.iter_history(tenant)
+
+    def review_rows(self, tenant: str, author: str) -> tuple[list[ReviewRow], int]:
+        """The label queue's runs from the console's index (:meth:`serve.store.labels.LabelStore.review_rows`)."""
+        return self._stores.labels.review_rows(tenant, author)
+
+    def review_head(self, tenant: str, author: str, *, order: str, thresholds: dict[str, float], default: float,
+                    limit: int) -> tuple[list[ReviewRow], int, int] | None:
+        """The head of the label queue ordered by the database (:meth:`serve.store.labels.LabelStore.review_head`)."""
+        return self._stores.labels.review_head(tenant, author, order=order, thresholds=thresholds, default=default,
+                                               limit=limit)
+
+    def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored responses of these runs (:meth:`serve.store.labels.LabelStore.responses`)."""
+        return self._stores.labels.responses(tenant, trace_ids)
+
+    def findings_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """The runs' stored failures and signals (:meth:`serve.store.labels.LabelStore.findings_of`)."""
+        return self._stores.labels.findings_of(tenant, trace_ids)
 
 
 __all__ = ["NO_KIND", "ConsoleService", "RunFilter", "agents", "args_text", "basis_of", "content_is_args",

@@ -28,8 +28,8 @@ from serve.schemas import (
 from serve.services.diagnoses import Diagnoses
 from serve.services.run_labels import effective_label
 from serve.store.labels import LabelStore
-from serve.store.tables import TraceRow
 from serve.store.traces import TraceStore
+from serve.store.upkeep import UpkeepStore
 
 log = logging.getLogger("triage.service")
 
@@ -43,6 +43,7 @@ class History:
         self.label_store = label_store
         self.redactor = redactor
         self.diagnoses = diagnoses
+        self.upkeep = UpkeepStore(trace_store.db)  # the backfill and retention (serve/store/upkeep.py)
 
     # -- traces ----------------------------------------------------------------------------------
     def list_traces(
@@ -93,10 +94,24 @@ class History:
         if not self.trace_store.delete_trace(tenant, trace_id):
             raise NotFoundError(f"no trace {trace_id!r} for this tenant")
 
-    def purge(self, retention: timedelta) -> int:
-        n = self.trace_store.purge_older_than(retention)
+    def purge(self, retention: timedelta | None = None) -> int:
+        """One retention pass (:meth:`serve.store.upkeep.UpkeepStore.apply_retention`): each tenant's
+        runs past its own retention, else past ``retention`` (the service-wide setting; ``None``: keep);
+        the runs deleted."""
+        default = None if retention is None else retention.total_seconds() / 86400
+        n = 0
+        for p in self.upkeep.apply_retention(default_days=default):
+            n += p.runs
+            if p.runs or p.observations:
+                log.info("retention: tenant %s: deleted %d runs and %d observations created before %s",
+                         p.tenant, p.runs, p.observations, p.cutoff.isoformat(timespec="seconds"))
+        return n
+
+    def backfill(self) -> int:
+        """Fill the verdict columns of runs stored before revision 0015 (:meth:`serve.store.upkeep.UpkeepStore.backfill_verdicts`)."""
+        n = self.upkeep.backfill_verdicts()
         if n:
-            log.info("retention: deleted %d traces older than %s", n, retention)
+            log.info("backfill: filled the verdict of %d runs stored before revision 0015", n)
         return n
 
     # -- labels ----------------------------------------------------------------------------------
@@ -148,7 +163,7 @@ class History:
         )
 
 
-def _summary(r: TraceRow) -> TraceSummary:
+def _summary(r: Any) -> TraceSummary:
     return TraceSummary(
         id=r.id,
         session_id=r.session_id,

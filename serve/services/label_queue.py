@@ -54,25 +54,22 @@ The terminal loop is :func:`serve.cli.label_review.run_review`; the console's pa
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
 from model.core.errors import InputError, ModelLoadError
 from model.core.kinds import FailureKind
 from model.core.schema import LabelSource, Trace
-from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS
 from model.scoring.agent_registry import ZERO_SHOT
 from serve.services.console import ConsoleService, version_cv_auroc
+from serve.store.labels import ReviewRow, review_key
+from serve.store.verdict import closest_finding, run_columns
 
 if TYPE_CHECKING:
     from model.scoring.runscore.model import RunScorer
     from serve.services.triage import TriageService
-
-#: Thresholds of the fused findings, by kind value.
-_KIND_THRESHOLDS = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
 
 #: The review's orders (module docstring); ``random`` is the reference the others are measured against.
 Order = Literal["random", "margin", "queue"]
@@ -189,25 +186,28 @@ def margin(response: dict[str, Any], threshold: float | None) -> tuple[float, st
 
 def measure_margin(response: dict[str, Any], threshold: float | None) -> tuple[float, Measure]:
     """:func:`margin` with what it measured as figures (:class:`Measure`)."""
-    best, measured = 1.0, Measure(None)
-    found = list(response.get("failures") or []) + list(response.get("signals") or [])
-    judged = next((f["details"]["threshold"] for f in found if f.get("detector") == "runscore"
-                   and isinstance((f.get("details") or {}).get("threshold"), int | float)), None)
-    p = response.get("failure_probability")
-    if isinstance(p, int | float):
-        thr = float(judged) if judged is not None else 0.5 if threshold is None else threshold
-        best = abs(float(p) - thr)
-        measured = Measure(PROBABILITY, float(p), thr)
-    for f in found:
-        if f.get("detector") == "runscore":
-            continue  # its confidence is the failure probability, measured above
-        conf = f.get("confidence")
-        if not isinstance(conf, int | float):
-            continue
-        thr = _KIND_THRESHOLDS.get(str(f.get("kind")), 0.5)
-        d = abs(float(conf) - thr)
-        if d < best:
-            best, measured = d, Measure(str(f.get("kind")), float(conf), thr)
+    cols = run_columns(response)
+    best, measured = margin_of(cols["failure_probability"], cols["judged_threshold"], cols["finding_margin"],
+                               threshold)
+    near = closest_finding(response)
+    if measured is None and near is not None:
+        measured = Measure(near[1], near[2], near[3])
+    return best, measured or Measure(None)
+
+
+def margin_of(p: float | None, judged: float | None, finding: float | None,
+              threshold: float | None) -> tuple[float, Measure | None]:
+    """The margin of a run from its stored columns (:func:`serve.store.verdict.run_columns`): the
+    probability's distance to its operating point (``judged``, else ``threshold``, else 0.5) unless a
+    finding sits strictly closer to its threshold; 1 with neither. The :class:`Measure` when it is the
+    probability's, ``None`` when a finding's (or nothing's)."""
+    best, measured = 1.0, None
+    if p is not None:
+        thr = judged if judged is not None else 0.5 if threshold is None else threshold
+        best = abs(p - thr)
+        measured = Measure(PROBABILITY, p, thr)
+    if finding is not None and finding < best:
+        return finding, None
     return best, measured
 
 
@@ -225,18 +225,39 @@ def random_key(author: str, trace_id: str) -> str:
     >>> random_key("ana", "t1") == random_key("ana", "t1") != random_key("bob", "t1")
     True
     """
-    return hashlib.sha256(f"{author}\x00{trace_id}".encode()).hexdigest()
+    return review_key(author, trace_id)
+
+
+@runtime_checkable
+class IndexedHistory(Protocol):
+    """A history the queue orders from the console's index (:meth:`serve.store.labels.LabelStore.review_rows`),
+    reading the stored responses of the candidates it shows only."""
+
+    def review_rows(self, tenant: str, author: str) -> tuple[list[ReviewRow], int]: ...
+
+    def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...
+
+    def findings_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]: ...
 
 
 def review_queue(
     store: HistorySource, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
-    order: str = DEFAULT_ORDER,
+    order: str = DEFAULT_ORDER, detail: int | None = None,
 ) -> tuple[list[Candidate], int]:
     """The tenant's traces still to review by ``author``, in ``order`` (module docstring), and how
     many that author has labelled already. ``threshold_for(agent)`` gives the operating point of the
-    run's agent (``traces.agent``)."""
+    run's agent (``traces.agent``).
+
+    From a store that keeps the console's index (:class:`IndexedHistory`), the ``random`` and
+    ``margin`` orders read it, not the stored traces. ``detail`` (a page's): the candidates carry no
+    stored ``response`` (``{}``), and only the first ``detail`` their :class:`Measure` (the others
+    ``Measure(None)``); ``None``: every candidate carries both. The ``queue`` order clusters the runs'
+    texts: it reads every trace."""
     if order not in ORDERS:
         raise InputError(f"order must be one of {', '.join(ORDERS)}; got {order!r}", path="order")
+    if order != "queue" and isinstance(store, IndexedHistory):
+        return _indexed_queue(store, tenant, author=author, threshold_for=threshold_for, order=order,
+                              detail=detail)
     queue: list[Candidate] = []
     done = 0
     cache: dict[str | None, float | None] = {}
@@ -276,6 +297,81 @@ def review_queue(
         value = [max(0.0, 1.0 - 2.0 * queue[i].margin) for i in order_by]
         order_by = [order_by[j] for j in order_queue(None, clusters[:n], labelled=counts, value=value)]
     return [queue[i] for i in order_by], done
+
+
+def _indexed_queue(
+    store: IndexedHistory, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
+    order: str, detail: int | None,
+) -> tuple[list[Candidate], int]:
+    """:func:`review_queue`'s ``random`` and ``margin`` orders from the console's index: the same
+    candidates in the same order as the walk over every trace."""
+    rows, done = store.review_rows(tenant, author)
+    cache: dict[str | None, float | None] = {}
+    margins = []
+    for r in rows:
+        if r.agent not in cache:
+            cache[r.agent] = threshold_for(r.agent)
+        margins.append(margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])[0])
+    if order == "random":
+        order_by = sorted(range(len(rows)), key=lambda i: random_key(author, rows[i].trace_id))
+    else:
+        order_by = sorted(range(len(rows)), key=lambda i: (margins[i], -rows[i].created_at.timestamp(),
+                                                          rows[i].trace_id))
+    if detail is None:  # every candidate with its stored response (the terminal review shows each)
+        responses = store.responses(tenant, [r.trace_id for r in rows])
+        out = []
+        for i in order_by:
+            r = rows[i]
+            response = responses.get(r.trace_id, {})
+            m, got = measure_margin(response, cache[r.agent])
+            out.append(Candidate(r.trace_id, r.created_at, m, got.text(), response, got))
+        return out, done
+    # the page's head: the words of the margin from the columns, or from the failure rows when a
+    # finding's confidence is the closest (the failure rows keep the response's order)
+    head = [rows[i] for i in order_by[:detail]]
+    found = store.findings_of(tenant, [r.trace_id for r in head
+                                       if margin_of(r.failure_probability, r.judged_threshold, r.finding_margin,
+                                                    cache[r.agent])[1] is None])
+    out = []
+    for n, i in enumerate(order_by):
+        r = rows[i]
+        said = Measure(None)
+        if n < detail:
+            said = margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])[1] or said
+            if said.on is None:
+                near = closest_finding({"failures": found.get(r.trace_id, [])})
+                said = Measure(near[1], near[2], near[3]) if near is not None else said
+        out.append(Candidate(r.trace_id, r.created_at, margins[i], said.text(), {}, said))
+    return out, done
+
+
+def queue_head(
+    console: ConsoleService, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
+    order: str, size: int,
+) -> tuple[list[Candidate], int, int]:
+    """The first ``size`` candidates of :func:`review_queue` (without responses, with their
+    :class:`Measure`), how many are left in the whole queue and how many the author labelled: what a
+    page shows. The ``random`` and ``margin`` orders are ordered by the database over the console's
+    index (:meth:`serve.store.labels.LabelStore.review_head`); the ``queue`` order, and any order while
+    the verdict backfill has rows to fill, by :func:`review_queue`."""
+    if order in ("random", "margin"):
+        # each agent's operating point (0.5 where it has none, as margin_of takes it)
+        thresholds = {a: 0.5 if (thr := threshold_for(a)) is None else thr for a in console.agents(tenant)}
+        got = console.review_head(tenant, author, order=order, thresholds=thresholds, default=0.5, limit=size)
+        if got is not None:
+            rows, left, done = got
+            cache = {a: thresholds.get(a) for a in {r.agent for r in rows}}
+            out = []
+            found = console.findings_of(tenant, [r.trace_id for r in rows])
+            for r in rows:
+                m, said = margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])
+                if said is None:
+                    near = closest_finding({"failures": found.get(r.trace_id, [])})
+                    said = Measure(near[1], near[2], near[3]) if near is not None else Measure(None)
+                out.append(Candidate(r.trace_id, r.created_at, m, said.text(), {}, said))
+            return out, left, done
+    queue, done = review_queue(console, tenant, author=author, threshold_for=threshold_for, order=order, detail=size)
+    return queue[:size], len(queue), done
 
 
 def agree(response: dict[str, Any]) -> dict[str, Any] | str:
@@ -356,9 +452,12 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
     ``order``, :data:`DEFAULT_ORDER` unless the page asks), the run at position ``at`` (its run page's view, with why it is asked and what
     ``a`` saves), the keys, and the run's agent's labelled runs and model."""
     author = author_of(key_id)
-    queue, done = review_queue(console, tenant, author=author,
-                               threshold_for=operating_points(console.service, tenant, scorer), order=order)
-    total = done + len(queue)
+    if order not in ORDERS:
+        raise InputError(f"order must be one of {', '.join(ORDERS)}; got {order!r}", path="order")
+    queue, left, done = queue_head(console, tenant, author=author,
+                                   threshold_for=operating_points(console.service, tenant, scorer), order=order,
+                                   size=max(200, at + 1))
+    total = done + left
     current = None
     if queue:
         at = min(at, len(queue) - 1)
@@ -368,7 +467,8 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
         # why it is asked: what the margin is measured on (the probability or a finding's confidence) and against what
         current["uncertainty"] = {"on": c.measure.on, "value": c.measure.value, "threshold": c.measure.threshold,
                                   "text": c.basis}
-        current["agree"] = agree(c.response)  # what [a] saves, or why it cannot
+        # what [a] saves, or why it cannot (from the run's stored diagnosis, as its page shows it)
+        current["agree"] = agree({"healthy": current["healthy"], "primary": current["primary"]})
         current["shown"] = shown_steps(current)
     agent = current["agent"] if current else None
     labelled = console.labelled_count(tenant, agent)
@@ -376,7 +476,7 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
     cv_auroc = basis.get("cv_auroc") if isinstance(basis.get("cv_auroc"), int | float) else \
         active_cv_auroc(console, tenant, agent)
     return {
-        "author": author, "done": done, "total": total, "left": len(queue), "at": at, "order": order,
+        "author": author, "done": done, "total": total, "left": left, "at": at, "order": order,
         "orders": list(ORDERS), "order_titles": ORDER_TITLES,
         "default_order": DEFAULT_ORDER,
         "queue": [{"id": c.trace_id, "margin": round(c.margin, 4), "basis": c.basis} for c in queue[:200]],
@@ -392,6 +492,6 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
 
 
 __all__ = ["DEFAULT_ORDER", "KIND_KEYS", "MAIN_KEYS", "MAIN_PROMPT", "ORDERS", "ORDER_TITLES", "Order", "PROBABILITY", "Candidate",
-           "HistorySource", "Measure", "active_cv_auroc", "agree", "author_of", "compact", "file_review_queue",
-           "legend", "margin", "measure_margin", "needs_review", "operating_points", "queue_page", "random_key",
+           "HistorySource", "IndexedHistory", "Measure", "active_cv_auroc", "agree", "author_of", "compact", "file_review_queue",
+           "legend", "margin", "margin_of", "measure_margin", "needs_review", "operating_points", "queue_head", "queue_page", "random_key",
            "review_queue", "shown_steps"]

@@ -5,24 +5,35 @@ What ``GET /v1/patterns`` and ``triage patterns`` both call (:func:`tenant_patte
 ``until − days`` (``days`` default 7); the previous window, for the trend, is the same length just
 before it. A window is at most :data:`MAX_WINDOW_DAYS` long.
 
-**Cache.** Grouping a tenant's 20,000 failures reads them all (about 1–2 s on the shared 2-core
-machine), so each worker keeps the last answers (:data:`CACHE_SIZE`) keyed by the store, the tenant,
+**Cache.** Each worker keeps the last answers (:data:`CACHE_SIZE`) keyed by the store, the tenant,
 the parameters and the tenant's **data version** — the count and newest id of its failure rows and
 the newest outcome id, read with one indexed query per request. Any diagnosis, deletion or outcome
 changes the version, so an answer is never stale; with the default window's end on the whole minute,
 a page reloaded within the minute is answered from the cache.
+
+**Failures read incrementally.** An answer after a write (a cold one) would read every failure row of
+both windows again (12,749 rows at 20,000 runs: most of its cost). So each worker also keeps, per
+tenant, the occurrences of the rows created since a base time (:class:`_Rows`), and after a write reads
+only the rows with a newer id: a diagnosis replaces all of its run's rows (new ids), so the copy drops
+the runs those rows belong to and adds them. The copy is then checked against the store — the count of
+rows since the base, read in the same statement as the newest id — and read whole again when they
+differ (a deletion: a run re-diagnosed healthy, deleted, or out of retention; a row committed late under
+an older id), when the tenant's agents change (a rename, merge or split re-keys rows in place), when a
+window starts before the base, and at least every :data:`ROWS_TTL_S` seconds.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from model.core.agents import POOL_AGENT
 from model.core.errors import InputError
-from model.diagnosis.patterns import group_patterns
+from model.diagnosis.patterns import Occurrence, group_patterns
 from serve.schemas import Level, PatternOut, PatternsOut
 from serve.store.reports import ReportStore
 
@@ -32,6 +43,27 @@ DEFAULT_DAYS = 7.0
 CACHE_SIZE = 64
 _cache: OrderedDict[tuple[Any, ...], PatternsOut] = OrderedDict()
 _cache_lock = threading.Lock()
+#: Seconds a worker's copy of a tenant's failure rows lives before it is read whole again.
+ROWS_TTL_S = 300.0
+#: Tenants whose failure rows a worker keeps (the least recently used goes).
+ROWS_TENANTS = 16
+
+
+@dataclass
+class _Rows:
+    """A worker's copy of a tenant's failure rows created since ``base`` (module docstring)."""
+
+    base: datetime
+    top: int  # the newest row id read
+    state: tuple[int, int, int, int]  # ReportStore.failure_state when it was brought up to date
+    by_run: dict[str, list[tuple[int, Occurrence]]]
+    loaded: float  # time.monotonic() of the whole read
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.by_run.values())
+
+
+_rows: OrderedDict[tuple[Any, ...], _Rows] = OrderedDict()
 
 
 
@@ -95,13 +127,57 @@ def tenant_patterns(
     return out
 
 
+def occurrences_since(store: ReportStore, tenant: str, since: datetime) -> list[Occurrence]:
+    """The tenant's failures and signals created since ``since``, by time then row id: what
+    :meth:`ReportStore.failure_rows` reads, from this worker's copy brought up to date (module docstring)."""
+    key = (store.db.url, id(store), tenant)
+    with _cache_lock:
+        got = _rows.get(key)
+    state = store.failure_state(tenant, since=got.base) if got is not None else None
+    if got is not None and state is not None and got.base <= since and time.monotonic() - got.loaded < ROWS_TTL_S \
+            and state[2:] == got.state[2:]:
+        if state[1] > got.top:  # rows written since: each run's new rows replace all of its old ones
+            fresh: dict[str, list[tuple[int, Occurrence]]] = {}
+            for rid, o in store.failure_rows(tenant, since=got.base, after_id=got.top, upto_id=state[1]):
+                fresh.setdefault(o.trace_id, []).append((rid, o))
+            by_run = {**got.by_run, **fresh}
+            got = _Rows(got.base, state[1], state, by_run, got.loaded)
+        if got.count() == state[0]:
+            with _cache_lock:
+                _rows[key] = got
+                _rows.move_to_end(key)
+            return _since(got, since)
+    base = since - timedelta(days=1)  # a sliding window stays inside it for a day
+    state = store.failure_state(tenant, since=base)
+    by: dict[str, list[tuple[int, Occurrence]]] = {}
+    for rid, o in store.failure_rows(tenant, since=base, upto_id=state[1]):
+        by.setdefault(o.trace_id, []).append((rid, o))
+    got = _Rows(base, state[1], state, by, time.monotonic())
+    if got.count() != state[0]:  # written between the two reads: not kept, right for this answer
+        return _since(got, since)
+    with _cache_lock:
+        _rows[key] = got
+        _rows.move_to_end(key)
+        while len(_rows) > ROWS_TENANTS:
+            _rows.popitem(last=False)
+    return _since(got, since)
+
+
+def _since(rows: _Rows, since: datetime) -> list[Occurrence]:
+    got = [(o.created_at, rid, o) for occ in rows.by_run.values() for rid, o in occ if o.created_at >= since]
+    got.sort(key=lambda r: (r[0], r[1]))
+    return [o for _, _, o in got]
+
+
 def _tenant_patterns(
     store: ReportStore, tenant: str, *, since: datetime, until: datetime, level: Level, limit: int, examples: int,
     agent: str | None,
 ) -> PatternsOut:
     previous_since = since - (until - since)
-    occ, repairs = store.pattern_inputs(tenant, since=since, until=until)
-    prev, _ = store.pattern_inputs(tenant, since=previous_since, until=since)
+    both = occurrences_since(store, tenant, previous_since)
+    occ = [o for o in both if since <= o.created_at < until]
+    prev = [o for o in both if o.created_at < since]
+    repairs = store.repair_events(tenant, since=since)
     if agent is not None:
         want = None if agent == POOL_AGENT else agent  # an occurrence of the pool has agent None
         occ = [o for o in occ if o.agent == want]
@@ -133,4 +209,5 @@ class Patterns:
                                examples=examples, agent=agent)
 
 
-__all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "Patterns", "tenant_patterns", "window"]
+__all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "ROWS_TENANTS", "ROWS_TTL_S", "Patterns", "occurrences_since",
+           "tenant_patterns", "window"]

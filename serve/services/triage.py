@@ -182,9 +182,13 @@ class TriageService:
         """:meth:`serve.services.history.History.stored_trace`."""
         return self.history.stored_trace(tenant, trace_id)
 
-    def purge(self, retention: timedelta) -> int:
+    def purge(self, retention: timedelta | None = None) -> int:
         """:meth:`serve.services.history.History.purge`."""
         return self.history.purge(retention)
+
+    def backfill(self) -> int:
+        """:meth:`serve.services.history.History.backfill`."""
+        return self.history.backfill()
 
     def observe(self, tenant: str, stream: str, req: ObservationsRequest) -> ObservationsResponse:
         """:meth:`serve.services.streams.Streams.observe`."""

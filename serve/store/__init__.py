@@ -14,7 +14,8 @@ Every store is built on one :class:`~serve.store.base.Database` (the engine, :me
 - ``streams``: :class:`~serve.store.streams.StreamStore`, streams, observations, alarms;
 - ``reports``: :class:`~serve.store.reports.ReportStore`, aggregates: patterns, metrics, canary;
 - ``console``: :class:`~serve.store.console.ConsoleStore`, the console's reads;
-- ``limits``: :class:`~serve.store.limits.LimitStore`, the request-rate buckets replicas share (PostgreSQL).
+- ``limits``: :class:`~serve.store.limits.LimitStore`, the request-rate buckets replicas share (PostgreSQL);
+- ``upkeep``: :class:`~serve.store.upkeep.UpkeepStore`, the verdict backfill and per-tenant retention.
 
 Simple operations open their own transaction; composed ones (a session step: lock the session, read
 its trace, write the diagnosis, the recommendation and the new policy state) run inside one
@@ -51,6 +52,7 @@ from serve.store.reports import ReportStore
 from serve.store.sessions import SessionStore
 from serve.store.streams import StreamStore
 from serve.store.traces import TracePage, TraceStore
+from serve.store.upkeep import UpkeepStore
 
 if TYPE_CHECKING:
     from serve.settings import Settings
@@ -72,6 +74,7 @@ class Stores:
     console: ConsoleStore
     encodings: EncodingStore
     limits: LimitStore
+    upkeep: UpkeepStore
 
     @classmethod
     def at(cls, url: str, *, busy_timeout_s: float = 10.0) -> Stores:
@@ -81,7 +84,7 @@ class Stores:
         return cls(db=db, keys=KeyStore(db), traces=TraceStore(db), labels=LabelStore(db),
                    sessions=SessionStore(db), activations=ActivationStore(db), agents=AgentStore(db),
                    streams=streams, reports=ReportStore(db, streams), console=ConsoleStore(db),
-                   encodings=EncodingStore(db), limits=LimitStore(db))
+                   encodings=EncodingStore(db), limits=LimitStore(db), upkeep=UpkeepStore(db))
 
 
 def open_stores(settings: Settings, *, migrate: bool = True) -> Stores:
@@ -93,6 +96,7 @@ def open_stores(settings: Settings, *, migrate: bool = True) -> Stores:
 
 
 __all__ = [
-    "ActivationStore", "AgentStore", "ConsoleStore", "Database", "EncodingStore", "KeyStore", "LabelStore", "LimitStore", "ReportStore",
-    "SessionStore", "StreamStore", "Stores", "TracePage", "TraceStore", "check_tenant_name", "open_stores",
+    "ActivationStore", "AgentStore", "ConsoleStore", "Database", "EncodingStore", "KeyStore", "LabelStore",
+    "LimitStore", "ReportStore", "SessionStore", "StreamStore", "Stores", "TracePage", "TraceStore",
+    "UpkeepStore", "check_tenant_name", "open_stores",
 ]

@@ -1,12 +1,19 @@
 """What the console's pages read (serve/ui/data.py shapes it): runs in a window with their repairs,
-outcomes and failure kinds; a filtered page of runs; the tenant's agents and streams."""
+outcomes and failure kinds; a filtered page of runs; the tenant's agents and streams.
+
+A run's verdict is the ``traces.verdict`` column (:mod:`serve.store.verdict`), read through the
+console's covering index (``ix_traces_console``) without touching the rows. A row stored before
+revision 0015 and not backfilled yet (:mod:`serve.store.upkeep`) has it NULL: its verdict is then read
+from its stored response, so that the pages are right while the backfill runs (the partial index
+``ix_traces_unfilled`` says in one probe whether a tenant has such rows)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, exists, func, select
+from sqlalchemy import and_, case, exists, func, or_, select
 
 from serve.store.base import StoreBase
 from serve.store.tables import (
@@ -20,6 +27,8 @@ from serve.store.tables import (
 )
 
 _HEALTHY = TraceRow.response["healthy"].as_boolean()
+#: The verdict read from the stored response (rows not backfilled yet).
+_JSON_VERDICT = case((_HEALTHY.is_(None), "unknown"), (_HEALTHY.is_(True), "healthy"), else_="failed")
 _PROBABILITY = TraceRow.response["failure_probability"].as_float()
 _BASIS = TraceRow.response["failure_probability_basis"]
 
@@ -28,34 +37,78 @@ def _in_window(q: Any, since: datetime, until: datetime) -> Any:
     return q.where(TraceRow.created_at >= since, TraceRow.created_at < until)
 
 
+@dataclass(frozen=True)
+class WindowCounts:
+    """The overview's counts of a window's runs: ``verdicts`` (agent, verdict, runs), ``spectrum``
+    (primary kind or ``None``, UTC day ``YYYY-MM-DD``, failed runs), ``repairs`` (agent → repairs
+    given, ``continue`` left out) and ``outcomes`` (agent → outcomes reported, of which succeeded)."""
+
+    verdicts: list[tuple[str, str, int]]
+    spectrum: list[tuple[str | None, str, int]]
+    repairs: dict[str, int]
+    outcomes: dict[str, tuple[int, int]]
+
+
 class ConsoleStore(StoreBase):
     """Reads of the console (tenant-scoped); rows come back as named tuples."""
 
-    def window_rows(
-        self, tenant: str, *, since: datetime, until: datetime, agent: str | None
-    ) -> tuple[list[Any], list[Any], list[Any]]:
-        """The runs created in ``[since, until)`` (of ``agent``; ``None``: every agent's) as ``id,
-        created_at, agent, healthy, primary_kind``; and of the tenant's runs in the window, the repairs given (``id,
-        trace_id, strategy``; ``continue`` left out) and the outcomes (``recommendation_id, trace_id,
-        success``)."""
-        q = _in_window(select(TraceRow.id, TraceRow.created_at, TraceRow.agent.label("agent"),
-                              _HEALTHY.label("healthy"), TraceRow.primary_kind)
-                       .where(TraceRow.tenant_id == tenant), since, until)
-        if agent is not None:
-            q = q.where(TraceRow.agent == agent)
+    def has_unfilled(self, db: Any, tenant: str) -> bool:
+        """Whether the tenant has a run whose verdict is not backfilled yet (one probe of ``ix_traces_unfilled``)."""
+        return db.scalar(select(TraceRow.id).where(TraceRow.tenant_id == tenant, TraceRow.verdict.is_(None))
+                         .limit(1)) is not None
+
+    def json_verdicts(self, db: Any, tenant: str, ids: list[str]) -> dict[str, str]:
+        """The verdicts of these runs read from their stored responses, by id."""
+        out: dict[str, str] = {}
+        for i in range(0, len(ids), 500):
+            out.update({str(k): str(v) for k, v in db.execute(
+                select(TraceRow.id, _JSON_VERDICT).where(TraceRow.tenant_id == tenant,
+                                                         TraceRow.id.in_(ids[i : i + 500]))).all()})
+        return out
+
+    def window_counts(self, tenant: str, *, since: datetime, until: datetime, agent: str | None) -> WindowCounts:
+        """What the overview counts of the runs created in ``[since, until)`` (of ``agent``; ``None``:
+        every agent's): :class:`WindowCounts`, counted by the database over the console's index (a few
+        rows come back, whatever the window holds). Rows whose verdict is not backfilled yet are
+        counted by their JSON."""
+        t = TraceRow
+        # grouped by an expression, not the bare column: SQLite would otherwise walk ix_traces_tenant_agent
+        # for the grouping's order and read every row for the rest
+        by_agent = func.coalesce(t.agent, "")
+
+        def scoped(q: Any) -> Any:
+            q = _in_window(q, since, until)
+            return q if agent is None else q.where(t.agent == agent)
+
+        day = func.date(t.created_at)
         with self.read() as db:
-            runs = list(db.execute(q).all())
-            recs = list(db.execute(_in_window(
-                select(RecommendationRow.id, RecommendationRow.trace_id, RecommendationRow.strategy)
-                .join(TraceRow, and_(TraceRow.tenant_id == RecommendationRow.tenant_id,
-                                     TraceRow.id == RecommendationRow.trace_id))
-                .where(RecommendationRow.tenant_id == tenant, RecommendationRow.strategy != "continue"),
-                since, until)).all())
-            outs = list(db.execute(_in_window(
-                select(OutcomeRow.recommendation_id, OutcomeRow.trace_id, OutcomeRow.success)
-                .join(TraceRow, and_(TraceRow.tenant_id == OutcomeRow.tenant_id, TraceRow.id == OutcomeRow.trace_id))
-                .where(OutcomeRow.tenant_id == tenant), since, until)).all())
-        return runs, recs, outs
+            verdicts = [(str(a), v, int(n)) for a, v, n in db.execute(scoped(
+                select(by_agent, t.verdict, func.count()).where(t.tenant_id == tenant)
+                .group_by(by_agent, t.verdict))).all()]
+            spectrum = [(k, str(d), int(n)) for k, d, n in db.execute(scoped(
+                select(t.primary_kind, day, func.count()).where(t.tenant_id == tenant, t.verdict == "failed")
+                .group_by(t.primary_kind, day))).all()]
+            if any(v is None for _, v, _ in verdicts):  # the backfill has rows to fill in this window
+                late = scoped(select(by_agent, _JSON_VERDICT, func.count())
+                              .where(t.tenant_id == tenant, t.verdict.is_(None)).group_by(by_agent, _JSON_VERDICT))
+                verdicts = [r for r in verdicts if r[1] is not None] + [
+                    (str(a), str(v), int(n)) for a, v, n in db.execute(late).all()]
+                spectrum += [(k, str(d), int(n)) for k, d, n in db.execute(scoped(
+                    select(t.primary_kind, day, func.count()).where(t.tenant_id == tenant, t.verdict.is_(None),
+                                                                   _JSON_VERDICT.in_(["failed"]))
+                    .group_by(t.primary_kind, day))).all()]
+            repairs = {str(a): int(n) for a, n in db.execute(scoped(
+                select(by_agent, func.count())
+                .join(RecommendationRow, and_(RecommendationRow.tenant_id == t.tenant_id,
+                                              RecommendationRow.trace_id == t.id))
+                .where(t.tenant_id == tenant, RecommendationRow.strategy != "continue")
+                .group_by(by_agent))).all()}
+            ok = func.sum(case((OutcomeRow.success.is_(True), 1), else_=0))
+            outcomes = {str(a): (int(n), int(good or 0)) for a, n, good in db.execute(scoped(
+                select(by_agent, func.count(), ok)
+                .join(OutcomeRow, and_(OutcomeRow.tenant_id == t.tenant_id, OutcomeRow.trace_id == t.id))
+                .where(t.tenant_id == tenant).group_by(by_agent))).all()}
+        return WindowCounts([(a, str(v), n) for a, v, n in verdicts], spectrum, repairs, outcomes)
 
     def run_page(
         self, tenant: str, *, agent: str | None = None, verdict: str | None = None, kind: str | None = None,
@@ -64,16 +117,12 @@ class ConsoleStore(StoreBase):
     ) -> tuple[int, list[Any]]:
         """How many runs pass the filters (each ``None``: any; ``verdict``: ``failed``, ``healthy`` or
         ``unknown``), and page ``page`` of them, newest first, as ``id, created_at, n_steps,
-        primary_kind, task_type, agent, healthy, p, basis``."""
+        primary_kind, task_type, agent, verdict, p, basis``."""
         q = select(TraceRow.id, TraceRow.created_at, TraceRow.n_steps, TraceRow.primary_kind, TraceRow.task_type,
-                   TraceRow.agent.label("agent"), _HEALTHY.label("healthy"), _PROBABILITY.label("p"),
-                   _BASIS.label("basis")).where(TraceRow.tenant_id == tenant)
+                   TraceRow.agent.label("agent"), func.coalesce(TraceRow.verdict, _JSON_VERDICT).label("verdict"),
+                   _PROBABILITY.label("p"), _BASIS.label("basis")).where(TraceRow.tenant_id == tenant)
         if agent is not None:
             q = q.where(TraceRow.agent == agent)
-        if verdict == "unknown":
-            q = q.where(_HEALTHY.is_(None))
-        elif verdict is not None:
-            q = q.where(_HEALTHY.is_(verdict == "healthy"))
         if kind is not None:
             q = q.where(exists().where(FailureRow.tenant_id == tenant, FailureRow.trace_id == TraceRow.id,
                                        FailureRow.kind == kind, FailureRow.is_signal.is_(False)))
@@ -86,7 +135,12 @@ class ConsoleStore(StoreBase):
                                  LabelRow.withdrawn_at.is_(None))
             q = q.where(has if labelled else ~has)
         with self.read() as db:
-            total = int(db.scalar(select(func.count()).select_from(q.subquery())) or 0)
+            if verdict is not None:
+                # the JSON only while the backfill has rows to fill: the column alone lets the count
+                # read the index
+                q = q.where(or_(TraceRow.verdict == verdict, and_(TraceRow.verdict.is_(None), _JSON_VERDICT.in_([verdict])))
+                            if self.has_unfilled(db, tenant) else TraceRow.verdict == verdict)
+            total = int(db.scalar(select(func.count()).select_from(q.with_only_columns(TraceRow.id).subquery())) or 0)
             rows = list(db.execute(q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
                                    .offset((page - 1) * per_page).limit(per_page)).all())
         return total, rows
@@ -124,4 +178,4 @@ class ConsoleStore(StoreBase):
         return list(reversed(rows))
 
 
-__all__ = ["ConsoleStore"]
+__all__ = ["ConsoleStore", "WindowCounts"]

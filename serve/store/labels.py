@@ -3,16 +3,40 @@ recommendations, outcomes and labels)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, case, exists, func, literal, or_, select
 
 from model.core.errors import InputError
-from serve.store.base import StoreBase, group_rows
+from serve.store.base import StoreBase, core, group_rows
 from serve.store.counters import count_labels
-from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, TraceRow, utcnow
+from serve.store.tables import (
+    FailureRow,
+    LabelRow,
+    OutcomeRow,
+    RecommendationRow,
+    TraceRow,
+    as_utc,
+    fast_time,
+    utcnow,
+)
 from serve.store.traces import trace_json
+from serve.store.verdict import run_columns
+
+
+class ReviewRow(NamedTuple):
+    """One run the label queue may ask about: its id, creation time, agent and the verdict columns
+    its margin is made of (:func:`serve.store.verdict.run_columns`)."""
+
+    trace_id: str
+    created_at: datetime
+    agent: str
+    failure_probability: float | None
+    judged_threshold: float | None
+    finding_margin: float | None
 
 
 class LabelStore(StoreBase):
@@ -143,6 +167,100 @@ class LabelStore(StoreBase):
                 }
             last = keys[-1]
 
+    def review_rows(self, tenant: str, author: str) -> tuple[list[ReviewRow], int]:
+        """What the label queue orders, from the console's index (``ix_traces_console``), never the
+        stored responses: the tenant's runs without a label by ``author`` (not withdrawn) as
+        :class:`ReviewRow`, in no particular order, and how many runs that author has labelled. A row
+        whose verdict columns are not backfilled yet (revision 0015) gets them from its response."""
+        t = core(TraceRow).c
+        with self.read() as db:
+            mine = set(db.scalars(select(LabelRow.trace_id).where(
+                LabelRow.tenant_id == tenant, LabelRow.author == author, LabelRow.withdrawn_at.is_(None)).distinct()))
+            # SQLite's times as the stored text, parsed below by fromisoformat: SQLAlchemy's parser of
+            # SQLite datetimes costs 5x more, and this reads every run of the tenant
+            created = fast_time(t.created_at, self.dialect)
+            rows = db.execute(select(t.id, created, t.agent, t.verdict, t.failure_probability,
+                                     t.judged_threshold, t.finding_margin).where(t.tenant_id == tenant)).all()
+            unfilled = [r[0] for r in rows if r[3] is None and r[0] not in mine]
+            cols: dict[str, dict[str, Any]] = {}
+            for i in range(0, len(unfilled), 500):
+                for tid, response in db.execute(select(t.id, t.response).where(
+                        t.tenant_id == tenant, t.id.in_(unfilled[i : i + 500]))).all():
+                    cols[tid] = run_columns(response or {})
+        out = []
+        done = 0
+        for tid, created, agent, verdict, p, judged, near in rows:
+            if tid in mine:
+                done += 1
+                continue
+            if verdict is None and tid in cols:
+                c = cols[tid]
+                p, judged, near = c["failure_probability"], c["judged_threshold"], c["finding_margin"]
+            out.append(ReviewRow(str(tid), as_utc(created), str(agent), p, judged, near))
+        return out, done
+
+    def review_head(self, tenant: str, author: str, *, order: str, thresholds: dict[str, float],
+                    default: float, limit: int) -> tuple[list[ReviewRow], int, int] | None:
+        """The first ``limit`` runs of the label queue of ``author`` in ``order`` (``random``: by
+        sha256 of author, NUL, trace id; ``margin``: smallest margin, newest, id — :func:`serve.store.verdict.run_columns`'s
+        parts against ``thresholds[agent]``, else ``default``), ordered by the database over the
+        console's index; with the runs left to label and those the author labelled. ``None`` while
+        the tenant has runs the backfill has not filled (the caller orders them itself then)."""
+        t = core(TraceRow).c
+        mine = exists().where(LabelRow.tenant_id == tenant, LabelRow.trace_id == t.id, LabelRow.author == author,
+                              LabelRow.withdrawn_at.is_(None))
+        with self.read() as db:
+            if db.scalar(select(t.id).where(t.tenant_id == tenant, t.verdict.is_(None)).limit(1)) is not None:
+                return None
+            thr = case(thresholds, value=t.agent, else_=default) if thresholds else literal(default)
+            near = func.coalesce(t.finding_margin, 2.0)  # above any probability's distance (≤ 1)
+            prob = case((t.failure_probability.is_(None), 1.0),
+                        else_=func.abs(t.failure_probability - func.coalesce(t.judged_threshold, thr)))
+            margin = case((near < prob, near), else_=prob)
+            if order == "random":
+                if self.dialect == "sqlite":
+                    db.connection().connection.driver_connection.create_function(  # type: ignore[union-attr]
+                        "triage_review_key", 2, review_key, deterministic=True)
+                    keys: tuple[Any, ...] = (func.triage_review_key(author, t.id),)
+                else:  # the bytes of sha256 sort as its hex digest does
+                    keys = (func.sha256(func.convert_to(author, "UTF8").op("||")(literal(b"\x00"))
+                                        .op("||")(func.convert_to(t.id, "UTF8"))),)
+            else:
+                keys = (margin, t.created_at.desc(), t.id)
+            rows = db.execute(select(t.id, t.created_at, t.agent, t.failure_probability, t.judged_threshold,
+                                     t.finding_margin).where(t.tenant_id == tenant, ~mine)
+                              .order_by(*keys).limit(limit)).all()
+            done = int(db.scalar(select(func.count(func.distinct(LabelRow.trace_id))).where(
+                LabelRow.tenant_id == tenant, LabelRow.author == author, LabelRow.withdrawn_at.is_(None))) or 0)
+            total = int(db.scalar(select(func.count()).select_from(core(TraceRow)).where(t.tenant_id == tenant)) or 0)
+        return [ReviewRow(str(r[0]), as_utc(r[1]), str(r[2]), r[3], r[4], r[5]) for r in rows], total - done, done
+
+    def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored responses of these runs, by id (500 ids a query)."""
+        t = core(TraceRow).c
+        out: dict[str, dict[str, Any]] = {}
+        ids = list(trace_ids)
+        with self.read() as db:
+            for i in range(0, len(ids), 500):
+                out.update({str(k): v or {} for k, v in db.execute(
+                    select(t.id, t.response).where(t.tenant_id == tenant, t.id.in_(ids[i : i + 500]))).all()})
+        return out
+
+    def findings_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """The failures then signals of these runs' latest diagnoses as stored in ``failures`` (``kind,
+        confidence, detector``; in the response's order), by id: what a margin's words need, without
+        reading the responses."""
+        out: dict[str, list[dict[str, Any]]] = {t: [] for t in trace_ids}
+        ids = list(trace_ids)
+        with self.read() as db:
+            for i in range(0, len(ids), 500):
+                for tid, kind, conf, det in db.execute(
+                        select(FailureRow.trace_id, FailureRow.kind, FailureRow.confidence, FailureRow.detector)
+                        .where(FailureRow.tenant_id == tenant, FailureRow.trace_id.in_(ids[i : i + 500]))
+                        .order_by(FailureRow.id)).all():
+                    out[str(tid)].append({"kind": kind, "confidence": conf, "detector": det})
+        return out
+
     def agent_labels(self, tenant: str, agent: str, *, limit: int = 2000) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
         """The agent's newest labelled traces (at most ``limit``): each trace's stored response and its
         label rows, oldest first (the zero-shot re-centring reads them; serve/services/agent_models.py)."""
@@ -164,4 +282,10 @@ class LabelStore(StoreBase):
         return [(responses.get(i) or {}, labels.get((tenant, i), [])) for i in ids]
 
 
-__all__ = ["LabelStore"]
+def review_key(author: str, trace_id: str) -> str:
+    """The label queue's ``random`` order key of a run for a reviewer (:func:`serve.services.label_queue.random_key`;
+    PostgreSQL computes the same with its ``sha256``)."""
+    return hashlib.sha256(f"{author}\x00{trace_id}".encode()).hexdigest()
+
+
+__all__ = ["LabelStore", "ReviewRow", "review_key"]

@@ -14,12 +14,15 @@ from serve.store.base import Database, StoreBase, store_error
 from serve.store.counters import CANARY_FIELDS, hour_of
 from serve.store.streams import StreamStore
 from serve.store.tables import (
+    AgentRow,
     CanaryCountRow,
     FailureRow,
     MetricTotalRow,
     OutcomeRow,
     RecommendationRow,
     TraceRow,
+    as_utc,
+    fast_time,
 )
 from serve.store.traces import trace_json
 
@@ -47,20 +50,81 @@ class ReportStore(StoreBase):
         return int(n or 0), int(top or 0), int(out or 0)
 
     def pattern_inputs(
-        self, tenant: str, *, since: datetime, until: datetime
+        self, tenant: str, *, since: datetime, until: datetime, repairs: bool = True
     ) -> tuple[list[Occurrence], list[RepairEvent]]:
-        """The failures and signals of the tenant's runs created in ``[since, until)``, and the
-        recommendations given since ``since`` with their outcomes (:func:`model.diagnosis.patterns.group_patterns`
-        matches them to the runs). An occurrence's agent is its run's resolved agent (``traces.agent``:
-        :func:`model.core.agents.resolve_agent`), ``None`` for the tenant's pool.
+        """The failures and signals of the tenant's runs created in ``[since, until)`` (in the order of
+        their time, then row id), and the recommendations given since ``since`` with their outcomes
+        (:func:`model.diagnosis.patterns.group_patterns` matches them to the runs). An occurrence's agent
+        is its run's resolved agent (``traces.agent``: :func:`model.core.agents.resolve_agent`), ``None``
+        for the tenant's pool.
 
-        One table each: failure rows carry their run's ``created_at`` and agent (migration 0010)."""
-        occ_q = (
-            select(FailureRow.trace_id, FailureRow.created_at, FailureRow.agent, FailureRow.kind,
-                   FailureRow.severity, FailureRow.is_signal, FailureRow.detector, FailureRow.step,
-                   FailureRow.tool, FailureRow.evidence)
-            .where(FailureRow.tenant_id == tenant, FailureRow.created_at >= since, FailureRow.created_at < until)
-        )
+        One table each: failure rows carry their run's ``created_at`` and agent (migration 0010).
+        ``repairs=False``: the occurrences only (the previous window's, for the trend)."""
+        rows = self.failure_rows(tenant, since=since, until=until)
+        return [o for _, o in rows], self.repair_events(tenant, since=since) if repairs else []
+
+    def failure_state(self, tenant: str, *, since: datetime) -> tuple[int, int, int, int]:
+        """The tenant's failure rows created since ``since`` and the newest of their ids (one statement:
+        one snapshot); its agents and old keys (a rename, merge or split changes them).
+        What an incremental reader of :meth:`failure_rows` checks its copy against."""
+        try:
+            with self.engine.connect() as conn:
+                n, top = conn.execute(select(func.count(), func.max(FailureRow.id)).where(
+                    FailureRow.tenant_id == tenant, FailureRow.created_at >= since)).one()
+                agents, aliases = conn.execute(select(func.count(), func.count(AgentRow.alias_of))
+                                               .where(AgentRow.tenant_id == tenant)).one()
+        except SQLAlchemyError as exc:
+            raise store_error(exc, "reading") from exc
+        return int(n or 0), int(top or 0), int(agents or 0), int(aliases or 0)
+
+    def failure_rows(
+        self, tenant: str, *, since: datetime, until: datetime | None = None, after_id: int | None = None,
+        upto_id: int | None = None,
+    ) -> list[tuple[int, Occurrence]]:
+        """The tenant's failure rows created in ``[since, until)`` (``until`` None: since ``since``) with
+        ids in ``(after_id, upto_id]`` when given, as ``(row id, occurrence)``, by time then id."""
+        q = (select(FailureRow.id, FailureRow.trace_id, fast_time(FailureRow.created_at, self.dialect), FailureRow.agent,
+                    FailureRow.kind, FailureRow.severity, FailureRow.is_signal, FailureRow.detector, FailureRow.step,
+                    FailureRow.tool, FailureRow.evidence)
+             .where(FailureRow.tenant_id == tenant, FailureRow.created_at >= since))
+        if until is not None:
+            q = q.where(FailureRow.created_at < until)
+        if after_id is not None:
+            q = q.where(FailureRow.id > after_id)
+        if upto_id is not None:
+            q = q.where(FailureRow.id <= upto_id)
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(q).all()
+        except SQLAlchemyError as exc:
+            raise store_error(exc, "reading") from exc
+        # rows written before failures.tool: the tool of their step, read from the trace
+        old = sorted({r[1] for r in rows if r[9] is None and r[8] is not None})
+        tools: dict[str, list[str | None]] = {}
+        if old:
+            with self.read() as db:
+                for i in range(0, len(old), 500):
+                    for tr in db.scalars(select(TraceRow).where(TraceRow.tenant_id == tenant,
+                                                                TraceRow.id.in_(old[i : i + 500]))):
+                        tools[tr.id] = [s.get("tool_name") for s in trace_json(db, tr).get("steps") or []]
+        out = []
+        times: dict[Any, datetime] = {}  # a run's failure rows share its time: parsed once
+        for rid, tid, created, agent, kind, severity, is_signal, detector, step, tool, evidence in rows:
+            if created is None:  # not in a window (the query's range excludes NULL)
+                continue
+            if tool is None:
+                steps = tools.get(tid, [])
+                tool = steps[step] if step is not None and 0 <= step < len(steps) else None
+            when = times.get(created)
+            if when is None:
+                when = times[created] = as_utc(created)
+            out.append((int(rid), Occurrence(tid, when, None if agent == POOL_AGENT else agent, kind, severity,
+                                             bool(is_signal), detector, step, tool or None, evidence or "")))
+        out.sort(key=lambda r: (r[1].created_at, r[0]))
+        return out
+
+    def repair_events(self, tenant: str, *, since: datetime) -> list[RepairEvent]:
+        """The recommendations given since ``since`` with their outcomes (how many, whether one worked)."""
         ok = func.max(case((OutcomeRow.success.is_(True), 1), else_=0))
         rec_q = (
             select(RecommendationRow.trace_id, RecommendationRow.kind, RecommendationRow.strategy,
@@ -73,32 +137,10 @@ class ReportStore(StoreBase):
         )
         try:
             with self.engine.connect() as conn:
-                rows = conn.execute(occ_q).all()
-                repairs = [
-                    RepairEvent(str(tid), kind, str(strategy), int(n), bool(good) if n else None)
-                    for tid, kind, strategy, n, good in conn.execute(rec_q).all()
-                ]
+                return [RepairEvent(str(tid), kind, str(strategy), int(n), bool(good) if n else None)
+                        for tid, kind, strategy, n, good in conn.execute(rec_q).all()]
         except SQLAlchemyError as exc:
             raise store_error(exc, "reading") from exc
-        # rows written before failures.tool: the tool of their step, read from the trace
-        old = sorted({r[0] for r in rows if r[8] is None and r[7] is not None})
-        tools: dict[str, list[str | None]] = {}
-        if old:
-            with self.read() as db:
-                for i in range(0, len(old), 500):
-                    for tr in db.scalars(select(TraceRow).where(TraceRow.tenant_id == tenant,
-                                                                TraceRow.id.in_(old[i : i + 500]))):
-                        tools[tr.id] = [s.get("tool_name") for s in trace_json(db, tr).get("steps") or []]
-        occurrences = []
-        for tid, created, agent, kind, severity, is_signal, detector, step, tool, evidence in rows:
-            if created is None:  # not in a window (the query's range excludes NULL)
-                continue
-            if tool is None:
-                steps = tools.get(tid, [])
-                tool = steps[step] if step is not None and 0 <= step < len(steps) else None
-            occurrences.append(Occurrence(tid, created, None if agent == POOL_AGENT else agent, kind, severity, bool(is_signal), detector, step,
-                                          tool or None, evidence or ""))
-        return occurrences, repairs
 
     def metrics_snapshot(self, tenant: str | None = None) -> dict[str, Any]:
         """Aggregates for ``/metrics``, read from the store so that every worker reports the same;

@@ -6,9 +6,9 @@ text is stored only after redaction (:mod:`serve.redaction`). The Alembic migrat
 
 Tables::
 
-    tenants          a name per tenant
+    tenants          a name per tenant, and its retention (days)
     api_keys         sha256 of each key (never the key), its prefix for display, revoked_at, operator
-    traces           one diagnosed trace (redacted JSON) and its latest response
+    traces           one diagnosed trace (redacted JSON) and its latest response, with its verdict as columns
     trace_steps      the steps of a session's trace, one row each (appends insert only)
     run_encodings    the float16 step vectors of a run (the agent model's encoder block), a chunk per write
     usage            steps imported per tenant and UTC day (the daily quota)
@@ -46,6 +46,8 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
+    type_coerce,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -76,6 +78,19 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def fast_time(column: Any, dialect: str) -> Any:
+    """``column`` (a :class:`UTCDateTime`) to select when many rows are read: on SQLite its stored
+    text (SQLAlchemy's parser of SQLite datetimes costs ~5x :func:`datetime.fromisoformat`), to be read
+    back with :func:`as_utc`; elsewhere the column itself."""
+    return type_coerce(column, String) if dialect == "sqlite" else column
+
+
+def as_utc(value: datetime | str) -> datetime:
+    """A time selected with :func:`fast_time` (SQLite's text, naive UTC; or a datetime) as aware UTC."""
+    when = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
 
@@ -86,6 +101,9 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # retention: runs older than this many days are deleted with everything derived from them
+    # (serve/store/upkeep.py); NULL keeps them (the service-wide TRIAGE_RETENTION_DAYS still applies)
+    retention_days: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ApiKey(Base):
@@ -108,6 +126,13 @@ class TraceRow(Base):
         Index("ix_traces_tenant_session", "tenant_id", "session_id"),
         Index("ix_traces_tenant_arm", "tenant_id", "arm"),
         Index("ix_traces_tenant_agent", "tenant_id", "agent"),
+        # the console's window and the label queue read these columns alone (revision 0015): an
+        # index-only scan, never the rows (whose trace and response JSON SQLite keeps inline)
+        Index("ix_traces_console", "tenant_id", "created_at", "verdict", "agent", "primary_kind", "id",
+              "failure_probability", "judged_threshold", "finding_margin"),
+        # the rows the verdict backfill has still to fill (empty once it is done: costs a write nothing)
+        Index("ix_traces_unfilled", "tenant_id", "id", sqlite_where=text("verdict IS NULL"),
+              postgresql_where=text("verdict IS NULL")),
     )
 
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -135,6 +160,12 @@ class TraceRow(Base):
     # The agent that ran it (model/core/agents.py): the key of its agent model. Rows stored before
     # revision 0007 got their task type, else "_pool" (what the resolution gives them).
     agent: Mapped[str] = mapped_column(String(200), default="_pool", server_default="_pool")
+    # The diagnosis' verdict and the label queue's margin parts (serve/store/verdict.py run_columns),
+    # written with every diagnosis; NULL verdict: a row stored before revision 0015, not backfilled yet.
+    verdict: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    failure_probability: Mapped[float | None] = mapped_column(Float, nullable=True)
+    judged_threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finding_margin: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class TraceStepRow(Base):
@@ -463,5 +494,7 @@ __all__ = [
     "TraceStepRow",
     "UISessionRow",
     "UsageRow",
+    "as_utc",
+    "fast_time",
     "utcnow",
 ]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Select, delete, exists, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from model.core.errors import InputError
@@ -19,7 +19,6 @@ from serve.store.encodings import drop_vectors
 from serve.store.tables import (
     FailureRow,
     LabelRow,
-    ObservationRow,
     OutcomeRow,
     RecommendationRow,
     RunEncodingRow,
@@ -29,6 +28,7 @@ from serve.store.tables import (
     UsageRow,
     utcnow,
 )
+from serve.store.verdict import run_columns
 
 
 class StoredRun(NamedTuple):
@@ -48,9 +48,14 @@ class TracePrior(NamedTuple):
     steps_in_rows: bool
 
 
+#: The columns of a trace's summary (``GET /v1/traces``' items).
+SUMMARY_COLUMNS = ("id", "session_id", "task_type", "created_at", "updated_at", "n_steps", "healthy", "primary_kind",
+                   "shadow", "agent")
+
+
 @dataclass(frozen=True)
 class TracePage:
-    items: list[TraceRow]
+    items: list[Any]  # rows of SUMMARY_COLUMNS, newest first
     next_cursor: str | None
 
 
@@ -131,6 +136,7 @@ class TraceStore(StoreBase):
             "policy_state": policy_state,
             "steps_in_rows": steps_in_rows,
             "agent": agent,
+            **run_columns(response),  # the verdict and the label queue's margin parts (serve/store/verdict.py)
         }
         if prior is True:
             prev = db.execute(
@@ -260,7 +266,8 @@ class TraceStore(StoreBase):
         cursor: str | None = None,
     ) -> TracePage:
         """Newest first; ``cursor`` is the opaque ``next_cursor`` of the previous page."""
-        q: Select[TraceRow] = select(TraceRow).where(TraceRow.tenant_id == tenant)
+        # the summary's columns only: a whole row would parse each run's trace and response JSON
+        q: Select[Any] = select(*(getattr(TraceRow, c) for c in SUMMARY_COLUMNS)).where(TraceRow.tenant_id == tenant)
         if kind is not None:
             q = q.where(
                 exists().where(
@@ -276,10 +283,10 @@ class TraceStore(StoreBase):
             q = q.where(TraceRow.session_id == session)
         if cursor:
             ts, tid = _decode_cursor(cursor)
-            q = q.where(or_(TraceRow.created_at < ts, and_(TraceRow.created_at == ts, TraceRow.id < tid)))
+            q = q.where(tuple_(TraceRow.created_at, TraceRow.id) < tuple_(ts, tid))  # keyset: an index range
         q = q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc()).limit(limit + 1)
         with self.read() as db:
-            rows = list(db.scalars(q))
+            rows = list(db.execute(q).all())
         nxt = None
         if len(rows) > limit:
             rows = rows[:limit]
@@ -330,21 +337,6 @@ class TraceStore(StoreBase):
                 delete(SessionRow).where(SessionRow.tenant_id == tenant, SessionRow.id == session_id)
             )
             return n > 0 or rowcount(gone) > 0
-
-    def purge_older_than(self, ttl: timedelta, *, now: datetime | None = None) -> int:
-        """Retention: delete traces (and their history) not updated within ``ttl``; returns count."""
-        cutoff = (now or utcnow()) - ttl
-        with self.write() as db:
-            old = db.execute(
-                select(TraceRow.tenant_id, TraceRow.id).where(TraceRow.updated_at < cutoff)
-            ).all()
-            by_tenant: dict[str, list[str]] = {}
-            for t, i in old:
-                by_tenant.setdefault(t, []).append(i)
-            n = sum(_delete_traces(db, t, ids) for t, ids in by_tenant.items())
-            db.execute(delete(SessionRow).where(SessionRow.updated_at < cutoff))
-            db.execute(delete(ObservationRow).where(ObservationRow.created_at < cutoff))
-        return n
 
 
 def trace_json(db: Session, row: TraceRow) -> dict[str, Any]:

@@ -1,10 +1,24 @@
-"""Which label decides a run's verdict (the rule :func:`serve.services.run_labels.effective_label`
-applies, here so that the store can keep the canary's counts of labelled and successful runs on
-write, :mod:`serve.store.counters`).
+"""A run's verdict, kept as columns of ``traces``, and which label decides a run's verdict.
 
-A withdrawn label counts nowhere; a human outranks a checker; among the labels of the ranking type,
-the newest (by ``created_at``, then ``id``) decides. A row written before run-level labels
-(``failed`` NULL) reads as ``failed = kind is not None``.
+**The run's columns** (:func:`run_columns`, written by :meth:`serve.store.traces.TraceStore.put_trace`
+with every diagnosis; revision 0015 added them, :mod:`serve.store.upkeep` fills older rows):
+
+* ``verdict`` — ``failed`` / ``healthy`` / ``unknown`` (the response's ``healthy``: false / true /
+  null); NULL only on a row stored before the column and not backfilled yet;
+* ``failure_probability`` — the response's, NULL without one;
+* ``judged_threshold`` — the operating point the run scorer judged the run at (the ``runscore``
+  finding's ``details.threshold``), NULL when no finding keeps it;
+* ``finding_margin`` — the smallest ``|confidence − threshold|`` over the run's failures and signals
+  other than the run scorer's (their kinds' thresholds: :data:`KIND_THRESHOLDS`), NULL without one.
+
+The last three are what the label queue's margin is made of (:func:`serve.services.label_queue.measure_margin`),
+so that the queue is read from an index, not from every stored response.
+
+**Which label decides** (the rule :func:`serve.services.run_labels.effective_label` applies, here so
+that the store can keep the canary's counts of labelled and successful runs on write,
+:mod:`serve.store.counters`): a withdrawn label counts nowhere; a human outranks a checker; among the
+labels of the ranking type, the newest (by ``created_at``, then ``id``) decides. A row written before
+run-level labels (``failed`` NULL) reads as ``failed = kind is not None``.
 
 >>> from datetime import datetime
 >>> t = datetime(2026, 1, 1)
@@ -13,11 +27,65 @@ the newest (by ``created_at``, then ``id``) decides. A row written before run-le
 ...         {"id": 3, "created_at": t, "author_type": "checker", "failed": False}]
 >>> deciding_label(rows)["id"], label_failed(deciding_label(rows))
 (2, True)
+>>> run_columns({"healthy": False, "failure_probability": 0.7,
+...              "failures": [{"kind": "loop", "confidence": 0.9, "detector": "loop"}]})["verdict"]
+'failed'
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS
+from model.diagnosis.run_verdict import RUNSCORE
+
+Verdict = Literal["failed", "healthy", "unknown"]
+VERDICTS: tuple[Verdict, ...] = ("failed", "healthy", "unknown")
+#: The fused findings' thresholds, by kind value (a kind not listed: 0.5).
+KIND_THRESHOLDS: dict[str, float] = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
+
+
+def verdict_of(healthy: Any) -> Verdict:
+    """The verdict of a response's ``healthy`` (``None``: unknown, content not recorded)."""
+    return "unknown" if healthy is None else "healthy" if healthy else "failed"
+
+
+def findings(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The response's failures then signals."""
+    return list(response.get("failures") or []) + list(response.get("signals") or [])
+
+
+def judged_threshold(response: dict[str, Any]) -> float | None:
+    """The operating point the run scorer judged the run at, when its finding keeps it."""
+    return next((float(f["details"]["threshold"]) for f in findings(response) if f.get("detector") == RUNSCORE
+                 and isinstance((f.get("details") or {}).get("threshold"), int | float)), None)
+
+
+def closest_finding(response: dict[str, Any]) -> tuple[float, str, float, float] | None:
+    """The finding (not the run scorer's) whose confidence is closest to its kind's threshold:
+    ``(distance, kind, confidence, threshold)``, the first among equals; ``None`` without one."""
+    best: tuple[float, str, float, float] | None = None
+    for f in findings(response):
+        if f.get("detector") == RUNSCORE:
+            continue  # its confidence is the failure probability
+        conf = f.get("confidence")
+        if not isinstance(conf, int | float):
+            continue
+        thr = KIND_THRESHOLDS.get(str(f.get("kind")), 0.5)
+        d = abs(float(conf) - thr)
+        if best is None or d < best[0]:
+            best = (d, str(f.get("kind")), float(conf), thr)
+    return best
+
+
+def run_columns(response: dict[str, Any]) -> dict[str, Any]:
+    """The ``traces`` columns a diagnosis' ``response`` sets (module docstring)."""
+    p = response.get("failure_probability")
+    near = closest_finding(response)
+    return {"verdict": verdict_of(response.get("healthy")),
+            "failure_probability": float(p) if isinstance(p, int | float) else None,
+            "judged_threshold": judged_threshold(response),
+            "finding_margin": None if near is None else near[0]}
 
 
 def deciding_label(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -36,4 +104,5 @@ def label_failed(row: dict[str, Any]) -> bool:
     return bool(f) if f is not None else row.get("kind") is not None
 
 
-__all__ = ["deciding_label", "label_failed"]
+__all__ = ["KIND_THRESHOLDS", "RUNSCORE", "VERDICTS", "Verdict", "closest_finding", "deciding_label", "findings",
+           "judged_threshold", "label_failed", "run_columns", "verdict_of"]
