@@ -50,8 +50,7 @@ def cpu(url: str) -> None:
         since, until = P.window(since=None, until=None, days=None)
 
         def after_write() -> Any:
-            with P._cache_lock:
-                P._cache.clear()
+            P.clear_cache()
             return P.tenant_patterns(svc.stores.reports, TENANT, since=since, until=until)
 
         cases: dict[str, Callable[[], Any]] = {

@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
 
 from serve.store.counters import CANARY_FIELDS, hour_of  # noqa: E402
 from serve.store.tables import RECOVERY_BOUNDS  # noqa: E402
-from serve.store.traces import _failure_tool  # noqa: E402
+from serve.store.traces import failure_tool  # noqa: E402
 from serve.store.verdict import run_columns  # noqa: E402
 
 BASES = ("airline", "hotpotqa", "support", "coder")  # the pool runs' task types
@@ -122,7 +122,7 @@ def templates(runs: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[Te
         failures = [{"kind": f["kind"], "is_signal": is_signal, "severity": f["severity"],
                      "confidence": float(f["confidence"]), "detector": f.get("detector", ""), "step": f.get("step"),
                      "source_index": f.get("source_index"), "evidence": f.get("evidence", ""),
-                     "details": f.get("details") or {}, "tool": _failure_tool(f, step_tools)}
+                     "details": f.get("details") or {}, "tool": failure_tool(f, step_tools)}
                     for key, is_signal in (("failures", False), ("signals", True)) for f in resp.get(key) or []]
         primary = resp.get("primary") or {}
         failing = bool(resp.get("failures"))

@@ -67,6 +67,12 @@ _rows: OrderedDict[tuple[Any, ...], _Rows] = OrderedDict()
 
 
 
+def clear_cache() -> None:
+    """Forget every cached answer (the next one is read and grouped afresh: ``bench/console_pages.py``'s cold case)."""
+    with _cache_lock:
+        _cache.clear()
+
+
 def window(
     *, since: datetime | None, until: datetime | None, days: float | None, now: datetime | None = None
 ) -> tuple[datetime, datetime]:
@@ -209,5 +215,5 @@ class Patterns:
                                examples=examples, agent=agent)
 
 
-__all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "ROWS_TENANTS", "ROWS_TTL_S", "Patterns", "occurrences_since",
+__all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "ROWS_TENANTS", "ROWS_TTL_S", "Patterns", "clear_cache", "occurrences_since",
            "tenant_patterns", "window"]

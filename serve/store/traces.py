@@ -167,7 +167,7 @@ class TraceStore(StoreBase):
                 "source_index": f.get("source_index"),
                 "evidence": f.get("evidence", ""),
                 "details": f.get("details") or {},
-                "tool": _failure_tool(f, step_tools),
+                "tool": failure_tool(f, step_tools),
                 "created_at": created,
                 "agent": agent,
             }
@@ -351,7 +351,7 @@ def trace_json(db: Session, row: TraceRow) -> dict[str, Any]:
     return {**row.trace, "steps": list(steps)}
 
 
-def _failure_tool(failure: dict[str, Any], step_tools: Sequence[str | None]) -> str:
+def failure_tool(failure: dict[str, Any], step_tools: Sequence[str | None]) -> str:
     """The tool a failure concerns: ``details.tool``, else the tool of its step; "" when none."""
     tool = (failure.get("details") or {}).get("tool")
     if not isinstance(tool, str) or not tool:
@@ -392,4 +392,4 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise InputError(f"not a cursor this API returned: {cursor[:60]!r}", path="query.cursor") from None
 
 
-__all__ = ["StoredRun", "TracePage", "TracePrior", "TraceStore", "trace_json"]
+__all__ = ["StoredRun", "TracePage", "TracePrior", "TraceStore", "failure_tool", "trace_json"]
