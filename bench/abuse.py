@@ -60,6 +60,8 @@ class Conn:
         self.host, self.port = host, port
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.queue_ms: float | None = None  # the last answer's ``Server-Timing: queue;dur=…`` (ms)
+        self.read_ms: float | None = None  # … and ``read;dur=…``: receipt to the body read
 
     async def open(self) -> Conn:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 24)
@@ -81,13 +83,17 @@ class Conn:
         if not status_line:
             raise ConnectionError("connection closed")
         length = 0
+        self.queue_ms = self.read_ms = None
         while True:
             line = await self.reader.readline()
             if line in (b"\r\n", b""):
                 break
             name, _, value = line.decode("latin-1").partition(":")
-            if name.lower() == "content-length":
+            name = name.lower()
+            if name == "content-length":
                 length = int(value.strip())
+            elif name == "server-timing":
+                self.queue_ms, self.read_ms = _timing(value, "queue"), _timing(value, "read")
         payload = await self.reader.readexactly(length)
         return int(status_line.split(b" ", 2)[1]), payload
 
@@ -100,6 +106,18 @@ class Conn:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _timing(header: str, metric: str) -> float | None:
+    """``dur`` of ``metric`` in a ``Server-Timing`` header value (``queue;dur=0.42, app;dur=9``)."""
+    for part in header.split(","):
+        name, *params = (x.strip() for x in part.split(";"))
+        if name == metric:
+            for param in params:
+                key, _, value = param.partition("=")
+                if key == "dur":
+                    return float(value)
+    return None
 
 
 def _small_body(i: int) -> bytes:
@@ -118,6 +136,8 @@ async def _probe(host: str, port: int, key: str, duration: float, rps: float, *,
     diag, health = await Conn(host, port).open(), await Conn(host, port).open()
     lat: list[float] = []
     hz: list[float] = []
+    queue: list[float] = []  # the server's queue wait of each diagnosis (s), when it says
+    read: list[float] = []  # … of which from receipt to the body read
     errors: list[str] = []
     bodies = [_small_body(i) for i in range(50)]
     for i in range(0 if raw else 5):  # warm-up (first requests: arenas, caches), not timed
@@ -131,6 +151,10 @@ async def _probe(host: str, port: int, key: str, duration: float, rps: float, *,
             await asyncio.sleep(due - now)
         status, t, payload = await diag.request("POST", "/v1/diagnose", key, bodies[i % len(bodies)])
         lat.append(t)
+        if diag.queue_ms is not None:
+            queue.append(diag.queue_ms / 1000)
+        if diag.read_ms is not None:
+            read.append(diag.read_ms / 1000)
         if status != 200:
             errors.append(f"{status} {payload[:120]!r}")
         status, t, _ = await health.request("GET", "/healthz", None)
@@ -139,7 +163,7 @@ async def _probe(host: str, port: int, key: str, duration: float, rps: float, *,
     diag.close()
     health.close()
     if raw:
-        return {"lat": lat, "hz": hz, "errors": errors}
+        return {"lat": lat, "hz": hz, "queue": queue, "read": read, "errors": errors}
     return {
         "n": len(lat),
         "p50_ms": _q(lat, 0.5),
@@ -195,26 +219,38 @@ async def _heavy_traces(host: str, port: int, key: str, stop: asyncio.Event) -> 
 
 async def _abuse(
     host: str, port: int, key: str, rps: float, stop: asyncio.Event, on: asyncio.Event | None = None,
-    request: str = "diagnose",
+    request: str = "diagnose", tally: dict[str, Any] | None = None, connections: int = 32,
 ) -> dict[str, Any]:
-    """Open loop: a request every 1/rps s, spread over 32 connections (each one in flight at most);
-    with ``on``, only while it is set."""
-    conns = [await Conn(host, port).open() for _ in range(32)]
+    """Open loop: a request every 1/rps s, spread over ``connections`` (each one in flight at most);
+    with ``on``, only while it is set. ``tally`` (read by the caller between windows) receives the
+    counts as they come: ``statuses``, ``missed`` slots and the admitted requests' ``queue`` waits."""
+    conns = [await Conn(host, port).open() for _ in range(connections)]
     free: asyncio.Queue[Conn] = asyncio.Queue()
     for c in conns:
         free.put_nowait(c)
-    statuses: dict[int, int] = {}
-    missed = 0
+    tally = tally if tally is not None else {}
+    statuses: dict[int, int] = tally.setdefault("statuses", {})
+    queue: list[float] = tally.setdefault("queue", [])
+    tally["missed"] = 0
     bodies = [_small_body(10_000 + i) for i in range(50)]
     tasks: set[asyncio.Task[None]] = set()
 
     async def one(c: Conn, body: bytes) -> None:
         try:
+            if c.reader is None or c.reader.at_eof():  # closed by the server while idle (keep-alive timeout)
+                c.close()
+                await c.open()
             if request == "list":  # admitted requests cost a store read: what is measured is the 429s
                 status, _, _ = await c.request("GET", "/v1/traces?limit=1", key)
             else:
                 status, _, _ = await c.request("POST", "/v1/diagnose", key, body)
             statuses[status] = statuses.get(status, 0) + 1
+            if status != 429 and c.queue_ms is not None:
+                queue.append(c.queue_ms / 1000)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            statuses[0] = statuses.get(0, 0) + 1  # closed under it: counted, reopened on the next use
+            c.close()
+            c.reader = None
         finally:
             free.put_nowait(c)
 
@@ -231,7 +267,7 @@ async def _abuse(
             await asyncio.sleep(due - now)
         i += 1
         if free.empty():
-            missed += 1  # every connection busy: the server is behind; the slot is skipped
+            tally["missed"] += 1  # every connection busy: the server is behind; the slot is skipped
             continue
         t = asyncio.create_task(one(free.get_nowait(), bodies[i % len(bodies)]))
         tasks.add(t)
@@ -244,7 +280,7 @@ async def _abuse(
     return {
         "sent": sent,
         "statuses": statuses,
-        "missed_slots": missed,
+        "missed_slots": tally["missed"],
     }
 
 
@@ -312,37 +348,52 @@ async def _appends(host: str, port: int, key: str, rounds: int, rps: float) -> d
 
 
 async def _abuse_paired(host: str, port: int, keys: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
-    """Windows of ``--window`` seconds, the abuser off and on in turn (the machine's own load
-    drifts less within a pair than between phases); the probe's p99 in each kind of window."""
+    """Issue 35's fair-share protocol: ``--pairs`` pairs of ``--window``-second windows, the flood
+    off then on (a fixed ``--abuse-rps`` from one key, above its limit) while the victim sends at
+    its usual pace; each pair's ratio is the victim's p99 with the flood over its p99 without (the
+    machine's own load drifts less within a pair than between phases). Also per window: the load
+    average, the flood's rate and 429 share, the server's queue wait of the victim's requests and
+    of the flood's admitted ones (``Server-Timing: queue``)."""
     stop, on = asyncio.Event(), asyncio.Event()
-    load = asyncio.create_task(_abuse(host, port, keys["abuser"], args.abuse_rps, stop, on, args.abuse_request))
-    quiet: list[float] = []
-    loud: list[float] = []
-    hz_quiet: list[float] = []
-    hz_loud: list[float] = []
-    on_time = 0.0
-    windows = max(1, int(args.duration / args.window))
-    for w in range(2 * windows):
-        abusing = w % 2 == 1
-        if abusing:
-            on.set()
-            await asyncio.sleep(0.3)  # the load is on before the window's probe
-        t0 = time.perf_counter()
-        r = await _probe(host, port, keys["victim"], args.window, args.probe_rps, raw=True)
-        if abusing:
-            on_time += time.perf_counter() - t0 + 0.3
-            on.clear()
-            await asyncio.sleep(0.5)  # in-flight abuse drains before the next quiet window
-        (loud if abusing else quiet).extend(r["lat"])
-        (hz_loud if abusing else hz_quiet).extend(r["hz"])
+    tally: dict[str, Any] = {}
+    load = asyncio.create_task(
+        _abuse(host, port, keys["abuser"], args.abuse_rps, stop, on, args.abuse_request, tally, args.abuse_conns)
+    )
+    await _probe(host, port, keys["victim"], 1.0, args.probe_rps)  # warm-up (its own 5 requests too)
+    pairs: list[dict[str, Any]] = []
+    for _ in range(args.pairs):
+        pair: dict[str, Any] = {"loadavg": os.getloadavg()[0]}
+        for abusing in (False, True):
+            before = (dict(tally.get("statuses", {})), len(tally.get("queue", [])), tally.get("missed", 0))
+            if abusing:
+                on.set()
+                await asyncio.sleep(0.3)  # the flood is on before the window's probe
+            t0 = time.perf_counter()
+            r = await _probe(host, port, keys["victim"], args.window, args.probe_rps, raw=True)
+            wall = time.perf_counter() - t0
+            if abusing:
+                on.clear()
+                await asyncio.sleep(0.5)  # the flood's requests in flight drain before the next window
+            sent = {k: v - before[0].get(k, 0) for k, v in tally.get("statuses", {}).items()}
+            n_sent = sum(sent.values())
+            pair["on" if abusing else "off"] = {
+                "n": len(r["lat"]), "p50_ms": _q(r["lat"], 0.5), "p99_ms": _q(r["lat"], 0.99),
+                "max_ms": max(r["lat"]) * 1000, "healthz_p99_ms": _q(r["hz"], 0.99), "errors": len(r["errors"]),
+                "queue_p50_ms": _q(r["queue"], 0.5), "queue_p99_ms": _q(r["queue"], 0.99),
+                "queue_max_ms": max(r["queue"]) * 1000 if r["queue"] else float("nan"),
+                "read_p50_ms": _q(r["read"], 0.5), "read_p99_ms": _q(r["read"], 0.99),
+                "flood_rps": n_sent / (wall + 0.3) if abusing else 0.0,
+                "flood_missed": tally.get("missed", 0) - before[2],
+                "flood_statuses": sent,
+                "flood_429_share": sent.get(429, 0) / n_sent if n_sent else float("nan"),
+                "flood_queue_p99_ms": _q(tally.get("queue", [])[before[1]:], 0.99),
+            }
+        pair["ratio"] = pair["on"]["p99_ms"] / pair["off"]["p99_ms"]
+        pairs.append(pair)
     stop.set()
     abuse = await load
-    return {
-        "quiet": {"n": len(quiet), "p50_ms": _q(quiet, 0.5), "p99_ms": _q(quiet, 0.99), "healthz_p99_ms": _q(hz_quiet, 0.99)},
-        "abused": {"n": len(loud), "p50_ms": _q(loud, 0.5), "p99_ms": _q(loud, 0.99), "healthz_p99_ms": _q(hz_loud, 0.99)},
-        "p99_ratio": _q(loud, 0.99) / _q(quiet, 0.99),
-        "load": {**abuse, "sent_rps_while_on": abuse["sent"] / on_time if on_time else None},
-    }
+    ratios = [p["ratio"] for p in pairs]
+    return {"pairs": pairs, "median_ratio": statistics.median(ratios), "max_ratio": max(ratios), "load": abuse}
 
 
 async def _phase(args: argparse.Namespace) -> dict[str, Any]:
@@ -398,7 +449,8 @@ def run_phase(url: str, keys: dict[str, str], phase: str, args: argparse.Namespa
     cmd = [
         sys.executable, __file__, "--load", url, "--keys", json.dumps(keys), "--phase", phase,
         "--duration", str(args.duration), "--probe-rps", str(args.probe_rps),
-        "--abuse-rps", str(args.abuse_rps), "--abuse-request", args.abuse_request, "--rounds", str(args.rounds), "--window", str(args.window),
+        "--abuse-rps", str(args.abuse_rps), "--abuse-request", args.abuse_request, "--rounds", str(args.rounds),
+        "--window", str(args.window), "--pairs", str(args.pairs), "--abuse-conns", str(args.abuse_conns),
     ]
     cpu0, t0 = _server_cpu(server_pid), time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
@@ -426,7 +478,11 @@ def main() -> None:
         default=["idle", "trace_5000", "abuse", "abuse_paired", "refusals", "appends", "hostile"],
     )
     ap.add_argument("--server-env", nargs="*", default=[], help="NAME=VALUE settings for the server")
-    ap.add_argument("--window", type=float, default=2.0, help="seconds per window of abuse_paired")
+    ap.add_argument("--window", type=float, default=10.0, help="seconds per window of abuse_paired")
+    ap.add_argument("--abuse-conns", type=int, default=64,
+                    help="the flood's connections (abuse_paired): enough that admitted requests in progress "
+                    "do not hold its rate down")
+    ap.add_argument("--pairs", type=int, default=5, help="pairs of windows (flood off, flood on) of abuse_paired")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--load", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--keys", default="{}", help=argparse.SUPPRESS)
@@ -455,13 +511,22 @@ def main() -> None:
                 share = f"generator CPU {100 * r['generator_cpu_share']:.0f} %, server CPU {100 * r['server_cpu_share']:.0f} % of {os.cpu_count()} cores"
                 if phase == "abuse_paired":
                     a = r["paired"]
-                    print(
-                        f"abuse_paired probe p99 quiet {a['quiet']['p99_ms']:.2f} ms (p50 {a['quiet']['p50_ms']:.2f}, n={a['quiet']['n']}), "
-                        f"abused {a['abused']['p99_ms']:.2f} ms (p50 {a['abused']['p50_ms']:.2f}, n={a['abused']['n']}): "
-                        f"x{a['p99_ratio']:.2f}; healthz p99 {a['quiet']['healthz_p99_ms']:.2f} / {a['abused']['healthz_p99_ms']:.2f} ms; {share}",
-                        flush=True,
-                    )
-                    print(f"           load: {json.dumps(a['load'])}", flush=True)
+                    for k, pr in enumerate(a["pairs"], 1):
+                        off, on = pr["off"], pr["on"]
+                        print(
+                            f"pair {k} (load {pr['loadavg']:.2f}): victim p99 off {off['p99_ms']:.2f} ms, "
+                            f"on {on['p99_ms']:.2f} ms: x{pr['ratio']:.2f} (p50 {off['p50_ms']:.2f} / {on['p50_ms']:.2f}, "
+                            f"n {off['n']}/{on['n']}, errors {off['errors'] + on['errors']}); queue wait p50/p99 "
+                            f"off {off['queue_p50_ms']:.2f}/{off['queue_p99_ms']:.2f}, on {on['queue_p50_ms']:.2f}/"
+                            f"{on['queue_p99_ms']:.2f} ms (to the body read p50/p99 off {off['read_p50_ms']:.2f}/"
+                            f"{off['read_p99_ms']:.2f}, on {on['read_p50_ms']:.2f}/{on['read_p99_ms']:.2f} ms); "
+                            f"flood {on['flood_rps']:.0f} req/s ({on['flood_missed']} slots missed), "
+                            f"{100 * on['flood_429_share']:.1f} % 429 {on['flood_statuses']}, admitted queue p99 "
+                            f"{on['flood_queue_p99_ms']:.2f} ms",
+                            flush=True,
+                        )
+                    print(f"abuse_paired: median x{a['median_ratio']:.2f}, max x{a['max_ratio']:.2f} over "
+                          f"{len(a['pairs'])} pairs of {args.window:g} s windows; {share}", flush=True)
                     continue
                 if phase == "refusals":
                     a = r["refusals"]
