@@ -135,6 +135,7 @@ async def _probe(host: str, port: int, key: str, duration: float, rps: float, *,
     """The victim's paced small diagnoses and /healthz, for ``duration`` seconds."""
     diag, health = await Conn(host, port).open(), await Conn(host, port).open()
     lat: list[float] = []
+    at: list[float] = []  # when each diagnosis was sent, s into the window
     hz: list[float] = []
     queue: list[float] = []  # the server's queue wait of each diagnosis (s), when it says
     read: list[float] = []  # … of which from receipt to the body read
@@ -151,6 +152,7 @@ async def _probe(host: str, port: int, key: str, duration: float, rps: float, *,
             await asyncio.sleep(due - now)
         status, t, payload = await diag.request("POST", "/v1/diagnose", key, bodies[i % len(bodies)])
         lat.append(t)
+        at.append(time.perf_counter() - t - start)
         if diag.queue_ms is not None:
             queue.append(diag.queue_ms / 1000)
         if diag.read_ms is not None:
@@ -163,7 +165,7 @@ async def _probe(host: str, port: int, key: str, duration: float, rps: float, *,
     diag.close()
     health.close()
     if raw:
-        return {"lat": lat, "hz": hz, "queue": queue, "read": read, "errors": errors}
+        return {"lat": lat, "at": at, "hz": hz, "queue": queue, "read": read, "errors": errors}
     return {
         "n": len(lat),
         "p50_ms": _q(lat, 0.5),
@@ -382,6 +384,7 @@ async def _abuse_paired(host: str, port: int, keys: dict[str, str], args: argpar
                 "queue_p50_ms": _q(r["queue"], 0.5), "queue_p99_ms": _q(r["queue"], 0.99),
                 "queue_max_ms": max(r["queue"]) * 1000 if r["queue"] else float("nan"),
                 "read_p50_ms": _q(r["read"], 0.5), "read_p99_ms": _q(r["read"], 0.99),
+                "slowest": [(round(t * 1000, 1), round(a, 2)) for t, a in sorted(zip(r["lat"], r["at"], strict=True))[-3:]],
                 "flood_rps": n_sent / (wall + 0.3) if abusing else 0.0,
                 "flood_missed": tally.get("missed", 0) - before[2],
                 "flood_statuses": sent,
@@ -522,7 +525,7 @@ def main() -> None:
                             f"{off['read_p99_ms']:.2f}, on {on['read_p50_ms']:.2f}/{on['read_p99_ms']:.2f} ms); "
                             f"flood {on['flood_rps']:.0f} req/s ({on['flood_missed']} slots missed), "
                             f"{100 * on['flood_429_share']:.1f} % 429 {on['flood_statuses']}, admitted queue p99 "
-                            f"{on['flood_queue_p99_ms']:.2f} ms",
+                            f"{on['flood_queue_p99_ms']:.2f} ms; slowest (ms, s into the window) off {off['slowest']} on {on['slowest']}",
                             flush=True,
                         )
                     print(f"abuse_paired: median x{a['median_ratio']:.2f}, max x{a['max_ratio']:.2f} over "
