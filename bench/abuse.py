@@ -11,10 +11,14 @@ Phases (each measures a small probe, ``POST /v1/diagnose`` of a 10-step trace by
   answered; run last (with a backtracking redaction it would keep the helper busy for hours);
 - ``abuse``: while tenant ``abuser`` sends ``--abuse-rps`` requests a second (open loop, on 32
   connections) from one key; its 200s and 429s are counted;
-- ``abuse_paired``: the same abuse switched on and off every ``--window`` seconds, the probe's p99
-  in the windows with it against those without (on a shared machine the background load drifts
-  between phases; within a pair of windows it drifts less);
+- ``abuse_paired`` (issue 35's fair-share protocol): ``--pairs`` (5) pairs of ``--window`` (10) s
+  windows, the flood off then on: one key sends ``--abuse-rps`` (500, 25× its limit) open loop on
+  ``--abuse-conns`` (64) connections while the victim keeps its pace; per pair the victim's p99 on
+  over off (within a pair the machine's own load drifts less than between phases), the load
+  average, the flood's rate and 429 share, the victim's queue wait (the server's ``Server-Timing:
+  queue``, :mod:`serve.fairshare`) and its slowest requests; then the median and the largest ratio;
 - ``refusals``: one key over its limit, closed loop on 8 connections: the server's CPU per 429;
+- ``refusal_app``: the app's own cost of a 429 in process (no uvicorn, no sockets), µs;
 - ``appends``: ``POST /v1/sessions/{id}/steps`` of one step, at step 10 of fresh sessions and at
   step 4,000 of a long one (grown by 100-step appends), interleaved; p50 of each.
 
@@ -25,9 +29,10 @@ keep-alive HTTP/1.1); its CPU share and the server's are read from ``getrusage``
 little: what the probe feels is the 429s). Done-when (issues 15, 22): probe p99 in ``hostile`` and ``trace_5000`` ≤ 5× idle; ``abuse`` gets 429s and
 the probe's p99 ≤ 2× idle; append p50 at 4,000 ≤ 2× at 10.
 
-Run (about 3 minutes)::
+Run (about 5 minutes)::
 
     .venv/bin/python bench/abuse.py
+    .venv/bin/python bench/abuse.py --phases abuse_paired refusals   # fair share only (2 minutes)
 """
 
 from __future__ import annotations
@@ -533,7 +538,7 @@ def main() -> None:
     # hostile last: until redaction is linear its body keeps the worker's helper process busy
     ap.add_argument(
         "--phases", nargs="+",
-        default=["idle", "trace_5000", "abuse", "abuse_paired", "refusals", "appends", "hostile"],
+        default=["refusal_app", "idle", "trace_5000", "abuse", "abuse_paired", "refusals", "appends", "hostile"],
     )
     ap.add_argument("--server-env", nargs="*", default=[], help="NAME=VALUE settings for the server")
     ap.add_argument("--window", type=float, default=10.0, help="seconds per window of abuse_paired")
