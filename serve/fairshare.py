@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve.auth import KEY_PREFIX, LOCAL_TENANT, KeyCache
+from serve.auth import KEY_PREFIX, KeyCache
 from serve.heavy import HeavyLane
 
 T = TypeVar("T")
@@ -87,7 +87,7 @@ class FairShareMiddleware:
     - refuses a ``/v1`` or ``/otlp`` request with 429 (``Retry-After: 1``, type
       ``rate_limited.inflight``) when its tenant already has ``inflight`` requests in progress in this
       worker (0: no cap). The tenant is the one the worker cached for the key (no query; a key not
-      cached passes, and is counted once its route has looked it up);
+      cached yet passes uncounted; with ``TRIAGE_AUTH=off`` there is no cap and no flood lane);
     - marks the tenant of every 429 answer as over its limits in ``flood`` (:class:`FloodLane`).
     """
 
@@ -202,10 +202,11 @@ class FloodLane:
 
 
 def _cached_tenant(scope: Scope) -> str | None:
-    """The request's tenant as the worker cached its key's principal (no query); None when not cached."""
+    """The request's tenant as the worker cached its key's principal (no query); None when not cached,
+    and with ``TRIAGE_AUTH=off`` (every caller is one tenant there: nothing to share between tenants)."""
     state = getattr(scope.get("app"), "state", None)
     if not getattr(state, "auth_enabled", True):
-        return LOCAL_TENANT
+        return None
     cache: KeyCache | None = getattr(state, "key_cache", None)
     if cache is None:
         return None
