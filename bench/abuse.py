@@ -11,10 +11,14 @@ Phases (each measures a small probe, ``POST /v1/diagnose`` of a 10-step trace by
   answered; run last (with a backtracking redaction it would keep the helper busy for hours);
 - ``abuse``: while tenant ``abuser`` sends ``--abuse-rps`` requests a second (open loop, on 32
   connections) from one key; its 200s and 429s are counted;
-- ``abuse_paired``: the same abuse switched on and off every ``--window`` seconds, the probe's p99
-  in the windows with it against those without (on a shared machine the background load drifts
-  between phases; within a pair of windows it drifts less);
+- ``abuse_paired`` (issue 35's fair-share protocol): ``--pairs`` (5) pairs of ``--window`` (10) s
+  windows, the flood off then on: one key sends ``--abuse-rps`` (500, 25× its limit) open loop on
+  ``--abuse-conns`` (64) connections while the victim keeps its pace; per pair the victim's p99 on
+  over off (within a pair the machine's own load drifts less than between phases), the load
+  average, the flood's rate and 429 share, the victim's queue wait (the server's ``Server-Timing:
+  queue``, :mod:`serve.fairshare`) and its slowest requests; then the median and the largest ratio;
 - ``refusals``: one key over its limit, closed loop on 8 connections: the server's CPU per 429;
+- ``refusal_app``: the app's own cost of a 429 in process (no uvicorn, no sockets), µs;
 - ``appends``: ``POST /v1/sessions/{id}/steps`` of one step, at step 10 of fresh sessions and at
   step 4,000 of a long one (grown by 100-step appends), interleaved; p50 of each.
 
@@ -25,9 +29,10 @@ keep-alive HTTP/1.1); its CPU share and the server's are read from ``getrusage``
 little: what the probe feels is the 429s). Done-when (issues 15, 22): probe p99 in ``hostile`` and ``trace_5000`` ≤ 5× idle; ``abuse`` gets 429s and
 the probe's p99 ≤ 2× idle; append p50 at 4,000 ≤ 2× at 10.
 
-Run (about 3 minutes)::
+Run (about 5 minutes)::
 
     .venv/bin/python bench/abuse.py
+    .venv/bin/python bench/abuse.py --phases abuse_paired refusals   # fair share only (2 minutes)
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ class Conn:
         self.host, self.port = host, port
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.queue_ms: float | None = None  # the last answer's ``Server-Timing: queue;dur=…`` (ms)
+        self.read_ms: float | None = None  # … and ``read;dur=…``: receipt to the body read
 
     async def open(self) -> Conn:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 24)
@@ -81,13 +88,17 @@ class Conn:
         if not status_line:
             raise ConnectionError("connection closed")
         length = 0
+        self.queue_ms = self.read_ms = None
         while True:
             line = await self.reader.readline()
             if line in (b"\r\n", b""):
                 break
             name, _, value = line.decode("latin-1").partition(":")
-            if name.lower() == "content-length":
+            name = name.lower()
+            if name == "content-length":
                 length = int(value.strip())
+            elif name == "server-timing":
+                self.queue_ms, self.read_ms = _timing(value, "queue"), _timing(value, "read")
         payload = await self.reader.readexactly(length)
         return int(status_line.split(b" ", 2)[1]), payload
 
@@ -100,6 +111,18 @@ class Conn:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _timing(header: str, metric: str) -> float | None:
+    """``dur`` of ``metric`` in a ``Server-Timing`` header value (``queue;dur=0.42, app;dur=9``)."""
+    for part in header.split(","):
+        name, *params = (x.strip() for x in part.split(";"))
+        if name == metric:
+            for param in params:
+                key, _, value = param.partition("=")
+                if key == "dur":
+                    return float(value)
+    return None
 
 
 def _small_body(i: int) -> bytes:
@@ -117,7 +140,10 @@ async def _probe(host: str, port: int, key: str, duration: float, rps: float, *,
     """The victim's paced small diagnoses and /healthz, for ``duration`` seconds."""
     diag, health = await Conn(host, port).open(), await Conn(host, port).open()
     lat: list[float] = []
+    at: list[float] = []  # when each diagnosis was sent, s into the window
     hz: list[float] = []
+    queue: list[float] = []  # the server's queue wait of each diagnosis (s), when it says
+    read: list[float] = []  # … of which from receipt to the body read
     errors: list[str] = []
     bodies = [_small_body(i) for i in range(50)]
     for i in range(0 if raw else 5):  # warm-up (first requests: arenas, caches), not timed
@@ -131,6 +157,11 @@ async def _probe(host: str, port: int, key: str, duration: float, rps: float, *,
             await asyncio.sleep(due - now)
         status, t, payload = await diag.request("POST", "/v1/diagnose", key, bodies[i % len(bodies)])
         lat.append(t)
+        at.append(time.perf_counter() - t - start)
+        if diag.queue_ms is not None:
+            queue.append(diag.queue_ms / 1000)
+        if diag.read_ms is not None:
+            read.append(diag.read_ms / 1000)
         if status != 200:
             errors.append(f"{status} {payload[:120]!r}")
         status, t, _ = await health.request("GET", "/healthz", None)
@@ -139,7 +170,7 @@ async def _probe(host: str, port: int, key: str, duration: float, rps: float, *,
     diag.close()
     health.close()
     if raw:
-        return {"lat": lat, "hz": hz, "errors": errors}
+        return {"lat": lat, "at": at, "hz": hz, "queue": queue, "read": read, "errors": errors}
     return {
         "n": len(lat),
         "p50_ms": _q(lat, 0.5),
@@ -195,26 +226,38 @@ async def _heavy_traces(host: str, port: int, key: str, stop: asyncio.Event) -> 
 
 async def _abuse(
     host: str, port: int, key: str, rps: float, stop: asyncio.Event, on: asyncio.Event | None = None,
-    request: str = "diagnose",
+    request: str = "diagnose", tally: dict[str, Any] | None = None, connections: int = 32,
 ) -> dict[str, Any]:
-    """Open loop: a request every 1/rps s, spread over 32 connections (each one in flight at most);
-    with ``on``, only while it is set."""
-    conns = [await Conn(host, port).open() for _ in range(32)]
+    """Open loop: a request every 1/rps s, spread over ``connections`` (each one in flight at most);
+    with ``on``, only while it is set. ``tally`` (read by the caller between windows) receives the
+    counts as they come: ``statuses``, ``missed`` slots and the admitted requests' ``queue`` waits."""
+    conns = [await Conn(host, port).open() for _ in range(connections)]
     free: asyncio.Queue[Conn] = asyncio.Queue()
     for c in conns:
         free.put_nowait(c)
-    statuses: dict[int, int] = {}
-    missed = 0
+    tally = tally if tally is not None else {}
+    statuses: dict[int, int] = tally.setdefault("statuses", {})
+    queue: list[float] = tally.setdefault("queue", [])
+    tally["missed"] = 0
     bodies = [_small_body(10_000 + i) for i in range(50)]
     tasks: set[asyncio.Task[None]] = set()
 
     async def one(c: Conn, body: bytes) -> None:
         try:
+            if c.reader is None or c.reader.at_eof():  # closed by the server while idle (keep-alive timeout)
+                c.close()
+                await c.open()
             if request == "list":  # admitted requests cost a store read: what is measured is the 429s
                 status, _, _ = await c.request("GET", "/v1/traces?limit=1", key)
             else:
                 status, _, _ = await c.request("POST", "/v1/diagnose", key, body)
             statuses[status] = statuses.get(status, 0) + 1
+            if status != 429 and c.queue_ms is not None:
+                queue.append(c.queue_ms / 1000)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            statuses[0] = statuses.get(0, 0) + 1  # closed under it: counted, reopened on the next use
+            c.close()
+            c.reader = None
         finally:
             free.put_nowait(c)
 
@@ -231,7 +274,7 @@ async def _abuse(
             await asyncio.sleep(due - now)
         i += 1
         if free.empty():
-            missed += 1  # every connection busy: the server is behind; the slot is skipped
+            tally["missed"] += 1  # every connection busy: the server is behind; the slot is skipped
             continue
         t = asyncio.create_task(one(free.get_nowait(), bodies[i % len(bodies)]))
         tasks.add(t)
@@ -244,7 +287,7 @@ async def _abuse(
     return {
         "sent": sent,
         "statuses": statuses,
-        "missed_slots": missed,
+        "missed_slots": tally["missed"],
     }
 
 
@@ -312,37 +355,53 @@ async def _appends(host: str, port: int, key: str, rounds: int, rps: float) -> d
 
 
 async def _abuse_paired(host: str, port: int, keys: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
-    """Windows of ``--window`` seconds, the abuser off and on in turn (the machine's own load
-    drifts less within a pair than between phases); the probe's p99 in each kind of window."""
+    """Issue 35's fair-share protocol: ``--pairs`` pairs of ``--window``-second windows, the flood
+    off then on (a fixed ``--abuse-rps`` from one key, above its limit) while the victim sends at
+    its usual pace; each pair's ratio is the victim's p99 with the flood over its p99 without (the
+    machine's own load drifts less within a pair than between phases). Also per window: the load
+    average, the flood's rate and 429 share, the server's queue wait of the victim's requests and
+    of the flood's admitted ones (``Server-Timing: queue``)."""
     stop, on = asyncio.Event(), asyncio.Event()
-    load = asyncio.create_task(_abuse(host, port, keys["abuser"], args.abuse_rps, stop, on, args.abuse_request))
-    quiet: list[float] = []
-    loud: list[float] = []
-    hz_quiet: list[float] = []
-    hz_loud: list[float] = []
-    on_time = 0.0
-    windows = max(1, int(args.duration / args.window))
-    for w in range(2 * windows):
-        abusing = w % 2 == 1
-        if abusing:
-            on.set()
-            await asyncio.sleep(0.3)  # the load is on before the window's probe
-        t0 = time.perf_counter()
-        r = await _probe(host, port, keys["victim"], args.window, args.probe_rps, raw=True)
-        if abusing:
-            on_time += time.perf_counter() - t0 + 0.3
-            on.clear()
-            await asyncio.sleep(0.5)  # in-flight abuse drains before the next quiet window
-        (loud if abusing else quiet).extend(r["lat"])
-        (hz_loud if abusing else hz_quiet).extend(r["hz"])
+    tally: dict[str, Any] = {}
+    load = asyncio.create_task(
+        _abuse(host, port, keys["abuser"], args.abuse_rps, stop, on, args.abuse_request, tally, args.abuse_conns)
+    )
+    await _probe(host, port, keys["victim"], 1.0, args.probe_rps)  # warm-up (its own 5 requests too)
+    pairs: list[dict[str, Any]] = []
+    for _ in range(args.pairs):
+        pair: dict[str, Any] = {"loadavg": os.getloadavg()[0]}
+        for abusing in (False, True):
+            before = (dict(tally.get("statuses", {})), len(tally.get("queue", [])), tally.get("missed", 0))
+            if abusing:
+                on.set()
+                await asyncio.sleep(0.3)  # the flood is on before the window's probe
+            t0 = time.perf_counter()
+            r = await _probe(host, port, keys["victim"], args.window, args.probe_rps, raw=True)
+            wall = time.perf_counter() - t0
+            if abusing:
+                on.clear()
+                await asyncio.sleep(0.5)  # the flood's requests in flight drain before the next window
+            sent = {k: v - before[0].get(k, 0) for k, v in tally.get("statuses", {}).items()}
+            n_sent = sum(sent.values())
+            pair["on" if abusing else "off"] = {
+                "n": len(r["lat"]), "p50_ms": _q(r["lat"], 0.5), "p99_ms": _q(r["lat"], 0.99),
+                "max_ms": max(r["lat"]) * 1000, "healthz_p99_ms": _q(r["hz"], 0.99), "errors": len(r["errors"]),
+                "queue_p50_ms": _q(r["queue"], 0.5), "queue_p99_ms": _q(r["queue"], 0.99),
+                "queue_max_ms": max(r["queue"]) * 1000 if r["queue"] else float("nan"),
+                "read_p50_ms": _q(r["read"], 0.5), "read_p99_ms": _q(r["read"], 0.99),
+                "slowest": [(round(t * 1000, 1), round(a, 2)) for t, a in sorted(zip(r["lat"], r["at"], strict=True))[-3:]],
+                "flood_rps": n_sent / (wall + 0.3) if abusing else 0.0,
+                "flood_missed": tally.get("missed", 0) - before[2],
+                "flood_statuses": sent,
+                "flood_429_share": sent.get(429, 0) / n_sent if n_sent else float("nan"),
+                "flood_queue_p99_ms": _q(tally.get("queue", [])[before[1]:], 0.99),
+            }
+        pair["ratio"] = pair["on"]["p99_ms"] / pair["off"]["p99_ms"]
+        pairs.append(pair)
     stop.set()
     abuse = await load
-    return {
-        "quiet": {"n": len(quiet), "p50_ms": _q(quiet, 0.5), "p99_ms": _q(quiet, 0.99), "healthz_p99_ms": _q(hz_quiet, 0.99)},
-        "abused": {"n": len(loud), "p50_ms": _q(loud, 0.5), "p99_ms": _q(loud, 0.99), "healthz_p99_ms": _q(hz_loud, 0.99)},
-        "p99_ratio": _q(loud, 0.99) / _q(quiet, 0.99),
-        "load": {**abuse, "sent_rps_while_on": abuse["sent"] / on_time if on_time else None},
-    }
+    ratios = [p["ratio"] for p in pairs]
+    return {"pairs": pairs, "median_ratio": statistics.median(ratios), "max_ratio": max(ratios), "load": abuse}
 
 
 async def _phase(args: argparse.Namespace) -> dict[str, Any]:
@@ -376,6 +435,61 @@ async def _phase(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def refusal_app(n: int = 5000) -> dict[str, Any]:
+    """The app's own cost of a refusal, in process (no uvicorn, no sockets): the ASGI app called with
+    an over-limit key's ``GET /v1/traces?limit=1`` ``n`` times; wall and thread CPU per call."""
+    from fastapi.testclient import TestClient
+
+    from serve.app import create_app
+    from serve.auth import create_key
+    from serve.settings import Settings
+    from serve.store import Stores
+
+    with tempfile.TemporaryDirectory(prefix="triage-refusal-") as tmp:
+        settings = Settings(data_dir=Path(tmp), classifier=False, runscore=False, auth="on", auth_cache_s=3600)
+        store = Stores.at(settings.resolved_database_url)
+        store.db.upgrade()
+        key = create_key(store.keys, "abuser")[0]
+        store.db.dispose()
+        app = create_app(settings)
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+            "path": "/v1/traces", "raw_path": b"/v1/traces", "query_string": b"limit=1", "root_path": "",
+            "headers": [(b"host", b"x"), (b"authorization", f"Bearer {key}".encode())],
+            "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
+        }
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def measure() -> dict[str, Any]:
+            statuses: dict[int, int] = {}
+            wall: list[float] = []  # of the 429s only (the admitted ones read the store)
+            cpu: list[float] = []
+            last = [0]
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    last[0] = message["status"]
+                    statuses[last[0]] = statuses.get(last[0], 0) + 1
+
+            for _ in range(n):
+                w0, c0 = time.perf_counter(), time.thread_time()
+                await app(dict(scope), receive, send)
+                c1, w1 = time.thread_time(), time.perf_counter()
+                if last[0] == 429:
+                    cpu.append(c1 - c0)
+                    wall.append(w1 - w0)
+            return {"calls": n, "statuses": statuses, "wall_p50_us": statistics.median(wall) * 1e6,
+                    "wall_mean_us": statistics.fmean(wall) * 1e6, "cpu_mean_us": statistics.fmean(cpu) * 1e6,
+                    "share_429": len(wall) / n}
+
+        with TestClient(app) as client:  # the lifespan runs; the first request caches the key
+            assert client.get("/v1/traces?limit=1", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+            out: dict[str, Any] = client.portal.call(measure)
+    return out
+
+
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
@@ -398,7 +512,8 @@ def run_phase(url: str, keys: dict[str, str], phase: str, args: argparse.Namespa
     cmd = [
         sys.executable, __file__, "--load", url, "--keys", json.dumps(keys), "--phase", phase,
         "--duration", str(args.duration), "--probe-rps", str(args.probe_rps),
-        "--abuse-rps", str(args.abuse_rps), "--abuse-request", args.abuse_request, "--rounds", str(args.rounds), "--window", str(args.window),
+        "--abuse-rps", str(args.abuse_rps), "--abuse-request", args.abuse_request, "--rounds", str(args.rounds),
+        "--window", str(args.window), "--pairs", str(args.pairs), "--abuse-conns", str(args.abuse_conns),
     ]
     cpu0, t0 = _server_cpu(server_pid), time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
@@ -423,10 +538,14 @@ def main() -> None:
     # hostile last: until redaction is linear its body keeps the worker's helper process busy
     ap.add_argument(
         "--phases", nargs="+",
-        default=["idle", "trace_5000", "abuse", "abuse_paired", "refusals", "appends", "hostile"],
+        default=["refusal_app", "idle", "trace_5000", "abuse", "abuse_paired", "refusals", "appends", "hostile"],
     )
     ap.add_argument("--server-env", nargs="*", default=[], help="NAME=VALUE settings for the server")
-    ap.add_argument("--window", type=float, default=2.0, help="seconds per window of abuse_paired")
+    ap.add_argument("--window", type=float, default=10.0, help="seconds per window of abuse_paired")
+    ap.add_argument("--abuse-conns", type=int, default=64,
+                    help="the flood's connections (abuse_paired): enough that admitted requests in progress "
+                    "do not hold its rate down")
+    ap.add_argument("--pairs", type=int, default=5, help="pairs of windows (flood off, flood on) of abuse_paired")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--load", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--keys", default="{}", help=argparse.SUPPRESS)
@@ -443,6 +562,14 @@ def main() -> None:
         return
 
     results: dict[str, Any] = {}
+    if "refusal_app" in args.phases:
+        r = results["refusal_app"] = refusal_app()
+        print(f"refusal_app: {r['calls']} calls of the app, {100 * r['share_429']:.1f} % 429 ({r['statuses']}): "
+              f"a 429 costs wall p50 {r['wall_p50_us']:.1f} µs, mean {r['wall_mean_us']:.1f} µs; CPU mean "
+              f"{r['cpu_mean_us']:.1f} µs", flush=True)
+        args.phases = [p for p in args.phases if p != "refusal_app"]
+        if not args.phases:
+            return
     with tempfile.TemporaryDirectory(prefix="triage-abuse-") as tmp:
         server = Server(args.workers, Path(tmp), ort_threads=int(os.environ.get("TRIAGE_ORT_THREADS", "2")),
                         tenants=("victim", "abuser", "heavy", "appender"), limits="default",
@@ -455,13 +582,22 @@ def main() -> None:
                 share = f"generator CPU {100 * r['generator_cpu_share']:.0f} %, server CPU {100 * r['server_cpu_share']:.0f} % of {os.cpu_count()} cores"
                 if phase == "abuse_paired":
                     a = r["paired"]
-                    print(
-                        f"abuse_paired probe p99 quiet {a['quiet']['p99_ms']:.2f} ms (p50 {a['quiet']['p50_ms']:.2f}, n={a['quiet']['n']}), "
-                        f"abused {a['abused']['p99_ms']:.2f} ms (p50 {a['abused']['p50_ms']:.2f}, n={a['abused']['n']}): "
-                        f"x{a['p99_ratio']:.2f}; healthz p99 {a['quiet']['healthz_p99_ms']:.2f} / {a['abused']['healthz_p99_ms']:.2f} ms; {share}",
-                        flush=True,
-                    )
-                    print(f"           load: {json.dumps(a['load'])}", flush=True)
+                    for k, pr in enumerate(a["pairs"], 1):
+                        off, on = pr["off"], pr["on"]
+                        print(
+                            f"pair {k} (load {pr['loadavg']:.2f}): victim p99 off {off['p99_ms']:.2f} ms, "
+                            f"on {on['p99_ms']:.2f} ms: x{pr['ratio']:.2f} (p50 {off['p50_ms']:.2f} / {on['p50_ms']:.2f}, "
+                            f"n {off['n']}/{on['n']}, errors {off['errors'] + on['errors']}); queue wait p50/p99 "
+                            f"off {off['queue_p50_ms']:.2f}/{off['queue_p99_ms']:.2f}, on {on['queue_p50_ms']:.2f}/"
+                            f"{on['queue_p99_ms']:.2f} ms (to the body read p50/p99 off {off['read_p50_ms']:.2f}/"
+                            f"{off['read_p99_ms']:.2f}, on {on['read_p50_ms']:.2f}/{on['read_p99_ms']:.2f} ms); "
+                            f"flood {on['flood_rps']:.0f} req/s ({on['flood_missed']} slots missed), "
+                            f"{100 * on['flood_429_share']:.1f} % 429 {on['flood_statuses']}, admitted queue p99 "
+                            f"{on['flood_queue_p99_ms']:.2f} ms; slowest (ms, s into the window) off {off['slowest']} on {on['slowest']}",
+                            flush=True,
+                        )
+                    print(f"abuse_paired: median x{a['median_ratio']:.2f}, max x{a['max_ratio']:.2f} over "
+                          f"{len(a['pairs'])} pairs of {args.window:g} s windows; {share}", flush=True)
                     continue
                 if phase == "refusals":
                     a = r["refusals"]

@@ -15,6 +15,7 @@ from model.diagnosis.diagnoser import package_version
 from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
 from serve.error_handlers import install_error_handlers
+from serve.fairshare import FairShareMiddleware, FloodLane, queue_wait_histogram
 from serve.heavy import HeavyLane
 from serve.limits import BodySizeLimit
 from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimitMiddleware, rate_limit
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
     metrics = Metrics()
+    flood = FloodLane(HeavyLane(settings), hold_s=settings.flood_lane_s)  # its helper starts on first use
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -60,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.key_cache = KeyCache(settings.auth_cache_s)
         app.state.rate_limiter = service.limiter
         app.state.heavy = HeavyLane(settings)
+        app.state.flood_lane = flood
         app.state.gate = FairGate(settings.cpu_slots)
         metrics.attach_limiter(service.limiter)
         metrics.attach_store(service.stores.reports, canary_percent=settings.repair_canary_percent,
@@ -83,6 +86,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if service.exporter is not None:
                 service.exporter.close()
             app.state.heavy.close()
+            if flood.lane is not None:
+                flood.lane.close()
             service.close()
 
     app = FastAPI(
@@ -93,11 +98,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # /docs and /redoc: the offline pages of serve/routers/ui_docs.py
         redoc_url=None,
     )
-    app.dependency_overrides[get_settings] = lambda: settings
+
+    async def _settings() -> Settings:  # async: a plain function would be called in the thread pool
+        return settings
+
+    app.dependency_overrides[get_settings] = _settings
     app.state.metrics = metrics
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RateLimitMiddleware)  # outside the size limit: refusals come first
     app.add_middleware(LatencyMiddleware, metrics=metrics)
+    app.add_middleware(  # outermost: the receipt stamp, the per-tenant in-flight cap (serve/fairshare.py)
+        FairShareMiddleware, histogram=queue_wait_histogram(metrics.registry), flood=flood,
+        inflight=settings.tenant_inflight,
+    )
     install_error_handlers(app)
     install_openapi_schemas(app)
     limited = [Depends(rate_limit)]

@@ -1,5 +1,7 @@
 """``Annotated`` dependency aliases: routes receive settings and the service they need through these
-(each built once, in the app's lifespan)."""
+(each built once, in the app's lifespan). They are ``async``: FastAPI runs a plain ``def`` dependency
+in the thread pool, a hop each request (and a wait for a thread and the GIL under load) for an
+attribute read."""
 
 from __future__ import annotations
 
@@ -18,37 +20,37 @@ from serve.services.triage import TriageService
 from serve.settings import Settings, get_settings
 
 
-def get_service(request: Request) -> TriageService:
+async def get_service(request: Request) -> TriageService:
     """The worker's services (:class:`~serve.services.triage.TriageService`), built in the lifespan."""
     service: TriageService = request.app.state.service
     return service
 
 
-def get_sessions(service: Annotated[TriageService, Depends(get_service)]) -> Sessions:
+async def get_sessions(service: Annotated[TriageService, Depends(get_service)]) -> Sessions:
     return service.sessions
 
 
-def get_outcomes(service: Annotated[TriageService, Depends(get_service)]) -> Outcomes:
+async def get_outcomes(service: Annotated[TriageService, Depends(get_service)]) -> Outcomes:
     return service.outcomes
 
 
-def get_history(service: Annotated[TriageService, Depends(get_service)]) -> History:
+async def get_history(service: Annotated[TriageService, Depends(get_service)]) -> History:
     return service.history
 
 
-def get_streams(service: Annotated[TriageService, Depends(get_service)]) -> Streams:
+async def get_streams(service: Annotated[TriageService, Depends(get_service)]) -> Streams:
     return service.streams
 
 
-def get_agents(service: Annotated[TriageService, Depends(get_service)]) -> Agents:
+async def get_agents(service: Annotated[TriageService, Depends(get_service)]) -> Agents:
     return service.agents
 
 
-def get_activations(service: Annotated[TriageService, Depends(get_service)]) -> ModelActivations:
+async def get_activations(service: Annotated[TriageService, Depends(get_service)]) -> ModelActivations:
     return service.activations
 
 
-def get_patterns(service: Annotated[TriageService, Depends(get_service)]) -> Patterns:
+async def get_patterns(service: Annotated[TriageService, Depends(get_service)]) -> Patterns:
     return service.patterns
 
 

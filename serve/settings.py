@@ -143,6 +143,19 @@ class Settings(BaseSettings):
         description="Diagnoses and session appends a worker works on at once; the next slot goes to "
         "the tenants waiting in turn (more slots: more overlap of store waits, less isolation).",
     )
+    flood_lane_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="For this long after a tenant was answered 429, its admitted diagnoses are served by a "
+        "helper process of the worker at a lower CPU priority, not beside the other tenants' (0: never; "
+        "serve/fairshare.py).",
+    )
+    tenant_inflight: int = Field(
+        default=16,
+        ge=0,
+        description="Requests of one tenant in progress at once on one worker; more get 429 with Retry-After: 1 "
+        "before their body is read (0: no cap; serve/fairshare.py).",
+    )
     session_window_steps: int = Field(
         default=64,
         ge=16,

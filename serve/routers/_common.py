@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from serve.auth import UNAUTHORIZED_RESPONSES
+from serve.fairshare import in_thread
 
 T = TypeVar("T")
 
@@ -31,7 +32,7 @@ TOO_LARGE: dict[int | str, dict[str, Any]] = {
 async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a (blocking: SQL, onnxruntime) service call in the thread pool (its errors become
     responses in serve/error_handlers.py: NotFoundError → 404, ConflictError → 409, …)."""
-    return await run_in_threadpool(fn, *args, **kwargs)
+    return await run_in_threadpool(in_thread(fn), *args, **kwargs)  # in_thread: the queue wait ends
 
 
 def json_response(model: BaseModel) -> Response:

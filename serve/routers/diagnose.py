@@ -13,6 +13,7 @@ from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi
 from serve.deps import ServiceDep, SettingsDep
 from serve.examples import DIAGNOSE_EXAMPLES
+from serve.fairshare import FloodLane
 from serve.heavy import HeavyLane
 from serve.intake import take
 from serve.routers._common import call, json_response
@@ -62,8 +63,11 @@ async def diagnose(
     """
     raw = await request.body()
     heavy: HeavyLane = request.app.state.heavy
-    if heavy.wants(len(raw)):  # a large body: read and served whole by the worker's helper process
-        content = await heavy.diagnose(principal.tenant, raw, format, session)
+    flood: FloodLane = request.app.state.flood_lane
+    # A large body, or a tenant over its limits (serve/fairshare.py): served whole by a helper process
+    lane = heavy if heavy.wants(len(raw)) else flood.lane if flood.wants(principal.tenant) else None
+    if lane is not None:
+        content = await lane.diagnose(principal.tenant, raw, format, session)
         return Response(content=content, media_type="application/json")
     async with request.app.state.gate.slot(principal.tenant):  # CPU work, shared fairly by tenants
         # One trip to the thread pool: read the body, diagnose, store (the trace redacted, its
