@@ -97,17 +97,24 @@ class ConsoleStore(StoreBase):
                     select(t.primary_kind, day, func.count()).where(t.tenant_id == tenant, t.verdict.is_(None),
                                                                    _JSON_VERDICT.in_(["failed"]))
                     .group_by(t.primary_kind, day))).all()]
+            # A run's repairs and outcomes are written after the run was first stored (its created_at is
+            # kept): those of a run in the window are no older than ``since``. Saying so lets the database
+            # skip the tenant's older history: recommendations from ix_recs_tenant_created, outcomes
+            # filtered on their rows (no index on their time: SQLite would then search every outcome of the
+            # window for each run). PostgreSQL, 1,000,000 runs: 791 → 351 ms and 590 → 352 ms (helper seed's
+            # EXPLAIN ANALYZE, docs/benchmarks.md).
             repairs = {str(a): int(n) for a, n in db.execute(scoped(
                 select(by_agent, func.count())
                 .join(RecommendationRow, and_(RecommendationRow.tenant_id == t.tenant_id,
                                               RecommendationRow.trace_id == t.id))
-                .where(t.tenant_id == tenant, RecommendationRow.strategy != "continue")
+                .where(t.tenant_id == tenant, RecommendationRow.strategy != "continue",
+                       RecommendationRow.created_at >= since)
                 .group_by(by_agent))).all()}
             ok = func.sum(case((OutcomeRow.success.is_(True), 1), else_=0))
             outcomes = {str(a): (int(n), int(good or 0)) for a, n, good in db.execute(scoped(
                 select(by_agent, func.count(), ok)
                 .join(OutcomeRow, and_(OutcomeRow.tenant_id == t.tenant_id, OutcomeRow.trace_id == t.id))
-                .where(t.tenant_id == tenant).group_by(by_agent))).all()}
+                .where(t.tenant_id == tenant, OutcomeRow.created_at >= since).group_by(by_agent))).all()}
         return WindowCounts([(a, str(v), n) for a, v, n in verdicts], spectrum, repairs, outcomes)
 
     def run_page(

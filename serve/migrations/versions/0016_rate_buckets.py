@@ -1,7 +1,7 @@
 """rate_buckets: the request-rate buckets every replica on one PostgreSQL spends (serve/store/limits.py)
 
 Revision ID: 0016
-Revises: 0014
+Revises: 0015
 Create Date: 2026-12-06 21:30:00
 
 Several ``triage serve`` replicas on one PostgreSQL hold a key's and a tenant's request rate together
