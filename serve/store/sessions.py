@@ -9,9 +9,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import flag_modified
 
-from serve.store.base import StoreBase
+from serve.store.base import StoreBase, core
 from serve.store.counters import count_labels, count_outcome, count_recommendation
+from serve.store.prepared import Prepared
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, SessionRow, utcnow
+
+_INSERT_RECOMMENDATION = {
+    name: Prepared(ins_of(core(RecommendationRow)).on_conflict_do_nothing().returning(core(RecommendationRow).c.id))
+    for name, ins_of in (("sqlite", sqlite.insert), ("postgresql", postgresql.insert))
+}
 
 
 class SessionStore(StoreBase):
@@ -84,26 +90,11 @@ class SessionStore(StoreBase):
         status: str = "open",
     ) -> None:
         # Ids are deterministic (model.diagnosis.repair_engine): a second insert of one id is the same recommendation.
-        ins = (postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert)(
-            RecommendationRow
-        )
-        res = db.execute(
-            ins.values(
-                tenant_id=tenant,
-                id=rec["id"],
-                trace_id=trace_id,
-                session_id=session_id,
-                failure_key=failure_key,
-                kind=kind,
-                strategy=rec["strategy"],
-                rung=rung,
-                attempt=attempt,
-                status=status,
-                created_at=utcnow(),
-                body=rec,
-            ).on_conflict_do_nothing().returning(RecommendationRow.id)
-        )
-        count_recommendation(db, tenant, rec["strategy"], len(res.all()))  # 0: it was there
+        res = _INSERT_RECOMMENDATION[db.get_bind().dialect.name].execute(db, {
+            "tenant_id": tenant, "id": rec["id"], "trace_id": trace_id, "session_id": session_id,
+            "failure_key": failure_key, "kind": kind, "strategy": rec["strategy"], "rung": rung,
+            "attempt": attempt, "status": status, "created_at": utcnow(), "body": rec})
+        count_recommendation(db, tenant, rec["strategy"], len(res))  # 0: it was there
 
     @staticmethod
     def get_recommendation(db: Session, tenant: str, rec_id: str) -> RecommendationRow | None:
