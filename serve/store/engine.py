@@ -88,8 +88,8 @@ def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get(SQLITE_BEGIN, "DEFERRED")
-        if mode != "IMMEDIATE":
-            conn.exec_driver_sql(f"BEGIN {mode}")
+        if mode != "IMMEDIATE":  # on the driver's connection: SQLAlchemy's statement path costs ~30 µs more
+            conn.connection.dbapi_connection.execute(f"BEGIN {mode}")
             return
         _begin_immediate(conn.connection.dbapi_connection, busy_timeout_s, busy_ms)
 

@@ -67,6 +67,10 @@ _DELETE_STEPS = Prepared(delete(core(TraceStepRow)).where(
 _DELETE_FAILURES = Prepared(delete(core(FailureRow)).where(
     core(FailureRow).c.tenant_id == bindparam("t"), core(FailureRow).c.trace_id == bindparam("i")))
 _INSERT_FAILURES = Prepared(insert(core(FailureRow)))
+_DELETE_STEP = Prepared(delete(core(TraceStepRow)).where(
+    core(TraceStepRow).c.tenant_id == bindparam("t"), core(TraceStepRow).c.trace_id == bindparam("i"),
+    core(TraceStepRow).c.idx == bindparam("x")))
+_INSERT_STEPS = Prepared(insert(core(TraceStepRow)))
 
 
 class StoredRun(NamedTuple):
@@ -199,17 +203,9 @@ class TraceStore(StoreBase):
         """Insert or replace steps of a trace kept in rows (index → step JSON), inside ``db``."""
         if not steps:
             return
-        db.execute(
-            delete(TraceStepRow).where(
-                TraceStepRow.tenant_id == tenant,
-                TraceStepRow.trace_id == trace_id,
-                TraceStepRow.idx.in_(sorted(steps)),
-            )
-        )
-        db.execute(
-            insert(TraceStepRow),
-            [{"tenant_id": tenant, "trace_id": trace_id, "idx": i, "step": st} for i, st in sorted(steps.items())],
-        )
+        _DELETE_STEP.execute(db, [{"t": tenant, "i": trace_id, "x": i} for i in sorted(steps)])
+        _INSERT_STEPS.execute(
+            db, [{"tenant_id": tenant, "trace_id": trace_id, "idx": i, "step": st} for i, st in sorted(steps.items())])
 
     def read_trace(self, db: Session, tenant: str, trace_id: str) -> tuple[dict[str, Any], bool] | None:
         """In transaction ``db``: the whole stored trace and whether its steps are kept as rows, or None."""
