@@ -56,9 +56,10 @@ def make_engine(url: str, *, busy_timeout_s: float = 10.0, echo: bool = False) -
         if db and db != ":memory:" and not db.startswith("file:"):
             Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout_s}
-        # The connection used last is taken first: its page cache is still valid (a connection whose
-        # cache another one's commit made stale re-reads its pages: ~0.5 ms of a diagnosis's CPU)
-        kwargs["pool_use_lifo"] = True
+        if db and db != ":memory:" and not db.startswith("file:"):  # a file's pool (memory: one connection a thread)
+            # The connection used last is taken first: its page cache is still valid (a connection whose
+            # cache another one's commit made stale re-reads its pages)
+            kwargs["pool_use_lifo"] = True
     else:
         kwargs["pool_pre_ping"] = True
         kwargs["pool_size"] = 5
