@@ -124,7 +124,7 @@ class TraceStore(StoreBase):
     ) -> None:
         """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
 
-        Core statements (an upsert, a delete, one executemany): this is the hot path of
+        Prepared statements (:mod:`serve.store.prepared`: an upsert, a delete, one executemany): the hot path of
         ``/v1/diagnose``. ``steps_in_rows``: the trace's steps are kept in ``trace_steps``
         (:meth:`put_steps`) and ``trace`` holds the rest; ``n_steps`` then counts them. A whole
         trace stored over one kept in rows replaces it. ``arm``: the run's canary arm
