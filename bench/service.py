@@ -180,11 +180,12 @@ async def _load(host: str, port: int, key: str, scenario: str, conns: int, durat
     bodies = [] if scenario in ("session_step_clf", "healthz") else _bodies(scenario, 200)
     lat: list[float] = []
     errors: list[str] = []
-    # warm-up: one request per connection's worth, not timed
+    # warm-up: one second, not timed (counted: a caller reading the server's CPU over the run needs it)
     warm_deadline = time.perf_counter() + 1.0
+    warm: list[float] = []
     await asyncio.gather(
         *(
-            _connection(host, port, key, scenario, 1000 + c, warm_deadline, bodies, [], [])
+            _connection(host, port, key, scenario, 1000 + c, warm_deadline, bodies, warm, [])
             for c in range(conns)
         )
     )
@@ -203,6 +204,7 @@ async def _load(host: str, port: int, key: str, scenario: str, conns: int, durat
         "scenario": scenario,
         "conns": conns,
         "requests": len(lat),
+        "warmup_requests": len(warm),
         "rps": len(lat) / elapsed,
         "p50_ms": q(0.50),
         "p99_ms": q(0.99),
@@ -266,7 +268,7 @@ class Server:
     def __init__(
         self, workers: int, data: Path, model_path: str | None = None, ort_threads: int | None = None, *,
         tenants: tuple[str, ...] = ("bench",), limits: str = "off", extra_env: list[str] | None = None,
-        database_url: str | None = None,
+        database_url: str | None = None, tree: Path | None = None,
     ) -> None:
         import httpx
 
@@ -287,6 +289,8 @@ class Server:
             "TRIAGE_ORT_THREADS": str(ort_threads or (2 if workers == 1 else 1)),
             "HF_HUB_OFFLINE": "1",
         }
+        if tree is not None:  # another checkout's server (bench/request_path.py: the base commit's)
+            env["PYTHONPATH"] = f"{tree}:{tree / 'client'}"
         if database_url:
             env["TRIAGE_DATABASE_URL"] = database_url
         if limits == "off":
@@ -304,7 +308,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "serve.cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--workers", str(workers)],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            cwd=tree or ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -332,6 +336,18 @@ class Server:
             if b"resource_tracker" not in cmd:  # multiprocessing's helper, not a worker
                 out.append(_rss_mb(p))
         return out
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the server's worker processes have used so far (``/proc``)."""
+        pids = [self.proc.pid] if self.workers == 1 else child_pids(self.proc.pid)
+        ticks = 0
+        for p in pids:
+            try:
+                fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat(5))
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -98,11 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # /docs and /redoc: the offline pages of serve/routers/ui_docs.py
         redoc_url=None,
     )
-
-    async def _settings() -> Settings:  # async: a plain function would be called in the thread pool
-        return settings
-
-    app.dependency_overrides[get_settings] = _settings
+    app.state.settings = settings  # what SettingsDep gives routes (serve/deps.py)
     app.state.metrics = metrics
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RateLimitMiddleware)  # outside the size limit: refusals come first

@@ -60,6 +60,18 @@ from serve.validation import check_trace_fields
 RELATIVE_WINDOW = 500
 RELATIVE_TTL_S = 30.0
 
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What a whole trace's diagnosis writes, made before its transaction (:meth:`Diagnoses.written`):
+    the answer and the repair state (redacted JSON), the new recommendation (``None``: none to store)
+    and the values fed into the agent's streams."""
+
+    response: dict[str, Any]
+    state: dict[str, Any]
+    recommendation: dict[str, Any] | None
+    observed: dict[str, float]
+
+
 class Diagnoses:
     """Diagnoser (with its repair engine) + store, for one process (one per worker, built in the lifespan).
 
@@ -159,6 +171,9 @@ class Diagnoses:
             fix_session_agent(seen, resolved)
         verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, copy.deepcopy(seen))
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
+        # What the transaction writes is made before it: the transaction holds store work only (on SQLite
+        # every writer of the database waits for it), and is made again only when the state moved.
+        out = self.written(trace, verdict, resolved)
         with self.session_store.write() as db:
             row = None
             prior: TracePrior | None | bool = True
@@ -172,37 +187,48 @@ class Diagnoses:
                 state = copy.deepcopy(prior.policy_state or {}) if prior is not None else {}
             if state != seen:  # it moved since it was read: decide again on the locked state
                 verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, state)
-            resp, decision = verdict.response, verdict.decision
-            self.name_agent(resp, resolved)
-            response = self.redactor.redact(resp.model_dump(mode="json"))
-            state = self.redactor.redact(verdict.state)
+                out = self.written(trace, verdict, resolved)
             self.trace_store.put_trace(
                 db,
                 tenant=tenant,
                 trace_id=trace.id,
                 trace=stored_trace,
-                response=response,
+                response=out.response,
                 session_id=trace.session_id,
                 task_type=trace.task_type,
                 shadow=options.shadow,
-                policy_state=None if row is not None else state,
+                policy_state=None if row is not None else out.state,
                 arm=stored_arm,
                 agent=agent,
                 prior=prior,
             )
             # a whole run: put_trace has deleted the run's old vectors (a new run on SQLite has none)
             self.store_encoding(db, tenant, trace.id, verdict.prefix, replace=False)
-            self.record_recommendation(db, tenant, decision, trace.id, trace.session_id)
+            self.put_recommendation(db, tenant, verdict.decision, out.recommendation, trace.id, trace.session_id)
             if row is not None:
-                self.session_store.save_session_state(row, state)
+                self.session_store.save_session_state(row, out.state)
             self.agents.record(db, tenant, resolved)
             # The rows every request of the tenant (usage) or of the agent (its streams) updates come
             # last: on PostgreSQL their locks are held from here to the commit only.
-            if self.streams.autofeed:  # shadow mode observes too
-                self.streams.feed(db, tenant, trace, resp, agent)
+            if out.observed:  # shadow mode observes too
+                self.streams.feed_values(db, tenant, trace.id, agent, out.observed)
             self.spend_steps(db, tenant, len(trace.steps))
+        resp = verdict.response
         self.export(trace, resp)
         return resp
+
+    def written(self, trace: Trace, verdict: Verdict, resolved: Resolved) -> Written:
+        """What a diagnosis of a whole ``trace`` stores of ``verdict`` (the answer named with its agent)."""
+        resp, decision = verdict.response, verdict.decision
+        self.name_agent(resp, resolved)
+        rec = decision.recommendation
+        return Written(
+            response=self.redactor.redact(resp.model_dump(mode="json")),
+            state=self.redactor.redact(verdict.state),
+            recommendation=self.redactor.redact(rec.model_dump(mode="json"))
+            if decision.new and rec.strategy != Strategy.CONTINUE else None,
+            observed=self.streams.observed(trace, resp) if self.streams.autofeed else {},
+        )
 
     def context(self, tenant: str, trace: Trace, agent: str, options: DiagnoseOptions, *,
                 run_verdict: bool = True) -> Context:
@@ -263,10 +289,18 @@ class Diagnoses:
         rec = decision.recommendation
         if not decision.new or rec.strategy == Strategy.CONTINUE:  # nothing to report an outcome on
             return
+        self.put_recommendation(db, tenant, decision, self.redactor.redact(rec.model_dump(mode="json")),
+                                trace_id, session_id)
+
+    def put_recommendation(self, db: Any, tenant: str, decision: Decision, rec: dict[str, Any] | None,
+                           trace_id: str, session_id: str | None) -> None:
+        """Store ``decision``'s new recommendation, ``rec`` (redacted JSON; ``None``: none to store)."""
+        if rec is None:
+            return
         self.session_store.put_recommendation(
             db,
             tenant=tenant,
-            rec=self.redactor.redact(rec.model_dump(mode="json")),
+            rec=rec,
             trace_id=trace_id,
             session_id=session_id,
             failure_key=decision.failure_key,
@@ -355,4 +389,4 @@ def fix_session_agent(state: dict[str, Any], resolved: Resolved) -> None:
         state["agent_key"], state["agent_source"] = resolved.agent, resolved.source
 
 
-__all__ = ["RELATIVE_TTL_S", "RELATIVE_WINDOW", "Diagnoses", "fix_session_agent", "session_agent"]
+__all__ = ["RELATIVE_TTL_S", "RELATIVE_WINDOW", "Diagnoses", "Written", "fix_session_agent", "session_agent"]

@@ -172,13 +172,13 @@ class Streams:
         )
 
     # -- the autofeed ----------------------------------------------------------------------------
-    def feed(self, db: Any, tenant: str, trace: Trace, resp: DiagnosisResponse, agent: str) -> None:
-        """Feed this trace's per-trace metrics into the streams of its agent (transaction ``db``).
+    def observed(self, trace: Trace, resp: DiagnosisResponse) -> dict[str, float]:
+        """What this trace and its answer feed into its agent's streams (stream name → value): the
+        autofed per-trace metrics that are finite (:meth:`feed_values` feeds them).
 
         Keyed (tenant, agent, stream): each agent warms up a baseline of its own, so that one
-        agent's runs are never judged against another's. Alarms raised here show up as
-        ``degradation`` in the agent's next diagnoses, not this one.
-        """
+        agent's runs are never judged against another's. Alarms raised by a feed show up as
+        ``degradation`` in the agent's next diagnoses, not this one."""
         prob = resp.failure_probability
         if prob is None and "classifier" in resp.detector_versions:
             scores = [
@@ -191,6 +191,10 @@ class Streams:
             value = metrics.per_trace.get(name)
             if value is not None and math.isfinite(value) and abs(value) <= 1e12:
                 values[name] = float(value)
+        return values
+
+    def feed_values(self, db: Any, tenant: str, trace_id: str, agent: str, values: dict[str, float]) -> None:
+        """Feed ``values`` (:meth:`observed`) of run ``trace_id`` into ``agent``'s streams (transaction ``db``)."""
         if not values:
             return
         rows = self.stream_store.lock_streams(db, tenant, agent, sorted(values), detector=self.detector)
@@ -204,7 +208,7 @@ class Streams:
                 det.set_state(row["state"])
             alarm = det.update(value)
             observations.append({"tenant_id": tenant, "stream": name, "agent": agent, "seq": row["n"],
-                                 "value": value, "trace_id": trace.id, "alarm": alarm is not None, "created_at": now})
+                                 "value": value, "trace_id": trace_id, "alarm": alarm is not None, "created_at": now})
             changes.append({
                 "name": name,
                 "n": row["n"] + 1,

@@ -4,15 +4,17 @@ aliases, and the re-keying that renames, merges and splits move a tenant's histo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, delete, func, select, text, update
+from sqlalchemy import and_, bindparam, delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, core, rowcount
+from serve.store.prepared import Prepared
 from serve.store.tables import (
     AgentRow,
     FailureRow,
@@ -33,6 +35,20 @@ class AgentStats(NamedTuple):
     labelled_runs: int
     first_seen: datetime | None
     last_seen: datetime | None
+
+
+_A = core(AgentRow).c
+_COUNT_RUN = Prepared(update(core(AgentRow)).where(_A.tenant_id == bindparam("t"), _A.key == bindparam("k"),
+                                                   _A.alias_of.is_(None))
+                      .values(n_runs=_A.n_runs + 1, updated_at=bindparam("now")).returning(_A.n_runs))
+_SAVE = Prepared(update(core(AgentRow)).where(_A.tenant_id == bindparam("t"), _A.key == bindparam("k")))
+
+
+@functools.cache
+def _profile(lock: bool, alias: bool) -> Prepared:
+    q = select(_A.profile).where(_A.tenant_id == bindparam("t"), _A.key == bindparam("k"),
+                                 _A.alias_of.is_not(None) if alias else _A.alias_of.is_(None))
+    return Prepared(q.with_for_update() if lock else q)
 
 
 class AgentStore(StoreBase):
@@ -108,26 +124,18 @@ class AgentStore(StoreBase):
     def lock_agent_profile(self, db: Session, tenant: str, key: str, *, alias: bool = False) -> dict[str, Any] | None:
         """The agent's profile JSON, locked for this transaction (None: no row, or no profile).
         ``alias``: the profile kept by an agent merged into another (its row is an alias)."""
-        t = core(AgentRow).c
-        q = select(t.profile).where(t.tenant_id == tenant, t.key == key,
-                                    t.alias_of.is_not(None) if alias else t.alias_of.is_(None))
-        if self.dialect == "postgresql":
-            q = q.with_for_update()
-        value = db.execute(q).scalar_one_or_none()
+        rows = _profile(self.dialect == "postgresql", alias).execute(db, {"t": tenant, "k": key})
+        value = rows[0][0] if rows else None
         return value if isinstance(value, dict) else None
 
     def count_agent_run(self, db: Session, tenant: str, key: str) -> int | None:
         """One more run matched to the agent: its new ``n_runs`` (None: no such agent, or an alias)."""
-        t = core(AgentRow).c
-        q = update(core(AgentRow)).where(t.tenant_id == tenant, t.key == key, t.alias_of.is_(None)) \
-            .values(n_runs=t.n_runs + 1, updated_at=utcnow()).returning(t.n_runs)
-        value = db.execute(q).scalar_one_or_none()
-        return None if value is None else int(value)
+        rows = _COUNT_RUN.execute(db, {"t": tenant, "k": key, "now": utcnow()})
+        return int(rows[0][0]) if rows else None
 
     def save_agent(self, db: Session, tenant: str, key: str, **values: Any) -> None:
         """Set columns of the agent's row (profile, n_runs, name, alias_of, …)."""
-        db.execute(update(AgentRow).where(AgentRow.tenant_id == tenant, AgentRow.key == key)
-                   .values(**values, updated_at=utcnow()))
+        _SAVE.execute(db, {"t": tenant, "k": key, **values, "updated_at": utcnow()})
 
     def rekey(self, db: Session, tenant: str, old: str, new: str, *, trace_ids: Sequence[str] | None = None) -> int:
         """Move the runs of ``old`` (all, or those of ``trace_ids``) to ``new``: traces and their

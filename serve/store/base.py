@@ -10,7 +10,7 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
@@ -126,6 +126,8 @@ class Database:
         try:
             with mutex, self._write() as db, db.begin():
                 yield db
+                for hook in db.info.pop(_BEFORE_COMMIT, ()):
+                    hook()
                 flush_counts(db)
         except (SQLAlchemyError, OverflowError, UnicodeEncodeError) as exc:
             raise store_error(exc, "writing") from exc
@@ -133,6 +135,14 @@ class Database:
     def insert(self, table: type[Any] | Table) -> Any:
         """An ``INSERT`` of this dialect (``ON CONFLICT`` clauses need it)."""
         return (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table)
+
+
+_BEFORE_COMMIT = "triage.before_commit"
+
+
+def before_commit(db: Session, hook: Callable[[], None]) -> None:
+    """Run ``hook`` as the write transaction ``db`` commits (:meth:`Database.write`), before the counters."""
+    db.info.setdefault(_BEFORE_COMMIT, []).append(hook)
 
 
 class StoreBase:
@@ -191,4 +201,4 @@ def group_rows(
     return out
 
 
-__all__ = ["Database", "StoreBase", "core", "check_tenant_name", "group_rows", "rowcount", "store_error"]
+__all__ = ["Database", "StoreBase", "before_commit", "core", "check_tenant_name", "group_rows", "rowcount", "store_error"]

@@ -30,6 +30,7 @@ from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from serve.store.prepared import Prepared
 from serve.store.tables import (
     RECOVERY_BOUNDS,
     CanaryCountRow,
@@ -91,10 +92,11 @@ def _run_of(row: Any) -> _Run:
 
 # Built once and executed with parameters: SQLAlchemy reuses their compiled forms (the write path is hot).
 _RUNS = cast(Table, RunMetricRow.__table__)
-_SELECT_RUN = select(*_RUN_COLS).where(RunMetricRow.tenant_id == bindparam("t"), RunMetricRow.trace_id == bindparam("i"))
-_LOCK_RUN = _SELECT_RUN.with_for_update()
-_INSERT_RUN = insert(_RUNS)
-_UPDATE_RUN = update(_RUNS).where(_RUNS.c.tenant_id == bindparam("t"), _RUNS.c.trace_id == bindparam("i"))
+_SELECT = select(*_RUN_COLS).where(RunMetricRow.tenant_id == bindparam("t"), RunMetricRow.trace_id == bindparam("i"))
+_SELECT_RUN = Prepared(_SELECT)
+_LOCK_RUN = Prepared(_SELECT.with_for_update())
+_INSERT_RUN = Prepared(insert(_RUNS))
+_UPDATE_RUN = Prepared(update(_RUNS).where(_RUNS.c.tenant_id == bindparam("t"), _RUNS.c.trace_id == bindparam("i")))
 _SELECT_LABELS = select(LabelRow.id, LabelRow.created_at, LabelRow.author_type, LabelRow.failed, LabelRow.kind).where(
     LabelRow.tenant_id == bindparam("t"), LabelRow.trace_id == bindparam("i"), LabelRow.withdrawn_at.is_(None))
 _FIRST_REC = select(func.min(RecommendationRow.created_at)).where(
@@ -102,7 +104,7 @@ _FIRST_REC = select(func.min(RecommendationRow.created_at)).where(
     RecommendationRow.failure_key == bindparam("k"))
 
 
-def _upserts(dialect: str) -> tuple[Any, Any]:
+def _upserts(dialect: str) -> tuple[Prepared, Prepared]:
     """``n = n + excluded.n`` upserts of ``canary_counts`` and ``metric_totals`` (per dialect, built once)."""
     got = _UPSERTS.get(dialect)
     if got is None:
@@ -110,21 +112,22 @@ def _upserts(dialect: str) -> tuple[Any, Any]:
         canary, totals = cast(Table, CanaryCountRow.__table__), cast(Table, MetricTotalRow.__table__)
         ci, ti = ins_of(canary), ins_of(totals)
         got = _UPSERTS[dialect] = (
-            ci.on_conflict_do_update(index_elements=["tenant_id", "hour", "arm"],
-                                     set_={f: canary.c[f] + ci.excluded[f] for f in CANARY_FIELDS}),
-            ti.on_conflict_do_update(index_elements=["tenant_id", "name", "key"],
-                                     set_={"n": totals.c.n + ti.excluded.n, "total": totals.c.total + ti.excluded.total}),
+            Prepared(ci.on_conflict_do_update(index_elements=["tenant_id", "hour", "arm"],
+                                              set_={f: canary.c[f] + ci.excluded[f] for f in CANARY_FIELDS})),
+            Prepared(ti.on_conflict_do_update(
+                index_elements=["tenant_id", "name", "key"],
+                set_={"n": totals.c.n + ti.excluded.n, "total": totals.c.total + ti.excluded.total})),
         )
     return got
 
 
-_UPSERTS: dict[str, tuple[Any, Any]] = {}
+_UPSERTS: dict[str, tuple[Prepared, Prepared]] = {}
 
 
 def _lock_run(db: Session, tenant: str, trace_id: str) -> _Run | None:
     q = _LOCK_RUN if db.get_bind().dialect.name == "postgresql" else _SELECT_RUN
-    row = db.execute(q, {"t": tenant, "i": trace_id}).one_or_none()
-    return None if row is None else _run_of(row)
+    rows = q.execute(db, {"t": tenant, "i": trace_id})
+    return _run_of(rows[0]) if rows else None
 
 
 def _pending(db: Session) -> tuple[dict[tuple[str, int, str], dict[str, float]], dict[tuple[str, str, str], list[float]]]:
@@ -160,9 +163,9 @@ def _save(db: Session, tenant: str, trace_id: str, old: _Run | None, new: _Run) 
               "recovery_s": new.recovery_s, "labelled": new.labelled, "succeeded": new.succeeded,
               "kinds": new.kinds}
     if old is None:
-        db.execute(_INSERT_RUN, {"tenant_id": tenant, "trace_id": trace_id, **values})
+        _INSERT_RUN.execute(db, {"tenant_id": tenant, "trace_id": trace_id, **values})
     else:
-        db.execute(_UPDATE_RUN, {"t": tenant, "i": trace_id, **values})
+        _UPDATE_RUN.execute(db, {"t": tenant, "i": trace_id, **values})
 
 
 # -- the writes that change a count -----------------------------------------------------------------
@@ -290,11 +293,11 @@ def flush_counts(db: Session) -> None:
              **{f: (c[f] if f == "recovery_s" else int(round(c[f]))) for f in CANARY_FIELDS}}
             for (tenant, hour, arm), c in sorted(canary.items()) if any(c.values())]
     if rows:
-        db.execute(upsert_canary, rows)
+        upsert_canary.execute(db, rows)
     trows = [{"tenant_id": t, "name": name, "key": key, "n": int(round(n)), "total": total}
              for (t, name, key), (n, total) in sorted(totals.items()) if n or total]
     if trows:
-        db.execute(upsert_totals, trows)
+        upsert_totals.execute(db, trows)
 
 
 __all__ = ["CANARY_FIELDS", "HOUR_S", "count_labels", "count_outcome", "count_recommendation", "count_run",

@@ -2,16 +2,67 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import flag_modified
 
-from serve.store.base import StoreBase
+from serve.store.base import StoreBase, before_commit, core
 from serve.store.counters import count_labels, count_outcome, count_recommendation
+from serve.store.prepared import Prepared
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, SessionRow, utcnow
+
+_INSERT_RECOMMENDATION = {
+    name: Prepared(ins_of(core(RecommendationRow)).on_conflict_do_nothing().returning(core(RecommendationRow).c.id))
+    for name, ins_of in (("sqlite", sqlite.insert), ("postgresql", postgresql.insert))
+}
+
+
+@dataclass(eq=False)
+class LockedSession:
+    """A session's row as :meth:`SessionStore.lock_session` locked it in transaction ``db``. What is
+    changed of it (an attribute set, or :meth:`SessionStore.save_session_state`) is written as the
+    transaction commits, as the ORM would (:func:`serve.store.base.before_commit`)."""
+
+    tenant_id: str
+    id: str
+    trace_id: str
+    created_at: datetime
+    updated_at: datetime
+    n_steps: int
+    next_source_index: int
+    version: int
+    state: dict[str, Any] | None
+    db: Session = field(repr=False)
+    dirty: bool = field(default=False, repr=False)  # saved: the state is written even if changed in place
+
+    def __post_init__(self) -> None:
+        self._loaded = self._values()
+        before_commit(self.db, self._flush)
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self.trace_id, self.n_steps, self.next_source_index, self.version, id(self.state), self.updated_at)
+
+    def _flush(self) -> None:
+        if self.dirty or self._values() != self._loaded:
+            _SAVE_SESSION.execute(self.db, {
+                "t": self.tenant_id, "i": self.id, "trace_id": self.trace_id, "state": self.state,
+                "n_steps": self.n_steps, "next_source_index": self.next_source_index,
+                "updated_at": self.updated_at, "version": self.version})
+
+
+_S = core(SessionRow).c
+_SESSION_KEY = (_S.tenant_id == bindparam("t")) & (_S.id == bindparam("i"))
+_SESSION_NAMES = [f.name for f in fields(LockedSession) if f.name not in ("db", "dirty")]
+_SESSION_COLS = [_S[name] for name in _SESSION_NAMES]
+_LOCK_SESSION = Prepared(select(*_SESSION_COLS).where(_SESSION_KEY))
+_LOCK_SESSION_PG = Prepared(select(*_SESSION_COLS).where(_SESSION_KEY).with_for_update())
+_SAVE_SESSION = Prepared(update(core(SessionRow)).where(_SESSION_KEY))
+_CREATE_SESSION = {name: Prepared(ins_of(core(SessionRow)).on_conflict_do_nothing())
+                   for name, ins_of in (("sqlite", sqlite.insert), ("postgresql", postgresql.insert))}
 
 
 class SessionStore(StoreBase):
@@ -20,7 +71,7 @@ class SessionStore(StoreBase):
     # -- sessions ------------------------------------------------------------------------------
     def lock_session(
         self, db: Session, tenant: str, session_id: str, *, create_trace_id: str | None
-    ) -> SessionRow | None:
+    ) -> LockedSession | None:
         """The session row, locked for this transaction; created when ``create_trace_id`` is given.
 
         The insert is ``ON CONFLICT DO NOTHING`` so that two first appends racing on PostgreSQL
@@ -28,40 +79,27 @@ class SessionStore(StoreBase):
         """
         if create_trace_id is not None:
             now = utcnow()
-            values = {
-                "tenant_id": tenant,
-                "id": session_id,
-                "trace_id": create_trace_id,
-                "created_at": now,
-                "updated_at": now,
-                "n_steps": 0,
-                "next_source_index": 0,
-                "version": 0,
-                "state": {},
-            }
-            ins = (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(SessionRow)
-            db.execute(ins.values(**values).on_conflict_do_nothing())
-        q = select(SessionRow).where(SessionRow.tenant_id == tenant, SessionRow.id == session_id)
-        if self.dialect == "postgresql":
-            q = q.with_for_update()
-        return db.scalar(q.execution_options(populate_existing=True))
+            _CREATE_SESSION[self.dialect].execute(db, {
+                "tenant_id": tenant, "id": session_id, "trace_id": create_trace_id, "created_at": now,
+                "updated_at": now, "n_steps": 0, "next_source_index": 0, "version": 0, "state": {}})
+        q = _LOCK_SESSION_PG if self.dialect == "postgresql" else _LOCK_SESSION
+        rows = q.execute(db, {"t": tenant, "i": session_id})
+        return LockedSession(**dict(zip(_SESSION_NAMES, rows[0], strict=True)), db=db) if rows else None
 
     @staticmethod
     def save_session_state(
-        row: SessionRow, state: dict[str, Any], *, n_steps: int | None = None, next_source_index: int | None = None
+        row: LockedSession, state: dict[str, Any], *, n_steps: int | None = None, next_source_index: int | None = None
     ) -> int:
-        """Write a locked session's new repair state (and counters) in its transaction; its new version.
-
-        The state is written whole even when it is the row's own dict changed in place (which the
-        ORM would not see)."""
+        """Set a locked session's new repair state (and counters), written as its transaction commits
+        (whole, also when it is the row's own dict changed in place); its new version."""
         row.state = state
-        flag_modified(row, "state")
         if n_steps is not None:
             row.n_steps = n_steps
         if next_source_index is not None:
             row.next_source_index = next_source_index
         row.updated_at = utcnow()
         row.version += 1
+        row.dirty = True
         return row.version
 
     def get_session(self, tenant: str, session_id: str) -> SessionRow | None:
@@ -84,26 +122,11 @@ class SessionStore(StoreBase):
         status: str = "open",
     ) -> None:
         # Ids are deterministic (model.diagnosis.repair_engine): a second insert of one id is the same recommendation.
-        ins = (postgresql.insert if db.get_bind().dialect.name == "postgresql" else sqlite.insert)(
-            RecommendationRow
-        )
-        res = db.execute(
-            ins.values(
-                tenant_id=tenant,
-                id=rec["id"],
-                trace_id=trace_id,
-                session_id=session_id,
-                failure_key=failure_key,
-                kind=kind,
-                strategy=rec["strategy"],
-                rung=rung,
-                attempt=attempt,
-                status=status,
-                created_at=utcnow(),
-                body=rec,
-            ).on_conflict_do_nothing().returning(RecommendationRow.id)
-        )
-        count_recommendation(db, tenant, rec["strategy"], len(res.all()))  # 0: it was there
+        res = _INSERT_RECOMMENDATION[db.get_bind().dialect.name].execute(db, {
+            "tenant_id": tenant, "id": rec["id"], "trace_id": trace_id, "session_id": session_id,
+            "failure_key": failure_key, "kind": kind, "strategy": rec["strategy"], "rung": rung,
+            "attempt": attempt, "status": status, "created_at": utcnow(), "body": rec})
+        count_recommendation(db, tenant, rec["strategy"], len(res))  # 0: it was there
 
     @staticmethod
     def get_recommendation(db: Session, tenant: str, rec_id: str) -> RecommendationRow | None:
@@ -154,4 +177,4 @@ class SessionStore(StoreBase):
         count_labels(db, tenant, trace_id)
 
 
-__all__ = ["SessionStore"]
+__all__ = ["LockedSession", "SessionStore"]

@@ -12,7 +12,27 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, core, store_error
+from serve.store.prepared import Prepared
 from serve.store.tables import ObservationRow, StreamRow, utcnow
+
+_STREAM_COLS = ("name", "detector", "params", "state", "n", "alarm_open", "alarm")
+_INSERT_OBSERVATIONS = Prepared(insert(core(ObservationRow)))
+
+
+@functools.cache
+def _lock_streams(dialect: str, k: int) -> Prepared:
+    """``k`` named streams of one (tenant, agent), locked on PostgreSQL in name order (one statement per
+    ``k``: the names are bound one each, not expanded per call)."""
+    t = core(StreamRow).c
+    q = select(*(t[c] for c in _STREAM_COLS)).where(
+        t.tenant_id == bindparam("t"), t.agent == bindparam("a"), t.name.in_([bindparam(f"n{i}") for i in range(k)]))
+    return Prepared(q.order_by(t.name).with_for_update() if dialect == "postgresql" else q)
+
+
+@functools.cache
+def _insert_streams(dialect: str) -> Prepared:
+    return Prepared((postgresql.insert if dialect == "postgresql" else sqlite.insert)(core(StreamRow))
+                    .on_conflict_do_nothing())
 
 
 class StreamStore(StoreBase):
@@ -54,65 +74,47 @@ class StreamStore(StoreBase):
 
         Callers pass names in one (sorted) order, so that concurrent transactions lock alike.
         """
-        t = core(StreamRow).c  # Core columns: no ORM work per request
-        q = select(t.name, t.detector, t.params, t.state, t.n, t.alarm_open, t.alarm).where(
-            t.tenant_id == tenant, t.agent == agent, t.name.in_(names)
-        )
-        if self.dialect == "postgresql":
-            q = q.order_by(t.name).with_for_update()
-        rows = {r.name: dict(r._mapping) for r in db.execute(q)}
+        q = _lock_streams(self.dialect, len(names))
+        params = {"t": tenant, "a": agent, **{f"n{i}": n for i, n in enumerate(names)}}
+        rows = {r[0]: dict(zip(_STREAM_COLS, r, strict=True)) for r in q.execute(db, params)}
         missing = [n for n in names if n not in rows]
         if missing:
             now = utcnow()
-            db.execute(
-                self._insert(StreamRow).on_conflict_do_nothing(),
-                [
-                    {
-                        "tenant_id": tenant,
-                        "name": n,
-                        "agent": agent,
-                        "detector": detector,
-                        "params": {},
-                        "state": {},
-                        "n": 0,
-                        "alarm_open": False,
-                        "updated_at": now,
-                    }
-                    for n in missing
-                ],
-            )
-            rows = {r.name: dict(r._mapping) for r in db.execute(q)}
+            _insert_streams(self.dialect).execute(db, [
+                {"tenant_id": tenant, "name": n, "agent": agent, "detector": detector, "params": {}, "state": {},
+                 "n": 0, "alarm_open": False, "updated_at": now}
+                for n in missing
+            ])
+            rows = {r[0]: dict(zip(_STREAM_COLS, r, strict=True)) for r in q.execute(db, params)}
         return rows
 
     @staticmethod
     def add_observations(db: Session, rows: list[dict[str, Any]]) -> None:
         """In transaction ``db``: observations of locked streams (one executemany)."""
         if rows:
-            db.execute(insert(core(ObservationRow)), rows)
+            _INSERT_OBSERVATIONS.execute(db, rows)
 
-    @functools.cached_property
-    def _stream_update_stmt(self) -> Any:
-        return (
-            update(StreamRow)
-            .where(
-                StreamRow.tenant_id == bindparam("k_tenant"),
-                StreamRow.agent == bindparam("k_agent"),
-                StreamRow.name == bindparam("k_name"),
-            )
-            .values(
-                n=bindparam("n"),
-                state=bindparam("state"),
-                alarm_open=bindparam("alarm_open"),
-                alarm=bindparam("alarm"),
-                updated_at=bindparam("updated_at"),
-            )
+    _stream_update_stmt = Prepared(
+        update(core(StreamRow))
+        .where(
+            StreamRow.tenant_id == bindparam("k_tenant"),
+            StreamRow.agent == bindparam("k_agent"),
+            StreamRow.name == bindparam("k_name"),
         )
+        .values(
+            n=bindparam("n"),
+            state=bindparam("state"),
+            alarm_open=bindparam("alarm_open"),
+            alarm=bindparam("alarm"),
+            updated_at=bindparam("updated_at"),
+        )
+    )
 
     def update_streams(self, db: Session, tenant: str, agent: str, changes: list[dict[str, Any]]) -> None:
         """Write back ``name, n, state, alarm_open, alarm`` of locked streams (one executemany)."""
         now = utcnow()
-        db.connection().execute(
-            self._stream_update_stmt,
+        self._stream_update_stmt.execute(
+            db,
             [
                 {
                     "k_tenant": tenant,

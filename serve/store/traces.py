@@ -3,19 +3,20 @@ usage, the history's pages and its retention."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, delete, exists, func, insert, select, tuple_, update
+from sqlalchemy import Select, bindparam, delete, exists, func, insert, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.counters import count_run, uncount_runs
 from serve.store.encodings import drop_vectors
+from serve.store.prepared import Prepared
 from serve.store.tables import (
     FailureRow,
     LabelRow,
@@ -29,6 +30,47 @@ from serve.store.tables import (
     utcnow,
 )
 from serve.store.verdict import run_columns
+
+
+def _upserts() -> tuple[dict[str, Prepared], dict[str, Prepared]]:
+    """The trace's and the daily usage's upserts, per dialect."""
+    traces, usage = core(TraceRow), core(UsageRow)
+    out: tuple[dict[str, Prepared], dict[str, Prepared]] = ({}, {})
+    keep = ("tenant_id", "id", "created_at", "failed_at")
+    for name, ins_of in (("sqlite", sqlite.insert), ("postgresql", postgresql.insert)):
+        ins = ins_of(traces)
+        out[0][name] = Prepared(ins.on_conflict_do_update(
+            index_elements=["tenant_id", "id"],
+            set_={
+                **{c.key: getattr(ins.excluded, c.key) for c in traces.columns if c.key not in keep},
+                # the run's first failure stays the first one (serve/services/canary.py: failure and recovery rates)
+                "failed_at": func.coalesce(traces.c.failed_at, ins.excluded.failed_at),
+            },
+        ).returning(traces.c.created_at))  # the kept one: the failure rows carry it
+        uins = ins_of(usage)
+        out[1][name] = Prepared(uins.on_conflict_do_update(
+            index_elements=["tenant_id", "day"], set_={"steps": usage.c.steps + uins.excluded.steps}
+        ).returning(usage.c.steps))
+    return out
+
+
+# The request path's statements, compiled once (serve.store.base.Prepared).
+_T = core(TraceRow).c
+_KEY = (_T.tenant_id == bindparam("t")) & (_T.id == bindparam("i"))
+_TRACE_UPSERT, _USAGE_UPSERT = _upserts()
+_STEPS_IN_ROWS = Prepared(select(_T.steps_in_rows).where(_KEY))
+_LOCK_TRACE = Prepared(select(_T.policy_state, _T.steps_in_rows).where(_KEY))
+_LOCK_TRACE_PG = Prepared(select(_T.policy_state, _T.steps_in_rows).where(_KEY).with_for_update())
+_STORED_RUN = Prepared(select(_T.agent, _T.response["agent_source"].as_string(), _T.policy_state).where(_KEY))
+_DELETE_STEPS = Prepared(delete(core(TraceStepRow)).where(
+    core(TraceStepRow).c.tenant_id == bindparam("t"), core(TraceStepRow).c.trace_id == bindparam("i")))
+_DELETE_FAILURES = Prepared(delete(core(FailureRow)).where(
+    core(FailureRow).c.tenant_id == bindparam("t"), core(FailureRow).c.trace_id == bindparam("i")))
+_INSERT_FAILURES = Prepared(insert(core(FailureRow)))
+_DELETE_STEP = Prepared(delete(core(TraceStepRow)).where(
+    core(TraceStepRow).c.tenant_id == bindparam("t"), core(TraceStepRow).c.trace_id == bindparam("i"),
+    core(TraceStepRow).c.idx == bindparam("x")))
+_INSERT_STEPS = Prepared(insert(core(TraceStepRow)))
 
 
 class StoredRun(NamedTuple):
@@ -62,22 +104,8 @@ class TracePage:
 class TraceStore(StoreBase):
     """The ``traces``, ``trace_steps``, ``failures`` and ``usage`` tables (and a run's ``run_encodings`` when it goes)."""
 
-    @functools.cached_property
-    def _trace_upsert_stmt(self) -> Any:
-        # Built once, executed with a parameter dict: SQLAlchemy then reuses its compiled form.
-        ins = self._insert(core(TraceRow))  # Core, not the ORM's bulk path: this runs per request
-        keep = ("tenant_id", "id", "created_at", "failed_at")
-        return ins.on_conflict_do_update(
-            index_elements=["tenant_id", "id"],
-            set_={
-                **{c.key: getattr(ins.excluded, c.key) for c in core(TraceRow).columns if c.key not in keep},
-                # the run's first failure stays the first one (serve/services/canary.py: failure and recovery rates)
-                "failed_at": func.coalesce(core(TraceRow).c.failed_at, ins.excluded.failed_at),
-            },
-        ).returning(core(TraceRow).c.created_at)  # the kept one: the failure rows carry it
-
-    def _trace_upsert(self) -> Any:
-        return self._trace_upsert_stmt
+    def _trace_upsert(self) -> Prepared:
+        return _TRACE_UPSERT[self.dialect]
 
     def put_trace(
         self,
@@ -101,7 +129,7 @@ class TraceStore(StoreBase):
     ) -> None:
         """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
 
-        Core statements (an upsert, a delete, one executemany): this is the hot path of
+        Prepared statements (:mod:`serve.store.prepared`: an upsert, a delete, one executemany): the hot path of
         ``/v1/diagnose``. ``steps_in_rows``: the trace's steps are kept in ``trace_steps``
         (:meth:`put_steps`) and ``trace`` holds the rest; ``n_steps`` then counts them. A whole
         trace stored over one kept in rows replaces it. ``arm``: the run's canary arm
@@ -138,20 +166,20 @@ class TraceStore(StoreBase):
             "agent": agent,
             **run_columns(response),  # the verdict and the label queue's margin parts (serve/store/verdict.py)
         }
+        key = {"t": tenant, "i": trace_id}
         if prior is True:
-            prev = db.execute(
-                select(TraceRow.steps_in_rows).where(TraceRow.tenant_id == tenant, TraceRow.id == trace_id)
-            ).scalar_one_or_none() if not steps_in_rows else None
+            got = _STEPS_IN_ROWS.execute(db, key) if not steps_in_rows else []
+            prev = got[0][0] if got else None
         else:
             prev = prior.steps_in_rows if isinstance(prior, TracePrior) else None
         if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
-            db.execute(delete(TraceStepRow).where(TraceStepRow.tenant_id == tenant, TraceStepRow.trace_id == trace_id))
-        created = db.execute(self._trace_upsert(), values).scalar_one()
+            _DELETE_STEPS.execute(db, key)
+        created = self._trace_upsert().execute(db, values)[0][0]
         count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response)
         # a new row has no failures to replace (known for sure on SQLite, whose writers take turns;
         # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
         if prior is not None or self.dialect != "sqlite":
-            db.execute(delete(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.trace_id == trace_id))
+            _DELETE_FAILURES.execute(db, key)
             if not steps_in_rows:  # new steps: the old ones' vectors go
                 drop_vectors(db, tenant, trace_id)
         rows = [
@@ -175,23 +203,15 @@ class TraceStore(StoreBase):
             for f in response.get(key) or []
         ]
         if rows:
-            db.execute(insert(core(FailureRow)), rows)
+            _INSERT_FAILURES.execute(db, rows)
 
     def put_steps(self, db: Session, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
         """Insert or replace steps of a trace kept in rows (index → step JSON), inside ``db``."""
         if not steps:
             return
-        db.execute(
-            delete(TraceStepRow).where(
-                TraceStepRow.tenant_id == tenant,
-                TraceStepRow.trace_id == trace_id,
-                TraceStepRow.idx.in_(sorted(steps)),
-            )
-        )
-        db.execute(
-            insert(TraceStepRow),
-            [{"tenant_id": tenant, "trace_id": trace_id, "idx": i, "step": st} for i, st in sorted(steps.items())],
-        )
+        _DELETE_STEP.execute(db, [{"t": tenant, "i": trace_id, "x": i} for i in sorted(steps)])
+        _INSERT_STEPS.execute(
+            db, [{"tenant_id": tenant, "trace_id": trace_id, "idx": i, "step": st} for i, st in sorted(steps.items())])
 
     def read_trace(self, db: Session, tenant: str, trace_id: str) -> tuple[dict[str, Any], bool] | None:
         """In transaction ``db``: the whole stored trace and whether its steps are kept as rows, or None."""
@@ -208,12 +228,7 @@ class TraceStore(StoreBase):
 
     def add_usage(self, db: Session, tenant: str, day: str, steps: int) -> int:
         """Add ``steps`` to the tenant's usage of ``day`` (inside ``db``); the new total."""
-        table = core(UsageRow)
-        ins = self._insert(table).values(tenant_id=tenant, day=day, steps=steps)
-        stmt = ins.on_conflict_do_update(
-            index_elements=["tenant_id", "day"], set_={"steps": table.c.steps + ins.excluded.steps}
-        ).returning(table.c.steps)
-        return int(db.execute(stmt).scalar_one())
+        return int(_USAGE_UPSERT[self.dialect].execute(db, {"tenant_id": tenant, "day": day, "steps": steps})[0][0])
 
     def usage(self, tenant: str, day: str) -> int:
         with self.read() as db:
@@ -221,22 +236,18 @@ class TraceStore(StoreBase):
 
     def lock_trace(self, db: Session, tenant: str, trace_id: str) -> TracePrior | None:
         """The trace's policy state and where its steps are, locked for this transaction (None if new)."""
-        t = core(TraceRow).c
-        q = select(t.policy_state, t.steps_in_rows).where(t.tenant_id == tenant, t.id == trace_id)
-        if self.dialect == "postgresql":
-            q = q.with_for_update()
-        row = db.execute(q).one_or_none()
-        return None if row is None else TracePrior(row[0], bool(row[1]))
+        q = _LOCK_TRACE_PG if self.dialect == "postgresql" else _LOCK_TRACE
+        rows = q.execute(db, {"t": tenant, "i": trace_id})
+        return TracePrior(rows[0][0], bool(rows[0][1])) if rows else None
 
     def stored_run(self, tenant: str, trace_id: str) -> StoredRun | None:
         """What a new diagnosis of a stored trace id reads of it, unlocked, in one query: its agent, how
         it was found, and its repair-policy state (None when the id is new)."""
-        t = core(TraceRow).c
         with self.read() as db:  # two columns and one JSON field, not the whole answer
-            row = db.execute(select(t.agent, t.response["agent_source"].as_string(), t.policy_state)
-                             .where(t.tenant_id == tenant, t.id == trace_id)).one_or_none()
-        if row is None:
+            rows = _STORED_RUN.execute(db, {"t": tenant, "i": trace_id})
+        if not rows:
             return None
+        row = rows[0]
         return StoredRun(str(row[0]), row[1] if isinstance(row[1], str) else None, row[2])
 
     def lock_trace_state(self, db: Session, tenant: str, trace_id: str) -> dict[str, Any] | None:

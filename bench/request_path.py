@@ -1,0 +1,297 @@
+"""The request path's cost: the store's CPU in process, the server's CPU a request, the latency against
+the floor with a plain client, and throughput against a base commit.
+
+**In process** (``--inprocess``, the default part): no HTTP; the services of one worker
+(:func:`serve.wiring.build_service`, the shipped classifier when there is one) on a temporary SQLite file
+and, with ``--database-url``, an empty PostgreSQL database; one thread. For each request it reads
+``time.process_time`` around
+
+- the whole request as a route runs it (``serve.intake.take`` on the raw body, the service call, the
+  response's ``model_dump_json``): **CPU ms a request**;
+- the store's write transaction (:meth:`serve.store.base.Database.write`, from ``BEGIN`` to the
+  commit): **store write CPU ms** (SQL and SQLAlchemy's and the driver's work; on the diagnosis path
+  the transaction holds only store calls and the streams' detector updates, so this is the store's
+  cost; a session step decides inside its transaction, so there it is the whole locked append);
+- the reads the request makes outside it (:meth:`~serve.store.base.Database.read`): **store reads
+  CPU ms**; and, of the write, SQLite's own ``COMMIT`` (its pages written to the WAL).
+
+Each figure is the median of ``--repeats`` blocks of ``--n`` requests (after ``--warmup``), with the
+blocks' range: the host is shared, so the spread says how much to trust the median.
+
+**Server** (``--server``): a real ``triage serve`` (one worker, SQLite, the server of
+``bench/service.py``) of this checkout and of ``--base`` (a worktree of the base commit), in
+``--rounds`` interleaved rounds (the base first in odd rounds). Per scenario and round:
+
+- a plain keep-alive ``http.client`` client on one connection, ``--pairs`` pairs of ``GET /healthz``
+  (the **floor**) and the request, interleaved: p50 of each and the ratio;
+- ``bench/service.py``'s load generator at 8 connections for ``--duration`` s: requests a second, and
+  the server's CPU a request (its processes' user + system time from ``/proc``, over the requests).
+
+Run::
+
+    .venv/bin/python bench/request_path.py --n 200 --repeats 5 --database-url postgresql://…
+    .venv/bin/python bench/request_path.py --server --base /tmp/base --rounds 4
+
+It imports the code of the checkout ``PYTHONPATH`` names for the in-process part: run that part with
+a base worktree's path to measure the base the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from service import Server, _bodies, _empty, run_load, session_step  # noqa: E402
+
+
+class StoreClock:
+    """Accumulates the CPU time spent inside a database's :meth:`write` and :meth:`read` blocks."""
+
+    def __init__(self, db: Any) -> None:
+        self.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0}
+        self.depth = 0
+        for name in ("write", "read"):
+            setattr(db, name, self._timed(name, getattr(db, name)))
+
+    def _timed(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        @contextlib.contextmanager
+        def wrapper() -> Iterator[Any]:
+            self.depth += 1
+            t0 = time.process_time()
+            try:
+                with fn() as db:
+                    yield db
+            finally:
+                self.depth -= 1
+                if self.depth == 0:
+                    self.cpu[name] += time.process_time() - t0
+        return wrapper
+
+
+def measure(service: Any, clock: StoreClock, requests: list[Callable[[], Any]], *, warmup: int, n: int,
+            repeats: int) -> dict[str, Any]:
+    for fn in requests[:warmup]:
+        fn()
+    totals: list[float] = []
+    writes: list[float] = []
+    reads: list[float] = []
+    commits: list[float] = []
+    i = warmup
+    for _ in range(repeats):
+        clock.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0}
+        t0 = time.process_time()
+        for fn in requests[i : i + n]:
+            fn()
+        totals.append((time.process_time() - t0) * 1000 / n)
+        writes.append(clock.cpu["write"] * 1000 / n)
+        reads.append(clock.cpu["read"] * 1000 / n)
+        commits.append(clock.cpu["commit"] * 1000 / n)
+        i += n
+    return {"cpu_ms": statistics.median(totals), "cpu_range": [min(totals), max(totals)],
+            "write_ms": statistics.median(writes), "write_range": [min(writes), max(writes)],
+            "read_ms": statistics.median(reads), "read_range": [min(reads), max(reads)],
+            "commit_ms": statistics.median(commits), "commit_range": [min(commits), max(commits)]}
+
+
+def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
+    from serve.intake import take
+    from serve.schemas import AppendStepsRequest
+    from serve.settings import Settings
+    from serve.wiring import build_diagnoser, build_service
+
+    settings = Settings(data_dir=data, database_url=url, auth="off")
+    diagnoser, ready = build_diagnoser(settings)
+    service = build_service(settings, diagnoser)
+    clock = StoreClock(service.stores.db)
+    dialect = service.stores.db.engine.dialect
+    do_commit = dialect.do_commit
+
+    def timed_commit(dbapi_connection: Any) -> None:
+        t0 = time.process_time()
+        do_commit(dbapi_connection)
+        clock.cpu["commit"] += time.process_time() - t0
+
+    dialect.do_commit = timed_commit  # type: ignore[method-assign]
+    total = a.warmup + a.n * a.repeats
+    out: dict[str, Any] = {"classifier": bool(ready.get("classifier"))}
+    tenant = "bench"
+
+    def diagnosis(raw: bytes) -> Callable[[], Any]:
+        def go() -> Any:
+            body, trace = take(raw, max_steps=settings.max_steps, format=None, options=None)
+            return service.diagnose(tenant, trace, body.options).model_dump_json()
+        return go
+
+    def step(sid: str, i: int) -> Callable[[], Any]:
+        def go() -> Any:
+            req = AppendStepsRequest.model_validate_json(session_step(i))
+            return service.append_steps(tenant, sid, req).model_dump_json()
+        return go
+
+    try:
+        for scenario in a.scenarios:
+            if scenario == "session_step_clf":
+                reqs = [step(f"s-{os.getpid()}-{i // 20}", i) for i in range(total)]
+            else:
+                reqs = [diagnosis(b) for b in _bodies(scenario, total)]
+            out[scenario] = measure(service, clock, reqs, warmup=a.warmup, n=a.n, repeats=a.repeats)
+    finally:
+        service.close()
+    return out
+
+
+def inprocess(a: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"load": os.getloadavg()}
+    engines = [("sqlite", None)] + ([("postgresql", a.database_url)] if a.database_url else [])
+    for engine, url in engines:
+        with tempfile.TemporaryDirectory(prefix="triage-storecpu-") as tmp:
+            if url:
+                _empty(url)
+            results[engine] = run(url or f"sqlite:///{Path(tmp) / 'triage.db'}", Path(tmp), a)
+    results["load_after"] = os.getloadavg()
+    print(f"in process, load average {results['load'][0]:.2f} → {results['load_after'][0]:.2f}; "
+          f"median of {a.repeats} blocks of {a.n} (range)")
+    print(f"{'engine':11s} {'scenario':18s} {'CPU ms/request':>22s} {'store write CPU ms':>24s} "
+          f"{'of which COMMIT':>24s} {'store reads CPU ms':>24s}")
+    for engine, _ in engines:
+        r = results[engine]
+        for scenario in a.scenarios:
+            m = r[scenario]
+            print(f"{engine:11s} {scenario:18s} {m['cpu_ms']:8.3f} ({m['cpu_range'][0]:.2f}–{m['cpu_range'][1]:.2f})"
+                  + "".join(f"   {m[k + '_ms']:8.3f} ({m[k + '_range'][0]:.3f}–{m[k + '_range'][1]:.3f})"
+                            for k in ("write", "commit", "read")))
+    return results
+
+
+# -- the server ------------------------------------------------------------------------------------
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] * 1000
+
+
+def plain_pairs(server: Server, scenario: str, pairs: int) -> dict[str, Any]:
+    """``pairs`` of ``GET /healthz`` then the request, on one keep-alive ``http.client`` connection."""
+    host, port = server.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    headers = {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"}
+    bodies = [] if scenario == "session_step_clf" else _bodies(scenario, pairs + 20)
+    floor: list[float] = []
+    lat: list[float] = []
+    errors = 0
+    try:
+        for i in range(-20, pairs):  # 20 pairs of warm-up
+            t0 = time.perf_counter()
+            conn.request("GET", "/healthz")
+            r = conn.getresponse()
+            r.read()
+            t1 = time.perf_counter()
+            if scenario == "session_step_clf":
+                k = i + 20
+                path, body = f"/v1/sessions/plain-{os.getpid()}-{k // 20}/steps", session_step(k)
+            else:
+                path, body = "/v1/diagnose", bodies[i + 20]
+            conn.request("POST", path, body=body, headers=headers)
+            r = conn.getresponse()
+            r.read()
+            t2 = time.perf_counter()
+            if i >= 0:
+                floor.append(t1 - t0)
+                lat.append(t2 - t1)
+                errors += r.status != 200
+    finally:
+        conn.close()
+    f50, l50 = _pct(floor, 0.5), _pct(lat, 0.5)
+    return {"floor_p50_ms": f50, "p50_ms": l50, "p99_ms": _pct(lat, 0.99), "ratio": l50 / f50, "errors": errors}
+
+
+def one_server(tree: Path, a: argparse.Namespace) -> dict[str, Any]:
+    """This checkout's or the base's server: the plain client's figures, then the load at 8 connections."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="triage-path-") as tmp:
+        server = Server(1, Path(tmp), tree=tree)
+        try:
+            for scenario in a.scenarios:
+                plain = plain_pairs(server, scenario, a.pairs)
+                cpu0 = server.cpu_s()
+                load = run_load(server.url, server.key, scenario, 8, a.duration)
+                cpu1 = server.cpu_s()
+                served = load["requests"] + load["warmup_requests"]  # the CPU read covers both
+                out[scenario] = {**plain, "rps": load["rps"], "load_errors": load["errors"],
+                                 "load_p50_ms": load["p50_ms"], "cpu_ms": (cpu1 - cpu0) * 1000 / max(1, served),
+                                 "load_requests": served}
+        finally:
+            server.stop()
+    return out
+
+
+def servers(a: argparse.Namespace) -> dict[str, Any]:
+    trees = {"base": a.base.resolve(), "this": ROOT}
+    rounds: list[dict[str, Any]] = []
+    for i in range(a.rounds):
+        order = ["base", "this"] if i % 2 == 0 else ["this", "base"]
+        r: dict[str, Any] = {"load": os.getloadavg()}
+        for name in order:
+            r[name] = one_server(trees[name], a)
+        r["load_after"] = os.getloadavg()
+        rounds.append(r)
+        print(f"round {i + 1}/{a.rounds} done (load {r['load'][0]:.2f} → {r['load_after'][0]:.2f})",
+              file=sys.stderr, flush=True)
+    loads = [x for r in rounds for x in (r["load"][0], r["load_after"][0])]
+    print(f"\nserver, one worker, SQLite: {a.rounds} interleaved rounds; load average {min(loads):.2f}–{max(loads):.2f}")
+    print("median over rounds (per round); ratio this ÷ base of the medians' rounds: each round's own ratio")
+    for scenario in a.scenarios:
+        print(f"{scenario}:")
+        for fig, label in (("cpu_ms", "server CPU ms a request (8 conns)"), ("rps", "req/s at 8 conns"),
+                           ("p50_ms", "plain client p50 ms"), ("floor_p50_ms", "floor (healthz) p50 ms"),
+                           ("ratio", "p50 ÷ floor")):
+            b = [r["base"][scenario][fig] for r in rounds]
+            h = [r["this"][scenario][fig] for r in rounds]
+            per = [x / y for x, y in zip(h, b, strict=True)]
+            print(f"  {label:36s} base {statistics.median(b):8.2f}  this {statistics.median(h):8.2f}  "
+                  f"this÷base {statistics.median(per):5.2f} (" + " ".join(f"{x:.2f}" for x in per) + ")")
+        errs = sum(r[t][scenario]["errors"] + r[t][scenario]["load_errors"] for r in rounds for t in ("base", "this"))
+        if errs:
+            print(f"  ERRORS: {errs}")
+    return {"rounds": rounds}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server", action="store_true", help="the server part (else: in process)")
+    ap.add_argument("--n", type=int, default=200, help="in process: requests a block")
+    ap.add_argument("--repeats", type=int, default=5, help="in process: blocks (the median and range are over them)")
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--scenarios", nargs="+", default=["diag_clf_10", "diag_rules_10", "session_step_clf"])
+    ap.add_argument("--database-url", default=None, help="also an empty PostgreSQL database (its tables are dropped)")
+    ap.add_argument("--base", type=Path, default=None, help="server: a worktree of the base commit")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--pairs", type=int, default=300, help="server: floor/request pairs of the plain client")
+    ap.add_argument("--duration", type=float, default=5.0, help="server: seconds of load at 8 connections")
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if a.server:
+        if a.base is None or not (a.base / "serve").is_dir():
+            ap.error("--server needs --base, a checkout of the base commit")
+        results = servers(a)
+    else:
+        results = inprocess(a)
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

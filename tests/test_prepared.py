@@ -1,0 +1,90 @@
+"""serve.store.prepared.Prepared: statements run on the transaction's DBAPI connection store and read
+back what SQLAlchemy's own execution does, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import bindparam, insert, select, update
+
+from model.core.errors import StoreValueError
+from serve.store import Stores
+from serve.store.base import core
+from serve.store.prepared import Prepared
+from serve.store.tables import FailureRow, StreamRow, TraceRow
+from tests.storefix import db_url  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Stores]:  # noqa: F811
+    s = Stores.at(db_url)
+    s.db.upgrade()
+    yield s
+    s.db.dispose()
+
+
+def _trace(tid: str, when: datetime) -> dict[str, object]:
+    return {"tenant_id": "acme", "id": tid, "session_id": None, "task_type": None, "created_at": when,
+            "updated_at": when, "n_steps": 2, "healthy": False, "arm": "repair", "failed_at": when,
+            "primary_kind": "tool_error", "model_version": "m1", "shadow": False,
+            "trace": {"steps": [{"kind": "user_input", "content": "é ✓"}]}, "response": {"healthy": False},
+            "policy_state": None, "steps_in_rows": False, "agent": "a"}
+
+
+def test_rows_written_by_prepared_read_back_as_through_sqlalchemy(store: Stores) -> None:
+    when = datetime(2026, 12, 6, 21, 0, 0, 123456, tzinfo=UTC)
+    add = Prepared(insert(core(TraceRow)))
+    t = core(TraceRow).c
+    get = Prepared(select(t.created_at, t.trace, t.healthy, t.policy_state).where(t.tenant_id == bindparam("t")))
+    with store.db.write() as db:
+        add.execute(db, [_trace("t1", when), _trace("t2", when)])  # an executemany
+        rows = get.execute(db, {"t": "acme"})
+    assert rows == [(when, {"steps": [{"kind": "user_input", "content": "é ✓"}]}, False, None)] * 2
+    assert isinstance(rows[0][2], bool)  # SQLite's 0/1 through SQLAlchemy's result processor
+    with store.db.read() as db:  # the ORM reads the same row
+        row = db.get(TraceRow, ("acme", "t1"))
+        assert row is not None and row.created_at == when and row.trace["steps"][0]["content"] == "é ✓"
+
+
+def test_column_defaults_literals_and_returning(store: Stores) -> None:
+    when = datetime(2026, 12, 6, tzinfo=UTC)
+    with store.db.write() as db:
+        Prepared(insert(core(TraceRow))).execute(db, _trace("t1", when))
+        # details (default dict) and is_signal (default False) left out: the column defaults fill them
+        Prepared(insert(core(FailureRow))).execute(db, {
+            "tenant_id": "acme", "trace_id": "t1", "kind": "tool_error", "severity": "high", "confidence": 0.5,
+            "detector": "rules", "step": 1, "source_index": 1, "evidence": "", "tool": "", "created_at": when,
+            "agent": "a"})
+        s = core(StreamRow).c
+        Prepared(insert(core(StreamRow))).execute(db, {
+            "tenant_id": "acme", "name": "latency", "agent": "a", "detector": "cusum", "params": {}, "state": {},
+            "n": 1, "alarm_open": False, "updated_at": when})
+        bump = Prepared(update(core(StreamRow)).where(s.tenant_id == bindparam("t"))
+                        .values(n=s.n + 1).returning(s.n))  # the 1 is a literal the statement carries
+        assert bump.execute(db, {"t": "acme"}) == [(2,)]
+        assert bump.execute(db, {"t": "nobody"}) == []
+    with store.db.read() as db:
+        f = db.scalars(select(FailureRow)).one()
+        assert f.details == {} and f.is_signal is False
+
+
+def test_a_refused_value_is_a_store_value_error(store: Stores) -> None:
+    when = datetime(2026, 12, 6, tzinfo=UTC)
+    add = Prepared(insert(core(TraceRow)))
+    with store.db.write() as db:
+        add.execute(db, _trace("t1", when))
+    with pytest.raises(StoreValueError), store.db.write() as db:
+        add.execute(db, _trace("t1", when))  # the same primary key: the driver's IntegrityError, translated
+    with store.db.read() as db:  # the failed transaction rolled back; the first row stays
+        assert db.scalar(select(core(TraceRow).c.id)) == "t1"
+
+
+def test_a_missing_parameter_is_named() -> None:
+    t = core(TraceRow).c
+    q = Prepared(select(t.id).where(t.tenant_id == bindparam("t")))
+    stores = Stores.at("sqlite://")
+    stores.db.upgrade()
+    with pytest.raises(ValueError, match="no value for t"), stores.db.read() as db:
+        q.execute(db, {"x": 1})
