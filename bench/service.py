@@ -259,6 +259,18 @@ def child_pids(pid: int) -> list[int]:
     return out
 
 
+# Run by another checkout's Python (Server(tree=...)): its store at its own head revision, a key per tenant.
+_MAKE_KEYS = (
+    "import json, sys\n"
+    "from serve.auth import create_key\n"
+    "from serve.store import Stores\n"
+    "store = Stores.at(sys.argv[1])\n"
+    "store.db.upgrade()\n"
+    "print(json.dumps({t: create_key(store.keys, t)[0] for t in sys.argv[2:]}))\n"
+    "store.db.dispose()\n"
+)
+
+
 class Server:
     """A real ``triage serve`` on 127.0.0.1 with API keys on, one key per tenant (``keys``; ``key`` is the
     first tenant's). ``limits="off"`` switches the request-rate limits off (throughput is measured);
@@ -272,14 +284,21 @@ class Server:
     ) -> None:
         import httpx
 
-        from serve.auth import create_key
-        from serve.store import Stores
+        url = database_url or f"sqlite:///{data / 'triage.db'}"
+        if tree is None:
+            from serve.auth import create_key
+            from serve.store import Stores
 
-        store = Stores.at(database_url or f"sqlite:///{data / 'triage.db'}")
-        store.db.upgrade()
-        self.keys = {t: create_key(store.keys, t)[0] for t in tenants}
+            store = Stores.at(url)
+            store.db.upgrade()
+            self.keys = {t: create_key(store.keys, t)[0] for t in tenants}
+            store.db.dispose()
+        else:  # the other checkout's code makes its store: a newer revision would be unknown to its server
+            made = subprocess.run(
+                [sys.executable, "-c", _MAKE_KEYS, url, *tenants], cwd=tree, capture_output=True, text=True,
+                env={**os.environ, "PYTHONPATH": f"{tree}:{tree / 'client'}"}, check=True)
+            self.keys = json.loads(made.stdout.strip().splitlines()[-1])
         self.key = self.keys[tenants[0]]
-        store.db.dispose()
         self.port = live.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
