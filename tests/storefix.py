@@ -15,6 +15,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from serve.store import Stores
+
 PG_ENV = "TRIAGE_TEST_POSTGRES_URL"
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
@@ -56,3 +58,15 @@ def make_db_url(backend: str, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from make_db_url(request.param, tmp_path)
+
+
+@pytest.fixture(name="store")
+def store_fixture(db_url: str) -> Iterator[Stores]:
+    """``store``: the stores on a fresh database of each backend, migrated to the head revision
+    (imported under this name so that tests' ``store`` parameters shadow no import)."""
+    s = Stores.at(db_url)
+    s.db.upgrade()
+    try:
+        yield s
+    finally:
+        s.db.dispose()

@@ -33,7 +33,7 @@ from serve.store.tables import (
     TraceStepRow,
 )
 from serve.store.verdict import run_columns
-from tests.storefix import db_url  # noqa: F401  (fixture)
+from tests.storefix import db_url, store_fixture  # noqa: F401  (fixtures)
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 AGENTS = ("billing", "search", "_pool")
@@ -96,15 +96,6 @@ def _seed(store: Stores, n: int, *, tenant: str = "t", seed: int = 0, days: floa
         db.add(LabelRow(tenant_id=tenant, trace_id=ids[0], failed=True, author="ana", withdrawn_at=NOW))
     return ids
 
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Stores]:  # noqa: F811
-    s = Stores.at(db_url)
-    s.db.upgrade()
-    try:
-        yield s
-    finally:
-        s.db.dispose()
 
 
 def _unfill(store: Stores, ids: Sequence[str]) -> None:

@@ -3,7 +3,6 @@ back what SQLAlchemy's own execution does, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -14,15 +13,7 @@ from serve.store import Stores
 from serve.store.base import core
 from serve.store.prepared import Prepared
 from serve.store.tables import FailureRow, StreamRow, TraceRow
-from tests.storefix import db_url  # noqa: F401  (fixture)
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Stores]:  # noqa: F811
-    s = Stores.at(db_url)
-    s.db.upgrade()
-    yield s
-    s.db.dispose()
+from tests.storefix import db_url, store_fixture  # noqa: F401  (fixtures)
 
 
 def _trace(tid: str, when: datetime) -> dict[str, object]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from model.data.realdata import load_source
 from model.scoring.agent_registry import Registry, agent_key
 from model.scoring.agentmodel.model import AgentModel, AgentModelConfig
 from serve.store import Stores
-from tests.storefix import db_url  # noqa: F401  (fixture)
+from tests.storefix import db_url, store_fixture  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -21,13 +20,6 @@ def model() -> AgentModel:
     return AgentModel.fit([r.trace.model_copy(update={"labels": None}) for r in runs], [r.failed for r in runs],
                           [r.group for r in runs], config=AgentModelConfig(internal_folds=0))
 
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Stores]:  # noqa: F811
-    s = Stores.at(db_url)
-    s.db.upgrade()
-    yield s
-    s.db.dispose()
 
 
 def test_save_load_versions_and_layout(tmp_path: Path, model: AgentModel) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,15 +17,7 @@ from model.core.errors import InputError, StoreError
 from serve.store import Stores, open_stores
 from serve.store.migrate import current_revision, downgrade, head_revision
 from serve.store.tables import Base, FailureRow, ObservationRow, OutcomeRow, RecommendationRow, TraceRow
-from tests.storefix import db_url  # noqa: F401  (fixture)
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Stores]:  # noqa: F811
-    s = Stores.at(db_url)
-    s.db.upgrade()
-    yield s
-    s.db.dispose()
+from tests.storefix import db_url, store_fixture  # noqa: F401  (fixtures)
 
 
 def _resp(*kinds: str, signal: str | None = None) -> dict[str, Any]:
