@@ -31,6 +31,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def child_pids(pid: int) -> list[int]:
+    """The process ids of ``pid``'s children (every thread's, from ``/proc``: Linux only): a server's workers."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
 class LiveServer:
     """A real ``triage serve`` (uvicorn) in a subprocess on 127.0.0.1; ``url`` is its base URL."""
 

@@ -16,7 +16,7 @@ import pytest
 
 from serve.auth import create_key
 from serve.store import Stores
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, child_pids
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +45,7 @@ def _trace(i: int) -> dict[str, object]:
 
 def _helpers(pid: int) -> set[int]:
     """The worker's helper processes (``multiprocessing`` spawned; Linux /proc)."""
-    kids = {int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()}
-    return {k for k in kids if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()}
+    return {k for k in child_pids(pid) if b"spawn_main" in Path(f"/proc/{k}/cmdline").read_bytes()}
 
 
 def test_queue_wait_in_server_timing_and_metrics(server: tuple[LiveServer, dict[str, str]]) -> None:

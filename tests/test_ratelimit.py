@@ -25,7 +25,7 @@ from serve.auth import create_key
 from serve.ratelimit import RateLimiter, RefusalLogFilter, TokenBuckets, seconds_to_midnight, utc_day
 from serve.settings import Settings
 from serve.store import Stores
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, child_pids
 
 
 def test_token_bucket_burst_refill_and_wait() -> None:
@@ -217,15 +217,14 @@ def _owners(master: int, server_port: int) -> dict[int, int]:
         if local[0] == "0100007F" and int(local[1], 16) == server_port and remote[1] != "0000":
             inode_of[int(f[9])] = int(remote[1], 16)
     out: dict[int, int] = {}
-    for task in Path(f"/proc/{master}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            for fd in Path(f"/proc/{child}/fd").iterdir():
-                try:
-                    target = os.readlink(fd)
-                except OSError:
-                    continue
-                if target.startswith("socket:[") and int(target[8:-1]) in inode_of:
-                    out[inode_of[int(target[8:-1])]] = int(child)
+    for child in child_pids(master):
+        for fd in Path(f"/proc/{child}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:[") and int(target[8:-1]) in inode_of:
+                out[inode_of[int(target[8:-1])]] = child
     return out
 
 

@@ -30,7 +30,7 @@ from model.data.realdata import load_source as _load_source
 from model.streams.catalog import make_stream_detector
 from serve.auth import create_key
 from serve.store import Stores
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, child_pids
 from tests.storefix import make_db_url
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow,
@@ -334,13 +334,6 @@ def test_rate_limits_and_the_daily_quota_hold_across_replicas(cluster: Cluster) 
         assert conn.execute(text("SELECT count(*) FROM traces WHERE tenant_id = 'quota'")).scalar() == QUOTA // 50
 
 
-def _workers(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
-
-
 def test_sigkill_of_one_replica_under_load_loses_nothing_acknowledged(cluster: Cluster) -> None:
     survivor, victim = cluster.servers
     keys = cluster.keys("kill", 6)
@@ -377,7 +370,7 @@ def test_sigkill_of_one_replica_under_load_loses_nothing_acknowledged(cluster: C
     assert peak <= 2 * 2 * 18 + 2
     with lock:
         before = len(acked)
-    for pid in [victim.proc.pid, *_workers(victim.proc.pid)]:  # the master and its workers, at once
+    for pid in [victim.proc.pid, *child_pids(victim.proc.pid)]:  # the master and its workers, at once
         os.kill(pid, signal.SIGKILL)
     victim.proc.wait(timeout=10)
     time.sleep(1.0)

@@ -13,14 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, LiveServer
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
+from tests.conftest import ROOT, LiveServer, child_pids
 
 
 def _alive(pid: int) -> bool:
@@ -39,7 +32,7 @@ def test_kill_9_of_the_master_stops_its_workers(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         workers: list[int] = []
         while time.monotonic() < deadline:  # both workers up (the resource tracker is a child too)
-            workers = [p for p in _children(srv.proc.pid) if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+            workers = [p for p in child_pids(srv.proc.pid) if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
             if len(workers) >= 2:
                 break
             time.sleep(0.2)
