@@ -146,6 +146,27 @@ _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
 }
 
 
+def cached_principal(scope: Any) -> Principal | None:
+    """The principal of an HTTP request (ASGI ``scope``) as this worker cached its key: no query, only
+    the headers read (the middleware in front of routing use it: serve/ratelimit.py, serve/fairshare.py).
+    ``LOCAL_TENANT``'s with ``TRIAGE_AUTH=off``; None when the key is not cached or not a well-formed
+    bearer key (the route's dependency then authenticates it)."""
+    state = getattr(scope.get("app"), "state", None)
+    if not getattr(state, "auth_enabled", True):
+        return Principal(tenant=LOCAL_TENANT)
+    cache: KeyCache | None = getattr(state, "key_cache", None)
+    if cache is None:
+        return None
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, key = value.decode("latin-1").partition(" ")
+            key = key.strip()
+            if scheme.lower() == "bearer" and key.startswith(f"{KEY_PREFIX}_") and len(key) <= 200:
+                return cache.cached(key)
+            return None
+    return None
+
+
 def _unauthorized(msg: str) -> HTTPException:
     return HTTPException(
         status_code=401,
@@ -306,6 +327,7 @@ __all__ = [
     "LOCAL_TENANT",
     "KeyCache",
     "OperatorDep",
+    "cached_principal",
     "Principal",
     "TENANT_HEADER",
     "CredentialsDep",

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve.auth import KEY_PREFIX, KeyCache
+from serve.auth import cached_principal
 from serve.heavy import HeavyLane
 
 T = TypeVar("T")
@@ -204,21 +204,10 @@ class FloodLane:
 def _cached_tenant(scope: Scope) -> str | None:
     """The request's tenant as the worker cached its key's principal (no query); None when not cached,
     and with ``TRIAGE_AUTH=off`` (every caller is one tenant there: nothing to share between tenants)."""
-    state = getattr(scope.get("app"), "state", None)
-    if not getattr(state, "auth_enabled", True):
+    if not getattr(getattr(scope.get("app"), "state", None), "auth_enabled", True):
         return None
-    cache: KeyCache | None = getattr(state, "key_cache", None)
-    if cache is None:
-        return None
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            scheme, _, key = value.decode("latin-1").partition(" ")
-            key = key.strip()
-            if scheme.lower() != "bearer" or not key.startswith(f"{KEY_PREFIX}_") or len(key) > 200:
-                return None
-            principal = cache.cached(key)
-            return principal.tenant if principal is not None else None
-    return None
+    principal = cached_principal(scope)
+    return principal.tenant if principal is not None else None
 
 
 def queue_wait_histogram(registry: CollectorRegistry) -> Histogram:

@@ -66,7 +66,7 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from model.core.errors import RateLimitedError, StoreError, StoreUnavailableError
-from serve.auth import KEY_PREFIX, LOCAL_TENANT, KeyCache, Principal, PrincipalDep
+from serve.auth import Principal, PrincipalDep, cached_principal
 from serve.ratetable import SharedTable
 from serve.store.limits import LimitStore
 
@@ -468,7 +468,7 @@ class RateLimitMiddleware:
             return
         state = scope["app"].state if "app" in scope else None
         limiter: RateLimiter | None = getattr(state, "rate_limiter", None)
-        principal = self._principal(scope, state) if limiter is not None else None
+        principal = cached_principal(scope) if limiter is not None else None
         if limiter is None or principal is None:
             await self.app(scope, receive, send)
             return
@@ -480,22 +480,6 @@ class RateLimitMiddleware:
             return
         scope[_CHECKED] = True
         await self.app(scope, receive, send)
-
-    @staticmethod
-    def _principal(scope: Scope, state: Any) -> Principal | None:
-        if not getattr(state, "auth_enabled", True):
-            return Principal(tenant=LOCAL_TENANT)
-        cache: KeyCache | None = getattr(state, "key_cache", None)
-        if cache is None:
-            return None
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                scheme, _, key = value.decode("latin-1").partition(" ")
-                key = key.strip()
-                if scheme.lower() == "bearer" and key.startswith(f"{KEY_PREFIX}_") and len(key) <= 200:
-                    return cache.cached(key)
-                return None
-        return None
 
 
 @dataclass(frozen=True)
