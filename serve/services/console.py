@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from model.core.graph import ExecutionGraph
 from model.core.kinds import FailureKind
@@ -41,15 +41,11 @@ from serve.services.run_labels import effective_label
 from serve.services.triage import TriageService
 from serve.store import Stores
 from serve.store.labels import ReviewRow
+from serve.store.verdict import Verdict, verdict_of
 
-Verdict = Literal["failed", "healthy", "unknown"]
 #: The spectrum's name for a failed run without a primary failure kind.
 NO_KIND = "no kind"
 
-
-
-def verdict(healthy: bool | None) -> Verdict:
-    return "unknown" if healthy is None else "healthy" if healthy else "failed"
 
 
 def window(days: int, *, now: datetime | None = None) -> tuple[datetime, datetime]:
@@ -226,7 +222,7 @@ def run_view(service: TriageService, tenant: str, trace_id: str) -> dict[str, An
     return {
         "id": detail.id, "agent": detail.agent, "task_type": detail.task_type, "session_id": detail.session_id,
         "created_at": detail.created_at.isoformat(), "n_steps": len(trace.steps),
-        "healthy": diag.get("healthy"), "verdict": verdict(diag.get("healthy")),
+        "healthy": diag.get("healthy"), "verdict": verdict_of(diag.get("healthy")),
         "failure_probability": diag.get("failure_probability"),
         "basis": diag.get("failure_probability_basis"),
         "primary": diag.get("primary"), "attribution": att, "recommendation": diag.get("recommendation"),
@@ -454,4 +450,4 @@ class ConsoleService:
 
 __all__ = ["NO_KIND", "ConsoleService", "RunFilter", "agents", "args_text", "basis_of", "content_is_args",
            "day_start", "graph_layout", "labelled_count", "overview", "run_view", "runs", "stream_series",
-           "streams", "verdict", "version_cv_auroc", "window"]
+           "streams", "version_cv_auroc", "window"]

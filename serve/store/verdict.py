@@ -40,7 +40,6 @@ from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS
 from model.diagnosis.run_verdict import RUNSCORE
 
 Verdict = Literal["failed", "healthy", "unknown"]
-VERDICTS: tuple[Verdict, ...] = ("failed", "healthy", "unknown")
 #: The fused findings' thresholds, by kind value (a kind not listed: 0.5).
 KIND_THRESHOLDS: dict[str, float] = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
 
@@ -104,5 +103,5 @@ def label_failed(row: dict[str, Any]) -> bool:
     return bool(f) if f is not None else row.get("kind") is not None
 
 
-__all__ = ["KIND_THRESHOLDS", "RUNSCORE", "VERDICTS", "Verdict", "closest_finding", "deciding_label", "findings",
+__all__ = ["KIND_THRESHOLDS", "Verdict", "closest_finding", "deciding_label", "findings",
            "judged_threshold", "label_failed", "run_columns", "verdict_of"]
