@@ -189,10 +189,21 @@ def measure_margin(response: dict[str, Any], threshold: float | None) -> tuple[f
     cols = run_columns(response)
     best, measured = margin_of(cols["failure_probability"], cols["judged_threshold"], cols["finding_margin"],
                                threshold)
+    return best, measured or _finding_measure(response)
+
+
+def _finding_measure(response: dict[str, Any]) -> Measure:
+    """What the margin measures when a finding's confidence is the closest to its threshold
+    (:func:`serve.store.verdict.closest_finding`), ``Measure(None)`` without one."""
     near = closest_finding(response)
-    if measured is None and near is not None:
-        measured = Measure(near[1], near[2], near[3])
-    return best, measured or Measure(None)
+    return Measure(near[1], near[2], near[3]) if near is not None else Measure(None)
+
+
+def _row_measure(r: ReviewRow, threshold: float | None, found: dict[str, list[dict[str, Any]]]) -> tuple[float, Measure]:
+    """:func:`margin_of` of a row's columns with its :class:`Measure`: the probability's, else the closest
+    finding's, read from the run's failure rows (``found``: :meth:`serve.store.labels.LabelStore.findings_of`)."""
+    m, said = margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, threshold)
+    return m, said or _finding_measure({"failures": found.get(r.trace_id, [])})
 
 
 def margin_of(p: float | None, judged: float | None, finding: float | None,
@@ -335,12 +346,7 @@ def _indexed_queue(
     out = []
     for n, i in enumerate(order_by):
         r = rows[i]
-        said = Measure(None)
-        if n < detail:
-            said = margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])[1] or said
-            if said.on is None:
-                near = closest_finding({"failures": found.get(r.trace_id, [])})
-                said = Measure(near[1], near[2], near[3]) if near is not None else said
+        said = _row_measure(r, cache[r.agent], found)[1] if n < detail else Measure(None)
         out.append(Candidate(r.trace_id, r.created_at, margins[i], said.text(), {}, said))
     return out, done
 
@@ -364,10 +370,7 @@ def queue_head(
             out = []
             found = console.findings_of(tenant, [r.trace_id for r in rows])
             for r in rows:
-                m, said = margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])
-                if said is None:
-                    near = closest_finding({"failures": found.get(r.trace_id, [])})
-                    said = Measure(near[1], near[2], near[3]) if near is not None else Measure(None)
+                m, said = _row_measure(r, cache[r.agent], found)
                 out.append(Candidate(r.trace_id, r.created_at, m, said.text(), {}, said))
             return out, left, done
     queue, done = review_queue(console, tenant, author=author, threshold_for=threshold_for, order=order, detail=size)

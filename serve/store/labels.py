@@ -181,12 +181,8 @@ class LabelStore(StoreBase):
             created = fast_time(t.created_at, self.dialect)
             rows = db.execute(select(t.id, created, t.agent, t.verdict, t.failure_probability,
                                      t.judged_threshold, t.finding_margin).where(t.tenant_id == tenant)).all()
-            unfilled = [r[0] for r in rows if r[3] is None and r[0] not in mine]
-            cols: dict[str, dict[str, Any]] = {}
-            for i in range(0, len(unfilled), 500):
-                for tid, response in db.execute(select(t.id, t.response).where(
-                        t.tenant_id == tenant, t.id.in_(unfilled[i : i + 500]))).all():
-                    cols[tid] = run_columns(response or {})
+        unfilled = [r[0] for r in rows if r[3] is None and r[0] not in mine]
+        cols = {tid: run_columns(response) for tid, response in self.responses(tenant, unfilled).items()}
         out = []
         done = 0
         for tid, created, agent, verdict, p, judged, near in rows:
