@@ -66,7 +66,6 @@ class _Rows:
 _rows: OrderedDict[tuple[Any, ...], _Rows] = OrderedDict()
 
 
-
 def clear_cache() -> None:
     """Forget every cached answer (the next one is read and grouped afresh: ``bench/console_pages.py``'s cold case)."""
     with _cache_lock:

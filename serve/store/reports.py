@@ -50,7 +50,7 @@ class ReportStore(StoreBase):
         return int(n or 0), int(top or 0), int(out or 0)
 
     def pattern_inputs(
-        self, tenant: str, *, since: datetime, until: datetime, repairs: bool = True
+        self, tenant: str, *, since: datetime, until: datetime
     ) -> tuple[list[Occurrence], list[RepairEvent]]:
         """The failures and signals of the tenant's runs created in ``[since, until)`` (in the order of
         their time, then row id), and the recommendations given since ``since`` with their outcomes
@@ -58,10 +58,9 @@ class ReportStore(StoreBase):
         is its run's resolved agent (``traces.agent``: :func:`model.core.agents.resolve_agent`), ``None``
         for the tenant's pool.
 
-        One table each: failure rows carry their run's ``created_at`` and agent (migration 0010).
-        ``repairs=False``: the occurrences only (the previous window's, for the trend)."""
+        One table each: failure rows carry their run's ``created_at`` and agent (migration 0010)."""
         rows = self.failure_rows(tenant, since=since, until=until)
-        return [o for _, o in rows], self.repair_events(tenant, since=since) if repairs else []
+        return [o for _, o in rows], self.repair_events(tenant, since=since)
 
     def failure_state(self, tenant: str, *, since: datetime) -> tuple[int, int, int, int]:
         """The tenant's failure rows created since ``since`` and the newest of their ids (one statement:
