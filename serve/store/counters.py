@@ -27,10 +27,9 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from serve.store.prepared import Prepared
+from serve.store.prepared import Prepared, per_dialect
 from serve.store.tables import (
     RECOVERY_BOUNDS,
     CanaryCountRow,
@@ -104,24 +103,22 @@ _FIRST_REC = select(func.min(RecommendationRow.created_at)).where(
     RecommendationRow.failure_key == bindparam("k"))
 
 
-def _upserts(dialect: str) -> tuple[Prepared, Prepared]:
-    """``n = n + excluded.n`` upserts of ``canary_counts`` and ``metric_totals`` (per dialect, built once)."""
-    got = _UPSERTS.get(dialect)
-    if got is None:
-        ins_of = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        canary, totals = cast(Table, CanaryCountRow.__table__), cast(Table, MetricTotalRow.__table__)
-        ci, ti = ins_of(canary), ins_of(totals)
-        got = _UPSERTS[dialect] = (
-            Prepared(ci.on_conflict_do_update(index_elements=["tenant_id", "hour", "arm"],
-                                              set_={f: canary.c[f] + ci.excluded[f] for f in CANARY_FIELDS})),
-            Prepared(ti.on_conflict_do_update(
-                index_elements=["tenant_id", "name", "key"],
-                set_={"n": totals.c.n + ti.excluded.n, "total": totals.c.total + ti.excluded.total})),
-        )
-    return got
+def _canary_upsert(insert_of: Any) -> Any:
+    canary = cast(Table, CanaryCountRow.__table__)
+    ins = insert_of(canary)
+    return ins.on_conflict_do_update(index_elements=["tenant_id", "hour", "arm"],
+                                     set_={f: canary.c[f] + ins.excluded[f] for f in CANARY_FIELDS})
 
 
-_UPSERTS: dict[str, tuple[Prepared, Prepared]] = {}
+def _totals_upsert(insert_of: Any) -> Any:
+    totals = cast(Table, MetricTotalRow.__table__)
+    ins = insert_of(totals)
+    return ins.on_conflict_do_update(index_elements=["tenant_id", "name", "key"],
+                                     set_={"n": totals.c.n + ins.excluded.n, "total": totals.c.total + ins.excluded.total})
+
+
+#: ``n = n + excluded.n`` upserts of ``canary_counts`` and ``metric_totals``, by dialect.
+_UPSERT_CANARY, _UPSERT_TOTALS = per_dialect(_canary_upsert), per_dialect(_totals_upsert)
 
 
 def _lock_run(db: Session, tenant: str, trace_id: str) -> _Run | None:
@@ -288,7 +285,8 @@ def flush_counts(db: Session) -> None:
     if not pending:
         return
     canary, totals = pending
-    upsert_canary, upsert_totals = _upserts(db.get_bind().dialect.name)
+    dialect = db.get_bind().dialect.name
+    upsert_canary, upsert_totals = _UPSERT_CANARY[dialect], _UPSERT_TOTALS[dialect]
     rows = [{"tenant_id": tenant, "hour": hour, "arm": arm,
              **{f: (c[f] if f == "recovery_s" else int(round(c[f]))) for f in CANARY_FIELDS}}
             for (tenant, hour, arm), c in sorted(canary.items()) if any(c.values())]

@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -135,4 +136,10 @@ class Prepared:
         return [tuple(p(v) if p else v for p, v in zip(res, r, strict=True)) for r in got]
 
 
-__all__ = ["Prepared"]
+def per_dialect(build: Callable[[Callable[[Any], Any]], Any]) -> dict[str, Prepared]:
+    """``build(insert)`` prepared for each engine, by dialect name, with that dialect's ``insert`` (its
+    ``ON CONFLICT`` clauses are its own): the request path's upserts."""
+    return {name: Prepared(build(ins)) for name, ins in (("sqlite", sqlite.insert), ("postgresql", postgresql.insert))}
+
+
+__all__ = ["Prepared", "per_dialect"]

@@ -7,18 +7,15 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, before_commit, core
 from serve.store.counters import count_labels, count_outcome, count_recommendation
-from serve.store.prepared import Prepared
+from serve.store.prepared import Prepared, per_dialect
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, SessionRow, utcnow
 
-_INSERT_RECOMMENDATION = {
-    name: Prepared(ins_of(core(RecommendationRow)).on_conflict_do_nothing().returning(core(RecommendationRow).c.id))
-    for name, ins_of in (("sqlite", sqlite.insert), ("postgresql", postgresql.insert))
-}
+_INSERT_RECOMMENDATION = per_dialect(
+    lambda ins: ins(core(RecommendationRow)).on_conflict_do_nothing().returning(core(RecommendationRow).c.id))
 
 
 @dataclass(eq=False)
@@ -61,8 +58,7 @@ _SESSION_COLS = [_S[name] for name in _SESSION_NAMES]
 _LOCK_SESSION = Prepared(select(*_SESSION_COLS).where(_SESSION_KEY))
 _LOCK_SESSION_PG = Prepared(select(*_SESSION_COLS).where(_SESSION_KEY).with_for_update())
 _SAVE_SESSION = Prepared(update(core(SessionRow)).where(_SESSION_KEY))
-_CREATE_SESSION = {name: Prepared(ins_of(core(SessionRow)).on_conflict_do_nothing())
-                   for name, ins_of in (("sqlite", sqlite.insert), ("postgresql", postgresql.insert))}
+_CREATE_SESSION = per_dialect(lambda ins: ins(core(SessionRow)).on_conflict_do_nothing())
 
 
 class SessionStore(StoreBase):

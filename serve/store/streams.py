@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, core, store_error
-from serve.store.prepared import Prepared
+from serve.store.prepared import Prepared, per_dialect
 from serve.store.tables import ObservationRow, StreamRow, utcnow
 
 _STREAM_COLS = ("name", "detector", "params", "state", "n", "alarm_open", "alarm")
@@ -29,10 +29,7 @@ def _lock_streams(dialect: str, k: int) -> Prepared:
     return Prepared(q.order_by(t.name).with_for_update() if dialect == "postgresql" else q)
 
 
-@functools.cache
-def _insert_streams(dialect: str) -> Prepared:
-    return Prepared((postgresql.insert if dialect == "postgresql" else sqlite.insert)(core(StreamRow))
-                    .on_conflict_do_nothing())
+_INSERT_STREAMS = per_dialect(lambda ins: ins(core(StreamRow)).on_conflict_do_nothing())
 
 
 class StreamStore(StoreBase):
@@ -80,7 +77,7 @@ class StreamStore(StoreBase):
         missing = [n for n in names if n not in rows]
         if missing:
             now = utcnow()
-            _insert_streams(self.dialect).execute(db, [
+            _INSERT_STREAMS[self.dialect].execute(db, [
                 {"tenant_id": tenant, "name": n, "agent": agent, "detector": detector, "params": {}, "state": {},
                  "n": 0, "alarm_open": False, "updated_at": now}
                 for n in missing

@@ -9,14 +9,13 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Select, bindparam, delete, exists, func, insert, select, tuple_, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.counters import count_run, uncount_runs
 from serve.store.encodings import drop_vectors
-from serve.store.prepared import Prepared
+from serve.store.prepared import Prepared, per_dialect
 from serve.store.tables import (
     FailureRow,
     LabelRow,
@@ -32,32 +31,32 @@ from serve.store.tables import (
 from serve.store.verdict import run_columns
 
 
-def _upserts() -> tuple[dict[str, Prepared], dict[str, Prepared]]:
-    """The trace's and the daily usage's upserts, per dialect."""
-    traces, usage = core(TraceRow), core(UsageRow)
-    out: tuple[dict[str, Prepared], dict[str, Prepared]] = ({}, {})
+def _trace_upsert(insert_of: Any) -> Any:
+    traces = core(TraceRow)
+    ins = insert_of(traces)
     keep = ("tenant_id", "id", "created_at", "failed_at")
-    for name, ins_of in (("sqlite", sqlite.insert), ("postgresql", postgresql.insert)):
-        ins = ins_of(traces)
-        out[0][name] = Prepared(ins.on_conflict_do_update(
-            index_elements=["tenant_id", "id"],
-            set_={
-                **{c.key: getattr(ins.excluded, c.key) for c in traces.columns if c.key not in keep},
-                # the run's first failure stays the first one (serve/services/canary.py: failure and recovery rates)
-                "failed_at": func.coalesce(traces.c.failed_at, ins.excluded.failed_at),
-            },
-        ).returning(traces.c.created_at))  # the kept one: the failure rows carry it
-        uins = ins_of(usage)
-        out[1][name] = Prepared(uins.on_conflict_do_update(
-            index_elements=["tenant_id", "day"], set_={"steps": usage.c.steps + uins.excluded.steps}
-        ).returning(usage.c.steps))
-    return out
+    return ins.on_conflict_do_update(
+        index_elements=["tenant_id", "id"],
+        set_={
+            **{c.key: getattr(ins.excluded, c.key) for c in traces.columns if c.key not in keep},
+            # the run's first failure stays the first one (serve/services/canary.py: failure and recovery rates)
+            "failed_at": func.coalesce(traces.c.failed_at, ins.excluded.failed_at),
+        },
+    ).returning(traces.c.created_at)  # the kept one: the failure rows carry it
 
 
-# The request path's statements, compiled once (serve.store.base.Prepared).
+def _usage_upsert(insert_of: Any) -> Any:
+    usage = core(UsageRow)
+    ins = insert_of(usage)
+    return ins.on_conflict_do_update(
+        index_elements=["tenant_id", "day"], set_={"steps": usage.c.steps + ins.excluded.steps}
+    ).returning(usage.c.steps)
+
+
+# The request path's statements, compiled once (serve.store.prepared.Prepared).
 _T = core(TraceRow).c
 _KEY = (_T.tenant_id == bindparam("t")) & (_T.id == bindparam("i"))
-_TRACE_UPSERT, _USAGE_UPSERT = _upserts()
+_TRACE_UPSERT, _USAGE_UPSERT = per_dialect(_trace_upsert), per_dialect(_usage_upsert)
 _STEPS_IN_ROWS = Prepared(select(_T.steps_in_rows).where(_KEY))
 _LOCK_TRACE = Prepared(select(_T.policy_state, _T.steps_in_rows).where(_KEY))
 _LOCK_TRACE_PG = Prepared(select(_T.policy_state, _T.steps_in_rows).where(_KEY).with_for_update())
@@ -103,9 +102,6 @@ class TracePage:
 
 class TraceStore(StoreBase):
     """The ``traces``, ``trace_steps``, ``failures`` and ``usage`` tables (and a run's ``run_encodings`` when it goes)."""
-
-    def _trace_upsert(self) -> Prepared:
-        return _TRACE_UPSERT[self.dialect]
 
     def put_trace(
         self,
@@ -174,7 +170,7 @@ class TraceStore(StoreBase):
             prev = prior.steps_in_rows if isinstance(prior, TracePrior) else None
         if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
             _DELETE_STEPS.execute(db, key)
-        created = self._trace_upsert().execute(db, values)[0][0]
+        created = _TRACE_UPSERT[self.dialect].execute(db, values)[0][0]
         count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response)
         # a new row has no failures to replace (known for sure on SQLite, whose writers take turns;
         # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
