@@ -221,12 +221,10 @@ class Diagnoses:
         """What a diagnosis of a whole ``trace`` stores of ``verdict`` (the answer named with its agent)."""
         resp, decision = verdict.response, verdict.decision
         self.name_agent(resp, resolved)
-        rec = decision.recommendation
         return Written(
             response=self.redactor.redact(resp.model_dump(mode="json")),
             state=self.redactor.redact(verdict.state),
-            recommendation=self.redactor.redact(rec.model_dump(mode="json"))
-            if decision.new and rec.strategy != Strategy.CONTINUE else None,
+            recommendation=self.new_recommendation(decision),
             observed=self.streams.observed(trace, resp) if self.streams.autofeed else {},
         )
 
@@ -286,11 +284,16 @@ class Diagnoses:
         self, db: Any, tenant: str, decision: Decision, trace_id: str, session_id: str | None
     ) -> None:
         """Store a new recommendation (redacted) so that an outcome can be reported on it."""
+        self.put_recommendation(db, tenant, decision, self.new_recommendation(decision), trace_id, session_id)
+
+    def new_recommendation(self, decision: Decision) -> dict[str, Any] | None:
+        """``decision``'s recommendation as stored (redacted JSON), or ``None`` when there is none to store:
+        not new, or ``continue`` (nothing to report an outcome on)."""
         rec = decision.recommendation
-        if not decision.new or rec.strategy == Strategy.CONTINUE:  # nothing to report an outcome on
-            return
-        self.put_recommendation(db, tenant, decision, self.redactor.redact(rec.model_dump(mode="json")),
-                                trace_id, session_id)
+        if not decision.new or rec.strategy == Strategy.CONTINUE:
+            return None
+        stored: dict[str, Any] = self.redactor.redact(rec.model_dump(mode="json"))
+        return stored
 
     def put_recommendation(self, db: Any, tenant: str, decision: Decision, rec: dict[str, Any] | None,
                            trace_id: str, session_id: str | None) -> None:
