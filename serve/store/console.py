@@ -25,6 +25,7 @@ from serve.store.tables import (
     StreamRow,
     TraceRow,
 )
+from serve.store.upkeep import has_unfilled
 
 _HEALTHY = TraceRow.response["healthy"].as_boolean()
 #: The verdict read from the stored response (rows not backfilled yet).
@@ -51,20 +52,6 @@ class WindowCounts:
 
 class ConsoleStore(StoreBase):
     """Reads of the console (tenant-scoped); rows come back as named tuples."""
-
-    def has_unfilled(self, db: Any, tenant: str) -> bool:
-        """Whether the tenant has a run whose verdict is not backfilled yet (one probe of ``ix_traces_unfilled``)."""
-        return db.scalar(select(TraceRow.id).where(TraceRow.tenant_id == tenant, TraceRow.verdict.is_(None))
-                         .limit(1)) is not None
-
-    def json_verdicts(self, db: Any, tenant: str, ids: list[str]) -> dict[str, str]:
-        """The verdicts of these runs read from their stored responses, by id."""
-        out: dict[str, str] = {}
-        for i in range(0, len(ids), 500):
-            out.update({str(k): str(v) for k, v in db.execute(
-                select(TraceRow.id, _JSON_VERDICT).where(TraceRow.tenant_id == tenant,
-                                                         TraceRow.id.in_(ids[i : i + 500]))).all()})
-        return out
 
     def window_counts(self, tenant: str, *, since: datetime, until: datetime, agent: str | None) -> WindowCounts:
         """What the overview counts of the runs created in ``[since, until)`` (of ``agent``; ``None``:
@@ -146,7 +133,7 @@ class ConsoleStore(StoreBase):
                 # the JSON only while the backfill has rows to fill: the column alone lets the count
                 # read the index
                 q = q.where(or_(TraceRow.verdict == verdict, and_(TraceRow.verdict.is_(None), _JSON_VERDICT.in_([verdict])))
-                            if self.has_unfilled(db, tenant) else TraceRow.verdict == verdict)
+                            if has_unfilled(db, tenant) else TraceRow.verdict == verdict)
             total = int(db.scalar(select(func.count()).select_from(q.with_only_columns(TraceRow.id).subquery())) or 0)
             rows = list(db.execute(q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
                                    .offset((page - 1) * per_page).limit(per_page)).all())

@@ -24,6 +24,7 @@ from serve.store.tables import (
     utcnow,
 )
 from serve.store.traces import trace_json
+from serve.store.upkeep import has_unfilled
 from serve.store.verdict import run_columns
 
 
@@ -206,7 +207,7 @@ class LabelStore(StoreBase):
         mine = exists().where(LabelRow.tenant_id == tenant, LabelRow.trace_id == t.id, LabelRow.author == author,
                               LabelRow.withdrawn_at.is_(None))
         with self.read() as db:
-            if db.scalar(select(t.id).where(t.tenant_id == tenant, t.verdict.is_(None)).limit(1)) is not None:
+            if has_unfilled(db, tenant):
                 return None
             thr = case(thresholds, value=t.agent, else_=default) if thresholds else literal(default)
             near = func.coalesce(t.finding_margin, 2.0)  # above any probability's distance (≤ 1)

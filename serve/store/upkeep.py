@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy.orm import Session
 
 from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
@@ -51,6 +52,13 @@ class Purged:
     cutoff: datetime
     runs: int
     observations: int
+
+
+def has_unfilled(db: Session, tenant: str) -> bool:
+    """Whether the tenant has a run whose verdict is not backfilled yet, inside ``db`` (one probe of
+    ``ix_traces_unfilled``): the pages and the label queue read those runs' JSON until it is."""
+    t = core(TraceRow).c
+    return db.scalar(select(t.id).where(t.tenant_id == tenant, t.verdict.is_(None)).limit(1)) is not None
 
 
 class UpkeepStore(StoreBase):
@@ -154,4 +162,4 @@ class UpkeepStore(StoreBase):
         return out
 
 
-__all__ = ["BACKFILL_BATCH", "OBSERVATION_BATCH", "PURGE_BATCH", "Purged", "UpkeepStore"]
+__all__ = ["BACKFILL_BATCH", "OBSERVATION_BATCH", "PURGE_BATCH", "Purged", "UpkeepStore", "has_unfilled"]
