@@ -171,11 +171,6 @@ def stream_series(store: Stores, tenant: str, stream: str, agent: str, *, last: 
             "alarms": [int(r.seq) for r in rows if r.alarm]}
 
 
-def _utc(t: datetime) -> datetime:
-    """A stored time in UTC (SQLite gives it back naive, in UTC)."""
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
-
-
 def day_start(d: date) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=UTC)
 

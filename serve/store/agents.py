@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, bindparam, delete, func, select, text, update
@@ -23,6 +23,7 @@ from serve.store.tables import (
     ObservationRow,
     StreamRow,
     TraceRow,
+    as_utc,
     utcnow,
 )
 from serve.store.traces import trace_json
@@ -199,10 +200,7 @@ class AgentStore(StoreBase):
 
 def _utc(value: Any) -> datetime | None:
     """An aggregate's time (SQLite gives naive UTC, or its text) as aware UTC."""
-    if value is None:
-        return None
-    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    return None if value is None else as_utc(value if isinstance(value, datetime) else str(value))
 
 
 __all__ = ["AgentStats", "AgentStore"]
