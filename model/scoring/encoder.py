@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from scipy.sparse import csr_matrix
 from tokenizers import Tokenizer
 
 from model.core.errors import InputError
+from model.scoring.wordpiece import WordPieceIds
 
 FORMAT = "static-encoder/1"
 
@@ -40,20 +40,6 @@ FORMAT = "static-encoder/1"
 #: hardly moves with more, and the cost stays bounded).
 MAX_TOKENS = 512
 
-#: What BERT's pre-tokenizer makes of plain ASCII text (after lower-casing): runs of letters and digits,
-#: and each punctuation mark alone (every printable ASCII character is one or the other).
-_ASCII_WORD = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
-#: ASCII control characters the normaliser drops (text with them takes the tokenizer's own path).
-_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")
-#: The characters the normaliser keeps as whitespace (Rust's ``char::is_whitespace`` less the control
-#: characters it drops): the tokenizer never joins what they separate.
-_WHITESPACE = " \t\n\r\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-#: A whitespace-delimited chunk with a character outside ASCII (the tokenizer reads it alone).
-_WIDE_CHUNK = re.compile(f"[^{_WHITESPACE}]*[^\\x00-\\x7f{_WHITESPACE}][^{_WHITESPACE}]*")
-#: Words whose WordPiece ids are remembered, cleared when full (all 82,643 steps of the seven real sets
-#: hold 41,032 distinct words; a few MB).
-WORD_CACHE = 50_000
 
 
 def default_path() -> Path:
@@ -102,8 +88,7 @@ class StaticEncoder:
         self._keep[specials] = False
         self._unk = vocab.get("[UNK]")
         self._version: str | None = None
-        self._words: dict[str, tuple[int, ...]] = {}
-        self._plain = _plain_bert(tokenizer)
+        self._ids = WordPieceIds(tokenizer)
 
     @property
     def dim(self) -> int:
@@ -119,59 +104,9 @@ class StaticEncoder:
         return self._version
 
     def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Each text's token ids (at most :data:`MAX_TOKENS`; special tokens kept).
-
-        The same ids as the tokenizer's ``encode`` (checked on all 82,643 steps of the real sets;
-        ``tests/test_encoder.py`` checks 60 runs and the edges) at a fraction of its CPU: ASCII runs are split here by BERT's pre-tokenizer rule for
-        ASCII and each word's WordPiece ids come from a word cache (the tokenizer's own WordPiece on a
-        miss); a whitespace-delimited chunk with other characters is read by the tokenizer alone (and
-        cached too: the tokenizer never joins across whitespace). Text with an ASCII control character
-        or a special token's name goes to the tokenizer whole."""
-        out: list[np.ndarray | None] = [self._fast_ids(t) if self._plain else None for t in texts]
-        rest = [i for i, o in enumerate(out) if o is None]
-        if rest:
-            # encode_batch_fast (tokenizers >= 0.21): the same ids without the character offsets (-20 %)
-            batch = getattr(self.tokenizer, "encode_batch_fast", None) or self.tokenizer.encode_batch
-            for i, e in zip(rest, batch([texts[i] for i in rest], add_special_tokens=False), strict=True):
-                out[i] = np.asarray(e.ids[:MAX_TOKENS], dtype=np.int64)
-        return [o for o in out if o is not None]
-
-    def _fast_ids(self, text: str) -> np.ndarray | None:
-        """:meth:`token_ids` of one text (``None``: the tokenizer reads it whole)."""
-        if _ASCII_CONTROL.search(text) or ("[" in text and any(s in text for s in _SPECIAL_TOKENS)):
-            return None
-        words = self._words
-        if len(words) > WORD_CACHE:
-            words.clear()
-        ids: list[int] = []
-        if text.isascii():
-            self._ascii_words(text, ids)
-        else:
-            at = 0
-            for m in _WIDE_CHUNK.finditer(text):
-                self._ascii_words(text[at:m.start()], ids)
-                if len(ids) >= MAX_TOKENS:
-                    break
-                chunk = m.group()
-                hit = words.get(chunk)
-                if hit is None:
-                    hit = words[chunk] = tuple(self.tokenizer.encode(chunk, add_special_tokens=False).ids)
-                ids.extend(hit)
-                at = m.end()
-            else:
-                self._ascii_words(text[at:], ids)
-        return np.asarray(ids[:MAX_TOKENS], dtype=np.int64)
-
-    def _ascii_words(self, text: str, ids: list[int]) -> None:
-        """Append the ids of ``text`` (ASCII, but for whitespace) to ``ids``, up to :data:`MAX_TOKENS`."""
-        words = self._words
-        for w in _ASCII_WORD.findall(text.lower()):
-            hit = words.get(w)
-            if hit is None:
-                hit = words[w] = tuple(t.id for t in self.tokenizer.model.tokenize(w))
-            ids.extend(hit)
-            if len(ids) >= MAX_TOKENS:
-                return
+        """Each text's token ids (at most :data:`MAX_TOKENS`; special tokens kept): the tokenizer's
+        ``encode`` ids at a fraction of its CPU (:class:`model.scoring.wordpiece.WordPieceIds`)."""
+        return [np.asarray(ids, dtype=np.int64) for ids in self._ids.batch(texts, MAX_TOKENS)]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """``len(texts) × dim`` float32, each row unit length (zeros for a text with no known token)."""
@@ -242,16 +177,6 @@ class StaticEncoder:
             raise InputError(f"{path / 'embeddings.npy'} does not match the sha256 in encoder.json", path="encoder")
         emb = np.load(io.BytesIO(raw), allow_pickle=False)  # the bytes just checked, not a second read
         return cls(Tokenizer.from_file(str(path / "tokenizer.json")), emb, meta=meta)
-
-
-def _plain_bert(tokenizer: Tokenizer) -> bool:
-    """Whether ``tokenizer`` is the one the ASCII path reproduces: BERT's lower-casing normaliser and
-    pre-tokenizer, WordPiece, and no added tokens but the special ones."""
-    d = json.loads(tokenizer.to_str())
-    norm, pre, model = d.get("normalizer") or {}, d.get("pre_tokenizer") or {}, d.get("model") or {}
-    return (norm.get("type") == "BertNormalizer" and norm.get("lowercase") is True and norm.get("clean_text") is True
-            and pre.get("type") == "BertPreTokenizer" and model.get("type") == "WordPiece"
-            and all(t.get("content") in _SPECIAL_TOKENS for t in d.get("added_tokens") or []))
 
 
 __all__ = ["FORMAT", "MAX_TOKENS", "StaticEncoder", "default_path", "shared_encoder"]

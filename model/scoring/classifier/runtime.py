@@ -24,6 +24,7 @@ from model.core.errors import InputError, ModelLoadError
 from model.core.metrics import sigmoid
 from model.core.schema import Trace
 from model.scoring.classifier.representation import RepresentationConfig, step_text, trace_texts
+from model.scoring.wordpiece import WordPieceIds
 
 MODEL_FILE = "classifier.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -136,6 +137,8 @@ class ClassifierRuntime:
         self.thresholds = self.meta.thresholds
         pad = self.tokenizer.token_to_id("[PAD]")
         self._pad_id = 0 if pad is None else int(pad)
+        self._ids = WordPieceIds(self.tokenizer)
+        self._frame = _frame(json.loads(self.tokenizer.to_str()))
 
     @classmethod
     def load(cls, directory: str | Path, *, model_file: str = MODEL_FILE, threads: int = 2) -> ClassifierRuntime:
@@ -145,15 +148,24 @@ class ClassifierRuntime:
 
     # -- the raw path: tokenize + forward ----------------------------------------------------
 
+    def token_ids(self, texts: list[str]) -> list[list[int]]:
+        """Each text's ids as the tokenizer gives them (special tokens added, truncated at ``max_length``),
+        read by :class:`~model.scoring.wordpiece.WordPieceIds` when the tokenizer frames a text with
+        special tokens only (the ids between are then the first ``max_length`` less the frame's)."""
+        if self._frame is None:
+            return [list(e.ids) for e in self.tokenizer.encode_batch(texts)]
+        head, tail = self._frame
+        return [head + ids + tail for ids in self._ids.batch(texts, self.meta.max_length - len(head) - len(tail))]
+
     def encode(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Token ids, attention mask and token types, padded to the longest text."""
-        encs = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
-        width = max(len(e.ids) for e in encs)
-        ids = np.full((len(encs), width), self._pad_id, dtype=np.int64)
-        mask = np.zeros((len(encs), width), dtype=np.int64)
-        for r, e in enumerate(encs):
-            ids[r, : len(e.ids)] = e.ids
-            mask[r, : len(e.ids)] = 1
+        rows = self.token_ids(texts)
+        width = max(len(r) for r in rows)
+        ids = np.full((len(rows), width), self._pad_id, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for r, row in enumerate(rows):
+            ids[r, : len(row)] = row
+            mask[r, : len(row)] = 1
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         return {k: v for k, v in feeds.items() if k in self.input_names}
 
@@ -192,7 +204,7 @@ class ClassifierRuntime:
         return self.predict_proba(texts)
 
     def token_count(self, text: str) -> int:
-        return len(self.tokenizer.encode(text).ids)
+        return len(self.token_ids([text])[0])
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -203,6 +215,28 @@ class ClassifierRuntime:
             "representation": self.meta.representation.to_dict(),
             "path": str(self.model_path),
         }
+
+
+def _frame(config: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    """The ids a tokenizer (its ``to_str()`` JSON) puts before and after a single text: its
+    ``TemplateProcessing`` of special tokens around ``$A`` (``None``: another post-processor)."""
+    post = config.get("post_processor") or {}
+    if post.get("type") != "TemplateProcessing":
+        return None
+    head: list[int] = []
+    tail: list[int] = []
+    seen = False
+    for piece in post.get("single") or []:
+        if "Sequence" in piece:
+            if seen or piece["Sequence"].get("id") != "A":
+                return None
+            seen = True
+        elif "SpecialToken" in piece:
+            token = post.get("special_tokens", {}).get(piece["SpecialToken"].get("id"), {})
+            (tail if seen else head).extend(int(i) for i in token.get("ids", []))
+        else:
+            return None
+    return (head, tail) if seen else None
 
 
 __all__ = ["META_KEYS", "META_PREFIX", "MODEL_FILE", "TOKENIZER_FILE", "ArtefactMeta", "ClassifierRuntime"]
