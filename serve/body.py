@@ -23,17 +23,23 @@ from serve.validation import check_json
 M = TypeVar("M", bound=BaseModel)
 
 _REF = "#/components/schemas/{model}"
+#: Bodies up to this size are read on the event loop (a session's step, an outcome, a label: a few
+#: hundred bytes; docs/benchmarks.md "Request path").
+INLINE_BYTES = 8192
 _EXTRA_SCHEMAS: dict[str, dict[str, Any]] = {}
 
 
 async def parse_body(request: Request, model: type[M], raw: bytes | None = None) -> M:
     """The request's JSON body validated as ``model``; any failure → 422 with ``loc`` from ``body``.
 
-    Parsing and validation run in the thread pool, not on the event loop (``raw``: the body when
-    already read).
+    A body of up to :data:`INLINE_BYTES` is parsed and validated on the event loop (tens of µs: less
+    than the hand-over to a thread and back); a larger one in the thread pool, not on the event loop
+    (``raw``: the body when already read).
     """
     if raw is None:
         raw = await request.body()
+    if len(raw) <= INLINE_BYTES:
+        return parse_bytes(raw, model)
     return await run_in_threadpool(parse_bytes, raw, model)
 
 

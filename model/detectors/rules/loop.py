@@ -55,17 +55,23 @@ def _norm_result(text: str) -> str:
     return " ".join(s.split()).lower()
 
 
-def _one_off_calls(trace: Trace, graph: ExecutionGraph) -> set[int]:
-    """The calls done once in the run: no other call has the same tool, arguments and result (an
-    edit, a setting changed, a new lookup). In a cycle (search A, search B, search A …) none is; a
-    call that got no result, or whose arguments went unrecorded, is none either (it did nothing
-    one can see: a malformed call the agent then fixed)."""
+def _call_keys(trace: Trace, graph: ExecutionGraph) -> dict[int, tuple[str, str, str]]:
+    """Each call that got a result and whose arguments were recorded → (tool, normalised arguments,
+    normalised result): what a repeat compares (the rest are never counted)."""
     steps = trace.steps
     keys: dict[int, tuple[str, str, str]] = {}
     for i, s in enumerate(steps):
         r = graph.result_of_call.get(i) if s.kind is StepKind.TOOL_CALL else None
         if r is not None and (s.tool_args is not None or s.tool_args_raw is not None):
             keys[i] = ((s.tool_name or "").strip().lower(), normalise_args(s), _norm_result(steps[r].content))
+    return keys
+
+
+def _one_off_calls(keys: dict[int, tuple[str, str, str]]) -> set[int]:
+    """The calls done once in the run (``keys``: :func:`_call_keys`): no other call has the same tool,
+    arguments and result (an edit, a setting changed, a new lookup). In a cycle (search A, search B,
+    search A …) none is; a call that got no result, or whose arguments went unrecorded, is none either
+    (it did nothing one can see: a malformed call the agent then fixed)."""
     counts = Counter(keys.values())
     return {i for i, k in keys.items() if counts[k] == 1}
 
@@ -130,7 +136,8 @@ class LoopRule(Rule):
         # key → (its result, the run of identical calls, the finding, whether some repeat was idle)
         runs: dict[tuple[str, str], tuple[str, list[tuple[int, int]], Finding | None, bool]] = {}
         last_call: dict[tuple[str, str], int] = {}  # key → its latest call's number among all calls
-        once = _one_off_calls(trace, graph)
+        keys = _call_keys(trace, graph)  # each call normalised once
+        once = _one_off_calls(keys)
         last_new = 0  # the number of the latest one-off call (done once in the run: an edit, a toggle)
         out: list[Finding] = []
         n_calls = 0
@@ -143,11 +150,11 @@ class LoopRule(Rule):
             n_calls += 1
             if i in once:
                 last_new = n_calls
-            r = graph.result_of_call.get(i)
-            if r is None or (s.tool_args is None and s.tool_args_raw is None):
+            if i not in keys:
                 continue  # no result, or arguments not recorded (hidden): nothing to compare
-            key = ((s.tool_name or "").strip().lower(), normalise_args(s))
-            result = _norm_result(steps[r].content)
+            r = graph.result_of_call[i]
+            tool, args, result = keys[i]
+            key = (tool, args)
             prev = runs.get(key)
             before = last_call.get(key, -(1 << 30))
             near = n_calls - before <= self.cycle
