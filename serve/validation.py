@@ -83,8 +83,12 @@ def check_trace_fields(trace: Trace, *, path: str = "trace") -> None:
 def check_json(value: Any, *, path: str = "") -> None:
     """Walk a parsed JSON value; the first value no store can keep raises :class:`InputError`.
 
-    Iterative (no recursion), one pass, linear in the size of ``value``.
+    Iterative (no recursion), linear in the size of ``value``: a first pass that builds no paths
+    (:func:`_storable`; what almost every body takes), then, only when it finds something, the pass
+    that names the first offending value's place.
     """
+    if _storable(value):
+        return
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack:
         v, where, depth = stack.pop()
@@ -110,6 +114,61 @@ def check_json(value: Any, *, path: str = "") -> None:
                 raise InputError(f"nested deeper than {MAX_DEPTH} levels", path=where or None)
             for i, item in enumerate(v):
                 stack.append((item, f"{where}[{i}]", depth + 1))
+
+
+def _storable(value: Any) -> bool:
+    """Whether :func:`check_json` would accept ``value`` (no paths built; ``False`` also for a type
+    that JSON does not make, which the full pass then judges)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    strings: list[str] = []
+    while stack:
+        v, depth = stack.pop()
+        if depth >= MAX_DEPTH:  # only containers are stacked below the top: one this deep is refused
+            return False
+        t = type(v)
+        if t is dict:
+            strings.extend(v)
+            for item in v.values():
+                u = type(item)
+                if u is str:
+                    strings.append(item)
+                elif u is dict or u is list:
+                    stack.append((item, depth + 1))
+                elif not _scalar_ok(item, u):
+                    return False
+        elif t is list:
+            for item in v:
+                u = type(item)
+                if u is str:
+                    strings.append(item)
+                elif u is dict or u is list:
+                    stack.append((item, depth + 1))
+                elif not _scalar_ok(item, u):
+                    return False
+        elif t is str:
+            strings.append(v)
+        elif not _scalar_ok(v, t):
+            return False
+    if not all(type(k) is str for k in strings):
+        return False
+    text = "".join(strings)
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _scalar_ok(v: Any, t: type) -> bool:
+    if t is int:
+        return -INT64_MAX - 1 <= v <= INT64_MAX
+    if t is float:
+        return math.isfinite(v)
+    return t is bool or v is None
 
 
 def _check_str(s: str, where: str) -> None:
