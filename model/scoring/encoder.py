@@ -41,7 +41,6 @@ FORMAT = "static-encoder/1"
 MAX_TOKENS = 512
 
 
-
 def default_path() -> Path:
     """The shipped encoder's folder (``model/artifacts/encoder``)."""
     return Path(__file__).resolve().parent.parent / "artifacts" / "encoder"
