@@ -165,7 +165,7 @@ def _storable(value: Any) -> bool:
 
 def _scalar_ok(v: Any, t: type) -> bool:
     if t is int:
-        return -INT64_MAX - 1 <= v <= INT64_MAX
+        return bool(-INT64_MAX - 1 <= v <= INT64_MAX)
     if t is float:
         return math.isfinite(v)
     return t is bool or v is None
