@@ -15,6 +15,7 @@ from serve.store.counters import count_labels
 from serve.store.tables import (
     FailureRow,
     LabelRow,
+    MetricTotalRow,
     OutcomeRow,
     RecommendationRow,
     TraceRow,
@@ -227,7 +228,9 @@ class LabelStore(StoreBase):
                 rows = list(db.execute(q.order_by(margin, t.created_at.desc(), t.id).limit(limit)).all())
             done = int(db.scalar(select(func.count(func.distinct(LabelRow.trace_id))).where(
                 LabelRow.tenant_id == tenant, LabelRow.author == author, LabelRow.withdrawn_at.is_(None))) or 0)
-            total = int(db.scalar(select(func.count()).select_from(core(TraceRow)).where(t.tenant_id == tenant)) or 0)
+            # the tenant's runs: the count kept on write (serve/store/counters.py), not a count of 1,000,000 index entries
+            total = int(db.scalar(select(MetricTotalRow.n).where(
+                MetricTotalRow.tenant_id == tenant, MetricTotalRow.name == "traces", MetricTotalRow.key == "")) or 0)
         return [ReviewRow(str(r[0]), as_utc(r[1]), str(r[2]), r[3], r[4], r[5]) for r in rows], total - done, done
 
     def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -123,7 +123,8 @@ class TraceRow(Base):
         Index("ix_traces_tenant_created", "tenant_id", "created_at"),
         Index("ix_traces_tenant_session", "tenant_id", "session_id"),
         Index("ix_traces_tenant_arm", "tenant_id", "arm"),
-        Index("ix_traces_tenant_agent", "tenant_id", "agent"),
+        # with the id (revision 0018): the label queue's count of an agent's labelled runs reads the index alone
+        Index("ix_traces_tenant_agent", "tenant_id", "agent", "id"),
         # the console's window and the label queue read these columns alone (revision 0015): an
         # index-only scan, never the rows (whose trace and response JSON SQLite keeps inline)
         Index("ix_traces_console", "tenant_id", "created_at", "verdict", "agent", "primary_kind", "id",
