@@ -280,20 +280,13 @@ def group_patterns(
             continue
         kind = key[2]
         runs: dict[str, Occurrence] = {}
-        for o in members:
-            if runs.setdefault(o.trace_id, o) is not o:  # a run twice in the pattern: its first occurrence
-                runs = {}
-                for m in sorted(members, key=lambda m: (m.created_at, m.trace_id, m.step if m.step is not None else -1)):
-                    runs.setdefault(m.trace_id, m)
-                break
-        # the first of the heaviest severities, each weighed once
-        severity = max(dict.fromkeys(o.severity for o in members), key=lambda s: SEVERITY_WEIGHT.get(s, 0))
+        for o in sorted(members, key=lambda o: (o.created_at, o.trace_id, o.step if o.step is not None else -1)):
+            runs.setdefault(o.trace_id, o)  # the run's first occurrence
+        severity = max((o.severity for o in members), key=lambda s: SEVERITY_WEIGHT.get(s, 0))
         records: dict[str, StrategyRecord] = {}
         tried = fixed = 0
         for tid in runs:
-            events = by_run_kind.get((tid, kind))
-            if events is None:  # no repair given for this failure of the run
-                continue
+            events = by_run_kind.get((tid, kind), [])
             answered = [e for e in events if e.outcomes > 0]
             if answered:
                 tried += 1
