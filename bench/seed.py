@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
 from serve.store.counters import CANARY_FIELDS, hour_of  # noqa: E402
 from serve.store.tables import RECOVERY_BOUNDS  # noqa: E402
 from serve.store.traces import failure_tool  # noqa: E402
-from serve.store.verdict import run_columns  # noqa: E402
+from serve.store.verdict import queue_key, run_columns  # noqa: E402
 
 BASES = ("airline", "hotpotqa", "support", "coder")  # the pool runs' task types
 ARM = "repair"  # what the service stores at the default canary share (100 %)
@@ -200,7 +200,7 @@ def rows_of(spec: RunSpec, tpl: Template, tenant: str, sums: Totals) -> dict[str
                     "updated_at": at, "n_steps": tpl.n_steps, "healthy": tpl.healthy, "primary_kind": tpl.primary_kind,
                     "model_version": tpl.model_version, "shadow": False, "trace": trace, "response": response,
                     "policy_state": None, "steps_in_rows": False, "arm": ARM, "failed_at": at if failing else None,
-                    "agent": spec.agent, **tpl.columns}],
+                    "agent": spec.agent, **tpl.columns, "review_key": queue_key(tid)}],
         "failures": [{**f, "details": json.dumps(f["details"]), "tenant_id": tenant, "trace_id": tid, "created_at": at,
                       "agent": spec.agent} for f in tpl.failures],
     }

@@ -32,7 +32,7 @@ from serve.store.tables import (
     TraceRow,
     TraceStepRow,
 )
-from serve.store.verdict import run_columns
+from serve.store.verdict import queue_key, run_columns
 from tests.storefix import db_url, store_fixture  # noqa: F401  (fixtures)
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -169,9 +169,11 @@ def test_cli_backfill_fills_and_says_so(store: Stores) -> None:
 
     ids = _seed(store, 12)
     _unfill(store, ids[:7])
+    _unkey(store, ids[5:])
     got = CliRunner().invoke(app, ["store", "backfill", "--store", store.db.url, "--batch", "3"])
     assert got.exit_code == 0, got.output
     assert "filled 7 of 7 runs; 0 left" in got.output
+    assert "label queue keys: filled 7 of 7 runs; 0 left" in got.output
 
 
 class _Walk:
@@ -233,6 +235,63 @@ def test_queue_from_the_index_is_the_walks_queue(store: Stores) -> None:
                                    order=order, size=300)
         assert key(head) == key(walked[:300]) and left == len(walked)
         store.upkeep.backfill_verdicts()
+
+
+def _unkey(store: Stores, ids: Sequence[str]) -> None:
+    """Make these rows look stored before revision 0018."""
+    with store.db.write() as db:
+        db.execute(update(TraceRow).where(TraceRow.id.in_(list(ids))).values(review_key=None))
+
+
+def test_random_queue_reads_the_keys_from_the_index_and_the_backfill_fills_them(store: Stores) -> None:
+    ids = _seed(store, 400, seed=5)
+    with store.db.read() as db:
+        keys = dict(db.execute(select(TraceRow.id, TraceRow.review_key)).all())
+    assert keys == {i: queue_key(i) for i in ids}  # written at diagnosis time
+    # the page's agents: one index probe each (a recursive query), the same as a DISTINCT
+    assert store.console.agent_names("t") == sorted(AGENTS) and store.console.agent_names("none") == []
+
+    def thr(agent: str | None) -> float | None:
+        return 0.5
+
+    def head(author: str, size: int) -> tuple[list[str], int]:
+        got, left, _ = queue_head(_Console(store), "t", author=author, threshold_for=thr,  # type: ignore[arg-type]
+                                  order="random", size=size)
+        return [c.trace_id for c in got], left
+
+    walked = {a: [c.trace_id for c in review_queue(_Walk(store), "t", author=a, threshold_for=thr, order="random")[0]]
+              for a in ("ana", "bob", "cy")}
+    for a, w in walked.items():
+        start = queue_key(a)  # from the author's start up, then round from the lowest key (module docstring)
+        assert w == sorted(w, key=lambda i: (keys[i] < start, keys[i], i))
+        assert head(a, 1000) == (w, len(w))  # the whole queue: both reads, round to the start again
+        assert head(a, 25) == (w[:25], len(w))
+    assert len({tuple(w[:10]) for w in walked.values()}) == 3  # each reviewer starts elsewhere
+    # a label takes its run out of the author's queue, the rest keep their order
+    store.labels.add_label("t", walked["cy"][1], failed=False, author="cy")
+    assert head("cy", 30) == ([walked["cy"][0], *walked["cy"][2:31]], len(walked["cy"]) - 1)
+
+    _unkey(store, ids[::2])  # 200 rows stored "before 0018": ordered in Python meanwhile, the same queue
+    assert store.upkeep.unfilled(column="review_key") == 200 and store.upkeep.unfilled() == 0
+    assert head("ana", 50) == (walked["ana"][:50], len(walked["ana"]))
+    assert store.upkeep.backfill_keys(batch=64, max_batches=1) == 64  # one batch, then stop
+    assert store.upkeep.unfilled(column="review_key") == 136
+    assert store.upkeep.backfill_keys(batch=64) == 136 and store.upkeep.backfill_keys() == 0
+    with store.db.read() as db:
+        assert dict(db.execute(select(TraceRow.id, TraceRow.review_key)).all()) == keys
+    assert head("ana", 50) == (walked["ana"][:50], len(walked["ana"]))
+
+
+def test_migration_0018_adds_the_queue_key_and_goes_back(store: Stores) -> None:
+    from sqlalchemy import inspect
+
+    _seed(store, 5)
+    downgrade(store.db.engine, "0016")
+    assert "review_key" not in {c["name"] for c in inspect(store.db.engine).get_columns("traces")}
+    migrate_to(store.db.engine, "0018")
+    assert store.upkeep.unfilled(column="review_key") == 5  # the rows kept, their key to fill
+    assert store.upkeep.backfill_keys() == 5 and store.upkeep.unfilled(column="review_key") == 0
+    store.db.upgrade()
 
 
 def _count(store: Stores, table: Any, tenant: str) -> int:

@@ -41,7 +41,7 @@ def backfill(
     batch: Annotated[int, typer.Option("--batch", min=1, max=100_000, metavar="N",
                                        help="Rows filled per transaction.")] = 5000,
 ) -> None:
-    """Fill the verdict of runs stored before revision 0015.
+    """Fill the verdict of runs stored before revision 0015, and the label queue's key of those stored before 0018.
 
     A batch a transaction. Safe while the service runs (a diagnosis written meanwhile keeps its own columns) and resumable:
     stopped, it carries on where it stopped. The console reads the verdict of a row not filled yet
@@ -49,12 +49,14 @@ def backfill(
     """
     try:
         stores = _stores(store)
-        before = stores.upkeep.unfilled()
+        before, keys_before = stores.upkeep.unfilled(), stores.upkeep.unfilled(column="review_key")
         filled = stores.upkeep.backfill_verdicts(batch=batch)
-        left = stores.upkeep.unfilled()
+        keys = stores.upkeep.backfill_keys(batch=batch)
+        left, keys_left = stores.upkeep.unfilled(), stores.upkeep.unfilled(column="review_key")
     except TriageError as exc:
         raise fail(str(exc)) from None
     _say(f"filled {filled} of {before} runs; {left} left")
+    _say(f"label queue keys: filled {keys} of {keys_before} runs; {keys_left} left")
 
 
 @store_app.command("retention")

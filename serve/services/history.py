@@ -108,11 +108,16 @@ class History:
         return n
 
     def backfill(self) -> int:
-        """Fill the verdict columns of runs stored before revision 0015 (:meth:`serve.store.upkeep.UpkeepStore.backfill_verdicts`)."""
+        """Fill the verdict columns of runs stored before revision 0015 and the label queue's keys of
+        those stored before 0018 (:meth:`serve.store.upkeep.UpkeepStore.backfill_verdicts`,
+        :meth:`~serve.store.upkeep.UpkeepStore.backfill_keys`); the rows filled, both counted."""
         n = self.upkeep.backfill_verdicts()
         if n:
             log.info("backfill: filled the verdict of %d runs stored before revision 0015", n)
-        return n
+        k = self.upkeep.backfill_keys()
+        if k:
+            log.info("backfill: filled the label queue's key of %d runs stored before revision 0018", k)
+        return n + k
 
     # -- labels ----------------------------------------------------------------------------------
     def add_label(

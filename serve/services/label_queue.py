@@ -18,9 +18,13 @@ trace's **margin** is the smallest of those distances: ``|p − operating point|
 ``|confidence − threshold|`` over its failures and signals. A trace with neither a probability nor a
 finding has margin 1. Three orders (``--order``):
 
-* ``random`` — a random order, seeded by the reviewer (the author) and the trace id
-  (:func:`random_key`): stable across pages and sessions, so a page shows the same run until it is
-  labelled, and a label removes its run without reshuffling the rest; two reviewers get different orders;
+* ``random`` — a random order, each reviewer's (the author's) own part of one (:func:`random_order`): every
+  run has a place in it (the sha256 of its id, ``traces.review_key``) and a reviewer walks it from
+  their own start (the sha256 of the author) round to it again. Stable across pages and sessions, so
+  a page shows the same run until it is labelled, and a label removes its run without reshuffling the
+  rest; two reviewers start at different places, so they do not label the same runs at the same
+  time (their orders are rotations of one another: since revision 0018, read from an index; before,
+  each pair's own hash, sorted over every run);
 * ``margin`` — smallest margin first (newest first among equals);
 * ``queue`` — :func:`model.training.agentmodel.queue.order_queue`: the uncertainty ``1 − 2·margin`` divided by
   one plus the runs of the trace's near-duplicate cluster (its ``metadata.task_id``, else its opening
@@ -64,8 +68,8 @@ from model.core.kinds import FailureKind
 from model.core.schema import LabelSource, Trace
 from model.scoring.agent_registry import ZERO_SHOT
 from serve.services.console import ConsoleService, version_cv_auroc
-from serve.store.labels import ReviewRow, review_key
-from serve.store.verdict import closest_finding, run_columns
+from serve.store.labels import ReviewRow
+from serve.store.verdict import closest_finding, queue_key, run_columns
 
 if TYPE_CHECKING:
     from model.scoring.runscore.model import RunScorer
@@ -230,13 +234,26 @@ class HistorySource(Protocol):
     def iter_history(self, tenant: str) -> Iterable[dict[str, Any]]: ...
 
 
-def random_key(author: str, trace_id: str) -> str:
-    """The ``random`` order's sort key of a trace for a reviewer: a hash of both (module docstring).
+def random_order(author: str) -> Callable[[str], tuple[int, int, str]]:
+    """The ``random`` order's sort key of a run's id for a reviewer (module docstring): its place in
+    the one random order (:func:`serve.store.verdict.queue_key` of the id, ``traces.review_key``)
+    counted from the reviewer's start (``queue_key`` of the author) round to it again, then the id."""
+    start = queue_key(author)
+
+    def key(trace_id: str) -> tuple[int, int, str]:
+        k = queue_key(trace_id)
+        return (k < start, k, trace_id)  # from the start up, then round from the lowest key to it
+
+    return key
+
+
+def random_key(author: str, trace_id: str) -> tuple[int, int, str]:
+    """:func:`random_order`'s key of one run.
 
     >>> random_key("ana", "t1") == random_key("ana", "t1") != random_key("bob", "t1")
     True
     """
-    return review_key(author, trace_id)
+    return random_order(author)(trace_id)
 
 
 @runtime_checkable
@@ -289,7 +306,8 @@ def review_queue(
                                measured))
         traces.append(record["trace"])
     if order == "random":
-        order_by = sorted(range(len(queue)), key=lambda i: random_key(author, queue[i].trace_id))
+        rnd = random_order(author)
+        order_by = sorted(range(len(queue)), key=lambda i: rnd(queue[i].trace_id))
     else:  # margin, and the queue's starting order
         order_by = sorted(range(len(queue)), key=lambda i: (queue[i].margin, -queue[i].created_at.timestamp(),
                                                             queue[i].trace_id))
@@ -324,7 +342,8 @@ def _indexed_queue(
             cache[r.agent] = threshold_for(r.agent)
         margins.append(margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])[0])
     if order == "random":
-        order_by = sorted(range(len(rows)), key=lambda i: random_key(author, rows[i].trace_id))
+        rnd = random_order(author)
+        order_by = sorted(range(len(rows)), key=lambda i: rnd(rows[i].trace_id))
     else:
         order_by = sorted(range(len(rows)), key=lambda i: (margins[i], -rows[i].created_at.timestamp(),
                                                           rows[i].trace_id))
@@ -496,5 +515,5 @@ def queue_page(console: ConsoleService, tenant: str, *, key_id: str | None, at: 
 
 __all__ = ["DEFAULT_ORDER", "KIND_KEYS", "MAIN_KEYS", "MAIN_PROMPT", "ORDERS", "ORDER_TITLES", "Order", "PROBABILITY", "Candidate",
            "HistorySource", "IndexedHistory", "Measure", "active_cv_auroc", "agree", "author_of", "compact", "file_review_queue",
-           "legend", "margin", "margin_of", "measure_margin", "needs_review", "operating_points", "queue_head", "queue_page", "random_key",
+           "legend", "margin", "margin_of", "measure_margin", "needs_review", "operating_points", "queue_head", "queue_page", "random_key", "random_order",
            "review_queue", "shown_steps"]

@@ -3,7 +3,6 @@ recommendations, outcomes and labels)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -16,6 +15,7 @@ from serve.store.counters import count_labels
 from serve.store.tables import (
     FailureRow,
     LabelRow,
+    MetricTotalRow,
     OutcomeRow,
     RecommendationRow,
     TraceRow,
@@ -25,7 +25,7 @@ from serve.store.tables import (
 )
 from serve.store.traces import trace_json
 from serve.store.upkeep import has_unfilled
-from serve.store.verdict import run_columns
+from serve.store.verdict import queue_key, run_columns
 
 
 class ReviewRow(NamedTuple):
@@ -198,38 +198,39 @@ class LabelStore(StoreBase):
 
     def review_head(self, tenant: str, author: str, *, order: str, thresholds: dict[str, float],
                     default: float, limit: int) -> tuple[list[ReviewRow], int, int] | None:
-        """The first ``limit`` runs of the label queue of ``author`` in ``order`` (``random``: by
-        sha256 of author, NUL, trace id; ``margin``: smallest margin, newest, id — :func:`serve.store.verdict.run_columns`'s
-        parts against ``thresholds[agent]``, else ``default``), ordered by the database over the
-        console's index; with the runs left to label and those the author labelled. ``None`` while
-        the tenant has runs the backfill has not filled (the caller orders them itself then)."""
+        """The first ``limit`` runs of the label queue of ``author`` in ``order``, with the runs left to
+        label and those the author labelled. ``random``: by ``review_key`` from the author's start
+        (:func:`serve.store.verdict.queue_key` of the author) round to it again, then id: a LIMIT read
+        of ``ix_traces_review``; ``margin``: smallest margin, newest, id —
+        :func:`serve.store.verdict.run_columns`'s parts against ``thresholds[agent]``, else
+        ``default``, ordered by the database over the console's index. ``None`` while the tenant has
+        runs the backfills have not filled (the caller orders them itself then)."""
         t = core(TraceRow).c
         mine = exists().where(LabelRow.tenant_id == tenant, LabelRow.trace_id == t.id, LabelRow.author == author,
                               LabelRow.withdrawn_at.is_(None))
         with self.read() as db:
-            if has_unfilled(db, tenant):
+            if has_unfilled(db, tenant) or (order == "random" and has_unfilled(db, tenant, "review_key")):
                 return None
-            thr = case(thresholds, value=t.agent, else_=default) if thresholds else literal(default)
-            near = func.coalesce(t.finding_margin, 2.0)  # above any probability's distance (≤ 1)
-            prob = case((t.failure_probability.is_(None), 1.0),
-                        else_=func.abs(t.failure_probability - func.coalesce(t.judged_threshold, thr)))
-            margin = case((near < prob, near), else_=prob)
+            q = select(t.id, t.created_at, t.agent, t.failure_probability, t.judged_threshold,
+                       t.finding_margin).where(t.tenant_id == tenant, ~mine)
             if order == "random":
-                if self.dialect == "sqlite":
-                    db.connection().connection.driver_connection.create_function(  # type: ignore[union-attr]
-                        "triage_review_key", 2, review_key, deterministic=True)
-                    keys: tuple[Any, ...] = (func.triage_review_key(author, t.id),)
-                else:  # the bytes of sha256 sort as its hex digest does
-                    keys = (func.sha256(func.convert_to(author, "UTF8").op("||")(literal(b"\x00"))
-                                        .op("||")(func.convert_to(t.id, "UTF8"))),)
+                start = queue_key(author)
+                rows = list(db.execute(q.where(t.review_key >= start).order_by(t.review_key, t.id).limit(limit)).all())
+                if len(rows) < limit:  # round the order to the author's start again
+                    rows += db.execute(q.where(t.review_key < start).order_by(t.review_key, t.id)
+                                       .limit(limit - len(rows))).all()
             else:
-                keys = (margin, t.created_at.desc(), t.id)
-            rows = db.execute(select(t.id, t.created_at, t.agent, t.failure_probability, t.judged_threshold,
-                                     t.finding_margin).where(t.tenant_id == tenant, ~mine)
-                              .order_by(*keys).limit(limit)).all()
+                thr = case(thresholds, value=t.agent, else_=default) if thresholds else literal(default)
+                near = func.coalesce(t.finding_margin, 2.0)  # above any probability's distance (≤ 1)
+                prob = case((t.failure_probability.is_(None), 1.0),
+                            else_=func.abs(t.failure_probability - func.coalesce(t.judged_threshold, thr)))
+                margin = case((near < prob, near), else_=prob)
+                rows = list(db.execute(q.order_by(margin, t.created_at.desc(), t.id).limit(limit)).all())
             done = int(db.scalar(select(func.count(func.distinct(LabelRow.trace_id))).where(
                 LabelRow.tenant_id == tenant, LabelRow.author == author, LabelRow.withdrawn_at.is_(None))) or 0)
-            total = int(db.scalar(select(func.count()).select_from(core(TraceRow)).where(t.tenant_id == tenant)) or 0)
+            # the tenant's runs: the count kept on write (serve/store/counters.py), not a count of 1,000,000 index entries
+            total = int(db.scalar(select(MetricTotalRow.n).where(
+                MetricTotalRow.tenant_id == tenant, MetricTotalRow.name == "traces", MetricTotalRow.key == "")) or 0)
         return [ReviewRow(str(r[0]), as_utc(r[1]), str(r[2]), r[3], r[4], r[5]) for r in rows], total - done, done
 
     def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -279,10 +280,4 @@ class LabelStore(StoreBase):
         return [(responses.get(i) or {}, labels.get((tenant, i), [])) for i in ids]
 
 
-def review_key(author: str, trace_id: str) -> str:
-    """The label queue's ``random`` order key of a run for a reviewer (:func:`serve.services.label_queue.random_key`;
-    PostgreSQL computes the same with its ``sha256``)."""
-    return hashlib.sha256(f"{author}\x00{trace_id}".encode()).hexdigest()
-
-
-__all__ = ["LabelStore", "ReviewRow", "review_key"]
+__all__ = ["LabelStore", "ReviewRow"]

@@ -123,7 +123,8 @@ class TraceRow(Base):
         Index("ix_traces_tenant_created", "tenant_id", "created_at"),
         Index("ix_traces_tenant_session", "tenant_id", "session_id"),
         Index("ix_traces_tenant_arm", "tenant_id", "arm"),
-        Index("ix_traces_tenant_agent", "tenant_id", "agent"),
+        # with the id (revision 0018): the label queue's count of an agent's labelled runs reads the index alone
+        Index("ix_traces_tenant_agent", "tenant_id", "agent", "id"),
         # the console's window and the label queue read these columns alone (revision 0015): an
         # index-only scan, never the rows (whose trace and response JSON SQLite keeps inline)
         Index("ix_traces_console", "tenant_id", "created_at", "verdict", "agent", "primary_kind", "id",
@@ -131,6 +132,11 @@ class TraceRow(Base):
         # the rows the verdict backfill has still to fill (empty once it is done: costs a write nothing)
         Index("ix_traces_unfilled", "tenant_id", "id", sqlite_where=text("verdict IS NULL"),
               postgresql_where=text("verdict IS NULL")),
+        # the label queue's random order (revision 0018): a page is a LIMIT read from a reviewer's start
+        Index("ix_traces_review", "tenant_id", "review_key", "id"),
+        # the rows whose review_key the backfill has still to fill (empty once it is done)
+        Index("ix_traces_unkeyed", "tenant_id", "id", sqlite_where=text("review_key IS NULL"),
+              postgresql_where=text("review_key IS NULL")),
     )
 
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -164,6 +170,9 @@ class TraceRow(Base):
     failure_probability: Mapped[float | None] = mapped_column(Float, nullable=True)
     judged_threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
     finding_margin: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The run's place in the label queue's random order (serve/store/verdict.py queue_key of its id),
+    # written with every diagnosis; NULL: a row stored before revision 0018, not backfilled yet.
+    review_key: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class TraceStepRow(Base):

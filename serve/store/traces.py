@@ -28,7 +28,7 @@ from serve.store.tables import (
     UsageRow,
     utcnow,
 )
-from serve.store.verdict import run_columns
+from serve.store.verdict import queue_key, run_columns
 
 
 def _trace_upsert(insert_of: Any) -> Any:
@@ -161,6 +161,7 @@ class TraceStore(StoreBase):
             "steps_in_rows": steps_in_rows,
             "agent": agent,
             **run_columns(response),  # the verdict and the label queue's margin parts (serve/store/verdict.py)
+            "review_key": queue_key(trace_id),  # the run's place in the label queue's random order
         }
         key = {"t": tenant, "i": trace_id}
         if prior is True:

@@ -1,4 +1,4 @@
-"""The store's background upkeep: the verdict backfill of revision 0015 and per-tenant retention.
+"""The store's background upkeep: the backfills of revisions 0015 and 0018 and per-tenant retention.
 
 Both work in small batches, each its own short transaction, so that diagnoses keep being written
 while they run (SQLite has one writer at a time: a batch holds it for tens of milliseconds), and both
@@ -12,6 +12,11 @@ keeps its own). Until a row is filled, the pages read its verdict from its JSON
 (:mod:`serve.store.console`), so they are right while it runs; once it is done the partial index is
 empty and that check costs one index probe.
 
+The label queue's keys of revision 0018 (``review_key``: :func:`serve.store.verdict.queue_key` of
+the run's id) are filled the same way (:meth:`UpkeepStore.backfill_keys`, from ``ix_traces_unkeyed``;
+no response to read); until a tenant's are all filled, the queue orders its runs in Python by the same
+keys (:mod:`serve.services.label_queue`).
+
 **Retention** (:meth:`UpkeepStore.purge_tenant`): a tenant's ``retention_days`` (``tenants``, NULL:
 keep; :meth:`UpkeepStore.set_retention`) deletes the runs *created* more than that many days ago,
 oldest first, :data:`PURGE_BATCH` a transaction, with everything derived from them — failures,
@@ -24,8 +29,10 @@ its profile learned from) is kept.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
@@ -34,7 +41,7 @@ from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.tables import ObservationRow, SessionRow, Tenant, TraceRow, utcnow
 from serve.store.traces import _delete_traces
-from serve.store.verdict import run_columns
+from serve.store.verdict import queue_key, run_columns
 
 #: Rows the backfill fills per transaction.
 BACKFILL_BATCH = 5000
@@ -54,21 +61,26 @@ class Purged:
     observations: int
 
 
-def has_unfilled(db: Session, tenant: str) -> bool:
-    """Whether the tenant has a run whose verdict is not backfilled yet, inside ``db`` (one probe of
-    ``ix_traces_unfilled``): the pages and the label queue read those runs' JSON until it is."""
+#: The columns the backfills fill: the verdict's (revision 0015), the queue's key (revision 0018).
+Filled = Literal["verdict", "review_key"]
+
+
+def has_unfilled(db: Session, tenant: str, column: Filled = "verdict") -> bool:
+    """Whether the tenant has a run whose ``column`` is not backfilled yet, inside ``db`` (one probe of
+    ``ix_traces_unfilled`` or ``ix_traces_unkeyed``): the pages and the label queue read those runs'
+    JSON (verdict), or order them in Python (key), until it is."""
     t = core(TraceRow).c
-    return db.scalar(select(t.id).where(t.tenant_id == tenant, t.verdict.is_(None)).limit(1)) is not None
+    return db.scalar(select(t.id).where(t.tenant_id == tenant, t[column].is_(None)).limit(1)) is not None
 
 
 class UpkeepStore(StoreBase):
     """The verdict backfill and retention (module docstring)."""
 
     # -- the verdict backfill --------------------------------------------------------------------------
-    def unfilled(self, tenant: str | None = None) -> int:
-        """Rows (of ``tenant``; ``None``: every tenant's) whose verdict is not filled yet."""
+    def unfilled(self, tenant: str | None = None, column: Filled = "verdict") -> int:
+        """Rows (of ``tenant``; ``None``: every tenant's) whose ``column`` is not filled yet."""
         t = core(TraceRow).c
-        q = select(func.count()).select_from(core(TraceRow)).where(t.verdict.is_(None))
+        q = select(func.count()).select_from(core(TraceRow)).where(t[column].is_(None))
         if tenant is not None:
             q = q.where(t.tenant_id == tenant)
         with self.read() as db:
@@ -78,22 +90,36 @@ class UpkeepStore(StoreBase):
         """Fill the verdict columns of rows stored before revision 0015, ``batch`` rows a transaction,
         until none is left (or ``max_batches`` batches); returns the rows filled. Resumable, and safe
         beside writers and other backfills (module docstring)."""
+        t = core(TraceRow).c
+        return self._fill("verdict", (t.response,), {
+            "verdict": bindparam("verdict"), "failure_probability": bindparam("failure_probability"),
+            "judged_threshold": bindparam("judged_threshold"), "finding_margin": bindparam("finding_margin")},
+            lambda row: run_columns(row[2] or {}), batch=batch, max_batches=max_batches)
+
+    def backfill_keys(self, *, batch: int = BACKFILL_BATCH, max_batches: int | None = None) -> int:
+        """Fill the label queue's ``review_key`` of rows stored before revision 0018, as
+        :meth:`backfill_verdicts` fills theirs; returns the rows filled."""
+        return self._fill("review_key", (), {"review_key": bindparam("review_key")},
+                          lambda row: {"review_key": queue_key(row[1])}, batch=batch, max_batches=max_batches)
+
+    def _fill(self, column: Filled, read: Sequence[Any], values: dict[str, Any],
+              columns_of: Callable[[Sequence[Any]], dict[str, Any]], *, batch: int, max_batches: int | None) -> int:
+        """The backfills' loop: read a batch of the rows whose ``column`` is NULL (tenant, id and the
+        columns ``read``), then write ``columns_of(row)`` in one transaction where ``column`` is still NULL."""
         if batch < 1:
             raise InputError(f"batch must be at least 1; got {batch}", path="batch")
         t = core(TraceRow).c
         stmt = (update(core(TraceRow))
-                .where(t.tenant_id == bindparam("k_tenant"), t.id == bindparam("k_id"), t.verdict.is_(None))
-                .values(verdict=bindparam("verdict"), failure_probability=bindparam("failure_probability"),
-                        judged_threshold=bindparam("judged_threshold"), finding_margin=bindparam("finding_margin")))
+                .where(t.tenant_id == bindparam("k_tenant"), t.id == bindparam("k_id"), t[column].is_(None))
+                .values(**values))
         filled = done = 0
         while max_batches is None or done < max_batches:
             with self.read() as db:
-                rows = db.execute(select(t.tenant_id, t.id, t.response).where(t.verdict.is_(None))
+                rows = db.execute(select(t.tenant_id, t.id, *read).where(t[column].is_(None))
                                   .order_by(t.tenant_id, t.id).limit(batch)).all()
             if not rows:
                 break
-            params = [{"k_tenant": tenant, "k_id": tid, **run_columns(response or {})}
-                      for tenant, tid, response in rows]
+            params = [{"k_tenant": row[0], "k_id": row[1], **columns_of(row)} for row in rows]
             with self.write() as db:
                 filled += rowcount(db.execute(stmt, params))
             done += 1
@@ -162,4 +188,4 @@ class UpkeepStore(StoreBase):
         return out
 
 
-__all__ = ["BACKFILL_BATCH", "OBSERVATION_BATCH", "PURGE_BATCH", "Purged", "UpkeepStore", "has_unfilled"]
+__all__ = ["BACKFILL_BATCH", "OBSERVATION_BATCH", "PURGE_BATCH", "Filled", "Purged", "UpkeepStore", "has_unfilled"]

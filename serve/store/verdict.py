@@ -14,6 +14,11 @@ with every diagnosis; revision 0015 added them, :mod:`serve.store.upkeep` fills 
 The last three are what the label queue's margin is made of (:func:`serve.services.label_queue.measure_margin`),
 so that the queue is read from an index, not from every stored response.
 
+**The run's place in the random queue** (``traces.review_key``, revision 0018: :func:`queue_key` of its
+id, written with the run's first diagnosis; :mod:`serve.store.upkeep` fills older rows): the label
+queue's ``random`` order walks the runs by this key, each reviewer from their own start
+(:func:`queue_key` of the author) round to it again, read with a LIMIT from ``ix_traces_review``.
+
 **Which label decides** (the rule :func:`serve.services.run_labels.effective_label` applies, here so
 that the store can keep the canary's counts of labelled and successful runs on write,
 :mod:`serve.store.counters`): a withdrawn label counts nowhere; a human outranks a checker; among the
@@ -34,6 +39,7 @@ run-level labels (``failed`` NULL) reads as ``failed = kind is not None``.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS
@@ -42,6 +48,17 @@ from model.diagnosis.run_verdict import RUNSCORE
 Verdict = Literal["failed", "healthy", "unknown"]
 #: The fused findings' thresholds, by kind value (a kind not listed: 0.5).
 KIND_THRESHOLDS: dict[str, float] = {k.value: t for k, t in DEFAULT_THRESHOLDS.items()}
+
+
+def queue_key(text: str) -> int:
+    """A run's place in the label queue's random order (of its id: ``traces.review_key``) or a
+    reviewer's start in it (of the author): the first 63 bits of the text's sha256 (a signed 64-bit
+    integer on both engines).
+
+    >>> queue_key("t1") == queue_key("t1") != queue_key("t2"), 0 <= queue_key("ana") < 2 ** 63
+    (True, True)
+    """
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
 def verdict_of(healthy: Any) -> Verdict:
@@ -104,4 +121,4 @@ def label_failed(row: dict[str, Any]) -> bool:
 
 
 __all__ = ["KIND_THRESHOLDS", "Verdict", "closest_finding", "deciding_label", "findings",
-           "judged_threshold", "label_failed", "run_columns", "verdict_of"]
+           "judged_threshold", "label_failed", "queue_key", "run_columns", "verdict_of"]
