@@ -191,7 +191,7 @@ class _Console:
         self.s = store
 
     def agents(self, tenant: str) -> list[str]:
-        return self.s.console.agent_names(tenant)
+        return self.s.agents.agents_with_runs(tenant)
 
     def review_head(self, tenant: str, author: str, **kw: Any) -> Any:
         return self.s.labels.review_head(tenant, author, **kw)

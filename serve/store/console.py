@@ -134,16 +134,21 @@ class ConsoleStore(StoreBase):
                 # read the index
                 q = q.where(or_(TraceRow.verdict == verdict, and_(TraceRow.verdict.is_(None), _JSON_VERDICT.in_([verdict])))
                             if has_unfilled(db, tenant) else TraceRow.verdict == verdict)
-            total = int(db.scalar(select(func.count()).select_from(q.with_only_columns(TraceRow.id).subquery())) or 0)
-            rows = list(db.execute(q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
-                                   .offset((page - 1) * per_page).limit(per_page)).all())
+            if kind is not None and agent is None and verdict is None and since is None and until is None \
+                    and labelled is None:  # a failure row exists only with its run: the runs of a kind, counted
+                f = FailureRow  # from ix_failures_tenant_kind alone (revision 0017)
+                total_q = select(func.count(func.distinct(f.trace_id))).where(
+                    f.tenant_id == tenant, f.kind == kind, f.is_signal.is_(False))
+            else:
+                total_q = select(func.count()).select_from(q.with_only_columns(TraceRow.id).subquery())
+            total = int(db.scalar(total_q) or 0)
+            # the page's ids first, from an index alone (ix_traces_console holds every column the
+            # filters and the order read): a deep page skips index entries, not rows and their JSON
+            newest = (TraceRow.created_at.desc(), TraceRow.id.desc())
+            ids = list(db.scalars(q.with_only_columns(TraceRow.id).order_by(*newest)
+                                  .offset((page - 1) * per_page).limit(per_page)))
+            rows = list(db.execute(q.where(TraceRow.id.in_(ids)).order_by(*newest)).all()) if ids else []
         return total, rows
-
-    def agent_names(self, tenant: str) -> list[str]:
-        """The agents the tenant's runs resolved to, by name."""
-        with self.read() as db:
-            q = select(TraceRow.agent).where(TraceRow.tenant_id == tenant).distinct()
-            return sorted(str(a) for a in db.scalars(q))
 
     def labelled_count(self, tenant: str, agent: str | None) -> int:
         """Runs of this agent (``None``: every run) that carry a label (not withdrawn)."""
