@@ -143,10 +143,17 @@ class ConsoleStore(StoreBase):
                 total_q = select(func.count()).select_from(q.with_only_columns(TraceRow.id).subquery())
             total = int(db.scalar(total_q) or 0)
             # the page's ids first, from an index alone (ix_traces_console holds every column the
-            # filters and the order read): a deep page skips index entries, not rows and their JSON
+            # filters and the order read): a deep page skips index entries, not rows and their JSON;
+            # a page past the middle is counted from the oldest end (it skips fewer)
             newest = (TraceRow.created_at.desc(), TraceRow.id.desc())
-            ids = list(db.scalars(q.with_only_columns(TraceRow.id).order_by(*newest)
-                                  .offset((page - 1) * per_page).limit(per_page)))
+            skip = (page - 1) * per_page
+            ids_q = q.with_only_columns(TraceRow.id)
+            if skip <= total // 2:
+                ids = list(db.scalars(ids_q.order_by(*newest).offset(skip).limit(per_page)))
+            else:
+                n = min(per_page, total - skip)
+                ids = [] if n <= 0 else list(db.scalars(
+                    ids_q.order_by(TraceRow.created_at, TraceRow.id).offset(total - skip - n).limit(n)))
             rows = list(db.execute(q.where(TraceRow.id.in_(ids)).order_by(*newest)).all()) if ids else []
         return total, rows
 
