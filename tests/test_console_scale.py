@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import exists, func, select, update
 from typer.testing import CliRunner
 
 import serve.services.console as ui_data
@@ -457,6 +457,15 @@ def test_run_pages_by_number_are_the_offset_querys_rows(store: Stores) -> None:
                                                      until=f.until, labelled=f.labelled, page=page, per_page=per_page)
                 assert total == len(want), f
                 assert [r.id for r in rows] == want[(page - 1) * per_page: page * per_page], (f, page, per_page)
+                if f.agent is f.verdict is f.since is f.labelled is None:  # and as the one statement read them
+                    old = select(TraceRow.id).where(TraceRow.tenant_id == "t")
+                    if f.kind is not None:
+                        old = old.where(exists().where(FailureRow.tenant_id == "t", FailureRow.trace_id == TraceRow.id,
+                                                       FailureRow.kind == f.kind, FailureRow.is_signal.is_(False)))
+                    with store.db.read() as db:
+                        assert [r.id for r in rows] == list(db.scalars(
+                            old.order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
+                            .offset((page - 1) * per_page).limit(per_page)))
 
 
 def _plans(store: Stores, call: Any) -> list[str]:
