@@ -7,12 +7,17 @@
   serve`` of the code at ROOT (another checkout: compare two commits in the same minutes).
 * ``cold URL N`` — ``GET /v1/patterns`` right after a diagnosis (a write changes the tenant's data
   version, so the answer cache misses), N times, and again without a write.
+* ``sql URL`` — the store statements of the models page, the agents' list and the runs page (``kind``,
+  page 1000, the agent filter), each timed, and the plans of the slow ones. Run it with another
+  checkout's interpreter (``cd /work/main && .venv/bin/python …/bench/console_pages.py sql URL``: its
+  editable install imports that checkout's ``serve``) to read a base commit's statements.
 
 Run::
 
     nice .venv/bin/python bench/console_pages.py cpu sqlite:////tmp/cb/triage.db
     nice .venv/bin/python bench/console_pages.py pages /work/main sqlite:////tmp/cb/main.db 5 "/ui/queue?format=json"
     nice .venv/bin/python bench/console_pages.py cold sqlite:////tmp/cb/copy.db 20
+    nice .venv/bin/python bench/console_pages.py sql postgresql://…/big
 """
 
 from __future__ import annotations
@@ -34,19 +39,26 @@ def _pct(lat: list[float]) -> str:
     return f"n {n} p50 {statistics.median(lat):.1f} ms p95 {lat[min(n - 1, round(0.95 * n) - 1)]:.1f} ms"
 
 
-def cpu(url: str) -> None:
+def _console(url: str, tmp: str) -> tuple[Any, Any, Any]:
+    """One worker's service over the store at ``url`` (no classifier), its console service and run scorer."""
     from model.diagnosis.diagnoser import Diagnoser
-    from serve.services import patterns as P
-    from serve.services.console import ConsoleService, RunFilter
-    from serve.services.label_queue import queue_page
+    from serve.services.console import ConsoleService
     from serve.settings import Settings
     from serve.wiring import build_service, load_runscorer
 
+    settings = Settings(database_url=url, data_dir=Path(tmp), classifier=False)
+    scorer = load_runscorer(settings)
+    svc = build_service(settings, Diagnoser(runscorer=scorer))
+    return svc, ConsoleService(svc, Path(tmp) / "registry"), scorer
+
+
+def cpu(url: str) -> None:
+    from serve.services import patterns as P
+    from serve.services.console import RunFilter
+    from serve.services.label_queue import queue_page
+
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(database_url=url, data_dir=Path(tmp), classifier=False)
-        scorer = load_runscorer(settings)
-        svc = build_service(settings, Diagnoser(runscorer=scorer))
-        c = ConsoleService(svc, Path(tmp) / "registry")
+        svc, c, scorer = _console(url, tmp)
         since, until = P.window(since=None, until=None, days=None)
 
         def after_write() -> Any:
@@ -138,6 +150,55 @@ def cold(url: str, n: int) -> None:
             live.stop(proc)
 
 
+def sql(url: str) -> None:
+    """Each store statement of the models page, the agents' list and the runs page (kind, page 1000, the
+    agent filter's list), timed (its second call), and the plan of those over 20 ms (PostgreSQL:
+    ``EXPLAIN (ANALYZE, BUFFERS)``; SQLite: ``EXPLAIN QUERY PLAN``)."""
+    from sqlalchemy import event
+
+    from serve.services.console import RunFilter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        svc, c, _ = _console(url, tmp)
+        engine = svc.stores.db.engine
+        seen: list[tuple[float, str, Any]] = []
+
+        def before(conn: Any, cur: Any, st: str, params: Any, ctx: Any, many: bool) -> None:
+            conn.info["t0"] = time.perf_counter()
+
+        def after(conn: Any, cur: Any, st: str, params: Any, ctx: Any, many: bool) -> None:
+            seen.append(((time.perf_counter() - conn.info["t0"]) * 1000, st, params))
+
+        cases: dict[str, Callable[[], Any]] = {
+            "models page": lambda: c.models(TENANT, operator=True),
+            "agents list": lambda: svc.agents.list(TENANT),
+            "runs, kind=tool_error": lambda: c.runs(TENANT, RunFilter(kind="tool_error"), page=1, per_page=50),
+            "runs, page 1000": lambda: c.runs(TENANT, RunFilter(), page=1000, per_page=50),
+            "the agent filter's list": lambda: c.agents(TENANT),
+        }
+        slow = []
+        event.listen(engine, "before_cursor_execute", before)
+        event.listen(engine, "after_cursor_execute", after)
+        for name, fn in cases.items():
+            fn()
+            seen.clear()
+            t = time.perf_counter()
+            fn()
+            print(f"== {name}: {(time.perf_counter() - t) * 1000:.0f} ms, {len(seen)} statements", flush=True)
+            for ms, st, params in seen:
+                print(f"   {ms:8.1f} ms  {' '.join(st.split())[:160]}")
+                slow += [(name, st, params)] if ms > 20 else []
+        event.remove(engine, "before_cursor_execute", before)
+        event.remove(engine, "after_cursor_execute", after)
+        explain = "EXPLAIN (ANALYZE, BUFFERS) " if svc.stores.db.dialect == "postgresql" else "EXPLAIN QUERY PLAN "
+        with engine.connect() as conn:
+            for name, st, params in slow:
+                print(f"\n== {name}: {' '.join(st.split())[:300]}")
+                for r in conn.exec_driver_sql(explain + st, params).all():
+                    print("   ", r[-1])
+        svc.close()
+
+
 def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["cpu"] and len(args) == 2:
@@ -146,6 +207,8 @@ def main() -> None:
         pages(args[1], args[2], int(args[3]), args[4:])
     elif args[:1] == ["cold"] and len(args) == 3:
         cold(args[1], int(args[2]))
+    elif args[:1] == ["sql"] and len(args) == 2:
+        sql(args[1])
     else:
         sys.exit(__doc__)
 

@@ -15,7 +15,7 @@ What each run writes, as :meth:`TraceStore.put_trace` (with ``now`` = its time),
 :meth:`SessionStore.put_recommendation`, :meth:`SessionStore.add_outcome` and a label with
 :func:`serve.store.counters.count_labels` would: ``traces``, ``failures`` (tool, created_at, agent),
 ``run_metrics``, ``recommendations``, ``outcomes``, ``labels``; then per tenant ``canary_counts``
-and ``metric_totals`` (the counters' sums), ``usage`` (steps per UTC day) and ``agents`` (a row per
+and ``metric_totals`` (the counters' sums, the agents' counts among them), ``usage`` (steps per UTC day) and ``agents`` (a row per
 named agent). ``tests/test_seed.py`` checks that against the write path on both engines.
 
 PostgreSQL: ``COPY … FROM STDIN`` in transactions of ``--chunk`` runs, then ``VACUUM ANALYZE``;
@@ -207,7 +207,8 @@ def rows_of(spec: RunSpec, tpl: Template, tenant: str, sums: Totals) -> dict[str
     recovery_s = 0.0 if failing and tpl.healthy else None
     out["run_metrics"] = [{"tenant_id": tenant, "trace_id": tid, "hour": hour_of(at), "arm": ARM,
                            "failed_at": at if failing else None, "healthy": tpl.healthy, "recovery_s": recovery_s,
-                           "labelled": spec.label, "succeeded": False, "kinds": json.dumps(tpl.kinds)}]
+                           "labelled": spec.label, "succeeded": False, "kinds": json.dumps(tpl.kinds),
+                           "agent": spec.agent}]
     c = sums.canary.setdefault((hour_of(at), ARM), dict.fromkeys(CANARY_FIELDS, 0.0))
     recovered = failing and tpl.healthy
     c["runs"] += 1
@@ -217,6 +218,9 @@ def rows_of(spec: RunSpec, tpl: Template, tenant: str, sums: Totals) -> dict[str
     for b in RECOVERY_BOUNDS:
         c[f"rec_le_{b}"] += recovered  # recovered at once: 0 s
     sums.totals[("traces", "")][0] += 1
+    sums.totals[("agent_runs", spec.agent)][0] += 1
+    if spec.label:
+        sums.totals[("agent_labelled", spec.agent)][0] += 1
     for kind, n in tpl.kinds.items():
         sums.totals[("failures", kind)][0] += n
     sums.usage[at.strftime("%Y-%m-%d")] += tpl.n_steps

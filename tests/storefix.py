@@ -9,13 +9,15 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
 from serve.store import Stores
+from serve.store.tables import LabelRow, TraceRow, as_utc
 
 PG_ENV = "TRIAGE_TEST_POSTGRES_URL"
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
@@ -70,3 +72,17 @@ def store_fixture(db_url: str) -> Iterator[Stores]:
         yield s
     finally:
         s.db.dispose()
+
+
+def full_agents(store: Stores, tenant: str) -> dict[str, tuple[int, int, datetime, datetime]]:
+    """Each agent's runs, labelled runs (a label not withdrawn), first and last seen, grouped over the
+    whole history (as GET /v1/agents read them before revision 0017)."""
+    with store.db.read() as db:
+        runs = db.execute(select(TraceRow.agent, text("count(*)"), func.min(TraceRow.created_at),
+                                 func.max(TraceRow.updated_at)).where(TraceRow.tenant_id == tenant)
+                          .group_by(TraceRow.agent)).all()
+        labelled = dict(db.execute(
+            select(TraceRow.agent, func.count(func.distinct(LabelRow.trace_id)))
+            .join(TraceRow, (TraceRow.tenant_id == LabelRow.tenant_id) & (TraceRow.id == LabelRow.trace_id))
+            .where(LabelRow.tenant_id == tenant, LabelRow.withdrawn_at.is_(None)).group_by(TraceRow.agent)).all())
+    return {str(a): (int(n), int(labelled.get(a, 0)), as_utc(lo), as_utc(hi)) for a, n, lo, hi in runs}

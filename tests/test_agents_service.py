@@ -38,7 +38,7 @@ from serve.store.migrate import upgrade as migrate_to
 from serve.store.tables import AgentRow, FailureRow, ObservationRow, SessionRow, StreamRow, TraceRow
 from serve.wiring import build_service
 from tests.conftest import LiveServer
-from tests.storefix import db_url  # noqa: F401  (fixture)
+from tests.storefix import db_url, full_agents  # noqa: F401  (fixture)
 
 A, B = "tau_airline", "agentprocessbench"
 
@@ -229,6 +229,7 @@ def test_rename_merge_and_split_over_http_and_the_next_run_follows(
     by_key = {a["key"]: a for a in listed["agents"]}
     assert by_key[a_key]["runs"] == 4 and by_key[a_key]["source"] == "inferred" and by_key[a_key]["name"] is None
     assert by_key[a_key]["profile"]["n_runs"] == 4 and by_key[a_key]["first_seen"] is not None
+    srv["store"].labels.add_label("acme", b_first[0]["trace_id"], failed=True, author="ann", author_type="human")
 
     # rename: the next run matched to it, and a run naming the old key, get the name
     r = _act(srv, "rename", {"agent": a_key, "name": "hotpot-bot"})
@@ -269,6 +270,9 @@ def test_rename_merge_and_split_over_http_and_the_next_run_follows(
     assert r.status_code == 200 and "hotpot-bot" in r.json()["agents"][0]["aliases"], r.text
     assert _post(srv, a_runs[7])["agent"] == a_key
     assert _post(srv, a_runs[8], agent="hotpot-bot")["agent"] == a_key
+    # the counts kept on write moved with the runs at each step: as a full read of the history counts them
+    got = {k: tuple(v) for k, v in srv["store"].agents.agent_stats("acme").items()}
+    assert got == full_agents(srv["store"], "acme") and got[a_key][:2] == (10, 0) and got["airline-bot"][:2] == (5, 1)
 
 
 def test_bad_corrections_get_a_4xx_naming_the_field(srv: dict[str, Any], real: dict[str, list[RealRun]]) -> None:

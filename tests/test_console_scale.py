@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import exists, func, select, update
 from typer.testing import CliRunner
 
 import serve.services.console as ui_data
@@ -193,7 +193,7 @@ class _Console:
         self.s = store
 
     def agents(self, tenant: str) -> list[str]:
-        return self.s.console.agent_names(tenant)
+        return self.s.agents.agents_with_runs(tenant)
 
     def review_head(self, tenant: str, author: str, **kw: Any) -> Any:
         return self.s.labels.review_head(tenant, author, **kw)
@@ -472,3 +472,144 @@ def _rediagnose(store: Stores, ids: Sequence[str], rng: random.Random, *, health
                 resp.update(healthy=True, failures=[], signals=[], primary=None)
             store.traces.put_trace(db, tenant="t", trace_id=tid, trace={"id": tid, "steps": []}, response=resp,
                                    session_id=None, task_type=None, agent="billing")
+
+
+# -- revision 0017: the runs pager's total with kind=…, deep pages, the agents' counts ----------------------
+def _runs_by_hand(store: Stores, f: ui_data.RunFilter) -> list[str]:
+    """The ids of the runs that pass ``f``, newest first (ties by id, descending), read whole from the tables."""
+    with store.db.read() as db:
+        runs = db.execute(select(TraceRow.id, TraceRow.created_at, TraceRow.agent, TraceRow.verdict)
+                          .where(TraceRow.tenant_id == "t")).all()
+        kinds = {(tid, k) for tid, k in db.execute(select(FailureRow.trace_id, FailureRow.kind).where(
+            FailureRow.tenant_id == "t", FailureRow.is_signal.is_(False)))}
+        labelled = set(db.scalars(select(LabelRow.trace_id).where(LabelRow.tenant_id == "t",
+                                                                  LabelRow.withdrawn_at.is_(None))))
+    keep = [r for r in runs
+            if (f.agent is None or r.agent == f.agent) and (f.verdict is None or r.verdict == f.verdict)
+            and (f.kind is None or (r.id, f.kind) in kinds) and (f.labelled is None or (r.id in labelled) == f.labelled)
+            and (f.since is None or r.created_at >= f.since) and (f.until is None or r.created_at < f.until)]
+    return [r.id for r in sorted(keep, key=lambda r: (r.created_at, r.id), reverse=True)]
+
+
+def test_run_pages_by_number_are_the_offset_querys_rows(store: Stores) -> None:
+    """Every page of the runs page (the ids read first from an index, then the rows; the total with
+    ``kind`` alone counted from the failures' index) holds the runs the one-statement ``OFFSET`` query
+    gave, in its order: newest first, equal times by id, whatever the filters."""
+    _seed(store, 240, seed=11)
+    with store.db.write() as db:  # 12 runs stored at one instant: the order among them is by id
+        for i in range(12):
+            tid = f"t-tie-{i:02d}"
+            store.traces.put_trace(db, tenant="t", trace_id=tid, trace={"id": tid, "steps": []},
+                                   response=_response(random.Random(i), tid), session_id=None, task_type=None,
+                                   agent=AGENTS[i % 2], now=NOW - timedelta(days=2))
+    filters = [ui_data.RunFilter(), ui_data.RunFilter(kind="tool_error"), ui_data.RunFilter(kind="loop", agent="search"),
+               ui_data.RunFilter(verdict="failed"), ui_data.RunFilter(labelled=True),
+               ui_data.RunFilter(labelled=False, kind="refusal"),
+               ui_data.RunFilter(since=NOW - timedelta(days=3), until=NOW - timedelta(days=1))]
+    for f in filters:
+        want = _runs_by_hand(store, f)
+        assert want, f
+        for per_page in (7, 50):
+            pages = -(-len(want) // per_page)
+            for page in range(1, pages + 2):  # and one past the last
+                total, rows = store.console.run_page("t", agent=f.agent, verdict=f.verdict, kind=f.kind, since=f.since,
+                                                     until=f.until, labelled=f.labelled, page=page, per_page=per_page)
+                assert total == len(want), f
+                assert [r.id for r in rows] == want[(page - 1) * per_page: page * per_page], (f, page, per_page)
+                if f.agent is f.verdict is f.since is f.labelled is None:  # and as the one statement read them
+                    old = select(TraceRow.id).where(TraceRow.tenant_id == "t")
+                    if f.kind is not None:
+                        old = old.where(exists().where(FailureRow.tenant_id == "t", FailureRow.trace_id == TraceRow.id,
+                                                       FailureRow.kind == f.kind, FailureRow.is_signal.is_(False)))
+                    with store.db.read() as db:
+                        assert [r.id for r in rows] == list(db.scalars(
+                            old.order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
+                            .offset((page - 1) * per_page).limit(per_page)))
+
+
+def _plans(store: Stores, call: Any) -> list[str]:
+    """The query plan of each SELECT ``call`` runs (PostgreSQL's with sequential scans priced out, so
+    that a tiny table still shows the index a big one gets)."""
+    from sqlalchemy import event, text
+
+    seen: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cur: Any, statement: str, params: Any, ctx: Any, many: bool) -> None:
+        if statement.lstrip().startswith("SELECT") and not statement.lstrip().startswith("SELECT pg_"):
+            seen.append((statement, params))
+
+    event.listen(store.db.engine, "before_cursor_execute", grab)
+    try:
+        call()
+    finally:
+        event.remove(store.db.engine, "before_cursor_execute", grab)
+    out = []
+    with store.db.engine.connect() as conn:
+        pg = store.db.dialect == "postgresql"
+        if pg:
+            conn.execute(text("ANALYZE"))
+            conn.execute(text("SET enable_seqscan = off"))
+            conn.execute(text("SET enable_bitmapscan = off"))
+        for statement, params in seen:
+            rows = conn.exec_driver_sql(("EXPLAIN " if pg else "EXPLAIN QUERY PLAN ") + statement, params).all()
+            out.append(" | ".join(str(r[-1]) for r in rows))
+        conn.rollback()
+    return out
+
+
+def test_agents_counts_kind_totals_and_deep_pages_read_indexes_not_the_history(store: Stores) -> None:
+    """The agents' list reads the counts kept on write and two index probes per agent; the runs page's
+    total with ``kind`` reads ``ix_failures_tenant_kind`` alone; a deep page's ids come from
+    ``ix_traces_console`` (none of them reads the runs' rows to count or skip them)."""
+    _seed(store, 60, seed=2)
+    stats = _plans(store, lambda: store.agents.agent_stats("t"))
+    kind = _plans(store, lambda: store.console.run_page("t", kind="loop", page=1, per_page=50))
+    deep = _plans(store, lambda: store.console.run_page("t", page=3, per_page=10))
+    assert len(stats) == 1 and len(kind) == 3 and len(deep) == 3, (stats, kind, deep)
+    if store.db.dialect == "postgresql":
+        assert "ix_traces_agent_created" in stats[0] and "ix_traces_agent_updated" in stats[0], stats
+        assert "Index Only Scan using ix_failures_tenant_kind" in kind[0], kind
+        assert "Index Only Scan" in deep[1] and "ix_traces_console" in deep[1], deep
+        scans = [p for p in stats + kind[:1] + deep[:2] if "Seq Scan" in p]
+    else:
+        assert "COVERING INDEX ix_traces_agent_created (tenant_id=? AND agent=?)" in stats[0], stats
+        assert "COVERING INDEX ix_traces_agent_updated (tenant_id=? AND agent=?)" in stats[0], stats
+        assert "COVERING INDEX ix_failures_tenant_kind (tenant_id=? AND kind=?" in kind[0], kind
+        assert "COVERING INDEX ix_traces_console (tenant_id=?)" in deep[1], deep
+        scans = [p for p in stats + kind[:1] + deep[:2] if "SCAN " in p]
+    assert not scans, scans
+
+
+def test_migration_0017_fills_the_agents_counts_and_goes_back(store: Stores) -> None:
+    from sqlalchemy import inspect
+
+    from tests.storefix import full_agents
+
+    rng = random.Random(4)
+    store.keys.ensure_tenant("t")
+    with store.db.write() as db:
+        for i in range(40):
+            tid = f"m-{i:02d}"
+            store.traces.put_trace(db, tenant="t", trace_id=tid, trace={"id": tid, "steps": []},
+                                   response=_response(rng, tid), session_id=None, task_type=None, agent=AGENTS[i % 3],
+                                   now=NOW - timedelta(hours=i))
+    for i in range(0, 40, 4):
+        store.labels.add_label("t", f"m-{i:02d}", failed=True, author="ana", author_type="human")
+    assert store.labels.withdraw_label("t", "ana", trace_id="m-08") is not None
+    want = full_agents(store, "t")
+    assert {k: tuple(v) for k, v in store.agents.agent_stats("t").items()} == want
+    assert sum(v[1] for v in want.values()) == 9
+
+    def indexes(table: str) -> dict[str, list[str]]:
+        return {str(i["name"]): list(i["column_names"]) for i in inspect(store.db.engine).get_indexes(table)}
+
+    downgrade(store.db.engine, "0016")
+    assert indexes("failures")["ix_failures_tenant_kind"] == ["tenant_id", "kind"]
+    assert "ix_traces_tenant_agent" in indexes("traces") and "ix_traces_agent_created" not in indexes("traces")
+    assert "agent" not in {c["name"] for c in inspect(store.db.engine).get_columns("run_metrics")}
+    with store.db.read() as db:
+        assert db.scalar(select(func.count()).select_from(RunMetricRow)) == 40  # the rows kept
+    migrate_to(store.db.engine, "0017")
+    assert indexes("failures")["ix_failures_tenant_kind"] == ["tenant_id", "kind", "is_signal", "trace_id"]
+    assert {k: tuple(v) for k, v in store.agents.agent_stats("t").items()} == want  # filled from the history
+    store.db.upgrade()

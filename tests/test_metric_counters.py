@@ -20,7 +20,7 @@ from serve.store.counters import hour_of
 from serve.store.migrate import downgrade
 from serve.store.migrate import upgrade as migrate_to
 from serve.store.tables import FailureRow, LabelRow, OutcomeRow, RecommendationRow, TraceRow
-from tests.storefix import db_url  # noqa: F401  (fixture)
+from tests.storefix import db_url, full_agents  # noqa: F401  (fixture)
 
 NOW = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
 WEEK = timedelta(days=7)
@@ -86,23 +86,27 @@ def totals(store: Stores, tenant: str) -> dict[str, Any]:
     return snap
 
 
-def agree(store: Stores, tenant: str) -> None:
+def agree(store: Stores, tenant: str, *, agents: bool = True) -> None:
+    """The counts kept on write are what a full read counts (``agents``: the agents' counts too, which
+    revision 0017 added)."""
     for window in (WEEK, timedelta(days=30), timedelta(hours=1)):
         assert counted(store, tenant, window) == full_canary(store, tenant, window)
     got, want = totals(store, tenant), full_totals(store, tenant)
     assert got.pop("mttr_s") == pytest.approx(want.pop("mttr_s"))
     assert got == want
+    if agents:
+        assert {k: tuple(v) for k, v in store.agents.agent_stats(tenant).items()} == full_agents(store, tenant)
 
 
 # -- writing through the store's write path ----------------------------------------------------------
 def diagnose(store: Stores, tenant: str, tid: str, at: datetime, *, arm: str | None, kinds: tuple[str, ...] = (),
-             session: str | None = None) -> None:
+             session: str | None = None, agent: str = "bot") -> None:
     failures = [{"kind": k, "severity": "high", "confidence": 0.9, "step": 0} for k in kinds]
     response = {"healthy": not kinds, "failures": failures, "signals": [
         {"kind": "slow_tool", "severity": "low", "confidence": 0.5}]}
     with store.db.write() as db:
         store.traces.put_trace(db, tenant=tenant, trace_id=tid, trace={"id": tid, "steps": [{"kind": "user_input"}]},
-                        response=response, session_id=session, task_type=None, arm=arm, now=at, agent="bot")
+                        response=response, session_id=session, task_type=None, arm=arm, now=at, agent=agent)
         if kinds:
             store.sessions.put_recommendation(db, tenant=tenant, rec={"id": f"rec-{tid}-{kinds[0]}", "strategy": "retry"},
                                      trace_id=tid, session_id=session, failure_key=f"{kinds[0]}@0", kind=kinds[0],
@@ -160,11 +164,12 @@ def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # no
         agree(store, "acme")
         assert counted(store, "acme")["repair"]["succeeded"] == 2  # r2's outcome label says healthy
         assert totals(store, "acme")["recoveries"] == 2
-        # the run leaves its arm (a later append chose shadow itself) and comes back
-        diagnose(store, "acme", "r2", t0 + timedelta(seconds=5), arm=None, kinds=("loop",))
+        # the run leaves its arm (a later append chose shadow itself) and its agent, and comes back to the arm
+        diagnose(store, "acme", "r2", t0 + timedelta(seconds=5), arm=None, kinds=("loop",), agent="helper")
         assert counted(store, "acme")["repair"]["runs"] == 1
+        assert store.agents.agent_stats("acme")["helper"].runs == 1
         agree(store, "acme")
-        diagnose(store, "acme", "r2", t0 + timedelta(seconds=6), arm="repair", kinds=("loop",))
+        diagnose(store, "acme", "r2", t0 + timedelta(seconds=6), arm="repair", kinds=("loop",), agent="helper")
         agree(store, "acme")
         # deletions: a trace, a session, retention
         assert store.traces.delete_trace("acme", "r1")
@@ -255,7 +260,7 @@ def test_migration_0012_fills_the_counts_from_the_history(db_url: str) -> None: 
                     created_at=at))
         assert "canary_counts" not in inspect(store.db.engine).get_table_names()
         migrate_to(store.db.engine, "0012")
-        agree(store, "acme")
+        agree(store, "acme", agents=False)
         assert counted(store, "acme") == {
             "repair": {"runs": 2, "failed": 2, "recovered": 1, "labelled": 2, "succeeded": 0},
             "shadow": {"runs": 2, "failed": 1, "recovered": 1, "labelled": 1, "succeeded": 1}}
@@ -268,6 +273,7 @@ def test_migration_0012_fills_the_counts_from_the_history(db_url: str) -> None: 
         # writes after the upgrade move the filled counts (the store's code writes the head schema: later
         # revisions add tables a write also touches, e.g. 0014's run_encodings on a delete)
         store.db.upgrade()
+        agree(store, "acme")  # revision 0017 filled the agents' counts from the history
         store.labels.add_label("acme", "b", failed=False, author="ann", author_type="human")
         assert store.traces.delete_trace("acme", "a")
         agree(store, "acme")

@@ -148,7 +148,7 @@ def basis_of(basis: Any, probability: float | None) -> dict[str, Any] | None:
 
 def agents(store: Stores, tenant: str) -> list[str]:
     """The tenant's agents (for the filters), by name."""
-    return store.console.agent_names(tenant)
+    return store.agents.agents_with_runs(tenant)
 
 
 def labelled_count(store: Stores, tenant: str, agent: str | None) -> int:

@@ -14,11 +14,12 @@ from sqlalchemy import and_, bindparam, delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, core, rowcount
+from serve.store.counters import move_runs
 from serve.store.prepared import Prepared
 from serve.store.tables import (
     AgentRow,
     FailureRow,
-    LabelRow,
+    MetricTotalRow,
     ModelActivationRow,
     ObservationRow,
     StreamRow,
@@ -68,17 +69,33 @@ class AgentStore(StoreBase):
             return [dict(r._mapping) for r in rdb.execute(q)]
 
     def agent_stats(self, tenant: str) -> dict[str, AgentStats]:
-        """Per agent key: its runs, its labelled runs (a label not withdrawn), first and last seen."""
+        """Per agent key with runs: its runs, its labelled runs (a label not withdrawn), first and last
+        seen. The counts are kept on write (:mod:`serve.store.counters`: ``metric_totals``'
+        ``agent_runs`` and ``agent_labelled``); first and last seen are one probe each of
+        ``ix_traces_agent_created`` and ``ix_traces_agent_updated``: a few rows per agent, whatever
+        the history's size."""
+        return {key: AgentStats(n, labelled, lo, hi) for key, n, labelled, lo, hi in self._agent_counts(tenant, seen=True)}
+
+    def agents_with_runs(self, tenant: str) -> list[str]:
+        """The keys of the tenant's agents that have runs, sorted (read as :meth:`agent_stats` reads)."""
+        return sorted(key for key, *_ in self._agent_counts(tenant, seen=False))
+
+    def _agent_counts(self, tenant: str, *, seen: bool) -> list[tuple[str, int, int, datetime | None, datetime | None]]:
+        mt = core(MetricTotalRow).c
         tr = core(TraceRow).c
-        lb = core(LabelRow).c
+        lab = core(MetricTotalRow).alias("lab")
+        labelled = select(lab.c.n).where(lab.c.tenant_id == tenant, lab.c.name == "agent_labelled",
+                                         lab.c.key == mt.key).scalar_subquery()
+        mine = and_(tr.tenant_id == tenant, tr.agent == mt.key)
+        cols: list[Any] = [mt.key, mt.n, labelled]
+        if seen:
+            cols += [select(func.min(tr.created_at)).where(mine).scalar_subquery(),
+                     select(func.max(tr.updated_at)).where(mine).scalar_subquery()]
+        q = select(*cols).where(mt.tenant_id == tenant, mt.name == "agent_runs", mt.n > 0)
         with self.read() as db:
-            runs = db.execute(select(tr.agent, func.count(), func.min(tr.created_at), func.max(tr.updated_at))
-                              .where(tr.tenant_id == tenant).group_by(tr.agent)).all()
-            labelled: dict[str, int] = {str(a): int(n) for a, n in db.execute(
-                select(tr.agent, func.count(func.distinct(lb.trace_id)))
-                .join(core(TraceRow), and_(tr.tenant_id == lb.tenant_id, tr.id == lb.trace_id))
-                .where(lb.tenant_id == tenant, lb.withdrawn_at.is_(None)).group_by(tr.agent)).all()}
-        return {str(a): AgentStats(int(n), labelled.get(str(a), 0), _utc(lo), _utc(hi)) for a, n, lo, hi in runs}
+            rows = db.execute(q).all()
+        return [(str(r[0]), int(r[1]), int(r[2] or 0), _utc(r[3]) if seen else None, _utc(r[4]) if seen else None)
+                for r in rows]
 
     def stored_agent(self, tenant: str, trace_id: str) -> tuple[str, str | None] | None:
         """The agent a stored run was given and how (its stored answer's ``agent_source``), or None."""
@@ -139,8 +156,8 @@ class AgentStore(StoreBase):
         _SAVE.execute(db, {"t": tenant, "k": key, **values, "updated_at": utcnow()})
 
     def rekey(self, db: Session, tenant: str, old: str, new: str, *, trace_ids: Sequence[str] | None = None) -> int:
-        """Move the runs of ``old`` (all, or those of ``trace_ids``) to ``new``: traces and their
-        failure rows (labels follow their runs); the number of runs moved."""
+        """Move the runs of ``old`` (all, or those of ``trace_ids``) to ``new``: traces, their failure
+        rows and their counts (labels follow their runs); the number of runs moved."""
         tq = update(TraceRow).where(TraceRow.tenant_id == tenant, TraceRow.agent == old)
         fq = update(FailureRow).where(FailureRow.tenant_id == tenant, FailureRow.agent == old)
         if trace_ids is not None:
@@ -148,6 +165,7 @@ class AgentStore(StoreBase):
             fq = fq.where(FailureRow.trace_id.in_(list(trace_ids)))
         n = rowcount(db.execute(tq.values(agent=new)))
         db.execute(fq.values(agent=new))
+        move_runs(db, tenant, old, new, None if trace_ids is None else list(trace_ids))
         return n
 
     def move_streams(self, db: Session, tenant: str, old: str, new: str, *, reset: bool) -> None:

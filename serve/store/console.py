@@ -19,6 +19,7 @@ from serve.store.base import StoreBase
 from serve.store.tables import (
     FailureRow,
     LabelRow,
+    MetricTotalRow,
     ObservationRow,
     OutcomeRow,
     RecommendationRow,
@@ -134,29 +135,37 @@ class ConsoleStore(StoreBase):
                 # read the index
                 q = q.where(or_(TraceRow.verdict == verdict, and_(TraceRow.verdict.is_(None), _JSON_VERDICT.in_([verdict])))
                             if has_unfilled(db, tenant) else TraceRow.verdict == verdict)
-            total = int(db.scalar(select(func.count()).select_from(q.with_only_columns(TraceRow.id).subquery())) or 0)
-            rows = list(db.execute(q.order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
-                                   .offset((page - 1) * per_page).limit(per_page)).all())
+            if kind is not None and agent is None and verdict is None and since is None and until is None \
+                    and labelled is None:  # a failure row exists only with its run: the runs of a kind, counted
+                f = FailureRow  # from ix_failures_tenant_kind alone (revision 0017)
+                total_q = select(func.count(func.distinct(f.trace_id))).where(
+                    f.tenant_id == tenant, f.kind == kind, f.is_signal.is_(False))
+            else:
+                total_q = select(func.count()).select_from(q.with_only_columns(TraceRow.id).subquery())
+            total = int(db.scalar(total_q) or 0)
+            # the page's ids first, from an index alone (ix_traces_console holds every column the
+            # filters and the order read): a deep page skips index entries, not rows and their JSON;
+            # a page past the middle is counted from the oldest end (it skips fewer)
+            newest = (TraceRow.created_at.desc(), TraceRow.id.desc())
+            skip = (page - 1) * per_page
+            ids_q = q.with_only_columns(TraceRow.id)
+            if skip <= total // 2:
+                ids = list(db.scalars(ids_q.order_by(*newest).offset(skip).limit(per_page)))
+            else:
+                n = min(per_page, total - skip)
+                ids = [] if n <= 0 else list(db.scalars(
+                    ids_q.order_by(TraceRow.created_at, TraceRow.id).offset(total - skip - n).limit(n)))
+            rows = list(db.execute(q.where(TraceRow.id.in_(ids)).order_by(*newest)).all()) if ids else []
         return total, rows
 
-    def agent_names(self, tenant: str) -> list[str]:
-        """The agents the tenant's runs resolved to, by name: one probe of ``ix_traces_tenant_agent`` per
-        agent (each the least name above the last), not a DISTINCT over every run (1,000,000 index
-        entries: 183 ms on PostgreSQL; this, under 1 ms)."""
-        t = TraceRow
-        names = select(func.min(t.agent).label("agent")).where(t.tenant_id == tenant).cte("names", recursive=True)
-        after = select(func.min(t.agent)).where(t.tenant_id == tenant, t.agent > names.c.agent).scalar_subquery()
-        names = names.union_all(select(after).where(names.c.agent.is_not(None)))
-        with self.read() as db:
-            return sorted(str(a) for a in db.scalars(select(names.c.agent).where(names.c.agent.is_not(None))))
-
     def labelled_count(self, tenant: str, agent: str | None) -> int:
-        """Runs of this agent (``None``: every run) that carry a label (not withdrawn)."""
-        q = select(func.count(func.distinct(LabelRow.trace_id))).where(LabelRow.tenant_id == tenant,
-                                                                      LabelRow.withdrawn_at.is_(None))
+        """Runs of this agent (``None``: every run) that carry a label (not withdrawn): the counts kept on
+        write (``metric_totals``' ``agent_labelled``, :mod:`serve.store.counters`), not a join of the
+        tenant's labels to its runs (181 ms at 1,000,000 runs on PostgreSQL)."""
+        mt = MetricTotalRow
+        q = select(func.sum(mt.n)).where(mt.tenant_id == tenant, mt.name == "agent_labelled")
         if agent is not None:
-            q = q.join(TraceRow, and_(TraceRow.tenant_id == LabelRow.tenant_id, TraceRow.id == LabelRow.trace_id)) \
-                .where(TraceRow.agent == agent)
+            q = q.where(mt.key == agent)
         with self.read() as db:
             return int(db.scalar(q) or 0)
 

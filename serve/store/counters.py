@@ -4,8 +4,9 @@ Each write that changes a figure changes its count in the same transaction:
 
 - :func:`count_run` (from :meth:`~serve.store.traces.TraceStore.put_trace`): the run's canary arm, whether
   some diagnosis found a failure, whether the latest is healthy again (and how long that took), its
-  failures by kind; :func:`count_labels` (every label write and undo): its effective label;
-  :func:`count_recommendation`, :func:`count_outcome`; :func:`uncount_runs` (deletions, retention).
+  failures by kind, its agent; :func:`count_labels` (every label write and undo): its effective label;
+  :func:`count_recommendation`, :func:`count_outcome`; :func:`uncount_runs` (deletions, retention);
+  :func:`move_runs` (runs re-keyed to another agent: :meth:`serve.store.agents.AgentStore.rekey`).
 - What a run adds is kept in its ``run_metrics`` row, so a write changes the counters by the
   difference between the run's old and new contribution: a re-diagnosis, a label, an undo or a
   deletion moves each count exactly as a full read of the tables would see it move.
@@ -16,7 +17,8 @@ Each write that changes a figure changes its count in the same transaction:
 
 The canary's counts (``canary_counts``) are kept per hour in which the runs started, so its window
 (``TRIAGE_CANARY_WINDOW``) reads the hours inside it; ``/metrics``' other counts (``metric_totals``)
-are the tenant's whole history.
+are the tenant's whole history, and so are the agents' list's (``agent_runs``, ``agent_labelled``: each
+agent's runs, and those of them with a label not withdrawn; :meth:`serve.store.agents.AgentStore.agent_stats`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class _Run:
     labelled: bool = False
     succeeded: bool = False
     kinds: dict[str, int] = field(default_factory=dict)
+    agent: str | None = None
 
     def canary(self) -> dict[str, float]:
         recovered = self.failed_at is not None and self.healthy
@@ -80,13 +83,14 @@ class _Run:
 
 
 _RUN_COLS = (RunMetricRow.hour, RunMetricRow.arm, RunMetricRow.failed_at, RunMetricRow.healthy,
-             RunMetricRow.recovery_s, RunMetricRow.labelled, RunMetricRow.succeeded, RunMetricRow.kinds)
+             RunMetricRow.recovery_s, RunMetricRow.labelled, RunMetricRow.succeeded, RunMetricRow.kinds,
+             RunMetricRow.agent)
 
 
 def _run_of(row: Any) -> _Run:
-    hour, arm, failed_at, healthy, recovery_s, labelled, succeeded, kinds = row
+    hour, arm, failed_at, healthy, recovery_s, labelled, succeeded, kinds, agent = row
     return _Run(int(hour), arm, failed_at, bool(healthy), recovery_s, bool(labelled), bool(succeeded),
-                {str(k): int(v) for k, v in (kinds or {}).items()})
+                {str(k): int(v) for k, v in (kinds or {}).items()}, agent)
 
 
 # Built once and executed with parameters: SQLAlchemy reuses their compiled forms (the write path is hot).
@@ -141,6 +145,10 @@ def _add(db: Session, tenant: str, run: _Run, sign: int) -> None:
     _total(db, tenant, "traces", "", sign)
     for kind, n in run.kinds.items():
         _total(db, tenant, "failures", kind, sign * n)
+    if run.agent is not None:
+        _total(db, tenant, "agent_runs", run.agent, sign)
+        if run.labelled:
+            _total(db, tenant, "agent_labelled", run.agent, sign)
 
 
 def _total(db: Session, tenant: str, name: str, key: str, n: float, total: float = 0.0) -> None:
@@ -158,7 +166,7 @@ def _save(db: Session, tenant: str, trace_id: str, old: _Run | None, new: _Run) 
     _add(db, tenant, new, +1)
     values = {"hour": new.hour, "arm": new.arm, "failed_at": new.failed_at, "healthy": new.healthy,
               "recovery_s": new.recovery_s, "labelled": new.labelled, "succeeded": new.succeeded,
-              "kinds": new.kinds}
+              "kinds": new.kinds, "agent": new.agent}
     if old is None:
         _INSERT_RUN.execute(db, {"tenant_id": tenant, "trace_id": trace_id, **values})
     else:
@@ -168,12 +176,12 @@ def _save(db: Session, tenant: str, trace_id: str, old: _Run | None, new: _Run) 
 # -- the writes that change a count -----------------------------------------------------------------
 def count_run(
     db: Session, *, tenant: str, trace_id: str, created: datetime, now: datetime, arm: str | None,
-    response: dict[str, Any],
+    response: dict[str, Any], agent: str,
 ) -> None:
     """A diagnosis of the run was stored (``put_trace``, after its upsert: the trace's row is locked,
-    ``created`` is its kept ``created_at``). Its failure is its first one's time, kept (as
-    ``traces.failed_at``); it is recovered when the latest diagnosis is healthy again, after
-    ``now − failed_at`` seconds (kept while it stays healthy)."""
+    ``created`` is its kept ``created_at``, ``agent`` its agent now). Its failure is its first one's
+    time, kept (as ``traces.failed_at``); it is recovered when the latest diagnosis is healthy again,
+    after ``now − failed_at`` seconds (kept while it stays healthy)."""
     old = _lock_run(db, tenant, trace_id)
     failures = response.get("failures") or []
     failed_at = old.failed_at if old is not None and old.failed_at is not None else (now if failures else None)
@@ -185,7 +193,7 @@ def count_run(
     kinds = dict(Counter(str(f["kind"]) for f in failures))
     base = old or _Run(hour_of(created), arm, None, True, None)
     new = replace(base, hour=hour_of(created), arm=arm, failed_at=failed_at, healthy=healthy,
-                  recovery_s=recovery_s, kinds=kinds)
+                  recovery_s=recovery_s, kinds=kinds, agent=agent)
     _save(db, tenant, trace_id, old, new)
 
 
@@ -199,6 +207,19 @@ def count_labels(db: Session, tenant: str, trace_id: str) -> None:
     labelled = decider is not None
     succeeded = decider is not None and not label_failed(decider)
     _save(db, tenant, trace_id, old, replace(old, labelled=labelled, succeeded=succeeded))
+
+
+def move_runs(db: Session, tenant: str, old: str, new: str, trace_ids: list[str] | None = None) -> None:
+    """Runs of agent ``old`` (all, or those of ``trace_ids``) now belong to ``new`` (their traces are
+    re-keyed in ``db``): their rows say so, and the agents' counts move with them."""
+    r = _RUNS.c
+    q = update(_RUNS).where(r.tenant_id == tenant, r.agent == old)
+    if trace_ids is not None:
+        q = q.where(r.trace_id.in_(trace_ids))
+    labelled = [bool(x) for x in db.scalars(q.values(agent=new).returning(r.labelled))]
+    for agent, sign in ((old, -1), (new, +1)):
+        _total(db, tenant, "agent_runs", agent, sign * len(labelled))
+        _total(db, tenant, "agent_labelled", agent, sign * sum(labelled))
 
 
 def count_recommendation(db: Session, tenant: str, strategy: str, n: int) -> None:
@@ -299,4 +320,4 @@ def flush_counts(db: Session) -> None:
 
 
 __all__ = ["CANARY_FIELDS", "HOUR_S", "count_labels", "count_outcome", "count_recommendation", "count_run",
-           "flush_counts", "hour_of", "recovery_seconds", "uncount_runs"]
+           "flush_counts", "hour_of", "move_runs", "recovery_seconds", "uncount_runs"]

@@ -123,8 +123,9 @@ class TraceRow(Base):
         Index("ix_traces_tenant_created", "tenant_id", "created_at"),
         Index("ix_traces_tenant_session", "tenant_id", "session_id"),
         Index("ix_traces_tenant_arm", "tenant_id", "arm"),
-        # with the id (revision 0018): the label queue's count of an agent's labelled runs reads the index alone
-        Index("ix_traces_tenant_agent", "tenant_id", "agent", "id"),
+        # an agent's runs, first and last seen (the agents' list: one probe each; revision 0017)
+        Index("ix_traces_agent_created", "tenant_id", "agent", "created_at"),
+        Index("ix_traces_agent_updated", "tenant_id", "agent", "updated_at"),
         # the console's window and the label queue read these columns alone (revision 0015): an
         # index-only scan, never the rows (whose trace and response JSON SQLite keeps inline)
         Index("ix_traces_console", "tenant_id", "created_at", "verdict", "agent", "primary_kind", "id",
@@ -216,7 +217,8 @@ class FailureRow(Base):
     __tablename__ = "failures"
     __table_args__ = (
         Index("ix_failures_trace", "tenant_id", "trace_id"),
-        Index("ix_failures_tenant_kind", "tenant_id", "kind"),
+        # the runs of a kind (the runs page's filter and its total: an index-only read, revision 0017)
+        Index("ix_failures_tenant_kind", "tenant_id", "kind", "is_signal", "trace_id"),
         Index("ix_failures_tenant_created", "tenant_id", "created_at"),
     )
 
@@ -413,6 +415,7 @@ class RunMetricRow(Base):
     labelled: Mapped[bool] = mapped_column(Boolean, default=False)  # has an effective run-level label
     succeeded: Mapped[bool] = mapped_column(Boolean, default=False)  # … which says failed: false
     kinds: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # failures (not signals) by kind
+    agent: Mapped[str | None] = mapped_column(String(200), nullable=True)  # = traces.agent (revision 0017)
 
 
 class CanaryCountRow(Base):
@@ -442,9 +445,11 @@ class CanaryCountRow(Base):
 
 
 class MetricTotalRow(Base):
-    """A whole-history count of ``/metrics`` per tenant (``name``: traces, failures, recommendations,
-    outcomes_ok, outcomes_failed, recoveries; ``key``: the kind or strategy, "" for none), kept on
-    write; ``total``: a sum that goes with it (the recoveries' seconds)."""
+    """A whole-history count per tenant, kept on write: ``/metrics``' (``name``: traces, failures,
+    recommendations, outcomes_ok, outcomes_failed, recoveries; ``key``: the kind or strategy, "" for
+    none) and the agents' list's (``agent_runs``, ``agent_labelled``: its runs, and those with a label
+    not withdrawn; ``key``: the agent; revision 0017). ``total``: a sum that goes with it (the
+    recoveries' seconds)."""
 
     __tablename__ = "metric_totals"
 

@@ -172,7 +172,8 @@ class TraceStore(StoreBase):
         if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
             _DELETE_STEPS.execute(db, key)
         created = _TRACE_UPSERT[self.dialect].execute(db, values)[0][0]
-        count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response)
+        count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response,
+                  agent=agent)
         # a new row has no failures to replace (known for sure on SQLite, whose writers take turns;
         # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
         if prior is not None or self.dialect != "sqlite":

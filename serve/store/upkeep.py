@@ -21,10 +21,10 @@ keys (:mod:`serve.services.label_queue`).
 keep; :meth:`UpkeepStore.set_retention`) deletes the runs *created* more than that many days ago,
 oldest first, :data:`PURGE_BATCH` a transaction, with everything derived from them — failures,
 recommendations, outcomes, labels, steps, step vectors (:func:`serve.store.traces._delete_traces`,
-which also takes them out of the ``/metrics`` and canary counters), the session of each run — and the
-tenant's stream observations older than the same age (the values the runs fed, and those posted then).
-Streams' detector state is not rewound (it summarises what it saw); an agent's ``n_runs`` (the runs
-its profile learned from) is kept.
+which also takes them out of the ``/metrics``, canary and agents' counters), the session of each run —
+and the tenant's stream observations older than the same age (the values the runs fed, and those posted
+then). Streams' detector state is not rewound (it summarises what it saw); an agent's ``n_runs`` (the
+runs its profile learned from) is kept.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""traces.review_key: the label queue's random order read from an index; ix_traces_tenant_agent with the id
+"""traces.review_key: the label queue's random order read from an index
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 Create Date: 2026-12-07 00:10:00
 
 The label queue's ``random`` order sorted every run of the tenant by ``sha256(author, run id)``, a
@@ -16,10 +16,6 @@ stored before are filled by the online backfill (:meth:`serve.store.upkeep.Upkee
 ``triage store backfill``, and the server at start-up), found through ``ix_traces_unkeyed`` (partial:
 the rows still NULL; empty once it is done). Until a tenant's rows are all filled the queue orders
 them in Python, by the same keys computed from the ids.
-
-``ix_traces_tenant_agent`` gains the run id, so that the queue page's count of the agent's labelled
-runs (labels joined to the agent's runs) reads the index alone, not 40,000 rows (181 ms at 1,000,000
-runs on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018"
-down_revision = "0016"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
@@ -40,13 +36,9 @@ def upgrade() -> None:
     op.create_index("ix_traces_review", "traces", ["tenant_id", "review_key", "id"])
     op.create_index("ix_traces_unkeyed", "traces", ["tenant_id", "id"], sqlite_where=_UNKEYED,
                     postgresql_where=_UNKEYED)
-    op.drop_index("ix_traces_tenant_agent", table_name="traces")
-    op.create_index("ix_traces_tenant_agent", "traces", ["tenant_id", "agent", "id"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_traces_tenant_agent", table_name="traces")
-    op.create_index("ix_traces_tenant_agent", "traces", ["tenant_id", "agent"])
     op.drop_index("ix_traces_unkeyed", table_name="traces")
     op.drop_index("ix_traces_review", table_name="traces")
     op.drop_column("traces", "review_key")
