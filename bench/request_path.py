@@ -8,8 +8,9 @@ and, with ``--database-url``, an empty PostgreSQL database; one thread. For each
 
 - the whole request as a route runs it (``serve.intake.take`` on the raw body, the service call, the
   response's ``model_dump_json``): **CPU ms a request**;
-- the store's write transaction (:meth:`serve.store.base.Database.write`, from ``BEGIN`` to the
-  commit): **store write CPU ms** (SQL and SQLAlchemy's and the driver's work; on the diagnosis path
+- the store's write transaction (:meth:`serve.store.base.Database.unit`, or ``write``, its ORM session's
+  view, from taking the connection and ``BEGIN`` to the commit and the connection's return): **store
+  write CPU ms** (SQL and SQLAlchemy's and the driver's work; on the diagnosis path
   the transaction holds only store calls and the streams' detector updates, so this is the store's
   cost; a session step decides inside its transaction, so there it is the whole locked append);
 - the reads the request makes outside it (:meth:`~serve.store.base.Database.read`): **store reads
@@ -58,13 +59,15 @@ from service import Server, _bodies, _empty, run_load, session_step  # noqa: E40
 
 
 class StoreClock:
-    """Accumulates the CPU time spent inside a database's :meth:`write` and :meth:`read` blocks."""
+    """Accumulates the CPU time spent inside a database's write transactions (:meth:`unit`, and
+    :meth:`write`, the ORM's view of one, which opens it) and :meth:`read` blocks."""
 
     def __init__(self, db: Any) -> None:
         self.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0}
         self.depth = 0
-        for name in ("write", "read"):
-            setattr(db, name, self._timed(name, getattr(db, name)))
+        for name, key in (("unit", "write"), ("write", "write"), ("read", "read")):
+            if hasattr(db, name):  # a base commit's store has no unit
+                setattr(db, name, self._timed(key, getattr(db, name)))
 
     def _timed(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
         @contextlib.contextmanager

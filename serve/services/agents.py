@@ -63,6 +63,7 @@ from model.core.schema import Trace
 from model.scoring.agent_registry import Registry
 from serve.schemas import MAX_SPLIT_RUNS
 from serve.store.agents import AgentStore
+from serve.store.prepared import Tx, orm
 
 #: How long a worker trusts its copy of a tenant's agents (profiles and aliases).
 PROFILE_TTL_S = 2.0
@@ -140,7 +141,7 @@ class Agents:
         """``key``, or the agent it became (renamed or merged away)."""
         return self._tenant(tenant).aliases.get(key, key)
 
-    def record(self, db: Any, tenant: str, resolved: Resolved) -> None:
+    def record(self, db: Tx, tenant: str, resolved: Resolved) -> None:
         """In the request's write transaction: count an inferred run into its agent's profile; give
         a named agent its row the first time this worker sees it."""
         if resolved.sig is not None:
@@ -155,10 +156,10 @@ class Agents:
                     profile.update(resolved.sig)
                     self.agent_store.save_agent(db, tenant, which, profile=profile.to_json())
             if consolidation_due(n):
-                self._consolidate(db, tenant, resolved.agent)
+                self._consolidate(orm(db), tenant, resolved.agent)
         elif resolved.named and (tenant, resolved.agent) not in self._rows_seen:
             if resolved.agent not in self._tenant(tenant).keys:
-                self.agent_store.insert_agent(db, tenant, resolved.agent, source=resolved.source)
+                self.agent_store.insert_agent(orm(db), tenant, resolved.agent, source=resolved.source)
             self._rows_seen.add((tenant, resolved.agent))
 
     def _consolidate(self, db: Any, tenant: str, agent: str) -> list[str]:

@@ -29,7 +29,7 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from serve.store.prepared import Prepared, per_dialect
+from serve.store.prepared import Prepared, Tx, dialect_name, per_dialect
 from serve.store.tables import (
     RECOVERY_BOUNDS,
     CanaryCountRow,
@@ -121,18 +121,18 @@ def _totals_upsert(insert_of: Any) -> Any:
 _UPSERT_CANARY, _UPSERT_TOTALS = per_dialect(_canary_upsert), per_dialect(_totals_upsert)
 
 
-def _lock_run(db: Session, tenant: str, trace_id: str) -> _Run | None:
-    q = _LOCK_RUN if db.get_bind().dialect.name == "postgresql" else _SELECT_RUN
+def _lock_run(db: Tx, tenant: str, trace_id: str) -> _Run | None:
+    q = _LOCK_RUN if dialect_name(db) == "postgresql" else _SELECT_RUN
     rows = q.execute(db, {"t": tenant, "i": trace_id})
     return _run_of(rows[0]) if rows else None
 
 
-def _pending(db: Session) -> tuple[dict[tuple[str, int, str], dict[str, float]], dict[tuple[str, str, str], list[float]]]:
+def _pending(db: Tx) -> tuple[dict[tuple[str, int, str], dict[str, float]], dict[tuple[str, str, str], list[float]]]:
     p = db.info.setdefault(_PENDING, ({}, {}))
     return p  # type: ignore[no-any-return]
 
 
-def _add(db: Session, tenant: str, run: _Run, sign: int) -> None:
+def _add(db: Tx, tenant: str, run: _Run, sign: int) -> None:
     canary, totals = _pending(db)
     if run.arm is not None:
         c = canary.setdefault((tenant, run.hour, run.arm), dict.fromkeys(CANARY_FIELDS, 0.0))
@@ -143,13 +143,13 @@ def _add(db: Session, tenant: str, run: _Run, sign: int) -> None:
         _total(db, tenant, "failures", kind, sign * n)
 
 
-def _total(db: Session, tenant: str, name: str, key: str, n: float, total: float = 0.0) -> None:
+def _total(db: Tx, tenant: str, name: str, key: str, n: float, total: float = 0.0) -> None:
     t = _pending(db)[1].setdefault((tenant, name, key), [0.0, 0.0])
     t[0] += n
     t[1] += total
 
 
-def _save(db: Session, tenant: str, trace_id: str, old: _Run | None, new: _Run) -> None:
+def _save(db: Tx, tenant: str, trace_id: str, old: _Run | None, new: _Run) -> None:
     """Move the counters from ``old`` to ``new`` and keep ``new`` as the run's row."""
     if old == new:
         return
@@ -167,7 +167,7 @@ def _save(db: Session, tenant: str, trace_id: str, old: _Run | None, new: _Run) 
 
 # -- the writes that change a count -----------------------------------------------------------------
 def count_run(
-    db: Session, *, tenant: str, trace_id: str, created: datetime, now: datetime, arm: str | None,
+    db: Tx, *, tenant: str, trace_id: str, created: datetime, now: datetime, arm: str | None,
     response: dict[str, Any],
 ) -> None:
     """A diagnosis of the run was stored (``put_trace``, after its upsert: the trace's row is locked,
@@ -201,7 +201,7 @@ def count_labels(db: Session, tenant: str, trace_id: str) -> None:
     _save(db, tenant, trace_id, old, replace(old, labelled=labelled, succeeded=succeeded))
 
 
-def count_recommendation(db: Session, tenant: str, strategy: str, n: int) -> None:
+def count_recommendation(db: Tx, tenant: str, strategy: str, n: int) -> None:
     """``n`` recommendations of ``strategy`` were stored (0: the insert found it there)."""
     if n:
         _total(db, tenant, "recommendations", strategy, n)
@@ -278,14 +278,14 @@ def _seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds())
 
 
-def flush_counts(db: Session) -> None:
+def flush_counts(db: Tx) -> None:
     """Write the transaction's differences (``n = n + delta``, one upsert per table, in key order);
     :meth:`serve.store.base.StoreBase.write` calls it before committing."""
     pending = db.info.pop(_PENDING, None)
     if not pending:
         return
     canary, totals = pending
-    dialect = db.get_bind().dialect.name
+    dialect = dialect_name(db)
     upsert_canary, upsert_totals = _UPSERT_CANARY[dialect], _UPSERT_TOTALS[dialect]
     rows = [{"tenant_id": tenant, "hour": hour, "arm": arm,
              **{f: (c[f] if f == "recovery_s" else int(round(c[f]))) for f in CANARY_FIELDS}}

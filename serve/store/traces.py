@@ -15,7 +15,7 @@ from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.counters import count_run, uncount_runs
 from serve.store.encodings import drop_vectors
-from serve.store.prepared import Prepared, per_dialect
+from serve.store.prepared import Prepared, Tx, per_dialect
 from serve.store.tables import (
     FailureRow,
     LabelRow,
@@ -105,7 +105,7 @@ class TraceStore(StoreBase):
 
     def put_trace(
         self,
-        db: Session,
+        db: Tx,
         *,
         tenant: str,
         trace_id: str,
@@ -201,7 +201,7 @@ class TraceStore(StoreBase):
         if rows:
             _INSERT_FAILURES.execute(db, rows)
 
-    def put_steps(self, db: Session, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
+    def put_steps(self, db: Tx, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
         """Insert or replace steps of a trace kept in rows (index → step JSON), inside ``db``."""
         if not steps:
             return
@@ -222,7 +222,7 @@ class TraceStore(StoreBase):
             row = db.get(TraceRow, (tenant, trace_id))
             return None if row is None else (row, trace_json(db, row))
 
-    def add_usage(self, db: Session, tenant: str, day: str, steps: int) -> int:
+    def add_usage(self, db: Tx, tenant: str, day: str, steps: int) -> int:
         """Add ``steps`` to the tenant's usage of ``day`` (inside ``db``); the new total."""
         return int(_USAGE_UPSERT[self.dialect].execute(db, {"tenant_id": tenant, "day": day, "steps": steps})[0][0])
 
@@ -230,7 +230,7 @@ class TraceStore(StoreBase):
         with self.read() as db:
             return int(db.scalar(select(UsageRow.steps).where(UsageRow.tenant_id == tenant, UsageRow.day == day)) or 0)
 
-    def lock_trace(self, db: Session, tenant: str, trace_id: str) -> TracePrior | None:
+    def lock_trace(self, db: Tx, tenant: str, trace_id: str) -> TracePrior | None:
         """The trace's policy state and where its steps are, locked for this transaction (None if new)."""
         q = _LOCK_TRACE_PG if self.dialect == "postgresql" else _LOCK_TRACE
         rows = q.execute(db, {"t": tenant, "i": trace_id})
