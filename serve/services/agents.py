@@ -112,7 +112,7 @@ class Agents:
 
     # -- resolution --------------------------------------------------------------------------------
     def resolve(self, tenant: str, trace: Trace, options: DiagnoseOptions, *,
-                fixed: Callable[[], tuple[str, str | None] | None] | None = None, db: Any = None) -> Resolved:
+                fixed: Callable[[], tuple[str, str | None] | None] | None = None, db: Tx | None = None) -> Resolved:
         """The run's agent.
 
         ``fixed``: called only when nothing names the agent, the agent the run's session or stored
@@ -197,11 +197,11 @@ class Agents:
             self.forget(tenant)
         return merged
 
-    def _create(self, tenant: str, sig: RunSignature, db: Any = None) -> str:
+    def _create(self, tenant: str, sig: RunSignature, db: Tx | None = None) -> str:
         """A new inferred agent for ``sig`` — unless, under the tenant's agent lock, a stored profile
         (another worker's new agent) matches it now; the key it has either way (the run counted in)."""
         if db is not None:  # the caller's transaction: this worker's copy is left to its TTL (it may roll back)
-            return self._create_in(db, tenant, sig)[0]
+            return self._create_in(orm(db), tenant, sig)[0]
         with self.agent_store.write() as own:
             key, known = self._create_in(own, tenant, sig)
         with self._lock:

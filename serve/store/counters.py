@@ -168,13 +168,14 @@ def _save(db: Tx, tenant: str, trace_id: str, old: _Run | None, new: _Run) -> No
 # -- the writes that change a count -----------------------------------------------------------------
 def count_run(
     db: Tx, *, tenant: str, trace_id: str, created: datetime, now: datetime, arm: str | None,
-    response: dict[str, Any],
+    response: dict[str, Any], fresh: bool = False,
 ) -> None:
     """A diagnosis of the run was stored (``put_trace``, after its upsert: the trace's row is locked,
     ``created`` is its kept ``created_at``). Its failure is its first one's time, kept (as
     ``traces.failed_at``); it is recovered when the latest diagnosis is healthy again, after
-    ``now − failed_at`` seconds (kept while it stays healthy)."""
-    old = _lock_run(db, tenant, trace_id)
+    ``now − failed_at`` seconds (kept while it stays healthy). ``fresh``: the run has no row yet, known
+    for sure (its trace had none when locked on SQLite, whose writers take turns): nothing to read."""
+    old = None if fresh else _lock_run(db, tenant, trace_id)
     failures = response.get("failures") or []
     failed_at = old.failed_at if old is not None and old.failed_at is not None else (now if failures else None)
     healthy = response.get("healthy") is not False  # as traces.healthy: null (unknown) = no failure found

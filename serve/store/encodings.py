@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 
 from model.scoring.agentmodel.encoded import pack, unpack
 from serve.store.base import StoreBase, core
-from serve.store.prepared import Prepared, Tx
+from serve.store.prepared import Prepared, Tx, orm
 from serve.store.tables import RunEncodingRow, TraceRow
 
 #: Runs read in one query (an IN list of trace ids).
@@ -75,10 +75,10 @@ class EncodingStore(StoreBase):
         """Forget a run's vectors (inside ``db``)."""
         drop_vectors(db, tenant, trace_id)
 
-    def read_run(self, db: Session, tenant: str, trace_id: str, n_steps: int, encoder: str) -> np.ndarray | None:
+    def read_run(self, db: Tx, tenant: str, trace_id: str, n_steps: int, encoder: str) -> np.ndarray | None:
         """Inside ``db``: the run's first ``n_steps`` vectors of ``encoder`` (NaN rows where none), or ``None``
         when it has none of that encoder."""
-        return _assemble(list(db.execute(
+        return _assemble(list(orm(db).execute(
             select(RunEncodingRow.first, RunEncodingRow.dim, RunEncodingRow.vectors)
             .where(RunEncodingRow.tenant_id == tenant, RunEncodingRow.trace_id == trace_id,
                    RunEncodingRow.encoder == encoder, RunEncodingRow.first < n_steps)

@@ -15,7 +15,7 @@ from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.counters import count_run, uncount_runs
 from serve.store.encodings import drop_vectors
-from serve.store.prepared import Prepared, Tx, per_dialect
+from serve.store.prepared import Prepared, Tx, orm, per_dialect
 from serve.store.tables import (
     FailureRow,
     LabelRow,
@@ -171,10 +171,12 @@ class TraceStore(StoreBase):
         if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
             _DELETE_STEPS.execute(db, key)
         created = _TRACE_UPSERT[self.dialect].execute(db, values)[0][0]
-        count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response)
-        # a new row has no failures to replace (known for sure on SQLite, whose writers take turns;
-        # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
-        if prior is not None or self.dialect != "sqlite":
+        # a new row has no failures nor counted run to replace (known for sure on SQLite, whose writers take
+        # turns; PostgreSQL's concurrent first writers of one id both see no row: it always reads and deletes)
+        known_new = prior is None and self.dialect == "sqlite"
+        count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response,
+                  fresh=known_new)
+        if not known_new:
             _DELETE_FAILURES.execute(db, key)
             if not steps_in_rows:  # new steps: the old ones' vectors go
                 drop_vectors(db, tenant, trace_id)
@@ -209,12 +211,13 @@ class TraceStore(StoreBase):
         _INSERT_STEPS.execute(
             db, [{"tenant_id": tenant, "trace_id": trace_id, "idx": i, "step": st} for i, st in sorted(steps.items())])
 
-    def read_trace(self, db: Session, tenant: str, trace_id: str) -> tuple[dict[str, Any], bool] | None:
+    def read_trace(self, db: Tx, tenant: str, trace_id: str) -> tuple[dict[str, Any], bool] | None:
         """In transaction ``db``: the whole stored trace and whether its steps are kept as rows, or None."""
-        row = db.get(TraceRow, (tenant, trace_id))
+        session = orm(db)
+        row = session.get(TraceRow, (tenant, trace_id))
         if row is None:
             return None
-        return trace_json(db, row), row.steps_in_rows
+        return trace_json(session, row), row.steps_in_rows
 
     def get_trace_json(self, tenant: str, trace_id: str) -> tuple[TraceRow, dict[str, Any]] | None:
         """The trace row and its whole stored trace, or None."""
