@@ -9,10 +9,13 @@ and, with ``--database-url``, an empty PostgreSQL database; one thread. For each
 - the whole request as a route runs it (``serve.intake.take`` on the raw body, the service call, the
   response's ``model_dump_json``): **CPU ms a request**;
 - the store's write transaction (:meth:`serve.store.base.Database.unit`, or ``write``, its ORM session's
-  view, from taking the connection and ``BEGIN`` to the commit and the connection's return): **store
-  write CPU ms** (SQL and SQLAlchemy's and the driver's work; on the diagnosis path
-  the transaction holds only store calls and the streams' detector updates, so this is the store's
-  cost; a session step decides inside its transaction, so there it is the whole locked append);
+  view, from taking the connection and ``BEGIN`` to the commit and the connection's return): **write
+  transaction CPU ms**; of it, **model work**: the calls of :data:`MODEL_WORK` made inside it (the
+  streams' detector updates and the inferred agent's profile update, which run there because they
+  read and write locked rows, but are no SQL, driver or ORM work); the difference is **store write
+  CPU ms** (SQL, SQLAlchemy's and the driver's work, the rows' JSON, the commit: on the diagnosis
+  path the store's cost). A session step decides inside its transaction, so there the write is the
+  whole locked append;
 - the reads the request makes outside it (:meth:`~serve.store.base.Database.read`): **store reads
   CPU ms**; and, of the write, SQLite's own ``COMMIT`` (its pages written to the WAL).
 
@@ -41,7 +44,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import http.client
+import importlib
 import json
 import os
 import statistics
@@ -57,17 +62,51 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from service import Server, _bodies, _empty, run_load, session_step  # noqa: E402
 
+#: The work a diagnosis's write transaction does that is not the store's (no SQL, no driver, no ORM): the
+#: stream detectors' arithmetic and the inferred agent's profile update, which run there because they
+#: read and write locked rows. (module, attribute path)
+MODEL_WORK = (("serve.services.streams", "advance_stream"), ("model.core.identity", "AgentProfile.from_json"),
+              ("model.core.identity", "AgentProfile.update"), ("model.core.identity", "AgentProfile.to_json"))
+
 
 class StoreClock:
     """Accumulates the CPU time spent inside a database's write transactions (:meth:`unit`, and
-    :meth:`write`, the ORM's view of one, which opens it) and :meth:`read` blocks."""
+    :meth:`write`, the ORM's view of one, which opens it) and :meth:`read` blocks, and of the write's
+    time the part in :data:`MODEL_WORK`."""
 
     def __init__(self, db: Any) -> None:
-        self.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0}
+        self.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0, "model": 0.0}
         self.depth = 0
+        self.in_model = False
         for name, key in (("unit", "write"), ("write", "write"), ("read", "read")):
             if hasattr(db, name):  # a base commit's store has no unit
                 setattr(db, name, self._timed(key, getattr(db, name)))
+        for module, path in MODEL_WORK:
+            owner: Any = importlib.import_module(module)
+            *outer, name = path.split(".")
+            for part in outer:
+                owner = getattr(owner, part)
+            raw = vars(owner).get(name)
+            if raw is None:  # a base commit may not have it (its detectors' time then stays in the write's)
+                continue
+            if isinstance(raw, classmethod):
+                setattr(owner, name, classmethod(self._model(raw.__func__)))
+            else:
+                setattr(owner, name, self._model(raw))
+
+    def _model(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.depth or self.in_model:
+                return fn(*args, **kwargs)
+            self.in_model = True
+            t0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.cpu["model"] += time.process_time() - t0
+                self.in_model = False
+        return timed
 
     def _timed(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
         @contextlib.contextmanager
@@ -92,9 +131,10 @@ def measure(service: Any, clock: StoreClock, requests: list[Callable[[], Any]], 
     writes: list[float] = []
     reads: list[float] = []
     commits: list[float] = []
+    models: list[float] = []
     i = warmup
     for _ in range(repeats):
-        clock.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0}
+        clock.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0, "model": 0.0}
         t0 = time.process_time()
         for fn in requests[i : i + n]:
             fn()
@@ -102,11 +142,15 @@ def measure(service: Any, clock: StoreClock, requests: list[Callable[[], Any]], 
         writes.append(clock.cpu["write"] * 1000 / n)
         reads.append(clock.cpu["read"] * 1000 / n)
         commits.append(clock.cpu["commit"] * 1000 / n)
+        models.append(clock.cpu["model"] * 1000 / n)
         i += n
+    stores = [w - m for w, m in zip(writes, models, strict=True)]
     return {"cpu_ms": statistics.median(totals), "cpu_range": [min(totals), max(totals)],
             "write_ms": statistics.median(writes), "write_range": [min(writes), max(writes)],
             "read_ms": statistics.median(reads), "read_range": [min(reads), max(reads)],
-            "commit_ms": statistics.median(commits), "commit_range": [min(commits), max(commits)]}
+            "commit_ms": statistics.median(commits), "commit_range": [min(commits), max(commits)],
+            "model_ms": statistics.median(models), "model_range": [min(models), max(models)],
+            "store_ms": statistics.median(stores), "store_range": [min(stores), max(stores)]}
 
 
 def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
@@ -167,15 +211,16 @@ def inprocess(a: argparse.Namespace) -> dict[str, Any]:
     results["load_after"] = os.getloadavg()
     print(f"in process, load average {results['load'][0]:.2f} → {results['load_after'][0]:.2f}; "
           f"median of {a.repeats} blocks of {a.n} (range)")
-    print(f"{'engine':11s} {'scenario':18s} {'CPU ms/request':>22s} {'store write CPU ms':>24s} "
-          f"{'of which COMMIT':>24s} {'store reads CPU ms':>24s}")
+    print(f"{'engine':11s} {'scenario':18s} {'CPU ms/request':>22s} {'write transaction CPU ms':>24s} "
+          f"{'of which model work':>24s} {'store write CPU ms':>24s} {'of which COMMIT':>24s} "
+          f"{'store reads CPU ms':>24s}")
     for engine, _ in engines:
         r = results[engine]
         for scenario in a.scenarios:
             m = r[scenario]
             print(f"{engine:11s} {scenario:18s} {m['cpu_ms']:8.3f} ({m['cpu_range'][0]:.2f}–{m['cpu_range'][1]:.2f})"
                   + "".join(f"   {m[k + '_ms']:8.3f} ({m[k + '_range'][0]:.3f}–{m[k + '_range'][1]:.3f})"
-                            for k in ("write", "commit", "read")))
+                            for k in ("write", "model", "store", "commit", "read")))
     return results
 
 
