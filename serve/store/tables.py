@@ -122,7 +122,6 @@ class TraceRow(Base):
     __table_args__ = (
         Index("ix_traces_tenant_created", "tenant_id", "created_at"),
         Index("ix_traces_tenant_session", "tenant_id", "session_id"),
-        Index("ix_traces_tenant_arm", "tenant_id", "arm"),
         Index("ix_traces_tenant_agent", "tenant_id", "agent"),
         # the console's window and the label queue read these columns alone (revision 0015): an
         # index-only scan, never the rows (whose trace and response JSON SQLite keeps inline)
@@ -325,7 +324,7 @@ class StreamRow(Base):
 class ObservationRow(Base):
     __tablename__ = "observations"
     __table_args__ = (
-        Index("ix_obs_stream", "tenant_id", "stream", "agent", "seq"),
+        # (its index serves the stream's reads: revision 0017 dropped an index of the same columns)
         UniqueConstraint("tenant_id", "stream", "agent", "seq", name="uq_obs_seq"),
     )
 
