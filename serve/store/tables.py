@@ -30,6 +30,7 @@ Tables::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,6 +75,21 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         return None if value is None else as_utc(value)
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[datetime | None], Any] | None:
+        """On SQLite, :meth:`process_bind_param` and SQLAlchemy's text of a datetime in one step: the same
+        text (``YYYY-MM-DD HH:MM:SS.ffffff``) by ``isoformat``, ~5x faster than SQLAlchemy's ``%`` format of
+        seven fields (a diagnosis binds a dozen times)."""
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+
+        def process(value: datetime | None) -> str | None:
+            if value is None:
+                return None
+            if value.tzinfo is not None:
+                value = value.astimezone(UTC).replace(tzinfo=None)
+            return value.isoformat(" ", "microseconds")
+        return process
 
 
 def fast_time(column: Any, dialect: str) -> Any:
