@@ -126,8 +126,8 @@ class Database:
         path's writes, whose statements are :class:`~serve.store.prepared.Prepared`."""
         mutex = self._write_mutex or contextlib.nullcontext()
         try:
-            with mutex, self.engine.connect() as conn:
-                unit = Unit(conn)
+            with mutex:
+                unit = Unit(self.engine)
                 try:
                     if self.dialect == "sqlite":  # psycopg begins at the first statement
                         unit.run("BEGIN IMMEDIATE", lambda c: begin_immediate(c, self.busy_timeout_s))

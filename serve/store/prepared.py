@@ -8,7 +8,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
@@ -21,30 +21,38 @@ _CONN = "triage.prepared.connection"
 
 
 class Unit:
-    """A write transaction held on the driver's connection of ``conn`` (a pooled SQLAlchemy connection, which
-    has begun it): what :meth:`serve.store.base.Database.unit` yields to the request path.
+    """A write transaction held on a pooled driver connection of ``engine`` (checked out here; the caller
+    begins the transaction on it): what :meth:`serve.store.base.Database.unit` yields to the request path.
 
     A diagnosis's write is a dozen :class:`Prepared` statements; an ORM ``Session`` around them (its
-    transaction objects, its connection's begin, commit and close events) cost ~0.15-0.3 ms a write, more
-    than the statements. A unit has what those statements need (:attr:`info`, the dialect, the driver's
-    connection); :attr:`session` opens an ORM session on the same connection and transaction for the rare
-    statement that needs one (an agent consolidation), flushed before the commit."""
+    transaction objects, its SQLAlchemy connection's begin, commit and close events) cost ~0.1-0.3 ms a
+    write, more than most statements, and a SQLAlchemy ``Connection`` alone ~25 µs. A unit has what those
+    statements need (:attr:`info`, the dialect, the driver's connection); :attr:`session` opens an ORM
+    session on a SQLAlchemy connection around the same driver connection and transaction for the rare
+    statement that needs one (an agent consolidation, a session's stored trace), flushed before the commit."""
 
-    __slots__ = ("conn", "dbapi", "dialect", "info", "_session")
+    __slots__ = ("engine", "fairy", "dbapi", "dialect", "info", "_conn", "_session")
 
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self.dbapi: Any = conn.connection.dbapi_connection
-        self.dialect: Dialect = conn.dialect
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect: Dialect = engine.dialect
+        try:
+            self.fairy = engine.raw_connection()  # the pool's (SQLite: the connection used last, its cache valid)
+        except self.dialect.loaded_dbapi.Error as exc:
+            raise DBAPIError.instance("connect", None, exc, self.dialect.loaded_dbapi.Error, dialect=self.dialect,
+                                      connection_invalidated=True) from exc
+        self.dbapi: Any = self.fairy.dbapi_connection
         self.info: dict[Any, Any] = {}
+        self._conn: Connection | None = None
         self._session: Session | None = None
 
     @property
     def session(self) -> Session:
         """An ORM session in this transaction (opened at the first use, closed with the unit)."""
         if self._session is None:
-            self.conn.execution_options(**{SQLITE_BEGIN: BEGUN})  # its begin emits nothing: the unit's has run
-            s = self._session = Session(bind=self.conn, expire_on_commit=False)
+            conn = self._conn = Connection(self.engine, self.fairy)  # returns the driver connection as it closes
+            conn.execution_options(**{SQLITE_BEGIN: BEGUN})  # its begin emits nothing: the unit's has run
+            s = self._session = Session(bind=conn, expire_on_commit=False)
             s.info.update(self.info)
             self.info = s.info  # one dict: before_commit hooks and pending counts set through either
         return self._session
@@ -64,8 +72,13 @@ class Unit:
         self.run("COMMIT", self.dialect.do_commit)
 
     def close(self) -> None:
+        """Give the driver connection back to the pool (whose reset rolls back whatever is left)."""
         if self._session is not None:  # its transaction ends with a rollback of nothing (the unit has ended it)
             self._session.close()
+        if self._conn is not None:
+            self._conn.close()
+        else:
+            self.fairy.close()
 
 
 #: A write transaction as the store's writes take it: an ORM session or a :class:`Unit`.
