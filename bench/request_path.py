@@ -2,7 +2,8 @@
 the floor with a plain client, and throughput against a base commit.
 
 **In process** (``--inprocess``, the default part): no HTTP; the services of one worker
-(:func:`serve.wiring.build_service`, the shipped classifier when there is one) on a temporary SQLite file
+(:func:`serve.wiring.build_service`, the shipped classifier when there is one; then
+:func:`serve.wiring.settle`, as a worker's lifespan does) on a temporary SQLite file
 and, with ``--database-url``, an empty PostgreSQL database; one thread. For each request it reads
 ``time.process_time`` around
 
@@ -154,6 +155,7 @@ def measure(service: Any, clock: StoreClock, requests: list[Callable[[], Any]], 
 
 
 def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
+    from serve import wiring
     from serve.intake import take
     from serve.schemas import AppendStepsRequest
     from serve.settings import Settings
@@ -162,6 +164,9 @@ def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
     settings = Settings(data_dir=data, database_url=url, auth="off")
     diagnoser, ready = build_diagnoser(settings)
     service = build_service(settings, diagnoser)
+    settle = getattr(wiring, "settle", None)
+    if settle is not None:  # as a worker's lifespan does (a base commit's may not)
+        settle()
     clock = StoreClock(service.stores.db)
     dialect = service.stores.db.engine.dialect
     do_commit = dialect.do_commit
@@ -197,6 +202,8 @@ def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
             out[scenario] = measure(service, clock, reqs, warmup=a.warmup, n=a.n, repeats=a.repeats)
     finally:
         service.close()
+        if settle is not None:
+            wiring.unsettle()
     return out
 
 

@@ -38,7 +38,7 @@ from serve.services.metrics import LatencyMiddleware, Metrics
 from serve.services.triage import TriageService
 from serve.settings import Settings, get_settings
 from serve.supervise import drain_on_sigterm, watch_master
-from serve.wiring import build_diagnoser, build_service
+from serve.wiring import build_diagnoser, build_service, settle, unsettle
 
 log = logging.getLogger("triage.serve")
 
@@ -75,9 +75,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             warn_auth_off()
         log.info("store: %s", service.stores.db.engine.url.render_as_string(hide_password=True))
         retention = asyncio.create_task(_upkeep_loop(service, settings))
+        settle()  # what the start built leaves the garbage collector's full collections
         try:
             yield
         finally:
+            unsettle()
             service.models.stop()
             if retention is not None:
                 retention.cancel()
