@@ -38,7 +38,8 @@ Run::
     .venv/bin/python bench/request_path.py --server --base /tmp/base --rounds 4
 
 It imports the code of the checkout ``PYTHONPATH`` names for the in-process part: run that part with
-a base worktree's path to measure the base the same way.
+a base worktree's path to measure the base the same way (``PYTHONPATH=$TREE:$TREE/client``; until
+2026-12-07 ``bench/service.py``'s own path came first and such a run measured this checkout).
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from service import Server, _bodies, _empty, run_load, session_step  # noqa: E402
+
+# bench/service.py put this checkout first on the path: the trees PYTHONPATH names go back before it, so that
+# the in-process part imports their code (a base worktree's) as the module docstring says.
+for _tree in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
+    sys.path.insert(0, _tree)
 
 #: The work a diagnosis's write transaction does that is not the store's (no SQL, no driver, no ORM): the
 #: stream detectors' arithmetic and the inferred agent's profile update, which run there because they
