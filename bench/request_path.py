@@ -2,16 +2,21 @@
 the floor with a plain client, and throughput against a base commit.
 
 **In process** (``--inprocess``, the default part): no HTTP; the services of one worker
-(:func:`serve.wiring.build_service`, the shipped classifier when there is one) on a temporary SQLite file
+(:func:`serve.wiring.build_service`, the shipped classifier when there is one; then
+:func:`serve.wiring.settle`, as a worker's lifespan does) on a temporary SQLite file
 and, with ``--database-url``, an empty PostgreSQL database; one thread. For each request it reads
 ``time.process_time`` around
 
 - the whole request as a route runs it (``serve.intake.take`` on the raw body, the service call, the
   response's ``model_dump_json``): **CPU ms a request**;
-- the store's write transaction (:meth:`serve.store.base.Database.write`, from ``BEGIN`` to the
-  commit): **store write CPU ms** (SQL and SQLAlchemy's and the driver's work; on the diagnosis path
-  the transaction holds only store calls and the streams' detector updates, so this is the store's
-  cost; a session step decides inside its transaction, so there it is the whole locked append);
+- the store's write transaction (:meth:`serve.store.base.Database.unit`, or ``write``, its ORM session's
+  view, from taking the connection and ``BEGIN`` to the commit and the connection's return): **write
+  transaction CPU ms**; of it, **model work**: the calls of :data:`MODEL_WORK` made inside it (the
+  streams' detector updates and the inferred agent's profile update, which run there because they
+  read and write locked rows, but are no SQL, driver or ORM work); the difference is **store write
+  CPU ms** (SQL, SQLAlchemy's and the driver's work, the rows' JSON, the commit: on the diagnosis
+  path the store's cost). A session step decides inside its transaction, so there the write is the
+  whole locked append;
 - the reads the request makes outside it (:meth:`~serve.store.base.Database.read`): **store reads
   CPU ms**; and, of the write, SQLite's own ``COMMIT`` (its pages written to the WAL).
 
@@ -33,14 +38,17 @@ Run::
     .venv/bin/python bench/request_path.py --server --base /tmp/base --rounds 4
 
 It imports the code of the checkout ``PYTHONPATH`` names for the in-process part: run that part with
-a base worktree's path to measure the base the same way.
+a base worktree's path to measure the base the same way (``PYTHONPATH=$TREE:$TREE/client``; until
+2026-12-07 ``bench/service.py``'s own path came first and such a run measured this checkout).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import http.client
+import importlib
 import json
 import os
 import statistics
@@ -56,15 +64,56 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from service import Server, _bodies, _empty, run_load, session_step  # noqa: E402
 
+# bench/service.py put this checkout first on the path: the trees PYTHONPATH names go back before it, so that
+# the in-process part imports their code (a base worktree's) as the module docstring says.
+for _tree in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
+    sys.path.insert(0, _tree)
+
+#: The work a diagnosis's write transaction does that is not the store's (no SQL, no driver, no ORM): the
+#: stream detectors' arithmetic and the inferred agent's profile update, which run there because they
+#: read and write locked rows. (module, attribute path)
+MODEL_WORK = (("serve.services.streams", "advance_stream"), ("model.core.identity", "AgentProfile.from_json"),
+              ("model.core.identity", "AgentProfile.update"), ("model.core.identity", "AgentProfile.to_json"))
+
 
 class StoreClock:
-    """Accumulates the CPU time spent inside a database's :meth:`write` and :meth:`read` blocks."""
+    """Accumulates the CPU time spent inside a database's write transactions (:meth:`unit`, and
+    :meth:`write`, the ORM's view of one, which opens it) and :meth:`read` blocks, and of the write's
+    time the part in :data:`MODEL_WORK`."""
 
     def __init__(self, db: Any) -> None:
-        self.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0}
+        self.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0, "model": 0.0}
         self.depth = 0
-        for name in ("write", "read"):
-            setattr(db, name, self._timed(name, getattr(db, name)))
+        self.in_model = False
+        for name, key in (("unit", "write"), ("write", "write"), ("read", "read")):
+            if hasattr(db, name):  # a base commit's store has no unit
+                setattr(db, name, self._timed(key, getattr(db, name)))
+        for module, path in MODEL_WORK:
+            owner: Any = importlib.import_module(module)
+            *outer, name = path.split(".")
+            for part in outer:
+                owner = getattr(owner, part)
+            raw = vars(owner).get(name)
+            if raw is None:  # a base commit may not have it (its detectors' time then stays in the write's)
+                continue
+            if isinstance(raw, classmethod):
+                setattr(owner, name, classmethod(self._model(raw.__func__)))
+            else:
+                setattr(owner, name, self._model(raw))
+
+    def _model(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.depth or self.in_model:
+                return fn(*args, **kwargs)
+            self.in_model = True
+            t0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.cpu["model"] += time.process_time() - t0
+                self.in_model = False
+        return timed
 
     def _timed(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
         @contextlib.contextmanager
@@ -89,9 +138,10 @@ def measure(service: Any, clock: StoreClock, requests: list[Callable[[], Any]], 
     writes: list[float] = []
     reads: list[float] = []
     commits: list[float] = []
+    models: list[float] = []
     i = warmup
     for _ in range(repeats):
-        clock.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0}
+        clock.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0, "model": 0.0}
         t0 = time.process_time()
         for fn in requests[i : i + n]:
             fn()
@@ -99,14 +149,19 @@ def measure(service: Any, clock: StoreClock, requests: list[Callable[[], Any]], 
         writes.append(clock.cpu["write"] * 1000 / n)
         reads.append(clock.cpu["read"] * 1000 / n)
         commits.append(clock.cpu["commit"] * 1000 / n)
+        models.append(clock.cpu["model"] * 1000 / n)
         i += n
+    stores = [w - m for w, m in zip(writes, models, strict=True)]
     return {"cpu_ms": statistics.median(totals), "cpu_range": [min(totals), max(totals)],
             "write_ms": statistics.median(writes), "write_range": [min(writes), max(writes)],
             "read_ms": statistics.median(reads), "read_range": [min(reads), max(reads)],
-            "commit_ms": statistics.median(commits), "commit_range": [min(commits), max(commits)]}
+            "commit_ms": statistics.median(commits), "commit_range": [min(commits), max(commits)],
+            "model_ms": statistics.median(models), "model_range": [min(models), max(models)],
+            "store_ms": statistics.median(stores), "store_range": [min(stores), max(stores)]}
 
 
 def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
+    from serve import wiring
     from serve.intake import take
     from serve.schemas import AppendStepsRequest
     from serve.settings import Settings
@@ -115,6 +170,9 @@ def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
     settings = Settings(data_dir=data, database_url=url, auth="off")
     diagnoser, ready = build_diagnoser(settings)
     service = build_service(settings, diagnoser)
+    settle = getattr(wiring, "settle", None)
+    if settle is not None:  # as a worker's lifespan does (a base commit's may not)
+        settle()
     clock = StoreClock(service.stores.db)
     dialect = service.stores.db.engine.dialect
     do_commit = dialect.do_commit
@@ -150,6 +208,8 @@ def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
             out[scenario] = measure(service, clock, reqs, warmup=a.warmup, n=a.n, repeats=a.repeats)
     finally:
         service.close()
+        if settle is not None:
+            wiring.unsettle()
     return out
 
 
@@ -164,15 +224,16 @@ def inprocess(a: argparse.Namespace) -> dict[str, Any]:
     results["load_after"] = os.getloadavg()
     print(f"in process, load average {results['load'][0]:.2f} → {results['load_after'][0]:.2f}; "
           f"median of {a.repeats} blocks of {a.n} (range)")
-    print(f"{'engine':11s} {'scenario':18s} {'CPU ms/request':>22s} {'store write CPU ms':>24s} "
-          f"{'of which COMMIT':>24s} {'store reads CPU ms':>24s}")
+    print(f"{'engine':11s} {'scenario':18s} {'CPU ms/request':>22s} {'write transaction CPU ms':>24s} "
+          f"{'of which model work':>24s} {'store write CPU ms':>24s} {'of which COMMIT':>24s} "
+          f"{'store reads CPU ms':>24s}")
     for engine, _ in engines:
         r = results[engine]
         for scenario in a.scenarios:
             m = r[scenario]
             print(f"{engine:11s} {scenario:18s} {m['cpu_ms']:8.3f} ({m['cpu_range'][0]:.2f}–{m['cpu_range'][1]:.2f})"
                   + "".join(f"   {m[k + '_ms']:8.3f} ({m[k + '_range'][0]:.3f}–{m[k + '_range'][1]:.3f})"
-                            for k in ("write", "commit", "read")))
+                            for k in ("write", "model", "store", "commit", "read")))
     return results
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,7 +38,7 @@ from serve.services.metrics import LatencyMiddleware, Metrics
 from serve.services.triage import TriageService
 from serve.settings import Settings, get_settings
 from serve.supervise import drain_on_sigterm, watch_master
-from serve.wiring import build_diagnoser, build_service
+from serve.wiring import build_diagnoser, build_service, settle, unsettle
 
 log = logging.getLogger("triage.serve")
 
@@ -76,14 +75,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             warn_auth_off()
         log.info("store: %s", service.stores.db.engine.url.render_as_string(hide_password=True))
         retention = asyncio.create_task(_upkeep_loop(service, settings))
-        # What start-up loaded (models, tokenizers, routes, the store's metadata) lives as long as the
-        # worker: out of the collector's sight, a full collection no longer walks it (~0.3 ms of CPU
-        # a request at 8 connections, docs/benchmarks.md "Request path")
-        gc.freeze()
+        settle()  # what the start built leaves the garbage collector's full collections
         try:
             yield
         finally:
-            gc.unfreeze()  # (an app of a test process: what it leaves collectable again)
+            unsettle()
             service.models.stop()
             if retention is not None:
                 retention.cancel()

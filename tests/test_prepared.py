@@ -79,3 +79,23 @@ def test_a_missing_parameter_is_named() -> None:
     stores.db.upgrade()
     with pytest.raises(ValueError, match="no value for t"), stores.db.read() as db:
         q.execute(db, {"x": 1})
+
+
+def test_utc_datetime_binds_sqlalchemys_own_sqlite_text() -> None:
+    """UTCDateTime's one-step SQLite bind (isoformat) writes the text SQLAlchemy's DateTime writes."""
+    from datetime import timedelta, timezone
+
+    from sqlalchemy import DateTime
+    from sqlalchemy.dialects import sqlite
+
+    from serve.store.tables import UTCDateTime
+
+    d = sqlite.dialect()
+    ours = UTCDateTime().bind_processor(d)
+    theirs = DateTime().dialect_impl(d).bind_processor(d)
+    assert ours is not None and theirs is not None
+    for when in (datetime(2026, 12, 7, 0, 41, 5, 123456), datetime(2026, 12, 7), datetime(999, 1, 2, 3, 4, 5, 6),
+                 datetime(2026, 12, 7, 1, 2, 3, 40, tzinfo=timezone(timedelta(hours=-5)))):
+        naive = when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
+        assert ours(when) == theirs(naive)
+    assert ours(None) is None

@@ -108,3 +108,21 @@ def test_docs_examples_match_openapi_examples() -> None:
     for name, value in (("ignored_error", OPENAI_IGNORED_ERROR), ("loop", OPENAI_LOOP), ("healthy", HEALTHY)):
         path = Path(ROOT, "docs", "examples", f"{name}.json")
         assert json.loads(path.read_text()) == value, f"{path} differs from serve/examples.py"
+
+
+def test_a_worker_settles_what_its_start_built(tmp_path: Path) -> None:
+    """The lifespan takes what the worker's start built out of the garbage collector (serve.wiring.settle)
+    and gives it back at its end."""
+    import gc
+
+    from fastapi.testclient import TestClient
+
+    from serve.app import create_app
+    from serve.settings import Settings
+
+    assert gc.get_freeze_count() == 0
+    with TestClient(create_app(Settings(data_dir=tmp_path, auth="off", classifier=False))) as client:
+        frozen = gc.get_freeze_count()
+        assert client.get("/v1/traces").status_code == 200
+    assert frozen > 10_000  # the interpreter's objects, the services' among them
+    assert gc.get_freeze_count() == 0

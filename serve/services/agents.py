@@ -63,6 +63,7 @@ from model.core.schema import Trace
 from model.scoring.agent_registry import Registry
 from serve.schemas import MAX_SPLIT_RUNS
 from serve.store.agents import AgentStore
+from serve.store.prepared import Tx, orm
 
 #: How long a worker trusts its copy of a tenant's agents (profiles and aliases).
 PROFILE_TTL_S = 2.0
@@ -111,7 +112,7 @@ class Agents:
 
     # -- resolution --------------------------------------------------------------------------------
     def resolve(self, tenant: str, trace: Trace, options: DiagnoseOptions, *,
-                fixed: Callable[[], tuple[str, str | None] | None] | None = None, db: Any = None) -> Resolved:
+                fixed: Callable[[], tuple[str, str | None] | None] | None = None, db: Tx | None = None) -> Resolved:
         """The run's agent.
 
         ``fixed``: called only when nothing names the agent, the agent the run's session or stored
@@ -140,7 +141,7 @@ class Agents:
         """``key``, or the agent it became (renamed or merged away)."""
         return self._tenant(tenant).aliases.get(key, key)
 
-    def record(self, db: Any, tenant: str, resolved: Resolved) -> None:
+    def record(self, db: Tx, tenant: str, resolved: Resolved) -> None:
         """In the request's write transaction: count an inferred run into its agent's profile; give
         a named agent its row the first time this worker sees it."""
         if resolved.sig is not None:
@@ -155,10 +156,10 @@ class Agents:
                     profile.update(resolved.sig)
                     self.agent_store.save_agent(db, tenant, which, profile=profile.to_json())
             if consolidation_due(n):
-                self._consolidate(db, tenant, resolved.agent)
+                self._consolidate(orm(db), tenant, resolved.agent)
         elif resolved.named and (tenant, resolved.agent) not in self._rows_seen:
             if resolved.agent not in self._tenant(tenant).keys:
-                self.agent_store.insert_agent(db, tenant, resolved.agent, source=resolved.source)
+                self.agent_store.insert_agent(orm(db), tenant, resolved.agent, source=resolved.source)
             self._rows_seen.add((tenant, resolved.agent))
 
     def _consolidate(self, db: Any, tenant: str, agent: str) -> list[str]:
@@ -196,11 +197,11 @@ class Agents:
             self.forget(tenant)
         return merged
 
-    def _create(self, tenant: str, sig: RunSignature, db: Any = None) -> str:
+    def _create(self, tenant: str, sig: RunSignature, db: Tx | None = None) -> str:
         """A new inferred agent for ``sig`` — unless, under the tenant's agent lock, a stored profile
         (another worker's new agent) matches it now; the key it has either way (the run counted in)."""
         if db is not None:  # the caller's transaction: this worker's copy is left to its TTL (it may roll back)
-            return self._create_in(db, tenant, sig)[0]
+            return self._create_in(orm(db), tenant, sig)[0]
         with self.agent_store.write() as own:
             key, known = self._create_in(own, tenant, sig)
         with self._lock:

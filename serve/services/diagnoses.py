@@ -174,7 +174,7 @@ class Diagnoses:
         # What the transaction writes is made before it: the transaction holds store work only (on SQLite
         # every writer of the database waits for it), and is made again only when the state moved.
         out = self.written(trace, verdict, resolved)
-        with self.session_store.write() as db:
+        with self.session_store.unit() as db:  # the driver's connection: every statement is prepared
             row = None
             prior: TracePrior | None | bool = True
             if trace.session_id:  # the session's repair state

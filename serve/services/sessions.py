@@ -171,7 +171,7 @@ class Sessions:
         wanted = [n for n in (options.detectors or list(diagnoser.detectors)) if n not in self.session_exclude]
         if options.detectors is None and diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
             wanted.append(RUNSCORE)  # failure_probability and attribution so far (they decide nothing mid-run)
-        with self.session_store.write() as db:
+        with self.session_store.unit() as db:  # the driver's connection (an ORM session only where a read needs one)
             row = self.session_store.lock_session(db, tenant, session_id, create_trace_id=uuid.uuid4().hex)
             assert row is not None
             # Taken out of the cache for the transaction: put back only once it has committed.

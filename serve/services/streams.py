@@ -203,19 +203,10 @@ class Streams:
         changes = []
         for name, value in sorted(values.items()):
             row = rows[name]
-            det = make_stream_detector(row["detector"], **row["params"])
-            if row["state"]:
-                det.set_state(row["state"])
-            alarm = det.update(value)
+            state, alarm_open, alarm, fired = advance_stream(row, value)
             observations.append({"tenant_id": tenant, "stream": name, "agent": agent, "seq": row["n"],
-                                 "value": value, "trace_id": trace_id, "alarm": alarm is not None, "created_at": now})
-            changes.append({
-                "name": name,
-                "n": row["n"] + 1,
-                "state": det.get_state(),
-                "alarm_open": _episode_open(det, bool(row["alarm_open"]) or alarm is not None),
-                "alarm": alarm.model_dump() if alarm is not None else row["alarm"],
-            })
+                                 "value": value, "trace_id": trace_id, "alarm": fired, "created_at": now})
+            changes.append({"name": name, "n": row["n"] + 1, "state": state, "alarm_open": alarm_open, "alarm": alarm})
         self.stream_store.add_observations(db, observations)
         self.stream_store.update_streams(db, tenant, agent, changes)
         if any(c["alarm_open"] != bool(rows[c["name"]]["alarm_open"]) or c["alarm"] is not rows[c["name"]]["alarm"]
@@ -287,6 +278,18 @@ def _own_value(alarm: dict[str, Any], value: float | None) -> tuple[bool, str]:
     return beyond, f"; this trace's {value:g} is {'beyond' if beyond else 'within'} its bound {bound:g}"
 
 
+def advance_stream(row: dict[str, Any], value: float) -> tuple[dict[str, Any], bool, dict[str, Any] | None, bool]:
+    """The detector of a locked stream ``row`` (:meth:`serve.store.streams.StreamStore.lock_streams`) fed
+    ``value``: its new state, whether the alarm episode is open, the alarm kept, whether this value raised
+    one. The detector's work alone (no SQL): ``bench/request_path.py`` tells it apart from the store's."""
+    det = make_stream_detector(row["detector"], **row["params"])
+    if row["state"]:
+        det.set_state(row["state"])
+    alarm = det.update(value)
+    return (det.get_state(), _episode_open(det, bool(row["alarm_open"]) or alarm is not None),
+            alarm.model_dump() if alarm is not None else row["alarm"], alarm is not None)
+
+
 def _episode_open(det: Any, fallback: bool) -> bool:
     """The detector's own word on whether its alarm episode is still open (a detector without
     episodes: open from its first alarm until a re-baseline)."""
@@ -320,4 +323,4 @@ def _check_stream_name(name: str) -> None:
         raise InputError("a stream name is 1-200 printable characters", path="path.name")
 
 
-__all__ = ["CHANGEPOINT_WINDOW", "DEGRADATION_SIGNAL_CONFIDENCE", "Streams"]
+__all__ = ["CHANGEPOINT_WINDOW", "DEGRADATION_SIGNAL_CONFIDENCE", "Streams", "advance_stream"]

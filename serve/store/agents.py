@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.counters import move_runs
-from serve.store.prepared import Prepared
+from serve.store.prepared import Prepared, Tx
 from serve.store.tables import (
     AgentRow,
     FailureRow,
@@ -139,19 +139,19 @@ class AgentStore(StoreBase):
         """Drop the agent row of ``key`` (an alias about to become an agent again)."""
         db.execute(delete(core(AgentRow)).where(core(AgentRow).c.tenant_id == tenant, core(AgentRow).c.key == key))
 
-    def lock_agent_profile(self, db: Session, tenant: str, key: str, *, alias: bool = False) -> dict[str, Any] | None:
+    def lock_agent_profile(self, db: Tx, tenant: str, key: str, *, alias: bool = False) -> dict[str, Any] | None:
         """The agent's profile JSON, locked for this transaction (None: no row, or no profile).
         ``alias``: the profile kept by an agent merged into another (its row is an alias)."""
         rows = _profile(self.dialect == "postgresql", alias).execute(db, {"t": tenant, "k": key})
         value = rows[0][0] if rows else None
         return value if isinstance(value, dict) else None
 
-    def count_agent_run(self, db: Session, tenant: str, key: str) -> int | None:
+    def count_agent_run(self, db: Tx, tenant: str, key: str) -> int | None:
         """One more run matched to the agent: its new ``n_runs`` (None: no such agent, or an alias)."""
         rows = _COUNT_RUN.execute(db, {"t": tenant, "k": key, "now": utcnow()})
         return int(rows[0][0]) if rows else None
 
-    def save_agent(self, db: Session, tenant: str, key: str, **values: Any) -> None:
+    def save_agent(self, db: Tx, tenant: str, key: str, **values: Any) -> None:
         """Set columns of the agent's row (profile, n_runs, name, alias_of, …)."""
         _SAVE.execute(db, {"t": tenant, "k": key, **values, "updated_at": utcnow()})
 

@@ -29,8 +29,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from model.core.errors import InputError, StoreError, StoreUnavailableError, StoreValueError
 from serve.store.counters import flush_counts
-from serve.store.engine import SQLITE_BEGIN, make_engine
+from serve.store.engine import begin_immediate, make_engine
 from serve.store.migrate import upgrade as _upgrade
+from serve.store.prepared import Tx, Unit
 from serve.store.tables import LabelRow
 
 log = logging.getLogger("triage.store")
@@ -82,10 +83,8 @@ class Database:
         self.url = url
         self.engine = make_engine(url, busy_timeout_s=busy_timeout_s)
         self.dialect = self.engine.dialect.name
+        self.busy_timeout_s = busy_timeout_s
         self._read = sessionmaker(self.engine, expire_on_commit=False)
-        self._write = sessionmaker(
-            self.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"}), expire_on_commit=False
-        )
         # SQLite has one writer at a time. Threads of one process queue here, on a lock that
         # wakes the next one at once, instead of in SQLite's busy handler, which sleeps in steps of
         # up to 100 ms (that made p99 at 8 connections ≈ 0.7 s). Other processes still meet the
@@ -119,18 +118,38 @@ class Database:
             raise store_error(exc, "reading") from exc
 
     @contextmanager
-    def write(self) -> Iterator[Session]:
-        """A write unit of work, committed at the end (``BEGIN IMMEDIATE`` on SQLite), with the
-        counts its writes changed (:func:`serve.store.counters.flush_counts`)."""
+    def unit(self) -> Iterator[Unit]:
+        """A write transaction on the driver's connection (:class:`~serve.store.prepared.Unit`: no ORM
+        session unless a statement asks for one), committed at the end (``BEGIN IMMEDIATE`` on SQLite,
+        polled: :func:`~serve.store.engine.begin_immediate`), with the ``before_commit`` hooks and then the
+        counts its writes changed (:func:`serve.store.counters.flush_counts`) written first. The request
+        path's writes, whose statements are :class:`~serve.store.prepared.Prepared`."""
         mutex = self._write_mutex or contextlib.nullcontext()
         try:
-            with mutex, self._write() as db, db.begin():
-                yield db
-                for hook in db.info.pop(_BEFORE_COMMIT, ()):
-                    hook()
-                flush_counts(db)
+            with mutex:
+                unit = Unit(self.engine)
+                try:
+                    if self.dialect == "sqlite":  # psycopg begins at the first statement
+                        unit.run("BEGIN IMMEDIATE", lambda c: begin_immediate(c, self.busy_timeout_s))
+                    yield unit
+                    for hook in unit.info.pop(_BEFORE_COMMIT, ()):
+                        hook()
+                    flush_counts(unit)
+                    unit.commit()
+                except BaseException:
+                    with contextlib.suppress(Exception):  # a dead connection: the pool drops it on return
+                        unit.run("ROLLBACK", unit.dialect.do_rollback)
+                    raise
+                finally:
+                    unit.close()
         except (SQLAlchemyError, OverflowError, UnicodeEncodeError) as exc:
             raise store_error(exc, "writing") from exc
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write unit of work through the ORM: :meth:`unit`'s transaction, with its session."""
+        with self.unit() as unit:
+            yield unit.session
 
     def insert(self, table: type[Any] | Table) -> Any:
         """An ``INSERT`` of this dialect (``ON CONFLICT`` clauses need it)."""
@@ -140,8 +159,8 @@ class Database:
 _BEFORE_COMMIT = "triage.before_commit"
 
 
-def before_commit(db: Session, hook: Callable[[], None]) -> None:
-    """Run ``hook`` as the write transaction ``db`` commits (:meth:`Database.write`), before the counters."""
+def before_commit(db: Tx, hook: Callable[[], None]) -> None:
+    """Run ``hook`` as the write transaction ``db`` commits (:meth:`Database.unit`), before the counters."""
     db.info.setdefault(_BEFORE_COMMIT, []).append(hook)
 
 
@@ -170,6 +189,10 @@ class StoreBase:
     def write(self) -> AbstractContextManager[Session]:
         """:meth:`Database.write`."""
         return self.db.write()
+
+    def unit(self) -> AbstractContextManager[Unit]:
+        """:meth:`Database.unit`."""
+        return self.db.unit()
 
     def _insert(self, table: type[Any] | Table) -> Any:
         return self.db.insert(table)

@@ -31,7 +31,7 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from serve.store.prepared import Prepared, per_dialect
+from serve.store.prepared import Prepared, Tx, dialect_name, per_dialect
 from serve.store.tables import (
     RECOVERY_BOUNDS,
     CanaryCountRow,
@@ -125,18 +125,18 @@ def _totals_upsert(insert_of: Any) -> Any:
 _UPSERT_CANARY, _UPSERT_TOTALS = per_dialect(_canary_upsert), per_dialect(_totals_upsert)
 
 
-def _lock_run(db: Session, tenant: str, trace_id: str) -> _Run | None:
-    q = _LOCK_RUN if db.get_bind().dialect.name == "postgresql" else _SELECT_RUN
+def _lock_run(db: Tx, tenant: str, trace_id: str) -> _Run | None:
+    q = _LOCK_RUN if dialect_name(db) == "postgresql" else _SELECT_RUN
     rows = q.execute(db, {"t": tenant, "i": trace_id})
     return _run_of(rows[0]) if rows else None
 
 
-def _pending(db: Session) -> tuple[dict[tuple[str, int, str], dict[str, float]], dict[tuple[str, str, str], list[float]]]:
+def _pending(db: Tx) -> tuple[dict[tuple[str, int, str], dict[str, float]], dict[tuple[str, str, str], list[float]]]:
     p = db.info.setdefault(_PENDING, ({}, {}))
     return p  # type: ignore[no-any-return]
 
 
-def _add(db: Session, tenant: str, run: _Run, sign: int) -> None:
+def _add(db: Tx, tenant: str, run: _Run, sign: int) -> None:
     canary, totals = _pending(db)
     if run.arm is not None:
         c = canary.setdefault((tenant, run.hour, run.arm), dict.fromkeys(CANARY_FIELDS, 0.0))
@@ -151,13 +151,13 @@ def _add(db: Session, tenant: str, run: _Run, sign: int) -> None:
             _total(db, tenant, "agent_labelled", run.agent, sign)
 
 
-def _total(db: Session, tenant: str, name: str, key: str, n: float, total: float = 0.0) -> None:
+def _total(db: Tx, tenant: str, name: str, key: str, n: float, total: float = 0.0) -> None:
     t = _pending(db)[1].setdefault((tenant, name, key), [0.0, 0.0])
     t[0] += n
     t[1] += total
 
 
-def _save(db: Session, tenant: str, trace_id: str, old: _Run | None, new: _Run) -> None:
+def _save(db: Tx, tenant: str, trace_id: str, old: _Run | None, new: _Run) -> None:
     """Move the counters from ``old`` to ``new`` and keep ``new`` as the run's row."""
     if old == new:
         return
@@ -175,14 +175,15 @@ def _save(db: Session, tenant: str, trace_id: str, old: _Run | None, new: _Run) 
 
 # -- the writes that change a count -----------------------------------------------------------------
 def count_run(
-    db: Session, *, tenant: str, trace_id: str, created: datetime, now: datetime, arm: str | None,
-    response: dict[str, Any], agent: str,
+    db: Tx, *, tenant: str, trace_id: str, created: datetime, now: datetime, arm: str | None,
+    response: dict[str, Any], agent: str, fresh: bool = False,
 ) -> None:
     """A diagnosis of the run was stored (``put_trace``, after its upsert: the trace's row is locked,
     ``created`` is its kept ``created_at``, ``agent`` its agent now). Its failure is its first one's
     time, kept (as ``traces.failed_at``); it is recovered when the latest diagnosis is healthy again,
-    after ``now − failed_at`` seconds (kept while it stays healthy)."""
-    old = _lock_run(db, tenant, trace_id)
+    after ``now − failed_at`` seconds (kept while it stays healthy). ``fresh``: the run has no row yet,
+    known for sure (its trace had none when locked on SQLite, whose writers take turns): nothing to read."""
+    old = None if fresh else _lock_run(db, tenant, trace_id)
     failures = response.get("failures") or []
     failed_at = old.failed_at if old is not None and old.failed_at is not None else (now if failures else None)
     healthy = response.get("healthy") is not False  # as traces.healthy: null (unknown) = no failure found
@@ -222,7 +223,7 @@ def move_runs(db: Session, tenant: str, old: str, new: str, trace_ids: list[str]
         _total(db, tenant, "agent_labelled", agent, sign * sum(labelled))
 
 
-def count_recommendation(db: Session, tenant: str, strategy: str, n: int) -> None:
+def count_recommendation(db: Tx, tenant: str, strategy: str, n: int) -> None:
     """``n`` recommendations of ``strategy`` were stored (0: the insert found it there)."""
     if n:
         _total(db, tenant, "recommendations", strategy, n)
@@ -299,14 +300,14 @@ def _seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds())
 
 
-def flush_counts(db: Session) -> None:
+def flush_counts(db: Tx) -> None:
     """Write the transaction's differences (``n = n + delta``, one upsert per table, in key order);
     :meth:`serve.store.base.StoreBase.write` calls it before committing."""
     pending = db.info.pop(_PENDING, None)
     if not pending:
         return
     canary, totals = pending
-    dialect = db.get_bind().dialect.name
+    dialect = dialect_name(db)
     upsert_canary, upsert_totals = _UPSERT_CANARY[dialect], _UPSERT_TOTALS[dialect]
     rows = [{"tenant_id": tenant, "hour": hour, "arm": arm,
              **{f: (c[f] if f == "recovery_s" else int(round(c[f]))) for f in CANARY_FIELDS}}

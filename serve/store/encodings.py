@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 
 from model.scoring.agentmodel.encoded import pack, unpack
 from serve.store.base import StoreBase, core
-from serve.store.prepared import Prepared
+from serve.store.prepared import Prepared, Tx, orm
 from serve.store.tables import RunEncodingRow, TraceRow
 
 #: Runs read in one query (an IN list of trace ids).
@@ -58,7 +58,7 @@ class Unencoded(NamedTuple):
 class EncodingStore(StoreBase):
     """The ``run_encodings`` table (see the module docstring)."""
 
-    def put(self, db: Session, tenant: str, trace_id: str, first: int, encoder: str, vectors: np.ndarray, *,
+    def put(self, db: Tx, tenant: str, trace_id: str, first: int, encoder: str, vectors: np.ndarray, *,
             replace: bool = True) -> None:
         """Store the vectors of steps ``first`` … of a run (inside ``db``), replacing every chunk from ``first`` on
         (``first = 0``: the whole run's). ``replace=False``: the caller knows the run has no chunk from
@@ -75,10 +75,10 @@ class EncodingStore(StoreBase):
         """Forget a run's vectors (inside ``db``)."""
         drop_vectors(db, tenant, trace_id)
 
-    def read_run(self, db: Session, tenant: str, trace_id: str, n_steps: int, encoder: str) -> np.ndarray | None:
+    def read_run(self, db: Tx, tenant: str, trace_id: str, n_steps: int, encoder: str) -> np.ndarray | None:
         """Inside ``db``: the run's first ``n_steps`` vectors of ``encoder`` (NaN rows where none), or ``None``
         when it has none of that encoder."""
-        return _assemble(list(db.execute(
+        return _assemble(list(orm(db).execute(
             select(RunEncodingRow.first, RunEncodingRow.dim, RunEncodingRow.vectors)
             .where(RunEncodingRow.tenant_id == tenant, RunEncodingRow.trace_id == trace_id,
                    RunEncodingRow.encoder == encoder, RunEncodingRow.first < n_steps)
@@ -149,7 +149,7 @@ class EncodingStore(StoreBase):
         return int(runs or 0), int(size or 0)
 
 
-def drop_vectors(db: Session, tenant: str, trace_id: str) -> None:
+def drop_vectors(db: Tx, tenant: str, trace_id: str) -> None:
     """Delete every chunk of a run's vectors (inside ``db``): :meth:`EncodingStore.drop`, and
     :meth:`serve.store.traces.TraceStore.put_trace` when a whole run replaces the stored one."""
     _DROP.execute(db, {"t": tenant, "i": trace_id})

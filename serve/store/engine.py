@@ -22,8 +22,10 @@ from sqlalchemy.engine import make_url
 
 from model.core.errors import StoreError, StoreUnavailableError
 
-#: execution option naming how a SQLite transaction begins ("DEFERRED" or "IMMEDIATE").
+#: execution option naming how a SQLite transaction begins ("DEFERRED" or "IMMEDIATE"; ``BEGUN``: it has begun
+#: on the driver's connection already, :class:`serve.store.prepared.Unit`).
 SQLITE_BEGIN = "sqlite_begin"
+BEGUN = "BEGUN"
 
 
 def is_sqlite(url: str) -> bool:
@@ -87,24 +89,25 @@ def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
-    busy_ms = int(busy_timeout_s * 1000)
-
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get(SQLITE_BEGIN, "DEFERRED")
+        if mode == BEGUN:
+            return
         if mode != "IMMEDIATE":  # on the driver's connection: SQLAlchemy's statement path costs ~30 µs more
             conn.connection.dbapi_connection.execute(f"BEGIN {mode}")
             return
-        _begin_immediate(conn.connection.dbapi_connection, busy_timeout_s, busy_ms)
+        begin_immediate(conn.connection.dbapi_connection, busy_timeout_s)
 
 
-def _begin_immediate(dbapi_conn: Any, busy_timeout_s: float, busy_ms: int) -> None:
+def begin_immediate(dbapi_conn: Any, busy_timeout_s: float) -> None:
     """``BEGIN IMMEDIATE``, polling every ~1 ms while another process holds the write lock.
 
     SQLite's own busy handler sleeps in growing steps (up to 100 ms each), which turns a few
     milliseconds of contention between workers into a 0.5-1 s tail; a writer only ever waits
     here (in WAL mode reads never block), so a tight poll at this one point is enough.
     """
+    busy_ms = int(busy_timeout_s * 1000)
     cur = dbapi_conn.cursor()
     try:
         cur.execute("PRAGMA busy_timeout=0")
@@ -127,4 +130,4 @@ def _begin_immediate(dbapi_conn: Any, busy_timeout_s: float, busy_ms: int) -> No
         cur.close()
 
 
-__all__ = ["SQLITE_BEGIN", "is_sqlite", "make_engine"]
+__all__ = ["BEGUN", "SQLITE_BEGIN", "begin_immediate", "is_sqlite", "make_engine"]

@@ -1,19 +1,97 @@
 """Statements compiled once and run on the transaction's own DBAPI connection: the request path's
-(:class:`Prepared`)."""
+(:class:`Prepared`), and the write transaction held on that connection without an ORM session (:class:`Unit`)."""
 
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
+from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from serve.store.engine import BEGUN, SQLITE_BEGIN
+
 #: ``Session.info`` key of the transaction's DBAPI connection (``Session.connection()`` costs ~10 µs a call).
 _CONN = "triage.prepared.connection"
+
+
+class Unit:
+    """A write transaction held on a pooled driver connection of ``engine`` (checked out here; the caller
+    begins the transaction on it): what :meth:`serve.store.base.Database.unit` yields to the request path.
+
+    A diagnosis's write is a dozen :class:`Prepared` statements; an ORM ``Session`` around them (its
+    transaction objects, its SQLAlchemy connection's begin, commit and close events) cost ~0.1-0.3 ms a
+    write, more than most statements, and a SQLAlchemy ``Connection`` alone ~25 µs. A unit has what those
+    statements need (:attr:`info`, the dialect, the driver's connection); :attr:`session` opens an ORM
+    session on a SQLAlchemy connection around the same driver connection and transaction for the rare
+    statement that needs one (an agent consolidation, a session's stored trace), flushed before the commit."""
+
+    __slots__ = ("engine", "fairy", "dbapi", "dialect", "info", "_conn", "_session")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect: Dialect = engine.dialect
+        try:
+            self.fairy = engine.raw_connection()  # the pool's (SQLite: the connection used last, its cache valid)
+        except self.dialect.loaded_dbapi.Error as exc:
+            raise DBAPIError.instance("connect", None, exc, self.dialect.loaded_dbapi.Error, dialect=self.dialect,
+                                      connection_invalidated=True) from exc
+        self.dbapi: Any = self.fairy.dbapi_connection
+        self.info: dict[Any, Any] = {}
+        self._conn: Connection | None = None
+        self._session: Session | None = None
+
+    @property
+    def session(self) -> Session:
+        """An ORM session in this transaction (opened at the first use, closed with the unit)."""
+        if self._session is None:
+            conn = self._conn = Connection(self.engine, self.fairy)  # returns the driver connection as it closes
+            conn.execution_options(**{SQLITE_BEGIN: BEGUN})  # its begin emits nothing: the unit's has run
+            s = self._session = Session(bind=conn, expire_on_commit=False)
+            s.info.update(self.info)
+            self.info = s.info  # one dict: before_commit hooks and pending counts set through either
+        return self._session
+
+    def run(self, sql: str, fn: Callable[[Any], Any]) -> None:
+        """``fn(driver connection)`` (a ``BEGIN``, ``COMMIT`` or ``ROLLBACK`` named ``sql``), the driver's errors
+        raised as SQLAlchemy's."""
+        try:
+            fn(self.dbapi)
+        except self.dialect.loaded_dbapi.Error as exc:
+            raise DBAPIError.instance(sql, None, exc, self.dialect.loaded_dbapi.Error, dialect=self.dialect) from exc
+
+    def commit(self) -> None:
+        """Flush the ORM session's pending rows (when one was opened), then commit on the driver's connection."""
+        if self._session is not None:
+            self._session.flush()
+        self.run("COMMIT", self.dialect.do_commit)
+
+    def close(self) -> None:
+        """Give the driver connection back to the pool (whose reset rolls back whatever is left)."""
+        if self._session is not None:  # its transaction ends with a rollback of nothing (the unit has ended it)
+            self._session.close()
+        if self._conn is not None:
+            self._conn.close()
+        else:
+            self.fairy.close()
+
+
+#: A write transaction as the store's writes take it: an ORM session or a :class:`Unit`.
+Tx = Session | Unit
+
+
+def orm(db: Tx) -> Session:
+    """``db``'s ORM session (a unit's own, opened on first use)."""
+    return db.session if isinstance(db, Unit) else db
+
+
+def dialect_name(db: Tx) -> str:
+    return db.dialect.name if isinstance(db, Unit) else db.get_bind().dialect.name
 
 
 class _Plan(NamedTuple):
@@ -24,7 +102,9 @@ class _Plan(NamedTuple):
     positional: bool  # qmark (SQLite) or named (psycopg's pyformat)
     fixed: dict[str, Any]  # values the statement carries itself (literals, column defaults)
     defaults: dict[str, Callable[[], Any]]  # callable column defaults (utcnow), called per row
-    processors: dict[str, Callable[[Any], Any]]  # SQLAlchemy's bind processors (JSON, datetimes, booleans)
+    gather: Callable[[Mapping[str, Any]], tuple[Any, ...]]  # a row's values of ``names``, in order
+    processors: tuple[tuple[int, Callable[[Any], Any]], ...]  # SQLAlchemy's bind processors (JSON, datetimes,
+    # booleans) by position in ``names``
     columns: tuple[Any, ...] | None  # the types of a SELECT's or RETURNING's columns
     results: list[tuple[Callable[[Any], Any] | None, ...]]  # their result processors, set at the first fetch
 
@@ -84,20 +164,24 @@ class Prepared:
             if missing:
                 raise ValueError(f"Prepared: no value for {', '.join(missing)}")
             columns = tuple(c.type for c in compiled._result_columns) if compiled._result_columns else None
+            procs = compiled._bind_processors
             plan = self._plans[(dialect.name, keys)] = _Plan(
-                compiled.string, names, bool(compiled.positional), fixed, defaults,
-                dict(compiled._bind_processors), columns, [])
+                compiled.string, names, bool(compiled.positional), fixed, defaults, _gatherer(names),
+                tuple((i, procs[n]) for i, n in enumerate(names) if n in procs), columns, [])
         return plan
 
-    def execute(self, db: Session, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+    def execute(self, db: Tx, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
                 ) -> list[tuple[Any, ...]]:
         """Run with ``params`` (one dict, or a list of dicts with the same keys: an executemany) in
         ``db``'s transaction; the rows it returns (a ``SELECT`` or ``RETURNING``), processed."""
-        got = db.info.get(_CONN)
-        if got is None or got[0] is not db.get_transaction():
-            conn = db.connection()  # begins the session's transaction when it has not yet
-            got = db.info[_CONN] = (db.get_transaction(), conn.dialect, conn.connection.dbapi_connection)
-        _, dialect, dbapi_conn = got
+        if isinstance(db, Unit):
+            dialect, dbapi_conn = db.dialect, db.dbapi
+        else:
+            got = db.info.get(_CONN)
+            if got is None or got[0] is not db.get_transaction():
+                conn = db.connection()  # begins the session's transaction when it has not yet
+                got = db.info[_CONN] = (db.get_transaction(), conn.dialect, conn.connection.dbapi_connection)
+            _, dialect, dbapi_conn = got
         assert dbapi_conn is not None
         many = isinstance(params, Sequence)
         rows: Sequence[Mapping[str, Any]] = (
@@ -105,15 +189,16 @@ class Prepared:
         if not rows:
             return []
         plan = self._plan(dialect, tuple(sorted(rows[0])))
-        procs = plan.processors
+        procs, gather, merge = plan.processors, plan.gather, plan.fixed or plan.defaults
         args: list[Any] = []
         for row in rows:
-            values = {**plan.fixed, **{k: f() for k, f in plan.defaults.items()}, **row} \
-                if plan.fixed or plan.defaults else row
-            if plan.positional:
-                args.append(tuple(procs[n](values[n]) if n in procs else values[n] for n in plan.names))
-            else:
-                args.append({n: procs[n](values[n]) if n in procs else values[n] for n in plan.names})
+            got = gather({**plan.fixed, **{k: f() for k, f in plan.defaults.items()}, **row} if merge else row)
+            if procs:
+                values = list(got)
+                for i, proc in procs:
+                    values[i] = proc(values[i])
+                got = tuple(values)
+            args.append(got if plan.positional else dict(zip(plan.names, got, strict=True)))
         cur = dbapi_conn.cursor()
         try:
             if many and len(args) > 1:
@@ -136,10 +221,20 @@ class Prepared:
         return [tuple(p(v) if p else v for p, v in zip(res, r, strict=True)) for r in got]
 
 
+def _gatherer(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A function of a row: its values of ``names`` as a tuple (in C: ``operator.itemgetter``)."""
+    if len(names) == 1:
+        one = names[0]
+        return lambda row: (row[one],)
+    if not names:
+        return lambda row: ()
+    return cast(Callable[[Mapping[str, Any]], tuple[Any, ...]], operator.itemgetter(*names))
+
+
 def per_dialect(build: Callable[[Callable[[Any], Any]], Any]) -> dict[str, Prepared]:
     """``build(insert)`` prepared for each engine, by dialect name, with that dialect's ``insert`` (its
     ``ON CONFLICT`` clauses are its own): the request path's upserts."""
     return {name: Prepared(build(ins)) for name, ins in (("sqlite", sqlite.insert), ("postgresql", postgresql.insert))}
 
 
-__all__ = ["Prepared", "per_dialect"]
+__all__ = ["Prepared", "Tx", "Unit", "dialect_name", "orm", "per_dialect"]

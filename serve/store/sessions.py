@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, before_commit, core
 from serve.store.counters import count_labels, count_outcome, count_recommendation
-from serve.store.prepared import Prepared, per_dialect
+from serve.store.prepared import Prepared, Tx, dialect_name, per_dialect
 from serve.store.tables import LabelRow, OutcomeRow, RecommendationRow, SessionRow, utcnow
 
 _INSERT_RECOMMENDATION = per_dialect(
@@ -33,7 +33,7 @@ class LockedSession:
     next_source_index: int
     version: int
     state: dict[str, Any] | None
-    db: Session = field(repr=False)
+    db: Tx = field(repr=False)
     dirty: bool = field(default=False, repr=False)  # saved: the state is written even if changed in place
 
     def __post_init__(self) -> None:
@@ -66,7 +66,7 @@ class SessionStore(StoreBase):
 
     # -- sessions ------------------------------------------------------------------------------
     def lock_session(
-        self, db: Session, tenant: str, session_id: str, *, create_trace_id: str | None
+        self, db: Tx, tenant: str, session_id: str, *, create_trace_id: str | None
     ) -> LockedSession | None:
         """The session row, locked for this transaction; created when ``create_trace_id`` is given.
 
@@ -105,7 +105,7 @@ class SessionStore(StoreBase):
     # -- recommendations and outcomes ------------------------------------------------------------
     @staticmethod
     def put_recommendation(
-        db: Session,
+        db: Tx,
         *,
         tenant: str,
         rec: dict[str, Any],
@@ -118,7 +118,7 @@ class SessionStore(StoreBase):
         status: str = "open",
     ) -> None:
         # Ids are deterministic (model.diagnosis.repair_engine): a second insert of one id is the same recommendation.
-        res = _INSERT_RECOMMENDATION[db.get_bind().dialect.name].execute(db, {
+        res = _INSERT_RECOMMENDATION[dialect_name(db)].execute(db, {
             "tenant_id": tenant, "id": rec["id"], "trace_id": trace_id, "session_id": session_id,
             "failure_key": failure_key, "kind": kind, "strategy": rec["strategy"], "rung": rung,
             "attempt": attempt, "status": status, "created_at": utcnow(), "body": rec})

@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, core, store_error
-from serve.store.prepared import Prepared, per_dialect
+from serve.store.prepared import Prepared, Tx, per_dialect
 from serve.store.tables import ObservationRow, StreamRow, utcnow
 
 _STREAM_COLS = ("name", "detector", "params", "state", "n", "alarm_open", "alarm")
@@ -64,7 +64,7 @@ class StreamStore(StoreBase):
         return row
 
     def lock_streams(
-        self, db: Session, tenant: str, agent: str, names: Sequence[str], *, detector: str
+        self, db: Tx, tenant: str, agent: str, names: Sequence[str], *, detector: str
     ) -> dict[str, dict[str, Any]]:
         """Several streams of one (tenant, agent) at once, created when new, locked; as dicts
         (``name, detector, params, state, n``).
@@ -86,7 +86,7 @@ class StreamStore(StoreBase):
         return rows
 
     @staticmethod
-    def add_observations(db: Session, rows: list[dict[str, Any]]) -> None:
+    def add_observations(db: Tx, rows: list[dict[str, Any]]) -> None:
         """In transaction ``db``: observations of locked streams (one executemany)."""
         if rows:
             _INSERT_OBSERVATIONS.execute(db, rows)
@@ -107,7 +107,7 @@ class StreamStore(StoreBase):
         )
     )
 
-    def update_streams(self, db: Session, tenant: str, agent: str, changes: list[dict[str, Any]]) -> None:
+    def update_streams(self, db: Tx, tenant: str, agent: str, changes: list[dict[str, Any]]) -> None:
         """Write back ``name, n, state, alarm_open, alarm`` of locked streams (one executemany)."""
         now = utcnow()
         self._stream_update_stmt.execute(

@@ -30,6 +30,7 @@ Tables::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,6 +75,21 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         return None if value is None else as_utc(value)
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[datetime | None], Any] | None:
+        """On SQLite, :meth:`process_bind_param` and SQLAlchemy's text of a datetime in one step: the same
+        text (``YYYY-MM-DD HH:MM:SS.ffffff``) by ``isoformat``, ~5x faster than SQLAlchemy's ``%`` format of
+        seven fields (a diagnosis binds a dozen times)."""
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+
+        def process(value: datetime | None) -> str | None:
+            if value is None:
+                return None
+            if value.tzinfo is not None:
+                value = value.astimezone(UTC).replace(tzinfo=None)
+            return value.isoformat(" ", "microseconds")
+        return process
 
 
 def fast_time(column: Any, dialect: str) -> Any:
@@ -122,7 +138,6 @@ class TraceRow(Base):
     __table_args__ = (
         Index("ix_traces_tenant_created", "tenant_id", "created_at"),
         Index("ix_traces_tenant_session", "tenant_id", "session_id"),
-        Index("ix_traces_tenant_arm", "tenant_id", "arm"),
         # an agent's runs, first and last seen (the agents' list: one probe each; revision 0017)
         Index("ix_traces_agent_created", "tenant_id", "agent", "created_at"),
         Index("ix_traces_agent_updated", "tenant_id", "agent", "updated_at"),
@@ -336,7 +351,7 @@ class StreamRow(Base):
 class ObservationRow(Base):
     __tablename__ = "observations"
     __table_args__ = (
-        Index("ix_obs_stream", "tenant_id", "stream", "agent", "seq"),
+        # (its index serves the stream's reads: revision 0017 dropped an index of the same columns)
         UniqueConstraint("tenant_id", "stream", "agent", "seq", name="uq_obs_seq"),
     )
 

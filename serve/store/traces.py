@@ -15,7 +15,7 @@ from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.counters import count_run, uncount_runs
 from serve.store.encodings import drop_vectors
-from serve.store.prepared import Prepared, per_dialect
+from serve.store.prepared import Prepared, Tx, orm, per_dialect
 from serve.store.tables import (
     FailureRow,
     LabelRow,
@@ -105,7 +105,7 @@ class TraceStore(StoreBase):
 
     def put_trace(
         self,
-        db: Session,
+        db: Tx,
         *,
         tenant: str,
         trace_id: str,
@@ -172,11 +172,12 @@ class TraceStore(StoreBase):
         if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
             _DELETE_STEPS.execute(db, key)
         created = _TRACE_UPSERT[self.dialect].execute(db, values)[0][0]
+        # a new row has no failures nor counted run to replace (known for sure on SQLite, whose writers take
+        # turns; PostgreSQL's concurrent first writers of one id both see no row: it always reads and deletes)
+        known_new = prior is None and self.dialect == "sqlite"
         count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response,
-                  agent=agent)
-        # a new row has no failures to replace (known for sure on SQLite, whose writers take turns;
-        # PostgreSQL's concurrent first writers of one id both see no row: it always deletes)
-        if prior is not None or self.dialect != "sqlite":
+                  agent=agent, fresh=known_new)
+        if not known_new:
             _DELETE_FAILURES.execute(db, key)
             if not steps_in_rows:  # new steps: the old ones' vectors go
                 drop_vectors(db, tenant, trace_id)
@@ -203,7 +204,7 @@ class TraceStore(StoreBase):
         if rows:
             _INSERT_FAILURES.execute(db, rows)
 
-    def put_steps(self, db: Session, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
+    def put_steps(self, db: Tx, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
         """Insert or replace steps of a trace kept in rows (index → step JSON), inside ``db``."""
         if not steps:
             return
@@ -211,12 +212,13 @@ class TraceStore(StoreBase):
         _INSERT_STEPS.execute(
             db, [{"tenant_id": tenant, "trace_id": trace_id, "idx": i, "step": st} for i, st in sorted(steps.items())])
 
-    def read_trace(self, db: Session, tenant: str, trace_id: str) -> tuple[dict[str, Any], bool] | None:
+    def read_trace(self, db: Tx, tenant: str, trace_id: str) -> tuple[dict[str, Any], bool] | None:
         """In transaction ``db``: the whole stored trace and whether its steps are kept as rows, or None."""
-        row = db.get(TraceRow, (tenant, trace_id))
+        session = orm(db)
+        row = session.get(TraceRow, (tenant, trace_id))
         if row is None:
             return None
-        return trace_json(db, row), row.steps_in_rows
+        return trace_json(session, row), row.steps_in_rows
 
     def get_trace_json(self, tenant: str, trace_id: str) -> tuple[TraceRow, dict[str, Any]] | None:
         """The trace row and its whole stored trace, or None."""
@@ -224,7 +226,7 @@ class TraceStore(StoreBase):
             row = db.get(TraceRow, (tenant, trace_id))
             return None if row is None else (row, trace_json(db, row))
 
-    def add_usage(self, db: Session, tenant: str, day: str, steps: int) -> int:
+    def add_usage(self, db: Tx, tenant: str, day: str, steps: int) -> int:
         """Add ``steps`` to the tenant's usage of ``day`` (inside ``db``); the new total."""
         return int(_USAGE_UPSERT[self.dialect].execute(db, {"tenant_id": tenant, "day": day, "steps": steps})[0][0])
 
@@ -232,7 +234,7 @@ class TraceStore(StoreBase):
         with self.read() as db:
             return int(db.scalar(select(UsageRow.steps).where(UsageRow.tenant_id == tenant, UsageRow.day == day)) or 0)
 
-    def lock_trace(self, db: Session, tenant: str, trace_id: str) -> TracePrior | None:
+    def lock_trace(self, db: Tx, tenant: str, trace_id: str) -> TracePrior | None:
         """The trace's policy state and where its steps are, locked for this transaction (None if new)."""
         q = _LOCK_TRACE_PG if self.dialect == "postgresql" else _LOCK_TRACE
         rows = q.execute(db, {"t": tenant, "i": trace_id})
