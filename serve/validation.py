@@ -126,18 +126,10 @@ def _storable(value: Any) -> bool:
         if depth >= MAX_DEPTH:  # only containers are stacked below the top: one this deep is refused
             return False
         t = type(v)
-        if t is dict:
-            strings.extend(v)
-            for item in v.values():
-                u = type(item)
-                if u is str:
-                    strings.append(item)
-                elif u is dict or u is list:
-                    stack.append((item, depth + 1))
-                elif not _scalar_ok(item, u):
-                    return False
-        elif t is list:
-            for item in v:
+        if t is dict or t is list:
+            if t is dict:
+                strings.extend(v)  # the keys
+            for item in v.values() if t is dict else v:
                 u = type(item)
                 if u is str:
                     strings.append(item)
