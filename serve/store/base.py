@@ -10,7 +10,7 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
@@ -204,6 +204,16 @@ def core(entity: type[Any]) -> Table:
     return cast(Table, entity.__table__)
 
 
+#: Ids in one ``IN (…)`` list when a read goes by many ids (well under SQLite's bound of bound parameters).
+IN_BATCH = 500
+
+
+def id_batches(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    """``ids`` in slices of :data:`IN_BATCH`, one ``IN (…)`` read each."""
+    for i in range(0, len(ids), IN_BATCH):
+        yield ids[i : i + IN_BATCH]
+
+
 def rowcount(result: Any) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
@@ -224,4 +234,7 @@ def group_rows(
     return out
 
 
-__all__ = ["Database", "StoreBase", "before_commit", "core", "check_tenant_name", "group_rows", "rowcount", "store_error"]
+__all__ = [
+    "IN_BATCH", "Database", "StoreBase", "before_commit", "core", "check_tenant_name", "group_rows", "id_batches",
+    "rowcount", "store_error",
+]

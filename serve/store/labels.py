@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import and_, case, exists, func, literal, or_, select
 
 from model.core.errors import InputError
-from serve.store.base import StoreBase, core, group_rows
+from serve.store.base import StoreBase, core, group_rows, id_batches
 from serve.store.counters import count_labels
 from serve.store.tables import (
     FailureRow,
@@ -234,14 +234,14 @@ class LabelStore(StoreBase):
         return [ReviewRow(str(r[0]), as_utc(r[1]), str(r[2]), r[3], r[4], r[5]) for r in rows], total - done, done
 
     def responses(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The stored responses of these runs, by id (500 ids a query)."""
+        """The stored responses of these runs, by id (:data:`~serve.store.base.IN_BATCH` ids a query)."""
         t = core(TraceRow).c
         out: dict[str, dict[str, Any]] = {}
         ids = list(trace_ids)
         with self.read() as db:
-            for i in range(0, len(ids), 500):
+            for batch in id_batches(ids):
                 out.update({str(k): v or {} for k, v in db.execute(
-                    select(t.id, t.response).where(t.tenant_id == tenant, t.id.in_(ids[i : i + 500]))).all()})
+                    select(t.id, t.response).where(t.tenant_id == tenant, t.id.in_(batch))).all()})
         return out
 
     def findings_of(self, tenant: str, trace_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -251,10 +251,10 @@ class LabelStore(StoreBase):
         out: dict[str, list[dict[str, Any]]] = {t: [] for t in trace_ids}
         ids = list(trace_ids)
         with self.read() as db:
-            for i in range(0, len(ids), 500):
+            for batch in id_batches(ids):
                 for tid, kind, conf, det in db.execute(
                         select(FailureRow.trace_id, FailureRow.kind, FailureRow.confidence, FailureRow.detector)
-                        .where(FailureRow.tenant_id == tenant, FailureRow.trace_id.in_(ids[i : i + 500]))
+                        .where(FailureRow.tenant_id == tenant, FailureRow.trace_id.in_(batch))
                         .order_by(FailureRow.id)).all():
                     out[str(tid)].append({"kind": kind, "confidence": conf, "detector": det})
         return out

@@ -10,7 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from model.core.agents import POOL_AGENT
 from model.diagnosis.patterns import Occurrence, RepairEvent
-from serve.store.base import Database, StoreBase, store_error
+from serve.store.base import Database, StoreBase, id_batches, store_error
 from serve.store.counters import CANARY_FIELDS, hour_of
 from serve.store.streams import StreamStore
 from serve.store.tables import (
@@ -102,9 +102,8 @@ class ReportStore(StoreBase):
         tools: dict[str, list[str | None]] = {}
         if old:
             with self.read() as db:
-                for i in range(0, len(old), 500):
-                    for tr in db.scalars(select(TraceRow).where(TraceRow.tenant_id == tenant,
-                                                                TraceRow.id.in_(old[i : i + 500]))):
+                for batch in id_batches(old):
+                    for tr in db.scalars(select(TraceRow).where(TraceRow.tenant_id == tenant, TraceRow.id.in_(batch))):
                         tools[tr.id] = [s.get("tool_name") for s in trace_json(db, tr).get("steps") or []]
         out = []
         times: dict[Any, datetime] = {}  # a run's failure rows share its time: parsed once
