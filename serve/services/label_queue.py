@@ -305,12 +305,8 @@ def review_queue(
         queue.append(Candidate(str(record["trace"]["id"]), record["created_at"], m, measured.text(), response,
                                measured))
         traces.append(record["trace"])
-    if order == "random":
-        rnd = random_order(author)
-        order_by = sorted(range(len(queue)), key=lambda i: rnd(queue[i].trace_id))
-    else:  # margin, and the queue's starting order
-        order_by = sorted(range(len(queue)), key=lambda i: (queue[i].margin, -queue[i].created_at.timestamp(),
-                                                            queue[i].trace_id))
+    # random; else by margin (also the queue order's starting order)
+    order_by = _ordered(order, author, [(c.trace_id, c.margin, c.created_at) for c in queue])
     if order == "queue" and queue:
         # the clustering and the order are the study's (model/training/agentmodel), imported when used
         from model.training.agentmodel.cv import group_runs
@@ -328,6 +324,15 @@ def review_queue(
     return [queue[i] for i in order_by], done
 
 
+def _ordered(order: str, author: str, runs: Sequence[tuple[str, float, datetime]]) -> list[int]:
+    """The positions of ``runs`` (id, margin, created) in ``order``: ``random`` (:func:`random_order`
+    of the author), else smallest margin first, newest first among equals, then by id."""
+    if order == "random":
+        rnd = random_order(author)
+        return sorted(range(len(runs)), key=lambda i: rnd(runs[i][0]))
+    return sorted(range(len(runs)), key=lambda i: (runs[i][1], -runs[i][2].timestamp(), runs[i][0]))
+
+
 def _indexed_queue(
     store: IndexedHistory, tenant: str, *, author: str, threshold_for: Callable[[str | None], float | None],
     order: str, detail: int | None,
@@ -341,12 +346,7 @@ def _indexed_queue(
         if r.agent not in cache:
             cache[r.agent] = threshold_for(r.agent)
         margins.append(margin_of(r.failure_probability, r.judged_threshold, r.finding_margin, cache[r.agent])[0])
-    if order == "random":
-        rnd = random_order(author)
-        order_by = sorted(range(len(rows)), key=lambda i: rnd(rows[i].trace_id))
-    else:
-        order_by = sorted(range(len(rows)), key=lambda i: (margins[i], -rows[i].created_at.timestamp(),
-                                                          rows[i].trace_id))
+    order_by = _ordered(order, author, [(r.trace_id, m, r.created_at) for r, m in zip(rows, margins, strict=True)])
     if detail is None:  # every candidate with its stored response (the terminal review shows each)
         responses = store.responses(tenant, [r.trace_id for r in rows])
         out = []
