@@ -8,7 +8,9 @@ For one trained model folder (``save_pretrained`` weights + ``tokenizer.json`` +
   sequence axes;
 * ``classifier.fused.onnx`` — onnxruntime's transformer optimizer (Attention / EmbedLayerNorm
   fusion; the model is loaded with eager attention so that the fusion applies);
-* ``classifier.onnx`` — dynamic int8 quantisation of the fused graph, per channel;
+* ``classifier.onnx`` — the fused graph's weights in int8, per channel (onnxruntime's dynamic
+  quantisation), its activations in fp32 (:func:`float_activations`): a text's logits do not depend on
+  the batch it is scored in;
 * ``tokenizer.json`` — truncation at the model's ``max_length``;
 
 each ONNX file carrying the metadata :mod:`model.scoring.classifier.runtime` reads (labels, thresholds,
@@ -38,6 +40,8 @@ log = logging.getLogger("model.training.classifier.export")
 
 FP32_FILE = "classifier.fp32.onnx"
 FUSED_FILE = "classifier.fused.onnx"
+#: The shipped graph's ``quantisation`` metadata.
+QUANTISATION = "int8 weights per channel, fp32 activations"
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -101,10 +105,13 @@ def fuse(src: Path, dst: Path, *, num_heads: int, hidden: int) -> None:
 
 
 def quantize(src: Path, dst: Path) -> None:
-    """Dynamic int8, per channel (per-tensor moved MiniLM's outputs too far, MEASUREMENTS.md), weights in
-    7 bits (``reduce_range``): on x86 CPUs without VNNI (AVX2 only, as here) onnxruntime's u8 × s8
-    MatMulInteger saturates its 16-bit intermediate sums with full-range weights (a tiny n-gram student's
-    logits moved by 0.74; with 7 bits they stay within the test's 0.1)."""
+    """Weights in int8, per channel (per-tensor moved MiniLM's outputs too far, MEASUREMENTS.md), in 7 bits
+    (``reduce_range``); activations left in fp32 (:func:`float_activations`).
+
+    onnxruntime's dynamic quantisation also quantises each MatMul's input, with one scale for the whole
+    tensor: in a batch, a text's logits then moved with its companions (0.018 in probability on
+    ``docs/examples/ignored_error.json`` between the session path, one step alone, and the whole trace in
+    one batch, on an AVX2 CPU; 6e-4 with VNNI), and with the CPU's int8 kernels."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -114,9 +121,69 @@ def quantize(src: Path, dst: Path) -> None:
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
         quantize_dynamic(str(pre), str(dst), per_channel=True, reduce_range=True, weight_type=QuantType.QInt8,
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        float_activations(dst, dst)
     finally:
         for leftover in (pre, *dst.parent.glob("*.pre.onnx.data"), *dst.parent.glob("*.onnx.data")):
             leftover.unlink(missing_ok=True)
+
+
+def float_activations(src: Path, dst: Path) -> int:
+    """Rewrite each dynamically quantised MatMul of ``src`` as an fp32 MatMul on its int8 weights
+    dequantised; returns how many. Writes ``dst`` (may be ``src``).
+
+    The pattern ``quantize_dynamic`` writes: ``DynamicQuantizeLinear(x) → MatMulInteger(x_q, W_q, x_zp,
+    W_zp) → Cast → Mul(·, x_scale × W_scale)``; it becomes ``MatMul(x, (W_q − W_zp) · W_scale)``, the
+    weights' int8 values stored in fp32 (the n-gram student's file: 27.4 → 28.2 MB). Nothing depends on the
+    batch but fp32 rounding.
+    ``python -m model.training.classifier.export --float-activations FILE`` applies it to a shipped file."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(src))
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    consumers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+
+    replaced: dict[int, Any] = {}  # id(MatMulInteger) -> the fp32 MatMul in its place
+    dropped: set[int] = set()
+    for n in graph.node:
+        if n.op_type != "MatMulInteger":
+            continue
+        dql = producer.get(n.input[0])
+        (cast,) = consumers[n.output[0]]
+        (mul,) = consumers[cast.output[0]]
+        scales = producer.get(next(i for i in mul.input if i != cast.output[0]))
+        if dql is None or dql.op_type != "DynamicQuantizeLinear" or cast.op_type != "Cast" \
+                or mul.op_type != "Mul" or scales is None or scales.op_type != "Mul" or n.input[1] not in inits:
+            raise ValueError(f"{src}: {n.name} is not the pattern quantize_dynamic writes")
+        w_q = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
+        w_scale = numpy_helper.to_array(inits[next(i for i in scales.input if i != dql.output[1])])
+        w_zp = numpy_helper.to_array(inits[n.input[3]]).astype(np.float32) if len(n.input) > 3 and n.input[3] else 0.0
+        # stored as fp32, not as DequantizeLinear → MatMul: onnxruntime fuses that pair into MatMulNBits,
+        # which quantises the activations again (per block of a row, with batch-size-dependent kernels)
+        name = n.input[1] + "_float"
+        graph.initializer.append(numpy_helper.from_array(((w_q - w_zp) * w_scale).astype(np.float32), name))
+        replaced[id(n)] = helper.make_node("MatMul", [dql.input[0], name], [mul.output[0]], name=n.name + "_float")
+        dropped.update({id(cast), id(mul), id(scales)})
+    for n in graph.node:  # a DynamicQuantizeLinear goes once every reader of its outputs has gone
+        if n.op_type == "DynamicQuantizeLinear" and all(
+                id(c) in replaced or id(c) in dropped for o in n.output for c in consumers.get(o, [])):
+            dropped.add(id(n))
+    nodes = [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    read = {i for n in graph.node for i in n.input}
+    kept = [t for t in graph.initializer if t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return len(replaced)
 
 
 def export_model(model_dir: Path, out_dir: Path, *, quantise: bool = True, fuse_graph: bool = True) -> Path:
@@ -143,7 +210,7 @@ def export_model(model_dir: Path, out_dir: Path, *, quantise: bool = True, fuse_
         quantize(fused, final)
     else:
         shutil.copyfile(fused, final)
-    set_metadata(final, meta | {META_PREFIX + "quantisation": "dynamic int8 per-channel" if quantise else "none"})
+    set_metadata(final, meta | {META_PREFIX + "quantisation": QUANTISATION if quantise else "none"})
     shutil.copyfile(model_dir / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
     shutil.copyfile(model_dir / CALIBRATION, out_dir / CALIBRATION)
     return final
@@ -224,8 +291,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--build", type=Path, default=Path("build/classifier"))
     p.add_argument("--splits", type=Path, default=Path("datasets/splits"))
     p.add_argument("--artifacts", type=Path, default=Path("model/artifacts"))
+    p.add_argument("--float-activations", type=Path, default=None, metavar="FILE",
+                   help="rewrite an exported int8 FILE in place with fp32 activations (float_activations) and stop")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.float_activations is not None:
+        import onnx
+
+        n = float_activations(args.float_activations, args.float_activations)
+        meta = {e.key: e.value for e in onnx.load(str(args.float_activations)).metadata_props}
+        set_metadata(args.float_activations, meta | {META_PREFIX + "quantisation": QUANTISATION})
+        log.info("%s: %d MatMuls now take fp32 activations", args.float_activations, n)
+        return
     traces = load_traces(args.splits / "val.jsonl", limit=20)
     texts = [step_text(t, i) for t in traces for i in range(len(t.steps))][:200]
     run(ExportConfig.from_params(args.params), args.build, args.artifacts, texts)
