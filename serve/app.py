@@ -18,7 +18,7 @@ from serve.error_handlers import install_error_handlers
 from serve.fairshare import FairShareMiddleware, FloodLane, queue_wait_histogram
 from serve.heavy import HeavyLane
 from serve.limits import BodySizeLimit
-from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimitMiddleware, rate_limit
+from serve.ratelimit import RATE_LIMITED_RESPONSES, FairGate, RateLimitMiddleware, compile_routes, rate_limit
 from serve.routers import (
     agents,
     diagnose,
@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             warn_auth_off()
         log.info("store: %s", service.stores.db.engine.url.render_as_string(hide_password=True))
         retention = asyncio.create_task(_upkeep_loop(service, settings))
+        compile_routes(app)  # the 429s' route labels (the OpenAPI schema), built before the first request
         settle()  # what the start built leaves the garbage collector's full collections
         try:
             yield

@@ -490,21 +490,27 @@ class _RouteLabel:
 _MISSING: Any = object()
 
 
+def compile_routes(app: Any) -> list[tuple[re.Pattern[str], str, frozenset[str]]]:
+    """The app's route templates from its OpenAPI paths, compiled, kept on ``app.state``. A worker's
+    lifespan calls it at start: building the schema took ~0.1 s, on the event loop of the first
+    refused request when it was left to :func:`_label_route`."""
+    paths = app.openapi().get("paths", {})
+    templates = [(compile_path(path)[0], path, frozenset(m.upper() for m in ops)) for path, ops in paths.items()]
+    app.state.route_templates = templates
+    return templates
+
+
 def _label_route(scope: Scope) -> None:
     """Put the route template a refused request was for into ``scope["route"]``, as routing would
     have, so that the latency histogram labels a 429 answered before routing by its route, not as
-    "unmatched". The templates come from the app's OpenAPI paths (compiled once per app)."""
+    "unmatched". The templates come from :func:`compile_routes`."""
     app = scope.get("app")
     state = getattr(app, "state", None)
     if app is None or state is None:
         return
     templates: list[tuple[re.Pattern[str], str, frozenset[str]]] | None = getattr(state, "route_templates", None)
-    if templates is None:
-        paths = app.openapi().get("paths", {})
-        templates = [
-            (compile_path(path)[0], path, frozenset(m.upper() for m in ops)) for path, ops in paths.items()
-        ]
-        state.route_templates = templates
+    if templates is None:  # an app served without its lifespan
+        templates = compile_routes(app)
     path, method = str(scope.get("path", "")), str(scope.get("method", ""))
     labels: dict[tuple[str, str], _RouteLabel | None] | None = getattr(state, "route_labels", None)
     if labels is None or len(labels) >= 4096:  # paths carry ids: a bounded memo, emptied when full

@@ -111,6 +111,8 @@ def test_auth_off_limits_each_client_address(tmp_path: Path) -> None:
         assert statuses[-1] == 429 and 429 not in statuses[:2]
     app = create_app(settings)
     with TestClient(app, client=("10.0.0.1", 1)) as c1:
+        # the route templates (the OpenAPI schema) were built at start, not by the first 429 on the event loop
+        assert app.openapi_schema is not None and any(t == "/v1/traces" for _, t, _ in app.state.route_templates)
         c1.get("/v1/traces")
         c1.get("/v1/traces")
         assert c1.get("/v1/traces").status_code == 429
