@@ -123,7 +123,7 @@ def write_model_card(metrics: dict[str, Any], build: Path, path: Path) -> None:
     test, held = metrics["test"], metrics["heldout_families"]
     lines = [
         f"# Model card: agent-triage failure classifier ({info.get('model_version', shipped)})", "",
-        f"**Model**: {info.get('model_name', shipped)}; ONNX, dynamic int8 (per channel), "
+        f"**Model**: {info.get('model_name', shipped)}; ONNX, int8 weights (per channel), fp32 activations, "
         f"{sel.get('bytes', 0) / 1e6:.1f} MB; labels: {', '.join(info.get('labels', []))}.",
         f"Input representation `{info.get('representation', {}).get('version', '?')}` "
         f"(`model/scoring/classifier/representation.py`), at most {info.get('max_length', '?')} tokens; "
