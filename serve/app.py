@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
@@ -132,17 +132,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 async def _upkeep_loop(service: TriageService, settings: Settings) -> None:
     """The store's upkeep (serve/store/upkeep.py): the verdict backfill of revision 0015 at start-up,
     then retention (each tenant's ``retention_days``, else ``retention_days``) at start-up and hourly.
-    Every worker runs it; two at once only repeat each other's work."""
+    Every worker runs the loop; each piece runs in the worker that holds the store's ``upkeep`` lock
+    (:meth:`serve.store.base.Database.alone`), the others skip it: N workers do it once."""
     from datetime import timedelta
 
     ttl = timedelta(days=settings.retention_days) if settings.retention_days else None
+
+    def alone(work: Callable[[], object]) -> None:
+        with service.stores.db.alone("upkeep") as mine:
+            if mine:
+                work()
+
     try:
-        await asyncio.to_thread(service.backfill)
+        await asyncio.to_thread(alone, service.backfill)
     except TriageError:  # the store failed: say so (it resumes at the next start, or `triage store backfill`)
         log.exception("verdict backfill failed")
     while True:
         try:
-            await asyncio.to_thread(service.purge, ttl)
+            await asyncio.to_thread(alone, lambda: service.purge(ttl))
         except Exception:  # never let retention take the service down; say so
             log.exception("retention purge failed")
         await asyncio.sleep(3600)

@@ -14,6 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: every process is "alone" (no shared lock to take)
+    fcntl = None  # type: ignore[assignment]
+
 from sqlalchemy import Engine, Table, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import (
@@ -107,6 +112,49 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+    @contextmanager
+    def alone(self, name: str) -> Iterator[bool]:
+        """Whether this process is, for the ``with`` block, the only one holding ``name`` among those
+        sharing the store (the workers of ``triage serve --workers N``, replicas on one PostgreSQL):
+        ``True`` once taken, ``False`` when another holds it (never waits). The upkeep's backfills and
+        retention run under it, so that N workers do the work once, not N times.
+
+        PostgreSQL: a session advisory lock on a connection held for the block (its transaction
+        committed at once: no snapshot kept open); it goes with the connection if the process dies.
+        A SQLite file: an ``flock`` on ``<file>-alone-<name>`` beside it. An in-memory SQLite: ``True``."""
+        if self.dialect == "postgresql":
+            try:
+                conn = self.engine.connect()
+            except SQLAlchemyError as exc:
+                raise store_error(exc, "locking") from exc
+            try:
+                got = bool(conn.execute(text("SELECT pg_try_advisory_lock(hashtext(:n))"), {"n": name}).scalar())
+                conn.commit()
+                try:
+                    yield got
+                finally:
+                    if got:
+                        with contextlib.suppress(SQLAlchemyError):
+                            conn.execute(text("SELECT pg_advisory_unlock(hashtext(:n))"), {"n": name})
+                            conn.commit()
+            finally:
+                conn.close()
+            return
+        database = self.engine.url.database
+        if not database or database == ":memory:" or fcntl is None:
+            yield True
+            return
+        with open(f"{database}-alone-{name}", "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     @contextmanager
     def read(self) -> Iterator[Session]:
