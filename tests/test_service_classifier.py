@@ -49,6 +49,6 @@ def test_session_scores_new_steps_only_and_matches_whole_trace(tmp_path: Path) -
         for f in ClassifierDetector(path=MODEL, signal_ratio=0.0).inspect(session_trace)
     }
     assert incremental.keys() == whole.keys()
-    # int8 dynamic quantisation scales activations per batch: one step alone and the same step in a
-    # batch differ by ~1e-3 in probability (more in relative confidence, which divides by threshold)
-    assert max(abs(incremental[k] - whole[k]) for k in whole) < 0.05
+    # a step's score does not depend on the batch it is scored in (int8 weights, fp32 activations):
+    # the same confidences, to their 4 decimals
+    assert max(abs(incremental[k] - whole[k]) for k in whole) <= 1e-4
