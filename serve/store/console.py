@@ -5,7 +5,12 @@ A run's verdict is the ``traces.verdict`` column (:mod:`serve.store.verdict`), r
 console's covering index (``ix_traces_console``) without touching the rows. A row stored before
 revision 0015 and not backfilled yet (:mod:`serve.store.upkeep`) has it NULL: its verdict is then read
 from its stored response, so that the pages are right while the backfill runs (the partial index
-``ix_traces_unfilled`` says in one probe whether a tenant has such rows)."""
+``ix_traces_unfilled`` says in one probe whether a tenant has such rows).
+
+The overview's counts of a window are kept on write per hour of the runs' creation (``overview_counts``,
+revision 0020, :mod:`serve.store.counters`): the window's whole hours are read from them, its partial
+first and last hours from the index, so that the reads cover ~2 hours of index entries whatever the
+window holds."""
 
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ Each write that changes a figure changes its count in the same transaction:
 
 - :func:`count_run` (from :meth:`~serve.store.traces.TraceStore.put_trace`): the run's canary arm, whether
   some diagnosis found a failure, whether the latest is healthy again (and how long that took), its
-  failures by kind, its agent; :func:`count_labels` (every label write and undo): its effective label;
-  :func:`count_recommendation`, :func:`count_outcome`; :func:`uncount_runs` (deletions, retention);
+  failures by kind, its agent, verdict and primary kind; :func:`count_labels` (every label write and
+  undo): its effective label; :func:`count_recommendation`, :func:`count_outcome` (the run's repairs and
+  outcomes too); :func:`uncount_runs` (deletions, retention);
   :func:`move_runs` (runs re-keyed to another agent: :meth:`serve.store.agents.AgentStore.rekey`).
 - What a run adds is kept in its ``run_metrics`` row, so a write changes the counters by the
   difference between the run's old and new contribution: a re-diagnosis, a label, an undo or a
@@ -16,7 +17,10 @@ Each write that changes a figure changes its count in the same transaction:
   and take the counters' row locks in one order, for the commit only.
 
 The canary's counts (``canary_counts``) are kept per hour in which the runs started, so its window
-(``TRIAGE_CANARY_WINDOW``) reads the hours inside it; ``/metrics``' other counts (``metric_totals``)
+(``TRIAGE_CANARY_WINDOW``) reads the hours inside it; so are the console overview's (``overview_counts``,
+revision 0020: runs per agent, verdict and primary kind, with their repairs, outcomes and successful
+outcomes: :meth:`serve.store.console.ConsoleStore.window_counts`) and the runs of each verdict
+(``metric_totals``' ``verdict_runs``, whole history: the runs page's total with ``verdict=…`` alone); ``/metrics``' other counts (``metric_totals``)
 are the tenant's whole history, and so are the agents' list's (``agent_runs``, ``agent_labelled``: each
 agent's runs, and those of them with a label not withdrawn; :meth:`serve.store.agents.AgentStore.agent_stats`).
 """
@@ -51,6 +55,7 @@ CANARY_FIELDS: tuple[str, ...] = ("runs", "failed", "recovered", "labelled", "su
 #: The count columns of ``overview_counts``.
 OVERVIEW_FIELDS: tuple[str, ...] = ("runs", "repairs", "outcomes", "succeeded")
 _PENDING = "triage.counts"
+_SAVED = "triage.counted_runs"  # the runs' rows as this transaction wrote them
 _CHUNK = 500
 
 
@@ -145,6 +150,9 @@ _UPSERT_TOTALS = per_dialect(_totals_upsert)
 
 
 def _lock_run(db: Tx, tenant: str, trace_id: str) -> _Run | None:
+    saved = db.info.get(_SAVED, {}).get((tenant, trace_id))
+    if saved is not None:  # written in this transaction (and locked): a diagnosis' recommendation reads none
+        return saved  # type: ignore[no-any-return]
     q = _LOCK_RUN if dialect_name(db) == "postgresql" else _SELECT_RUN
     rows = q.execute(db, {"t": tenant, "i": trace_id})
     return _run_of(rows[0]) if rows else None
@@ -201,6 +209,7 @@ def _save(db: Tx, tenant: str, trace_id: str, old: _Run | None, new: _Run) -> No
         _INSERT_RUN.execute(db, {"tenant_id": tenant, "trace_id": trace_id, **values})
     else:
         _UPDATE_RUN.execute(db, {"t": tenant, "i": trace_id, **values})
+    db.info.setdefault(_SAVED, {})[(tenant, trace_id)] = new
 
 
 # -- the writes that change a count -----------------------------------------------------------------
@@ -244,6 +253,7 @@ def count_labels(db: Session, tenant: str, trace_id: str) -> None:
 def move_runs(db: Session, tenant: str, old: str, new: str, trace_ids: list[str] | None = None) -> None:
     """Runs of agent ``old`` (all, or those of ``trace_ids``) now belong to ``new`` (their traces are
     re-keyed in ``db``): their rows say so, and the agents' counts move with them."""
+    db.info.pop(_SAVED, None)  # the rows change under the runs this transaction wrote
     r = _RUNS.c
     q = update(_RUNS).where(r.tenant_id == tenant, r.agent == old)
     if trace_ids is not None:
@@ -285,6 +295,7 @@ def count_outcome(
 def uncount_runs(db: Session, tenant: str, ids: list[str], session_id: str | None = None) -> None:
     """These runs (and ``session_id``'s recommendations) are about to be deleted, in ``db``: take
     what they added out of the counters."""
+    db.info.pop(_SAVED, None)
     for i in range(0, len(ids), _CHUNK):
         chunk = ids[i : i + _CHUNK]
         runs = db.execute(select(RunMetricRow.trace_id, *_RUN_COLS)
@@ -343,6 +354,7 @@ def _seconds(start: datetime, end: datetime) -> float:
 def flush_counts(db: Tx) -> None:
     """Write the transaction's differences (``n = n + delta``, one upsert per table, in key order);
     :meth:`serve.store.base.StoreBase.write` calls it before committing."""
+    db.info.pop(_SAVED, None)
     pending = db.info.pop(_PENDING, None)
     if not pending:
         return
