@@ -116,15 +116,16 @@ class ConsoleStore(StoreBase):
                     if start < end:
                         self._index_counts(db, parts, tenant, start, end, agent)
                 o = OverviewCountRow
-                day = o.hour / 24  # integer division: whole days since 1970
+                day = o.hour // 24  # whole days since 1970 (integer division in SQL)
                 q = (select(o.agent, o.verdict, o.kind, day, func.sum(o.runs), func.sum(o.repairs),
                             func.sum(o.outcomes), func.sum(o.succeeded))
                      .where(o.tenant_id == tenant, o.hour >= int(first), o.hour < int(last)))
                 if agent is not None:
                     q = q.where(o.agent == agent)
+                days: dict[int, str] = {}
                 for a, v, k, d, n, rep, outs, ok in db.execute(q.group_by(o.agent, o.verdict, o.kind, day)).all():
-                    parts.add(str(a), str(v), k or None, (_EPOCH + timedelta(days=int(d))).isoformat(),
-                              int(n or 0), int(rep or 0), int(outs or 0), int(ok or 0))
+                    iso = days.get(d) or days.setdefault(d, (_EPOCH + timedelta(days=int(d))).isoformat())
+                    parts.add(a, v, k or None, iso, int(n), int(rep), int(outs), int(ok))
         return parts.counts()
 
     @staticmethod
