@@ -62,6 +62,12 @@ class WindowCounts:
 _EPOCH = date(1970, 1, 1)
 
 
+def _hours(t: datetime, *, ceil: bool = False) -> int:
+    """Whole hours from 1970-01-01 UTC to ``t`` (a naive ``t`` is UTC), rounded down (``ceil``: up)."""
+    s = (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).timestamp()
+    return int(-(-s // HOUR_S) if ceil else s // HOUR_S)
+
+
 def _at(hour: int, like: datetime) -> datetime:
     """The start of ``hour`` (whole hours since 1970, UTC), aware or naive as ``like`` is."""
     t = datetime.fromtimestamp(hour * HOUR_S, UTC)
@@ -105,13 +111,13 @@ class ConsoleStore(StoreBase):
         write per hour of the runs' creation (``overview_counts``, :mod:`serve.store.counters`: a few
         thousand rows for a week, whatever the window holds); its partial first and last hours from the
         console's index (:meth:`_index_counts`)."""
-        first, last = -(-since.timestamp() // HOUR_S), until.timestamp() // HOUR_S  # the whole hours: [first, last)
+        first, last = _hours(since, ceil=True), _hours(until)  # the window's whole hours: [first, last)
         parts = _Parts()
         with self.read() as db:
             if first >= last:  # inside one hour (or two partial ones): the index alone
                 self._index_counts(db, parts, tenant, since, until, agent)
             else:
-                lo, hi = _at(int(first), since), _at(int(last), until)
+                lo, hi = _at(first, since), _at(last, until)
                 for start, end in ((since, lo), (hi, until)):
                     if start < end:
                         self._index_counts(db, parts, tenant, start, end, agent)
@@ -119,7 +125,7 @@ class ConsoleStore(StoreBase):
                 day = o.hour // 24  # whole days since 1970 (integer division in SQL)
                 q = (select(o.agent, o.verdict, o.kind, day, func.sum(o.runs), func.sum(o.repairs),
                             func.sum(o.outcomes), func.sum(o.succeeded))
-                     .where(o.tenant_id == tenant, o.hour >= int(first), o.hour < int(last)))
+                     .where(o.tenant_id == tenant, o.hour >= first, o.hour < last))
                 if agent is not None:
                     q = q.where(o.agent == agent)
                 days: dict[int, str] = {}
