@@ -55,7 +55,7 @@ CANARY_FIELDS: tuple[str, ...] = ("runs", "failed", "recovered", "labelled", "su
 #: The count columns of ``overview_counts``.
 OVERVIEW_FIELDS: tuple[str, ...] = ("runs", "repairs", "outcomes", "succeeded")
 _PENDING = "triage.counts"
-_SAVED = "triage.counted_runs"  # the runs' rows as this transaction wrote them
+_SAVED = "triage.counted_runs"  # the runs' rows this transaction changed: (row existed, new row)
 _CHUNK = 500
 
 
@@ -152,7 +152,7 @@ _UPSERT_TOTALS = per_dialect(_totals_upsert)
 def _lock_run(db: Tx, tenant: str, trace_id: str) -> _Run | None:
     saved = db.info.get(_SAVED, {}).get((tenant, trace_id))
     if saved is not None:  # written in this transaction (and locked): a diagnosis' recommendation reads none
-        return saved  # type: ignore[no-any-return]
+        return saved[1]  # type: ignore[no-any-return]
     q = _LOCK_RUN if dialect_name(db) == "postgresql" else _SELECT_RUN
     rows = q.execute(db, {"t": tenant, "i": trace_id})
     return _run_of(rows[0]) if rows else None
@@ -195,21 +195,38 @@ def _total(db: Tx, tenant: str, name: str, key: str, n: float, total: float = 0.
 
 
 def _save(db: Tx, tenant: str, trace_id: str, old: _Run | None, new: _Run) -> None:
-    """Move the counters from ``old`` to ``new`` and keep ``new`` as the run's row."""
+    """Move the counters from ``old`` to ``new`` and keep ``new`` as the run's row: written once, at
+    the commit (:func:`_write_runs`), however many writes of the transaction change it (a diagnosis and
+    its recommendation: one row written)."""
     if old == new:
         return
     if old is not None:
         _add(db, tenant, old, -1)
     _add(db, tenant, new, +1)
-    values = {"hour": new.hour, "arm": new.arm, "failed_at": new.failed_at, "healthy": new.healthy,
-              "recovery_s": new.recovery_s, "labelled": new.labelled, "succeeded": new.succeeded,
-              "kinds": new.kinds, "agent": new.agent, "verdict": new.verdict, "kind": new.kind,
-              "repairs": new.repairs, "outcomes": new.outcomes, "outcomes_ok": new.outcomes_ok}
-    if old is None:
-        _INSERT_RUN.execute(db, {"tenant_id": tenant, "trace_id": trace_id, **values})
-    else:
-        _UPDATE_RUN.execute(db, {"t": tenant, "i": trace_id, **values})
-    db.info.setdefault(_SAVED, {})[(tenant, trace_id)] = new
+    saved = db.info.setdefault(_SAVED, {})
+    had = saved.get((tenant, trace_id))
+    saved[(tenant, trace_id)] = (had[0] if had is not None else old is not None, new)
+
+
+def _write_runs(db: Tx) -> None:
+    """Write the runs' rows this transaction changed (inserted or updated); before the commit, and
+    before a statement that reads or changes ``run_metrics`` itself."""
+    saved = db.info.pop(_SAVED, None)
+    if not saved:
+        return
+    inserts, updates = [], []
+    for (tenant, trace_id), (exists, new) in sorted(saved.items(), key=lambda kv: kv[0]):
+        values = {"hour": new.hour, "arm": new.arm, "failed_at": new.failed_at, "healthy": new.healthy,
+                  "recovery_s": new.recovery_s, "labelled": new.labelled, "succeeded": new.succeeded,
+                  "kinds": new.kinds, "agent": new.agent, "verdict": new.verdict, "kind": new.kind,
+                  "repairs": new.repairs, "outcomes": new.outcomes, "outcomes_ok": new.outcomes_ok}
+        if exists:
+            updates.append({"t": tenant, "i": trace_id, **values})
+        else:
+            inserts.append({"tenant_id": tenant, "trace_id": trace_id, **values})
+    for q, rows in ((_INSERT_RUN, inserts), (_UPDATE_RUN, updates)):
+        if rows:
+            q.execute(db, rows[0] if len(rows) == 1 else rows)
 
 
 # -- the writes that change a count -----------------------------------------------------------------
@@ -253,7 +270,7 @@ def count_labels(db: Session, tenant: str, trace_id: str) -> None:
 def move_runs(db: Session, tenant: str, old: str, new: str, trace_ids: list[str] | None = None) -> None:
     """Runs of agent ``old`` (all, or those of ``trace_ids``) now belong to ``new`` (their traces are
     re-keyed in ``db``): their rows say so, and the agents' counts move with them."""
-    db.info.pop(_SAVED, None)  # the rows change under the runs this transaction wrote
+    _write_runs(db)  # the rows as this transaction left them, then changed here
     r = _RUNS.c
     q = update(_RUNS).where(r.tenant_id == tenant, r.agent == old)
     if trace_ids is not None:
@@ -295,7 +312,7 @@ def count_outcome(
 def uncount_runs(db: Session, tenant: str, ids: list[str], session_id: str | None = None) -> None:
     """These runs (and ``session_id``'s recommendations) are about to be deleted, in ``db``: take
     what they added out of the counters."""
-    db.info.pop(_SAVED, None)
+    _write_runs(db)  # the rows as this transaction left them, then read and deleted here
     for i in range(0, len(ids), _CHUNK):
         chunk = ids[i : i + _CHUNK]
         runs = db.execute(select(RunMetricRow.trace_id, *_RUN_COLS)
@@ -354,7 +371,7 @@ def _seconds(start: datetime, end: datetime) -> float:
 def flush_counts(db: Tx) -> None:
     """Write the transaction's differences (``n = n + delta``, one upsert per table, in key order);
     :meth:`serve.store.base.StoreBase.write` calls it before committing."""
-    db.info.pop(_SAVED, None)
+    _write_runs(db)
     pending = db.info.pop(_PENDING, None)
     if not pending:
         return
