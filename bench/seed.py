@@ -15,7 +15,7 @@ What each run writes, as :meth:`TraceStore.put_trace` (with ``now`` = its time),
 :meth:`SessionStore.put_recommendation`, :meth:`SessionStore.add_outcome` and a label with
 :func:`serve.store.counters.count_labels` would: ``traces``, ``failures`` (tool, created_at, agent),
 ``run_metrics``, ``recommendations``, ``outcomes``, ``labels``; then per tenant ``canary_counts``
-and ``metric_totals`` (the counters' sums, the agents' counts among them), ``usage`` (steps per UTC day) and ``agents`` (a row per
+and ``metric_totals`` (the counters' sums, the agents' counts among them), ``overview_counts``, ``usage`` (steps per UTC day) and ``agents`` (a row per
 named agent). ``tests/test_seed.py`` checks that against the write path on both engines.
 
 PostgreSQL: ``COPY … FROM STDIN`` in transactions of ``--chunk`` runs, then ``VACUUM ANALYZE``;
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from serve.store.counters import CANARY_FIELDS, hour_of  # noqa: E402
+from serve.store.counters import CANARY_FIELDS, OVERVIEW_FIELDS, hour_of  # noqa: E402
 from serve.store.tables import RECOVERY_BOUNDS  # noqa: E402
 from serve.store.traces import failure_tool  # noqa: E402
 from serve.store.verdict import queue_key, run_columns  # noqa: E402
@@ -183,6 +183,7 @@ class Totals:
     """What the seeded runs add to the per-tenant tables, summed as the write path sums them."""
 
     canary: dict[tuple[int, str], dict[str, float]] = field(default_factory=dict)
+    overview: dict[tuple[int, str, str, str], list[int]] = field(default_factory=lambda: defaultdict(lambda: [0] * 4))
     totals: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0, 0.0]))
     usage: Counter[str] = field(default_factory=Counter)
     agents: dict[str, datetime] = field(default_factory=dict)
@@ -208,7 +209,15 @@ def rows_of(spec: RunSpec, tpl: Template, tenant: str, sums: Totals) -> dict[str
     out["run_metrics"] = [{"tenant_id": tenant, "trace_id": tid, "hour": hour_of(at), "arm": ARM,
                            "failed_at": at if failing else None, "healthy": tpl.healthy, "recovery_s": recovery_s,
                            "labelled": spec.label, "succeeded": False, "kinds": json.dumps(tpl.kinds),
-                           "agent": spec.agent}]
+                           "agent": spec.agent, "verdict": tpl.columns["verdict"], "kind": tpl.primary_kind,
+                           "repairs": int(failing and tpl.strategy != "continue"),
+                           "outcomes": int(failing and spec.outcome is not None),
+                           "outcomes_ok": int(failing and spec.outcome is True)}]
+    o = sums.overview[(hour_of(at), spec.agent, tpl.columns["verdict"], tpl.primary_kind or "")]
+    m = out["run_metrics"][0]
+    for i, n in enumerate((1, m["repairs"], m["outcomes"], m["outcomes_ok"])):
+        o[i] += n
+    sums.totals[("verdict_runs", tpl.columns["verdict"])][0] += 1
     c = sums.canary.setdefault((hour_of(at), ARM), dict.fromkeys(CANARY_FIELDS, 0.0))
     recovered = failing and tpl.healthy
     c["runs"] += 1
@@ -263,10 +272,13 @@ def tenant_rows(tenant: str, sums: Totals) -> dict[str, list[dict[str, Any]]]:
               for (hour, arm), c in sorted(sums.canary.items())]
     totals = [{"tenant_id": tenant, "name": name, "key": key, "n": int(round(n)), "total": total}
               for (name, key), (n, total) in sorted(sums.totals.items()) if n or total]
+    overview = [{"tenant_id": tenant, "hour": hour, "agent": agent, "verdict": verdict, "kind": kind,
+                 **dict(zip(OVERVIEW_FIELDS, o, strict=True))}
+                for (hour, agent, verdict, kind), o in sorted(sums.overview.items())]
     usage = [{"tenant_id": tenant, "day": day, "steps": steps} for day, steps in sorted(sums.usage.items())]
     agents = [{"tenant_id": tenant, "key": key, "name": None, "source": "option", "profile": None, "n_runs": 0,
                "alias_of": None, "created_at": at, "updated_at": at} for key, at in sorted(sums.agents.items())]
-    return {"canary_counts": canary, "metric_totals": totals, "usage": usage, "agents": agents}
+    return {"canary_counts": canary, "overview_counts": overview, "metric_totals": totals, "usage": usage, "agents": agents}
 
 
 # -- writers --------------------------------------------------------------------------------------

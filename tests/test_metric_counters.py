@@ -20,7 +20,7 @@ from serve.store.counters import hour_of
 from serve.store.migrate import downgrade
 from serve.store.migrate import upgrade as migrate_to
 from serve.store.tables import FailureRow, LabelRow, OutcomeRow, RecommendationRow, TraceRow
-from tests.storefix import db_url, full_agents  # noqa: F401  (fixture)
+from tests.storefix import db_url, full_agents, full_overview, kept_overview, old_window_counts  # noqa: F401  (fixture)
 
 NOW = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
 WEEK = timedelta(days=7)
@@ -96,6 +96,29 @@ def agree(store: Stores, tenant: str, *, agents: bool = True) -> None:
     assert got == want
     if agents:
         assert {k: tuple(v) for k, v in store.agents.agent_stats(tenant).items()} == full_agents(store, tenant)
+        overview_agrees(store, tenant)
+
+
+def overview_agrees(store: Stores, tenant: str) -> None:
+    """The overview's counts kept per hour (revision 0020) are a full GROUP BY of the tables, the runs of
+    each verdict are counted, and the overview reads what the four grouped reads over the index read,
+    whatever its window's edges: partial hours at both ends, whole hours, inside one hour."""
+    assert kept_overview(store, tenant) == full_overview(store, tenant)
+    by_verdict: dict[str, int] = {}
+    for (_, _, v, _), (n, *_) in full_overview(store, tenant).items():
+        by_verdict[v] = by_verdict.get(v, 0) + n
+    for v in ("failed", "healthy", "unknown"):
+        assert store.console.run_page(tenant, verdict=v, page=1, per_page=1)[0] == by_verdict.get(v, 0)
+    top = NOW.replace(minute=0)
+    t0 = top - timedelta(days=1)
+    for since, until in ((NOW - WEEK, NOW), (NOW - timedelta(days=30), NOW + timedelta(minutes=1)),
+                         (top - timedelta(hours=48), top), (t0 - timedelta(minutes=20), t0 + timedelta(minutes=50)),
+                         (t0 + timedelta(minutes=25), t0 + timedelta(minutes=35)), (t0, t0 + timedelta(hours=1)),
+                         (t0 - timedelta(minutes=1), t0 + timedelta(hours=1, minutes=1)),
+                         (t0.replace(tzinfo=None), (t0 + timedelta(hours=3)).replace(tzinfo=None))):
+        for agent in (None, "bot", "helper", "nobody"):
+            assert store.console.window_counts(tenant, since=since, until=until, agent=agent) == old_window_counts(
+                store, tenant, since=since, until=until, agent=agent), (since, until, agent)
 
 
 # -- writing through the store's write path ----------------------------------------------------------
@@ -171,6 +194,27 @@ def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # no
         agree(store, "acme")
         diagnose(store, "acme", "r2", t0 + timedelta(seconds=6), arm="repair", kinds=("loop",), agent="helper")
         agree(store, "acme")
+        # runs on an hour's edges (the overview's kept hours against its edges read from the index), an
+        # outcome on one, a re-diagnosis that changes its verdict and kind, then a split, a merge, a rename
+        top = NOW.replace(minute=0) - timedelta(days=1)
+        diagnose(store, "acme", "e1", top, arm="repair", kinds=("loop",))
+        diagnose(store, "acme", "e2", top - timedelta(microseconds=1), arm="repair", kinds=("tool_error",))
+        diagnose(store, "acme", "e3", top + timedelta(hours=1, microseconds=-1), arm="repair", agent="helper")
+        outcome(store, "acme", "rec-e1-loop", True)
+        agree(store, "acme")
+        diagnose(store, "acme", "e1", top + timedelta(minutes=5), arm="repair", kinds=("refusal",))
+        diagnose(store, "acme", "e2", top + timedelta(minutes=5), arm="repair")  # healthy now: its repair stays
+        agree(store, "acme")
+        with store.db.write() as db:
+            store.agents.rekey(db, "acme", "bot", "bot-2", trace_ids=["e1", "e2"])  # split
+        agree(store, "acme")
+        assert store.console.window_counts("acme", since=NOW - WEEK, until=NOW, agent="bot-2").outcomes == {"bot-2": (1, 1)}
+        with store.db.write() as db:
+            store.agents.rekey(db, "acme", "bot-2", "helper")  # merge
+        agree(store, "acme")
+        with store.db.write() as db:
+            store.agents.rekey(db, "acme", "helper", "bot")  # rename
+        agree(store, "acme")
         # deletions: a trace, a session, retention
         assert store.traces.delete_trace("acme", "r1")
         assert store.traces.delete_session("acme", "conv-2")
@@ -179,9 +223,9 @@ def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # no
             db.execute(TraceRow.__table__.update().where(TraceRow.id == "old").values(created_at=NOW - timedelta(days=10)))
         assert store.upkeep.purge_tenant("acme", 9, now=NOW).runs == 1
         agree(store, "acme")
-        assert totals(store, "acme")["recoveries"] == 0 and totals(store, "acme")["traces"] == 3
+        assert totals(store, "acme")["recoveries"] == 1 and totals(store, "acme")["traces"] == 6  # e1 recovered
         assert counted(store, "globex")["repair"]["runs"] == 1  # another tenant's, untouched
-        assert snapshot(store.reports, None, now=NOW)["repair"]["runs"] == 2  # every tenant's (an operator)
+        assert snapshot(store.reports, None, now=NOW)["repair"]["runs"] == 5  # every tenant's (an operator): r2, e1–e3, g1
     finally:
         store.db.dispose()
 

@@ -27,7 +27,7 @@ from tests.storefix import BACKENDS, make_db_url
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RUNS, IN_WINDOW, AGENTS = 200, 150, 6
-TABLES = ("traces", "failures", "run_metrics", "recommendations", "outcomes", "labels", "canary_counts",
+TABLES = ("traces", "failures", "run_metrics", "recommendations", "outcomes", "labels", "canary_counts", "overview_counts",
           "metric_totals", "usage", "agents")
 SKIP = {"tenant_id", "id"}  # the tenant, and the autoincrement ids (the rows' own ids stay: traces.id etc.)
 KEYED = {"traces", "recommendations"}  # tables whose ``id`` is the row's own key, compared

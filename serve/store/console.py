@@ -5,23 +5,31 @@ A run's verdict is the ``traces.verdict`` column (:mod:`serve.store.verdict`), r
 console's covering index (``ix_traces_console``) without touching the rows. A row stored before
 revision 0015 and not backfilled yet (:mod:`serve.store.upkeep`) has it NULL: its verdict is then read
 from its stored response, so that the pages are right while the backfill runs (the partial index
-``ix_traces_unfilled`` says in one probe whether a tenant has such rows)."""
+``ix_traces_unfilled`` says in one probe whether a tenant has such rows).
+
+The overview's counts of a window are kept on write per hour of the runs' creation (``overview_counts``,
+revision 0020, :mod:`serve.store.counters`): the window's whole hours are read from them, its partial
+first and last hours from the index, so that the reads cover ~2 hours of index entries whatever the
+window holds."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, case, exists, func, or_, select
 
 from serve.store.base import StoreBase
+from serve.store.counters import HOUR_S
 from serve.store.tables import (
     FailureRow,
     LabelRow,
     MetricTotalRow,
     ObservationRow,
     OutcomeRow,
+    OverviewCountRow,
     RecommendationRow,
     StreamRow,
     TraceRow,
@@ -51,13 +59,86 @@ class WindowCounts:
     outcomes: dict[str, tuple[int, int]]
 
 
+_EPOCH = date(1970, 1, 1)
+
+
+def _hours(t: datetime, *, ceil: bool = False) -> int:
+    """Whole hours from 1970-01-01 UTC to ``t`` (a naive ``t`` is UTC), rounded down (``ceil``: up)."""
+    s = (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).timestamp()
+    return int(-(-s // HOUR_S) if ceil else s // HOUR_S)
+
+
+def _at(hour: int, like: datetime) -> datetime:
+    """The start of ``hour`` (whole hours since 1970, UTC), aware or naive as ``like`` is."""
+    t = datetime.fromtimestamp(hour * HOUR_S, UTC)
+    return t if like.tzinfo is not None else t.replace(tzinfo=None)
+
+
+@dataclass
+class _Parts:
+    """A window's counts gathered from its parts (the kept hours and the edge hours read from the index)."""
+
+    verdicts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    spectrum: Counter[tuple[str | None, str]] = field(default_factory=Counter)
+    repairs: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    succeeded: Counter[str] = field(default_factory=Counter)
+
+    def add(self, agent: str, verdict: str, kind: str | None, day: str, runs: int, repairs: int, outcomes: int,
+            succeeded: int) -> None:
+        self.verdicts[(agent, verdict)] += runs
+        if verdict == "failed":
+            self.spectrum[(kind, day)] += runs
+        self.repairs[agent] += repairs
+        self.outcomes[agent] += outcomes
+        self.succeeded[agent] += succeeded
+
+    def counts(self) -> WindowCounts:
+        """As :class:`WindowCounts` (only what is there: no zero counts)."""
+        return WindowCounts(
+            [(a, v, n) for (a, v), n in sorted(self.verdicts.items()) if n],
+            [(k, d, n) for (k, d), n in sorted(self.spectrum.items(), key=lambda x: (x[0][0] or "", x[0][1])) if n],
+            {a: n for a, n in sorted(self.repairs.items()) if n},
+            {a: (n, self.succeeded[a]) for a, n in sorted(self.outcomes.items()) if n})
+
+
 class ConsoleStore(StoreBase):
     """Reads of the console (tenant-scoped); rows come back as named tuples."""
 
     def window_counts(self, tenant: str, *, since: datetime, until: datetime, agent: str | None) -> WindowCounts:
         """What the overview counts of the runs created in ``[since, until)`` (of ``agent``; ``None``:
-        every agent's): :class:`WindowCounts`, counted by the database over the console's index (a few
-        rows come back, whatever the window holds). Rows whose verdict is not backfilled yet are
+        every agent's): :class:`WindowCounts`. The window's whole hours are read from the counts kept on
+        write per hour of the runs' creation (``overview_counts``, :mod:`serve.store.counters`: a few
+        thousand rows for a week, whatever the window holds); its partial first and last hours from the
+        console's index (:meth:`_index_counts`)."""
+        first, last = _hours(since, ceil=True), _hours(until)  # the window's whole hours: [first, last)
+        parts = _Parts()
+        with self.read() as db:
+            if first >= last:  # inside one hour (or two partial ones): the index alone
+                self._index_counts(db, parts, tenant, since, until, agent)
+            else:
+                lo, hi = _at(first, since), _at(last, until)
+                for start, end in ((since, lo), (hi, until)):
+                    if start < end:
+                        self._index_counts(db, parts, tenant, start, end, agent)
+                o = OverviewCountRow
+                day = o.hour // 24  # whole days since 1970 (integer division in SQL)
+                q = (select(o.agent, o.verdict, o.kind, day, func.sum(o.runs), func.sum(o.repairs),
+                            func.sum(o.outcomes), func.sum(o.succeeded))
+                     .where(o.tenant_id == tenant, o.hour >= first, o.hour < last))
+                if agent is not None:
+                    q = q.where(o.agent == agent)
+                days: dict[int, str] = {}
+                for a, v, k, d, n, rep, outs, ok in db.execute(q.group_by(o.agent, o.verdict, o.kind, day)).all():
+                    iso = days.get(d) or days.setdefault(d, (_EPOCH + timedelta(days=int(d))).isoformat())
+                    parts.add(a, v, k or None, iso, int(n), int(rep), int(outs), int(ok))
+        return parts.counts()
+
+    @staticmethod
+    def _index_counts(db: Any, parts: _Parts, tenant: str, since: datetime, until: datetime, agent: str | None
+                      ) -> None:
+        """Add what the runs created in ``[since, until)`` count to ``parts``, counted by the database
+        over the console's index (four grouped reads). Rows whose verdict is not backfilled yet are
         counted by their JSON."""
         t = TraceRow
         # grouped by an expression, not the bare column: SQLite would otherwise walk ix_traces_tenant_agent
@@ -69,41 +150,43 @@ class ConsoleStore(StoreBase):
             return q if agent is None else q.where(t.agent == agent)
 
         day = func.date(t.created_at)
-        with self.read() as db:
-            verdicts = [(str(a), v, int(n)) for a, v, n in db.execute(scoped(
-                select(by_agent, t.verdict, func.count()).where(t.tenant_id == tenant)
-                .group_by(by_agent, t.verdict))).all()]
-            spectrum = [(k, str(d), int(n)) for k, d, n in db.execute(scoped(
-                select(t.primary_kind, day, func.count()).where(t.tenant_id == tenant, t.verdict == "failed")
+        verdicts = [(str(a), v, int(n)) for a, v, n in db.execute(scoped(
+            select(by_agent, t.verdict, func.count()).where(t.tenant_id == tenant)
+            .group_by(by_agent, t.verdict))).all()]
+        spectrum = [(k, str(d), int(n)) for k, d, n in db.execute(scoped(
+            select(t.primary_kind, day, func.count()).where(t.tenant_id == tenant, t.verdict == "failed")
+            .group_by(t.primary_kind, day))).all()]
+        if any(v is None for _, v, _ in verdicts):  # the backfill has rows to fill in this window
+            late = scoped(select(by_agent, _JSON_VERDICT, func.count())
+                          .where(t.tenant_id == tenant, t.verdict.is_(None)).group_by(by_agent, _JSON_VERDICT))
+            verdicts = [r for r in verdicts if r[1] is not None] + [
+                (str(a), str(v), int(n)) for a, v, n in db.execute(late).all()]
+            spectrum += [(k, str(d), int(n)) for k, d, n in db.execute(scoped(
+                select(t.primary_kind, day, func.count()).where(t.tenant_id == tenant, t.verdict.is_(None),
+                                                               _JSON_VERDICT.in_(["failed"]))
                 .group_by(t.primary_kind, day))).all()]
-            if any(v is None for _, v, _ in verdicts):  # the backfill has rows to fill in this window
-                late = scoped(select(by_agent, _JSON_VERDICT, func.count())
-                              .where(t.tenant_id == tenant, t.verdict.is_(None)).group_by(by_agent, _JSON_VERDICT))
-                verdicts = [r for r in verdicts if r[1] is not None] + [
-                    (str(a), str(v), int(n)) for a, v, n in db.execute(late).all()]
-                spectrum += [(k, str(d), int(n)) for k, d, n in db.execute(scoped(
-                    select(t.primary_kind, day, func.count()).where(t.tenant_id == tenant, t.verdict.is_(None),
-                                                                   _JSON_VERDICT.in_(["failed"]))
-                    .group_by(t.primary_kind, day))).all()]
-            # A run's repairs and outcomes are written after the run was first stored (its created_at is
-            # kept): those of a run in the window are no older than ``since``. Saying so lets the database
-            # skip the tenant's older history: recommendations from ix_recs_tenant_created, outcomes
-            # filtered on their rows (no index on their time: SQLite would then search every outcome of the
-            # window for each run). PostgreSQL, 1,000,000 runs: 791 → 351 ms and 590 → 352 ms (helper seed's
-            # EXPLAIN ANALYZE, docs/benchmarks.md).
-            repairs = {str(a): int(n) for a, n in db.execute(scoped(
+        for a, v, n in verdicts:
+            parts.verdicts[(a, str(v))] += n
+        for k, d, n in spectrum:
+            parts.spectrum[(k, d)] += n
+        # A run's repairs and outcomes are written after the run was first stored (its created_at is
+        # kept): those of a run in the window are no older than ``since``. Saying so lets the database
+        # skip the tenant's older history.
+        for a, n in db.execute(scoped(
                 select(by_agent, func.count())
                 .join(RecommendationRow, and_(RecommendationRow.tenant_id == t.tenant_id,
                                               RecommendationRow.trace_id == t.id))
                 .where(t.tenant_id == tenant, RecommendationRow.strategy != "continue",
                        RecommendationRow.created_at >= since)
-                .group_by(by_agent))).all()}
-            ok = func.sum(case((OutcomeRow.success.is_(True), 1), else_=0))
-            outcomes = {str(a): (int(n), int(good or 0)) for a, n, good in db.execute(scoped(
+                .group_by(by_agent))).all():
+            parts.repairs[str(a)] += int(n)
+        ok = func.sum(case((OutcomeRow.success.is_(True), 1), else_=0))
+        for a, n, good in db.execute(scoped(
                 select(by_agent, func.count(), ok)
                 .join(OutcomeRow, and_(OutcomeRow.tenant_id == t.tenant_id, OutcomeRow.trace_id == t.id))
-                .where(t.tenant_id == tenant, OutcomeRow.created_at >= since).group_by(by_agent))).all()}
-        return WindowCounts([(a, str(v), n) for a, v, n in verdicts], spectrum, repairs, outcomes)
+                .where(t.tenant_id == tenant, OutcomeRow.created_at >= since).group_by(by_agent))).all():
+            parts.outcomes[str(a)] += int(n)
+            parts.succeeded[str(a)] += int(good or 0)
 
     def run_page(
         self, tenant: str, *, agent: str | None = None, verdict: str | None = None, kind: str | None = None,
@@ -135,11 +218,15 @@ class ConsoleStore(StoreBase):
                 # read the index
                 q = q.where(or_(TraceRow.verdict == verdict, and_(TraceRow.verdict.is_(None), _JSON_VERDICT.in_([verdict])))
                             if has_unfilled(db, tenant) else TraceRow.verdict == verdict)
-            if kind is not None and agent is None and verdict is None and since is None and until is None \
-                    and labelled is None:  # a failure row exists only with its run: the runs of a kind, counted
-                f = FailureRow  # from ix_failures_tenant_kind alone (revision 0017)
+            alone = agent is None and since is None and until is None and labelled is None
+            if kind is not None and verdict is None and alone:  # a failure row exists only with its run: the
+                f = FailureRow  # runs of a kind, counted from ix_failures_tenant_kind alone (revision 0017)
                 total_q = select(func.count(func.distinct(f.trace_id))).where(
                     f.tenant_id == tenant, f.kind == kind, f.is_signal.is_(False))
+            elif verdict is not None and kind is None and alone:  # the runs of a verdict: kept on write
+                mt = MetricTotalRow  # (metric_totals' verdict_runs, revision 0020), not counted over the index
+                total_q = select(func.coalesce(func.sum(mt.n), 0)).where(
+                    mt.tenant_id == tenant, mt.name == "verdict_runs", mt.key == verdict)
             else:
                 total_q = select(func.count()).select_from(q.with_only_columns(TraceRow.id).subquery())
             total = int(db.scalar(total_q) or 0)

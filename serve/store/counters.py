@@ -4,8 +4,9 @@ Each write that changes a figure changes its count in the same transaction:
 
 - :func:`count_run` (from :meth:`~serve.store.traces.TraceStore.put_trace`): the run's canary arm, whether
   some diagnosis found a failure, whether the latest is healthy again (and how long that took), its
-  failures by kind, its agent; :func:`count_labels` (every label write and undo): its effective label;
-  :func:`count_recommendation`, :func:`count_outcome`; :func:`uncount_runs` (deletions, retention);
+  failures by kind, its agent, verdict and primary kind; :func:`count_labels` (every label write and
+  undo): its effective label; :func:`count_recommendation`, :func:`count_outcome` (the run's repairs and
+  outcomes too); :func:`uncount_runs` (deletions, retention);
   :func:`move_runs` (runs re-keyed to another agent: :meth:`serve.store.agents.AgentStore.rekey`).
 - What a run adds is kept in its ``run_metrics`` row, so a write changes the counters by the
   difference between the run's old and new contribution: a re-diagnosis, a label, an undo or a
@@ -16,7 +17,10 @@ Each write that changes a figure changes its count in the same transaction:
   and take the counters' row locks in one order, for the commit only.
 
 The canary's counts (``canary_counts``) are kept per hour in which the runs started, so its window
-(``TRIAGE_CANARY_WINDOW``) reads the hours inside it; ``/metrics``' other counts (``metric_totals``)
+(``TRIAGE_CANARY_WINDOW``) reads the hours inside it; so are the console overview's (``overview_counts``,
+revision 0020: runs per agent, verdict and primary kind, with their repairs, outcomes and successful
+outcomes: :meth:`serve.store.console.ConsoleStore.window_counts`) and the runs of each verdict
+(``metric_totals``' ``verdict_runs``, whole history: the runs page's total with ``verdict=…`` alone); ``/metrics``' other counts (``metric_totals``)
 are the tenant's whole history, and so are the agents' list's (``agent_runs``, ``agent_labelled``: each
 agent's runs, and those of them with a label not withdrawn; :meth:`serve.store.agents.AgentStore.agent_stats`).
 """
@@ -38,16 +42,20 @@ from serve.store.tables import (
     LabelRow,
     MetricTotalRow,
     OutcomeRow,
+    OverviewCountRow,
     RecommendationRow,
     RunMetricRow,
 )
-from serve.store.verdict import deciding_label, label_failed
+from serve.store.verdict import deciding_label, label_failed, verdict_of
 
 HOUR_S = 3600
 #: The count columns of ``canary_counts`` (``recovery_s``: the sum of the recovered runs' seconds).
 CANARY_FIELDS: tuple[str, ...] = ("runs", "failed", "recovered", "labelled", "succeeded", "recovery_s",
                                   *(f"rec_le_{b}" for b in RECOVERY_BOUNDS))
+#: The count columns of ``overview_counts``.
+OVERVIEW_FIELDS: tuple[str, ...] = ("runs", "repairs", "outcomes", "succeeded")
 _PENDING = "triage.counts"
+_SAVED = "triage.counted_runs"  # the runs' rows this transaction changed: (row existed, new row)
 _CHUNK = 500
 
 
@@ -70,6 +78,11 @@ class _Run:
     succeeded: bool = False
     kinds: dict[str, int] = field(default_factory=dict)
     agent: str | None = None
+    verdict: str = "unknown"
+    kind: str | None = None  # its primary kind
+    repairs: int = 0
+    outcomes: int = 0
+    outcomes_ok: int = 0
 
     def canary(self) -> dict[str, float]:
         recovered = self.failed_at is not None and self.healthy
@@ -84,13 +97,16 @@ class _Run:
 
 _RUN_COLS = (RunMetricRow.hour, RunMetricRow.arm, RunMetricRow.failed_at, RunMetricRow.healthy,
              RunMetricRow.recovery_s, RunMetricRow.labelled, RunMetricRow.succeeded, RunMetricRow.kinds,
-             RunMetricRow.agent)
+             RunMetricRow.agent, RunMetricRow.verdict, RunMetricRow.kind, RunMetricRow.repairs,
+             RunMetricRow.outcomes, RunMetricRow.outcomes_ok)
 
 
 def _run_of(row: Any) -> _Run:
-    hour, arm, failed_at, healthy, recovery_s, labelled, succeeded, kinds, agent = row
+    (hour, arm, failed_at, healthy, recovery_s, labelled, succeeded, kinds, agent, verdict, kind, repairs, outcomes,
+     outcomes_ok) = row
     return _Run(int(hour), arm, failed_at, bool(healthy), recovery_s, bool(labelled), bool(succeeded),
-                {str(k): int(v) for k, v in (kinds or {}).items()}, agent)
+                {str(k): int(v) for k, v in (kinds or {}).items()}, agent, str(verdict or "unknown"), kind,
+                int(repairs or 0), int(outcomes or 0), int(outcomes_ok or 0))
 
 
 # Built once and executed with parameters: SQLAlchemy reuses their compiled forms (the write path is hot).
@@ -114,6 +130,13 @@ def _canary_upsert(insert_of: Any) -> Any:
                                      set_={f: canary.c[f] + ins.excluded[f] for f in CANARY_FIELDS})
 
 
+def _overview_upsert(insert_of: Any) -> Any:
+    overview = cast(Table, OverviewCountRow.__table__)
+    ins = insert_of(overview)
+    return ins.on_conflict_do_update(index_elements=["tenant_id", "hour", "agent", "verdict", "kind"],
+                                     set_={f: overview.c[f] + ins.excluded[f] for f in OVERVIEW_FIELDS})
+
+
 def _totals_upsert(insert_of: Any) -> Any:
     totals = cast(Table, MetricTotalRow.__table__)
     ins = insert_of(totals)
@@ -121,28 +144,42 @@ def _totals_upsert(insert_of: Any) -> Any:
                                      set_={"n": totals.c.n + ins.excluded.n, "total": totals.c.total + ins.excluded.total})
 
 
-#: ``n = n + excluded.n`` upserts of ``canary_counts`` and ``metric_totals``, by dialect.
-_UPSERT_CANARY, _UPSERT_TOTALS = per_dialect(_canary_upsert), per_dialect(_totals_upsert)
+#: ``n = n + excluded.n`` upserts of ``canary_counts``, ``overview_counts`` and ``metric_totals``, by dialect.
+_UPSERT_CANARY, _UPSERT_OVERVIEW = per_dialect(_canary_upsert), per_dialect(_overview_upsert)
+_UPSERT_TOTALS = per_dialect(_totals_upsert)
 
 
 def _lock_run(db: Tx, tenant: str, trace_id: str) -> _Run | None:
+    saved = db.info.get(_SAVED, {}).get((tenant, trace_id))
+    if saved is not None:  # written in this transaction (and locked): a diagnosis' recommendation reads none
+        return saved[1]  # type: ignore[no-any-return]
     q = _LOCK_RUN if dialect_name(db) == "postgresql" else _SELECT_RUN
     rows = q.execute(db, {"t": tenant, "i": trace_id})
     return _run_of(rows[0]) if rows else None
 
 
-def _pending(db: Tx) -> tuple[dict[tuple[str, int, str], dict[str, float]], dict[tuple[str, str, str], list[float]]]:
-    p = db.info.setdefault(_PENDING, ({}, {}))
+_Pending = tuple[dict[tuple[str, int, str], dict[str, float]], dict[tuple[str, str, str], list[float]],
+                 dict[tuple[str, int, str, str, str], list[int]]]
+
+
+def _pending(db: Tx) -> _Pending:
+    p = db.info.setdefault(_PENDING, ({}, {}, {}))
     return p  # type: ignore[no-any-return]
 
 
 def _add(db: Tx, tenant: str, run: _Run, sign: int) -> None:
-    canary, totals = _pending(db)
+    canary, totals, overview = _pending(db)
     if run.arm is not None:
         c = canary.setdefault((tenant, run.hour, run.arm), dict.fromkeys(CANARY_FIELDS, 0.0))
         for k, v in run.canary().items():
             c[k] += sign * v
+    o = overview.setdefault((tenant, run.hour, run.agent or "", run.verdict, run.kind or ""), [0, 0, 0, 0])
+    o[0] += sign
+    o[1] += sign * run.repairs
+    o[2] += sign * run.outcomes
+    o[3] += sign * run.outcomes_ok
     _total(db, tenant, "traces", "", sign)
+    _total(db, tenant, "verdict_runs", run.verdict, sign)
     for kind, n in run.kinds.items():
         _total(db, tenant, "failures", kind, sign * n)
     if run.agent is not None:
@@ -158,19 +195,38 @@ def _total(db: Tx, tenant: str, name: str, key: str, n: float, total: float = 0.
 
 
 def _save(db: Tx, tenant: str, trace_id: str, old: _Run | None, new: _Run) -> None:
-    """Move the counters from ``old`` to ``new`` and keep ``new`` as the run's row."""
+    """Move the counters from ``old`` to ``new`` and keep ``new`` as the run's row: written once, at
+    the commit (:func:`_write_runs`), however many writes of the transaction change it (a diagnosis and
+    its recommendation: one row written)."""
     if old == new:
         return
     if old is not None:
         _add(db, tenant, old, -1)
     _add(db, tenant, new, +1)
-    values = {"hour": new.hour, "arm": new.arm, "failed_at": new.failed_at, "healthy": new.healthy,
-              "recovery_s": new.recovery_s, "labelled": new.labelled, "succeeded": new.succeeded,
-              "kinds": new.kinds, "agent": new.agent}
-    if old is None:
-        _INSERT_RUN.execute(db, {"tenant_id": tenant, "trace_id": trace_id, **values})
-    else:
-        _UPDATE_RUN.execute(db, {"t": tenant, "i": trace_id, **values})
+    saved = db.info.setdefault(_SAVED, {})
+    had = saved.get((tenant, trace_id))
+    saved[(tenant, trace_id)] = (had[0] if had is not None else old is not None, new)
+
+
+def _write_runs(db: Tx) -> None:
+    """Write the runs' rows this transaction changed (inserted or updated); before the commit, and
+    before a statement that reads or changes ``run_metrics`` itself."""
+    saved = db.info.pop(_SAVED, None)
+    if not saved:
+        return
+    inserts, updates = [], []
+    for (tenant, trace_id), (exists, new) in sorted(saved.items(), key=lambda kv: kv[0]):
+        values = {"hour": new.hour, "arm": new.arm, "failed_at": new.failed_at, "healthy": new.healthy,
+                  "recovery_s": new.recovery_s, "labelled": new.labelled, "succeeded": new.succeeded,
+                  "kinds": new.kinds, "agent": new.agent, "verdict": new.verdict, "kind": new.kind,
+                  "repairs": new.repairs, "outcomes": new.outcomes, "outcomes_ok": new.outcomes_ok}
+        if exists:
+            updates.append({"t": tenant, "i": trace_id, **values})
+        else:
+            inserts.append({"tenant_id": tenant, "trace_id": trace_id, **values})
+    for q, rows in ((_INSERT_RUN, inserts), (_UPDATE_RUN, updates)):
+        if rows:
+            q.execute(db, rows[0] if len(rows) == 1 else rows)
 
 
 # -- the writes that change a count -----------------------------------------------------------------
@@ -194,7 +250,8 @@ def count_run(
     kinds = dict(Counter(str(f["kind"]) for f in failures))
     base = old or _Run(hour_of(created), arm, None, True, None)
     new = replace(base, hour=hour_of(created), arm=arm, failed_at=failed_at, healthy=healthy,
-                  recovery_s=recovery_s, kinds=kinds, agent=agent)
+                  recovery_s=recovery_s, kinds=kinds, agent=agent, verdict=verdict_of(response.get("healthy")),
+                  kind=(response.get("primary") or {}).get("kind"))  # as put_trace's verdict and primary_kind
     _save(db, tenant, trace_id, old, new)
 
 
@@ -213,20 +270,27 @@ def count_labels(db: Session, tenant: str, trace_id: str) -> None:
 def move_runs(db: Session, tenant: str, old: str, new: str, trace_ids: list[str] | None = None) -> None:
     """Runs of agent ``old`` (all, or those of ``trace_ids``) now belong to ``new`` (their traces are
     re-keyed in ``db``): their rows say so, and the agents' counts move with them."""
+    _write_runs(db)  # the rows as this transaction left them, then changed here
     r = _RUNS.c
     q = update(_RUNS).where(r.tenant_id == tenant, r.agent == old)
     if trace_ids is not None:
         q = q.where(r.trace_id.in_(trace_ids))
-    labelled = [bool(x) for x in db.scalars(q.values(agent=new).returning(r.labelled))]
-    for agent, sign in ((old, -1), (new, +1)):
-        _total(db, tenant, "agent_runs", agent, sign * len(labelled))
-        _total(db, tenant, "agent_labelled", agent, sign * sum(labelled))
+    for row in db.execute(q.values(agent=new).returning(*(_RUNS.c[c.key] for c in _RUN_COLS))).all():
+        run = _run_of(row)  # each run's contribution, from the old agent's to the new one's (the rest cancels)
+        _add(db, tenant, replace(run, agent=old), -1)
+        _add(db, tenant, run, +1)
 
 
-def count_recommendation(db: Tx, tenant: str, strategy: str, n: int) -> None:
-    """``n`` recommendations of ``strategy`` were stored (0: the insert found it there)."""
-    if n:
-        _total(db, tenant, "recommendations", strategy, n)
+def count_recommendation(db: Tx, tenant: str, trace_id: str, strategy: str, n: int) -> None:
+    """``n`` recommendations of ``strategy`` for run ``trace_id`` were stored (0: the insert found it
+    there); a repair (not ``continue``) of a stored run adds to the run's ``repairs``."""
+    if not n:
+        return
+    _total(db, tenant, "recommendations", strategy, n)
+    if strategy != "continue":
+        old = _lock_run(db, tenant, trace_id)
+        if old is not None:
+            _save(db, tenant, trace_id, old, replace(old, repairs=old.repairs + n))
 
 
 def count_outcome(
@@ -236,6 +300,9 @@ def count_outcome(
     """An outcome was stored at ``at``. A successful one of a failure's recommendation is a recovery:
     from the first recommendation for that failure in that run to ``at``."""
     _total(db, tenant, "outcomes_ok" if success else "outcomes_failed", strategy, 1)
+    old = _lock_run(db, tenant, trace_id)
+    if old is not None:
+        _save(db, tenant, trace_id, old, replace(old, outcomes=old.outcomes + 1, outcomes_ok=old.outcomes_ok + success))
     if success and failure_key is not None:
         first = db.execute(_FIRST_REC, {"t": tenant, "i": trace_id, "k": failure_key}).scalar()
         if first is not None:
@@ -245,6 +312,7 @@ def count_outcome(
 def uncount_runs(db: Session, tenant: str, ids: list[str], session_id: str | None = None) -> None:
     """These runs (and ``session_id``'s recommendations) are about to be deleted, in ``db``: take
     what they added out of the counters."""
+    _write_runs(db)  # the rows as this transaction left them, then read and deleted here
     for i in range(0, len(ids), _CHUNK):
         chunk = ids[i : i + _CHUNK]
         runs = db.execute(select(RunMetricRow.trace_id, *_RUN_COLS)
@@ -303,10 +371,11 @@ def _seconds(start: datetime, end: datetime) -> float:
 def flush_counts(db: Tx) -> None:
     """Write the transaction's differences (``n = n + delta``, one upsert per table, in key order);
     :meth:`serve.store.base.StoreBase.write` calls it before committing."""
+    _write_runs(db)
     pending = db.info.pop(_PENDING, None)
     if not pending:
         return
-    canary, totals = pending
+    canary, totals, overview = pending
     dialect = dialect_name(db)
     upsert_canary, upsert_totals = _UPSERT_CANARY[dialect], _UPSERT_TOTALS[dialect]
     rows = [{"tenant_id": tenant, "hour": hour, "arm": arm,
@@ -314,11 +383,16 @@ def flush_counts(db: Tx) -> None:
             for (tenant, hour, arm), c in sorted(canary.items()) if any(c.values())]
     if rows:
         upsert_canary.execute(db, rows)
+    orows = [{"tenant_id": tenant, "hour": hour, "agent": agent, "verdict": verdict, "kind": kind,
+              **dict(zip(OVERVIEW_FIELDS, o, strict=True))}
+             for (tenant, hour, agent, verdict, kind), o in sorted(overview.items()) if any(o)]
+    if orows:
+        _UPSERT_OVERVIEW[dialect].execute(db, orows)
     trows = [{"tenant_id": t, "name": name, "key": key, "n": int(round(n)), "total": total}
              for (t, name, key), (n, total) in sorted(totals.items()) if n or total]
     if trows:
         upsert_totals.execute(db, trows)
 
 
-__all__ = ["CANARY_FIELDS", "HOUR_S", "count_labels", "count_outcome", "count_recommendation", "count_run",
+__all__ = ["CANARY_FIELDS", "HOUR_S", "OVERVIEW_FIELDS", "count_labels", "count_outcome", "count_recommendation", "count_run",
            "flush_counts", "hour_of", "move_runs", "recovery_seconds", "uncount_runs"]

@@ -122,7 +122,7 @@ class SessionStore(StoreBase):
             "tenant_id": tenant, "id": rec["id"], "trace_id": trace_id, "session_id": session_id,
             "failure_key": failure_key, "kind": kind, "strategy": rec["strategy"], "rung": rung,
             "attempt": attempt, "status": status, "created_at": utcnow(), "body": rec})
-        count_recommendation(db, tenant, rec["strategy"], len(res))  # 0: it was there
+        count_recommendation(db, tenant, trace_id, rec["strategy"], len(res))  # 0: it was there
 
     @staticmethod
     def get_recommendation(db: Session, tenant: str, rec_id: str) -> RecommendationRow | None:

@@ -23,6 +23,7 @@ Tables::
     ui_sessions      the console's signed-in sessions: sha256 of the cookie's token (never the token)
     run_metrics      what each run adds to the counters below (serve/store/counters.py)
     canary_counts    the canary's figures per (tenant, hour the runs started, arm), kept on write
+    overview_counts  the console overview's counts per (tenant, hour the runs started, agent, verdict, kind)
     metric_totals    /metrics' whole-history counts per tenant (traces, failures, recommendations…), kept on write
     agents           each agent of a tenant: its key, the name a person gave it, how it was found, the
                      profile its runs are matched against (inferred agents), and aliases (old keys)
@@ -431,6 +432,13 @@ class RunMetricRow(Base):
     succeeded: Mapped[bool] = mapped_column(Boolean, default=False)  # … which says failed: false
     kinds: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # failures (not signals) by kind
     agent: Mapped[str | None] = mapped_column(String(200), nullable=True)  # = traces.agent (revision 0017)
+    # what the run adds to overview_counts (revision 0020): = traces.verdict and traces.primary_kind, and its
+    # repairs (recommendations, ``continue`` left out), outcomes, and of those the successful
+    verdict: Mapped[str] = mapped_column(String(8), default="unknown", server_default="unknown")
+    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    repairs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    outcomes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    outcomes_ok: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class CanaryCountRow(Base):
@@ -457,6 +465,25 @@ class CanaryCountRow(Base):
     rec_le_3600: Mapped[int] = mapped_column(BigInteger, default=0)
     rec_le_14400: Mapped[int] = mapped_column(BigInteger, default=0)
     rec_le_86400: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class OverviewCountRow(Base):
+    """The console overview's counts of the runs a tenant started in one hour (revision 0020), per agent,
+    verdict and primary kind ("" for none): the runs, their repairs (``continue`` left out), outcomes and
+    successful outcomes; incremented in the transaction of each write that changes them, as
+    ``canary_counts`` (:mod:`serve.store.counters`)."""
+
+    __tablename__ = "overview_counts"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    hour: Mapped[int] = mapped_column(Integer, primary_key=True)
+    agent: Mapped[str] = mapped_column(String(200), primary_key=True)
+    verdict: Mapped[str] = mapped_column(String(8), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64), primary_key=True)
+    runs: Mapped[int] = mapped_column(BigInteger, default=0)
+    repairs: Mapped[int] = mapped_column(BigInteger, default=0)
+    outcomes: Mapped[int] = mapped_column(BigInteger, default=0)
+    succeeded: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class MetricTotalRow(Base):
@@ -511,6 +538,7 @@ __all__ = [
     "ModelActivationRow",
     "ObservationRow",
     "OutcomeRow",
+    "OverviewCountRow",
     "RecommendationRow",
     "RunEncodingRow",
     "RunMetricRow",
