@@ -148,6 +148,7 @@ def test_ngram_student_torch_onnx_parity_and_int8(tmp_path: Path) -> None:
     import onnx
     import onnxruntime as ort
 
+    from model.training.classifier import export
     from model.training.classifier.export import quantize, to_onnx
 
     model = _tiny_ngram()
@@ -178,6 +179,12 @@ def test_ngram_student_torch_onnx_parity_and_int8(tmp_path: Path) -> None:
             np.testing.assert_allclose(sess8.run(["logits"], alone)[0][0], int8[r], atol=1e-5)
     ops = {n.op_type for n in onnx.load(str(tmp_path / "m8.onnx")).graph.node}
     assert "MatMulInteger" not in ops and "DynamicQuantizeLinear" not in ops and "MatMul" in ops
+    # the command that rewrote the shipped file: nothing left to rewrite here, the metadata says so
+    export.main(["--float-activations", str(tmp_path / "m8.onnx")])
+    meta = {e.key: e.value for e in onnx.load(str(tmp_path / "m8.onnx")).metadata_props}
+    assert meta["triage.quantisation"] == export.QUANTISATION
+    with pytest.raises(SystemExit):
+        export.main(["--float-activations", str(tmp_path / "missing.onnx")])
 
 
 def test_ngram_student_trains_saves_and_reloads(tmp_path: Path) -> None:

@@ -298,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.float_activations is not None:
         import onnx
 
+        if not args.float_activations.is_file():
+            p.error(f"--float-activations: no such file: {args.float_activations}")
         n = float_activations(args.float_activations, args.float_activations)
         meta = {e.key: e.value for e in onnx.load(str(args.float_activations)).metadata_props}
         set_metadata(args.float_activations, meta | {META_PREFIX + "quantisation": QUANTISATION})
