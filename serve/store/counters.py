@@ -28,7 +28,7 @@ agent's runs, and those of them with a label not withdrawn; :meth:`serve.store.a
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -95,10 +95,9 @@ class _Run:
         return out
 
 
-_RUN_COLS = (RunMetricRow.hour, RunMetricRow.arm, RunMetricRow.failed_at, RunMetricRow.healthy,
-             RunMetricRow.recovery_s, RunMetricRow.labelled, RunMetricRow.succeeded, RunMetricRow.kinds,
-             RunMetricRow.agent, RunMetricRow.verdict, RunMetricRow.kind, RunMetricRow.repairs,
-             RunMetricRow.outcomes, RunMetricRow.outcomes_ok)
+#: ``_Run``'s fields: the ``run_metrics`` columns it reads (in this order) and writes.
+_RUN_FIELDS = tuple(f.name for f in fields(_Run))
+_RUN_COLS = tuple(getattr(RunMetricRow, name) for name in _RUN_FIELDS)
 
 
 def _run_of(row: Any) -> _Run:
@@ -216,10 +215,7 @@ def _write_runs(db: Tx) -> None:
         return
     inserts, updates = [], []
     for (tenant, trace_id), (exists, new) in sorted(saved.items(), key=lambda kv: kv[0]):
-        values = {"hour": new.hour, "arm": new.arm, "failed_at": new.failed_at, "healthy": new.healthy,
-                  "recovery_s": new.recovery_s, "labelled": new.labelled, "succeeded": new.succeeded,
-                  "kinds": new.kinds, "agent": new.agent, "verdict": new.verdict, "kind": new.kind,
-                  "repairs": new.repairs, "outcomes": new.outcomes, "outcomes_ok": new.outcomes_ok}
+        values = {name: getattr(new, name) for name in _RUN_FIELDS}
         if exists:
             updates.append({"t": tenant, "i": trace_id, **values})
         else:
@@ -275,7 +271,7 @@ def move_runs(db: Session, tenant: str, old: str, new: str, trace_ids: list[str]
     q = update(_RUNS).where(r.tenant_id == tenant, r.agent == old)
     if trace_ids is not None:
         q = q.where(r.trace_id.in_(trace_ids))
-    for row in db.execute(q.values(agent=new).returning(*(_RUNS.c[c.key] for c in _RUN_COLS))).all():
+    for row in db.execute(q.values(agent=new).returning(*(_RUNS.c[name] for name in _RUN_FIELDS))).all():
         run = _run_of(row)  # each run's contribution, from the old agent's to the new one's (the rest cancels)
         _add(db, tenant, replace(run, agent=old), -1)
         _add(db, tenant, run, +1)
