@@ -517,7 +517,7 @@ def main() -> None:
         if not args.phases:
             return
     with tempfile.TemporaryDirectory(prefix="triage-abuse-") as tmp:
-        server = Server(args.workers, Path(tmp), ort_threads=int(os.environ.get("TRIAGE_ORT_THREADS", "2")),
+        server = Server(args.workers, Path(tmp), ort_threads=int(os.environ.get("TRIAGE_ORT_THREADS", "0")) or None,
                         tenants=("victim", "abuser", "heavy", "appender"), limits="default",
                         extra_env=args.server_env)
         try:

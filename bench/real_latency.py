@@ -31,7 +31,7 @@ agents' requests interleaved (alternating which goes first): the encoder's **add
 median of the paired differences (same run, same step) with a 95 % bootstrap interval, beside the
 two p50s; and, in process, the encoder's own work (one step; a 30-step run in one batch).
 
-One connection, one worker, ``TRIAGE_ORT_THREADS`` as ``--ort-threads`` (default 2) for the server
+One connection, one worker, ``TRIAGE_ORT_THREADS`` as ``--ort-threads`` (default 1, the server's) for the server
 and the raw forward alike; a keep-alive ``http.client`` connection. The machine's load average is
 printed with the figures. ``--profile`` also runs the same requests in process under cProfile and
 prints where the time goes.
@@ -348,7 +348,7 @@ def main() -> None:
     ap.add_argument("--per-set", type=int, default=5, help="runs drawn from each real set")
     ap.add_argument("--repeats", type=int, default=5, help="passes of /v1/diagnose over the runs (and raw forwards)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--ort-threads", type=int, default=2)
+    ap.add_argument("--ort-threads", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="also profile the same requests in process")
     ap.add_argument("--top", type=int, default=25, help="functions the profile prints")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")

@@ -10,8 +10,8 @@ Scenarios (each request distinct; every answer checked for status 200):
 - ``session_step_clf``: ``POST /v1/sessions/{id}/steps`` appending one step to a session (each
   connection starts a new session every 20 steps), classifier on.
 
-With 2 workers each gets ``TRIAGE_ORT_THREADS=1`` (1 worker: 2), so onnxruntime does not
-oversubscribe the 2 cores. ``--sustained S`` adds an S-second run at 8 connections that must end
+Each worker runs onnxruntime with the server's default intra-op threads (``TRIAGE_ORT_THREADS``,
+1; ``--ort-threads`` sets another). ``--sustained S`` adds an S-second run at 8 connections that must end
 with no errors. RSS is read from /proc for every worker process once the model is loaded.
 
 Run (about 4 minutes)::
@@ -305,9 +305,12 @@ class Server:
             **os.environ,
             "TRIAGE_DATA_DIR": str(data),
             "TRIAGE_AUTH": "on",
-            "TRIAGE_ORT_THREADS": str(ort_threads or (2 if workers == 1 else 1)),
             "HF_HUB_OFFLINE": "1",
         }
+        if ort_threads:
+            env["TRIAGE_ORT_THREADS"] = str(ort_threads)
+        else:  # the server's own default, not this shell's
+            env.pop("TRIAGE_ORT_THREADS", None)
         if tree is not None:  # another checkout's server (bench/request_path.py: the base commit's)
             env["PYTHONPATH"] = f"{tree}:{tree / 'client'}"
         if database_url:
@@ -416,7 +419,7 @@ def main() -> None:
     ap.add_argument("--database-url", default=None,
                     help="an empty PostgreSQL database (default: SQLite in a temporary folder); its tables are emptied "
                     "between worker counts")
-    ap.add_argument("--ort-threads", type=int, default=None, help="TRIAGE_ORT_THREADS (default: 2 / workers)")
+    ap.add_argument("--ort-threads", type=int, default=None, help="TRIAGE_ORT_THREADS (default: the server's, 1)")
     # load-generator mode
     ap.add_argument("--load", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--key", default="", help=argparse.SUPPRESS)

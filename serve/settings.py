@@ -46,7 +46,9 @@ class Settings(BaseSettings):
         description="Once a tenant's task type has this many diagnosed runs, `healthy` compares "
         "failure_probability with the 90th percentile of its recent runs instead of the fixed operating point.",
     )
-    ort_threads: int = Field(default=2, ge=1, description="onnxruntime intra-op threads per worker.")
+    ort_threads: int = Field(default=1, ge=1, description=(
+        "onnxruntime intra-op threads per worker (1: a second thread costs more CPU than it saves wall time at a "
+        "request's batch sizes; docs/benchmarks.md)."))
     policy_path: Path | None = Field(default=None, description="A repair policy YAML over the default.")
 
     # -- store, auth, redaction, retention (the service issue) --------------------------------

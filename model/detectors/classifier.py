@@ -68,7 +68,7 @@ class ClassifierDetector:
     version: ClassVar[str] = "1"
     kinds: ClassVar[tuple[FailureKind, ...]] = REPORTED_KINDS
 
-    def __init__(self, *, path: str | Path | None = None, threads: int = 2, max_steps: int = 512,
+    def __init__(self, *, path: str | Path | None = None, threads: int = 1, max_steps: int = 512,
                  signal_ratio: float = 0.5) -> None:
         self.path = path
         self.threads = threads

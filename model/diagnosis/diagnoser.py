@@ -196,7 +196,7 @@ class Diagnoser:
         classifier: bool = True,
         runscore: bool = True,
         path: str | Path | None = None,
-        threads: int = 2,
+        threads: int = 1,
         runscorer: RunScorer | None = None,
         **kwargs: Any,
     ) -> Diagnoser:

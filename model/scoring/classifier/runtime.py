@@ -97,10 +97,11 @@ class ClassifierRuntime:
     tokenizer_path:
         The ``tokenizer.json`` beside it.
     threads:
-        onnxruntime intra-op threads (2 on the reference machine).
+        onnxruntime intra-op threads (1: at a request's batch sizes a second thread costs more CPU than
+        it saves wall time; docs/benchmarks.md).
     """
 
-    def __init__(self, model_path: Path, tokenizer_path: Path, *, threads: int = 2) -> None:
+    def __init__(self, model_path: Path, tokenizer_path: Path, *, threads: int = 1) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -141,7 +142,7 @@ class ClassifierRuntime:
         self._frame = _frame(json.loads(self.tokenizer.to_str()))
 
     @classmethod
-    def load(cls, directory: str | Path, *, model_file: str = MODEL_FILE, threads: int = 2) -> ClassifierRuntime:
+    def load(cls, directory: str | Path, *, model_file: str = MODEL_FILE, threads: int = 1) -> ClassifierRuntime:
         """Load ``directory/model_file`` and ``directory/tokenizer.json``."""
         d = Path(directory)
         return cls(d / model_file, d / TOKENIZER_FILE, threads=threads)
