@@ -78,26 +78,33 @@ def _rule_names() -> list[str]:
 
 
 def _bodies(scenario: str, n: int) -> list[bytes]:
-    """``n`` distinct request bodies (the trace id differs; the diagnosis work is the same)."""
+    """``n`` distinct request bodies: the i-th is the builder's run of seed i (one agent's runs: the same
+    prompts and tools, other tasks, values and results), so that nothing cached by text (token pieces,
+    redaction's memos) is flattered by a body sent again."""
     if scenario.startswith("diag_"):
         steps = int(scenario.rsplit("_", 1)[1])
-        base = bench_trace(steps, seed=3)
         opts: dict[str, Any] = {"detectors": _rule_names()} if "_rules_" in scenario else {}
         out = []
         for i in range(n):
-            base["id"] = f"bench-{scenario}-{os.getpid()}-{i}"
-            out.append(json.dumps({"trace": base, "options": opts}).encode())
+            trace = bench_trace(steps, seed=i)
+            trace["id"] = f"bench-{scenario}-{os.getpid()}-{i}"
+            out.append(json.dumps({"trace": trace, "options": opts}).encode())
         return out
     raise ValueError(scenario)
 
 
+CITIES = ("Lisbon", "Porto", "Quito", "Osaka", "Tallinn", "Accra", "Hanoi", "Lima", "Bergen", "Cusco", "Malmo")
+
+
 def session_step(i: int) -> bytes:
-    """The i-th append of a session: a user turn first, then call/result pairs, then text."""
-    k = i % SESSION_LEN
+    """The i-th append of session ``i // SESSION_LEN``: a user turn first, then call/result pairs; each
+    session its own city, budget, dates and hotels."""
+    k, s = i % SESSION_LEN, i // SESSION_LEN
+    city = CITIES[s % len(CITIES)]
     if k == 0:
         msg: dict[str, Any] = {
             "role": "user",
-            "content": "Find three hotels in Lisbon under 150 EUR for May 3-5.",
+            "content": f"Find three hotels in {city} under {90 + (s * 37) % 200} EUR for May {1 + s % 20}-{3 + s % 20}.",
         }
     elif k % 2 == 1:
         msg = {
@@ -109,7 +116,7 @@ def session_step(i: int) -> bytes:
                     "type": "function",
                     "function": {
                         "name": "search_hotels",
-                        "arguments": json.dumps({"city": "Lisbon", "page": k}),
+                        "arguments": json.dumps({"city": city, "page": k}),
                     },
                 }
             ],
@@ -118,7 +125,7 @@ def session_step(i: int) -> bytes:
         msg = {
             "role": "tool",
             "tool_call_id": f"c{k - 1}",
-            "content": json.dumps({"page": k, "hotels": ["A", "B"]}),
+            "content": json.dumps({"page": k, "hotels": [f"{city} Inn {s}-{k}", f"Casa {s * 7 + k}"]}),
         }
     return json.dumps({"messages": [msg]}).encode()
 
@@ -177,7 +184,7 @@ async def _connection(
 
 
 async def _load(host: str, port: int, key: str, scenario: str, conns: int, duration: float) -> dict[str, Any]:
-    bodies = [] if scenario in ("session_step_clf", "healthz") else _bodies(scenario, 200)
+    bodies = [] if scenario in ("session_step_clf", "healthz") else _bodies(scenario, 1000)
     lat: list[float] = []
     errors: list[str] = []
     # warm-up: one second, not timed (counted: a caller reading the server's CPU over the run needs it)
