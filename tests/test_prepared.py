@@ -95,6 +95,7 @@ def test_utc_datetime_binds_sqlalchemys_own_sqlite_text() -> None:
     theirs = DateTime().dialect_impl(d).bind_processor(d)
     assert ours is not None and theirs is not None
     for when in (datetime(2026, 12, 7, 0, 41, 5, 123456), datetime(2026, 12, 7), datetime(999, 1, 2, 3, 4, 5, 6),
+                 datetime(2026, 12, 7, 0, 41, 5, 123456, tzinfo=UTC), datetime(5, 1, 1, tzinfo=UTC),
                  datetime(2026, 12, 7, 1, 2, 3, 40, tzinfo=timezone(timedelta(hours=-5)))):
         naive = when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
         assert ours(when) == theirs(naive)
