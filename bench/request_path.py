@@ -17,7 +17,7 @@ and, with ``--database-url``, an empty PostgreSQL database; one thread. For each
   CPU ms** (SQL, SQLAlchemy's and the driver's work, the rows' JSON, the commit: on the diagnosis
   path the store's cost). A session step decides inside its transaction, so there the write is the
   whole locked append;
-- the reads the request makes outside it (:meth:`~serve.store.base.Database.read`): **store reads
+- the reads the request makes outside it (:meth:`~serve.store.base.Database.read`, ``peek``): **store reads
   CPU ms**; and, of the write, SQLite's own ``COMMIT`` (its pages written to the WAL).
 
 Each figure is the median of ``--repeats`` blocks of ``--n`` requests (after ``--warmup``), with the
@@ -85,7 +85,7 @@ class StoreClock:
         self.cpu = {"write": 0.0, "read": 0.0, "commit": 0.0, "model": 0.0}
         self.depth = 0
         self.in_model = False
-        for name, key in (("unit", "write"), ("write", "write"), ("read", "read")):
+        for name, key in (("unit", "write"), ("write", "write"), ("read", "read"), ("peek", "read")):
             if hasattr(db, name):  # a base commit's store has no unit
                 setattr(db, name, self._timed(key, getattr(db, name)))
         for module, path in MODEL_WORK:

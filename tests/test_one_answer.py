@@ -304,3 +304,26 @@ def test_a_state_that_moved_after_it_was_read_is_decided_again_in_the_transactio
         assert resp.recommendation.id == out.next.id != first.recommendation.id
     finally:
         svc.close()
+
+
+def test_a_run_read_as_new_whose_row_came_meanwhile_is_decided_again_on_it(tmp_path: Any) -> None:
+    """A run read as new is inserted without a lock (``put_trace(only_new=True)``); when another request
+    stored the same id between that read and the transaction, the insert writes nothing and the row is
+    locked, and the decision made on no state is made again on the row's (the race pinned as above)."""
+    from model.core.options import DiagnoseOptions
+    from serve.schemas import OutcomeRequest
+    from serve.settings import Settings
+    from serve.wiring import build_service
+
+    svc = build_service(Settings(data_dir=tmp_path), Diagnoser())
+    try:
+        first = svc.diagnose("acme", _loop(), DiagnoseOptions())
+        out = svc.report_outcome("acme", OutcomeRequest(recommendation_id=first.recommendation.id, success=False))
+        assert out.next is not None
+        svc.diagnoses.trace_store.stored_run = lambda tenant, trace_id: None  # type: ignore[method-assign]
+        resp = svc.diagnose("acme", _loop().model_copy(update={"id": first.trace_id}), DiagnoseOptions())
+        assert resp.recommendation.id == out.next.id != first.recommendation.id
+        assert svc.stores.traces.list_traces("acme").items[0].id == first.trace_id  # one run, replaced
+        assert len(svc.stores.traces.list_traces("acme").items) == 1
+    finally:
+        svc.close()

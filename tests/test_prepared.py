@@ -95,7 +95,57 @@ def test_utc_datetime_binds_sqlalchemys_own_sqlite_text() -> None:
     theirs = DateTime().dialect_impl(d).bind_processor(d)
     assert ours is not None and theirs is not None
     for when in (datetime(2026, 12, 7, 0, 41, 5, 123456), datetime(2026, 12, 7), datetime(999, 1, 2, 3, 4, 5, 6),
+                 datetime(2026, 12, 7, 0, 41, 5, 123456, tzinfo=UTC), datetime(5, 1, 1, tzinfo=UTC),
                  datetime(2026, 12, 7, 1, 2, 3, 40, tzinfo=timezone(timedelta(hours=-5)))):
         naive = when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
         assert ours(when) == theirs(naive)
     assert ours(None) is None
+
+
+_JSON_VALUES = [
+    {"a": [1, 0.5, -0.0, 1e-09, 1e16, None, True, "é ✓ \u0000 \"q\""], "b": {"c": []}},
+    {"big": 2**64, "neg": -(2**63) - 1},  # orjson refuses (writes) or floats (reads) these: json's way
+    {"nan": float("nan"), "inf": [float("inf"), None], "minf": -float("inf")},  # orjson would write null
+    {"sur": "\ud800x"},  # a lone surrogate: json escapes it
+    {1: "a", None: "b"},  # keys json turns into strings
+    [{"id": "12345678901234567890123"}],  # a long run of digits in a string: read by json, the same
+    (1, "t"),
+]
+
+
+@pytest.mark.parametrize("value", _JSON_VALUES)
+def test_json_columns_read_back_what_json_dumps_would(value: object) -> None:
+    """The store's JSON serializer (orjson, json where they differ) reads back, with either reader, the
+    value json.dumps's text reads back as."""
+    import json
+    import math
+
+    from serve.store.engine import json_dumps, json_loads
+
+    def same(a: object, b: object) -> bool:  # NaN equals NaN here
+        if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+            return math.isnan(b)
+        if isinstance(a, dict) and isinstance(b, dict):
+            return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        return type(a) is type(b) and a == b
+
+    want = json.loads(json.dumps(value))
+    text = json_dumps(value)
+    assert same(json_loads(text), want) and same(json.loads(text), want)
+    assert same(json_loads(json.dumps(value)), want)  # rows json wrote before
+    assert same(json_loads(json.dumps(value).encode()), want)  # psycopg hands bytes
+
+
+def test_json_refused_as_json_refuses() -> None:
+    """A value json cannot write is refused the same way (a datetime: orjson would write it)."""
+    import json
+
+    from serve.store.engine import json_dumps
+
+    for bad in ({"t": datetime(2026, 1, 1)}, {"s": {1, 2}}):
+        with pytest.raises(TypeError):
+            json.dumps(bad)
+        with pytest.raises(TypeError):
+            json_dumps(bad)

@@ -120,6 +120,26 @@ def test_replacing_a_trace_replaces_its_failures(store: Stores) -> None:
     assert [r.id for r in store.traces.list_traces("a", kind="loop").items] == []
 
 
+def test_a_trace_inserted_only_when_new_writes_nothing_over_a_stored_one(store: Stores) -> None:
+    """``put_trace(only_new=True)``: a new id is written with its failures and counted once; a stored one is
+    left as it was (``False``), its failures and counts too."""
+
+    def put(tid: str, *kinds: str) -> bool:
+        with store.db.unit() as db:
+            return store.traces.put_trace(db, tenant="a", trace_id=tid, trace={"id": tid, "steps": []},
+                                          response=_resp(*kinds), session_id=None, task_type=None, agent="bot",
+                                          only_new=True)
+
+    assert put("t", "loop") is True
+    assert put("t", "timeout") is False
+    assert [r.id for r in store.traces.list_traces("a", kind="loop").items] == ["t"]
+    assert store.reports.count_rows(FailureRow, "a") == 1
+    assert store.agents.agent_stats("a")["bot"].runs == 1
+    _put(store, "a", "t", "timeout")  # replaced as usual
+    assert [r.id for r in store.traces.list_traces("a", kind="timeout").items] == ["t"]
+    assert store.reports.count_rows(FailureRow, "a") == 1 and store.agents.agent_stats("a")["bot"].runs == 1
+
+
 def test_delete_trace_session_and_retention(store: Stores) -> None:
     _put(store, "a", "t1", "loop", session="s")
     _put(store, "a", "t2", session="s")

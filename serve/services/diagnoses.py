@@ -177,31 +177,31 @@ class Diagnoses:
         with self.session_store.unit() as db:  # the driver's connection: every statement is prepared
             row = None
             prior: TracePrior | None | bool = True
+
+            def put(only_new: bool = False) -> bool:
+                return self.trace_store.put_trace(
+                    db, tenant=tenant, trace_id=trace.id, trace=stored_trace, response=out.response,
+                    session_id=trace.session_id, task_type=trace.task_type, shadow=options.shadow,
+                    policy_state=None if row is not None else out.state, arm=stored_arm, agent=agent, prior=prior,
+                    only_new=only_new)
+
+            written = False
             if trace.session_id:  # the session's repair state
                 row = self.session_store.lock_session(db, tenant, session_key, create_trace_id=trace.id)
                 assert row is not None
                 state = copy.deepcopy(row.state or {})
                 fix_session_agent(state, resolved)
-            else:  # the trace's own
-                prior = self.trace_store.lock_trace(db, tenant, trace.id)
-                state = copy.deepcopy(prior.policy_state or {}) if prior is not None else {}
-            if state != seen:  # it moved since it was read: decide again on the locked state
-                verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, state)
-                out = self.written(trace, verdict, resolved)
-            self.trace_store.put_trace(
-                db,
-                tenant=tenant,
-                trace_id=trace.id,
-                trace=stored_trace,
-                response=out.response,
-                session_id=trace.session_id,
-                task_type=trace.task_type,
-                shadow=options.shadow,
-                policy_state=None if row is not None else out.state,
-                arm=stored_arm,
-                agent=agent,
-                prior=prior,
-            )
+            else:  # the trace's own: a run read as new is inserted (decided on no state, as a new row has)
+                # unless a row came meanwhile, which is then locked (and decided on again if its state moved)
+                written = stored is None and put(only_new=True)
+                if not written:
+                    prior = self.trace_store.lock_trace(db, tenant, trace.id)
+                    state = copy.deepcopy(prior.policy_state or {}) if prior is not None else {}
+            if not written:
+                if state != seen:  # it moved since it was read: decide again on the locked state
+                    verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, state)
+                    out = self.written(trace, verdict, resolved)
+                put()
             # a whole run: put_trace has deleted the run's old vectors (a new run on SQLite has none)
             self.store_encoding(db, tenant, trace.id, verdict.prefix, replace=False)
             self.put_recommendation(db, tenant, verdict.decision, out.recommendation, trace.id, trace.session_id)

@@ -44,6 +44,9 @@ _COUNT_RUN = Prepared(update(core(AgentRow)).where(_A.tenant_id == bindparam("t"
                                                    _A.alias_of.is_(None))
                       .values(n_runs=_A.n_runs + 1, updated_at=bindparam("now")).returning(_A.n_runs))
 _SAVE = Prepared(update(core(AgentRow)).where(_A.tenant_id == bindparam("t"), _A.key == bindparam("k")))
+_T = core(TraceRow).c
+_STORED_AGENT = Prepared(select(_T.agent, _T.response["agent_source"].as_string())
+                         .where(_T.tenant_id == bindparam("t"), _T.id == bindparam("i")))
 
 
 @functools.cache
@@ -99,10 +102,9 @@ class AgentStore(StoreBase):
 
     def stored_agent(self, tenant: str, trace_id: str) -> tuple[str, str | None] | None:
         """The agent a stored run was given and how (its stored answer's ``agent_source``), or None."""
-        t = core(TraceRow).c
-        with self.read() as db:  # the one JSON field, not the whole answer (this runs for every unnamed run)
-            row = db.execute(select(t.agent, t.response["agent_source"].as_string())
-                             .where(t.tenant_id == tenant, t.id == trace_id)).one_or_none()
+        with self.db.peek() as db:  # the one JSON field, not the whole answer (this runs for every unnamed run)
+            rows = _STORED_AGENT.execute(db, {"t": tenant, "i": trace_id})
+        row = rows[0] if rows else None
         if row is None:
             return None
         return str(row[0]), row[1] if isinstance(row[1], str) else None

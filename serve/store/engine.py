@@ -11,12 +11,16 @@ transaction wrote when the *process* dies (SIGKILL); only an OS crash may lose t
 
 from __future__ import annotations
 
+import json
+import pickle
 import random
+import re
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
@@ -52,7 +56,8 @@ def make_engine(url: str, *, busy_timeout_s: float = 10.0, echo: bool = False) -
         u = make_url(url)
     except Exception as exc:  # sqlalchemy.exc.ArgumentError and friends
         raise StoreError(f"cannot parse the database URL: {exc}") from exc
-    kwargs: dict[str, Any] = {"echo": echo, "future": True}
+    kwargs: dict[str, Any] = {"echo": echo, "future": True, "json_serializer": json_dumps,
+                              "json_deserializer": json_loads}
     if u.get_backend_name() == "sqlite":
         db = u.database
         if db and db != ":memory:" and not db.startswith("file:"):
@@ -73,6 +78,61 @@ def make_engine(url: str, *, busy_timeout_s: float = 10.0, echo: bool = False) -
     if u.get_backend_name() == "sqlite":
         _sqlite_setup(engine, busy_timeout_s)
     return engine
+
+
+#: orjson refuses what json writes (an int past 64 bits, a lone surrogate, a key that is not a string, a
+#: float's or an int's subclass) and writes what json refuses (a datetime, a dataclass): those go to json,
+#: whose answer or error stands.
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+#: A pickled float (``G`` and 8 bytes big-endian) whose exponent bits are all set: NaN or ±Infinity.
+_NONFINITE_PICKLED = re.compile(rb"G[\x7f\xff][\xf0-\xff]")
+#: Digits to "0", all else to " ": a run of 19 digits (an integer orjson may read as a float) is then found
+#: by a substring search (a regular expression over the text costs ~15x more).
+_DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def json_dumps(value: Any) -> str:
+    """A JSON column's text: orjson's (compact, UTF-8; ~8x faster than :func:`json.dumps`, in which the
+    store's write of a trace and its answer spent ~70 µs), read back by :func:`json_loads` (or
+    ``json.loads``) as the same value as ``json.dumps``'s text. Where the two would differ, ``json.dumps``'s:
+    a value orjson refuses, and one holding NaN or ±Infinity, which orjson writes as ``null`` (looked for
+    only when its text has a ``null``: in the value's pickle, ~6 µs for a trace, where a walk in Python
+    costs ~30).
+
+    >>> json_dumps({"a": [1, 0.5, None, "é"]})
+    '{"a":[1,0.5,null,"é"]}'
+    >>> json_dumps({"a": float("nan"), "b": None})
+    '{"a": NaN, "b": null}'
+    """
+    try:
+        out = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(value)
+    # only plain containers, strings, numbers and enums got here (each pickles plainly; every float as BINFLOAT):
+    # a match is a NaN or an infinity, or (rarely) string bytes that look like one, which json writes the same
+    if b"null" in out and _NONFINITE_PICKLED.search(pickle.dumps(value, protocol=5)):
+        return json.dumps(value)
+    return out.decode()
+
+
+def json_loads(text: str | bytes) -> Any:
+    """A JSON column's value: orjson's reading (~2x faster than :func:`json.loads`), else ``json.loads``'s
+    where they differ: text orjson refuses (NaN, a lone surrogate's escape, a number past a float's range)
+    and a run of 19 digits or more (orjson reads an integer past 64 bits as a float).
+
+    >>> json_loads('{"a": [1, 0.5, null]}')
+    {'a': [1, 0.5, None]}
+    >>> json_loads('[123456789012345678901234567890, NaN]')
+    [123456789012345678901234567890, nan]
+    """
+    raw = text.encode() if isinstance(text, str) else text
+    if _LONG_RUN in raw.translate(_DIGITS):
+        return json.loads(text)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
@@ -130,4 +190,4 @@ def begin_immediate(dbapi_conn: Any, busy_timeout_s: float) -> None:
         cur.close()
 
 
-__all__ = ["BEGUN", "SQLITE_BEGIN", "begin_immediate", "is_sqlite", "make_engine"]
+__all__ = ["BEGUN", "SQLITE_BEGIN", "begin_immediate", "is_sqlite", "json_dumps", "json_loads", "make_engine"]

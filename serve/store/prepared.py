@@ -106,7 +106,8 @@ class _Plan(NamedTuple):
     processors: tuple[tuple[int, Callable[[Any], Any]], ...]  # SQLAlchemy's bind processors (JSON, datetimes,
     # booleans) by position in ``names``
     columns: tuple[Any, ...] | None  # the types of a SELECT's or RETURNING's columns
-    results: list[tuple[Callable[[Any], Any] | None, ...]]  # their result processors, set at the first fetch
+    results: list[tuple[tuple[int, Callable[[Any], Any]], ...]]  # their result processors by position, set at
+    # the first fetch
 
 
 class Prepared:
@@ -139,8 +140,16 @@ class Prepared:
     def __init__(self, stmt: Any) -> None:
         self.stmt = stmt
         self._plans: dict[tuple[str, tuple[str, ...]], _Plan] = {}
+        # by the keys in the order a caller gives them (each call site builds its dicts alike): no sort a call
+        self._given: dict[tuple[str, tuple[str, ...]], _Plan] = {}
 
-    def _plan(self, dialect: Dialect, keys: tuple[str, ...]) -> _Plan:
+    def _plan(self, dialect: Dialect, given: tuple[str, ...]) -> _Plan:
+        plan = self._given.get((dialect.name, given))
+        if plan is None:
+            plan = self._given[(dialect.name, given)] = self._compile(dialect, tuple(sorted(given)))
+        return plan
+
+    def _compile(self, dialect: Dialect, keys: tuple[str, ...]) -> _Plan:
         plan = self._plans.get((dialect.name, keys))
         if plan is None:
             # an insert compiled as for an executemany: no implicit RETURNING of its autoincrement key
@@ -183,22 +192,27 @@ class Prepared:
                 got = db.info[_CONN] = (db.get_transaction(), conn.dialect, conn.connection.dbapi_connection)
             _, dialect, dbapi_conn = got
         assert dbapi_conn is not None
-        many = isinstance(params, Sequence)
+        many = isinstance(params, list) or (not isinstance(params, dict) and isinstance(params, Sequence))
         rows: Sequence[Mapping[str, Any]] = (
             cast(Sequence[Mapping[str, Any]], params) if many else [cast(Mapping[str, Any], params or {})])
         if not rows:
             return []
-        plan = self._plan(dialect, tuple(sorted(rows[0])))
-        procs, gather, merge = plan.processors, plan.gather, plan.fixed or plan.defaults
+        plan = self._plan(dialect, tuple(rows[0]))
+        procs, gather, fixed, defaults = plan.processors, plan.gather, plan.fixed, plan.defaults
         args: list[Any] = []
         for row in rows:
-            got = gather({**plan.fixed, **{k: f() for k, f in plan.defaults.items()}, **row} if merge else row)
+            if defaults:
+                row = {**fixed, **{k: f() for k, f in defaults.items()}, **row}
+            elif fixed:
+                row = {**fixed, **row}
             if procs:
-                values = list(got)
+                values = list(gather(row))
                 for i, proc in procs:
                     values[i] = proc(values[i])
-                got = tuple(values)
-            args.append(got if plan.positional else dict(zip(plan.names, got, strict=True)))
+                args.append(values if plan.positional else dict(zip(plan.names, values, strict=True)))
+            else:
+                got = gather(row)
+                args.append(got if plan.positional else dict(zip(plan.names, got, strict=True)))
         cur = dbapi_conn.cursor()
         try:
             if many and len(args) > 1:
@@ -209,16 +223,23 @@ class Prepared:
                 return []
             got = cur.fetchall()
             if not plan.results:  # the driver's column types (PostgreSQL's numeric kinds) pick the processors
-                plan.results.append(tuple(t._cached_result_processor(dialect, d[1])
-                                          for t, d in zip(plan.columns, cur.description, strict=True)))
+                found = [t._cached_result_processor(dialect, d[1]) for t, d in zip(plan.columns, cur.description,
+                                                                                   strict=True)]
+                plan.results.append(tuple((i, p) for i, p in enumerate(found) if p is not None))
         except dialect.loaded_dbapi.Error as exc:
             raise DBAPIError.instance(plan.sql, args, exc, dialect.loaded_dbapi.Error, dialect=dialect) from exc
         finally:
             cur.close()
         res = plan.results[0]
-        if not any(res):
+        if not res:
             return [tuple(r) for r in got]
-        return [tuple(p(v) if p else v for p, v in zip(res, r, strict=True)) for r in got]
+        out = []
+        for r in got:
+            values = list(r)
+            for i, p in res:
+                values[i] = p(values[i])
+            out.append(tuple(values))
+        return out
 
 
 def _gatherer(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:

@@ -87,6 +87,8 @@ class UTCDateTime(TypeDecorator[datetime]):
         def process(value: datetime | None) -> str | None:
             if value is None:
                 return None
+            if value.tzinfo is UTC:  # the store's own times (utcnow): the text less its "+00:00"
+                return value.isoformat(" ", "microseconds")[:-6]
             if value.tzinfo is not None:
                 value = value.astimezone(UTC).replace(tzinfo=None)
             return value.isoformat(" ", "microseconds")

@@ -57,6 +57,8 @@ def _usage_upsert(insert_of: Any) -> Any:
 _T = core(TraceRow).c
 _KEY = (_T.tenant_id == bindparam("t")) & (_T.id == bindparam("i"))
 _TRACE_UPSERT, _USAGE_UPSERT = per_dialect(_trace_upsert), per_dialect(_usage_upsert)
+_TRACE_INSERT_NEW = per_dialect(lambda ins: ins(core(TraceRow)).on_conflict_do_nothing(
+    index_elements=["tenant_id", "id"]).returning(core(TraceRow).c.created_at))
 _STEPS_IN_ROWS = Prepared(select(_T.steps_in_rows).where(_KEY))
 _LOCK_TRACE = Prepared(select(_T.policy_state, _T.steps_in_rows).where(_KEY))
 _LOCK_TRACE_PG = Prepared(select(_T.policy_state, _T.steps_in_rows).where(_KEY).with_for_update())
@@ -122,8 +124,9 @@ class TraceStore(StoreBase):
         step_tools: Sequence[str | None] | None = None,
         prior: TracePrior | None | bool = True,
         now: datetime | None = None,
-    ) -> None:
-        """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``).
+        only_new: bool = False,
+    ) -> bool:
+        """Insert or replace a trace and the failures of its latest diagnosis (inside ``db``); ``True``.
 
         Prepared statements (:mod:`serve.store.prepared`: an upsert, a delete, one executemany): the hot path of
         ``/v1/diagnose``. ``steps_in_rows``: the trace's steps are kept in ``trace_steps``
@@ -136,6 +139,11 @@ class TraceStore(StoreBase):
         ``prior``: what :meth:`lock_trace` read of the row in this transaction (``None``: no row),
         which saves reading it again; ``True``: not read yet.
         ``now``: the time of this diagnosis (default: the clock's; a bench or a test places runs in time).
+        ``only_new``: insert the trace only when it has no row (``prior`` is then not used); ``False``, and
+        nothing written, when it has one (the caller then locks it, :meth:`lock_trace`, and writes it again).
+        A run read as new before the transaction (:meth:`stored_run`) is written so, without reading its row
+        first, and with nothing of an earlier diagnosis to replace on either engine (the insert that wrote
+        the row is its only writer until the commit).
         """
         now = now or utcnow()
         if step_tools is None:
@@ -164,17 +172,13 @@ class TraceStore(StoreBase):
             "review_key": queue_key(trace_id),  # the run's place in the label queue's random order
         }
         key = {"t": tenant, "i": trace_id}
-        if prior is True:
-            got = _STEPS_IN_ROWS.execute(db, key) if not steps_in_rows else []
-            prev = got[0][0] if got else None
+        if only_new:
+            got = _TRACE_INSERT_NEW[self.dialect].execute(db, values)
+            if not got:
+                return False
+            created, known_new = got[0][0], True
         else:
-            prev = prior.steps_in_rows if isinstance(prior, TracePrior) else None
-        if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
-            _DELETE_STEPS.execute(db, key)
-        created = _TRACE_UPSERT[self.dialect].execute(db, values)[0][0]
-        # a new row has no failures nor counted run to replace (known for sure on SQLite, whose writers take
-        # turns; PostgreSQL's concurrent first writers of one id both see no row: it always reads and deletes)
-        known_new = prior is None and self.dialect == "sqlite"
+            created, known_new = self._replace(db, key, values, prior, steps_in_rows)
         count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response,
                   agent=agent, fresh=known_new)
         if not known_new:
@@ -203,6 +207,23 @@ class TraceStore(StoreBase):
         ]
         if rows:
             _INSERT_FAILURES.execute(db, rows)
+        return True
+
+    def _replace(self, db: Tx, key: dict[str, str], values: dict[str, Any], prior: TracePrior | None | bool,
+                 steps_in_rows: bool) -> tuple[datetime, bool]:
+        """:meth:`put_trace`'s upsert: the row's kept ``created_at``, and whether the row is known to be new
+        (no failures nor counted run to replace)."""
+        if prior is True:
+            got = _STEPS_IN_ROWS.execute(db, key) if not steps_in_rows else []
+            prev = got[0][0] if got else None
+        else:
+            prev = prior.steps_in_rows if isinstance(prior, TracePrior) else None
+        if prev and not steps_in_rows:  # a whole trace replaces one whose steps were kept in rows
+            _DELETE_STEPS.execute(db, key)
+        created = _TRACE_UPSERT[self.dialect].execute(db, values)[0][0]
+        # a new row has no failures nor counted run to replace (known for sure on SQLite, whose writers take
+        # turns; PostgreSQL's concurrent first writers of one id both see no row: it always reads and deletes)
+        return created, prior is None and self.dialect == "sqlite"
 
     def put_steps(self, db: Tx, tenant: str, trace_id: str, steps: dict[int, dict[str, Any]]) -> None:
         """Insert or replace steps of a trace kept in rows (index → step JSON), inside ``db``."""
@@ -243,7 +264,7 @@ class TraceStore(StoreBase):
     def stored_run(self, tenant: str, trace_id: str) -> StoredRun | None:
         """What a new diagnosis of a stored trace id reads of it, unlocked, in one query: its agent, how
         it was found, and its repair-policy state (None when the id is new)."""
-        with self.read() as db:  # two columns and one JSON field, not the whole answer
+        with self.db.peek() as db:  # two columns and one JSON field, not the whole answer; no ORM session
             rows = _STORED_RUN.execute(db, {"t": tenant, "i": trace_id})
         if not rows:
             return None
