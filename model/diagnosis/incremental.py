@@ -35,6 +35,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -317,10 +318,12 @@ class SessionWindow:
 
 def _fingerprint(rules: Sequence[Any], options: DiagnoseOptions, window: int) -> str:
     """What the cached rule findings depend on besides the steps: detectors, their settings, window."""
-    parts = {
-        "window": window,
-        "detectors": [[d.name, str(d.version), repr(getattr(d, "get_params", dict)())] for d in rules],
-    }
+    return _digest(window, tuple((d.name, str(d.version), repr(getattr(d, "get_params", dict)())) for d in rules))
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(window: int, detectors: tuple[tuple[str, str, str], ...]) -> str:
+    parts = {"window": window, "detectors": [list(d) for d in detectors]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

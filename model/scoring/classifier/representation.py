@@ -429,41 +429,43 @@ def trace_texts(trace: Trace, config: RepresentationConfig = DEFAULT_CONFIG, *, 
 def _texts(trace: Trace, config: RepresentationConfig, start: int, stop: int) -> list[str]:
     """The texts of ``steps[start:stop]`` in one pass over ``steps[:stop]``, reading of the earlier
     steps only what those texts need: call keys of the kinds that count repeats, sources for the
-    grounding line when one of them has it."""
-    targets = trace.steps[start:stop]
+    grounding line when one of them has it. Each step's context line (``[prev] …``) and the goal's
+    are built once, however many texts show them."""
+    steps = trace.steps
+    targets = steps[start:stop]
     counted = {s.kind for s in targets if s.kind in (StepKind.TOOL_CALL, StepKind.TOOL_RESULT)}
     grounded = any(s.kind in _GROUNDED_KINDS for s in targets)
     tools = {t.name: t for t in trace.tools} if grounded else {}
     seen: Counter[tuple[StepKind, str]] = Counter()
     sources = _Sources()
+    context: dict[int, str] = {}  # step index → its "[prev] …" line
+    goal: str | None = None  # the "[goal] …" line, once a user input with text is seen
     out = []
-    for i, step in enumerate(trace.steps[:stop]):
+    for i, step in enumerate(steps[:stop]):
+        if goal is None and step.kind is StepKind.USER_INPUT and step.content.strip():
+            goal = "[goal] " + clip(step.content, config.goal_chars)
         key = _call_key(step) if step.kind in counted else None
         if i >= start:
             repeats = seen[(step.kind, key)] if key is not None else 0
-            use = sources if grounded and step.kind in _GROUNDED_KINDS else None
-            out.append(_text(trace, i, config, repeats, use, tools))
+            lines = [_line(step, config.step_chars, repeats)]
+            if grounded and step.kind in _GROUNDED_KINDS:
+                lines.append(sources.line(step, config.grounding_tokens, tools))
+            for j in range(i - 1, max(0, i - config.context_steps) - 1, -1):  # the newest first
+                line = context.get(j)
+                if line is None:
+                    line = context[j] = "[prev] " + _line(steps[j], config.context_chars)
+                lines.append(line)
+                if j == i - 1 and goal is not None:
+                    lines.append(goal)
+            if i == 0 or config.context_steps <= 0:
+                if goal is not None:
+                    lines.append(goal)
+            out.append("\n".join(lines))
         if key is not None:
             seen[(step.kind, key)] += 1
         if grounded:
             sources.add(step)
     return out
-
-
-def _text(trace: Trace, index: int, config: RepresentationConfig, repeats: int, sources: _Sources | None,
-          tools: dict[str, ToolDefinition]) -> str:
-    step = trace.steps[index]
-    first = max(0, index - config.context_steps)
-    prevs = ["[prev] " + _line(p, config.context_chars) for p in reversed(trace.steps[first:index])]
-    lines = [_line(step, config.step_chars, repeats)]
-    if sources is not None:
-        lines.append(sources.line(step, config.grounding_tokens, tools))
-    lines.extend(prevs[:1])
-    goal = _goal(trace, index)
-    if goal:
-        lines.append("[goal] " + clip(goal, config.goal_chars))
-    lines.extend(prevs[1:])
-    return "\n".join(lines)
 
 
 __all__ = [

@@ -53,6 +53,8 @@ RECIPE = "zero-shot-evidence-1"
 #: The step kinds whose classifier scores count (the agent's own steps).
 AGENT_STEP_KINDS = frozenset({StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT, StepKind.TOOL_CALL, StepKind.LLM_REASONING})
 
+_REPORTED = frozenset(k.value for k in REPORTED_KINDS)
+
 #: Candidate evidence features, each in [0, 1] and "higher = more failure evidence".
 EVIDENCE_FEATURES: tuple[str, ...] = (*(f"clf:{k.value}" for k in REPORTED_KINDS), "signal")
 
@@ -72,13 +74,13 @@ def classifier_maxima(trace: Trace, probs: np.ndarray, labels: Sequence[str], st
     """Per reported kind, the classifier's highest probability over the agent's steps (0 without one).
 
     ``probs`` holds the rows of steps ``start, start + 1, …`` (the classifier's ``score_trace``)."""
-    rows = [r for r in range(probs.shape[0]) if trace.steps[start + r].kind in AGENT_STEP_KINDS]
-    reported = {k.value for k in REPORTED_KINDS}
-    out: dict[str, float] = {}
-    for j, label in enumerate(labels):
-        if label in reported:
-            out[label] = round(float(probs[rows, j].max()), 4) if rows else 0.0
-    return out
+    steps = trace.steps
+    rows = [r for r in range(probs.shape[0]) if steps[start + r].kind in AGENT_STEP_KINDS]
+    cols = [j for j, label in enumerate(labels) if label in _REPORTED]
+    if not rows:
+        return {labels[j]: 0.0 for j in cols}
+    top = probs[rows][:, cols].max(axis=0).tolist()
+    return {labels[j]: round(v, 4) for j, v in zip(cols, top, strict=True)}
 
 
 def evidence(signals: Iterable[Finding | tuple[str, float]], maxima: Mapping[str, float] | None,
