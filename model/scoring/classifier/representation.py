@@ -177,8 +177,8 @@ def _head(step: Step, repeats: int) -> str:
     return " ".join(parts)
 
 
-def _line(step: Step, limit: int, repeats: int = 0) -> str:
-    body = clip(_body(step), limit)
+def _line(step: Step, limit: int, repeats: int = 0, body: str | None = None) -> str:
+    body = clip(_body(step) if body is None else body, limit)
     return f"{_head(step, repeats)} : {body}" if body else f"{_head(step, repeats)} :"
 
 
@@ -192,6 +192,7 @@ def _goal(trace: Trace, index: int) -> str:
 _TIME = re.compile(r"(?<![\d:])(\d{1,2}):(\d{2})(?::\d{2}(?:\.\d+)?)?(?![\d:])")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']*")
+_DIGIT = re.compile(r"[0-9]")
 #: Calendar words: a date restated from an ISO date in a result ("12 May" from "2026-05-12") is not
 #: an unsupported claim, so month and weekday names are not checked (their numbers are).
 _CALENDAR = frozenset(
@@ -253,13 +254,19 @@ def checkable_values(text: str) -> list[str]:
     plain = _TIME.sub(" ", text)
     for m in _WORD.finditer(plain):
         word = m.group()
-        inner_capital = any(c.isupper() for c in word[1:])
-        before = plain[: m.start()].rstrip()
-        starts_sentence = not before or before[-1] in _SENTENCE_START or before.endswith(" -")
         if len(word) < 2 or word.lower() in _CALENDAR:
             continue
-        if any(c.isdigit() for c in word) or inner_capital or (word[0].isupper() and not starts_sentence):
+        # a digit, or a capital after the first letter (the word is ASCII: lower() changes only capitals)
+        if _DIGIT.search(word) or word[1:].lower() != word[1:]:
             seen.setdefault(word, None)
+        elif word[0].isupper():
+            # a capital that does not start a sentence: what precedes it, spaces left out, is not
+            # empty and ends neither with a sentence mark nor with " -"
+            k = m.start()
+            while k and plain[k - 1].isspace():
+                k -= 1
+            if k and plain[k - 1] not in _SENTENCE_START and not (k >= 2 and plain[k - 2:k] == " -"):
+                seen.setdefault(word, None)
     for number in _numbers(_WORD.sub(" ", text)):
         seen.setdefault(number, None)
     return list(seen)
@@ -367,7 +374,7 @@ class _Sources:
         self.said: set[str] = set()
         self.last_tool: str = "no tool"
 
-    def add(self, step: Step) -> None:
+    def add(self, step: Step, body: str | None = None) -> None:
         if step.kind is StepKind.TOOL_RESULT:
             self.results |= value_tokens(step.content)
             status = step.status.value if step.status is not None else "ok"
@@ -376,7 +383,7 @@ class _Sources:
         elif step.kind is StepKind.USER_INPUT:
             self.goal |= value_tokens(step.content)
         else:
-            self.said |= value_tokens(_body(step))
+            self.said |= value_tokens(_body(step) if body is None else body)
             if step.kind is StepKind.ERROR:
                 self.last_tool = "provider error"
 
@@ -439,6 +446,14 @@ def _texts(trace: Trace, config: RepresentationConfig, start: int, stop: int) ->
     seen: Counter[tuple[StepKind, str]] = Counter()
     sources = _Sources()
     context: dict[int, str] = {}  # step index → its "[prev] …" line
+    bodies: dict[int, str] = {}  # step index → _body (a call's arguments as JSON: made once)
+
+    def body(j: int) -> str:
+        got = bodies.get(j)
+        if got is None:
+            got = bodies[j] = _body(steps[j])
+        return got
+
     goal: str | None = None  # the "[goal] …" line, once a user input with text is seen
     out = []
     for i, step in enumerate(steps[:stop]):
@@ -447,24 +462,24 @@ def _texts(trace: Trace, config: RepresentationConfig, start: int, stop: int) ->
         key = _call_key(step) if step.kind in counted else None
         if i >= start:
             repeats = seen[(step.kind, key)] if key is not None else 0
-            lines = [_line(step, config.step_chars, repeats)]
+            lines = [_line(step, config.step_chars, repeats, body(i))]
             if grounded and step.kind in _GROUNDED_KINDS:
                 lines.append(sources.line(step, config.grounding_tokens, tools))
+            prevs = []
             for j in range(i - 1, max(0, i - config.context_steps) - 1, -1):  # the newest first
                 line = context.get(j)
                 if line is None:
-                    line = context[j] = "[prev] " + _line(steps[j], config.context_chars)
-                lines.append(line)
-                if j == i - 1 and goal is not None:
-                    lines.append(goal)
-            if i == 0 or config.context_steps <= 0:
-                if goal is not None:
-                    lines.append(goal)
+                    line = context[j] = "[prev] " + _line(steps[j], config.context_chars, 0, body(j))
+                prevs.append(line)
+            lines.extend(prevs[:1])
+            if goal is not None:
+                lines.append(goal)
+            lines.extend(prevs[1:])
             out.append("\n".join(lines))
         if key is not None:
             seen[(step.kind, key)] += 1
         if grounded:
-            sources.add(step)
+            sources.add(step, body(i) if step.kind not in (StepKind.TOOL_RESULT, StepKind.USER_INPUT) else None)
     return out
 
 

@@ -125,7 +125,9 @@ class ZeroShotRecipe:
         """The continuous part ``C``: the mean of the kept features (a missing one counts as its centre)."""
         if not self.features:
             return self.centre
-        return float(np.mean([ev.get(f, self.centre) for f in self.features]))
+        # np.mean's own arithmetic (its float64 sum, then ÷ n) without its wrapper's cost
+        values = np.asarray([ev.get(f, self.centre) for f in self.features], dtype=np.float64)
+        return float(np.add.reduce(values)) / len(values)
 
     def probability(self, rule_confidence: float | None, ev: Mapping[str, float]) -> float:
         """``failure_probability`` from the rule part (the highest measured failure confidence, ``None``
