@@ -142,31 +142,32 @@ class ClassifierDetector:
         probs = rt.score_step(trace, index)[None, :]
         return self._findings(trace, probs, index), classifier_maxima(trace, probs, rt.labels, index)
 
-    def _columns(self) -> tuple[list[tuple[int, FailureKind, float, bool]], np.ndarray]:
-        """The label columns the detector reports — ``(column, kind, threshold, trusted)`` — and each one's
-        reporting floor ``signal_ratio × threshold``; worked out once per loaded model and settings."""
+    def _columns(self) -> tuple[list[tuple[int, FailureKind, float, bool]], np.ndarray, np.ndarray]:
+        """The label columns the detector reports — ``(column, kind, threshold, trusted)`` —, their
+        indices, and each one's reporting floor ``signal_ratio × threshold``; worked out once per loaded
+        model and settings."""
         rt = self.runtime_
-        key = (id(rt), id(self.gate_), self.signal_ratio)
-        cached: tuple[Any, list[tuple[int, FailureKind, float, bool]], np.ndarray] | None = \
-            self.__dict__.get("_columns_")
-        if cached is not None and cached[0] == key:
-            return cached[1], cached[2]
+        key = (rt, self.gate_, self.signal_ratio)
+        cached = self.__dict__.get("_columns_")
+        if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
+            return cached[1], cached[2], cached[3]
         reported = {k.value for k in REPORTED_KINDS}  # the kinds the rules own (tool_error, loop, …) left out
         trusted = self.failure_kinds
         cols = [(j, FailureKind(label), float(rt.thresholds[j]), label in trusted)
                 for j, label in enumerate(rt.labels) if label in reported]
+        index = np.array([j for j, _, _, _ in cols], dtype=np.intp)
         floors = np.array([self.signal_ratio * t for _, _, t, _ in cols], dtype=np.float64)
-        self.__dict__["_columns_"] = (key, cols, floors)
-        return cols, floors
+        self.__dict__["_columns_"] = (key, cols, index, floors)
+        return cols, index, floors
 
     def _findings(self, trace: Trace, probs: Any, start: int) -> list[Finding]:
         rt = self.runtime_
-        cols, floors = self._columns()
+        cols, index, floors = self._columns()
         out: list[Finding] = []
         if not cols:
             return out
         # (row, column) pairs at or over their floor, row by row (NaN counts as over, as `not p < floor`)
-        hits = np.argwhere(~(probs[:, [j for j, _, _, _ in cols]] < floors))
+        hits = np.argwhere(~(probs[:, index] < floors))
         for row, c in hits.tolist():
             j, kind, t, trusted = cols[c]
             i = start + row
