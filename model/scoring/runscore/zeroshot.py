@@ -68,6 +68,7 @@ _RUN_COUNTS = frozenset({"run:final_novel_numbers", "run:errors_passed_over"})  
 
 #: Detectors whose findings are not a trace's own evidence (streams, the run scorer itself).
 NOT_EVIDENCE = frozenset({"runscore", "cusum", "stream", "degradation"})
+_NOT_SIGNALS = NOT_EVIDENCE | {"classifier"}  # the classifier's part is its maxima, not its signals
 
 
 def classifier_maxima(trace: Trace, probs: np.ndarray, labels: Sequence[str], start: int = 0) -> dict[str, float]:
@@ -89,7 +90,7 @@ def evidence(signals: Iterable[Finding | tuple[str, float]], maxima: Mapping[str
     did not run) and ``signal`` (the strongest rule signal's confidence over ``threshold``, at most 1)."""
     out = {f"clf:{k}": float(v) for k, v in (maxima or {}).items()}
     confs = [s.confidence if isinstance(s, Finding) else float(s[1]) for s in signals
-             if (s.detector if isinstance(s, Finding) else s[0]) not in NOT_EVIDENCE | {"classifier"}]
+             if (s.detector if isinstance(s, Finding) else s[0]) not in _NOT_SIGNALS]
     out["signal"] = min(1.0, max(confs, default=0.0) / threshold)
     return out
 
