@@ -163,13 +163,13 @@ def _body(step: Step) -> str:
 
 
 def _head(step: Step, repeats: int) -> str:
-    parts = [step.kind.value]
+    parts: list[str] = [step.kind]  # a StrEnum: its text is its value (no enum property lookup)
     if step.speaker:
         parts.append(f"@{step.speaker}")
     if step.tool_name:
         parts.append(step.tool_name)
     if step.status is not None and step.status is not StepStatus.OK:
-        parts.append(f"[{step.status.value}]")
+        parts.append(f"[{step.status}]")  # a StrEnum formats as its value
     if step.error_type:
         parts.append(f"[{step.error_type}]")
     if repeats:
@@ -193,6 +193,7 @@ _TIME = re.compile(r"(?<![\d:])(\d{1,2}):(\d{2})(?::\d{2}(?:\.\d+)?)?(?![\d:])")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']*")
 _DIGIT = re.compile(r"[0-9]")
+_ANY_DIGIT = re.compile(r"\d")  # what _TIME's and _NUMBER's \d match (any Unicode decimal digit)
 #: Calendar words: a date restated from an ISO date in a result ("12 May" from "2026-05-12") is not
 #: an unsupported claim, so month and weekday names are not checked (their numbers are).
 _CALENDAR = frozenset(
@@ -211,11 +212,14 @@ def _count_word(n: int) -> str:
     return _COUNT_WORDS[n] if n < len(_COUNT_WORDS) else "many"
 
 
-def _numbers(text: str) -> list[str]:
+def _numbers(text: str, plain: str | None = None) -> list[str]:
     """Times as ``h:mm``; other numbers without thousands separators, leading zeros or trailing
-    decimal zeros; integers below 10 (counts, days, list markers) are left out."""
+    decimal zeros; integers below 10 (counts, days, list markers) are left out. ``plain``: ``text``
+    with its times blanked (``_TIME.sub(" ", text)``) when the caller has it."""
+    if not _ANY_DIGIT.search(text):  # no time, no number (both need a digit)
+        return []
     out = [f"{int(m.group(1))}:{m.group(2)}" for m in _TIME.finditer(text)]
-    for m in _NUMBER.finditer(_TIME.sub(" ", text)):
+    for m in _NUMBER.finditer(_TIME.sub(" ", text) if plain is None else plain):
         raw = m.group()
         parts = [raw.replace(",", "")] if _THOUSANDS.fullmatch(raw) else raw.split(",")
         for part in parts:
@@ -241,7 +245,10 @@ def value_tokens(text: str) -> frozenset[str]:
     ['1177', '9:30', 'at', 'fare', 'for', 'nikhil', 'stops']
     """
     text = text[:_SCAN_CHARS]
-    return frozenset(_numbers(text)) | {w.lower() for w in _WORD.findall(_TIME.sub(" ", text))}
+    if not _ANY_DIGIT.search(text):  # no time to blank, no number
+        return frozenset({w.lower() for w in _WORD.findall(text)})
+    plain = _TIME.sub(" ", text)
+    return frozenset(_numbers(text, plain)) | {w.lower() for w in _WORD.findall(plain)}
 
 
 def checkable_values(text: str) -> list[str]:
