@@ -22,6 +22,7 @@ from model.data.builder import make_trace
 from model.scoring.classifier.representation import (
     REPRESENTATION_VERSION,
     RepresentationConfig,
+    checkable_values,
     clip,
     looks_empty,
     step_text,
@@ -116,6 +117,16 @@ def test_whole_trace_texts_equal_step_by_step_texts() -> None:
     for kind in ("hallucination", "loop", "assumption_violated", "context_loss"):
         t = make_trace(kind, seed=3, n_steps=14)
         assert trace_texts(t) == [step_text(t, i) for i in range(len(t.steps))]
+
+
+def test_checkable_values_and_where_a_sentence_starts() -> None:
+    """A capitalised word is a name unless it starts the text or a sentence (after spaces of any kind,
+    a sentence mark, or " -")."""
+    assert checkable_values("Alice met Bob") == ["Bob"]
+    assert checkable_values("ok. \u00a0Alice and Carol - Dave -Eve") == ["Carol"]
+    assert checkable_values("the x-Eve and -Bob") == ["Eve"]
+    assert checkable_values("x\t\n  Alice; Bob (Carol") == ["Alice"]
+    assert checkable_values("mid iPhone A1 B_2 at 9:30 May") == ["iPhone", "A1", "B_2", "9:30"]
 
 
 def test_step_text_reads_nothing_after_the_step() -> None:

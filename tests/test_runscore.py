@@ -91,6 +91,28 @@ def test_message_features_say_where_content_comes_from() -> None:
     assert r[RUN_FEATURES.index("repeat_call_ratio")] == 0.5
 
 
+def test_a_position_only_attribution_scores_the_same_without_the_content_features() -> None:
+    """The shipped attribution weighs only where a message sits: scoring skips the content features
+    (``message_features(content=False)``) and gives bit for bit what the full features give."""
+    from model.data.realdata import first_groups, load_source
+    from model.scoring.runscore.features import POSITION_FEATURES
+
+    scorer = RunScorer.load()
+    assert scorer.attribution == "position" and not scorer._reads_content()
+    full = RunScorer.load()
+    full.run_features = True  # reads the content again; the probability ignores run features it did not keep
+    runs = [r for source in ("tau_airline", "swe", "whowhen") for r in first_groups(load_source(source), 2)]
+    for run in runs:
+        units, X = message_features(run.trace)
+        units2, X2 = message_features(run.trace, content=False)
+        k = len(POSITION_FEATURES)
+        assert units2 == units and np.array_equal(X2[:, :k], X[:, :k]) and not X2[:, k:].any()
+        a = scorer.score(run.trace, rule_confidence=0.7, evidence={"signal": 0.4})
+        b = full.score(run.trace, rule_confidence=0.7, evidence={"signal": 0.4})
+        assert (a.failure_probability, a.attribution, a.message_probabilities) == (
+            b.failure_probability, b.attribution, b.message_probabilities)
+
+
 def test_chinese_words_are_read_as_overlapping_pairs() -> None:
     """A phrase repeated inside another sentence is not new content (a run of 4+ Chinese characters
     used to be one "word", so every Chinese answer read as novel and was flagged)."""

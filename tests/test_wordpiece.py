@@ -108,3 +108,17 @@ def test_classifier_ids_and_scores_on_real_runs_are_unchanged(runtime: Classifie
         assert np.array_equal(runtime.score_trace(run.trace), _scores_by_the_tokenizer(runtime, texts)), run.run_id
         last = len(run.trace.steps) - 1
         assert np.array_equal(runtime.score_step(run.trace, last), _scores_by_the_tokenizer(runtime, texts[-1:])[0])
+
+
+def test_the_piece_cache_keeps_only_pieces_read_whole() -> None:
+    """A piece first met cut at a small limit is not remembered cut: the same text at a larger limit,
+    and again from the cache, gives the tokenizer's ids (issue 35's piece cache)."""
+    tok = Tokenizer.from_file(str(ARTIFACTS / "tokenizer.json"))
+    tok.no_truncation()
+    wp = WordPieceIds(tok)
+    text = "[prev] tool_result search : " + "heat pumps figure 709 " * 30 + "\n[goal] What's the weather in Kyoto?"
+    want = tok.encode(text, add_special_tokens=False).ids
+    assert wp.ids(text, 5) == want[:5]
+    assert wp.ids(text, 512) == want[:512] == wp.ids(text, 512)  # the second read comes from the cache
+    assert wp.ids(text, 40) == want[:40]
+    assert all(len(v) < 512 for v in wp._pieces.values())

@@ -439,6 +439,9 @@ class ExecutionGraph:
         self.result_of_call: dict[int, int] = {}
         self.retry_of: dict[int, int] = {}
         self.failures: dict[int, StepFailure] = {}
+        #: What detectors work out from the graph and its trace, by name, once per graph (it is read
+        #: only once built, and shared by the rules inside :func:`model.core.shared_graphs.shared_graphs`).
+        self.derived: dict[str, Any] = {}
 
     @classmethod
     def from_trace(cls, trace: Trace, *, data_flow: bool = True) -> ExecutionGraph:

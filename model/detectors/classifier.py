@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from model.core.errors import NotFittedError
 from model.core.findings import Finding
 from model.core.kinds import FailureKind
@@ -140,41 +142,55 @@ class ClassifierDetector:
         probs = rt.score_step(trace, index)[None, :]
         return self._findings(trace, probs, index), classifier_maxima(trace, probs, rt.labels, index)
 
+    def _columns(self) -> tuple[list[tuple[int, FailureKind, float, bool]], np.ndarray, np.ndarray]:
+        """The label columns the detector reports — ``(column, kind, threshold, trusted)`` —, their
+        indices, and each one's reporting floor ``signal_ratio × threshold``; worked out once per loaded
+        model and settings."""
+        rt = self.runtime_
+        key = (rt, self.gate_, self.signal_ratio)
+        cached = self.__dict__.get("_columns_")
+        if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
+            return cached[1], cached[2], cached[3]
+        reported = {k.value for k in REPORTED_KINDS}  # the kinds the rules own (tool_error, loop, …) left out
+        trusted = self.failure_kinds
+        cols = [(j, FailureKind(label), float(rt.thresholds[j]), label in trusted)
+                for j, label in enumerate(rt.labels) if label in reported]
+        index = np.array([j for j, _, _, _ in cols], dtype=np.intp)
+        floors = np.array([self.signal_ratio * t for _, _, t, _ in cols], dtype=np.float64)
+        self.__dict__["_columns_"] = (key, cols, index, floors)
+        return cols, index, floors
+
     def _findings(self, trace: Trace, probs: Any, start: int) -> list[Finding]:
         rt = self.runtime_
-        reported = {k.value for k in REPORTED_KINDS}
-        trusted = self.failure_kinds
+        cols, index, floors = self._columns()
         out: list[Finding] = []
-        for row, i in enumerate(range(start, start + probs.shape[0])):
+        if not cols:
+            return out
+        # (row, column) pairs at or over their floor, row by row (NaN counts as over, as `not p < floor`)
+        hits = np.argwhere(~(probs[:, index] < floors))
+        for row, c in hits.tolist():
+            j, kind, t, trusted = cols[c]
+            i = start + row
             step = trace.steps[i]
-            for j, label in enumerate(rt.labels):
-                try:
-                    kind = FailureKind(label)
-                except ValueError:  # "healthy"
-                    continue
-                if label not in reported:  # a kind the rules own (tool_error, loop, …)
-                    continue
-                p, t = float(probs[row, j]), float(rt.thresholds[j])
-                if p < self.signal_ratio * t:
-                    continue
-                confidence = round(relative_confidence(p, t), 4)
-                details: dict[str, Any] = {"probability": round(p, 4), "threshold": round(t, 4),
-                                           "model_version": rt.meta.model_version}
-                if label not in trusted:
-                    # Below the failure threshold whatever p is: a signal, not a repair trigger.
-                    confidence = round(0.49 * confidence, 4)
-                    details["gated"] = "precision below the gate in gate.json: reported as a signal"
-                out.append(Finding(
-                    detector=self.name,
-                    kind=kind,
-                    confidence=confidence,
-                    step=i,
-                    source_index=step.source_index,
-                    span_id=step.span_id,
-                    evidence=f"{kind.value} p={p:.2f} (threshold {t:.2f}) at step {i} "
-                             f"({step.kind.value}): {clip(step.content, 120)!r}",
-                    details=details,
-                ))
+            p = float(probs[row, j])
+            confidence = round(relative_confidence(p, t), 4)
+            details: dict[str, Any] = {"probability": round(p, 4), "threshold": round(t, 4),
+                                       "model_version": rt.meta.model_version}
+            if not trusted:
+                # Below the failure threshold whatever p is: a signal, not a repair trigger.
+                confidence = round(0.49 * confidence, 4)
+                details["gated"] = "precision below the gate in gate.json: reported as a signal"
+            out.append(Finding(
+                detector=self.name,
+                kind=kind,
+                confidence=confidence,
+                step=i,
+                source_index=step.source_index,
+                span_id=step.span_id,
+                evidence=f"{kind.value} p={p:.2f} (threshold {t:.2f}) at step {i} "
+                         f"({step.kind.value}): {clip(step.content, 120)!r}",
+                details=details,
+            ))
         return out
 
 

@@ -280,6 +280,8 @@ class Diagnoser:
             )
         out: list[Finding] = []
         maxima: dict[str, float] | None = None
+        if not dets:  # a session's own fusion runs none (its findings come as alarms)
+            return out, maxima
         with shared_graphs():  # one execution graph for the trace, read by every rule
             for det in dets:
                 scored = getattr(det, "inspect_scored", None)

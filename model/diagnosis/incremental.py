@@ -35,6 +35,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -45,7 +46,6 @@ from model.core.coverage import assess_more
 from model.core.findings import Attribution, DiagnosisResponse, Finding
 from model.core.options import DiagnoseOptions
 from model.core.schema import StepKind, Trace
-from model.core.shared_graphs import shared_graphs
 from model.diagnosis.decision import Context
 from model.diagnosis.diagnoser import RUNSCORE, Diagnoser, zero_shot_inputs
 from model.diagnosis.ladders import language_more
@@ -220,8 +220,7 @@ class IncrementalDiagnoser:
         cut = 0 if lo == 0 else lo + self.window // 2
         if cached.get("fingerprint") != fingerprint or not int(cached.get("cut", 0)) <= cut or int(cached.get("n", 0)) > n:
             # New settings (or a trace replaced under the session): read the whole trace once.
-            with shared_graphs():
-                whole = self.diagnoser._run(trace, rules)
+            whole = self.diagnoser._run(trace, rules)  # one graph for every rule (_run shares it)
             frozen = [f for f in whole if f.step is not None and f.step < cut]
         else:
             recent = [Finding.model_validate(f) for f in cached.get("recent", [])]
@@ -229,8 +228,7 @@ class IncrementalDiagnoser:
             frozen += [f for f in recent if f.step is not None and f.step < cut]
         first_own = len(index) - (n - lo)  # window steps before this are the context
         recent = []
-        with shared_graphs():  # the window's graph built once, not by each rule
-            found = self.diagnoser._run(win, rules)
+        found = self.diagnoser._run(win, rules)  # the window's graph built once (_run shares it)
         for f in found:
             if f.step is not None and f.step < first_own:
                 continue
@@ -317,10 +315,12 @@ class SessionWindow:
 
 def _fingerprint(rules: Sequence[Any], options: DiagnoseOptions, window: int) -> str:
     """What the cached rule findings depend on besides the steps: detectors, their settings, window."""
-    parts = {
-        "window": window,
-        "detectors": [[d.name, str(d.version), repr(getattr(d, "get_params", dict)())] for d in rules],
-    }
+    return _digest(window, tuple((d.name, str(d.version), repr(getattr(d, "get_params", dict)())) for d in rules))
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(window: int, detectors: tuple[tuple[str, str, str], ...]) -> str:
+    parts = {"window": window, "detectors": [list(d) for d in detectors]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

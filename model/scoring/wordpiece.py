@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from itertools import chain
 
 from tokenizers import Tokenizer
 
@@ -42,6 +43,12 @@ _WIDE_CHUNK = re.compile(f"[^{_WHITESPACE}]*[^\\x00-\\x7f{_WHITESPACE}][^{_WHITE
 #: Words whose WordPiece ids are remembered, cleared when full (all 82,643 steps of the seven real sets
 #: hold 41,032 distinct words; a few MB).
 WORD_CACHE = 50_000
+#: Pieces (the text between two added tokens, or a whole text without one) whose ids are remembered,
+#: cleared when full: the classifier's text of a step repeats the lines of the steps before it
+#: (``[prev] …``, ``[goal] …``), so about half the pieces of a trace's texts were read before. Only a
+#: piece of at most :data:`PIECE_CHARS` characters read whole (not cut at the limit) is kept.
+PIECE_CACHE = 4096
+PIECE_CHARS = 2048
 
 
 class WordPieceIds:
@@ -66,6 +73,7 @@ class WordPieceIds:
         longest_first = sorted(self._added, key=len, reverse=True)
         self._added_re = re.compile("|".join(map(re.escape, longest_first))) if self._added else None
         self._words: dict[str, tuple[int, ...]] = {}
+        self._pieces: dict[str, tuple[int, ...]] = {}
 
     def ids(self, text: str, limit: int) -> list[int]:
         """The first ``limit`` ids of ``text``."""
@@ -91,20 +99,37 @@ class WordPieceIds:
             return None
         if len(self._words) > WORD_CACHE:
             self._words.clear()
+        if len(self._pieces) > PIECE_CACHE:
+            self._pieces.clear()
         ids: list[int] = []
         if self._added_re is None or "[" not in text:
-            self._piece(text, ids, limit)
+            self._cached_piece(text, ids, limit)
         else:
             at = 0
             for m in self._added_re.finditer(text):
-                self._piece(text[at:m.start()], ids, limit)
+                self._cached_piece(text[at:m.start()], ids, limit)
                 if len(ids) >= limit:
                     break
                 ids.append(self._added[m.group()])
                 at = m.end()
             else:
-                self._piece(text[at:], ids, limit)
+                self._cached_piece(text[at:], ids, limit)
         return ids[:limit]
+
+    def _cached_piece(self, text: str, ids: list[int], limit: int) -> None:
+        """:meth:`_piece`, through the piece cache (a piece's ids do not depend on what is around it)."""
+        hit = self._pieces.get(text)
+        if hit is not None:
+            ids.extend(hit)
+            return
+        need = limit - len(ids)
+        if need <= 0:
+            return
+        own: list[int] = []
+        self._piece(text, own, need)
+        if len(own) < need and len(text) <= PIECE_CHARS:  # read whole, not cut at the limit
+            self._pieces[text] = tuple(own)
+        ids.extend(own)
 
     def _piece(self, text: str, ids: list[int], limit: int) -> None:
         """Append the ids of ``text`` (no added token in it) to ``ids``, up to ``limit``."""
@@ -126,17 +151,22 @@ class WordPieceIds:
         self._ascii_words(text[at:], ids, limit)
 
     def _ascii_words(self, text: str, ids: list[int], limit: int) -> None:
-        """Append the ids of ``text`` (ASCII, but for whitespace) to ``ids``, up to ``limit``."""
-        if len(ids) >= limit:
+        """Append the ids of ``text`` (ASCII, but for whitespace) to ``ids``, up to ``limit`` (or past it:
+        the caller keeps the first ``limit``)."""
+        need = limit - len(ids)
+        if need <= 0:
             return
-        words = self._words
-        for w in _ASCII_WORD.findall(text.lower()):
-            hit = words.get(w)
-            if hit is None:
-                hit = words[w] = tuple(t.id for t in self.tokenizer.model.tokenize(w))
-            ids.extend(hit)
-            if len(ids) >= limit:
-                return
+        words = _ASCII_WORD.findall(text.lower())
+        if len(words) > need:  # WordPiece gives every word one id at least ([UNK] when nothing else)
+            del words[need:]
+        cache = self._words
+        hits = list(map(cache.get, words))
+        if None in hits:
+            tokenize = self.tokenizer.model.tokenize
+            for k, w in enumerate(words):
+                if hits[k] is None:
+                    hits[k] = cache[w] = tuple(t.id for t in tokenize(w))
+        ids.extend(chain.from_iterable(hits))  # type: ignore[arg-type]
 
 
 def _plain_bert(config: dict[str, object]) -> bool:
@@ -152,4 +182,4 @@ def _plain_bert(config: dict[str, object]) -> bool:
                                               or t.get("single_word")) for t in added))
 
 
-__all__ = ["WORD_CACHE", "WordPieceIds"]
+__all__ = ["PIECE_CACHE", "PIECE_CHARS", "WORD_CACHE", "WordPieceIds"]

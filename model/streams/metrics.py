@@ -221,7 +221,9 @@ def extract_metrics(
     per_step: dict[str, list[MetricPoint]] = {}
 
     def add(name: str, i: int, step: Step, value: float) -> None:
-        per_step.setdefault(name, []).append(MetricPoint(step=i, source_index=step.source_index, value=value))
+        # built unvalidated: i and the step's source_index are ints, every caller passes a float
+        per_step.setdefault(name, []).append(
+            MetricPoint.model_construct(step=i, source_index=step.source_index, value=value))
 
     refusals = (
         _refusal_steps(trace, refusal_detector, refusal_threshold) if refusal_detector is not None else None

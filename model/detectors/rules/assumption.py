@@ -3,6 +3,7 @@ figures from nowhere), with the English and Chinese cue tables of emptiness and 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, ClassVar
@@ -70,9 +71,11 @@ def _values(text: str, *, numbers: bool = False) -> set[str]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def is_empty_result(text: str) -> bool:
     """Whether a tool result is empty: blank, ``[]``, ``{}``, ``null``, a JSON object whose lists are
     all empty or whose count is 0 (or a null beside "no …"), or text such as "no results", "未找到".
+    Cached by text: a session's window reads the same results again at every append.
 
     >>> [is_empty_result(x) for x in ['{"results": []}', '[]', 'No results found.', '未找到相关内容', '[1]']]
     [True, True, True, True, False]

@@ -236,9 +236,11 @@ class _FailedStepRule(Rule):
 
     def inspect(self, trace: Trace) -> list[Finding]:
         graph = ExecutionGraph.from_trace(trace, data_flow=False)
-        if not graph.failures:
+        if not any(f.kind is self.failure_kind for f in graph.failures.values()):
             return []
-        recovered = _recovery(trace, graph)
+        recovered = graph.derived.get("recovery")
+        if recovered is None:  # the same for the four rules of failed steps: worked out once per graph
+            recovered = graph.derived["recovery"] = _recovery(trace, graph)
         out: list[Finding] = []
         for i in sorted(graph.failures):
             f = graph.failures[i]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from typing import Any, ClassVar
@@ -45,7 +46,9 @@ def normalise_args(step: Step) -> str:
     return " ".join((step.tool_args_raw or "").split()).lower()
 
 
+@functools.lru_cache(maxsize=4096)
 def _norm_result(text: str) -> str:
+    # cached by text: a session's window reads the same results again at every append
     s = text.strip()
     if s[:1] in ("{", "[") and len(s) < 200_000:
         try:

@@ -163,13 +163,13 @@ def _body(step: Step) -> str:
 
 
 def _head(step: Step, repeats: int) -> str:
-    parts = [step.kind.value]
+    parts: list[str] = [step.kind]  # a StrEnum: its text is its value (no enum property lookup)
     if step.speaker:
         parts.append(f"@{step.speaker}")
     if step.tool_name:
         parts.append(step.tool_name)
     if step.status is not None and step.status is not StepStatus.OK:
-        parts.append(f"[{step.status.value}]")
+        parts.append(f"[{step.status}]")  # a StrEnum formats as its value
     if step.error_type:
         parts.append(f"[{step.error_type}]")
     if repeats:
@@ -177,8 +177,8 @@ def _head(step: Step, repeats: int) -> str:
     return " ".join(parts)
 
 
-def _line(step: Step, limit: int, repeats: int = 0) -> str:
-    body = clip(_body(step), limit)
+def _line(step: Step, limit: int, repeats: int = 0, body: str | None = None) -> str:
+    body = clip(_body(step) if body is None else body, limit)
     return f"{_head(step, repeats)} : {body}" if body else f"{_head(step, repeats)} :"
 
 
@@ -192,6 +192,8 @@ def _goal(trace: Trace, index: int) -> str:
 _TIME = re.compile(r"(?<![\d:])(\d{1,2}):(\d{2})(?::\d{2}(?:\.\d+)?)?(?![\d:])")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']*")
+_DIGIT = re.compile(r"[0-9]")
+_ANY_DIGIT = re.compile(r"\d")  # what _TIME's and _NUMBER's \d match (any Unicode decimal digit)
 #: Calendar words: a date restated from an ISO date in a result ("12 May" from "2026-05-12") is not
 #: an unsupported claim, so month and weekday names are not checked (their numbers are).
 _CALENDAR = frozenset(
@@ -210,11 +212,14 @@ def _count_word(n: int) -> str:
     return _COUNT_WORDS[n] if n < len(_COUNT_WORDS) else "many"
 
 
-def _numbers(text: str) -> list[str]:
+def _numbers(text: str, plain: str | None = None) -> list[str]:
     """Times as ``h:mm``; other numbers without thousands separators, leading zeros or trailing
-    decimal zeros; integers below 10 (counts, days, list markers) are left out."""
+    decimal zeros; integers below 10 (counts, days, list markers) are left out. ``plain``: ``text``
+    with its times blanked (``_TIME.sub(" ", text)``) when the caller has it."""
+    if not _ANY_DIGIT.search(text):  # no time, no number (both need a digit)
+        return []
     out = [f"{int(m.group(1))}:{m.group(2)}" for m in _TIME.finditer(text)]
-    for m in _NUMBER.finditer(_TIME.sub(" ", text)):
+    for m in _NUMBER.finditer(_TIME.sub(" ", text) if plain is None else plain):
         raw = m.group()
         parts = [raw.replace(",", "")] if _THOUSANDS.fullmatch(raw) else raw.split(",")
         for part in parts:
@@ -240,7 +245,10 @@ def value_tokens(text: str) -> frozenset[str]:
     ['1177', '9:30', 'at', 'fare', 'for', 'nikhil', 'stops']
     """
     text = text[:_SCAN_CHARS]
-    return frozenset(_numbers(text)) | {w.lower() for w in _WORD.findall(_TIME.sub(" ", text))}
+    if not _ANY_DIGIT.search(text):  # no time to blank, no number
+        return frozenset({w.lower() for w in _WORD.findall(text)})
+    plain = _TIME.sub(" ", text)
+    return frozenset(_numbers(text, plain)) | {w.lower() for w in _WORD.findall(plain)}
 
 
 def checkable_values(text: str) -> list[str]:
@@ -253,13 +261,19 @@ def checkable_values(text: str) -> list[str]:
     plain = _TIME.sub(" ", text)
     for m in _WORD.finditer(plain):
         word = m.group()
-        inner_capital = any(c.isupper() for c in word[1:])
-        before = plain[: m.start()].rstrip()
-        starts_sentence = not before or before[-1] in _SENTENCE_START or before.endswith(" -")
         if len(word) < 2 or word.lower() in _CALENDAR:
             continue
-        if any(c.isdigit() for c in word) or inner_capital or (word[0].isupper() and not starts_sentence):
+        # a digit, or a capital after the first letter (the word is ASCII: lower() changes only capitals)
+        if _DIGIT.search(word) or word[1:].lower() != word[1:]:
             seen.setdefault(word, None)
+        elif word[0].isupper():
+            # a capital that does not start a sentence: what precedes it, spaces left out, is not
+            # empty and ends neither with a sentence mark nor with " -"
+            k = m.start()
+            while k and plain[k - 1].isspace():
+                k -= 1
+            if k and plain[k - 1] not in _SENTENCE_START and not (k >= 2 and plain[k - 2:k] == " -"):
+                seen.setdefault(word, None)
     for number in _numbers(_WORD.sub(" ", text)):
         seen.setdefault(number, None)
     return list(seen)
@@ -367,7 +381,7 @@ class _Sources:
         self.said: set[str] = set()
         self.last_tool: str = "no tool"
 
-    def add(self, step: Step) -> None:
+    def add(self, step: Step, body: str | None = None) -> None:
         if step.kind is StepKind.TOOL_RESULT:
             self.results |= value_tokens(step.content)
             status = step.status.value if step.status is not None else "ok"
@@ -376,7 +390,7 @@ class _Sources:
         elif step.kind is StepKind.USER_INPUT:
             self.goal |= value_tokens(step.content)
         else:
-            self.said |= value_tokens(_body(step))
+            self.said |= value_tokens(_body(step) if body is None else body)
             if step.kind is StepKind.ERROR:
                 self.last_tool = "provider error"
 
@@ -429,41 +443,51 @@ def trace_texts(trace: Trace, config: RepresentationConfig = DEFAULT_CONFIG, *, 
 def _texts(trace: Trace, config: RepresentationConfig, start: int, stop: int) -> list[str]:
     """The texts of ``steps[start:stop]`` in one pass over ``steps[:stop]``, reading of the earlier
     steps only what those texts need: call keys of the kinds that count repeats, sources for the
-    grounding line when one of them has it."""
-    targets = trace.steps[start:stop]
+    grounding line when one of them has it. Each step's context line (``[prev] …``) and the goal's
+    are built once, however many texts show them."""
+    steps = trace.steps
+    targets = steps[start:stop]
     counted = {s.kind for s in targets if s.kind in (StepKind.TOOL_CALL, StepKind.TOOL_RESULT)}
     grounded = any(s.kind in _GROUNDED_KINDS for s in targets)
     tools = {t.name: t for t in trace.tools} if grounded else {}
     seen: Counter[tuple[StepKind, str]] = Counter()
     sources = _Sources()
+    context: dict[int, str] = {}  # step index → its "[prev] …" line
+    bodies: dict[int, str] = {}  # step index → _body (a call's arguments as JSON: made once)
+
+    def body(j: int) -> str:
+        got = bodies.get(j)
+        if got is None:
+            got = bodies[j] = _body(steps[j])
+        return got
+
+    goal: str | None = None  # the "[goal] …" line, once a user input with text is seen
     out = []
-    for i, step in enumerate(trace.steps[:stop]):
+    for i, step in enumerate(steps[:stop]):
+        if goal is None and step.kind is StepKind.USER_INPUT and step.content.strip():
+            goal = "[goal] " + clip(step.content, config.goal_chars)
         key = _call_key(step) if step.kind in counted else None
         if i >= start:
             repeats = seen[(step.kind, key)] if key is not None else 0
-            use = sources if grounded and step.kind in _GROUNDED_KINDS else None
-            out.append(_text(trace, i, config, repeats, use, tools))
+            lines = [_line(step, config.step_chars, repeats, body(i))]
+            if grounded and step.kind in _GROUNDED_KINDS:
+                lines.append(sources.line(step, config.grounding_tokens, tools))
+            prevs = []
+            for j in range(i - 1, max(0, i - config.context_steps) - 1, -1):  # the newest first
+                line = context.get(j)
+                if line is None:
+                    line = context[j] = "[prev] " + _line(steps[j], config.context_chars, 0, body(j))
+                prevs.append(line)
+            lines.extend(prevs[:1])
+            if goal is not None:
+                lines.append(goal)
+            lines.extend(prevs[1:])
+            out.append("\n".join(lines))
         if key is not None:
             seen[(step.kind, key)] += 1
         if grounded:
-            sources.add(step)
+            sources.add(step, body(i) if step.kind not in (StepKind.TOOL_RESULT, StepKind.USER_INPUT) else None)
     return out
-
-
-def _text(trace: Trace, index: int, config: RepresentationConfig, repeats: int, sources: _Sources | None,
-          tools: dict[str, ToolDefinition]) -> str:
-    step = trace.steps[index]
-    first = max(0, index - config.context_steps)
-    prevs = ["[prev] " + _line(p, config.context_chars) for p in reversed(trace.steps[first:index])]
-    lines = [_line(step, config.step_chars, repeats)]
-    if sources is not None:
-        lines.append(sources.line(step, config.grounding_tokens, tools))
-    lines.extend(prevs[:1])
-    goal = _goal(trace, index)
-    if goal:
-        lines.append("[goal] " + clip(goal, config.goal_chars))
-    lines.extend(prevs[1:])
-    return "\n".join(lines)
 
 
 __all__ = [

@@ -116,7 +116,7 @@ MESSAGE_FEATURES: tuple[str, ...] = (
     "rel_position",          # 0 first message … 1 last
     "first_agent_message",
     "last_agent_message",
-    "agent_ordinal_log",     # log1p(k) for the k-th agent message (0-based)
+    "agent_ordinal_log",     # log1p(k) for the k-th agent message (0-based); the position ends here
     "has_call",
     "is_final",
     "novel_numbers",         # log1p(# figures nowhere in earlier messages)
@@ -130,6 +130,10 @@ MESSAGE_FEATURES: tuple[str, ...] = (
     "empty",                 # no text and no call
     "after_user",            # the message right before it is the user's
 )
+
+#: The message features that say where a message sits, nothing of its content (``bias`` too): the
+#: first five columns.
+POSITION_FEATURES: tuple[str, ...] = MESSAGE_FEATURES[:5]
 
 #: Run-level feature names, in column order (see :func:`run_features`).
 RUN_FEATURES: tuple[str, ...] = (
@@ -156,16 +160,27 @@ def agent_units(trace: Trace) -> list[MessageUnit]:
     return [MessageUnit(si, tuple(idx), trace.steps[idx[0]].speaker) for si, idx in sorted(groups.items())]
 
 
-def message_features(trace: Trace) -> tuple[list[MessageUnit], np.ndarray]:
-    """Features of every agent message (rows, :data:`MESSAGE_FEATURES` columns)."""
+def message_features(trace: Trace, *, content: bool = True) -> tuple[list[MessageUnit], np.ndarray]:
+    """Features of every agent message (rows, :data:`MESSAGE_FEATURES` columns).
+
+    ``content=False`` fills only :data:`POSITION_FEATURES` (the others stay 0) without reading a text:
+    what a position-only attribution needs."""
     steps = trace.steps
     units = agent_units(trace)
     X = np.zeros((len(units), len(MESSAGE_FEATURES)), dtype=np.float32)
     if not units:
         return units, X
+    n_msgs = max(s.source_index for s in steps) + 1
+    if not content:
+        for k, u in enumerate(units):
+            X[k, 0] = 1.0
+            X[k, 1] = u.source_index / max(1, n_msgs - 1)
+            X[k, 2] = float(k == 0)
+            X[k, 3] = float(k == len(units) - 1)
+            X[k, 4] = math.log1p(k)
+        return units, X
     col = {name: j for j, name in enumerate(MESSAGE_FEATURES)}
     unit_at = {u.source_index: k for k, u in enumerate(units)}
-    n_msgs = max(s.source_index for s in steps) + 1
     seen_numbers: set[str] = set()
     seen_words: set[str] = set()
     seen_names: set[str] = set()
@@ -272,5 +287,5 @@ def run_features(trace: Trace, units: Sequence[MessageUnit], X: np.ndarray) -> n
     return out
 
 
-__all__ = ["AGENT_KINDS", "MESSAGE_FEATURES", "RUN_FEATURES", "SCAN_CHARS", "MessageUnit", "agent_units",
+__all__ = ["AGENT_KINDS", "MESSAGE_FEATURES", "POSITION_FEATURES", "RUN_FEATURES", "SCAN_CHARS", "MessageUnit", "agent_units",
            "is_error_step", "message_features", "run_features", "scan_text", "step_text"]

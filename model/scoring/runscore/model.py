@@ -40,6 +40,7 @@ from model.core.paths import ARTIFACTS
 from model.core.schema import Trace
 from model.scoring.runscore.features import (
     MESSAGE_FEATURES,
+    POSITION_FEATURES,
     MessageUnit,
     message_features,
     run_features,
@@ -266,6 +267,17 @@ class RunScorer:
     def _evidence(self, evidence: dict[str, float], run: np.ndarray) -> dict[str, float]:
         return {**evidence, **run_evidence(run)} if self.run_features else evidence
 
+    def _reads_content(self) -> bool:
+        """Whether scoring needs the messages' content features: the run features read them, or the
+        attribution weighs one (a position-only attribution weighs each exactly 0, so the content
+        columns add exactly 0 to every message's score: left at 0, they are not computed)."""
+        w = self.message_weights_
+        assert w is not None
+        cached = self.__dict__.get("_content_")
+        if cached is None or cached[0] is not w:  # worked out again only when the weights are replaced
+            cached = self.__dict__["_content_"] = (w, bool(np.any(w[len(POSITION_FEATURES):] != 0)))
+        return self.run_features or cached[1]
+
     def rule_part(self, e: Example) -> float | None:
         """The highest measured confidence among ``e``'s rule failures that still raise (``None``: none)."""
         best: float | None = None
@@ -319,10 +331,12 @@ class RunScorer:
         """
         self._check()
         assert self.message_weights_ is not None
-        units, X = message_features(trace)
+        units, X = message_features(trace, content=self._reads_content())
         if not units:
             return ScoredRun(None, None)
-        p = self.probability(rule_confidence, self._evidence(dict(evidence or {}), run_features(trace, units, X)))
+        ev = dict(evidence or {})
+        p = self.probability(rule_confidence, self._evidence(ev, run_features(trace, units, X)) if self.run_features
+                             else ev)
         probs = _softmax(X.astype(np.float64) @ self.message_weights_)
         k = int(np.argmax(probs))
         u = units[k]
@@ -391,7 +405,7 @@ class RunScorer:
     def version(self) -> str:
         """``runscore-`` and 8 hex digits of the model's JSON: computed again only when an attribute
         is assigned (fit, load), not at each of a request's reads."""
-        key = tuple(id(v) for k, v in vars(self).items() if k != "_version")
+        key = tuple(id(v) for k, v in vars(self).items() if not k.startswith("_"))  # not the caches
         cached: tuple[tuple[int, ...], str] | None = self.__dict__.get("_version")
         if cached is None or cached[0] != key:
             digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:8]

@@ -53,6 +53,8 @@ RECIPE = "zero-shot-evidence-1"
 #: The step kinds whose classifier scores count (the agent's own steps).
 AGENT_STEP_KINDS = frozenset({StepKind.LLM_OUTPUT, StepKind.FINAL_OUTPUT, StepKind.TOOL_CALL, StepKind.LLM_REASONING})
 
+_REPORTED = frozenset(k.value for k in REPORTED_KINDS)
+
 #: Candidate evidence features, each in [0, 1] and "higher = more failure evidence".
 EVIDENCE_FEATURES: tuple[str, ...] = (*(f"clf:{k.value}" for k in REPORTED_KINDS), "signal")
 
@@ -66,19 +68,20 @@ _RUN_COUNTS = frozenset({"run:final_novel_numbers", "run:errors_passed_over"})  
 
 #: Detectors whose findings are not a trace's own evidence (streams, the run scorer itself).
 NOT_EVIDENCE = frozenset({"runscore", "cusum", "stream", "degradation"})
+_NOT_SIGNALS = NOT_EVIDENCE | {"classifier"}  # the classifier's part is its maxima, not its signals
 
 
 def classifier_maxima(trace: Trace, probs: np.ndarray, labels: Sequence[str], start: int = 0) -> dict[str, float]:
     """Per reported kind, the classifier's highest probability over the agent's steps (0 without one).
 
     ``probs`` holds the rows of steps ``start, start + 1, …`` (the classifier's ``score_trace``)."""
-    rows = [r for r in range(probs.shape[0]) if trace.steps[start + r].kind in AGENT_STEP_KINDS]
-    reported = {k.value for k in REPORTED_KINDS}
-    out: dict[str, float] = {}
-    for j, label in enumerate(labels):
-        if label in reported:
-            out[label] = round(float(probs[rows, j].max()), 4) if rows else 0.0
-    return out
+    steps = trace.steps
+    rows = [r for r in range(probs.shape[0]) if steps[start + r].kind in AGENT_STEP_KINDS]
+    cols = [j for j, label in enumerate(labels) if label in _REPORTED]
+    if not rows:
+        return {labels[j]: 0.0 for j in cols}
+    top = probs[rows][:, cols].max(axis=0).tolist()
+    return {labels[j]: round(v, 4) for j, v in zip(cols, top, strict=True)}
 
 
 def evidence(signals: Iterable[Finding | tuple[str, float]], maxima: Mapping[str, float] | None,
@@ -87,7 +90,7 @@ def evidence(signals: Iterable[Finding | tuple[str, float]], maxima: Mapping[str
     did not run) and ``signal`` (the strongest rule signal's confidence over ``threshold``, at most 1)."""
     out = {f"clf:{k}": float(v) for k, v in (maxima or {}).items()}
     confs = [s.confidence if isinstance(s, Finding) else float(s[1]) for s in signals
-             if (s.detector if isinstance(s, Finding) else s[0]) not in NOT_EVIDENCE | {"classifier"}]
+             if (s.detector if isinstance(s, Finding) else s[0]) not in _NOT_SIGNALS]
     out["signal"] = min(1.0, max(confs, default=0.0) / threshold)
     return out
 
@@ -123,7 +126,9 @@ class ZeroShotRecipe:
         """The continuous part ``C``: the mean of the kept features (a missing one counts as its centre)."""
         if not self.features:
             return self.centre
-        return float(np.mean([ev.get(f, self.centre) for f in self.features]))
+        # np.mean's own arithmetic (its float64 sum, then ÷ n) without its wrapper's cost
+        values = np.asarray([ev.get(f, self.centre) for f in self.features], dtype=np.float64)
+        return float(np.add.reduce(values)) / len(values)
 
     def probability(self, rule_confidence: float | None, ev: Mapping[str, float]) -> float:
         """``failure_probability`` from the rule part (the highest measured failure confidence, ``None``
