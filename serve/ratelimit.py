@@ -226,7 +226,23 @@ def seconds_to_midnight(now: datetime | None = None) -> float:
 
 
 def utc_day(now: datetime | None = None) -> str:
-    return (now or datetime.now(UTC)).strftime("%Y-%m-%d")
+    """``now``'s date (default: today's, UTC) as ``YYYY-MM-DD``; today's is formatted once a day (every
+    request asks: ``strftime`` was ~5 µs of the event loop's time a request).
+
+    >>> utc_day(datetime(2026, 1, 2, 23, 59, tzinfo=UTC))
+    '2026-01-02'
+    """
+    global _TODAY
+    if now is not None:
+        return now.strftime("%Y-%m-%d")
+    day = int(time.time() // 86400)  # the POSIX clock's days are UTC days
+    cached = _TODAY
+    if cached[0] != day:
+        cached = _TODAY = (day, datetime.fromtimestamp(day * 86400, UTC).strftime("%Y-%m-%d"))
+    return cached[1]
+
+
+_TODAY: tuple[int, str] = (-1, "")
 
 
 class RateLimiter:
