@@ -16,9 +16,9 @@ import pytest
 
 from model.core.schema import Step, StepKind, StepStatus
 from serve.redaction import Redactor
-from serve.redaction._patterns import NUMERIC_SECRET_KEY, SENSITIVE_KEY
+from serve.redaction._patterns import NUMERIC_SECRET_KEY, SENSITIVE_KEY, WORDS
 from serve.redaction._redactor import _is_token
-from serve.redaction._scan import _KEY_NEEDLES, any_key_needle
+from serve.redaction._scan import _KEY_NEEDLES, any_key_needle, any_word
 from tests.secret_corpus import LOOKALIKES, SECRETS
 
 
@@ -147,8 +147,9 @@ def test_a_clean_step_is_judged_without_a_dump() -> None:
     assert r.redact_steps([secret])[0].tool_args == {"password": "[REDACTED:api_key]"}
 
 
-def test_key_needles_precheck_equals_the_flat_alternation() -> None:
+def test_key_needles_and_words_prechecks_equal_the_flat_alternations() -> None:
     flat = re.compile("|".join(sorted({re.escape(n) for n in _KEY_NEEDLES}, key=len, reverse=True)))
+    flat_words = re.compile(b"|".join(re.escape(w) for w in WORDS))
     rng = random.Random(3)
     alphabet = "abcdefghijklmnopqrstuvwxyzAGKPSIEhk_-./:1029 \ud800é"
     found = 0
@@ -158,7 +159,13 @@ def test_key_needles_precheck_equals_the_flat_alternation() -> None:
             needle = rng.choice(_KEY_NEEDLES)
             at = rng.randrange(len(text) + 1)
             text = text[:at] + needle[: rng.randint(1, len(needle))] + text[at:]
+        if rng.random() < 0.2:
+            word = rng.choice(WORDS).decode()
+            at = rng.randrange(len(text) + 1)
+            text = text[:at] + word[: rng.randint(1, len(word))] + text[at:]
         want = flat.search(text) is not None
         assert any_key_needle(text) == want, text
+        low = text.encode("ascii", "replace").lower()
+        assert any_word(low) == (flat_words.search(low) is not None), text
         found += want
     assert 2000 < found < 18000  # both answers were exercised

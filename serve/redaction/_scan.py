@@ -97,11 +97,25 @@ def _key_needles_re2() -> Any:
     return re2.compile("|".join(re.escape(n) for n in _KEY_NEEDLES).encode(), options)
 
 
+@functools.cache
+def _words_re2() -> Any:
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    return re2.compile(b"|".join(re.escape(w) for w in WORDS), options)
+
+
 def any_key_needle(text: str) -> bool:
     """Whether ``text`` holds any key group's literal prefix (:data:`KEYS`)."""
     if len(text) < _RE2_FROM:
         return _ANY_KEY_NEEDLE.search(text) is not None
     return _key_needles_re2().search(text.encode("utf-8", "surrogatepass")) is not None
+
+
+def any_word(low: bytes) -> bool:
+    """Whether the lower-cased ASCII view ``low`` holds one of :data:`WORDS` (RE2 from :data:`_RE2_FROM` bytes)."""
+    if len(low) < _RE2_FROM:
+        return _ANY_WORD.search(low) is not None
+    return _words_re2().search(low) is not None
 
 
 class Anchors:
@@ -125,7 +139,7 @@ class Anchors:
         """Whether the lower-cased view ``low`` may hold one of ``words`` (:data:`WORDS`; a short
         text is asked by one scan of ``low``)."""
         if self.found is None:
-            return _ANY_WORD.search(low) is not None
+            return any_word(low)
         return any(w.decode() in self.found for w in words)
 
     def key(self, i: int, needles: tuple[str, ...]) -> bool:
