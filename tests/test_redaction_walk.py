@@ -169,3 +169,11 @@ def test_key_needles_and_words_prechecks_equal_the_flat_alternations() -> None:
         assert any_word(low) == (flat_words.search(low) is not None), text
         found += want
     assert 2000 < found < 18000  # both answers were exercised
+
+
+def test_only_short_clean_keys_are_remembered() -> None:
+    """The key memo is bounded like the clean-text memo: no secret, and no key longer than 64 characters."""
+    r = Redactor()
+    long_key, secret_key = "k" * 65, "sk-proj-AAAAbbbbCCCCddddEEEEffff0000"
+    assert r.redact({"city": 1, long_key: 2, secret_key: 3}) == {"city": 1, long_key: 2, "[REDACTED:api_key]": 3}
+    assert "city" in r._keys and long_key not in r._keys and secret_key not in r._keys

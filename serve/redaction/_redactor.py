@@ -174,10 +174,11 @@ class Redactor:
 
     def _key_facts(self, key: str) -> tuple[str, bool, bool]:
         """``key`` redacted, whether a value under it is replaced whole, and a number too; remembered
-        for a clean key (at most :data:`_CLEAN_ENTRIES`; a key holding a secret is not kept)."""
+        for a clean key of at most :data:`_CACHED` characters (at most :data:`_CLEAN_ENTRIES` of them;
+        a key holding a secret is not kept)."""
         sensitive, numeric = self._key_kind(key)
         facts = (self.redact_text(key), sensitive, numeric)
-        if facts[0] == key:
+        if facts[0] == key and len(key) <= _CACHED:
             if len(self._keys) >= _CLEAN_ENTRIES:
                 self._keys.clear()
             self._keys[key] = facts
