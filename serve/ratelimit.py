@@ -226,7 +226,18 @@ def seconds_to_midnight(now: datetime | None = None) -> float:
 
 
 def utc_day(now: datetime | None = None) -> str:
-    return (now or datetime.now(UTC)).strftime("%Y-%m-%d")
+    """``now``'s date (default: today, UTC); today's is formatted once a day (strftime: ~5 µs a request)."""
+    global _TODAY
+    if now is not None:
+        return now.strftime("%Y-%m-%d")
+    day = int(time.time() // 86400)  # the POSIX clock's days are UTC days
+    today = _TODAY
+    if today[0] != day:
+        today = _TODAY = (day, datetime.fromtimestamp(day * 86400, UTC).strftime("%Y-%m-%d"))
+    return today[1]
+
+
+_TODAY: tuple[int, str] = (-1, "")
 
 
 class RateLimiter:

@@ -9,7 +9,11 @@ import hmac
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
 from typing import Any, Literal
+
+from pydantic import TypeAdapter
 
 from model.core.schema import Step, Trace
 from serve.redaction._bulk import FEW, LABELS, find_spans_bulk, mask_numpy, merge_bulk
@@ -47,6 +51,11 @@ class Redactor:
     # Short texts found clean (field names, kinds, tool names repeat in every request): answered
     # from here. Only clean ones: no secret is kept in memory longer than its request.
     _clean: dict[str, None] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    # Clean keys (field names repeat in every request) → (the key, sensitive, numeric secret): see _key_facts.
+    _keys: dict[str, tuple[str, bool, bool]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    # Whether every field name of Step is clean and not sensitive (set on first use).
+    _step_fields: bool | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.rules) - set(RULES)
@@ -117,22 +126,97 @@ class Redactor:
         """
         if not self.rules:
             return value
-        if _key is not None and "api_key" in self.rules and _sensitive_key(_key):
-            if isinstance(value, str) and value:
-                return value if _is_token(value) else self._token("api_key", value)
-            if (
-                isinstance(value, int | float)
-                and not isinstance(value, bool)
-                and NUMERIC_SECRET_KEY.search(_key) is not None
-            ):
-                return self._token("api_key", str(value))
+        if _key is not None:
+            sensitive, numeric = self._key_kind(_key)
+            if sensitive:
+                return self._sensitive(value, numeric)
+        return self._walk(value)
+
+    # The walk is the hot loop of every stored answer, state and step (a few hundred values a
+    # diagnosis): the exact types JSON makes are dispatched by ``type(...) is``, short texts known
+    # clean are answered inline, and each clean key's facts are remembered (:meth:`_key_facts`).
+    def _walk(self, value: Any) -> Any:
+        t = type(value)
+        if t is str:
+            return value if len(value) < _SHORTEST or value in self._clean else self.redact_text(value)
+        if t is dict:
+            return self._dict(value)
+        if t is list or t is tuple:
+            return [self._walk(v) for v in value]
         if isinstance(value, str):
             return self.redact_text(value)
         if isinstance(value, dict):
-            return {self.redact_text(str(k)): self.redact(v, _key=str(k)) for k, v in value.items()}
+            return self._dict(value)
         if isinstance(value, list | tuple):
-            return [self.redact(v) for v in value]
+            return [self._walk(v) for v in value]
         return value
+
+    def _dict(self, value: dict[Any, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        keys = self._keys
+        clean = self._clean
+        for k, v in value.items():
+            facts = keys.get(k) if type(k) is str else None
+            if facts is None:
+                facts = self._key_facts(k if type(k) is str else str(k))
+            red, sensitive, numeric = facts
+            if sensitive:
+                out[red] = self._sensitive(v, numeric)
+                continue
+            t = type(v)
+            if t is str:
+                out[red] = v if len(v) < _SHORTEST or v in clean else self.redact_text(v)
+            elif t is int or t is float or t is bool or v is None:
+                out[red] = v
+            else:
+                out[red] = self._walk(v)
+        return out
+
+    def _key_facts(self, key: str) -> tuple[str, bool, bool]:
+        """``key`` redacted, whether a value under it is replaced whole, and a number too; remembered
+        for a clean key of at most :data:`_CACHED` characters (at most :data:`_CLEAN_ENTRIES` of them;
+        a key holding a secret is not kept)."""
+        sensitive, numeric = self._key_kind(key)
+        facts = (self.redact_text(key), sensitive, numeric)
+        if facts[0] == key and len(key) <= _CACHED:
+            if len(self._keys) >= _CLEAN_ENTRIES:
+                self._keys.clear()
+            self._keys[key] = facts
+        return facts
+
+    def _key_kind(self, key: str) -> tuple[bool, bool]:
+        if "api_key" not in self.rules or not _sensitive_key(key):
+            return False, False
+        return True, NUMERIC_SECRET_KEY.search(key) is not None
+
+    def _sensitive(self, value: Any, numeric: bool) -> Any:
+        """A value under a sensitive key: a text or (``numeric``) a number replaced whole."""
+        if isinstance(value, str) and value:
+            return value if _is_token(value) else self._token("api_key", value)
+        if numeric and isinstance(value, int | float) and not isinstance(value, bool):
+            return self._token("api_key", str(value))
+        return self._walk(value)
+
+    def _unchanged(self, value: Any) -> bool:
+        """Whether :meth:`redact` would give back a value equal to a JSON ``value`` (``False`` also
+        when not sure: a type JSON does not make)."""
+        t = type(value)
+        if t is str:
+            return len(value) < _SHORTEST or value in self._clean or self.redact_text(value) == value
+        if t is int or t is float or t is bool or value is None:
+            return True
+        if t is list:
+            return all(map(self._unchanged, value))
+        if t is not dict:
+            return False
+        keys = self._keys
+        for k, v in value.items():
+            if type(k) is not str:
+                return False
+            facts = keys.get(k) or self._key_facts(k)
+            if facts[0] != k or facts[1] or not self._unchanged(v):
+                return False
+        return True
 
     def redact_trace(self, trace: Trace) -> Trace:
         """A copy of ``trace`` with its text redacted (ids kept: the store is keyed by them)."""
@@ -153,14 +237,42 @@ class Redactor:
             return list(steps)
         out = []
         for s in steps:
+            if self._step_unchanged(s):
+                out.append(s)
+                continue
             data = s.model_dump(mode="json", exclude_none=True)
             clean = self.redact(data)
             out.append(s if clean == data else Step.model_validate(clean))
         return out
 
+    def _step_unchanged(self, step: Step) -> bool:
+        """Whether redacting ``step``'s JSON would change nothing, read from its fields without
+        dumping it (``False`` also when not sure: :meth:`redact_steps` then dumps and compares)."""
+        if self._step_fields is None:
+            object.__setattr__(self, "_step_fields", all(self._unchanged({name: 0}) for name in Step.model_fields))
+        values = step.__dict__
+        if not self._step_fields or type(step) is not Step or step.__pydantic_extra__ or len(values) != len(Step.model_fields):
+            return False
+        for v in values.values():
+            t = type(v)
+            if t is str or t is dict:
+                if not self._unchanged(v):
+                    return False
+            elif isinstance(v, Enum):
+                if not self._unchanged(v.value):
+                    return False
+            elif isinstance(v, datetime):
+                if not self._unchanged(_DATETIME.dump_python(v, mode="json")):
+                    return False
+            elif not (v is None or t is int or t is float):
+                return False
+        return True
+
 
 #: No secret any rule finds is shorter (``a@b.io``).
 _SHORTEST = 6
+#: How a step's ``timestamp`` is written in its JSON (``Step.model_dump(mode="json")``).
+_DATETIME: TypeAdapter[datetime] = TypeAdapter(datetime)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -64,13 +64,58 @@ def _anchor_set() -> tuple[Any, tuple[str, ...]]:
     return anchors, tuple(names)
 
 
-#: The words of the lower-cased view in one alternation (a short text without any skips them all).
-_ANY_WORD = re.compile(b"|".join(re.escape(w) for w in WORDS))
+def _trie(needles: Iterable[str]) -> str:
+    """One expression that finds any of ``needles`` (literals), as a trie of alternations: the regex
+    engine tries an alternative per first character, not one per needle (about 3× faster on short
+    texts than the flat alternation). A needle that another one starts with stands for both: the
+    expression only ever says whether *some* needle is there."""
+    by_first: dict[str, list[str]] = {}
+    for needle in needles:
+        by_first.setdefault(needle[:1], []).append(needle[1:])
+    parts = [re.escape(c) + ("" if "" in rests else _trie(rests)) for c, rests in sorted(by_first.items())]
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
-#: Every key group's literal prefixes in one alternation: only ever used to say "none is here"
+
+#: The words of the lower-cased view in one expression (a short text without any skips them all).
+_ANY_WORD = re.compile(_trie(w.decode() for w in WORDS).encode())
+
+#: Every key group's literal prefixes in one expression: only ever used to say "none is here"
 #: (a match sends the text to the per-group tests, so overlapping needles cannot hide one).
-_ANY_KEY_NEEDLE = re.compile("|".join(sorted({re.escape(n) for needles, _ in KEYS for n in needles},
-                                              key=len, reverse=True)))
+_KEY_NEEDLES = sorted({n for needles, _ in KEYS for n in needles})
+_ANY_KEY_NEEDLE = re.compile(_trie(_KEY_NEEDLES))
+#: Above this many characters the key needles are looked for by RE2 (its DFA: linear, a few µs to
+#: set up; Python's engine tries the trie at every position a needle's first character is, ~70 ns a
+#: character). RE2 reads the text's UTF-8 bytes as Latin-1: the needles are ASCII, so they are found
+#: at the same places, and a lone surrogate (encoded as it is) matches none of them.
+_RE2_FROM = 128
+
+
+@functools.cache
+def _key_needles_re2() -> Any:
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    return re2.compile("|".join(re.escape(n) for n in _KEY_NEEDLES).encode(), options)
+
+
+@functools.cache
+def _words_re2() -> Any:
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    return re2.compile(b"|".join(re.escape(w) for w in WORDS), options)
+
+
+def any_key_needle(text: str) -> bool:
+    """Whether ``text`` holds any key group's literal prefix (:data:`KEYS`)."""
+    if len(text) < _RE2_FROM:
+        return _ANY_KEY_NEEDLE.search(text) is not None
+    return _key_needles_re2().search(text.encode("utf-8", "surrogatepass")) is not None
+
+
+def any_word(low: bytes) -> bool:
+    """Whether the lower-cased ASCII view ``low`` holds one of :data:`WORDS` (RE2 from :data:`_RE2_FROM` bytes)."""
+    if len(low) < _RE2_FROM:
+        return _ANY_WORD.search(low) is not None
+    return _words_re2().search(low) is not None
 
 
 class Anchors:
@@ -82,7 +127,7 @@ class Anchors:
         self.found: frozenset[str] | None = None
         # a short text: one C-level scan says whether any key prefix is there at all (most texts —
         # JSON keys, ids, ordinary words — hold none; then no key group is asked one by one)
-        self.no_key = not long and _ANY_KEY_NEEDLE.search(text) is None
+        self.no_key = not long and not any_key_needle(text)
         if long:
             anchors, names = _anchor_set()
             try:
@@ -94,7 +139,7 @@ class Anchors:
         """Whether the lower-cased view ``low`` may hold one of ``words`` (:data:`WORDS`; a short
         text is asked by one scan of ``low``)."""
         if self.found is None:
-            return _ANY_WORD.search(low) is not None
+            return any_word(low)
         return any(w.decode() in self.found for w in words)
 
     def key(self, i: int, needles: tuple[str, ...]) -> bool:

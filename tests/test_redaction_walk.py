@@ -1,0 +1,179 @@
+"""The redactor's fast paths give what the plain walk gives: :meth:`Redactor.redact` (inline dispatch,
+remembered key facts), :meth:`Redactor.redact_steps` (a clean step judged from its fields, no dump)
+and the key needles' pre-check (a trie, RE2 on long texts). Each is compared with a reference
+written as the code was before (the recursive walk; dump, redact, compare) on generated values that
+mix the secret corpus, look-alikes, sensitive keys, non-string keys, tuples, enums and timestamps."""
+
+from __future__ import annotations
+
+import random
+import re
+from datetime import UTC, datetime, timedelta, timezone
+from enum import StrEnum
+from typing import Any
+
+import pytest
+
+from model.core.schema import Step, StepKind, StepStatus
+from serve.redaction import Redactor
+from serve.redaction._patterns import NUMERIC_SECRET_KEY, SENSITIVE_KEY, WORDS
+from serve.redaction._redactor import _is_token
+from serve.redaction._scan import _KEY_NEEDLES, any_key_needle, any_word
+from tests.secret_corpus import LOOKALIKES, SECRETS
+
+
+def reference_redact(r: Redactor, value: Any, key: str | None = None) -> Any:
+    """The walk as it was: recursive, ``isinstance`` dispatch, every key redacted and tested."""
+    if not r.rules:
+        return value
+    if key is not None and "api_key" in r.rules and SENSITIVE_KEY.search(key) is not None:
+        if isinstance(value, str) and value:
+            return value if _is_token(value) else r._token("api_key", value)
+        if isinstance(value, int | float) and not isinstance(value, bool) and NUMERIC_SECRET_KEY.search(key):
+            return r._token("api_key", str(value))
+    if isinstance(value, str):
+        return r.redact_text(value)
+    if isinstance(value, dict):
+        return {r.redact_text(str(k)): reference_redact(r, v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [reference_redact(r, v) for v in value]
+    return value
+
+
+def reference_steps(r: Redactor, steps: list[Step]) -> list[Step]:
+    out = []
+    for s in steps:
+        data = s.model_dump(mode="json", exclude_none=True)
+        clean = reference_redact(r, data)
+        out.append(s if clean == data else Step.model_validate(clean))
+    return out
+
+
+class Colour(StrEnum):
+    RED = "red"
+    KEY = "sk-proj-AAAAbbbbCCCCddddEEEEffff0000"
+
+
+TEXTS = [text for text, _ in SECRETS.values()] + list(LOOKALIKES) + [
+    "", "ok", "short", "plain words with nothing in them", "heat pumps figure 709", "x" * 300,
+    "bob@example.com", "[REDACTED:api_key]", "[api_key:0123456789ab]", "through the high gate", "\ud800 lone",
+]
+KEYS = ["name", "query", "password", "api_key", "token", "pin", "secret", "authorization", "cookie", "city",
+        "Password", "client_secret", "bob@example.com", "sk-proj-AAAAbbbbCCCCddddEEEEffff0000", "x", "notes"]
+
+
+def random_value(rng: random.Random, depth: int = 0) -> Any:
+    pick = rng.random()
+    if depth > 3 or pick < 0.45:
+        return rng.choice([*TEXTS, *TEXTS, 0, 1234, -5, 3.5, 1e300, True, False, None, Colour.RED, Colour.KEY])
+    if pick < 0.75:
+        out: dict[Any, Any] = {}
+        for _ in range(rng.randint(0, 5)):
+            k = rng.choice([*KEYS, *KEYS, 7, True, Colour.KEY])
+            out[k] = random_value(rng, depth + 1)
+        return out
+    items = [random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return tuple(items) if rng.random() < 0.3 else items
+
+
+@pytest.mark.parametrize("rules", [None, ["email", "card"], ["api_key"], ["bearer", "ssn", "url_password"]])
+@pytest.mark.parametrize("mode", ["mask", "hash"])
+def test_redact_equals_the_plain_walk(rules: list[str] | None, mode: str) -> None:
+    rng = random.Random(35)
+    r = Redactor(mode=mode, salt="s") if rules is None else Redactor.from_names(rules, mode=mode, salt="s")  # type: ignore[arg-type]
+    for _ in range(3000):
+        value = random_value(rng)
+        key = rng.choice([None, *KEYS])
+        got = outcome(r.redact, value, _key=key)
+        want = outcome(reference_redact, r, value, key)
+        assert got == want and type(got) is type(want), (value, key)
+        # the second time answers from the remembered keys and clean texts: the same
+        assert outcome(r.redact, value, _key=key) == want
+
+
+def outcome(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn``'s answer, or the type of its error (hash mode cannot hash a lone surrogate: before too)."""
+    try:
+        return fn(*args, **kwargs)
+    except UnicodeEncodeError as exc:
+        return type(exc)
+
+
+def random_step(rng: random.Random) -> Step:
+    def text() -> str:
+        return rng.choice(TEXTS)
+
+    fields: dict[str, Any] = {"kind": rng.choice(list(StepKind)), "content": text(),
+                              "source_index": rng.randint(0, 9)}
+    if rng.random() < 0.5:
+        fields["tool_args"] = {rng.choice(KEYS): rng.choice([text(), 42, {"inner": text()}, [text()]])
+                               for _ in range(rng.randint(0, 3))}
+    if rng.random() < 0.5:
+        zone = rng.choice([UTC, timezone(timedelta(hours=-5)), None])
+        fields["timestamp"] = datetime(2026, 1, 1, 20, 3, 12, rng.choice([0, 5000]), tzinfo=zone)
+    if rng.random() < 0.5:
+        fields["metadata"] = {rng.choice(KEYS): rng.choice([text(), 7, None, [1, None]])}
+    for name in ("speaker", "tool_name", "tool_args_raw", "call_id", "error_type", "model", "span_id"):
+        if rng.random() < 0.3:
+            fields[name] = text()
+    if rng.random() < 0.3:
+        fields["status"] = rng.choice(list(StepStatus))
+    if rng.random() < 0.3:
+        fields.update(latency_ms=12.5, tokens_in=3, tokens_out=4, temperature=0.2)
+    return Step(**fields)
+
+
+@pytest.mark.parametrize("rules", [None, ["email"], ["card", "ssn"]])
+def test_redact_steps_equals_dump_redact_compare(rules: list[str] | None) -> None:
+    rng = random.Random(7)
+    r = Redactor() if rules is None else Redactor.from_names(rules)
+    steps = [random_step(rng) for _ in range(1500)]
+    got = r.redact_steps(steps)
+    want = reference_steps(Redactor() if rules is None else Redactor.from_names(rules), steps)
+    assert len(got) == len(want)
+    for s, g, w in zip(steps, got, want, strict=True):
+        assert g.model_dump(mode="json") == w.model_dump(mode="json")
+        assert (g is s) == (w is s)  # a step with nothing to redact is returned as it is, as before
+
+
+def test_a_clean_step_is_judged_without_a_dump() -> None:
+    step = Step(kind=StepKind.TOOL_CALL, content="", tool_name="search", tool_args={"query": "heat pumps"},
+                timestamp=datetime(2026, 1, 1, tzinfo=UTC))
+    r = Redactor()
+    assert r._step_unchanged(step)
+    assert r.redact_steps([step])[0] is step
+    secret = Step(kind=StepKind.TOOL_CALL, tool_args={"password": "hunter22"})
+    assert not r._step_unchanged(secret)
+    assert r.redact_steps([secret])[0].tool_args == {"password": "[REDACTED:api_key]"}
+
+
+def test_key_needles_and_words_prechecks_equal_the_flat_alternations() -> None:
+    flat = re.compile("|".join(sorted({re.escape(n) for n in _KEY_NEEDLES}, key=len, reverse=True)))
+    flat_words = re.compile(b"|".join(re.escape(w) for w in WORDS))
+    rng = random.Random(3)
+    alphabet = "abcdefghijklmnopqrstuvwxyzAGKPSIEhk_-./:1029 \ud800é"
+    found = 0
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.choice([3, 40, 127, 128, 129, 600])))
+        if rng.random() < 0.4:
+            needle = rng.choice(_KEY_NEEDLES)
+            at = rng.randrange(len(text) + 1)
+            text = text[:at] + needle[: rng.randint(1, len(needle))] + text[at:]
+        if rng.random() < 0.2:
+            word = rng.choice(WORDS).decode()
+            at = rng.randrange(len(text) + 1)
+            text = text[:at] + word[: rng.randint(1, len(word))] + text[at:]
+        want = flat.search(text) is not None
+        assert any_key_needle(text) == want, text
+        low = text.encode("ascii", "replace").lower()
+        assert any_word(low) == (flat_words.search(low) is not None), text
+        found += want
+    assert 2000 < found < 18000  # both answers were exercised
+
+
+def test_only_short_clean_keys_are_remembered() -> None:
+    """The key memo is bounded like the clean-text memo: no secret, and no key longer than 64 characters."""
+    r = Redactor()
+    long_key, secret_key = "k" * 65, "sk-proj-AAAAbbbbCCCCddddEEEEffff0000"
+    assert r.redact({"city": 1, long_key: 2, secret_key: 3}) == {"city": 1, long_key: 2, "[REDACTED:api_key]": 3}
+    assert "city" in r._keys and long_key not in r._keys and secret_key not in r._keys
