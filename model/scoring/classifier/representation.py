@@ -182,13 +182,6 @@ def _line(step: Step, limit: int, repeats: int = 0, body: str | None = None) -> 
     return f"{_head(step, repeats)} : {body}" if body else f"{_head(step, repeats)} :"
 
 
-def _goal(trace: Trace, index: int) -> str:
-    for step in trace.steps[: index + 1]:
-        if step.kind is StepKind.USER_INPUT and step.content.strip():
-            return step.content
-    return ""
-
-
 _TIME = re.compile(r"(?<![\d:])(\d{1,2}):(\d{2})(?::\d{2}(?:\.\d+)?)?(?![\d:])")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']*")

@@ -171,13 +171,10 @@ def message_features(trace: Trace, *, content: bool = True) -> tuple[list[Messag
     if not units:
         return units, X
     n_msgs = max(s.source_index for s in steps) + 1
+    for k, u in enumerate(units):  # POSITION_FEATURES, in their column order
+        X[k, :len(POSITION_FEATURES)] = (1.0, u.source_index / max(1, n_msgs - 1), float(k == 0),
+                                         float(k == len(units) - 1), math.log1p(k))
     if not content:
-        for k, u in enumerate(units):
-            X[k, 0] = 1.0
-            X[k, 1] = u.source_index / max(1, n_msgs - 1)
-            X[k, 2] = float(k == 0)
-            X[k, 3] = float(k == len(units) - 1)
-            X[k, 4] = math.log1p(k)
         return units, X
     col = {name: j for j, name in enumerate(MESSAGE_FEATURES)}
     unit_at = {u.source_index: k for k, u in enumerate(units)}
@@ -220,11 +217,6 @@ def message_features(trace: Trace, *, content: bool = True) -> tuple[list[Messag
             if current >= 0:
                 close(current)
             current = k
-            row[col["bias"]] = 1.0
-            row[col["rel_position"]] = s.source_index / max(1, n_msgs - 1)
-            row[col["first_agent_message"]] = float(k == 0)
-            row[col["last_agent_message"]] = float(k == len(units) - 1)
-            row[col["agent_ordinal_log"]] = math.log1p(k)
             row[col["after_error"]] = float(last_source_error)
             row[col["after_user"]] = float(prev_was_user)
             row[col["empty"]] = 1.0
