@@ -107,6 +107,15 @@ def test_hash_mode_is_stable_and_salted() -> None:
     assert a.redact_text(x) == x
 
 
+def test_hash_mode_hashes_a_lone_surrogate() -> None:
+    """A Python str may hold a lone surrogate (JSON's \\ud800 escape); hashing it must not raise, and
+    different secrets keep different tokens."""
+    r = Redactor(mode="hash", salt="s\ud800")
+    one, two = r.redact({"password": "ab\ud800cd"}), r.redact({"password": "ab\udc00cd"})
+    assert one["password"].startswith("[") and "ab" not in one["password"]
+    assert one != two and r.redact({"password": "ab\ud800cd"}) == one
+
+
 def test_rules_are_configurable() -> None:
     only_email = Redactor.from_names(["email"])
     assert only_email.redact_text("bob@example.com sk-abcdefghijklmnopqrstuvwx") == (

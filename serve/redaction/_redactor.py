@@ -74,7 +74,9 @@ class Redactor:
 
     def _token(self, rule: str, secret: str) -> str:
         if self.mode == "hash":
-            digest = hmac.new(self.salt.encode(), secret.encode(), hashlib.sha256).hexdigest()[:12]
+            # surrogatepass: a lone surrogate (possible in a Python str, refused at intake) hashes rather than raising
+            digest = hmac.new(self.salt.encode("utf-8", "surrogatepass"), secret.encode("utf-8", "surrogatepass"),
+                              hashlib.sha256).hexdigest()[:12]
             return f"[{rule}:{digest}]"
         return f"[REDACTED:{rule}]"
 
