@@ -15,7 +15,9 @@ flatters them.
 ``--parts``: instead, each piece of the model's path on the bench's 10-step trace alone (``timeit``,
 best of 5): the classifier's texts, their ids (with no piece cached, as for a new trace, and again),
 its findings and maxima, the run scorer, the rules (sharing one graph), ``signature`` and
-``extract_metrics``, and a whole ``Diagnoser.diagnose``.
+``extract_metrics`` (and the refusal rule it runs unless given the diagnosis's findings), the onnxruntime
+forward of the trace's texts, and a whole ``Diagnoser.diagnose``; for scale, the request's pieces outside the
+model (the intake, the redaction of the trace, the trace's and the response's dumps).
 
 It imports the code of the tree ``PYTHONPATH`` names first; run it in each tree, alternating::
 
@@ -72,13 +74,21 @@ def parts() -> None:
     from model.core.identity import signature
     from model.core.schema import Trace
     from model.core.shared_graphs import shared_graphs
+    from model.detectors.rules.refusal import RefusalRule
+    from model.diagnosis.decision import Context
     from model.diagnosis.diagnoser import Diagnoser
     from model.scoring.classifier.representation import trace_texts
     from model.scoring.runscore.zeroshot import classifier_maxima
     from model.streams.metrics import extract_metrics
+    from serve.intake import take
+    from serve.redaction import Redactor
 
+    raw = json.dumps({"trace": bench_trace(10, seed=3), "options": {}}).encode()
     t = Trace.model_validate(bench_trace(10, seed=3))
     d = Diagnoser.with_shipped_models(threads=1)
+    redactor = Redactor()
+    verdict = d.decide(t, Context(agent="bench", state={}))
+    refusals = RefusalRule().inspect(t)
     clf: Any = d.detectors["classifier"]
     rt = clf.load()
     rs = d.runscorer
@@ -107,13 +117,23 @@ def parts() -> None:
         ("all rules, one graph", all_rules, 300),
         ("signature", lambda: signature(t), 300),
         ("extract_metrics", lambda: extract_metrics(t, failure_prob=0.3), 300),
+        ("  the refusal rule in it", lambda: RefusalRule().inspect(t), 300),
+        ("  extract_metrics, the rule's findings given", lambda: extract_metrics(t, failure_prob=0.3, refusals=refusals),
+         300),
+        ("onnxruntime forward (one batch)", lambda: rt.forward(rt.encode(texts)), 100),
         ("Diagnoser.diagnose (forward included)", lambda: d.diagnose(t), 50),
+        # the request's pieces outside the model (serve/), for scale
+        ("serve: intake take (parse, validate, import)", lambda: take(raw, max_steps=5000), 300),
+        ("serve: redact_trace", lambda: redactor.redact_trace(t), 300),
+        ("serve: the trace dumped to store", lambda: t.model_dump(mode="json", exclude_none=True), 300),
+        ("serve: the response dumped and redacted", lambda: redactor.redact(verdict.response.model_dump(mode="json")),
+         300),
     ]
     print(f"load average {os.getloadavg()[0]:.2f}; µs a call, best of 5")
     for name, fn, number in pieces:
         fn()
         best = min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
-        print(f"  {name:40s} {best:9.1f}")
+        print(f"  {name:46s} {best:9.1f}")
 
 
 def main() -> None:
