@@ -140,7 +140,11 @@ def parts() -> None:
     ]
     print(f"load average {os.getloadavg()[0]:.2f}; µs a call, best of 5")
     for name, fn, number in pieces:
-        fn()
+        try:
+            fn()
+        except TypeError:  # a base tree without the call's argument
+            print(f"  {name:46s}   (not in this tree)")
+            continue
         best = min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
         print(f"  {name:46s} {best:9.1f}")
 
