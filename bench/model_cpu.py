@@ -8,9 +8,9 @@ model's verdict: detectors, fusion, run scorer, repair), the forward inside it, 
 forward (the model's own Python). onnxruntime gets one intra-op thread.
 
 ``--distinct``: every diagnosis's step texts carry a word of their own (a JSON result a key of its own),
-as a new trace would: the bench's bodies are one trace sent again and again, so every text of theirs
-was seen before, and what caches by text (the tokenizer's pieces, the rules' normalised results)
-flatters them.
+as a new trace would: the bench's bodies are one agent's runs (``bench/service.py``: the builder's run of
+seed i, the same prompts and tools), so many texts of theirs were seen before, and what caches by text
+(the tokenizer's pieces, the rules' normalised results) flatters them.
 
 ``--parts``: instead, each piece of the model's path on the bench's 10-step trace alone (``timeit``,
 best of 5): the classifier's texts, their ids (with no piece cached, as for a new trace, and again),
