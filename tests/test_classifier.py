@@ -292,6 +292,26 @@ def test_shipped_model_loads_and_scores_without_torch() -> None:
     assert total < 30 * 1024 * 1024
 
 
+@pytest.mark.skipif(not (ARTIFACTS / "classifier.onnx").exists(), reason="no shipped model yet")
+def test_runtime_without_qdq_passes_gives_the_default_sessions_bits() -> None:
+    """The runtime turns onnxruntime's QDQ passes off (they duplicated the dequantization of the
+    gathered embeddings); the logits are bit for bit those of a session with onnxruntime's defaults."""
+    import onnxruntime as ort
+
+    from model.scoring.classifier.runtime import ClassifierRuntime
+
+    rt = ClassifierRuntime.load(ARTIFACTS)
+    assert rt.session.get_session_options().get_session_config_entry("session.disable_quant_qdq") == "1"
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    default = ort.InferenceSession(str(ARTIFACTS / "classifier.onnx"), sess_options=opts,
+                                   providers=["CPUExecutionProvider"])
+    for kind, seed in (("off_topic", 5), ("loop", 1), (None, 2)):
+        texts = sorted(trace_texts(make_trace(kind, seed=seed, n_steps=12)), key=len)
+        feeds = rt.encode(texts)
+        assert np.array_equal(rt.forward(feeds), default.run(["logits"], feeds)[0])
+
 def test_trace_thresholds_account_for_the_max_over_steps() -> None:
     from model.training.classifier.metrics import tune_trace_thresholds
 

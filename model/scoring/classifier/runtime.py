@@ -117,6 +117,12 @@ class ClassifierRuntime:
         # second thread burnt ~3.4 ms of CPU after each one (0.6 ms without; docs/benchmarks.md),
         # CPU the service's other requests need on a 2-core machine.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # No QDQ graph transformations: the model's weights are dequantized after their Gather, and
+        # the QDQ pass gave each DequantizeLinear with two consumers a duplicate (16 of them, not 8),
+        # so each net's embedding rows were dequantized twice a forward. Without it the graph keeps 8
+        # and a 10-step forward costs ~8 % less CPU, with the same output bits
+        # (bench/model_digests.py; docs/benchmarks.md, "Diagnosis path, round 5").
+        opts.add_session_config_entry("session.disable_quant_qdq", "1")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:
             self.session = ort.InferenceSession(
