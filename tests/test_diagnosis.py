@@ -124,20 +124,3 @@ def test_step_limit() -> None:
 def test_symptom_kind_loses_a_tie_to_its_cause() -> None:
     _, _, primary = fuse([F(FailureKind.INCOMPLETE, 0.9, 6, 6), F(FailureKind.LOOP, 0.9, 6, 6)])
     assert primary is not None and primary.kind == FailureKind.LOOP
-
-
-def test_verdict_found_holds_the_raw_findings_of_stock_detectors_only() -> None:
-    from model.data.builder import make_trace
-    from model.detectors.catalog import make_detector
-    from model.diagnosis.decision import Context
-
-    t = make_trace(FailureKind.LOOP, seed=0)
-    found = Diagnoser().decide(t).found
-    assert set(found) == set(Diagnoser().detectors)
-    assert list(found["loop"]) == make_detector("loop").inspect(t) and found["loop"]
-    # a detector built with other parameters (the diagnoser's own, or a request's) is left out: its
-    # findings are not what its name gives elsewhere
-    custom = Diagnoser([make_detector("loop", repeats=9), make_detector("refusal")])
-    assert set(custom.decide(t).found) == {"refusal"}
-    opts = DiagnoseOptions(detectors=["disallowed_tool", "loop"], allowed_tools=["nothing"])
-    assert set(Diagnoser().decide(t, Context(options=opts)).found) == {"loop"}

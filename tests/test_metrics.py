@@ -139,18 +139,3 @@ def test_bad_metadata_and_probability_are_clear_errors() -> None:
 def test_docstring_examples() -> None:
     result = doctest.testmod(metrics_module)
     assert result.attempted > 0 and result.failed == 0
-
-
-def test_refusal_findings_passed_in_replace_the_rule_run() -> None:
-    from model.detectors.rules.refusal import RefusalRule
-    from model.diagnosis.diagnoser import Diagnoser
-
-    for kind in (FailureKind.REFUSAL, None):
-        for seed in range(4):
-            t = make_trace(kind, seed=seed)
-            found = Diagnoser().decide(t).found  # the diagnosis's own raw findings, by detector
-            assert list(found["refusal"]) == RefusalRule().inspect(t)
-            assert extract_metrics(t, refusals=found["refusal"]) == extract_metrics(t)
-    # what is passed in is what counts (the rule is not run again): none found, no refusal
-    t = make_trace(FailureKind.REFUSAL, seed=1)
-    assert extract_metrics(t, refusals=[]).per_trace["refusal"] == 0.0

@@ -18,7 +18,7 @@ request's options — so the same trace and context give the same verdict wherev
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -111,25 +111,20 @@ class Verdict:
     """The whole answer: the response (failures, signals, primary, probability and its basis,
     attribution, the recommendation), the repair engine's :class:`~model.diagnosis.repair_engine.Decision`
     (whether the recommendation is new, the failure and rung it is on), the new repair ``state``
-    and the agent model's ``prefix`` state (``None``: no agent model answered); ``found``: a whole
-    run's raw findings (before fusion and measured confidences) of each detector that ran as its
-    catalog builds it by name, by name (what :func:`model.streams.metrics.extract_metrics` reads of
-    the refusal rule instead of running it again; empty for a session's window)."""
+    and the agent model's ``prefix`` state (``None``: no agent model answered)."""
 
     response: DiagnosisResponse
     decision: Decision
     state: dict[str, Any]
     prefix: Prefix | None = None
-    found: Mapping[str, Sequence[Finding]] = field(default_factory=dict)
 
 
 def conclude(resp: DiagnosisResponse, trace: Trace, view: Trace, ctx: Context, engine: RepairEngine,
-             recipe: str | None, *, found: Mapping[str, Sequence[Finding]] | None = None) -> Verdict:
+             recipe: str | None) -> Verdict:
     """The decision's last part, on the fused ``resp``: the agent model's probability and early
     warning (or the zero-shot one re-centred), the primary failure by :func:`~model.core.findings.precedence`,
     and the repair engine's recommendation on ``view`` (the trace, in the language it speaks).
-    ``recipe``: the zero-shot recipe's name (the basis of a zero-shot probability); ``found``: the
-    verdict's raw findings by detector (:class:`Verdict`)."""
+    ``recipe``: the zero-shot recipe's name (the basis of a zero-shot probability)."""
     state = ctx.state if ctx.state is not None else {}
     prefix = None
     p0 = resp.failure_probability
@@ -168,7 +163,7 @@ def conclude(resp: DiagnosisResponse, trace: Trace, view: Trace, ctx: Context, e
     decision = engine.recommend(state, view, resp.failures, session_key=session_key, now=ctx.now,
                                 options=ctx.options)
     resp.recommendation = decision.recommendation
-    return Verdict(resp, decision, state, prefix, found if found is not None else {})
+    return Verdict(resp, decision, state, prefix)
 
 
 __all__ = ["Context", "Verdict", "Window", "conclude"]

@@ -175,11 +175,6 @@ class Diagnoser:
         if detectors is None:
             detectors = default_detectors()
         self.detectors: dict[str, TraceDetector] = {d.name: d for d in detectors}
-        # the default set's detectors that are their catalog class with its default parameters: their
-        # raw findings are what anyone running that detector by name would get (Verdict.found)
-        self._stock = frozenset(
-            n for n, d in self.detectors.items()
-            if type(d) is TRACE_DETECTORS.get(n) and d.get_params() == TRACE_DETECTORS[n]().get_params())
         # opt-in detectors a request named (e.g. the classifier), built on first use; never added to
         # ``detectors``, the set every request without ``options.detectors`` runs
         self._named: dict[str, TraceDetector] = {}
@@ -277,11 +272,8 @@ class Diagnoser:
     def _run(self, trace: Trace, detectors: Sequence[TraceDetector]) -> list[Finding]:
         return self._run_scored(trace, detectors)[0]
 
-    def _run_scored(self, trace: Trace, dets: Sequence[TraceDetector],
-                    found: dict[str, list[Finding]] | None = None
+    def _run_scored(self, trace: Trace, dets: Sequence[TraceDetector]
                     ) -> tuple[list[Finding], dict[str, float] | None]:
-        """Every detector's raw findings and the classifier's maxima; ``found``, when given, gets the raw
-        findings of each detector that ran as its catalog builds it by name (default parameters)."""
         if len(trace.steps) > self.max_steps:
             raise TooLargeError(
                 f"trace has {len(trace.steps)} steps; the limit is {self.max_steps}", path="trace.steps"
@@ -294,20 +286,12 @@ class Diagnoser:
             for det in dets:
                 scored = getattr(det, "inspect_scored", None)
                 if callable(scored):
-                    got, m = scored(trace)
+                    found, m = scored(trace)
+                    out.extend(found)
                     maxima = {**(maxima or {}), **m}
                 else:
-                    got = det.inspect(trace)
-                out.extend(got)
-                if found is not None and self._stock_of(det):
-                    found[det.name] = got
+                    out.extend(det.inspect(trace))
         return out, maxima
-
-    def _stock_of(self, det: TraceDetector) -> bool:
-        """Whether ``det`` is one of this diagnoser's own detectors with its catalog defaults (not one a
-        request's parameters built)."""
-        name = det.name
-        return (det is self.detectors.get(name) and name in self._stock) or det is self._named.get(name)
 
     def _assess(
         self,
@@ -318,7 +302,6 @@ class Diagnoser:
         run_threshold: float | None = None,
         run_verdict: bool = True,
         assessed: tuple[Coverage, list[str]] | None = None,
-        found: dict[str, list[Finding]] | None = None,
     ) -> DiagnosisResponse:
         """The detectors' findings fused with ``alarms`` (a stream's ``degradation``), and the run
         scorer's probability: a response whose primary and recommendation :func:`conclude` sets.
@@ -327,11 +310,10 @@ class Diagnoser:
         only where it is higher; ``run_verdict=False`` reports ``failure_probability`` and
         ``attribution`` without letting them decide ``healthy`` (a running session: its run is not
         over); ``assessed``: :func:`model.core.coverage.assess` of ``trace`` when the caller has it (a
-        session counts only its new steps: :func:`model.core.coverage.assess_more`); ``found``: filled
-        as :meth:`_run_scored` fills it.
+        session counts only its new steps: :func:`model.core.coverage.assess_more`).
         """
         dets = self._detectors_for(options)
-        raw, maxima = self._run_scored(trace, dets, found)
+        raw, maxima = self._run_scored(trace, dets)
         findings = list(raw)
         use_runscore = self.runscorer is not None and (options.detectors is None or RUNSCORE in options.detectors)
         if use_runscore and self.runscorer is not None and self.runscorer.rule_stats_:
@@ -388,16 +370,15 @@ class Diagnoser:
         :class:`~model.core.errors.UnknownDetectorError` for an unknown name in ``options.detectors``.
         """
         ctx = context if context is not None else Context()
-        found: dict[str, list[Finding]] = {}
         if ctx.window is None:
-            resp = self._assess(trace, ctx.options, alarms=ctx.alarms, run_threshold=ctx.run_threshold, found=found)
+            resp = self._assess(trace, ctx.options, alarms=ctx.alarms, run_threshold=ctx.run_threshold)
             view = trace
         else:
             if ctx.window.owner is not self:
                 raise ValueError("the session window runs another diagnoser's detectors; decide on that one")
             resp, view = ctx.window.assess(trace, ctx.options, ctx.alarms)
         recipe = self.runscorer.recipe if self.runscorer is not None else None
-        return conclude(resp, trace, view, ctx, self.engine, recipe, found=found)
+        return conclude(resp, trace, view, ctx, self.engine, recipe)
 
     def diagnose(self, trace: Trace, options: DiagnoseOptions | None = None) -> DiagnosisResponse:
         """:meth:`decide` on a new agent's first run with ``options``: its response."""

@@ -43,7 +43,7 @@ Per-trace values: ``steps``, ``llm_latency_ms`` / ``tool_latency_ms`` / ``latenc
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,12 +51,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from model.core.agents import resolve_agent
 from model.core.errors import InputError
-from model.core.findings import Finding
 from model.core.kinds import FailureKind
 from model.core.schema import Step, StepKind, StepStatus, Trace
-
-#: The trace detector whose ``refusal`` findings make the refusal series by default.
-REFUSAL_RULE = "refusal"
 
 PER_STEP_SERIES: tuple[str, ...] = (
     "llm_latency_ms",
@@ -174,19 +170,16 @@ def _is_llm_step(step: Step) -> bool:
     return step.kind in _LLM_KINDS or (step.kind is StepKind.ERROR and step.tool_name is None)
 
 
-def _refusal_steps(trace: Trace, detector_name: str, threshold: float,
-                   findings: Sequence[Finding] | None = None) -> set[int] | None:
-    """Steps the refusal detector flags (``findings``: its findings on ``trace``, when the caller has
-    them), or ``None`` when the catalog has no detector of that name."""
-    if findings is None:
-        # Imported when called: the catalog brings every trace detector (the classifier's runtime too),
-        # which extracting metrics without refusals does not need.
-        from model.detectors.catalog import TRACE_DETECTORS
+def _refusal_steps(trace: Trace, detector_name: str, threshold: float) -> set[int] | None:
+    """Steps the refusal detector flags, or ``None`` when the catalog has no detector of that name."""
+    # Imported when called: the catalog brings every trace detector (the classifier's runtime too),
+    # which extracting metrics without refusals does not need.
+    from model.detectors.catalog import TRACE_DETECTORS
 
-        cls = TRACE_DETECTORS.get(detector_name)
-        if cls is None:
-            return None
-        findings = cls().inspect(trace)
+    cls = TRACE_DETECTORS.get(detector_name)
+    if cls is None:
+        return None
+    findings = cls().inspect(trace)
     return {
         f.step
         for f in findings
@@ -198,9 +191,8 @@ def extract_metrics(
     trace: Trace,
     *,
     failure_prob: float | None = None,
-    refusal_detector: str | None = REFUSAL_RULE,
+    refusal_detector: str | None = "refusal",
     refusal_threshold: float = 0.5,
-    refusals: Sequence[Finding] | None = None,
 ) -> TraceMetrics:
     """Per-step and per-trace metric series of ``trace``.
 
@@ -217,10 +209,6 @@ def extract_metrics(
     refusal_threshold
         Confidence at or above which a refusal finding counts (the rule gives 0.9 to a plain
         refusal and 0.4 to one followed by an answer).
-    refusals
-        The findings of ``refusal_detector`` (built with its default parameters) on ``trace``, when
-        the caller has them (a diagnosis's own: :attr:`model.diagnosis.decision.Verdict.found`): the
-        detector is then not run again.
 
     Raises
     ------
@@ -237,8 +225,8 @@ def extract_metrics(
         per_step.setdefault(name, []).append(
             MetricPoint.model_construct(step=i, source_index=step.source_index, value=value))
 
-    refused = (
-        _refusal_steps(trace, refusal_detector, refusal_threshold, refusals) if refusal_detector is not None else None
+    refusals = (
+        _refusal_steps(trace, refusal_detector, refusal_threshold) if refusal_detector is not None else None
     )
     tool_results = 0
     tool_errors = 0
@@ -254,8 +242,8 @@ def extract_metrics(
             add("tokens_out", i, step, float(step.tokens_out))
         if step.kind in _ANSWER_KINDS:
             add("output_chars", i, step, float(len(step.content)))
-            if refused is not None:
-                add("refusal", i, step, 1.0 if i in refused else 0.0)
+            if refusals is not None:
+                add("refusal", i, step, 1.0 if i in refusals else 0.0)
         if step.kind is StepKind.TOOL_RESULT or (step.kind is StepKind.ERROR and step.tool_name is not None):
             tool_results += 1
             failed = step.kind is StepKind.ERROR or step.status in (StepStatus.ERROR, StepStatus.TIMEOUT)
@@ -283,7 +271,7 @@ def extract_metrics(
         "tool_calls": float(sum(1 for s in trace.steps if s.kind is StepKind.TOOL_CALL)),
         "tool_errors": float(tool_errors),
         "tool_error_rate": tool_errors / tool_results if tool_results else None,
-        "refusal": None if refused is None else float(bool(refused)),
+        "refusal": None if refusals is None else float(bool(refusals)),
         "failure_probability": failure_prob,
     }
     for name, value in _numeric_items(trace.metadata, "metadata"):
@@ -304,7 +292,6 @@ def _answer(trace: Trace) -> Step | None:
 __all__ = [
     "PER_STEP_SERIES",
     "PER_TRACE_SERIES",
-    "REFUSAL_RULE",
     "MetricPoint",
     "StreamKey",
     "TraceMetrics",

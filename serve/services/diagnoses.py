@@ -225,7 +225,7 @@ class Diagnoses:
             response=self.redactor.redact(resp.model_dump(mode="json")),
             state=self.redactor.redact(verdict.state),
             recommendation=self.new_recommendation(decision),
-            observed=self.streams.observed(trace, resp, verdict.found) if self.streams.autofeed else {},
+            observed=self.streams.observed(trace, resp) if self.streams.autofeed else {},
         )
 
     def context(self, tenant: str, trace: Trace, agent: str, options: DiagnoseOptions, *,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from model.core.agents import clean_agent_name
@@ -21,7 +21,7 @@ from model.core.schema import Trace
 from model.diagnosis.diagnoser import DEFAULT_THRESHOLDS, Diagnoser
 from model.streams import Alarm, detect_changepoints
 from model.streams.catalog import make_stream_detector
-from model.streams.metrics import REFUSAL_RULE, extract_metrics
+from model.streams.metrics import extract_metrics
 from serve.schemas import (
     AlarmOut,
     ChangepointsResponse,
@@ -172,12 +172,9 @@ class Streams:
         )
 
     # -- the autofeed ----------------------------------------------------------------------------
-    def observed(self, trace: Trace, resp: DiagnosisResponse,
-                 found: Mapping[str, Sequence[Finding]] | None = None) -> dict[str, float]:
+    def observed(self, trace: Trace, resp: DiagnosisResponse) -> dict[str, float]:
         """What this trace and its answer feed into its agent's streams (stream name → value): the
-        autofed per-trace metrics that are finite (:meth:`feed_values` feeds them). ``found``: the
-        decision's raw findings by detector (:attr:`model.diagnosis.decision.Verdict.found`): the
-        refusal rule's there are the refusal metric's, not run again.
+        autofed per-trace metrics that are finite (:meth:`feed_values` feeds them).
 
         Keyed (tenant, agent, stream): each agent warms up a baseline of its own, so that one
         agent's runs are never judged against another's. Alarms raised by a feed show up as
@@ -188,7 +185,7 @@ class Streams:
                 f.confidence for f in [*resp.failures, *resp.signals] if "classifier" in (f.detectors or [f.detector])
             ]
             prob = max(scores, default=0.0)
-        metrics = extract_metrics(trace, failure_prob=prob, refusals=(found or {}).get(REFUSAL_RULE))
+        metrics = extract_metrics(trace, failure_prob=prob)
         values = {}
         for name in self.autofeed:
             value = metrics.per_trace.get(name)
