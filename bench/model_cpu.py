@@ -97,7 +97,6 @@ def parts() -> None:
     d = Diagnoser.with_shipped_models(threads=1)
     redactor = Redactor()
     verdict = d.decide(t, Context(agent="bench", state={}))
-    refusals = RefusalRule().inspect(t)
     clf: Any = d.detectors["classifier"]
     rt = clf.load()
     rs = d.runscorer
@@ -127,8 +126,6 @@ def parts() -> None:
         ("signature", lambda: signature(t), 300),
         ("extract_metrics", lambda: extract_metrics(t, failure_prob=0.3), 300),
         ("  the refusal rule in it", lambda: RefusalRule().inspect(t), 300),
-        ("  extract_metrics, the rule's findings given", lambda: extract_metrics(t, failure_prob=0.3, refusals=refusals),
-         300),
         ("onnxruntime forward (one batch)", lambda: rt.forward(rt.encode(texts)), 100),
         ("Diagnoser.diagnose (forward included)", lambda: d.diagnose(t), 50),
         # the request's pieces outside the model (serve/), for scale
