@@ -22,7 +22,7 @@ from typing import Any, overload
 
 from model.core.agents import AGENT_METADATA_KEY
 from model.core.errors import InputError, NotFoundError, TooLargeError
-from model.core.findings import DiagnosisResponse
+from model.core.findings import DiagnosisResponse, Failure
 from model.core.kinds import FailureKind
 from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, ToolDefinition, Trace
@@ -32,7 +32,7 @@ from model.diagnosis.incremental import IncrementalDiagnoser, SessionWindow
 from model.importers import genai, load_trace, openinference
 from model.importers.live import LiveSpans
 from model.importers.spans import collect_spans, group_runs
-from serve.schemas import AppendStepsRequest, FailureState, SessionStepResponse, SessionView
+from serve.schemas import AppendStepsRequest, FailureState, SessionFailure, SessionStepResponse, SessionView
 from serve.services.diagnoses import Diagnoses, fix_session_agent, session_agent
 from serve.store.agents import AgentStore
 from serve.store.sessions import SessionStore
@@ -172,12 +172,13 @@ class Sessions:
         if options.detectors is None and diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
             wanted.append(RUNSCORE)  # failure_probability and attribution so far (they decide nothing mid-run)
         with self.session_store.unit() as db:  # the driver's connection (an ORM session only where a read needs one)
-            row = self.session_store.lock_session(db, tenant, session_id, create_trace_id=uuid.uuid4().hex)
+            row = self.session_store.lock_session(db, tenant, session_id, create_trace_id=_new_trace_id)
             assert row is not None
             # Taken out of the cache for the transaction: put back only once it has committed.
             trace, in_rows = self._cache.take(tenant, session_id, row.trace_id, row.version)
             if trace is None:
-                stored = self.trace_store.read_trace(db, tenant, row.trace_id)
+                # a session this append created has a new trace id: nothing stored under it yet
+                stored = None if row.created else self.trace_store.read_trace(db, tenant, row.trace_id)
                 if stored is not None:
                     trace, in_rows = Trace.model_validate(stored[0]), stored[1]
                 else:
@@ -232,13 +233,8 @@ class Sessions:
             diag, decision = verdict.response, verdict.decision
             diagnoses.name_agent(diag, resolved)
             state = self._redacted.state(state)
-            resp = SessionStepResponse(
-                **diag.model_dump(),
-                session_id=session_id,
-                appended=list(range(first, len(trace.steps))),
-                source_indices=list(range(offset, next_source)),
-                session_steps=len(trace.steps),
-            )
+            resp = _step_response(diag, session_id=session_id, appended=list(range(first, len(trace.steps))),
+                                  source_indices=list(range(offset, next_source)), session_steps=len(trace.steps))
             # Only the new steps, and the earlier ones the append re-linked, are written.
             written = range(len(trace.steps)) if not in_rows else [*sorted(changed), *range(first, len(trace.steps))]
             self.trace_store.put_steps(
@@ -484,6 +480,22 @@ def _link_across_calls(steps: list[Step], first: int) -> list[int]:
                 break  # earlier appends already re-marked everything before this step
             later_blocker = True
     return changed
+
+
+def _new_trace_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _step_response(diag: DiagnosisResponse, **session: Any) -> SessionStepResponse:
+    """``diag`` (validated already) as the session step's answer, its failures with their reach: built
+    from its fields as they are, not dumped and validated again."""
+    def reach(f: Failure) -> SessionFailure:
+        return SessionFailure.model_construct(f.model_fields_set, **f.__dict__)
+
+    fields = {**diag.__dict__, "failures": [reach(f) for f in diag.failures],
+              "signals": [reach(f) for f in diag.signals],
+              "primary": None if diag.primary is None else reach(diag.primary), **session}
+    return SessionStepResponse.model_construct(diag.model_fields_set | session.keys(), **fields)
 
 
 def _failure_states(row: SessionRow) -> list[FailureState]:
