@@ -61,13 +61,16 @@ def test_each_finding_redacted_once_is_redacted_as_the_whole() -> None:
         for n in range(1, 7):  # findings gathered append after append; more than the memo holds
             resp = {"trace_id": "t", "failures": [_finding(0)], "signals": [_finding(i) for i in range(n)],
                     "primary": _finding(0), "recommendation": {"instruction": "write to alice@example.com"}}
-            state = {"otlp": {"calls": {"c1": "search"}}, "failures": {"tool_error@0": {"rung": 1}},
+            failures = {f"tool_error@{i}": {"rung": 1, "failure": _finding(i), "token": f"tok{i}"} for i in range(n)}
+            failures["mail dave@example.com"] = {"rung": n}  # a key redacted too
+            state = {"otlp": {"calls": {"c1": "search"}}, "failures": failures,
                      "classifier": {"n": n, "findings": [_finding(i) for i in range(n)]},
                      "rules": {"frozen": [_finding(9)], "recent": [], "cut": 0}, "note": "carol@example.com"}
             assert memo.response(resp) == redactor.redact(resp)
             want = redactor.redact({k: v for k, v in state.items() if k != "otlp"}) | {"otlp": state["otlp"]}
             assert memo.state(state) == want
         assert "bob0@example.com" not in str(memo.response(resp)) or not redactor.rules
+        assert "dave@example.com" not in str(memo.state(state)) or not redactor.rules
 
 
 def test_docstring_examples() -> None:

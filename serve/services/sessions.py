@@ -372,8 +372,10 @@ class SessionCache:
 
 class RedactedFindings:
     """What an append stores, redacted, with each finding redacted once per worker: a session's
-    findings are mostly those earlier appends found (frozen, or the classifier's), so the redactor's
-    output is remembered by the finding's JSON (at most ``size`` of them, the oldest forgotten)."""
+    findings are mostly those earlier appends found (frozen, or the classifier's), and its repair
+    state's failure records (``failures``: key → record) mostly those earlier appends kept, so the
+    redactor's output is remembered by the finding's (the record's) JSON (at most ``size`` of them, the
+    oldest forgotten)."""
 
     _FINDINGS = ("failures", "signals", "findings", "frozen", "recent")
 
@@ -404,6 +406,8 @@ class RedactedFindings:
                 out[k] = self._dict(v)
             elif k in self._FINDINGS and isinstance(v, list):
                 out[k] = [self._finding(f) for f in v]
+            elif k in self._FINDINGS and isinstance(v, dict):  # a session's repair state: failure key → its record
+                out[k] = {rk: rv for item in v.items() for rk, rv in self._finding(dict([item])).items()}
             elif k in self._FINDINGS or k in deep:
                 out[k] = self.redactor.redact({k: v})[k]
             else:
