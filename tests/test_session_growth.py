@@ -73,6 +73,17 @@ def test_each_finding_redacted_once_is_redacted_as_the_whole() -> None:
         assert "dave@example.com" not in str(memo.state(state)) or not redactor.rules
 
 
+def test_a_finding_is_remembered_only_for_its_exact_value() -> None:
+    """The memo's key is orjson's JSON, which writes NaN as null and a tuple as a list: such a finding
+    is redacted as itself, never as the one remembered under its key."""
+    redactor = Redactor.from_names(["api_key", "email"])
+    memo = RedactedFindings(redactor)
+    for value in (None, float("nan"), 1234, True, 1.0, [1, 2], (1, 2), {"a": "bob@example.com"}):
+        for _ in range(2):
+            state = {"classifier": {"findings": [{"details": {"password": value}, "step": 1}]}}
+            assert repr(memo.state(state)) == repr(redactor.redact(state))
+
+
 def test_docstring_examples() -> None:
     import doctest
 

@@ -12,13 +12,14 @@ worker that re-reads the session takes the earlier steps' vectors from there.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, overload
+
+import orjson
 
 from model.core.agents import AGENT_METADATA_KEY
 from model.core.errors import InputError, NotFoundError, TooLargeError
@@ -382,7 +383,7 @@ class RedactedFindings:
     def __init__(self, redactor: Any, size: int = 20_000) -> None:
         self.redactor = redactor
         self.size = size
-        self._memo: OrderedDict[str, str] = OrderedDict()
+        self._memo: OrderedDict[bytes, tuple[Any, bytes | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def response(self, resp: dict[str, Any]) -> dict[str, Any]:
@@ -415,18 +416,26 @@ class RedactedFindings:
         return out
 
     def _finding(self, finding: Any) -> Any:
-        key = json.dumps(finding, default=str)
+        """``finding`` redacted: remembered by its JSON (orjson's: a few hundred a long session's append)
+        with the JSON's value, which a hit must equal (a NaN, a tuple, a value orjson writes as another's
+        never hits); a finding the redactor leaves as it is comes back itself."""
+        try:
+            key = orjson.dumps(finding, default=str)
+        except (TypeError, orjson.JSONEncodeError):  # what orjson refuses (an int past 64 bits, a lone surrogate)
+            return self.redactor.redact(finding)
         with self._lock:
-            done = self._memo.get(key)
-            if done is not None:
+            hit = self._memo.get(key)
+            if hit is not None:
                 self._memo.move_to_end(key)
-        if done is None:
-            done = json.dumps(self.redactor.redact(finding))
-            with self._lock:
-                self._memo[key] = done
-                while len(self._memo) > self.size:
-                    self._memo.popitem(last=False)
-        return json.loads(done)
+        if hit is not None and hit[0] == finding:
+            return finding if hit[1] is None else orjson.loads(hit[1])  # a copy: the caller's to change
+        done = self.redactor.redact(finding)
+        entry = (orjson.loads(key), None if done == finding else orjson.dumps(done))
+        with self._lock:
+            self._memo[key] = entry
+            while len(self._memo) > self.size:
+                self._memo.popitem(last=False)
+        return done
 
 
 class StepTools(Sequence[str | None]):
