@@ -222,10 +222,16 @@ class IncrementalDiagnoser:
             # New settings (or a trace replaced under the session): read the whole trace once.
             whole = self.diagnoser._run(trace, rules)  # one graph for every rule (_run shares it)
             frozen = [f for f in whole if f.step is not None and f.step < cut]
+            frozen_json = [f.model_dump(mode="json") for f in frozen]
         else:
-            recent = [Finding.model_validate(f) for f in cached.get("recent", [])]
-            frozen = [Finding.model_validate(f) for f in cached.get("frozen", [])]
-            frozen += [f for f in recent if f.step is not None and f.step < cut]
+            # A frozen finding's JSON is kept as it was (its dump would give it back), not dumped again.
+            frozen_json = list(cached.get("frozen", []))
+            frozen = [Finding.model_validate(f) for f in frozen_json]
+            for raw in cached.get("recent", []):
+                f = Finding.model_validate(raw)
+                if f.step is not None and f.step < cut:
+                    frozen.append(f)
+                    frozen_json.append(raw)
         first_own = len(index) - (n - lo)  # window steps before this are the context
         recent = []
         found = self.diagnoser._run(win, rules)  # the window's graph built once (_run shares it)
@@ -239,7 +245,7 @@ class IncrementalDiagnoser:
             "fingerprint": fingerprint,
             "cut": cut,
             "n": n,
-            "frozen": [f.model_dump(mode="json") for f in frozen],
+            "frozen": frozen_json,
             "recent": [f.model_dump(mode="json") for f in recent],
         }
         return frozen + recent
@@ -253,7 +259,8 @@ class IncrementalDiagnoser:
         n = len(trace.steps)
         if cached.get("model_version") != version or int(cached.get("n", 0)) > n:
             cached = {"model_version": version, "n": 0, "findings": []}
-        found = [Finding.model_validate(f) for f in cached["findings"]]
+        kept = cached["findings"]  # each step's findings, as JSON: kept as they are (not dumped again)
+        found = [Finding.model_validate(f) for f in kept]
         maxima: dict[str, float] = dict(cached.get("maxima") or {})
         scored = getattr(clf, "inspect_step_scored", None)
 
@@ -275,7 +282,7 @@ class IncrementalDiagnoser:
         state["classifier"] = {
             "model_version": version,
             "n": n,
-            "findings": [f.model_dump(mode="json") for f in found],
+            "findings": [*kept, *(f.model_dump(mode="json") for f in found[len(kept):])],
             "maxima": maxima,
         }
         return found
