@@ -23,7 +23,7 @@ import orjson
 
 from model.core.agents import AGENT_METADATA_KEY
 from model.core.errors import InputError, NotFoundError, TooLargeError
-from model.core.findings import DiagnosisResponse, Failure
+from model.core.findings import DiagnosisResponse
 from model.core.kinds import FailureKind
 from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, ToolDefinition, Trace
@@ -33,7 +33,7 @@ from model.diagnosis.incremental import IncrementalDiagnoser, SessionWindow
 from model.importers import genai, load_trace, openinference
 from model.importers.live import LiveSpans
 from model.importers.spans import collect_spans, group_runs
-from serve.schemas import AppendStepsRequest, FailureState, SessionFailure, SessionStepResponse, SessionView
+from serve.schemas import AppendStepsRequest, FailureState, SessionStepResponse, SessionView
 from serve.services.diagnoses import Diagnoses, fix_session_agent, session_agent
 from serve.store.agents import AgentStore
 from serve.store.sessions import SessionStore
@@ -500,15 +500,11 @@ def _new_trace_id() -> str:
 
 
 def _step_response(diag: DiagnosisResponse, **session: Any) -> SessionStepResponse:
-    """``diag`` (validated already) as the session step's answer, its failures with their reach: built
-    from its fields as they are, not dumped and validated again."""
-    def reach(f: Failure) -> SessionFailure:
-        return SessionFailure.model_construct(f.model_fields_set, **f.__dict__)
-
-    fields = {**diag.__dict__, "failures": [reach(f) for f in diag.failures],
-              "signals": [reach(f) for f in diag.signals],
-              "primary": None if diag.primary is None else reach(diag.primary), **session}
-    return SessionStepResponse.model_construct(diag.model_fields_set | session.keys(), **fields)
+    """``diag`` as the session step's answer, its failures with their reach: validated from its fields as
+    they are (half the time of a dump validated again; ``model_construct`` takes longer still)."""
+    return SessionStepResponse.model_validate({
+        **diag.__dict__, "failures": [f.__dict__ for f in diag.failures], "signals": [f.__dict__ for f in diag.signals],
+        "primary": None if diag.primary is None else diag.primary.__dict__, **session})
 
 
 def _failure_states(row: SessionRow) -> list[FailureState]:
