@@ -383,7 +383,7 @@ class RedactedFindings:
     def __init__(self, redactor: Any, size: int = 20_000) -> None:
         self.redactor = redactor
         self.size = size
-        self._memo: OrderedDict[bytes, tuple[Any, bytes | None]] = OrderedDict()
+        self._memo: OrderedDict[bytes, bytes | None] = OrderedDict()  # None: unchanged
         self._lock = threading.Lock()
 
     def response(self, resp: dict[str, Any]) -> dict[str, Any]:
@@ -416,23 +416,24 @@ class RedactedFindings:
         return out
 
     def _finding(self, finding: Any) -> Any:
-        """``finding`` redacted: remembered by its JSON (orjson's: a few hundred a long session's append)
-        with the JSON's value, which a hit must equal (a NaN, a tuple, a value orjson writes as another's
-        never hits); a finding the redactor leaves as it is comes back itself."""
+        """``finding`` redacted: remembered by its JSON (orjson's: a few hundred a long session's append),
+        the redacted JSON kept only where the redactor changed something. A hit must equal its key's
+        value read back (a NaN, which orjson writes as ``null``, or a tuple never takes another value's
+        redaction); a finding the redactor leaves as it is comes back itself."""
         try:
             key = orjson.dumps(finding, default=str)
         except (TypeError, orjson.JSONEncodeError):  # what orjson refuses (an int past 64 bits, a lone surrogate)
             return self.redactor.redact(finding)
         with self._lock:
-            hit = self._memo.get(key)
-            if hit is not None:
+            known = key in self._memo
+            if known:
                 self._memo.move_to_end(key)
-        if hit is not None and hit[0] == finding:
-            return finding if hit[1] is None else orjson.loads(hit[1])  # a copy: the caller's to change
+                hit = self._memo[key]
+        if known and orjson.loads(key) == finding:
+            return finding if hit is None else orjson.loads(hit)  # a copy: the caller's to change
         done = self.redactor.redact(finding)
-        entry = (orjson.loads(key), None if done == finding else orjson.dumps(done))
         with self._lock:
-            self._memo[key] = entry
+            self._memo[key] = None if done == finding else orjson.dumps(done)
             while len(self._memo) > self.size:
                 self._memo.popitem(last=False)
         return done
