@@ -4,11 +4,12 @@ whole trace, and the service's session path on it (steps kept in rows, the worke
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from model.core.findings import Finding
+from model.core.findings import DiagnosisResponse, Finding
 from model.core.kinds import FailureKind
 from model.core.options import DiagnoseOptions
 from model.core.schema import Step, StepKind, Trace
@@ -218,3 +219,58 @@ def test_session_steps_are_rows_and_two_workers_continue_each_other(db_url: str)
     finally:
         a.stores.db.dispose()
         b.stores.db.dispose()
+
+
+#: What differs between two runs of one session by the clock or the random trace id: the retry's jittered
+#: delay (seeded by the trace id), the ids derived from it, the task's recovery time left.
+_VOLATILE = {"trace_id", "id", "addresses_id", "delay_s", "instruction", "task_recovery_s_left", "first_failure_at",
+             "latest_outcome_at", "resolved_at", "at"}
+
+
+def _steady(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _steady(v) for k, v in value.items() if k not in _VOLATILE}
+    if isinstance(value, list):
+        return [_steady(v) for v in value]
+    return value
+
+
+def test_a_long_real_session_answers_alike_from_one_worker_or_two(tmp_path: Path) -> None:
+    """A long session of real runs, one step an append (findings frozen and scored, failures opened and
+    resolved, the repair state growing): each answer, and the state and answer stored, are the same
+    whether one worker takes every append (its cached trace and state, its redaction memo) or two
+    alternate (each append re-reads the session from the store); and the answer built from the
+    diagnosis's fields is the one its dump, validated again, gives."""
+    from model.data.realdata import load_all
+    from serve.schemas import SessionStepResponse
+    from serve.services.sessions import _step_response
+
+    runs = [r for r in load_all(sources=("tau_airline",)) if len(r.trace.steps) >= 4][:12]
+    steps = [s for r in runs for s in r.trace.steps][:260]
+    answers: list[list[Any]] = []
+    for workers in (1, 2):
+        settings = Settings(database_url=f"sqlite:///{tmp_path / f'w{workers}.db'}", data_dir=tmp_path,
+                            session_window_steps=16)
+        svcs = [build_service(settings, Diagnoser()) for _ in range(workers)]
+        try:
+            got: list[Any] = []
+            for i, s in enumerate(steps):
+                body = s.model_dump(mode="json", exclude_none=True) | {"source_index": 0}
+                resp = svcs[(i // 3) % workers].append_steps("t", "long", AppendStepsRequest(steps=[body]))
+                got.append(_steady(resp.model_dump(mode="json")))
+            row = svcs[0].stores.sessions.get_session("t", "long")
+            assert row is not None
+            stored = svcs[0].stores.traces.get_trace("t", row.trace_id)
+            assert stored is not None
+            got += [_steady(row.state), _steady(stored.response)]
+            answers.append(got)
+        finally:
+            for svc in svcs:
+                svc.stores.db.dispose()
+    assert answers[0] == answers[1]
+    assert sum(len(a["failures"]) + len(a["signals"]) for a in answers[0][:-2]) > 100  # findings all along
+    assert len(answers[0][-2]["failures"]) >= 3  # the repair state kept failures
+    diag = DiagnosisResponse.model_validate(
+        {k: v for k, v in resp.model_dump().items() if k in DiagnosisResponse.model_fields})
+    session = {"session_id": "long", "appended": [7], "source_indices": [9], "session_steps": 8}
+    assert _step_response(diag, **session).model_dump_json() == SessionStepResponse(**diag.model_dump(), **session).model_dump_json()

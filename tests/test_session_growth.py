@@ -61,13 +61,27 @@ def test_each_finding_redacted_once_is_redacted_as_the_whole() -> None:
         for n in range(1, 7):  # findings gathered append after append; more than the memo holds
             resp = {"trace_id": "t", "failures": [_finding(0)], "signals": [_finding(i) for i in range(n)],
                     "primary": _finding(0), "recommendation": {"instruction": "write to alice@example.com"}}
-            state = {"otlp": {"calls": {"c1": "search"}}, "failures": {"tool_error@0": {"rung": 1}},
+            failures = {f"tool_error@{i}": {"rung": 1, "failure": _finding(i), "token": f"tok{i}"} for i in range(n)}
+            failures["mail dave@example.com"] = {"rung": n}  # a key redacted too
+            state = {"otlp": {"calls": {"c1": "search"}}, "failures": failures,
                      "classifier": {"n": n, "findings": [_finding(i) for i in range(n)]},
                      "rules": {"frozen": [_finding(9)], "recent": [], "cut": 0}, "note": "carol@example.com"}
             assert memo.response(resp) == redactor.redact(resp)
             want = redactor.redact({k: v for k, v in state.items() if k != "otlp"}) | {"otlp": state["otlp"]}
             assert memo.state(state) == want
         assert "bob0@example.com" not in str(memo.response(resp)) or not redactor.rules
+        assert "dave@example.com" not in str(memo.state(state)) or not redactor.rules
+
+
+def test_a_finding_is_remembered_only_for_its_exact_value() -> None:
+    """The memo's key is orjson's JSON, which writes NaN as null and a tuple as a list: such a finding
+    is redacted as itself, never as the one remembered under its key."""
+    redactor = Redactor.from_names(["api_key", "email"])
+    memo = RedactedFindings(redactor)
+    for value in (None, float("nan"), 1234, True, 1.0, [1, 2], (1, 2), {"a": "bob@example.com"}):
+        for _ in range(2):
+            state = {"classifier": {"findings": [{"details": {"password": value}, "step": 1}]}}
+            assert repr(memo.state(state)) == repr(redactor.redact(state))
 
 
 def test_docstring_examples() -> None:

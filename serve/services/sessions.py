@@ -12,13 +12,14 @@ worker that re-reads the session takes the earlier steps' vectors from there.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, overload
+
+import orjson
 
 from model.core.agents import AGENT_METADATA_KEY
 from model.core.errors import InputError, NotFoundError, TooLargeError
@@ -172,12 +173,13 @@ class Sessions:
         if options.detectors is None and diagnoser.runscorer is not None and RUNSCORE not in self.session_exclude:
             wanted.append(RUNSCORE)  # failure_probability and attribution so far (they decide nothing mid-run)
         with self.session_store.unit() as db:  # the driver's connection (an ORM session only where a read needs one)
-            row = self.session_store.lock_session(db, tenant, session_id, create_trace_id=uuid.uuid4().hex)
+            row = self.session_store.lock_session(db, tenant, session_id, create_trace_id=_new_trace_id)
             assert row is not None
             # Taken out of the cache for the transaction: put back only once it has committed.
             trace, in_rows = self._cache.take(tenant, session_id, row.trace_id, row.version)
             if trace is None:
-                stored = self.trace_store.read_trace(db, tenant, row.trace_id)
+                # a session this append created has a new trace id: nothing stored under it yet
+                stored = None if row.created else self.trace_store.read_trace(db, tenant, row.trace_id)
                 if stored is not None:
                     trace, in_rows = Trace.model_validate(stored[0]), stored[1]
                 else:
@@ -232,13 +234,8 @@ class Sessions:
             diag, decision = verdict.response, verdict.decision
             diagnoses.name_agent(diag, resolved)
             state = self._redacted.state(state)
-            resp = SessionStepResponse(
-                **diag.model_dump(),
-                session_id=session_id,
-                appended=list(range(first, len(trace.steps))),
-                source_indices=list(range(offset, next_source)),
-                session_steps=len(trace.steps),
-            )
+            resp = _step_response(diag, session_id=session_id, appended=list(range(first, len(trace.steps))),
+                                  source_indices=list(range(offset, next_source)), session_steps=len(trace.steps))
             # Only the new steps, and the earlier ones the append re-linked, are written.
             written = range(len(trace.steps)) if not in_rows else [*sorted(changed), *range(first, len(trace.steps))]
             self.trace_store.put_steps(
@@ -376,15 +373,17 @@ class SessionCache:
 
 class RedactedFindings:
     """What an append stores, redacted, with each finding redacted once per worker: a session's
-    findings are mostly those earlier appends found (frozen, or the classifier's), so the redactor's
-    output is remembered by the finding's JSON (at most ``size`` of them, the oldest forgotten)."""
+    findings are mostly those earlier appends found (frozen, or the classifier's), and its repair
+    state's failure records (``failures``: key → record) mostly those earlier appends kept, so the
+    redactor's output is remembered by the finding's (the record's) JSON (at most ``size`` of them, the
+    oldest forgotten)."""
 
     _FINDINGS = ("failures", "signals", "findings", "frozen", "recent")
 
     def __init__(self, redactor: Any, size: int = 20_000) -> None:
         self.redactor = redactor
         self.size = size
-        self._memo: OrderedDict[str, str] = OrderedDict()
+        self._memo: OrderedDict[bytes, bytes | None] = OrderedDict()  # None: unchanged
         self._lock = threading.Lock()
 
     def response(self, resp: dict[str, Any]) -> dict[str, Any]:
@@ -408,6 +407,8 @@ class RedactedFindings:
                 out[k] = self._dict(v)
             elif k in self._FINDINGS and isinstance(v, list):
                 out[k] = [self._finding(f) for f in v]
+            elif k in self._FINDINGS and isinstance(v, dict):  # a session's repair state: failure key → its record
+                out[k] = {rk: rv for item in v.items() for rk, rv in self._finding(dict([item])).items()}
             elif k in self._FINDINGS or k in deep:
                 out[k] = self.redactor.redact({k: v})[k]
             else:
@@ -415,18 +416,27 @@ class RedactedFindings:
         return out
 
     def _finding(self, finding: Any) -> Any:
-        key = json.dumps(finding, default=str)
+        """``finding`` redacted: remembered by its JSON (orjson's: a few hundred a long session's append),
+        the redacted JSON kept only where the redactor changed something. A hit must equal its key's
+        value read back (a NaN, which orjson writes as ``null``, or a tuple never takes another value's
+        redaction); a finding the redactor leaves as it is comes back itself."""
+        try:
+            key = orjson.dumps(finding, default=str)
+        except (TypeError, orjson.JSONEncodeError):  # what orjson refuses (an int past 64 bits, a lone surrogate)
+            return self.redactor.redact(finding)
         with self._lock:
-            done = self._memo.get(key)
-            if done is not None:
+            known = key in self._memo
+            if known:
                 self._memo.move_to_end(key)
-        if done is None:
-            done = json.dumps(self.redactor.redact(finding))
-            with self._lock:
-                self._memo[key] = done
-                while len(self._memo) > self.size:
-                    self._memo.popitem(last=False)
-        return json.loads(done)
+                hit = self._memo[key]
+        if known and orjson.loads(key) == finding:
+            return finding if hit is None else orjson.loads(hit)  # a copy: the caller's to change
+        done = self.redactor.redact(finding)
+        with self._lock:
+            self._memo[key] = None if done == finding else orjson.dumps(done)
+            while len(self._memo) > self.size:
+                self._memo.popitem(last=False)
+        return done
 
 
 class StepTools(Sequence[str | None]):
@@ -484,6 +494,18 @@ def _link_across_calls(steps: list[Step], first: int) -> list[int]:
                 break  # earlier appends already re-marked everything before this step
             later_blocker = True
     return changed
+
+
+def _new_trace_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _step_response(diag: DiagnosisResponse, **session: Any) -> SessionStepResponse:
+    """``diag`` as the session step's answer, its failures with their reach: validated from its fields as
+    they are (half the time of a dump validated again; ``model_construct`` takes longer still)."""
+    return SessionStepResponse.model_validate({
+        **diag.__dict__, "failures": [f.__dict__ for f in diag.failures], "signals": [f.__dict__ for f in diag.signals],
+        "primary": None if diag.primary is None else diag.primary.__dict__, **session})
 
 
 def _failure_states(row: SessionRow) -> list[FailureState]:

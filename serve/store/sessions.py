@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,7 @@ class LockedSession:
     state: dict[str, Any] | None
     db: Tx = field(repr=False)
     dirty: bool = field(default=False, repr=False)  # saved: the state is written even if changed in place
+    created: bool = field(default=False, repr=False)  # this transaction inserted the row (its trace is new)
 
     def __post_init__(self) -> None:
         self._loaded = self._values()
@@ -53,7 +55,7 @@ class LockedSession:
 
 _S = core(SessionRow).c
 _SESSION_KEY = (_S.tenant_id == bindparam("t")) & (_S.id == bindparam("i"))
-_SESSION_NAMES = [f.name for f in fields(LockedSession) if f.name not in ("db", "dirty")]
+_SESSION_NAMES = [f.name for f in fields(LockedSession) if f.name not in ("db", "dirty", "created")]
 _SESSION_COLS = [_S[name] for name in _SESSION_NAMES]
 _LOCK_SESSION = Prepared(select(*_SESSION_COLS).where(_SESSION_KEY))
 _LOCK_SESSION_PG = Prepared(select(*_SESSION_COLS).where(_SESSION_KEY).with_for_update())
@@ -66,20 +68,27 @@ class SessionStore(StoreBase):
 
     # -- sessions ------------------------------------------------------------------------------
     def lock_session(
-        self, db: Tx, tenant: str, session_id: str, *, create_trace_id: str | None
+        self, db: Tx, tenant: str, session_id: str, *, create_trace_id: str | Callable[[], str] | None
     ) -> LockedSession | None:
-        """The session row, locked for this transaction; created when ``create_trace_id`` is given.
+        """The session row, locked for this transaction; created when ``create_trace_id`` is given (the new
+        row's trace id, or what makes one: called only when the session is new; the row's ``created``).
 
+        The row is read first: an append to a session that exists (all but its first) runs one statement.
         The insert is ``ON CONFLICT DO NOTHING`` so that two first appends racing on PostgreSQL
         both end up locking the one row instead of one failing on the primary key.
         """
-        if create_trace_id is not None:
-            now = utcnow()
-            _CREATE_SESSION[self.dialect].execute(db, {
-                "tenant_id": tenant, "id": session_id, "trace_id": create_trace_id, "created_at": now,
-                "updated_at": now, "n_steps": 0, "next_source_index": 0, "version": 0, "state": {}})
         q = _LOCK_SESSION_PG if self.dialect == "postgresql" else _LOCK_SESSION
-        rows = q.execute(db, {"t": tenant, "i": session_id})
+        key = {"t": tenant, "i": session_id}
+        rows = q.execute(db, key)
+        if not rows and create_trace_id is not None:
+            now = utcnow()
+            trace_id = create_trace_id if isinstance(create_trace_id, str) else create_trace_id()
+            _CREATE_SESSION[self.dialect].execute(db, {
+                "tenant_id": tenant, "id": session_id, "trace_id": trace_id, "created_at": now,
+                "updated_at": now, "n_steps": 0, "next_source_index": 0, "version": 0, "state": {}})
+            rows = q.execute(db, key)
+            return LockedSession(**dict(zip(_SESSION_NAMES, rows[0], strict=True)), db=db,
+                                 created=rows[0][_SESSION_NAMES.index("trace_id")] == trace_id)
         return LockedSession(**dict(zip(_SESSION_NAMES, rows[0], strict=True)), db=db) if rows else None
 
     @staticmethod
