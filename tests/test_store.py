@@ -337,3 +337,31 @@ def test_a_runs_count_returns_its_agents_profile_when_due(store: Stores) -> None
         assert store.agents.count_agent_run(u, "a", "bot") == (8, None)
         assert store.agents.count_agent_run(u, "a", "old", profile_at=(2, 3)) is None
         assert store.agents.count_agent_run(u, "a", "nobody", profile_at=(2, 3)) is None
+
+
+def test_sqlite_writes_run_on_one_kept_connection_given_back_after_a_failure(tmp_path: Any) -> None:
+    """A SQLite file's write transactions run on one connection kept out of the pool, its busy timeout 0
+    (``BEGIN IMMEDIATE`` is polled; no ``PRAGMA`` pair a transaction); reads keep the pool's connections and
+    their busy timeout. A failed transaction gives the writer back to the pool, its busy timeout restored,
+    and the next one takes a connection anew."""
+    s = Stores.at(f"sqlite:///{tmp_path / 'w.db'}")
+    s.db.upgrade()
+
+    def busy(db: Any) -> int:
+        return int(db.dbapi.execute("PRAGMA busy_timeout").fetchone()[0])
+
+    with s.db.unit() as u:
+        first = u.dbapi
+        assert busy(u) == 0
+    with s.db.unit() as u:
+        assert u.dbapi is first
+    with s.db.peek() as r:
+        assert r.dbapi is not first and busy(r) == 10000
+    with pytest.raises(RuntimeError), s.db.unit() as u:
+        raise RuntimeError("the request failed")
+    assert int(first.execute("PRAGMA busy_timeout").fetchone()[0]) == 10000  # back in the pool as it was
+    _put(s, "a", "t1", "loop")  # an ORM write on a new writer
+    with s.db.unit() as u:
+        assert busy(u) == 0
+    assert s.traces.get_trace("a", "t1") is not None
+    s.db.dispose()
