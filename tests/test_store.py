@@ -341,9 +341,9 @@ def test_a_runs_count_returns_its_agents_profile_when_due(store: Stores) -> None
 
 def test_sqlite_writes_run_on_one_kept_connection_given_back_after_a_failure(tmp_path: Any) -> None:
     """A SQLite file's write transactions run on one connection kept out of the pool, its busy timeout 0
-    (``BEGIN IMMEDIATE`` is polled; no ``PRAGMA`` pair a transaction); reads keep the pool's connections and
-    their busy timeout. A failed transaction gives the writer back to the pool, its busy timeout restored,
-    and the next one takes a connection anew."""
+    (``BEGIN IMMEDIATE`` is polled; no ``PRAGMA`` pair a transaction); a ``peek`` reads on it when no write
+    holds it (its cache is valid), else on the pool's, whose busy timeout stays. A failed transaction gives
+    the writer back to the pool, its busy timeout restored, and the next one takes a connection anew."""
     s = Stores.at(f"sqlite:///{tmp_path / 'w.db'}")
     s.db.upgrade()
 
@@ -356,7 +356,22 @@ def test_sqlite_writes_run_on_one_kept_connection_given_back_after_a_failure(tmp
     with s.db.unit() as u:
         assert u.dbapi is first
     with s.db.peek() as r:
+        assert r.dbapi is first
+    writing, done = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with s.db.unit():
+            writing.set()
+            done.wait(5)
+
+    t = threading.Thread(target=write)
+    t.start()
+    writing.wait(5)
+    with s.db.peek() as r:  # the writer is another thread's now: a pool connection
         assert r.dbapi is not first and busy(r) == 10000
+        assert r.dbapi.execute("SELECT count(*) FROM traces").fetchone()[0] == 0
+    done.set()
+    t.join()
     with pytest.raises(RuntimeError), s.db.unit() as u:
         raise RuntimeError("the request failed")
     assert int(first.execute("PRAGMA busy_timeout").fetchone()[0]) == 10000  # back in the pool as it was

@@ -205,8 +205,25 @@ class Database:
         """A pooled driver connection for one or two :class:`~serve.store.prepared.Prepared` reads, without a
         transaction of ours (SQLite reads each statement in its own; psycopg's implicit one is rolled back
         as the connection goes back to the pool): what :meth:`read`'s ORM session, its ``BEGIN`` and its
-        ``ROLLBACK`` cost ~0.1 ms a request for (the request path's read of a run before it is decided)."""
+        ``ROLLBACK`` cost ~0.1 ms a request for (the request path's read of a run before it is decided).
+        A SQLite file's writer (:meth:`unit`) when no write holds it: its page cache is valid (the last commit
+        was its own), where a pool connection's is dropped after each of the writer's commits and its pages
+        read again (~0.04 ms a diagnosis's read). Its busy timeout 0 is no wait for a reader in WAL mode,
+        which waits only for a recovery or a WAL's deletion (at a first open, a last close: not while the
+        writer is open)."""
         try:
+            mutex = self._write_mutex
+            if self._keeps_writer and mutex is not None and mutex.acquire(blocking=False):
+                try:
+                    if not self._writing:
+                        unit = Unit(self.engine, self._kept_writer())
+                        try:
+                            yield unit
+                        finally:
+                            unit.close()
+                        return
+                finally:
+                    mutex.release()
             unit = Unit(self.engine)
             try:
                 yield unit
