@@ -261,11 +261,13 @@ class Database:
                         unit.run("ROLLBACK", unit.dialect.do_rollback)
                     raise
                 finally:
-                    unit.close()
-                    if kept:
-                        self._writing = False
-                        if failed:  # whatever failed, the next transaction starts on a connection from the pool
-                            self._release_writer()
+                    try:
+                        unit.close()
+                    finally:
+                        if kept:
+                            self._writing = False
+                            if failed:  # whatever failed, the next transaction starts on one from the pool
+                                self._release_writer()
         except (SQLAlchemyError, OverflowError, UnicodeEncodeError) as exc:
             raise store_error(exc, "writing") from exc
 
