@@ -289,3 +289,94 @@ def test_stores_share_one_database_and_a_composed_write_is_one_transaction(store
     row = store.sessions.get_session("acme", "s1")
     assert row is not None and row.trace_id == "t1"
     assert store.traces.usage("acme", "2026-12-01") == 3
+
+
+def test_reads_by_session_and_by_time_keep_an_index_without_a_session_less_runs_entry(store: Stores) -> None:
+    """Revision 0021: ``ix_traces_tenant_session`` holds the runs with a session only (a run without one
+    writes no entry at its commit) and still serves a session's reads; a tenant's runs by time are read
+    from ``ix_traces_console``'s leading columns (``ix_traces_tenant_created`` is gone)."""
+    _put(store, "a", "t1", "loop", session="s")
+    _put(store, "a", "t2")
+    indexes = {ix["name"]: ix for ix in inspect(store.db.engine).get_indexes("traces")}
+    assert "ix_traces_tenant_created" not in indexes and "ix_traces_console" in indexes
+    with store.db.engine.connect() as conn:
+        if store.db.dialect == "sqlite":
+            ddl = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'ix_traces_tenant_session'").scalar()
+            assert str(ddl).endswith("WHERE session_id IS NOT NULL"), ddl
+            assert conn.exec_driver_sql(  # the index's entries: the run with a session only
+                "SELECT count(*) FROM traces INDEXED BY ix_traces_tenant_session "
+                "WHERE tenant_id = 'a' AND session_id IS NOT NULL").scalar() == 1
+
+            def plan(sql: str) -> str:
+                return " ".join(str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}"))
+
+            assert "ix_traces_tenant_session" in plan("SELECT id FROM traces WHERE tenant_id = 'a' AND session_id = 's'")
+            assert "ix_traces_console" in plan("SELECT id FROM traces WHERE tenant_id = 'a' AND created_at >= '2026-01-01' "
+                                               "ORDER BY created_at DESC, id DESC LIMIT 50")
+        else:
+            ddl = conn.exec_driver_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_traces_tenant_session'").scalar()
+            assert str(ddl).endswith("WHERE (session_id IS NOT NULL)"), ddl
+    assert [r.id for r in store.traces.list_traces("a", session="s").items] == ["t1"]
+    assert store.traces.delete_session("a", "s") is True
+    assert [r.id for r in store.traces.list_traces("a").items] == ["t2"]
+
+
+def test_a_runs_count_returns_its_agents_profile_when_due(store: Stores) -> None:
+    """``count_agent_run(profile_at=(every, sample))``: the new count, and the agent's profile (read in the same
+    statement) when that count is at most ``every`` or a multiple of ``sample``; None for an alias or no row."""
+    with store.db.write() as db:
+        store.agents.insert_agent(db, "a", "bot", source="inferred", profile={"v": 1})
+        store.agents.insert_agent(db, "a", "old", source="inferred", profile={"v": 2})
+        store.agents.save_agent(db, "a", "old", alias_of="bot")
+    got = []
+    for _ in range(7):
+        with store.db.unit() as u:
+            got.append(store.agents.count_agent_run(u, "a", "bot", profile_at=(2, 3)))
+    assert got == [(1, {"v": 1}), (2, {"v": 1}), (3, {"v": 1}), (4, None), (5, None), (6, {"v": 1}), (7, None)]
+    with store.db.unit() as u:
+        assert store.agents.count_agent_run(u, "a", "bot") == (8, None)
+        assert store.agents.count_agent_run(u, "a", "old", profile_at=(2, 3)) is None
+        assert store.agents.count_agent_run(u, "a", "nobody", profile_at=(2, 3)) is None
+
+
+def test_sqlite_writes_run_on_one_kept_connection_given_back_after_a_failure(tmp_path: Any) -> None:
+    """A SQLite file's write transactions run on one connection kept out of the pool, its busy timeout 0
+    (``BEGIN IMMEDIATE`` is polled; no ``PRAGMA`` pair a transaction); a ``peek`` reads on it when no write
+    holds it (its cache is valid), else on the pool's, whose busy timeout stays. A failed transaction gives
+    the writer back to the pool, its busy timeout restored, and the next one takes a connection anew."""
+    s = Stores.at(f"sqlite:///{tmp_path / 'w.db'}")
+    s.db.upgrade()
+
+    def busy(db: Any) -> int:
+        return int(db.dbapi.execute("PRAGMA busy_timeout").fetchone()[0])
+
+    with s.db.unit() as u:
+        first = u.dbapi
+        assert busy(u) == 0
+    with s.db.unit() as u:
+        assert u.dbapi is first
+    with s.db.peek() as r:
+        assert r.dbapi is first
+    writing, done = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with s.db.unit():
+            writing.set()
+            done.wait(5)
+
+    t = threading.Thread(target=write)
+    t.start()
+    writing.wait(5)
+    with s.db.peek() as r:  # the writer is another thread's now: a pool connection
+        assert r.dbapi is not first and busy(r) == 10000
+        assert r.dbapi.execute("SELECT count(*) FROM traces").fetchone()[0] == 0
+    done.set()
+    t.join()
+    with pytest.raises(RuntimeError), s.db.unit() as u:
+        raise RuntimeError("the request failed")
+    assert int(first.execute("PRAGMA busy_timeout").fetchone()[0]) == 10000  # back in the pool as it was
+    _put(s, "a", "t1", "loop")  # an ORM write on a new writer
+    with s.db.unit() as u:
+        assert busy(u) == 0
+    assert s.traces.get_trace("a", "t1") is not None
+    s.db.dispose()

@@ -145,12 +145,17 @@ class Agents:
         """In the request's write transaction: count an inferred run into its agent's profile; give
         a named agent its row the first time this worker sees it."""
         if resolved.sig is not None:
-            n = self.agent_store.count_agent_run(db, tenant, resolved.agent)
-            if n is None:  # renamed or merged meanwhile: its new key counts its next runs
+            # the profile: a sample past its first runs (the agent's own comes back with its count)
+            at = (PROFILE_EVERY_RUN, PROFILE_SAMPLE)
+            got = self.agent_store.count_agent_run(db, tenant, resolved.agent,
+                                                   profile_at=at if resolved.profile_key is None else None)
+            if got is None:  # renamed or merged meanwhile: its new key counts its next runs
                 return
-            if n <= PROFILE_EVERY_RUN or n % PROFILE_SAMPLE == 0:  # the profile: a sample past its first runs
+            n, prof = got
+            if n <= PROFILE_EVERY_RUN or n % PROFILE_SAMPLE == 0:
                 which = resolved.profile_key or resolved.agent
-                prof = self.agent_store.lock_agent_profile(db, tenant, which, alias=resolved.profile_key is not None)
+                if resolved.profile_key is not None:  # matched through an alias: the profile it keeps
+                    prof = self.agent_store.lock_agent_profile(db, tenant, which, alias=True)
                 if prof is not None:
                     profile = AgentProfile.from_json(prof)
                     profile.update(resolved.sig)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, bindparam, delete, func, select, text, update
+from sqlalchemy import Integer, and_, bindparam, case, delete, func, null, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, core, rowcount
@@ -40,9 +40,14 @@ class AgentStats(NamedTuple):
 
 
 _A = core(AgentRow).c
-_COUNT_RUN = Prepared(update(core(AgentRow)).where(_A.tenant_id == bindparam("t"), _A.key == bindparam("k"),
-                                                   _A.alias_of.is_(None))
-                      .values(n_runs=_A.n_runs + 1, updated_at=bindparam("now")).returning(_A.n_runs))
+_COUNT = (update(core(AgentRow)).where(_A.tenant_id == bindparam("t"), _A.key == bindparam("k"), _A.alias_of.is_(None))
+          .values(n_runs=_A.n_runs + 1, updated_at=bindparam("now")))
+_COUNT_RUN = Prepared(_COUNT.returning(_A.n_runs))
+# with the row's profile when the new count is at most ``every`` or a multiple of ``sample`` (RETURNING reads
+# the row as updated, locked by the update on PostgreSQL): the profile's read, in the same statement
+_COUNT_RUN_PROFILE = Prepared(_COUNT.returning(_A.n_runs, case(
+    (or_(_A.n_runs <= bindparam("every", type_=Integer), _A.n_runs % bindparam("sample", type_=Integer) == 0),
+     _A.profile), else_=null())))
 _SAVE = Prepared(update(core(AgentRow)).where(_A.tenant_id == bindparam("t"), _A.key == bindparam("k")))
 _T = core(TraceRow).c
 _STORED_AGENT = Prepared(select(_T.agent, _T.response["agent_source"].as_string())
@@ -148,10 +153,19 @@ class AgentStore(StoreBase):
         value = rows[0][0] if rows else None
         return value if isinstance(value, dict) else None
 
-    def count_agent_run(self, db: Tx, tenant: str, key: str) -> int | None:
-        """One more run matched to the agent: its new ``n_runs`` (None: no such agent, or an alias)."""
-        rows = _COUNT_RUN.execute(db, {"t": tenant, "k": key, "now": utcnow()})
-        return int(rows[0][0]) if rows else None
+    def count_agent_run(self, db: Tx, tenant: str, key: str, *, profile_at: tuple[int, int] | None = None
+                        ) -> tuple[int, dict[str, Any] | None] | None:
+        """One more run matched to the agent: its new ``n_runs``, and its profile JSON, locked for this
+        transaction, when ``profile_at`` = ``(every, sample)`` and that count is at most ``every`` or a
+        multiple of ``sample`` (else None, as when it has no profile); None: no such agent, or an alias."""
+        params = {"t": tenant, "k": key, "now": utcnow()}
+        if profile_at is None:
+            rows = _COUNT_RUN.execute(db, params)
+            return (int(rows[0][0]), None) if rows else None
+        rows = _COUNT_RUN_PROFILE.execute(db, {**params, "every": profile_at[0], "sample": profile_at[1]})
+        if not rows:
+            return None
+        return int(rows[0][0]), rows[0][1] if isinstance(rows[0][1], dict) else None
 
     def save_agent(self, db: Tx, tenant: str, key: str, **values: Any) -> None:
         """Set columns of the agent's row (profile, n_runs, name, alias_of, …)."""

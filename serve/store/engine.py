@@ -160,17 +160,20 @@ def _sqlite_setup(engine: Engine, busy_timeout_s: float) -> None:
         begin_immediate(conn.connection.dbapi_connection, busy_timeout_s)
 
 
-def begin_immediate(dbapi_conn: Any, busy_timeout_s: float) -> None:
+def begin_immediate(dbapi_conn: Any, busy_timeout_s: float, *, waits: bool = True) -> None:
     """``BEGIN IMMEDIATE``, polling every ~1 ms while another process holds the write lock.
 
     SQLite's own busy handler sleeps in growing steps (up to 100 ms each), which turns a few
     milliseconds of contention between workers into a 0.5-1 s tail; a writer only ever waits
     here (in WAL mode reads never block), so a tight poll at this one point is enough.
+    ``waits=False``: the connection's busy timeout is 0 already, and stays so (the store's writer,
+    :meth:`serve.store.base.Database.unit`): no ``PRAGMA`` before and after (SQLite parses each again).
     """
     busy_ms = int(busy_timeout_s * 1000)
     cur = dbapi_conn.cursor()
     try:
-        cur.execute("PRAGMA busy_timeout=0")
+        if waits:
+            cur.execute("PRAGMA busy_timeout=0")
         deadline = time.monotonic() + busy_timeout_s
         while True:
             try:
@@ -186,7 +189,8 @@ def begin_immediate(dbapi_conn: Any, busy_timeout_s: float) -> None:
                     ) from exc
                 time.sleep(random.uniform(0.0002, 0.0015))
     finally:
-        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
+        if waits:
+            cur.execute(f"PRAGMA busy_timeout={busy_ms}")
         cur.close()
 
 

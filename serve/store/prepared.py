@@ -31,16 +31,20 @@ class Unit:
     session on a SQLAlchemy connection around the same driver connection and transaction for the rare
     statement that needs one (an agent consolidation, a session's stored trace), flushed before the commit."""
 
-    __slots__ = ("engine", "fairy", "dbapi", "dialect", "info", "_conn", "_session")
+    __slots__ = ("engine", "fairy", "dbapi", "dialect", "info", "_conn", "_kept", "_session")
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, kept: Connection | None = None) -> None:
         self.engine = engine
         self.dialect: Dialect = engine.dialect
-        try:
-            self.fairy = engine.raw_connection()  # the pool's (SQLite: the connection used last, its cache valid)
-        except self.dialect.loaded_dbapi.Error as exc:
-            raise DBAPIError.instance("connect", None, exc, self.dialect.loaded_dbapi.Error, dialect=self.dialect,
-                                      connection_invalidated=True) from exc
+        self._kept = kept  # a connection the caller keeps (SQLite's writer, Database.unit): not closed here
+        if kept is not None:
+            self.fairy: Any = kept.connection
+        else:
+            try:
+                self.fairy = engine.raw_connection()  # the pool's (SQLite: the connection used last, its cache valid)
+            except self.dialect.loaded_dbapi.Error as exc:
+                raise DBAPIError.instance("connect", None, exc, self.dialect.loaded_dbapi.Error, dialect=self.dialect,
+                                          connection_invalidated=True) from exc
         self.dbapi: Any = self.fairy.dbapi_connection
         self.info: dict[Any, Any] = {}
         self._conn: Connection | None = None
@@ -50,8 +54,11 @@ class Unit:
     def session(self) -> Session:
         """An ORM session in this transaction (opened at the first use, closed with the unit)."""
         if self._session is None:
-            conn = self._conn = Connection(self.engine, self.fairy)  # returns the driver connection as it closes
-            conn.execution_options(**{SQLITE_BEGIN: BEGUN})  # its begin emits nothing: the unit's has run
+            if self._kept is not None:  # the kept connection itself (a session closed leaves it open)
+                conn = self._kept
+            else:  # returns the driver connection as it closes
+                conn = self._conn = Connection(self.engine, self.fairy)
+                conn.execution_options(**{SQLITE_BEGIN: BEGUN})  # its begin emits nothing: the unit's has run
             s = self._session = Session(bind=conn, expire_on_commit=False)
             s.info.update(self.info)
             self.info = s.info  # one dict: before_commit hooks and pending counts set through either
@@ -75,6 +82,8 @@ class Unit:
         """Give the driver connection back to the pool (whose reset rolls back whatever is left)."""
         if self._session is not None:  # its transaction ends with a rollback of nothing (the unit has ended it)
             self._session.close()
+        if self._kept is not None:
+            return
         if self._conn is not None:
             self._conn.close()
         else:

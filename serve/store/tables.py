@@ -139,8 +139,10 @@ class ApiKey(Base):
 class TraceRow(Base):
     __tablename__ = "traces"
     __table_args__ = (
-        Index("ix_traces_tenant_created", "tenant_id", "created_at"),
-        Index("ix_traces_tenant_session", "tenant_id", "session_id"),
+        # a session's runs (revision 0021: those of a session only; a run without one writes no entry). A
+        # tenant's runs by time are read from ix_traces_console's leading (tenant_id, created_at)
+        Index("ix_traces_tenant_session", "tenant_id", "session_id", sqlite_where=text("session_id IS NOT NULL"),
+              postgresql_where=text("session_id IS NOT NULL")),
         # an agent's runs, first and last seen (the agents' list: one probe each; revision 0017)
         Index("ix_traces_agent_created", "tenant_id", "agent", "created_at"),
         Index("ix_traces_agent_updated", "tenant_id", "agent", "updated_at"),
