@@ -30,7 +30,9 @@ blocks' range: the host is shared, so the spread says how much to trust the medi
 - a plain keep-alive ``http.client`` client on one connection, ``--pairs`` pairs of ``GET /healthz``
   (the **floor**) and the request, interleaved: p50 of each and the ratio;
 - ``bench/service.py``'s load generator at 8 connections for ``--duration`` s: requests a second, and
-  the server's CPU a request (its processes' user + system time from ``/proc``, over the requests).
+  the server's CPU a request (its processes' user + system time from ``/proc``, over the requests), and
+  of it the event loop's thread (the worker's main thread: uvicorn, middlewares, routing, the body's
+  parse, the answer's serialisation; the service call runs on the thread pool's threads).
 
 Run::
 
@@ -278,6 +280,14 @@ def plain_pairs(server: Server, scenario: str, pairs: int) -> dict[str, Any]:
     return {"floor_p50_ms": f50, "p50_ms": l50, "p99_ms": _pct(lat, 0.99), "ratio": l50 / f50, "errors": errors}
 
 
+def loop_cpu_s(server: Server) -> float:
+    """CPU seconds (user + system) of the one worker's main thread, which runs the event loop: uvicorn,
+    the middlewares, routing and dependencies, the body's parse and the answer's serialisation (the
+    service call runs on the thread pool's threads, the rest of :meth:`Server.cpu_s`)."""
+    fields = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def one_server(tree: Path, a: argparse.Namespace) -> dict[str, Any]:
     """This checkout's or the base's server: the plain client's figures, then the load at 8 connections."""
     out: dict[str, Any] = {}
@@ -286,13 +296,13 @@ def one_server(tree: Path, a: argparse.Namespace) -> dict[str, Any]:
         try:
             for scenario in a.scenarios:
                 plain = plain_pairs(server, scenario, a.pairs)
-                cpu0 = server.cpu_s()
+                cpu0, loop0 = server.cpu_s(), loop_cpu_s(server)
                 load = run_load(server.url, server.key, scenario, 8, a.duration)
-                cpu1 = server.cpu_s()
-                served = load["requests"] + load["warmup_requests"]  # the CPU read covers both
+                cpu1, loop1 = server.cpu_s(), loop_cpu_s(server)
+                served = max(1, load["requests"] + load["warmup_requests"])  # the CPU read covers both
                 out[scenario] = {**plain, "rps": load["rps"], "load_errors": load["errors"],
-                                 "load_p50_ms": load["p50_ms"], "cpu_ms": (cpu1 - cpu0) * 1000 / max(1, served),
-                                 "load_requests": served}
+                                 "load_p50_ms": load["p50_ms"], "cpu_ms": (cpu1 - cpu0) * 1000 / served,
+                                 "loop_cpu_ms": (loop1 - loop0) * 1000 / served, "load_requests": served}
         finally:
             server.stop()
     return out
@@ -315,7 +325,8 @@ def servers(a: argparse.Namespace) -> dict[str, Any]:
     print("median over rounds (per round); ratio this ÷ base of the medians' rounds: each round's own ratio")
     for scenario in a.scenarios:
         print(f"{scenario}:")
-        for fig, label in (("cpu_ms", "server CPU ms a request (8 conns)"), ("rps", "req/s at 8 conns"),
+        for fig, label in (("cpu_ms", "server CPU ms a request (8 conns)"),
+                           ("loop_cpu_ms", "  of which the event loop's thread"), ("rps", "req/s at 8 conns"),
                            ("p50_ms", "plain client p50 ms"), ("floor_p50_ms", "floor (healthz) p50 ms"),
                            ("ratio", "p50 ÷ floor")):
             b = [r["base"][scenario][fig] for r in rounds]
