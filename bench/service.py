@@ -331,7 +331,11 @@ class Server:
                     del env[name]  # the defaults are what is measured
         if model_path:
             env["TRIAGE_MODEL_PATH"] = model_path
-        env.update(kv.split("=", 1) for kv in extra_env or [])
+        for kv in extra_env or []:
+            name, sep, value = kv.partition("=")
+            if not sep or not name:
+                raise SystemExit(f"server environment {kv!r}: expected NAME=VALUE")
+            env[name] = value
         self.workers = workers
         self.log = open(data / f"server-{workers}.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
