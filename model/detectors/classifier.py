@@ -30,6 +30,7 @@ from model.core.paths import ARTIFACTS
 from model.core.schema import Trace
 from model.scoring.classifier.gate import REPORTED_KINDS, failure_kinds, read_gate
 from model.scoring.classifier.representation import clip
+from model.scoring.classifier.runtime import DEFAULT_THREADS
 
 DEFAULT_ARTIFACTS = ARTIFACTS
 
@@ -70,7 +71,7 @@ class ClassifierDetector:
     version: ClassVar[str] = "1"
     kinds: ClassVar[tuple[FailureKind, ...]] = REPORTED_KINDS
 
-    def __init__(self, *, path: str | Path | None = None, threads: int = 1, max_steps: int = 512,
+    def __init__(self, *, path: str | Path | None = None, threads: int = DEFAULT_THREADS, max_steps: int = 512,
                  signal_ratio: float = 0.5) -> None:
         self.path = path
         self.threads = threads

@@ -51,6 +51,7 @@ from model.diagnosis.decision import Context, Verdict, conclude
 from model.diagnosis.repair_engine import RepairEngine
 from model.diagnosis.run_verdict import RUNSCORE, attributed_kind, run_failure
 from model.importers.spans import unkeyed_warning
+from model.scoring.classifier.runtime import DEFAULT_THREADS
 
 if TYPE_CHECKING:
     from model.scoring.runscore.model import RunScorer
@@ -196,7 +197,7 @@ class Diagnoser:
         classifier: bool = True,
         runscore: bool = True,
         path: str | Path | None = None,
-        threads: int = 1,
+        threads: int = DEFAULT_THREADS,
         runscorer: RunScorer | None = None,
         **kwargs: Any,
     ) -> Diagnoser:

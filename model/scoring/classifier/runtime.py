@@ -26,6 +26,9 @@ from model.core.schema import Trace
 from model.scoring.classifier.representation import RepresentationConfig, step_text, trace_texts
 from model.scoring.wordpiece import WordPieceIds
 
+#: onnxruntime intra-op threads by default (the service's ``TRIAGE_ORT_THREADS``): at a request's batch sizes a
+#: second thread costs more CPU than it saves wall time (docs/benchmarks.md).
+DEFAULT_THREADS = 1
 MODEL_FILE = "classifier.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 #: The namespace of our keys in the ONNX file's metadata: the exporter
@@ -97,11 +100,10 @@ class ClassifierRuntime:
     tokenizer_path:
         The ``tokenizer.json`` beside it.
     threads:
-        onnxruntime intra-op threads (1: at a request's batch sizes a second thread costs more CPU than
-        it saves wall time; docs/benchmarks.md).
+        onnxruntime intra-op threads (:data:`DEFAULT_THREADS`).
     """
 
-    def __init__(self, model_path: Path, tokenizer_path: Path, *, threads: int = 1) -> None:
+    def __init__(self, model_path: Path, tokenizer_path: Path, *, threads: int = DEFAULT_THREADS) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -148,7 +150,7 @@ class ClassifierRuntime:
         self._frame = _frame(json.loads(self.tokenizer.to_str()))
 
     @classmethod
-    def load(cls, directory: str | Path, *, model_file: str = MODEL_FILE, threads: int = 1) -> ClassifierRuntime:
+    def load(cls, directory: str | Path, *, model_file: str = MODEL_FILE, threads: int = DEFAULT_THREADS) -> ClassifierRuntime:
         """Load ``directory/model_file`` and ``directory/tokenizer.json``."""
         d = Path(directory)
         return cls(d / model_file, d / TOKENIZER_FILE, threads=threads)
