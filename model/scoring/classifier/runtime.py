@@ -248,4 +248,4 @@ def _frame(config: dict[str, Any]) -> tuple[list[int], list[int]] | None:
     return (head, tail) if seen else None
 
 
-__all__ = ["META_KEYS", "META_PREFIX", "MODEL_FILE", "TOKENIZER_FILE", "ArtefactMeta", "ClassifierRuntime"]
+__all__ = ["DEFAULT_THREADS", "META_KEYS", "META_PREFIX", "MODEL_FILE", "TOKENIZER_FILE", "ArtefactMeta", "ClassifierRuntime"]
