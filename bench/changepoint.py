@@ -46,7 +46,7 @@ def machine() -> str:
 
 def cli_alarms(
     values: list[object], *, warmup: int, arl0: float, shift: float, folder: Path
-) -> list[list[tuple[int, str]]]:
+) -> list[list[tuple[int, str, int | None]]]:
     """Each stream through ``triage cusum FILE --column value --warmup N`` (the CLI in-process)."""
     from typer.testing import CliRunner
 

@@ -21,6 +21,7 @@ average is printed with the figures, and ratios within one run are what to compa
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -30,9 +31,14 @@ from pathlib import Path
 from model.core.schema import Trace
 from model.data.datagen import GenerateConfig, generate
 from model.scoring.classifier.representation import step_text
-from model.scoring.classifier.runtime import MODEL_FILE, ClassifierRuntime
+from model.scoring.classifier.runtime import DEFAULT_THREADS, MODEL_FILE, ClassifierRuntime
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _raw_forward(rt: ClassifierRuntime, text: str) -> object:
+    """The model's forward on one text, with no representation work around it."""
+    return rt.forward(rt.encode([text]))
 
 
 def thirty_step_traces() -> dict[str, Trace]:
@@ -86,9 +92,9 @@ def bench(name: str, folder: Path, traces: dict[str, Trace], repeats: int, threa
         last = len(trace.steps) - 1
         text = step_text(trace, last, rt.meta.representation)
         tokens = rt.token_count(text)
-        step, raw = paired(lambda t=trace, i=last: rt.score_step(t, i),
-                           lambda x=text: rt.forward(rt.encode([x])), repeats)
-        whole = timed(lambda t=trace: rt.score_trace(t), max(10, repeats // 10))
+        step, raw = paired(functools.partial(rt.score_step, trace, last),
+                           functools.partial(_raw_forward, rt, text), repeats)
+        whole = timed(functools.partial(rt.score_trace, trace), max(10, repeats // 10))
         # paired: each repeat times our path and the raw path back to back, so drift cancels
         over = statistics.median([a - b for a, b in zip(step, raw, strict=True)])
         print(f"{name:<12} {lang}  step p50 {pct(step, .5):6.2f} p99 {pct(step, .99):6.2f} ms ({tokens:3d} tokens) | "
@@ -121,7 +127,8 @@ def bench_long(name: str, folder: Path, trace: Trace, repeats: int, threads: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=200)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                    help="onnxruntime intra-op threads (default: the server's, %(default)s)")
     ap.add_argument("--model", type=Path, default=None, help="time only this artefact folder")
     args = ap.parse_args()
     candidates: dict[str, Path] = {}

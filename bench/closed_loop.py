@@ -38,6 +38,7 @@ Run (a few minutes)::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
@@ -139,7 +140,7 @@ def run_plain(task: Task, mode: str) -> Run:
         msg = None
         for m in models:
             try:
-                msg = with_retries(lambda m=m: model(messages, model=m))
+                msg = with_retries(functools.partial(model, messages, model=m))
                 break
             except ProviderError:
                 continue
@@ -155,7 +156,7 @@ def run_plain(task: Task, mode: str) -> Run:
             fn = tc["function"]
             try:
                 name, args = fn["name"], json.loads(fn["arguments"])
-                content, status = with_retries(lambda n=name, a=args: tools.call(n, a)), "ok"
+                content, status = with_retries(functools.partial(tools.call, name, args)), "ok"
             except ToolHTTPError as exc:  # the tool message an agent framework writes for a failed call
                 content, status = f"Error: {exc}", "error"
             messages.append({"role": "tool", "tool_call_id": tc["id"], "content": content,

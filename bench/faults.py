@@ -149,7 +149,7 @@ def hotels_in(city: str, checkin: str, nights: int) -> list[dict[str, Any]]:
     r = _h("hotels", city.lower(), checkin, nights)
     names = ["Maison Lierre", "Hotel Quai Vert", "Les Tilleuls", "Residence Ponant", "Auberge du Marche"]
     r.shuffle(names)
-    out = [{"hotel_id": f"H{r.randint(1000, 9999)}", "name": n, "price_per_night": float(r.randint(70, 240)),
+    out: list[dict[str, Any]] = [{"hotel_id": f"H{r.randint(1000, 9999)}", "name": n, "price_per_night": float(r.randint(70, 240)),
             "pets_allowed": r.random() < 0.5} for n in names[:4]]
     if not any(h["pets_allowed"] for h in out):
         out[-1]["pets_allowed"] = True

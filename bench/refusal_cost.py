@@ -70,6 +70,7 @@ def refusal_app(n: int = 5000) -> dict[str, Any]:
 
         with TestClient(app) as client:  # the lifespan runs; the first request caches the key
             assert client.get("/v1/traces?limit=1", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+            assert client.portal is not None  # inside the with: the lifespan's portal
             out: dict[str, Any] = client.portal.call(measure)
     return out
 

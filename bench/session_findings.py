@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 for _tree in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p] or [str(ROOT)]):
@@ -45,7 +46,7 @@ def main() -> None:
     from serve.wiring import build_diagnoser, build_service
 
     runs = [r for r in load_all() if len(r.trace.steps) >= 4]
-    steps = []
+    steps: list[Any] = []
     k = 0
     while len(steps) < a.steps:
         steps.extend(runs[k % len(runs)].trace.steps)
