@@ -26,7 +26,6 @@ The OpenAPI document does not change: it is built from the same route attributes
 from __future__ import annotations
 
 import inspect
-import typing
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ import fastapi.dependencies.utils
 import fastapi.routing
 from fastapi import Request, Response
 from fastapi.dependencies.models import Dependant
-from fastapi.dependencies.utils import request_params_to_args
+from fastapi.dependencies.utils import get_typed_return_annotation, request_params_to_args
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
@@ -153,7 +152,7 @@ def plan(dependant: Dependant) -> tuple[_Call, ...]:
         return _Call(node.call, inspect.iscoroutinefunction(_function(node.call)), params, names, tuple(results))
 
     calls.append(solve(dependant))
-    returns = typing.get_type_hints(dependant.call).get("return")
+    returns = get_typed_return_annotation(dependant.call) if dependant.call is not None else None
     if not (isinstance(returns, type) and issubclass(returns, Response)):
         raise _Unsupported(f"{dependant.call!r} does not return a Response (FastAPI would serialise it)")
     return tuple(calls)
@@ -176,10 +175,10 @@ class DirectRoute(APIRoute):
         try:
             calls = plan(route.dependant)
         except _Unsupported:
+            calls = ()
+        self.direct = bool(calls) and route.body_field is None
+        if not self.direct:
             return fastapi_handler
-        if route.body_field is not None:
-            return fastapi_handler
-        self.direct = True
         overrides = route.dependency_overrides_provider
 
         async def handler(request: Request) -> Response:
