@@ -219,6 +219,7 @@ class _Shortcut(Route):
     def __init__(self, route: Any) -> None:
         super().__init__(route.path, route.endpoint, methods=sorted(route.methods), name=route.name,
                          include_in_schema=False)
+        self.methods = set(route.methods)  # as FastAPI's (Starlette's Route adds HEAD to GET)
         self.app = route.app
         self.original: Any = getattr(route, "original_route", route)
 

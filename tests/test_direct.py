@@ -17,6 +17,7 @@ import pytest
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.testclient import TestClient
+from prometheus_client import generate_latest
 
 from serve.auth import create_key
 from serve.direct import DirectRoute
@@ -139,7 +140,7 @@ def test_bad_query_gets_fastapis_422(service: tuple[TestClient, dict[str, str]])
 def _stable(body: dict[str, Any]) -> dict[str, Any]:
     """A diagnosis without what differs between two runs of one request (ids, times, stored counts)."""
     volatile = {"id", "trace_id", "run_id", "created_at", "received_at", "diagnosed_at", "elapsed_ms", "timings",
-                "session", "stored", "history", "recurrence"}
+                "session", "stored", "history", "recurrence", "updated_at", "agent"}
     if isinstance(body, dict):
         return {k: _stable(v) for k, v in body.items() if k not in volatile}
     if isinstance(body, list):
@@ -276,3 +277,68 @@ def test_plan_calls_as_solve_dependencies(monkeypatch: pytest.MonkeyPatch, url: 
         assert n_direct == 0
         # FastAPI solves a cached dependency's own tree again: `_first` (uncached under `_uncached`) runs again
         assert order["direct"] == ["first", "second", "first", "uncached", f"third:{tag}", "first", "first", "toy"]
+
+
+# -- the shortcut: the direct routes routed ahead of FastAPI's included-router walk, with the same answers -------
+
+ROUTING = [  # (method, path, body): what routing decides (a match, 404, 405, the trailing-slash redirect)
+    ("POST", "/v1/diagnose", HEALTHY),
+    ("GET", "/v1/diagnose", None),
+    ("PUT", "/v1/diagnose", None),
+    ("HEAD", "/v1/diagnose", None),
+    ("POST", "/v1/diagnose/", HEALTHY),
+    ("POST", "/v1/diagnose/x", HEALTHY),
+    ("POST", "/v1/sessions/r1/steps", STEP),
+    ("GET", "/v1/sessions/r1/steps", None),
+    ("POST", "/v1/sessions/r1/steps/", STEP),
+    ("GET", "/v1/sessions/r1", None),
+    ("PUT", "/v1/sessions/r1", None),
+    ("HEAD", "/v1/sessions/r1", None),
+    ("DELETE", "/v1/sessions/nobody", None),
+    ("GET", "/v1/sessions/", None),
+    ("GET", "/healthz", None),
+]
+
+
+def test_shortcut_routes_as_fastapi(tmp_path: Path) -> None:
+    """The same requests through an app with the shortcut and one without (FastAPI's walk): equal answers,
+    and the latency and queue-wait histograms label them by the same route template."""
+    from serve.app import create_app
+    from serve.direct import _Shortcut
+
+    answers: list[list[tuple[int, bytes, dict[str, str]]]] = []
+    metrics: list[str] = []
+    for walk in (False, True):
+        settings = Settings(data_dir=tmp_path / str(walk), classifier=False, rate_limit_key_rps=0,
+                            rate_limit_tenant_rps=0)
+        app = create_app(settings)
+        shortcuts = [r for r in app.router.routes if isinstance(r, _Shortcut)]
+        assert [r.path for r in shortcuts] == ["/v1/diagnose", "/v1/sessions/{session_id}/steps",
+                                              "/v1/sessions/{session_id}", "/v1/sessions/{session_id}"]
+        if walk:
+            app.router.routes[:] = [r for r in app.router.routes if not isinstance(r, _Shortcut)]
+        with TestClient(app, follow_redirects=False) as client:
+            key = create_key(client.app.state.key_store, "acme")[0]  # type: ignore[attr-defined]
+            got = []
+            for method, path, body in ROUTING:
+                r = client.request(method, path, headers=_h(key),
+                                   content=None if body is None else json.dumps(body))
+                drop = {"server-timing", "date", "content-length"} if r.status_code == 200 else {"date"}
+                if "server-timing" in r.headers:  # its durations differ; that it is there does not
+                    r.headers["server-timing"] = "queue"
+                content = json.dumps(_stable(r.json())).encode() if r.status_code == 200 and r.content else r.content
+                got.append((r.status_code, content, {k: v for k, v in r.headers.items() if k not in drop}))
+            answers.append(got)
+            metrics.append(generate_latest(client.app.state.metrics.registry).decode())  # type: ignore[attr-defined]
+    for (method, path, _), a, b in zip(ROUTING, answers[0], answers[1], strict=True):
+        assert a == b, (method, path)
+    statuses = {(m, p): a[0] for (m, p, _), a in zip(ROUTING, answers[0], strict=True)}
+    assert statuses[("GET", "/v1/diagnose")] == 405 and statuses[("POST", "/v1/diagnose/x")] == 404
+    assert statuses[("POST", "/v1/diagnose")] == statuses[("POST", "/v1/sessions/r1/steps")] == 200
+
+    def labels(text: str) -> set[str]:
+        return {line.rsplit(" ", 1)[0] for line in text.splitlines()
+                if line.startswith(("triage_request_duration_seconds_count", "triage_queue_wait_seconds_count"))}
+
+    assert labels(metrics[0]) == labels(metrics[1])
+    assert any('route="/v1/sessions/{session_id}/steps"' in x for x in labels(metrics[0]))
