@@ -1,4 +1,5 @@
-"""``DirectRoute``: FastAPI's route, with its dependencies called directly on the hot routes.
+"""``DirectRoute``: FastAPI's route, with its dependencies called directly on the hot routes, and
+:func:`shortcut`, which routes them ahead of FastAPI's included-router walk.
 
 FastAPI solves a route's dependencies generically on every request (``solve_dependencies``: each
 dependency's signature kinds, cache key and scopes looked at again): 0.26–0.29 ms of the event loop's
@@ -20,7 +21,11 @@ call the way FastAPI would (a body parameter, a dependency with ``yield``, secur
 ``Response`` or ``BackgroundTasks`` parameter, an endpoint not annotated to return a ``Response``):
 :attr:`DirectRoute.direct` then stays False (tests/test_direct.py checks the hot routes' is True).
 
-The OpenAPI document does not change: it is built from the same route attributes.
+The OpenAPI document does not change: it is built from the same route attributes. Both pieces read
+FastAPI 0.16x internals that may move (``_effective_route_context_var``, ``_IncludedRouter``,
+``_get_cache_key``, ``_get_param_aliases``); where one is missing the piece that needs it is skipped
+(an older FastAPI copies included routes with their router's dependencies, which need neither), and
+tests/test_direct.py checks the hot routes' ``direct`` flags and shortcuts.
 """
 
 from __future__ import annotations

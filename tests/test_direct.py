@@ -315,6 +315,8 @@ def test_shortcut_routes_as_fastapi(tmp_path: Path) -> None:
         shortcuts = [r for r in app.router.routes if isinstance(r, _Shortcut)]
         assert [r.path for r in shortcuts] == ["/v1/diagnose", "/v1/sessions/{session_id}/steps",
                                               "/v1/sessions/{session_id}", "/v1/sessions/{session_id}"]
+        # the hot routes' handlers are direct; GET /v1/sessions/{id} returns a model FastAPI serialises
+        assert [r.original.direct for r in shortcuts] == [True, True, False, True]
         if walk:
             app.router.routes[:] = [r for r in app.router.routes if not isinstance(r, _Shortcut)]
         with TestClient(app, follow_redirects=False) as client:
