@@ -34,10 +34,15 @@ blocks' range: the host is shared, so the spread says how much to trust the medi
   of it the event loop's thread (the worker's main thread: uvicorn, middlewares, routing, the body's
   parse, the answer's serialisation; the service call runs on the thread pool's threads).
 
+**The HTTP layer in process** (``--asgi``): the app over ASGI on this thread's event loop (no uvicorn): the
+event loop's thread's CPU a request and the Python function calls it makes (:func:`asgi`); run it with a
+base worktree's ``PYTHONPATH`` and without, alternately, to compare.
+
 Run::
 
     .venv/bin/python bench/request_path.py --n 200 --repeats 5 --database-url postgresql://…
     .venv/bin/python bench/request_path.py --server --base /tmp/base --rounds 4
+    .venv/bin/python bench/request_path.py --asgi --scenarios diag_clf_10 session_step_clf --n 200 --repeats 5
 
 It imports the code of the checkout ``PYTHONPATH`` names for the in-process part: run that part with
 a base worktree's path to measure the base the same way (``PYTHONPATH=$TREE:$TREE/client``; until
@@ -47,6 +52,7 @@ a base worktree's path to measure the base the same way (``PYTHONPATH=$TREE:$TRE
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import functools
 import http.client
@@ -239,6 +245,91 @@ def inprocess(a: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+# -- the HTTP layer in process ---------------------------------------------------------------------
+
+async def _asgi(app: Any, method: str, path: str, body: bytes, headers: dict[str, str]) -> int:
+    """One request through the app's ASGI callable (its middlewares, routing, handler) on this thread's loop."""
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)  # a client that stays connected
+        raise AssertionError
+
+    status = 0
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+             "query_string": b"", "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {}}
+    await app(scope, receive, send)
+    return status
+
+
+def asgi(a: argparse.Namespace) -> dict[str, Any]:
+    """The event loop's thread's CPU a request in process (``--asgi``): the app of ``serve.app.create_app``
+    (keys on, rate limits off, its lifespan run) called over ASGI on this thread's event loop, the service
+    work on the thread pool as in a server; ``time.thread_time`` of this thread over ``--repeats`` blocks of
+    ``--n`` requests, and the Python function calls this thread makes a request (one more block under
+    cProfile). No uvicorn, no socket."""
+    import cProfile
+    import pstats
+
+    from serve.app import create_app
+    from serve.auth import create_key
+    from serve.settings import Settings
+
+    async def go(tmp: Path) -> dict[str, Any]:
+        settings = Settings(data_dir=tmp, auth="on", rate_limit_key_rps=0, rate_limit_tenant_rps=0)
+        app = create_app(settings)
+        out: dict[str, Any] = {}
+        async with app.router.lifespan_context(app):
+            key = create_key(app.state.key_store, "bench")[0]
+            headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+            for scenario in a.scenarios:
+                total = a.warmup + a.n * (a.repeats + 1)
+                if scenario == "session_step_clf":
+                    reqs = [(f"/v1/sessions/asgi-{i // 20}/steps", session_step(i)) for i in range(total)]
+                else:
+                    reqs = [("/v1/diagnose", b) for b in _bodies(scenario, total)]
+                for path, body in reqs[:a.warmup]:
+                    assert await _asgi(app, "POST", path, body, headers) == 200
+                blocks = []
+                for r in range(a.repeats + 1):
+                    chunk = reqs[a.warmup + r * a.n: a.warmup + (r + 1) * a.n]
+                    prof = cProfile.Profile() if r == a.repeats else None
+                    t0 = time.thread_time()
+                    if prof is not None:
+                        prof.enable()
+                    for path, body in chunk:
+                        await _asgi(app, "POST", path, body, headers)
+                    if prof is not None:
+                        prof.disable()
+                        out[scenario] = {"loop_ms": statistics.median(blocks), "loop_range": [min(blocks), max(blocks)],
+                                         "calls": pstats.Stats(prof).total_calls / a.n}  # type: ignore[attr-defined]
+                    else:
+                        blocks.append((time.thread_time() - t0) * 1000 / a.n)
+        return out
+
+    load0 = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="triage-asgi-") as tmp:
+        out = asyncio.run(go(Path(tmp)))
+    print(f"in process over ASGI ({sys.modules['serve.app'].__file__}), load average {load0[0]:.2f} → "
+          f"{os.getloadavg()[0]:.2f}; median of {a.repeats} blocks of {a.n} (range)")
+    for scenario, m in out.items():
+        print(f"  {scenario:18s} event loop's thread CPU ms a request {m['loop_ms']:.3f} "
+              f"({m['loop_range'][0]:.3f}–{m['loop_range'][1]:.3f})   Python calls a request {m['calls']:.0f}")
+    return out
+
+
 # -- the server ------------------------------------------------------------------------------------
 def _pct(values: list[float], q: float) -> float:
     values = sorted(values)
@@ -343,6 +434,7 @@ def servers(a: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server", action="store_true", help="the server part (else: in process)")
+    ap.add_argument("--asgi", action="store_true", help="in process: the app over ASGI, the event loop's thread")
     ap.add_argument("--n", type=int, default=200, help="in process: requests a block")
     ap.add_argument("--repeats", type=int, default=5, help="in process: blocks (the median and range are over them)")
     ap.add_argument("--warmup", type=int, default=50)
@@ -359,6 +451,8 @@ def main() -> None:
         if a.base is None or not (a.base / "serve").is_dir():
             ap.error("--server needs --base, a checkout of the base commit")
         results = servers(a)
+    elif a.asgi:
+        results = asgi(a)
     else:
         results = inprocess(a)
     if a.json:

@@ -14,6 +14,7 @@ from model.core.errors import TriageError
 from model.diagnosis.diagnoser import package_version
 from serve.auth import KeyCache, warn_auth_off
 from serve.body import install_openapi_schemas
+from serve.direct import shortcut
 from serve.error_handlers import install_error_handlers
 from serve.fairshare import FairShareMiddleware, FloodLane, queue_wait_histogram
 from serve.heavy import HeavyLane
@@ -126,6 +127,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics_router.router)
     app.include_router(otlp.router, dependencies=limited, responses=RATE_LIMITED_RESPONSES)
     install_ui(app, settings)
+    shortcut(app)  # the diagnose and sessions routes ahead of FastAPI's included-router walk (serve/direct.py)
     return app
 
 

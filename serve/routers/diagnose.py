@@ -12,6 +12,7 @@ from model.core.options import DiagnoseRequest
 from serve.auth import UNAUTHORIZED_RESPONSES, PrincipalDep
 from serve.body import body_openapi
 from serve.deps import ServiceDep, SettingsDep
+from serve.direct import DirectRoute
 from serve.examples import DIAGNOSE_EXAMPLES
 from serve.fairshare import FloodLane
 from serve.heavy import HeavyLane
@@ -21,7 +22,7 @@ from serve.services.triage import TriageService
 
 log = logging.getLogger("triage.serve")
 
-router = APIRouter(prefix="/v1", tags=["diagnose"])
+router = APIRouter(prefix="/v1", tags=["diagnose"], route_class=DirectRoute)  # serve/direct.py
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     413: {"description": "Body larger than TRIAGE_MAX_BODY_BYTES, or more steps than TRIAGE_MAX_STEPS"},

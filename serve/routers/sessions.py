@@ -9,12 +9,13 @@ from fastapi import APIRouter, Path, Request, Response
 from serve.auth import PrincipalDep
 from serve.body import body_openapi, parse_body
 from serve.deps import SessionsDep
+from serve.direct import DirectRoute
 from serve.examples_service import APPEND_EXAMPLES
 from serve.routers._common import ERRORS, NOT_FOUND, TOO_LARGE, call, json_response
 from serve.schemas import AppendStepsRequest, SessionStepResponse, SessionView
 from serve.validation import ID_PATTERN
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], route_class=DirectRoute)  # serve/direct.py
 
 SessionId = Annotated[
     str, Path(pattern=ID_PATTERN, description="The agent's own session id, `[A-Za-z0-9._:@-]{1,128}`.")
