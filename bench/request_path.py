@@ -302,7 +302,7 @@ def asgi(a: argparse.Namespace) -> dict[str, Any]:
                     reqs = [("/v1/diagnose", b) for b in _bodies(scenario, total)]
                 for path, body in reqs[:a.warmup]:
                     assert await _asgi(app, "POST", path, body, headers) == 200
-                blocks = []
+                blocks: list[float] = []
                 for r in range(a.repeats + 1):
                     chunk = reqs[a.warmup + r * a.n: a.warmup + (r + 1) * a.n]
                     prof = cProfile.Profile() if r == a.repeats else None
