@@ -209,3 +209,43 @@ def test_one_scan_of_joined_texts_misses_no_secret(rules: list[str] | None) -> N
     for secret, _ in list(SECRETS.values())[:5]:
         leaky = [*steps[:4], Step(kind=StepKind.TOOL_RESULT, content=secret), *steps[4:]]
         assert r.redact_steps(leaky)[4].content == r.redact_text(secret)
+
+
+def reference_trace(r: Redactor, trace: Any) -> Any:
+    """:meth:`Redactor.redact_trace` as it was: everything but the steps dumped, redacted, validated again."""
+    from model.core.schema import Trace
+
+    data = trace.model_dump(mode="json", exclude={"steps", "id", "session_id"})
+    out = Trace.model_validate({**reference_redact(r, data), "id": trace.id, "session_id": trace.session_id})
+    out.steps = reference_steps(r, trace.steps)
+    return out
+
+
+@pytest.mark.parametrize("rules", [None, ["email"], ["api_key"]])
+def test_redact_trace_equals_dump_redact_validate(rules: list[str] | None) -> None:
+    """A trace whose tools, metadata, task type and language hold nothing to redact is copied with its
+    redacted steps (no dump, no validation); any other is redacted as before. Both give what the dump gave."""
+    from model.core.schema import ToolDefinition, Trace, TraceLabels
+
+    rng = random.Random(5)
+    r = Redactor() if rules is None else Redactor.from_names(rules)
+    copied = 0
+    for i in range(600):
+        tools = [ToolDefinition(name=rng.choice(["search", "get_weather", *TEXTS[:3]]),
+                                description=rng.choice(["Web search", "", rng.choice(TEXTS)]),
+                                parameters=rng.choice([None, {"type": "object", "properties": {rng.choice(KEYS): {"type": "string"}}},
+                                                       {"default": rng.choice(TEXTS)}]))
+                 for _ in range(rng.randint(0, 3))]
+        trace = Trace(id=f"t{i}", session_id=rng.choice([None, "s1"]), task_type=rng.choice([None, "demo", rng.choice(TEXTS)]),
+                      language=rng.choice([None, "en"]), steps=[random_step(rng) for _ in range(rng.randint(0, 3))],
+                      tools=tools if rng.random() < 0.7 else [],
+                      metadata=rng.choice([{}, {"service.name": "agent"}, {rng.choice(KEYS): rng.choice(TEXTS)}]),
+                      labels=TraceLabels(failed=True) if rng.random() < 0.1 else None)
+        got = outcome(r.redact_trace, trace)
+        want = outcome(reference_trace, Redactor() if rules is None else Redactor.from_names(rules), trace)
+        if isinstance(want, type):
+            assert got is want
+            continue
+        assert got.model_dump(mode="json") == want.model_dump(mode="json")
+        copied += got.tools is trace.tools
+    assert copied > 50  # the copy was taken

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
-from model.core.schema import Step, Trace
+from model.core.schema import Step, ToolDefinition, Trace
 from serve.redaction._bulk import FEW, LABELS, find_spans_bulk, mask_numpy, merge_bulk
 from serve.redaction._patterns import MASK, NUMERIC_SECRET_KEY, RULES, SENSITIVE_KEY
 from serve.redaction._scan import FIRST, SECOND, THIRD, find_spans, merge
@@ -56,6 +56,8 @@ class Redactor:
         default_factory=dict, init=False, repr=False, compare=False, hash=False)
     # Whether every field name of Step is clean and not sensitive (set on first use).
     _step_fields: bool | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    # The same for the field names of Trace and ToolDefinition.
+    _head_fields: bool | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.rules) - set(RULES)
@@ -295,6 +297,9 @@ class Redactor:
         if not self.rules:
             return trace
         steps = self.redact_steps(trace.steps)
+        texts = self._head_texts(trace)
+        if texts is not None and self._all_clean(texts):  # nothing outside the steps to redact
+            return trace.model_copy(update={"steps": steps})
         # None kept: some fields are required but nullable (a label's ``kind`` when a set says where,
         # not how); dropping them made a valid trace fail its own re-validation (a 500)
         data = trace.model_dump(mode="json", exclude={"steps", "id", "session_id"})
@@ -302,6 +307,28 @@ class Redactor:
         out = Trace.model_validate({**clean, "id": trace.id, "session_id": trace.session_id})
         out.steps = steps
         return out
+
+    def _head_texts(self, trace: Trace) -> list[str] | None:
+        """As :meth:`_step_texts`, for what :meth:`redact_trace` redacts of a trace besides its steps
+        (task type, language, tools, metadata); ``None`` also for a trace with labels (rare: dumped)."""
+        if self._head_fields is None:
+            object.__setattr__(self, "_head_fields", all(
+                self._unchanged({name: 0}, []) for name in (*Trace.model_fields, *ToolDefinition.model_fields)))
+        if not self._head_fields or type(trace) is not Trace or trace.__pydantic_extra__ or trace.labels is not None:
+            return None
+        pending: list[str] = []
+        for v in (trace.task_type, trace.language):
+            if v is not None and not self._unchanged(v, pending):
+                return None
+        if not self._unchanged(trace.metadata, pending):
+            return None
+        for tool in trace.tools:
+            if type(tool) is not ToolDefinition or tool.__pydantic_extra__:
+                return None
+            if not (self._unchanged(tool.name, pending) and self._unchanged(tool.description, pending)
+                    and (tool.parameters is None or self._unchanged(tool.parameters, pending))):
+                return None
+        return pending
 
     def redact_steps(self, steps: list[Step]) -> list[Step]:
         """Redacted copies of ``steps`` (a step with nothing to redact is returned as it is).
