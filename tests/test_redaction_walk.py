@@ -249,3 +249,21 @@ def test_redact_trace_equals_dump_redact_validate(rules: list[str] | None) -> No
         assert got.model_dump(mode="json") == want.model_dump(mode="json")
         copied += got.tools is trace.tools
     assert copied > 50  # the copy was taken
+
+
+def test_texts_past_one_scan_are_asked_in_chunks() -> None:
+    """More text than one exact scan takes (64 KiB) is asked in chunks, a longer text alone: a secret in
+    the last chunk, or in a text longer than a chunk, is still found; clean ones are still judged clean."""
+    from serve.redaction._redactor import _LONG
+
+    r = Redactor()
+    filler = [f"row {i} of plain words, nothing secret here at all" for i in range(3000)]  # ~150 KB
+    assert sum(map(len, filler)) > 2 * _LONG
+    assert r._all_clean(list(filler))
+    for secret, _ in list(SECRETS.values())[:6]:
+        assert not Redactor()._all_clean([*filler, secret])
+        assert not Redactor()._all_clean([*filler[:10], "x " * _LONG + secret, *filler[:10]])
+    big = {"findings": [{"evidence": text, "step": i} for i, text in enumerate(filler)]}
+    assert r.redact(big) == big
+    leaky = {"findings": [*big["findings"], {"evidence": "key sk-proj-AAAAbbbbCCCCddddEEEEffff0000"}]}
+    assert r.redact(leaky)["findings"][-1]["evidence"] == "key [REDACTED:api_key]"

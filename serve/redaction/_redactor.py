@@ -146,13 +146,32 @@ class Redactor:
         seen once). No pattern matches a newline where a text's edge would stop it (every class a
         match runs through, and every look-around at its ends, treats a newline as a text's edge
         does), so a secret in one text is found in the joined one; a match across two texts only
-        sends the caller to the exact walk. Short texts found clean are remembered as
-        :meth:`redact_text` remembers them."""
+        sends the caller to the exact walk. More than one exact scan takes (``_LONG`` characters) is
+        asked in chunks of that size, a longer text alone (the bulk path). Short texts found clean are
+        remembered as :meth:`redact_text` remembers them."""
         if not texts:
             return True
-        joined = texts[0] if len(texts) == 1 else "\n".join(texts)
-        if len(joined) > _LONG or find_spans(joined, self.rules):
-            return False
+        if len(texts) == 1:
+            text = texts[0]
+            if (find_spans(text, self.rules) if len(text) <= _LONG else self._redact_text(text) != text):
+                return False
+        else:
+            # joined up to _LONG characters a scan (the exact path's size); a longer text alone (the bulk path)
+            chunk: list[str] = []
+            size = 0
+            for item in [*texts, None]:
+                if item is None or size + len(item) + 1 > _LONG:
+                    if chunk and find_spans("\n".join(chunk), self.rules):
+                        return False
+                    chunk, size = [], 0
+                if item is None:
+                    break
+                if len(item) > _LONG:
+                    if self._redact_text(item) != item:
+                        return False
+                    continue
+                chunk.append(item)
+                size += len(item) + 1
         clean = self._clean
         for text in texts:
             if len(text) <= _CACHED:
