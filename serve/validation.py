@@ -118,32 +118,48 @@ def check_json(value: Any, *, path: str = "") -> None:
 
 def _storable(value: Any) -> bool:
     """Whether :func:`check_json` would accept ``value`` (no paths built; ``False`` also for a type
-    that JSON does not make, which the full pass then judges)."""
+    that JSON does not make, which the full pass then judges). The texts, keys too, are joined and
+    asked once (a key that is not a text makes the join fail: the full pass then judges)."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     strings: list[str] = []
+    add = strings.append
+    low, high = -INT64_MAX - 1, INT64_MAX
+    isfinite = math.isfinite
     while stack:
         v, depth = stack.pop()
         if depth >= MAX_DEPTH:  # only containers are stacked below the top: one this deep is refused
             return False
         t = type(v)
-        if t is dict or t is list:
-            if t is dict:
-                strings.extend(v)  # the keys
-            for item in v.values() if t is dict else v:
-                u = type(item)
-                if u is str:
-                    strings.append(item)
-                elif u is dict or u is list:
-                    stack.append((item, depth + 1))
-                elif not _scalar_ok(item, u):
-                    return False
+        if t is dict:
+            strings.extend(v)  # the keys
+            items: Any = v.values()
+        elif t is list:
+            items = v
         elif t is str:
-            strings.append(v)
-        elif not _scalar_ok(v, t):
-            return False
-    if not all(type(k) is str for k in strings):
+            add(v)
+            continue
+        else:
+            if not _scalar_ok(v, t):
+                return False
+            continue
+        for item in items:
+            u = type(item)
+            if u is str:
+                add(item)
+            elif u is dict or u is list:
+                stack.append((item, depth + 1))
+            elif u is int:
+                if not low <= item <= high:
+                    return False
+            elif u is float:
+                if not isfinite(item):
+                    return False
+            elif not (u is bool or item is None):
+                return False
+    try:
+        text = "".join(strings)
+    except TypeError:  # a key that is not a text
         return False
-    text = "".join(strings)
     if "\x00" in text:
         return False
     if text.isascii():

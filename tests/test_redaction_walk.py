@@ -177,3 +177,93 @@ def test_only_short_clean_keys_are_remembered() -> None:
     long_key, secret_key = "k" * 65, "sk-proj-AAAAbbbbCCCCddddEEEEffff0000"
     assert r.redact({"city": 1, long_key: 2, secret_key: 3}) == {"city": 1, long_key: 2, "[REDACTED:api_key]": 3}
     assert "city" in r._keys and long_key not in r._keys and secret_key not in r._keys
+
+
+@pytest.mark.parametrize("rules", [None, ["email"], ["card", "ssn"], ["bearer", "url_password"], ["api_key"]])
+def test_one_scan_of_joined_texts_misses_no_secret(rules: list[str] | None) -> None:
+    """:meth:`Redactor._all_clean` asks many texts in one scan (joined by newlines): it may send clean
+    texts to the exact walk (a match across two of them), never let a text that redaction changes pass.
+    Every secret of the corpus is tried as the whole text (its edges at the text's edges, where
+    look-behinds and look-aheads meet the newline), inside its sentence, and cut or glued to a word."""
+    r = Redactor() if rules is None else Redactor.from_names(rules)
+    alone = [secret for _, secret in SECRETS.values()] + [text for text, _ in SECRETS.values()]
+    shapes = alone + [s + "x" for s in alone] + ["x" + s for s in alone] + [s[:-3] for s in alone] + TEXTS
+    shapes += ["token: abcd", "password=", "hunter22", "Bearer", "abcdefgh", "4111 1111 1111 1111", "4111-1111-1111-1111",
+               "123-45-6789", "078-05-1120", "-----BEGIN PRIVATE KEY-----", "user:pw@host", "https://", "a@b.io", "@b.io"]
+    plain = ["plain words", "heat pumps figure 709", "2026-01-01T13:02:10.005000Z", "call_4932af3bda", '{"city": "Oslo"}']
+    rng = random.Random(11)
+    judged_clean = 0
+    for _ in range(4000):
+        texts = [rng.choice(plain + shapes) for _ in range(rng.randint(1, 5))]
+        changed = any(outcome(Redactor.redact_text, r, t) != t for t in texts)
+        fresh = Redactor() if rules is None else Redactor.from_names(rules)
+        verdict = outcome(fresh._all_clean, [t for t in texts if len(t) >= 6])
+        if changed:
+            assert verdict is not True, texts
+        judged_clean += verdict is True
+    assert judged_clean > 200  # the one scan answered for the clean ones
+    # a clean trace's steps are judged by that one scan and come back as they are
+    steps = [Step(kind=StepKind.TOOL_CALL, tool_name="search", tool_args={"query": f"heat pumps {i}"},
+                  timestamp=datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC)) for i in range(10)]
+    assert all(a is b for a, b in zip(r.redact_steps(steps), steps, strict=True))
+    for secret, _ in list(SECRETS.values())[:5]:
+        leaky = [*steps[:4], Step(kind=StepKind.TOOL_RESULT, content=secret), *steps[4:]]
+        assert r.redact_steps(leaky)[4].content == r.redact_text(secret)
+
+
+def reference_trace(r: Redactor, trace: Any) -> Any:
+    """:meth:`Redactor.redact_trace` as it was: everything but the steps dumped, redacted, validated again."""
+    from model.core.schema import Trace
+
+    data = trace.model_dump(mode="json", exclude={"steps", "id", "session_id"})
+    out = Trace.model_validate({**reference_redact(r, data), "id": trace.id, "session_id": trace.session_id})
+    out.steps = reference_steps(r, trace.steps)
+    return out
+
+
+@pytest.mark.parametrize("rules", [None, ["email"], ["api_key"]])
+def test_redact_trace_equals_dump_redact_validate(rules: list[str] | None) -> None:
+    """A trace whose tools, metadata, task type and language hold nothing to redact is copied with its
+    redacted steps (no dump, no validation); any other is redacted as before. Both give what the dump gave."""
+    from model.core.schema import ToolDefinition, Trace, TraceLabels
+
+    rng = random.Random(5)
+    r = Redactor() if rules is None else Redactor.from_names(rules)
+    copied = 0
+    for i in range(600):
+        tools = [ToolDefinition(name=rng.choice(["search", "get_weather", *TEXTS[:3]]),
+                                description=rng.choice(["Web search", "", rng.choice(TEXTS)]),
+                                parameters=rng.choice([None, {"type": "object", "properties": {rng.choice(KEYS): {"type": "string"}}},
+                                                       {"default": rng.choice(TEXTS)}]))
+                 for _ in range(rng.randint(0, 3))]
+        trace = Trace(id=f"t{i}", session_id=rng.choice([None, "s1"]), task_type=rng.choice([None, "demo", rng.choice(TEXTS)]),
+                      language=rng.choice([None, "en"]), steps=[random_step(rng) for _ in range(rng.randint(0, 3))],
+                      tools=tools if rng.random() < 0.7 else [],
+                      metadata=rng.choice([{}, {"service.name": "agent"}, {rng.choice(KEYS): rng.choice(TEXTS)}]),
+                      labels=TraceLabels(failed=True) if rng.random() < 0.1 else None)
+        got = outcome(r.redact_trace, trace)
+        want = outcome(reference_trace, Redactor() if rules is None else Redactor.from_names(rules), trace)
+        if isinstance(want, type):
+            assert got is want
+            continue
+        assert got.model_dump(mode="json") == want.model_dump(mode="json")
+        copied += got.tools is trace.tools
+    assert copied > 50  # the copy was taken
+
+
+def test_texts_past_one_scan_are_asked_in_chunks() -> None:
+    """More text than one exact scan takes (64 KiB) is asked in chunks, a longer text alone: a secret in
+    the last chunk, or in a text longer than a chunk, is still found; clean ones are still judged clean."""
+    from serve.redaction._redactor import _LONG
+
+    r = Redactor()
+    filler = [f"row {i} of plain words, nothing secret here at all" for i in range(3000)]  # ~150 KB
+    assert sum(map(len, filler)) > 2 * _LONG
+    assert r._all_clean(list(filler))
+    for secret, _ in list(SECRETS.values())[:6]:
+        assert not Redactor()._all_clean([*filler, secret])
+        assert not Redactor()._all_clean([*filler[:10], "x " * _LONG + secret, *filler[:10]])
+    big = {"findings": [{"evidence": text, "step": i} for i, text in enumerate(filler)]}
+    assert r.redact(big) == big
+    leaky = {"findings": [*big["findings"], {"evidence": "key sk-proj-AAAAbbbbCCCCddddEEEEffff0000"}]}
+    assert r.redact(leaky)["findings"][-1]["evidence"] == "key [REDACTED:api_key]"

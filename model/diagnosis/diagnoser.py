@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +49,7 @@ from model.core.schema import Trace
 from model.core.shared_graphs import shared_graphs
 from model.detectors.base import TraceDetector
 from model.detectors.catalog import TRACE_DETECTORS, default_detectors, make_detector
+from model.diagnosis.ahead import ScoredAhead, take_ahead
 from model.diagnosis.decision import Context, Verdict, conclude
 from model.diagnosis.repair_engine import RepairEngine
 from model.diagnosis.run_verdict import RUNSCORE, attributed_kind, run_failure
@@ -63,6 +66,9 @@ if TYPE_CHECKING:
 DEFAULT_THRESHOLDS: dict[FailureKind, float] = {kind: 0.5 for kind in FailureKind}
 
 #: Detectors whose construction depends on the request: detector name → option names passed on.
+#: How long a request waits for its :meth:`Diagnoser.score_ahead` helper to start (a host with no core
+#: free) before it goes on without it.
+AHEAD_START_S = 0.001
 REQUEST_PARAMS: dict[str, tuple[str, ...]] = {"disallowed_tool": ("allowed_tools",)}
 
 
@@ -162,6 +168,10 @@ class Diagnoser:
         detectors, else ``rules-<package version>`` (``+<run scorer version>`` with a run scorer).
     runscorer:
         The run scorer (``failure_probability``, ``attribution``); ``None``: neither is reported.
+    ahead_threads:
+        Helper threads of :meth:`score_ahead`: past this many requests at once (a worker works on
+        ``TRIAGE_CPU_SLOTS`` at a time, one by default) a request scores its trace itself; 0 (the
+        default): the classifier always runs in the decision's thread.
     """
 
     def __init__(
@@ -172,6 +182,7 @@ class Diagnoser:
         max_steps: int = 5000,
         model_version: str | None = None,
         runscorer: RunScorer | None = None,
+        ahead_threads: int = 0,
     ) -> None:
         if detectors is None:
             detectors = default_detectors()
@@ -189,6 +200,9 @@ class Diagnoser:
                 model_version += f"+{runscorer.version}"
         self.model_version = model_version
         self.runscorer = runscorer
+        self._helpers: ThreadPoolExecutor | None = None  # score_ahead's threads, started on first use
+        self._ahead = 0  # score_ahead's helpers submitted and not done
+        self.ahead_threads = ahead_threads
 
     @classmethod
     def with_shipped_models(
@@ -270,6 +284,45 @@ class Diagnoser:
         steps (``None`` when no classifier ran): what :func:`zero_shot_inputs` reads."""
         return self._run_scored(trace, self._detectors_for(options or DiagnoseOptions()))
 
+    def score_ahead(self, trace: Trace, options: DiagnoseOptions, *,
+                    guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> ScoredAhead | None:
+        """Start the step classifier on ``trace`` in a helper thread, under ``guard`` (the service's
+        model lock), when a decision on it with ``options`` would run the shared, loaded classifier
+        (else ``None``); :mod:`model.diagnosis.ahead` says how a decision then takes its answer.
+
+        >>> d = Diagnoser()  # rules only
+        >>> d.score_ahead(Trace(steps=[]), DiagnoseOptions()) is None
+        True
+        """
+        det = self.detectors.get("classifier")
+        if (det is None or getattr(det, "runtime_", None) is None or not 0 < len(trace.steps) <= self.max_steps
+                or (options.detectors is not None and "classifier" not in options.detectors)):
+            return None
+        scored = det.inspect_scored  # type: ignore[attr-defined]
+        started = threading.Event()
+
+        def run() -> tuple[list[Finding], dict[str, float]]:
+            started.set()
+            with guard():
+                return scored(trace)  # type: ignore[no-any-return]
+
+        with self._lock:
+            if self._ahead >= self.ahead_threads:  # every helper busy (or none): the decision scores the trace itself
+                return None
+            if self._helpers is None:
+                self._helpers = ThreadPoolExecutor(max_workers=self.ahead_threads, thread_name_prefix="triage-score-ahead")
+            self._ahead += 1
+            future = self._helpers.submit(run)
+        future.add_done_callback(self._helper_done)  # run, raised or cancelled
+        # Hand the GIL over until the helper runs: else it waits for this thread to block or for the
+        # interpreter's switch interval (5 ms), and is seldom started before the decision needs it.
+        started.wait(AHEAD_START_S)
+        return ScoredAhead(trace, det, future)
+
+    def _helper_done(self, _future: Future[Any]) -> None:
+        with self._lock:
+            self._ahead -= 1
+
     def _run(self, trace: Trace, detectors: Sequence[TraceDetector]) -> list[Finding]:
         return self._run_scored(trace, detectors)[0]
 
@@ -287,7 +340,8 @@ class Diagnoser:
             for det in dets:
                 scored = getattr(det, "inspect_scored", None)
                 if callable(scored):
-                    found, m = scored(trace)
+                    ahead = take_ahead(trace, det)  # computed ahead in a helper thread (model.diagnosis.ahead)
+                    found, m = ahead.result() if ahead is not None else scored(trace)
                     out.extend(found)
                     maxima = {**(maxima or {}), **m}
                 else:

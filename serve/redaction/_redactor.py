@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
-from model.core.schema import Step, Trace
+from model.core.schema import Step, ToolDefinition, Trace
 from serve.redaction._bulk import FEW, LABELS, find_spans_bulk, mask_numpy, merge_bulk
 from serve.redaction._patterns import MASK, NUMERIC_SECRET_KEY, RULES, SENSITIVE_KEY
 from serve.redaction._scan import FIRST, SECOND, THIRD, find_spans, merge
@@ -56,6 +56,8 @@ class Redactor:
         default_factory=dict, init=False, repr=False, compare=False, hash=False)
     # Whether every field name of Step is clean and not sensitive (set on first use).
     _step_fields: bool | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    # The same for the field names of Trace and ToolDefinition.
+    _head_fields: bool | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.rules) - set(RULES)
@@ -132,7 +134,93 @@ class Redactor:
             sensitive, numeric = self._key_kind(_key)
             if sensitive:
                 return self._sensitive(value, numeric)
+        pending: list[str] = []
+        copy = self._copy(value, pending)
+        if copy is not _UNSURE and self._all_clean(pending):
+            return copy
         return self._walk(value)
+
+    def _all_clean(self, texts: list[str]) -> bool:
+        """Whether no rule finds anything in any of ``texts``, by one scan of them joined by newlines
+        (one call's fixed cost, not one per text: a diagnosis holds a few dozen short texts, each
+        seen once). No pattern matches a newline where a text's edge would stop it (every class a
+        match runs through, and every look-around at its ends, treats a newline as a text's edge
+        does), so a secret in one text is found in the joined one; a match across two texts only
+        sends the caller to the exact walk. More than one exact scan takes (``_LONG`` characters) is
+        asked in chunks of that size, a longer text alone (the bulk path). Short texts found clean are
+        remembered as :meth:`redact_text` remembers them."""
+        if not texts:
+            return True
+        if len(texts) == 1:
+            text = texts[0]
+            if (find_spans(text, self.rules) if len(text) <= _LONG else self._redact_text(text) != text):
+                return False
+        else:
+            # joined up to _LONG characters a scan (the exact path's size); a longer text alone (the bulk path)
+            chunk: list[str] = []
+            size = 0
+            for item in [*texts, None]:
+                if item is None or size + len(item) + 1 > _LONG:
+                    if chunk and find_spans("\n".join(chunk), self.rules):
+                        return False
+                    chunk, size = [], 0
+                if item is None:
+                    break
+                if len(item) > _LONG:
+                    if self._redact_text(item) != item:
+                        return False
+                    continue
+                chunk.append(item)
+                size += len(item) + 1
+        clean = self._clean
+        for text in texts:
+            if len(text) <= _CACHED:
+                if len(clean) >= _CLEAN_ENTRIES:
+                    clean.clear()
+                clean[text] = None
+        return True
+
+    def _copy(self, value: Any, pending: list[str]) -> Any:
+        """A copy of a JSON-like ``value`` as :meth:`redact` gives it when every text in it is clean,
+        the texts still to be asked appended to ``pending`` (:meth:`_all_clean`); :data:`_UNSURE`
+        where a key is sensitive or not known clean, or a value of a type JSON does not make."""
+        t = type(value)
+        if t is str:
+            if len(value) >= _SHORTEST and value not in self._clean:
+                pending.append(value)
+            return value
+        if t is dict:
+            out: dict[str, Any] = {}
+            keys = self._keys
+            clean = self._clean
+            for k, v in value.items():
+                facts = keys.get(k) if type(k) is str else None
+                if facts is None or facts[1]:  # a key not known clean, or sensitive: the exact walk
+                    return _UNSURE
+                u = type(v)
+                if u is str:
+                    if len(v) >= _SHORTEST and v not in clean:
+                        pending.append(v)
+                    out[k] = v
+                elif u is int or u is float or u is bool or v is None:
+                    out[k] = v
+                else:
+                    item = self._copy(v, pending)
+                    if item is _UNSURE:
+                        return _UNSURE
+                    out[k] = item
+            return out
+        if t is list or t is tuple:
+            items = []
+            for v in value:
+                item = self._copy(v, pending)
+                if item is _UNSURE:
+                    return _UNSURE
+                items.append(item)
+            return items
+        if t is int or t is float or t is bool or value is None:
+            return value
+        return _UNSURE
 
     # The walk is the hot loop of every stored answer, state and step (a few hundred values a
     # diagnosis): the exact types JSON makes are dispatched by ``type(...) is``, short texts known
@@ -199,16 +287,19 @@ class Redactor:
             return self._token("api_key", str(value))
         return self._walk(value)
 
-    def _unchanged(self, value: Any) -> bool:
-        """Whether :meth:`redact` would give back a value equal to a JSON ``value`` (``False`` also
-        when not sure: a type JSON does not make)."""
+    def _unchanged(self, value: Any, pending: list[str]) -> bool:
+        """Whether :meth:`redact` would give back a value equal to a JSON ``value`` once the texts it
+        appends to ``pending`` are found clean (:meth:`_all_clean`); ``False`` also when not sure: a
+        type JSON does not make."""
         t = type(value)
         if t is str:
-            return len(value) < _SHORTEST or value in self._clean or self.redact_text(value) == value
+            if len(value) >= _SHORTEST and value not in self._clean:
+                pending.append(value)
+            return True
         if t is int or t is float or t is bool or value is None:
             return True
         if t is list:
-            return all(map(self._unchanged, value))
+            return all(self._unchanged(v, pending) for v in value)
         if t is not dict:
             return False
         keys = self._keys
@@ -216,7 +307,7 @@ class Redactor:
             if type(k) is not str:
                 return False
             facts = keys.get(k) or self._key_facts(k)
-            if facts[0] != k or facts[1] or not self._unchanged(v):
+            if facts[0] != k or facts[1] or not self._unchanged(v, pending):
                 return False
         return True
 
@@ -225,6 +316,9 @@ class Redactor:
         if not self.rules:
             return trace
         steps = self.redact_steps(trace.steps)
+        texts = self._head_texts(trace)
+        if texts is not None and self._all_clean(texts):  # nothing outside the steps to redact
+            return trace.model_copy(update={"steps": steps})
         # None kept: some fields are required but nullable (a label's ``kind`` when a set says where,
         # not how); dropping them made a valid trace fail its own re-validation (a 500)
         data = trace.model_dump(mode="json", exclude={"steps", "id", "session_id"})
@@ -233,13 +327,42 @@ class Redactor:
         out.steps = steps
         return out
 
+    def _head_texts(self, trace: Trace) -> list[str] | None:
+        """As :meth:`_step_texts`, for what :meth:`redact_trace` redacts of a trace besides its steps
+        (task type, language, tools, metadata); ``None`` also for a trace with labels (rare: dumped)."""
+        if self._head_fields is None:
+            object.__setattr__(self, "_head_fields", all(
+                self._unchanged({name: 0}, []) for name in (*Trace.model_fields, *ToolDefinition.model_fields)))
+        if not self._head_fields or type(trace) is not Trace or trace.__pydantic_extra__ or trace.labels is not None:
+            return None
+        pending: list[str] = []
+        for v in (trace.task_type, trace.language):
+            if v is not None and not self._unchanged(v, pending):
+                return None
+        if not self._unchanged(trace.metadata, pending):
+            return None
+        for tool in trace.tools:
+            if type(tool) is not ToolDefinition or tool.__pydantic_extra__:
+                return None
+            if not (self._unchanged(tool.name, pending) and self._unchanged(tool.description, pending)
+                    and (tool.parameters is None or self._unchanged(tool.parameters, pending))):
+                return None
+        return pending
+
     def redact_steps(self, steps: list[Step]) -> list[Step]:
-        """Redacted copies of ``steps`` (a step with nothing to redact is returned as it is)."""
+        """Redacted copies of ``steps`` (a step with nothing to redact is returned as it is).
+
+        The texts of every step judged from its fields are asked in one scan (:meth:`_all_clean`);
+        only when that scan finds something is each step asked alone, and one that holds a secret
+        (or that its fields cannot judge) is dumped, redacted and validated again."""
         if not self.rules:
             return list(steps)
+        texts = [self._step_texts(s) for s in steps]
+        everything = [t for ts in texts if ts is not None for t in ts]
+        clean_all = self._all_clean(everything)
         out = []
-        for s in steps:
-            if self._step_unchanged(s):
+        for s, ts in zip(steps, texts, strict=True):
+            if ts is not None and (clean_all or self._all_clean(ts)):
                 out.append(s)
                 continue
             data = s.model_dump(mode="json", exclude_none=True)
@@ -250,29 +373,44 @@ class Redactor:
     def _step_unchanged(self, step: Step) -> bool:
         """Whether redacting ``step``'s JSON would change nothing, read from its fields without
         dumping it (``False`` also when not sure: :meth:`redact_steps` then dumps and compares)."""
+        texts = self._step_texts(step)
+        return texts is not None and self._all_clean(texts)
+
+    def _step_texts(self, step: Step) -> list[str] | None:
+        """The texts of ``step``'s JSON that decide whether redacting it changes anything (those not
+        known clean), read from its fields; ``None`` when its fields cannot say (a key that is
+        sensitive or not clean, a field of a type JSON does not make, an extra field)."""
         if self._step_fields is None:
-            object.__setattr__(self, "_step_fields", all(self._unchanged({name: 0}) for name in Step.model_fields))
+            object.__setattr__(self, "_step_fields", all(self._unchanged({name: 0}, []) for name in Step.model_fields))
         values = step.__dict__
         if not self._step_fields or type(step) is not Step or step.__pydantic_extra__ or len(values) != len(Step.model_fields):
-            return False
+            return None
+        pending: list[str] = []
         for v in values.values():
             t = type(v)
-            if t is str or t is dict:
-                if not self._unchanged(v):
-                    return False
+            if v is None or t is int or t is float:
+                continue
+            if t is str:
+                if len(v) >= _SHORTEST and v not in self._clean:
+                    pending.append(v)
+            elif t is dict:
+                if v and not self._unchanged(v, pending):
+                    return None
             elif isinstance(v, Enum):
-                if not self._unchanged(v.value):
-                    return False
+                if not self._unchanged(v.value, pending):
+                    return None
             elif isinstance(v, datetime):
-                if not self._unchanged(_DATETIME.dump_python(v, mode="json")):
-                    return False
-            elif not (v is None or t is int or t is float):
-                return False
-        return True
+                if not self._unchanged(_DATETIME.dump_python(v, mode="json"), pending):
+                    return None
+            else:
+                return None
+        return pending
 
 
 #: No secret any rule finds is shorter (``a@b.io``).
 _SHORTEST = 6
+#: What :meth:`Redactor._copy` gives where only the exact walk can say.
+_UNSURE: Any = object()
 #: How a step's ``timestamp`` is written in its JSON (``Step.model_dump(mode="json")``).
 _DATETIME: TypeAdapter[datetime] = TypeAdapter(datetime)
 
