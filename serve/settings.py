@@ -145,15 +145,6 @@ class Settings(BaseSettings):
         description="Diagnoses and session appends a worker works on at once; the next slot goes to "
         "the tenants waiting in turn (more slots: more overlap of store waits, less isolation).",
     )
-    score_ahead_threads: int = Field(
-        default=0,
-        ge=0,
-        le=64,
-        description="Helper threads that start a diagnosis's step classifier while the request reads its stored "
-        "run and resolves its agent (onnxruntime runs without the GIL): sooner answers where a core is free, for "
-        "a thread's hand-over of CPU, later ones where none is (docs/benchmarks.md, round 6); 0 (the default): "
-        "the classifier runs in the request's thread; 4 covers TRIAGE_CPU_SLOTS up to 4.",
-    )
     flood_lane_s: float = Field(
         default=2.0,
         ge=0,

@@ -54,8 +54,7 @@ def build_diagnoser(settings: Settings) -> tuple[Diagnoser, dict[str, Any]]:
         detectors.append(classifier)
     runscorer = load_runscorer(settings)
     diagnoser = Diagnoser(
-        detectors, engine=RepairEngine.load(settings.policy_path), max_steps=settings.max_steps, runscorer=runscorer,
-        ahead_threads=settings.score_ahead_threads,
+        detectors, engine=RepairEngine.load(settings.policy_path), max_steps=settings.max_steps, runscorer=runscorer
     )
     readiness: dict[str, Any] = {"rules": True}
     if settings.classifier:

@@ -53,7 +53,7 @@ class ScoredAhead:
         """Wait for the helper (holding no lock its guard takes); one not started yet is cancelled,
         and the decision then scores the trace itself."""
         if not self.future.cancel():
-            self.future.exception()  # waits; the error, if any, is raised where the answer is taken
+            futures.wait([self.future])
 
     @contextmanager
     def used(self) -> Iterator[None]:

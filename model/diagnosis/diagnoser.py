@@ -27,7 +27,7 @@ from __future__ import annotations
 import importlib.metadata
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,9 +66,11 @@ if TYPE_CHECKING:
 DEFAULT_THRESHOLDS: dict[FailureKind, float] = {kind: 0.5 for kind in FailureKind}
 
 #: Detectors whose construction depends on the request: detector name → option names passed on.
-#: How long a request waits for its :meth:`Diagnoser.score_ahead` helper to start (a host with no core
-#: free) before it goes on without it.
-AHEAD_START_S = 0.001
+#: Helper threads of :meth:`Diagnoser.score_ahead` (a worker decides one request at a time under its
+#: model lock; a helper queued behind these is cancelled when waited for), and how long a request
+#: waits for its helper to start before it goes on without it.
+AHEAD_THREADS = 4
+AHEAD_START_S = 0.005
 REQUEST_PARAMS: dict[str, tuple[str, ...]] = {"disallowed_tool": ("allowed_tools",)}
 
 
@@ -168,10 +170,6 @@ class Diagnoser:
         detectors, else ``rules-<package version>`` (``+<run scorer version>`` with a run scorer).
     runscorer:
         The run scorer (``failure_probability``, ``attribution``); ``None``: neither is reported.
-    ahead_threads:
-        Helper threads of :meth:`score_ahead`: past this many requests at once (a worker works on
-        ``TRIAGE_CPU_SLOTS`` at a time, one by default) a request scores its trace itself; 0 (the
-        default): the classifier always runs in the decision's thread.
     """
 
     def __init__(
@@ -182,7 +180,6 @@ class Diagnoser:
         max_steps: int = 5000,
         model_version: str | None = None,
         runscorer: RunScorer | None = None,
-        ahead_threads: int = 0,
     ) -> None:
         if detectors is None:
             detectors = default_detectors()
@@ -201,8 +198,6 @@ class Diagnoser:
         self.model_version = model_version
         self.runscorer = runscorer
         self._helpers: ThreadPoolExecutor | None = None  # score_ahead's threads, started on first use
-        self._ahead = 0  # score_ahead's helpers submitted and not done
-        self.ahead_threads = ahead_threads
 
     @classmethod
     def with_shipped_models(
@@ -307,21 +302,15 @@ class Diagnoser:
                 return scored(trace)  # type: ignore[no-any-return]
 
         with self._lock:
-            if self._ahead >= self.ahead_threads:  # every helper busy (or none): the decision scores the trace itself
-                return None
             if self._helpers is None:
-                self._helpers = ThreadPoolExecutor(max_workers=self.ahead_threads, thread_name_prefix="triage-score-ahead")
-            self._ahead += 1
-            future = self._helpers.submit(run)
-        future.add_done_callback(self._helper_done)  # run, raised or cancelled
+                # a helper queued behind these is cancelled when waited for (the decision scores itself)
+                self._helpers = ThreadPoolExecutor(max_workers=AHEAD_THREADS, thread_name_prefix="triage-score-ahead")
+            helpers = self._helpers
+        future = helpers.submit(run)
         # Hand the GIL over until the helper runs: else it waits for this thread to block or for the
         # interpreter's switch interval (5 ms), and is seldom started before the decision needs it.
         started.wait(AHEAD_START_S)
         return ScoredAhead(trace, det, future)
-
-    def _helper_done(self, _future: Future[Any]) -> None:
-        with self._lock:
-            self._ahead -= 1
 
     def _run(self, trace: Trace, detectors: Sequence[TraceDetector]) -> list[Finding]:
         return self._run_scored(trace, detectors)[0]
