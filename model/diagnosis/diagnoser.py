@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +47,6 @@ from model.core.schema import Trace
 from model.core.shared_graphs import shared_graphs
 from model.detectors.base import TraceDetector
 from model.detectors.catalog import TRACE_DETECTORS, default_detectors, make_detector
-from model.diagnosis.ahead import ScoredAhead, take_ahead
 from model.diagnosis.decision import Context, Verdict, conclude
 from model.diagnosis.repair_engine import RepairEngine
 from model.diagnosis.run_verdict import RUNSCORE, attributed_kind, run_failure
@@ -66,11 +63,6 @@ if TYPE_CHECKING:
 DEFAULT_THRESHOLDS: dict[FailureKind, float] = {kind: 0.5 for kind in FailureKind}
 
 #: Detectors whose construction depends on the request: detector name → option names passed on.
-#: Helper threads of :meth:`Diagnoser.score_ahead` (a worker decides one request at a time under its
-#: model lock; a helper queued behind these is cancelled when waited for), and how long a request
-#: waits for its helper to start before it goes on without it.
-AHEAD_THREADS = 4
-AHEAD_START_S = 0.005
 REQUEST_PARAMS: dict[str, tuple[str, ...]] = {"disallowed_tool": ("allowed_tools",)}
 
 
@@ -197,7 +189,6 @@ class Diagnoser:
                 model_version += f"+{runscorer.version}"
         self.model_version = model_version
         self.runscorer = runscorer
-        self._helpers: ThreadPoolExecutor | None = None  # score_ahead's threads, started on first use
 
     @classmethod
     def with_shipped_models(
@@ -279,39 +270,6 @@ class Diagnoser:
         steps (``None`` when no classifier ran): what :func:`zero_shot_inputs` reads."""
         return self._run_scored(trace, self._detectors_for(options or DiagnoseOptions()))
 
-    def score_ahead(self, trace: Trace, options: DiagnoseOptions, *,
-                    guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> ScoredAhead | None:
-        """Start the step classifier on ``trace`` in a helper thread, under ``guard`` (the service's
-        model lock), when a decision on it with ``options`` would run the shared, loaded classifier
-        (else ``None``); :mod:`model.diagnosis.ahead` says how a decision then takes its answer.
-
-        >>> d = Diagnoser()  # rules only
-        >>> d.score_ahead(Trace(steps=[]), DiagnoseOptions()) is None
-        True
-        """
-        det = self.detectors.get("classifier")
-        if (det is None or getattr(det, "runtime_", None) is None or not 0 < len(trace.steps) <= self.max_steps
-                or (options.detectors is not None and "classifier" not in options.detectors)):
-            return None
-        scored = det.inspect_scored  # type: ignore[attr-defined]
-        started = threading.Event()
-
-        def run() -> tuple[list[Finding], dict[str, float]]:
-            started.set()
-            with guard():
-                return scored(trace)  # type: ignore[no-any-return]
-
-        with self._lock:
-            if self._helpers is None:
-                # a helper queued behind these is cancelled when waited for (the decision scores itself)
-                self._helpers = ThreadPoolExecutor(max_workers=AHEAD_THREADS, thread_name_prefix="triage-score-ahead")
-            helpers = self._helpers
-        future = helpers.submit(run)
-        # Hand the GIL over until the helper runs: else it waits for this thread to block or for the
-        # interpreter's switch interval (5 ms), and is seldom started before the decision needs it.
-        started.wait(AHEAD_START_S)
-        return ScoredAhead(trace, det, future)
-
     def _run(self, trace: Trace, detectors: Sequence[TraceDetector]) -> list[Finding]:
         return self._run_scored(trace, detectors)[0]
 
@@ -329,8 +287,7 @@ class Diagnoser:
             for det in dets:
                 scored = getattr(det, "inspect_scored", None)
                 if callable(scored):
-                    ahead = take_ahead(trace, det)  # computed ahead in a helper thread (model.diagnosis.ahead)
-                    found, m = ahead.result() if ahead is not None else scored(trace)
+                    found, m = scored(trace)
                     out.extend(found)
                     maxima = {**(maxima or {}), **m}
                 else:

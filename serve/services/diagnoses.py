@@ -23,10 +23,8 @@ Storage rules (docs/architecture.md, "The stateful service"):
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import functools
 import time
 from typing import Any
 
@@ -37,7 +35,6 @@ from model.core.kinds import Strategy
 from model.core.options import DiagnoseOptions
 from model.core.schema import Trace
 from model.diagnosis.agent_answer import Prefix
-from model.diagnosis.ahead import ScoredAhead
 from model.diagnosis.decision import Context, Verdict
 from model.diagnosis.diagnoser import RUNSCORE, Diagnoser
 from model.diagnosis.otel_events import evaluation_events
@@ -160,17 +157,6 @@ class Diagnoses:
         # Redact first, then diagnose: evidence is cut from redacted text, so no cut secret (a key's
         # prefix) reaches the response, the store or the repair state.
         trace = self.redactor.redact_trace(trace)
-        # the step classifier scores the trace in a helper thread (under the model lock) while this one
-        # reads the stored run and resolves the agent: onnxruntime runs without the GIL (model.diagnosis.ahead)
-        ahead = self.diagnoser.score_ahead(trace, options, guard=functools.partial(self._model_lock.hold, tenant))
-        try:
-            return self._diagnose(tenant, trace, options, ahead)
-        finally:
-            if ahead is not None:
-                ahead.wait()  # nothing of the request's is left running after it
-
-    def _diagnose(self, tenant: str, trace: Trace, options: DiagnoseOptions, ahead: ScoredAhead | None
-                  ) -> DiagnosisResponse:
         # what is stored of the run, read once before deciding: its session's row, else the trace id's own
         # (a session-less trace id posted again: a client re-sending a growing run)
         session = self.session_store.get_session(tenant, trace.session_id) if trace.session_id else None
@@ -183,7 +169,7 @@ class Diagnoses:
         seen = copy.deepcopy((session.state if session is not None else stored.policy_state if stored else None) or {})
         if trace.session_id:
             fix_session_agent(seen, resolved)
-        verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, copy.deepcopy(seen), ahead=ahead)
+        verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, copy.deepcopy(seen))
         stored_trace = trace.model_dump(mode="json", exclude_none=True)
         # What the transaction writes is made before it: the transaction holds store work only (on SQLite
         # every writer of the database waits for it), and is made again only when the state moved.
@@ -259,18 +245,14 @@ class Diagnoses:
             alarms=self.streams.degradation_findings(tenant, trace, agent),
         )
 
-    def decide(self, tenant: str, session_key: str, trace: Trace, ctx: Context, state: dict[str, Any], *,
-               ahead: ScoredAhead | None = None) -> tuple[Verdict, Arm | None, DiagnoseOptions]:
+    def decide(self, tenant: str, session_key: str, trace: Trace, ctx: Context, state: dict[str, Any]
+               ) -> tuple[Verdict, Arm | None, DiagnoseOptions]:
         """The one decision on ``trace`` (under the worker's model lock) with ``state`` as the repair
         state (updated in place): the verdict, with the run's canary arm on its response; the arm as
-        stored; the options the decision got (:meth:`_canary`). ``ahead``: the classifier's scoring
-        of ``trace`` started before (:meth:`diagnose`), waited for before the lock is taken (its
-        helper holds the lock while it scores)."""
+        stored; the options the decision got (:meth:`_canary`)."""
         arm, stored_arm, options = self._canary(state, tenant, session_key, ctx.options)
         ctx = dataclasses.replace(ctx, options=options, state=state, session_key=session_key, now=time.time())
-        if ahead is not None:
-            ahead.wait()
-        with self._model_lock.hold(tenant), ahead.used() if ahead is not None else contextlib.nullcontext():
+        with self._model_lock.hold(tenant):
             verdict = self.diagnoser.decide(trace, ctx)
         verdict.response.arm = arm
         return verdict, stored_arm, options
