@@ -251,3 +251,26 @@ def test_migration_0008_carries_streams_keyed_by_task_type_over(db_url: str, tmp
         assert back == {"faq": 131, "default": 30, "": 0, unnamed.agent: 1}
     finally:
         store.db.dispose()
+
+
+def test_the_autofeed_runs_the_refusal_rule_again_only_for_a_refusal_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A diagnosis's autofed values run the refusal rule a second time (its metric's own threshold) only
+    when ``refusal`` is one of the autofed streams; the other values are the same either way."""
+    from model.data.tracebuilder import TraceBuilder
+    from model.detectors.rules.refusal import RefusalRule
+    from serve.services.streams import Streams
+
+    b = TraceBuilder(seed=0)
+    b.user("please")
+    b.say("thinking it over")
+    b.final("I'm sorry, but I can't help with that.")
+    trace = b.build()
+    diagnoser = Diagnoser()
+    resp = diagnoser.diagnose(trace)
+    calls: list[int] = []
+    inspect = RefusalRule.inspect
+    monkeypatch.setattr(RefusalRule, "inspect", lambda self, t: calls.append(1) or inspect(self, t))
+    fed = Streams(None, diagnoser, autofeed=("refusal", "output_chars")).observed(trace, resp)  # type: ignore[arg-type]
+    assert fed["refusal"] == 1.0 and calls == [1]
+    plain = Streams(None, diagnoser, autofeed=("output_chars",)).observed(trace, resp)  # type: ignore[arg-type]
+    assert plain == {"output_chars": fed["output_chars"]} and calls == [1]

@@ -185,7 +185,9 @@ class Streams:
                 f.confidence for f in [*resp.failures, *resp.signals] if "classifier" in (f.detectors or [f.detector])
             ]
             prob = max(scores, default=0.0)
-        metrics = extract_metrics(trace, failure_prob=prob)
+        # the refusal rule runs again only for a refusal stream (autofed by name; not by default)
+        metrics = extract_metrics(trace, failure_prob=prob,
+                                  refusal_detector="refusal" if "refusal" in self.autofeed else None)
         values = {}
         for name in self.autofeed:
             value = metrics.per_trace.get(name)
