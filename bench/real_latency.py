@@ -61,7 +61,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.service import Server  # noqa: E402
+from bench.service import Server, proc_cpu_s  # noqa: E402
 from model.core.schema import Trace  # noqa: E402
 from model.data.realdata import SOURCES, RealRun, load_source  # noqa: E402
 from model.scoring.classifier.representation import step_text  # noqa: E402
@@ -130,8 +130,7 @@ def raw_forward(rt: ClassifierRuntime, traces: dict[str, list[Trace]], repeats: 
 
 def cpu_ms(pid: int) -> float:
     """CPU time (user + system, all threads) the process has used so far, in ms."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+    return proc_cpu_s(f"/proc/{pid}/stat") * 1000.0
 
 
 # -- the requests ----------------------------------------------------------------------------------

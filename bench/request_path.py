@@ -70,7 +70,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from service import Server, _bodies, _empty, run_load, session_step  # noqa: E402
+from service import Server, _bodies, _empty, proc_cpu_s, run_load, session_step  # noqa: E402
 
 # bench/service.py put this checkout first on the path: the trees PYTHONPATH names go back before it, so that
 # the in-process part imports their code (a base worktree's) as the module docstring says.
@@ -375,8 +375,7 @@ def loop_cpu_s(server: Server) -> float:
     """CPU seconds (user + system) of the one worker's main thread, which runs the event loop: uvicorn,
     the middlewares, routing and dependencies, the body's parse and the answer's serialisation (the
     service call runs on the thread pool's threads, the rest of :meth:`Server.cpu_s`)."""
-    fields = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return proc_cpu_s(f"/proc/{server.proc.pid}/task/{server.proc.pid}/stat")
 
 
 def one_server(tree: Path, a: argparse.Namespace) -> dict[str, Any]:

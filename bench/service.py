@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -278,6 +279,13 @@ _MAKE_KEYS = (
 )
 
 
+
+def proc_cpu_s(stat: str | Path) -> float:
+    """CPU seconds (user + system) in a ``/proc`` stat file: ``/proc/PID/stat`` (the process, all its
+    threads) or ``/proc/PID/task/TID/stat`` (one thread); utime and stime, fields 14 and 15 of stat(5)."""
+    fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 class Server:
     """A real ``triage serve`` on 127.0.0.1 with API keys on, one key per tenant (``keys``; ``key`` is the
     first tenant's). ``limits="off"`` switches the request-rate limits off (throughput is measured);
@@ -373,14 +381,11 @@ class Server:
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the server's worker processes have used so far (``/proc``)."""
         pids = [self.proc.pid] if self.workers == 1 else child_pids(self.proc.pid)
-        ticks = 0
+        total = 0.0
         for p in pids:
-            try:
-                fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat(5))
-        return ticks / os.sysconf("SC_CLK_TCK")
+            with contextlib.suppress(OSError):  # a worker gone meanwhile
+                total += proc_cpu_s(f"/proc/{p}/stat")
+        return total
 
     def stop(self) -> None:
         self.proc.terminate()
