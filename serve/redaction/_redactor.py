@@ -370,12 +370,6 @@ class Redactor:
             out.append(s if clean == data else Step.model_validate(clean))
         return out
 
-    def _step_unchanged(self, step: Step) -> bool:
-        """Whether redacting ``step``'s JSON would change nothing, read from its fields without
-        dumping it (``False`` also when not sure: :meth:`redact_steps` then dumps and compares)."""
-        texts = self._step_texts(step)
-        return texts is not None and self._all_clean(texts)
-
     def _step_texts(self, step: Step) -> list[str] | None:
         """The texts of ``step``'s JSON that decide whether redacting it changes anything (those not
         known clean), read from its fields; ``None`` when its fields cannot say (a key that is
