@@ -53,7 +53,7 @@ from serve.store.labels import LabelStore
 from serve.store.sessions import SessionStore
 from serve.store.streams import StreamStore
 from serve.store.tables import SessionRow
-from serve.store.traces import StoredRun, TracePrior, TraceStore
+from serve.store.traces import StoredRun, TracePrior, TraceRows, TraceStore
 from serve.validation import check_trace_fields
 
 #: Recent runs the relative operating point reads, and how long a worker trusts its value.
@@ -174,16 +174,20 @@ class Diagnoses:
         # What the transaction writes is made before it: the transaction holds store work only (on SQLite
         # every writer of the database waits for it), and is made again only when the state moved.
         out = self.written(trace, verdict, resolved)
+
+        def rows() -> TraceRows:  # a session's repair state is its row's, not the trace's
+            return self.trace_store.trace_rows(
+                tenant=tenant, trace_id=trace.id, trace=stored_trace, response=out.response,
+                session_id=trace.session_id, task_type=trace.task_type, shadow=options.shadow,
+                policy_state=None if trace.session_id else out.state, arm=stored_arm, agent=agent)
+
+        made = rows()
         with self.session_store.unit() as db:  # the driver's connection: every statement is prepared
             row = None
             prior: TracePrior | None | bool = True
 
             def put(only_new: bool = False) -> bool:
-                return self.trace_store.put_trace(
-                    db, tenant=tenant, trace_id=trace.id, trace=stored_trace, response=out.response,
-                    session_id=trace.session_id, task_type=trace.task_type, shadow=options.shadow,
-                    policy_state=None if row is not None else out.state, arm=stored_arm, agent=agent, prior=prior,
-                    only_new=only_new)
+                return self.trace_store.write_trace(db, made, prior=prior, only_new=only_new)
 
             written = False
             if trace.session_id:  # the session's repair state
@@ -201,6 +205,7 @@ class Diagnoses:
                 if state != seen:  # it moved since it was read: decide again on the locked state
                     verdict, stored_arm, options = self.decide(tenant, session_key, trace, ctx, state)
                     out = self.written(trace, verdict, resolved)
+                    made = rows()
                 put()
             # a whole run: put_trace has deleted the run's old vectors (a new run on SQLite has none)
             self.store_encoding(db, tenant, trace.id, verdict.prefix, replace=False)

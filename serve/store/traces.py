@@ -15,6 +15,7 @@ from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
 from serve.store.counters import count_run, uncount_runs
 from serve.store.encodings import drop_vectors
+from serve.store.engine import JsonText
 from serve.store.prepared import Prepared, Tx, orm, per_dialect
 from serve.store.tables import (
     FailureRow,
@@ -58,7 +59,7 @@ _T = core(TraceRow).c
 _KEY = (_T.tenant_id == bindparam("t")) & (_T.id == bindparam("i"))
 _TRACE_UPSERT, _USAGE_UPSERT = per_dialect(_trace_upsert), per_dialect(_usage_upsert)
 _TRACE_INSERT_NEW = per_dialect(lambda ins: ins(core(TraceRow)).on_conflict_do_nothing(
-    index_elements=["tenant_id", "id"]).returning(core(TraceRow).c.created_at))
+    index_elements=["tenant_id", "id"]).returning(core(TraceRow).c.id))  # a row back: it was inserted
 _STEPS_IN_ROWS = Prepared(select(_T.steps_in_rows).where(_KEY))
 _LOCK_TRACE = Prepared(select(_T.policy_state, _T.steps_in_rows).where(_KEY))
 _LOCK_TRACE_PG = Prepared(select(_T.policy_state, _T.steps_in_rows).where(_KEY).with_for_update())
@@ -80,6 +81,17 @@ class StoredRun(NamedTuple):
     agent: str
     agent_source: str | None
     policy_state: dict[str, Any] | None
+
+
+class TraceRows(NamedTuple):
+    """A diagnosis's rows as :meth:`TraceStore.trace_rows` made them: the trace's (``values``) and its failures'
+    (JSON columns encoded, :class:`~serve.store.engine.JsonText`), the response they come from, and the
+    diagnosis's time."""
+
+    values: dict[str, Any]
+    failures: list[dict[str, Any]]
+    response: dict[str, Any]
+    now: datetime
 
 
 class TracePrior(NamedTuple):
@@ -144,7 +156,37 @@ class TraceStore(StoreBase):
         A run read as new before the transaction (:meth:`stored_run`) is written so, without reading its row
         first, and with nothing of an earlier diagnosis to replace on either engine (the insert that wrote
         the row is its only writer until the commit).
+
+        The rows are made first (:meth:`trace_rows`, which a caller may call before its transaction and pass
+        to :meth:`write_trace`), then written.
         """
+        rows = self.trace_rows(
+            tenant=tenant, trace_id=trace_id, trace=trace, response=response, session_id=session_id,
+            task_type=task_type, shadow=shadow, policy_state=policy_state, n_steps=n_steps,
+            steps_in_rows=steps_in_rows, arm=arm, agent=agent, step_tools=step_tools, now=now)
+        return self.write_trace(db, rows, prior=prior, only_new=only_new)
+
+    @staticmethod
+    def trace_rows(
+        *,
+        tenant: str,
+        trace_id: str,
+        trace: dict[str, Any],
+        response: dict[str, Any],
+        session_id: str | None,
+        task_type: str | None,
+        shadow: bool = False,
+        policy_state: dict[str, Any] | None = None,
+        n_steps: int | None = None,
+        steps_in_rows: bool = False,
+        arm: str | None = None,
+        agent: str,
+        step_tools: Sequence[str | None] | None = None,
+        now: datetime | None = None,
+    ) -> TraceRows:
+        """The rows :meth:`put_trace` writes (its arguments less the transaction's), JSON columns encoded: no
+        store work, so a request makes them before its write transaction, which then only binds and runs
+        statements (on SQLite every writer of the database waits for it)."""
         now = now or utcnow()
         if step_tools is None:
             step_tools = [s.get("tool_name") if isinstance(s, dict) else None for s in trace.get("steps") or []]
@@ -163,29 +205,15 @@ class TraceStore(StoreBase):
             "primary_kind": primary.get("kind"),
             "model_version": str(response.get("model_version", "")),
             "shadow": shadow,
-            "trace": trace,
-            "response": response,
-            "policy_state": policy_state,
+            "trace": JsonText.of(trace),
+            "response": JsonText.of(response),
+            "policy_state": JsonText.of(policy_state),
             "steps_in_rows": steps_in_rows,
             "agent": agent,
             **run_columns(response),  # the verdict and the label queue's margin parts (serve/store/verdict.py)
             "review_key": queue_key(trace_id),  # the run's place in the label queue's random order
         }
-        key = {"t": tenant, "i": trace_id}
-        if only_new:
-            got = _TRACE_INSERT_NEW[self.dialect].execute(db, values)
-            if not got:
-                return False
-            created, known_new = got[0][0], True
-        else:
-            created, known_new = self._replace(db, key, values, prior, steps_in_rows)
-        count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=arm, response=response,
-                  agent=agent, fresh=known_new)
-        if not known_new:
-            _DELETE_FAILURES.execute(db, key)
-            if not steps_in_rows:  # new steps: the old ones' vectors go
-                drop_vectors(db, tenant, trace_id)
-        rows = [
+        failures = [
             {
                 "tenant_id": tenant,
                 "trace_id": trace_id,
@@ -197,16 +225,39 @@ class TraceStore(StoreBase):
                 "step": f.get("step"),
                 "source_index": f.get("source_index"),
                 "evidence": f.get("evidence", ""),
-                "details": f.get("details") or {},
+                "details": JsonText.of(f.get("details") or {}),
                 "tool": failure_tool(f, step_tools),
-                "created_at": created,
+                "created_at": now,  # the row's kept created_at, where it has one (write_trace)
                 "agent": agent,
             }
             for key, is_signal in (("failures", False), ("signals", True))
             for f in response.get(key) or []
         ]
-        if rows:
-            _INSERT_FAILURES.execute(db, rows)
+        return TraceRows(values, failures, response, now)
+
+    def write_trace(self, db: Tx, rows: TraceRows, *, prior: TracePrior | None | bool = True,
+                    only_new: bool = False) -> bool:
+        """:meth:`put_trace`'s write of ``rows`` (:meth:`trace_rows`) in ``db``, with its ``prior`` and ``only_new``."""
+        values, now = rows.values, rows.now
+        tenant, trace_id = values["tenant_id"], values["id"]
+        key = {"t": tenant, "i": trace_id}
+        if only_new:
+            if not _TRACE_INSERT_NEW[self.dialect].execute(db, values):
+                return False
+            created, known_new = now, True  # the row's created_at is the one just written
+        else:
+            created, known_new = self._replace(db, key, values, prior, values["steps_in_rows"])
+        count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=values["arm"],
+                  response=rows.response, agent=values["agent"], fresh=known_new)
+        if not known_new:
+            _DELETE_FAILURES.execute(db, key)
+            if not values["steps_in_rows"]:  # new steps: the old ones' vectors go
+                drop_vectors(db, tenant, trace_id)
+        if rows.failures:
+            failures = rows.failures
+            if created != now:  # a row kept from an earlier diagnosis: its failures carry its created_at
+                failures = [{**f, "created_at": created} for f in failures]
+            _INSERT_FAILURES.execute(db, failures)
         return True
 
     def _replace(self, db: Tx, key: dict[str, str], values: dict[str, Any], prior: TracePrior | None | bool,
@@ -424,4 +475,4 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise InputError(f"not a cursor this API returned: {cursor[:60]!r}", path="query.cursor") from None
 
 
-__all__ = ["StoredRun", "TracePage", "TracePrior", "TraceStore", "failure_tool", "trace_json"]
+__all__ = ["StoredRun", "TracePage", "TracePrior", "TraceRows", "TraceStore", "failure_tool", "trace_json"]
