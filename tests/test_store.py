@@ -3,6 +3,7 @@ pages, retention, keys, and serialised writes to one session."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -138,6 +139,44 @@ def test_a_trace_inserted_only_when_new_writes_nothing_over_a_stored_one(store: 
     _put(store, "a", "t", "timeout")  # replaced as usual
     assert [r.id for r in store.traces.list_traces("a", kind="timeout").items] == ["t"]
     assert store.reports.count_rows(FailureRow, "a") == 1 and store.agents.agent_stats("a")["bot"].runs == 1
+
+
+def test_rows_made_before_the_transaction_are_stored_as_put_trace_stores_them(store: Stores) -> None:
+    """``trace_rows`` (made outside any transaction, JSON encoded) then ``write_trace`` store what ``put_trace``
+    stores: the same JSON values (on SQLite a NaN as ``json.dumps`` writes it; PostgreSQL's JSON refuses one),
+    failures and counts; a later diagnosis of the run keeps its ``created_at``, which its new failure rows carry."""
+    first, later = datetime(2026, 12, 1, 10, tzinfo=UTC), datetime(2026, 12, 1, 12, tzinfo=UTC)
+    odd = float("nan") if store.db.dialect == "sqlite" else 0.25
+    response = {**_resp("loop", signal="timeout"), "failure_probability": odd}
+    args = {"tenant": "a", "trace": {"id": "x", "steps": [{"kind": "tool_call", "tool_name": "search"}]},
+            "response": response, "session_id": None, "task_type": "qa", "agent": "bot",
+            "policy_state": {"n": 1}}
+    rows = store.traces.trace_rows(trace_id="made", now=first, **args)
+    with store.db.unit() as db:
+        assert store.traces.write_trace(db, rows, only_new=True) is True
+    with store.db.unit() as db:
+        store.traces.put_trace(db, trace_id="put", now=first, **args)
+    with store.db.read() as db:
+        got = {r.id: r for r in db.query(TraceRow).filter(TraceRow.tenant_id == "a")}
+        fails = {(f.trace_id, f.kind): f for f in db.query(FailureRow).filter(FailureRow.tenant_id == "a")}
+    for col in ("trace", "policy_state", "healthy", "verdict", "primary_kind", "n_steps", "created_at"):
+        assert getattr(got["made"], col) == getattr(got["put"], col), col
+    made_p = got["made"].response["failure_probability"]
+    assert math.isnan(made_p) if store.db.dialect == "sqlite" else made_p == 0.25
+    assert {k: v for k, v in got["made"].response.items() if k != "failure_probability"} == \
+        {k: v for k, v in got["put"].response.items() if k != "failure_probability"}
+    assert {k for k in fails if k[0] == "made"} == {("made", "loop"), ("made", "timeout")}
+    assert fails[("made", "loop")].tool == fails[("put", "loop")].tool == "search"
+    assert fails[("made", "loop")].details == fails[("put", "loop")].details == {}
+    rows = store.traces.trace_rows(trace_id="made", now=later, **{**args, "response": _resp("tool_error")})
+    with store.db.unit() as db:
+        assert store.traces.write_trace(db, rows) is True  # prior: not read yet
+    with store.db.read() as db:
+        again = db.get(TraceRow, ("a", "made"))
+        kept = db.query(FailureRow).filter(FailureRow.tenant_id == "a", FailureRow.trace_id == "made").all()
+        assert again is not None and again.created_at == first and again.updated_at == later
+    assert [(f.kind, f.created_at) for f in kept] == [("tool_error", first)]
+    assert store.agents.agent_stats("a")["bot"].runs == 2
 
 
 def test_delete_trace_session_and_retention(store: Stores) -> None:
