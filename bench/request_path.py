@@ -41,6 +41,7 @@ base worktree's ``PYTHONPATH`` and without, alternately, to compare.
 Run::
 
     .venv/bin/python bench/request_path.py --n 200 --repeats 5 --database-url postgresql://…
+    .venv/bin/python bench/request_path.py --n 300 --scenarios diag_rules_10 --sqlite-pragma wal_autocheckpoint=0
     .venv/bin/python bench/request_path.py --server --base /tmp/base --rounds 4
     .venv/bin/python bench/request_path.py --asgi --scenarios diag_clf_10 session_step_clf --n 200 --repeats 5
 
@@ -178,6 +179,8 @@ def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
     settings = Settings(data_dir=data, database_url=url, auth="off")
     diagnoser, ready = build_diagnoser(settings)
     service = build_service(settings, diagnoser)
+    if a.sqlite_pragma and service.stores.db.dialect == "sqlite":
+        _pragmas(service.stores.db, a.sqlite_pragma)
     settle = getattr(wiring, "settle", None)
     if settle is not None:  # as a worker's lifespan does (a base commit's may not)
         settle()
@@ -219,6 +222,23 @@ def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
         if settle is not None:
             wiring.unsettle()
     return out
+
+
+def _pragmas(db: Any, pragmas: list[str]) -> None:
+    """``PRAGMA name=value`` on each connection of the store's engine from now on (after its own), the pool's
+    connections closed first."""
+    from sqlalchemy import event
+
+    for p in pragmas:
+        name, _, value = p.partition("=")
+        if not name.strip().replace("_", "").isalnum() or not value.strip().replace("-", "").isalnum():
+            raise SystemExit(f"--sqlite-pragma {p!r}: give NAME=VALUE (letters, digits, _)")
+    db.dispose()
+
+    @event.listens_for(db.engine, "connect")
+    def _more(dbapi_conn: Any, _record: Any) -> None:
+        for p in pragmas:
+            dbapi_conn.execute(f"PRAGMA {p}")
 
 
 def inprocess(a: argparse.Namespace) -> dict[str, Any]:
@@ -439,6 +459,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--scenarios", nargs="+", default=["diag_clf_10", "diag_rules_10", "session_step_clf"])
     ap.add_argument("--database-url", default=None, help="also an empty PostgreSQL database (its tables are dropped)")
+    ap.add_argument("--sqlite-pragma", action="append", default=[], metavar="NAME=VALUE",
+                    help="in process: run PRAGMA NAME=VALUE on each SQLite connection after the store's own "
+                         "(e.g. wal_autocheckpoint=0); repeatable")
     ap.add_argument("--base", type=Path, default=None, help="server: a worktree of the base commit")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--pairs", type=int, default=300, help="server: floor/request pairs of the plain client")

@@ -16,10 +16,14 @@ the same rows): the statements' cost without the rest of the request (the model'
 between them. The write's whole CPU is timed too, so the rest of it (Python: the rows, the bindings, the
 counters) is the difference.
 
+``--page-cost``: what a page costs a commit on this host: transactions of one-row updates of *k* tables
+(a page each) on a bare WAL database, the ``COMMIT``'s CPU for each *k*.
+
 Run::
 
     .venv/bin/python bench/wal_pages.py --scenario diag_rules_10
     .venv/bin/python bench/wal_pages.py --scenario diag_clf_10 --driver
+    .venv/bin/python bench/wal_pages.py --page-cost
 """
 
 from __future__ import annotations
@@ -52,7 +56,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--driver", action="store_true", help="SQLite's CPU by statement, in the service and replayed bare")
+    ap.add_argument("--page-cost", action="store_true", help="a bare commit's CPU against the pages it writes")
     a = ap.parse_args()
+    if a.page_cost:
+        page_cost()
+        return
     if a.driver:
         driver(a)
         return
@@ -103,6 +111,35 @@ def main() -> None:
     print(f"{a.scenario}: {a.n} diagnoses, {commits} commits, {sum(frames.values()) / a.n:.2f} frames a diagnosis")
     for (name, kind), n in sorted(frames.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n / a.n:6.2f}  {name} ({kind})")
+
+
+def page_cost(tables: int = 40, commits: int = 300, repeats: int = 5) -> None:
+    """``--page-cost``: a bare commit's CPU (median of ``repeats`` blocks of ``commits``) for 1–40 pages."""
+    import statistics
+
+    with tempfile.TemporaryDirectory(prefix="triage-pagecost-") as tmp:
+        con = sqlite3.connect(f"{tmp}/bare.db", isolation_level=None)
+        for pragma in ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA wal_autocheckpoint=0"):
+            con.execute(pragma)
+        for i in range(tables):
+            con.execute(f"CREATE TABLE t{i} (id INTEGER PRIMARY KEY, v INTEGER)")
+            con.execute(f"INSERT INTO t{i} VALUES (1, 0)")
+        print(f"a bare commit's CPU against its pages (WAL, synchronous=NORMAL, no checkpoints); load {os.getloadavg()[0]:.2f}")
+        for k in (1, 5, 10, 20, 30, 40):
+            blocks = []
+            for _ in range(repeats):
+                cpu = 0.0
+                for _ in range(commits):
+                    con.execute("BEGIN IMMEDIATE")
+                    for i in range(k):
+                        con.execute(f"UPDATE t{i} SET v = v + 1 WHERE id = 1")
+                    t0 = time.process_time()
+                    con.execute("COMMIT")
+                    cpu += time.process_time() - t0
+                blocks.append(cpu / commits * 1e6)
+                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            print(f"  {k:3d} pages: COMMIT {statistics.median(blocks):7.1f} µs ({min(blocks):.1f}–{max(blocks):.1f})")
+        con.close()
 
 
 class _Calls:
