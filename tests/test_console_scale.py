@@ -18,13 +18,16 @@ from typer.testing import CliRunner
 import serve.services.console as ui_data
 from serve.services.label_queue import queue_head, review_queue
 from serve.store import Stores
+from serve.store.counters import hour_of
 from serve.store.migrate import downgrade, head_revision
 from serve.store.migrate import upgrade as migrate_to
 from serve.store.tables import (
+    CanaryCountRow,
     FailureRow,
     LabelRow,
     ObservationRow,
     OutcomeRow,
+    OverviewCountRow,
     RecommendationRow,
     RunMetricRow,
     SessionRow,
@@ -299,6 +302,17 @@ def _count(store: Stores, table: Any, tenant: str) -> int:
         return int(db.scalar(select(func.count()).select_from(table).where(table.tenant_id == tenant)) or 0)
 
 
+def _hourly_rows(store: Stores) -> dict[tuple[str, int], list[tuple[Any, ...]]]:
+    """Each (tenant, hour)'s canary and overview count rows, sorted."""
+    out: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+    with store.db.read() as db:
+        for row in (CanaryCountRow, OverviewCountRow):
+            cols = [c for c in row.__table__.columns if c.name not in ("tenant_id", "hour")]
+            for r in db.execute(select(row.tenant_id, row.hour, *cols)).all():
+                out.setdefault((r[0], r[1]), []).append((row.__tablename__, *r[2:]))
+    return {k: sorted(v, key=repr) for k, v in out.items()}
+
+
 def test_retention_deletes_old_runs_and_what_derives_from_them(store: Stores) -> None:
     _seed(store, 200, tenant="t", seed=1, days=20)
     _seed(store, 50, tenant="keep", seed=2, days=20)
@@ -316,10 +330,19 @@ def test_retention_deletes_old_runs_and_what_derives_from_them(store: Stores) ->
     old = {r[0] for r in runs if r[1] < cutoff}
     assert 40 < len(old) < 160
     metrics_before = store.reports.metrics_snapshot("keep")
+    hourly = _hourly_rows(store)
+    assert {h for tn, h in hourly if tn == "t" and h < hour_of(cutoff)}  # hours that only old runs started in
     store.upkeep.set_retention("t", 10)
     assert store.upkeep.retentions() == {"t": 10, "keep": None}
     purged = store.upkeep.apply_retention(now=NOW)
     assert [(p.tenant, p.runs, p.observations) for p in purged] == [("t", len(old), len(old))]
+    # the hourly count rows of the hours before the cutoff's went with their runs; the rest stayed, each count as it was
+    after = _hourly_rows(store)
+    assert purged[0].count_rows == sum(len(v) for (tn, h), v in hourly.items() if tn == "t" and h < hour_of(cutoff)) > 0
+    assert not {h for tn, h in after if tn == "t" and h < hour_of(cutoff)}
+    # (the cutoff's own hour may have lost runs started before it: its counts move, its rows stay)
+    assert {k: v for k, v in after.items() if k != ("t", hour_of(cutoff))} == \
+        {k: v for k, v in hourly.items() if k[0] != "t" or k[1] > hour_of(cutoff)}
     with store.db.read() as db:
         left = set(db.scalars(select(TraceRow.id).where(TraceRow.tenant_id == "t")))
         assert left == {r[0] for r in runs} - old

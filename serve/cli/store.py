@@ -95,7 +95,8 @@ def purge(store: Store = None) -> None:
         _say("no tenant has a retention: nothing deleted")
     for p in done:
         _say(f"{p.tenant}: deleted {p.runs} runs and {p.observations} observations created before "
-             f"{p.cutoff.isoformat(timespec='seconds')}")
+             f"{p.cutoff.isoformat(timespec='seconds')}"
+             + (f", and {p.count_rows} hourly count rows they left empty" if p.count_rows else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -102,9 +102,10 @@ class History:
         n = 0
         for p in self.upkeep.apply_retention(default_days=default):
             n += p.runs
-            if p.runs or p.observations:
-                log.info("retention: tenant %s: deleted %d runs and %d observations created before %s",
-                         p.tenant, p.runs, p.observations, p.cutoff.isoformat(timespec="seconds"))
+            if p.runs or p.observations or p.count_rows:
+                log.info("retention: tenant %s: deleted %d runs and %d observations created before %s "
+                         "(and %d hourly count rows left empty)",
+                         p.tenant, p.runs, p.observations, p.cutoff.isoformat(timespec="seconds"), p.count_rows)
         return n
 
     def backfill(self) -> int:

@@ -24,7 +24,9 @@ recommendations, outcomes, labels, steps, step vectors (:func:`serve.store.trace
 which also takes them out of the ``/metrics``, canary and agents' counters), the session of each run —
 and the tenant's stream observations older than the same age (the values the runs fed, and those posted
 then). Streams' detector state is not rewound (it summarises what it saw); an agent's ``n_runs`` (the
-runs its profile learned from) is kept.
+runs its profile learned from) is kept. The hourly count rows (canary, console overview) of the hours
+before the cutoff that the deletions left at zero are deleted too; the whole-history ``/metrics`` totals
+keep their rows.
 """
 
 from __future__ import annotations
@@ -39,7 +41,16 @@ from sqlalchemy.orm import Session
 
 from model.core.errors import InputError
 from serve.store.base import StoreBase, core, rowcount
-from serve.store.tables import ObservationRow, SessionRow, Tenant, TraceRow, utcnow
+from serve.store.counters import CANARY_FIELDS, OVERVIEW_FIELDS, hour_of
+from serve.store.tables import (
+    CanaryCountRow,
+    ObservationRow,
+    OverviewCountRow,
+    SessionRow,
+    Tenant,
+    TraceRow,
+    utcnow,
+)
 from serve.store.traces import _delete_traces
 from serve.store.verdict import queue_key, run_columns
 
@@ -59,6 +70,7 @@ class Purged:
     cutoff: datetime
     runs: int
     observations: int
+    count_rows: int = 0  # hourly count rows (canary, overview) of hours before the cutoff left all zero
 
 
 #: The columns the backfills fill: the verdict's (revision 0015), the queue's key (revision 0018).
@@ -171,7 +183,24 @@ class UpkeepStore(StoreBase):
                     observations += rowcount(db.execute(delete(core(ObservationRow)).where(o.id.in_(ids))))
             if len(ids) < OBSERVATION_BATCH:
                 break
-        return Purged(tenant, cutoff, runs, observations)
+        return Purged(tenant, cutoff, runs, observations, self._drop_empty_hours(tenant, cutoff))
+
+    def _drop_empty_hours(self, tenant: str, cutoff: datetime) -> int:
+        """Delete the tenant's hourly count rows (``canary_counts``, ``overview_counts``) of the hours before
+        ``cutoff``'s whose every count is zero: their runs are gone, and a window reads an absent hour as
+        zero, so they only grew the tables. A count that a writer raises meanwhile keeps its row (the delete
+        asks for zero again under the row's lock; an hour written after the delete gets a new row)."""
+        before = hour_of(cutoff)
+        n = 0
+        with self.write() as db:
+            # (the canary's recovery_s, a sum of floats, is left with a rounding's residue: its recovered runs'
+            # count says it is empty)
+            counts = [f for f in CANARY_FIELDS if f != "recovery_s"]
+            for row, fields in ((CanaryCountRow, counts), (OverviewCountRow, OVERVIEW_FIELDS)):
+                c = core(row).c
+                zero = [c[f] == 0 for f in fields]
+                n += rowcount(db.execute(delete(core(row)).where(c.tenant_id == tenant, c.hour < before, *zero)))
+        return n
 
     def apply_retention(self, *, default_days: float | None = None, now: datetime | None = None) -> list[Purged]:
         """One retention pass over every tenant: its own ``retention_days``, else ``default_days`` (the
