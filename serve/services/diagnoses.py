@@ -207,7 +207,7 @@ class Diagnoses:
                     out = self.written(trace, verdict, resolved)
                     made = rows()
                 put()
-            # a whole run: put_trace has deleted the run's old vectors (a new run on SQLite has none)
+            # a whole run: write_trace has deleted the run's old vectors (a new run on SQLite has none)
             self.store_encoding(db, tenant, trace.id, verdict.prefix, replace=False)
             self.put_recommendation(db, tenant, verdict.decision, out.recommendation, trace.id, trace.session_id)
             if row is not None:
