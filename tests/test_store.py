@@ -330,6 +330,31 @@ def test_stores_share_one_database_and_a_composed_write_is_one_transaction(store
     assert store.traces.usage("acme", "2026-12-01") == 3
 
 
+def test_an_authors_labels_are_read_from_an_index_of_those_still_counted(store: Stores) -> None:
+    """Revision 0022: ``ix_labels_author`` holds the labels not withdrawn, by author; the label queue's count
+    of an author's runs reads it (not every label of the tenant), and an undo takes its entry out."""
+    for tid in ("t1", "t2", "t3"):
+        _put(store, "a", tid)
+    store.labels.add_label("a", "t1", failed=True, author="ann")
+    store.labels.add_label("a", "t2", failed=False, author="ann")
+    store.labels.add_label("a", "t2", failed=True, author="bob")
+    store.labels.add_label("a", "t3", failed=True, author="ann")
+    assert store.labels.withdraw_label("a", "ann", trace_id="t3") is not None
+    assert store.labels.review_rows("a", "ann")[1] == 2 and store.labels.review_rows("a", "bob")[1] == 1
+    with store.db.engine.connect() as conn:
+        if store.db.dialect == "sqlite":
+            assert conn.exec_driver_sql(  # the entries: the labels still counted (ann's t3 withdrawn)
+                "SELECT count(*) FROM labels INDEXED BY ix_labels_author "
+                "WHERE tenant_id = 'a' AND author = 'ann' AND withdrawn_at IS NULL").scalar() == 2
+            plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN SELECT count(DISTINCT trace_id) FROM labels "
+                "WHERE tenant_id = 'a' AND author = 'ann' AND withdrawn_at IS NULL"))
+            assert "ix_labels_author" in plan, plan
+        else:
+            ddl = conn.exec_driver_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_labels_author'").scalar()
+            assert str(ddl).endswith("WHERE (withdrawn_at IS NULL)"), ddl
+
+
 def test_reads_by_session_and_by_time_keep_an_index_without_a_session_less_runs_entry(store: Stores) -> None:
     """Revision 0021: ``ix_traces_tenant_session`` holds the runs with a session only (a run without one
     writes no entry at its commit) and still serves a session's reads; a tenant's runs by time are read

@@ -319,7 +319,12 @@ class OutcomeRow(Base):
 
 class LabelRow(Base):
     __tablename__ = "labels"
-    __table_args__ = (Index("ix_labels_trace", "tenant_id", "trace_id"),)
+    __table_args__ = (
+        Index("ix_labels_trace", "tenant_id", "trace_id"),
+        # an author's labels still counted, with their runs (revision 0022: the label queue's count, an undo)
+        Index("ix_labels_author", "tenant_id", "author", "trace_id", sqlite_where=text("withdrawn_at IS NULL"),
+              postgresql_where=text("withdrawn_at IS NULL")),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     tenant_id: Mapped[str] = mapped_column(String(64))
