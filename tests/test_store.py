@@ -444,3 +444,91 @@ def test_sqlite_writes_run_on_one_kept_connection_given_back_after_a_failure(tmp
         assert busy(u) == 0
     assert s.traces.get_trace("a", "t1") is not None
     s.db.dispose()
+
+
+def test_an_upgrade_builds_its_index_on_postgresql_while_the_tables_writers_go_on(tmp_path: Any) -> None:
+    """PostgreSQL: revision 0022's index is built concurrently (``serve/store/migrate.py``: each revision
+    in its own transaction, under the upgrade's session-level advisory lock). While a transaction holds an
+    insert into ``labels`` open, the upgrade waits for it, but another writer of ``labels`` is not held
+    behind the build (a plain ``CREATE INDEX`` would queue it: its lock waits for the open one); once the
+    open transaction ends the upgrade finishes, the index valid, and a second upgrade finds head."""
+    from sqlalchemy import create_engine, text
+
+    from serve.store.migrate import upgrade
+    from tests.storefix import _psycopg, make_db_url
+
+    urls = make_db_url("postgresql", tmp_path)
+    url = _psycopg(next(urls))
+    engine = create_engine(url)
+    try:
+        upgrade(engine, "0021")
+        row = ("INSERT INTO labels (tenant_id, trace_id, author, failed, author_type, created_at) "
+               "VALUES ('a', :t, 'ann', true, 'human', now())")
+        with engine.connect() as held, engine.connect() as other:
+            held.execute(text(row), {"t": "held"})  # its transaction stays open
+            done: list[BaseException | None] = []
+
+            def run() -> None:
+                try:
+                    upgrade(engine)
+                    done.append(None)
+                except BaseException as exc:  # noqa: BLE001  (the test reads it)
+                    done.append(exc)
+
+            migrating = threading.Thread(target=run)
+            migrating.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and other.execute(text(  # the build has started (and waits)
+                    "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'CREATE INDEX CONCURRENTLY%'")).scalar() == 0:
+                other.rollback()
+                time.sleep(0.05)
+            other.rollback()
+            other.execute(text("SET lock_timeout = '3s'"))
+            other.execute(text(row), {"t": "other"})  # not held behind the build
+            other.commit()
+            assert migrating.is_alive()  # the build waits for the open insert
+            held.commit()
+            migrating.join(30)
+            assert done == [None]
+        with engine.connect() as conn:
+            assert conn.execute(text(
+                "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE c.relname = 'ix_labels_author'")).scalar() is True
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head_revision()
+            assert conn.execute(text("SELECT count(*) FROM labels")).scalar() == 2
+        upgrade(engine)  # at head: nothing to do
+    finally:
+        engine.dispose()
+        for _ in urls:  # drops the database
+            pass
+
+
+def test_an_index_a_broken_concurrent_build_left_invalid_is_built_again(tmp_path: Any) -> None:
+    """PostgreSQL: a ``CREATE INDEX CONCURRENTLY`` that stopped part-way leaves an invalid index of its name,
+    which ``IF NOT EXISTS`` would keep; the upgrade drops it and builds it again (here the invalid index is
+    made by marking a built one so, as the cluster's superuser)."""
+    from sqlalchemy import create_engine, text
+
+    from serve.store.migrate import upgrade
+    from tests.storefix import _psycopg, make_db_url
+
+    urls = make_db_url("postgresql", tmp_path)
+    engine = create_engine(_psycopg(next(urls)))
+    try:
+        upgrade(engine, "0021")
+        with engine.connect() as conn:
+            if not conn.execute(text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")).scalar():
+                pytest.skip("marking an index invalid needs a superuser")
+            conn.execute(text("CREATE INDEX ix_labels_author ON labels (tenant_id)"))  # not the index 0022 builds
+            conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'ix_labels_author'::regclass"))
+            conn.commit()
+        upgrade(engine)
+        with engine.connect() as conn:
+            valid, ddl = conn.execute(text(
+                "SELECT i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'ix_labels_author'")).one()
+        assert valid is True and "(tenant_id, author, trace_id) WHERE (withdrawn_at IS NULL)" in ddl, ddl
+    finally:
+        engine.dispose()
+        for _ in urls:  # drops the database
+            pass

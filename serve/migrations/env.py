@@ -21,6 +21,8 @@ def _run(connection: object) -> None:
         target_metadata=target_metadata,
         render_as_batch=True,  # SQLite cannot ALTER most things; batch mode copies the table
         compare_type=True,
+        # PostgreSQL: each revision in its own transaction (serve/store/migrate.py: an index built concurrently)
+        transaction_per_migration=bool(config.attributes.get("transaction_per_migration")),
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -11,14 +11,17 @@ read, until now, every label of the tenant through ``ix_labels_trace`` (tenant_i
 author's. The partial index holds the labels a reader counts (``withdrawn_at IS NULL``, as every such
 read asks), by author, with their runs: the count is a range of it, whatever the other reviewers did.
 A label is written once (an undo sets ``withdrawn_at``, which takes its entry out): no diagnosis writes it.
+On PostgreSQL the index is built concurrently (``serve/store/migrate.py``): the labels' writers are not
+held while it builds.
 
 Downgrade: dropped.
 """
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from serve.store.migrate import create_index_concurrently
 
 revision = "0022"
 down_revision = "0021"
@@ -29,9 +32,8 @@ _COUNTED = "withdrawn_at IS NULL"
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("labels") as batch_op:
-        batch_op.create_index("ix_labels_author", ["tenant_id", "author", "trace_id"], unique=False,
-                              sqlite_where=sa.text(_COUNTED), postgresql_where=sa.text(_COUNTED))
+    # on PostgreSQL built concurrently: label writes go on meanwhile
+    create_index_concurrently("ix_labels_author", "labels", ["tenant_id", "author", "trace_id"], where=_COUNTED)
 
 
 def downgrade() -> None:
