@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import sqlite3
 import struct
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,38 +69,21 @@ def main() -> None:
 
     from sqlalchemy import event
 
-    from serve import wiring
-    from serve.intake import take
-    from serve.settings import Settings
-    from serve.wiring import build_diagnoser, build_service
+    with tempfile.TemporaryDirectory(prefix="triage-walpages-") as tmp, _warmed(a, tmp) as (service, measured):
+        engine = service.stores.db.engine
+        service.stores.db.dispose()  # the next connections: no automatic checkpoint
 
-    with tempfile.TemporaryDirectory(prefix="triage-walpages-") as tmp:
-        settings = Settings(data_dir=Path(tmp), database_url=f"sqlite:///{tmp}/triage.db", auth="off")
-        diagnoser, _ = build_diagnoser(settings)
-        service = build_service(settings, diagnoser)
-        wiring.settle()
-        try:
-            runs = [take(b, max_steps=settings.max_steps, format=None, options=None)
-                    for b in _bodies(a.scenario, a.warmup + a.n)]
-            for body, trace in runs[: a.warmup]:
-                service.diagnose("bench", trace, body.options)
-            engine = service.stores.db.engine
-            service.stores.db.dispose()  # the next connections: no automatic checkpoint
+        @event.listens_for(engine, "connect")
+        def _no_checkpoint(dbapi_conn: object, _record: object) -> None:
+            dbapi_conn.execute("PRAGMA wal_autocheckpoint=0")  # type: ignore[attr-defined]
 
-            @event.listens_for(engine, "connect")
-            def _no_checkpoint(dbapi_conn: object, _record: object) -> None:
-                dbapi_conn.execute("PRAGMA wal_autocheckpoint=0")  # type: ignore[attr-defined]
-
-            with engine.connect() as conn:
-                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            for body, trace in runs[a.warmup :]:
-                service.diagnose("bench", trace, body.options)
-            wal = Path(f"{tmp}/triage.db-wal").read_bytes()
-            with sqlite3.connect(f"{tmp}/triage.db") as con:
-                owner = {page: (name, kind) for name, page, kind in con.execute("SELECT name, pageno, pagetype FROM dbstat")}
-        finally:
-            service.close()
-            wiring.unsettle()
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        for body, trace in measured:
+            service.diagnose("bench", trace, body.options)
+        wal = Path(f"{tmp}/triage.db-wal").read_bytes()
+        with sqlite3.connect(f"{tmp}/triage.db") as con:
+            owner = {page: (name, kind) for name, page, kind in con.execute("SELECT name, pageno, pagetype FROM dbstat")}
     size = struct.unpack(">I", wal[8:12])[0]
     frames: collections.Counter[tuple[str, str]] = collections.Counter()
     commits = 0
@@ -111,6 +96,31 @@ def main() -> None:
     print(f"{a.scenario}: {a.n} diagnoses, {commits} commits, {sum(frames.values()) / a.n:.2f} frames a diagnosis")
     for (name, kind), n in sorted(frames.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n / a.n:6.2f}  {name} ({kind})")
+
+
+@contextlib.contextmanager
+def _warmed(a: argparse.Namespace, tmp: str) -> Iterator[tuple[Any, list[Any]]]:
+    """The services of one worker (as ``bench/request_path.py`` builds them) on ``tmp/triage.db`` (SQLite), the
+    first ``--warmup`` of ``--warmup`` + ``--n`` runs of ``--scenario`` diagnosed: (the service, the ``--n``
+    runs left, each ``(body, trace)``); the service closed after."""
+    from serve import wiring
+    from serve.intake import take
+    from serve.settings import Settings
+    from serve.wiring import build_diagnoser, build_service
+
+    settings = Settings(data_dir=Path(tmp), database_url=f"sqlite:///{tmp}/triage.db", auth="off")
+    diagnoser, _ = build_diagnoser(settings)
+    service = build_service(settings, diagnoser)
+    wiring.settle()
+    try:
+        runs = [take(b, max_steps=settings.max_steps, format=None, options=None)
+                for b in _bodies(a.scenario, a.warmup + a.n)]
+        for body, trace in runs[: a.warmup]:
+            service.diagnose("bench", trace, body.options)
+        yield service, runs[a.warmup :]
+    finally:
+        service.close()
+        wiring.unsettle()
 
 
 def page_cost(tables: int = 40, commits: int = 300, repeats: int = 5) -> None:
@@ -202,14 +212,9 @@ class _Connection:
 
 def driver(a: argparse.Namespace) -> None:
     """``--driver``: the driver's calls inside the write, timed in the service, then replayed bare."""
-    import contextlib
     import shutil
 
-    from serve import wiring
-    from serve.intake import take
-    from serve.settings import Settings
     from serve.store import base, prepared
-    from serve.wiring import build_diagnoser, build_service
 
     calls = _Calls()
     write = {"cpu": 0.0}
@@ -233,26 +238,15 @@ def driver(a: argparse.Namespace) -> None:
     prepared.Unit.__init__ = init  # type: ignore[method-assign]
     base.Database.unit = timed_unit  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory(prefix="triage-driver-") as tmp:
-        settings = Settings(data_dir=Path(tmp), database_url=f"sqlite:///{tmp}/triage.db", auth="off")
-        diagnoser, _ = build_diagnoser(settings)
-        service = build_service(settings, diagnoser)
-        wiring.settle()
-        try:
-            runs = [take(b, max_steps=settings.max_steps, format=None, options=None)
-                    for b in _bodies(a.scenario, a.warmup + a.n)]
-            for body, trace in runs[: a.warmup]:
-                service.diagnose("bench", trace, body.options)
+        with _warmed(a, tmp) as (service, measured):
             service.stores.db.dispose()
             with sqlite3.connect(f"{tmp}/triage.db") as con:
                 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             shutil.copy(f"{tmp}/triage.db", f"{tmp}/bare.db")  # the database as the measured writes find it
             calls.on = True
-            for body, trace in runs[a.warmup :]:
+            for body, trace in measured:
                 service.diagnose("bench", trace, body.options)
             calls.on = False
-        finally:
-            service.close()
-            wiring.unsettle()
         bare: collections.defaultdict[str, float] = collections.defaultdict(float)
         con = sqlite3.connect(f"{tmp}/bare.db", isolation_level=None)
         for pragma in ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON"):
