@@ -137,7 +137,7 @@ def _tiny_ngram(vocab: int = 120) -> object:
     from model.training.classifier.ngram import NgramConfig, NgramForSequenceClassification
 
     torch.manual_seed(0)
-    conf = NgramConfig(vocab_size=vocab, dim=8, buckets=97, hidden=16, marker_ids=[5, 6, 7],
+    conf = NgramConfig(vocab_size=vocab, dim=8, buckets=97, hidden=16, marker_ids=[5, 6, 7], pad_token_id=0,
                        num_labels=len(LABELS), problem_type="multi_label_classification")
     return NgramForSequenceClassification(conf).eval()
 
@@ -180,11 +180,58 @@ def test_ngram_student_torch_onnx_parity_and_int8(tmp_path: Path) -> None:
     ops = {n.op_type for n in onnx.load(str(tmp_path / "m8.onnx")).graph.node}
     assert "MatMulInteger" not in ops and "DynamicQuantizeLinear" not in ops and "MatMul" in ops
     # the command that rewrote the shipped file: nothing left to rewrite here, the metadata says so
-    export.main(["--float-activations", str(tmp_path / "m8.onnx")])
+    export.main(["--rewrite", str(tmp_path / "m8.onnx")])
     meta = {e.key: e.value for e in onnx.load(str(tmp_path / "m8.onnx")).metadata_props}
     assert meta["triage.quantisation"] == export.QUANTISATION
     with pytest.raises(SystemExit):
-        export.main(["--float-activations", str(tmp_path / "missing.onnx")])
+        export.main(["--rewrite", str(tmp_path / "missing.onnx")])
+
+
+def test_pooled_embeddings_give_the_quantised_graphs_logits(tmp_path: Path) -> None:
+    """An ensemble's embedding tables pooled on their 8-bit values (export.pooled_embeddings): one gather
+    per group of tables that read the same ids, no dequantised [batch, tokens, width] tensor, and the
+    logits of the graph as quantize_dynamic left it, padded rows, short rows and segments included."""
+    import onnx
+    import onnxruntime as ort
+
+    from model.training.classifier import export
+    from model.training.classifier.ngram import ensemble_of
+
+    nets = []
+    for seed in (1, 2):
+        nets.append(_tiny_ngram())
+        torch.manual_seed(seed)  # two nets apart, their rows far apart: a padded token's row would win a max
+        for table in (nets[-1].unigrams, nets[-1].bigrams):
+            torch.nn.init.normal_(table.weight, std=2.0)
+    path = tmp_path / "ens.onnx"
+    export.to_onnx(ensemble_of(nets), path)
+    export.quantize(path, tmp_path / "plain.onnx", pool=False)
+    export.quantize(path, tmp_path / "pooled.onnx")
+    plain = onnx.load(str(tmp_path / "plain.onnx"))
+    pooled = onnx.load(str(tmp_path / "pooled.onnx"))
+    uint8 = {t.name for t in pooled.graph.initializer if t.data_type == onnx.TensorProto.UINT8}
+    gathers = [n for n in pooled.graph.node if n.op_type == "Gather" and n.input[0] in uint8]
+    assert len(gathers) == 2  # the unigram tables of both nets, their bigram tables
+    assert not any(n.op_type == "DequantizeLinear" for n in pooled.graph.node)
+    assert sum(n.op_type == "DequantizeLinear" for n in plain.graph.node) == 4
+    a = ort.InferenceSession(str(tmp_path / "plain.onnx"), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(str(tmp_path / "pooled.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for batch, width in ((1, 2), (1, 3), (3, 17), (5, 60)):
+        ids = rng.integers(8, 120, size=(batch, width))
+        ids[:, width // 3] = 6  # a marker: later tokens are another segment
+        mask = np.ones_like(ids)
+        for r in range(batch):  # rows of 1 (no pair unmasked) to width tokens, the rest padding
+            n = 1 if r == 0 and width == 3 else int(rng.integers(2, width + 1))
+            mask[r, n:] = 0
+            ids[r, n:] = rng.integers(0, 120, size=width - n)  # what padding gathers must not matter
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        want = a.run(["logits"], feeds)[0]
+        np.testing.assert_allclose(b.run(["logits"], feeds)[0], want, atol=2e-5, rtol=0)
+    assert export.pooled_embeddings(tmp_path / "pooled.onnx", tmp_path / "again.onnx") == 0
+    export.main(["--rewrite", str(tmp_path / "plain.onnx")])  # the shipped file's command: the same graph
+    rewritten = ort.InferenceSession(str(tmp_path / "plain.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(rewritten.run(["logits"], feeds)[0], b.run(["logits"], feeds)[0])
 
 
 def test_ngram_student_trains_saves_and_reloads(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ For one trained model folder (``save_pretrained`` weights + ``tokenizer.json`` +
   fusion; the model is loaded with eager attention so that the fusion applies);
 * ``classifier.onnx`` — the fused graph's weights in int8, per channel (onnxruntime's dynamic
   quantisation), its activations in fp32 (:func:`float_activations`): a text's logits do not depend on
-  the batch it is scored in;
+  the batch it is scored in; an n-gram net's embedding rows pooled on their 8-bit values
+  (:func:`pooled_embeddings`);
 * ``tokenizer.json`` — truncation at the model's ``max_length``;
 
 each ONNX file carrying the metadata :mod:`model.scoring.classifier.runtime` reads (labels, thresholds,
@@ -41,7 +42,7 @@ log = logging.getLogger("model.training.classifier.export")
 FP32_FILE = "classifier.fp32.onnx"
 FUSED_FILE = "classifier.fused.onnx"
 #: The shipped graph's ``quantisation`` metadata.
-QUANTISATION = "int8 weights per channel, fp32 activations"
+QUANTISATION = "int8 weights per channel, fp32 activations, embeddings pooled on their 8-bit values"
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -104,9 +105,10 @@ def fuse(src: Path, dst: Path, *, num_heads: int, hidden: int) -> None:
     opt.save_model_to_file(str(dst))
 
 
-def quantize(src: Path, dst: Path) -> None:
+def quantize(src: Path, dst: Path, *, pool: bool = True) -> None:
     """Weights in int8, per channel (per-tensor moved MiniLM's outputs too far, MEASUREMENTS.md), in 7 bits
-    (``reduce_range``); activations left in fp32 (:func:`float_activations`).
+    (``reduce_range``); activations left in fp32 (:func:`float_activations`); an n-gram net's embedding rows
+    pooled on their 8-bit values (:func:`pooled_embeddings`; ``pool=False`` leaves them as quantised).
 
     onnxruntime's dynamic quantisation also quantises each MatMul's input, with one scale for the whole
     tensor: in a batch, a text's logits then moved with its companions (0.018 in probability on
@@ -122,6 +124,8 @@ def quantize(src: Path, dst: Path) -> None:
         quantize_dynamic(str(pre), str(dst), per_channel=True, reduce_range=True, weight_type=QuantType.QInt8,
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         float_activations(dst, dst)
+        if pool:
+            pooled_embeddings(dst, dst)
     finally:
         for leftover in (pre, *dst.parent.glob("*.pre.onnx.data"), *dst.parent.glob("*.onnx.data")):
             leftover.unlink(missing_ok=True)
@@ -135,7 +139,7 @@ def float_activations(src: Path, dst: Path) -> int:
     W_zp) → Cast → Mul(·, x_scale × W_scale)``; it becomes ``MatMul(x, (W_q − W_zp) · W_scale)``, the
     weights' int8 values stored in fp32 (the n-gram student's file: 27.4 → 28.2 MB). Nothing depends on the
     batch but fp32 rounding.
-    ``python -m model.training.classifier.export --float-activations FILE`` applies it to a shipped file."""
+    ``python -m model.training.classifier.export --rewrite FILE`` applies it to a shipped file."""
     import numpy as np
     import onnx
     from onnx import helper, numpy_helper
@@ -167,7 +171,9 @@ def float_activations(src: Path, dst: Path) -> int:
         # stored as fp32, not as DequantizeLinear → MatMul: onnxruntime fuses that pair into MatMulNBits,
         # which quantises the activations again (per block of a row, with batch-size-dependent kernels)
         name = n.input[1] + "_float"
-        graph.initializer.append(numpy_helper.from_array(((w_q - w_zp) * w_scale).astype(np.float32), name))
+        if name not in inits:  # once for weights two MatMuls read (an exporter shares equal initializers)
+            inits[name] = numpy_helper.from_array(((w_q - w_zp) * w_scale).astype(np.float32), name)
+            graph.initializer.append(inits[name])
         replaced[id(n)] = helper.make_node("MatMul", [dql.input[0], name], [mul.output[0]], name=n.name + "_float")
         dropped.update({id(cast), id(mul), id(scales)})
     for n in graph.node:  # a DynamicQuantizeLinear goes once every reader of its outputs has gone
@@ -177,13 +183,213 @@ def float_activations(src: Path, dst: Path) -> int:
     nodes = [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped]
     del graph.node[:]
     graph.node.extend(nodes)
+    _tidy(model)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return len(replaced)
+
+
+def pooled_embeddings(src: Path, dst: Path) -> int:
+    """Pool each n-gram net's embedding rows on their 8-bit values; returns how many tables now are.
+    Writes ``dst`` (may be ``src``).
+
+    A quantised n-gram net (:meth:`~model.training.classifier.ngram.NgramForSequenceClassification._pool`,
+    then ``quantize_dynamic``) gathers a table's rows, ``DequantizeLinear(Gather(W_q, ids), s, z)``, and pools
+    the [batch, tokens, width] floats twice: the masked mean ``ReduceSum(rows · m) / Clip(M)`` (``M`` the
+    mask's sum) and the masked maximum ``ReduceMax(rows + (m − 1) · 1e4)``. Six passes over that tensor a
+    table, eight tables in the shipped ensemble: most of a forward's CPU (docs/benchmarks.md, "Round 8").
+    Rewritten, the tables that gather the same ids under the same mask (the ensemble's nets, each with its
+    unigram and its bigram table) are one table, their columns side by side, with a row of zeros (the
+    least 8-bit value) appended; a masked token gathers that row; then
+
+    * ``q = Cast(Gather(W, Where(m, ids, zero row)))``, one gather and one cast for the group;
+    * the maximum ``(ReduceMax(q) − z) · s``: bit for bit the original's, as ``(q − z) · s`` is monotone
+      in ``q`` and a masked token's row never exceeds another's;
+    * the mean ``(ReduceSum(q) − z · M) · s / Clip(M)``: an exact sum of integers, rounded once, where the
+      original rounded a float sum at each token (the shipped file's logits move by ≤ 2e-6).
+
+    A row with no token unmasked (never from the runtime, which frames each text with its special tokens)
+    keeps its ids, so its maximum is the original's too (its rows' maximum less 1e4), and its mean 0. A table
+    read otherwise (a BERT's word embeddings) is left as it is."""
+    import hashlib
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(str(src))
+    graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 13 or opset > 17:  # Split / Squeeze / ReduceSum take axes as inputs, ReduceMax as an attribute
+        raise ValueError(f"{src}: opset {opset}; pooled_embeddings writes opset 13-17 nodes")
+    inits = {t.name: t for t in graph.initializer}
+    inputs = {i.name for i in graph.input}
+    producer = {o: n for n in graph.node for o in n.output}
+    consumers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    memo: dict[str, Any] = {}
+
+    def value(name: str) -> Any:
+        return numpy_helper.to_array(inits[name]) if name in inits else None
+
+    def canon(name: str) -> Any:
+        """What computes ``name``, without node names: equal for the nets' copies of one expression."""
+        if name not in memo:
+            if name in inits:
+                a = value(name)
+                memo[name] = ("const", a.dtype.str, a.shape, hashlib.sha256(a.tobytes()).hexdigest())
+            elif name in inputs or name not in producer:
+                memo[name] = ("input", name)
+            else:
+                n = producer[name]
+                attrs = tuple(sorted(a.SerializeToString() for a in n.attribute))
+                memo[name] = (n.op_type, n.domain, attrs, tuple(canon(i) for i in n.input), list(n.output).index(name))
+        return memo[name]
+
+    def axes(n: Any) -> list[int] | None:
+        for a in n.attribute:
+            if a.name == "axes":
+                return list(a.ints)
+        return [int(x) for x in value(n.input[1])] if len(n.input) > 1 and n.input[1] in inits else None
+
+    def keepdims(n: Any) -> int:
+        return next((int(a.i) for a in n.attribute if a.name == "keepdims"), 1)
+
+    def made(name: str) -> Any:  # the node that computes ``name`` (None: an input or initializer)
+        return producer.get(name)
+
+    def only(name: str, op: str) -> Any:
+        readers = consumers.get(name, [])
+        return readers[0] if len(readers) == 1 and readers[0].op_type == op else None
+
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for gather in graph.node:
+        table = inits.get(gather.input[0]) if gather.op_type == "Gather" else None
+        if table is None or table.data_type != TensorProto.UINT8 or len(table.dims) != 2:
+            continue
+        if any(a.name == "axis" and a.i != 0 for a in gather.attribute):
+            continue
+        dq = only(gather.output[0], "DequantizeLinear")
+        if dq is None or len(dq.input) < 3 or any(value(i) is None or value(i).size != 1 for i in dq.input[1:3]):
+            continue
+        readers = consumers.get(dq.output[0], [])
+        mul = next((r for r in readers if r.op_type == "Mul"), None)
+        add = next((r for r in readers if r.op_type == "Add"), None)
+        if len(readers) != 2 or mul is None or add is None:
+            continue
+        mask = next(i for i in mul.input if i != dq.output[0])
+        shift = made(next(i for i in add.input if i != dq.output[0]))
+        rsum, rmax = only(mul.output[0], "ReduceSum"), only(add.output[0], "ReduceMax")
+        div: Any = only(rsum.output[0], "Div") if rsum is not None else None
+        clip: Any = made(div.input[1]) if div is not None and rsum is not None and div.input[0] == rsum.output[0] \
+            else None
+        sub = made(shift.input[0]) if shift is not None and shift.op_type == "Mul" else None
+        if (rmax is None or clip is None or clip.op_type != "Clip" or sub is None or sub.op_type != "Sub"
+                or axes(rsum) != [1] or axes(rmax) != [1] or keepdims(rsum) or keepdims(rmax)):
+            continue
+        big, one = value(shift.input[1]), value(sub.input[1])
+        count = made(clip.input[0])
+        if (canon(sub.input[0]) != canon(mask) or big is None or big.size != 1 or float(big) < 1e3
+                or one is None or one.size != 1 or float(one) != 1.0 or count is None
+                or count.op_type != "ReduceSum" or canon(count.input[0]) != canon(mask)
+                or axes(count) != [1] or keepdims(count)):
+            continue  # not the masked mean and maximum of NgramForSequenceClassification._pool
+        key = (canon(gather.input[1]), canon(mask), canon(div.input[1]), float(big))
+        groups.setdefault(key, []).append({
+            "ids": gather.input[1], "mask": mask, "count": clip.input[0], "clip": div.input[1],
+            "table": numpy_helper.to_array(table), "scale": float(value(dq.input[1])),
+            "zero": float(value(dq.input[2])), "big": float(big), "top": rmax.output[0], "mean": div.output[0],
+            "dropped": (gather, dq, mul, add, rsum, rmax, div)})
+
+    dropped = {id(n) for members in groups.values() for m in members for n in m["dropped"]}
+    added: list[Any] = []
+    consts: list[Any] = []
+    for g, members in enumerate(groups.values()):
+        p, first = f"pooled_embeddings/{g}", members[0]
+        widths = [m["table"].shape[1] for m in members]
+        rows = max(m["table"].shape[0] for m in members)
+        table = np.zeros((rows + 1, sum(widths)), dtype=np.uint8)  # each net's rows, then the zero row
+        col = 0
+        for m, w in zip(members, widths, strict=True):
+            table[: m["table"].shape[0], col : col + w] = m["table"]
+            col += w
+        scale = np.concatenate([np.full(w, m["scale"], np.float32) for m, w in zip(members, widths, strict=True)])
+        zero = np.concatenate([np.full(w, m["zero"], np.float32) for m, w in zip(members, widths, strict=True)])
+        for name, arr in (("table", table), ("scale", scale), ("zero", zero), ("zero_row", np.array(rows, np.int64)),
+                          ("axis1", np.array([1], np.int64)), ("axis2", np.array([2], np.int64)),
+                          ("widths", np.array(widths, np.int64)), ("none", np.array(0.0, np.float32)),
+                          ("one", np.array(1.0, np.float32)), ("big", np.array(first["big"], np.float32))):
+            consts.append(numpy_helper.from_array(arr, f"{p}/{name}"))
+
+        def node(op: str, ins: list[str], outs: list[str], p: str = p, **attrs: Any) -> None:
+            added.append(helper.make_node(op, ins, outs, name=f"{p}/{op}_{len(added)}", **attrs))
+
+        # a row with no token unmasked keeps its ids: its maximum is then the original's, all rows less 1e4
+        node("Equal", [first["count"], f"{p}/none"], [f"{p}/empty"])
+        node("Cast", [f"{p}/empty"], [f"{p}/emptyf"], to=TensorProto.FLOAT)
+        node("Squeeze", [first["mask"], f"{p}/axis2"], [f"{p}/mask"])
+        node("Cast", [f"{p}/mask"], [f"{p}/unmasked"], to=TensorProto.BOOL)
+        node("Or", [f"{p}/unmasked", f"{p}/empty"], [f"{p}/kept"])
+        node("Where", [f"{p}/kept", first["ids"], f"{p}/zero_row"], [f"{p}/ids"])
+        node("Gather", [f"{p}/table", f"{p}/ids"], [f"{p}/q8"])
+        node("Cast", [f"{p}/q8"], [f"{p}/q"], to=TensorProto.FLOAT)
+        node("ReduceMax", [f"{p}/q"], [f"{p}/qmax"], axes=[1], keepdims=0)
+        node("Sub", [f"{p}/qmax", f"{p}/zero"], [f"{p}/topc"])
+        node("Mul", [f"{p}/topc", f"{p}/scale"], [f"{p}/topq"])
+        node("Mul", [f"{p}/emptyf", f"{p}/big"], [f"{p}/shift"])
+        node("Sub", [f"{p}/topq", f"{p}/shift"], [f"{p}/top"])
+        node("Split", [f"{p}/top", f"{p}/widths"], [m["top"] for m in members], axis=1)
+        node("ReduceSum", [f"{p}/q", f"{p}/axis1"], [f"{p}/qsum"], keepdims=0)
+        node("Mul", [first["count"], f"{p}/zero"], [f"{p}/zsum"])
+        node("Sub", [f"{p}/qsum", f"{p}/zsum"], [f"{p}/sumc"])
+        node("Mul", [f"{p}/sumc", f"{p}/scale"], [f"{p}/sum"])
+        node("Div", [f"{p}/sum", first["clip"]], [f"{p}/meanq"])
+        node("Sub", [f"{p}/one", f"{p}/emptyf"], [f"{p}/full"])
+        node("Mul", [f"{p}/meanq", f"{p}/full"], [f"{p}/mean"])
+        node("Split", [f"{p}/mean", f"{p}/widths"], [m["mean"] for m in members], axis=1)
+    if groups:
+        nodes = [n for n in graph.node if id(n) not in dropped] + added
+        del graph.node[:]
+        graph.node.extend(nodes)
+        graph.initializer.extend(consts)
+        _tidy(model)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return sum(len(m) for m in groups.values())
+
+
+def _tidy(model: Any) -> None:
+    """Drop the nodes nothing reads any more, the initializers and shapes of tensors gone, and put the
+    nodes in an order that computes each input before it is read."""
+    graph = model.graph
+    nodes, wanted = list(graph.node), {o.name for o in graph.output}
+    while True:
+        read = {i for n in nodes for i in n.input} | wanted
+        live = [n for n in nodes if any(o in read for o in n.output)]
+        if len(live) == len(nodes):
+            break
+        nodes = live
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    ordered: list[Any] = []
+    while nodes:
+        ready = {id(n) for n in nodes if all(i in known for i in n.input)}
+        if not ready:
+            raise ValueError("the rewritten graph has a cycle or reads a tensor nothing computes")
+        ordered.extend(n for n in nodes if id(n) in ready)
+        known.update(o for n in nodes if id(n) in ready for o in n.output)
+        nodes = [n for n in nodes if id(n) not in ready]
+    del graph.node[:]
+    graph.node.extend(ordered)
     read = {i for n in graph.node for i in n.input}
     kept = [t for t in graph.initializer if t.name in read]
     del graph.initializer[:]
     graph.initializer.extend(kept)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(dst))
-    return len(replaced)
+    made = {o for n in graph.node for o in n.output}
+    shapes = [v for v in graph.value_info if v.name in made]
+    del graph.value_info[:]
+    graph.value_info.extend(shapes)
 
 
 def export_model(model_dir: Path, out_dir: Path, *, quantise: bool = True, fuse_graph: bool = True) -> Path:
@@ -291,19 +497,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--build", type=Path, default=Path("build/classifier"))
     p.add_argument("--splits", type=Path, default=Path("datasets/splits"))
     p.add_argument("--artifacts", type=Path, default=Path("model/artifacts"))
-    p.add_argument("--float-activations", type=Path, default=None, metavar="FILE",
-                   help="rewrite an exported int8 FILE in place with fp32 activations (float_activations) and stop")
+    p.add_argument("--rewrite", type=Path, default=None, metavar="FILE",
+                   help="rewrite an exported int8 FILE in place as export now writes it (float_activations, "
+                        "pooled_embeddings) and stop")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    if args.float_activations is not None:
+    if args.rewrite is not None:
         import onnx
 
-        if not args.float_activations.is_file():
-            p.error(f"--float-activations: no such file: {args.float_activations}")
-        n = float_activations(args.float_activations, args.float_activations)
-        meta = {e.key: e.value for e in onnx.load(str(args.float_activations)).metadata_props}
-        set_metadata(args.float_activations, meta | {META_PREFIX + "quantisation": QUANTISATION})
-        log.info("%s: %d MatMuls now take fp32 activations", args.float_activations, n)
+        if not args.rewrite.is_file():
+            p.error(f"--rewrite: no such file: {args.rewrite}")
+        n = float_activations(args.rewrite, args.rewrite)
+        k = pooled_embeddings(args.rewrite, args.rewrite)
+        meta = {e.key: e.value for e in onnx.load(str(args.rewrite)).metadata_props}
+        set_metadata(args.rewrite, meta | {META_PREFIX + "quantisation": QUANTISATION})
+        log.info("%s: %d MatMuls now take fp32 activations, %d embedding tables pooled on 8-bit values",
+                 args.rewrite, n, k)
         return
     traces = load_traces(args.splits / "val.jsonl", limit=20)
     texts = [step_text(t, i) for t in traces for i in range(len(t.steps))][:200]
