@@ -446,24 +446,38 @@ def test_sqlite_writes_run_on_one_kept_connection_given_back_after_a_failure(tmp
     s.db.dispose()
 
 
-def test_an_upgrade_builds_its_index_on_postgresql_while_the_tables_writers_go_on(tmp_path: Any) -> None:
-    """PostgreSQL: revision 0022's index is built concurrently (``serve/store/migrate.py``: each revision
-    in its own transaction, under the upgrade's session-level advisory lock). While a transaction holds an
-    insert into ``labels`` open, the upgrade waits for it, but another writer of ``labels`` is not held
-    behind the build (a plain ``CREATE INDEX`` would queue it: its lock waits for the open one); once the
-    open transaction ends the upgrade finishes, the index valid, and a second upgrade finds head."""
+_HELD_ROWS = {  # revision before, a row of the table whose index the next revision builds, that index, its DDL
+    "0021": ("0020", "INSERT INTO traces (tenant_id, id, created_at, updated_at, n_steps, healthy, model_version, "
+                     "shadow, trace, response, steps_in_rows) "
+                     "VALUES ('a', :t, now(), now(), 0, true, '', false, '{}', '{}', false)",
+             "ix_traces_tenant_session", "(tenant_id, session_id) WHERE (session_id IS NOT NULL)"),
+    "0022": ("0021", "INSERT INTO labels (tenant_id, trace_id, author, failed, author_type, created_at) "
+                     "VALUES ('a', :t, 'ann', true, 'human', now())",
+             "ix_labels_author", "(tenant_id, author, trace_id) WHERE (withdrawn_at IS NULL)"),
+}
+
+
+@pytest.mark.parametrize("revision", sorted(_HELD_ROWS))
+def test_an_upgrade_builds_its_index_on_postgresql_while_the_tables_writers_go_on(tmp_path: Any, revision: str
+                                                                                  ) -> None:
+    """PostgreSQL: revisions 0021's and 0022's indexes are built concurrently (``serve/store/migrate.py``:
+    each revision in its own transaction, under the upgrade's session-level advisory lock). While a
+    transaction holds an insert into the table open, the upgrade waits for it, but another writer of the
+    table is not held behind the build (a plain ``CREATE INDEX`` would queue it: its lock waits for the open
+    one); once the open transaction ends the upgrade finishes, the index valid and as the revision defines
+    it, and a second upgrade finds head."""
     from sqlalchemy import create_engine, text
 
     from serve.store.migrate import upgrade
     from tests.storefix import _psycopg, make_db_url
 
+    before, row, index, ddl = _HELD_ROWS[revision]
+    table = row.split()[2]
     urls = make_db_url("postgresql", tmp_path)
     url = _psycopg(next(urls))
     engine = create_engine(url)
     try:
-        upgrade(engine, "0021")
-        row = ("INSERT INTO labels (tenant_id, trace_id, author, failed, author_type, created_at) "
-               "VALUES ('a', :t, 'ann', true, 'human', now())")
+        upgrade(engine, before)
         with engine.connect() as held, engine.connect() as other:
             held.execute(text(row), {"t": "held"})  # its transaction stays open
             done: list[BaseException | None] = []
@@ -491,16 +505,50 @@ def test_an_upgrade_builds_its_index_on_postgresql_while_the_tables_writers_go_o
             migrating.join(30)
             assert done == [None]
         with engine.connect() as conn:
-            assert conn.execute(text(
-                "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                "WHERE c.relname = 'ix_labels_author'")).scalar() is True
+            valid, made = conn.execute(text(
+                "SELECT i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = :n"), {"n": index}).one()
+            assert valid is True and made.endswith(ddl), made
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head_revision()
-            assert conn.execute(text("SELECT count(*) FROM labels")).scalar() == 2
+            assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar() == 2
+            indexes = set(conn.execute(text("SELECT indexname FROM pg_indexes WHERE tablename = :t"),
+                                       {"t": table}).scalars())
+            assert "ix_traces_tenant_created" not in indexes and "ix_traces_tenant_session_partial" not in indexes
         upgrade(engine)  # at head: nothing to do
     finally:
         engine.dispose()
         for _ in urls:  # drops the database
             pass
+
+
+def test_an_upgrade_stopped_inside_revision_0021_goes_on(tmp_path: Any) -> None:
+    """PostgreSQL: revision 0021 builds its partial index under a name of its own, drops the old indexes
+    (each outside the revision's transaction), then renames it. Stopped after the build and one drop, the
+    revision has not been recorded; run again, it keeps what was built and ends with the indexes it defines."""
+    from sqlalchemy import create_engine, text
+
+    from serve.store.migrate import upgrade
+    from tests.storefix import _psycopg, make_db_url
+
+    urls = make_db_url("postgresql", tmp_path)
+    engine = create_engine(_psycopg(next(urls)))
+    try:
+        upgrade(engine, "0020")
+        with engine.connect() as conn:  # what a stopped 0021 leaves
+            conn.execute(text("CREATE INDEX ix_traces_tenant_session_partial ON traces (tenant_id, session_id) "
+                              "WHERE session_id IS NOT NULL"))
+            conn.execute(text("DROP INDEX ix_traces_tenant_created"))
+            conn.commit()
+        upgrade(engine, "0021")
+        with engine.connect() as conn:
+            made = dict(conn.execute(text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'traces'")).all())
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0021"
+    finally:
+        engine.dispose()
+        for _ in urls:  # drops the database
+            pass
+    assert "ix_traces_tenant_created" not in made and "ix_traces_tenant_session_partial" not in made, sorted(made)
+    assert made["ix_traces_tenant_session"].endswith("(tenant_id, session_id) WHERE (session_id IS NOT NULL)")
 
 
 def test_an_index_a_broken_concurrent_build_left_invalid_is_built_again(tmp_path: Any) -> None:

@@ -4,8 +4,8 @@ Several workers (and replicas) may start at once: one upgrades and the others th
 head. On SQLite the upgrade runs inside one ``BEGIN IMMEDIATE``. On PostgreSQL it holds a session-level
 advisory lock on its connection for the whole upgrade and runs each revision in its own transaction, so
 that a revision may build an index outside any transaction (:func:`create_index_concurrently`:
-``CREATE INDEX CONCURRENTLY``, which lets the table's writers go on while it builds; revision 0022's). A
-revision that fails leaves the schema at the revision before it.
+``CREATE INDEX CONCURRENTLY``, which lets the table's writers go on while it builds; revisions 0021's and
+0022's). A revision that fails leaves the schema at the revision before it.
 """
 
 from __future__ import annotations
