@@ -332,7 +332,8 @@ def pooled_embeddings(src: Path, dst: Path) -> int:
         node("Squeeze", [first["mask"], f"{p}/axis2"], [f"{p}/mask"])
         node("Cast", [f"{p}/mask"], [f"{p}/unmasked"], to=TensorProto.BOOL)
         node("Or", [f"{p}/unmasked", f"{p}/empty"], [f"{p}/kept"])
-        node("Where", [f"{p}/kept", first["ids"], f"{p}/zero_row"], [f"{p}/ids"])
+        node("Cast", [first["ids"]], [f"{p}/ids64"], to=TensorProto.INT64)  # the zero row's index is int64
+        node("Where", [f"{p}/kept", f"{p}/ids64", f"{p}/zero_row"], [f"{p}/ids"])
         node("Gather", [f"{p}/table", f"{p}/ids"], [f"{p}/q8"])
         node("Cast", [f"{p}/q8"], [f"{p}/q"], to=TensorProto.FLOAT)
         node("ReduceMax", [f"{p}/q"], [f"{p}/qmax"], axes=[1], keepdims=0)
