@@ -150,8 +150,48 @@ def _print(r: dict[str, Any]) -> None:
         print(f"  {r['path']:<45} {r['status']}: {r['error']}", flush=True)
 
 
-def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) -> list[dict[str, Any]]:
-    """Module docstring, 2.–3."""
+class _Writer:
+    """``--writes-per-s``: a thread that diagnoses a new failing run (``docs/examples/ignored_error.json`` under a
+    new trace id) every 1 / ``rate`` s over its own connection while the endpoints are timed, as a tenant's agents
+    do: each write changes the tenant's failures, so an answer cached before it is not one after it."""
+
+    def __init__(self, base: str, key: str, rate: float) -> None:
+        import threading
+
+        self.base, self.key, self.rate = base, key, rate
+        self.body = json.loads((ROOT / "docs" / "examples" / "ignored_error.json").read_text(encoding="utf-8"))
+        self.done = self.failed = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import httpx
+
+        with httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.key}"}, timeout=60) as c:
+            i = 0
+            while not self.stop.wait(1.0 / self.rate):
+                self.body["trace"]["id"] = f"console-write-{time.time_ns()}-{i}"
+                r = c.post("/v1/diagnose", json=self.body)
+                self.done += r.status_code == 200
+                self.failed += r.status_code != 200
+                i += 1
+
+    def __enter__(self) -> _Writer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        print(f"  (writes during the timing: {self.done} diagnoses, {self.failed} failed)", flush=True)
+
+
+def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True, writes_per_s: float = 0.0,
+              only: str | None = None) -> list[dict[str, Any]]:
+    """Module docstring, 2.–3. ``writes_per_s``: diagnoses posted meanwhile (:class:`_Writer`); ``only``: time
+    only the endpoints whose path starts with it."""
+    import contextlib
+
     import httpx
 
     from serve.auth import create_key
@@ -163,7 +203,8 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) 
     proc, base = _serve(url, data)
     out = []
     try:
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=120) as api:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=120) as api, \
+                (_Writer(base, key, writes_per_s) if writes_per_s > 0 else contextlib.nullcontext()):
             first = api.get("/v1/traces", params={"limit": 50}).json()
             one = api.get("/v1/traces", params={"limit": 1, "kind": "tool_error"}).json()["items"][0]["id"]
             agent = first["items"][0]["agent"]
@@ -173,7 +214,8 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True) 
                          "/v1/traces?limit=50", f"/v1/traces?limit=50&cursor={quote(first['next_cursor'])}",
                          "/v1/traces?kind=tool_error&limit=50", f"/v1/traces?since={since}&limit=50",
                          f"/v1/traces/{one}", f"/v1/traces/{one}/graph", "/metrics"):
-                out.append(_time(api, path, n))
+                if only is None or path.startswith(only):
+                    out.append(_time(api, path, n))
         if not ui_pages:
             return out
         with httpx.Client(base_url=base, timeout=120, follow_redirects=False) as ui:
@@ -213,6 +255,10 @@ def main() -> None:
     ap.add_argument("--skip-ui", action="store_true", help="time the /v1 endpoints only, not the /ui pages")
     ap.add_argument("--no-seed", action="store_true", help="time a store --database-url already seeded by this bench")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--writes-per-s", type=float, default=0.0,
+                    help="diagnose this many new failing runs a second while the /v1 endpoints are timed")
+    ap.add_argument("--only", default=None, metavar="PREFIX", help="time only the /v1 endpoints whose path starts so")
+    ap.add_argument("--skip-grouping", action="store_true", help="do not time the grouping in process")
     args = ap.parse_args()
     tenant = "bench"
     with tempfile.TemporaryDirectory(prefix="bench-console-") as tmp:
@@ -224,17 +270,24 @@ def main() -> None:
             print(f"seeding {args.runs:,} runs into {backend} in bulk …", flush=True)
             seeded = seed_store(url, tenant, args)
         print(f"  {json.dumps(seeded)}", flush=True)
-        grouping = time_grouping(url, tenant, args.days, args.group_failures)
-        ok = "ok" if grouping["group_s_median"] <= GROUP_TARGET_S else "MISSED"
-        print(f"grouping {grouping['occurrences']} failures and signals ({grouping['failures']} failures) into "
-              f"{grouping['patterns']} patterns: median {grouping['group_s_median']} s, max {grouping['group_s_max']} s "
-              f"(target ≤ {GROUP_TARGET_S} s: {ok}); the store's query {grouping['query_s']} s", flush=True)
-        sc = grouping["scaled"]
-        ok = "ok" if sc["group_s_median"] <= GROUP_TARGET_S else "MISSED"
-        print(f"grouping exactly {sc['failures']} failures ({sc['occurrences']} with their signals): median "
-              f"{sc['group_s_median']} s, max {sc['group_s_max']} s (target ≤ {GROUP_TARGET_S} s: {ok})", flush=True)
-        print(f"HTTP, {args.requests} requests per endpoint, one at a time (target p95 ≤ {TARGET_MS:.0f} ms):", flush=True)
-        rows = time_http(url, tenant, data, args.requests, ui_pages=not args.skip_ui)
+        grouping: dict[str, Any] = {}
+        if not args.skip_grouping:
+            grouping = time_grouping(url, tenant, args.days, args.group_failures)
+            ok = "ok" if grouping["group_s_median"] <= GROUP_TARGET_S else "MISSED"
+            print(f"grouping {grouping['occurrences']} failures and signals ({grouping['failures']} failures) into "
+                  f"{grouping['patterns']} patterns: median {grouping['group_s_median']} s, max "
+                  f"{grouping['group_s_max']} s (target ≤ {GROUP_TARGET_S} s: {ok}); the store's query "
+                  f"{grouping['query_s']} s", flush=True)
+            sc = grouping["scaled"]
+            ok = "ok" if sc["group_s_median"] <= GROUP_TARGET_S else "MISSED"
+            print(f"grouping exactly {sc['failures']} failures ({sc['occurrences']} with their signals): median "
+                  f"{sc['group_s_median']} s, max {sc['group_s_max']} s (target ≤ {GROUP_TARGET_S} s: {ok})",
+                  flush=True)
+        writes = f", {args.writes_per_s:g} diagnoses a second meanwhile" if args.writes_per_s > 0 else ""
+        print(f"HTTP, {args.requests} requests per endpoint, one at a time{writes} (target p95 ≤ {TARGET_MS:.0f} ms):",
+              flush=True)
+        rows = time_http(url, tenant, data, args.requests, ui_pages=not args.skip_ui, writes_per_s=args.writes_per_s,
+                         only=args.only)
     if args.json is not None:
         args.json.write_text(json.dumps({"backend": backend, "seeded": seeded, "grouping": grouping, "http": rows},
                                         indent=2) + "\n")

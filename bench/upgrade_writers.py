@@ -59,7 +59,7 @@ def main() -> None:
     with engine.connect() as conn:
         runs = conn.execute(text("SELECT count(*) FROM traces")).scalar()
     print(f"at {a.start} ({time.perf_counter() - t0:.1f} s from {now}); traces: {runs:,} rows; "
-          f"code: {migrate.__file__}", flush=True)
+          f"revisions: {migrate.MIGRATIONS_DIR}", flush=True)
 
     waits: list[float] = []
     failed: list[str] = []

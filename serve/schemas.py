@@ -517,6 +517,9 @@ class PatternsOut(BaseModel):
     runs: int = Field(description="Runs of the window with at least one failure or signal.")
     total_patterns: int = Field(description="Patterns before `limit`.")
     patterns: list[PatternOut]
+    as_of: datetime = Field(description="When the answer's making started: it counts the runs committed by then. "
+                            "While runs are written an answer is given again for up to `TRIAGE_PATTERNS_MAX_STALE_S` "
+                            "seconds (30) after it was made.")
 
 
 __all__ = [

@@ -90,6 +90,12 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Delete runs created longer ago than this (with everything derived from "
         "them), for every tenant without a retention of its own (`triage store retention`); at start-up, then hourly."
     )
+    patterns_max_stale_s: float = Field(
+        default=30.0, ge=0,
+        description="Seconds a failure-patterns answer (`GET /v1/patterns`, the console) may lag the tenant's data: "
+        "within them an answer made for the window is given again, and made anew in the background, while runs are "
+        "written (0: every answer counts every run committed before it).",
+    )
     stream_detector: str = Field(default="cusum", description="Stream detector for observations.")
     alarm_cache_s: float = Field(
         default=1.0, ge=0,

@@ -23,6 +23,7 @@ from model.diagnosis.diagnoser import Diagnoser
 from model.diagnosis.patterns import PROBABILITY_SIGNATURE, Occurrence, RepairEvent, group_patterns, signature
 from serve.auth import create_key
 from serve.cli.main import app as cli_app
+from serve.schemas import PatternsOut
 from serve.services.patterns import tenant_patterns, window
 from serve.services.triage import TriageService
 from serve.settings import Settings
@@ -293,6 +294,58 @@ def test_cli_patterns(patterns_server: tuple[LiveServer, str, str, Path], monkey
         assert res.exit_code == 2 and "--since" in res.output
     finally:
         get_settings.cache_clear()
+
+
+def test_while_runs_are_written_an_answer_lags_them_at_most_max_stale_s(payment_runs: list[Trace], tmp_path: Path
+                                                                         ) -> None:
+    """The service's answers (``TRIAGE_PATTERNS_MAX_STALE_S``, 30 s by default): after a write, the answer made
+    for the window is given again at once, with no new one made before it is ``max_stale_s / 2`` old; then a
+    thread makes the new one while it is given again, and the next request gets the new one; the next minute's
+    window of the same length gets it too; a window ending before it (history) is made while the caller waits;
+    and past ``max_stale_s`` a write is counted by the next answer."""
+    import time as _time
+
+    from serve.services import patterns as P
+
+    service = _service(f"sqlite:///{tmp_path / 's.db'}")
+
+    def ask(s: datetime, u: datetime, patterns: P.Patterns = service.patterns) -> PatternsOut:
+        return patterns.tenant_patterns("acme", since=s, until=u)
+
+    def settled() -> None:  # the background answers made
+        deadline = _time.monotonic() + 20
+        while P._refreshing and _time.monotonic() < deadline:
+            _time.sleep(0.02)
+        assert not P._refreshing
+
+    try:
+        assert service.patterns.max_stale_s == 30.0
+        for t in payment_runs[:2]:
+            service.diagnose("acme", t, DiagnoseOptions())
+        since, until = window(since=None, until=None, days=1.0)
+        first = ask(since, until)
+        service.diagnose("acme", payment_runs[2], DiagnoseOptions())
+        assert ask(since, until) is first and not P._refreshing  # the last answer, at once, not yet made anew
+        with P._cache_lock:  # as if it were made 16 s ago
+            for k, r in P._recent.items():
+                if k[2] == "acme" and r.out is first:
+                    P._recent[k] = P._Recent(r.until, r.started - 16, r.made - 16, r.out)
+        assert ask(since, until) is first  # the last answer, while a thread makes the new one
+        settled()
+        fresh = ask(since, until)
+        assert fresh.runs == first.runs + 1 and fresh.as_of > first.as_of
+        minute = timedelta(minutes=1)
+        assert ask(since + minute, until + minute) is fresh  # the next minute's window: the last answer first
+        history = ask(since - timedelta(hours=1), until - timedelta(hours=1))
+        assert history.until == until - timedelta(hours=1)  # made while waiting, not the last answer
+        strict = P.Patterns(service.stores.reports, max_stale_s=0.2)
+        before = ask(since, until, strict)
+        _time.sleep(0.3)
+        service.diagnose("acme", payment_runs[3], DiagnoseOptions())
+        assert ask(since, until, strict).runs == before.runs + 1  # past max_stale_s: made while waiting
+    finally:
+        settled()
+        service.stores.db.dispose()
 
 
 def test_cache_answers_until_the_data_changes(payment_runs: list[Trace], tmp_path: Path) -> None:

@@ -34,7 +34,6 @@ from serve.schemas import (
     UndoLabelRequest,
     UndoLabelResponse,
 )
-from serve.services.patterns import tenant_patterns
 from serve.services.patterns import window as patterns_window
 from serve.services.retrain import learning_curve, promote_version, rollback_version
 from serve.services.run_labels import effective_label
@@ -318,11 +317,11 @@ class ConsoleService:
         return ctx
 
     def patterns(self, tenant: str, *, days: int, level: str, agent: str | None, limit: int) -> dict[str, Any]:
-        """The failure patterns of the last ``days`` days: :func:`serve.services.patterns.tenant_patterns`,
-        the function behind ``GET /v1/patterns``, as JSON."""
+        """The failure patterns of the last ``days`` days: :meth:`serve.services.patterns.Patterns.tenant_patterns`,
+        what ``GET /v1/patterns`` answers, as JSON."""
         since, until = patterns_window(since=None, until=None, days=float(days))
-        got = tenant_patterns(self._stores.reports, tenant, since=since, until=until, level=level,  # type: ignore[arg-type]
-                              limit=limit, agent=agent)
+        got = self.service.patterns.tenant_patterns(tenant, since=since, until=until, level=level,  # type: ignore[arg-type]
+                                                    limit=limit, agent=agent)
         return got.model_dump(mode="json")
 
     def runs(self, tenant: str, f: RunFilter, *, page: int, per_page: int) -> dict[str, Any]:

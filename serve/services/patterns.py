@@ -11,6 +11,18 @@ the newest outcome id, read with one indexed query per request. Any diagnosis, d
 changes the version, so an answer is never stale; with the default window's end on the whole minute,
 a page reloaded within the minute is answered from the cache.
 
+**Bounded staleness** (``max_stale_s``, the service's ``TRIAGE_PATTERNS_MAX_STALE_S``, default 30 s; 0 for
+:func:`tenant_patterns` called directly and for ``triage patterns``). While a tenant's runs are written, its
+data version moves with nearly every request, and at 1,000,000 runs an answer made anew took 2–10 s
+(docs/benchmarks.md, "Patterns while runs are written"). So an answer made for a window of the same length
+and parameters at most ``max_stale_s`` seconds ago, whose window ends at most a minute and ``max_stale_s``
+before the one asked for, is given again; once it is ``max_stale_s / 2`` old, a thread of the worker makes
+the new one meanwhile (one at a time for each such key; the next request gets it). An answer's age counts
+from when it was made, so the worker starts a new one at most ``max_stale_s / 2`` seconds after the last
+ended, whatever the request rate, and an answer lags the data by at most ``max_stale_s`` seconds plus the
+time its making took; its ``as_of`` says when that started. A window that ends earlier than the last
+answer's (history), or a key without a recent answer, is made while the caller waits, as before.
+
 **Failures read incrementally.** An answer after a write (a cold one) would read every failure row of
 both windows again (12,749 rows at 20,000 runs: most of its cost). So each worker also keeps, per
 tenant, the occurrences of the rows created since a base time (:class:`_Rows`), and after a write reads
@@ -24,6 +36,7 @@ window starts before the base, and at least every :data:`ROWS_TTL_S` seconds.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -36,6 +49,8 @@ from model.core.errors import InputError
 from model.diagnosis.patterns import Occurrence, group_patterns
 from serve.schemas import Level, PatternOut, PatternsOut
 from serve.store.reports import ReportStore
+
+log = logging.getLogger("triage.patterns")
 
 MAX_WINDOW_DAYS = 366
 DEFAULT_DAYS = 7.0
@@ -66,10 +81,25 @@ class _Rows:
 _rows: OrderedDict[tuple[Any, ...], _Rows] = OrderedDict()
 
 
+@dataclass(frozen=True)
+class _Recent:
+    """The last answer made for a window's length and parameters (module docstring, "Bounded staleness")."""
+
+    until: datetime
+    started: float  # time.monotonic() when its making started (its as_of)
+    made: float  # … and ended: its age counts from here
+    out: PatternsOut
+
+
+_recent: OrderedDict[tuple[Any, ...], _Recent] = OrderedDict()
+_refreshing: set[tuple[Any, ...]] = set()  # the keys of _recent whose new answer a thread is making
+
+
 def clear_cache() -> None:
     """Forget every cached answer (the next one is read and grouped afresh: ``bench/console_pages.py``'s cold case)."""
     with _cache_lock:
         _cache.clear()
+        _recent.clear()
 
 
 def window(
@@ -113,23 +143,60 @@ def tenant_patterns(
     limit: int = 50,
     examples: int = 3,
     agent: str | None = None,
+    max_stale_s: float = 0.0,
 ) -> PatternsOut:
     """The tenant's patterns of ``[since, until)`` (its runs only), best first, ``limit`` of them
-    (answered from the worker's cache when the tenant's data has not changed: module docstring).
-    ``agent``: only that agent's runs (:data:`~model.core.agents.POOL_AGENT`: the pool's)."""
-    key = (store.db.url, id(store), tenant, since, until, level, limit, examples, agent, store.pattern_version(tenant))
+    (answered from the worker's cache when the tenant's data has not changed, or, within ``max_stale_s``,
+    while it is written: module docstring). ``agent``: only that agent's runs
+    (:data:`~model.core.agents.POOL_AGENT`: the pool's)."""
+    params = (store.db.url, id(store), tenant, until - since, level, limit, examples, agent)
+    key = (*params, since, until, store.pattern_version(tenant))
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
             return hit
+        recent = _recent.get(params) if max_stale_s > 0 else None
+        age = time.monotonic() - recent.made if recent is not None else 0.0
+        if recent is not None and age <= max_stale_s \
+                and timedelta(0) <= until - recent.until <= timedelta(seconds=60 + max_stale_s):
+            if age >= max_stale_s / 2 and params not in _refreshing:
+                _refreshing.add(params)
+                threading.Thread(target=_refresh, args=(store, tenant, params, key, since, until),
+                                 name="triage-patterns", daemon=True).start()
+            return recent.out
+    return _made(store, tenant, params, key, since, until)
+
+
+def _made(store: ReportStore, tenant: str, params: tuple[Any, ...], key: tuple[Any, ...], since: datetime,
+          until: datetime) -> PatternsOut:
+    """The answer of ``key`` made now (its data version read before), kept in both caches."""
+    started = time.monotonic()
+    level, limit, examples, agent = params[4:]
     out = _tenant_patterns(store, tenant, since=since, until=until, level=level, limit=limit, examples=examples,
                            agent=agent)
     with _cache_lock:
         _cache[key] = out
         while len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
+        old = _recent.get(params)
+        if old is None or old.started <= started:
+            _recent[params] = _Recent(until, started, time.monotonic(), out)
+            _recent.move_to_end(params)
+            while len(_recent) > CACHE_SIZE:
+                _recent.popitem(last=False)
     return out
+
+
+def _refresh(store: ReportStore, tenant: str, params: tuple[Any, ...], key: tuple[Any, ...], since: datetime,
+             until: datetime) -> None:
+    try:
+        _made(store, tenant, params, key, since, until)
+    except Exception:  # the next request makes it while it waits, and meets the error itself
+        log.exception("patterns: making tenant %s's answer in the background failed", tenant)
+    finally:
+        with _cache_lock:
+            _refreshing.discard(params)
 
 
 def occurrences_since(store: ReportStore, tenant: str, since: datetime) -> list[Occurrence]:
@@ -178,6 +245,7 @@ def _tenant_patterns(
     store: ReportStore, tenant: str, *, since: datetime, until: datetime, level: Level, limit: int, examples: int,
     agent: str | None,
 ) -> PatternsOut:
+    as_of = datetime.now(UTC)  # what is committed by now is read below
     previous_since = since - (until - since)
     both = occurrences_since(store, tenant, previous_since)
     occ = [o for o in both if since <= o.created_at < until]
@@ -189,6 +257,7 @@ def _tenant_patterns(
         prev = [o for o in prev if o.agent == want]
     found = group_patterns(occ, repairs, since=since, until=until, previous=prev, examples=examples, level=level)
     return PatternsOut(
+        as_of=as_of,
         tenant=tenant,
         since=since,
         until=until,
@@ -202,16 +271,17 @@ def _tenant_patterns(
 class Patterns:
     """The tenant's failure patterns over the stores' aggregates (``GET /v1/patterns``, the console)."""
 
-    def __init__(self, report_store: ReportStore) -> None:
+    def __init__(self, report_store: ReportStore, *, max_stale_s: float = 0.0) -> None:
         self.report_store = report_store
+        self.max_stale_s = max_stale_s
 
     def tenant_patterns(
         self, tenant: str, *, since: datetime, until: datetime, level: Level = "all", limit: int = 50,
         examples: int = 3, agent: str | None = None,
     ) -> PatternsOut:
-        """:func:`tenant_patterns` on this service's store."""
+        """:func:`tenant_patterns` on this service's store, within its ``max_stale_s``."""
         return tenant_patterns(self.report_store, tenant, since=since, until=until, level=level, limit=limit,
-                               examples=examples, agent=agent)
+                               examples=examples, agent=agent, max_stale_s=self.max_stale_s)
 
 
 __all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "ROWS_TENANTS", "ROWS_TTL_S", "Patterns", "clear_cache", "occurrences_since",

@@ -84,6 +84,7 @@ class TriageService:
         stream_detector: str = "cusum",
         stream_autofeed: Sequence[str] = (),
         alarm_cache_s: float = 1.0,
+        patterns_max_stale_s: float = 0.0,
         relative_min_runs: int = 50,
         exporter: EvaluationExporter | None = None,
         limiter: RateLimiter | None = None,
@@ -110,7 +111,7 @@ class TriageService:
         self.outcomes = Outcomes(self.diagnoses, stores.sessions, stores.traces)
         self.history = History(stores.traces, stores.labels, redactor, self.diagnoses)
         self.activations = ModelActivations(stores.activations)
-        self.patterns = Patterns(stores.reports)
+        self.patterns = Patterns(stores.reports, max_stale_s=patterns_max_stale_s)
 
     @property
     def diagnoser(self) -> Diagnoser:

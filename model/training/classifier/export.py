@@ -190,7 +190,7 @@ def float_activations(src: Path, dst: Path) -> int:
 
 
 def pooled_embeddings(src: Path, dst: Path) -> int:
-    """Pool each n-gram net's embedding rows on their 8-bit values; returns how many tables now are.
+    """Pool each n-gram net's embedding rows on their 8-bit values; returns how many tables it rewrote so.
     Writes ``dst`` (may be ``src``).
 
     A quantised n-gram net (:meth:`~model.training.classifier.ngram.NgramForSequenceClassification._pool`,
