@@ -8,8 +8,8 @@ before it. A window is at most :data:`MAX_WINDOW_DAYS` long.
 **Cache.** Each worker keeps the last answers (:data:`CACHE_SIZE`) keyed by the store, the tenant,
 the parameters and the tenant's **data version** — the count and newest id of its failure rows and
 the newest outcome id, read with one indexed query per request. Any diagnosis, deletion or outcome
-changes the version, so an answer is never stale; with the default window's end on the whole minute,
-a page reloaded within the minute is answered from the cache.
+changes the version, so with ``max_stale_s`` 0 an answer is never stale; with the default window's end on
+the whole minute, a page reloaded within the minute is answered from the cache.
 
 **Bounded staleness** (``max_stale_s``, the service's ``TRIAGE_PATTERNS_MAX_STALE_S``, default 30 s; 0 for
 :func:`tenant_patterns` called directly and for ``triage patterns``). While a tenant's runs are written, its
