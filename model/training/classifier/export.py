@@ -146,12 +146,7 @@ def float_activations(src: Path, dst: Path) -> int:
 
     model = onnx.load(str(src))
     graph = model.graph
-    inits = {t.name: t for t in graph.initializer}
-    producer = {o: n for n in graph.node for o in n.output}
-    consumers: dict[str, list[Any]] = {}
-    for n in graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    inits, producer, consumers = _index(graph)
 
     replaced: dict[int, Any] = {}  # id(MatMulInteger) -> the fp32 MatMul in its place
     dropped: set[int] = set()
@@ -222,13 +217,8 @@ def pooled_embeddings(src: Path, dst: Path) -> int:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < 13 or opset > 17:  # Split / Squeeze / ReduceSum take axes as inputs, ReduceMax as an attribute
         raise ValueError(f"{src}: opset {opset}; pooled_embeddings writes opset 13-17 nodes")
-    inits = {t.name: t for t in graph.initializer}
+    inits, producer, consumers = _index(graph)
     inputs = {i.name for i in graph.input}
-    producer = {o: n for n in graph.node for o in n.output}
-    consumers: dict[str, list[Any]] = {}
-    for n in graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
     memo: dict[str, Any] = {}
 
     def value(name: str) -> Any:
@@ -359,6 +349,15 @@ def pooled_embeddings(src: Path, dst: Path) -> int:
     onnx.checker.check_model(model)
     onnx.save(model, str(dst))
     return sum(len(m) for m in groups.values())
+
+
+def _index(graph: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[Any]]]:
+    """``graph``'s initializers by name, the node that computes each tensor, and the nodes that read each."""
+    consumers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    return {t.name: t for t in graph.initializer}, {o: n for n in graph.node for o in n.output}, consumers
 
 
 def _tidy(model: Any) -> None:
