@@ -18,7 +18,12 @@ and, with ``--database-url``, an empty PostgreSQL database; one thread. For each
   path the store's cost). A session step decides inside its transaction, so there the write is the
   whole locked append;
 - the reads the request makes outside it (:meth:`~serve.store.base.Database.read`, ``peek``): **store reads
-  CPU ms**; and, of the write, SQLite's own ``COMMIT`` (its pages written to the WAL).
+  CPU ms**; and, of the write, SQLite's own ``COMMIT`` (its pages written to the WAL);
+- the streams' feed (``serve/services/streams.py``, "The feed"; a base commit without it fed its streams
+  inside the write): the block's runs' values are gathered for the whole block and fed after it in one
+  :meth:`~serve.services.streams.Streams.drain`, as a worker's feeder does every ``TRIAGE_STREAM_FEED_S``
+  under load, timed apart: **feed CPU ms a run** (its SQL and its detectors' work alike, off the request).
+  A batch's cost depends on its size: at one run a second each batch holds one run.
 
 Each figure is the median of ``--repeats`` blocks of ``--n`` requests (after ``--warmup``), with the
 blocks' range: the host is shared, so the spread says how much to trust the median.
@@ -141,9 +146,13 @@ class StoreClock:
 
 def measure(service: Any, clock: StoreClock, requests: list[Callable[[], Any]], *, warmup: int, n: int,
             repeats: int) -> dict[str, Any]:
+    drain = getattr(getattr(service, "streams", None), "drain", None)  # the streams' feed (a base may have none)
     for fn in requests[:warmup]:
         fn()
+    if drain is not None:
+        drain()
     totals: list[float] = []
+    feeds: list[float] = []
     writes: list[float] = []
     reads: list[float] = []
     commits: list[float] = []
@@ -159,6 +168,10 @@ def measure(service: Any, clock: StoreClock, requests: list[Callable[[], Any]], 
         reads.append(clock.cpu["read"] * 1000 / n)
         commits.append(clock.cpu["commit"] * 1000 / n)
         models.append(clock.cpu["model"] * 1000 / n)
+        if drain is not None:  # the block's runs' values, fed as the worker's feeder does (one batch), timed apart
+            t0 = time.process_time()
+            drain()
+            feeds.append((time.process_time() - t0) * 1000 / n)
         i += n
     stores = [w - m for w, m in zip(writes, models, strict=True)]
     return {"cpu_ms": statistics.median(totals), "cpu_range": [min(totals), max(totals)],
@@ -166,7 +179,9 @@ def measure(service: Any, clock: StoreClock, requests: list[Callable[[], Any]], 
             "read_ms": statistics.median(reads), "read_range": [min(reads), max(reads)],
             "commit_ms": statistics.median(commits), "commit_range": [min(commits), max(commits)],
             "model_ms": statistics.median(models), "model_range": [min(models), max(models)],
-            "store_ms": statistics.median(stores), "store_range": [min(stores), max(stores)]}
+            "store_ms": statistics.median(stores), "store_range": [min(stores), max(stores)],
+            "feed_ms": statistics.median(feeds) if feeds else 0.0,
+            "feed_range": [min(feeds), max(feeds)] if feeds else [0.0, 0.0]}
 
 
 def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
@@ -176,7 +191,9 @@ def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
     from serve.settings import Settings
     from serve.wiring import build_diagnoser, build_service
 
-    settings = Settings(data_dir=data, database_url=url, auth="off")
+    # the streams' feed gathered for the whole block (its batch fed and timed after it: measure); a base has none
+    feed = {"stream_feed_s": 60.0} if "stream_feed_s" in Settings.model_fields else {}
+    settings = Settings(data_dir=data, database_url=url, auth="off", **feed)
     diagnoser, ready = build_diagnoser(settings)
     service = build_service(settings, diagnoser)
     if a.sqlite_pragma and service.stores.db.dialect == "sqlite":
@@ -254,14 +271,14 @@ def inprocess(a: argparse.Namespace) -> dict[str, Any]:
           f"median of {a.repeats} blocks of {a.n} (range)")
     print(f"{'engine':11s} {'scenario':18s} {'CPU ms/request':>22s} {'write transaction CPU ms':>24s} "
           f"{'of which model work':>24s} {'store write CPU ms':>24s} {'of which COMMIT':>24s} "
-          f"{'store reads CPU ms':>24s}")
+          f"{'store reads CPU ms':>24s} {'feed CPU ms a run':>24s}")
     for engine, _ in engines:
         r = results[engine]
         for scenario in a.scenarios:
             m = r[scenario]
             print(f"{engine:11s} {scenario:18s} {m['cpu_ms']:8.3f} ({m['cpu_range'][0]:.2f}–{m['cpu_range'][1]:.2f})"
                   + "".join(f"   {m[k + '_ms']:8.3f} ({m[k + '_range'][0]:.3f}–{m[k + '_range'][1]:.3f})"
-                            for k in ("write", "model", "store", "commit", "read")))
+                            for k in ("write", "model", "store", "commit", "read", "feed")))
     return results
 
 

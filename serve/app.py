@@ -133,7 +133,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 async def _upkeep_loop(service: TriageService, settings: Settings) -> None:
     """The store's upkeep (serve/store/upkeep.py): the verdict backfill of revision 0015 at start-up,
-    then retention (each tenant's ``retention_days``, else ``retention_days``) at start-up and hourly.
+    then the streams' feed left by a stopped worker and retention (each tenant's ``retention_days``, else
+    ``retention_days``) at start-up and hourly.
     Every worker runs the loop; each piece runs in the worker that holds the store's ``upkeep`` lock
     (:meth:`serve.store.base.Database.alone`), the others skip it: N workers do it once."""
     from datetime import timedelta
@@ -150,6 +151,10 @@ async def _upkeep_loop(service: TriageService, settings: Settings) -> None:
     except TriageError:  # the store failed: say so (it resumes at the next start, or `triage store backfill`)
         log.exception("verdict backfill failed")
     while True:
+        try:  # runs' values left in the streams' feed by a worker that stopped before applying them
+            await asyncio.to_thread(service.streams.drain_waiting)
+        except Exception:
+            log.exception("stream feed: applying the waiting values failed")
         try:
             await asyncio.to_thread(alone, lambda: service.purge(ttl))
         except Exception:  # never let retention take the service down; say so

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
         description="Seconds a worker reuses the open stream alarms it read for a diagnosis (one query per "
         "(tenant, agent) per period instead of one per request; its own feeds refresh them at once).",
     )
+    stream_feed_s: float = Field(
+        default=1.0, ge=0, le=60,
+        description="Seconds a worker gathers diagnosed runs' values before it feeds them into their agents' streams, "
+        "in one transaction (each run writes one row of the feed; readers of the streams apply what waits first). "
+        "0: each diagnosis feeds its own in its transaction.",
+    )
     stream_autofeed: str = Field(
         default="latency_ms,tokens_out,output_chars,failure_probability",
         description="Per-trace metrics every /v1/diagnose feeds into the tenant's streams "

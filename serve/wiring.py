@@ -94,6 +94,7 @@ def build_service(settings: Settings, diagnoser: Diagnoser, stores: Stores | Non
         session_exclude=[n.strip() for n in settings.session_detectors_exclude.split(",") if n.strip()],
         stream_detector=settings.stream_detector,
         alarm_cache_s=settings.alarm_cache_s,
+        stream_feed_s=settings.stream_feed_s,
         patterns_max_stale_s=settings.patterns_max_stale_s,
         stream_autofeed=[n.strip() for n in settings.stream_autofeed.split(",") if n.strip()],
         relative_min_runs=settings.runscore_relative_min_runs,

@@ -60,9 +60,11 @@ def real() -> dict[str, list[RealRun]]:
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[TriageService]:
-    svc = build_service(Settings(data_dir=tmp_path), Diagnoser())  # every default: the streams auto-fed
+    # every default but one: each run's values are fed in its own transaction (TRIAGE_STREAM_FEED_S 0), as runs
+    # spaced further apart than the feed's gathering are; tests/test_stream_feed.py tests the gathered feed
+    svc = build_service(Settings(data_dir=tmp_path, stream_feed_s=0), Diagnoser())
     yield svc
-    svc.stores.db.dispose()
+    svc.close()
 
 
 def _degraded(resp: Any) -> bool:
@@ -146,6 +148,13 @@ def test_a_stray_first_run_is_merged_into_the_agent_that_later_takes_it(service:
             for i in range(12)}
     assert len(keys) == 1 and "kept-apart" not in keys
     assert {a["key"] for a in service.agents.list("u")} == {"kept-apart", *keys}
+
+
+def _changepoints_n(srv: dict[str, Any], agent: str) -> int:
+    r = httpx.get(f"{srv['url']}/v1/streams/output_chars/changepoints", params={"agent": agent},
+                  headers={"Authorization": f"Bearer {srv['key']}"}, timeout=30)
+    assert r.status_code == 200, r.text
+    return int(r.json()["n"])
 
 
 def _stream_counts(service: TriageService, agent: str) -> dict[str, int]:
@@ -243,7 +252,9 @@ def test_rename_merge_and_split_over_http_and_the_next_run_follows(
     assert (old["agent"], old["agent_source"]) == ("hotpot-bot", "option")
     assert srv["store"].traces.get_trace("acme", a_first[0]["trace_id"]).agent == "hotpot-bot"  # the past moved
 
-    # merge the other agent into it: its runs and streams move; its next runs come here
+    # merge the other agent into it: its runs and streams move; its next runs come here (the stream read over
+    # HTTP first: a reader applies the runs' values still waiting in the feed, TRIAGE_STREAM_FEED_S)
+    assert _changepoints_n(srv, "hotpot-bot") == 6
     streams_before = srv["store"].streams.get_stream("acme", "output_chars", "hotpot-bot")
     assert streams_before is not None and streams_before.n == 6
     r = _act(srv, "merge", {"agent": b_key, "into": "hotpot-bot"})
@@ -251,6 +262,7 @@ def test_rename_merge_and_split_over_http_and_the_next_run_follows(
     merged = r.json()["agents"][0]
     assert merged["runs"] == 10 and sorted(merged["aliases"]) == sorted([a_key, b_key])
     after = srv["store"].streams.get_stream("acme", "output_chars", "hotpot-bot")
+    # the merge applied the feed before it moved the streams: b's four runs counted in b's stream, then moved
     assert after is not None and after.n == 10 and after.state == {}  # warm-up again (documented)
     assert srv["store"].streams.get_stream("acme", "output_chars", b_key) is None
     assert _post(srv, b_runs[4])["agent"] == "hotpot-bot"
@@ -364,7 +376,7 @@ def test_migration_0013_gives_the_pools_runs_inferred_agents(
             step = svc.append_steps("acme", "live", AppendStepsRequest(messages=[{"role": "user", "content": "ok"}]))
             assert (step.agent, step.agent_source) == (a_key, "inferred")
         finally:
-            svc.stores.db.dispose()
+            svc.close()
         downgrade(store.db.engine, "0012")
         with store.db.read() as db:
             # the two columns read: the ORM row has columns of later revisions (0015's verdict)

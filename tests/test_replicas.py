@@ -197,7 +197,16 @@ def test_inferred_agents_agree_across_replicas_with_no_duplicates(cluster: Clust
 
 
 def test_each_runs_stream_observations_are_applied_once_in_commit_order(cluster: Cluster) -> None:
-    """The runs of the test above fed their agents' streams from four workers on two replicas at once."""
+    """The runs of the test above fed their agents' streams from four workers on two replicas at once: each
+    wrote its values to the streams' feed, which the replicas' feeders apply within TRIAGE_STREAM_FEED_S."""
+    deadline = time.monotonic() + 30
+    while True:
+        with cluster.stores.db.engine.connect() as conn:
+            waiting = conn.execute(text("SELECT count(*) FROM stream_feed WHERE tenant_id = 'agents'")).scalar()
+        if not waiting or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert waiting == 0
     with cluster.stores.db.engine.connect() as conn:
         streams = conn.execute(text("SELECT name, agent, detector, params, state, n FROM streams "
                                     "WHERE tenant_id = 'agents'")).all()
@@ -385,6 +394,20 @@ def test_sigkill_of_one_replica_under_load_loses_nothing_acknowledged(cluster: C
     with cluster.stores.db.engine.connect() as conn:
         stored = {r[0] for r in conn.execute(text("SELECT id FROM traces WHERE tenant_id = 'kill'"))}
     assert set(acked) <= stored
+    # and each acknowledged run's values reach its agent's streams, once: what the victim left in the streams'
+    # feed, the survivor's feeder applies with its own runs' (within TRIAGE_STREAM_FEED_S)
+    deadline = time.monotonic() + 30
+    while True:
+        with cluster.stores.db.engine.connect() as conn:
+            waiting = conn.execute(text("SELECT count(*) FROM stream_feed WHERE tenant_id = 'kill'")).scalar()
+        if not waiting or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert waiting == 0
+    with cluster.stores.db.engine.connect() as conn:
+        fed = [r[0] for r in conn.execute(text("SELECT trace_id FROM observations WHERE tenant_id = 'kill' "
+                                                 "AND stream = 'failure_probability'"))]
+    assert len(fed) == len(set(fed)) and set(acked) <= set(fed)
 
 
 def test_drain_on_sigterm_answers_in_flight_refuses_new_and_exits_0(cluster: Cluster) -> None:

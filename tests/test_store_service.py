@@ -109,8 +109,10 @@ def test_streams_and_autofeed(service: TriageService) -> None:
     assert not second.signals
     # both runs name no agent: one agent inferred for the generator's runs (issue 31), its stream fed by both
     assert resp.agent_source == second.agent_source == "inferred" and second.agent == resp.agent
+    # the second run's values wait in the feed (TRIAGE_STREAM_FEED_S); a reader of the stream applies them first
+    assert service.changepoints("t", "latency_ms", resp.agent, None).n == 2  # every diagnosed trace fed its latency
     fed = service.stores.streams.get_stream("t", "latency_ms", resp.agent)  # type: ignore[arg-type]
-    assert fed is not None and fed.n == 2  # every diagnosed trace of tenant t fed its latency
+    assert fed is not None and fed.n == 2
 
 
 def _answer_trace(task_type: str | None, chars: int, trace_id: str) -> Trace:

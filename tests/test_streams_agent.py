@@ -56,9 +56,11 @@ def _degradation(resp: Any) -> list[tuple[str, str, bool]]:
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[TriageService]:
-    svc = build_service(Settings(data_dir=tmp_path), Diagnoser())  # the default auto-feed
+    # every default but one: each run's values are fed in its own transaction (TRIAGE_STREAM_FEED_S 0), as runs
+    # spaced further apart than the feed's gathering are; tests/test_stream_feed.py tests the gathered feed
+    svc = build_service(Settings(data_dir=tmp_path, stream_feed_s=0), Diagnoser())
     yield svc
-    svc.stores.db.dispose()
+    svc.close()
 
 
 def test_each_agent_warms_up_and_alarms_on_its_own(service: TriageService) -> None:
@@ -237,11 +239,12 @@ def test_migration_0008_carries_streams_keyed_by_task_type_over(db_url: str, tmp
             assert _degradation(resp) == [("failure", "faq", True)]
             unnamed = svc.diagnose("t", _run(60, "pool-run"), DiagnoseOptions())
             assert unnamed.agent_source == "inferred" and unnamed.agent is not None
+            svc.streams.drain()  # what the worker's feeder runs within TRIAGE_STREAM_FEED_S
             mine = svc.stores.streams.get_stream("t", "output_chars", unnamed.agent)
             assert mine is not None and mine.n == 1
             assert svc.stores.streams.get_stream("t", "output_chars", POOL_AGENT).n == 30  # type: ignore[union-attr]
         finally:
-            svc.stores.db.dispose()
+            svc.close()
 
         downgrade(store.db.engine, _before_0008())
         with store.db.engine.connect() as conn:

@@ -102,8 +102,12 @@ class Agents:
     """The tenant's agents in one worker: resolution (with a short-lived copy of the profiles),
     recording, listing and the operator's corrections."""
 
-    def __init__(self, agent_store: AgentStore, registry: Registry | None = None, *, ttl_s: float = PROFILE_TTL_S) -> None:
+    def __init__(self, agent_store: AgentStore, registry: Registry | None = None, *, ttl_s: float = PROFILE_TTL_S,
+                 apply_feed: Callable[[Any], None] | None = None) -> None:
         self.agent_store = agent_store
+        # the streams' feed applied in a transaction (Streams.apply_waiting_in) before it moves or resets streams: the
+        # runs written before count where they did
+        self.apply_feed = apply_feed
         self.registry = registry
         self.ttl_s = ttl_s
         self._known: dict[str, _Known] = {}
@@ -377,6 +381,7 @@ class Agents:
             self.agent_store.insert_agent(db, tenant, new, source="split", profile=profile.to_json(), n_runs=profile.n_runs,
                                     name=name)
             self.agent_store.rekey(db, tenant, key, new, trace_ids=found)
+            self._feed(db)
             self.agent_store.reset_streams(db, tenant, key)
             for r in self.agent_store.agent_rows(tenant, db):  # agents merged into it: its rebuilt profile speaks for them
                 if r["alias_of"] == key and r["profile"] is not None:
@@ -385,12 +390,18 @@ class Agents:
         self.forget(tenant)
         return self._one(tenant, new)
 
+    def _feed(self, db: Any) -> None:
+        """The streams' waiting feed applied in transaction ``db`` (every batch of it)."""
+        if self.apply_feed is not None:
+            self.apply_feed(db)
+
     def _move_all(self, db: Any, tenant: str, old: str, new: str, *, reset_streams: bool,
                   keep_profile: bool = False) -> None:
         """``old``'s runs, streams and aliases move to ``new``; ``old`` becomes an alias. A merged
         agent's profile stays on its alias row (``keep_profile``): the runs that matched it keep
         matching it and follow the alias; a renamed agent's profile went to its new row."""
         self.agent_store.rekey(db, tenant, old, new)
+        self._feed(db)
         self.agent_store.move_streams(db, tenant, old, new, reset=reset_streams)
         self.agent_store.insert_agent(db, tenant, old, source="option")  # (runs without a row until now)
         if keep_profile:

@@ -345,11 +345,13 @@ class ConsoleService:
         return run_view(self.service, tenant, trace_id)
 
     def streams(self, tenant: str) -> list[dict[str, Any]]:
-        """The tenant's streams: :func:`streams`."""
+        """The tenant's streams: :func:`streams` (after the runs' values waiting in the feed)."""
+        self.service.streams.drain_waiting()
         return streams(self._stores, tenant)
 
     def stream_series(self, tenant: str, stream: str, agent: str) -> dict[str, Any]:
-        """A stream's last observations and alarms: :func:`stream_series`."""
+        """A stream's last observations and alarms: :func:`stream_series` (after the feed's waiting values)."""
+        self.service.streams.drain_waiting()
         return stream_series(self._stores, tenant, stream, agent)
 
     def changepoints(self, tenant: str, stream: str, agent: str) -> ChangepointsResponse:

@@ -3,12 +3,29 @@
 
 A stream is keyed (tenant, agent, name); its detector's state lives in the ``streams`` row, locked
 for the transaction that feeds it, so concurrent feeds run one after the other.
+
+**The feed.** A diagnosis does not feed its run's values (:meth:`Streams.observed`) in its own transaction:
+it writes them as one row of ``stream_feed``, committed with the run, and the worker's feeder — a thread
+woken by the first such row, which waits ``feed_s`` seconds (``TRIAGE_STREAM_FEED_S``, default 1) to gather
+more — applies every waiting row (any worker's) in ``id`` order, :data:`FEED_BATCH` a transaction, each
+agent's streams locked once a batch, and deletes them in that transaction, under the feed's lock
+(PostgreSQL: an advisory lock; SQLite: the write lock): each run's values are applied once, whoever applies
+them. This took the streams' rows, reads and JSON out of every diagnosis's write (about a third of its
+store work on SQLite: docs/benchmarks.md, "The streams' feed out of the diagnosis") and shares a stream's
+update among the runs of a batch. Readers see every run committed before them: a posted observation, the
+change points and the console's stream pages apply what waits first; a worker's shutdown applies what it
+left, and the upkeep loop (start-up, hourly) what a killed worker left. What lags by up to ``feed_s``: an
+alarm raised by a run's values (it shows in the agent's diagnoses ``feed_s`` + ``alarm_ttl_s`` later at
+most, where it showed ``alarm_ttl_s`` later in other workers before) and the open alarms listed by
+``/metrics`` and the console's overview. ``feed_s`` 0 applies each diagnosis's values in its transaction.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import math
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +58,10 @@ _RUPTURES_VERSION = importlib.metadata.version("ruptures")
 DEGRADATION_SIGNAL_CONFIDENCE = 0.5 * DEFAULT_THRESHOLDS[FailureKind.DEGRADATION]
 #: (tenant, agent) pairs whose open alarms a worker keeps (all dropped past it, then read again).
 MAX_ALARM_ENTRIES = 10_000
+#: Runs of the feed applied per transaction (:meth:`Streams.drain`).
+FEED_BATCH = 500
+
+log = logging.getLogger("triage.streams")
 
 
 class Streams:
@@ -54,11 +75,20 @@ class Streams:
         The stream detector's registry name (``TRIAGE_STREAM_DETECTOR``).
     autofeed:
         Per-trace metrics fed into the agent's streams as its runs are diagnosed.
+    feed_s:
+        Seconds the feeder gathers runs' values before it applies them (``TRIAGE_STREAM_FEED_S``); 0: each
+        diagnosis applies its own in its transaction.
     """
 
     def __init__(self, stream_store: StreamStore, diagnoser: Diagnoser, *, detector: str = "cusum",
-                 autofeed: Sequence[str] = (), alarm_ttl_s: float = 1.0) -> None:
+                 autofeed: Sequence[str] = (), alarm_ttl_s: float = 1.0, feed_s: float = 0.0) -> None:
         self.stream_store = stream_store
+        # the feed (module docstring): runs' values applied in batches by a thread of the worker
+        self.feed_s = feed_s
+        self._feeder: threading.Thread | None = None
+        self._feeder_lock = threading.Lock()
+        self._waiting = threading.Event()  # a value was written since the last batch
+        self._closing = threading.Event()
         # The open alarms each (tenant, agent) last read, and when: a diagnosis reads them from here
         # (no query) for ``alarm_ttl_s``; this worker's own feeds and posts that open or close an
         # episode drop the tenant's entries at once (another worker's show within the TTL).
@@ -92,7 +122,10 @@ class Streams:
                 path="params",
             ) from None
         alarms: list[Alarm] = []
+        waiting = self.feed_s > 0 and self.stream_store.feed_waiting()
         with self.stream_store.write() as db:
+            if waiting:  # the runs' values written before come first
+                self.apply_waiting_in(db)
             row = self.stream_store.lock_stream(db, tenant, stream, agent, detector=self.detector, params=params)
             if req.params is not None and row.n > 0 and req.params != row.params:
                 raise InputError(
@@ -144,6 +177,7 @@ class Streams:
         """Offline change points (ruptures, l2) over the stream's last observations (its agent as
         in :meth:`observe`)."""
         agent = _stream_agent(agent, task_type, where="query.")
+        self.drain_waiting()
         row = self.stream_store.get_stream(tenant, stream, agent)
         if row is None:
             raise NotFoundError(f"no stream {stream!r} of agent {agent!r} for this tenant")
@@ -196,24 +230,122 @@ class Streams:
         return values
 
     def feed_values(self, db: Any, tenant: str, trace_id: str, agent: str, values: dict[str, float]) -> None:
-        """Feed ``values`` (:meth:`observed`) of run ``trace_id`` into ``agent``'s streams (transaction ``db``)."""
+        """Feed ``values`` (:meth:`observed`) of run ``trace_id`` into ``agent``'s streams, from the run's own
+        transaction ``db``: with ``feed_s`` > 0 they wait in the feed (one row, committed with the run) for
+        this worker's feeder (:meth:`drain`, within ``feed_s`` seconds); with 0 they are applied here."""
         if not values:
             return
-        rows = self.stream_store.lock_streams(db, tenant, agent, sorted(values), detector=self.detector)
+        if self.feed_s <= 0:
+            self._apply(db, [(tenant, agent, trace_id, values)])
+            return
+        self.stream_store.enqueue_feed(db, tenant, agent, trace_id, values)
+        self._wake()
+
+    def drain(self, limit: int = FEED_BATCH) -> int:
+        """Apply every value waiting in the feed (this worker's and any other's), ``limit`` runs a
+        transaction, in the order they were written; the number of runs applied. Each row is deleted in the
+        transaction that applies it, under the feed's lock (PostgreSQL's advisory lock; SQLite's write
+        lock), so every run is applied once, whichever worker or replica applies it."""
+        done = 0
+        while True:
+            with self.stream_store.unit() as db:
+                n = self.drain_in(db, limit)
+            done += n
+            if n < limit:
+                return done
+
+    def drain_in(self, db: Any, limit: int = FEED_BATCH) -> int:
+        """:meth:`drain`'s work in transaction ``db``, at most ``limit`` runs; the number applied."""
+        self.stream_store.lock_feed(db)
+        rows = self.stream_store.take_feed(db, limit)
+        if rows:
+            self._apply(db, [(t, a, tid, v) for _, t, a, tid, v in rows])
+            self.stream_store.done_feed(db, [r[0] for r in rows])
+        return len(rows)
+
+    def apply_waiting_in(self, db: Any) -> None:
+        """Every run waiting in the feed applied in transaction ``db``: what a posted observation and an agent's
+        move or reset do first, so that the values written before them count before them."""
+        while self.drain_in(db) == FEED_BATCH:
+            pass
+
+    def drain_waiting(self) -> None:
+        """:meth:`drain` when the feed has a row waiting (one read otherwise): what a reader of the streams
+        calls first, so that it sees every run committed before it."""
+        if self.feed_s > 0 and self.stream_store.feed_waiting():
+            self.drain()
+
+    def _apply(self, db: Any, runs: list[tuple[str, str, str, dict[str, float]]]) -> None:
+        """In transaction ``db``: feed each run's values (``tenant, agent, trace_id, values``, in order) into
+        its agent's streams, locked once per (tenant, agent) in key order: one observation a value, one
+        update a stream."""
+        by_agent: dict[tuple[str, str], list[tuple[str, dict[str, float]]]] = {}
+        for tenant, agent, trace_id, values in runs:
+            by_agent.setdefault((tenant, agent), []).append((trace_id, values))
         now = utcnow()
-        observations = []
-        changes = []
-        for name, value in sorted(values.items()):
-            row = rows[name]
-            state, alarm_open, alarm, fired = advance_stream(row, value)
-            observations.append({"tenant_id": tenant, "stream": name, "agent": agent, "seq": row["n"],
-                                 "value": value, "trace_id": trace_id, "alarm": fired, "created_at": now})
-            changes.append({"name": name, "n": row["n"] + 1, "state": state, "alarm_open": alarm_open, "alarm": alarm})
-        self.stream_store.add_observations(db, observations)
-        self.stream_store.update_streams(db, tenant, agent, changes)
-        if any(c["alarm_open"] != bool(rows[c["name"]]["alarm_open"]) or c["alarm"] is not rows[c["name"]]["alarm"]
-               for c in changes):
+        moved: set[str] = set()
+        for (tenant, agent), fed in sorted(by_agent.items()):
+            names = sorted({name for _, values in fed for name in values})
+            rows = self.stream_store.lock_streams(db, tenant, agent, names, detector=self.detector)
+            streams = {name: FedStream(rows[name]) for name in names}
+            observations = []
+            for trace_id, values in fed:
+                for name, value in sorted(values.items()):
+                    st = streams[name]
+                    seq = st.n
+                    observations.append({"tenant_id": tenant, "stream": name, "agent": agent, "seq": seq,
+                                         "value": value, "trace_id": trace_id, "alarm": advance_stream(st, value),
+                                         "created_at": now})
+            self.stream_store.add_observations(db, observations)
+            changes = [{"name": name, "n": st.n, "state": stream_state(st), "alarm_open": st.alarm_open,
+                        "alarm": st.alarm} for name, st in streams.items()]
+            self.stream_store.update_streams(db, tenant, agent, changes)
+            if any(st.alarm_open != bool(st.row["alarm_open"]) or st.alarm is not st.row["alarm"]
+                   for st in streams.values()):
+                moved.add(tenant)
+        for tenant in moved:
             self.forget_alarms(tenant)
+
+    # -- the feeder ------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        """A run's values were written to the feed: the feeder applies them within ``feed_s`` (started here
+        at the first)."""
+        if self._feeder is None:
+            with self._feeder_lock:
+                if self._feeder is None and not self._closing.is_set():
+                    self._feeder = threading.Thread(target=self._feed_loop, name="triage-stream-feed", daemon=True)
+                    self._feeder.start()
+        self._waiting.set()
+
+    def _feed_loop(self) -> None:
+        """The feeder: from the first value written after the last batch, ``feed_s`` seconds to gather more,
+        then :meth:`drain`. A failure (the store unavailable) is logged and tried again after twice the wait
+        before, up to a minute; the rows stay in the feed meanwhile."""
+        wait = self.feed_s
+        while not self._closing.is_set():
+            self._waiting.wait()
+            self._closing.wait(wait)
+            self._waiting.clear()
+            try:
+                self.drain()
+                wait = self.feed_s
+            except Exception:
+                wait = min(60.0, max(wait, 0.05) * 2)
+                log.exception("stream feed: applying the waiting values failed; trying again in %.1f s", wait)
+                self._waiting.set()
+
+    def close(self) -> None:
+        """Stop the feeder and apply what waits (a worker's shutdown); what fails to apply stays in the
+        feed for the next worker's feeder or reader."""
+        self._closing.set()
+        self._waiting.set()
+        if self._feeder is not None:
+            self._feeder.join(timeout=30)
+        if self.feed_s > 0:
+            try:
+                self.drain_waiting()
+            except Exception:
+                log.exception("stream feed: applying the waiting values at shutdown failed; they stay in the feed")
 
     def open_alarms(self, tenant: str, agent: str) -> list[dict[str, Any]]:
         """The open alarms of ``agent``'s streams and of every agent's (``""``), at most
@@ -280,16 +412,39 @@ def _own_value(alarm: dict[str, Any], value: float | None) -> tuple[bool, str]:
     return beyond, f"; this trace's {value:g} is {'beyond' if beyond else 'within'} its bound {bound:g}"
 
 
-def advance_stream(row: dict[str, Any], value: float) -> tuple[dict[str, Any], bool, dict[str, Any] | None, bool]:
-    """The detector of a locked stream ``row`` (:meth:`serve.store.streams.StreamStore.lock_streams`) fed
-    ``value``: its new state, whether the alarm episode is open, the alarm kept, whether this value raised
-    one. The detector's work alone (no SQL): ``bench/request_path.py`` tells it apart from the store's."""
-    det = make_stream_detector(row["detector"], **row["params"])
-    if row["state"]:
-        det.set_state(row["state"])
-    alarm = det.update(value)
-    return (det.get_state(), _episode_open(det, bool(row["alarm_open"]) or alarm is not None),
-            alarm.model_dump() if alarm is not None else row["alarm"], alarm is not None)
+class FedStream:
+    """A locked stream row (:meth:`serve.store.streams.StreamStore.lock_streams`) while values are fed to it:
+    its detector (built at the first value), count, alarm episode and kept alarm."""
+
+    __slots__ = ("row", "det", "n", "alarm_open", "alarm")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.row = row
+        self.det: Any = None
+        self.n = int(row["n"])
+        self.alarm_open = bool(row["alarm_open"])
+        self.alarm: dict[str, Any] | None = row["alarm"]
+
+
+def advance_stream(st: FedStream, value: float) -> bool:
+    """Feed ``value`` to the stream's detector: whether it raised an alarm (kept, its episode opened). The
+    detector's work alone (no SQL): ``bench/request_path.py`` tells it apart from the store's."""
+    if st.det is None:
+        st.det = make_stream_detector(st.row["detector"], **st.row["params"])
+        if st.row["state"]:
+            st.det.set_state(st.row["state"])
+    alarm = st.det.update(value)
+    st.alarm_open = _episode_open(st.det, st.alarm_open or alarm is not None)
+    if alarm is not None:
+        st.alarm = alarm.model_dump()
+    st.n += 1
+    return alarm is not None
+
+
+def stream_state(st: FedStream) -> dict[str, Any]:
+    """The detector's state after the values fed (the row's own when none was)."""
+    state: dict[str, Any] = st.det.get_state() if st.det is not None else st.row["state"]
+    return state
 
 
 def _episode_open(det: Any, fallback: bool) -> bool:
@@ -325,4 +480,5 @@ def _check_stream_name(name: str) -> None:
         raise InputError("a stream name is 1-200 printable characters", path="path.name")
 
 
-__all__ = ["CHANGEPOINT_WINDOW", "DEGRADATION_SIGNAL_CONFIDENCE", "Streams", "advance_stream"]
+__all__ = ["CHANGEPOINT_WINDOW", "DEGRADATION_SIGNAL_CONFIDENCE", "FEED_BATCH", "FedStream", "Streams", "advance_stream",
+           "stream_state"]

@@ -84,6 +84,7 @@ class TriageService:
         stream_detector: str = "cusum",
         stream_autofeed: Sequence[str] = (),
         alarm_cache_s: float = 1.0,
+        stream_feed_s: float = 0.0,
         patterns_max_stale_s: float = 0.0,
         relative_min_runs: int = 50,
         exporter: EvaluationExporter | None = None,
@@ -97,9 +98,9 @@ class TriageService:
         #: The stores, for the process's lifecycle (``stores.db.dispose()``) and the callers still to
         #: be given a service of their own (the console's routers: serve/routers/ui*.py, serve/ui/data.py).
         self.stores = stores
-        self.agents = Agents(stores.agents, registry)
         self.streams = Streams(stores.streams, diagnoser, detector=stream_detector, autofeed=stream_autofeed,
-                               alarm_ttl_s=alarm_cache_s)
+                               alarm_ttl_s=alarm_cache_s, feed_s=stream_feed_s)
+        self.agents = Agents(stores.agents, registry, apply_feed=self.streams.apply_waiting_in if stream_feed_s > 0 else None)
         self.diagnoses = Diagnoses(
             stores.sessions, stores.traces, stores.labels, stores.agents, stores.streams,
             diagnoser, redactor, self.streams, relative_min_runs=relative_min_runs,
@@ -134,7 +135,9 @@ class TriageService:
         return self.stores.db.ping()
 
     def close(self) -> None:
-        """Release the database's connections (the lifespan's end, a CLI command's)."""
+        """Apply the streams' waiting feed, then release the database's connections (the lifespan's end, a CLI
+        command's)."""
+        self.streams.close()
         self.stores.limits.close()
         self.stores.db.dispose()
 

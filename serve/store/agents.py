@@ -187,7 +187,8 @@ class AgentStore(StoreBase):
     def move_streams(self, db: Session, tenant: str, old: str, new: str, *, reset: bool) -> None:
         """``old``'s streams become ``new``'s. A stream ``new`` already has keeps its row, its
         observations numbered after ``old``'s; ``reset``: every stream of ``new`` starts its warm-up
-        again (detector state emptied, alarm closed)."""
+        again (detector state emptied, alarm closed). The caller applies the streams' feed first
+        (:meth:`serve.services.streams.Streams.apply_waiting_in`)."""
         s = core(StreamRow).c
         o = core(ObservationRow).c
         theirs = {r.name: r for r in db.execute(select(s.name, s.n).where(s.tenant_id == tenant, s.agent == new))}

@@ -1,4 +1,5 @@
-"""Metric streams: each (tenant, agent, stream)'s detector row and its observations."""
+"""Metric streams: each (tenant, agent, stream)'s detector row and its observations, and the feed of the
+values diagnosed runs give them (``stream_feed``: written with each run, applied in batches)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,14 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, core, store_error
-from serve.store.prepared import Prepared, Tx, per_dialect
-from serve.store.tables import ObservationRow, StreamRow, utcnow
+from serve.store.prepared import Prepared, Tx, dialect_name, per_dialect
+from serve.store.tables import ObservationRow, StreamFeedRow, StreamRow, utcnow
 
 _STREAM_COLS = ("name", "detector", "params", "state", "n", "alarm_open", "alarm")
 _INSERT_OBSERVATIONS = Prepared(insert(core(ObservationRow)))
@@ -31,9 +32,56 @@ def _lock_streams(dialect: str, k: int) -> Prepared:
 
 _INSERT_STREAMS = per_dialect(lambda ins: ins(core(StreamRow)).on_conflict_do_nothing())
 
+_FEED = core(StreamFeedRow)
+_ENQUEUE = Prepared(insert(_FEED))
+_TAKE = Prepared(select(_FEED.c.id, _FEED.c.tenant_id, _FEED.c.agent, _FEED.c.trace_id, _FEED.c["values"])
+                 .order_by(_FEED.c.id).limit(bindparam("n")))
+_DONE = Prepared(delete(_FEED).where(_FEED.c.id == bindparam("i")))
+_ANY = Prepared(select(_FEED.c.id).limit(1))
+#: PostgreSQL: the transaction-scoped advisory lock every applier of the feed holds, so that one applies it
+#: at a time across workers and replicas (SQLite's writers take turns anyway).
+_FEED_LOCK = "triage.stream_feed"
+_LOCK_FEED = Prepared(select(func.pg_advisory_xact_lock(func.hashtext(bindparam("n")))))
+
+
+def lock_feed(db: Tx) -> None:
+    """In transaction ``db``: wait for, then hold to its end, the right to apply the feed
+    (PostgreSQL's advisory lock; on SQLite the write transaction is that right already)."""
+    if dialect_name(db) == "postgresql":
+        _LOCK_FEED.execute(db, {"n": _FEED_LOCK})
+
 
 class StreamStore(StoreBase):
     """The ``streams`` and ``observations`` tables."""
+
+    # -- the feed ------------------------------------------------------------------------------
+    @staticmethod
+    def enqueue_feed(db: Tx, tenant: str, agent: str, trace_id: str, values: dict[str, float]) -> None:
+        """In transaction ``db`` (a diagnosis's): run ``trace_id``'s values for ``agent``'s streams, to be
+        applied by :meth:`take_feed`'s caller."""
+        _ENQUEUE.execute(db, {"tenant_id": tenant, "agent": agent, "trace_id": trace_id, "values": values,
+                              "created_at": utcnow()})
+
+    @staticmethod
+    def lock_feed(db: Tx) -> None:
+        """:func:`lock_feed`."""
+        lock_feed(db)
+
+    def take_feed(self, db: Tx, limit: int) -> list[tuple[int, str, str, str, dict[str, float]]]:
+        """In transaction ``db``, after :meth:`lock_feed`: the oldest ``limit`` rows of the feed as
+        ``(id, tenant, agent, trace_id, values)``, in ``id`` order; :meth:`done_feed` deletes them."""
+        return [(int(i), t, a, tid, v) for i, t, a, tid, v in _TAKE.execute(db, {"n": limit})]
+
+    @staticmethod
+    def done_feed(db: Tx, ids: Sequence[int]) -> None:
+        """In transaction ``db``: the feed's rows ``ids`` applied (deleted)."""
+        if ids:
+            _DONE.execute(db, [{"i": i} for i in ids])
+
+    def feed_waiting(self) -> bool:
+        """Whether the feed has a row not applied yet (one read of its first row)."""
+        with self.peek() as db:
+            return bool(_ANY.execute(db))
 
     # -- streams -------------------------------------------------------------------------------
     def lock_stream(
@@ -174,4 +222,4 @@ class StreamStore(StoreBase):
         return [(int(s), float(v)) for s, v in reversed(rows)]
 
 
-__all__ = ["StreamStore"]
+__all__ = ["StreamStore", "lock_feed"]

@@ -19,6 +19,7 @@ Tables::
     labels           human labels on a trace (for the dataset export)
     streams          stream-detector state per (tenant, agent, stream)
     observations     the values posted to / fed into a stream, with alarms
+    stream_feed      the values of diagnosed runs still to be fed into their agent's streams (a queue)
     model_activations which registry version of the run scorer each tenant serves (newest row wins)
     ui_sessions      the console's signed-in sessions: sha256 of the cookie's token (never the token)
     run_metrics      what each run adds to the counters below (serve/store/counters.py)
@@ -376,6 +377,20 @@ class ObservationRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class StreamFeedRow(Base):
+    """The values a diagnosed run feeds into its agent's streams (stream name → value), written with the run
+    and taken out by the one that applies them (:meth:`serve.services.streams.Streams.drain`), in ``id`` order."""
+
+    __tablename__ = "stream_feed"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    agent: Mapped[str] = mapped_column(String(200))
+    trace_id: Mapped[str] = mapped_column(String(128))
+    values: Mapped[dict[str, float]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class ModelActivationRow(Base):
     """One promotion or rollback of a tenant's agent model (``model/scoring/agent_registry.py`` holds the artefacts).
 
@@ -552,6 +567,7 @@ __all__ = [
     "RunEncodingRow",
     "RunMetricRow",
     "SessionRow",
+    "StreamFeedRow",
     "StreamRow",
     "Tenant",
     "TraceRow",
