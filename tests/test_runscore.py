@@ -474,6 +474,7 @@ def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: 
     assert first.healthy is True and first.failure_probability < 0.99
     for i in range(1, 60):
         svc.diagnose("t", _answer_run(i, grounded), DiagnoseOptions(agent_from_task_type=True))
+    svc.streams.drain()  # the runs' values, as the worker's feeder applies them within TRIAGE_STREAM_FEED_S
     svc.diagnoses._relative_cache.clear()  # the per-worker cache (30 s) would hold the value from before
     rel = svc.relative_threshold("t", "weather", scorer)
     assert rel is not None and rel < 0.99
@@ -486,6 +487,7 @@ def test_the_agents_own_operating_point_only_raises_the_zero_shot_one(tmp_path: 
     assert svc2.diagnose("t", _answer_run(0, grounded), DiagnoseOptions(agent_from_task_type=True)).healthy is False  # the fixed point
     for i in range(1, 60):
         svc2.diagnose("t", _answer_run(i, grounded), DiagnoseOptions(agent_from_task_type=True))
+    svc2.streams.drain()
     svc2.diagnoses._relative_cache.clear()
     same = svc2.diagnose("t", _answer_run(100, grounded), DiagnoseOptions(agent_from_task_type=True))
     assert same.healthy is True  # like the agent's usual runs: no alarm

@@ -27,6 +27,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -313,26 +314,10 @@ class Streams:
         if self._feeder is None:
             with self._feeder_lock:
                 if self._feeder is None and not self._closing.is_set():
-                    self._feeder = threading.Thread(target=self._feed_loop, name="triage-stream-feed", daemon=True)
+                    self._feeder = threading.Thread(target=_feed_loop, args=(weakref.ref(self),),
+                                                    name="triage-stream-feed", daemon=True)
                     self._feeder.start()
         self._waiting.set()
-
-    def _feed_loop(self) -> None:
-        """The feeder: from the first value written after the last batch, ``feed_s`` seconds to gather more,
-        then :meth:`drain`. A failure (the store unavailable) is logged and tried again after twice the wait
-        before, up to a minute; the rows stay in the feed meanwhile."""
-        wait = self.feed_s
-        while not self._closing.is_set():
-            self._waiting.wait()
-            self._closing.wait(wait)
-            self._waiting.clear()
-            try:
-                self.drain()
-                wait = self.feed_s
-            except Exception:
-                wait = min(60.0, max(wait, 0.05) * 2)
-                log.exception("stream feed: applying the waiting values failed; trying again in %.1f s", wait)
-                self._waiting.set()
 
     def close(self) -> None:
         """Stop the feeder and apply what waits (a worker's shutdown); what fails to apply stays in the
@@ -410,6 +395,34 @@ def _own_value(alarm: dict[str, Any], value: float | None) -> tuple[bool, str]:
         return False, ""
     beyond = value > bound if alarm.get("direction") == "up" else value < bound
     return beyond, f"; this trace's {value:g} is {'beyond' if beyond else 'within'} its bound {bound:g}"
+
+
+def _feed_loop(ref: weakref.ref[Streams]) -> None:
+    """A worker's feeder (:meth:`Streams._wake` starts it): from the first value written after the last batch,
+    ``feed_s`` seconds to gather more, then :meth:`Streams.drain`. A failure (the store unavailable) is logged
+    and tried again after twice the wait before, up to a minute; the rows stay in the feed meanwhile. It holds
+    the service only while it works on it: a service dropped without :meth:`Streams.close` ends it."""
+    wait = 0.0
+    while True:
+        me = ref()
+        if me is None or me._closing.is_set():
+            return
+        waiting, closing, wait = me._waiting, me._closing, wait or me.feed_s
+        del me
+        waiting.wait()
+        closing.wait(wait)
+        me = ref()
+        if me is None or closing.is_set():
+            return
+        waiting.clear()
+        try:
+            me.drain()
+            wait = 0.0
+        except Exception as exc:  # the store failed: the rows wait in the feed for the next try
+            wait = min(60.0, max(wait, 0.05) * 2)
+            log.warning("stream feed: applying the waiting values failed (%s); trying again in %.1f s", exc, wait)
+            waiting.set()
+        del me
 
 
 class FedStream:
