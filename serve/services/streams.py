@@ -11,7 +11,7 @@ more — applies every waiting row (any worker's) in ``id`` order, :data:`FEED_B
 agent's streams locked once a batch, and deletes them in that transaction, under the feed's lock
 (PostgreSQL: an advisory lock; SQLite: the write lock): each run's values are applied once, whoever applies
 them. This took the streams' rows, reads and JSON out of every diagnosis's write (about a third of its
-store work on SQLite: docs/benchmarks.md, "The streams' feed out of the diagnosis") and shares a stream's
+store work on SQLite: docs/benchmarks.md, "Round 9") and shares a stream's
 update among the runs of a batch. Readers see every run committed before them: a posted observation, the
 change points and the console's stream pages apply what waits first; a worker's shutdown applies what it
 left, and the upkeep loop (start-up, hourly) what a killed worker left. What lags by up to ``feed_s``: an

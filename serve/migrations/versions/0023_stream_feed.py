@@ -8,7 +8,7 @@ A diagnosis fed its run's values (``latency_ms``, ``tokens_out``, ``output_chars
 ``failure_probability`` by default) into its agent's streams inside its own write transaction: it read
 and locked the agent's three or four stream rows, ran their detectors, inserted one observation per
 stream and wrote each row back — about a third of the store's work in a diagnosis's write on SQLite
-(docs/benchmarks.md, "The streams' feed out of the diagnosis"). From this revision a diagnosis writes one
+(docs/benchmarks.md, "Round 9: the streams' feed out of the diagnosis"). From this revision a diagnosis writes one
 row here instead, and the worker's feeder (:meth:`serve.services.streams.Streams.drain`) applies the rows
 in batches, in ``id`` order, each deleted in the transaction that applies it (once, whoever applies it).
 
