@@ -60,7 +60,7 @@ DEGRADATION_SIGNAL_CONFIDENCE = 0.5 * DEFAULT_THRESHOLDS[FailureKind.DEGRADATION
 #: (tenant, agent) pairs whose open alarms a worker keeps (all dropped past it, then read again).
 MAX_ALARM_ENTRIES = 10_000
 #: Runs of the feed applied per transaction (:meth:`Streams.drain`).
-FEED_BATCH = 500
+FEED_BATCH = 200
 
 log = logging.getLogger("triage.streams")
 
