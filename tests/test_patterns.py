@@ -348,6 +348,58 @@ def test_while_runs_are_written_an_answer_lags_them_at_most_max_stale_s(payment_
         service.stores.db.dispose()
 
 
+def test_the_service_makes_its_answers_in_a_helper_process(payment_runs: list[Trace], db_url: str,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service's answers are made in its helper process, not in the caller's (whose GIL the worker's requests
+    share): this process reads none of the tenant's failure rows, and the answer equals the one made in the
+    caller's thread. A helper that dies, and one that takes longer than ``HELPER_TIMEOUT_S``, is stopped and that
+    answer made in the caller's thread; the next one starts a new helper."""
+    import os
+    import signal
+
+    from serve.services import patterns as P
+
+    service = _service(db_url)
+    reports = service.stores.reports
+    helper = service.patterns.helper
+    assert helper is not None
+    rows_key = (reports.db.url, id(reports), "acme")
+
+    def ask() -> PatternsOut:
+        P.clear_cache()  # made now, not an answer of the last 30 s
+        return service.patterns.tenant_patterns("acme", since=since, until=until, limit=500)
+
+    def inline() -> PatternsOut:
+        P.clear_cache()
+        return tenant_patterns(reports, "acme", since=since, until=until, limit=500)
+
+    try:
+        for t in payment_runs[:3]:
+            service.diagnose("acme", t, DiagnoseOptions())
+        since, until = window(since=None, until=None, days=1.0)
+        got = ask()
+        assert rows_key not in P._rows  # not read here
+        pid = helper.executor().submit(os.getpid).result(timeout=30)
+        assert pid != os.getpid() and helper.started == 1
+        assert got.runs == 3 and got.model_dump(exclude={"as_of"}) == inline().model_dump(exclude={"as_of"})
+        assert rows_key in P._rows  # made in this process this time
+        P._rows.clear()
+
+        os.kill(pid, signal.SIGKILL)  # a helper that dies: this answer made here, the next by a new helper
+        service.diagnose("acme", payment_runs[3], DiagnoseOptions())
+        assert ask().runs == 4 and helper.started == 1 and rows_key in P._rows
+        P._rows.clear()
+        service.diagnose("acme", payment_runs[4], DiagnoseOptions())
+        assert ask().model_dump(exclude={"as_of"}) == inline().model_dump(exclude={"as_of"})
+        assert helper.started == 2 and helper.executor().submit(os.getpid).result(timeout=30) not in (pid, os.getpid())
+
+        monkeypatch.setattr(P, "HELPER_TIMEOUT_S", 0.0)  # one that takes too long: stopped, made here
+        P._rows.clear()
+        assert ask().runs == 5 and rows_key in P._rows and helper._pool is None and helper.started == 2
+    finally:
+        service.close()
+
+
 def test_cache_answers_until_the_data_changes(payment_runs: list[Trace], tmp_path: Path) -> None:
     service = _service(f"sqlite:///{tmp_path / 'c.db'}")
     try:

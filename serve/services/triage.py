@@ -134,7 +134,9 @@ class TriageService:
         return self.stores.db.ping()
 
     def close(self) -> None:
-        """Release the database's connections (the lifespan's end, a CLI command's)."""
+        """Release the database's connections (the lifespan's end, a CLI command's) and stop the patterns'
+        helper process."""
+        self.patterns.close()
         self.stores.limits.close()
         self.stores.db.dispose()
 
