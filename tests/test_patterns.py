@@ -352,10 +352,12 @@ def test_the_service_makes_its_answers_in_a_helper_process(payment_runs: list[Tr
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The service's answers are made in its helper process, not in the caller's (whose GIL the worker's requests
     share): this process reads none of the tenant's failure rows, and the answer equals the one made in the
-    caller's thread. A helper that dies, and one that takes longer than ``HELPER_TIMEOUT_S``, is stopped and that
+    caller's thread; the helper outlives the thread that started it. A helper that dies, and one that takes longer than ``HELPER_TIMEOUT_S``, is stopped and that
     answer made in the caller's thread; the next one starts a new helper."""
     import os
     import signal
+    import threading
+    import time
 
     from serve.services import patterns as P
 
@@ -377,8 +379,13 @@ def test_the_service_makes_its_answers_in_a_helper_process(payment_runs: list[Tr
         for t in payment_runs[:3]:
             service.diagnose("acme", t, DiagnoseOptions())
         since, until = window(since=None, until=None, days=1.0)
-        got = ask()
+        box: list[PatternsOut] = []
+        asker = threading.Thread(target=lambda: box.append(ask()))  # a request's thread: it ends, the helper stays
+        asker.start()
+        asker.join()
+        (got,) = box
         assert rows_key not in P._rows  # not read here
+        time.sleep(0.5)
         pid = helper.executor().submit(os.getpid).result(timeout=30)
         assert pid != os.getpid() and helper.started == 1
         assert got.runs == 3 and got.model_dump(exclude={"as_of"}) == inline().model_dump(exclude={"as_of"})

@@ -21,7 +21,10 @@ the new one meanwhile (one at a time for each such key; the next request gets it
 from when it was made, so the worker starts a new one at most ``max_stale_s / 2`` seconds after the last
 ended, whatever the request rate, and an answer lags the data by at most ``max_stale_s`` seconds plus the
 time its making took; its ``as_of`` says when that started. A window that ends earlier than the last
-answer's (history), or a key without a recent answer, is made while the caller waits, as before.
+answer's (history), or a key without a recent answer, is made while the caller waits, as before; but when the
+last answer is too old because its successor takes longer than ``max_stale_s / 2`` to make (a 30-day window at
+1,000,000 runs), the caller waits for that one instead of making another (it counts what was committed when
+its making started, before the request: within the same bound).
 
 **Failures read incrementally.** An answer after a write (a cold one) would read every failure row of
 both windows again (12,749 rows at 20,000 runs: most of its cost). So each worker also keeps, per
@@ -113,7 +116,8 @@ class _Recent:
 
 
 _recent: OrderedDict[tuple[Any, ...], _Recent] = OrderedDict()
-_refreshing: set[tuple[Any, ...]] = set()  # the keys of _recent whose new answer a thread is making
+#: The keys of _recent whose new answer a thread is making: set when it is made (or failed).
+_refreshing: dict[tuple[Any, ...], threading.Event] = {}
 
 
 def clear_cache() -> None:
@@ -181,13 +185,20 @@ def tenant_patterns(
             return hit
         recent = _recent.get(params) if max_stale_s > 0 else None
         age = time.monotonic() - recent.made if recent is not None else 0.0
-        if recent is not None and age <= max_stale_s \
-                and timedelta(0) <= until - recent.until <= timedelta(seconds=60 + max_stale_s):
+        near = recent is not None and timedelta(0) <= until - recent.until <= timedelta(seconds=60 + max_stale_s)
+        if recent is not None and near and age <= max_stale_s:
             if age >= max_stale_s / 2 and params not in _refreshing:
-                _refreshing.add(params)
+                _refreshing[params] = threading.Event()
                 threading.Thread(target=_refresh, args=(store, tenant, params, key, since, until, helper),
                                  name="triage-patterns", daemon=True).start()
             return recent.out
+        making = _refreshing.get(params) if near else None
+    if making is not None and making.wait(HELPER_TIMEOUT_S):  # too old, its successor under way: that one
+        with _cache_lock:
+            got = _recent.get(params)
+        if got is not None and got is not recent and timedelta(0) <= until - got.until <= timedelta(
+                seconds=60 + max_stale_s):
+            return got.out
     return _made(store, tenant, params, key, since, until, helper)
 
 
@@ -223,7 +234,9 @@ def _refresh(store: ReportStore, tenant: str, params: tuple[Any, ...], key: tupl
         log.exception("patterns: making tenant %s's answer in the background failed", tenant)
     finally:
         with _cache_lock:
-            _refreshing.discard(params)
+            done = _refreshing.pop(params, None)
+        if done is not None:
+            done.set()
 
 
 def occurrences_since(store: ReportStore, tenant: str, since: datetime) -> list[Occurrence]:
@@ -301,9 +314,17 @@ _HELPER_STORE: ReportStore | None = None  # the helper process's store (_helper_
 def _helper_init(url: str, busy_timeout_s: float) -> None:  # pragma: no cover - runs in the helper process
     global _HELPER_STORE
     from serve.store import Stores
-    from serve.supervise import watch_master
 
-    watch_master()  # it stops with its worker
+    # It stops with its worker. (Not serve.supervise.watch_master: the kernel's parent-death signal follows the
+    # thread that started the process, here a request's or a refresh's, which ends long before the worker.)
+    worker = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == worker:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="triage-patterns-watch", daemon=True).start()
     with contextlib.suppress(OSError, AttributeError):  # not on every platform
         os.nice(HELPER_NICE)
     _HELPER_STORE = Stores.at(url, busy_timeout_s=busy_timeout_s).reports
