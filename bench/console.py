@@ -266,7 +266,7 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True, 
                          "/v1/traces?limit=50", f"/v1/traces?limit=50&cursor={quote(first['next_cursor'])}",
                          "/v1/traces?kind=tool_error&limit=50", f"/v1/traces?since={since}&limit=50",
                          f"/v1/traces/{one}", f"/v1/traces/{one}/graph", "/metrics"):
-                if only is None or path.startswith(only):
+                if only is None or (path == only[:-1] if only.endswith("$") else path.startswith(only)):
                     out.append(_soak(api, path, soak_s, interval_s, proc.pid) if soak_s > 0 else _time(api, path, n))
         if not ui_pages:
             return out
@@ -309,7 +309,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--writes-per-s", type=float, default=0.0,
                     help="diagnose this many new failing runs a second while the /v1 endpoints are timed")
-    ap.add_argument("--only", default=None, metavar="PREFIX", help="time only the /v1 endpoints whose path starts so")
+    ap.add_argument("--only", default=None, metavar="PREFIX",
+                    help="time only the /v1 endpoints whose path starts so (a trailing $: only that path)")
     ap.add_argument("--skip-grouping", action="store_true", help="do not time the grouping in process")
     ap.add_argument("--soak-s", type=float, default=0.0,
                     help="time each /v1 endpoint for this many seconds instead of --requests times: p50/p95/max, the "
