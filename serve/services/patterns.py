@@ -56,7 +56,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -370,7 +370,8 @@ class _Helper:
         try:
             status, value = pool.submit(_helper_make, tenant, since, until, level, limit, examples,
                                         agent).result(timeout=HELPER_TIMEOUT_S)
-        except (BrokenProcessPool, TimeoutError, RuntimeError) as exc:  # RuntimeError: closed meanwhile
+        # CancelledError, RuntimeError: stopped or closed meanwhile (another thread's answer failed, the worker's end)
+        except (BrokenProcessPool, TimeoutError, CancelledError, RuntimeError) as exc:
             log.error("patterns: the helper process failed (%s); the answer is made in the worker",
                       type(exc).__name__ if str(exc) == "" else exc)
             self._stop(pool)
