@@ -11,6 +11,8 @@ group the window's failures into patterns.
 2. **Serve**: ``triage serve`` (uvicorn, one worker, ``TRIAGE_AUTH=on``) on 127.0.0.1 over that store.
 3. **Time** each endpoint ``--requests`` times (default 60, after 2 warm-ups; 5 when the first answer
    took over 2 s), one connection, one request at a time; p50 and p95 in ms. Target: p95 ≤ 300 ms.
+   ``--soak-s S``: each ``/v1`` endpoint for S seconds instead, one request every ``--interval-s`` (0.5): p50,
+   p95, max, the distinct answers (``as_of``) and the server's CPU meanwhile (the worker, its helper processes).
 4. **Group**: :func:`model.diagnosis.patterns.group_patterns` on the store's occurrences (``ReportStore.pattern_inputs``
    over the window), median of 5; target ≤ 1 s. The query itself is timed too.
 
@@ -105,6 +107,55 @@ def _serve(url: str, data: Path) -> tuple[subprocess.Popen[bytes], str]:
                              **live.UNLIMITED})
 
 
+def _cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) so far of the process ``pid`` and of its live children (a helper process)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    kids = 0.0
+    for child in proc.children(recursive=True):
+        try:
+            t = child.cpu_times()
+            kids += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    t = proc.cpu_times()
+    return t.user + t.system, kids
+
+
+def _soak(client: Any, path: str, soak_s: float, interval_s: float, pid: int | None) -> dict[str, Any]:
+    """``--soak-s``: one GET of ``path`` every ``interval_s`` for ``soak_s`` seconds after 2 warm-ups; p50 / p95 /
+    max, the distinct answers (``as_of``) and the server's CPU meanwhile (its worker, its helper processes)."""
+    for _ in range(2):
+        client.get(path)
+    lat: list[float] = []
+    answers: set[Any] = set()
+    cpu0 = _cpu(pid) if pid is not None else None
+    t_end = time.monotonic() + soak_s
+    nxt = time.monotonic()
+    while time.monotonic() < t_end:
+        t0 = time.perf_counter()
+        r = client.get(path)
+        lat.append((time.perf_counter() - t0) * 1000)
+        assert r.status_code == 200, (path, r.status_code, r.text[:200])
+        answers.add(r.json().get("as_of"))
+        nxt += interval_s
+        time.sleep(max(0.0, nxt - time.monotonic()))
+    lat.sort()
+    p95 = lat[min(len(lat) - 1, int(round(0.95 * len(lat))) - 1)]
+    res: dict[str, Any] = {"path": path, "n": len(lat), "soak_s": soak_s, "p50_ms": round(statistics.median(lat), 1),
+                           "p95_ms": round(p95, 1), "max_ms": round(lat[-1], 1), "answers": len(answers),
+                           "ok": p95 <= TARGET_MS}
+    if cpu0 is not None and pid is not None:
+        cpu1 = _cpu(pid)
+        res["worker_cpu_s"] = round(cpu1[0] - cpu0[0], 1)
+        res["helper_cpu_s"] = round(cpu1[1] - cpu0[1], 1)
+    print(f"  {path:<45} soak {soak_s:.0f} s  n {res['n']:>4}  p50 {res['p50_ms']:8.1f} ms  p95 {res['p95_ms']:8.1f} ms  "
+          f"max {res['max_ms']:8.1f} ms  {res['answers']} answers  CPU worker {res.get('worker_cpu_s')} s, helper "
+          f"{res.get('helper_cpu_s')} s  {'ok' if res['ok'] else 'MISSED'}", flush=True)
+    return res
+
+
 def _time(client: Any, path: str, n: int) -> dict[str, Any]:
     """p50 / p95 of ``n`` GETs of ``path`` after warm-ups; an endpoint whose warm-up takes over 2 s
     is timed on 5 requests only (noted), one that times out is reported as such. Printed at once."""
@@ -187,9 +238,10 @@ class _Writer:
 
 
 def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True, writes_per_s: float = 0.0,
-              only: str | None = None) -> list[dict[str, Any]]:
+              only: str | None = None, soak_s: float = 0.0, interval_s: float = 0.5) -> list[dict[str, Any]]:
     """Module docstring, 2.–3. ``writes_per_s``: diagnoses posted meanwhile (:class:`_Writer`); ``only``: time
-    only the endpoints whose path starts with it."""
+    only the endpoints whose path starts with it; ``soak_s``: time each ``/v1`` endpoint for that long instead,
+    one request every ``interval_s`` (:func:`_soak`)."""
     import contextlib
 
     import httpx
@@ -214,8 +266,8 @@ def time_http(url: str, tenant: str, data: Path, n: int, ui_pages: bool = True, 
                          "/v1/traces?limit=50", f"/v1/traces?limit=50&cursor={quote(first['next_cursor'])}",
                          "/v1/traces?kind=tool_error&limit=50", f"/v1/traces?since={since}&limit=50",
                          f"/v1/traces/{one}", f"/v1/traces/{one}/graph", "/metrics"):
-                if only is None or path.startswith(only):
-                    out.append(_time(api, path, n))
+                if only is None or (path == only[:-1] if only.endswith("$") else path.startswith(only)):
+                    out.append(_soak(api, path, soak_s, interval_s, proc.pid) if soak_s > 0 else _time(api, path, n))
         if not ui_pages:
             return out
         with httpx.Client(base_url=base, timeout=120, follow_redirects=False) as ui:
@@ -257,8 +309,13 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--writes-per-s", type=float, default=0.0,
                     help="diagnose this many new failing runs a second while the /v1 endpoints are timed")
-    ap.add_argument("--only", default=None, metavar="PREFIX", help="time only the /v1 endpoints whose path starts so")
+    ap.add_argument("--only", default=None, metavar="PREFIX",
+                    help="time only the /v1 endpoints whose path starts so (a trailing $: only that path)")
     ap.add_argument("--skip-grouping", action="store_true", help="do not time the grouping in process")
+    ap.add_argument("--soak-s", type=float, default=0.0,
+                    help="time each /v1 endpoint for this many seconds instead of --requests times: p50/p95/max, the "
+                         "distinct answers and the server's CPU (worker, helper processes) meanwhile")
+    ap.add_argument("--interval-s", type=float, default=0.5, help="--soak-s: one request every this many seconds")
     args = ap.parse_args()
     tenant = "bench"
     with tempfile.TemporaryDirectory(prefix="bench-console-") as tmp:
@@ -287,7 +344,7 @@ def main() -> None:
         print(f"HTTP, {args.requests} requests per endpoint, one at a time{writes} (target p95 ≤ {TARGET_MS:.0f} ms):",
               flush=True)
         rows = time_http(url, tenant, data, args.requests, ui_pages=not args.skip_ui, writes_per_s=args.writes_per_s,
-                         only=args.only)
+                         only=args.only, soak_s=args.soak_s, interval_s=args.interval_s)
     if args.json is not None:
         args.json.write_text(json.dumps({"backend": backend, "seeded": seeded, "grouping": grouping, "http": rows},
                                         indent=2) + "\n")

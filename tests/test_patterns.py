@@ -348,6 +348,108 @@ def test_while_runs_are_written_an_answer_lags_them_at_most_max_stale_s(payment_
         service.stores.db.dispose()
 
 
+def test_past_max_stale_s_a_request_waits_for_the_answer_under_way(payment_runs: list[Trace], tmp_path: Path
+                                                                   ) -> None:
+    """When the last answer is older than ``max_stale_s`` because the next one takes longer than ``max_stale_s / 2``
+    to make (a 30-day window at 1,000,000 runs), a request waits for that one instead of making another (in the
+    same helper, after it)."""
+    import threading
+    import time as _time
+
+    from serve.services import patterns as P
+
+    service = _service(f"sqlite:///{tmp_path / 'w.db'}")
+
+    def ask() -> PatternsOut:
+        return service.patterns.tenant_patterns("acme", since=since, until=until)
+
+    try:
+        for t in payment_runs[:2]:
+            service.diagnose("acme", t, DiagnoseOptions())
+        since, until = window(since=None, until=None, days=1.0)
+        first = ask()
+        service.diagnose("acme", payment_runs[2], DiagnoseOptions())
+        with P._cache_lock:  # made 40 s ago, its successor under way
+            params = next(k for k, r in P._recent.items() if r.out is first)
+            r = P._recent[params]
+            P._recent[params] = P._Recent(r.until, r.started - 40, r.made - 40, r.out)
+            making = P._refreshing[params] = threading.Event()
+        box: list[PatternsOut] = []
+        asker = threading.Thread(target=lambda: box.append(ask()))
+        asker.start()
+        asker.join(0.5)
+        assert asker.is_alive() and not box  # waiting for it
+        successor = first.model_copy(update={"runs": 99})  # told apart from one made now (3 runs)
+        with P._cache_lock:
+            now = _time.monotonic()
+            P._recent[params] = P._Recent(until, now - 1, now, successor)
+            del P._refreshing[params]
+        making.set()
+        asker.join(30)
+        assert box == [successor] and box[0] is successor
+    finally:
+        service.close()
+
+
+def test_the_service_makes_its_answers_in_a_helper_process(payment_runs: list[Trace], db_url: str,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service's answers are made in its helper process, not in the caller's (whose GIL the worker's requests
+    share): this process reads none of the tenant's failure rows, and the answer equals the one made in the
+    caller's thread; the helper outlives the thread that started it. A helper that dies, and one that takes longer than ``HELPER_TIMEOUT_S``, is stopped and that
+    answer made in the caller's thread; the next one starts a new helper."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from serve.services import patterns as P
+
+    service = _service(db_url)
+    reports = service.stores.reports
+    helper = service.patterns.helper
+    assert helper is not None
+    rows_key = (reports.db.url, id(reports), "acme")
+
+    def ask() -> PatternsOut:
+        P.clear_cache()  # made now, not an answer of the last 30 s
+        return service.patterns.tenant_patterns("acme", since=since, until=until, limit=500)
+
+    def inline() -> PatternsOut:
+        P.clear_cache()
+        return tenant_patterns(reports, "acme", since=since, until=until, limit=500)
+
+    try:
+        for t in payment_runs[:3]:
+            service.diagnose("acme", t, DiagnoseOptions())
+        since, until = window(since=None, until=None, days=1.0)
+        box: list[PatternsOut] = []
+        asker = threading.Thread(target=lambda: box.append(ask()))  # a request's thread: it ends, the helper stays
+        asker.start()
+        asker.join()
+        (got,) = box
+        assert rows_key not in P._rows  # not read here
+        time.sleep(0.5)
+        pid = helper.executor().submit(os.getpid).result(timeout=30)
+        assert pid != os.getpid() and helper.started == 1
+        assert got.runs == 3 and got.model_dump(exclude={"as_of"}) == inline().model_dump(exclude={"as_of"})
+        assert rows_key in P._rows  # made in this process this time
+        P._rows.clear()
+
+        os.kill(pid, signal.SIGKILL)  # a helper that dies: this answer made here, the next by a new helper
+        service.diagnose("acme", payment_runs[3], DiagnoseOptions())
+        assert ask().runs == 4 and helper.started == 1 and rows_key in P._rows
+        P._rows.clear()
+        service.diagnose("acme", payment_runs[4], DiagnoseOptions())
+        assert ask().model_dump(exclude={"as_of"}) == inline().model_dump(exclude={"as_of"})
+        assert helper.started == 2 and helper.executor().submit(os.getpid).result(timeout=30) not in (pid, os.getpid())
+
+        monkeypatch.setattr(P, "HELPER_TIMEOUT_S", 0.0)  # one that takes too long: stopped, made here
+        P._rows.clear()
+        assert ask().runs == 5 and rows_key in P._rows and helper._pool is None and helper.started == 2
+    finally:
+        service.close()
+
+
 def test_cache_answers_until_the_data_changes(payment_runs: list[Trace], tmp_path: Path) -> None:
     service = _service(f"sqlite:///{tmp_path / 'c.db'}")
     try:

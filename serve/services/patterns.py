@@ -21,7 +21,10 @@ the new one meanwhile (one at a time for each such key; the next request gets it
 from when it was made, so the worker starts a new one at most ``max_stale_s / 2`` seconds after the last
 ended, whatever the request rate, and an answer lags the data by at most ``max_stale_s`` seconds plus the
 time its making took; its ``as_of`` says when that started. A window that ends earlier than the last
-answer's (history), or a key without a recent answer, is made while the caller waits, as before.
+answer's (history), or a key without a recent answer, is made while the caller waits, as before; but when the
+last answer is too old because its successor takes longer than ``max_stale_s / 2`` to make (a 30-day window at
+1,000,000 runs), the caller waits for that one instead of making another (it counts what was committed when
+its making started, before the request: within the same bound).
 
 **Failures read incrementally.** An answer after a write (a cold one) would read every failure row of
 both windows again (12,749 rows at 20,000 runs: most of its cost). So each worker also keeps, per
@@ -32,20 +35,36 @@ rows since the base, read in the same statement as the newest id — and read wh
 differ (a deletion: a run re-diagnosed healthy, deleted, or out of retention; a row committed late under
 an older id), when the tenant's agents change (a rename, merge or split re-keys rows in place), when a
 window starts before the base, and at least every :data:`ROWS_TTL_S` seconds.
+
+**Helper process.** The service (:class:`Patterns`: ``GET /v1/patterns``, the console) makes its answers in a
+helper process of the worker (:class:`_Helper`: one per worker, started on the first answer, with its own
+connections to the same database, its own copy of the failure rows, at a lower CPU priority); the worker's
+thread waits for the answer without holding the GIL. Made in the worker, the 2–3 s of Python grouping at
+1,000,000 runs held its GIL, and every other request of the worker waited meanwhile (p95 470 ms over a
+two-minute soak at one diagnosis a second; docs/benchmarks.md, "Patterns while runs are written"). One answer
+is made at a time per worker. A helper that dies or takes longer than :data:`HELPER_TIMEOUT_S` is stopped and
+that answer made in the worker, as before; the next one starts a new helper. :func:`tenant_patterns` called
+directly (``triage patterns``, the tests) and an in-memory SQLite store make the answer in the caller's thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import os
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from model.core import errors as model_errors
 from model.core.agents import POOL_AGENT
-from model.core.errors import InputError
+from model.core.errors import InputError, StoreError, TriageError
 from model.diagnosis.patterns import Occurrence, group_patterns
 from serve.schemas import Level, PatternOut, PatternsOut
 from serve.store.reports import ReportStore
@@ -62,6 +81,11 @@ _cache_lock = threading.Lock()
 ROWS_TTL_S = 300.0
 #: Tenants whose failure rows a worker keeps (the least recently used goes).
 ROWS_TENANTS = 16
+#: Seconds a worker waits for its helper's answer (queued behind another one included) before it stops the
+#: helper and makes the answer itself (module docstring, "Helper process").
+HELPER_TIMEOUT_S = 600.0
+#: The helper runs at a lower CPU priority (``nice``) than its worker: when both want the cores, requests go first.
+HELPER_NICE = 10
 
 
 @dataclass
@@ -92,7 +116,8 @@ class _Recent:
 
 
 _recent: OrderedDict[tuple[Any, ...], _Recent] = OrderedDict()
-_refreshing: set[tuple[Any, ...]] = set()  # the keys of _recent whose new answer a thread is making
+#: The keys of _recent whose new answer a thread is making: set when it is made (or failed).
+_refreshing: dict[tuple[Any, ...], threading.Event] = {}
 
 
 def clear_cache() -> None:
@@ -144,11 +169,13 @@ def tenant_patterns(
     examples: int = 3,
     agent: str | None = None,
     max_stale_s: float = 0.0,
+    helper: _Helper | None = None,
 ) -> PatternsOut:
     """The tenant's patterns of ``[since, until)`` (its runs only), best first, ``limit`` of them
     (answered from the worker's cache when the tenant's data has not changed, or, within ``max_stale_s``,
     while it is written: module docstring). ``agent``: only that agent's runs
-    (:data:`~model.core.agents.POOL_AGENT`: the pool's)."""
+    (:data:`~model.core.agents.POOL_AGENT`: the pool's). ``helper``: where an answer is made (module
+    docstring, "Helper process"; ``None``: in the caller's thread)."""
     params = (store.db.url, id(store), tenant, until - since, level, limit, examples, agent)
     key = (*params, since, until, store.pattern_version(tenant))
     with _cache_lock:
@@ -158,23 +185,34 @@ def tenant_patterns(
             return hit
         recent = _recent.get(params) if max_stale_s > 0 else None
         age = time.monotonic() - recent.made if recent is not None else 0.0
-        if recent is not None and age <= max_stale_s \
-                and timedelta(0) <= until - recent.until <= timedelta(seconds=60 + max_stale_s):
+        near = recent is not None and timedelta(0) <= until - recent.until <= timedelta(seconds=60 + max_stale_s)
+        if recent is not None and near and age <= max_stale_s:
             if age >= max_stale_s / 2 and params not in _refreshing:
-                _refreshing.add(params)
-                threading.Thread(target=_refresh, args=(store, tenant, params, key, since, until),
+                _refreshing[params] = threading.Event()
+                threading.Thread(target=_refresh, args=(store, tenant, params, key, since, until, helper),
                                  name="triage-patterns", daemon=True).start()
             return recent.out
-    return _made(store, tenant, params, key, since, until)
+        making = _refreshing.get(params) if near else None
+    if making is not None and making.wait(HELPER_TIMEOUT_S):  # too old, its successor under way: that one
+        with _cache_lock:
+            got = _recent.get(params)
+        if got is not None and got is not recent and timedelta(0) <= until - got.until <= timedelta(
+                seconds=60 + max_stale_s):
+            return got.out
+    return _made(store, tenant, params, key, since, until, helper)
 
 
 def _made(store: ReportStore, tenant: str, params: tuple[Any, ...], key: tuple[Any, ...], since: datetime,
-          until: datetime) -> PatternsOut:
-    """The answer of ``key`` made now (its data version read before), kept in both caches."""
+          until: datetime, helper: _Helper | None) -> PatternsOut:
+    """The answer of ``key`` made now (its data version read before: the helper reads the data after it),
+    kept in both caches."""
     started = time.monotonic()
     level, limit, examples, agent = params[4:]
-    out = _tenant_patterns(store, tenant, since=since, until=until, level=level, limit=limit, examples=examples,
-                           agent=agent)
+    out = helper.make(tenant, since=since, until=until, level=level, limit=limit, examples=examples,
+                      agent=agent) if helper is not None else None
+    if out is None:
+        out = _tenant_patterns(store, tenant, since=since, until=until, level=level, limit=limit,
+                               examples=examples, agent=agent)
     with _cache_lock:
         _cache[key] = out
         while len(_cache) > CACHE_SIZE:
@@ -189,14 +227,16 @@ def _made(store: ReportStore, tenant: str, params: tuple[Any, ...], key: tuple[A
 
 
 def _refresh(store: ReportStore, tenant: str, params: tuple[Any, ...], key: tuple[Any, ...], since: datetime,
-             until: datetime) -> None:
+             until: datetime, helper: _Helper | None) -> None:
     try:
-        _made(store, tenant, params, key, since, until)
+        _made(store, tenant, params, key, since, until, helper)
     except Exception:  # the next request makes it while it waits, and meets the error itself
         log.exception("patterns: making tenant %s's answer in the background failed", tenant)
     finally:
         with _cache_lock:
-            _refreshing.discard(params)
+            done = _refreshing.pop(params, None)
+        if done is not None:
+            done.set()
 
 
 def occurrences_since(store: ReportStore, tenant: str, since: datetime) -> list[Occurrence]:
@@ -268,12 +308,122 @@ def _tenant_patterns(
     )
 
 
+_HELPER_STORE: ReportStore | None = None  # the helper process's store (_helper_init)
+
+
+def _helper_init(url: str, busy_timeout_s: float) -> None:  # pragma: no cover - runs in the helper process
+    global _HELPER_STORE
+    from serve.store import Stores
+
+    # It stops with its worker. (Not serve.supervise.watch_master: the kernel's parent-death signal follows the
+    # thread that started the process, here a request's or a refresh's, which ends long before the worker.)
+    worker = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == worker:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="triage-patterns-watch", daemon=True).start()
+    with contextlib.suppress(OSError, AttributeError):  # not on every platform
+        os.nice(HELPER_NICE)
+    _HELPER_STORE = Stores.at(url, busy_timeout_s=busy_timeout_s).reports
+
+
+def _helper_make(tenant: str, since: datetime, until: datetime, level: Level, limit: int, examples: int,
+                 agent: str | None) -> tuple[str, Any]:  # pragma: no cover - runs in the helper process
+    """The answer (the helper process): ``("ok", PatternsOut)``, or an error to raise again in the worker."""
+    assert _HELPER_STORE is not None
+    try:
+        return "ok", _tenant_patterns(_HELPER_STORE, tenant, since=since, until=until, level=level, limit=limit,
+                                      examples=examples, agent=agent)
+    except InputError as exc:
+        return "input", (exc.message, exc.path)
+    except TriageError as exc:
+        return "triage", (type(exc).__name__, str(exc))
+
+
+class _Helper:
+    """A worker's helper process making its answers (module docstring, "Helper process"), started on the first."""
+
+    def __init__(self, url: str, busy_timeout_s: float) -> None:
+        self.url = url
+        self.busy_timeout_s = busy_timeout_s
+        self.started = 0  # helper processes started so far
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_helper_init,
+                    initargs=(self.url, self.busy_timeout_s))
+                self.started += 1
+            return self._pool
+
+    def make(self, tenant: str, *, since: datetime, until: datetime, level: Level, limit: int, examples: int,
+             agent: str | None) -> PatternsOut | None:
+        """The answer made in the helper; ``None`` when the helper died or took over :data:`HELPER_TIMEOUT_S`
+        (it is stopped: the caller makes the answer, the next one starts a new helper)."""
+        pool = self.executor()
+        try:
+            status, value = pool.submit(_helper_make, tenant, since, until, level, limit, examples,
+                                        agent).result(timeout=HELPER_TIMEOUT_S)
+        # CancelledError, RuntimeError: stopped or closed meanwhile (another thread's answer failed, the worker's end)
+        except (BrokenProcessPool, TimeoutError, CancelledError, RuntimeError) as exc:
+            log.error("patterns: the helper process failed (%s); the answer is made in the worker",
+                      type(exc).__name__ if str(exc) == "" else exc)
+            self._stop(pool)
+            return None
+        if status == "ok":
+            return value  # type: ignore[no-any-return]
+        if status == "input":
+            raise InputError(value[0], path=value[1])
+        name, message = value
+        cls = getattr(model_errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, TriageError):
+            with contextlib.suppress(TypeError):  # one whose constructor wants more: a StoreError below
+                raise cls(message)
+        raise StoreError(message)
+
+    def _stop(self, pool: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # else exit would wait for its work
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+
+    def close(self) -> None:
+        """Stop the helper now (the worker's end)."""
+        pool = self._pool
+        if pool is not None:
+            self._stop(pool)
+
+
+def _separate(report_store: ReportStore) -> bool:
+    """Whether another process can open the store (not an in-memory SQLite database)."""
+    db = report_store.db
+    database = db.engine.url.database
+    return db.dialect != "sqlite" or (bool(database) and database != ":memory:" and "mode=memory" not in db.url)
+
+
 class Patterns:
-    """The tenant's failure patterns over the stores' aggregates (``GET /v1/patterns``, the console)."""
+    """The tenant's failure patterns over the stores' aggregates (``GET /v1/patterns``, the console), made in
+    a helper process (module docstring, "Helper process")."""
 
     def __init__(self, report_store: ReportStore, *, max_stale_s: float = 0.0) -> None:
         self.report_store = report_store
         self.max_stale_s = max_stale_s
+        self.helper = _Helper(report_store.db.url, report_store.db.busy_timeout_s) if _separate(report_store) \
+            else None
+
+    def close(self) -> None:
+        """Stop the helper process (the worker's end)."""
+        if self.helper is not None:
+            self.helper.close()
 
     def tenant_patterns(
         self, tenant: str, *, since: datetime, until: datetime, level: Level = "all", limit: int = 50,
@@ -281,7 +431,7 @@ class Patterns:
     ) -> PatternsOut:
         """:func:`tenant_patterns` on this service's store, within its ``max_stale_s``."""
         return tenant_patterns(self.report_store, tenant, since=since, until=until, level=level, limit=limit,
-                               examples=examples, agent=agent, max_stale_s=self.max_stale_s)
+                               examples=examples, agent=agent, max_stale_s=self.max_stale_s, helper=self.helper)
 
 
 __all__ = ["DEFAULT_DAYS", "MAX_WINDOW_DAYS", "ROWS_TENANTS", "ROWS_TTL_S", "Patterns", "clear_cache", "occurrences_since",

@@ -135,9 +135,10 @@ class TriageService:
         return self.stores.db.ping()
 
     def close(self) -> None:
-        """Apply the streams' waiting feed, then release the database's connections (the lifespan's end, a CLI
-        command's)."""
+        """Apply the streams' waiting feed, stop the patterns' helper process, then release the database's
+        connections (the lifespan's end, a CLI command's)."""
         self.streams.close()
+        self.patterns.close()
         self.stores.limits.close()
         self.stores.db.dispose()
 
