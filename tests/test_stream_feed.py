@@ -10,6 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from model.core.options import DiagnoseOptions
@@ -137,3 +138,29 @@ def test_two_workers_feeding_at_once_apply_each_run_once_in_order(db_url: str, t
             _check_replay(check, agent, {tid for tid, a in jobs if a == agent})
     finally:
         check.close()
+
+
+def test_an_idle_feeder_applies_what_a_stopped_worker_left(db_url: str, tmp_path: Path,  # noqa: F811
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import serve.services.streams as streams_service
+
+    monkeypatch.setattr(streams_service, "IDLE_CHECK_S", 0.3)
+    svc = _service(db_url, tmp_path, 0.05)
+    try:
+        svc.diagnose("t", _run(60, "r0", agent="a"), DiagnoseOptions())  # starts this worker's feeder
+        deadline = time.monotonic() + 20
+        while _waiting(svc) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _waiting(svc) == 0
+        # a row another worker wrote and did not apply (killed): its diagnosis committed, its feeder gone
+        with svc.stores.db.unit() as db:
+            svc.stores.streams.enqueue_feed(db, "t", "a", "orphan", {"output_chars": 61.0})
+        assert _waiting(svc) == 1
+        deadline = time.monotonic() + 20
+        while _waiting(svc) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _waiting(svc) == 0
+        obs = _observations(svc, "a")["output_chars"]
+        assert [(s, v, t) for s, v, t in obs] == [(0, 60.0, "r0"), (1, 61.0, "orphan")]
+    finally:
+        svc.close()

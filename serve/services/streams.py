@@ -14,7 +14,8 @@ them. This took the streams' rows, reads and JSON out of every diagnosis's write
 store work on SQLite: docs/benchmarks.md, "Round 9") and shares a stream's
 update among the runs of a batch. Readers see every run committed before them: a posted observation, the
 change points and the console's stream pages apply what waits first; a worker's shutdown applies what it
-left, and the upkeep loop (start-up, hourly) what a killed worker left. What lags by up to ``feed_s``: an
+left; what a killed worker left, the next batch of any worker, an idle feeder within :data:`IDLE_CHECK_S`
+(a minute), or the upkeep loop (start-up, hourly). What lags by up to ``feed_s``: an
 alarm raised by a run's values (it shows in the agent's diagnoses ``feed_s`` + ``alarm_ttl_s`` later at
 most, where it showed ``alarm_ttl_s`` later in other workers before) and the open alarms listed by
 ``/metrics`` and the console's overview. ``feed_s`` 0 applies each diagnosis's values in its transaction.
@@ -61,6 +62,8 @@ DEGRADATION_SIGNAL_CONFIDENCE = 0.5 * DEFAULT_THRESHOLDS[FailureKind.DEGRADATION
 MAX_ALARM_ENTRIES = 10_000
 #: Runs of the feed applied per transaction (:meth:`Streams.drain`).
 FEED_BATCH = 200
+#: Seconds an idle feeder waits before it looks for rows another worker left (one that stopped before applying them).
+IDLE_CHECK_S = 60.0
 
 log = logging.getLogger("triage.streams")
 
@@ -399,7 +402,8 @@ def _own_value(alarm: dict[str, Any], value: float | None) -> tuple[bool, str]:
 
 def _feed_loop(ref: weakref.ref[Streams]) -> None:
     """A worker's feeder (:meth:`Streams._wake` starts it): from the first value written after the last batch,
-    ``feed_s`` seconds to gather more, then :meth:`Streams.drain`. A failure (the store unavailable) is logged
+    ``feed_s`` seconds to gather more, then :meth:`Streams.drain`; idle, every :data:`IDLE_CHECK_S` it looks for
+    rows another worker left and applies them. A failure (the store unavailable) is logged
     and tried again after twice the wait before, up to a minute; the rows stay in the feed meanwhile. It holds
     the service only while it works on it: a service dropped without :meth:`Streams.close` ends it."""
     wait = 0.0
@@ -409,7 +413,17 @@ def _feed_loop(ref: weakref.ref[Streams]) -> None:
             return
         waiting, closing, wait = me._waiting, me._closing, wait or me.feed_s
         del me
-        waiting.wait()
+        if not waiting.wait(IDLE_CHECK_S):  # idle: rows a stopped worker left, if any, are applied too
+            me = ref()
+            if me is None or closing.is_set():
+                return
+            try:
+                if me.stream_store.feed_waiting():
+                    waiting.set()
+            except Exception as exc:
+                log.warning("stream feed: looking for waiting values failed (%s)", exc)
+            del me
+            continue
         closing.wait(wait)
         me = ref()
         if me is None or closing.is_set():
