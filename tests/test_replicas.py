@@ -196,17 +196,22 @@ def test_inferred_agents_agree_across_replicas_with_no_duplicates(cluster: Clust
     assert sum(n for _, n in lists[0]) == len(jobs)
 
 
+def _feed_waiting(cluster: Cluster, tenant: str, *, within_s: float) -> int:
+    """The tenant's runs still waiting in the streams' feed once none is, or ``within_s`` seconds have passed."""
+    deadline = time.monotonic() + within_s
+    while True:
+        with cluster.stores.db.engine.connect() as conn:
+            waiting = int(conn.execute(text("SELECT count(*) FROM stream_feed WHERE tenant_id = :t"),
+                                       {"t": tenant}).scalar() or 0)
+        if not waiting or time.monotonic() > deadline:
+            return waiting
+        time.sleep(0.2)
+
+
 def test_each_runs_stream_observations_are_applied_once_in_commit_order(cluster: Cluster) -> None:
     """The runs of the test above fed their agents' streams from four workers on two replicas at once: each
     wrote its values to the streams' feed, which the replicas' feeders apply within TRIAGE_STREAM_FEED_S."""
-    deadline = time.monotonic() + 30
-    while True:
-        with cluster.stores.db.engine.connect() as conn:
-            waiting = conn.execute(text("SELECT count(*) FROM stream_feed WHERE tenant_id = 'agents'")).scalar()
-        if not waiting or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert waiting == 0
+    assert _feed_waiting(cluster, "agents", within_s=30) == 0
     with cluster.stores.db.engine.connect() as conn:
         streams = conn.execute(text("SELECT name, agent, detector, params, state, n FROM streams "
                                     "WHERE tenant_id = 'agents'")).all()
@@ -396,14 +401,7 @@ def test_sigkill_of_one_replica_under_load_loses_nothing_acknowledged(cluster: C
     assert set(acked) <= stored
     # and each acknowledged run's values reach its agent's streams, once: what the victim left in the streams'
     # feed, the survivor's feeder applies with its own runs' (within TRIAGE_STREAM_FEED_S)
-    deadline = time.monotonic() + 30
-    while True:
-        with cluster.stores.db.engine.connect() as conn:
-            waiting = conn.execute(text("SELECT count(*) FROM stream_feed WHERE tenant_id = 'kill'")).scalar()
-        if not waiting or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert waiting == 0
+    assert _feed_waiting(cluster, "kill", within_s=30) == 0
     with cluster.stores.db.engine.connect() as conn:
         fed = [r[0] for r in conn.execute(text("SELECT trace_id FROM observations WHERE tenant_id = 'kill' "
                                                  "AND stream = 'failure_probability'"))]

@@ -34,6 +34,14 @@ def _waiting(svc: TriageService) -> int:
         return int(db.scalar(select(func.count()).select_from(StreamFeedRow)) or 0)
 
 
+def _left_after_feeder(svc: TriageService, within_s: float = 20) -> int:
+    """The feed's waiting rows once none waits (the feeder applied them), or ``within_s`` seconds have passed."""
+    deadline = time.monotonic() + within_s
+    while (waiting := _waiting(svc)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return waiting
+
+
 def _observations(svc: TriageService, agent: str) -> dict[str, list[tuple[int, float, str | None]]]:
     with svc.stores.db.read() as db:
         rows = db.execute(select(ObservationRow.stream, ObservationRow.seq, ObservationRow.value, ObservationRow.trace_id)
@@ -75,10 +83,7 @@ def test_the_feeder_applies_the_runs_values_after_gathering_them(db_url: str, tm
             svc.diagnose("t", _run(60 + i, tid, agent="a"), DiagnoseOptions())
         # written with the runs, not applied by them
         assert _waiting(svc) == 6 and _observations(svc, "a") == {}
-        deadline = time.monotonic() + 20
-        while _waiting(svc) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _waiting(svc) == 0
+        assert _left_after_feeder(svc) == 0
         _check_replay(svc, "a", set(ids))
         chars = [v for _, v, _ in _observations(svc, "a")["output_chars"]]
         assert chars == [float(60 + i) for i in range(6)]  # in the order written
@@ -148,18 +153,12 @@ def test_an_idle_feeder_applies_what_a_stopped_worker_left(db_url: str, tmp_path
     svc = _service(db_url, tmp_path, 0.05)
     try:
         svc.diagnose("t", _run(60, "r0", agent="a"), DiagnoseOptions())  # starts this worker's feeder
-        deadline = time.monotonic() + 20
-        while _waiting(svc) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _waiting(svc) == 0
+        assert _left_after_feeder(svc) == 0
         # a row another worker wrote and did not apply (killed): its diagnosis committed, its feeder gone
         with svc.stores.db.unit() as db:
             svc.stores.streams.enqueue_feed(db, "t", "a", "orphan", {"output_chars": 61.0})
         assert _waiting(svc) == 1
-        deadline = time.monotonic() + 20
-        while _waiting(svc) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _waiting(svc) == 0
+        assert _left_after_feeder(svc) == 0
         obs = _observations(svc, "a")["output_chars"]
         assert [(s, v, t) for s, v, t in obs] == [(0, 60.0, "r0"), (1, 61.0, "orphan")]
     finally:

@@ -114,6 +114,11 @@ class _Recent:
     made: float  # … and ended: its age counts from here
     out: PatternsOut
 
+    def serves(self, until: datetime, max_stale_s: float) -> bool:
+        """Whether it may answer for a window ending at ``until``: its own ends at most a minute and
+        ``max_stale_s`` before."""
+        return timedelta(0) <= until - self.until <= timedelta(seconds=60 + max_stale_s)
+
 
 _recent: OrderedDict[tuple[Any, ...], _Recent] = OrderedDict()
 #: The keys of _recent whose new answer a thread is making: set when it is made (or failed).
@@ -185,7 +190,7 @@ def tenant_patterns(
             return hit
         recent = _recent.get(params) if max_stale_s > 0 else None
         age = time.monotonic() - recent.made if recent is not None else 0.0
-        near = recent is not None and timedelta(0) <= until - recent.until <= timedelta(seconds=60 + max_stale_s)
+        near = recent is not None and recent.serves(until, max_stale_s)
         if recent is not None and near and age <= max_stale_s:
             if age >= max_stale_s / 2 and params not in _refreshing:
                 _refreshing[params] = threading.Event()
@@ -196,8 +201,7 @@ def tenant_patterns(
     if making is not None and making.wait(HELPER_TIMEOUT_S):  # too old, its successor under way: that one
         with _cache_lock:
             got = _recent.get(params)
-        if got is not None and got is not recent and timedelta(0) <= until - got.until <= timedelta(
-                seconds=60 + max_stale_s):
+        if got is not None and got is not recent and got.serves(until, max_stale_s):
             return got.out
     return _made(store, tenant, params, key, since, until, helper)
 

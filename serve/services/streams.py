@@ -268,9 +268,10 @@ class Streams:
         return len(rows)
 
     def apply_waiting_in(self, db: Any) -> None:
-        """Every run waiting in the feed applied in transaction ``db``: what a posted observation and an agent's
-        move or reset do first, so that the values written before them count before them."""
-        while self.drain_in(db) == FEED_BATCH:
+        """Every run waiting in the feed applied in transaction ``db`` (none with ``feed_s`` 0): what a posted
+        observation and an agent's move or reset do first, so that the values written before them count before
+        them."""
+        while self.feed_s > 0 and self.drain_in(db) == FEED_BATCH:
             pass
 
     def drain_waiting(self) -> None:
@@ -329,11 +330,10 @@ class Streams:
         self._waiting.set()
         if self._feeder is not None:
             self._feeder.join(timeout=30)
-        if self.feed_s > 0:
-            try:
-                self.drain_waiting()
-            except Exception:
-                log.exception("stream feed: applying the waiting values at shutdown failed; they stay in the feed")
+        try:
+            self.drain_waiting()
+        except Exception:
+            log.exception("stream feed: applying the waiting values at shutdown failed; they stay in the feed")
 
     def open_alarms(self, tenant: str, agent: str) -> list[dict[str, Any]]:
         """The open alarms of ``agent``'s streams and of every agent's (``""``), at most
@@ -469,8 +469,8 @@ def advance_stream(st: FedStream, value: float) -> bool:
 
 
 def stream_state(st: FedStream) -> dict[str, Any]:
-    """The detector's state after the values fed (the row's own when none was)."""
-    state: dict[str, Any] = st.det.get_state() if st.det is not None else st.row["state"]
+    """The detector's state after the values fed (:func:`advance_stream`, at least once)."""
+    state: dict[str, Any] = st.det.get_state()
     return state
 
 

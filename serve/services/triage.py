@@ -100,7 +100,7 @@ class TriageService:
         self.stores = stores
         self.streams = Streams(stores.streams, diagnoser, detector=stream_detector, autofeed=stream_autofeed,
                                alarm_ttl_s=alarm_cache_s, feed_s=stream_feed_s)
-        self.agents = Agents(stores.agents, registry, apply_feed=self.streams.apply_waiting_in if stream_feed_s > 0 else None)
+        self.agents = Agents(stores.agents, registry, apply_feed=self.streams.apply_waiting_in)
         self.diagnoses = Diagnoses(
             stores.sessions, stores.traces, stores.labels, stores.agents, stores.streams,
             diagnoser, redactor, self.streams, relative_min_runs=relative_min_runs,

@@ -13,7 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from serve.store.base import StoreBase, core, store_error
-from serve.store.prepared import Prepared, Tx, dialect_name, per_dialect
+from serve.store.prepared import Prepared, Tx, per_dialect
 from serve.store.tables import ObservationRow, StreamFeedRow, StreamRow, utcnow
 
 _STREAM_COLS = ("name", "detector", "params", "state", "n", "alarm_open", "alarm")
@@ -44,13 +44,6 @@ _FEED_LOCK = "triage.stream_feed"
 _LOCK_FEED = Prepared(select(func.pg_advisory_xact_lock(func.hashtext(bindparam("n")))))
 
 
-def lock_feed(db: Tx) -> None:
-    """In transaction ``db``: wait for, then hold to its end, the right to apply the feed
-    (PostgreSQL's advisory lock; on SQLite the write transaction is that right already)."""
-    if dialect_name(db) == "postgresql":
-        _LOCK_FEED.execute(db, {"n": _FEED_LOCK})
-
-
 class StreamStore(StoreBase):
     """The ``streams`` and ``observations`` tables."""
 
@@ -62,10 +55,11 @@ class StreamStore(StoreBase):
         _ENQUEUE.execute(db, {"tenant_id": tenant, "agent": agent, "trace_id": trace_id, "values": values,
                               "created_at": utcnow()})
 
-    @staticmethod
-    def lock_feed(db: Tx) -> None:
-        """:func:`lock_feed`."""
-        lock_feed(db)
+    def lock_feed(self, db: Tx) -> None:
+        """In transaction ``db``: wait for, then hold to its end, the right to apply the feed
+        (PostgreSQL's advisory lock; on SQLite the write transaction is that right already)."""
+        if self.dialect == "postgresql":
+            _LOCK_FEED.execute(db, {"n": _FEED_LOCK})
 
     def take_feed(self, db: Tx, limit: int) -> list[tuple[int, str, str, str, dict[str, float]]]:
         """In transaction ``db``, after :meth:`lock_feed`: the oldest ``limit`` rows of the feed as
@@ -222,4 +216,4 @@ class StreamStore(StoreBase):
         return [(int(s), float(v)) for s, v in reversed(rows)]
 
 
-__all__ = ["StreamStore", "lock_feed"]
+__all__ = ["StreamStore"]
