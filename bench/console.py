@@ -107,6 +107,11 @@ def _serve(url: str, data: Path) -> tuple[subprocess.Popen[bytes], str]:
                              **live.UNLIMITED})
 
 
+def _p95(lat: list[float]) -> float:
+    """The 95th percentile of ``lat``, sorted: its nearest-rank value."""
+    return lat[min(len(lat) - 1, int(round(0.95 * len(lat))) - 1)]
+
+
 def _cpu(pid: int) -> tuple[float, float]:
     """CPU seconds (user + system) so far of the process ``pid`` and of its live children (a helper process)."""
     import psutil
@@ -142,7 +147,7 @@ def _soak(client: Any, path: str, soak_s: float, interval_s: float, pid: int | N
         nxt += interval_s
         time.sleep(max(0.0, nxt - time.monotonic()))
     lat.sort()
-    p95 = lat[min(len(lat) - 1, int(round(0.95 * len(lat))) - 1)]
+    p95 = _p95(lat)
     res: dict[str, Any] = {"path": path, "n": len(lat), "soak_s": soak_s, "p50_ms": round(statistics.median(lat), 1),
                            "p95_ms": round(p95, 1), "max_ms": round(lat[-1], 1), "answers": len(answers),
                            "ok": p95 <= TARGET_MS}
@@ -185,7 +190,7 @@ def _time(client: Any, path: str, n: int) -> dict[str, Any]:
         _print(res)
         return res
     lat.sort()
-    p95 = lat[min(len(lat) - 1, int(round(0.95 * len(lat))) - 1)]
+    p95 = _p95(lat)
     res = {"path": path, "n": n, "first_ms": round(first * 1000, 1), "p50_ms": round(statistics.median(lat), 1),
            "p95_ms": round(p95, 1), "bytes": size, "ok": p95 <= TARGET_MS}
     _print(res)
