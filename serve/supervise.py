@@ -6,9 +6,12 @@ holding the port, and the next ``triage serve`` fails with "Address already in u
 
 Each worker therefore watches its master (:func:`watch_master`, started in the app's lifespan):
 
-- on Linux it asks the kernel for SIGTERM when the master dies (``prctl(PR_SET_PDEATHSIG)``);
-- everywhere, a thread checks every ``poll_s`` whether its parent is still the master, and sends
-  itself SIGTERM when it is not;
+- a thread waits for the master's exit and then sends the worker SIGTERM: on Linux it waits on a
+  descriptor of the master's process (``pidfd_open``), which wakes it when the master exits, at once;
+  elsewhere it checks every ``poll_s`` whether its parent is still the master. (Not the kernel's
+  parent-death signal, ``prctl(PR_SET_PDEATHSIG)``: it follows the *thread* that started the process,
+  so a process started from a thread that ends before its parent, a request's or a pool's, would be
+  stopped then. Any helper process a worker starts calls :func:`watch_master` too.)
 - SIGTERM is uvicorn's graceful shutdown (requests in flight are answered); a worker still alive
   ``grace_s`` later exits at once.
 
@@ -24,31 +27,39 @@ lifespan's end; ``triage serve`` then exits 0.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import logging
 import multiprocessing
 import os
+import select
 import signal
-import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("triage.serve")
 
-_PR_SET_PDEATHSIG = 1
 
-
-def _set_parent_death_signal(sig: int) -> bool:
-    """Linux: deliver ``sig`` to this process when its parent exits. False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
+def _wait_for_exit(pid: int, gone: Callable[[], bool], poll_s: float) -> None:
+    """Return once process ``pid`` has exited: on a descriptor of it (Linux 5.3+, ``os.pidfd_open``), which
+    turns readable at its exit; else (or where it cannot be opened) when ``gone()`` says so, checked every
+    ``poll_s``."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return int(libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux, an old kernel, or it has gone already
+        fd = None
+    if fd is not None:
+        try:
+            waiter = select.poll()
+            waiter.register(fd, select.POLLIN)
+            if not gone():  # (its pid may have been another process's by the time it was opened)
+                while not waiter.poll():
+                    pass
+            return
+        finally:
+            os.close(fd)
+    while not gone():
+        time.sleep(poll_s)
 
 
 def watch_master(*, poll_s: float = 0.5, grace_s: float = 10.0) -> bool:
@@ -61,14 +72,12 @@ def watch_master(*, poll_s: float = 0.5, grace_s: float = 10.0) -> bool:
     if parent is None or parent.pid is None:
         return False
     master = parent.pid
-    _set_parent_death_signal(signal.SIGTERM)
 
     def orphaned() -> bool:
         return os.getppid() != master
 
     def watch() -> None:
-        while not orphaned():
-            time.sleep(poll_s)
+        _wait_for_exit(master, orphaned, poll_s)
         log.warning("the server's master process %d is gone: this worker (%d) stops", master, os.getpid())
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(grace_s)

@@ -450,6 +450,35 @@ def test_the_service_makes_its_answers_in_a_helper_process(payment_runs: list[Tr
         service.close()
 
 
+def test_a_helper_that_cannot_start_is_not_started_again_at_every_answer() -> None:
+    """A helper whose start fails (here: a store it cannot open) fails the answer over to the caller; after two
+    failures in a row no new helper is started for ``HELPER_BACKOFF_S`` seconds (doubled at each further
+    failure), then one is tried again."""
+    import time
+
+    from serve.services import patterns as P
+
+    helper = P._Helper("bogus://nowhere", 1.0)
+    since, until = window(since=None, until=None, days=1.0)
+
+    def make() -> PatternsOut | None:
+        return helper.make("acme", since=since, until=until, level="kind", limit=10, examples=1, agent=None)
+
+    def waits() -> float:  # the seconds until a new helper may start
+        return helper.retry_at - time.monotonic()
+
+    try:
+        assert make() is None and helper.started == 1 and helper.failures == 1 and waits() <= 0
+        assert make() is None and helper.started == 2 and helper.failures == 2  # the first failure: tried again
+        assert P.HELPER_BACKOFF_S - 5 < waits() <= P.HELPER_BACKOFF_S  # two in a row: none started meanwhile
+        assert make() is None and helper.started == 2
+        helper.retry_at -= P.HELPER_BACKOFF_S  # its time has come
+        assert make() is None and helper.started == 3 and helper.failures == 3
+        assert 2 * P.HELPER_BACKOFF_S - 5 < waits() <= 2 * P.HELPER_BACKOFF_S  # the wait doubled
+    finally:
+        helper.close()
+
+
 def test_cache_answers_until_the_data_changes(payment_runs: list[Trace], tmp_path: Path) -> None:
     service = _service(f"sqlite:///{tmp_path / 'c.db'}")
     try:

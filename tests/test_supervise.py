@@ -3,12 +3,14 @@ new server binds the same port at once (serve/supervise.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -73,3 +75,55 @@ def test_kill_9_of_the_master_stops_its_workers(tmp_path: Path) -> None:
                 proc.stderr.close()
     finally:
         srv.stop()
+
+
+def _helper(queue: Any) -> None:  # a helper process (spawned): watches its parent, then waits to be stopped
+    from serve.supervise import watch_master
+
+    queue.put(watch_master(grace_s=1.0))
+    time.sleep(120)
+
+
+def _parent(queue: Any, pids: Any) -> None:  # a worker (spawned) that starts its helper from a thread that ends
+    import multiprocessing
+    import threading
+
+    def start() -> None:  # (a request's thread: it ends once the helper is up and watching)
+        proc = multiprocessing.get_context("spawn").Process(target=_helper, args=(queue,), daemon=False)
+        proc.start()
+        pids.put((proc.pid, queue.get(timeout=60)))
+
+    t = threading.Thread(target=start)
+    t.start()
+    t.join()
+    time.sleep(120)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads process states from /proc (Linux)")
+def test_a_helper_started_from_a_thread_outlives_it_and_stops_with_its_parent() -> None:
+    """A process that calls ``watch_master`` stops when its parent exits, and not when the thread of the
+    parent that started it ends (the kernel's parent-death signal would stop it then)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue, pids = ctx.Queue(), ctx.Queue()
+    parent = ctx.Process(target=_parent, args=(queue, pids))
+    parent.start()
+    helper = None
+    try:
+        helper, watching = pids.get(timeout=60)
+        assert watching is True  # it watches, and the thread that started it has ended since
+        time.sleep(1.5)
+        assert _alive(helper), "the helper stopped when the thread that started it ended"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.join(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(helper):
+            time.sleep(0.05)
+        assert not _alive(helper), "the helper outlived its parent"
+    finally:
+        if parent.is_alive():
+            parent.kill()
+        if helper is not None:
+            with contextlib.suppress(OSError):
+                os.kill(helper, signal.SIGKILL)

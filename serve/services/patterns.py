@@ -43,7 +43,10 @@ thread waits for the answer without holding the GIL. Made in the worker, the 2â€
 1,000,000 runs held its GIL, and every other request of the worker waited meanwhile (p95 470 ms over a
 two-minute soak at one diagnosis a second; docs/benchmarks.md, "Patterns while runs are written"). One answer
 is made at a time per worker. A helper that dies or takes longer than :data:`HELPER_TIMEOUT_S` is stopped and
-that answer made in the worker, as before; the next one starts a new helper. :func:`tenant_patterns` called
+that answer made in the worker, as before; the next one starts a new helper, unless the last one failed too (a
+helper that cannot start, or dies at each answer): after two failures in a row the worker makes its answers
+itself for :data:`HELPER_BACKOFF_S` seconds, doubled at each further failure up to :data:`HELPER_BACKOFF_MAX_S`,
+before it tries a new helper; an answer the helper gives ends the series. :func:`tenant_patterns` called
 directly (``triage patterns``, the tests) and an in-memory SQLite store make the answer in the caller's thread.
 """
 
@@ -86,6 +89,10 @@ ROWS_TENANTS = 16
 HELPER_TIMEOUT_S = 600.0
 #: The helper runs at a lower CPU priority (``nice``) than its worker: when both want the cores, requests go first.
 HELPER_NICE = 10
+#: After two helper failures in a row, the seconds the worker makes its answers itself before it starts another
+#: helper; doubled at each further failure, up to :data:`HELPER_BACKOFF_MAX_S`.
+HELPER_BACKOFF_S = 30.0
+HELPER_BACKOFF_MAX_S = 600.0
 
 
 @dataclass
@@ -318,17 +325,9 @@ _HELPER_STORE: ReportStore | None = None  # the helper process's store (_helper_
 def _helper_init(url: str, busy_timeout_s: float) -> None:  # pragma: no cover - runs in the helper process
     global _HELPER_STORE
     from serve.store import Stores
+    from serve.supervise import watch_master
 
-    # It stops with its worker. (Not serve.supervise.watch_master: the kernel's parent-death signal follows the
-    # thread that started the process, here a request's or a refresh's, which ends long before the worker.)
-    worker = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == worker:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="triage-patterns-watch", daemon=True).start()
+    watch_master()  # it stops with its worker (a thread waits for the worker's exit)
     with contextlib.suppress(OSError, AttributeError):  # not on every platform
         os.nice(HELPER_NICE)
     _HELPER_STORE = Stores.at(url, busy_timeout_s=busy_timeout_s).reports
@@ -354,6 +353,8 @@ class _Helper:
         self.url = url
         self.busy_timeout_s = busy_timeout_s
         self.started = 0  # helper processes started so far
+        self.failures = 0  # helper failures since its last answer
+        self.retry_at = 0.0  # time.monotonic() before which no new helper is started (after failures in a row)
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -369,17 +370,26 @@ class _Helper:
     def make(self, tenant: str, *, since: datetime, until: datetime, level: Level, limit: int, examples: int,
              agent: str | None) -> PatternsOut | None:
         """The answer made in the helper; ``None`` when the helper died or took over :data:`HELPER_TIMEOUT_S`
-        (it is stopped: the caller makes the answer, the next one starts a new helper)."""
+        (it is stopped: the caller makes the answer, the next one starts a new helper), and while no new helper
+        is started after failures in a row (module docstring, "Helper process")."""
+        if self._pool is None and time.monotonic() < self.retry_at:
+            return None
         pool = self.executor()
         try:
             status, value = pool.submit(_helper_make, tenant, since, until, level, limit, examples,
                                         agent).result(timeout=HELPER_TIMEOUT_S)
         # CancelledError, RuntimeError: stopped or closed meanwhile (another thread's answer failed, the worker's end)
         except (BrokenProcessPool, TimeoutError, CancelledError, RuntimeError) as exc:
-            log.error("patterns: the helper process failed (%s); the answer is made in the worker",
-                      type(exc).__name__ if str(exc) == "" else exc)
             self._stop(pool)
+            with self._lock:
+                self.failures += 1
+                wait = 0.0 if self.failures < 2 else min(HELPER_BACKOFF_MAX_S, HELPER_BACKOFF_S * 2 ** (self.failures - 2))
+                self.retry_at = time.monotonic() + wait
+            log.error("patterns: the helper process failed (%s); the answer is made in the worker%s",
+                      type(exc).__name__ if str(exc) == "" else exc,
+                      f" for the next {wait:.0f} s too ({self.failures} failures in a row)" if wait else "")
             return None
+        self.failures = 0
         if status == "ok":
             return value  # type: ignore[no-any-return]
         if status == "input":
