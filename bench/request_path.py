@@ -28,6 +28,10 @@ and, with ``--database-url``, an empty PostgreSQL database; one thread. For each
 Each figure is the median of ``--repeats`` blocks of ``--n`` requests (after ``--warmup``), with the
 blocks' range: the host is shared, so the spread says how much to trust the median.
 
+``--touch-mb M`` reads an M MiB array after each decision, before the write (as the classifier's forward
+reads its ~20 MiB of weights there): how much of a write's CPU is its caches' being cold, which a
+rules-only diagnosis does not show (``--touch-mb 24 --scenarios diag_rules_10`` against ``--touch-mb 0``).
+
 **Server** (``--server``): a real ``triage serve`` (one worker, SQLite, the server of
 ``bench/service.py``) of this checkout and of ``--base`` (a worktree of the base commit), in
 ``--rounds`` interleaved rounds (the base first in odd rounds). Per scenario and round:
@@ -211,6 +215,18 @@ def run(url: str, data: Path, a: argparse.Namespace) -> dict[str, Any]:
         clock.cpu["commit"] += time.process_time() - t0
 
     dialect.do_commit = timed_commit  # type: ignore[method-assign]
+    if a.touch_mb > 0:  # the caches made cold between the decision and the write (module docstring)
+        import numpy as np
+
+        touched = np.ones(int(a.touch_mb * 2**20) // 8)
+        decide = service.diagnoses.decide
+
+        def cold_decide(*args: Any, **kwargs: Any) -> Any:
+            out = decide(*args, **kwargs)
+            touched.sum()
+            return out
+
+        service.diagnoses.decide = cold_decide
     total = a.warmup + a.n * a.repeats
     out: dict[str, Any] = {"classifier": bool(ready.get("classifier"))}
     tenant = "bench"
@@ -268,7 +284,8 @@ def inprocess(a: argparse.Namespace) -> dict[str, Any]:
             results[engine] = run(url or f"sqlite:///{Path(tmp) / 'triage.db'}", Path(tmp), a)
     results["load_after"] = os.getloadavg()
     print(f"in process, load average {results['load'][0]:.2f} → {results['load_after'][0]:.2f}; "
-          f"median of {a.repeats} blocks of {a.n} (range)")
+          f"median of {a.repeats} blocks of {a.n} (range)"
+          + (f"; {a.touch_mb:g} MiB read between each decision and its write" if a.touch_mb > 0 else ""))
     print(f"{'engine':11s} {'scenario':18s} {'CPU ms/request':>22s} {'write transaction CPU ms':>24s} "
           f"{'of which model work':>24s} {'store write CPU ms':>24s} {'of which COMMIT':>24s} "
           f"{'store reads CPU ms':>24s} {'feed CPU ms a run':>24s}")
@@ -479,6 +496,8 @@ def main() -> None:
     ap.add_argument("--sqlite-pragma", action="append", default=[], metavar="NAME=VALUE",
                     help="in process: run PRAGMA NAME=VALUE on each SQLite connection after the store's own "
                          "(e.g. wal_autocheckpoint=0); repeatable")
+    ap.add_argument("--touch-mb", type=float, default=0.0, metavar="M",
+                    help="in process: read an M MiB array between each decision and its write (cold caches)")
     ap.add_argument("--base", type=Path, default=None, help="server: a worktree of the base commit")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--pairs", type=int, default=300, help="server: floor/request pairs of the plain client")
