@@ -145,6 +145,13 @@ def test_window_validation() -> None:
 
 
 # -- real runs through the service and the store -----------------------------------------------------
+def _window() -> tuple[datetime, datetime]:
+    """A day's window as the default makes it (ending at a whole minute), but five minutes ahead: the runs a test
+    diagnoses after taking it are inside it. (Ending at the next whole minute, a test that crossed one while it
+    ran left its later runs out.)"""
+    return window(since=None, until=None, days=1.0, now=datetime.now(UTC) + timedelta(minutes=5))
+
+
 def _service(url: str) -> TriageService:
     return build_service(Settings(database_url=url), Diagnoser.with_shipped_models(classifier=False, runscore=False))
 
@@ -322,7 +329,7 @@ def test_while_runs_are_written_an_answer_lags_them_at_most_max_stale_s(payment_
         assert service.patterns.max_stale_s == 30.0
         for t in payment_runs[:2]:
             service.diagnose("acme", t, DiagnoseOptions())
-        since, until = window(since=None, until=None, days=1.0)
+        since, until = _window()
         first = ask(since, until)
         service.diagnose("acme", payment_runs[2], DiagnoseOptions())
         assert ask(since, until) is first and not P._refreshing  # the last answer, at once, not yet made anew
@@ -366,7 +373,7 @@ def test_past_max_stale_s_a_request_waits_for_the_answer_under_way(payment_runs:
     try:
         for t in payment_runs[:2]:
             service.diagnose("acme", t, DiagnoseOptions())
-        since, until = window(since=None, until=None, days=1.0)
+        since, until = _window()
         first = ask()
         service.diagnose("acme", payment_runs[2], DiagnoseOptions())
         with P._cache_lock:  # made 40 s ago, its successor under way
@@ -421,7 +428,7 @@ def test_the_service_makes_its_answers_in_a_helper_process(payment_runs: list[Tr
     try:
         for t in payment_runs[:3]:
             service.diagnose("acme", t, DiagnoseOptions())
-        since, until = window(since=None, until=None, days=1.0)
+        since, until = _window()
         box: list[PatternsOut] = []
         asker = threading.Thread(target=lambda: box.append(ask()))  # a request's thread: it ends, the helper stays
         asker.start()
@@ -459,7 +466,7 @@ def test_a_helper_that_cannot_start_is_not_started_again_at_every_answer() -> No
     from serve.services import patterns as P
 
     helper = P._Helper("bogus://nowhere", 1.0)
-    since, until = window(since=None, until=None, days=1.0)
+    since, until = _window()
 
     def make() -> PatternsOut | None:
         return helper.make("acme", since=since, until=until, level="kind", limit=10, examples=1, agent=None)
@@ -484,7 +491,7 @@ def test_cache_answers_until_the_data_changes(payment_runs: list[Trace], tmp_pat
     try:
         for t in payment_runs[:2]:
             service.diagnose("acme", t, DiagnoseOptions())
-        since, until = window(since=None, until=None, days=1.0)
+        since, until = _window()
         assert until.second == 0 and until.microsecond == 0  # the default end: the whole minute
         first = tenant_patterns(service.stores.reports, "acme", since=since, until=until)
         assert tenant_patterns(service.stores.reports, "acme", since=since, until=until) is first  # unchanged: cached
