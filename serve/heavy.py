@@ -17,10 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import os
-import threading
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -28,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 
 from model.core import errors as model_errors
 from model.core.errors import InputError, StoreError, TriageError
+from serve.supervise import HelperPool
 
 log = logging.getLogger("triage.serve")
 
@@ -74,38 +72,26 @@ def _diagnose(tenant: str, raw: bytes, format: str | None, session: str | None) 
         return "triage", (type(exc).__name__, str(exc), getattr(exc, "retry_after", None))
 
 
-class HeavyLane:
-    """The helper process of one worker (started on the first heavy request)."""
+class HeavyLane(HelperPool):
+    """The helper process of one worker (started on the first heavy request; :meth:`close` stops it)."""
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
         self.threshold = int(settings.heavy_body_bytes)
-        self._pool: ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()
+        super().__init__(_init, (settings.model_dump(),))
 
     def wants(self, size: int) -> bool:
         return 0 < self.threshold <= size
-
-    def _executor(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=1,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init,
-                    initargs=(self.settings.model_dump(),),
-                )
-            return self._pool
 
     async def diagnose(self, tenant: str, raw: bytes, format: str | None = None, session: str | None = None) -> str:
         """The response JSON for the body ``raw`` (and the route's ``format`` / ``session`` query
         parameters); our errors are raised here as they would be in the worker."""
         loop = asyncio.get_running_loop()
+        pool = self.executor()
         try:
-            status, value = await loop.run_in_executor(self._executor(), _diagnose, tenant, raw, format, session)
+            status, value = await loop.run_in_executor(pool, _diagnose, tenant, raw, format, session)
         except BrokenProcessPool:
-            with self._lock:
-                self._pool = None  # the next heavy request starts a new helper
+            self.stop(pool)  # the next heavy request starts a new helper
             log.error("the heavy-lane helper process died; it is restarted on the next large request")
             raise StoreError("the helper process serving large requests died; retry") from None
         if status == "ok":
@@ -126,16 +112,6 @@ class HeavyLane:
         if isinstance(cls, type) and issubclass(cls, TriageError):
             raise cls(message)
         raise StoreError(message)
-
-    def close(self) -> None:
-        """Stop the helper now (the worker is shutting down; nothing it still runs is answered)."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            procs = list(getattr(pool, "_processes", {}).values())  # else exit would wait for its work
-            pool.shutdown(wait=False, cancel_futures=True)
-            for proc in procs:
-                proc.terminate()
 
 
 __all__ = ["HeavyLane"]

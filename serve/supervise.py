@@ -35,6 +35,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 log = logging.getLogger("triage.serve")
@@ -88,6 +89,47 @@ def watch_master(*, poll_s: float = 0.5, grace_s: float = 10.0) -> bool:
     return True
 
 
+class HelperPool:
+    """A worker's helper process: a spawned ``ProcessPoolExecutor`` of one, started on first use with
+    ``initializer(*initargs)`` (which calls :func:`watch_master`, so that it stops with its worker). The heavy and
+    flood lanes' (``serve/heavy.py``) and the failure patterns' (``serve/services/patterns.py``)."""
+
+    def __init__(self, initializer: Callable[..., None], initargs: tuple[Any, ...]) -> None:
+        self.initializer = initializer
+        self.initargs = initargs
+        self.started = 0  # helper processes started so far
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def executor(self) -> ProcessPoolExecutor:
+        """The helper's executor, a new helper's when none runs."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=self.initializer, initargs=self.initargs)
+                self.started += 1
+            return self._pool
+
+    def stop(self, pool: ProcessPoolExecutor) -> bool:
+        """Stop ``pool``'s helper now (what it runs and what waits for it is not answered); whether ``pool`` was
+        the current one (the next :meth:`executor` starts a new helper)."""
+        with self._lock:
+            current = self._pool is pool
+            if current:
+                self._pool = None
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # else exit would wait for its work
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        return current
+
+    def close(self) -> None:
+        """Stop the helper now (the worker's end)."""
+        pool = self._pool
+        if pool is not None:
+            self.stop(pool)
+
+
 def drain_on_sigterm(state: Any, drain_s: float) -> bool:
     """In a worker's lifespan (uvicorn's main thread and loop): on SIGTERM set ``state.draining``
     (``/readyz`` answers 503) and hand the signal to uvicorn's handler ``drain_s`` seconds later; a
@@ -118,4 +160,4 @@ def drain_on_sigterm(state: Any, drain_s: float) -> bool:
     return True
 
 
-__all__ = ["drain_on_sigterm", "watch_master"]
+__all__ = ["HelperPool", "drain_on_sigterm", "watch_master"]

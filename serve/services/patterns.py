@@ -54,12 +54,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures import CancelledError
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -71,6 +70,7 @@ from model.core.errors import InputError, StoreError, TriageError
 from model.diagnosis.patterns import Occurrence, group_patterns
 from serve.schemas import Level, PatternOut, PatternsOut
 from serve.store.reports import ReportStore
+from serve.supervise import HelperPool, watch_master
 
 log = logging.getLogger("triage.patterns")
 
@@ -325,7 +325,6 @@ _HELPER_STORE: ReportStore | None = None  # the helper process's store (_helper_
 def _helper_init(url: str, busy_timeout_s: float) -> None:  # pragma: no cover - runs in the helper process
     global _HELPER_STORE
     from serve.store import Stores
-    from serve.supervise import watch_master
 
     watch_master()  # it stops with its worker (a thread waits for the worker's exit)
     with contextlib.suppress(OSError, AttributeError):  # not on every platform
@@ -346,26 +345,13 @@ def _helper_make(tenant: str, since: datetime, until: datetime, level: Level, li
         return "triage", (type(exc).__name__, str(exc))
 
 
-class _Helper:
+class _Helper(HelperPool):
     """A worker's helper process making its answers (module docstring, "Helper process"), started on the first."""
 
     def __init__(self, url: str, busy_timeout_s: float) -> None:
-        self.url = url
-        self.busy_timeout_s = busy_timeout_s
-        self.started = 0  # helper processes started so far
-        self.failures = 0  # helper failures since its last answer
+        super().__init__(_helper_init, (url, busy_timeout_s))
+        self.failures = 0  # helpers that failed since the last answer one gave
         self.retry_at = 0.0  # time.monotonic() before which no new helper is started (after failures in a row)
-        self._pool: ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()
-
-    def executor(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_helper_init,
-                    initargs=(self.url, self.busy_timeout_s))
-                self.started += 1
-            return self._pool
 
     def make(self, tenant: str, *, since: datetime, until: datetime, level: Level, limit: int, examples: int,
              agent: str | None) -> PatternsOut | None:
@@ -380,14 +366,15 @@ class _Helper:
                                         agent).result(timeout=HELPER_TIMEOUT_S)
         # CancelledError, RuntimeError: stopped or closed meanwhile (another thread's answer failed, the worker's end)
         except (BrokenProcessPool, TimeoutError, CancelledError, RuntimeError) as exc:
-            self._stop(pool)
-            with self._lock:
-                self.failures += 1
-                wait = 0.0 if self.failures < 2 else min(HELPER_BACKOFF_MAX_S, HELPER_BACKOFF_S * 2 ** (self.failures - 2))
-                self.retry_at = time.monotonic() + wait
-            log.error("patterns: the helper process failed (%s); the answer is made in the worker%s",
-                      type(exc).__name__ if str(exc) == "" else exc,
-                      f" for the next {wait:.0f} s too ({self.failures} failures in a row)" if wait else "")
+            if self.stop(pool):  # the helper's failure, counted once whatever number of answers it failed
+                with self._lock:
+                    self.failures += 1
+                    wait = 0.0 if self.failures < 2 else min(HELPER_BACKOFF_MAX_S,
+                                                             HELPER_BACKOFF_S * 2 ** (self.failures - 2))
+                    self.retry_at = time.monotonic() + wait
+                log.error("patterns: the helper process failed (%s); the answer is made in the worker%s",
+                          type(exc).__name__ if str(exc) == "" else exc,
+                          f" for the next {wait:.0f} s too ({self.failures} failures in a row)" if wait else "")
             return None
         self.failures = 0
         if status == "ok":
@@ -400,21 +387,6 @@ class _Helper:
             with contextlib.suppress(TypeError):  # one whose constructor wants more: a StoreError below
                 raise cls(message)
         raise StoreError(message)
-
-    def _stop(self, pool: ProcessPoolExecutor) -> None:
-        with self._lock:
-            if self._pool is pool:
-                self._pool = None
-        procs = list((getattr(pool, "_processes", None) or {}).values())  # else exit would wait for its work
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in procs:
-            proc.terminate()
-
-    def close(self) -> None:
-        """Stop the helper now (the worker's end)."""
-        pool = self._pool
-        if pool is not None:
-            self._stop(pool)
 
 
 def _separate(report_store: ReportStore) -> bool:
