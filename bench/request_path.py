@@ -19,8 +19,9 @@ and, with ``--database-url``, an empty PostgreSQL database; one thread. For each
   whole locked append;
 - the reads the request makes outside it (:meth:`~serve.store.base.Database.read`, ``peek``): **store reads
   CPU ms**; and, of the write, SQLite's own ``COMMIT`` (its pages written to the WAL);
-- the streams' feed (``serve/services/streams.py``, "The feed"; a base commit without it fed its streams
-  inside the write): the block's runs' values are gathered for the whole block and fed after it in one
+- the feeds (``serve/services/streams.py``, "The feed", and ``serve/store/counters.py``, "the count feed";
+  a base commit without them fed its streams and changed its counts inside the write): the block's runs'
+  values and count changes are gathered for the whole block and applied after it in one
   :meth:`~serve.services.streams.Streams.drain`, as a worker's feeder does every ``TRIAGE_STREAM_FEED_S``
   under load, timed apart: **feed CPU ms a run** (its SQL and its detectors' work alike, off the request).
   A batch's cost depends on its size: at one run a second each batch holds one run.

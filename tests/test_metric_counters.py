@@ -1,7 +1,9 @@
 """/metrics' counts kept on write (serve/store/counters.py) against a full read of the history, on SQLite
 and PostgreSQL: re-diagnoses, labels and their undo, outcomes, two arms, an arm left, deletions and
 retention, the canary's window, concurrent writers, and revision 0012 filling the counts of a history
-stored before it."""
+stored before it. Each write test runs with the counts changed in the write, and deferred to the count
+feed as a server's worker defers them (``defer``: a diagnosis's changes wait there, and every later
+writer and reader of the counts applies them first)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import inspect, select, text
+from sqlalchemy import func, inspect, select, text
 
 from serve.services.canary import snapshot
 from serve.services.run_labels import effective_label
@@ -19,7 +21,7 @@ from serve.store.base import group_rows
 from serve.store.counters import hour_of
 from serve.store.migrate import downgrade
 from serve.store.migrate import upgrade as migrate_to
-from serve.store.tables import FailureRow, LabelRow, OutcomeRow, RecommendationRow, TraceRow
+from serve.store.tables import CountFeedRow, FailureRow, LabelRow, OutcomeRow, RecommendationRow, TraceRow
 from tests.storefix import db_url, full_agents, full_overview, kept_overview, old_window_counts  # noqa: F401  (fixture)
 
 NOW = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
@@ -89,6 +91,7 @@ def totals(store: Stores, tenant: str) -> dict[str, Any]:
 def agree(store: Stores, tenant: str, *, agents: bool = True) -> None:
     """The counts kept on write are what a full read counts (``agents``: the agents' counts too, which
     revision 0017 added)."""
+    waited = _waiting(store)
     for window in (WEEK, timedelta(days=30), timedelta(hours=1)):
         assert counted(store, tenant, window) == full_canary(store, tenant, window)
     got, want = totals(store, tenant), full_totals(store, tenant)
@@ -97,6 +100,22 @@ def agree(store: Stores, tenant: str, *, agents: bool = True) -> None:
     if agents:
         assert {k: tuple(v) for k, v in store.agents.agent_stats(tenant).items()} == full_agents(store, tenant)
         overview_agrees(store, tenant)
+    if store.db.defer_counts:  # the first read applied what waited: none waits now
+        assert not _waiting(store), f"still waiting after the reads ({waited} before)"
+    elif waited:
+        raise AssertionError("rows in the count feed of a store that does not defer")
+
+
+def _waiting(store: Stores) -> int:
+    if "count_feed" not in inspect(store.db.engine).get_table_names():  # a revision before 0024's
+        return 0
+    with store.db.read() as db:
+        return int(db.execute(select(func.count()).select_from(CountFeedRow)).scalar_one())
+
+
+@pytest.fixture(params=[False, True], ids=["direct", "deferred"])
+def defer(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
 
 
 def overview_agrees(store: Stores, tenant: str) -> None:
@@ -146,12 +165,14 @@ def outcome(store: Stores, tenant: str, rec_id: str, success: bool, label: str |
                                     kind=None if label == "healthy" else label, step=None, source_index=None)
 
 
-def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # noqa: F811
+def test_counts_kept_on_write_agree_with_a_full_read(db_url: str, defer: bool) -> None:  # noqa: F811
     store = Stores.at(db_url)
     store.db.upgrade()
+    store.db.defer_counts = defer
     try:
         t0 = NOW - timedelta(days=1)
         diagnose(store, "acme", "r1", t0, arm="repair", kinds=("tool_error",))
+        assert _waiting(store) == int(defer)  # the run's changes wait in the feed: one row (its recommendation in it)
         diagnose(store, "acme", "r1", t0 + timedelta(seconds=120), arm="repair")  # healthy again: 120 s
         diagnose(store, "acme", "r2", t0, arm="repair", kinds=("loop", "loop"))
         diagnose(store, "acme", "s1", t0, arm="shadow", kinds=("tool_error",))
@@ -230,10 +251,13 @@ def test_counts_kept_on_write_agree_with_a_full_read(db_url: str) -> None:  # no
         store.db.dispose()
 
 
-def test_concurrent_writers_lose_no_count(db_url: str) -> None:  # noqa: F811
-    """Four writers, each its own engine (as workers are), new runs and labels on one tenant at once."""
+def test_concurrent_writers_lose_no_count(db_url: str, defer: bool) -> None:  # noqa: F811
+    """Four writers, each its own engine (as workers are), new runs and labels on one tenant at once;
+    deferred, each label applies what waits in the feed (its own run's first diagnosis among it)."""
     Stores.at(db_url).db.upgrade()
     stores = [Stores.at(db_url, busy_timeout_s=30) for _ in range(4)]
+    for s in stores:
+        s.db.defer_counts = defer
     errors: list[BaseException] = []
 
     def work(k: int) -> None:

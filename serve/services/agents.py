@@ -364,6 +364,7 @@ class Agents:
                                  path="name")
             if any(r["key"] == new for r in self.agent_store.agent_rows(tenant)) or new in self.agent_store.agent_stats(tenant):
                 raise InputError(f"an agent {new!r} exists already", path="name")
+        self.agent_store.counts_current()  # the count below is read inside the write, as applied
         with self.agent_store.write() as db:
             self.agent_store.lock_agents(db, tenant)
             found = self.agent_store.existing_trace_ids(db, tenant, key, ids)

@@ -48,6 +48,7 @@ from serve.schemas import (
     ObservationsResponse,
     SegmentOut,
 )
+from serve.store.counters import COUNT_FEED_BATCH, apply_count_feed, count_feed_waiting
 from serve.store.streams import StreamStore
 from serve.store.tables import utcnow
 
@@ -243,7 +244,7 @@ class Streams:
             self._apply(db, [(tenant, agent, trace_id, values)])
             return
         self.stream_store.enqueue_feed(db, tenant, agent, trace_id, values)
-        self._wake()
+        self.wake()
 
     def drain(self, limit: int = FEED_BATCH) -> int:
         """Apply every value waiting in the feed (this worker's and any other's), ``limit`` runs a
@@ -254,8 +255,10 @@ class Streams:
         while True:
             with self.stream_store.unit() as db:
                 n = self.drain_in(db, limit)
+                # the runs' count changes (serve/store/counters.py, "the count feed"), in the same transaction
+                m = apply_count_feed(db) if count_feed_waiting(db) else 0
             done += n
-            if n < limit:
+            if n < limit and m < COUNT_FEED_BATCH:
                 return done
 
     def drain_in(self, db: Any, limit: int = FEED_BATCH) -> int:
@@ -277,8 +280,15 @@ class Streams:
     def drain_waiting(self) -> None:
         """:meth:`drain` when the feed has a row waiting (one read otherwise): what a reader of the streams
         calls first, so that it sees every run committed before it."""
-        if self.feed_s > 0 and self.stream_store.feed_waiting():
+        if self.feed_s > 0 and self.waiting():
             self.drain()
+
+    def waiting(self) -> bool:
+        """Whether the streams' feed or the count feed holds a row not applied yet (a read of each)."""
+        if self.stream_store.feed_waiting():
+            return True
+        with self.stream_store.peek() as db:
+            return count_feed_waiting(db)
 
     def _apply(self, db: Any, runs: list[tuple[str, str, str, dict[str, float]]]) -> None:
         """In transaction ``db``: feed each run's values (``tenant, agent, trace_id, values``, in order) into
@@ -312,7 +322,7 @@ class Streams:
             self.forget_alarms(tenant)
 
     # -- the feeder ------------------------------------------------------------------------------
-    def _wake(self) -> None:
+    def wake(self) -> None:
         """A run's values were written to the feed: the feeder applies them within ``feed_s`` (started here
         at the first)."""
         if self._feeder is None:
@@ -401,7 +411,7 @@ def _own_value(alarm: dict[str, Any], value: float | None) -> tuple[bool, str]:
 
 
 def _feed_loop(ref: weakref.ref[Streams]) -> None:
-    """A worker's feeder (:meth:`Streams._wake` starts it): from the first value written after the last batch,
+    """A worker's feeder (:meth:`Streams.wake` starts it): from the first value written after the last batch,
     ``feed_s`` seconds to gather more, then :meth:`Streams.drain`; idle, every :data:`IDLE_CHECK_S` it looks for
     rows another worker left and applies them. A failure (the store unavailable) is logged
     and tried again after twice the wait before, up to a minute; the rows stay in the feed meanwhile. It holds
@@ -418,7 +428,7 @@ def _feed_loop(ref: weakref.ref[Streams]) -> None:
             if me is None or closing.is_set():
                 return
             try:
-                if me.stream_store.feed_waiting():
+                if me.waiting():
                     waiting.set()
             except Exception as exc:
                 log.warning("stream feed: looking for waiting values failed (%s)", exc)

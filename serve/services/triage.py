@@ -24,7 +24,8 @@ an outcome run in one transaction of the stores' shared database.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -100,6 +101,9 @@ class TriageService:
         self.stores = stores
         self.streams = Streams(stores.streams, diagnoser, detector=stream_detector, autofeed=stream_autofeed,
                                alarm_ttl_s=alarm_cache_s, feed_s=stream_feed_s)
+        if stream_feed_s > 0:  # a diagnosis's count changes wait in the count feed too, for the same feeder
+            stores.db.defer_counts = True
+            stores.db.on_counts_deferred = _weakly(self.streams.wake)
         self.agents = Agents(stores.agents, registry, apply_feed=self.streams.apply_waiting_in)
         self.diagnoses = Diagnoses(
             stores.sessions, stores.traces, stores.labels, stores.agents, stores.streams,
@@ -204,6 +208,19 @@ class TriageService:
     ) -> ChangepointsResponse:
         """:meth:`serve.services.streams.Streams.changepoints`."""
         return self.streams.changepoints(tenant, stream, agent, method, task_type=task_type)
+
+
+def _weakly(method: Callable[[], None]) -> Callable[[], None]:
+    """``method`` (a bound method) called through a weak reference: a no-op once its object is gone (the
+    store's database outlives a service dropped without ``close()``, whose feeder then ends)."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        m = ref()
+        if m is not None:
+            m()
+
+    return call
 
 
 __all__ = ["TriageService"]

@@ -89,6 +89,7 @@ class AgentStore(StoreBase):
         return sorted(key for key, *_ in self._agent_counts(tenant, seen=False))
 
     def _agent_counts(self, tenant: str, *, seen: bool) -> list[tuple[str, int, int, datetime | None, datetime | None]]:
+        self.counts_current()  # the count feed's waiting rows first (serve/store/counters.py)
         mt = core(MetricTotalRow).c
         tr = core(TraceRow).c
         lab = core(MetricTotalRow).alias("lab")

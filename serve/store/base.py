@@ -33,7 +33,7 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
 from model.core.errors import InputError, StoreError, StoreUnavailableError, StoreValueError
-from serve.store.counters import flush_counts
+from serve.store.counters import count_feed_waiting, flush_counts, settle_counts
 from serve.store.engine import BEGUN, SQLITE_BEGIN, begin_immediate, make_engine
 from serve.store.migrate import upgrade as _upgrade
 from serve.store.prepared import Tx, Unit
@@ -104,6 +104,13 @@ class Database:
             and not str(database).startswith("file:")
         self._writer: Connection | None = None
         self._writing = False
+        #: A diagnosis's changes of its run's counts go to the count feed, applied after it
+        #: (:mod:`serve.store.counters`, "the count feed"): a server's worker with ``TRIAGE_STREAM_FEED_S`` > 0
+        #: (:func:`serve.wiring.build_service`); ``on_counts_deferred`` is then called at each such write (the
+        #: worker's feeder wakes).
+        self.defer_counts = False
+        self.on_counts_deferred: Callable[[], None] | None = None
+        self._in_unit = threading.local()  # this thread's open write transactions (in_write)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def upgrade(self) -> None:
@@ -247,6 +254,8 @@ class Database:
                 if kept:
                     self._writing = True
                 failed = False
+                local = self._in_unit
+                local.depth = getattr(local, "depth", 0) + 1
                 try:
                     if self.dialect == "sqlite":  # psycopg begins at the first statement
                         unit.run("BEGIN IMMEDIATE", lambda c: begin_immediate(c, self.busy_timeout_s, waits=not kept))
@@ -261,6 +270,7 @@ class Database:
                         unit.run("ROLLBACK", unit.dialect.do_rollback)
                     raise
                 finally:
+                    local.depth -= 1
                     try:
                         unit.close()
                     finally:
@@ -270,6 +280,10 @@ class Database:
                                 self._release_writer()
         except (SQLAlchemyError, OverflowError, UnicodeEncodeError) as exc:
             raise store_error(exc, "writing") from exc
+
+    def in_write(self) -> bool:
+        """Whether this thread has a write transaction of this database open (:meth:`unit`)."""
+        return bool(getattr(self._in_unit, "depth", 0))
 
     @contextmanager
     def write(self) -> Iterator[Session]:
@@ -323,6 +337,23 @@ class StoreBase:
     def peek(self) -> AbstractContextManager[Unit]:
         """:meth:`Database.peek`."""
         return self.db.peek()
+
+    def counts_current(self) -> None:
+        """Before a read of the counts kept on write (:mod:`serve.store.counters`): what waits in the count
+        feed applied, so that the read sees every run committed before it (one read when nothing waits). Only
+        where this process defers (``defer_counts``: a server's worker); elsewhere (a command, a worker with
+        ``TRIAGE_STREAM_FEED_S=0``) the counts read are those applied, a server's runs within its ``feed_s``; so
+        are they in a read made while this thread holds a write transaction open (which applying would wait for)."""
+        if self.db.defer_counts and not self.db.in_write():  # (inside a write: SQLite's lock is this thread's)
+            self.apply_counts()
+
+    def apply_counts(self) -> None:
+        """Apply what waits in the count feed (a transaction; one read when nothing waits), whoever wrote it."""
+        with self.peek() as db:
+            if not count_feed_waiting(db):
+                return
+        with self.unit() as db:
+            settle_counts(db)
 
     def _insert(self, table: type[Any] | Table) -> Any:
         return self.db.insert(table)

@@ -111,6 +111,7 @@ class ConsoleStore(StoreBase):
         write per hour of the runs' creation (``overview_counts``, :mod:`serve.store.counters`: a few
         thousand rows for a week, whatever the window holds); its partial first and last hours from the
         console's index (:meth:`_index_counts`)."""
+        self.counts_current()  # the count feed's waiting rows first (serve/store/counters.py)
         first, last = _hours(since, ceil=True), _hours(until)  # the window's whole hours: [first, last)
         parts = _Parts()
         with self.read() as db:
@@ -196,6 +197,7 @@ class ConsoleStore(StoreBase):
         """How many runs pass the filters (each ``None``: any; ``verdict``: ``failed``, ``healthy`` or
         ``unknown``), and page ``page`` of them, newest first, as ``id, created_at, n_steps,
         primary_kind, task_type, agent, verdict, p, basis``."""
+        self.counts_current()  # the count feed's waiting rows first (serve/store/counters.py)
         q = select(TraceRow.id, TraceRow.created_at, TraceRow.n_steps, TraceRow.primary_kind, TraceRow.task_type,
                    TraceRow.agent.label("agent"), func.coalesce(TraceRow.verdict, _JSON_VERDICT).label("verdict"),
                    _PROBABILITY.label("p"), _BASIS.label("basis")).where(TraceRow.tenant_id == tenant)
@@ -249,6 +251,7 @@ class ConsoleStore(StoreBase):
         """Runs of this agent (``None``: every run) that carry a label (not withdrawn): the counts kept on
         write (``metric_totals``' ``agent_labelled``, :mod:`serve.store.counters`), not a join of the
         tenant's labels to its runs (181 ms at 1,000,000 runs on PostgreSQL)."""
+        self.counts_current()  # the count feed's waiting rows first (serve/store/counters.py)
         mt = MetricTotalRow
         q = select(func.sum(mt.n)).where(mt.tenant_id == tenant, mt.name == "agent_labelled")
         if agent is not None:

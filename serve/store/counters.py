@@ -16,6 +16,18 @@ Each write that changes a figure changes its count in the same transaction:
   rows in key order. Concurrent writers of several workers add up (none reads a count to write it)
   and take the counters' row locks in one order, for the commit only.
 
+**The count feed** (revision 0024). Where the database defers (``Database.defer_counts``: a server's worker
+with ``TRIAGE_STREAM_FEED_S`` > 0), :func:`count_run` and the same transaction's :func:`count_recommendation`
+of that run change nothing: they gather the run's ops, and :func:`flush_counts` writes them as one row of
+``count_feed`` with the run (one insert, where the run's row and the three upserts were). They are applied
+later, in ``id`` order, by :func:`apply_count_feed` (the worker's feeder, ``serve/services/streams.py``),
+and before anything else reads or changes a run's row: :func:`settle_counts` (from ``_lock_run``,
+:func:`move_runs`, :func:`uncount_runs`) applies what waits, then the transaction's own deferred ops, so a
+label, an outcome, a deletion or a move always finds the run as every change committed before it left it;
+readers in the server apply it first (``StoreBase.counts_current``). Each op is a difference against the
+run's row as found when applied, so the order between a run's diagnoses and the labels, outcomes and
+moves that come between is kept as it was committed.
+
 The canary's counts (``canary_counts``) are kept per hour in which the runs started, so its window
 (``TRIAGE_CANARY_WINDOW``) reads the hours inside it; so are the console overview's (``overview_counts``,
 revision 0020: runs per agent, verdict and primary kind, with their repairs, outcomes and successful
@@ -39,6 +51,7 @@ from serve.store.prepared import Prepared, Tx, dialect_name, per_dialect
 from serve.store.tables import (
     RECOVERY_BOUNDS,
     CanaryCountRow,
+    CountFeedRow,
     LabelRow,
     MetricTotalRow,
     OutcomeRow,
@@ -56,6 +69,12 @@ CANARY_FIELDS: tuple[str, ...] = ("runs", "failed", "recovered", "labelled", "su
 OVERVIEW_FIELDS: tuple[str, ...] = ("runs", "repairs", "outcomes", "succeeded")
 _PENDING = "triage.counts"
 _SAVED = "triage.counted_runs"  # the runs' rows this transaction changed: (row existed, new row)
+_DEFERRED = "triage.deferred_counts"  # (tenant, trace id) → the ops this transaction writes to the feed
+_CAUGHT_UP = "triage.count_feed_applied"  # this transaction applied what waited in the feed
+_APPLYING = "triage.count_feed_applying"  # this transaction is applying the feed's rows
+#: Rows of the count feed applied a transaction by the worker's feeder (:func:`apply_count_feed`).
+COUNT_FEED_BATCH = 500
+_COUNT_FEED_LOCK = "triage.count_feed"  # PostgreSQL: the advisory lock every applier of the feed holds
 _CHUNK = 500
 
 
@@ -149,11 +168,15 @@ _UPSERT_TOTALS = per_dialect(_totals_upsert)
 
 
 def _lock_run(db: Tx, tenant: str, trace_id: str) -> _Run | None:
+    if not db.info.get(_APPLYING):
+        settle_counts(db)
     saved = db.info.get(_SAVED, {}).get((tenant, trace_id))
     if saved is not None:  # written in this transaction (and locked): a diagnosis' recommendation reads none
         return saved[1]  # type: ignore[no-any-return]
     q = _LOCK_RUN if dialect_name(db) == "postgresql" else _SELECT_RUN
     rows = q.execute(db, {"t": tenant, "i": trace_id})
+    if not rows and not db.info.get(_APPLYING) and _catch_up(db):  # its first diagnosis came since: applied now
+        rows = q.execute(db, {"t": tenant, "i": trace_id})
     return _run_of(rows[0]) if rows else None
 
 
@@ -228,26 +251,42 @@ def _write_runs(db: Tx) -> None:
 # -- the writes that change a count -----------------------------------------------------------------
 def count_run(
     db: Tx, *, tenant: str, trace_id: str, created: datetime, now: datetime, arm: str | None,
-    response: dict[str, Any], agent: str, fresh: bool = False,
+    response: dict[str, Any], agent: str, fresh: bool = False, defer: bool = False,
 ) -> None:
     """A diagnosis of the run was stored (``put_trace``, after its upsert: the trace's row is locked,
     ``created`` is its kept ``created_at``, ``agent`` its agent now). Its failure is its first one's
     time, kept (as ``traces.failed_at``); it is recovered when the latest diagnosis is healthy again,
     after ``now − failed_at`` seconds (kept while it stays healthy). ``fresh``: the run has no row yet,
-    known for sure (its trace had none when locked on SQLite, whose writers take turns): nothing to read."""
-    old = None if fresh else _lock_run(db, tenant, trace_id)
+    known for sure (its trace had none when locked on SQLite, whose writers take turns): nothing to read.
+
+    ``defer``: the change is not made here but written to the count feed with the run (one row at the
+    commit, :func:`flush_counts`), with this transaction's recommendations of the run
+    (:func:`count_recommendation`); :func:`apply_count_feed` makes it later, in the feed's order."""
     failures = response.get("failures") or []
-    failed_at = old.failed_at if old is not None and old.failed_at is not None else (now if failures else None)
-    healthy = response.get("healthy") is not False  # as traces.healthy: null (unknown) = no failure found
+    kinds = dict(Counter(str(f["kind"]) for f in failures))
+    healthy = response.get("healthy")
+    kind = (response.get("primary") or {}).get("kind")  # as put_trace's primary_kind
+    if defer:
+        ops = db.info.setdefault(_DEFERRED, {}).setdefault((tenant, trace_id), [])
+        ops.append(["run", {"created": created.isoformat(), "now": now.isoformat(), "arm": arm, "agent": agent,
+                            "kinds": kinds, "healthy": healthy, "kind": kind}])
+        return
+    _count_run(db, tenant, trace_id, created, now, arm, kinds, healthy, kind, agent, fresh)
+
+
+def _count_run(db: Tx, tenant: str, trace_id: str, created: datetime, now: datetime, arm: str | None,
+               kinds: dict[str, int], healthy_value: bool | None, kind: str | None, agent: str, fresh: bool) -> None:
+    old = None if fresh else _lock_run(db, tenant, trace_id)
+    failed_at = old.failed_at if old is not None and old.failed_at is not None else (now if kinds else None)
+    healthy = healthy_value is not False  # as traces.healthy: null (unknown) = no failure found
     recovery_s = None
     if failed_at is not None and healthy:
         was = old is not None and old.failed_at is not None and old.healthy and old.recovery_s is not None
         recovery_s = old.recovery_s if was and old is not None else max(0.0, (now - failed_at).total_seconds())
-    kinds = dict(Counter(str(f["kind"]) for f in failures))
     base = old or _Run(hour_of(created), arm, None, True, None)
     new = replace(base, hour=hour_of(created), arm=arm, failed_at=failed_at, healthy=healthy,
-                  recovery_s=recovery_s, kinds=kinds, agent=agent, verdict=verdict_of(response.get("healthy")),
-                  kind=(response.get("primary") or {}).get("kind"))  # as put_trace's verdict and primary_kind
+                  recovery_s=recovery_s, kinds=kinds, agent=agent, verdict=verdict_of(healthy_value),
+                  kind=kind)  # as put_trace's verdict and primary_kind
     _save(db, tenant, trace_id, old, new)
 
 
@@ -266,6 +305,7 @@ def count_labels(db: Session, tenant: str, trace_id: str) -> None:
 def move_runs(db: Session, tenant: str, old: str, new: str, trace_ids: list[str] | None = None) -> None:
     """Runs of agent ``old`` (all, or those of ``trace_ids``) now belong to ``new`` (their traces are
     re-keyed in ``db``): their rows say so, and the agents' counts move with them."""
+    settle_counts(db)
     _write_runs(db)  # the rows as this transaction left them, then changed here
     r = _RUNS.c
     q = update(_RUNS).where(r.tenant_id == tenant, r.agent == old)
@@ -282,6 +322,14 @@ def count_recommendation(db: Tx, tenant: str, trace_id: str, strategy: str, n: i
     there); a repair (not ``continue``) of a stored run adds to the run's ``repairs``."""
     if not n:
         return
+    ops = db.info.get(_DEFERRED, {}).get((tenant, trace_id))
+    if ops is not None:  # the run's diagnosis waits in the feed: so does this, after it
+        ops.append(["rec", strategy, n])
+        return
+    _count_recommendation(db, tenant, trace_id, strategy, n)
+
+
+def _count_recommendation(db: Tx, tenant: str, trace_id: str, strategy: str, n: int) -> None:
     _total(db, tenant, "recommendations", strategy, n)
     if strategy != "continue":
         old = _lock_run(db, tenant, trace_id)
@@ -308,6 +356,7 @@ def count_outcome(
 def uncount_runs(db: Session, tenant: str, ids: list[str], session_id: str | None = None) -> None:
     """These runs (and ``session_id``'s recommendations) are about to be deleted, in ``db``: take
     what they added out of the counters."""
+    settle_counts(db)
     _write_runs(db)  # the rows as this transaction left them, then read and deleted here
     for i in range(0, len(ids), _CHUNK):
         chunk = ids[i : i + _CHUNK]
@@ -364,9 +413,92 @@ def _seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds())
 
 
+# -- the count feed ------------------------------------------------------------------------------------
+_FEED = cast(Table, CountFeedRow.__table__)
+_FEED_INSERT = Prepared(insert(_FEED))
+_FEED_TAKE = Prepared(select(_FEED.c.id, _FEED.c.tenant_id, _FEED.c.trace_id, _FEED.c.ops)
+                      .order_by(_FEED.c.id).limit(bindparam("n")))
+_FEED_DONE = Prepared(delete(_FEED).where(_FEED.c.id == bindparam("i")))
+_FEED_ANY = Prepared(select(_FEED.c.id).limit(1))
+_LOCK_FEED = Prepared(select(func.pg_advisory_xact_lock(func.hashtext(bindparam("n")))))
+
+
+def count_feed_waiting(db: Tx) -> bool:
+    """Whether the count feed holds a row not applied yet (one read of its first row)."""
+    return bool(_FEED_ANY.execute(db))
+
+
+def apply_count_feed(db: Tx, limit: int = COUNT_FEED_BATCH, *, lock: bool = True) -> int:
+    """In transaction ``db``: apply the oldest ``limit`` rows of the count feed, in ``id`` order, and delete
+    them; how many. Under the feed's lock (``lock``: PostgreSQL's advisory lock, held to the transaction's
+    end; SQLite's write transaction is that lock already), so every row is applied once, whoever applies it.
+    The changes gather in the transaction as a direct write's do (one upsert a counter table at the commit)."""
+    if lock and dialect_name(db) == "postgresql":
+        _LOCK_FEED.execute(db, {"n": _COUNT_FEED_LOCK})
+    rows = _FEED_TAKE.execute(db, {"n": limit})
+    if not rows:
+        return 0
+    was = db.info.get(_APPLYING)
+    db.info[_APPLYING] = True
+    try:
+        for _, tenant, trace_id, ops in rows:
+            _apply_ops(db, tenant, trace_id, ops)
+    finally:
+        db.info[_APPLYING] = was
+    done = [{"i": int(r[0])} for r in rows]
+    _FEED_DONE.execute(db, done[0] if len(done) == 1 else done)
+    return len(rows)
+
+
+def _apply_ops(db: Tx, tenant: str, trace_id: str, ops: list[Any]) -> None:
+    for op in ops:
+        if op[0] == "run":
+            p = op[1]
+            _count_run(db, tenant, trace_id, datetime.fromisoformat(p["created"]), datetime.fromisoformat(p["now"]),
+                       p["arm"], {str(k): int(v) for k, v in p["kinds"].items()}, p["healthy"], p["kind"], p["agent"],
+                       fresh=False)
+        elif op[0] == "rec":
+            _count_recommendation(db, tenant, trace_id, str(op[1]), int(op[2]))
+        else:  # pragma: no cover - written by this module only
+            raise ValueError(f"count feed: unknown op {op[0]!r}")
+
+
+def _catch_up(db: Tx) -> bool:
+    """Apply every row waiting in the count feed in ``db``; whether there was one."""
+    db.info[_CAUGHT_UP] = True
+    if not count_feed_waiting(db):
+        return False
+    while apply_count_feed(db) == COUNT_FEED_BATCH:
+        pass
+    return True
+
+
+def settle_counts(db: Tx) -> None:
+    """Before a write that reads or changes runs' rows (a label, an outcome, a deletion, an agent's move):
+    the count feed's waiting rows applied (once a transaction), then this transaction's own deferred
+    changes, in that order, so that it reads each run as every change committed before it left it."""
+    if db.info.get(_APPLYING):
+        return
+    if not db.info.get(_CAUGHT_UP):
+        _catch_up(db)
+    own = db.info.pop(_DEFERRED, None)
+    if own:
+        db.info[_APPLYING] = True
+        try:
+            for (tenant, trace_id), ops in sorted(own.items()):
+                _apply_ops(db, tenant, trace_id, ops)
+        finally:
+            db.info[_APPLYING] = False
+
+
 def flush_counts(db: Tx) -> None:
     """Write the transaction's differences (``n = n + delta``, one upsert per table, in key order);
-    :meth:`serve.store.base.StoreBase.write` calls it before committing."""
+    :meth:`serve.store.base.StoreBase.write` calls it before committing. A run's deferred changes
+    (:func:`count_run`'s ``defer``) are written to the count feed, one row a run, in key order."""
+    deferred = db.info.pop(_DEFERRED, None)
+    if deferred:
+        rows = [{"tenant_id": t, "trace_id": i, "ops": ops} for (t, i), ops in sorted(deferred.items())]
+        _FEED_INSERT.execute(db, rows[0] if len(rows) == 1 else rows)
     _write_runs(db)
     pending = db.info.pop(_PENDING, None)
     if not pending:
@@ -390,5 +522,6 @@ def flush_counts(db: Tx) -> None:
         upsert_totals.execute(db, trows)
 
 
-__all__ = ["CANARY_FIELDS", "HOUR_S", "OVERVIEW_FIELDS", "count_labels", "count_outcome", "count_recommendation", "count_run",
-           "flush_counts", "hour_of", "move_runs", "recovery_seconds", "uncount_runs"]
+__all__ = ["CANARY_FIELDS", "COUNT_FEED_BATCH", "HOUR_S", "OVERVIEW_FIELDS", "apply_count_feed", "count_feed_waiting",
+           "count_labels", "count_outcome", "count_recommendation", "count_run",
+           "flush_counts", "hour_of", "move_runs", "recovery_seconds", "settle_counts", "uncount_runs"]

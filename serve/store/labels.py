@@ -205,6 +205,7 @@ class LabelStore(StoreBase):
         :func:`serve.store.verdict.run_columns`'s parts against ``thresholds[agent]``, else
         ``default``, ordered by the database over the console's index. ``None`` while the tenant has
         runs the backfills have not filled (the caller orders them itself then)."""
+        self.counts_current()  # the count feed's waiting rows first (serve/store/counters.py)
         t = core(TraceRow).c
         mine = exists().where(LabelRow.tenant_id == tenant, LabelRow.trace_id == t.id, LabelRow.author == author,
                               LabelRow.withdrawn_at.is_(None))

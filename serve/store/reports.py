@@ -144,6 +144,7 @@ class ReportStore(StoreBase):
         """Aggregates for ``/metrics``, read from the store so that every worker reports the same;
         ``tenant``: that tenant's only (``None``: every tenant's). The counts are kept on write
         (:mod:`serve.store.counters`): a few rows per tenant, whatever the history's size."""
+        self.counts_current()  # the count feed's waiting rows first (serve/store/counters.py)
         q = select(MetricTotalRow.name, MetricTotalRow.key, func.sum(MetricTotalRow.n), func.sum(MetricTotalRow.total))
         if tenant is not None:
             q = q.where(MetricTotalRow.tenant_id == tenant)
@@ -177,6 +178,7 @@ class ReportStore(StoreBase):
         """The canary's counts per arm (:data:`serve.store.counters.CANARY_FIELDS`) of the runs started
         since the top of the hour of ``since`` (kept on write per hour: at most one row per hour of the
         window and arm); ``tenant=None``: every tenant's runs."""
+        self.counts_current()  # the count feed's waiting rows first (serve/store/counters.py)
         cols = [func.sum(getattr(CanaryCountRow, f)) for f in CANARY_FIELDS]
         q = select(CanaryCountRow.arm, *cols).where(CanaryCountRow.hour >= hour_of(since))
         if tenant is not None:

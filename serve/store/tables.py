@@ -391,6 +391,21 @@ class StreamFeedRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class CountFeedRow(Base):
+    """What a diagnosis changes of its run's counts (``run_metrics`` and the counters of
+    :mod:`serve.store.counters`), written with the run and applied after it in ``id`` order, once, by the
+    worker's feeder or by the first writer or reader of the counts that finds it waiting
+    (:func:`serve.store.counters.apply_count_feed`). ``ops``: the run's count changes of that transaction,
+    in order (``["run", {…}]``: a diagnosis stored; ``["rec", strategy, n]``: its recommendations)."""
+
+    __tablename__ = "count_feed"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str] = mapped_column(String(128))
+    ops: Mapped[list[Any]] = mapped_column(JSON)
+
+
 class ModelActivationRow(Base):
     """One promotion or rollback of a tenant's agent model (``model/scoring/agent_registry.py`` holds the artefacts).
 
@@ -556,6 +571,7 @@ __all__ = [
     "ApiKey",
     "Base",
     "CanaryCountRow",
+    "CountFeedRow",
     "FailureRow",
     "LabelRow",
     "MetricTotalRow",

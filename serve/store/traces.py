@@ -247,8 +247,11 @@ class TraceStore(StoreBase):
             created, known_new = now, True  # the row's created_at is the one just written
         else:
             created, known_new = self._replace(db, key, values, prior, values["steps_in_rows"])
+        defer = self.db.defer_counts
         count_run(db, tenant=tenant, trace_id=trace_id, created=created, now=now, arm=values["arm"],
-                  response=rows.response, agent=values["agent"], fresh=known_new)
+                  response=rows.response, agent=values["agent"], fresh=known_new, defer=defer)
+        if defer and self.db.on_counts_deferred is not None:
+            self.db.on_counts_deferred()
         if not known_new:
             _DELETE_FAILURES.execute(db, key)
             if not values["steps_in_rows"]:  # new steps: the old ones' vectors go
