@@ -196,12 +196,14 @@ def test_inferred_agents_agree_across_replicas_with_no_duplicates(cluster: Clust
     assert sum(n for _, n in lists[0]) == len(jobs)
 
 
-def _feed_waiting(cluster: Cluster, tenant: str, *, within_s: float) -> int:
-    """The tenant's runs still waiting in the streams' feed once none is, or ``within_s`` seconds have passed."""
+def _feed_waiting(cluster: Cluster, tenant: str, *, within_s: float, table: str = "stream_feed") -> int:
+    """The tenant's runs still waiting in the streams' feed (``table``: or the count feed) once none is, or
+    ``within_s`` seconds have passed."""
+    assert table in ("stream_feed", "count_feed")
     deadline = time.monotonic() + within_s
     while True:
         with cluster.stores.db.engine.connect() as conn:
-            waiting = int(conn.execute(text("SELECT count(*) FROM stream_feed WHERE tenant_id = :t"),
+            waiting = int(conn.execute(text(f"SELECT count(*) FROM {table} WHERE tenant_id = :t"),  # noqa: S608
                                        {"t": tenant}).scalar() or 0)
         if not waiting or time.monotonic() > deadline:
             return waiting
@@ -406,6 +408,14 @@ def test_sigkill_of_one_replica_under_load_loses_nothing_acknowledged(cluster: C
         fed = [r[0] for r in conn.execute(text("SELECT trace_id FROM observations WHERE tenant_id = 'kill' "
                                                  "AND stream = 'failure_probability'"))]
     assert len(fed) == len(set(fed)) and set(acked) <= set(fed)
+    # and its counts (serve/store/counters.py, "the count feed"): what the victim left is applied by the
+    # survivor's feeder too, each stored run counted once (the totals as a full read of the runs counts them)
+    assert _feed_waiting(cluster, "kill", within_s=30, table="count_feed") == 0
+    with cluster.stores.db.engine.connect() as conn:
+        counted = {r[0] for r in conn.execute(text("SELECT trace_id FROM run_metrics WHERE tenant_id = 'kill'"))}
+        total = conn.execute(text("SELECT n FROM metric_totals WHERE tenant_id = 'kill' AND name = 'traces' "
+                                  "AND key = ''")).scalar()
+    assert counted == stored and total == len(stored)
 
 
 def test_drain_on_sigterm_answers_in_flight_refuses_new_and_exits_0(cluster: Cluster) -> None:
