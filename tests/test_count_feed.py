@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from sqlalchemy import func, inspect, select
+from sqlalchemy import inspect
 
 from model.core.options import DiagnoseOptions
 from model.diagnosis.diagnoser import Diagnoser
@@ -26,11 +26,6 @@ from tests.test_streams_agent import _run
 
 def _service(url: str, tmp_path: Path, feed_s: float) -> TriageService:
     return build_service(Settings(data_dir=tmp_path, database_url=url, stream_feed_s=feed_s), Diagnoser())
-
-
-def _rows(store: Stores, table: type) -> int:
-    with store.db.read() as db:
-        return int(db.scalar(select(func.count()).select_from(table)) or 0)
 
 
 def _agree(store: Stores) -> None:
@@ -52,11 +47,11 @@ def test_a_diagnosis_defers_its_counts_and_the_feeder_applies_them(db_url: str, 
             svc.diagnose("t", _run(60 + i, f"r{i}", agent="a"), DiagnoseOptions())
         svc.diagnose("t", _run(61, "r0", agent="a"), DiagnoseOptions())  # a re-diagnosis: its second row
         # written with the runs (one row a run and diagnosis), not applied by them
-        assert _rows(outside, CountFeedRow) == 6 and _rows(outside, RunMetricRow) == 0
+        assert outside.reports.count_rows(CountFeedRow) == 6 and outside.reports.count_rows(RunMetricRow) == 0
         deadline = time.monotonic() + 20
-        while _rows(outside, CountFeedRow) and time.monotonic() < deadline:
+        while outside.reports.count_rows(CountFeedRow) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _rows(outside, CountFeedRow) == 0 and _rows(outside, RunMetricRow) == 5  # the feeder's work
+        assert outside.reports.count_rows(CountFeedRow) == 0 and outside.reports.count_rows(RunMetricRow) == 5  # the feeder's work
         _agree(outside)
         assert outside.agents.agent_stats("t")["a"].runs == 5
     finally:
@@ -70,13 +65,13 @@ def test_readers_and_writers_of_the_counts_apply_what_waits_first(db_url: str, t
         for i in range(3):
             svc.diagnose("t", _run(60, f"r{i}", agent="a"), DiagnoseOptions())
         store = svc.stores
-        assert _rows(store, CountFeedRow) == 3
+        assert store.reports.count_rows(CountFeedRow) == 3
         assert store.agents.agent_stats("t")["a"].runs == 3  # the server's reader applied them
-        assert _rows(store, CountFeedRow) == 0
+        assert store.reports.count_rows(CountFeedRow) == 0
         svc.diagnose("t", _run(60, "r3", agent="a"), DiagnoseOptions())
         # a label on the run just diagnosed: its run's row is made first, then labelled
         store.labels.add_label("t", "r3", failed=True, author="ann", author_type="human")
-        assert _rows(store, CountFeedRow) == 0
+        assert store.reports.count_rows(CountFeedRow) == 0
         assert store.agents.agent_stats("t")["a"][:2] == (4, 1)
         svc.diagnose("t", _run(60, "r4", agent="a"), DiagnoseOptions())
         assert store.traces.delete_trace("t", "r4")  # a deletion takes out what the waiting row adds
@@ -89,11 +84,11 @@ def test_shutdown_applies_the_counts_that_wait(db_url: str, tmp_path: Path) -> N
     svc = _service(db_url, tmp_path, 60)
     for i in range(4):
         svc.diagnose("t", _run(60, f"r{i}", agent="a"), DiagnoseOptions())
-    assert _rows(svc.stores, CountFeedRow) == 4
+    assert svc.stores.reports.count_rows(CountFeedRow) == 4
     svc.close()
     outside = Stores.at(db_url)
     try:
-        assert _rows(outside, CountFeedRow) == 0 and _rows(outside, RunMetricRow) == 4
+        assert outside.reports.count_rows(CountFeedRow) == 0 and outside.reports.count_rows(RunMetricRow) == 4
         _agree(outside)
     finally:
         outside.db.dispose()
@@ -107,10 +102,10 @@ def test_a_downgrade_applies_the_counts_that_wait(db_url: str, tmp_path: Path) -
     svc.streams._closing.set()  # the feeder stops without applying: the rows wait for the downgrade
     outside = Stores.at(db_url)
     try:
-        assert _rows(outside, CountFeedRow) == 3
+        assert outside.reports.count_rows(CountFeedRow) == 3
         downgrade(outside.db.engine, "0023")
         assert "count_feed" not in inspect(outside.db.engine).get_table_names()
-        assert _rows(outside, RunMetricRow) == 3
+        assert outside.reports.count_rows(RunMetricRow) == 3
         _agree(outside)
         outside.db.upgrade()
     finally:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import inspect, select, text
 
 from serve.services.canary import snapshot
 from serve.services.run_labels import effective_label
@@ -109,8 +109,7 @@ def agree(store: Stores, tenant: str, *, agents: bool = True) -> None:
 def _waiting(store: Stores) -> int:
     if "count_feed" not in inspect(store.db.engine).get_table_names():  # a revision before 0024's
         return 0
-    with store.db.read() as db:
-        return int(db.execute(select(func.count()).select_from(CountFeedRow)).scalar_one())
+    return store.reports.count_rows(CountFeedRow)
 
 
 @pytest.fixture(params=[False, True], ids=["direct", "deferred"])

@@ -285,10 +285,7 @@ class Streams:
 
     def waiting(self) -> bool:
         """Whether the streams' feed or the count feed holds a row not applied yet (a read of each)."""
-        if self.stream_store.feed_waiting():
-            return True
-        with self.stream_store.peek() as db:
-            return count_feed_waiting(db)
+        return self.stream_store.feed_waiting() or self.stream_store.counts_waiting()
 
     def _apply(self, db: Any, runs: list[tuple[str, str, str, dict[str, float]]]) -> None:
         """In transaction ``db``: feed each run's values (``tenant, agent, trace_id, values``, in order) into

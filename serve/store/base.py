@@ -349,11 +349,14 @@ class StoreBase:
 
     def apply_counts(self) -> None:
         """Apply what waits in the count feed (a transaction; one read when nothing waits), whoever wrote it."""
+        if self.counts_waiting():
+            with self.unit() as db:
+                settle_counts(db)
+
+    def counts_waiting(self) -> bool:
+        """Whether the count feed holds a row not applied yet (one read of its first row)."""
         with self.peek() as db:
-            if not count_feed_waiting(db):
-                return
-        with self.unit() as db:
-            settle_counts(db)
+            return count_feed_waiting(db)
 
     def _insert(self, table: type[Any] | Table) -> Any:
         return self.db.insert(table)

@@ -168,8 +168,7 @@ _UPSERT_TOTALS = per_dialect(_totals_upsert)
 
 
 def _lock_run(db: Tx, tenant: str, trace_id: str) -> _Run | None:
-    if not db.info.get(_APPLYING):
-        settle_counts(db)
+    settle_counts(db)
     saved = db.info.get(_SAVED, {}).get((tenant, trace_id))
     if saved is not None:  # written in this transaction (and locked): a diagnosis' recommendation reads none
         return saved[1]  # type: ignore[no-any-return]
@@ -438,16 +437,22 @@ def apply_count_feed(db: Tx, limit: int = COUNT_FEED_BATCH, *, lock: bool = True
     rows = _FEED_TAKE.execute(db, {"n": limit})
     if not rows:
         return 0
-    was = db.info.get(_APPLYING)
-    db.info[_APPLYING] = True
-    try:
-        for _, tenant, trace_id, ops in rows:
-            _apply_ops(db, tenant, trace_id, ops)
-    finally:
-        db.info[_APPLYING] = was
+    _apply_runs(db, [(tenant, trace_id, ops) for _, tenant, trace_id, ops in rows])
     done = [{"i": int(r[0])} for r in rows]
     _FEED_DONE.execute(db, done[0] if len(done) == 1 else done)
     return len(rows)
+
+
+def _apply_runs(db: Tx, runs: list[tuple[str, str, list[Any]]]) -> None:
+    """Apply each run's ops (``tenant, trace_id, ops``, in order); meanwhile the reads of runs' rows they make do
+    not settle the feed again (:func:`settle_counts`)."""
+    was = db.info.get(_APPLYING)
+    db.info[_APPLYING] = True
+    try:
+        for tenant, trace_id, ops in runs:
+            _apply_ops(db, tenant, trace_id, ops)
+    finally:
+        db.info[_APPLYING] = was
 
 
 def _apply_ops(db: Tx, tenant: str, trace_id: str, ops: list[Any]) -> None:
@@ -483,12 +488,7 @@ def settle_counts(db: Tx) -> None:
         _catch_up(db)
     own = db.info.pop(_DEFERRED, None)
     if own:
-        db.info[_APPLYING] = True
-        try:
-            for (tenant, trace_id), ops in sorted(own.items()):
-                _apply_ops(db, tenant, trace_id, ops)
-        finally:
-            db.info[_APPLYING] = False
+        _apply_runs(db, [(tenant, trace_id, ops) for (tenant, trace_id), ops in sorted(own.items())])
 
 
 def flush_counts(db: Tx) -> None:
