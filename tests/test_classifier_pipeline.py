@@ -229,6 +229,22 @@ def test_pooled_embeddings_give_the_quantised_graphs_logits(tmp_path: Path) -> N
         want = a.run(["logits"], feeds)[0]
         np.testing.assert_allclose(b.run(["logits"], feeds)[0], want, atol=2e-5, rtol=0)
     assert export.pooled_embeddings(tmp_path / "pooled.onnx", tmp_path / "again.onnx") == 0
+    # pooled on onnxruntime's fast kernels (export.pooling_kernels, which quantize runs last): the same bits
+    # as the float reductions it replaced, on every row above
+    assert export.pooled_embeddings(tmp_path / "plain.onnx", tmp_path / "reduced.onnx") == 4
+    reduced = onnx.load(str(tmp_path / "reduced.onnx"))
+    assert sum(n.op_type in ("ReduceMax", "ReduceSum") for n in reduced.graph.node) > \
+        sum(n.op_type in ("ReduceMax", "ReduceSum") for n in pooled.graph.node)
+    assert sum(n.op_type == "GlobalMaxPool" for n in pooled.graph.node) == 2
+    assert sum(n.op_type == "MatMulInteger" for n in pooled.graph.node) == 2
+    assert export.pooling_kernels(tmp_path / "pooled.onnx", tmp_path / "again.onnx") == 0
+    r = ort.InferenceSession(str(tmp_path / "reduced.onnx"), providers=["CPUExecutionProvider"])
+    for batch, width in ((1, 2), (1, 9), (4, 33)):
+        ids = rng.integers(0, 120, size=(batch, width))
+        mask = np.ones_like(ids)
+        mask[0, width // 2 + 1:] = 0
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        np.testing.assert_array_equal(b.run(["logits"], feeds)[0], r.run(["logits"], feeds)[0])
     export.main(["--rewrite", str(tmp_path / "plain.onnx")])  # the shipped file's command: the same graph
     rewritten = ort.InferenceSession(str(tmp_path / "plain.onnx"), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(rewritten.run(["logits"], feeds)[0], b.run(["logits"], feeds)[0])

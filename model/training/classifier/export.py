@@ -11,7 +11,7 @@ For one trained model folder (``save_pretrained`` weights + ``tokenizer.json`` +
 * ``classifier.onnx`` — the fused graph's weights in int8, per channel (onnxruntime's dynamic
   quantisation), its activations in fp32 (:func:`float_activations`): a text's logits do not depend on
   the batch it is scored in; an n-gram net's embedding rows pooled on their 8-bit values
-  (:func:`pooled_embeddings`);
+  (:func:`pooled_embeddings`) with onnxruntime's fast kernels (:func:`pooling_kernels`);
 * ``tokenizer.json`` — truncation at the model's ``max_length``;
 
 each ONNX file carrying the metadata :mod:`model.scoring.classifier.runtime` reads (labels, thresholds,
@@ -108,7 +108,8 @@ def fuse(src: Path, dst: Path, *, num_heads: int, hidden: int) -> None:
 def quantize(src: Path, dst: Path, *, pool: bool = True) -> None:
     """Weights in int8, per channel (per-tensor moved MiniLM's outputs too far, MEASUREMENTS.md), in 7 bits
     (``reduce_range``); activations left in fp32 (:func:`float_activations`); an n-gram net's embedding rows
-    pooled on their 8-bit values (:func:`pooled_embeddings`; ``pool=False`` leaves them as quantised).
+    pooled on their 8-bit values (:func:`pooled_embeddings`, then :func:`pooling_kernels`; ``pool=False``
+    leaves them as quantised).
 
     onnxruntime's dynamic quantisation also quantises each MatMul's input, with one scale for the whole
     tensor: in a batch, a text's logits then moved with its companions (0.018 in probability on
@@ -126,6 +127,7 @@ def quantize(src: Path, dst: Path, *, pool: bool = True) -> None:
         float_activations(dst, dst)
         if pool:
             pooled_embeddings(dst, dst)
+            pooling_kernels(dst, dst)
     finally:
         for leftover in (pre, *dst.parent.glob("*.pre.onnx.data"), *dst.parent.glob("*.onnx.data")):
             leftover.unlink(missing_ok=True)
@@ -351,6 +353,97 @@ def pooled_embeddings(src: Path, dst: Path) -> int:
     return sum(len(m) for m in groups.values())
 
 
+def pooling_kernels(src: Path, dst: Path) -> int:
+    """Pool gathered 8-bit rows over their tokens with onnxruntime's fast kernels; returns how many
+    reductions it rewrote so. Writes ``dst`` (may be ``src``).
+
+    :func:`pooled_embeddings` leaves, for each group of tables, ``q = Cast(q8)`` of the gathered
+    [batch, tokens, width] 8-bit rows, read by ``ReduceMax(q, axis 1)`` and ``ReduceSum(q, axis 1)``.
+    onnxruntime reduces the middle axis of a batch of one (the session path scores one step) element by
+    element: ~110 µs of the two reductions a group for a step of 200 tokens, where the whole forward is
+    ~380 µs (docs/benchmarks.md, "Round 12"). Rewritten,
+
+    * the maximum is ``Squeeze(GlobalMaxPool(Cast(Transpose(q8))))``: the tokens on the last axis, pooled
+      by MLAS, the transpose on 8-bit values;
+    * the sum is ``Squeeze(Cast(MatMulInteger(1, q8)))``: a row of ones times the rows, an int32 sum.
+
+    Both are the originals bit for bit: maxima of integers, and sums of integers that float32 holds
+    exactly whatever the order while they stay under 2²⁴ (fewer than 65,793 tokens of at most 255; the
+    runtime truncates a text at its ``max_length``). A ``Cast`` whose float tensor anything else reads, or
+    whose rows are not a 2-D table's gathered by 2-D ids, is left as it is."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(str(src))
+    graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 13 or opset > 17:  # Squeeze / Unsqueeze / ReduceSum take axes as inputs, ReduceMax as an attribute
+        raise ValueError(f"{src}: opset {opset}; pooling_kernels writes opset 13-17 nodes")
+    inits, producer, consumers = _index(graph)
+    ranks = {v.name: len(v.type.tensor_type.shape.dim)
+             for v in onnx.shape_inference.infer_shapes(model).graph.value_info if v.type.tensor_type.HasField("shape")}
+    ranks.update((i.name, len(i.type.tensor_type.shape.dim)) for i in graph.input)
+    outputs = {o.name for o in graph.output}
+
+    def axes(n: Any) -> list[int] | None:
+        for a in n.attribute:
+            if a.name == "axes":
+                return list(a.ints)
+        if len(n.input) > 1 and n.input[1] in inits:
+            return [int(x) for x in numpy_helper.to_array(inits[n.input[1]])]
+        return None
+
+    def pools(n: Any) -> bool:  # a reduction of the tokens' axis, dropped
+        return n.op_type in ("ReduceMax", "ReduceSum") and axes(n) == [1] \
+            and next((a.i for a in n.attribute if a.name == "keepdims"), 1) == 0
+
+    dropped: set[int] = set()
+    added: list[Any] = []
+    consts: dict[str, Any] = {}
+    for cast in graph.node:
+        if cast.op_type != "Cast" or next((a.i for a in cast.attribute if a.name == "to"), None) != TensorProto.FLOAT:
+            continue
+        gather = producer.get(cast.input[0])
+        table = inits.get(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
+        readers = consumers.get(cast.output[0], [])
+        if (table is None or table.data_type != TensorProto.UINT8 or len(table.dims) != 2
+                or any(a.name == "axis" and a.i != 0 for a in gather.attribute) or ranks.get(gather.input[1]) != 2
+                or not readers or not all(pools(r) for r in readers) or cast.output[0] in outputs):
+            continue
+        q8, p = cast.input[0], f"{cast.output[0]}/kernels"
+        dropped.update(id(n) for n in (cast, *readers))
+        for name, arr in (("axis1", np.array([1], np.int64)), ("axis2", np.array([2], np.int64))):
+            consts.setdefault(name, numpy_helper.from_array(arr, f"pooling_kernels/{name}"))
+
+        def node(op: str, ins: list[str], outs: list[str], p: str = p, **attrs: Any) -> None:
+            added.append(helper.make_node(op, ins, outs, name=f"{p}/{op}_{len(added)}", **attrs))
+
+        for r in readers:
+            if r.op_type == "ReduceMax":
+                node("Transpose", [q8], [f"{p}/tokens_last"], perm=[0, 2, 1])
+                node("Cast", [f"{p}/tokens_last"], [f"{p}/tokens_lastf"], to=TensorProto.FLOAT)
+                node("GlobalMaxPool", [f"{p}/tokens_lastf"], [f"{p}/max"])
+                node("Squeeze", [f"{p}/max", "pooling_kernels/axis2"], [r.output[0]])
+            else:
+                node("Shape", [gather.input[1]], [f"{p}/shape"])
+                node("ConstantOfShape", [f"{p}/shape"], [f"{p}/ones"],
+                     value=numpy_helper.from_array(np.array([1], np.uint8)))
+                node("Unsqueeze", [f"{p}/ones", "pooling_kernels/axis1"], [f"{p}/ones_row"])
+                node("MatMulInteger", [f"{p}/ones_row", q8], [f"{p}/sum32"])
+                node("Cast", [f"{p}/sum32"], [f"{p}/sumf"], to=TensorProto.FLOAT)
+                node("Squeeze", [f"{p}/sumf", "pooling_kernels/axis1"], [r.output[0]])
+    if added:
+        nodes = [n for n in graph.node if id(n) not in dropped] + added
+        del graph.node[:]
+        graph.node.extend(nodes)
+        graph.initializer.extend(consts.values())
+        _tidy(model)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return sum(n.op_type in ("GlobalMaxPool", "MatMulInteger") for n in added)
+
+
 def _index(graph: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[Any]]]:
     """``graph``'s initializers by name, the node that computes each tensor, and the nodes that read each."""
     consumers: dict[str, list[Any]] = {}
@@ -499,7 +592,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--artifacts", type=Path, default=Path("model/artifacts"))
     p.add_argument("--rewrite", type=Path, default=None, metavar="FILE",
                    help="rewrite an exported int8 FILE in place as export now writes it (float_activations, "
-                        "pooled_embeddings) and stop")
+                        "pooled_embeddings, pooling_kernels) and stop")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.rewrite is not None:
@@ -509,10 +602,11 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"--rewrite: no such file: {args.rewrite}")
         n = float_activations(args.rewrite, args.rewrite)
         k = pooled_embeddings(args.rewrite, args.rewrite)
+        r = pooling_kernels(args.rewrite, args.rewrite)
         meta = {e.key: e.value for e in onnx.load(str(args.rewrite)).metadata_props}
         set_metadata(args.rewrite, meta | {META_PREFIX + "quantisation": QUANTISATION})
-        log.info("%s: %d MatMuls now take fp32 activations, %d embedding tables pooled on 8-bit values",
-                 args.rewrite, n, k)
+        log.info("%s: %d MatMuls now take fp32 activations, %d embedding tables pooled on 8-bit values, "
+                 "%d poolings on onnxruntime's fast kernels", args.rewrite, n, k, r)
         return
     traces = load_traces(args.splits / "val.jsonl", limit=20)
     texts = [step_text(t, i) for t in traces for i in range(len(t.steps))][:200]
