@@ -404,7 +404,7 @@ def pooling_kernels(src: Path, dst: Path) -> int:
     for cast in graph.node:
         if cast.op_type != "Cast" or next((a.i for a in cast.attribute if a.name == "to"), None) != TensorProto.FLOAT:
             continue
-        gather = producer.get(cast.input[0])
+        gather: Any = producer.get(cast.input[0])
         table = inits.get(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
         readers = consumers.get(cast.output[0], [])
         if (table is None or table.data_type != TensorProto.UINT8 or len(table.dims) != 2
