@@ -35,7 +35,9 @@ rules-only diagnosis does not show (``--touch-mb 24 --scenarios diag_rules_10`` 
 
 **Server** (``--server``): a real ``triage serve`` (one worker, SQLite, the server of
 ``bench/service.py``) of this checkout and of ``--base`` (a worktree of the base commit), in
-``--rounds`` interleaved rounds (the base first in odd rounds). Per scenario and round:
+``--rounds`` interleaved rounds (the base first in odd rounds; ``--base-env NAME=VALUE`` sets the base's
+server's environment, as ``--base . --base-env TRIAGE_CPU_AFFINITY=off`` compares this checkout with its
+workers left to the kernel). Per scenario and round:
 
 - a plain keep-alive ``http.client`` client on one connection, ``--pairs`` pairs of ``GET /healthz``
   (the **floor**) and the request, interleaved: p50 of each and the ratio;
@@ -433,11 +435,12 @@ def loop_cpu_s(server: Server) -> float:
     return proc_cpu_s(f"/proc/{server.proc.pid}/task/{server.proc.pid}/stat")
 
 
-def one_server(tree: Path, a: argparse.Namespace) -> dict[str, Any]:
-    """This checkout's or the base's server: the plain client's figures, then the load at 8 connections."""
+def one_server(tree: Path, a: argparse.Namespace, env: list[str] | None = None) -> dict[str, Any]:
+    """This checkout's or the base's server (``env``: ``NAME=VALUE`` for its environment): the plain
+    client's figures, then the load at 8 connections."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="triage-path-") as tmp:
-        server = Server(1, Path(tmp), tree=tree)
+        server = Server(1, Path(tmp), tree=tree, extra_env=env)
         try:
             for scenario in a.scenarios:
                 plain = plain_pairs(server, scenario, a.pairs)
@@ -460,7 +463,7 @@ def servers(a: argparse.Namespace) -> dict[str, Any]:
         order = ["base", "this"] if i % 2 == 0 else ["this", "base"]
         r: dict[str, Any] = {"load": os.getloadavg()}
         for name in order:
-            r[name] = one_server(trees[name], a)
+            r[name] = one_server(trees[name], a, a.base_env if name == "base" else None)
         r["load_after"] = os.getloadavg()
         rounds.append(r)
         print(f"round {i + 1}/{a.rounds} done (load {r['load'][0]:.2f} → {r['load_after'][0]:.2f})",
@@ -500,6 +503,8 @@ def main() -> None:
     ap.add_argument("--touch-mb", type=float, default=0.0, metavar="M",
                     help="in process: read an M MiB array between each decision and its write (cold caches)")
     ap.add_argument("--base", type=Path, default=None, help="server: a worktree of the base commit")
+    ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="server: the base's server's environment (repeatable)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--pairs", type=int, default=300, help="server: floor/request pairs of the plain client")
     ap.add_argument("--duration", type=float, default=5.0, help="server: seconds of load at 8 connections")

@@ -38,7 +38,7 @@ from serve.routers.ui import install_ui
 from serve.services.metrics import LatencyMiddleware, Metrics
 from serve.services.triage import TriageService
 from serve.settings import Settings, get_settings
-from serve.supervise import drain_on_sigterm, watch_master
+from serve.supervise import drain_on_sigterm, pin_worker, watch_master
 from serve.wiring import build_diagnoser, build_service, settle, unsettle
 
 log = logging.getLogger("triage.serve")
@@ -54,6 +54,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         watch_master()  # a worker of `triage serve --workers N` stops when its master dies
+        if settings.worker_cpus:  # `triage serve` found this machine's CPUs its own: one each (serve/supervise.py)
+            pin_worker([int(c) for c in settings.worker_cpus.split(",")])
         app.state.diagnoser, app.state.readiness = build_diagnoser(settings)
         # The failure-history stores, migrated to head; the stateful services on top of them.
         service = build_service(settings, app.state.diagnoser)

@@ -28,6 +28,18 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address `triage serve` binds.")
     port: int = Field(default=8000, ge=1, le=65535)
     workers: int = Field(default=1, ge=1)
+    cpu_affinity: Literal["auto", "off"] = Field(
+        default="auto",
+        description="`auto`: `triage serve` pins each worker process to a CPU of its own when this machine's "
+        "CPUs are the server's (no cgroup CPU quota below them, no more workers than CPUs, one onnxruntime "
+        "thread): a request's threads then share one CPU's caches (docs/deployment.md). `off`: the kernel "
+        "places the workers.",
+    )
+    worker_cpus: str = Field(
+        default="", pattern=r"^(\d+(,\d+)*)?$",
+        description="Set by `triage serve` for its workers under `cpu_affinity=auto`: the CPUs they claim, one "
+        "each (serve/supervise.py). Empty: none is pinned.",
+    )
     max_body_bytes: int = Field(default=5 * 1024 * 1024, ge=1024, description="Larger bodies get 413.")
     max_steps: int = Field(default=5000, ge=1, description="Longer traces get 413.")
     model_path: Path | None = Field(

@@ -22,11 +22,20 @@ And a worker behind a load balancer drains on SIGTERM (:func:`drain_on_sigterm`)
 requests), then runs uvicorn's graceful shutdown: the listening socket closed, idle keep-alive
 connections closed, the requests in flight answered (for at most ``TRIAGE_DRAIN_TIMEOUT_S``), the
 lifespan's end; ``triage serve`` then exits 0.
+
+And each worker runs on a CPU of its own where the machine's CPUs are the server's
+(:func:`worker_cpus`, :func:`pin_worker`; ``TRIAGE_CPU_AFFINITY``). A request crosses two threads of
+its worker (the event loop's, which reads it and writes the answer, and a pool thread's, which diagnoses
+and stores), and only one of them runs Python at a time (the GIL); placed by the kernel they run on
+either CPU, and each request finds the other one's caches cold — the interpreter's, the classifier's
+rows, SQLite's pages. Pinned, the worker's threads share one CPU's caches (docs/benchmarks.md, "Round
+12"). The helper processes a worker starts (:class:`HelperPool`) run on every CPU again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -36,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("triage.serve")
@@ -89,6 +99,130 @@ def watch_master(*, poll_s: float = 0.5, grace_s: float = 10.0) -> bool:
     return True
 
 
+#: The CPUs this process could run on before :func:`pin_worker` pinned it (None: not pinned); its helpers get them back.
+_UNPINNED: frozenset[int] | None = None
+_CLAIMS: list[int] = []  # the lock files of the CPUs this process claimed, open for its life
+
+
+def cpu_quota(cgroup_file: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPUs this process's cgroups allow it: the least ``quota ÷ period`` along its cgroup's path
+    (cgroup v2's ``cpu.max``, v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``); None where none sets one
+    (or nothing can be read: not Linux)."""
+    try:
+        lines = cgroup_file.read_text().splitlines()
+    except OSError:
+        return None
+    found: list[float] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        names = controllers.split(",")
+        if controllers == "":  # v2: one hierarchy
+            base, read = root, _v2_quota
+        elif "cpu" in names:  # v1: the cpu controller's hierarchy (mounted as cpu or cpu,cpuacct)
+            base = next((root / d for d in (controllers, "cpu", "cpu,cpuacct") if (root / d).is_dir()), root / "cpu")
+            read = _v1_quota
+        else:
+            continue
+        rel = Path(path.lstrip("/"))
+        for d in (rel, *rel.parents):
+            q = read(base / d)
+            if q is not None:
+                found.append(q)
+    return min(found) if found else None
+
+
+def _v2_quota(d: Path) -> float | None:
+    try:
+        quota, period = (d / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return None if quota == "max" else int(quota) / int(period)
+
+
+def _v1_quota(d: Path) -> float | None:
+    try:
+        quota = int((d / "cpu.cfs_quota_us").read_text())
+        period = int((d / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if quota < 0 or period <= 0 else quota / period
+
+
+def worker_cpus(setting: str, workers: int, ort_threads: int, *, cpus: set[int] | None = None,
+                quota: float | None | bool = False) -> list[int]:
+    """The CPUs ``triage serve``'s ``workers`` may claim, one each, in the order they claim them (the
+    highest first: CPU 0 takes most interrupts); ``[]`` leaves them to the kernel. ``cpus`` and ``quota``:
+    this process's CPUs and :func:`cpu_quota` (read here when not given).
+
+    Under ``auto`` the workers are pinned only where the CPUs are the server's: more than one of them, no
+    more workers than CPUs, no cgroup quota below them (a container's CPU limit on a shared host: pinned,
+    a worker could not leave a CPU another tenant keeps busy), and one onnxruntime thread (more would
+    share the worker's one CPU)."""
+    if setting != "auto" or ort_threads > 1 or not hasattr(os, "sched_setaffinity"):
+        return []
+    mine = set(os.sched_getaffinity(0)) if cpus is None else cpus
+    limit = cpu_quota() if quota is False else quota
+    if len(mine) < 2 or workers > len(mine) or (limit is not None and limit < len(mine)):
+        return []
+    return sorted(mine, reverse=True)
+
+
+def pin_worker(cpus: list[int], lock_dir: Path | None = None) -> int | None:
+    """Pin every thread of this worker to the first CPU of ``cpus`` that no other worker on this machine
+    has claimed, and return it (None: each is claimed, or it could not be pinned). A claim is a lock
+    (``flock``) on ``lock_dir/cpu-N.lock`` (default: the system's temporary folder's ``triage-cpus``),
+    held while the process lives: a restarted worker finds its predecessor's CPU free again, and two
+    servers on one machine spread over its CPUs. Threads started later inherit the CPU."""
+    global _UNPINNED
+    import fcntl
+    import tempfile
+
+    folder = lock_dir or Path(tempfile.gettempdir()) / "triage-cpus"
+    try:
+        folder.mkdir(mode=0o777, exist_ok=True)
+    except OSError as exc:
+        log.info("worker %d not pinned to a CPU: %s", os.getpid(), exc)
+        return None
+    before = frozenset(os.sched_getaffinity(0))
+    for cpu in cpus:
+        if cpu not in before:
+            continue
+        try:
+            fd = os.open(folder / f"cpu-{cpu}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            for task in Path("/proc/self/task").iterdir():  # the threads started so far; later ones inherit
+                with contextlib.suppress(ProcessLookupError):  # a thread that has just ended
+                    os.sched_setaffinity(int(task.name), {cpu})
+        except OSError as exc:
+            os.close(fd)
+            log.info("worker %d not pinned to a CPU: %s", os.getpid(), exc)
+            return None
+        _CLAIMS.append(fd)
+        _UNPINNED = before
+        log.info("worker %d runs on CPU %d (TRIAGE_CPU_AFFINITY=off leaves it to the kernel)", os.getpid(), cpu)
+        return cpu
+    log.info("worker %d not pinned: each of CPUs %s is another worker's", os.getpid(), cpus)
+    return None
+
+
+def _helper_start(cpus: frozenset[int] | None, initializer: Callable[..., None], *initargs: Any) -> None:
+    """A helper process's start: every CPU its worker had before it was pinned, then ``initializer``."""
+    if cpus:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, cpus)
+    initializer(*initargs)
+
+
 class HelperPool:
     """A worker's helper process: a spawned ``ProcessPoolExecutor`` of one, started on first use with
     ``initializer(*initargs)`` (which calls :func:`watch_master`, so that it stops with its worker). The heavy and
@@ -105,8 +239,9 @@ class HelperPool:
         """The helper's executor, a new helper's when none runs."""
         with self._lock:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=self.initializer, initargs=self.initargs)
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_helper_start, initargs=(_UNPINNED, self.initializer, *self.initargs))
                 self.started += 1
             return self._pool
 
@@ -160,4 +295,4 @@ def drain_on_sigterm(state: Any, drain_s: float) -> bool:
     return True
 
 
-__all__ = ["HelperPool", "drain_on_sigterm", "watch_master"]
+__all__ = ["HelperPool", "cpu_quota", "drain_on_sigterm", "pin_worker", "watch_master", "worker_cpus"]

@@ -285,6 +285,7 @@ def serve(
 
     from serve.ratetable import SharedTable
     from serve.settings import get_settings
+    from serve.supervise import worker_cpus
 
     settings = get_settings()
     n_workers = workers or settings.workers
@@ -296,9 +297,13 @@ def serve(
     # The workers read their settings from the environment; several workers spend the request-rate
     # buckets of one shared table, made here before uvicorn starts them.
     os.environ["TRIAGE_WORKERS"] = str(n_workers)
+    # each worker on a CPU of its own where this machine's CPUs are the server's (serve/supervise.py)
+    os.environ["TRIAGE_WORKER_CPUS"] = ",".join(
+        map(str, worker_cpus(settings.cpu_affinity, n_workers, settings.ort_threads)))
     table = SharedTable.create() if n_workers > 1 else None
     if table is not None:
         os.environ["TRIAGE_RATE_LIMIT_TABLE"] = table
+    get_settings.cache_clear()  # a single worker is this process: its settings read what was set here
     # SIGTERM is a drain, not a failure: uvicorn shuts down gracefully, then raises the signal again
     # with the handler found before it (this one), and the process exits 0, as the master of several
     # workers does (serve/supervise.py drains each worker first).
