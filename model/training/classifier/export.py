@@ -153,14 +153,13 @@ def float_activations(src: Path, dst: Path) -> int:
     replaced: dict[int, Any] = {}  # id(MatMulInteger) -> the fp32 MatMul in its place
     dropped: set[int] = set()
     for n in graph.node:
-        if n.op_type != "MatMulInteger":
-            continue
-        dql = producer.get(n.input[0])
+        dql = producer.get(n.input[0]) if n.op_type == "MatMulInteger" else None
+        if dql is None or dql.op_type != "DynamicQuantizeLinear":
+            continue  # not a quantised activation (pooling_kernels' integer sums are left as they are)
         (cast,) = consumers[n.output[0]]
         (mul,) = consumers[cast.output[0]]
         scales = producer.get(next(i for i in mul.input if i != cast.output[0]))
-        if dql is None or dql.op_type != "DynamicQuantizeLinear" or cast.op_type != "Cast" \
-                or mul.op_type != "Mul" or scales is None or scales.op_type != "Mul" or n.input[1] not in inits:
+        if cast.op_type != "Cast" or mul.op_type != "Mul" or scales is None or scales.op_type != "Mul" or n.input[1] not in inits:
             raise ValueError(f"{src}: {n.name} is not the pattern quantize_dynamic writes")
         w_q = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
         w_scale = numpy_helper.to_array(inits[next(i for i in scales.input if i != dql.output[1])])
