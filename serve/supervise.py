@@ -27,9 +27,9 @@ And each worker runs on a CPU of its own where the machine's CPUs are the server
 (:func:`worker_cpus`, :func:`pin_worker`; ``TRIAGE_CPU_AFFINITY``). A request crosses two threads of
 its worker (the event loop's, which reads it and writes the answer, and a pool thread's, which diagnoses
 and stores), and only one of them runs Python at a time (the GIL); placed by the kernel they run on
-either CPU, and each request finds the other one's caches cold — the interpreter's, the classifier's
-rows, SQLite's pages. Pinned, the worker's threads share one CPU's caches (docs/benchmarks.md, "Round
-12"). The helper processes a worker starts (:class:`HelperPool`) run on every CPU again.
+either CPU. Pinned, they share one CPU's caches, and a request is answered 6–15 % sooner with a little
+less CPU (docs/benchmarks.md, "Round 12"). The helper processes a worker starts (:class:`HelperPool`)
+run on every CPU again.
 """
 
 from __future__ import annotations
@@ -152,10 +152,10 @@ def _v1_quota(d: Path) -> float | None:
 
 
 def worker_cpus(setting: str, workers: int, ort_threads: int, *, cpus: set[int] | None = None,
-                quota: float | None | bool = False) -> list[int]:
+                cgroup: tuple[Path, Path] = (Path("/proc/self/cgroup"), Path("/sys/fs/cgroup"))) -> list[int]:
     """The CPUs ``triage serve``'s ``workers`` may claim, one each, in the order they claim them (the
-    highest first: CPU 0 takes most interrupts); ``[]`` leaves them to the kernel. ``cpus`` and ``quota``:
-    this process's CPUs and :func:`cpu_quota` (read here when not given).
+    highest first: CPU 0 takes most interrupts); ``[]`` leaves them to the kernel. ``cpus``: this process's
+    CPUs (default: its affinity); ``cgroup``: where :func:`cpu_quota` reads.
 
     Under ``auto`` the workers are pinned only where the CPUs are the server's: more than one of them, no
     more workers than CPUs, no cgroup quota below them (a container's CPU limit on a shared host: pinned,
@@ -164,7 +164,7 @@ def worker_cpus(setting: str, workers: int, ort_threads: int, *, cpus: set[int] 
     if setting != "auto" or ort_threads > 1 or not hasattr(os, "sched_setaffinity"):
         return []
     mine = set(os.sched_getaffinity(0)) if cpus is None else cpus
-    limit = cpu_quota() if quota is False else quota
+    limit = cpu_quota(*cgroup)
     if len(mine) < 2 or workers > len(mine) or (limit is not None and limit < len(mine)):
         return []
     return sorted(mine, reverse=True)
@@ -200,10 +200,10 @@ def pin_worker(cpus: list[int], lock_dir: Path | None = None) -> int | None:
             os.close(fd)
             continue
         try:
-            for task in Path("/proc/self/task").iterdir():  # the threads started so far; later ones inherit
-                with contextlib.suppress(ProcessLookupError):  # a thread that has just ended
-                    os.sched_setaffinity(int(task.name), {cpu})
+            _set_threads({cpu})  # the threads started so far; later ones inherit it
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                _set_threads(before)
             os.close(fd)
             log.info("worker %d not pinned to a CPU: %s", os.getpid(), exc)
             return None
@@ -213,6 +213,13 @@ def pin_worker(cpus: list[int], lock_dir: Path | None = None) -> int | None:
         return cpu
     log.info("worker %d not pinned: each of CPUs %s is another worker's", os.getpid(), cpus)
     return None
+
+
+def _set_threads(cpus: frozenset[int] | set[int]) -> None:
+    """Every thread of this process on ``cpus``."""
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):  # a thread that has just ended
+            os.sched_setaffinity(int(task.name), cpus)
 
 
 def _helper_start(cpus: frozenset[int] | None, initializer: Callable[..., None], *initargs: Any) -> None:

@@ -46,15 +46,22 @@ def test_cpu_quota_reads_the_least_limit_up_the_cgroup_path(tmp_path: Path) -> N
 
 
 @pytest.mark.skipif(not LINUX, reason="CPU affinity is Linux's")
-def test_worker_cpus_pins_only_where_the_cpus_are_the_servers() -> None:
+def test_worker_cpus_pins_only_where_the_cpus_are_the_servers(tmp_path: Path) -> None:
     four = {0, 1, 2, 3}
-    assert worker_cpus("auto", 2, 1, cpus=four, quota=None) == [3, 2, 1, 0]  # the highest first
-    assert worker_cpus("auto", 4, 1, cpus=four, quota=4.0) == [3, 2, 1, 0]
-    assert worker_cpus("off", 2, 1, cpus=four, quota=None) == []
-    assert worker_cpus("auto", 2, 1, cpus=four, quota=2.0) == []  # a container's limit on a larger host
-    assert worker_cpus("auto", 5, 1, cpus=four, quota=None) == []  # more workers than CPUs
-    assert worker_cpus("auto", 1, 2, cpus=four, quota=None) == []  # onnxruntime's threads need CPUs too
-    assert worker_cpus("auto", 1, 1, cpus={2}, quota=None) == []  # one CPU: nothing to choose
+
+    def limited(name: str, quota: str) -> tuple[Path, Path]:  # a v2 cgroup whose parent sets cpu.max
+        _cgroup(tmp_path / name, "0::/pod/app\n", {"pod/cpu.max": quota})
+        return tmp_path / name / "cgroup", tmp_path / name / "fs"
+
+    free, four_cpus, two_cpus = limited("free", "max 100000\n"), limited("q4", "400000 100000\n"), \
+        limited("q2", "200000 100000\n")
+    assert worker_cpus("auto", 2, 1, cpus=four, cgroup=free) == [3, 2, 1, 0]  # the highest first
+    assert worker_cpus("auto", 4, 1, cpus=four, cgroup=four_cpus) == [3, 2, 1, 0]
+    assert worker_cpus("off", 2, 1, cpus=four, cgroup=free) == []
+    assert worker_cpus("auto", 2, 1, cpus=four, cgroup=two_cpus) == []  # a container's limit on a larger host
+    assert worker_cpus("auto", 5, 1, cpus=four, cgroup=free) == []  # more workers than CPUs
+    assert worker_cpus("auto", 1, 2, cpus=four, cgroup=free) == []  # onnxruntime's threads need CPUs too
+    assert worker_cpus("auto", 1, 1, cpus={2}, cgroup=free) == []  # one CPU: nothing to choose
 
 
 def _affinities(pid: int) -> set[frozenset[int]]:
