@@ -102,3 +102,15 @@ def test_serve_on_a_taken_port_says_so_and_names_another(tmp_path: Path) -> None
     err = out.stderr.decode()
     assert out.returncode == 2, err
     assert f"127.0.0.1:{port}" in err and f"PORT={port + 1}" in err and "Traceback" not in err
+
+
+def test_a_bad_setting_is_named_in_one_line(tmp_path: Path) -> None:
+    """A ``TRIAGE_*`` value the settings refuse: ``triage serve`` (and any command that reads the settings)
+    names the variable and the values it takes, exit 2, no traceback."""
+    for name, value, command in (("TRIAGE_CPU_AFFINITY", "on", ["serve", "--port", "1"]),
+                                 ("TRIAGE_AUTH", "maybe", ["keys", "list"])):
+        out = subprocess.run([sys.executable, "-m", "serve.cli.main", *command], cwd=ROOT, capture_output=True,
+                             timeout=120, env={**os.environ, "TRIAGE_DATA_DIR": str(tmp_path), name: value})
+        err = out.stderr.decode()
+        assert out.returncode == 2, err
+        assert f"{name}='{value}'" in err and "Input should be" in err and "Traceback" not in err

@@ -55,8 +55,23 @@ for _name in _COMMAND_MODULES:
 
 
 def main() -> None:
-    """Entry point of the ``triage`` script."""
-    app()
+    """Entry point of the ``triage`` script. A ``TRIAGE_*`` setting that does not validate is named in one
+    line (``error: TRIAGE_AUTH='maybe': Input should be 'on' or 'off'``) and exits 2, without a traceback."""
+    import sys
+
+    from pydantic import ValidationError
+
+    from serve.cli.output import fail
+
+    try:
+        app()
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        for err in exc.errors():
+            name = "TRIAGE_" + "_".join(str(p) for p in err["loc"]).upper()
+            fail(f"{name}={err['input']!r}: {err['msg']} (serve/settings.py lists the settings)")
+        sys.exit(2)
 
 
 if __name__ == "__main__":
