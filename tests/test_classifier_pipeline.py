@@ -181,7 +181,7 @@ def test_ngram_student_torch_onnx_parity_and_int8(tmp_path: Path) -> None:
     ops = {n.op_type for n in graph.node}
     made = {o: n for n in graph.node for o in n.output}
     assert "DynamicQuantizeLinear" not in ops and "MatMul" in ops  # activations stay fp32
-    # the integer MatMuls left are export.pooling_kernels' sums of the gathered 8-bit rows
+    # the integer MatMuls left are onnx_rewrites.pooling_kernels' sums of the gathered 8-bit rows
     integer = [n for n in graph.node if n.op_type == "MatMulInteger"]
     assert integer and all(made[n.input[1]].op_type == "Gather" for n in integer)
     # the command that rewrote the shipped file: nothing left to rewrite here, the metadata says so
@@ -193,13 +193,13 @@ def test_ngram_student_torch_onnx_parity_and_int8(tmp_path: Path) -> None:
 
 
 def test_pooled_embeddings_give_the_quantised_graphs_logits(tmp_path: Path) -> None:
-    """An ensemble's embedding tables pooled on their 8-bit values (export.pooled_embeddings): one gather
+    """An ensemble's embedding tables pooled on their 8-bit values (onnx_rewrites.pooled_embeddings): one gather
     per group of tables that read the same ids, no dequantised [batch, tokens, width] tensor, and the
     logits of the graph as quantize_dynamic left it, padded rows, short rows and segments included."""
     import onnx
     import onnxruntime as ort
 
-    from model.training.classifier import export
+    from model.training.classifier import export, onnx_rewrites
     from model.training.classifier.ngram import ensemble_of
 
     nets = []
@@ -233,16 +233,16 @@ def test_pooled_embeddings_give_the_quantised_graphs_logits(tmp_path: Path) -> N
         feeds = {"input_ids": ids, "attention_mask": mask}
         want = a.run(["logits"], feeds)[0]
         np.testing.assert_allclose(b.run(["logits"], feeds)[0], want, atol=2e-5, rtol=0)
-    assert export.pooled_embeddings(tmp_path / "pooled.onnx", tmp_path / "again.onnx") == 0
-    # pooled on onnxruntime's fast kernels (export.pooling_kernels, which quantize runs last): the same bits
+    assert onnx_rewrites.pooled_embeddings(tmp_path / "pooled.onnx", tmp_path / "again.onnx") == 0
+    # pooled on onnxruntime's fast kernels (onnx_rewrites.pooling_kernels, which quantize runs last): the same bits
     # as the float reductions it replaced, on every row above
-    assert export.pooled_embeddings(tmp_path / "plain.onnx", tmp_path / "reduced.onnx") == 4
+    assert onnx_rewrites.pooled_embeddings(tmp_path / "plain.onnx", tmp_path / "reduced.onnx") == 4
     reduced = onnx.load(str(tmp_path / "reduced.onnx"))
     assert sum(n.op_type in ("ReduceMax", "ReduceSum") for n in reduced.graph.node) > \
         sum(n.op_type in ("ReduceMax", "ReduceSum") for n in pooled.graph.node)
     assert sum(n.op_type == "GlobalMaxPool" for n in pooled.graph.node) == 2
     assert sum(n.op_type == "MatMulInteger" for n in pooled.graph.node) == 2
-    assert export.pooling_kernels(tmp_path / "pooled.onnx", tmp_path / "again.onnx") == 0
+    assert onnx_rewrites.pooling_kernels(tmp_path / "pooled.onnx", tmp_path / "again.onnx") == 0
     r = ort.InferenceSession(str(tmp_path / "reduced.onnx"), providers=["CPUExecutionProvider"])
     for batch, width in ((1, 2), (1, 9), (4, 33)):
         ids = rng.integers(0, 120, size=(batch, width))
