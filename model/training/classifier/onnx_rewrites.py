@@ -27,12 +27,10 @@ def float_activations(src: Path, dst: Path) -> int:
     batch but fp32 rounding.
     ``python -m model.training.classifier.export --rewrite FILE`` applies it to a shipped file."""
     import numpy as np
-    import onnx
     from onnx import helper, numpy_helper
 
-    model = onnx.load(str(src))
+    model, inits, producer, consumers = _opened(src)
     graph = model.graph
-    inits, producer, consumers = _index(graph)
 
     replaced: dict[int, Any] = {}  # id(MatMulInteger) -> the fp32 MatMul in its place
     dropped: set[int] = set()
@@ -60,12 +58,8 @@ def float_activations(src: Path, dst: Path) -> int:
         if n.op_type == "DynamicQuantizeLinear" and all(
                 id(c) in replaced or id(c) in dropped for o in n.output for c in consumers.get(o, [])):
             dropped.add(id(n))
-    nodes = [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    _tidy(model)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(dst))
+    _splice(model, [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped])
+    _save(model, dst)
     return len(replaced)
 
 
@@ -94,15 +88,10 @@ def pooled_embeddings(src: Path, dst: Path) -> int:
     import hashlib
 
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    model = onnx.load(str(src))
+    model, inits, producer, consumers = _opened(src, "pooled_embeddings")
     graph = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < 13 or opset > 17:  # Split / Squeeze / ReduceSum take axes as inputs, ReduceMax as an attribute
-        raise ValueError(f"{src}: opset {opset}; pooled_embeddings writes opset 13-17 nodes")
-    inits, producer, consumers = _index(graph)
     inputs = {i.name for i in graph.input}
     memo: dict[str, Any] = {}
 
@@ -122,15 +111,6 @@ def pooled_embeddings(src: Path, dst: Path) -> int:
                 attrs = tuple(sorted(a.SerializeToString() for a in n.attribute))
                 memo[name] = (n.op_type, n.domain, attrs, tuple(canon(i) for i in n.input), list(n.output).index(name))
         return memo[name]
-
-    def axes(n: Any) -> list[int] | None:
-        for a in n.attribute:
-            if a.name == "axes":
-                return list(a.ints)
-        return [int(x) for x in value(n.input[1])] if len(n.input) > 1 and n.input[1] in inits else None
-
-    def keepdims(n: Any) -> int:
-        return next((int(a.i) for a in n.attribute if a.name == "keepdims"), 1)
 
     def made(name: str) -> Any:  # the node that computes ``name`` (None: an input or initializer)
         return producer.get(name)
@@ -162,14 +142,14 @@ def pooled_embeddings(src: Path, dst: Path) -> int:
             else None
         sub = made(shift.input[0]) if shift is not None and shift.op_type == "Mul" else None
         if (rmax is None or clip is None or clip.op_type != "Clip" or sub is None or sub.op_type != "Sub"
-                or axes(rsum) != [1] or axes(rmax) != [1] or keepdims(rsum) or keepdims(rmax)):
+                or _axes(rsum, inits) != [1] or _axes(rmax, inits) != [1] or _keepdims(rsum) or _keepdims(rmax)):
             continue
         big, one = value(shift.input[1]), value(sub.input[1])
         count = made(clip.input[0])
         if (canon(sub.input[0]) != canon(mask) or big is None or big.size != 1 or float(big) < 1e3
                 or one is None or one.size != 1 or float(one) != 1.0 or count is None
                 or count.op_type != "ReduceSum" or canon(count.input[0]) != canon(mask)
-                or axes(count) != [1] or keepdims(count)):
+                or _axes(count, inits) != [1] or _keepdims(count)):
             continue  # not the masked mean and maximum of NgramForSequenceClassification._pool
         key = (canon(gather.input[1]), canon(mask), canon(div.input[1]), float(big))
         groups.setdefault(key, []).append({
@@ -226,13 +206,8 @@ def pooled_embeddings(src: Path, dst: Path) -> int:
         node("Mul", [f"{p}/meanq", f"{p}/full"], [f"{p}/mean"])
         node("Split", [f"{p}/mean", f"{p}/widths"], [m["mean"] for m in members], axis=1)
     if groups:
-        nodes = [n for n in graph.node if id(n) not in dropped] + added
-        del graph.node[:]
-        graph.node.extend(nodes)
-        graph.initializer.extend(consts)
-        _tidy(model)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(dst))
+        _splice(model, [n for n in graph.node if id(n) not in dropped] + added, consts)
+    _save(model, dst)
     return sum(len(m) for m in groups.values())
 
 
@@ -258,28 +233,15 @@ def pooling_kernels(src: Path, dst: Path) -> int:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    model = onnx.load(str(src))
+    model, inits, producer, consumers = _opened(src, "pooling_kernels")
     graph = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < 13 or opset > 17:  # Squeeze / Unsqueeze / ReduceSum take axes as inputs, ReduceMax as an attribute
-        raise ValueError(f"{src}: opset {opset}; pooling_kernels writes opset 13-17 nodes")
-    inits, producer, consumers = _index(graph)
     ranks = {v.name: len(v.type.tensor_type.shape.dim)
              for v in onnx.shape_inference.infer_shapes(model).graph.value_info if v.type.tensor_type.HasField("shape")}
     ranks.update((i.name, len(i.type.tensor_type.shape.dim)) for i in graph.input)
     outputs = {o.name for o in graph.output}
 
-    def axes(n: Any) -> list[int] | None:
-        for a in n.attribute:
-            if a.name == "axes":
-                return list(a.ints)
-        if len(n.input) > 1 and n.input[1] in inits:
-            return [int(x) for x in numpy_helper.to_array(inits[n.input[1]])]
-        return None
-
     def pools(n: Any) -> bool:  # a reduction of the tokens' axis, dropped
-        return n.op_type in ("ReduceMax", "ReduceSum") and axes(n) == [1] \
-            and next((a.i for a in n.attribute if a.name == "keepdims"), 1) == 0
+        return n.op_type in ("ReduceMax", "ReduceSum") and _axes(n, inits) == [1] and _keepdims(n) == 0
 
     dropped: set[int] = set()
     added: list[Any] = []
@@ -317,14 +279,55 @@ def pooling_kernels(src: Path, dst: Path) -> int:
                 node("Cast", [f"{p}/sum32"], [f"{p}/sumf"], to=TensorProto.FLOAT)
                 node("Squeeze", [f"{p}/sumf", "pooling_kernels/axis1"], [r.output[0]])
     if added:
-        nodes = [n for n in graph.node if id(n) not in dropped] + added
-        del graph.node[:]
-        graph.node.extend(nodes)
-        graph.initializer.extend(consts.values())
-        _tidy(model)
+        _splice(model, [n for n in graph.node if id(n) not in dropped] + added, consts.values())
+    _save(model, dst)
+    return sum(n.op_type in ("GlobalMaxPool", "MatMulInteger") for n in added)
+
+
+def _opened(src: Path, rewrite: str | None = None) -> tuple[Any, dict[str, Any], dict[str, Any], dict[str, list[Any]]]:
+    """``src`` loaded, and its graph's :func:`_index`. ``rewrite``: a rewrite that writes opset 13-17 nodes
+    (Split / Squeeze / Unsqueeze / ReduceSum take axes as inputs, ReduceMax as an attribute), refused
+    another opset."""
+    import onnx
+
+    model = onnx.load(str(src))
+    if rewrite is not None:
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        if opset < 13 or opset > 17:
+            raise ValueError(f"{src}: opset {opset}; {rewrite} writes opset 13-17 nodes")
+    return (model, *_index(model.graph))
+
+
+def _axes(n: Any, inits: dict[str, Any]) -> list[int] | None:
+    """A reduction's axes: its attribute (ReduceMax at opset ≤ 17), else its initializer input; None unknown."""
+    from onnx import numpy_helper
+
+    for a in n.attribute:
+        if a.name == "axes":
+            return list(a.ints)
+    if len(n.input) > 1 and n.input[1] in inits:
+        return [int(x) for x in numpy_helper.to_array(inits[n.input[1]])]
+    return None
+
+
+def _keepdims(n: Any) -> int:
+    return next((int(a.i) for a in n.attribute if a.name == "keepdims"), 1)
+
+
+def _splice(model: Any, nodes: list[Any], consts: Any = ()) -> None:
+    """The graph's nodes replaced by ``nodes``, ``consts`` added to its initializers, then :func:`_tidy`."""
+    graph = model.graph
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(consts)
+    _tidy(model)
+
+
+def _save(model: Any, dst: Path) -> None:
+    import onnx
+
     onnx.checker.check_model(model)
     onnx.save(model, str(dst))
-    return sum(n.op_type in ("GlobalMaxPool", "MatMulInteger") for n in added)
 
 
 def _index(graph: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[Any]]]:
